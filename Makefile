@@ -1,0 +1,112 @@
+# verdict - build, test, demo.  See README.md.
+#
+# Layout: every .c under the module folders goes into build/libverdict.a,
+# except verifier/main.c which is the CLI.  Tests are discovered: each
+# tests/<module>/test_*.c is one cmocka binary; tests/e2e/*.sh are
+# end-to-end scripts run against bin/verdict.
+
+CC      ?= gcc
+MODULES := common plans graph lineage stages solver verifier bugs
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
+               -I/usr/include/igraph -fopenmp
+OPT     ?= -O2 -g
+LIBS    := -ligraph -lmsgpackc -lz3 -lm -fopenmp
+BUILD   ?= build
+BIN     ?= bin
+EXTRA_CFLAGS ?=
+EXTRA_LDFLAGS ?=
+CFLAGS  := $(CFLAGS_BASE) $(OPT) $(EXTRA_CFLAGS)
+
+DEB_PACKAGES := libz3-dev libigraph-dev libmsgpack-dev libcmocka-dev python3 python3-msgpack \
+                clang libclang-rt-14-dev valgrind
+
+LIB_SRC := $(filter-out verifier/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
+LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
+TEST_SRC := $(wildcard tests/*/test_*.c)
+TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+TEST_SUPPORT := $(wildcard tests/support/*.c)
+E2E     := $(sort $(wildcard tests/e2e/*.sh))
+
+.PHONY: all deps test unit e2e asan demo fuzz clean lint bench
+all: $(BIN)/verdict
+
+# Installs missing Debian packages (as root, or through sudo); does nothing
+# when all are present.
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(BUILD)/%.o: %.c $(wildcard */*.h) $(wildcard */*.def)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libverdict.a: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(BIN)/verdict: $(BUILD)/verifier/main.o $(BUILD)/libverdict.a
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) $(EXTRA_LDFLAGS) -o $@ $^ $(LIBS)
+
+$(BUILD)/tests/%: tests/%.c $(TEST_SUPPORT) $(BUILD)/libverdict.a $(wildcard tests/support/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Wno-unused-parameter $(EXTRA_LDFLAGS) -o $@ $< $(TEST_SUPPORT) $(BUILD)/libverdict.a $(LIBS) -lcmocka
+
+unit: $(TEST_BIN)
+	@fail=0; for t in $(TEST_BIN); do \
+	  if ! $$t >$$t.log 2>&1; then echo "FAIL $$t"; cat $$t.log; fail=1; \
+	  else echo "ok   $$t"; fi; done; exit $$fail
+
+e2e: $(BIN)/verdict
+	@fail=0; for t in $(E2E); do \
+	  if ! VERDICT=$(CURDIR)/$(BIN)/verdict sh $$t >$(BUILD)/$$(basename $$t).log 2>&1; then \
+	    echo "FAIL $$t"; cat $(BUILD)/$$(basename $$t).log; fail=1; \
+	  else echo "ok   $$t"; fi; done; exit $$fail
+
+# The README's test command.  Pulls in deps so a fresh machine needs nothing else.
+test: deps
+	$(MAKE) all
+	$(MAKE) unit
+	$(MAKE) e2e
+	$(MAKE) fuzz-short
+
+# Whole suite under AddressSanitizer + UndefinedBehaviorSanitizer.
+asan: deps
+	$(MAKE) BUILD=build-asan BIN=bin-asan OPT="-O1 -g -fno-omit-frame-pointer" \
+	  EXTRA_CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all" \
+	  EXTRA_LDFLAGS="-fsanitize=address,undefined" all unit e2e
+
+# Reader fuzz target (libFuzzer, clang).  fuzz-short is part of `make test`.
+FUZZ_BIN := $(BUILD)/fuzz/fuzz_plan_reader
+$(FUZZ_BIN): tests/fuzz/fuzz_plan_reader.c $(LIB_SRC) $(wildcard */*.h)
+	@mkdir -p $(dir $@)
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -I/usr/include/igraph -fopenmp \
+	  -fsanitize=fuzzer,address,undefined -o $@ tests/fuzz/fuzz_plan_reader.c \
+	  common/*.c plans/*.c -lmsgpackc -lm
+fuzz-short: $(FUZZ_BIN)
+	@mkdir -p $(BUILD)/fuzz/corpus
+	$(FUZZ_BIN) -max_total_time=20 -max_len=65536 -rss_limit_mb=1024 \
+	  $(BUILD)/fuzz/corpus tests/fuzz/seeds tests/fuzz/regressions >$(BUILD)/fuzz/log 2>&1 \
+	  || { tail -40 $(BUILD)/fuzz/log; exit 1; }
+	@echo "ok   fuzz (20 s)"
+fuzz: $(FUZZ_BIN)
+	@mkdir -p $(BUILD)/fuzz/corpus
+	$(FUZZ_BIN) -max_total_time=600 -max_len=65536 -artifact_prefix=tests/fuzz/regressions/ \
+	  $(BUILD)/fuzz/corpus tests/fuzz/seeds tests/fuzz/regressions
+
+demo: deps
+	$(MAKE) all
+	@mkdir -p $(BUILD)/demo
+	$(BIN)/verdict gen --model llama3 --layers 2 --hidden 64 --heads 4 --seq 16 --batch 8 \
+	  --dp 2 --tp 2 --pp 2 --nm 2 --single $(BUILD)/demo/single.plan --parallel $(BUILD)/demo/tp2pp2dp2.plan
+	$(BIN)/verdict plan stats $(BUILD)/demo/tp2pp2dp2.plan
+	$(BIN)/verdict --sm $(BUILD)/demo/single.plan --pm $(BUILD)/demo/tp2pp2dp2.plan
+
+clean:
+	rm -rf build build-asan bin bin-asan

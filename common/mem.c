@@ -1,0 +1,111 @@
+/*
+ * common/mem.c - counted, overflow-checked allocation with a fault hook.
+ *
+ * Each block carries a 16-byte header holding its size, so vd_free can keep
+ * the byte counters exact without a lookup table.
+ */
+#include "mem.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef union {
+  size_t size;
+  max_align_t align;
+} header_t;
+
+static atomic_size_t cur_bytes;
+static atomic_size_t peak_bytes;
+static atomic_long fail_countdown; /* 0 = disabled */
+static atomic_int fault_hit;
+
+static int should_fail(void) {
+  long c = atomic_load(&fail_countdown);
+  if (c <= 0) return 0;
+  if (atomic_fetch_sub(&fail_countdown, 1) == 1) {
+    atomic_store(&fault_hit, 1);
+    return 1;
+  }
+  return 0;
+}
+
+static void account(size_t add, size_t sub) {
+  size_t now = atomic_fetch_add(&cur_bytes, add) + add;
+  atomic_fetch_sub(&cur_bytes, sub);
+  now -= sub;
+  size_t peak = atomic_load(&peak_bytes);
+  while (now > peak && !atomic_compare_exchange_weak(&peak_bytes, &peak, now)) {
+  }
+}
+
+void *vd_malloc(size_t n) {
+  if (n > SIZE_MAX - sizeof(header_t) || should_fail()) return NULL;
+  header_t *h = malloc(sizeof(header_t) + n);
+  if (!h) return NULL;
+  h->size = n;
+  account(n, 0);
+  return h + 1;
+}
+
+void *vd_calloc(size_t count, size_t size) {
+  if (size && count > (SIZE_MAX - sizeof(header_t)) / size) return NULL;
+  void *p = vd_malloc(count * size);
+  if (p) memset(p, 0, count * size);
+  return p;
+}
+
+void *vd_realloc_array(void *p, size_t count, size_t size) {
+  if (size && count > (SIZE_MAX - sizeof(header_t)) / size) return NULL;
+  size_t n = count * size;
+  if (!p) return vd_malloc(n);
+  if (should_fail()) return NULL;
+  header_t *h = (header_t *)p - 1;
+  size_t old = h->size;
+  header_t *nh = realloc(h, sizeof(header_t) + n);
+  if (!nh) return NULL;
+  nh->size = n;
+  account(n, old);
+  return nh + 1;
+}
+
+void vd_free(void *p) {
+  if (!p) return;
+  header_t *h = (header_t *)p - 1;
+  atomic_fetch_sub(&cur_bytes, h->size);
+  free(h);
+}
+
+char *vd_strndup(const char *s, size_t n) {
+  char *d = vd_malloc(n + 1);
+  if (!d) return NULL;
+  memcpy(d, s, n);
+  d[n] = '\0';
+  return d;
+}
+
+char *vd_strdup(const char *s) { return vd_strndup(s, strlen(s)); }
+
+size_t vd_mem_current(void) { return atomic_load(&cur_bytes); }
+size_t vd_mem_peak(void) { return atomic_load(&peak_bytes); }
+
+void vd_mem_fail_after(long nth) {
+  atomic_store(&fault_hit, 0);
+  atomic_store(&fail_countdown, nth);
+}
+
+int vd_mem_fault_hit(void) { return atomic_load(&fault_hit); }
+
+int vd_grow(void **arr, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  size_t ncap = *cap ? *cap : 8;
+  while (ncap < need) {
+    if (ncap > SIZE_MAX / 2) return -1;
+    ncap *= 2;
+  }
+  void *n = vd_realloc_array(*arr, ncap, elem);
+  if (!n) return -1;
+  *arr = n;
+  *cap = ncap;
+  return 0;
+}

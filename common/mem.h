@@ -1,0 +1,48 @@
+/*
+ * common/mem.h - the one allocator of verdict.
+ *
+ * Every module allocates through vd_malloc/vd_calloc/vd_realloc/vd_free so
+ * that (1) sizes are overflow-checked before the C library sees them,
+ * (2) peak and current byte counts are available for the summary and the
+ * benchmarks, and (3) tests can make the Nth allocation fail (VD_TEST fault
+ * hook) to reach every error path.
+ *
+ * The counters are process-wide atomics: allocation happens inside OpenMP
+ * regions too, and a lost update would only make figures wrong, but atomics
+ * cost nothing measurable here.
+ *
+ * vd_free(NULL) does nothing.  None of these functions abort: callers turn a
+ * NULL result into VD_ENOMEM.
+ */
+#ifndef VD_MEM_H
+#define VD_MEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+void *vd_malloc(size_t n);
+void *vd_calloc(size_t count, size_t size);
+/* Resizes p to count*size bytes (overflow-checked); on failure p is untouched. */
+void *vd_realloc_array(void *p, size_t count, size_t size);
+void vd_free(void *p);
+char *vd_strdup(const char *s);
+char *vd_strndup(const char *s, size_t n);
+
+/* Bytes currently allocated and the high-water mark since start. */
+size_t vd_mem_current(void);
+size_t vd_mem_peak(void);
+
+/* Test hook: make the nth allocation from now fail (1 = the next one);
+ * 0 disables.  Returns nothing; vd_mem_fault_hit() tells whether it fired. */
+void vd_mem_fail_after(long nth);
+int vd_mem_fault_hit(void);
+
+/* Grows *arr (of *cap elements of size elem) so it holds at least need
+ * elements.  Amortised doubling.  Returns 0 on success, -1 on ENOMEM (the
+ * array is left as it was). */
+int vd_grow(void **arr, size_t *cap, size_t need, size_t elem);
+
+#define VD_GROW(arr, cap, need) \
+  vd_grow((void **)&(arr), &(cap), (need), sizeof(*(arr)))
+
+#endif

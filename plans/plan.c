@@ -1,0 +1,261 @@
+/*
+ * plans/plan.c - in-memory plan: lifetime, string pool, builder, accessors.
+ *
+ * Not here: file I/O (io.c), validation (validate.c), generators (gen_*.c).
+ * Invariant: pool offset 0 is the empty string, so a zeroed name field is "".
+ */
+#include "plan.h"
+
+#include <string.h>
+
+#include "../common/mem.h"
+
+const char *const vd_dtype_names[VD_DT__COUNT] = {"f32", "f16", "bf16", "f64", "i64", "i32", "bool"};
+const char *const vd_role_names[VD_ROLE__COUNT] = {"input", "weight", "grad", "act", "loss", "optstate"};
+const char *const vd_scope_names[VD_SCOPE__COUNT] = {"mb", "persistent"};
+const char *const vd_phase_names[VD_PHASE__COUNT] = {"fwd", "bwd", "comm", "opt"};
+
+int vd_plan_enum_lookup(const char *const *names, int count, const char *name) {
+  for (int i = 0; i < count; i++)
+    if (strcmp(names[i], name) == 0) return i;
+  return -1;
+}
+
+vd_rc vd_plan_init(vd_plan_t *p, vd_plan_kind kind) {
+  memset(p, 0, sizeof(*p));
+  p->kind = kind;
+  if (VD_GROW(p->pool, p->cap_pool, 1)) return VD_ENOMEM;
+  p->pool[0] = '\0';
+  p->n_pool = 1;
+  vd_world_t w = {.dp = 1, .tp = 1, .pp = 1, .sp = 0, .cp = 1, .ep = 1, .nm = 1,
+                  .replicas = 1, .stored_ranks = 1};
+  return vd_plan_set_world(p, &w);
+}
+
+void vd_plan_free(vd_plan_t *p) {
+  if (!p) return;
+  vd_free(p->tensors);
+  vd_free(p->nodes);
+  vd_free(p->segments);
+  vd_free(p->programs);
+  vd_free(p->steps);
+  vd_free(p->refs);
+  vd_free(p->attrs);
+  vd_free(p->ints);
+  vd_free(p->floats);
+  vd_free(p->pool);
+  memset(p, 0, sizeof(*p));
+}
+
+vd_rc vd_plan_str(vd_plan_t *p, const char *s, uint32_t *off) {
+  if (!s || !*s) {
+    *off = 0;
+    return VD_OK;
+  }
+  size_t n = strlen(s) + 1;
+  if (p->n_pool + n > UINT32_MAX) return VD_ENOMEM;
+  if (VD_GROW(p->pool, p->cap_pool, p->n_pool + n)) return VD_ENOMEM;
+  memcpy(p->pool + p->n_pool, s, n);
+  *off = (uint32_t)p->n_pool;
+  p->n_pool += n;
+  return VD_OK;
+}
+
+vd_rc vd_plan_set_world(vd_plan_t *p, const vd_world_t *w) {
+  if (w->stored_ranks < 1) return VD_EINTERNAL;
+  vd_program_t *progs = vd_calloc((size_t)w->stored_ranks, sizeof(*progs));
+  if (!progs) return VD_ENOMEM;
+  uint32_t layout = w->layout;
+  vd_free(p->programs);
+  p->programs = progs;
+  p->world = *w;
+  p->world.layout = layout;
+  p->n_steps = 0;
+  return VD_OK;
+}
+
+vd_rc vd_plan_add_segment(vd_plan_t *p, const char *name, int32_t *seg) {
+  uint32_t off;
+  VD_CHECK(vd_plan_str(p, name, &off));
+  if (VD_GROW(p->segments, p->cap_segments, p->n_segments + 1)) return VD_ENOMEM;
+  p->segments[p->n_segments] = off;
+  *seg = (int32_t)p->n_segments++;
+  return VD_OK;
+}
+
+vd_rc vd_plan_add_step(vd_plan_t *p, int32_t rank, int32_t segment, int32_t mb) {
+  if (rank < 0 || rank >= p->world.stored_ranks) return VD_EINTERNAL;
+  vd_program_t *pr = &p->programs[rank];
+  /* Steps are contiguous per rank: a rank's first step starts a new run. */
+  if (pr->n_steps == 0) pr->step_off = (uint32_t)p->n_steps;
+  else if (pr->step_off + pr->n_steps != p->n_steps) return VD_EINTERNAL;
+  if (VD_GROW(p->steps, p->cap_steps, p->n_steps + 1)) return VD_ENOMEM;
+  p->steps[p->n_steps++] = (vd_step_t){segment, mb};
+  pr->n_steps++;
+  return VD_OK;
+}
+
+vd_rc vd_plan_add_tensor(vd_plan_t *p, const vd_tensor_t *t, const char *name, uint32_t *idx) {
+  uint32_t off;
+  VD_CHECK(vd_plan_str(p, name, &off));
+  if (p->n_tensors >= UINT32_MAX - 1) return VD_ENOMEM;
+  if (VD_GROW(p->tensors, p->cap_tensors, p->n_tensors + 1)) return VD_ENOMEM;
+  vd_tensor_t *nt = &p->tensors[p->n_tensors];
+  *nt = *t;
+  nt->name = off;
+  if (!nt->has_lin) memset(&nt->lin, 0, sizeof(nt->lin));
+  if (nt->has_lin && nt->lin.part_n == 0) nt->lin.part_n = 1;
+  if (idx) *idx = (uint32_t)p->n_tensors;
+  p->n_tensors++;
+  return VD_OK;
+}
+
+static vd_rc push_refs(vd_plan_t *p, const uint32_t *v, uint32_t n, uint32_t *off) {
+  if (p->n_refs + n > UINT32_MAX) return VD_ENOMEM;
+  if (VD_GROW(p->refs, p->cap_refs, p->n_refs + n)) return VD_ENOMEM;
+  if (n) memcpy(p->refs + p->n_refs, v, n * sizeof(*v));
+  *off = (uint32_t)p->n_refs;
+  p->n_refs += n;
+  return VD_OK;
+}
+
+static vd_rc push_ints(vd_plan_t *p, const int64_t *v, uint32_t n, uint32_t *off) {
+  if (p->n_ints + n > UINT32_MAX) return VD_ENOMEM;
+  if (VD_GROW(p->ints, p->cap_ints, p->n_ints + n)) return VD_ENOMEM;
+  if (n) memcpy(p->ints + p->n_ints, v, n * sizeof(*v));
+  *off = (uint32_t)p->n_ints;
+  p->n_ints += n;
+  return VD_OK;
+}
+
+vd_rc vd_plan_add_node(vd_plan_t *p, const vd_node_t *n, const char *op, const char *name,
+                       const uint32_t *in, uint32_t n_in, const uint32_t *out, uint32_t n_out,
+                       const int64_t *group, uint32_t n_group, uint32_t *idx) {
+  vd_node_t nn = *n;
+  VD_CHECK(vd_plan_str(p, op, &nn.op));
+  VD_CHECK(vd_plan_str(p, name, &nn.name));
+  VD_CHECK(push_refs(p, in, n_in, &nn.in_off));
+  nn.n_in = n_in;
+  VD_CHECK(push_refs(p, out, n_out, &nn.out_off));
+  nn.n_out = n_out;
+  VD_CHECK(push_ints(p, group, n_group, &nn.group_off));
+  nn.n_group = n_group;
+  nn.attr_off = (uint32_t)p->n_attrs;
+  nn.n_attr = 0;
+  if (p->n_nodes >= UINT32_MAX - 1) return VD_ENOMEM;
+  if (VD_GROW(p->nodes, p->cap_nodes, p->n_nodes + 1)) return VD_ENOMEM;
+  p->nodes[p->n_nodes] = nn;
+  if (idx) *idx = (uint32_t)p->n_nodes;
+  p->n_nodes++;
+  return VD_OK;
+}
+
+/* Attributes of a node are contiguous, so only the last node may get more. */
+static vd_rc new_attr(vd_plan_t *p, uint32_t node, const char *key, vd_attr_t **a) {
+  if (node + 1 != p->n_nodes) return VD_EINTERNAL;
+  vd_node_t *n = &p->nodes[node];
+  if (n->attr_off + n->n_attr != p->n_attrs) return VD_EINTERNAL;
+  uint32_t k;
+  VD_CHECK(vd_plan_str(p, key, &k));
+  if (VD_GROW(p->attrs, p->cap_attrs, p->n_attrs + 1)) return VD_ENOMEM;
+  *a = &p->attrs[p->n_attrs++];
+  memset(*a, 0, sizeof(**a));
+  (*a)->key = k;
+  n->n_attr++;
+  return VD_OK;
+}
+
+vd_rc vd_plan_attr_int(vd_plan_t *p, uint32_t node, const char *key, int64_t v) {
+  vd_attr_t *a;
+  VD_CHECK(new_attr(p, node, key, &a));
+  a->kind = VD_ATTR_INT;
+  a->v.i = v;
+  return VD_OK;
+}
+
+vd_rc vd_plan_attr_float(vd_plan_t *p, uint32_t node, const char *key, double v) {
+  vd_attr_t *a;
+  VD_CHECK(new_attr(p, node, key, &a));
+  a->kind = VD_ATTR_FLOAT;
+  a->v.f = v;
+  return VD_OK;
+}
+
+vd_rc vd_plan_attr_str(vd_plan_t *p, uint32_t node, const char *key, const char *v) {
+  uint32_t s;
+  VD_CHECK(vd_plan_str(p, v, &s)); /* before new_attr: the pool may move, attrs may not */
+  vd_attr_t *a;
+  VD_CHECK(new_attr(p, node, key, &a));
+  a->kind = VD_ATTR_STR;
+  a->v.s = s;
+  return VD_OK;
+}
+
+vd_rc vd_plan_attr_ints(vd_plan_t *p, uint32_t node, const char *key, const int64_t *v, uint32_t n) {
+  uint32_t off;
+  VD_CHECK(push_ints(p, v, n, &off));
+  vd_attr_t *a;
+  VD_CHECK(new_attr(p, node, key, &a));
+  a->kind = VD_ATTR_INTS;
+  a->len = n;
+  a->v.off = off;
+  return VD_OK;
+}
+
+vd_rc vd_plan_attr_floats(vd_plan_t *p, uint32_t node, const char *key, const double *v, uint32_t n) {
+  if (p->n_floats + n > UINT32_MAX) return VD_ENOMEM;
+  if (VD_GROW(p->floats, p->cap_floats, p->n_floats + n)) return VD_ENOMEM;
+  if (n) memcpy(p->floats + p->n_floats, v, n * sizeof(*v));
+  uint32_t off = (uint32_t)p->n_floats;
+  p->n_floats += n;
+  vd_attr_t *a;
+  VD_CHECK(new_attr(p, node, key, &a));
+  a->kind = VD_ATTR_FLOATS;
+  a->len = n;
+  a->v.off = off;
+  return VD_OK;
+}
+
+const vd_attr_t *vd_node_attr(const vd_plan_t *p, const vd_node_t *n, const char *key) {
+  for (uint32_t i = 0; i < n->n_attr; i++) {
+    const vd_attr_t *a = &p->attrs[n->attr_off + i];
+    if (strcmp(p->pool + a->key, key) == 0) return a;
+  }
+  return NULL;
+}
+
+int64_t vd_node_attr_int(const vd_plan_t *p, const vd_node_t *n, const char *key, int64_t def) {
+  const vd_attr_t *a = vd_node_attr(p, n, key);
+  return a && a->kind == VD_ATTR_INT ? a->v.i : def;
+}
+
+double vd_node_attr_float(const vd_plan_t *p, const vd_node_t *n, const char *key, double def) {
+  const vd_attr_t *a = vd_node_attr(p, n, key);
+  if (!a) return def;
+  if (a->kind == VD_ATTR_FLOAT) return a->v.f;
+  if (a->kind == VD_ATTR_INT) return (double)a->v.i;
+  return def;
+}
+
+const char *vd_node_attr_str(const vd_plan_t *p, const vd_node_t *n, const char *key, const char *def) {
+  const vd_attr_t *a = vd_node_attr(p, n, key);
+  return a && a->kind == VD_ATTR_STR ? p->pool + a->v.s : def;
+}
+
+int64_t vd_tensor_numel(const vd_tensor_t *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+  return n;
+}
+
+int64_t vd_plan_find_tensor(const vd_plan_t *p, int64_t id) {
+  for (size_t i = 0; i < p->n_tensors; i++)
+    if (p->tensors[i].id == id) return (int64_t)i;
+  return -1;
+}
+
+int64_t vd_plan_find_node(const vd_plan_t *p, int64_t id) {
+  for (size_t i = 0; i < p->n_nodes; i++)
+    if (p->nodes[i].id == id) return (int64_t)i;
+  return -1;
+}

@@ -1,0 +1,32 @@
+/*
+ * verifier/cli.h - subcommands of the verdict binary.
+ *
+ * Each subcommand lives in its own verifier/cmd_<name>.c and is reached
+ * through the table in main.c.  A subcommand returns the process exit code:
+ *   0 equivalent / success, 1 not equivalent, 2 bad input or usage,
+ *   3 inconclusive.
+ * Only verifier/ prints to stdout/stderr or decides exit codes.
+ */
+#ifndef VD_CLI_H
+#define VD_CLI_H
+
+#include "../common/diag.h"
+
+enum { VD_EXIT_OK = 0, VD_EXIT_NOT_EQUIV = 1, VD_EXIT_BAD_INPUT = 2, VD_EXIT_INCONCLUSIVE = 3 };
+
+#define VD_VERSION_STRING "0.1.0"
+
+/* argv[0] is the subcommand name. */
+int vd_cmd_plan(int argc, char **argv);   /* plan validate|dump|stats */
+int vd_cmd_gen(int argc, char **argv);    /* generators */
+int vd_cmd_exec(int argc, char **argv);   /* numeric executor */
+int vd_cmd_verify(int argc, char **argv); /* --sm/--pm main form */
+
+/* Prints "verdict: <one-line diag>" to stderr and returns exit code 2
+ * (or 2 for ENOMEM/EIO too: the run did not reach a verdict). */
+int vd_cli_report_diag(const vd_diag *d);
+
+/* Parses a non-negative decimal integer option value; returns -1 on error. */
+long vd_cli_parse_long(const char *s);
+
+#endif

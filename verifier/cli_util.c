@@ -1,0 +1,24 @@
+/*
+ * verifier/cli_util.c - helpers shared by the subcommands.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli.h"
+
+int vd_cli_report_diag(const vd_diag *d) {
+  char line[1024];
+  vd_diag_format(d, line, sizeof(line));
+  fprintf(stderr, "verdict: %s\n", line);
+  return VD_EXIT_BAD_INPUT;
+}
+
+long vd_cli_parse_long(const char *s) {
+  if (!s || !*s) return -1;
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || *end || v < 0) return -1;
+  return v;
+}

@@ -1,0 +1,65 @@
+/*
+ * verifier/main.c - entry point of the verdict binary: global options and
+ * dispatch to subcommands (verifier/cmd_*.c).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct {
+  const char *name;
+  int (*run)(int argc, char **argv);
+  const char *summary;
+} command_t;
+
+static const command_t commands[] = {
+    {"plan", vd_cmd_plan, "plan validate|dump|stats FILE: inspect a plan file"},
+    {"gen", vd_cmd_gen, "generate a single-device and a parallel plan for a model"},
+    {"exec", vd_cmd_exec, "run both plans numerically and compare (the oracle)"},
+};
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: verdict --sm SINGLE.plan --pm PARALLEL.plan [options]\n"
+          "       verdict <command> [args]\n"
+          "\n"
+          "Proves that one training iteration of a parallel execution plan computes the\n"
+          "same values as the single-device plan, or prints a counterexample.\n"
+          "\n"
+          "commands:\n");
+  for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+    fprintf(f, "  %-6s %s\n", commands[i].name, commands[i].summary);
+  fprintf(f,
+          "\n"
+          "options of the main form (verdict --sm S --pm P --help for all):\n"
+          "  --sm FILE        single-device plan\n"
+          "  --pm FILE        parallel plan\n"
+          "  --help, -h       this text\n"
+          "  --version        print the version\n"
+          "\n"
+          "exit codes: 0 equivalent (or success), 1 not equivalent, 2 bad input or usage,\n"
+          "            3 inconclusive (timeout, unknown, unsupported operator)\n"
+          "Run 'verdict <command> --help' for a command's options.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return VD_EXIT_BAD_INPUT;
+  }
+  const char *a = argv[1];
+  if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0 || strcmp(a, "help") == 0) {
+    usage(stdout);
+    return VD_EXIT_OK;
+  }
+  if (strcmp(a, "--version") == 0) {
+    printf("verdict %s (plan format v1)\n", VD_VERSION_STRING);
+    return VD_EXIT_OK;
+  }
+  for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+    if (strcmp(a, commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+  if (a[0] == '-') return vd_cmd_verify(argc, argv);
+  fprintf(stderr, "verdict: unknown command '%s' (see verdict --help)\n", a);
+  return VD_EXIT_BAD_INPUT;
+}
