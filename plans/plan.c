@@ -242,6 +242,18 @@ const char *vd_node_attr_str(const vd_plan_t *p, const vd_node_t *n, const char 
   return a && a->kind == VD_ATTR_STR ? p->pool + a->v.s : def;
 }
 
+void vd_tensor_lineage_at(const vd_tensor_t *t, int32_t replica, int32_t mb, int64_t lo[VD_MAX_DIMS],
+                          int64_t hi[VD_MAX_DIMS], int64_t *part_k) {
+  const vd_lineage_ann *l = &t->lin;
+  int64_t m = mb < 0 ? 0 : mb;
+  for (int i = 0; i < t->ndim; i++) {
+    int64_t shift = replica * l->dp_shift[i] + m * l->mb_shift[i];
+    lo[i] = l->lo[i] + shift;
+    hi[i] = l->hi[i] + shift;
+  }
+  *part_k = l->part_k + replica * l->dp_part + m * l->mb_part;
+}
+
 int64_t vd_tensor_numel(const vd_tensor_t *t) {
   int64_t n = 1;
   for (int i = 0; i < t->ndim; i++) n *= t->shape[i];

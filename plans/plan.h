@@ -227,6 +227,13 @@ int64_t vd_node_attr_int(const vd_plan_t *p, const vd_node_t *n, const char *key
 double vd_node_attr_float(const vd_plan_t *p, const vd_node_t *n, const char *key, double def);
 const char *vd_node_attr_str(const vd_plan_t *p, const vd_node_t *n, const char *key, const char *def);
 
+/* The lineage annotation of tensor t for replica `replica` and microbatch
+ * `mb` (mb < 0 for persistent tensors: no microbatch shift): the slice
+ * [lo, hi) in single-device coordinates and the part index k (of
+ * t->lin.part_n).  t must have has_lin. */
+void vd_tensor_lineage_at(const vd_tensor_t *t, int32_t replica, int32_t mb, int64_t lo[VD_MAX_DIMS],
+                          int64_t hi[VD_MAX_DIMS], int64_t *part_k);
+
 /* Number of elements of a tensor (product of its shape); 1 for scalars. */
 int64_t vd_tensor_numel(const vd_tensor_t *t);
 
