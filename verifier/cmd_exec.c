@@ -1,11 +1,152 @@
-/* verifier/cmd_exec.c - placeholder until the exec subcommand lands. */
+/*
+ * verifier/cmd_exec.c - `verdict exec`: the numeric oracle on the command
+ * line.
+ *
+ *   verdict exec --sm single.plan --pm parallel.plan [--seed N] [--tol T] [-q]
+ *
+ * Runs both plans in double precision on random inputs (solver/exec.h) and
+ * prints a short report.  Exit codes: 0 the plans agree, 1 they disagree,
+ * 2 bad input or usage, 3 an operator outside the registry (inconclusive).
+ */
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "../plans/plan.h"
+#include "../solver/exec.h"
 #include "cli.h"
 
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: verdict exec --sm SINGLE.plan --pm PARALLEL.plan [--seed N] [--tol T] [-q]\n"
+          "\n"
+          "Executes both plans numerically (double precision, random inputs derived\n"
+          "through the lineage annotations) and compares every annotated parallel\n"
+          "tensor with its slice of the single-device tensor.\n"
+          "  --seed N   random seed (default 1)\n"
+          "  --tol T    relative tolerance (default 1e-9)\n"
+          "  -q         print only the verdict line\n"
+          "exit codes: 0 agree, 1 disagree, 2 bad input or usage, 3 unsupported operator\n");
+}
+
+static void print_slice(const vd_exec_mismatch *m) {
+  printf("[");
+  for (int i = 0; i < m->ndim; i++) printf("%s%lld:%lld", i ? ", " : "", (long long)m->lo[i], (long long)m->hi[i]);
+  printf("]");
+}
+
+static void print_index(const int64_t *idx, int n) {
+  printf("[");
+  for (int i = 0; i < n; i++) printf("%s%lld", i ? "," : "", (long long)idx[i]);
+  printf("]");
+}
+
 int vd_cmd_exec(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  fprintf(stderr, "verdict: 'exec' is not implemented yet\n");
-  return VD_EXIT_BAD_INPUT;
+  const char *sm = NULL, *pm = NULL;
+  vd_exec_opts o = {.seed = 1, .tol = 1e-9};
+  int quiet = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      usage(stdout);
+      return VD_EXIT_OK;
+    } else if (strcmp(a, "-q") == 0) {
+      quiet = 1;
+    } else if ((strcmp(a, "--sm") == 0 || strcmp(a, "--pm") == 0 || strcmp(a, "--seed") == 0 ||
+                strcmp(a, "--tol") == 0) && i + 1 < argc) {
+      const char *v = argv[++i];
+      if (strcmp(a, "--sm") == 0) {
+        sm = v;
+      } else if (strcmp(a, "--pm") == 0) {
+        pm = v;
+      } else if (strcmp(a, "--seed") == 0) {
+        long s = vd_cli_parse_long(v);
+        if (s < 0) {
+          fprintf(stderr, "verdict exec: --seed: expected a non-negative integer, got '%s'\n", v);
+          return VD_EXIT_BAD_INPUT;
+        }
+        o.seed = (uint64_t)s;
+      } else {
+        char *end;
+        double t = strtod(v, &end);
+        if (*end || !(t > 0) || !isfinite(t)) {
+          fprintf(stderr, "verdict exec: --tol: expected a positive number, got '%s'\n", v);
+          return VD_EXIT_BAD_INPUT;
+        }
+        o.tol = t;
+      }
+    } else {
+      fprintf(stderr, "verdict exec: unknown or incomplete option '%s'\n", a);
+      usage(stderr);
+      return VD_EXIT_BAD_INPUT;
+    }
+  }
+  if (!sm || !pm) {
+    fprintf(stderr, "verdict exec: --sm and --pm are required\n");
+    usage(stderr);
+    return VD_EXIT_BAD_INPUT;
+  }
+  o.single_name = sm;
+  o.parallel_name = pm;
+
+  vd_plan_t s, p;
+  memset(&s, 0, sizeof(s));
+  memset(&p, 0, sizeof(p));
+  vd_diag d;
+  vd_diag_clear(&d);
+  int code = VD_EXIT_BAD_INPUT;
+  vd_exec_result r;
+  if (vd_plan_read_file(sm, &s, &d) != VD_OK || vd_plan_read_file(pm, &p, &d) != VD_OK) {
+    code = vd_cli_report_diag(&d);
+    goto done;
+  }
+  if (s.kind != VD_PLAN_SINGLE || p.kind != VD_PLAN_PARALLEL) {
+    fprintf(stderr, "verdict exec: expected a single-device plan for --sm and a parallel plan for --pm\n");
+    goto done;
+  }
+  if (vd_exec_compare(&s, &p, &o, &r, &d) != VD_OK) {
+    code = vd_cli_report_diag(&d);
+    goto done;
+  }
+  if (r.status == VD_EXEC_AGREE) {
+    printf("exec: AGREE (%zu tensors, %zu instances, %zu elements; max relative error %.3g; seed %llu)\n",
+           r.n_tensors, r.n_instances, r.n_elements, r.max_rel_err, (unsigned long long)o.seed);
+    code = VD_EXIT_OK;
+  } else if (r.status == VD_EXEC_UNSUPPORTED) {
+    printf("exec: UNSUPPORTED: %s\n", r.reason);
+    code = VD_EXIT_INCONCLUSIVE;
+  } else {
+    code = VD_EXIT_NOT_EQUIV;
+    if (r.reason[0]) {
+      printf("exec: DISAGREE: %s\n", r.reason);
+    } else {
+      const vd_exec_mismatch *m = &r.first;
+      printf("exec: DISAGREE (%zu of %zu instances; max relative error %.3g; seed %llu)\n", r.n_bad_instances,
+             r.n_instances, r.max_rel_err, (unsigned long long)o.seed);
+      if (!quiet) {
+        printf("  first: tensor '%s' (id %lld) on rank %lld (stored rank %d, replica %d, mb %d)\n", m->name,
+               (long long)m->tensor_id, (long long)m->rank, m->stored_rank, m->replica, m->mb);
+        printf("  holds: slice ");
+        print_slice(m);
+        printf(" of '%s' (id %lld), part %lld of %lld\n", m->full_name, (long long)m->full_id,
+               (long long)m->part_k, (long long)m->part_n);
+        if (m->missing_part >= 0) {
+          printf("  value part %d of %lld has no instance: the parts cannot sum to the slice\n", m->missing_part,
+                 (long long)m->part_n);
+        } else {
+          printf("  at index ");
+          print_index(m->index, m->pndim);
+          printf(" (single ");
+          print_index(m->full_index, m->ndim);
+          printf("): expected %.17g, got %.17g%s (relative error %.3g)\n", m->expected, m->got,
+                 m->part_n > 1 ? " (sum of the parts)" : "", m->rel_err);
+        }
+      }
+    }
+  }
+done:
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+  return code;
 }

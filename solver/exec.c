@@ -1,0 +1,647 @@
+/*
+ * solver/exec.c - the numeric executor (see exec.h for the contract).
+ *
+ * Both plans become SSA graphs (graph/graph.h, every DP replica expanded);
+ * every graph value gets one double array; nodes run in the graph's
+ * topological order through the registry's evaluators (collectives are one
+ * merged node carrying all participants, evaluated by the registry too).
+ * Then the parallel plan's lineage claims are checked value by value.
+ *
+ * Not here: anything symbolic; floating-point tolerance beyond `tol` (plans
+ * are compared on small shapes where double rounding is far below 1e-9).
+ * Invariant: nothing but the seed drives the random values, and every loop
+ * runs in index order, so two runs print the same report.
+ */
+#include "exec.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/mem.h"
+#include "../graph/graph.h"
+#include "ops.h"
+
+const char *const vd_exec_status_names[3] = {"agree", "disagree", "unsupported"};
+
+/* ---- random values ------------------------------------------------------- */
+
+static uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+static double u01(uint64_t h) { return (double)(h >> 11) * (1.0 / 9007199254740992.0); }
+
+static int is_int_dtype(vd_dtype t) { return t == VD_DT_I64 || t == VD_DT_I32 || t == VD_DT_BOOL; }
+
+/* ---- one executed plan ------------------------------------------------------ */
+
+typedef struct {
+  const vd_plan_t *p;
+  const char *file;
+  vd_graph_t g;
+  double **val; /* per graph value, NULL until produced */
+} run_t;
+
+static void run_free(run_t *r) {
+  if (r->val)
+    for (size_t i = 0; i < r->g.n_values; i++) vd_free(r->val[i]);
+  vd_free(r->val);
+  vd_graph_free(&r->g);
+  memset(r, 0, sizeof(*r));
+}
+
+static const vd_tensor_t *vtensor(const run_t *r, uint32_t v) { return &r->p->tensors[r->g.values[v].tensor]; }
+
+static vd_rc alloc_value(run_t *r, uint32_t v, vd_diag *d) {
+  if (r->val[v]) return VD_OK;
+  int64_t n = vd_tensor_numel(vtensor(r, v));
+  r->val[v] = vd_calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+  return r->val[v] ? VD_OK : VD_OOM(d);
+}
+
+static void node_label(const vd_plan_t *p, uint32_t pnode, int32_t replica, int32_t mb, char *buf, size_t n) {
+  const vd_node_t *nd = &p->nodes[pnode];
+  snprintf(buf, n, "node %lld '%s' (%s, rank %d, replica %d, mb %d)", (long long)nd->id, vd_plan_s(p, nd->name),
+           vd_node_op(p, nd), nd->rank, replica, mb);
+}
+
+/* Smallest index range of the embedding/pick consumers of integer value v,
+ * followed through data-movement operators (depth-bounded). */
+static int64_t int_bound(const run_t *r, uint32_t v, int depth) {
+  int64_t best = INT64_MAX;
+  const vd_value_t *val = &r->g.values[v];
+  const uint32_t *cons = vd_value_consumers(&r->g, val);
+  for (uint32_t c = 0; c < val->n_cons; c++) {
+    const vd_gnode_t *gn = &r->g.nodes[cons[c]];
+    const vd_node_t *pn = &r->p->nodes[gn->pnode];
+    const uint32_t *in = vd_gnode_inputs(&r->g, gn), *out = vd_gnode_outputs(&r->g, gn);
+    vd_op_id op = vd_op_lookup(vd_node_op(r->p, pn));
+    int64_t b = INT64_MAX;
+    if (op == VD_OP_EMBEDDING && gn->n_in == 2 && in[0] == v) {
+      b = vtensor(r, in[1])->shape[0] + vd_node_attr_int(r->p, pn, "start", 0);
+    } else if (op == VD_OP_PICK && gn->n_in == 2 && in[1] == v) {
+      const vd_tensor_t *x = vtensor(r, in[0]);
+      b = x->ndim == 2 ? x->shape[1] + vd_node_attr_int(r->p, pn, "start", 0) : INT64_MAX;
+    } else if (op == VD_OP_EMBEDDING_BACKWARD && gn->n_in == 2 && in[0] == v && gn->n_out == 1) {
+      b = vtensor(r, out[0])->shape[0] + vd_node_attr_int(r->p, pn, "start", 0);
+    } else if (op == VD_OP_PICK_BACKWARD && gn->n_in == 2 && in[0] == v && gn->n_out == 1) {
+      const vd_tensor_t *x = vtensor(r, out[0]);
+      b = x->ndim == 2 ? x->shape[1] + vd_node_attr_int(r->p, pn, "start", 0) : INT64_MAX;
+    } else if (depth < 8 && op != VD_OP__UNKNOWN && (vd_op_flags(op) & VD_OPF_LINEAR) &&
+               (op == VD_OP_IDENTITY || op == VD_OP_CONTIGUOUS || op == VD_OP_CAST || op == VD_OP_VIEW ||
+                op == VD_OP_RESHAPE || op == VD_OP_TRANSPOSE || op == VD_OP_MULTIREF || op == VD_OP_CHUNK ||
+                op == VD_OP_CONCAT || op == VD_OP_ALL_GATHER || op == VD_OP_BROADCAST || op == VD_OP_SEND ||
+                op == VD_OP_RECV || op == VD_OP_ALL_TO_ALL)) {
+      for (uint32_t o = 0; o < gn->n_out; o++) {
+        int64_t x = int_bound(r, out[o], depth + 1);
+        if (x < b) b = x;
+      }
+    }
+    if (b < best) best = b;
+  }
+  return best;
+}
+
+static void fill_random(double *x, int64_t n, uint64_t key, int kind, int64_t bound) {
+  for (int64_t e = 0; e < n; e++) {
+    double u = u01(mix64(key + (uint64_t)e));
+    x[e] = kind == 1 ? floor(u * (double)bound) : kind == 2 ? 0.1 + 0.9 * u : 2.0 * u - 1.0;
+  }
+}
+
+/* kind: 0 float, 1 integer in [0, bound), 2 positive (optimizer state) */
+static int value_kind(const run_t *r, uint32_t v, int64_t *bound) {
+  const vd_tensor_t *t = vtensor(r, v);
+  if (is_int_dtype(t->dtype)) {
+    int64_t b = int_bound(r, v, 0);
+    *bound = b == INT64_MAX || b < 1 ? 2 : b;
+    return 1;
+  }
+  return t->role == VD_ROLE_OPTSTATE ? 2 : 0;
+}
+
+/* Runs the graph's nodes in topological order.  On an unknown operator sets
+ * *unsupported and the reason and stops (VD_OK).  Node errors: VD_EINPUT. */
+static vd_rc eval_graph(run_t *r, int *unsupported, char *reason, size_t rsz, vd_diag *d) {
+  vd_rc rc = VD_OK;
+  size_t cap = 0;
+  const double **in = NULL;
+  double **out = NULL;
+  vd_op_shape *is = NULL, *os = NULL;
+  for (size_t k = 0; k < r->g.n_nodes; k++) {
+    const vd_gnode_t *gn = &r->g.nodes[r->g.topo[k]];
+    const vd_node_t *pn = &r->p->nodes[gn->pnode];
+    char label[300];
+    node_label(r->p, gn->pnode, gn->replica, gn->mb, label, sizeof(label));
+    vd_op_id op = vd_op_lookup(vd_node_op(r->p, pn));
+    if (op == VD_OP__UNKNOWN) {
+      *unsupported = 1;
+      snprintf(reason, rsz, "%s: operator '%s' is not in the registry", label, vd_node_op(r->p, pn));
+      goto done;
+    }
+    size_t need = (gn->n_in > gn->n_out ? gn->n_in : gn->n_out) + 1;
+    if (need > cap) {
+      vd_free(in);
+      vd_free(out);
+      vd_free(is);
+      vd_free(os);
+      in = vd_calloc(need, sizeof(*in));
+      out = vd_calloc(need, sizeof(*out));
+      is = vd_calloc(need, sizeof(*is));
+      os = vd_calloc(need, sizeof(*os));
+      cap = need;
+      if (!in || !out || !is || !os) {
+        rc = VD_OOM(d);
+        goto done;
+      }
+    }
+    const uint32_t *iv = vd_gnode_inputs(&r->g, gn), *ov = vd_gnode_outputs(&r->g, gn);
+    for (uint32_t i = 0; i < gn->n_in; i++) {
+      if (!r->val[iv[i]]) {
+        rc = VD_ERR(d, VD_EINTERNAL, r->file, label, "inputs", "input value %u was never computed", iv[i]);
+        goto done;
+      }
+      const vd_tensor_t *t = vtensor(r, iv[i]);
+      in[i] = r->val[iv[i]];
+      is[i].ndim = t->ndim;
+      memcpy(is[i].d, t->shape, sizeof(t->shape));
+    }
+    for (uint32_t i = 0; i < gn->n_out; i++) {
+      if ((rc = alloc_value(r, ov[i], d)) != VD_OK) goto done;
+      const vd_tensor_t *t = vtensor(r, ov[i]);
+      out[i] = r->val[ov[i]];
+      os[i].ndim = t->ndim;
+      memcpy(os[i].d, t->shape, sizeof(t->shape));
+    }
+    vd_op_call c = {.op = op, .plan = r->p, .node = pn, .record = label, .n_in = gn->n_in, .n_out = gn->n_out,
+                    .n_part = gn->n_part ? gn->n_part : 1, .in = in, .in_shape = is, .out = out,
+                    .out_shape = os, .diag = d};
+    if ((rc = vd_op_eval(&c)) != VD_OK) {
+      vd_diag_set_file(d, r->file);
+      goto done;
+    }
+  }
+done:
+  vd_free(in);
+  vd_free(out);
+  vd_free(is);
+  vd_free(os);
+  return rc;
+}
+
+static vd_rc build(run_t *r, const vd_plan_t *p, const char *file, vd_diag *d) {
+  r->p = p;
+  r->file = file;
+  vd_graph_opts go = {.expand_replicas = 1};
+  vd_rc rc = vd_graph_build(p, &go, &r->g, d);
+  if (rc != VD_OK) {
+    vd_diag_set_file(d, file);
+    return rc;
+  }
+  r->val = vd_calloc(r->g.n_values + 1, sizeof(double *));
+  return r->val ? VD_OK : VD_OOM(d);
+}
+
+/* ---- lineage ---------------------------------------------------------------- */
+
+typedef struct {
+  int64_t id;
+  uint32_t idx;
+} idpair;
+static int cmp_idpair(const void *a, const void *b) {
+  int64_t x = ((const idpair *)a)->id, y = ((const idpair *)b)->id;
+  return x < y ? -1 : x > y;
+}
+
+/* The annotation of tensor t for replica d and microbatch m (plans/plan.h). */
+static vd_lineage_ann shifted(const vd_tensor_t *t, int32_t d, int32_t m) {
+  vd_lineage_ann a = t->lin;
+  int64_t mm = m < 0 ? 0 : m;
+  for (int i = 0; i < VD_MAX_DIMS; i++) {
+    a.lo[i] += d * t->lin.dp_shift[i] + mm * t->lin.mb_shift[i];
+    a.hi[i] += d * t->lin.dp_shift[i] + mm * t->lin.mb_shift[i];
+  }
+  a.part_k += d * t->lin.dp_part + mm * t->lin.mb_part;
+  return a;
+}
+
+/* Checks a shifted annotation of parallel tensor pt against single tensor st. */
+static vd_rc check_ann(const vd_lineage_ann *a, const vd_tensor_t *pt, const vd_tensor_t *st, const vd_plan_t *pp,
+                       const char *file, int32_t d, int32_t m, vd_diag *dg) {
+  char rec[200];
+  snprintf(rec, sizeof(rec), "tensor '%s' (replica %d, mb %d)", vd_plan_s(pp, pt->name), d, m);
+  int64_t n = 1;
+  for (int i = 0; i < st->ndim; i++) {
+    if (a->lo[i] < 0 || a->hi[i] > st->shape[i] || a->lo[i] >= a->hi[i])
+      VD_FAIL(dg, VD_EINPUT, file, rec, "lineage", "slice [%lld, %lld) of dim %d is outside single tensor extent %lld",
+              (long long)a->lo[i], (long long)a->hi[i], i, (long long)st->shape[i]);
+    n *= a->hi[i] - a->lo[i];
+  }
+  if (n != vd_tensor_numel(pt))
+    VD_FAIL(dg, VD_EINPUT, file, rec, "lineage", "slice has %lld elements, the tensor %lld", (long long)n,
+            (long long)vd_tensor_numel(pt));
+  if (a->part_n < 1 || a->part_k < 0 || a->part_k >= a->part_n)
+    VD_FAIL(dg, VD_EINPUT, file, rec, "lineage", "expected part k in [0, n), got %lld of %lld",
+            (long long)a->part_k, (long long)a->part_n);
+  return VD_OK;
+}
+
+/* Flat single-tensor index of slice element e (row-major over the slice). */
+static int64_t slice_index(const vd_lineage_ann *a, const vd_tensor_t *st, int64_t e, int64_t *idx) {
+  for (int i = st->ndim - 1; i >= 0; i--) {
+    int64_t ext = a->hi[i] - a->lo[i];
+    idx[i] = a->lo[i] + e % ext;
+    e /= ext;
+  }
+  int64_t f = 0;
+  for (int i = 0; i < st->ndim; i++) f = f * st->shape[i] + idx[i];
+  return f;
+}
+
+static uint64_t ann_key(uint64_t seed, const vd_lineage_ann *a, int ndim, int64_t k) {
+  uint64_t h = mix64(seed ^ 0x7061727473ull) ^ mix64((uint64_t)a->full);
+  for (int i = 0; i < ndim; i++) h = mix64(h ^ (uint64_t)a->lo[i]) ^ mix64(h + (uint64_t)a->hi[i]);
+  h = mix64(h ^ (uint64_t)a->part_n);
+  return mix64(h + (uint64_t)k);
+}
+
+typedef struct {
+  const vd_exec_opts *o;
+  run_t s, q; /* single, parallel */
+  idpair *ids;
+  size_t n_ids;
+} ctx_t;
+
+static int64_t single_index(const ctx_t *c, int64_t id) {
+  idpair key = {id, 0};
+  const idpair *f = bsearch(&key, c->ids, c->n_ids, sizeof(idpair), cmp_idpair);
+  return f ? (int64_t)f->idx : -1;
+}
+
+/* Sets the single plan's initial values. */
+static vd_rc init_single(ctx_t *c, vd_diag *d) {
+  run_t *r = &c->s;
+  for (size_t v = 0; v < r->g.n_values; v++) {
+    if (!r->g.values[v].is_initial) continue;
+    VD_CHECK(alloc_value(r, (uint32_t)v, d));
+    int64_t bound = 0;
+    int kind = value_kind(r, (uint32_t)v, &bound);
+    const vd_tensor_t *t = vtensor(r, (uint32_t)v);
+    fill_random(r->val[v], vd_tensor_numel(t), mix64(c->o->seed ^ mix64((uint64_t)t->id)), kind, bound);
+  }
+  return VD_OK;
+}
+
+/* Sets the parallel plan's initial values from the single plan's. */
+static vd_rc init_parallel(ctx_t *c, vd_diag *d) {
+  run_t *r = &c->q;
+  for (size_t v = 0; v < r->g.n_values; v++) {
+    const vd_value_t *val = &r->g.values[v];
+    if (!val->is_initial) continue;
+    VD_CHECK(alloc_value(r, (uint32_t)v, d));
+    const vd_tensor_t *pt = vtensor(r, (uint32_t)v);
+    int64_t n = vd_tensor_numel(pt);
+    double *x = r->val[v];
+    int64_t sidx = pt->has_lin ? single_index(c, pt->lin.full) : -1;
+    int32_t sv = sidx >= 0 ? vd_graph_first(&c->s.g, (uint32_t)sidx, 0, -1) : -1;
+    if (sv < 0 || !c->s.g.values[sv].is_initial) {
+      /* No claim we can use: independent values. */
+      int64_t bound = 0;
+      int kind = value_kind(r, (uint32_t)v, &bound);
+      uint64_t key = mix64(c->o->seed ^ 0x706172616c6cull) ^ mix64(((uint64_t)val->tensor << 32) ^
+                                                                 ((uint64_t)(uint32_t)val->replica << 16) ^
+                                                                 (uint64_t)(uint32_t)(val->mb + 1));
+      fill_random(x, n, key, kind, bound);
+      continue;
+    }
+    const vd_tensor_t *st = &c->s.p->tensors[sidx];
+    vd_lineage_ann a = shifted(pt, val->replica, val->mb);
+    VD_CHECK(check_ann(&a, pt, st, c->q.p, c->q.file, val->replica, val->mb, d));
+    const double *full = c->s.val[sv];
+    int integer = is_int_dtype(pt->dtype);
+    int64_t idx[VD_MAX_DIMS];
+    for (int64_t e = 0; e < n; e++) x[e] = a.part_k == a.part_n - 1 ? full[slice_index(&a, st, e, idx)] : 0.0;
+    if (a.part_n == 1) continue;
+    /* Parts 0..n-2 random; part n-1 = slice - their sum. */
+    for (int64_t k = 0; k < a.part_n - 1; k++) {
+      uint64_t key = ann_key(c->o->seed, &a, st->ndim, k);
+      for (int64_t e = 0; e < n; e++) {
+        double u = u01(mix64(key + (uint64_t)e));
+        double pv = integer ? floor(u * 5.0) - 2.0 : 2.0 * u - 1.0;
+        if (k == a.part_k)
+          x[e] = pv;
+        else if (a.part_k == a.part_n - 1)
+          x[e] -= pv;
+      }
+    }
+  }
+  return VD_OK;
+}
+
+/* ---- comparison -------------------------------------------------------------- */
+
+typedef struct {
+  uint32_t t;
+  int32_t d, m;
+  uint32_t v;    /* parallel final value */
+  int64_t sidx;  /* single tensor */
+  int32_t sv;    /* single final value */
+  vd_lineage_ann a;
+  uint32_t group; /* UINT32_MAX for part 0 of 1 */
+} inst_t;
+
+static int cmp_ann(const vd_lineage_ann *x, const vd_lineage_ann *y, int nd) {
+  if (x->full != y->full) return x->full < y->full ? -1 : 1;
+  if (x->part_n != y->part_n) return x->part_n < y->part_n ? -1 : 1;
+  for (int i = 0; i < nd; i++) {
+    if (x->lo[i] != y->lo[i]) return x->lo[i] < y->lo[i] ? -1 : 1;
+    if (x->hi[i] != y->hi[i]) return x->hi[i] < y->hi[i] ? -1 : 1;
+  }
+  return 0;
+}
+
+static double rel_err(double got, double want) {
+  if (isnan(got) || isnan(want)) return isnan(got) && isnan(want) ? 0.0 : INFINITY;
+  if (isinf(want) || isinf(got)) return got == want ? 0.0 : INFINITY;
+  return fabs(got - want) / fmax(1.0, fabs(want));
+}
+
+static void set_first(vd_exec_result *r, const ctx_t *c, const inst_t *I, int64_t e, double want, double got,
+                      double err, int missing) {
+  vd_exec_mismatch *f = &r->first;
+  const vd_tensor_t *pt = &c->q.p->tensors[I->t], *st = &c->s.p->tensors[I->sidx];
+  memset(f, 0, sizeof(*f));
+  snprintf(f->name, sizeof(f->name), "%s", vd_plan_s(c->q.p, pt->name));
+  snprintf(f->full_name, sizeof(f->full_name), "%s", vd_plan_s(c->s.p, st->name));
+  f->tensor_id = pt->id;
+  f->full_id = st->id;
+  f->stored_rank = pt->rank;
+  f->replica = I->d;
+  f->mb = I->m;
+  f->rank = vd_graph_rank(&c->q.g, pt->rank, I->d);
+  f->ndim = st->ndim;
+  memcpy(f->lo, I->a.lo, sizeof(f->lo));
+  memcpy(f->hi, I->a.hi, sizeof(f->hi));
+  f->part_k = I->a.part_k;
+  f->part_n = I->a.part_n;
+  f->pndim = pt->ndim;
+  vd_op_shape ps = {.ndim = pt->ndim};
+  memcpy(ps.d, pt->shape, sizeof(pt->shape));
+  int64_t ee = e < 0 ? 0 : e;
+  for (int i = pt->ndim - 1; i >= 0; i--) {
+    f->index[i] = ee % (ps.d[i] ? ps.d[i] : 1);
+    ee /= ps.d[i] ? ps.d[i] : 1;
+  }
+  slice_index(&I->a, st, e < 0 ? 0 : e, f->full_index);
+  f->expected = want;
+  f->got = got;
+  f->rel_err = err;
+  f->missing_part = missing;
+  r->has_mismatch = 1;
+}
+
+static vd_rc compare(ctx_t *c, vd_exec_result *r, vd_diag *d) {
+  const vd_plan_t *pp = c->q.p;
+  double tol = c->o->tol > 0 ? c->o->tol : 1e-9;
+  vd_rc rc = VD_OK;
+  inst_t *ins = NULL;
+  size_t n_ins = 0, cap = 0;
+  uint32_t *ord = NULL, *first_of = NULL;
+  double **sums = NULL;
+  int *missing = NULL;
+  size_t n_groups = 0;
+  /* 1. Instances in (tensor, replica, mb) order. */
+  for (uint32_t t = 0; t < pp->n_tensors; t++) {
+    const vd_tensor_t *pt = &pp->tensors[t];
+    if (!pt->has_lin) continue;
+    int64_t sidx = single_index(c, pt->lin.full);
+    if (sidx < 0) {
+      rc = VD_ERR(d, VD_EINPUT, c->q.file, vd_plan_s(pp, pt->name), "lineage.full",
+                  "expected a tensor id of the single plan, got %lld", (long long)pt->lin.full);
+      goto done;
+    }
+    int32_t sv = vd_graph_last(&c->s.g, (uint32_t)sidx, 0, -1);
+    int32_t nm = (int32_t)(c->q.g.inst_per_replica ? c->q.g.inst_per_replica[t] : 1);
+    int counted = 0;
+    for (int32_t dd = 0; dd < c->q.g.replicas; dd++)
+      for (int32_t m = 0; m < (pt->scope == VD_SCOPE_PER_MB ? nm : 1); m++) {
+        int32_t mb = pt->scope == VD_SCOPE_PER_MB ? m : -1;
+        int32_t v = vd_graph_last(&c->q.g, t, dd, mb);
+        if (v < 0 || sv < 0 || !c->q.val[v] || !c->s.val[sv]) continue;
+        inst_t I = {t, dd, mb, (uint32_t)v, sidx, sv, shifted(pt, dd, mb), UINT32_MAX};
+        if ((rc = check_ann(&I.a, pt, &c->s.p->tensors[sidx], pp, c->q.file, dd, mb, d)) != VD_OK) goto done;
+        if (VD_GROW(ins, cap, n_ins + 1)) {
+          rc = VD_OOM(d);
+          goto done;
+        }
+        ins[n_ins++] = I;
+        counted = 1;
+      }
+    r->n_tensors += (size_t)counted;
+  }
+  /* 2. Groups of partial sums: sort instance indices by (annotation, index). */
+  ord = vd_calloc(n_ins + 1, sizeof(*ord));
+  if (!ord) {
+    rc = VD_OOM(d);
+    goto done;
+  }
+  size_t n_part = 0;
+  for (size_t i = 0; i < n_ins; i++)
+    if (ins[i].a.part_n > 1) ord[n_part++] = (uint32_t)i;
+  /* Insertion sort (stable): instance counts are small in the oracle's use. */
+  for (size_t i = 1; i < n_part; i++) {
+    uint32_t x = ord[i];
+    size_t j = i;
+    while (j > 0) {
+      const inst_t *A = &ins[ord[j - 1]], *B = &ins[x];
+      int nd = c->s.p->tensors[B->sidx].ndim;
+      if (cmp_ann(&A->a, &B->a, nd) <= 0) break;
+      ord[j] = ord[j - 1];
+      j--;
+    }
+    ord[j] = x;
+  }
+  for (size_t i = 0; i < n_part;) {
+    size_t j = i;
+    int nd = c->s.p->tensors[ins[ord[i]].sidx].ndim;
+    while (j < n_part && cmp_ann(&ins[ord[i]].a, &ins[ord[j]].a, nd) == 0 &&
+           ins[ord[i]].sidx == ins[ord[j]].sidx)
+      j++;
+    for (size_t k = i; k < j; k++) ins[ord[k]].group = (uint32_t)n_groups;
+    n_groups++;
+    i = j;
+  }
+  sums = vd_calloc(n_groups + 1, sizeof(*sums));
+  missing = vd_calloc(n_groups + 1, sizeof(*missing));
+  if (!sums || !missing) {
+    rc = VD_OOM(d);
+    goto done;
+  }
+  /* first_of[group][k] as one array: offsets per group. */
+  size_t tot = 0;
+  {
+    size_t *goff = vd_calloc(n_groups + 1, sizeof(*goff));
+    if (!goff) {
+      rc = VD_OOM(d);
+      goto done;
+    }
+    for (size_t i = 0; i < n_ins; i++)
+      if (ins[i].group != UINT32_MAX) goff[ins[i].group] = (size_t)ins[i].a.part_n;
+    for (size_t gi = 0; gi < n_groups; gi++) {
+      size_t n = goff[gi];
+      goff[gi] = tot;
+      tot += n;
+    }
+    first_of = vd_malloc((tot + 1) * sizeof(*first_of));
+    if (!first_of) {
+      vd_free(goff);
+      rc = VD_OOM(d);
+      goto done;
+    }
+    for (size_t i = 0; i < tot; i++) first_of[i] = UINT32_MAX;
+    for (size_t i = 0; i < n_ins; i++) {
+      inst_t *I = &ins[i];
+      if (I->group == UINT32_MAX) continue;
+      uint32_t *slot = &first_of[goff[I->group] + (size_t)I->a.part_k];
+      if (*slot == UINT32_MAX) *slot = (uint32_t)i;
+    }
+    for (size_t gi = 0; gi < n_groups; gi++) missing[gi] = -1;
+    for (size_t i = 0; i < n_ins && rc == VD_OK; i++) {
+      inst_t *I = &ins[i];
+      uint32_t gi = I->group;
+      if (gi == UINT32_MAX || sums[gi]) continue;
+      int64_t n = vd_tensor_numel(&pp->tensors[I->t]);
+      sums[gi] = vd_calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+      if (!sums[gi]) {
+        rc = VD_OOM(d);
+        break;
+      }
+      for (int64_t k = 0; k < I->a.part_n; k++) {
+        uint32_t f = first_of[goff[gi] + (size_t)k];
+        if (f == UINT32_MAX) {
+          if (missing[gi] < 0) missing[gi] = (int)k;
+          continue;
+        }
+        for (int64_t e = 0; e < n; e++) sums[gi][e] += c->q.val[ins[f].v][e];
+      }
+    }
+    /* 3. Compare every instance, in order. */
+    for (size_t i = 0; i < n_ins && rc == VD_OK; i++) {
+      inst_t *I = &ins[i];
+      const vd_tensor_t *st = &c->s.p->tensors[I->sidx];
+      const double *got = c->q.val[I->v], *full = c->s.val[I->sv];
+      const double *sum = I->group == UINT32_MAX ? NULL : sums[I->group];
+      const double *mine_first =
+          sum ? c->q.val[ins[first_of[goff[I->group] + (size_t)I->a.part_k]].v] : NULL;
+      int64_t n = vd_tensor_numel(&pp->tensors[I->t]), idx[VD_MAX_DIMS];
+      int bad = 0;
+      r->n_instances++;
+      if (sum && missing[I->group] >= 0) {
+        bad = 1;
+        if (!r->has_mismatch) set_first(r, c, I, -1, NAN, NAN, INFINITY, missing[I->group]);
+        r->max_rel_err = INFINITY;
+      }
+      for (int64_t e = 0; e < n && !(sum && missing[I->group] >= 0); e++) {
+        double want = full[slice_index(&I->a, st, e, idx)];
+        double g = sum ? sum[e] - mine_first[e] + got[e] : got[e];
+        double err = rel_err(g, want);
+        r->n_elements++;
+        if (err > r->max_rel_err || isnan(err)) r->max_rel_err = isnan(err) ? INFINITY : err;
+        if (!(err <= tol)) {
+          if (!bad && !r->has_mismatch) set_first(r, c, I, e, want, g, err, -1);
+          bad = 1;
+        }
+      }
+      r->n_bad_instances += (size_t)bad;
+    }
+    vd_free(goff);
+  }
+done:
+  if (sums)
+    for (size_t gi = 0; gi < n_groups; gi++) vd_free(sums[gi]);
+  vd_free(sums);
+  vd_free(missing);
+  vd_free(first_of);
+  vd_free(ord);
+  vd_free(ins);
+  return rc;
+}
+
+/* ---- entry point ---------------------------------------------------------------- */
+
+vd_rc vd_exec_compare(const vd_plan_t *single, const vd_plan_t *parallel, const vd_exec_opts *o,
+                      vd_exec_result *r, vd_diag *d) {
+  vd_exec_opts defo = {0};
+  if (!o) o = &defo;
+  memset(r, 0, sizeof(*r));
+  ctx_t c;
+  memset(&c, 0, sizeof(c));
+  c.o = o;
+  const char *sname = o->single_name ? o->single_name : "single plan";
+  const char *pname = o->parallel_name ? o->parallel_name : "parallel plan";
+  vd_rc rc;
+  int unsupported = 0;
+
+  /* Single plan: must build and run cleanly, or the input is bad. */
+  if ((rc = build(&c.s, single, sname, d)) != VD_OK) goto done;
+  c.ids = vd_malloc((single->n_tensors + 1) * sizeof(*c.ids));
+  if (!c.ids) {
+    rc = VD_OOM(d);
+    goto done;
+  }
+  for (size_t i = 0; i < single->n_tensors; i++) c.ids[i] = (idpair){single->tensors[i].id, (uint32_t)i};
+  c.n_ids = single->n_tensors;
+  qsort(c.ids, c.n_ids, sizeof(*c.ids), cmp_idpair);
+  if ((rc = init_single(&c, d)) != VD_OK) goto done;
+  if ((rc = eval_graph(&c.s, &unsupported, r->reason, sizeof(r->reason), d)) != VD_OK) goto done;
+  if (unsupported) {
+    r->status = VD_EXEC_UNSUPPORTED;
+    goto done;
+  }
+
+  /* Parallel plan: a dataflow problem or a node error is a disagreement. */
+  vd_diag pd;
+  vd_diag_clear(&pd);
+  rc = build(&c.q, parallel, pname, &pd);
+  if (rc == VD_EINPUT && c.q.g.n_issues > 0) {
+    const vd_graph_issue *is = &c.q.g.issues[0];
+    r->status = VD_EXEC_DISAGREE;
+    snprintf(r->reason, sizeof(r->reason), "dataflow (%s): %s%s", vd_gissue_names[is->kind], is->detail,
+             c.q.g.n_issues > 1 ? " (and more)" : "");
+    rc = VD_OK;
+    goto done;
+  }
+  if (rc != VD_OK) {
+    *d = pd;
+    goto done;
+  }
+  if ((rc = init_parallel(&c, d)) != VD_OK) goto done;
+  rc = eval_graph(&c.q, &unsupported, r->reason, sizeof(r->reason), &pd);
+  if (rc == VD_EINPUT) {
+    char line[sizeof(r->reason)];
+    vd_diag_format(&pd, line, sizeof(line));
+    r->status = VD_EXEC_DISAGREE;
+    snprintf(r->reason, sizeof(r->reason), "%s", line);
+    rc = VD_OK;
+    goto done;
+  }
+  if (rc != VD_OK) {
+    *d = pd;
+    goto done;
+  }
+  if (unsupported) {
+    r->status = VD_EXEC_UNSUPPORTED;
+    goto done;
+  }
+  if ((rc = compare(&c, r, d)) != VD_OK) goto done;
+  r->status = r->n_bad_instances ? VD_EXEC_DISAGREE : VD_EXEC_AGREE;
+done:
+  vd_free(c.ids);
+  run_free(&c.s);
+  run_free(&c.q);
+  return rc;
+}

@@ -1,0 +1,86 @@
+/*
+ * solver/ops.c - the operator table, expanded from solver/ops.def, and its
+ * accessors.
+ *
+ * The table is const and complete at compile time: a row missing a column
+ * does not compile, a row without evaluator or shape check does not link,
+ * and tests/solver/test_ops_numeric.c checks that no required column is
+ * NULL or empty and that docs/operators.md and the table name the same
+ * operators.
+ */
+#include "ops.h"
+
+#include <assert.h>
+#include <string.h>
+
+/* Prototypes of the evaluators and shape checks (defined in ops_numeric.c). */
+#define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, safety) \
+  vd_rc vd_op_i_eval_##name(const vd_op_call *c);                             \
+  vd_rc vd_op_i_shape_##name(const vd_op_call *c);
+#include "ops.def"
+#undef VD_OP
+
+const vd_op_info vd_op_table[VD_OP__COUNT] = {
+#define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, safety)       \
+  [VD_OP_##ID] = {#name, min_in, max_in, min_out, max_out, flags, VD_OP_##bwd,       \
+                  vd_op_i_eval_##name, vd_op_i_shape_##name, safety, NULL},
+#include "ops.def"
+#undef VD_OP
+};
+
+/* One row per enum value: a count mismatch means ops.def and the table
+ * diverged (cannot happen with one X-macro, but the check is free). */
+#define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, safety) +1
+_Static_assert(0
+#include "ops.def"
+               == VD_OP__COUNT, "ops.def rows and vd_op_id disagree");
+#undef VD_OP
+_Static_assert(sizeof(vd_op_table) / sizeof(vd_op_table[0]) == VD_OP__COUNT,
+               "vd_op_table has one row per operator");
+
+int64_t vd_op_shape_numel(const vd_op_shape *s) {
+  int64_t n = 1;
+  for (int32_t i = 0; i < s->ndim; i++) n *= s->d[i];
+  return n;
+}
+
+vd_op_id vd_op_lookup(const char *name) {
+  if (!name) return VD_OP__UNKNOWN;
+  for (int i = 0; i < VD_OP__COUNT; i++)
+    if (strcmp(vd_op_table[i].name, name) == 0) return (vd_op_id)i;
+  return VD_OP__UNKNOWN;
+}
+
+const vd_op_info *vd_op_get(vd_op_id op) {
+  assert(op >= 0 && op < VD_OP__COUNT);
+  return &vd_op_table[op];
+}
+
+const char *vd_op_name(vd_op_id op) { return vd_op_get(op)->name; }
+uint32_t vd_op_flags(vd_op_id op) { return vd_op_get(op)->flags; }
+int vd_op_has(vd_op_id op, uint32_t flag) { return (vd_op_get(op)->flags & flag) != 0; }
+vd_op_id vd_op_backward(vd_op_id op) { return (vd_op_id)vd_op_get(op)->backward; }
+const char *vd_op_safety(vd_op_id op) { return vd_op_get(op)->reduction_safety; }
+
+vd_rc vd_op_check(const vd_op_call *c) {
+  const char *rec = c->record ? c->record : "node";
+  if (c->op < 0 || c->op >= VD_OP__COUNT)
+    VD_FAIL(c->diag, VD_EINPUT, NULL, rec, "op", "expected a known operator, got id %d", c->op);
+  const vd_op_info *oi = &vd_op_table[c->op];
+  /* Collectives carry every participant: their shape rule checks arity
+   * against the group size. */
+  if (!(oi->flags & VD_OPF_COLLECTIVE)) {
+    if (c->n_in < oi->min_in || (oi->max_in != VD_OP_MANY && c->n_in > oi->max_in))
+      VD_FAIL(c->diag, VD_EINPUT, NULL, rec, "inputs",
+              "%s: expected %u..%u inputs, got %u", oi->name, oi->min_in, oi->max_in, c->n_in);
+    if (c->n_out < oi->min_out || (oi->max_out != VD_OP_MANY && c->n_out > oi->max_out))
+      VD_FAIL(c->diag, VD_EINPUT, NULL, rec, "outputs",
+              "%s: expected %u..%u outputs, got %u", oi->name, oi->min_out, oi->max_out, c->n_out);
+  }
+  return oi->shape(c);
+}
+
+vd_rc vd_op_eval(const vd_op_call *c) {
+  VD_CHECK(vd_op_check(c));
+  return vd_op_table[c->op].eval(c);
+}

@@ -1,0 +1,128 @@
+/*
+ * solver/ops.h - the operator registry: one table row per operator and
+ * collective of docs/operators.md.
+ *
+ * solver/ops.def is the only list of operators (an X-macro); ops.c expands
+ * it into vd_op_table and ops_numeric.c holds the double-precision
+ * evaluators and shape checks.  Everything outside solver/ reads operator
+ * properties through the vd_op_* accessors below, never with a switch.
+ *
+ * Numeric evaluation (vd_op_eval) is the oracle side: it computes what the
+ * operator means on real numbers (uninterpreted kernels use the real
+ * function: exp, log, erf-form gelu, ...).  A call describes ONE execution:
+ * for a local operator, one node's inputs and outputs; for a collective or
+ * a send/recv pair, the merged instance of graph/graph.h: the inputs and
+ * outputs of all participants in group order, so the executor needs no
+ * per-collective code.
+ *
+ * Not here: the symbolic encoders (slot `encode`, NULL until solver/ fills
+ * it; the table shape does not change when it does).
+ */
+#ifndef VD_OPS_H
+#define VD_OPS_H
+
+#include <stdint.h>
+
+#include "../common/diag.h"
+#include "../plans/plan.h"
+
+/* ---- operator ids ------------------------------------------------------ */
+
+typedef enum {
+  VD_OP__NONE = -1,    /* "no backward operator" */
+#define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, safety) VD_OP_##ID,
+#include "ops.def"
+#undef VD_OP
+  VD_OP__COUNT
+} vd_op_id;
+
+/* vd_op_lookup's answer for a name that is not in the registry. */
+#define VD_OP__UNKNOWN VD_OP__NONE
+
+/* Variadic arity bound (multiref outputs, concat inputs, collective groups). */
+#define VD_OP_MANY 0xffff
+
+/* ---- flags ------------------------------------------------------------- */
+
+enum {
+  VD_OPF_LINEAR = 1u << 0,        /* linear in its (non-integer) inputs */
+  VD_OPF_COMMUTATIVE = 1u << 1,   /* the two inputs may be swapped */
+  VD_OPF_UNINTERPRETED = 1u << 2, /* symbolic form uses a shared function symbol */
+  VD_OPF_FORWARD_ONLY = 1u << 3,  /* no backward operator in the registry */
+  VD_OPF_COLLECTIVE = 1u << 4,    /* spans ranks; a call carries all participants */
+  VD_OPF_BACKWARD = 1u << 5,      /* is the backward operator of some forward op */
+  VD_OPF_INPLACE_OK = 1u << 6,    /* may read and write the same persistent tensor */
+};
+
+/* ---- one call ------------------------------------------------------------ */
+
+typedef struct {
+  int32_t ndim;
+  int64_t d[VD_MAX_DIMS];
+} vd_op_shape;
+
+int64_t vd_op_shape_numel(const vd_op_shape *s);
+
+/* One evaluation.  All pointers are borrowed.  For a shape check only, the
+ * data pointers (in/out) may be NULL.  Attributes are read from plan+node
+ * (node may be NULL: every attribute then takes its default).  `record`
+ * names the node in messages ("node 12 'layers.0.wq'"); NULL means "node".
+ * n_part: participants of a collective instance (inputs and outputs are
+ * then those of the participants in group order); 1 for local operators. */
+typedef struct vd_op_call {
+  int op; /* vd_op_id */
+  const vd_plan_t *plan;
+  const vd_node_t *node;
+  const char *record;
+  uint32_t n_in, n_out, n_part;
+  const double *const *in;
+  const vd_op_shape *in_shape;
+  double *const *out;
+  const vd_op_shape *out_shape;
+  vd_diag *diag;
+} vd_op_call;
+
+typedef vd_rc (*vd_op_eval_fn)(const vd_op_call *c);
+typedef vd_rc (*vd_op_shape_fn)(const vd_op_call *c);
+
+/* Symbolic encoder: opaque here.  solver/ defines struct vd_op_encode_call
+ * when it adds encoders; the table slot exists now so the table shape stays. */
+struct vd_op_encode_call;
+typedef vd_rc (*vd_op_encode_fn)(const struct vd_op_encode_call *c);
+
+typedef struct {
+  const char *name;
+  uint16_t min_in, max_in;   /* VD_OP_MANY = unbounded */
+  uint16_t min_out, max_out;
+  uint32_t flags;
+  int backward;              /* vd_op_id or VD_OP__NONE */
+  vd_op_eval_fn eval;        /* numeric evaluator (assumes shape checked) */
+  vd_op_shape_fn shape;      /* shape and arity check, VD_EINPUT on mismatch */
+  const char *reduction_safety; /* why checking on reduced shapes is sound */
+  vd_op_encode_fn encode;    /* NULL until the symbolic encoder lands */
+} vd_op_info;
+
+extern const vd_op_info vd_op_table[VD_OP__COUNT];
+
+/* ---- accessors ----------------------------------------------------------- */
+
+/* Id of operator `name`, VD_OP__UNKNOWN if absent (or name is NULL).
+ * Linear scan with strcmp over ~90 rows: callers that look up per node
+ * should cache the id. */
+vd_op_id vd_op_lookup(const char *name);
+
+/* Accessors; op must be a valid id (asserted). */
+const vd_op_info *vd_op_get(vd_op_id op);
+const char *vd_op_name(vd_op_id op);
+uint32_t vd_op_flags(vd_op_id op);
+int vd_op_has(vd_op_id op, uint32_t flag);
+vd_op_id vd_op_backward(vd_op_id op);
+const char *vd_op_safety(vd_op_id op);
+
+/* Checks arity (against the table) and shapes (the op's rule), then
+ * evaluates.  Errors are VD_EINPUT with the diag naming c->record and the
+ * offending field (e.g. "inputs[1]"). */
+vd_rc vd_op_check(const vd_op_call *c);
+vd_rc vd_op_eval(const vd_op_call *c);
+
+#endif

@@ -1,0 +1,360 @@
+/*
+ * tests/solver/test_exec.c - the numeric executor (solver/exec.c).
+ *
+ * Pairs of single/parallel plans built in memory: correct ones must agree,
+ * mutated ones must disagree with a report naming the wrong tensor.
+ *  - TP=2 linear pair with all-reduces (tests/support pb_plan_tp2): agree;
+ *    its forward all-reduce replaced by identity: disagree on 'r0.y';
+ *  - PP=2 with send/recv (pb_plan_pp2): agree;
+ *  - 2-microbatch gradient accumulation: agree; accumulation dropped: disagree;
+ *  - DP=2 stored as one replica (replicas=2), span_replicas all-reduce of the
+ *    weight gradient and a 1/2 scale: agree; without the scale: disagree;
+ *  - an operator outside the registry: unsupported; determinism per seed.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "../../solver/exec.h"
+#include "../support/plan_builders.h"
+
+#define MB VD_SCOPE_PER_MB
+#define PERS VD_SCOPE_PERSISTENT
+
+static vd_exec_result run_pair(const vd_plan_t *s, const vd_plan_t *p, uint64_t seed) {
+  vd_exec_opts o = {.seed = seed, .tol = 1e-9};
+  vd_exec_result r;
+  vd_diag d;
+  vd_diag_clear(&d);
+  /* The executor's contract: both plans are valid. */
+  vd_rc rc = vd_plan_validate(s, "single", &d);
+  if (rc == VD_OK) rc = vd_plan_validate(p, "parallel", &d);
+  if (rc == VD_OK) rc = vd_exec_compare(s, p, &o, &r, &d);
+  if (rc != VD_OK) {
+    char line[800];
+    vd_diag_format(&d, line, sizeof(line));
+    fail_msg("vd_exec_compare: %s", line);
+  }
+  return r;
+}
+
+static void expect_agree(const vd_exec_result *r) {
+  if (r->status != VD_EXEC_AGREE)
+    fail_msg("expected agree, got %s: %s first '%s' expected %.17g got %.17g", vd_exec_status_names[r->status],
+             r->reason, r->first.name, r->first.expected, r->first.got);
+  assert_true(r->n_instances > 0);
+  assert_true(r->max_rel_err <= 1e-9);
+}
+
+/* Turns every node named n0/n1 into a plain identity (drops the collective). */
+static void to_identity(vd_plan_t *p, const char *name) {
+  int64_t i = pb_find_node(p, name);
+  assert_true(i >= 0);
+  uint32_t off;
+  assert_int_equal(vd_plan_str(p, "identity", &off), VD_OK);
+  p->nodes[i].op = off;
+  p->nodes[i].coll = -1;
+  p->nodes[i].n_group = 0;
+  p->nodes[i].span_replicas = 0;
+  p->nodes[i].phase = VD_PHASE_FWD;
+}
+
+static void test_tp2_agrees(void **state) {
+  (void)state;
+  vd_plan_t s, p;
+  assert_int_equal(pb_plan_linear2(&s), VD_OK);
+  assert_int_equal(pb_plan_tp2(&p), VD_OK);
+  vd_exec_result r = run_pair(&s, &p, 1);
+  expect_agree(&r);
+  assert_int_equal(r.n_tensors, 28); /* 14 annotated tensors per rank */
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+static void test_tp2_missing_all_reduce_disagrees(void **state) {
+  (void)state;
+  vd_plan_t s, p;
+  assert_int_equal(pb_plan_linear2(&s), VD_OK);
+  assert_int_equal(pb_plan_tp2(&p), VD_OK);
+  to_identity(&p, "r0.l2.ar");
+  to_identity(&p, "r1.l2.ar");
+  vd_exec_result r = run_pair(&s, &p, 7);
+  assert_int_equal(r.status, VD_EXEC_DISAGREE);
+  assert_true(r.has_mismatch);
+  assert_string_equal(r.first.name, "r0.y");
+  assert_string_equal(r.first.full_name, "y");
+  assert_int_equal(r.first.rank, 0);
+  assert_int_equal(r.first.mb, 0);
+  assert_int_equal(r.first.part_n, 1);
+  assert_true(r.first.lo[1] == 0 && r.first.hi[1] == 8 && r.first.hi[0] == 4);
+  assert_true(r.first.rel_err > 1e-6);
+  assert_true(fabs(r.first.expected - r.first.got) > 1e-9);
+  assert_true(r.max_rel_err > 1e-6);
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+static void test_pp2_agrees(void **state) {
+  (void)state;
+  vd_plan_t s, p;
+  assert_int_equal(pb_plan_linear2(&s), VD_OK);
+  assert_int_equal(pb_plan_pp2(&p), VD_OK);
+  vd_exec_result r = run_pair(&s, &p, 3);
+  expect_agree(&r);
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+/* ---- one linear layer: single plan -------------------------------------- *
+ * x [4,3], w [2,3]; y = linear(x, w); s = sum(y); loss = scale(s, 1/4)
+ * backward from the seed gl: gs = scale_backward(gl), gy = sum_backward(gs),
+ * (gx, gw) = linear_backward(x, w, gy); w = sgd(w, gw).
+ * Tensor ids: x 1, w 2, y 3, s 4, loss 5, gl 6, gs 7, gy 8, gx 9, gw 10. */
+static void single_fc(vd_plan_t *p) {
+  pb_ctx c;
+  pb_begin(&c, p, VD_PLAN_SINGLE, 1, 1, 1);
+  int32_t fwd = pb_segment(&c, "fwd"), bwd = pb_segment(&c, "bwd"), opt = pb_segment(&c, "opt");
+  uint32_t x = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, MB, 2, 4, 3);
+  uint32_t w = pb_tensor(&c, "w", 0, VD_ROLE_WEIGHT, PERS, 2, 2, 3);
+  uint32_t y = pb_tensor(&c, "y", 0, VD_ROLE_ACT, MB, 2, 4, 2);
+  uint32_t s = pb_tensor(&c, "s", 0, VD_ROLE_ACT, MB, 0, 0, 0);
+  uint32_t loss = pb_tensor(&c, "loss", 0, VD_ROLE_LOSS, MB, 0, 0, 0);
+  uint32_t gl = pb_tensor(&c, "gloss", 0, VD_ROLE_INPUT, MB, 0, 0, 0);
+  uint32_t gs = pb_tensor(&c, "gs", 0, VD_ROLE_GRAD, MB, 0, 0, 0);
+  uint32_t gy = pb_tensor(&c, "gy", 0, VD_ROLE_GRAD, MB, 2, 4, 2);
+  uint32_t gx = pb_tensor(&c, "gx", 0, VD_ROLE_GRAD, MB, 2, 4, 3);
+  uint32_t gw = pb_tensor(&c, "w.grad", 0, VD_ROLE_GRAD, PERS, 2, 2, 3);
+  pb_node(&c, "linear", "fc", 0, fwd, VD_PHASE_FWD, PB_T(x, w), PB_T(y));
+  pb_node(&c, "sum", "sum", 0, fwd, VD_PHASE_FWD, PB_T(y), PB_T(s));
+  uint32_t n = pb_node(&c, "scale", "mean", 0, fwd, VD_PHASE_FWD, PB_T(s), PB_T(loss));
+  pb_attr_float(&c, n, "factor", 0.25);
+  n = pb_node(&c, "scale_backward", "mean.bwd", 0, bwd, VD_PHASE_BWD, PB_T(gl), PB_T(gs));
+  pb_attr_float(&c, n, "factor", 0.25);
+  pb_node(&c, "sum_backward", "sum.bwd", 0, bwd, VD_PHASE_BWD, PB_T(gs), PB_T(gy));
+  pb_node(&c, "linear_backward", "fc.bwd", 0, bwd, VD_PHASE_BWD, PB_T(x, w, gy), PB_T(gx, gw));
+  n = pb_node(&c, "sgd_step", "opt.w", 0, opt, VD_PHASE_OPT, PB_T(w, gw), PB_T(w));
+  pb_attr_float(&c, n, "lr", 0.1);
+  pb_step(&c, 0, fwd, 0);
+  pb_step(&c, 0, bwd, 0);
+  pb_step(&c, 0, opt, -1);
+  assert_int_equal(c.rc, VD_OK);
+}
+
+/* Gradient accumulation over 2 microbatches of 2 rows each; the loss of a
+ * microbatch is part m of 2 of the loss.  accumulate=0 drops the second
+ * microbatch's contribution (a bug). */
+static void mb2_fc(vd_plan_t *p, int accumulate) {
+  pb_ctx c;
+  pb_begin(&c, p, VD_PLAN_PARALLEL, 1, 1, 2);
+  int32_t fwd = pb_segment(&c, "fwd"), bwd0 = pb_segment(&c, "bwd0"), bwd = pb_segment(&c, "bwd");
+  int32_t opt = pb_segment(&c, "opt");
+  uint32_t x = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, MB, 2, 2, 3);
+  pb_lin(&c, x, 1, 0, 2, 0, 3, 0, 1);
+  uint32_t w = pb_tensor(&c, "w", 0, VD_ROLE_WEIGHT, PERS, 2, 2, 3);
+  pb_lin(&c, w, 2, 0, 2, 0, 3, 0, 1);
+  uint32_t y = pb_tensor(&c, "y", 0, VD_ROLE_ACT, MB, 2, 2, 2);
+  pb_lin(&c, y, 3, 0, 2, 0, 2, 0, 1);
+  uint32_t s = pb_tensor(&c, "s", 0, VD_ROLE_ACT, MB, 0, 0, 0);
+  pb_lin(&c, s, 4, 0, 0, 0, 0, 0, 2);
+  uint32_t loss = pb_tensor(&c, "loss", 0, VD_ROLE_LOSS, MB, 0, 0, 0);
+  pb_lin(&c, loss, 5, 0, 0, 0, 0, 0, 2);
+  uint32_t gl = pb_tensor(&c, "gloss", 0, VD_ROLE_INPUT, MB, 0, 0, 0);
+  pb_lin(&c, gl, 6, 0, 0, 0, 0, 0, 1);
+  uint32_t gs = pb_tensor(&c, "gs", 0, VD_ROLE_GRAD, MB, 0, 0, 0);
+  pb_lin(&c, gs, 7, 0, 0, 0, 0, 0, 1);
+  uint32_t gy = pb_tensor(&c, "gy", 0, VD_ROLE_GRAD, MB, 2, 2, 2);
+  pb_lin(&c, gy, 8, 0, 2, 0, 2, 0, 1);
+  uint32_t gx = pb_tensor(&c, "gx", 0, VD_ROLE_GRAD, MB, 2, 2, 3);
+  pb_lin(&c, gx, 9, 0, 2, 0, 3, 0, 1);
+  uint32_t gacc = pb_tensor(&c, "w.grad", 0, VD_ROLE_GRAD, PERS, 2, 2, 3);
+  pb_lin(&c, gacc, 10, 0, 2, 0, 3, 0, 1);
+  uint32_t gmb = pb_tensor(&c, "w.grad_mb", 0, VD_ROLE_GRAD, MB, 2, 2, 3);
+  assert_int_equal(c.rc, VD_OK);
+  /* microbatch m holds rows [2m, 2m+2); its loss and sum are part m of 2 */
+  p->tensors[x].lin.mb_shift[0] = 2;
+  p->tensors[y].lin.mb_shift[0] = 2;
+  p->tensors[gy].lin.mb_shift[0] = 2;
+  p->tensors[gx].lin.mb_shift[0] = 2;
+  p->tensors[s].lin.mb_part = 1;
+  p->tensors[loss].lin.mb_part = 1;
+  pb_node(&c, "linear", "fc", 0, fwd, VD_PHASE_FWD, PB_T(x, w), PB_T(y));
+  pb_node(&c, "sum", "sum", 0, fwd, VD_PHASE_FWD, PB_T(y), PB_T(s));
+  uint32_t n = pb_node(&c, "scale", "mean", 0, fwd, VD_PHASE_FWD, PB_T(s), PB_T(loss));
+  pb_attr_float(&c, n, "factor", 0.25);
+  for (int k = 0; k < 2; k++) {
+    int32_t sg = k ? bwd : bwd0;
+    n = pb_node(&c, "scale_backward", k ? "mean.bwd" : "mean.bwd0", 0, sg, VD_PHASE_BWD, PB_T(gl), PB_T(gs));
+    pb_attr_float(&c, n, "factor", 0.25);
+    pb_node(&c, "sum_backward", k ? "sum.bwd" : "sum.bwd0", 0, sg, VD_PHASE_BWD, PB_T(gs), PB_T(gy));
+  }
+  pb_node(&c, "linear_backward", "fc.bwd0", 0, bwd0, VD_PHASE_BWD, PB_T(x, w, gy), PB_T(gx, gacc));
+  pb_node(&c, "linear_backward", "fc.bwd", 0, bwd, VD_PHASE_BWD, PB_T(x, w, gy), PB_T(gx, gmb));
+  if (accumulate) pb_node(&c, "accumulate", "fc.acc", 0, bwd, VD_PHASE_BWD, PB_T(gacc, gmb), PB_T(gacc));
+  n = pb_node(&c, "sgd_step", "opt.w", 0, opt, VD_PHASE_OPT, PB_T(w, gacc), PB_T(w));
+  pb_attr_float(&c, n, "lr", 0.1);
+  pb_step(&c, 0, fwd, 0);
+  pb_step(&c, 0, bwd0, 0);
+  pb_step(&c, 0, fwd, 1);
+  pb_step(&c, 0, bwd, 1);
+  pb_step(&c, 0, opt, -1);
+  assert_int_equal(c.rc, VD_OK);
+}
+
+static void test_mb2_accumulation_agrees(void **state) {
+  (void)state;
+  vd_plan_t s, p;
+  single_fc(&s);
+  mb2_fc(&p, 1);
+  vd_exec_result r = run_pair(&s, &p, 11);
+  expect_agree(&r);
+  /* per-mb tensors compared in both microbatches: x y s loss gl gs gy gx (8 x 2)
+   * plus the persistent w and w.grad */
+  assert_int_equal(r.n_instances, 18);
+  vd_plan_free(&p);
+  mb2_fc(&p, 0);
+  r = run_pair(&s, &p, 11);
+  assert_int_equal(r.status, VD_EXEC_DISAGREE);
+  assert_string_equal(r.first.name, "w"); /* the updated weight, tensor index 1 */
+  assert_int_equal(r.first.mb, -1);
+  assert_int_equal(r.n_bad_instances, 2); /* w and w.grad */
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+/* DP=2 as one stored rank with replicas=2: replica d holds rows [2d, 2d+2),
+ * its local loss is the mean over its 2 rows, so its weight gradient is twice
+ * its share; the span_replicas all-reduce sums, the scale halves. */
+static void dp2_fc(vd_plan_t *p, double factor) {
+  pb_ctx c;
+  pb_begin(&c, p, VD_PLAN_PARALLEL, 1, 2, 1);
+  int32_t fwd = pb_segment(&c, "fwd"), bwd = pb_segment(&c, "bwd"), opt = pb_segment(&c, "opt");
+  uint32_t x = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, MB, 2, 2, 3);
+  pb_lin(&c, x, 1, 0, 2, 0, 3, 0, 1);
+  uint32_t w = pb_tensor(&c, "w", 0, VD_ROLE_WEIGHT, PERS, 2, 2, 3);
+  pb_lin(&c, w, 2, 0, 2, 0, 3, 0, 1);
+  uint32_t y = pb_tensor(&c, "y", 0, VD_ROLE_ACT, MB, 2, 2, 2);
+  pb_lin(&c, y, 3, 0, 2, 0, 2, 0, 1);
+  uint32_t s = pb_tensor(&c, "s", 0, VD_ROLE_ACT, MB, 0, 0, 0);
+  pb_lin(&c, s, 4, 0, 0, 0, 0, 0, 2);
+  uint32_t loss = pb_tensor(&c, "loss_local", 0, VD_ROLE_LOSS, MB, 0, 0, 0);
+  uint32_t gl = pb_tensor(&c, "gloss", 0, VD_ROLE_INPUT, MB, 0, 0, 0);
+  pb_lin(&c, gl, 6, 0, 0, 0, 0, 0, 1);
+  uint32_t gs = pb_tensor(&c, "gs_local", 0, VD_ROLE_GRAD, MB, 0, 0, 0);
+  uint32_t gy = pb_tensor(&c, "gy_local", 0, VD_ROLE_GRAD, MB, 2, 2, 2);
+  uint32_t gx = pb_tensor(&c, "gx_local", 0, VD_ROLE_GRAD, MB, 2, 2, 3);
+  uint32_t gw = pb_tensor(&c, "w.grad_local", 0, VD_ROLE_GRAD, PERS, 2, 2, 3);
+  uint32_t gr = pb_tensor(&c, "w.grad_sum", 0, VD_ROLE_GRAD, PERS, 2, 2, 3);
+  uint32_t ga = pb_tensor(&c, "w.grad", 0, VD_ROLE_GRAD, PERS, 2, 2, 3);
+  pb_lin(&c, ga, 10, 0, 2, 0, 3, 0, 1);
+  assert_int_equal(c.rc, VD_OK);
+  p->tensors[x].lin.dp_shift[0] = 2;
+  p->tensors[y].lin.dp_shift[0] = 2;
+  p->tensors[s].lin.dp_part = 1;
+  pb_node(&c, "linear", "fc", 0, fwd, VD_PHASE_FWD, PB_T(x, w), PB_T(y));
+  pb_node(&c, "sum", "sum", 0, fwd, VD_PHASE_FWD, PB_T(y), PB_T(s));
+  uint32_t n = pb_node(&c, "scale", "mean", 0, fwd, VD_PHASE_FWD, PB_T(s), PB_T(loss));
+  pb_attr_float(&c, n, "factor", 0.5);
+  n = pb_node(&c, "scale_backward", "mean.bwd", 0, bwd, VD_PHASE_BWD, PB_T(gl), PB_T(gs));
+  pb_attr_float(&c, n, "factor", 0.5);
+  pb_node(&c, "sum_backward", "sum.bwd", 0, bwd, VD_PHASE_BWD, PB_T(gs), PB_T(gy));
+  pb_node(&c, "linear_backward", "fc.bwd", 0, bwd, VD_PHASE_BWD, PB_T(x, w, gy), PB_T(gx, gw));
+  pb_coll(&c, "all_reduce", "dp.ar", 0, opt, PB_T(gw), PB_T(gr), 1, PB_G(0), 1);
+  n = pb_node(&c, "scale", "dp.avg", 0, opt, VD_PHASE_OPT, PB_T(gr), PB_T(ga));
+  pb_attr_float(&c, n, "factor", factor);
+  n = pb_node(&c, "sgd_step", "opt.w", 0, opt, VD_PHASE_OPT, PB_T(w, ga), PB_T(w));
+  pb_attr_float(&c, n, "lr", 0.1);
+  pb_step(&c, 0, fwd, 0);
+  pb_step(&c, 0, bwd, 0);
+  pb_step(&c, 0, opt, -1);
+  assert_int_equal(c.rc, VD_OK);
+}
+
+static void test_dp2_replicas_agree(void **state) {
+  (void)state;
+  vd_plan_t s, p;
+  single_fc(&s);
+  dp2_fc(&p, 0.5);
+  vd_exec_result r = run_pair(&s, &p, 5);
+  expect_agree(&r);
+  /* x, w, y, s, gloss, w.grad, in both replicas */
+  assert_int_equal(r.n_instances, 12);
+  vd_plan_free(&p);
+  dp2_fc(&p, 1.0); /* wrong scaling */
+  r = run_pair(&s, &p, 5);
+  assert_int_equal(r.status, VD_EXEC_DISAGREE);
+  assert_string_equal(r.first.name, "w");
+  assert_int_equal(r.first.replica, 0);
+  assert_int_equal(r.n_bad_instances, 4); /* w and w.grad, both replicas */
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+static void test_deterministic_and_seed_matters(void **state) {
+  (void)state;
+  vd_plan_t s, p;
+  assert_int_equal(pb_plan_linear2(&s), VD_OK);
+  assert_int_equal(pb_plan_tp2(&p), VD_OK);
+  to_identity(&p, "r0.l2.ar");
+  to_identity(&p, "r1.l2.ar");
+  vd_exec_result a = run_pair(&s, &p, 42), b = run_pair(&s, &p, 42), c = run_pair(&s, &p, 43);
+  assert_true(a.first.expected == b.first.expected && a.first.got == b.first.got);
+  assert_true(a.max_rel_err == b.max_rel_err);
+  assert_true(a.first.expected != c.first.expected);
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+static void test_unknown_operator_is_unsupported(void **state) {
+  (void)state;
+  vd_plan_t s, p;
+  assert_int_equal(pb_plan_linear2(&s), VD_OK);
+  assert_int_equal(pb_plan_tp2(&p), VD_OK);
+  int64_t i = pb_find_node(&p, "r1.l1");
+  assert_true(i >= 0);
+  uint32_t off;
+  assert_int_equal(vd_plan_str(&p, "fancy_linear", &off), VD_OK);
+  p.nodes[i].op = off;
+  vd_exec_result r = run_pair(&s, &p, 1);
+  assert_int_equal(r.status, VD_EXEC_UNSUPPORTED);
+  assert_non_null(strstr(r.reason, "fancy_linear"));
+  assert_non_null(strstr(r.reason, "r1.l1"));
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+/* A parallel node whose shapes do not fit is a disagreement naming the node. */
+static void test_parallel_shape_error_disagrees(void **state) {
+  (void)state;
+  vd_plan_t s, p;
+  assert_int_equal(pb_plan_linear2(&s), VD_OK);
+  assert_int_equal(pb_plan_tp2(&p), VD_OK);
+  int64_t i = pb_find_node(&p, "r0.l2");
+  assert_true(i >= 0);
+  /* l2 reads x [4,8] instead of h [4,4]: w2 [8,4] no longer fits */
+  p.refs[p.nodes[i].in_off] = (uint32_t)pb_find_tensor(&p, "r0.x");
+  vd_exec_result r = run_pair(&s, &p, 1);
+  assert_int_equal(r.status, VD_EXEC_DISAGREE);
+  assert_non_null(strstr(r.reason, "r0.l2"));
+  assert_non_null(strstr(r.reason, "inputs[1]"));
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_tp2_agrees),
+      cmocka_unit_test(test_tp2_missing_all_reduce_disagrees),
+      cmocka_unit_test(test_pp2_agrees),
+      cmocka_unit_test(test_mb2_accumulation_agrees),
+      cmocka_unit_test(test_dp2_replicas_agree),
+      cmocka_unit_test(test_deterministic_and_seed_matters),
+      cmocka_unit_test(test_unknown_operator_is_unsupported),
+      cmocka_unit_test(test_parallel_shape_error_disagrees),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
