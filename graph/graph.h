@@ -33,7 +33,8 @@ typedef struct {
   uint32_t version;  /* 0 = first value of this instance */
   int32_t producer;  /* graph node index, -1 for an initial value */
   uint32_t cons_off, n_cons; /* consumers (graph node indices) in g->idx */
-  uint8_t is_initial; /* no producer: an input of the iteration */
+  uint8_t is_initial; /* no producer: an input of the iteration (which first reads
+                         are initial: tensor_initial in graph/ssa.c) */
   uint8_t is_final;   /* last version of its instance */
 } vd_value_t;
 
@@ -44,15 +45,19 @@ typedef struct {
   uint32_t in_off, n_in;     /* value indices in g->idx */
   uint32_t out_off, n_out;   /* value indices in g->idx */
   uint32_t part_off, n_part; /* participants: (plan node, replica) pairs in g->idx,
-                                2 entries per participant, group order; n_part = count */
+                                2 entries per participant, group order; n_part = count;
+                                0 for an ordinary (non-collective) node */
 } vd_gnode_t;
 
 typedef enum {
   VD_GISSUE_UNPRODUCED,   /* a non-initial tensor is read but nothing produced it */
   VD_GISSUE_READ_EARLY,   /* read on its rank before the step that produces it */
-  VD_GISSUE_DOUBLE_WRITE, /* written again by a node that does not read it */
+  VD_GISSUE_DOUBLE_WRITE, /* written again by a node that does not read it (weights and
+                             optimizer state excepted: overwriting them is an update) */
   VD_GISSUE_COLL_MISMATCH,/* collective participants missing, extra or inconsistent */
   VD_GISSUE_CYCLE,        /* the dataflow has a cycle */
+  VD_GISSUE_MB_SCOPE,     /* a per-microbatch tensor used in a step that runs once (mb -1);
+                             the graph uses its microbatch-0 instance */
   VD_GISSUE__COUNT
 } vd_gissue_kind;
 
@@ -65,7 +70,11 @@ typedef struct {
   int32_t replica;
   int32_t mb;
   char detail[160]; /* one line, names included */
+  char field[32];   /* operand of pnode involved ("in[0]", "out[1]"), "" if none */
 } vd_graph_issue;
+
+/* At most this many issues are stored; the rest are only counted. */
+#define VD_GRAPH_MAX_ISSUES 65536
 
 typedef struct {
   int expand_replicas; /* 1: build every DP replica; 0: replica 0 only, and
@@ -85,6 +94,7 @@ typedef struct vd_graph {
   int32_t *inst_first, *inst_last; /* value index or -1 if never materialised */
   size_t n_inst;
   vd_graph_issue *issues; size_t n_issues;
+  size_t n_issues_dropped; /* issues found beyond VD_GRAPH_MAX_ISSUES */
 } vd_graph_t;
 
 /* Builds the SSA graph of plan p (which must have passed vd_plan_validate).

@@ -1,0 +1,871 @@
+/*
+ * graph/ssa.c - builds the SSA dataflow graph of a plan (vd_graph_build).
+ *
+ * What it does, in three passes, all over flat integer arrays:
+ *  1. Index: plan nodes sorted by (rank, segment, file order) with two stable
+ *     counting sorts, so the nodes of schedule step (segment s on rank r) are
+ *     one contiguous range found by binary search.  Exact totals of node
+ *     executions and operands are computed from prefix sums before anything
+ *     big is allocated.
+ *  2. Execute: for each built replica d and each stored rank r, walk r's
+ *     steps; each plan node runs as an "exec" (node, d, mb).  Reads take the
+ *     current value of the tensor instance (creating the initial value of an
+ *     initial tensor on first read); writes create version 0 or, for a node
+ *     that also reads the instance, the next version.  Values of one instance
+ *     are numbered in the program order of the instance's own rank, which is
+ *     well defined because an instance is only touched by its rank.
+ *     Collective execs are keyed (coll, mb, replica-set) in an open-addressing
+ *     map; they cannot be merged yet because the other participants run later
+ *     in this walk (other ranks).
+ *  3. Merge: each plain exec becomes a graph node (its operand ranges are
+ *     reused in place); the execs of one collective instance, sorted by group
+ *     position, become ONE graph node with the participants' inputs/outputs
+ *     concatenated in group order.  Producers are remapped from execs to
+ *     graph nodes, consumers lists filled, and topo.c orders the nodes.
+ *
+ * Not here: igraph (topo.c), lineage, any judgement of operator semantics.
+ *
+ * Invariants: a value's producer is -1 only for an initial value or for a
+ * placeholder (an unproduced read, always accompanied by an issue); a
+ * placeholder is never registered as an instance's first/last value.
+ * Cross-rank dependencies exist only through collective and send/recv nodes.
+ * Memory: O(executions + operands + tensor instances); nothing per rank pair.
+ */
+#include "graph_int.h"
+
+#include <assert.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/mem.h"
+
+const char *const vd_gissue_names[VD_GISSUE__COUNT] = {
+    "unproduced", "read_early", "double_write", "coll_mismatch", "cycle", "mb_scope"};
+
+#define NONE UINT32_MAX
+
+typedef struct {
+  uint32_t pnode;
+  int32_t replica;
+  int32_t mb;
+  uint32_t off; /* operands in g->idx: n_in inputs then n_out outputs */
+} exec_t;
+
+typedef struct {
+  uint32_t exec;
+  uint32_t cinst; /* collective instance */
+  int32_t pos;    /* position in the (replica-expanded) group, -1 if not in it */
+} cexec_t;
+
+typedef struct {
+  int64_t coll;
+  int32_t mb;
+  int32_t rset; /* replica, or -1 for a collective spanning replicas */
+  uint32_t id;  /* NONE = empty slot */
+} ckey_t;
+
+typedef struct {
+  uint32_t inst, exec, k; /* instance, reader exec, input position */
+} pending_t;
+
+typedef struct {
+  const vd_plan_t *p;
+  vd_graph_t *g;
+  vd_diag *d;
+  int32_t D, R, n_mb;
+  uint8_t *written;   /* per tensor: bit 0 written, bit 1 written without being read */
+  uint32_t *ord;      /* plan nodes sorted by (rank, segment, index) */
+  uint32_t *rank_off; /* R + 1 */
+  uint32_t *step_lo, *step_hi; /* per plan step: range in ord */
+  int32_t *gpos;      /* per plan node: position of its rank in its group */
+  uint8_t *is_p2p;    /* per plan node: send or recv */
+  exec_t *ex; size_t n_ex;
+  cexec_t *ce; size_t n_ce;
+  ckey_t *map; size_t map_cap; uint32_t n_cinst;
+  pending_t *pend; size_t n_pend, cap_pend;
+  size_t cap_values;
+} bctx;
+
+/* ---- issues ------------------------------------------------------------ */
+
+vd_rc vd_graph_i_issue(vd_graph_t *g, vd_gissue_kind kind, int64_t tensor, int64_t pnode,
+                       int32_t replica, int32_t mb, const char *field, const char *fmt, ...) {
+  if (g->n_issues >= VD_GRAPH_MAX_ISSUES) {
+    g->n_issues_dropped++;
+    return VD_OK;
+  }
+  /* Capacity is implied by the count: 8, then powers of two. */
+  size_t n = g->n_issues;
+  if (n == 0 || (n >= 8 && (n & (n - 1)) == 0)) {
+    size_t cap = n == 0 ? 8 : n * 2;
+    vd_graph_issue *ni = vd_realloc_array(g->issues, cap, sizeof(*ni));
+    if (!ni) return VD_ENOMEM;
+    g->issues = ni;
+  }
+  vd_graph_issue *is = &g->issues[n];
+  memset(is, 0, sizeof(*is));
+  is->kind = kind;
+  is->tensor = tensor;
+  is->pnode = pnode;
+  is->replica = replica;
+  is->mb = mb;
+  if (field) snprintf(is->field, sizeof(is->field), "%s", field);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(is->detail, sizeof(is->detail), fmt, ap);
+  va_end(ap);
+  g->n_issues++;
+  return VD_OK;
+}
+
+void vd_graph_i_node_label(const vd_graph_t *g, uint32_t pnode, int32_t replica, int32_t mb,
+                           char *buf, size_t size) {
+  const vd_plan_t *p = g->plan;
+  const vd_node_t *n = &p->nodes[pnode];
+  snprintf(buf, size, "node %lld '%s' (rank %lld, mb %d)", (long long)n->id,
+           vd_plan_s(p, n->name), (long long)vd_graph_rank(g, n->rank, replica), mb);
+}
+
+static int issue_cmp(const void *a, const void *b) {
+  const vd_graph_issue *x = a, *y = b;
+  if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+  if (x->pnode != y->pnode) return x->pnode < y->pnode ? -1 : 1;
+  if (x->replica != y->replica) return x->replica < y->replica ? -1 : 1;
+  if (x->mb != y->mb) return x->mb < y->mb ? -1 : 1;
+  if (x->tensor != y->tensor) return x->tensor < y->tensor ? -1 : 1;
+  int c = strcmp(x->field, y->field);
+  if (c) return c;
+  return strcmp(x->detail, y->detail);
+}
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static const char *tname(const vd_plan_t *p, uint32_t t) { return vd_plan_s(p, p->tensors[t].name); }
+static const char *nname(const vd_plan_t *p, uint32_t n) { return vd_plan_s(p, p->nodes[n].name); }
+static const char *nop(const vd_plan_t *p, uint32_t n) { return vd_node_op(p, &p->nodes[n]); }
+
+/* SOUNDNESS: an initial value is an input of the iteration (a free value,
+ * related to the single plan only through a lineage annotation it was
+ * given), so what counts as initial decides what a dataflow bug looks like:
+ *  - inputs, weights and optimizer state are initial by role;
+ *  - a gradient that no node writes is a seed (the loss gradient);
+ *  - a persistent tensor that is only ever updated in place (every writer
+ *    also reads it: zero_grad as scale-by-0, accumulate) carries its value
+ *    in from the previous iteration, so its first read sees that state;
+ *  - everything else must be produced before it is read.  In particular an
+ *    activation or loss that nothing writes is what a removed collective
+ *    leaves behind, so it is UNPRODUCED rather than silently an input, and a
+ *    persistent tensor with a plain (non-reading) writer that is read first
+ *    is READ_EARLY rather than stale state.
+ * written[t]: bit 0 = some node writes t, bit 1 = some node writes t
+ * without reading it. */
+static int tensor_initial(const bctx *c, uint32_t t) {
+  const vd_tensor_t *x = &c->p->tensors[t];
+  if (x->role == VD_ROLE_INPUT || x->role == VD_ROLE_WEIGHT || x->role == VD_ROLE_OPTSTATE) return 1;
+  if (!(c->written[t] & 1)) return x->role == VD_ROLE_GRAD;
+  return x->scope == VD_SCOPE_PERSISTENT && !(c->written[t] & 2);
+}
+
+static uint64_t mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+
+/* Returns the collective instance id of key, inserting it if new. */
+static uint32_t coll_instance(bctx *c, int64_t coll, int32_t mb, int32_t rset) {
+  uint64_t h = mix64((uint64_t)coll ^ mix64(((uint64_t)(uint32_t)mb << 32) | (uint32_t)rset));
+  size_t mask = c->map_cap - 1;
+  for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
+    ckey_t *k = &c->map[i];
+    if (k->id == NONE) {
+      k->coll = coll;
+      k->mb = mb;
+      k->rset = rset;
+      k->id = c->n_cinst++;
+      return k->id;
+    }
+    if (k->coll == coll && k->mb == mb && k->rset == rset) return k->id;
+  }
+}
+
+/* ---- pass 1: index ----------------------------------------------------- */
+
+static vd_rc too_large(bctx *c, const char *what) {
+  return VD_ERR(c->d, VD_EINPUT, NULL, NULL, NULL,
+                "plan too large for the graph: more than 2^31-2 %s", what);
+}
+
+/* Sorts plan nodes by (rank, segment, index) and checks ranges. */
+static vd_rc index_nodes(bctx *c) {
+  const vd_plan_t *p = c->p;
+  size_t nn = p->n_nodes, ns = p->n_segments, nr = (size_t)c->R;
+  size_t nk = (ns > nr ? ns : nr) + 1;
+  uint32_t *cnt = vd_calloc(nk, sizeof(*cnt));
+  uint32_t *tmp = vd_malloc((nn ? nn : 1) * sizeof(*tmp));
+  c->ord = vd_malloc((nn ? nn : 1) * sizeof(*c->ord));
+  c->rank_off = vd_calloc(nr + 1, sizeof(*c->rank_off));
+  vd_rc rc = VD_OK;
+  if (!cnt || !tmp || !c->ord || !c->rank_off) {
+    rc = VD_OOM(c->d);
+    goto done;
+  }
+  for (size_t i = 0; i < nn; i++) {
+    const vd_node_t *n = &p->nodes[i];
+    if (VD_NEVER(n->rank < 0 || n->rank >= c->R || n->segment < 0 || (size_t)n->segment >= ns)) {
+      char rec[64];
+      snprintf(rec, sizeof(rec), "node %lld", (long long)n->id);
+      rc = VD_ERR(c->d, VD_EINPUT, NULL, rec, "rank/segment", "expected a valid rank and segment, got %d/%d",
+                  n->rank, n->segment);
+      goto done;
+    }
+    cnt[n->segment + 1]++;
+  }
+  for (size_t s = 0; s < ns; s++) cnt[s + 1] += cnt[s];
+  for (size_t i = 0; i < nn; i++) tmp[cnt[p->nodes[i].segment]++] = (uint32_t)i;
+  memset(cnt, 0, nk * sizeof(*cnt));
+  for (size_t i = 0; i < nn; i++) cnt[p->nodes[i].rank + 1]++;
+  for (size_t r = 0; r < nr; r++) cnt[r + 1] += cnt[r];
+  memcpy(c->rank_off, cnt, (nr + 1) * sizeof(*cnt));
+  for (size_t i = 0; i < nn; i++) {
+    uint32_t v = tmp[i];
+    c->ord[cnt[p->nodes[v].rank]++] = v;
+  }
+done:
+  vd_free(cnt);
+  vd_free(tmp);
+  return rc;
+}
+
+/* First position in ord[lo, hi) whose node's segment is >= seg. */
+static uint32_t seg_lower(const bctx *c, uint32_t lo, uint32_t hi, int32_t seg) {
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (c->p->nodes[c->ord[mid]].segment < seg) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* Per-node group position and send/recv flag. */
+static vd_rc index_groups(bctx *c) {
+  const vd_plan_t *p = c->p;
+  size_t nn = p->n_nodes ? p->n_nodes : 1;
+  c->gpos = vd_malloc(nn * sizeof(*c->gpos));
+  c->is_p2p = vd_calloc(nn, 1);
+  if (!c->gpos || !c->is_p2p) return VD_OOM(c->d);
+  for (size_t i = 0; i < p->n_nodes; i++) {
+    const vd_node_t *n = &p->nodes[i];
+    c->gpos[i] = -1;
+    if (n->coll < 0) continue;
+    const char *op = vd_node_op(p, n);
+    if (strcmp(op, "send") == 0) {
+      c->is_p2p[i] = 1;
+      c->gpos[i] = 0;
+    } else if (strcmp(op, "recv") == 0) {
+      c->is_p2p[i] = 1;
+      c->gpos[i] = 1;
+    } else {
+      const int64_t *gr = vd_node_group(p, n);
+      for (uint32_t k = 0; k < n->n_group; k++)
+        if (gr[k] == n->rank) {
+          c->gpos[i] = (int32_t)k;
+          break;
+        }
+    }
+  }
+  return VD_OK;
+}
+
+/* Instance layout, written flags, step ranges and exact totals. */
+static vd_rc prepare(bctx *c, size_t *n_ops, size_t *n_outs) {
+  const vd_plan_t *p = c->p;
+  vd_graph_t *g = c->g;
+  size_t nt = p->n_tensors ? p->n_tensors : 1;
+  int32_t maxmb = -1;
+  for (size_t s = 0; s < p->n_steps; s++) {
+    if (VD_NEVER(p->steps[s].mb < -1 || p->steps[s].segment < 0 ||
+                 (size_t)p->steps[s].segment >= p->n_segments))
+      return VD_ERR(c->d, VD_EINPUT, NULL, "schedule", "step", "expected a valid step, got segment %d mb %d",
+                    p->steps[s].segment, p->steps[s].mb);
+    if (p->steps[s].mb > maxmb) maxmb = p->steps[s].mb;
+  }
+  c->n_mb = maxmb + 1 > p->world.nm ? maxmb + 1 : p->world.nm;
+  if (c->n_mb < 1) c->n_mb = 1;
+
+  g->inst_base = vd_malloc(nt * sizeof(*g->inst_base));
+  g->inst_per_replica = vd_malloc(nt * sizeof(*g->inst_per_replica));
+  c->written = vd_calloc(nt, 1);
+  if (!g->inst_base || !g->inst_per_replica || !c->written) return VD_OOM(c->d);
+  uint64_t ninst = 0;
+  for (size_t t = 0; t < p->n_tensors; t++) {
+    uint32_t per = p->tensors[t].scope == VD_SCOPE_PER_MB ? (uint32_t)c->n_mb : 1;
+    g->inst_base[t] = (uint32_t)(ninst < UINT32_MAX ? ninst : UINT32_MAX);
+    g->inst_per_replica[t] = per;
+    ninst += (uint64_t)per * (uint64_t)c->D;
+    if (ninst >= INT32_MAX) return too_large(c, "tensor instances");
+  }
+  g->n_inst = (size_t)ninst;
+  g->inst_first = vd_malloc((ninst ? ninst : 1) * sizeof(int32_t));
+  g->inst_last = vd_malloc((ninst ? ninst : 1) * sizeof(int32_t));
+  if (!g->inst_first || !g->inst_last) return VD_OOM(c->d);
+  for (size_t i = 0; i < ninst; i++) g->inst_first[i] = g->inst_last[i] = -1;
+
+  for (size_t i = 0; i < p->n_nodes; i++) {
+    const vd_node_t *n = &p->nodes[i];
+    const uint32_t *io[2] = {vd_node_inputs(p, n), vd_node_outputs(p, n)};
+    uint32_t cnt[2] = {n->n_in, n->n_out};
+    for (int s = 0; s < 2; s++)
+      for (uint32_t k = 0; k < cnt[s]; k++)
+        if (VD_NEVER(io[s][k] >= p->n_tensors)) {
+          char rec[64];
+          snprintf(rec, sizeof(rec), "node %lld", (long long)n->id);
+          return VD_ERR(c->d, VD_EINPUT, NULL, rec, s ? "outputs" : "inputs",
+                        "expected a tensor index, got %u", io[s][k]);
+        }
+    for (uint32_t k = 0; k < n->n_out; k++) {
+      int reads = 0;
+      for (uint32_t j = 0; j < n->n_in && !reads; j++) reads = io[0][j] == io[1][k];
+      c->written[io[1][k]] |= (uint8_t)(reads ? 1 : 3);
+    }
+  }
+
+  /* Step ranges and totals from prefix sums over ord. */
+  size_t nn = p->n_nodes;
+  uint64_t *pre = vd_malloc((nn + 1) * 3 * sizeof(*pre)); /* ops, outs, colls */
+  c->step_lo = vd_malloc((p->n_steps ? p->n_steps : 1) * sizeof(*c->step_lo));
+  c->step_hi = vd_malloc((p->n_steps ? p->n_steps : 1) * sizeof(*c->step_hi));
+  if (!pre || !c->step_lo || !c->step_hi) {
+    vd_free(pre);
+    return VD_OOM(c->d);
+  }
+  pre[0] = pre[1] = pre[2] = 0;
+  for (size_t i = 0; i < nn; i++) {
+    const vd_node_t *n = &p->nodes[c->ord[i]];
+    pre[3 * (i + 1)] = pre[3 * i] + n->n_in + n->n_out;
+    pre[3 * (i + 1) + 1] = pre[3 * i + 1] + n->n_out;
+    pre[3 * (i + 1) + 2] = pre[3 * i + 2] + (n->coll >= 0);
+  }
+  uint64_t ex = 0, ops = 0, outs = 0, colls = 0;
+  for (int32_t r = 0; r < c->R; r++) {
+    const vd_program_t *pr = &p->programs[r];
+    for (uint32_t s = pr->step_off; s < pr->step_off + pr->n_steps; s++) {
+      int32_t seg = p->steps[s].segment;
+      uint32_t lo = seg_lower(c, c->rank_off[r], c->rank_off[r + 1], seg);
+      uint32_t hi = seg_lower(c, lo, c->rank_off[r + 1], seg + 1);
+      c->step_lo[s] = lo;
+      c->step_hi[s] = hi;
+      ex += hi - lo;
+      ops += pre[3 * hi] - pre[3 * lo];
+      outs += pre[3 * hi + 1] - pre[3 * lo + 1];
+      colls += pre[3 * hi + 2] - pre[3 * lo + 2];
+    }
+  }
+  vd_free(pre);
+  ex *= (uint64_t)c->D;
+  ops *= (uint64_t)c->D;
+  outs *= (uint64_t)c->D;
+  colls *= (uint64_t)c->D;
+  if (ex >= INT32_MAX) return too_large(c, "node executions");
+  if (ops >= UINT32_MAX / 2) return too_large(c, "operands");
+
+  c->ex = vd_malloc((ex ? ex : 1) * sizeof(*c->ex));
+  c->ce = vd_malloc((colls ? colls : 1) * sizeof(*c->ce));
+  size_t mc = 16;
+  while (mc < 2 * colls) mc *= 2;
+  c->map_cap = mc;
+  c->map = vd_malloc(mc * sizeof(*c->map));
+  g->idx = vd_malloc((ops ? ops : 1) * sizeof(*g->idx));
+  /* Values: at most one per write plus one (initial or placeholder) per
+   * instance, and at most one per operand. */
+  uint64_t vcap = outs + ninst < ops ? outs + ninst : ops;
+  c->cap_values = vcap ? (size_t)vcap : 1;
+  g->values = vd_malloc(c->cap_values * sizeof(*g->values));
+  if (!c->ex || !c->ce || !c->map || !g->idx || !g->values) return VD_OOM(c->d);
+  for (size_t i = 0; i < mc; i++) c->map[i].id = NONE;
+  *n_ops = (size_t)ops;
+  *n_outs = (size_t)outs;
+  return VD_OK;
+}
+
+/* ---- pass 2: execute --------------------------------------------------- */
+
+static uint32_t new_value(bctx *c, uint32_t t, int32_t d, int32_t mb, uint32_t version,
+                          int32_t producer, int initial) {
+  vd_graph_t *g = c->g;
+  /* cap_values is an exact upper bound (see prepare). */
+  assert(g->n_values < c->cap_values);
+  uint32_t v = (uint32_t)g->n_values++;
+  vd_value_t *val = &g->values[v];
+  memset(val, 0, sizeof(*val));
+  val->tensor = t;
+  val->replica = d;
+  val->mb = c->p->tensors[t].scope == VD_SCOPE_PER_MB ? mb : -1;
+  val->version = version;
+  val->producer = producer;
+  val->is_initial = (uint8_t)initial;
+  return v;
+}
+
+static int is_placeholder(const vd_value_t *v) { return v->producer < 0 && !v->is_initial; }
+
+/* Instance of tensor t as used by an exec in replica d, step mb.  A per-mb
+ * tensor in a once-only step is an issue; it maps to microbatch 0. */
+static vd_rc instance_of(bctx *c, uint32_t t, int32_t d, int32_t *mb, uint32_t e, int out, uint32_t k,
+                         uint32_t *inst) {
+  vd_graph_t *g = c->g;
+  const vd_plan_t *p = c->p;
+  if (p->tensors[t].scope == VD_SCOPE_PER_MB && *mb < 0) {
+    uint32_t pn = c->ex[e].pnode;
+    char f[32];
+    snprintf(f, sizeof(f), "%s[%u]", out ? "out" : "in", k);
+    VD_CHECK(vd_graph_i_issue(g, VD_GISSUE_MB_SCOPE, t, pn, d, -1, f,
+                              "per-microbatch tensor '%s' used by %s '%s' in a step that runs once "
+                              "(rank %lld, replica %d)",
+                              tname(p, t), nop(p, pn), nname(p, pn),
+                              (long long)vd_graph_rank(g, p->nodes[pn].rank, d), d));
+    *mb = 0;
+  }
+  int32_t m = p->tensors[t].scope == VD_SCOPE_PER_MB ? *mb : 0;
+  *inst = g->inst_base[t] + (uint32_t)d * g->inst_per_replica[t] + (uint32_t)m;
+  return VD_OK;
+}
+
+static vd_rc exec_node(bctx *c, uint32_t pn, int32_t d, int32_t mb) {
+  const vd_plan_t *p = c->p;
+  vd_graph_t *g = c->g;
+  const vd_node_t *n = &p->nodes[pn];
+  const uint32_t *in = vd_node_inputs(p, n), *out = vd_node_outputs(p, n);
+  uint32_t e = (uint32_t)c->n_ex++;
+  uint32_t off = (uint32_t)g->n_idx;
+  c->ex[e] = (exec_t){pn, d, mb, off};
+  g->n_idx += n->n_in + n->n_out;
+
+  for (uint32_t k = 0; k < n->n_in; k++) {
+    uint32_t t = in[k], inst;
+    int32_t m = mb;
+    VD_CHECK(instance_of(c, t, d, &m, e, 0, k, &inst));
+    int32_t v = g->inst_last[inst];
+    if (v < 0) {
+      if (tensor_initial(c, t)) {
+        v = (int32_t)new_value(c, t, d, m, 0, -1, 1);
+        g->inst_first[inst] = v;
+      } else {
+        /* Placeholder: judged READ_EARLY or UNPRODUCED once the rank's walk
+         * is over.  Later reads of the instance reuse it (one issue). */
+        v = (int32_t)new_value(c, t, d, m, 0, -1, 0);
+        if (VD_GROW(c->pend, c->cap_pend, c->n_pend + 1)) return VD_OOM(c->d);
+        c->pend[c->n_pend++] = (pending_t){inst, e, k};
+      }
+      g->inst_last[inst] = v;
+    }
+    g->idx[off + k] = (uint32_t)v;
+  }
+  for (uint32_t k = 0; k < n->n_out; k++) {
+    uint32_t t = out[k], inst;
+    int32_t m = mb;
+    VD_CHECK(instance_of(c, t, d, &m, e, 1, k, &inst));
+    int32_t prev = g->inst_last[inst];
+    uint32_t v;
+    if (prev < 0 || is_placeholder(&g->values[prev])) {
+      v = new_value(c, t, d, m, 0, (int32_t)e, 0);
+      g->inst_first[inst] = (int32_t)v;
+    } else {
+      /* Weights and optimizer state may be overwritten without being read
+       * (ZeRO's all_gather of updated shards, a master-weight copy): that is
+       * an update, i.e. just the next version.  For gradients, activations
+       * and losses it is a second producer (e.g. a microbatch that writes the
+       * gradient instead of accumulating into it). */
+      vd_role role = p->tensors[t].role;
+      int reads = role == VD_ROLE_WEIGHT || role == VD_ROLE_OPTSTATE;
+      for (uint32_t j = 0; j < n->n_in && !reads; j++) reads = in[j] == t;
+      if (!reads) {
+        char f[32];
+        snprintf(f, sizeof(f), "out[%u]", k);
+        const vd_value_t *pv = &g->values[prev];
+        char by[96];
+        if (pv->producer >= 0) {
+          uint32_t pp = c->ex[pv->producer].pnode;
+          snprintf(by, sizeof(by), "%s '%s'", nop(p, pp), nname(p, pp));
+        } else {
+          snprintf(by, sizeof(by), "its initial value");
+        }
+        VD_CHECK(vd_graph_i_issue(g, VD_GISSUE_DOUBLE_WRITE, t, pn, d, m, f,
+                                  "tensor '%s' written by %s '%s' (rank %lld, replica %d, mb %d) "
+                                  "already holds version %u from %s",
+                                  tname(p, t), nop(p, pn), nname(p, pn),
+                                  (long long)vd_graph_rank(g, n->rank, d), d, m, pv->version, by));
+      }
+      v = new_value(c, t, d, m, g->values[prev].version + 1, (int32_t)e, 0);
+    }
+    g->inst_last[inst] = (int32_t)v;
+    g->idx[off + n->n_in + k] = v;
+  }
+  if (n->coll >= 0) {
+    int32_t pos = c->gpos[pn];
+    if (n->span_replicas && pos >= 0 && !c->is_p2p[pn]) pos += d * (int32_t)n->n_group;
+    uint32_t ci = coll_instance(c, n->coll, mb, n->span_replicas ? -1 : d);
+    c->ce[c->n_ce++] = (cexec_t){e, ci, pos};
+  }
+  return VD_OK;
+}
+
+/* Judges the placeholder reads of one rank's walk. */
+static vd_rc resolve_pending(bctx *c) {
+  const vd_plan_t *p = c->p;
+  vd_graph_t *g = c->g;
+  for (size_t i = 0; i < c->n_pend; i++) {
+    const pending_t *q = &c->pend[i];
+    const exec_t *x = &c->ex[q->exec];
+    uint32_t pn = x->pnode;
+    uint32_t t = vd_node_inputs(p, &p->nodes[pn])[q->k];
+    int early = g->inst_first[q->inst] >= 0;
+    char f[32];
+    snprintf(f, sizeof(f), "in[%u]", q->k);
+    long long rk = (long long)vd_graph_rank(g, p->nodes[pn].rank, x->replica);
+    int32_t m = p->tensors[t].scope == VD_SCOPE_PER_MB ? x->mb : -1;
+    if (early)
+      VD_CHECK(vd_graph_i_issue(g, VD_GISSUE_READ_EARLY, t, pn, x->replica, x->mb, f,
+                                "tensor '%s' read by %s '%s' (rank %lld, replica %d, mb %d) "
+                                "before the step that produces it",
+                                tname(p, t), nop(p, pn), nname(p, pn), rk, x->replica, m));
+    else
+      VD_CHECK(vd_graph_i_issue(g, VD_GISSUE_UNPRODUCED, t, pn, x->replica, x->mb, f,
+                                "tensor '%s' read by %s '%s' (rank %lld, replica %d, mb %d) "
+                                "is never produced",
+                                tname(p, t), nop(p, pn), nname(p, pn), rk, x->replica, m));
+  }
+  c->n_pend = 0;
+  return VD_OK;
+}
+
+static vd_rc execute(bctx *c) {
+  const vd_plan_t *p = c->p;
+  for (int32_t d = 0; d < c->D; d++)
+    for (int32_t r = 0; r < c->R; r++) {
+      const vd_program_t *pr = &p->programs[r];
+      for (uint32_t s = pr->step_off; s < pr->step_off + pr->n_steps; s++)
+        for (uint32_t i = c->step_lo[s]; i < c->step_hi[s]; i++)
+          VD_CHECK(exec_node(c, c->ord[i], d, p->steps[s].mb));
+      VD_CHECK(resolve_pending(c));
+    }
+  /* Placeholders never count as an instance's value. */
+  vd_graph_t *g = c->g;
+  for (size_t i = 0; i < g->n_inst; i++)
+    if (g->inst_first[i] < 0) g->inst_last[i] = -1;
+  return VD_OK;
+}
+
+/* ---- pass 3: merge ----------------------------------------------------- */
+
+static int ce_cmp(const void *a, const void *b) {
+  const cexec_t *x = a, *y = b;
+  if (x->pos != y->pos) return x->pos < y->pos ? -1 : 1;
+  return x->exec < y->exec ? -1 : x->exec > y->exec;
+}
+
+/* Checks one collective instance (participants sorted by position) and
+ * records COLL_MISMATCH issues. */
+static vd_rc check_coll(bctx *c, const cexec_t *ps, uint32_t np) {
+  const vd_plan_t *p = c->p;
+  vd_graph_t *g = c->g;
+  const exec_t *x0 = &c->ex[ps[0].exec];
+  uint32_t ref = x0->pnode;
+  const vd_node_t *rn = &p->nodes[ref];
+  int p2p = c->is_p2p[ref];
+  int32_t exp = p2p ? 2 : (int32_t)rn->n_group * (rn->span_replicas ? c->D : 1);
+  const int64_t *rg = vd_node_group(p, rn);
+  int32_t mb = x0->mb, rep = rn->span_replicas ? -1 : x0->replica;
+  char key[48];
+  snprintf(key, sizeof(key), "coll %lld (mb %d, replica %d)", (long long)rn->coll, mb, rep);
+
+  for (uint32_t i = 0; i < np; i++) {
+    const exec_t *x = &c->ex[ps[i].exec];
+    uint32_t pn = x->pnode;
+    const vd_node_t *n = &p->nodes[pn];
+    long long rk = (long long)vd_graph_rank(g, n->rank, x->replica);
+    if (i > 0) {
+      const char *why = NULL;
+      if (c->is_p2p[pn] != p2p || (!p2p && strcmp(nop(p, pn), nop(p, ref)) != 0))
+        why = "op";
+      else if (n->n_group != rn->n_group || n->span_replicas != rn->span_replicas ||
+               (n->group_off != rn->group_off &&
+                memcmp(vd_node_group(p, n), rg, n->n_group * sizeof(*rg)) != 0))
+        why = "group";
+      if (why)
+        VD_CHECK(vd_graph_i_issue(g, VD_GISSUE_COLL_MISMATCH, -1, pn, x->replica, mb, why,
+                                  "%s: %s '%s' on rank %lld disagrees in %s with %s '%s'", key,
+                                  nop(p, pn), nname(p, pn), rk, why, nop(p, ref), nname(p, ref)));
+    }
+    int32_t pos = ps[i].pos;
+    if (pos < 0 || pos >= exp) {
+      VD_CHECK(vd_graph_i_issue(g, VD_GISSUE_COLL_MISMATCH, -1, pn, x->replica, mb, "group",
+                                "%s: %s '%s' on rank %lld is not a member of the group", key,
+                                nop(p, pn), nname(p, pn), rk));
+    } else if (i > 0 && ps[i - 1].pos == pos) {
+      VD_CHECK(vd_graph_i_issue(g, VD_GISSUE_COLL_MISMATCH, -1, pn, x->replica, mb, "coll",
+                                "%s: extra participant %s '%s' on rank %lld (group position %d taken)",
+                                key, nop(p, pn), nname(p, pn), rk, pos));
+    }
+  }
+  /* Missing positions: walk 0..exp-1 against the sorted positions. */
+  uint32_t i = 0;
+  for (int32_t want = 0; want < exp; want++) {
+    while (i < np && ps[i].pos < want) i++;
+    if (i < np && ps[i].pos == want) continue;
+    long long rk;
+    const char *role = "";
+    if (p2p) {
+      rk = rn->n_group == 2 ? (long long)rg[want] : -1;
+      role = want == 0 ? " (send)" : " (recv)";
+    } else {
+      int32_t ng = (int32_t)rn->n_group;
+      rk = (long long)(want / ng) * c->R + rg[want % ng];
+    }
+    VD_CHECK(vd_graph_i_issue(g, VD_GISSUE_COLL_MISMATCH, -1, ref, x0->replica, mb, "coll",
+                              "%s: %s '%s' has no participant%s on rank %lld (group position %d of %d)",
+                              key, nop(p, ref), nname(p, ref), role, rk, want, exp));
+  }
+  return VD_OK;
+}
+
+static vd_rc merge(bctx *c, uint32_t *ex_gnode) {
+  const vd_plan_t *p = c->p;
+  vd_graph_t *g = c->g;
+  vd_rc rc = VD_OK;
+  uint32_t nci = c->n_cinst;
+  uint32_t *coff = vd_calloc((size_t)nci + 1, sizeof(*coff));
+  uint32_t *cgn = vd_malloc(((size_t)nci + 1) * sizeof(*cgn));
+  cexec_t *sorted = vd_malloc((c->n_ce ? c->n_ce : 1) * sizeof(*sorted));
+  if (!coff || !cgn || !sorted) {
+    rc = VD_OOM(c->d);
+    goto done;
+  }
+  /* Group collective execs by instance (stable), then by position. */
+  for (size_t i = 0; i < c->n_ce; i++) coff[c->ce[i].cinst + 1]++;
+  for (uint32_t i = 0; i < nci; i++) coff[i + 1] += coff[i];
+  memcpy(cgn, coff, ((size_t)nci + 1) * sizeof(*cgn));
+  for (size_t i = 0; i < c->n_ce; i++) sorted[cgn[c->ce[i].cinst]++] = c->ce[i];
+  for (uint32_t i = 0; i < nci; i++) {
+    if (coff[i + 1] - coff[i] > 1) qsort(sorted + coff[i], coff[i + 1] - coff[i], sizeof(*sorted), ce_cmp);
+    cgn[i] = NONE;
+  }
+
+  /* Exact idx need: collective copies (+2 per participant) and consumers
+   * (at most one per input operand). */
+  uint64_t extra = 0, ins = 0;
+  for (size_t e = 0; e < c->n_ex; e++) ins += p->nodes[c->ex[e].pnode].n_in;
+  for (size_t i = 0; i < c->n_ce; i++) {
+    const vd_node_t *n = &p->nodes[c->ex[c->ce[i].exec].pnode];
+    extra += n->n_in + n->n_out + 2;
+  }
+  if (g->n_idx + extra + ins >= UINT32_MAX) {
+    rc = too_large(c, "index entries");
+    goto done;
+  }
+  uint32_t *ni = vd_realloc_array(g->idx, g->n_idx + extra + ins + 1, sizeof(*ni));
+  g->nodes = vd_malloc((c->n_ex ? c->n_ex : 1) * sizeof(*g->nodes));
+  if (ni) g->idx = ni;
+  if (!ni || !g->nodes) {
+    rc = VD_OOM(c->d);
+    goto done;
+  }
+
+  size_t j = 0; /* collective execs are in exec order in c->ce */
+  for (size_t e = 0; e < c->n_ex; e++) {
+    const exec_t *x = &c->ex[e];
+    const vd_node_t *n = &p->nodes[x->pnode];
+    if (n->coll < 0) {
+      uint32_t gi = (uint32_t)g->n_nodes++;
+      g->nodes[gi] = (vd_gnode_t){x->pnode, x->replica, x->mb, x->off, n->n_in,
+                                  x->off + n->n_in, n->n_out, 0, 0};
+      ex_gnode[e] = gi;
+      continue;
+    }
+    uint32_t ci = c->ce[j++].cinst;
+    if (cgn[ci] != NONE) {
+      ex_gnode[e] = cgn[ci];
+      continue;
+    }
+    const cexec_t *ps = sorted + coff[ci];
+    uint32_t np = coff[ci + 1] - coff[ci];
+    uint32_t gi = (uint32_t)g->n_nodes++;
+    cgn[ci] = gi;
+    vd_gnode_t *gn = &g->nodes[gi];
+    const exec_t *x0 = &c->ex[ps[0].exec];
+    *gn = (vd_gnode_t){x0->pnode, x0->replica, x0->mb, 0, 0, 0, 0, 0, np};
+    gn->in_off = (uint32_t)g->n_idx;
+    for (uint32_t k = 0; k < np; k++) {
+      const exec_t *xk = &c->ex[ps[k].exec];
+      uint32_t nin = p->nodes[xk->pnode].n_in;
+      memcpy(g->idx + g->n_idx, g->idx + xk->off, nin * sizeof(uint32_t));
+      g->n_idx += nin;
+      gn->n_in += nin;
+    }
+    gn->out_off = (uint32_t)g->n_idx;
+    for (uint32_t k = 0; k < np; k++) {
+      const exec_t *xk = &c->ex[ps[k].exec];
+      const vd_node_t *nk = &p->nodes[xk->pnode];
+      memcpy(g->idx + g->n_idx, g->idx + xk->off + nk->n_in, nk->n_out * sizeof(uint32_t));
+      g->n_idx += nk->n_out;
+      gn->n_out += nk->n_out;
+    }
+    gn->part_off = (uint32_t)g->n_idx;
+    for (uint32_t k = 0; k < np; k++) {
+      const exec_t *xk = &c->ex[ps[k].exec];
+      g->idx[g->n_idx++] = xk->pnode;
+      g->idx[g->n_idx++] = (uint32_t)xk->replica;
+      ex_gnode[ps[k].exec] = gi;
+    }
+    if (check_coll(c, ps, np) != VD_OK) {
+      rc = VD_OOM(c->d);
+      goto done;
+    }
+  }
+done:
+  vd_free(coff);
+  vd_free(cgn);
+  vd_free(sorted);
+  return rc;
+}
+
+/* Producers from execs to graph nodes; consumers lists; is_final. */
+static void link_values(bctx *c, const uint32_t *ex_gnode) {
+  vd_graph_t *g = c->g;
+  for (size_t v = 0; v < g->n_values; v++) {
+    vd_value_t *val = &g->values[v];
+    if (val->producer >= 0) val->producer = (int32_t)ex_gnode[val->producer];
+    val->cons_off = NONE; /* last consumer seen, during counting */
+    val->n_cons = 0;
+  }
+  for (size_t ni = 0; ni < g->n_nodes; ni++) {
+    const vd_gnode_t *n = &g->nodes[ni];
+    for (uint32_t k = 0; k < n->n_in; k++) {
+      vd_value_t *val = &g->values[g->idx[n->in_off + k]];
+      if (val->cons_off != ni) {
+        val->cons_off = (uint32_t)ni;
+        val->n_cons++;
+      }
+    }
+  }
+  size_t base = g->n_idx;
+  for (size_t v = 0; v < g->n_values; v++) {
+    g->values[v].cons_off = (uint32_t)base;
+    base += g->values[v].n_cons;
+    g->values[v].n_cons = 0;
+  }
+  for (size_t ni = 0; ni < g->n_nodes; ni++) {
+    const vd_gnode_t *n = &g->nodes[ni];
+    for (uint32_t k = 0; k < n->n_in; k++) {
+      vd_value_t *val = &g->values[g->idx[n->in_off + k]];
+      uint32_t *cl = g->idx + val->cons_off;
+      if (val->n_cons == 0 || cl[val->n_cons - 1] != ni) cl[val->n_cons++] = (uint32_t)ni;
+    }
+  }
+  g->n_idx = base;
+  for (size_t i = 0; i < g->n_inst; i++)
+    if (g->inst_last[i] >= 0) g->values[g->inst_last[i]].is_final = 1;
+}
+
+/* ---- public ------------------------------------------------------------ */
+
+vd_rc vd_graph_build(const vd_plan_t *p, const vd_graph_opts *o, vd_graph_t *g, vd_diag *d) {
+  memset(g, 0, sizeof(*g));
+  g->plan = p;
+  bctx c;
+  memset(&c, 0, sizeof(c));
+  c.p = p;
+  c.g = g;
+  c.d = d;
+  c.R = p->world.stored_ranks;
+  c.D = o && o->expand_replicas ? p->world.replicas : 1;
+  if (c.D < 1) c.D = 1;
+  g->replicas = c.D;
+  uint32_t *ex_gnode = NULL;
+  size_t n_ops = 0, n_outs = 0;
+  vd_rc rc;
+
+  if (VD_NEVER(c.R < 1 || !p->programs)) {
+    rc = VD_ERR(d, VD_EINPUT, NULL, "world", "stored_ranks", "expected at least one stored rank, got %d", c.R);
+    goto done;
+  }
+  if ((rc = index_nodes(&c)) != VD_OK) goto done;
+  if ((rc = index_groups(&c)) != VD_OK) goto done;
+  if ((rc = prepare(&c, &n_ops, &n_outs)) != VD_OK) goto done;
+  if ((rc = execute(&c)) != VD_OK) goto done;
+  ex_gnode = vd_malloc((c.n_ex ? c.n_ex : 1) * sizeof(*ex_gnode));
+  if (!ex_gnode) {
+    rc = VD_OOM(d);
+    goto done;
+  }
+  if ((rc = merge(&c, ex_gnode)) != VD_OK) goto done;
+  link_values(&c, ex_gnode);
+  if ((rc = vd_graph_i_topo(g, d)) != VD_OK) goto done;
+
+  if (g->n_issues) {
+    qsort(g->issues, g->n_issues, sizeof(*g->issues), issue_cmp);
+    const vd_graph_issue *is = &g->issues[0];
+    char rec[128] = "";
+    if (is->pnode >= 0)
+      vd_graph_i_node_label(g, (uint32_t)is->pnode, is->replica < 0 ? 0 : is->replica, is->mb, rec,
+                            sizeof(rec));
+    else if (is->tensor >= 0)
+      snprintf(rec, sizeof(rec), "tensor '%s'", tname(p, (uint32_t)is->tensor));
+    size_t more = g->n_issues - 1 + g->n_issues_dropped;
+    rc = VD_ERR(d, VD_EINPUT, NULL, rec, is->field, "%s: %s%s", vd_gissue_names[is->kind], is->detail,
+                more ? " (and more dataflow issues)" : "");
+  }
+done:
+  if (rc == VD_ENOMEM) VD_OOM(d); /* paths that only return the code (no-op if recorded) */
+  (void)n_ops;
+  (void)n_outs;
+  vd_free(ex_gnode);
+  vd_free(c.written);
+  vd_free(c.ord);
+  vd_free(c.rank_off);
+  vd_free(c.step_lo);
+  vd_free(c.step_hi);
+  vd_free(c.gpos);
+  vd_free(c.is_p2p);
+  vd_free(c.ex);
+  vd_free(c.ce);
+  vd_free(c.map);
+  vd_free(c.pend);
+  return rc;
+}
+
+void vd_graph_free(vd_graph_t *g) {
+  if (!g) return;
+  vd_free(g->values);
+  vd_free(g->nodes);
+  vd_free(g->idx);
+  vd_free(g->topo);
+  vd_free(g->inst_base);
+  vd_free(g->inst_per_replica);
+  vd_free(g->inst_first);
+  vd_free(g->inst_last);
+  vd_free(g->issues);
+  memset(g, 0, sizeof(*g));
+}
+
+static int32_t inst_index(const vd_graph_t *g, uint32_t tensor, int32_t replica, int32_t mb) {
+  if (!g->plan || tensor >= g->plan->n_tensors || replica < 0 || replica >= g->replicas) return -1;
+  uint32_t m = mb < 0 ? 0 : (uint32_t)mb;
+  if (m >= g->inst_per_replica[tensor]) return -1;
+  return (int32_t)(g->inst_base[tensor] + (uint32_t)replica * g->inst_per_replica[tensor] + m);
+}
+
+int32_t vd_graph_first(const vd_graph_t *g, uint32_t tensor, int32_t replica, int32_t mb) {
+  int32_t i = inst_index(g, tensor, replica, mb);
+  return i < 0 ? -1 : g->inst_first[i];
+}
+
+int32_t vd_graph_last(const vd_graph_t *g, uint32_t tensor, int32_t replica, int32_t mb) {
+  int32_t i = inst_index(g, tensor, replica, mb);
+  return i < 0 ? -1 : g->inst_last[i];
+}

@@ -1,0 +1,254 @@
+/*
+ * tests/graph/test_topo.c - topological order (igraph) and cycle reports.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "../../graph/graph.h"
+#include "../support/plan_builders.h"
+
+/* topo is a permutation and every producer comes before its consumers. */
+static void assert_topo_valid(const vd_graph_t *g) {
+  size_t n = g->n_nodes;
+  uint32_t *pos = malloc((n ? n : 1) * sizeof(*pos));
+  assert_non_null(pos);
+  for (size_t i = 0; i < n; i++) pos[i] = UINT32_MAX;
+  for (size_t i = 0; i < n; i++) {
+    assert_true(g->topo[i] < n);
+    assert_int_equal(pos[g->topo[i]], UINT32_MAX);
+    pos[g->topo[i]] = (uint32_t)i;
+  }
+  size_t edges = 0;
+  for (size_t v = 0; v < g->n_values; v++) {
+    const vd_value_t *val = &g->values[v];
+    if (val->producer < 0) continue;
+    for (uint32_t k = 0; k < val->n_cons; k++) {
+      assert_true(pos[val->producer] < pos[vd_value_consumers(g, val)[k]]);
+      edges++;
+    }
+  }
+  /* consumers lists agree with the nodes' inputs */
+  for (size_t i = 0; i < n; i++) {
+    const vd_gnode_t *nd = &g->nodes[i];
+    for (uint32_t k = 0; k < nd->n_in; k++) {
+      const vd_value_t *val = &g->values[vd_gnode_inputs(g, nd)[k]];
+      int found = 0;
+      for (uint32_t j = 0; j < val->n_cons; j++) found |= vd_value_consumers(g, val)[j] == i;
+      assert_true(found);
+    }
+  }
+  free(pos);
+}
+
+static void test_builders_ordered(void **state) {
+  vd_rc (*fns[])(vd_plan_t *) = {pb_plan_linear2, pb_plan_tp2, pb_plan_pp2, pb_plan_mb2_accum, pb_plan_dp2};
+  for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
+    for (int expand = 0; expand < 2; expand++) {
+      vd_plan_t p;
+      vd_graph_t g;
+      vd_diag d;
+      vd_diag_clear(&d);
+      assert_int_equal(fns[i](&p), VD_OK);
+      vd_graph_opts o = {.expand_replicas = expand};
+      assert_int_equal(vd_graph_build(&p, &o, &g, &d), VD_OK);
+      assert_topo_valid(&g);
+      vd_graph_free(&g);
+      vd_plan_free(&p);
+    }
+}
+
+/* Two ranks run two all_reduces in opposite orders, each feeding the next:
+ * a deadlock, i.e. a cycle between the merged nodes. */
+static void test_cycle_between_collectives(void **state) {
+  pb_ctx c;
+  vd_plan_t p;
+  pb_begin(&c, &p, VD_PLAN_PARALLEL, 2, 1, 1);
+  int32_t s = pb_segment(&c, "fwd");
+  uint32_t x0 = pb_tensor(&c, "r0.x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 1, 4, 0);
+  uint32_t y0 = pb_tensor(&c, "r0.y", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
+  uint32_t z0 = pb_tensor(&c, "r0.z", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
+  uint32_t x1 = pb_tensor(&c, "r1.x", 1, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 1, 4, 0);
+  uint32_t y1 = pb_tensor(&c, "r1.y", 1, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
+  uint32_t z1 = pb_tensor(&c, "r1.z", 1, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
+  pb_coll(&c, "all_reduce", "r0.A", 0, s, PB_T(x0), PB_T(y0), 1, PB_G(0, 1), 0);
+  pb_coll(&c, "all_reduce", "r0.B", 0, s, PB_T(y0), PB_T(z0), 2, PB_G(0, 1), 0);
+  pb_coll(&c, "all_reduce", "r1.B", 1, s, PB_T(x1), PB_T(z1), 2, PB_G(0, 1), 0);
+  pb_coll(&c, "all_reduce", "r1.A", 1, s, PB_T(z1), PB_T(y1), 1, PB_G(0, 1), 0);
+  pb_step(&c, 0, s, 0);
+  pb_step(&c, 1, s, 0);
+  assert_int_equal(c.rc, VD_OK);
+  vd_graph_t g;
+  vd_diag d;
+  vd_diag_clear(&d);
+  vd_graph_opts o = {0};
+  assert_int_equal(vd_graph_build(&p, &o, &g, &d), VD_EINPUT);
+  assert_int_equal(g.n_nodes, 2);
+  assert_int_equal(g.n_issues, 1);
+  const vd_graph_issue *is = &g.issues[0];
+  assert_int_equal(is->kind, VD_GISSUE_CYCLE);
+  /* the node named is one of the two merged collectives (first participant on rank 0) */
+  assert_true(is->pnode == pb_find_node(&p, "r0.A") || is->pnode == pb_find_node(&p, "r0.B"));
+  assert_non_null(strstr(is->detail, "cycle of 2 nodes"));
+  assert_non_null(strstr(is->detail, "'r0.A'"));
+  assert_non_null(strstr(is->detail, "'r0.B'"));
+  assert_non_null(strstr(d.msg, "cycle"));
+  assert_non_null(strstr(d.record, "'r0."));
+  /* topo is still a permutation */
+  int seen[2] = {0, 0};
+  for (size_t i = 0; i < 2; i++) seen[g.topo[i]]++;
+  assert_int_equal(seen[0], 1);
+  assert_int_equal(seen[1], 1);
+  vd_graph_free(&g);
+  vd_plan_free(&p);
+}
+
+/* A recv that runs before its own send on the same rank, and the send sends
+ * what the recv produced: a self-loop.  Plus an ordinary node after it that
+ * is downstream of the cycle but not on it. */
+static void test_self_loop(void **state) {
+  pb_ctx c;
+  vd_plan_t p;
+  pb_begin(&c, &p, VD_PLAN_PARALLEL, 2, 1, 1);
+  int32_t s = pb_segment(&c, "fwd");
+  uint32_t x = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 1, 4, 0);
+  uint32_t a = pb_tensor(&c, "a", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
+  uint32_t y = pb_tensor(&c, "y", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
+  uint32_t z = pb_tensor(&c, "z", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
+  pb_node(&c, "neg", "pre", 0, s, VD_PHASE_FWD, PB_T(x), PB_T(a));
+  pb_coll(&c, "recv", "loop.recv", 0, s, PB_NONE, PB_T(y), 5, PB_G(0, 0), 0);
+  pb_coll(&c, "send", "loop.send", 0, s, PB_T(y), PB_NONE, 5, PB_G(0, 0), 0);
+  pb_node(&c, "add", "post", 0, s, VD_PHASE_FWD, PB_T(a, y), PB_T(z));
+  pb_step(&c, 0, s, 0);
+  assert_int_equal(c.rc, VD_OK);
+  vd_graph_t g;
+  vd_diag d;
+  vd_diag_clear(&d);
+  vd_graph_opts o = {0};
+  assert_int_equal(vd_graph_build(&p, &o, &g, &d), VD_EINPUT);
+  assert_int_equal(g.n_nodes, 3);
+  assert_int_equal(g.n_issues, 1);
+  assert_int_equal(g.issues[0].kind, VD_GISSUE_CYCLE);
+  /* the merged node is named by its first participant: the send */
+  assert_int_equal(g.issues[0].pnode, pb_find_node(&p, "loop.send"));
+  assert_non_null(strstr(g.issues[0].detail, "'loop.send'"));
+  assert_non_null(strstr(g.issues[0].detail, "cycle of 1 nodes (2 cannot be ordered)"));
+  /* the acyclic prefix comes first: 'pre' */
+  assert_int_equal(g.nodes[g.topo[0]].pnode, pb_find_node(&p, "pre"));
+  vd_graph_free(&g);
+  vd_plan_free(&p);
+}
+
+/* A larger pipeline: S stages x M microbatches, L layers per stage, with a
+ * TP pair per stage (all_reduce after each layer) and send/recv between
+ * stages; 1F1B-like interleaving is approximated by running all forwards
+ * then all backwards in reverse microbatch order. */
+static void test_pipeline_order(void **state) {
+  enum { S = 3, TP = 2, L = 4, M = 4 };
+  pb_ctx c;
+  vd_plan_t p;
+  pb_begin(&c, &p, VD_PLAN_PARALLEL, S * TP, 1, M);
+  int32_t fwd = pb_segment(&c, "fwd"), bwd = pb_segment(&c, "bwd");
+  char nm[64];
+  int64_t key = 100;
+  for (int st = 0; st < S; st++)
+    for (int t = 0; t < TP; t++) {
+      int32_t r = st * TP + t;
+      uint32_t cur;
+      snprintf(nm, sizeof(nm), "r%d.in", r);
+      cur = pb_tensor(&c, nm, r, st == 0 ? VD_ROLE_INPUT : VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
+      if (st > 0) {
+        snprintf(nm, sizeof(nm), "r%d.recv", r);
+        pb_coll(&c, "recv", nm, r, fwd, PB_NONE, PB_T(cur), 10000 + (st - 1) * TP + t, PB_G(r - TP, r), 0);
+      }
+      uint32_t first = cur;
+      for (int l = 0; l < L; l++) {
+        snprintf(nm, sizeof(nm), "r%d.w%d", r, l);
+        uint32_t w = pb_tensor(&c, nm, r, VD_ROLE_WEIGHT, VD_SCOPE_PERSISTENT, 1, 4, 0);
+        snprintf(nm, sizeof(nm), "r%d.p%d", r, l);
+        uint32_t part = pb_tensor(&c, nm, r, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
+        snprintf(nm, sizeof(nm), "r%d.h%d", r, l);
+        uint32_t h = pb_tensor(&c, nm, r, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
+        snprintf(nm, sizeof(nm), "r%d.mul%d", r, l);
+        pb_node(&c, "mul", nm, r, fwd, VD_PHASE_FWD, PB_T(cur, w), PB_T(part));
+        snprintf(nm, sizeof(nm), "r%d.ar%d", r, l);
+        pb_coll(&c, "all_reduce", nm, r, fwd, PB_T(part), PB_T(h), key + st * L + l,
+                PB_G(st * TP, st * TP + 1), 0);
+        cur = h;
+      }
+      if (st < S - 1) {
+        snprintf(nm, sizeof(nm), "r%d.send", r);
+        pb_coll(&c, "send", nm, r, fwd, PB_T(cur), PB_NONE, 10000 + st * TP + t, PB_G(r, r + TP), 0);
+      }
+      /* backward: a gradient chain back to the stage input */
+      snprintf(nm, sizeof(nm), "r%d.g", r);
+      uint32_t g = pb_tensor(&c, nm, r, VD_ROLE_GRAD, VD_SCOPE_PER_MB, 1, 4, 0);
+      snprintf(nm, sizeof(nm), "r%d.gacc", r);
+      uint32_t gacc = pb_tensor(&c, nm, r, VD_ROLE_GRAD, VD_SCOPE_PERSISTENT, 1, 4, 0);
+      if (st < S - 1) {
+        snprintf(nm, sizeof(nm), "r%d.grecv", r);
+        pb_coll(&c, "recv", nm, r, bwd, PB_NONE, PB_T(g), 20000 + st * TP + t, PB_G(r + TP, r), 0);
+      } else {
+        snprintf(nm, sizeof(nm), "r%d.loss_bwd", r);
+        pb_node(&c, "neg", nm, r, bwd, VD_PHASE_BWD, PB_T(cur), PB_T(g));
+      }
+      snprintf(nm, sizeof(nm), "r%d.acc", r);
+      pb_node(&c, "accumulate", nm, r, bwd, VD_PHASE_BWD, PB_T(gacc, g, first), PB_T(gacc));
+      if (st > 0) {
+        snprintf(nm, sizeof(nm), "r%d.gsend", r);
+        pb_coll(&c, "send", nm, r, bwd, PB_T(g), PB_NONE, 20000 + (st - 1) * TP + t, PB_G(r, r - TP), 0);
+      }
+    }
+  /* gacc is accumulated into, so a once-only 'zero' step writes it first. */
+  assert_int_equal(c.rc, VD_OK);
+  int32_t zero = pb_segment(&c, "zero");
+  for (int r = 0; r < S * TP; r++) {
+    snprintf(nm, sizeof(nm), "r%d.gacc", r);
+    uint32_t gacc = (uint32_t)pb_find_tensor(&p, nm);
+    snprintf(nm, sizeof(nm), "r%d.zero", r);
+    pb_node(&c, "scale", nm, r, zero, VD_PHASE_BWD, PB_NONE, PB_T(gacc));
+  }
+  for (int r = 0; r < S * TP; r++) {
+    pb_step(&c, r, zero, -1);
+    for (int m = 0; m < M; m++) pb_step(&c, r, fwd, m);
+    for (int m = M - 1; m >= 0; m--) pb_step(&c, r, bwd, m);
+  }
+  assert_int_equal(c.rc, VD_OK);
+  vd_graph_t g;
+  vd_diag d;
+  vd_diag_clear(&d);
+  vd_graph_opts o = {0};
+  vd_rc rc = vd_graph_build(&p, &o, &g, &d);
+  if (rc != VD_OK) {
+    char buf[1024];
+    vd_diag_format(&d, buf, sizeof(buf));
+    print_error("%s\n", buf);
+  }
+  assert_int_equal(rc, VD_OK);
+  /* per rank and mb: L mul + L ar halves + recv/send halves + bwd nodes; merged pairwise */
+  size_t plain = (size_t)S * TP * (L * M + 1 + M); /* mul, zero, acc */
+  plain += (size_t)TP * M;                         /* loss_bwd on the last stage */
+  size_t merged = (size_t)S * L * M + (size_t)(S - 1) * TP * M * 2;
+  assert_int_equal(g.n_nodes, plain + merged);
+  assert_topo_valid(&g);
+  /* gacc: version 0 from zero, then M accumulations */
+  int32_t last = vd_graph_last(&g, (uint32_t)pb_find_tensor(&p, "r0.gacc"), 0, -1);
+  assert_int_equal(g.values[last].version, M);
+  vd_graph_free(&g);
+  vd_plan_free(&p);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_builders_ordered),
+      cmocka_unit_test(test_cycle_between_collectives),
+      cmocka_unit_test(test_self_loop),
+      cmocka_unit_test(test_pipeline_order),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
