@@ -1,0 +1,288 @@
+/*
+ * tests/plans/test_gen.c - the plan generators (plans/gen*.c) on a matrix of
+ * configurations built in memory: both plans validate, world/rank counts
+ * and lineage annotations are what the parallel scheme implies (weights tile
+ * their single tensor, per-microbatch gradients are parts of it, the loss is
+ * annotated), both plans agree under the numeric executor (relative error
+ * below 1e-9 on every annotated tensor), and bad configurations are refused
+ * naming the option.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <string.h>
+
+#include "../../plans/gen.h"
+#include "../../solver/exec.h"
+
+static int64_t single_id(const vd_plan_t *s, const char *name) {
+  for (size_t i = 0; i < s->n_tensors; i++)
+    if (!strcmp(vd_plan_s(s, s->tensors[i].name), name)) return s->tensors[i].id;
+  return -1;
+}
+
+/* Sum of distinct slice volumes of parallel tensors annotated with `full`
+ * and the given scope; *pieces counts them, *part_n gets their part count. */
+static int64_t covered(const vd_plan_t *p, int64_t full, vd_scope scope, int *pieces, int64_t *part_n) {
+  int64_t vol = 0;
+  *pieces = 0;
+  for (size_t i = 0; i < p->n_tensors; i++) {
+    const vd_tensor_t *t = &p->tensors[i];
+    if (!t->has_lin || t->lin.full != full || t->scope != scope) continue;
+    (*pieces)++;
+    *part_n = t->lin.part_n;
+    int dup = 0;
+    for (size_t j = 0; j < i && !dup; j++) {
+      const vd_tensor_t *u = &p->tensors[j];
+      if (!u->has_lin || u->lin.full != full || u->scope != scope || u->lin.part_k != t->lin.part_k) continue;
+      dup = !memcmp(u->lin.lo, t->lin.lo, sizeof(t->lin.lo)) && !memcmp(u->lin.hi, t->lin.hi, sizeof(t->lin.hi));
+    }
+    if (dup || t->lin.part_k != 0) continue;
+    int64_t v = 1;
+    for (int d = 0; d < t->ndim; d++) v *= t->lin.hi[d] - t->lin.lo[d];
+    vol += v;
+  }
+  return vol;
+}
+
+static void build_ok(const vd_gen_config *c, vd_plan_t *s, vd_plan_t *p) {
+  vd_diag d;
+  vd_diag_clear(&d);
+  vd_rc rc = vd_gen_build(c, s, p, &d);
+  char line[1024];
+  vd_diag_format(&d, line, sizeof(line));
+  if (rc) fprintf(stderr, "build failed: %s\n", line);
+  assert_int_equal(rc, VD_OK);
+  vd_diag_clear(&d);
+  rc = vd_plan_validate(s, "single", &d);
+  vd_diag_format(&d, line, sizeof(line));
+  if (rc) fprintf(stderr, "%s\n", line);
+  assert_int_equal(rc, VD_OK);
+  vd_diag_clear(&d);
+  rc = vd_plan_validate(p, "parallel", &d);
+  vd_diag_format(&d, line, sizeof(line));
+  if (rc) fprintf(stderr, "%s\n", line);
+  assert_int_equal(rc, VD_OK);
+  /* the real check: both plans compute the same values */
+  vd_exec_opts o;
+  memset(&o, 0, sizeof(o));
+  o.seed = 7;
+  o.tol = 1e-9;
+  vd_exec_result r;
+  memset(&r, 0, sizeof(r));
+  vd_diag_clear(&d);
+  rc = vd_exec_compare(s, p, &o, &r, &d);
+  vd_diag_format(&d, line, sizeof(line));
+  if (rc) fprintf(stderr, "exec: %s\n", line);
+  assert_int_equal(rc, VD_OK);
+  if (r.status != VD_EXEC_AGREE)
+    fprintf(stderr, "exec disagrees: %s (tensor '%s')\n", vd_exec_status_names[r.status], r.first.name);
+  assert_int_equal(r.status, VD_EXEC_AGREE);
+  assert_true(r.n_tensors > 0);
+  assert_true(r.max_rel_err < 1e-9);
+}
+
+static void check_common(const vd_gen_config *c, const vd_plan_t *s, const vd_plan_t *p, const char *wname,
+                         int64_t w_split) {
+  assert_int_equal(p->world.stored_ranks, c->tp * c->pp * c->cp * c->ep);
+  assert_int_equal(p->world.replicas, c->dp);
+  assert_int_equal(s->world.stored_ranks, 1);
+  /* a weight tiles its single tensor, split w_split ways */
+  int64_t wid = single_id(s, wname);
+  assert_true(wid >= 0);
+  const vd_tensor_t *sw = &s->tensors[0];
+  for (size_t i = 0; i < s->n_tensors; i++)
+    if (s->tensors[i].id == wid) sw = &s->tensors[i];
+  int pieces;
+  int64_t pn = 0;
+  int64_t vol = covered(p, wid, VD_SCOPE_PERSISTENT, &pieces, &pn);
+  if (c->zero && c->dp > 1)
+    assert_true(vol > vd_tensor_numel(sw)); /* full weights plus the ZeRO master shards */
+  else
+    assert_int_equal(vol, vd_tensor_numel(sw));
+  assert_true(pieces >= w_split);
+  /* its gradient: per-microbatch parts when nm > 1, replica parts after reduction */
+  char gname[256];
+  snprintf(gname, sizeof(gname), "%s.grad", wname);
+  int64_t gid = single_id(s, gname);
+  assert_true(gid >= 0);
+  if (c->nm > 1) {
+    covered(p, gid, VD_SCOPE_PER_MB, &pieces, &pn);
+    assert_true(pieces > 0);
+    assert_int_equal(pn % (c->dp * c->nm), 0);
+  }
+  /* the loss is annotated, as a part over replicas and microbatches */
+  int64_t lid = single_id(s, "loss");
+  assert_true(lid >= 0);
+  covered(p, lid, VD_SCOPE_PER_MB, &pieces, &pn);
+  assert_true(pieces > 0);
+  assert_int_equal(pn % (c->dp * c->nm), 0);
+  /* same node names in both plans */
+  assert_true(p->n_nodes >= s->n_nodes);
+}
+
+static void matrix(vd_gen_model m) {
+  for (int dp = 1; dp <= 2; dp++)
+    for (int tp = 1; tp <= 2; tp++)
+      for (int pp = 1; pp <= 2; pp++)
+        for (int nm = 1; nm <= 2; nm++) {
+          vd_gen_config c;
+          vd_gen_config_default(&c);
+          c.model = m;
+          c.dp = dp, c.tp = tp, c.pp = pp, c.nm = nm;
+          vd_plan_t s, p;
+          build_ok(&c, &s, &p);
+          check_common(&c, &s, &p, m == VD_GEN_MLP ? "layers.1.fc1.weight" : "layers.1.attn.q.weight", tp);
+          vd_plan_free(&s);
+          vd_plan_free(&p);
+        }
+}
+
+static void test_mlp_matrix(void **st) { (void)st; matrix(VD_GEN_MLP); }
+static void test_llama3_matrix(void **st) { (void)st; matrix(VD_GEN_LLAMA3); }
+static void test_moe_matrix(void **st) { (void)st; matrix(VD_GEN_MOE); }
+
+static void one(vd_gen_model m, int dp, int tp, int pp, int nm, int cp, int ep, int sp, int zero, int adam,
+                double clip, const char *w) {
+  vd_gen_config c;
+  vd_gen_config_default(&c);
+  c.model = m;
+  c.dp = dp, c.tp = tp, c.pp = pp, c.nm = nm, c.cp = cp, c.ep = ep, c.sp = sp, c.zero = zero;
+  c.optimizer = adam ? VD_GEN_ADAM : VD_GEN_SGD;
+  c.grad_clip = clip;
+  c.layers = pp > 2 ? pp : 2;
+  c.batch = 16;
+  c.kv_heads = tp > 2 ? tp : 2;
+  vd_plan_t s, p;
+  build_ok(&c, &s, &p);
+  check_common(&c, &s, &p, w, tp);
+  if (adam) {
+    char nm_[256];
+    snprintf(nm_, sizeof(nm_), "%s.exp_avg", w);
+    assert_true(single_id(&s, nm_) >= 0);
+  }
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+static void test_larger_degrees(void **st) {
+  (void)st;
+  one(VD_GEN_LLAMA3, 1, 4, 1, 1, 1, 1, 0, 0, 0, 0, "layers.0.attn.k.weight");
+  one(VD_GEN_LLAMA3, 1, 1, 4, 4, 1, 1, 0, 0, 0, 0, "layers.3.ffn.up.weight");
+  one(VD_GEN_LLAMA3, 4, 1, 1, 2, 1, 1, 0, 0, 0, 0, "embed.weight");
+  one(VD_GEN_MLP, 4, 4, 4, 2, 1, 1, 0, 0, 0, 0, "layers.2.fc2.weight");
+}
+
+static void test_sp_cp_zero(void **st) {
+  (void)st;
+  one(VD_GEN_LLAMA3, 2, 2, 1, 1, 1, 1, 1, 0, 0, 0, "layers.0.attn_norm.weight");
+  one(VD_GEN_LLAMA3, 2, 2, 2, 2, 1, 1, 1, 0, 0, 1.0, "layers.1.attn.o.weight");
+  one(VD_GEN_LLAMA3, 1, 1, 1, 1, 2, 1, 0, 0, 0, 0, "layers.0.attn.v.weight");
+  one(VD_GEN_LLAMA3, 2, 2, 2, 2, 2, 1, 1, 0, 0, 0.5, "lm_head.weight");
+  one(VD_GEN_LLAMA3, 2, 2, 1, 2, 1, 1, 0, 1, 1, 1.0, "layers.0.ffn.down.weight");
+  one(VD_GEN_LLAMA3, 2, 2, 2, 1, 2, 1, 1, 1, 1, 1.0, "layers.1.ffn.gate.weight");
+  one(VD_GEN_MLP, 2, 2, 2, 2, 1, 1, 0, 1, 1, 1.0, "layers.0.fc1.weight");
+}
+
+static void test_moe_ep(void **st) {
+  (void)st;
+  one(VD_GEN_MOE, 1, 1, 1, 1, 1, 2, 0, 0, 0, 0, "layers.0.moe.router.weight");
+  one(VD_GEN_MOE, 2, 2, 2, 2, 1, 2, 1, 0, 1, 1.0, "layers.1.moe.experts.w1");
+  one(VD_GEN_MOE, 2, 1, 1, 2, 1, 2, 0, 1, 1, 0, "layers.0.moe.shared.up.weight");
+}
+
+/* ZeRO-1 shards: every rank's Adam state is a 1/(dp) slice (tp 1, cp 1). */
+static void test_zero_shards(void **st) {
+  (void)st;
+  vd_gen_config c;
+  vd_gen_config_default(&c);
+  c.dp = 2;
+  c.zero = 1;
+  c.optimizer = VD_GEN_ADAM;
+  vd_plan_t s, p;
+  build_ok(&c, &s, &p);
+  int64_t id = single_id(&s, "layers.0.attn.q.weight.exp_avg");
+  assert_true(id >= 0);
+  int found = 0;
+  for (size_t i = 0; i < p.n_tensors; i++) {
+    const vd_tensor_t *t = &p.tensors[i];
+    if (!t->has_lin || t->lin.full != id) continue;
+    found++;
+    assert_int_equal(t->shape[0], 64 / 2);
+    assert_int_equal(t->lin.dp_shift[0], 32);
+  }
+  assert_int_equal(found, 1);
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+static void refuse(vd_gen_config *c, const char *needle) {
+  vd_plan_t s, p;
+  vd_diag d;
+  vd_diag_clear(&d);
+  assert_int_equal(vd_gen_build(c, &s, &p, &d), VD_EUSAGE);
+  char line[1024];
+  vd_diag_format(&d, line, sizeof(line));
+  if (!strstr(line, needle)) fprintf(stderr, "message '%s' lacks '%s'\n", line, needle);
+  assert_non_null(strstr(line, needle));
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+static void test_refusals(void **st) {
+  (void)st;
+  vd_gen_config c;
+  vd_gen_config_default(&c);
+  c.tp = 3;
+  refuse(&c, "--tp 3 does not divide --kv-heads 4");
+  vd_gen_config_default(&c);
+  c.dp = 3;
+  refuse(&c, "--batch 8 is not divisible by dp*ep*nm = 3");
+  vd_gen_config_default(&c);
+  c.pp = 3;
+  refuse(&c, "--pp 3 exceeds --layers 2");
+  vd_gen_config_default(&c);
+  c.model = VD_GEN_MLP;
+  c.cp = 2;
+  refuse(&c, "--cp");
+  vd_gen_config_default(&c);
+  c.ep = 2;
+  refuse(&c, "--ep applies to moe only");
+  vd_gen_config_default(&c);
+  c.cp = 3;
+  refuse(&c, "--cp 3 does not divide --seq 16");
+  vd_gen_config_default(&c);
+  c.tp = 2;
+  c.sp = 1;
+  c.cp = 16;
+  refuse(&c, "--sp needs");
+  vd_gen_config_default(&c);
+  c.model = VD_GEN_MOE;
+  c.ep = 3;
+  c.batch = 9;
+  refuse(&c, "--ep 3 does not divide --experts 4");
+  vd_gen_config_default(&c);
+  c.hidden = 0;
+  refuse(&c, "--hidden must be a positive integer");
+  vd_gen_config_default(&c);
+  c.dp = 8;
+  c.zero = 1;
+  c.hidden = 12;
+  c.heads = 2;
+  c.batch = 8;
+  refuse(&c, "--zero 1");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_mlp_matrix),     cmocka_unit_test(test_llama3_matrix),
+      cmocka_unit_test(test_moe_matrix),     cmocka_unit_test(test_larger_degrees),
+      cmocka_unit_test(test_sp_cp_zero),     cmocka_unit_test(test_moe_ep),
+      cmocka_unit_test(test_zero_shards),    cmocka_unit_test(test_refusals),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
