@@ -1,0 +1,390 @@
+/*
+ * solver/smt.c - the per-thread Z3 context of verdict and the term wrappers.
+ *
+ * Implements: context lifetime (Z3_mk_context_rc), the term arena that keeps
+ * reference counting inside this file, the no-op error handler plus sticky
+ * error recording, exact numerals (doubles converted to rationals without
+ * rounding), and the arithmetic / uninterpreted-function constructors the
+ * encoders use.  Not here: tensors (smt_tensor.c), operators
+ * (smt_encode.c), the check (smt_check.c).
+ *
+ * Invariants:
+ *  - every vd_term handed out is in the arena with exactly one reference
+ *    taken by us; vd_smt_reset drops them all;
+ *  - after the first Z3 error every wrapper returns NULL until reset (a
+ *    partially built expression is never mistaken for a whole one);
+ *  - Z3's default error handler exits the process: we replace it before the
+ *    first other call.
+ */
+#include "smt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <z3.h>
+
+#include "../common/mem.h"
+
+#define RESETS_PER_CONTEXT 64
+
+struct vd_smt {
+  Z3_context z;
+  Z3_sort real, integer;
+  Z3_params simp;
+  Z3_ast *arena;
+  size_t n_arena, cap_arena;
+  unsigned timeout_ms;
+  int fast_path;
+  int failed;
+  char err[256];
+  unsigned resets;
+};
+
+/* Z3 calls this on every error; the default handler exits.  We record the
+ * error after each call instead (vd_smt_i_keep), so there is nothing to do. */
+static void ignore_error(Z3_context c, Z3_error_code e) {
+  (void)c;
+  (void)e;
+}
+
+static void set_err(vd_smt *s, const char *msg) {
+  if (s->failed) return;
+  s->failed = 1;
+  snprintf(s->err, sizeof(s->err), "%s", msg ? msg : "unknown Z3 error");
+}
+
+static void drop_context(vd_smt *s) {
+  if (!s->z) return;
+  for (size_t i = 0; i < s->n_arena; i++) Z3_dec_ref(s->z, s->arena[i]);
+  s->n_arena = 0;
+  if (s->simp) Z3_params_dec_ref(s->z, s->simp);
+  if (s->real) Z3_dec_ref(s->z, Z3_sort_to_ast(s->z, s->real));
+  if (s->integer) Z3_dec_ref(s->z, Z3_sort_to_ast(s->z, s->integer));
+  Z3_del_context(s->z);
+  s->z = NULL;
+  s->simp = NULL;
+  s->real = s->integer = NULL;
+}
+
+static vd_rc make_context(vd_smt *s, vd_diag *d) {
+  Z3_config cfg = Z3_mk_config();
+  if (!cfg) return VD_ERR(d, VD_EINTERNAL, NULL, "z3", NULL, "Z3_mk_config failed");
+  Z3_set_param_value(cfg, "model", "true");
+  s->z = Z3_mk_context_rc(cfg);
+  Z3_del_config(cfg);
+  if (!s->z) return VD_ERR(d, VD_EINTERNAL, NULL, "z3", NULL, "Z3_mk_context_rc failed");
+  Z3_set_error_handler(s->z, ignore_error);
+  s->real = Z3_mk_real_sort(s->z);
+  s->integer = Z3_mk_int_sort(s->z);
+  Z3_inc_ref(s->z, Z3_sort_to_ast(s->z, s->real));
+  Z3_inc_ref(s->z, Z3_sort_to_ast(s->z, s->integer));
+  /* Fast-path normal form: "som" puts polynomials in sum-of-monomials form
+   * with sorted monomials, so equal polynomials get the same hash-consed
+   * AST; the other defaults (flat, arith canonical ordering) stay on. */
+  s->simp = Z3_mk_params(s->z);
+  Z3_params_inc_ref(s->z, s->simp);
+  Z3_params_set_bool(s->z, s->simp, Z3_mk_string_symbol(s->z, "som"), true);
+  Z3_params_set_uint(s->z, s->simp, Z3_mk_string_symbol(s->z, "som_blowup"), 1000000u);
+  if (Z3_get_error_code(s->z) != Z3_OK) {
+    const char *m = Z3_get_error_msg(s->z, Z3_get_error_code(s->z));
+    vd_rc rc = VD_ERR(d, VD_EINTERNAL, NULL, "z3", "params", "%s", m);
+    drop_context(s);
+    return rc;
+  }
+  return VD_OK;
+}
+
+vd_rc vd_smt_new(vd_smt **out, vd_diag *d) {
+  *out = NULL;
+  vd_smt *s = vd_calloc(1, sizeof(*s));
+  if (!s) return VD_OOM(d);
+  s->timeout_ms = 10000;
+  s->fast_path = 1;
+  vd_rc rc = make_context(s, d);
+  if (rc != VD_OK) {
+    vd_free(s);
+    return rc;
+  }
+  *out = s;
+  return VD_OK;
+}
+
+void vd_smt_free(vd_smt *s) {
+  if (!s) return;
+  drop_context(s);
+  vd_free(s->arena);
+  vd_free(s);
+}
+
+vd_rc vd_smt_reset(vd_smt *s, vd_diag *d) {
+  if (!s->z) {
+    /* A previous recreation failed: try again. */
+    s->failed = 0;
+    s->err[0] = '\0';
+    vd_rc rc = make_context(s, d);
+    if (rc != VD_OK) set_err(s, "could not recreate the Z3 context");
+    return rc;
+  }
+  for (size_t i = 0; i < s->n_arena; i++) Z3_dec_ref(s->z, s->arena[i]);
+  s->n_arena = 0;
+  s->failed = 0;
+  s->err[0] = '\0';
+  if (++s->resets % RESETS_PER_CONTEXT == 0) {
+    drop_context(s);
+    vd_rc rc = make_context(s, d);
+    /* Without a context every wrapper must refuse: they all test `failed`
+     * before touching s->z. */
+    if (rc != VD_OK) set_err(s, "could not recreate the Z3 context");
+    return rc;
+  }
+  return VD_OK;
+}
+
+void vd_smt_set_timeout(vd_smt *s, unsigned ms) { s->timeout_ms = ms; }
+void vd_smt_set_fast_path(vd_smt *s, int on) { s->fast_path = on != 0; }
+
+vd_rc vd_smt_status(const vd_smt *s, vd_diag *d, const char *what) {
+  if (!s->failed) return VD_OK;
+  return vd_diag_set(d, VD_EINTERNAL, __FILE__, __LINE__, NULL, what, NULL, "Z3: %s", s->err);
+}
+
+const char *vd_smt_error(const vd_smt *s) { return s->err; }
+size_t vd_smt_term_count(const vd_smt *s) { return s->n_arena; }
+
+/* ---- internal ------------------------------------------------------------ */
+
+Z3_context vd_smt_i_z3(vd_smt *s) { return s->z; }
+int vd_smt_i_failed(const vd_smt *s) { return s->failed; }
+int vd_smt_i_is_int(vd_smt *s, vd_term t) {
+  return t && Z3_get_sort_kind(s->z, Z3_get_sort(s->z, t)) == Z3_INT_SORT;
+}
+unsigned vd_smt_i_timeout(const vd_smt *s) { return s->timeout_ms; }
+int vd_smt_i_fast_path(const vd_smt *s) { return s->fast_path; }
+Z3_params vd_smt_i_simp_params(vd_smt *s) { return s->simp; }
+
+vd_term vd_smt_i_fail(vd_smt *s, const char *msg) {
+  set_err(s, msg);
+  return NULL;
+}
+
+vd_term vd_smt_i_keep(vd_smt *s, vd_term r) {
+  Z3_error_code e = Z3_get_error_code(s->z);
+  if (e != Z3_OK) {
+    set_err(s, Z3_get_error_msg(s->z, e));
+    return NULL;
+  }
+  if (!r) return vd_smt_i_fail(s, "Z3 returned no term");
+  if (s->n_arena == s->cap_arena && VD_GROW(s->arena, s->cap_arena, s->n_arena + 1) != 0)
+    return vd_smt_i_fail(s, "out of memory (term arena)");
+  Z3_inc_ref(s->z, r);
+  s->arena[s->n_arena++] = r;
+  return r;
+}
+
+#define KEEP(expr) vd_smt_i_keep(s, (expr))
+#define LIVE(x) (!s->failed && (x) != NULL)
+
+/* ---- numerals ------------------------------------------------------------ */
+
+vd_term vd_smt_var(vd_smt *s, const char *name) {
+  if (s->failed) return NULL;
+  return KEEP(Z3_mk_const(s->z, Z3_mk_string_symbol(s->z, name), s->real));
+}
+
+vd_term vd_smt_int_var(vd_smt *s, const char *name) {
+  if (s->failed) return NULL;
+  return KEEP(Z3_mk_const(s->z, Z3_mk_string_symbol(s->z, name), s->integer));
+}
+
+vd_term vd_smt_num_int(vd_smt *s, int64_t v) {
+  if (s->failed) return NULL;
+  return KEEP(Z3_mk_int64(s->z, v, s->real));
+}
+
+vd_term vd_smt_int_num(vd_smt *s, int64_t v) {
+  if (s->failed) return NULL;
+  return KEEP(Z3_mk_int64(s->z, v, s->integer));
+}
+
+vd_term vd_smt_num_rat(vd_smt *s, const char *pq) {
+  if (s->failed) return NULL;
+  return KEEP(Z3_mk_numeral(s->z, pq, s->real));
+}
+
+/* Decimal digits of m * 2^e (m >= 0, e >= 0) into buf.  Limbs are base 1e9,
+ * little-endian; at most 1024 + 64 bits = 328 digits, 37 limbs. */
+static void big_dec(uint64_t m, int e, char *buf, size_t size) {
+  uint32_t limb[48];
+  int n = 0;
+  do {
+    limb[n++] = (uint32_t)(m % 1000000000u);
+    m /= 1000000000u;
+  } while (m);
+  while (e > 0) {
+    int sh = e > 28 ? 28 : e;
+    uint64_t carry = 0;
+    for (int i = 0; i < n; i++) {
+      uint64_t v = ((uint64_t)limb[i] << sh) + carry;
+      limb[i] = (uint32_t)(v % 1000000000u);
+      carry = v / 1000000000u;
+    }
+    while (carry) {
+      limb[n++] = (uint32_t)(carry % 1000000000u);
+      carry /= 1000000000u;
+    }
+    e -= sh;
+  }
+  size_t at = (size_t)snprintf(buf, size, "%u", limb[n - 1]);
+  for (int i = n - 2; i >= 0 && at < size; i--) at += (size_t)snprintf(buf + at, size - at, "%09u", limb[i]);
+}
+
+vd_term vd_smt_num_double(vd_smt *s, double d) {
+  if (s->failed) return NULL;
+  if (!isfinite(d)) return vd_smt_i_fail(s, "a constant is NaN or infinite (no real value)");
+  if (d == 0) return vd_smt_num_int(s, 0);
+  /* d = f * 2^e with 0.5 <= |f| < 1; f * 2^53 is an integer exactly. */
+  int e;
+  double f = frexp(fabs(d), &e);
+  uint64_t m = (uint64_t)ldexp(f, 53);
+  e -= 53;
+  while ((m & 1u) == 0 && e < 0) {
+    m >>= 1;
+    e++;
+  }
+  char num[400], den[400], text[820];
+  if (e >= 0) {
+    big_dec(m, e, num, sizeof(num));
+    snprintf(text, sizeof(text), "%s%s", d < 0 ? "-" : "", num);
+  } else {
+    big_dec(m, 0, num, sizeof(num));
+    big_dec(1, -e, den, sizeof(den));
+    snprintf(text, sizeof(text), "%s%s/%s", d < 0 ? "-" : "", num, den);
+  }
+  return vd_smt_num_rat(s, text);
+}
+
+/* ---- arithmetic ---------------------------------------------------------- */
+
+vd_term vd_smt_add(vd_smt *s, vd_term a, vd_term b) {
+  if (!LIVE(a) || !LIVE(b)) return NULL;
+  Z3_ast v[2] = {a, b};
+  return KEEP(Z3_mk_add(s->z, 2, v));
+}
+
+vd_term vd_smt_sub(vd_smt *s, vd_term a, vd_term b) {
+  if (!LIVE(a) || !LIVE(b)) return NULL;
+  Z3_ast v[2] = {a, b};
+  return KEEP(Z3_mk_sub(s->z, 2, v));
+}
+
+vd_term vd_smt_mul(vd_smt *s, vd_term a, vd_term b) {
+  if (!LIVE(a) || !LIVE(b)) return NULL;
+  Z3_ast v[2] = {a, b};
+  return KEEP(Z3_mk_mul(s->z, 2, v));
+}
+
+vd_term vd_smt_div(vd_smt *s, vd_term a, vd_term b) {
+  if (!LIVE(a) || !LIVE(b)) return NULL;
+  return KEEP(Z3_mk_div(s->z, a, b));
+}
+
+vd_term vd_smt_neg(vd_smt *s, vd_term a) {
+  if (!LIVE(a)) return NULL;
+  return KEEP(Z3_mk_unary_minus(s->z, a));
+}
+
+static int all_live(const vd_smt *s, size_t n, const vd_term *t) {
+  if (s->failed) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!t[i]) return 0;
+  return 1;
+}
+
+vd_term vd_smt_sum(vd_smt *s, size_t n, const vd_term *t) {
+  if (!all_live(s, n, t)) return NULL;
+  if (n == 0) return vd_smt_num_int(s, 0);
+  if (n == 1) return t[0];
+  if (n > UINT32_MAX) return vd_smt_i_fail(s, "sum of more than 2^32 terms");
+  return KEEP(Z3_mk_add(s->z, (unsigned)n, (Z3_ast *)t));
+}
+
+vd_term vd_smt_prod(vd_smt *s, size_t n, const vd_term *t) {
+  if (!all_live(s, n, t)) return NULL;
+  if (n == 0) return vd_smt_num_int(s, 1);
+  if (n == 1) return t[0];
+  if (n > UINT32_MAX) return vd_smt_i_fail(s, "product of more than 2^32 terms");
+  return KEEP(Z3_mk_mul(s->z, (unsigned)n, (Z3_ast *)t));
+}
+
+vd_term vd_smt_pow_int(vd_smt *s, vd_term a, int64_t k) {
+  if (!LIVE(a)) return NULL;
+  if (k == 0) return vd_smt_num_int(s, 1);
+  int64_t m = k < 0 ? -k : k;
+  if (m > 64) return vd_smt_i_fail(s, "integer exponent above 64 (not expanded)");
+  vd_term f[64];
+  for (int64_t i = 0; i < m; i++) f[i] = a;
+  vd_term p = vd_smt_prod(s, (size_t)m, f);
+  return k < 0 ? vd_smt_div(s, vd_smt_num_int(s, 1), p) : p;
+}
+
+vd_term vd_smt_eq(vd_smt *s, vd_term a, vd_term b) {
+  if (!LIVE(a) || !LIVE(b)) return NULL;
+  return KEEP(Z3_mk_eq(s->z, a, b));
+}
+
+vd_term vd_smt_le(vd_smt *s, vd_term a, vd_term b) {
+  if (!LIVE(a) || !LIVE(b)) return NULL;
+  return KEEP(Z3_mk_le(s->z, a, b));
+}
+
+vd_term vd_smt_ite(vd_smt *s, vd_term c, vd_term a, vd_term b) {
+  if (!LIVE(c) || !LIVE(a) || !LIVE(b)) return NULL;
+  return KEEP(Z3_mk_ite(s->z, c, a, b));
+}
+
+vd_term vd_smt_max(vd_smt *s, vd_term a, vd_term b) {
+  return vd_smt_ite(s, vd_smt_le(s, b, a), a, b);
+}
+
+vd_term vd_smt_uf(vd_smt *s, const char *name, size_t n, const vd_term *args) {
+  if (!all_live(s, n, args)) return NULL;
+  Z3_sort dom[64];
+  if (n > 64) return vd_smt_i_fail(s, "uninterpreted function of more than 64 arguments");
+  for (size_t i = 0; i < n; i++) dom[i] = Z3_get_sort(s->z, args[i]);
+  /* Declarations are hash-consed by (name, signature): the same name and
+   * sorts give the same function in every call, which is what makes the
+   * symbol shared by both graphs.  The decl itself needs no reference of
+   * ours: the application holds it. */
+  Z3_func_decl f = Z3_mk_func_decl(s->z, Z3_mk_string_symbol(s->z, name), (unsigned)n, dom, s->real);
+  if (!f || Z3_get_error_code(s->z) != Z3_OK) return KEEP(NULL);
+  Z3_inc_ref(s->z, Z3_func_decl_to_ast(s->z, f));
+  Z3_ast r = Z3_mk_app(s->z, f, (unsigned)n, (Z3_ast *)args);
+  vd_term out = KEEP(r);
+  Z3_dec_ref(s->z, Z3_func_decl_to_ast(s->z, f));
+  return out;
+}
+
+/* ---- inspection ---------------------------------------------------------- */
+
+const char *vd_smt_to_string(vd_smt *s, vd_term t) {
+  if (!t) return "(null)";
+  return Z3_ast_to_string(s->z, t);
+}
+
+vd_term vd_smt_simplify(vd_smt *s, vd_term t) {
+  if (!LIVE(t)) return NULL;
+  return KEEP(Z3_simplify_ex(s->z, t, s->simp));
+}
+
+int vd_smt_numeral(vd_smt *s, vd_term t, double *v, char *buf, size_t n) {
+  if (!t || !Z3_is_numeral_ast(s->z, t)) return 0;
+  Z3_string ex = Z3_get_numeral_string(s->z, t);
+  if (!ex || Z3_get_error_code(s->z) != Z3_OK) return 0;
+  if (buf && n) snprintf(buf, n, "%s", ex);
+  if (v) {
+    Z3_string dec = Z3_get_numeral_decimal_string(s->z, t, 30);
+    *v = dec ? strtod(dec, NULL) : NAN;
+  }
+  return 1;
+}

@@ -1,0 +1,461 @@
+/*
+ * solver/smt_check.c - the equivalence check of one proof obligation: given
+ * pairs (parallel term, single term), decide whether every pair is equal
+ * for all values of the free symbols and all interpretations of the
+ * uninterpreted functions, and if not, produce a counterexample.
+ *
+ * Two paths:
+ *  1. OPTIMIZATION-ONLY: the fast path.  Both sides of every pair are put in
+ *     Z3's simplifier normal form (sum of monomials, "som") in ONE simplify
+ *     call (all terms packed as arguments of one dummy application, so the
+ *     simplifier's cache is shared between elements that share subterms),
+ *     and compared with Z3_is_eq_ast: Z3 hash-conses, so equal normal forms
+ *     are the same AST.  A pair that still differs gets a second chance as
+ *     simplify(p - s) == 0.  Z3_simplify is equivalence-preserving, so a
+ *     pair proved here is equal under every interpretation; a pair NOT
+ *     proved here is merely undecided and goes to path 2.  Turning the fast
+ *     path off (vd_smt_set_fast_path) must not change any verdict.
+ *  2. The solver, on the disjunction of the undecided pairs' disequalities,
+ *     with the context's timeout: unsat -> equivalent; sat -> not
+ *     equivalent, with the model's values of the free symbols and of both
+ *     sides of every pair that differs; unknown/timeout -> inconclusive.
+ * SOUNDNESS: "equivalent" is returned only on an identical normal form or
+ * on unsat; "unknown" is never success.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <z3.h>
+
+#include "../common/mem.h"
+#include "smt.h"
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+const char *vd_smt_verdict_name(vd_smt_verdict v) {
+  switch (v) {
+  case VD_SMT_EQUIVALENT: return "equivalent";
+  case VD_SMT_NOT_EQUIVALENT: return "not equivalent";
+  case VD_SMT_INCONCLUSIVE: return "inconclusive";
+  }
+  return "?";
+}
+
+static void value_free(vd_smt_value *v) {
+  vd_free(v->name);
+  vd_free(v->exact);
+}
+
+void vd_smt_result_free(vd_smt_result *r) {
+  if (!r) return;
+  for (size_t i = 0; i < r->n_inputs; i++) value_free(&r->inputs[i]);
+  for (size_t i = 0; i < r->n_diffs; i++) {
+    value_free(&r->diffs[i].parallel);
+    value_free(&r->diffs[i].single);
+  }
+  vd_free(r->inputs);
+  vd_free(r->diffs);
+  memset(r, 0, sizeof(*r));
+}
+
+/* ---- fast path ------------------------------------------------------------ */
+
+/* Simplifies t[0..n) in one call; out[i] receives the simplified t[i].
+ * Returns 0 on a Z3 error (sticky on s). */
+static int simplify_all(vd_smt *s, const vd_term *t, size_t n, vd_term *out) {
+  Z3_context z = vd_smt_i_z3(s);
+  if (n == 0) return 1;
+  if (n == 1) {
+    out[0] = vd_smt_simplify(s, t[0]);
+    return out[0] != NULL;
+  }
+  /* Chunks of at most 4096 arguments per packing application. */
+  for (size_t at = 0; at < n; at += 4096) {
+    size_t m = n - at < 4096 ? n - at : 4096;
+    Z3_sort dom[4096];
+    for (size_t i = 0; i < m; i++) dom[i] = Z3_get_sort(z, t[at + i]);
+    Z3_func_decl pack = Z3_mk_func_decl(z, Z3_mk_string_symbol(z, "vd!pack"), (unsigned)m, dom, Z3_mk_bool_sort(z));
+    if (!pack || Z3_get_error_code(z) != Z3_OK) return vd_smt_i_keep(s, NULL) != NULL;
+    Z3_inc_ref(z, Z3_func_decl_to_ast(z, pack));
+    vd_term app = vd_smt_i_keep(s, Z3_mk_app(z, pack, (unsigned)m, (Z3_ast *)(t + at)));
+    Z3_dec_ref(z, Z3_func_decl_to_ast(z, pack));
+    vd_term simp = vd_smt_simplify(s, app);
+    if (!simp) return 0;
+    if (Z3_get_ast_kind(z, simp) != Z3_APP_AST || Z3_get_app_num_args(z, Z3_to_app(z, simp)) != m) {
+      /* Not expected (an uninterpreted application is never rewritten);
+       * fall back to one call per term. */
+      for (size_t i = 0; i < m; i++)
+        if (!(out[at + i] = vd_smt_simplify(s, t[at + i]))) return 0;
+      continue;
+    }
+    for (size_t i = 0; i < m; i++) out[at + i] = vd_smt_i_keep(s, Z3_get_app_arg(z, Z3_to_app(z, simp), (unsigned)i));
+  }
+  return !vd_smt_i_failed(s);
+}
+
+static int is_zero(vd_smt *s, vd_term t) {
+  double v;
+  char buf[8];
+  return vd_smt_numeral(s, t, &v, buf, sizeof(buf)) && strcmp(buf, "0") == 0;
+}
+
+/* OPTIMIZATION-ONLY: marks proved[i] for the pairs whose normal forms agree;
+ * simp receives the simplified sides (par at 2i, single at 2i+1). */
+static vd_rc fast_path(vd_smt *s, const vd_term *par, const vd_term *single, size_t n, int *proved,
+                       vd_term *simp, size_t *n_proved) {
+  Z3_context z = vd_smt_i_z3(s);
+  vd_term *both = vd_malloc(sizeof(vd_term) * (2 * n + 1));
+  if (!both) return VD_ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    both[2 * i] = par[i];
+    both[2 * i + 1] = single[i];
+  }
+  int ok = simplify_all(s, both, 2 * n, simp);
+  vd_free(both);
+  if (!ok) return VD_EINTERNAL;
+  size_t open = 0;
+  for (size_t i = 0; i < n; i++) {
+    proved[i] = par[i] == single[i] || Z3_is_eq_ast(z, simp[2 * i], simp[2 * i + 1]);
+    open += !proved[i];
+  }
+  if (open) {
+    /* Second chance: the difference normalizes to 0. */
+    vd_term *diff = vd_malloc(sizeof(vd_term) * (open + 1)), *dsimp = vd_malloc(sizeof(vd_term) * (open + 1));
+    size_t *which = vd_malloc(sizeof(size_t) * (open + 1));
+    if (!diff || !dsimp || !which) {
+      vd_free(diff);
+      vd_free(dsimp);
+      vd_free(which);
+      return VD_ENOMEM;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+      if (!proved[i] && Z3_get_sort_kind(z, Z3_get_sort(z, simp[2 * i])) != Z3_BOOL_SORT) {
+        which[k] = i;
+        diff[k++] = vd_smt_sub(s, simp[2 * i], simp[2 * i + 1]);
+      }
+    ok = !vd_smt_i_failed(s) && simplify_all(s, diff, k, dsimp);
+    for (size_t j = 0; ok && j < k; j++)
+      if (is_zero(s, dsimp[j])) proved[which[j]] = 1;
+    vd_free(diff);
+    vd_free(dsimp);
+    vd_free(which);
+    if (!ok) return VD_EINTERNAL;
+  }
+  *n_proved = 0;
+  for (size_t i = 0; i < n; i++) *n_proved += (size_t)proved[i];
+  return VD_OK;
+}
+
+/* ---- free symbols ---------------------------------------------------------- */
+
+typedef struct {
+  unsigned *slot; /* id + 1, 0 = empty */
+  size_t cap, n;
+} idset;
+
+static int idset_add(idset *h, unsigned id) {
+  if (2 * (h->n + 1) > h->cap) {
+    size_t nc = h->cap ? 2 * h->cap : 256;
+    unsigned *ns = vd_calloc(nc, sizeof(unsigned));
+    if (!ns) return -1;
+    for (size_t i = 0; i < h->cap; i++)
+      if (h->slot[i]) {
+        size_t j = (h->slot[i] * 2654435761u) & (nc - 1);
+        while (ns[j]) j = (j + 1) & (nc - 1);
+        ns[j] = h->slot[i];
+      }
+    vd_free(h->slot);
+    h->slot = ns;
+    h->cap = nc;
+  }
+  unsigned key = id + 1;
+  size_t j = (key * 2654435761u) & (h->cap - 1);
+  while (h->slot[j]) {
+    if (h->slot[j] == key) return 0;
+    j = (j + 1) & (h->cap - 1);
+  }
+  h->slot[j] = key;
+  h->n++;
+  return 1;
+}
+
+typedef struct {
+  vd_term *v;
+  size_t n, cap;
+} termvec;
+
+static int push(termvec *v, vd_term t) {
+  if (v->n == v->cap && VD_GROW(v->v, v->cap, v->n + 1) != 0) return -1;
+  v->v[v->n++] = t;
+  return 0;
+}
+
+/* Collects the uninterpreted constants under roots (DAG walk, each node once). */
+static vd_rc free_symbols(vd_smt *s, const vd_term *roots, size_t n, termvec *out) {
+  Z3_context z = vd_smt_i_z3(s);
+  idset seen = {0};
+  termvec stack = {0};
+  vd_rc rc = VD_OK;
+  for (size_t i = 0; i < n && rc == VD_OK; i++)
+    if (roots[i] && push(&stack, roots[i])) rc = VD_ENOMEM;
+  while (rc == VD_OK && stack.n) {
+    Z3_ast t = stack.v[--stack.n];
+    int fresh = idset_add(&seen, Z3_get_ast_id(z, t));
+    if (fresh < 0) rc = VD_ENOMEM;
+    if (fresh <= 0 || Z3_get_ast_kind(z, t) != Z3_APP_AST) continue;
+    Z3_app a = Z3_to_app(z, t);
+    unsigned na = Z3_get_app_num_args(z, a);
+    if (na == 0) {
+      if (Z3_get_decl_kind(z, Z3_get_app_decl(z, a)) == Z3_OP_UNINTERPRETED && push(out, t)) rc = VD_ENOMEM;
+      continue;
+    }
+    for (unsigned k = 0; k < na && rc == VD_OK; k++)
+      if (push(&stack, Z3_get_app_arg(z, a, k))) rc = VD_ENOMEM;
+  }
+  vd_free(seen.slot);
+  vd_free(stack.v);
+  return rc;
+}
+
+typedef struct {
+  const char *name;
+  vd_term t;
+} named;
+
+static int by_name(const void *a, const void *b) {
+  return strcmp(((const named *)a)->name, ((const named *)b)->name);
+}
+
+/* ---- model values ----------------------------------------------------------- */
+
+static vd_rc value_of(vd_smt *s, Z3_model m, vd_term t, vd_smt_value *out) {
+  Z3_context z = vd_smt_i_z3(s);
+  Z3_ast v = NULL;
+  memset(out, 0, sizeof(*out));
+  if (!Z3_model_eval(z, m, t, true, &v) || !v) {
+    out->exact = vd_strdup("?");
+    out->value = 0;
+    return out->exact ? VD_OK : VD_ENOMEM;
+  }
+  vd_term kept = vd_smt_i_keep(s, v);
+  if (!kept) return VD_EINTERNAL;
+  const char *ex = NULL;
+  if (Z3_is_numeral_ast(z, kept)) {
+    ex = Z3_get_numeral_string(z, kept);
+  } else if (Z3_is_algebraic_number(z, kept)) {
+    ex = Z3_get_numeral_decimal_string(z, kept, 20);
+  } else {
+    ex = Z3_ast_to_string(z, kept);
+  }
+  out->exact = vd_strdup(ex ? ex : "?");
+  if (!out->exact) return VD_ENOMEM;
+  if (Z3_is_numeral_ast(z, kept) || Z3_is_algebraic_number(z, kept)) {
+    const char *dec = Z3_get_numeral_decimal_string(z, kept, 25);
+    out->value = dec ? strtod(dec, NULL) : 0; /* an algebraic number ends in '?': strtod stops there */
+  } else {
+    out->value = 0;
+  }
+  return Z3_get_error_code(z) == Z3_OK ? VD_OK : (vd_smt_i_keep(s, NULL), VD_EINTERNAL);
+}
+
+static vd_rc fill_model(vd_smt *s, Z3_model m, const vd_term *par, const vd_term *single, const size_t *open,
+                        size_t n_open, vd_smt_result *res) {
+  Z3_context z = vd_smt_i_z3(s);
+  termvec roots = {0}, syms = {0};
+  named *nm = NULL;
+  vd_rc rc = VD_OK;
+  for (size_t i = 0; i < n_open && rc == VD_OK; i++)
+    if (push(&roots, par[open[i]]) || push(&roots, single[open[i]])) rc = VD_ENOMEM;
+  if (rc == VD_OK) rc = free_symbols(s, roots.v, roots.n, &syms);
+  if (rc == VD_OK && syms.n) {
+    nm = vd_malloc(sizeof(named) * syms.n);
+    res->inputs = vd_calloc(syms.n, sizeof(vd_smt_value));
+    if (!nm || !res->inputs) rc = VD_ENOMEM;
+  }
+  for (size_t i = 0; i < syms.n && rc == VD_OK; i++) {
+    nm[i].t = syms.v[i];
+    nm[i].name = Z3_get_symbol_string(z, Z3_get_decl_name(z, Z3_get_app_decl(z, Z3_to_app(z, syms.v[i]))));
+    /* Z3_get_symbol_string's buffer is reused: copy now. */
+    nm[i].name = vd_strdup(nm[i].name ? nm[i].name : "?");
+    if (!nm[i].name) rc = VD_ENOMEM;
+  }
+  if (rc == VD_OK && syms.n) qsort(nm, syms.n, sizeof(named), by_name);
+  for (size_t i = 0; i < syms.n && rc == VD_OK; i++) {
+    vd_smt_value *v = &res->inputs[res->n_inputs];
+    rc = value_of(s, m, nm[i].t, v);
+    if (rc == VD_OK) {
+      v->name = vd_strdup(nm[i].name);
+      res->n_inputs++;
+      if (!v->name) rc = VD_ENOMEM;
+    } else {
+      value_free(v);
+    }
+  }
+  if (rc == VD_OK && n_open) {
+    res->diffs = vd_calloc(n_open, sizeof(vd_smt_diff));
+    if (!res->diffs) rc = VD_ENOMEM;
+  }
+  for (size_t i = 0; i < n_open && rc == VD_OK; i++) {
+    vd_smt_diff *df = &res->diffs[res->n_diffs];
+    df->index = open[i];
+    rc = value_of(s, m, par[open[i]], &df->parallel);
+    if (rc == VD_OK) rc = value_of(s, m, single[open[i]], &df->single);
+    if (rc != VD_OK) {
+      value_free(&df->parallel);
+      value_free(&df->single);
+      break;
+    }
+    /* Keep only the pairs that really differ in this model. */
+    if (strcmp(df->parallel.exact, df->single.exact) == 0) {
+      value_free(&df->parallel);
+      value_free(&df->single);
+      memset(df, 0, sizeof(*df));
+    } else {
+      res->n_diffs++;
+    }
+  }
+  if (nm)
+    for (size_t i = 0; i < syms.n; i++) vd_free((void *)nm[i].name);
+  vd_free(nm);
+  vd_free(roots.v);
+  vd_free(syms.v);
+  return rc;
+}
+
+/* ---- solver path ------------------------------------------------------------ */
+
+static vd_rc solve(vd_smt *s, const vd_term *par, const vd_term *single, const size_t *open, size_t n_open,
+                   vd_smt_result *res) {
+  Z3_context z = vd_smt_i_z3(s);
+  vd_term *ne = vd_malloc(sizeof(vd_term) * (n_open + 1));
+  if (!ne) return VD_ENOMEM;
+  for (size_t i = 0; i < n_open; i++) {
+    vd_term a = par[open[i]], b = single[open[i]];
+    /* An index tensor may be Int on one side and Real on the other: compare
+     * as reals (Z3_mk_eq does not coerce; a Bool side stays an error). */
+    Z3_sort_kind ka = Z3_get_sort_kind(z, Z3_get_sort(z, a)), kb = Z3_get_sort_kind(z, Z3_get_sort(z, b));
+    if (ka == Z3_INT_SORT && kb == Z3_REAL_SORT) a = vd_smt_i_keep(s, Z3_mk_int2real(z, a));
+    if (kb == Z3_INT_SORT && ka == Z3_REAL_SORT) b = vd_smt_i_keep(s, Z3_mk_int2real(z, b));
+    vd_term eq = vd_smt_eq(s, a, b);
+    ne[i] = eq ? vd_smt_i_keep(s, Z3_mk_not(z, eq)) : NULL;
+  }
+  vd_term goal = NULL;
+  if (!vd_smt_i_failed(s)) goal = n_open == 1 ? ne[0] : vd_smt_i_keep(s, Z3_mk_or(z, (unsigned)n_open, (Z3_ast *)ne));
+  vd_free(ne);
+  if (!goal) return VD_EINTERNAL;
+
+  Z3_solver sv = Z3_mk_solver(z);
+  if (!sv || Z3_get_error_code(z) != Z3_OK) return vd_smt_i_keep(s, NULL), VD_EINTERNAL;
+  Z3_solver_inc_ref(z, sv);
+  Z3_params p = Z3_mk_params(z);
+  Z3_params_inc_ref(z, p);
+  if (vd_smt_i_timeout(s)) Z3_params_set_uint(z, p, Z3_mk_string_symbol(z, "timeout"), vd_smt_i_timeout(s));
+  Z3_solver_set_params(z, sv, p);
+  Z3_solver_assert(z, sv, goal);
+  vd_rc rc = VD_OK;
+  Z3_lbool r = Z3_L_UNDEF;
+  if (Z3_get_error_code(z) != Z3_OK) {
+    vd_smt_i_keep(s, NULL);
+    rc = VD_EINTERNAL;
+  } else {
+    r = Z3_solver_check(z, sv);
+    /* A check interrupted by the timeout is not an error: it is "unknown". */
+  }
+  if (rc == VD_OK && r == Z3_L_FALSE) {
+    res->verdict = VD_SMT_EQUIVALENT;
+  } else if (rc == VD_OK && r == Z3_L_UNDEF) {
+    res->verdict = VD_SMT_INCONCLUSIVE;
+    const char *why = Z3_solver_get_reason_unknown(z, sv);
+    snprintf(res->reason, sizeof(res->reason), "%s", why && why[0] ? why : "unknown");
+  } else if (rc == VD_OK) {
+    Z3_model m = Z3_solver_get_model(z, sv);
+    if (!m || Z3_get_error_code(z) != Z3_OK) {
+      vd_smt_i_keep(s, NULL);
+      rc = VD_EINTERNAL;
+    } else {
+      Z3_model_inc_ref(z, m);
+      res->verdict = VD_SMT_NOT_EQUIVALENT;
+      rc = fill_model(s, m, par, single, open, n_open, res);
+      Z3_model_dec_ref(z, m);
+      if (rc == VD_OK && res->n_diffs == 0) {
+        /* sat but no pair differs when evaluated: never claim anything. */
+        res->verdict = VD_SMT_INCONCLUSIVE;
+        snprintf(res->reason, sizeof(res->reason), "model evaluation found no differing pair");
+      }
+    }
+  }
+  Z3_params_dec_ref(z, p);
+  Z3_solver_dec_ref(z, sv);
+  return rc;
+}
+
+/* ---- entry ------------------------------------------------------------------ */
+
+vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t n, vd_smt_result *res,
+                   vd_diag *d) {
+  memset(res, 0, sizeof(*res));
+  res->verdict = VD_SMT_INCONCLUSIVE;
+  VD_CHECK(vd_smt_status(s, d, "check"));
+  for (size_t i = 0; i < n; i++)
+    if (!par[i] || !single[i])
+      VD_FAIL(d, VD_EINTERNAL, NULL, "check", par[i] ? "single" : "parallel", "pair %zu has no term", i);
+  if (n == 0) {
+    res->verdict = VD_SMT_EQUIVALENT;
+    res->by_fast_path = 1;
+    return VD_OK;
+  }
+  int *proved = vd_calloc(n, sizeof(int));
+  size_t *open = vd_malloc(sizeof(size_t) * n);
+  vd_term *simp = vd_malloc(sizeof(vd_term) * 2 * n);
+  vd_rc rc = VD_OK;
+  if (!proved || !open || !simp) {
+    rc = VD_OOM(d);
+    goto done;
+  }
+  const vd_term *P = par, *S = single;
+  double t0 = now_ms();
+  if (vd_smt_i_fast_path(s)) {
+    rc = fast_path(s, par, single, n, proved, simp, &res->n_fast);
+    res->ms_fast = now_ms() - t0;
+    if (rc == VD_ENOMEM) {
+      rc = VD_OOM(d);
+      goto done;
+    }
+    if (rc != VD_OK) {
+      rc = vd_smt_status(s, d, "check (simplify)");
+      if (rc == VD_OK) rc = VD_ERR(d, VD_EINTERNAL, NULL, "check", NULL, "simplification failed");
+      goto done;
+    }
+    if (res->n_fast == n) {
+      res->verdict = VD_SMT_EQUIVALENT;
+      res->by_fast_path = 1;
+      goto done;
+    }
+  }
+  size_t n_open = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!proved[i]) open[n_open++] = i;
+  double t1 = now_ms();
+  rc = solve(s, P, S, open, n_open, res);
+  res->ms_solver = now_ms() - t1;
+  if (rc == VD_ENOMEM) rc = VD_OOM(d);
+  else if (rc != VD_OK) {
+    rc = vd_smt_status(s, d, "check (solver)");
+    if (rc == VD_OK) rc = VD_ERR(d, VD_EINTERNAL, NULL, "check", NULL, "solver failed");
+  }
+done:
+  if (rc != VD_OK) {
+    vd_smt_result_free(res);
+    res->verdict = VD_SMT_INCONCLUSIVE;
+  }
+  vd_free(proved);
+  vd_free(open);
+  vd_free(simp);
+  return rc;
+}

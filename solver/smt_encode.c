@@ -1,0 +1,1279 @@
+/*
+ * solver/smt_encode.c - the symbolic encoders of every operator of
+ * docs/operators.md, keyed by vd_op_id (solver/ops.h), forward and
+ * backward, plus the collectives applied to a merged instance.
+ *
+ * Each encoder computes, over tensors of terms, exactly what the numeric
+ * evaluator of solver/ops_numeric.c computes over doubles (the test
+ * tests/solver/test_smt_encode.c checks that on random inputs), with these
+ * representation choices:
+ *  - linear and polynomial operators are interpreted (add .. matmul, sums,
+ *    integer powers, real division);
+ *  - transcendental kernels are uninterpreted function symbols (the names
+ *    are listed with vd_smt_uf_value in smt.h), shared by both graphs of a
+ *    context.  Composite kernels are written out over them: silu =
+ *    x * sigmoid(x), softmax = exp(x) / sum(exp(x)) (the numeric max-shift
+ *    cancels on reals), norms over rsqrt, Adam over sqrt;
+ *  - a routing decision (topk_gate) is one function symbol per output
+ *    element of a row, taking the whole row: the routing may depend on every
+ *    logit, and nothing else is assumed;
+ *  - index inputs (embedding ids, pick labels) are Int terms or numerals;
+ *    a lookup is an ite chain over the rows this tensor holds (start ..
+ *    start+rows-1), 0 outside, so vocab-parallel shards need no special
+ *    case;
+ *  - attribute constants become exact rationals of their doubles; constants
+ *    that the numeric side computes in double from attributes (Adam's bias
+ *    corrections) are computed the same way and then converted exactly.
+ * SOUNDNESS: an encoder must never be more precise than "for all real
+ * inputs and all interpretations of the function symbols": no encoder
+ * evaluates an uninterpreted kernel or assumes a property of one.
+ *
+ * Every encoder first runs the registry's arity and shape check
+ * (vd_op_check with NULL data), so bodies may assume their shapes.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/mem.h"
+#include "smt.h"
+
+typedef const struct vd_op_encode_call call_t;
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static const char *rec(call_t *c) { return c->record ? c->record : "node"; }
+
+static int64_t aint(call_t *c, const char *key, int64_t def) {
+  return c->node && c->plan ? vd_node_attr_int(c->plan, c->node, key, def) : def;
+}
+static double aflt(call_t *c, const char *key, double def) {
+  return c->node && c->plan ? vd_node_attr_float(c->plan, c->node, key, def) : def;
+}
+static const char *astr(call_t *c, const char *key, const char *def) {
+  return c->node && c->plan ? vd_node_attr_str(c->plan, c->node, key, def) : def;
+}
+
+/* Dimension attribute, normalized (the shape check has validated it). */
+static int32_t adim(call_t *c, const char *key, int64_t def, int32_t ndim) {
+  int64_t v = aint(c, key, def);
+  return (int32_t)(v < 0 ? v + ndim : v);
+}
+
+/* `dims` (INT, INTS or absent = all) as a mask, as in ops_numeric.c. */
+static void dims_mask(call_t *c, int32_t ndim, int *mask) {
+  const vd_attr_t *a = c->node && c->plan ? vd_node_attr(c->plan, c->node, "dims") : NULL;
+  for (int32_t i = 0; i < ndim; i++) mask[i] = a == NULL;
+  if (!a) return;
+  uint32_t n = a->kind == VD_ATTR_INTS ? a->len : 1;
+  for (uint32_t k = 0; k < n; k++) {
+    int64_t v = a->kind == VD_ATTR_INT ? a->v.i : c->plan->ints[a->v.off + k];
+    int64_t d = v < 0 ? v + ndim : v;
+    if (d >= 0 && d < ndim) mask[d] = 1;
+  }
+}
+
+static void unravel(const vd_op_shape *s, int64_t flat, int64_t *idx) {
+  for (int32_t i = s->ndim - 1; i >= 0; i--) {
+    int64_t e = s->d[i] > 0 ? s->d[i] : 1;
+    idx[i] = flat % e;
+    flat /= e;
+  }
+}
+
+static int64_t ravel(const vd_op_shape *s, const int64_t *idx) {
+  int64_t f = 0;
+  for (int32_t i = 0; i < s->ndim; i++) f = f * s->d[i] + idx[i];
+  return f;
+}
+
+/* Flat index in `in` of the element broadcast to out-index idx. */
+static int64_t bsrc(const vd_op_shape *out, const vd_op_shape *in, const int64_t *idx) {
+  int32_t off = out->ndim - in->ndim;
+  int64_t f = 0;
+  for (int32_t j = 0; j < in->ndim; j++) f = f * in->d[j] + (in->d[j] == 1 ? 0 : idx[j + off]);
+  return f;
+}
+
+static vd_term I(vd_smt *s, int64_t v) { return vd_smt_num_int(s, v); }
+static vd_term D(vd_smt *s, double v) { return vd_smt_num_double(s, v); }
+static vd_term uf1(vd_smt *s, const char *name, vd_term x) { return vd_smt_uf(s, name, 1, &x); }
+
+/* A numeral of the sort of index term `id` (Int or Real). */
+static vd_term idx_num(vd_smt *s, vd_term id, int64_t v) {
+  return vd_smt_i_is_int(s, id) ? vd_smt_int_num(s, v) : vd_smt_num_int(s, v);
+}
+
+/* ---- accumulator: per output element, a list of terms to sum ------------- */
+
+typedef struct {
+  vd_term *buf;
+  int64_t *cnt;
+  int64_t n, each;
+} acc_t;
+
+static vd_rc acc_init(acc_t *a, int64_t n, int64_t each, vd_diag *d) {
+  memset(a, 0, sizeof(*a));
+  if (each < 1) each = 1;
+  if (n < 0 || n > ((int64_t)1 << 40) / each) VD_FAIL(d, VD_EINPUT, NULL, "encoder", "shape", "tensor too large to encode");
+  a->n = n;
+  a->each = each;
+  a->buf = vd_malloc(sizeof(vd_term) * (size_t)(n * each + 1));
+  a->cnt = vd_calloc((size_t)n + 1, sizeof(int64_t));
+  if (!a->buf || !a->cnt) {
+    vd_free(a->buf);
+    vd_free(a->cnt);
+    return VD_OOM(d);
+  }
+  return VD_OK;
+}
+
+static void acc_add(acc_t *a, int64_t i, vd_term t) {
+  /* `each` is an upper bound computed by the caller; stay in bounds anyway. */
+  if (i < 0 || i >= a->n || a->cnt[i] >= a->each) return;
+  a->buf[i * a->each + a->cnt[i]++] = t;
+}
+
+static void acc_done(vd_smt *s, acc_t *a, vd_smt_tensor *out) {
+  for (int64_t i = 0; i < a->n && i < out->numel; i++) out->t[i] = vd_smt_sum(s, (size_t)a->cnt[i], a->buf + i * a->each);
+  vd_free(a->buf);
+  vd_free(a->cnt);
+  a->buf = NULL;
+  a->cnt = NULL;
+}
+
+static void acc_drop(acc_t *a) {
+  vd_free(a->buf);
+  vd_free(a->cnt);
+}
+
+/* out = factor * (g summed over the broadcast dims of out); factor NULL = 1. */
+static vd_rc sum_to(vd_smt *s, call_t *c, const vd_smt_tensor *g, vd_smt_tensor *out, vd_term factor) {
+  acc_t a;
+  int64_t each = out->numel ? g->numel / out->numel : 1;
+  VD_CHECK(acc_init(&a, out->numel, each, c->diag));
+  int64_t idx[VD_MAX_DIMS];
+  for (int64_t f = 0; f < g->numel; f++) {
+    unravel(&g->shape, f, idx);
+    vd_term t = factor ? vd_smt_mul(s, factor, g->t[f]) : g->t[f];
+    acc_add(&a, bsrc(&g->shape, &out->shape, idx), t);
+  }
+  acc_done(s, &a, out);
+  return VD_OK;
+}
+
+/* ---- the prologue/epilogue every encoder runs ------------------------------ */
+
+typedef vd_rc (*body_fn)(call_t *c, vd_smt *s);
+
+static vd_rc run(call_t *c, body_fn body) {
+  if (!c->smt) VD_FAIL(c->diag, VD_EINTERNAL, NULL, rec(c), "smt", "no solver context");
+  uint32_t n_in = c->n_in, n_out = c->n_out;
+  vd_op_shape *sh = vd_malloc(sizeof(vd_op_shape) * ((size_t)n_in + n_out + 1));
+  if (!sh) return VD_OOM(c->diag);
+  for (uint32_t i = 0; i < n_in; i++) sh[i] = c->in[i]->shape;
+  for (uint32_t i = 0; i < n_out; i++) sh[n_in + i] = c->out[i]->shape;
+  vd_op_call oc = {.op = c->op, .plan = c->plan, .node = c->node, .record = c->record,
+                   .n_in = n_in, .n_out = n_out, .n_part = c->n_part,
+                   .in = NULL, .in_shape = sh, .out = NULL, .out_shape = sh + n_in, .diag = c->diag};
+  vd_rc rc = vd_op_check(&oc);
+  vd_free(sh);
+  VD_CHECK(rc);
+  for (uint32_t i = 0; i < n_out; i++)
+    if (!c->out[i]->t && c->out[i]->numel > 0)
+      VD_FAIL(c->diag, VD_EINTERNAL, NULL, rec(c), "outputs", "output %u has no term array (vd_smt_tensor_init)", i);
+  VD_CHECK(body(c, c->smt));
+  VD_CHECK(vd_smt_status(c->smt, c->diag, rec(c)));
+  for (uint32_t i = 0; i < n_out; i++)
+    for (int64_t f = 0; f < c->out[i]->numel; f++)
+      if (VD_NEVER(!c->out[i]->t[f]))
+        VD_FAIL(c->diag, VD_EINTERNAL, NULL, rec(c), "outputs", "%s: output %u element %lld not encoded",
+                vd_op_name((vd_op_id)c->op), i, (long long)f);
+  return VD_OK;
+}
+
+#define ENC(name)                                                              \
+  static vd_rc body_##name(call_t *c, vd_smt *s);                              \
+  static vd_rc enc_##name(const struct vd_op_encode_call *c) { return run(c, body_##name); } \
+  static vd_rc body_##name(call_t *c, vd_smt *s)
+
+#define IN(i) (c->in[i])
+#define OUT(i) (c->out[i])
+
+/* ---- data movement ------------------------------------------------------- */
+
+static vd_rc copy_into(const vd_smt_tensor *x, vd_smt_tensor *y) {
+  for (int64_t f = 0; f < y->numel && f < x->numel; f++) y->t[f] = x->t[f];
+  return VD_OK;
+}
+
+ENC(identity) { (void)s; return copy_into(IN(0), OUT(0)); }
+ENC(contiguous) { (void)s; return copy_into(IN(0), OUT(0)); }
+ENC(cast) { (void)s; return copy_into(IN(0), OUT(0)); }
+ENC(view) { (void)s; return copy_into(IN(0), OUT(0)); }
+ENC(reshape) { (void)s; return copy_into(IN(0), OUT(0)); }
+
+ENC(transpose) {
+  (void)s;
+  int32_t nd = IN(0)->shape.ndim;
+  int32_t d0 = adim(c, "dim0", 0, nd), d1 = adim(c, "dim1", 1, nd);
+  int64_t idx[VD_MAX_DIMS];
+  for (int64_t f = 0; f < IN(0)->numel; f++) {
+    unravel(&IN(0)->shape, f, idx);
+    int64_t t = idx[d0];
+    idx[d0] = idx[d1];
+    idx[d1] = t;
+    OUT(0)->t[ravel(&OUT(0)->shape, idx)] = IN(0)->t[f];
+  }
+  return VD_OK;
+}
+
+ENC(multiref) {
+  (void)s;
+  for (uint32_t i = 0; i < c->n_out; i++) copy_into(IN(0), OUT(i));
+  return VD_OK;
+}
+
+ENC(multiref_backward) {
+  vd_term *buf = vd_malloc(sizeof(vd_term) * (c->n_in + 1));
+  if (!buf) return VD_OOM(c->diag);
+  for (int64_t f = 0; f < OUT(0)->numel; f++) {
+    for (uint32_t i = 0; i < c->n_in; i++) buf[i] = IN(i)->t[f];
+    OUT(0)->t[f] = vd_smt_sum(s, c->n_in, buf);
+  }
+  vd_free(buf);
+  return VD_OK;
+}
+
+/* Element f of `part` sits at index idx (+off along dim) of `full`. */
+static int64_t slice_pos(const vd_op_shape *full, const vd_op_shape *part, int32_t dim, int64_t off, int64_t f) {
+  int64_t idx[VD_MAX_DIMS];
+  unravel(part, f, idx);
+  idx[dim] += off;
+  return ravel(full, idx);
+}
+
+ENC(chunk) {
+  (void)s;
+  const vd_op_shape *x = &IN(0)->shape, *y = &OUT(0)->shape;
+  int32_t dim = adim(c, "dim", 0, x->ndim);
+  int64_t off = aint(c, "index", 0) * y->d[dim];
+  for (int64_t f = 0; f < OUT(0)->numel; f++) OUT(0)->t[f] = IN(0)->t[slice_pos(x, y, dim, off, f)];
+  return VD_OK;
+}
+
+ENC(chunk_backward) {
+  const vd_op_shape *gx = &OUT(0)->shape, *g = &IN(0)->shape;
+  int32_t dim = adim(c, "dim", 0, gx->ndim);
+  int64_t off = aint(c, "index", 0) * g->d[dim];
+  vd_term zero = I(s, 0);
+  for (int64_t f = 0; f < OUT(0)->numel; f++) OUT(0)->t[f] = zero;
+  for (int64_t f = 0; f < IN(0)->numel; f++) OUT(0)->t[slice_pos(gx, g, dim, off, f)] = IN(0)->t[f];
+  return VD_OK;
+}
+
+static void concat_into(vd_smt_tensor *out, const vd_smt_tensor *const *in, uint32_t n, int32_t dim) {
+  int64_t off = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    for (int64_t f = 0; f < in[i]->numel; f++) out->t[slice_pos(&out->shape, &in[i]->shape, dim, off, f)] = in[i]->t[f];
+    off += in[i]->shape.d[dim];
+  }
+}
+
+ENC(concat) {
+  (void)s;
+  concat_into(OUT(0), c->in, c->n_in, adim(c, "dim", 0, OUT(0)->shape.ndim));
+  return VD_OK;
+}
+
+ENC(expand) {
+  (void)s;
+  int64_t idx[VD_MAX_DIMS];
+  for (int64_t f = 0; f < OUT(0)->numel; f++) {
+    unravel(&OUT(0)->shape, f, idx);
+    OUT(0)->t[f] = IN(0)->t[bsrc(&OUT(0)->shape, &IN(0)->shape, idx)];
+  }
+  return VD_OK;
+}
+
+ENC(sum_to) { return sum_to(s, c, IN(0), OUT(0), NULL); }
+
+/* ---- arithmetic ---------------------------------------------------------- */
+
+typedef vd_term (*bin_fn)(vd_smt *s, vd_term a, vd_term b);
+
+static vd_rc binary(call_t *c, vd_smt *s, bin_fn f) {
+  vd_smt_tensor *y = OUT(0);
+  if (c->n_in == 1) {
+    vd_term k = D(s, aflt(c, "scalar", 0.0));
+    for (int64_t i = 0; i < y->numel; i++) y->t[i] = f(s, IN(0)->t[i], k);
+    return VD_OK;
+  }
+  int64_t idx[VD_MAX_DIMS];
+  for (int64_t i = 0; i < y->numel; i++) {
+    unravel(&y->shape, i, idx);
+    y->t[i] = f(s, IN(0)->t[bsrc(&y->shape, &IN(0)->shape, idx)], IN(1)->t[bsrc(&y->shape, &IN(1)->shape, idx)]);
+  }
+  return VD_OK;
+}
+
+ENC(add) { return binary(c, s, vd_smt_add); }
+ENC(sub) { return binary(c, s, vd_smt_sub); }
+ENC(mul) { return binary(c, s, vd_smt_mul); }
+ENC(div) { return binary(c, s, vd_smt_div); }
+ENC(accumulate) { return binary(c, s, vd_smt_add); }
+
+ENC(neg) {
+  for (int64_t i = 0; i < OUT(0)->numel; i++) OUT(0)->t[i] = vd_smt_neg(s, IN(0)->t[i]);
+  return VD_OK;
+}
+ENC(neg_backward) { return body_neg(c, s); }
+
+static vd_rc scale_by(call_t *c, vd_smt *s, vd_term k) {
+  for (int64_t i = 0; i < OUT(0)->numel; i++) OUT(0)->t[i] = vd_smt_mul(s, k, IN(0)->t[i]);
+  return VD_OK;
+}
+ENC(scale) { return scale_by(c, s, D(s, aflt(c, "factor", 1.0))); }
+ENC(scale_backward) { return scale_by(c, s, D(s, aflt(c, "factor", 1.0))); }
+
+/* An exponent is expanded as a polynomial when it is an integer of modest
+ * size; otherwise pow is the binary symbol pow(x, e). */
+static int int_exponent(double e, int64_t *k) {
+  if (!(fabs(e) <= 64) || floor(e) != e) return 0;
+  *k = (int64_t)e;
+  return 1;
+}
+
+static vd_term pow_term(vd_smt *s, vd_term x, double e) {
+  int64_t k;
+  if (int_exponent(e, &k)) return vd_smt_pow_int(s, x, k);
+  vd_term a[2] = {x, D(s, e)};
+  return vd_smt_uf(s, "pow", 2, a);
+}
+
+ENC(pow) {
+  double e = aflt(c, "exponent", 1.0);
+  for (int64_t i = 0; i < OUT(0)->numel; i++) OUT(0)->t[i] = pow_term(s, IN(0)->t[i], e);
+  return VD_OK;
+}
+
+ENC(pow_backward) {
+  double e = aflt(c, "exponent", 1.0);
+  vd_term ke = D(s, e);
+  for (int64_t i = 0; i < OUT(0)->numel; i++) {
+    vd_term d = e == 0 ? I(s, 0) : vd_smt_mul(s, ke, pow_term(s, IN(0)->t[i], e - 1.0));
+    OUT(0)->t[i] = vd_smt_mul(s, IN(1)->t[i], d);
+  }
+  return VD_OK;
+}
+
+static vd_rc unary_uf(call_t *c, vd_smt *s, const char *name) {
+  for (int64_t i = 0; i < OUT(0)->numel; i++) OUT(0)->t[i] = uf1(s, name, IN(0)->t[i]);
+  return VD_OK;
+}
+ENC(sqrt) { return unary_uf(c, s, "sqrt"); }
+ENC(rsqrt) { return unary_uf(c, s, "rsqrt"); }
+ENC(exp) { return unary_uf(c, s, "exp"); }
+ENC(log) { return unary_uf(c, s, "log"); }
+ENC(sigmoid) { return unary_uf(c, s, "sigmoid"); }
+ENC(tanh) { return unary_uf(c, s, "tanh"); }
+ENC(gelu) { return unary_uf(c, s, "gelu"); }
+
+static vd_term silu_t(vd_smt *s, vd_term x) { return vd_smt_mul(s, x, uf1(s, "sigmoid", x)); }
+/* silu'(x) = s (1 + x (1 - s)), s = sigmoid(x) */
+static vd_term silu_grad_t(vd_smt *s, vd_term x) {
+  vd_term sg = uf1(s, "sigmoid", x), one = I(s, 1);
+  return vd_smt_mul(s, sg, vd_smt_add(s, one, vd_smt_mul(s, x, vd_smt_sub(s, one, sg))));
+}
+
+ENC(silu) {
+  for (int64_t i = 0; i < OUT(0)->numel; i++) OUT(0)->t[i] = silu_t(s, IN(0)->t[i]);
+  return VD_OK;
+}
+
+/* Backward of an elementwise kernel: gx = g * d(x). */
+typedef vd_term (*deriv_fn)(vd_smt *s, vd_term x);
+static vd_rc unary_bwd(call_t *c, vd_smt *s, deriv_fn d) {
+  for (int64_t i = 0; i < OUT(0)->numel; i++) OUT(0)->t[i] = vd_smt_mul(s, IN(1)->t[i], d(s, IN(0)->t[i]));
+  return VD_OK;
+}
+/* sqrt' = 1 / (2 sqrt(x)) */
+static vd_term d_sqrt(vd_smt *s, vd_term x) { return vd_smt_div(s, I(s, 1), vd_smt_mul(s, I(s, 2), uf1(s, "sqrt", x))); }
+/* rsqrt' = -1/2 rsqrt(x)^3 */
+static vd_term d_rsqrt(vd_smt *s, vd_term x) {
+  return vd_smt_mul(s, vd_smt_num_rat(s, "-1/2"), vd_smt_pow_int(s, uf1(s, "rsqrt", x), 3));
+}
+static vd_term d_exp(vd_smt *s, vd_term x) { return uf1(s, "exp", x); }
+static vd_term d_log(vd_smt *s, vd_term x) { return vd_smt_div(s, I(s, 1), x); }
+static vd_term d_sigmoid(vd_smt *s, vd_term x) {
+  vd_term sg = uf1(s, "sigmoid", x);
+  return vd_smt_mul(s, sg, vd_smt_sub(s, I(s, 1), sg));
+}
+static vd_term d_tanh(vd_smt *s, vd_term x) {
+  vd_term t = uf1(s, "tanh", x);
+  return vd_smt_sub(s, I(s, 1), vd_smt_mul(s, t, t));
+}
+static vd_term d_gelu(vd_smt *s, vd_term x) { return uf1(s, "gelu_grad", x); }
+
+ENC(sqrt_backward) { return unary_bwd(c, s, d_sqrt); }
+ENC(rsqrt_backward) { return unary_bwd(c, s, d_rsqrt); }
+ENC(exp_backward) { return unary_bwd(c, s, d_exp); }
+ENC(log_backward) { return unary_bwd(c, s, d_log); }
+ENC(sigmoid_backward) { return unary_bwd(c, s, d_sigmoid); }
+ENC(tanh_backward) { return unary_bwd(c, s, d_tanh); }
+ENC(silu_backward) { return unary_bwd(c, s, silu_grad_t); }
+ENC(gelu_backward) { return unary_bwd(c, s, d_gelu); }
+
+/* Reductions: the reduced index of x-index idx (as ops_numeric.c). */
+static int64_t reduced_index(const vd_op_shape *x, const int *mask, int keep, const int64_t *idx) {
+  int64_t f = 0;
+  for (int32_t i = 0; i < x->ndim; i++) {
+    if (!mask[i])
+      f = f * x->d[i] + idx[i];
+    /* keepdim: a size-1 dimension contributes index 0 */
+  }
+  (void)keep;
+  return f;
+}
+
+static vd_rc reduce(call_t *c, vd_smt *s, int mean) {
+  const vd_smt_tensor *x = IN(0);
+  vd_smt_tensor *y = OUT(0);
+  int mask[VD_MAX_DIMS];
+  dims_mask(c, x->shape.ndim, mask);
+  int keep = aint(c, "keepdim", 0) != 0;
+  acc_t a;
+  int64_t cnt = y->numel ? x->numel / y->numel : 0;
+  VD_CHECK(acc_init(&a, y->numel, cnt, c->diag));
+  int64_t idx[VD_MAX_DIMS];
+  for (int64_t f = 0; f < x->numel; f++) {
+    unravel(&x->shape, f, idx);
+    acc_add(&a, reduced_index(&x->shape, mask, keep, idx), x->t[f]);
+  }
+  acc_done(s, &a, y);
+  if (mean && cnt > 0) {
+    vd_term n = I(s, cnt);
+    for (int64_t i = 0; i < y->numel; i++) y->t[i] = vd_smt_div(s, y->t[i], n);
+  }
+  return VD_OK;
+}
+ENC(sum) { return reduce(c, s, 0); }
+ENC(mean) { return reduce(c, s, 1); }
+
+static vd_rc reduce_bwd(call_t *c, vd_smt *s, int mean) {
+  const vd_smt_tensor *g = IN(0);
+  vd_smt_tensor *gx = OUT(0);
+  int mask[VD_MAX_DIMS];
+  dims_mask(c, gx->shape.ndim, mask);
+  int keep = aint(c, "keepdim", 0) != 0;
+  int64_t nr = g->numel, n = gx->numel;
+  vd_term k = mean ? vd_smt_div(s, I(s, nr), I(s, n ? n : 1)) : NULL;
+  int64_t idx[VD_MAX_DIMS];
+  for (int64_t f = 0; f < n; f++) {
+    unravel(&gx->shape, f, idx);
+    vd_term t = g->t[reduced_index(&gx->shape, mask, keep, idx)];
+    gx->t[f] = k ? vd_smt_mul(s, k, t) : t;
+  }
+  return VD_OK;
+}
+ENC(sum_backward) { return reduce_bwd(c, s, 0); }
+ENC(mean_backward) { return reduce_bwd(c, s, 1); }
+
+ENC(add_backward) {
+  for (uint32_t i = 0; i < c->n_out; i++) VD_CHECK(sum_to(s, c, IN(0), OUT(i), NULL));
+  return VD_OK;
+}
+ENC(sub_backward) {
+  for (uint32_t i = 0; i < c->n_out; i++) VD_CHECK(sum_to(s, c, IN(0), OUT(i), i == 0 ? NULL : I(s, -1)));
+  return VD_OK;
+}
+
+static vd_rc muldiv_bwd(call_t *c, vd_smt *s, int div) {
+  if (c->n_in == 1) {
+    vd_term k = D(s, aflt(c, "scalar", 1.0));
+    for (int64_t i = 0; i < OUT(0)->numel; i++)
+      OUT(0)->t[i] = div ? vd_smt_div(s, IN(0)->t[i], k) : vd_smt_mul(s, IN(0)->t[i], k);
+    return VD_OK;
+  }
+  const vd_smt_tensor *A = IN(0), *B = IN(1), *G = IN(2);
+  acc_t ga, gb;
+  VD_CHECK(acc_init(&ga, A->numel, A->numel ? G->numel / A->numel : 1, c->diag));
+  vd_rc rc = acc_init(&gb, B->numel, B->numel ? G->numel / B->numel : 1, c->diag);
+  if (rc != VD_OK) {
+    acc_drop(&ga);
+    return rc;
+  }
+  int64_t idx[VD_MAX_DIMS];
+  for (int64_t f = 0; f < G->numel; f++) {
+    unravel(&G->shape, f, idx);
+    int64_t ia = bsrc(&G->shape, &A->shape, idx), ib = bsrc(&G->shape, &B->shape, idx);
+    vd_term a = A->t[ia], b = B->t[ib], g = G->t[f];
+    if (div) {
+      acc_add(&ga, ia, vd_smt_div(s, g, b));
+      acc_add(&gb, ib, vd_smt_neg(s, vd_smt_div(s, vd_smt_mul(s, g, a), vd_smt_mul(s, b, b))));
+    } else {
+      acc_add(&ga, ia, vd_smt_mul(s, g, b));
+      acc_add(&gb, ib, vd_smt_mul(s, g, a));
+    }
+  }
+  acc_done(s, &ga, OUT(0));
+  acc_done(s, &gb, OUT(1));
+  return VD_OK;
+}
+ENC(mul_backward) { return muldiv_bwd(c, s, 0); }
+ENC(div_backward) { return muldiv_bwd(c, s, 1); }
+
+/* ---- linear algebra ------------------------------------------------------ */
+
+typedef struct {
+  vd_op_shape ab, bb, ob;
+  int64_t m, k, n, nbatch;
+} mm_geo;
+
+static vd_op_shape batch_of(const vd_op_shape *x) {
+  vd_op_shape b = {.ndim = x->ndim - 2};
+  for (int32_t i = 0; i < b.ndim; i++) b.d[i] = x->d[i];
+  return b;
+}
+
+static mm_geo mm_geometry(const vd_op_shape *a, const vd_op_shape *b, const vd_op_shape *o) {
+  mm_geo g;
+  g.ab = batch_of(a);
+  g.bb = batch_of(b);
+  g.ob = batch_of(o);
+  g.m = a->d[a->ndim - 2];
+  g.k = a->d[a->ndim - 1];
+  g.n = b->d[b->ndim - 1];
+  g.nbatch = vd_op_shape_numel(&g.ob);
+  return g;
+}
+
+ENC(matmul) {
+  mm_geo g = mm_geometry(&IN(0)->shape, &IN(1)->shape, &OUT(0)->shape);
+  vd_term *prod = vd_malloc(sizeof(vd_term) * (size_t)(g.k + 1));
+  if (!prod) return VD_OOM(c->diag);
+  int64_t idx[VD_MAX_DIMS];
+  for (int64_t t = 0; t < g.nbatch; t++) {
+    unravel(&g.ob, t, idx);
+    vd_term *A = IN(0)->t + bsrc(&g.ob, &g.ab, idx) * g.m * g.k;
+    vd_term *B = IN(1)->t + bsrc(&g.ob, &g.bb, idx) * g.k * g.n;
+    vd_term *Y = OUT(0)->t + t * g.m * g.n;
+    for (int64_t i = 0; i < g.m; i++)
+      for (int64_t j = 0; j < g.n; j++) {
+        for (int64_t l = 0; l < g.k; l++) prod[l] = vd_smt_mul(s, A[i * g.k + l], B[l * g.n + j]);
+        Y[i * g.n + j] = vd_smt_sum(s, (size_t)g.k, prod);
+      }
+  }
+  vd_free(prod);
+  return VD_OK;
+}
+
+ENC(matmul_backward) {
+  mm_geo g = mm_geometry(&IN(0)->shape, &IN(1)->shape, &IN(2)->shape);
+  acc_t ga, gb;
+  /* per element of A: n terms per output batch mapped onto it; of B: m. */
+  VD_CHECK(acc_init(&ga, IN(0)->numel, g.nbatch * g.n, c->diag));
+  vd_rc rc = acc_init(&gb, IN(1)->numel, g.nbatch * g.m, c->diag);
+  if (rc != VD_OK) {
+    acc_drop(&ga);
+    return rc;
+  }
+  int64_t idx[VD_MAX_DIMS];
+  for (int64_t t = 0; t < g.nbatch; t++) {
+    unravel(&g.ob, t, idx);
+    int64_t oa = bsrc(&g.ob, &g.ab, idx) * g.m * g.k, ob = bsrc(&g.ob, &g.bb, idx) * g.k * g.n;
+    vd_term *A = IN(0)->t + oa, *B = IN(1)->t + ob, *G = IN(2)->t + t * g.m * g.n;
+    for (int64_t i = 0; i < g.m; i++)
+      for (int64_t j = 0; j < g.n; j++) {
+        vd_term gv = G[i * g.n + j];
+        for (int64_t l = 0; l < g.k; l++) {
+          acc_add(&ga, oa + i * g.k + l, vd_smt_mul(s, gv, B[l * g.n + j]));
+          acc_add(&gb, ob + l * g.n + j, vd_smt_mul(s, A[i * g.k + l], gv));
+        }
+      }
+  }
+  acc_done(s, &ga, OUT(0));
+  acc_done(s, &gb, OUT(1));
+  return VD_OK;
+}
+
+ENC(linear) {
+  int64_t in = IN(1)->shape.d[1], out = IN(1)->shape.d[0];
+  int64_t rows = out ? OUT(0)->numel / out : 0;
+  vd_term *prod = vd_malloc(sizeof(vd_term) * (size_t)(in + 2));
+  if (!prod) return VD_OOM(c->diag);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t o = 0; o < out; o++) {
+      size_t n = 0;
+      if (c->n_in == 3) prod[n++] = IN(2)->t[o];
+      for (int64_t i = 0; i < in; i++) prod[n++] = vd_smt_mul(s, IN(0)->t[r * in + i], IN(1)->t[o * in + i]);
+      OUT(0)->t[r * out + o] = vd_smt_sum(s, n, prod);
+    }
+  vd_free(prod);
+  return VD_OK;
+}
+
+ENC(linear_backward) {
+  int64_t in = IN(1)->shape.d[1], out = IN(1)->shape.d[0];
+  int64_t rows = out ? IN(2)->numel / out : 0;
+  const vd_smt_tensor *X = IN(0), *W = IN(1), *G = IN(2);
+  vd_term *buf = vd_malloc(sizeof(vd_term) * (size_t)(in + out + rows + 1));
+  if (!buf) return VD_OOM(c->diag);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t i = 0; i < in; i++) {
+      for (int64_t o = 0; o < out; o++) buf[o] = vd_smt_mul(s, G->t[r * out + o], W->t[o * in + i]);
+      OUT(0)->t[r * in + i] = vd_smt_sum(s, (size_t)out, buf);
+    }
+  for (int64_t o = 0; o < out; o++)
+    for (int64_t i = 0; i < in; i++) {
+      for (int64_t r = 0; r < rows; r++) buf[r] = vd_smt_mul(s, G->t[r * out + o], X->t[r * in + i]);
+      OUT(1)->t[o * in + i] = vd_smt_sum(s, (size_t)rows, buf);
+    }
+  if (c->n_out == 3)
+    for (int64_t o = 0; o < out; o++) {
+      for (int64_t r = 0; r < rows; r++) buf[r] = G->t[r * out + o];
+      OUT(2)->t[o] = vd_smt_sum(s, (size_t)rows, buf);
+    }
+  vd_free(buf);
+  return VD_OK;
+}
+
+/* ---- lookups by index (embedding, pick) ---------------------------------- */
+
+/* ite(id = start+0, v(0), ite(id = start+1, v(1), ... 0)) over rows. */
+static vd_term lookup(vd_smt *s, vd_term id, int64_t start, int64_t rows, const vd_term *col, int64_t stride) {
+  vd_term acc = I(s, 0);
+  for (int64_t r = rows - 1; r >= 0; r--)
+    acc = vd_smt_ite(s, vd_smt_eq(s, id, idx_num(s, id, start + r)), col[r * stride], acc);
+  return acc;
+}
+
+ENC(embedding) {
+  int64_t rows = IN(1)->shape.d[0], h = IN(1)->shape.d[1], start = aint(c, "start", 0);
+  for (int64_t p = 0; p < IN(0)->numel; p++)
+    for (int64_t j = 0; j < h; j++) OUT(0)->t[p * h + j] = lookup(s, IN(0)->t[p], start, rows, IN(1)->t + j, h);
+  return VD_OK;
+}
+
+ENC(embedding_backward) {
+  int64_t rows = OUT(0)->shape.d[0], h = OUT(0)->shape.d[1], start = aint(c, "start", 0);
+  int64_t n = IN(0)->numel;
+  vd_term *buf = vd_malloc(sizeof(vd_term) * (size_t)(n + 1));
+  if (!buf) return VD_OOM(c->diag);
+  vd_term zero = I(s, 0);
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t j = 0; j < h; j++) {
+      for (int64_t p = 0; p < n; p++) {
+        vd_term id = IN(0)->t[p];
+        buf[p] = vd_smt_ite(s, vd_smt_eq(s, id, idx_num(s, id, start + r)), IN(1)->t[p * h + j], zero);
+      }
+      OUT(0)->t[r * h + j] = vd_smt_sum(s, (size_t)n, buf);
+    }
+  vd_free(buf);
+  return VD_OK;
+}
+
+ENC(pick) {
+  int64_t n = IN(0)->shape.d[0], v = IN(0)->shape.d[1], start = aint(c, "start", 0);
+  for (int64_t i = 0; i < n; i++) OUT(0)->t[i] = lookup(s, IN(1)->t[i], start, v, IN(0)->t + i * v, 1);
+  return VD_OK;
+}
+
+ENC(pick_backward) {
+  int64_t n = OUT(0)->shape.d[0], v = OUT(0)->shape.d[1], start = aint(c, "start", 0);
+  vd_term zero = I(s, 0);
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < v; j++) {
+      vd_term lab = IN(0)->t[i];
+      OUT(0)->t[i * v + j] = vd_smt_ite(s, vd_smt_eq(s, lab, idx_num(s, lab, start + j)), IN(1)->t[i], zero);
+    }
+  return VD_OK;
+}
+
+/* ---- normalization ------------------------------------------------------- */
+
+/* rsqrt(sum(v_i) / h + eps) for one row */
+static vd_term inv_norm(vd_smt *s, vd_term *v, int64_t h, double eps) {
+  vd_term mean = vd_smt_div(s, vd_smt_sum(s, (size_t)h, v), I(s, h));
+  return uf1(s, "rsqrt", vd_smt_add(s, mean, D(s, eps)));
+}
+
+ENC(rms_norm) {
+  int64_t h = IN(1)->shape.d[0], rows = h ? IN(0)->numel / h : 0;
+  double eps = aflt(c, "eps", 1e-6);
+  vd_term *sq = vd_malloc(sizeof(vd_term) * (size_t)(h + 1));
+  if (!sq) return VD_OOM(c->diag);
+  for (int64_t r = 0; r < rows; r++) {
+    vd_term *x = IN(0)->t + r * h;
+    for (int64_t i = 0; i < h; i++) sq[i] = vd_smt_mul(s, x[i], x[i]);
+    vd_term inv = inv_norm(s, sq, h, eps);
+    for (int64_t i = 0; i < h; i++) {
+      vd_term f[3] = {x[i], inv, IN(1)->t[i]};
+      OUT(0)->t[r * h + i] = vd_smt_prod(s, 3, f);
+    }
+  }
+  vd_free(sq);
+  return VD_OK;
+}
+
+ENC(rms_norm_backward) {
+  int64_t h = IN(1)->shape.d[0], rows = h ? IN(0)->numel / h : 0;
+  double eps = aflt(c, "eps", 1e-6);
+  const vd_term *w = IN(1)->t;
+  acc_t gw;
+  VD_CHECK(acc_init(&gw, h, rows, c->diag));
+  vd_term *buf = vd_malloc(sizeof(vd_term) * (size_t)(2 * h + 1));
+  if (!buf) {
+    acc_drop(&gw);
+    return VD_OOM(c->diag);
+  }
+  vd_term *sq = buf, *dt = buf + h;
+  for (int64_t r = 0; r < rows; r++) {
+    vd_term *x = IN(0)->t + r * h, *g = IN(2)->t + r * h;
+    for (int64_t i = 0; i < h; i++) {
+      sq[i] = vd_smt_mul(s, x[i], x[i]);
+      vd_term f[3] = {g[i], w[i], x[i]};
+      dt[i] = vd_smt_prod(s, 3, f);
+    }
+    vd_term inv = inv_norm(s, sq, h, eps);
+    vd_term dot = vd_smt_sum(s, (size_t)h, dt);
+    /* gx_i = inv w_i g_i - x_i inv^3 dot / h */
+    vd_term k = vd_smt_div(s, vd_smt_mul(s, vd_smt_pow_int(s, inv, 3), dot), I(s, h));
+    for (int64_t i = 0; i < h; i++) {
+      vd_term f[3] = {inv, w[i], g[i]};
+      OUT(0)->t[r * h + i] = vd_smt_sub(s, vd_smt_prod(s, 3, f), vd_smt_mul(s, x[i], k));
+      vd_term e[3] = {g[i], x[i], inv};
+      acc_add(&gw, i, vd_smt_prod(s, 3, e));
+    }
+  }
+  vd_free(buf);
+  acc_done(s, &gw, OUT(1));
+  return VD_OK;
+}
+
+/* Row statistics of layer_norm: xc_i = x_i - mean, inv = rsqrt(var + eps). */
+static vd_term ln_row(vd_smt *s, const vd_term *x, int64_t h, double eps, vd_term *xc, vd_term *sq) {
+  vd_term mu = vd_smt_div(s, vd_smt_sum(s, (size_t)h, x), I(s, h));
+  for (int64_t i = 0; i < h; i++) {
+    xc[i] = vd_smt_sub(s, x[i], mu);
+    sq[i] = vd_smt_mul(s, xc[i], xc[i]);
+  }
+  return inv_norm(s, sq, h, eps);
+}
+
+ENC(layer_norm) {
+  int64_t h = IN(1)->shape.d[0], rows = h ? IN(0)->numel / h : 0;
+  double eps = aflt(c, "eps", 1e-5);
+  vd_term *buf = vd_malloc(sizeof(vd_term) * (size_t)(2 * h + 1));
+  if (!buf) return VD_OOM(c->diag);
+  vd_term *xc = buf, *sq = buf + h;
+  for (int64_t r = 0; r < rows; r++) {
+    vd_term inv = ln_row(s, IN(0)->t + r * h, h, eps, xc, sq);
+    for (int64_t i = 0; i < h; i++) {
+      vd_term f[3] = {xc[i], inv, IN(1)->t[i]};
+      OUT(0)->t[r * h + i] = vd_smt_add(s, vd_smt_prod(s, 3, f), IN(2)->t[i]);
+    }
+  }
+  vd_free(buf);
+  return VD_OK;
+}
+
+ENC(layer_norm_backward) {
+  int64_t h = IN(1)->shape.d[0], rows = h ? IN(0)->numel / h : 0;
+  double eps = aflt(c, "eps", 1e-5);
+  const vd_term *w = IN(1)->t;
+  acc_t gw, gb;
+  VD_CHECK(acc_init(&gw, h, rows, c->diag));
+  vd_rc rc = acc_init(&gb, h, rows, c->diag);
+  if (rc != VD_OK) {
+    acc_drop(&gw);
+    return rc;
+  }
+  vd_term *buf = vd_malloc(sizeof(vd_term) * (size_t)(5 * h + 1));
+  if (!buf) {
+    acc_drop(&gw);
+    acc_drop(&gb);
+    return VD_OOM(c->diag);
+  }
+  vd_term *xc = buf, *sq = buf + h, *xh = buf + 2 * h, *gh = buf + 3 * h, *ghx = buf + 4 * h;
+  for (int64_t r = 0; r < rows; r++) {
+    const vd_term *g = IN(2)->t + r * h;
+    vd_term inv = ln_row(s, IN(0)->t + r * h, h, eps, xc, sq);
+    for (int64_t i = 0; i < h; i++) {
+      xh[i] = vd_smt_mul(s, xc[i], inv);
+      gh[i] = vd_smt_mul(s, g[i], w[i]);
+      ghx[i] = vd_smt_mul(s, gh[i], xh[i]);
+      acc_add(&gw, i, vd_smt_mul(s, g[i], xh[i]));
+      acc_add(&gb, i, g[i]);
+    }
+    vd_term m1 = vd_smt_div(s, vd_smt_sum(s, (size_t)h, gh), I(s, h));
+    vd_term m2 = vd_smt_div(s, vd_smt_sum(s, (size_t)h, ghx), I(s, h));
+    /* gx_i = inv (g_i w_i - m1 - xh_i m2) */
+    for (int64_t i = 0; i < h; i++)
+      OUT(0)->t[r * h + i] =
+          vd_smt_mul(s, inv, vd_smt_sub(s, vd_smt_sub(s, gh[i], m1), vd_smt_mul(s, xh[i], m2)));
+  }
+  vd_free(buf);
+  acc_done(s, &gw, OUT(1));
+  acc_done(s, &gb, OUT(2));
+  return VD_OK;
+}
+
+/* ---- rotary embedding, mask, softmax ------------------------------------- */
+
+/* cos/sin of the angle of (pos, i): uninterpreted in (pos, i, d, theta) so
+ * that a wrong position offset or pairing is a different term. */
+static vd_term rope_fn(vd_smt *s, const char *name, int64_t pos, int64_t i, int64_t d, double theta) {
+  vd_term a[4] = {vd_smt_int_num(s, pos), vd_smt_int_num(s, i), vd_smt_int_num(s, d), D(s, theta)};
+  return vd_smt_uf(s, name, 4, a);
+}
+
+static vd_rc rope(call_t *c, vd_smt *s, int backward) {
+  const vd_op_shape *sh = &IN(0)->shape;
+  int32_t sd = adim(c, "seq_dim", 1, sh->ndim);
+  double theta = aflt(c, "theta", 10000.0);
+  int64_t off = aint(c, "pos_offset", 0), d = sh->d[sh->ndim - 1], half = d / 2;
+  int64_t rows = d ? IN(0)->numel / d : 0, idx[VD_MAX_DIMS];
+  vd_op_shape rs = *sh;
+  rs.d[rs.ndim - 1] = 1;
+  for (int64_t r = 0; r < rows; r++) {
+    unravel(&rs, r, idx);
+    int64_t pos = off + idx[sd];
+    const vd_term *x = IN(0)->t + r * d;
+    vd_term *y = OUT(0)->t + r * d;
+    for (int64_t i = 0; i < half; i++) {
+      vd_term co = rope_fn(s, "rope_cos", pos, i, d, theta), si = rope_fn(s, "rope_sin", pos, i, d, theta);
+      /* backward: the rotation by -angle: cos(-a) = cos a, sin(-a) = -sin a */
+      if (backward) si = vd_smt_neg(s, si);
+      vd_term a = x[i], b = x[i + half];
+      y[i] = vd_smt_sub(s, vd_smt_mul(s, a, co), vd_smt_mul(s, b, si));
+      y[i + half] = vd_smt_add(s, vd_smt_mul(s, a, si), vd_smt_mul(s, b, co));
+    }
+  }
+  return VD_OK;
+}
+ENC(rope) { return rope(c, s, 0); }
+ENC(rope_backward) { return rope(c, s, 1); }
+
+static vd_rc mask(call_t *c, vd_smt *s, int backward) {
+  const vd_op_shape *sh = &IN(0)->shape;
+  int64_t q = sh->d[sh->ndim - 2], k = sh->d[sh->ndim - 1];
+  int64_t qo = aint(c, "q_offset", 0), ko = aint(c, "k_offset", 0);
+  vd_term fill = backward ? I(s, 0) : D(s, aflt(c, "fill", -1e4));
+  for (int64_t f = 0; f < IN(0)->numel; f++) {
+    int64_t j = f % k, i = (f / k) % q;
+    OUT(0)->t[f] = (ko + j <= qo + i) ? IN(0)->t[f] : fill;
+  }
+  return VD_OK;
+}
+ENC(causal_mask) { return mask(c, s, 0); }
+ENC(causal_mask_backward) { return mask(c, s, 1); }
+
+typedef struct {
+  int64_t outer, len, inner;
+} lines_t;
+static lines_t lines_of(const vd_op_shape *sh, int32_t dim) {
+  lines_t l = {1, sh->d[dim], 1};
+  for (int32_t i = 0; i < dim; i++) l.outer *= sh->d[i];
+  for (int32_t i = dim + 1; i < sh->ndim; i++) l.inner *= sh->d[i];
+  return l;
+}
+
+ENC(softmax) {
+  lines_t l = lines_of(&IN(0)->shape, adim(c, "dim", -1, IN(0)->shape.ndim));
+  vd_term *e = vd_malloc(sizeof(vd_term) * (size_t)(l.len + 1));
+  if (!e) return VD_OOM(c->diag);
+  for (int64_t o = 0; o < l.outer; o++)
+    for (int64_t i = 0; i < l.inner; i++) {
+      int64_t base = o * l.len * l.inner + i;
+      for (int64_t j = 0; j < l.len; j++) e[j] = uf1(s, "exp", IN(0)->t[base + j * l.inner]);
+      vd_term z = vd_smt_sum(s, (size_t)l.len, e);
+      for (int64_t j = 0; j < l.len; j++) OUT(0)->t[base + j * l.inner] = vd_smt_div(s, e[j], z);
+    }
+  vd_free(e);
+  return VD_OK;
+}
+
+ENC(softmax_backward) {
+  lines_t l = lines_of(&IN(0)->shape, adim(c, "dim", -1, IN(0)->shape.ndim));
+  vd_term *p = vd_malloc(sizeof(vd_term) * (size_t)(l.len + 1));
+  if (!p) return VD_OOM(c->diag);
+  for (int64_t o = 0; o < l.outer; o++)
+    for (int64_t i = 0; i < l.inner; i++) {
+      int64_t base = o * l.len * l.inner + i;
+      const vd_term *y = IN(0)->t + base, *g = IN(1)->t + base;
+      for (int64_t j = 0; j < l.len; j++) p[j] = vd_smt_mul(s, g[j * l.inner], y[j * l.inner]);
+      vd_term dot = vd_smt_sum(s, (size_t)l.len, p);
+      for (int64_t j = 0; j < l.len; j++)
+        OUT(0)->t[base + j * l.inner] = vd_smt_mul(s, y[j * l.inner], vd_smt_sub(s, g[j * l.inner], dot));
+    }
+  vd_free(p);
+  return VD_OK;
+}
+
+/* ---- mixture of experts -------------------------------------------------- */
+
+static vd_rc topk(call_t *c, vd_smt *s, int backward) {
+  int64_t t = IN(0)->shape.d[0], e = IN(0)->shape.d[1], k = aint(c, "k", 1);
+  if (e > 32) VD_FAIL(c->diag, VD_EINPUT, NULL, rec(c), "inputs[0]", "topk_gate: rows of %lld experts exceed the 32 arguments the symbol takes (reduce the expert dim)", (long long)e);
+  vd_term args[64];
+  char name[96];
+  for (int64_t r = 0; r < t; r++) {
+    for (int64_t j = 0; j < e; j++) {
+      args[j] = IN(0)->t[r * e + j];
+      if (backward) args[e + j] = IN(1)->t[r * e + j];
+    }
+    for (int64_t j = 0; j < e; j++) {
+      snprintf(name, sizeof(name), "%s.k%lld.j%lld", backward ? "topk_gate_backward" : "topk_gate", (long long)k,
+               (long long)j);
+      OUT(0)->t[r * e + j] = vd_smt_uf(s, name, (size_t)(backward ? 2 * e : e), args);
+    }
+  }
+  return VD_OK;
+}
+ENC(topk_gate) { return topk(c, s, 0); }
+ENC(topk_gate_backward) { return topk(c, s, 1); }
+
+typedef struct {
+  int64_t t, h, f, el, G, col0;
+} gmlp_geo;
+
+static gmlp_geo gmlp_geometry(call_t *c) {
+  gmlp_geo g;
+  g.t = IN(0)->shape.d[0];
+  g.h = IN(0)->shape.d[1];
+  g.el = IN(2)->shape.d[0];
+  g.f = IN(2)->shape.d[1];
+  g.G = IN(1)->shape.d[1];
+  g.col0 = g.G == g.el ? 0 : aint(c, "expert_start", 0);
+  return g;
+}
+
+/* a_j = w1[e,j,:] . x, b_j = w3[e,j,:] . x, hd_j = silu(a_j) b_j */
+static void gmlp_hidden(vd_smt *s, const gmlp_geo *g, const vd_term *x, const vd_term *w1, const vd_term *w3,
+                        int64_t e, vd_term *a, vd_term *b, vd_term *hd, vd_term *tmp) {
+  for (int64_t j = 0; j < g->f; j++) {
+    for (int64_t i = 0; i < g->h; i++) tmp[i] = vd_smt_mul(s, w1[(e * g->f + j) * g->h + i], x[i]);
+    a[j] = vd_smt_sum(s, (size_t)g->h, tmp);
+    for (int64_t i = 0; i < g->h; i++) tmp[i] = vd_smt_mul(s, w3[(e * g->f + j) * g->h + i], x[i]);
+    b[j] = vd_smt_sum(s, (size_t)g->h, tmp);
+    hd[j] = vd_smt_mul(s, silu_t(s, a[j]), b[j]);
+  }
+}
+
+ENC(grouped_mlp) {
+  gmlp_geo g = gmlp_geometry(c);
+  int64_t nb = 3 * g.f + g.h + g.f + g.el + 1;
+  vd_term *buf = vd_malloc(sizeof(vd_term) * (size_t)nb);
+  if (!buf) return VD_OOM(c->diag);
+  vd_term *a = buf, *b = a + g.f, *hd = b + g.f, *tmp = hd + g.f, *terms = tmp + g.h + g.f;
+  const vd_term *w2 = IN(4)->t;
+  for (int64_t t = 0; t < g.t; t++) {
+    /* y[t,i] = sum_e gate[t,e] * sum_j w2[e,i,j] hd_e[j] */
+    vd_term *oe = vd_malloc(sizeof(vd_term) * (size_t)(g.el * g.h + 1));
+    if (!oe) {
+      vd_free(buf);
+      return VD_OOM(c->diag);
+    }
+    for (int64_t e = 0; e < g.el; e++) {
+      gmlp_hidden(s, &g, IN(0)->t + t * g.h, IN(2)->t, IN(3)->t, e, a, b, hd, tmp);
+      vd_term gate = IN(1)->t[t * g.G + g.col0 + e];
+      for (int64_t i = 0; i < g.h; i++) {
+        for (int64_t j = 0; j < g.f; j++) tmp[j] = vd_smt_mul(s, w2[(e * g.h + i) * g.f + j], hd[j]);
+        oe[e * g.h + i] = vd_smt_mul(s, gate, vd_smt_sum(s, (size_t)g.f, tmp));
+      }
+    }
+    for (int64_t i = 0; i < g.h; i++) {
+      for (int64_t e = 0; e < g.el; e++) terms[e] = oe[e * g.h + i];
+      OUT(0)->t[t * g.h + i] = vd_smt_sum(s, (size_t)g.el, terms);
+    }
+    vd_free(oe);
+  }
+  vd_free(buf);
+  return VD_OK;
+}
+
+ENC(grouped_mlp_backward) {
+  gmlp_geo g = gmlp_geometry(c);
+  const vd_term *w1 = IN(2)->t, *w3 = IN(3)->t, *w2 = IN(4)->t;
+  acc_t gx, gg, gw1, gw3, gw2;
+  acc_t *accs[5] = {&gx, &gg, &gw1, &gw3, &gw2};
+  int64_t each[5] = {2 * g.el * g.f, 1, g.t, g.t, g.t};
+  for (int i = 0; i < 5; i++) {
+    vd_rc rc = acc_init(accs[i], IN(i)->numel, each[i], c->diag);
+    if (rc != VD_OK) {
+      for (int k = 0; k < i; k++) acc_drop(accs[k]);
+      return rc;
+    }
+  }
+  vd_term *buf = vd_malloc(sizeof(vd_term) * (size_t)(6 * g.f + 2 * g.h + 1));
+  if (!buf) {
+    for (int i = 0; i < 5; i++) acc_drop(accs[i]);
+    return VD_OOM(c->diag);
+  }
+  vd_term *a = buf, *b = a + g.f, *hd = b + g.f, *ga = hd + g.f, *gbv = ga + g.f, *tmp = gbv + g.f;
+  vd_term *go = tmp + g.f + g.h;
+  for (int64_t t = 0; t < g.t; t++) {
+    const vd_term *x = IN(0)->t + t * g.h, *gy = IN(5)->t + t * g.h;
+    for (int64_t e = 0; e < g.el; e++) {
+      vd_term gate = IN(1)->t[t * g.G + g.col0 + e];
+      gmlp_hidden(s, &g, x, w1, w3, e, a, b, hd, tmp);
+      /* ggate = sum_i gy_i o_i,  o_i = sum_j w2[e,i,j] hd_j;  go = gate gy */
+      vd_term *gs = vd_malloc(sizeof(vd_term) * (size_t)(g.h + 1));
+      if (!gs) {
+        vd_free(buf);
+        for (int i = 0; i < 5; i++) acc_drop(accs[i]);
+        return VD_OOM(c->diag);
+      }
+      for (int64_t i = 0; i < g.h; i++) {
+        for (int64_t j = 0; j < g.f; j++) tmp[j] = vd_smt_mul(s, w2[(e * g.h + i) * g.f + j], hd[j]);
+        gs[i] = vd_smt_mul(s, gy[i], vd_smt_sum(s, (size_t)g.f, tmp));
+        go[i] = vd_smt_mul(s, gate, gy[i]);
+      }
+      acc_add(&gg, t * g.G + g.col0 + e, vd_smt_sum(s, (size_t)g.h, gs));
+      vd_free(gs);
+      for (int64_t j = 0; j < g.f; j++) {
+        for (int64_t i = 0; i < g.h; i++) {
+          tmp[i] = vd_smt_mul(s, w2[(e * g.h + i) * g.f + j], go[i]);
+          acc_add(&gw2, (e * g.h + i) * g.f + j, vd_smt_mul(s, go[i], hd[j]));
+        }
+        vd_term gh = vd_smt_sum(s, (size_t)g.h, tmp);
+        vd_term f3[3] = {gh, b[j], silu_grad_t(s, a[j])};
+        ga[j] = vd_smt_prod(s, 3, f3);
+        gbv[j] = vd_smt_mul(s, gh, silu_t(s, a[j]));
+      }
+      for (int64_t j = 0; j < g.f; j++)
+        for (int64_t i = 0; i < g.h; i++) {
+          int64_t w = (e * g.f + j) * g.h + i;
+          acc_add(&gw1, w, vd_smt_mul(s, ga[j], x[i]));
+          acc_add(&gw3, w, vd_smt_mul(s, gbv[j], x[i]));
+          acc_add(&gx, t * g.h + i, vd_smt_mul(s, ga[j], w1[w]));
+          acc_add(&gx, t * g.h + i, vd_smt_mul(s, gbv[j], w3[w]));
+        }
+    }
+  }
+  vd_free(buf);
+  for (int i = 0; i < 5; i++) acc_done(s, accs[i], OUT(i));
+  return VD_OK;
+}
+
+/* ---- collectives (merged instance: all participants, group order) -------- */
+
+static uint32_t parts(call_t *c) { return c->n_part ? c->n_part : c->n_in; }
+
+ENC(all_reduce) {
+  int mx = strcmp(astr(c, "reduce", "sum"), "max") == 0;
+  vd_term *buf = vd_malloc(sizeof(vd_term) * (c->n_in + 1));
+  if (!buf) return VD_OOM(c->diag);
+  for (int64_t e = 0; e < IN(0)->numel; e++) {
+    vd_term r;
+    if (mx) {
+      r = IN(0)->t[e];
+      for (uint32_t i = 1; i < c->n_in; i++) r = vd_smt_max(s, r, IN(i)->t[e]);
+    } else {
+      for (uint32_t i = 0; i < c->n_in; i++) buf[i] = IN(i)->t[e];
+      r = vd_smt_sum(s, c->n_in, buf);
+    }
+    for (uint32_t i = 0; i < c->n_out; i++) OUT(i)->t[e] = r;
+  }
+  vd_free(buf);
+  return VD_OK;
+}
+
+ENC(all_gather) {
+  (void)s;
+  int32_t dim = adim(c, "dim", 0, IN(0)->shape.ndim);
+  for (uint32_t i = 0; i < c->n_out; i++) concat_into(OUT(i), c->in, c->n_in, dim);
+  return VD_OK;
+}
+
+ENC(reduce_scatter) {
+  int32_t dim = adim(c, "dim", 0, IN(0)->shape.ndim);
+  const vd_op_shape *os = &OUT(0)->shape;
+  vd_term *buf = vd_malloc(sizeof(vd_term) * (c->n_in + 1));
+  if (!buf) return VD_OOM(c->diag);
+  int64_t idx[VD_MAX_DIMS];
+  for (uint32_t p = 0; p < c->n_out; p++)
+    for (int64_t f = 0; f < OUT(p)->numel; f++) {
+      unravel(os, f, idx);
+      idx[dim] += (int64_t)p * os->d[dim];
+      int64_t src = ravel(&IN(0)->shape, idx);
+      for (uint32_t i = 0; i < c->n_in; i++) buf[i] = IN(i)->t[src];
+      OUT(p)->t[f] = vd_smt_sum(s, c->n_in, buf);
+    }
+  vd_free(buf);
+  return VD_OK;
+}
+
+ENC(all_to_all) {
+  (void)s;
+  int32_t nd = IN(0)->shape.ndim;
+  int32_t sd = adim(c, "split_dim", 0, nd), cd = adim(c, "concat_dim", 0, nd);
+  uint32_t P = parts(c);
+  const vd_op_shape *xs = &IN(0)->shape, *ys = &OUT(0)->shape;
+  int64_t cs_sd = xs->d[sd] / P, cs_cd = sd == cd ? cs_sd : xs->d[cd];
+  int64_t idx[VD_MAX_DIMS];
+  for (uint32_t i = 0; i < c->n_out; i++)
+    for (int64_t f = 0; f < OUT(i)->numel; f++) {
+      unravel(ys, f, idx);
+      int64_t j = idx[cd] / cs_cd;
+      idx[cd] -= j * cs_cd;
+      idx[sd] += (int64_t)i * cs_sd;
+      OUT(i)->t[f] = IN(j)->t[ravel(xs, idx)];
+    }
+  return VD_OK;
+}
+
+ENC(broadcast) {
+  (void)s;
+  for (uint32_t i = 0; i < c->n_out; i++) copy_into(IN(0), OUT(i));
+  return VD_OK;
+}
+
+static vd_rc move(call_t *c) {
+  if (c->n_in == 1 && c->n_out == 1) copy_into(IN(0), OUT(0));
+  return VD_OK;
+}
+ENC(send) { (void)s; return move(c); }
+ENC(recv) { (void)s; return move(c); }
+
+/* ---- optimizer and clipping ---------------------------------------------- */
+
+ENC(sumsq) {
+  vd_term *sq = vd_malloc(sizeof(vd_term) * (size_t)(IN(0)->numel + 1));
+  if (!sq) return VD_OOM(c->diag);
+  for (int64_t i = 0; i < IN(0)->numel; i++) sq[i] = vd_smt_mul(s, IN(0)->t[i], IN(0)->t[i]);
+  OUT(0)->t[0] = vd_smt_sum(s, (size_t)IN(0)->numel, sq);
+  vd_free(sq);
+  return VD_OK;
+}
+
+ENC(clip_coef) {
+  vd_term a[2] = {IN(0)->t[0], D(s, aflt(c, "max_norm", 1.0))};
+  OUT(0)->t[0] = vd_smt_uf(s, "clip_coef", 2, a);
+  return VD_OK;
+}
+
+ENC(sgd_step) {
+  vd_term lr = D(s, aflt(c, "lr", 1e-3)), wd = D(s, aflt(c, "weight_decay", 0.0));
+  for (int64_t i = 0; i < OUT(0)->numel; i++) {
+    vd_term w = IN(0)->t[i];
+    OUT(0)->t[i] = vd_smt_sub(s, w, vd_smt_mul(s, lr, vd_smt_add(s, IN(1)->t[i], vd_smt_mul(s, wd, w))));
+  }
+  return VD_OK;
+}
+
+ENC(adam_step) {
+  double b1 = aflt(c, "beta1", 0.9), b2 = aflt(c, "beta2", 0.999);
+  double step = (double)aint(c, "step", 1);
+  vd_term lr = D(s, aflt(c, "lr", 1e-3)), eps = D(s, aflt(c, "eps", 1e-8)), wd = D(s, aflt(c, "weight_decay", 0.0));
+  vd_term B1 = D(s, b1), B2 = D(s, b2), one = I(s, 1);
+  vd_term nb1 = vd_smt_sub(s, one, B1), nb2 = vd_smt_sub(s, one, B2);
+  /* Bias corrections as the framework computes them (in double), exactly. */
+  vd_term c1 = D(s, 1.0 - pow(b1, step)), c2 = D(s, 1.0 - pow(b2, step));
+  for (int64_t i = 0; i < OUT(0)->numel; i++) {
+    vd_term w = IN(0)->t[i], g = IN(1)->t[i];
+    vd_term m = vd_smt_add(s, vd_smt_mul(s, B1, IN(2)->t[i]), vd_smt_mul(s, nb1, g));
+    vd_term v = vd_smt_add(s, vd_smt_mul(s, B2, IN(3)->t[i]), vd_smt_mul(s, nb2, vd_smt_mul(s, g, g)));
+    vd_term den = vd_smt_add(s, uf1(s, "sqrt", vd_smt_div(s, v, c2)), eps);
+    vd_term upd = vd_smt_div(s, vd_smt_mul(s, lr, vd_smt_div(s, m, c1)), den);
+    vd_term f[3] = {lr, wd, w};
+    OUT(0)->t[i] = vd_smt_sub(s, vd_smt_sub(s, w, upd), vd_smt_prod(s, 3, f));
+    OUT(1)->t[i] = m;
+    OUT(2)->t[i] = v;
+  }
+  return VD_OK;
+}
+
+/* ---- the table ----------------------------------------------------------- */
+
+static const vd_op_encode_fn enc_table[VD_OP__COUNT] = {
+#define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, safety) [VD_OP_##ID] = enc_##name,
+#include "ops.def"
+#undef VD_OP
+};
+
+vd_op_encode_fn vd_smt_encoder(vd_op_id op) {
+  if (op < 0 || op >= VD_OP__COUNT) return NULL;
+  return enc_table[op];
+}
+
+vd_rc vd_smt_encode(const struct vd_op_encode_call *c) {
+  vd_op_encode_fn f = vd_smt_encoder((vd_op_id)c->op);
+  if (!f)
+    VD_FAIL(c->diag, VD_EINPUT, NULL, rec(c), "op", "operator id %d has no symbolic encoder (unsupported)", c->op);
+  return f(c);
+}
+
+/* ---- numeric meaning of the symbols -------------------------------------- */
+
+static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* Gates of one row (ops_numeric.c's topk_row: softmax over the k largest,
+ * ties to the lower index). */
+static void topk_row(const double *x, int64_t e, int64_t k, unsigned char *sel, double *p) {
+  memset(sel, 0, (size_t)e);
+  double mx = 0;
+  for (int64_t t = 0; t < k; t++) {
+    int64_t best = -1;
+    for (int64_t j = 0; j < e; j++)
+      if (!sel[j] && (best < 0 || x[j] > x[best])) best = j;
+    sel[best] = 1;
+    if (t == 0) mx = x[best];
+  }
+  double sum = 0;
+  for (int64_t j = 0; j < e; j++) sum += (p[j] = sel[j] ? exp(x[j] - mx) : 0.0);
+  for (int64_t j = 0; j < e; j++) p[j] /= sum;
+}
+
+int vd_smt_uf_value(const char *name, size_t n, const double *a, double *out) {
+  if (n == 1) {
+    double x = a[0];
+    if (!strcmp(name, "exp")) *out = exp(x);
+    else if (!strcmp(name, "log")) *out = log(x);
+    else if (!strcmp(name, "sqrt")) *out = sqrt(x);
+    else if (!strcmp(name, "rsqrt")) *out = 1.0 / sqrt(x);
+    else if (!strcmp(name, "sigmoid")) *out = sigm(x);
+    else if (!strcmp(name, "tanh")) *out = tanh(x);
+    else if (!strcmp(name, "gelu")) *out = 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+    else if (!strcmp(name, "gelu_grad"))
+      *out = 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
+    else return 0;
+    return 1;
+  }
+  if (n == 2 && !strcmp(name, "pow")) {
+    *out = pow(a[0], a[1]);
+    return 1;
+  }
+  if (n == 2 && !strcmp(name, "clip_coef")) {
+    *out = fmin(1.0, a[1] / (sqrt(a[0]) + 1e-6));
+    return 1;
+  }
+  if (n == 4 && (!strcmp(name, "rope_cos") || !strcmp(name, "rope_sin"))) {
+    double ang = a[0] * pow(a[3], -2.0 * a[1] / a[2]);
+    *out = name[5] == 'c' ? cos(ang) : sin(ang);
+    return 1;
+  }
+  long long k, j;
+  int bwd = 0;
+  if (sscanf(name, "topk_gate.k%lld.j%lld", &k, &j) == 2)
+    bwd = 0;
+  else if (sscanf(name, "topk_gate_backward.k%lld.j%lld", &k, &j) == 2)
+    bwd = 1;
+  else
+    return 0;
+  int64_t e = bwd ? (int64_t)n / 2 : (int64_t)n;
+  if (e < 1 || e > 32 || k < 1 || k > e || j < 0 || j >= e || (bwd && n % 2)) return 0;
+  unsigned char sel[32];
+  double p[32];
+  topk_row(a, e, k, sel, p);
+  if (!bwd) {
+    *out = p[j];
+    return 1;
+  }
+  double dot = 0;
+  for (int64_t i = 0; i < e; i++) dot += a[e + i] * p[i];
+  *out = sel[j] ? p[j] * (a[e + j] - dot) : 0.0;
+  return 1;
+}
