@@ -91,13 +91,13 @@ $(FUZZ_BIN): tests/fuzz/fuzz_plan_reader.c $(LIB_SRC) $(wildcard */*.h)
 	  common/*.c plans/*.c -lmsgpackc -lm
 fuzz-short: $(FUZZ_BIN)
 	@mkdir -p $(BUILD)/fuzz/corpus
-	$(FUZZ_BIN) -max_total_time=20 -max_len=65536 -rss_limit_mb=1024 \
+	$(FUZZ_BIN) -max_total_time=20 -max_len=65536 -rss_limit_mb=1024 -dict=tests/fuzz/plan.dict \
 	  $(BUILD)/fuzz/corpus tests/fuzz/seeds tests/fuzz/regressions >$(BUILD)/fuzz/log 2>&1 \
 	  || { tail -40 $(BUILD)/fuzz/log; exit 1; }
 	@echo "ok   fuzz (20 s)"
 fuzz: $(FUZZ_BIN)
 	@mkdir -p $(BUILD)/fuzz/corpus
-	$(FUZZ_BIN) -max_total_time=600 -max_len=65536 -artifact_prefix=tests/fuzz/regressions/ \
+	$(FUZZ_BIN) -max_total_time=600 -max_len=65536 -dict=tests/fuzz/plan.dict -artifact_prefix=tests/fuzz/regressions/ \
 	  $(BUILD)/fuzz/corpus tests/fuzz/seeds tests/fuzz/regressions
 
 demo: deps

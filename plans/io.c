@@ -160,7 +160,7 @@ typedef struct {
   vd_idmap_t tmap; /* tensor file id -> index */
 } rctx;
 
-static const char *rec_of(void *c);
+static const char *rec_of(rctx *c);
 
 #define RFAIL(c, field, ...) VD_FAIL((c)->d, VD_EINPUT, (c)->file, rec_of(c), (field), __VA_ARGS__)
 #define ROOM(c) VD_FAIL((c)->d, VD_ENOMEM, (c)->file, rec_of(c), NULL, "out of memory")
@@ -189,8 +189,7 @@ static int str_is(mobj *o, const char *s) {
   return o->type == MSGPACK_OBJECT_STR && o->via.str.size == n && memcmp(o->via.str.ptr, s, n) == 0;
 }
 
-static const char *rec_of(void *vc) {
-  rctx *c = vc;
+static const char *rec_of(rctx *c) {
   if (!c->rec_kind) return c->rec;
   if (!c->has_id) snprintf(c->rec, sizeof(c->rec), "%s[%" PRIu32 "]", c->rec_arr, c->rec_pos);
   else if (c->rec_name_len)

@@ -125,4 +125,60 @@ const char *vd_op_safety(vd_op_id op);
 vd_rc vd_op_check(const vd_op_call *c);
 vd_rc vd_op_eval(const vd_op_call *c);
 
+/* ---- shape reduction rules (solver/ops_reduce.c) --------------------------
+ *
+ * A rule tells stages/shape.c how an operator relates the dimensions of its
+ * operands, as constraints emitted one by one (docs/shape-reduction.md says
+ * why each is sound).  An operand dimension is (out, t, dim): input or
+ * output t of the call, dimension dim (normalized, >= 0). */
+
+typedef struct {
+  uint8_t out;  /* 0 input, 1 output */
+  uint8_t dim;
+  uint16_t t;
+} vd_op_dimref;
+
+typedef enum {
+  VD_RED_EQ,   /* a and b are reduced by the same ratio; num > 0: size(a)*den == size(b)*num
+                  must hold (else the stage's constraints contradict each other); num == 0: no
+                  fixed factor (concat inputs) */
+  VD_RED_MIN2, /* a is contracted or reduced over: >= 2 elements after reduction */
+  VD_RED_EVEN, /* a stays even and >= 2 (rope's rotated pairs) */
+  VD_RED_POS,  /* attribute `attr` (value pos) is a position along a: scaled with it */
+  VD_RED_KEEP, /* a keeps its original extent */
+  VD_RED_PROD, /* product of na dims of a.t starting at a.dim == product of nb dims of b.t
+                  starting at b.dim (view/reshape merge or split) */
+} vd_op_red_kind;
+
+typedef struct {
+  vd_op_red_kind kind;
+  vd_op_dimref a, b;
+  int64_t num, den;  /* EQ */
+  uint8_t na, nb;    /* PROD */
+  const char *attr;  /* POS: attribute name (static string) */
+  int64_t pos;       /* POS: attribute value */
+} vd_op_red;
+
+/* One rule application.  Pointers are borrowed.  node may be NULL (defaults).
+ * emit receives every constraint; its error is returned by the rule. */
+typedef struct vd_op_reduce_call {
+  int op; /* vd_op_id */
+  const vd_plan_t *plan;
+  const vd_node_t *node;
+  uint32_t n_in, n_out;
+  const vd_op_shape *in_shape, *out_shape;
+  vd_rc (*emit)(void *sink, const vd_op_red *r);
+  void *sink;
+} vd_op_reduce_call;
+
+/* Emits c's constraints.  *norule = 1 (and nothing need be emitted) when
+ * this instance has no rule (an operand form the rule does not cover, a
+ * malformed dimension attribute): the caller then leaves its stage
+ * unreduced.  Errors: whatever emit returns. */
+typedef vd_rc (*vd_op_reduce_fn)(const vd_op_reduce_call *c, int *norule);
+
+/* The rule of op (every operator has one; the table is checked complete at
+ * compile time).  op must be a valid id. */
+vd_op_reduce_fn vd_op_reduce_rule(vd_op_id op);
+
 #endif

@@ -21,6 +21,7 @@ int vd_cmd_plan(int argc, char **argv);   /* plan validate|dump|stats */
 int vd_cmd_gen(int argc, char **argv);    /* generators */
 int vd_cmd_exec(int argc, char **argv);   /* numeric executor */
 int vd_cmd_verify(int argc, char **argv); /* --sm/--pm main form */
+int vd_cmd_mutate(int argc, char **argv); /* bug injection (bugs/) */
 
 /* Prints "verdict: <one-line diag>" to stderr and returns exit code 2
  * (or 2 for ENOMEM/EIO too: the run did not reach a verdict). */

@@ -1,59 +1,96 @@
 /*
  * verifier/cmd_verify.c - the main form: verdict --sm SINGLE --pm PARALLEL.
  *
- * Loads and validates both plans and builds both SSA graphs, reporting
- * structural problems with names.  Stage cutting and the Z3 proofs are the
- * verifier-core work still to land: until then this form ends INCONCLUSIVE
- * (exit 3), never "equivalent".
+ * Parses the options, runs the verification (verifier/run.c), prints the
+ * human report (stdout) and the JSON report (--json), and maps the result
+ * to the exit code: 0 equivalent, 1 not equivalent, 2 bad input or usage,
+ * 3 inconclusive.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "../common/mem.h"
-#include "../graph/graph.h"
-#include "../plans/plan.h"
 #include "cli.h"
-
-typedef struct {
-  const char *sm, *pm, *json;
-  int quiet, verbose;
-} verify_opts;
+#include "run.h"
 
 static void verify_usage(FILE *f) {
   fprintf(f,
           "usage: verdict --sm SINGLE.plan --pm PARALLEL.plan [options]\n"
           "\n"
-          "  --sm FILE          single-device plan (required)\n"
-          "  --pm FILE          parallel plan (required)\n"
-          "  -q                 no progress, only the verdict\n"
-          "  -v                 more detail\n"
-          "  -h, --help         this text\n"
+          "Proves that one training iteration of PARALLEL computes the values of SINGLE.\n"
+          "\n"
+          "  --sm FILE            single-device plan (required)\n"
+          "  --pm FILE            parallel plan (required)\n"
+          "  --threads N          solver threads (default: all cores)\n"
+          "  --json FILE          also write the report as JSON\n"
+          "  --stage-timeout S    solver time limit per stage in seconds (default 20)\n"
+          "  --max-failures N     failing stages reported in detail (default 10, 0 = all)\n"
+          "  --seed N             seed (reserved for randomized checks; default 1)\n"
+          "  --no-reuse           solve every stage, not one per symmetry class\n"
+          "  --no-fast-path       skip the normal-form comparison, always call the solver\n"
+          "  --no-reduce          check stages on their original shapes\n"
+          "  -q                   no progress or timings, only the verdict and failures\n"
+          "  -v                   more detail\n"
+          "  -h, --help           this text\n"
           "\n"
           "exit codes: 0 equivalent, 1 not equivalent, 2 bad input or usage, 3 inconclusive\n");
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+static int need_num(const char *opt, const char *val, long *out) {
+  *out = vd_cli_parse_long(val);
+  if (*out < 0) {
+    fprintf(stderr, "verdict: %s: expected a non-negative integer, got '%s'\n", opt, val ? val : "");
+    return -1;
+  }
+  return 0;
 }
 
-static int parse(int argc, char **argv, verify_opts *o) {
+static int parse(int argc, char **argv, vd_run_opts *o) {
   memset(o, 0, sizeof(*o));
+  o->stage_timeout_ms = 20000;
+  o->max_failures = 10;
+  o->seed = 1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    int has_val = i + 1 < argc;
+    const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+    long n;
     if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
       verify_usage(stdout);
       return -1;
-    } else if (strcmp(a, "--sm") == 0 && has_val) o->sm = argv[++i];
-    else if (strcmp(a, "--pm") == 0 && has_val) o->pm = argv[++i];
-    else if (strcmp(a, "-q") == 0) o->quiet = 1;
-    else if (strcmp(a, "-v") == 0) o->verbose = 1;
+    }
+    int takes = !strcmp(a, "--sm") || !strcmp(a, "--pm") || !strcmp(a, "--json") || !strcmp(a, "--threads") ||
+                !strcmp(a, "--stage-timeout") || !strcmp(a, "--max-failures") || !strcmp(a, "--seed") ||
+                !strcmp(a, "--dump-stages");
+    if (takes && !val) {
+      fprintf(stderr, "verdict: missing value for option '%s'\n", a);
+      return VD_EXIT_BAD_INPUT;
+    }
+    if (!strcmp(a, "--sm")) o->sm = argv[++i];
+    else if (!strcmp(a, "--pm")) o->pm = argv[++i];
+    else if (!strcmp(a, "--json")) o->json_path = argv[++i];
+    else if (!strcmp(a, "--dump-stages")) o->dump_stages = argv[++i];
+    else if (!strcmp(a, "--threads")) {
+      if (need_num(a, argv[++i], &n) || n < 1 || n > 1024) {
+        if (n >= 0) fprintf(stderr, "verdict: --threads: expected 1..1024, got %ld\n", n);
+        return VD_EXIT_BAD_INPUT;
+      }
+      o->threads = (int)n;
+    } else if (!strcmp(a, "--stage-timeout")) {
+      if (need_num(a, argv[++i], &n)) return VD_EXIT_BAD_INPUT;
+      o->stage_timeout_ms = (unsigned)(n > 4000000 ? 4000000000u : (unsigned)n * 1000u);
+    } else if (!strcmp(a, "--max-failures")) {
+      if (need_num(a, argv[++i], &n)) return VD_EXIT_BAD_INPUT;
+      o->max_failures = (int)(n > 1000000 ? 1000000 : n);
+    } else if (!strcmp(a, "--seed")) {
+      if (need_num(a, argv[++i], &n)) return VD_EXIT_BAD_INPUT;
+      o->seed = (uint64_t)n;
+    } else if (!strcmp(a, "--no-reuse")) o->no_reuse = 1;
+    else if (!strcmp(a, "--no-fast-path")) o->no_fast_path = 1;
+    else if (!strcmp(a, "--no-reduce")) o->no_reduce = 1;
+    else if (!strcmp(a, "-q")) o->quiet = 1;
+    else if (!strcmp(a, "-v")) o->verbose = 1;
     else {
-      fprintf(stderr, "verdict: %s option '%s' (see verdict --sm S --pm P --help)\n",
-              (strcmp(a, "--sm") == 0 || strcmp(a, "--pm") == 0) ? "missing value for" : "unknown", a);
+      fprintf(stderr, "verdict: unknown option '%s' (see verdict --sm S --pm P --help)\n", a);
       return VD_EXIT_BAD_INPUT;
     }
   }
@@ -64,52 +101,21 @@ static int parse(int argc, char **argv, verify_opts *o) {
   return 0;
 }
 
-/* Loads one plan and builds its graph; prints graph issues.  Returns an exit code or 0. */
-static int load(const char *path, vd_plan_kind want, vd_plan_t *p, vd_graph_t *g, const verify_opts *o) {
-  vd_diag d;
-  vd_diag_clear(&d);
-  if (vd_plan_read_file(path, p, &d) != VD_OK) return vd_cli_report_diag(&d);
-  if (p->kind != want) {
-    fprintf(stderr, "verdict: %s: kind: expected a %s plan, got a %s plan\n", path,
-            want == VD_PLAN_SINGLE ? "single" : "parallel", p->kind == VD_PLAN_SINGLE ? "single" : "parallel");
-    return VD_EXIT_BAD_INPUT;
-  }
-  vd_graph_opts go = {.expand_replicas = 0};
-  vd_rc rc = vd_graph_build(p, &go, g, &d);
-  if (rc == VD_EINPUT) {
-    /* Structural dataflow problems make the plans not equivalent. */
-    printf("NOT EQUIVALENT: %s has %zu dataflow problem(s)\n", path, g->n_issues);
-    for (size_t i = 0; i < g->n_issues; i++)
-      printf("  %s: %s\n", vd_gissue_names[g->issues[i].kind], g->issues[i].detail);
-    return VD_EXIT_NOT_EQUIV;
-  }
-  if (rc != VD_OK) {
-    vd_diag_set_file(&d, path);
-    return vd_cli_report_diag(&d);
-  }
-  if (!o->quiet)
-    fprintf(stderr, "%s: %zu nodes, %zu values after expansion\n", path, g->n_nodes, g->n_values);
-  return 0;
-}
-
 int vd_cmd_verify(int argc, char **argv) {
-  verify_opts o;
+  vd_run_opts o;
   int rc = parse(argc, argv, &o);
   if (rc) return rc < 0 ? VD_EXIT_OK : rc;
-  vd_plan_t sp = {0}, pp = {0};
-  vd_graph_t sg = {0}, pg = {0};
-  double t0 = now_s();
-  rc = load(o.sm, VD_PLAN_SINGLE, &sp, &sg, &o);
-  if (!rc) rc = load(o.pm, VD_PLAN_PARALLEL, &pp, &pg, &o);
-  if (!rc) {
-    printf("INCONCLUSIVE: both plans load and form valid dataflow graphs (load+graph %.2f s, peak %.1f MB),\n"
-           "but stage checking is not implemented in this build; no equivalence is claimed.\n",
-           now_s() - t0, (double)vd_mem_peak() / 1e6);
-    rc = VD_EXIT_INCONCLUSIVE;
+  vd_run r;
+  vd_diag d;
+  vd_diag_clear(&d);
+  vd_rc vrc = vd_run_verify(&o, &r, &d);
+  if (vrc != VD_OK) {
+    vd_run_free(&r);
+    return vd_cli_report_diag(&d);
   }
-  vd_graph_free(&sg);
-  vd_graph_free(&pg);
-  vd_plan_free(&sp);
-  vd_plan_free(&pp);
-  return rc;
+  vd_report_text(&r, &o, stdout);
+  int code = vd_run_exit_code(&r);
+  if (o.json_path && vd_report_json(&r, &o, o.json_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
+  vd_run_free(&r);
+  return code;
 }

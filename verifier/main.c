@@ -17,6 +17,7 @@ static const command_t commands[] = {
     {"plan", vd_cmd_plan, "plan validate|dump|stats FILE: inspect a plan file"},
     {"gen", vd_cmd_gen, "generate a single-device and a parallel plan for a model"},
     {"exec", vd_cmd_exec, "run both plans numerically and compare (the oracle)"},
+    {"mutate", vd_cmd_mutate, "inject a bug class of BUGS.md into a parallel plan"},
 };
 
 static void usage(FILE *f) {

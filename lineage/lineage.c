@@ -1,0 +1,725 @@
+/*
+ * lineage/lineage.c - builds and validates the lineage table (vd_lin_build).
+ *
+ * What it does (docs/verifier.md section 1):
+ *  1. Points: for every annotated parallel tensor instance of Gp (replica-0
+ *     graph), its initial value (if the graph made it an initial value) and
+ *     its final version (if something produces it).  Each point becomes one
+ *     piece per virtual DP replica d, with the annotation shifted by
+ *     vd_tensor_lineage_at (the one place that applies the shifts).
+ *  2. Single value: the initial (vd_graph_first, which must be an initial
+ *     value) or final (vd_graph_last) version of the single tensor `full`,
+ *     instance mb 0 for per-microbatch single tensors, -1 for persistent ones.
+ *  3. Grouping: pieces sorted by (single tensor, moment, slice, part_n, k,
+ *     replica, value); one vd_lineage per (single tensor, moment).
+ *  4. Validation, all reported as vd_lin_issue, never assumed away:
+ *     NO_SINGLE, OUT_OF_BOUNDS, OVERLAP, GAP, PARTS, UNCOVERED, NO_VALUE.
+ *
+ * Coverage (OVERLAP/GAP) uses coordinate compression: the distinct slices of
+ * one moment cut every dimension at their bounds; each slice covers a box of
+ * grid cells; a cell covered twice is an overlap, a cell covered never is a
+ * gap; a cell's owner is the smallest slice covering it so far, so nested
+ * copies (ZeRO shards inside full weights) are no overlap.  Cost
+ * O(sum of slice cells), capped once an overlap is found; beyond
+ * GRID_MAX cells it falls back to a sorted sweep with a volume count.
+ *
+ * Not here: the closed-form (lattice) coverage check for huge DP/microbatch
+ * counts that docs/verifier.md mentions; pieces are enumerated per replica.
+ * Invariant: every loop runs in index order and issues are sorted at the
+ * end, so the table and its issues are deterministic.
+ */
+#include "lineage.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/mem.h"
+#include "../plans/idmap.h"
+
+const char *const vd_lissue_names[VD_LISSUE__COUNT] = {"no_single", "out_of_bounds", "overlap", "gap",
+                                                       "parts",     "uncovered",     "no_value"};
+
+#define NONE UINT32_MAX
+#define GRID_MAX ((size_t)1 << 22)
+
+typedef struct {
+  vd_lin_piece p;
+  uint32_t stensor, svalue;
+  int32_t nd; /* single tensor ndim: the slice dimensions that count */
+} tpiece_t;
+
+typedef struct {
+  vd_lin_table *t;
+  vd_diag *d;
+  const vd_plan_t *sp, *pp;
+  int32_t D;
+  size_t cap_issues;
+} lctx;
+
+/* ---- issues ------------------------------------------------------------ */
+
+static vd_rc add_issue(lctx *c, vd_lissue_kind kind, int64_t st, int64_t pt, int32_t rep, int32_t mb,
+                       const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static vd_rc add_issue(lctx *c, vd_lissue_kind kind, int64_t st, int64_t pt, int32_t rep, int32_t mb,
+                       const char *fmt, ...) {
+  vd_lin_table *t = c->t;
+  if (t->n_issues >= VD_LIN_MAX_ISSUES) {
+    t->n_issues_dropped++;
+    return VD_OK;
+  }
+  if (VD_GROW(t->issues, c->cap_issues, t->n_issues + 1)) return VD_OOM(c->d);
+  vd_lin_issue *is = &t->issues[t->n_issues++];
+  memset(is, 0, sizeof(*is));
+  is->kind = kind;
+  is->stensor = st;
+  is->ptensor = pt;
+  is->replica = rep;
+  is->mb = mb;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(is->detail, sizeof(is->detail), fmt, ap);
+  va_end(ap);
+  return VD_OK;
+}
+
+static int issue_cmp(const void *a, const void *b) {
+  const vd_lin_issue *x = a, *y = b;
+  if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+  if (x->stensor != y->stensor) return x->stensor < y->stensor ? -1 : 1;
+  if (x->ptensor != y->ptensor) return x->ptensor < y->ptensor ? -1 : 1;
+  if (x->replica != y->replica) return x->replica < y->replica ? -1 : 1;
+  if (x->mb != y->mb) return x->mb < y->mb ? -1 : 1;
+  return strcmp(x->detail, y->detail);
+}
+
+/* ---- formatting -------------------------------------------------------- */
+
+static void fmt_slice(const int64_t *lo, const int64_t *hi, int32_t nd, char *buf, size_t n) {
+  size_t o = 0;
+  o += (size_t)snprintf(buf + o, n - o, "[");
+  for (int32_t i = 0; i < nd && o < n; i++)
+    o += (size_t)snprintf(buf + o, n - o, "%s%lld:%lld", i ? ", " : "", (long long)lo[i], (long long)hi[i]);
+  if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+static void fmt_shape(const int64_t *s, int32_t nd, char *buf, size_t n) {
+  size_t o = 0;
+  o += (size_t)snprintf(buf + o, n - o, "[");
+  for (int32_t i = 0; i < nd && o < n; i++) o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)s[i]);
+  if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+static const char *sname(const lctx *c, uint32_t s) { return vd_plan_s(c->sp, c->sp->tensors[s].name); }
+static const char *pname(const lctx *c, uint32_t p) { return vd_plan_s(c->pp, c->pp->tensors[p].name); }
+static long long grank(const lctx *c, uint32_t ptensor, int32_t d) {
+  return (long long)d * c->pp->world.stored_ranks + c->pp->tensors[ptensor].rank;
+}
+
+/* "'r0.w1' (rank 0, mb 1)" for a piece. */
+static void fmt_piece(const lctx *c, const vd_lin_piece *p, char *buf, size_t n) {
+  if (p->mb >= 0)
+    snprintf(buf, n, "'%s' (rank %lld, mb %d)", pname(c, p->ptensor), grank(c, p->ptensor, p->replica), p->mb);
+  else
+    snprintf(buf, n, "'%s' (rank %lld)", pname(c, p->ptensor), grank(c, p->ptensor, p->replica));
+}
+
+static const char *moment(uint8_t initial) { return initial ? "initial" : "final"; }
+
+/* ---- sorting ----------------------------------------------------------- */
+
+static int cmp_i64(int64_t a, int64_t b) { return a < b ? -1 : a > b; }
+
+static int slice_cmp(const vd_lin_piece *x, const vd_lin_piece *y, int32_t nd) {
+  for (int32_t i = 0; i < nd; i++) {
+    int r = cmp_i64(x->lo[i], y->lo[i]);
+    if (r) return r;
+  }
+  for (int32_t i = 0; i < nd; i++) {
+    int r = cmp_i64(x->hi[i], y->hi[i]);
+    if (r) return r;
+  }
+  return 0;
+}
+
+static int tpiece_cmp(const void *a, const void *b) {
+  const tpiece_t *x = a, *y = b;
+  if (x->stensor != y->stensor) return x->stensor < y->stensor ? -1 : 1;
+  if (x->p.initial != y->p.initial) return x->p.initial > y->p.initial ? -1 : 1; /* initial first */
+  int r = slice_cmp(&x->p, &y->p, x->nd);
+  if (r) return r;
+  if ((r = cmp_i64(x->p.part_n, y->p.part_n))) return r;
+  if ((r = cmp_i64(x->p.part_k, y->p.part_k))) return r;
+  if (x->p.replica != y->p.replica) return x->p.replica < y->p.replica ? -1 : 1;
+  return x->p.value < y->p.value ? -1 : x->p.value > y->p.value;
+}
+
+/* ---- step 1+2: points and pieces ---------------------------------------- */
+
+static vd_rc collect(lctx *c, tpiece_t **out, size_t *n_out, size_t *n_points) {
+  const vd_graph_t *gs = c->t->gs, *gp = c->t->gp;
+  const vd_plan_t *sp = c->sp, *pp = c->pp;
+  vd_idmap_t ids;
+  vd_rc rc = vd_idmap_init(&ids, sp->n_tensors);
+  if (rc) return VD_OOM(c->d);
+  tpiece_t *tp = NULL;
+  size_t n = 0, cap = 0, np = 0;
+  for (size_t s = 0; s < sp->n_tensors; s++)
+    if (vd_idmap_put(&ids, sp->tensors[s].id, (uint32_t)s, NULL) < 0) {
+      rc = VD_OOM(c->d);
+      goto done;
+    }
+  for (size_t ti = 0; ti < pp->n_tensors; ti++) {
+    const vd_tensor_t *pt = &pp->tensors[ti];
+    if (!pt->has_lin) continue;
+    uint32_t s;
+    if (!vd_idmap_get(&ids, pt->lin.full, &s)) {
+      if ((rc = add_issue(c, VD_LISSUE_NO_SINGLE, -1, (int64_t)ti, -1, -1,
+                          "'%s' (rank %d) claims single tensor id %lld, which the single plan does not have",
+                          pname(c, (uint32_t)ti), pt->rank, (long long)pt->lin.full)))
+        goto done;
+      continue;
+    }
+    const vd_tensor_t *st = &sp->tensors[s];
+    int32_t smb = st->scope == VD_SCOPE_PER_MB ? 0 : -1;
+    int32_t sv_init = vd_graph_first(gs, s, 0, smb), sv_fin = vd_graph_last(gs, s, 0, smb);
+    int init_ok = sv_init >= 0 && gs->values[sv_init].is_initial;
+    int warned_fin = 0;
+    uint32_t per = pt->scope == VD_SCOPE_PER_MB ? gp->inst_per_replica[ti] : 1;
+    for (uint32_t m = 0; m < per; m++) {
+      int32_t mb = pt->scope == VD_SCOPE_PER_MB ? (int32_t)m : -1;
+      int32_t first = vd_graph_first(gp, (uint32_t)ti, 0, mb), last = vd_graph_last(gp, (uint32_t)ti, 0, mb);
+      if (first < 0) {
+        if ((rc = add_issue(c, VD_LISSUE_NO_VALUE, (int64_t)s, (int64_t)ti, -1, mb,
+                            "'%s' (rank %d, mb %d) is annotated with '%s' but never holds a value",
+                            pname(c, (uint32_t)ti), pt->rank, mb, sname(c, s))))
+          goto done;
+        continue;
+      }
+      for (int k = 0; k < 2; k++) {
+        int initial = k == 0;
+        int32_t v = initial ? first : last;
+        int32_t sv = initial ? sv_init : sv_fin;
+        if (initial && !gp->values[v].is_initial) continue;
+        if (!initial && (v < 0 || gp->values[v].producer < 0)) continue;
+        /* SOUNDNESS: the initial value of a parallel tensor whose single
+         * tensor is produced (e.g. a gradient accumulator carried over from
+         * the previous iteration and zeroed before use) has nothing to equal
+         * in the single plan: it is not a point, and stages take it as a free
+         * symbol, which can only make a proof harder. */
+        if (initial && !init_ok) continue;
+        if (!initial && sv < 0) {
+          int *w = &warned_fin;
+          if (!*w &&
+              (rc = add_issue(c, VD_LISSUE_NO_VALUE, (int64_t)s, (int64_t)ti, -1, mb,
+                              "'%s' (rank %d) claims the final value of '%s', which the single plan never "
+                              "materialises",
+                              pname(c, (uint32_t)ti), pt->rank, sname(c, s))))
+            goto done;
+          *w = 1;
+          continue;
+        }
+        np++;
+        if (VD_GROW(tp, cap, n + (size_t)c->D)) {
+          rc = VD_OOM(c->d);
+          goto done;
+        }
+        for (int32_t d = 0; d < c->D; d++) {
+          tpiece_t *x = &tp[n++];
+          memset(x, 0, sizeof(*x));
+          x->p.value = (uint32_t)v;
+          x->p.replica = d;
+          x->p.ptensor = (uint32_t)ti;
+          x->p.mb = mb;
+          x->p.initial = (uint8_t)initial;
+          vd_tensor_lineage_at(pt, d, mb, x->p.lo, x->p.hi, &x->p.part_k);
+          x->p.part_n = pt->lin.part_n;
+          x->stensor = s;
+          x->svalue = (uint32_t)sv;
+          x->nd = st->ndim;
+          for (int32_t i = st->ndim; i < VD_MAX_DIMS; i++) x->p.lo[i] = x->p.hi[i] = 0;
+        }
+      }
+    }
+  }
+done:
+  vd_idmap_free(&ids);
+  if (rc) {
+    vd_free(tp);
+    return rc;
+  }
+  *out = tp;
+  *n_out = n;
+  *n_points = np;
+  return VD_OK;
+}
+
+/* ---- step 3: grouping --------------------------------------------------- */
+
+static vd_rc group(lctx *c, tpiece_t *tp, size_t n, size_t n_points) {
+  vd_lin_table *t = c->t;
+  const vd_graph_t *gs = t->gs, *gp = t->gp;
+  if (n) qsort(tp, n, sizeof(*tp), tpiece_cmp);
+  size_t nl = 0;
+  for (size_t i = 0; i < n; i++)
+    if (i == 0 || tp[i].stensor != tp[i - 1].stensor || tp[i].p.initial != tp[i - 1].p.initial) nl++;
+  t->pieces = vd_malloc((n ? n : 1) * sizeof(*t->pieces));
+  t->lins = vd_calloc(nl ? nl : 1, sizeof(*t->lins));
+  t->point_first = vd_malloc((gp->n_values ? gp->n_values : 1) * sizeof(*t->point_first));
+  t->point_pieces = vd_malloc((n ? n : 1) * sizeof(*t->point_pieces));
+  t->lin_of_svalue_initial = vd_malloc((gs->n_values ? gs->n_values : 1) * sizeof(int32_t));
+  t->lin_of_svalue_final = vd_malloc((gs->n_values ? gs->n_values : 1) * sizeof(int32_t));
+  if (!t->pieces || !t->lins || !t->point_first || !t->point_pieces || !t->lin_of_svalue_initial ||
+      !t->lin_of_svalue_final)
+    return VD_OOM(c->d);
+  for (size_t v = 0; v < gp->n_values; v++) t->point_first[v] = -1;
+  for (size_t v = 0; v < gs->n_values; v++) t->lin_of_svalue_initial[v] = t->lin_of_svalue_final[v] = -1;
+  size_t li = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (i > 0 && (tp[i].stensor != tp[i - 1].stensor || tp[i].p.initial != tp[i - 1].p.initial)) li++;
+    vd_lineage *L = &t->lins[li];
+    if (L->n_pieces == 0) {
+      L->svalue = tp[i].svalue;
+      L->stensor = tp[i].stensor;
+      L->initial = tp[i].p.initial;
+      L->piece_off = (uint32_t)i;
+      (L->initial ? t->lin_of_svalue_initial : t->lin_of_svalue_final)[L->svalue] = (int32_t)li;
+    }
+    L->n_pieces++;
+    t->pieces[i] = tp[i].p;
+    t->pieces[i].lineage = (uint32_t)li;
+  }
+  t->n_lins = nl;
+  t->n_pieces = n;
+  /* Point lookup: points in order of first appearance among the pieces. */
+  size_t np = 0;
+  for (size_t i = 0; i < n; i++) {
+    const vd_lin_piece *p = &t->pieces[i];
+    if (t->point_first[p->value] < 0) t->point_first[p->value] = (int32_t)(np++ * (size_t)c->D);
+    t->point_pieces[(size_t)t->point_first[p->value] + (size_t)p->replica] = (uint32_t)i;
+  }
+  if (VD_NEVER(np != n_points || np * (size_t)c->D != n))
+    return VD_ERR(c->d, VD_EINTERNAL, NULL, "lineage", "points", "expected %zu points, got %zu", n_points, np);
+  t->n_point_pieces = n;
+  return VD_OK;
+}
+
+/* ---- step 4: validation ------------------------------------------------- */
+
+static int piece_oob(const vd_lin_piece *p, const vd_tensor_t *st) {
+  for (int32_t i = 0; i < st->ndim; i++)
+    if (p->lo[i] < 0 || p->hi[i] > st->shape[i] || p->lo[i] >= p->hi[i]) return 1;
+  return 0;
+}
+
+/* Part completeness of the pieces [a, b) of one (slice, part_n) group. */
+static vd_rc check_parts(lctx *c, const vd_lineage *L, size_t a, size_t b) {
+  const vd_lin_table *t = c->t;
+  const vd_tensor_t *st = &c->sp->tensors[L->stensor];
+  const vd_lin_piece *p0 = &t->pieces[a];
+  char sl[96], who[96];
+  fmt_slice(p0->lo, p0->hi, st->ndim, sl, sizeof(sl));
+  fmt_piece(c, p0, who, sizeof(who));
+  int64_t n = p0->part_n;
+  if (n < 1)
+    return add_issue(c, VD_LISSUE_PARTS, L->stensor, p0->ptensor, p0->replica, p0->mb,
+                     "'%s' %s slice %s: %s claims %lld parts", sname(c, L->stensor), moment(L->initial), sl, who,
+                     (long long)n);
+  for (size_t i = a; i < b; i++) {
+    const vd_lin_piece *p = &t->pieces[i];
+    if (p->part_k < 0 || p->part_k >= n) {
+      fmt_piece(c, p, who, sizeof(who));
+      VD_CHECK(add_issue(c, VD_LISSUE_PARTS, L->stensor, p->ptensor, p->replica, p->mb,
+                         "'%s' %s slice %s: %s claims part %lld of %lld, outside 0..%lld", sname(c, L->stensor),
+                         moment(L->initial), sl, who, (long long)p->part_k, (long long)n, (long long)(n - 1)));
+    }
+  }
+  /* Missing parts: pieces are sorted by k within the group. */
+  char miss[80];
+  size_t mo = 0;
+  int64_t n_miss = 0, want = 0;
+  for (size_t i = a; i <= b && want < n; i++) {
+    int64_t k = i < b ? t->pieces[i].part_k : n;
+    if (k < want) continue;
+    for (; want < k && want < n; want++) {
+      if (n_miss < 6 && mo < sizeof(miss))
+        mo += (size_t)snprintf(miss + mo, sizeof(miss) - mo, "%s%lld", n_miss ? ", " : "", (long long)want);
+      n_miss++;
+    }
+    want = k + 1;
+  }
+  if (n_miss == 0) return VD_OK;
+  return add_issue(c, VD_LISSUE_PARTS, L->stensor, p0->ptensor, p0->replica, p0->mb,
+                   "'%s' %s slice %s as %lld parts: part%s %s%s missing (present: %s)", sname(c, L->stensor),
+                   moment(L->initial), sl, (long long)n, n_miss > 1 ? "s" : "", miss, n_miss > 6 ? ", ..." : "",
+                   who);
+}
+
+static int cmp_i64p(const void *a, const void *b) { return cmp_i64(*(const int64_t *)a, *(const int64_t *)b); }
+
+/* (key, tie) pairs of int64: by key, then tie (a total, deterministic order). */
+static int cmp_pair(const void *a, const void *b) {
+  const int64_t *x = a, *y = b;
+  int r = cmp_i64(x[0], y[0]);
+  return r ? r : cmp_i64(x[1], y[1]);
+}
+
+static size_t lower_i64(const int64_t *a, size_t n, int64_t x) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (a[mid] < x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static int box_contains(const vd_lin_piece *y, const vd_lin_piece *x, int32_t nd) {
+  for (int32_t i = 0; i < nd; i++)
+    if (x->lo[i] < y->lo[i] || x->hi[i] > y->hi[i]) return 0;
+  return 1;
+}
+
+static int64_t box_volume(const vd_lin_piece *x, int32_t nd) {
+  int64_t v = 1;
+  for (int32_t i = 0; i < nd; i++) {
+    int64_t w = x->hi[i] - x->lo[i];
+    v = w > 0 && v > INT64_MAX / w ? INT64_MAX : v * w;
+  }
+  return v;
+}
+
+static vd_rc report_overlap(lctx *c, const vd_lineage *L, const vd_lin_piece *x, const vd_lin_piece *y) {
+  int32_t nd = c->sp->tensors[L->stensor].ndim;
+  char a[80], b[80], wa[80], wb[80];
+  fmt_slice(x->lo, x->hi, nd, a, sizeof(a));
+  fmt_slice(y->lo, y->hi, nd, b, sizeof(b));
+  fmt_piece(c, x, wa, sizeof(wa));
+  fmt_piece(c, y, wb, sizeof(wb));
+  return add_issue(c, VD_LISSUE_OVERLAP, L->stensor, y->ptensor, y->replica, y->mb,
+                   "'%s' %s: slice %s of %s overlaps slice %s of %s", sname(c, L->stensor), moment(L->initial), b, wb,
+                   a, wa);
+}
+
+static int boxes_meet(const vd_lin_piece *x, const vd_lin_piece *y, int32_t nd) {
+  for (int32_t i = 0; i < nd; i++)
+    if (x->lo[i] >= y->hi[i] || y->lo[i] >= x->hi[i]) return 0;
+  return 1;
+}
+
+/* Fallback for very fine grids: pairwise among slices sorted by lo[0],
+ * pruned once a later slice starts past the current one's end; then the
+ * volume count decides GAP. */
+static vd_rc coverage_sweep(lctx *c, const vd_lineage *L, uint32_t *sl, size_t k) {
+  const vd_lin_table *t = c->t;
+  const vd_tensor_t *st = &c->sp->tensors[L->stensor];
+  int32_t nd = st->ndim;
+  /* sort (lo[0], piece index) pairs; the comparator reads the first */
+  int64_t *key = vd_malloc(k * 2 * sizeof(*key));
+  if (!key) return VD_OOM(c->d);
+  for (size_t i = 0; i < k; i++) {
+    key[2 * i] = t->pieces[sl[i]].lo[0];
+    key[2 * i + 1] = (int64_t)sl[i];
+  }
+  qsort(key, k, 2 * sizeof(*key), cmp_pair);
+  int overlap = 0;
+  int64_t vol = 0, numel = 1;
+  for (int32_t i = 0; i < nd; i++) numel *= st->shape[i];
+  uint8_t *nested = vd_calloc(k, 1);
+  if (!nested) {
+    vd_free(key);
+    return VD_OOM(c->d);
+  }
+  for (size_t i = 0; i < k; i++) {
+    const vd_lin_piece *x = &t->pieces[key[2 * i + 1]];
+    for (size_t j = i + 1; j < k; j++) {
+      const vd_lin_piece *y = &t->pieces[key[2 * j + 1]];
+      if (y->lo[0] >= x->hi[0]) break;
+      if (!boxes_meet(x, y, nd)) continue;
+      if (box_contains(x, y, nd)) nested[j] = 1;
+      else if (box_contains(y, x, nd)) nested[i] = 1;
+      else if (!overlap) {
+        overlap = 1;
+        vd_rc rc = report_overlap(c, L, x, y);
+        if (rc) {
+          vd_free(key);
+          vd_free(nested);
+          return rc;
+        }
+      }
+    }
+  }
+  for (size_t i = 0; i < k; i++) {
+    if (nested[i]) continue;
+    int64_t v = box_volume(&t->pieces[key[2 * i + 1]], nd);
+    vol = vol > INT64_MAX - v ? INT64_MAX : vol + v;
+  }
+  vd_free(nested);
+  vd_free(key);
+  if (overlap || vol == numel) return VD_OK;
+  char sh[80];
+  fmt_shape(st->shape, nd, sh, sizeof(sh));
+  return add_issue(c, VD_LISSUE_GAP, L->stensor, -1, -1, -1, "'%s' %s: slices cover %lld of the %lld elements of %s",
+                   sname(c, L->stensor), moment(L->initial), (long long)vol, (long long)numel, sh);
+}
+
+/* Coverage of one moment: sl lists one piece per distinct slice (k > 0). */
+static vd_rc coverage(lctx *c, const vd_lineage *L, uint32_t *sl, size_t k) {
+  const vd_lin_table *t = c->t;
+  const vd_tensor_t *st = &c->sp->tensors[L->stensor];
+  int32_t nd = st->ndim;
+  int64_t *co[VD_MAX_DIMS] = {0};
+  size_t nc[VD_MAX_DIMS] = {0}, stride[VD_MAX_DIMS] = {0};
+  uint32_t *owner = NULL;
+  vd_rc rc = VD_OK;
+  size_t cells = 1;
+  int big = 0;
+  for (int32_t i = 0; i < nd; i++) {
+    co[i] = vd_malloc((2 * k + 2) * sizeof(int64_t));
+    if (!co[i]) {
+      rc = VD_OOM(c->d);
+      goto done;
+    }
+    size_t m = 0;
+    co[i][m++] = 0;
+    co[i][m++] = st->shape[i];
+    for (size_t j = 0; j < k; j++) {
+      co[i][m++] = t->pieces[sl[j]].lo[i];
+      co[i][m++] = t->pieces[sl[j]].hi[i];
+    }
+    qsort(co[i], m, sizeof(int64_t), cmp_i64p);
+    size_t u = 0;
+    for (size_t j = 0; j < m; j++)
+      if (u == 0 || co[i][j] != co[i][u - 1]) co[i][u++] = co[i][j];
+    nc[i] = u;
+    if (u - 1 > 0 && cells > GRID_MAX / (u - 1)) big = 1;
+    else cells *= u - 1;
+  }
+  if (big) {
+    rc = coverage_sweep(c, L, sl, k);
+    goto done;
+  }
+  /* Row-major strides over cells. */
+  {
+    size_t s = 1;
+    for (int32_t i = nd - 1; i >= 0; i--) {
+      stride[i] = s;
+      s *= nc[i] - 1;
+    }
+  }
+  /* Largest slices first, so a cell's owner is the smallest slice covering
+   * it so far: a later slice must fit inside it (a finer copy, e.g. ZeRO
+   * master shards next to full weights) or it overlaps partially. */
+  {
+    int64_t *key = vd_malloc(k * 2 * sizeof(*key));
+    if (!key) {
+      rc = VD_OOM(c->d);
+      goto done;
+    }
+    for (size_t j = 0; j < k; j++) {
+      key[2 * j] = -box_volume(&t->pieces[sl[j]], nd);
+      key[2 * j + 1] = (int64_t)j;
+    }
+    qsort(key, k, 2 * sizeof(*key), cmp_pair);
+    uint32_t *tmp = vd_malloc(k * sizeof(*tmp));
+    if (!tmp) {
+      vd_free(key);
+      rc = VD_OOM(c->d);
+      goto done;
+    }
+    for (size_t j = 0; j < k; j++) tmp[j] = sl[key[2 * j + 1]];
+    memcpy(sl, tmp, k * sizeof(*sl));
+    vd_free(tmp);
+    vd_free(key);
+  }
+  owner = vd_malloc(cells * sizeof(*owner));
+  if (!owner) {
+    rc = VD_OOM(c->d);
+    goto done;
+  }
+  for (size_t i = 0; i < cells; i++) owner[i] = NONE;
+  /* A slice that overlaps still claims its other cells (so the gap
+   * reported is the real one), but visits are capped: after an overlap the
+   * coverage verdict is already "bad". */
+  size_t visits = 0, max_visits = 4 * cells + 4 * k + 1024;
+  int overlapped = 0;
+  for (size_t j = 0; j < k && visits <= max_visits; j++) {
+    int reported = 0;
+    const vd_lin_piece *x = &t->pieces[sl[j]];
+    size_t a[VD_MAX_DIMS], b[VD_MAX_DIMS], cur[VD_MAX_DIMS];
+    for (int32_t i = 0; i < nd; i++) {
+      a[i] = lower_i64(co[i], nc[i], x->lo[i]);
+      b[i] = lower_i64(co[i], nc[i], x->hi[i]);
+      cur[i] = a[i];
+    }
+    for (;;) {
+      size_t idx = 0;
+      for (int32_t i = 0; i < nd; i++) idx += cur[i] * stride[i];
+      visits++;
+      if (owner[idx] != NONE && !box_contains(&t->pieces[owner[idx]], x, nd)) {
+        if (!reported && (rc = report_overlap(c, L, &t->pieces[owner[idx]], x))) goto done;
+        reported = overlapped = 1;
+      } else {
+        owner[idx] = sl[j];
+      }
+      int32_t i = nd - 1;
+      for (; i >= 0; i--) {
+        if (++cur[i] < b[i]) break;
+        cur[i] = a[i];
+      }
+      if (i < 0) break;
+    }
+  }
+  if (visits > max_visits && overlapped) goto done;
+  size_t first = NONE, n_gap = 0;
+  for (size_t i = 0; i < cells; i++)
+    if (owner[i] == NONE) {
+      if (first == NONE) first = i;
+      n_gap++;
+    }
+  if (n_gap) {
+    int64_t lo[VD_MAX_DIMS], hi[VD_MAX_DIMS];
+    size_t r = first;
+    for (int32_t i = 0; i < nd; i++) {
+      size_t ci = r / stride[i];
+      r %= stride[i];
+      lo[i] = co[i][ci];
+      hi[i] = co[i][ci + 1];
+    }
+    char sl_s[96], sh[80];
+    fmt_slice(lo, hi, nd, sl_s, sizeof(sl_s));
+    fmt_shape(st->shape, nd, sh, sizeof(sh));
+    rc = add_issue(c, VD_LISSUE_GAP, L->stensor, -1, -1, -1, "'%s' %s: slice %s of %s is not covered%s",
+                   sname(c, L->stensor), moment(L->initial), sl_s, sh, n_gap > 1 ? " (nor are other cells)" : "");
+  }
+done:
+  for (int32_t i = 0; i < nd; i++) vd_free(co[i]);
+  vd_free(owner);
+  return rc;
+}
+
+static vd_rc validate(lctx *c) {
+  const vd_lin_table *t = c->t;
+  uint32_t *sl = NULL;
+  size_t cap = 0;
+  vd_rc rc = VD_OK;
+  for (size_t li = 0; li < t->n_lins; li++) {
+    const vd_lineage *L = &t->lins[li];
+    const vd_tensor_t *st = &c->sp->tensors[L->stensor];
+    size_t a = L->piece_off, e = a + L->n_pieces;
+    int any_oob = 0;
+    for (size_t i = a; i < e; i++) {
+      const vd_lin_piece *p = &t->pieces[i];
+      if (!piece_oob(p, st)) continue;
+      any_oob = 1;
+      char sl_s[96], sh[80], who[96];
+      fmt_slice(p->lo, p->hi, st->ndim, sl_s, sizeof(sl_s));
+      fmt_shape(st->shape, st->ndim, sh, sizeof(sh));
+      fmt_piece(c, p, who, sizeof(who));
+      if ((rc = add_issue(c, VD_LISSUE_OUT_OF_BOUNDS, L->stensor, p->ptensor, p->replica, p->mb,
+                          "%s claims slice %s of '%s' %s, outside (or empty in) its shape %s", who, sl_s,
+                          sname(c, L->stensor), moment(L->initial), sh)))
+        goto done;
+    }
+    size_t k = 0;
+    for (size_t i = a; i < e;) {
+      size_t j = i + 1;
+      while (j < e && slice_cmp(&t->pieces[i], &t->pieces[j], st->ndim) == 0) j++;
+      if (VD_GROW(sl, cap, k + 1)) {
+        rc = VD_OOM(c->d);
+        goto done;
+      }
+      sl[k++] = (uint32_t)i;
+      for (size_t g0 = i; g0 < j;) {
+        size_t g1 = g0 + 1;
+        while (g1 < j && t->pieces[g1].part_n == t->pieces[g0].part_n) g1++;
+        if ((rc = check_parts(c, L, g0, g1))) goto done;
+        g0 = g1;
+      }
+      i = j;
+    }
+    if (!any_oob && k > 0 && (rc = coverage(c, L, sl, k))) goto done;
+  }
+done:
+  vd_free(sl);
+  return rc;
+}
+
+/* Required outputs: final weights and optimizer state that the single plan
+ * updates, and the loss. */
+static vd_rc required(lctx *c) {
+  vd_lin_table *t = c->t;
+  const vd_graph_t *gs = t->gs;
+  for (size_t s = 0; s < c->sp->n_tensors; s++) {
+    const vd_tensor_t *st = &c->sp->tensors[s];
+    int32_t sv = vd_graph_last(gs, (uint32_t)s, 0, st->scope == VD_SCOPE_PER_MB ? 0 : -1);
+    if (sv < 0) continue;
+    int req = st->role == VD_ROLE_LOSS ||
+              ((st->role == VD_ROLE_WEIGHT || st->role == VD_ROLE_OPTSTATE) && gs->values[sv].producer >= 0);
+    if (!req) continue;
+    int32_t li = t->lin_of_svalue_final[sv];
+    if (li >= 0) {
+      t->lins[li].required = 1;
+      continue;
+    }
+    VD_CHECK(add_issue(c, VD_LISSUE_UNCOVERED, (int64_t)s, -1, -1, -1,
+                       "single %s '%s' (final value) has no lineage in the parallel plan: nothing proves it",
+                       vd_role_names[st->role], sname(c, (uint32_t)s)));
+  }
+  return VD_OK;
+}
+
+/* ---- public ------------------------------------------------------------ */
+
+vd_rc vd_lin_build(const vd_graph_t *gs, const vd_graph_t *gp, vd_lin_table *t, vd_diag *d) {
+  memset(t, 0, sizeof(*t));
+  t->gs = gs;
+  t->gp = gp;
+  if (VD_NEVER(!gs || !gp || !gs->plan || !gp->plan))
+    return VD_ERR(d, VD_EINTERNAL, NULL, "lineage", "graphs", "expected two built graphs");
+  if (VD_NEVER(gp->replicas != 1))
+    return VD_ERR(d, VD_EINTERNAL, NULL, "lineage", "gp", "expected a replica-0 graph (expand_replicas = 0), got %d replicas",
+                  gp->replicas);
+  lctx c;
+  memset(&c, 0, sizeof(c));
+  c.t = t;
+  c.d = d;
+  c.sp = gs->plan;
+  c.pp = gp->plan;
+  c.D = c.pp->world.replicas > 0 ? c.pp->world.replicas : 1;
+  tpiece_t *tp = NULL;
+  size_t n = 0, np = 0;
+  vd_rc rc = collect(&c, &tp, &n, &np);
+  if (rc == VD_OK) rc = group(&c, tp, n, np);
+  vd_free(tp);
+  if (rc == VD_OK) rc = validate(&c);
+  if (rc == VD_OK) rc = required(&c);
+  if (rc != VD_OK) {
+    vd_lin_free(t);
+    return rc;
+  }
+  if (t->n_issues > 1) qsort(t->issues, t->n_issues, sizeof(*t->issues), issue_cmp);
+  return VD_OK;
+}
+
+void vd_lin_free(vd_lin_table *t) {
+  if (!t) return;
+  vd_free(t->lins);
+  vd_free(t->pieces);
+  vd_free(t->point_first);
+  vd_free(t->point_pieces);
+  vd_free(t->lin_of_svalue_initial);
+  vd_free(t->lin_of_svalue_final);
+  vd_free(t->issues);
+  memset(t, 0, sizeof(*t));
+}
+
+int32_t vd_lin_piece_of(const vd_lin_table *t, uint32_t v, int32_t replica) {
+  if (!t || !t->point_first || !t->gp || v >= t->gp->n_values || replica < 0) return -1;
+  int32_t f = t->point_first[v];
+  if (f < 0) return -1;
+  int32_t D = t->gp->plan->world.replicas > 0 ? t->gp->plan->world.replicas : 1;
+  if (replica >= D) return -1;
+  return (int32_t)t->point_pieces[(size_t)f + (size_t)replica];
+}

@@ -1,0 +1,104 @@
+/*
+ * lineage/lineage.h - lineages between single-device and parallel values.
+ *
+ * See docs/verifier.md section 1.  A lineage POINT is a virtual parallel value
+ * (Gp value index, replica d) of an annotated tensor instance that is its
+ * initial value or its final version.  Gp is built for replica 0 only; the
+ * point's annotation for replica d comes from vd_tensor_lineage_at.
+ *
+ * A PIECE records one point's claim: "(value, replica) equals part k of n of
+ * slice [lo,hi) of single value svalue".  The table groups pieces by single
+ * value and moment (vd_lineage), sorted by (slice lo, slice hi, part_n, k,
+ * replica, value), so the pieces of one slice are contiguous, and within
+ * them the pieces of one (slice, part count) are contiguous: that is a
+ * "slice group".  One slice may have several groups: each is an equal copy
+ * of the slice (a copy held whole, n = 1, next to a copy held as n > 1
+ * partial sums, e.g. before and after an all_reduce).
+ *
+ * Validation never assumes a lineage it was not given: a piece whose full id
+ * is not a single tensor, whose slice leaves the single tensor, a moment whose
+ * slices overlap partially or leave gaps, a slice group with missing parts,
+ * and a required single output (final weight, optimizer state, loss) without
+ * a complete lineage are all issues (vd_lin_issue), reported in a
+ * deterministic order.
+ *
+ * Not here: proving anything (stages/, solver/).
+ */
+#ifndef VD_LINEAGE_H
+#define VD_LINEAGE_H
+
+#include <stdint.h>
+
+#include "../graph/graph.h"
+
+typedef struct {
+  uint32_t value;    /* Gp value index (replica-0 graph) */
+  int32_t replica;   /* virtual replica */
+  uint32_t ptensor;  /* parallel plan tensor index */
+  int32_t mb;        /* microbatch instance, -1 for persistent */
+  uint32_t lineage;  /* index of its vd_lineage in the table */
+  int64_t lo[VD_MAX_DIMS], hi[VD_MAX_DIMS]; /* slice, single-device coordinates */
+  int64_t part_k, part_n;
+  uint8_t initial;   /* 1: the initial value (a hypothesis given by the plan) */
+} vd_lin_piece;
+
+typedef struct {
+  uint32_t svalue;   /* Gs value index */
+  uint32_t stensor;  /* single plan tensor index */
+  uint8_t initial;   /* moment: 1 initial, 0 final */
+  uint8_t required;  /* a final weight, optimizer state or loss of the single plan */
+  uint32_t piece_off, n_pieces; /* into table->pieces, sorted as described above */
+} vd_lineage;
+
+typedef enum {
+  VD_LISSUE_NO_SINGLE,     /* full id is not a tensor of the single plan */
+  VD_LISSUE_OUT_OF_BOUNDS, /* slice leaves the single tensor */
+  VD_LISSUE_OVERLAP,       /* two slices of one moment overlap without being equal */
+  VD_LISSUE_GAP,           /* the slices of one moment do not cover the single tensor */
+  VD_LISSUE_PARTS,         /* a slice group lacks parts, or a part index is outside 0..n-1 */
+  VD_LISSUE_UNCOVERED,     /* a required single output has no lineage at all */
+  VD_LISSUE_NO_VALUE,      /* annotated tensor instance that the graph never materialises */
+  VD_LISSUE__COUNT
+} vd_lissue_kind;
+
+extern const char *const vd_lissue_names[VD_LISSUE__COUNT];
+
+typedef struct {
+  vd_lissue_kind kind;
+  int64_t stensor;  /* single tensor index or -1 */
+  int64_t ptensor;  /* parallel tensor index or -1 */
+  int32_t replica, mb;
+  char detail[200]; /* one line with names, slices and ranks */
+} vd_lin_issue;
+
+typedef struct vd_lin_table {
+  const vd_graph_t *gs, *gp; /* borrowed */
+  vd_lineage *lins;     size_t n_lins;
+  vd_lin_piece *pieces; size_t n_pieces;
+  /* Point lookup: piece index of (Gp value v, replica d) is
+   * point_first[v] + d when point_first[v] >= 0 (a point's replicas are
+   * listed in point_pieces consecutively); -1 when v is not a point. */
+  int32_t *point_first;      /* n = gp->n_values */
+  uint32_t *point_pieces;    /* piece indices */
+  size_t n_point_pieces;
+  /* Single value -> lineage index (or -1), one array per moment. */
+  int32_t *lin_of_svalue_initial, *lin_of_svalue_final; /* n = gs->n_values */
+  vd_lin_issue *issues; size_t n_issues;
+  size_t n_issues_dropped; /* issues beyond VD_LIN_MAX_ISSUES, only counted */
+} vd_lin_table;
+
+/* At most this many issues are stored; the rest are only counted. */
+#define VD_LIN_MAX_ISSUES 4096
+
+/* Builds and validates the lineage table of a (single, parallel) graph pair.
+ * gp must be built with expand_replicas = 0; replicas are virtual.
+ * Returns VD_OK even when issues were found (read t->issues); VD_ENOMEM or
+ * VD_EINTERNAL only when the table could not be built.
+ * Cost: O(points * replicas * log) for sorting plus coverage checks. */
+vd_rc vd_lin_build(const vd_graph_t *gs, const vd_graph_t *gp, vd_lin_table *t, vd_diag *d);
+void vd_lin_free(vd_lin_table *t); /* accepts NULL and zeroed tables */
+
+/* Piece index of point (v, replica), or -1 if (v, replica) is not a point. */
+int32_t vd_lin_piece_of(const vd_lin_table *t, uint32_t v, int32_t replica);
+
+#endif

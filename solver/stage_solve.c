@@ -1,0 +1,619 @@
+/*
+ * solver/stage_solve.c - proving one stage (docs/verifier.md section 4).
+ *
+ * Steps: (1) single leaves become fresh symbols (Int symbols for integer
+ * tensors such as token ids); (2) single nodes are encoded in stage order;
+ * (3) parallel leaves are built from their lineage: a replica piece IS the
+ * slice of its single value, n partial parts are n-1 fresh terms plus the
+ * remainder; (4) parallel nodes are encoded; (5) every target element is
+ * paired with its single-device element and vd_smt_check decides; (6) on a
+ * counterexample, the failure is classified with further symbolic checks on
+ * the same terms (missing reduction, scale factor, permuted slices).
+ *
+ * Attribute overrides (positions scaled by shape reduction) are applied by
+ * encoding the node from a one-node scratch plan holding the rewritten
+ * attributes, so encoders read attributes in one way only.
+ */
+#include "stage_solve.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../common/mem.h"
+
+const char *const vd_diagnosis_names[VD_DX__COUNT] = {
+    "NONE", "MISSING_REDUCTION", "EXTRA_REDUCTION", "SCALE", "PERMUTED_SLICES", "WRONG_VALUE",
+    "DATAFLOW", "SCHEDULE", "ALIGNMENT", "SHAPE"};
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+void vd_stage_verdict_free(vd_stage_verdict *v) {
+  if (!v) return;
+  for (size_t i = 0; i < v->n_inputs; i++) {
+    vd_free(v->inputs[i].name);
+    vd_free(v->inputs[i].exact);
+  }
+  vd_free(v->inputs);
+  vd_free(v->elems);
+  vd_free(v->copies);
+  vd_free(v->flagged_pieces);
+  memset(v, 0, sizeof(*v));
+}
+
+/* ---- per-stage working state -------------------------------------------- */
+
+typedef struct {
+  vd_smt *s;
+  const vd_lin_table *lt;
+  const vd_stage *st;
+  const vd_stage_solve_opts *o;
+  vd_smt_tensor *ten; /* one per stage value */
+  vd_diag *d;
+} solve_ctx;
+
+static const vd_graph_t *graph_of(const solve_ctx *c, int side) { return side ? c->lt->gp : c->lt->gs; }
+
+static const vd_tensor_t *tensor_of(const solve_ctx *c, const vd_stage_value *sv) {
+  const vd_graph_t *g = graph_of(c, sv->side);
+  return &g->plan->tensors[g->values[sv->value].tensor];
+}
+
+static void shape_of(const vd_stage_value *sv, vd_op_shape *sh) {
+  sh->ndim = sv->ndim;
+  for (int i = 0; i < sv->ndim; i++) sh->d[i] = sv->rshape[i];
+}
+
+static int is_int_dtype(vd_dtype t) { return t == VD_DT_I64 || t == VD_DT_I32 || t == VD_DT_BOOL; }
+
+/* "node 12 'layers.0.wq' (rank 3, mb 1)" */
+static void node_record(const solve_ctx *c, const vd_stage_node *sn, char *buf, size_t n) {
+  const vd_graph_t *g = graph_of(c, sn->side);
+  const vd_gnode_t *gn = &g->nodes[sn->gnode];
+  const vd_node_t *pn = &g->plan->nodes[gn->pnode];
+  snprintf(buf, n, "%s node %lld '%s' %s (rank %lld, mb %d)", sn->side ? "parallel" : "single",
+           (long long)pn->id, vd_plan_s(g->plan, pn->name), vd_node_op(g->plan, pn),
+           (long long)vd_graph_rank(g, pn->rank, sn->replica), gn->mb);
+}
+
+static vd_rc make_single_leaf(solve_ctx *c, uint32_t i) {
+  const vd_stage_value *sv = &c->st->vals[i];
+  const vd_tensor_t *t = tensor_of(c, sv);
+  vd_op_shape sh;
+  shape_of(sv, &sh);
+  char prefix[160];
+  snprintf(prefix, sizeof(prefix), "%s@v%u", vd_plan_s(c->lt->gs->plan, t->name), sv->value);
+  if (is_int_dtype(t->dtype)) return vd_smt_tensor_int_vars(c->s, &c->ten[i], &sh, prefix, c->d);
+  return vd_smt_tensor_vars(c->s, &c->ten[i], &sh, prefix, c->d);
+}
+
+/* SOUNDNESS: a parallel leaf is a proven (or given) lineage point; its terms
+ * are the single value's slice (replica) or a part of it (partial sum). */
+static vd_rc make_parallel_leaf(solve_ctx *c, uint32_t i) {
+  const vd_stage_value *sv = &c->st->vals[i];
+  if (sv->leaf_piece < 0 || sv->hyp_svalue < 0) {
+    /* SOUNDNESS: an initial parallel value with no lineage (state carried
+     * in, e.g. a gradient accumulator before it is zeroed) is unrelated to
+     * the single plan: fresh symbols, so the proof holds for every value it
+     * may have.  A target that depends on it is refuted, as it should be. */
+    const vd_tensor_t *t = tensor_of(c, sv);
+    vd_op_shape sh;
+    shape_of(sv, &sh);
+    char prefix[200];
+    snprintf(prefix, sizeof(prefix), "%s@p%u.r%d", vd_plan_s(c->lt->gp->plan, t->name), sv->value, sv->replica);
+    if (is_int_dtype(t->dtype)) return vd_smt_tensor_int_vars(c->s, &c->ten[i], &sh, prefix, c->d);
+    return vd_smt_tensor_vars(c->s, &c->ten[i], &sh, prefix, c->d);
+  }
+  const vd_lin_piece *pc = &c->lt->pieces[sv->leaf_piece];
+  const vd_stage_value *hv = &c->st->vals[sv->hyp_svalue];
+  vd_smt_tensor slice = {0};
+  VD_CHECK(vd_smt_tensor_slice(&c->ten[sv->hyp_svalue], sv->rlo, sv->rhi, &slice, c->d));
+  vd_rc rc;
+  if (pc->part_n <= 1) {
+    rc = vd_smt_tensor_copy(&slice, &c->ten[i], c->d);
+  } else {
+    char key[256];
+    char name[160];
+    snprintf(name, sizeof(name), "%s@v%u", vd_plan_s(c->lt->gs->plan, tensor_of(c, hv)->name), hv->value);
+    vd_smt_slice_key(key, sizeof(key), name, sv->ndim, sv->rlo, sv->rhi);
+    rc = vd_smt_partial_parts(c->s, &slice, key, pc->part_n, pc->part_k, &c->ten[i], c->d);
+  }
+  vd_smt_tensor_free(&slice);
+  return rc;
+}
+
+/* Copies node pn's attributes into a one-node scratch plan, replacing the
+ * overridden ones, so the encoder reads the scaled positions. */
+static vd_rc scratch_node(const vd_plan_t *p, const vd_node_t *pn, const vd_attr_override *ovr, uint32_t n_ovr,
+                          vd_plan_t *scratch) {
+  VD_CHECK(vd_plan_init(scratch, p->kind));
+  vd_node_t nn = *pn;
+  nn.segment = 0;
+  uint32_t idx;
+  VD_CHECK(vd_plan_add_node(scratch, &nn, vd_node_op(p, pn), vd_plan_s(p, pn->name), NULL, 0, NULL, 0,
+                            vd_node_group(p, pn), pn->n_group, &idx));
+  for (uint32_t a = 0; a < pn->n_attr; a++) {
+    const vd_attr_t *at = &p->attrs[pn->attr_off + a];
+    const char *key = vd_plan_s(p, at->key);
+    int overridden = 0;
+    for (uint32_t k = 0; k < n_ovr; k++)
+      if (strcmp(vd_plan_s(p, ovr[k].key), key) == 0) {
+        VD_CHECK(vd_plan_attr_int(scratch, idx, key, ovr[k].value));
+        overridden = 1;
+        break;
+      }
+    if (overridden) continue;
+    switch (at->kind) {
+    case VD_ATTR_INT: VD_CHECK(vd_plan_attr_int(scratch, idx, key, at->v.i)); break;
+    case VD_ATTR_FLOAT: VD_CHECK(vd_plan_attr_float(scratch, idx, key, at->v.f)); break;
+    case VD_ATTR_STR: VD_CHECK(vd_plan_attr_str(scratch, idx, key, vd_plan_s(p, at->v.s))); break;
+    case VD_ATTR_INTS: VD_CHECK(vd_plan_attr_ints(scratch, idx, key, p->ints + at->v.off, at->len)); break;
+    case VD_ATTR_FLOATS: VD_CHECK(vd_plan_attr_floats(scratch, idx, key, p->floats + at->v.off, at->len)); break;
+    }
+  }
+  return VD_OK;
+}
+
+/* Encodes one stage node.  *unsupported is set (and VD_OK returned) when the
+ * operator has no encoder. */
+static vd_rc encode_node(solve_ctx *c, uint32_t ni, char *unsupported, size_t n_unsupported) {
+  const vd_stage *st = c->st;
+  const vd_stage_node *sn = &st->nodes[ni];
+  const vd_graph_t *g = graph_of(c, sn->side);
+  const vd_gnode_t *gn = &g->nodes[sn->gnode];
+  const vd_plan_t *p = g->plan;
+  const vd_node_t *pn = &p->nodes[gn->pnode];
+  char record[256];
+  node_record(c, sn, record, sizeof(record));
+  if (sn->op < 0 || !vd_smt_encoder((vd_op_id)sn->op)) {
+    snprintf(unsupported, n_unsupported, "unsupported operator '%s' at %s", vd_node_op(p, pn), record);
+    return VD_OK;
+  }
+  const vd_smt_tensor **in = vd_calloc(sn->n_in ? sn->n_in : 1, sizeof(*in));
+  vd_smt_tensor **out = vd_calloc(sn->n_out ? sn->n_out : 1, sizeof(*out));
+  vd_plan_t scratch = {0};
+  vd_rc rc = VD_OK;
+  if (!in || !out) {
+    rc = VD_OOM(c->d);
+    goto done;
+  }
+  for (uint32_t k = 0; k < sn->n_in; k++) in[k] = &c->ten[st->idx[sn->in_off + k]];
+  for (uint32_t k = 0; k < sn->n_out; k++) {
+    uint32_t vi = st->idx[sn->out_off + k];
+    vd_op_shape sh;
+    shape_of(&st->vals[vi], &sh);
+    vd_smt_tensor_free(&c->ten[vi]);
+    if ((rc = vd_smt_tensor_init(&c->ten[vi], &sh)) != VD_OK) {
+      rc = VD_OOM(c->d);
+      goto done;
+    }
+    out[k] = &c->ten[vi];
+  }
+  uint32_t n_part = gn->n_part ? gn->n_part : 1;
+  if (gn->n_in > 0 && sn->n_in != gn->n_in) n_part = n_part * sn->n_in / gn->n_in; /* virtual replicas */
+  const vd_plan_t *ap = p;
+  const vd_node_t *an = pn;
+  if (sn->n_ovr) {
+    if ((rc = scratch_node(p, pn, st->ovr + sn->ovr_off, sn->n_ovr, &scratch)) != VD_OK) {
+      if (rc == VD_ENOMEM) VD_OOM(c->d);
+      goto done;
+    }
+    ap = &scratch;
+    an = &scratch.nodes[0];
+  }
+  struct vd_op_encode_call call = {
+      .op = sn->op, .smt = c->s, .plan = ap, .node = an, .record = record,
+      .n_in = sn->n_in, .n_out = sn->n_out, .n_part = n_part,
+      .in = in, .out = out, .diag = c->d};
+  rc = vd_smt_encode(&call);
+done:
+  vd_plan_free(&scratch);
+  vd_free(in);
+  vd_free(out);
+  return rc;
+}
+
+/* ---- targets ------------------------------------------------------------ */
+
+typedef struct {
+  uint32_t target;
+  int32_t piece;   /* piece compared, -1 for the sum of the parts */
+  int64_t elem;    /* flat index in the target slice */
+} pair_meta;
+
+typedef struct {
+  vd_term *par, *single;
+  pair_meta *meta;
+  size_t n, cap;
+} pair_list;
+
+static int pairs_push(pair_list *pl, vd_term p, vd_term s, pair_meta m) {
+  if (pl->n == pl->cap) {
+    size_t nc = pl->cap ? pl->cap * 2 : 64;
+    vd_term *np = vd_realloc_array(pl->par, nc, sizeof(vd_term));
+    if (!np) return -1;
+    pl->par = np;
+    vd_term *ns = vd_realloc_array(pl->single, nc, sizeof(vd_term));
+    if (!ns) return -1;
+    pl->single = ns;
+    pair_meta *nm = vd_realloc_array(pl->meta, nc, sizeof(pair_meta));
+    if (!nm) return -1;
+    pl->meta = nm;
+    pl->cap = nc;
+  }
+  pl->par[pl->n] = p;
+  pl->single[pl->n] = s;
+  pl->meta[pl->n] = m;
+  pl->n++;
+  return 0;
+}
+
+static void pairs_free(pair_list *pl) {
+  vd_free(pl->par);
+  vd_free(pl->single);
+  vd_free(pl->meta);
+  memset(pl, 0, sizeof(*pl));
+}
+
+static const uint32_t *target_pairs(const vd_stage *st, const vd_stage_target *t) { return st->idx + t->piece_off; }
+
+/* Builds the target slice of the single value (reduced coordinates). */
+static vd_rc target_slice(solve_ctx *c, const vd_stage_target *t, vd_smt_tensor *slice) {
+  return vd_smt_tensor_slice(&c->ten[t->svalue], t->rlo, t->rhi, slice, c->d);
+}
+
+/* Sum over one representative piece per part (the first of each k). */
+static vd_rc parts_sum(solve_ctx *c, const vd_stage_target *t, const vd_smt_tensor *slice, vd_term *sum) {
+  const uint32_t *pp = target_pairs(c->st, t);
+  for (int64_t e = 0; e < slice->numel; e++) sum[e] = NULL;
+  for (int64_t k = 0; k < t->part_n; k++) {
+    for (uint32_t j = 0; j < t->n_pieces; j++) {
+      const vd_lin_piece *pc = &c->lt->pieces[pp[2 * j]];
+      if (pc->part_k != k) continue;
+      const vd_smt_tensor *pt = &c->ten[pp[2 * j + 1]];
+      if (pt->numel != slice->numel)
+        VD_FAIL(c->d, VD_EINTERNAL, NULL, "target", "shape", "piece has %lld elements, slice %lld",
+                (long long)pt->numel, (long long)slice->numel);
+      for (int64_t e = 0; e < slice->numel; e++) sum[e] = sum[e] ? vd_smt_add(c->s, sum[e], pt->t[e]) : pt->t[e];
+      break;
+    }
+  }
+  return vd_smt_status(c->s, c->d, "sum of parts");
+}
+
+static vd_rc build_pairs(solve_ctx *c, pair_list *pl) {
+  const vd_stage *st = c->st;
+  vd_rc rc = VD_OK;
+  for (uint32_t ti = 0; ti < st->n_targets && rc == VD_OK; ti++) {
+    const vd_stage_target *t = &st->targets[ti];
+    const uint32_t *pp = target_pairs(st, t);
+    vd_smt_tensor slice = {0};
+    vd_term *sum = NULL;
+    if ((rc = target_slice(c, t, &slice)) != VD_OK) break;
+    if (t->part_n <= 1) {
+      for (uint32_t j = 0; j < t->n_pieces && rc == VD_OK; j++) {
+        const vd_smt_tensor *pt = &c->ten[pp[2 * j + 1]];
+        if (pt->numel != slice.numel) {
+          rc = VD_ERR(c->d, VD_EINTERNAL, NULL, "target", "shape", "piece has %lld elements, slice %lld",
+                      (long long)pt->numel, (long long)slice.numel);
+          break;
+        }
+        for (int64_t e = 0; e < slice.numel; e++)
+          if (pairs_push(pl, pt->t[e], slice.t[e], (pair_meta){ti, (int32_t)pp[2 * j], e})) rc = VD_OOM(c->d);
+      }
+    } else {
+      sum = vd_calloc((size_t)slice.numel, sizeof(*sum));
+      if (!sum) rc = VD_OOM(c->d);
+      if (rc == VD_OK) rc = parts_sum(c, t, &slice, sum);
+      for (int64_t e = 0; rc == VD_OK && e < slice.numel; e++)
+        if (pairs_push(pl, sum[e], slice.t[e], (pair_meta){ti, -1, e})) rc = VD_OOM(c->d);
+      /* Replicas of one part must agree with the first piece of that part. */
+      for (uint32_t j = 0; rc == VD_OK && j < t->n_pieces; j++) {
+        const vd_lin_piece *pc = &c->lt->pieces[pp[2 * j]];
+        uint32_t first = j;
+        for (uint32_t q = 0; q < j; q++)
+          if (c->lt->pieces[pp[2 * q]].part_k == pc->part_k) {
+            first = q;
+            break;
+          }
+        if (first == j) continue;
+        const vd_smt_tensor *a = &c->ten[pp[2 * j + 1]], *b = &c->ten[pp[2 * first + 1]];
+        for (int64_t e = 0; e < a->numel && e < b->numel; e++)
+          if (pairs_push(pl, a->t[e], b->t[e], (pair_meta){ti, (int32_t)pp[2 * j], e})) rc = VD_OOM(c->d);
+      }
+    }
+    vd_free(sum);
+    vd_smt_tensor_free(&slice);
+  }
+  return rc;
+}
+
+/* ---- diagnosis ------------------------------------------------------------ */
+
+/* 1 when a[i] = b[i] for all i is proved (fast path or solver); 0 otherwise
+ * (including inconclusive: a diagnosis is only claimed when proved). */
+static int proves_equal(solve_ctx *c, const vd_term *a, const vd_term *b, size_t n) {
+  vd_smt_result r;
+  memset(&r, 0, sizeof(r));
+  vd_diag scratch;
+  vd_diag_clear(&scratch);
+  int ok = vd_smt_check(c->s, a, b, n, &r, &scratch) == VD_OK && r.verdict == VD_SMT_EQUIVALENT;
+  vd_smt_result_free(&r);
+  return ok;
+}
+
+static void unflatten(const int64_t *lo, const int64_t *hi, int ndim, int64_t flat, int64_t *elem) {
+  for (int i = ndim - 1; i >= 0; i--) {
+    int64_t w = hi[i] - lo[i];
+    elem[i] = lo[i] + (w > 0 ? flat % w : 0);
+    flat = w > 0 ? flat / w : 0;
+  }
+}
+
+/* Tries MISSING_REDUCTION, EXTRA_REDUCTION / SCALE and PERMUTED_SLICES on
+ * target ti, given one differing element's values (p parallel, s single). */
+static void classify(solve_ctx *c, uint32_t ti, int32_t piece, const vd_smt_diff *df, vd_stage_verdict *v) {
+  const vd_stage *st = c->st;
+  const vd_stage_target *t = &st->targets[ti];
+  const uint32_t *pp = target_pairs(st, t);
+  vd_smt_tensor slice = {0};
+  vd_term *acc = NULL, *scaled = NULL;
+  v->diagnosis = VD_DX_WRONG_VALUE;
+  if (target_slice(c, t, &slice) != VD_OK) goto done;
+  size_t n = (size_t)slice.numel;
+  acc = vd_calloc(n ? n : 1, sizeof(*acc));
+  scaled = vd_calloc(n ? n : 1, sizeof(*scaled));
+  if (!acc || !scaled) goto done;
+
+  /* The candidate tensor: the flagged piece, or the sum of the parts. */
+  const vd_smt_tensor *cand = NULL;
+  if (piece >= 0)
+    for (uint32_t j = 0; j < t->n_pieces; j++)
+      if ((int32_t)pp[2 * j] == piece) cand = &c->ten[pp[2 * j + 1]];
+  if (!cand) {
+    if (parts_sum(c, t, &slice, acc) != VD_OK) goto done;
+  } else {
+    for (size_t e = 0; e < n; e++) acc[e] = cand->t[e];
+  }
+
+  /* SCALE: candidate = f * slice for the factor f seen in the model. */
+  if (df && df->single.value != 0.0 && df->single.exact && df->parallel.exact) {
+    vd_term pv = vd_smt_num_rat(c->s, df->parallel.exact), sv = vd_smt_num_rat(c->s, df->single.exact);
+    vd_term f = pv && sv ? vd_smt_simplify(c->s, vd_smt_div(c->s, pv, sv)) : NULL;
+    double fv = 0;
+    char fexact[96] = "";
+    if (f && vd_smt_numeral(c->s, f, &fv, fexact, sizeof(fexact)) && fv != 1.0) {
+      for (size_t e = 0; e < n; e++) scaled[e] = vd_smt_mul(c->s, f, slice.t[e]);
+      if (proves_equal(c, acc, scaled, n)) {
+        double copies = (double)t->n_pieces;
+        v->diagnosis = (t->part_n <= 1 && copies >= 2 && fv == copies) ? VD_DX_EXTRA_REDUCTION : VD_DX_SCALE;
+        snprintf(v->factor, sizeof(v->factor), "%s", fexact);
+        goto done;
+      }
+    }
+  }
+
+  /* MISSING_REDUCTION: several copies each claim the whole slice, and their
+   * sum is the slice. */
+  if (t->part_n <= 1 && t->n_pieces >= 2) {
+    for (size_t e = 0; e < n; e++) scaled[e] = NULL;
+    for (uint32_t j = 0; j < t->n_pieces; j++) {
+      const vd_smt_tensor *pt = &c->ten[pp[2 * j + 1]];
+      for (size_t e = 0; e < n; e++) scaled[e] = scaled[e] ? vd_smt_add(c->s, scaled[e], pt->t[e]) : pt->t[e];
+    }
+    if (proves_equal(c, scaled, slice.t, n)) {
+      v->diagnosis = VD_DX_MISSING_REDUCTION;
+      goto done;
+    }
+  }
+
+  /* PERMUTED_SLICES: the candidate equals another slice of the same width
+   * of the single value (tried along each dimension, aligned shifts). */
+  const vd_stage_value *sv = &st->vals[t->svalue];
+  for (int dim = 0; dim < sv->ndim && v->diagnosis == VD_DX_WRONG_VALUE; dim++) {
+    int64_t w = t->rhi[dim] - t->rlo[dim];
+    if (w <= 0 || w == sv->rshape[dim]) continue;
+    for (int64_t start = 0; start + w <= sv->rshape[dim]; start += w) {
+      if (start == t->rlo[dim]) continue;
+      int64_t lo[VD_MAX_DIMS], hi[VD_MAX_DIMS];
+      memcpy(lo, t->rlo, sizeof(lo));
+      memcpy(hi, t->rhi, sizeof(hi));
+      lo[dim] = start;
+      hi[dim] = start + w;
+      vd_smt_tensor other = {0};
+      vd_diag scratch;
+      vd_diag_clear(&scratch);
+      if (vd_smt_tensor_slice(&c->ten[t->svalue], lo, hi, &other, &scratch) != VD_OK) break;
+      int eq = (size_t)other.numel == n && proves_equal(c, acc, other.t, n);
+      vd_smt_tensor_free(&other);
+      if (eq) {
+        v->diagnosis = VD_DX_PERMUTED_SLICES;
+        snprintf(v->factor, sizeof(v->factor), "holds dim %d [%lld:%lld) of the reduced single tensor", dim,
+                 (long long)start, (long long)(start + w));
+        break;
+      }
+    }
+  }
+done:
+  vd_free(acc);
+  vd_free(scaled);
+  vd_smt_tensor_free(&slice);
+}
+
+static int cmp_i32(const void *a, const void *b) {
+  int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Fills the counterexample (elements, copies, flagged pieces) from the
+ * solver's differing pairs. */
+static vd_rc record_cex(solve_ctx *c, const pair_list *pl, vd_smt_result *r, vd_stage_verdict *v) {
+  const vd_stage *st = c->st;
+  size_t max_elems = c->o->max_cex_elems ? c->o->max_cex_elems : 8;
+  /* Inputs: move them over. */
+  v->inputs = r->inputs;
+  v->n_inputs = r->n_inputs;
+  r->inputs = NULL;
+  r->n_inputs = 0;
+  v->flagged_pieces = vd_calloc(r->n_diffs ? r->n_diffs : 1, sizeof(int32_t));
+  v->elems = vd_calloc(max_elems, sizeof(*v->elems));
+  if (!v->flagged_pieces || !v->elems) return VD_OOM(c->d);
+  for (size_t i = 0; i < r->n_diffs; i++) {
+    const pair_meta *m = &pl->meta[r->diffs[i].index];
+    if (m->piece >= 0) {
+      size_t k = 0;
+      while (k < v->n_flagged && v->flagged_pieces[k] != m->piece) k++;
+      if (k == v->n_flagged) v->flagged_pieces[v->n_flagged++] = m->piece;
+    } else {
+      /* A sum of parts disagrees: every piece of the target is implicated. */
+      const vd_stage_target *t = &st->targets[m->target];
+      const uint32_t *pp = target_pairs(st, t);
+      int32_t *nf = vd_realloc_array(v->flagged_pieces, v->n_flagged + t->n_pieces + 1, sizeof(int32_t));
+      if (!nf) return VD_OOM(c->d);
+      v->flagged_pieces = nf;
+      for (uint32_t j = 0; j < t->n_pieces; j++) {
+        size_t k = 0;
+        while (k < v->n_flagged && v->flagged_pieces[k] != (int32_t)pp[2 * j]) k++;
+        if (k == v->n_flagged) v->flagged_pieces[v->n_flagged++] = (int32_t)pp[2 * j];
+      }
+    }
+  }
+  qsort(v->flagged_pieces, v->n_flagged, sizeof(int32_t), cmp_i32);
+
+  /* Elements: the first differing elements, each with every copy's value. */
+  for (size_t i = 0; i < r->n_diffs && v->n_elems < max_elems; i++) {
+    const pair_meta *m = &pl->meta[r->diffs[i].index];
+    int seen = 0;
+    for (size_t k = 0; k < v->n_elems; k++) {
+      const vd_stage_target *t = &st->targets[m->target];
+      int64_t e[VD_MAX_DIMS] = {0};
+      unflatten(t->rlo, t->rhi, st->vals[t->svalue].ndim, m->elem, e);
+      if (v->elems[k].target == m->target && memcmp(v->elems[k].elem, e, sizeof(e)) == 0) seen = 1;
+    }
+    if (seen) continue;
+    const vd_stage_target *t = &st->targets[m->target];
+    vd_stage_cex_elem *ce = &v->elems[v->n_elems++];
+    memset(ce, 0, sizeof(*ce));
+    ce->target = m->target;
+    unflatten(t->rlo, t->rhi, st->vals[t->svalue].ndim, m->elem, ce->elem);
+    snprintf(ce->single_exact, sizeof(ce->single_exact), "%s", r->diffs[i].single.exact ? r->diffs[i].single.exact : "?");
+    ce->single_value = r->diffs[i].single.value;
+    /* Copies: every pair of this (target, element). */
+    ce->copy_off = (uint32_t)v->n_copies;
+    for (size_t q = 0; q < pl->n; q++) {
+      if (pl->meta[q].target != m->target || pl->meta[q].elem != m->elem) continue;
+      vd_stage_cex_copy *nc = vd_realloc_array(v->copies, v->n_copies + 1, sizeof(*nc));
+      if (!nc) return VD_OOM(c->d);
+      v->copies = nc;
+      vd_stage_cex_copy *cp = &v->copies[v->n_copies++];
+      memset(cp, 0, sizeof(*cp));
+      cp->piece = pl->meta[q].piece;
+      /* A pair absent from the diffs holds the single value in the model. */
+      snprintf(cp->exact, sizeof(cp->exact), "%s", ce->single_exact);
+      cp->value = ce->single_value;
+      for (size_t k = 0; k < r->n_diffs; k++)
+        if (r->diffs[k].index == q) {
+          snprintf(cp->exact, sizeof(cp->exact), "%s", r->diffs[k].parallel.exact ? r->diffs[k].parallel.exact : "?");
+          cp->value = r->diffs[k].parallel.value;
+          cp->disagrees = 1;
+        }
+      ce->n_copies++;
+    }
+  }
+  return VD_OK;
+}
+
+/* ---- entry ------------------------------------------------------------------ */
+
+vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, const vd_stage_solve_opts *o,
+                     vd_stage_verdict *v, vd_diag *d) {
+  double t0 = now_ms();
+  memset(v, 0, sizeof(*v));
+  solve_ctx c = {.s = s, .lt = lt, .st = st, .o = o, .d = d};
+  pair_list pl = {0};
+  vd_smt_result r;
+  memset(&r, 0, sizeof(r));
+  vd_rc rc = VD_OK;
+  char unsupported[300] = "";
+
+  vd_smt_set_timeout(s, o->timeout_ms);
+  vd_smt_set_fast_path(s, o->fast_path);
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    int64_t n = 1;
+    for (int k = 0; k < st->vals[i].ndim; k++) n *= st->vals[i].rshape[k];
+    if (o->max_elems > 0 && n > o->max_elems) {
+      v->verdict = VD_SMT_INCONCLUSIVE;
+      snprintf(v->reason, sizeof(v->reason), "stage too large to check: a value has %lld elements%s",
+               (long long)n, st->reduced ? "" : " (shapes could not be reduced)");
+      goto done;
+    }
+  }
+  c.ten = vd_calloc(st->n_vals ? st->n_vals : 1, sizeof(*c.ten));
+  if (!c.ten) {
+    rc = VD_OOM(d);
+    goto done;
+  }
+  /* Single leaves, then nodes in stage order (single side first by
+   * construction); parallel leaves are made when first reached, after the
+   * single values they are built from exist. */
+  for (uint32_t i = 0; i < st->n_vals && rc == VD_OK; i++)
+    if (st->vals[i].side == 0 && st->vals[i].producer < 0) rc = make_single_leaf(&c, i);
+  int leaves_done = 0;
+  for (uint32_t ni = 0; ni <= st->n_nodes && rc == VD_OK && !unsupported[0]; ni++) {
+    if (!leaves_done && (ni == st->n_nodes || st->nodes[ni].side == 1)) {
+      for (uint32_t i = 0; i < st->n_vals && rc == VD_OK; i++)
+        if (st->vals[i].side == 1 && st->vals[i].producer < 0) rc = make_parallel_leaf(&c, i);
+      leaves_done = 1;
+    }
+    if (ni < st->n_nodes && rc == VD_OK) rc = encode_node(&c, ni, unsupported, sizeof(unsupported));
+  }
+  if (rc == VD_EINPUT) {
+    /* An encoder refused the node (shape or attribute it cannot handle):
+     * not a proof, so inconclusive, with the encoder's message. */
+    char line[VD_DIAG_TEXT + 200];
+    vd_diag_format(d, line, sizeof(line));
+    v->verdict = VD_SMT_INCONCLUSIVE;
+    snprintf(v->reason, sizeof(v->reason), "encoder refused: %s", line);
+    vd_diag_clear(d);
+    rc = VD_OK;
+    goto done;
+  }
+  if (rc != VD_OK) goto done;
+  if (unsupported[0]) {
+    v->verdict = VD_SMT_INCONCLUSIVE;
+    snprintf(v->reason, sizeof(v->reason), "%s", unsupported);
+    goto done;
+  }
+  if ((rc = build_pairs(&c, &pl)) != VD_OK) goto done;
+  if ((rc = vd_smt_check(s, pl.par, pl.single, pl.n, &r, d)) != VD_OK) goto done;
+  v->verdict = r.verdict;
+  v->by_fast_path = r.by_fast_path;
+  if (r.verdict == VD_SMT_INCONCLUSIVE) {
+    snprintf(v->reason, sizeof(v->reason), "solver: %s", r.reason[0] ? r.reason : "unknown");
+  } else if (r.verdict == VD_SMT_NOT_EQUIVALENT) {
+    if ((rc = record_cex(&c, &pl, &r, v)) != VD_OK) goto done;
+    if (r.n_diffs > 0) {
+      const pair_meta *m = &pl.meta[r.diffs[0].index];
+      classify(&c, m->target, m->piece, &r.diffs[0], v);
+    } else {
+      v->diagnosis = VD_DX_WRONG_VALUE;
+    }
+    snprintf(v->reason, sizeof(v->reason), "%zu element(s) differ", r.n_diffs);
+  }
+done:
+  vd_smt_result_free(&r);
+  pairs_free(&pl);
+  if (c.ten)
+    for (uint32_t i = 0; i < st->n_vals; i++) vd_smt_tensor_free(&c.ten[i]);
+  vd_free(c.ten);
+  vd_diag reset_diag;
+  vd_diag_clear(&reset_diag);
+  vd_smt_reset(s, &reset_diag);
+  v->ms = now_ms() - t0;
+  return rc;
+}

@@ -1,0 +1,76 @@
+/*
+ * solver/stage_solve.h - proving one stage: encode both cones with the
+ * registry's encoders, compare the targets, diagnose a failure.
+ *
+ * docs/verifier.md section 4.  A stage is checked on its reduced shapes.
+ * Single leaves are fresh symbols; parallel leaves are built from their
+ * lineage (a replica is the single slice's terms, n partial parts are n-1
+ * free terms plus the remainder).  The result is a vd_stage_verdict: data,
+ * never an exit code.
+ */
+#ifndef VD_STAGE_SOLVE_H
+#define VD_STAGE_SOLVE_H
+
+#include "../stages/stage.h"
+#include "smt.h"
+
+typedef enum {
+  VD_DX_NONE = 0,
+  VD_DX_MISSING_REDUCTION, /* the copies sum to Ts while each claims the whole */
+  VD_DX_EXTRA_REDUCTION,   /* a copy is Ts times the number of copies */
+  VD_DX_SCALE,             /* a copy is c * Ts; factor named */
+  VD_DX_PERMUTED_SLICES,   /* a copy holds Ts's values of another slice */
+  VD_DX_WRONG_VALUE,       /* anything else */
+  VD_DX_DATAFLOW,
+  VD_DX_SCHEDULE,
+  VD_DX_ALIGNMENT,
+  VD_DX_SHAPE,
+  VD_DX__COUNT
+} vd_diagnosis;
+
+extern const char *const vd_diagnosis_names[VD_DX__COUNT];
+
+/* One element of a target that disagrees in the counterexample. */
+typedef struct {
+  uint32_t target;       /* stage target index */
+  int64_t elem[VD_MAX_DIMS]; /* element, reduced single-device coordinates */
+  char single_exact[96]; double single_value;
+  uint32_t n_copies;     /* copies of this element (pieces, or 1 for a sum of parts) */
+  uint32_t copy_off;     /* into res->copies */
+} vd_stage_cex_elem;
+
+typedef struct {
+  int32_t piece;         /* lineage piece, -1 for "sum of the parts" */
+  char exact[96]; double value;
+  uint8_t disagrees;
+} vd_stage_cex_copy;
+
+typedef struct {
+  vd_smt_verdict verdict;
+  vd_diagnosis diagnosis;
+  char factor[96];       /* SCALE: the factor c (exact), else "" */
+  char reason[800];      /* inconclusive: why; not equivalent: one-line summary */
+  int by_fast_path;
+  double ms;             /* wall time of encoding + checking */
+  vd_smt_value *inputs; size_t n_inputs; /* counterexample inputs */
+  vd_stage_cex_elem *elems; size_t n_elems;
+  vd_stage_cex_copy *copies; size_t n_copies;
+  int32_t *flagged_pieces; size_t n_flagged; /* pieces holding a wrong value, sorted */
+} vd_stage_verdict;
+
+typedef struct {
+  unsigned timeout_ms;   /* per stage; 0 = none */
+  int fast_path;         /* simplifier fast path on (default 1) */
+  int64_t max_elems;     /* refuse (inconclusive) stages with a value larger than this */
+  size_t max_cex_elems;  /* counterexample elements kept */
+} vd_stage_solve_opts;
+
+/* Proves or refutes stage st.  s is the calling thread's context; it is reset
+ * before returning.  gs/gp are the graphs of the lineage table.  Errors
+ * (VD_ENOMEM, VD_EINTERNAL) only for failures of the machinery; an
+ * unsupported operator or a timeout is an INCONCLUSIVE verdict, VD_OK. */
+vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, const vd_stage_solve_opts *o,
+                     vd_stage_verdict *v, vd_diag *d);
+void vd_stage_verdict_free(vd_stage_verdict *v);
+
+#endif

@@ -1,0 +1,858 @@
+/*
+ * stages/cut.c - cuts the two graphs into stages (vd_stage_cut).
+ *
+ * docs/verifier.md section 2.  Two phases:
+ *  1. Structural checks, all reported as vd_stage_issue (never a crash):
+ *     SHAPE     every graph node's shapes against the registry's shape rule
+ *               (vd_op_check with NULL data; once per plan node);
+ *     DATAFLOW  the graph issues of Gp and Gs;
+ *     SCHEDULE  a DP reducer (collective spanning replicas) reading a version
+ *               of a persistent tensor that a per-microbatch node writes
+ *               again later (those microbatches' contributions are missed);
+ *     ALIGNMENT a segment run with a microbatch on a rank must run exactly
+ *               once for each microbatch 0..nm-1 on that rank.
+ *  2. Targets and cones: one stage per slice group of every FINAL lineage
+ *     (initial lineages are given, not proven).  The parallel cone walks Gp
+ *     back from the target pieces over virtual values (value, replica) and
+ *     stops at lineage points (hypotheses); a span-replica collective's
+ *     inputs are (u, d') for every replica d'.  The single cone walks Gs back
+ *     from the target's single value and stops at the single values of the
+ *     hypotheses and at initial values.
+ *
+ * SOUNDNESS: a parallel leaf is either a lineage point (a hypothesis that is
+ * itself an initial lineage or the target of another stage) or a value
+ * without lineage, kept as an unconstrained leaf (leaf_piece = -1): the
+ * proof must hold for every value of it, so the stage can only fail, never
+ * pass vacuously.  An unannotated one is also reported as DATAFLOW.  Single
+ * leaves are free symbols (stronger than needed).
+ *
+ * Stage layout (stage.h): single nodes first, then parallel ones, each in
+ * the graph's topological order (parallel: by (topo position, replica),
+ * which respects every virtual edge because a virtual node's producers are
+ * graph nodes earlier in Gp's order).  Values: single leaves by value index,
+ * single node outputs in node order, parallel leaves by (value, replica),
+ * parallel node outputs in node order.  For a span-replica node the inputs
+ * and outputs are replica-major: for each replica, the merged node's list.
+ *
+ * Not here: shape reduction (shape.c), canonical forms (canon.c).
+ */
+#include "stage.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/mem.h"
+#include "../solver/ops.h"
+
+#define NONE UINT32_MAX
+#define CONE_MAX 100000u
+
+/* ---- a small open-addressing map, reset in O(1) by generation ---------- */
+
+typedef struct {
+  uint64_t key;
+  uint32_t val;
+  uint32_t gen;
+} hent_t;
+
+typedef struct {
+  hent_t *e;
+  size_t cap, n;
+  uint32_t gen;
+} hmap_t;
+
+static uint64_t mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+
+static void hmap_reset(hmap_t *m) {
+  m->gen++;
+  m->n = 0;
+}
+
+static hent_t *hmap_slot(hmap_t *m, uint64_t key) {
+  size_t mask = m->cap - 1;
+  for (size_t i = (size_t)mix64(key) & mask;; i = (i + 1) & mask)
+    if (m->e[i].gen != m->gen || m->e[i].key == key) return &m->e[i];
+}
+
+/* Value of key or NONE. */
+static uint32_t hmap_get(hmap_t *m, uint64_t key) {
+  if (!m->cap) return NONE;
+  hent_t *s = hmap_slot(m, key);
+  return s->gen == m->gen ? s->val : NONE;
+}
+
+/* Inserts key -> val (key must be absent).  -1 on ENOMEM. */
+static int hmap_put(hmap_t *m, uint64_t key, uint32_t val) {
+  if ((m->n + 1) * 2 > m->cap) {
+    /* Generation 0 marks the empty slots of a fresh (zeroed) table. */
+    uint32_t gen = m->gen ? m->gen : 1;
+    size_t nc = m->cap ? m->cap * 2 : 64;
+    hmap_t nm = {vd_calloc(nc, sizeof(hent_t)), nc, 0, gen};
+    if (!nm.e) return -1;
+    for (size_t i = 0; i < m->cap; i++)
+      if (m->e[i].gen == m->gen) {
+        hent_t *s = hmap_slot(&nm, m->e[i].key);
+        *s = m->e[i];
+        s->gen = gen;
+        nm.n++;
+      }
+    vd_free(m->e);
+    *m = nm;
+  }
+  hent_t *s = hmap_slot(m, key);
+  s->key = key;
+  s->val = val;
+  s->gen = m->gen;
+  m->n++;
+  return 0;
+}
+
+static void hmap_free(hmap_t *m) {
+  vd_free(m->e);
+  memset(m, 0, sizeof(*m));
+}
+
+/* ---- context ------------------------------------------------------------ */
+
+typedef struct {
+  uint64_t key;     /* value * D + replica (single side: value) */
+  int32_t piece;    /* parallel: lineage piece when it is a hypothesis leaf */
+  uint8_t produced; /* some node of the stage produces it */
+  uint8_t target;
+  uint32_t loc;     /* stage-local index, assigned at assembly */
+} cval_t;
+
+typedef struct {
+  uint32_t gnode;
+  int32_t rep;
+  uint8_t span;
+  uint32_t pos; /* topological position of gnode */
+  uint32_t loc;
+} cnode_t;
+
+typedef struct {
+  cval_t *v;
+  size_t n, cap;
+  cnode_t *nd;
+  size_t n_nd, cap_nd;
+  hmap_t vmap, nmap;
+} cone_t;
+
+typedef struct {
+  const vd_lin_table *lt;
+  vd_stage_set *set;
+  vd_diag *d;
+  const vd_graph_t *gs, *gp;
+  const vd_plan_t *sp, *pp;
+  uint32_t D;
+  int *sop, *pop;        /* registry op id per plan node, -1 if unknown */
+  uint32_t *spos, *ppos; /* topological position per graph node */
+  uint8_t *nolin;        /* per Gp value: "no lineage" already reported */
+  size_t cap_issues, cap_stages;
+  cone_t pc, sc;
+  uint32_t *stack;
+  size_t n_stack, cap_stack;
+} cctx;
+
+static vd_rc add_issue(cctx *c, vd_sissue_kind kind, int single, int64_t pnode, int64_t ptensor, int32_t rank,
+                       int32_t mb, const char *fmt, ...) __attribute__((format(printf, 8, 9)));
+static vd_rc add_issue(cctx *c, vd_sissue_kind kind, int single, int64_t pnode, int64_t ptensor, int32_t rank,
+                       int32_t mb, const char *fmt, ...) {
+  vd_stage_set *s = c->set;
+  if (VD_GROW(s->issues, c->cap_issues, s->n_issues + 1)) return VD_OOM(c->d);
+  vd_stage_issue *is = &s->issues[s->n_issues++];
+  memset(is, 0, sizeof(*is));
+  is->kind = kind;
+  is->single = (uint8_t)single;
+  is->pnode = pnode;
+  is->ptensor = ptensor;
+  is->rank = rank;
+  is->mb = mb;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(is->detail, sizeof(is->detail), fmt, ap);
+  va_end(ap);
+  return VD_OK;
+}
+
+static int issue_cmp(const void *a, const void *b) {
+  const vd_stage_issue *x = a, *y = b;
+  if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+  if (x->single != y->single) return x->single > y->single ? -1 : 1;
+  if (x->pnode != y->pnode) return x->pnode < y->pnode ? -1 : 1;
+  if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+  if (x->mb != y->mb) return x->mb < y->mb ? -1 : 1;
+  if (x->ptensor != y->ptensor) return x->ptensor < y->ptensor ? -1 : 1;
+  return strcmp(x->detail, y->detail);
+}
+
+static const char *tname(const vd_plan_t *p, uint32_t t) { return vd_plan_s(p, p->tensors[t].name); }
+static const char *nop(const vd_plan_t *p, uint32_t n) { return vd_node_op(p, &p->nodes[n]); }
+
+static void node_label(const vd_graph_t *g, uint32_t pnode, int32_t rep, int32_t mb, char *buf, size_t n) {
+  const vd_plan_t *p = g->plan;
+  const vd_node_t *x = &p->nodes[pnode];
+  snprintf(buf, n, "%s '%s' (node %lld, rank %lld, mb %d)", vd_node_op(p, x), vd_plan_s(p, x->name),
+           (long long)x->id, (long long)vd_graph_rank(g, x->rank, rep), mb);
+}
+
+static void fmt_slice(const int64_t *lo, const int64_t *hi, int32_t nd, char *buf, size_t n) {
+  size_t o = 0;
+  o += (size_t)snprintf(buf + o, n - o, "[");
+  for (int32_t i = 0; i < nd && o < n; i++)
+    o += (size_t)snprintf(buf + o, n - o, "%s%lld:%lld", i ? ", " : "", (long long)lo[i], (long long)hi[i]);
+  if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+static int is_span(const cctx *c, const vd_gnode_t *gn) {
+  return gn->n_part > 0 && c->pp->nodes[gn->pnode].span_replicas && c->D > 1;
+}
+
+/* ---- phase 1: structural checks ------------------------------------------ */
+
+static vd_rc check_shapes(cctx *c, const vd_graph_t *g, const int *ops, int single) {
+  const vd_plan_t *p = g->plan;
+  vd_rc rc = VD_OK;
+  uint8_t *done = vd_calloc(p->n_nodes ? p->n_nodes : 1, 1);
+  vd_op_shape *is = NULL, *os = NULL;
+  size_t cap = 0;
+  if (!done) return VD_OOM(c->d);
+  for (size_t ni = 0; ni < g->n_nodes; ni++) {
+    const vd_gnode_t *gn = &g->nodes[ni];
+    const vd_node_t *pn = &p->nodes[gn->pnode];
+    if (done[gn->pnode] || ops[gn->pnode] < 0) continue;
+    done[gn->pnode] = 1;
+    uint32_t rep = 1, np = 1;
+    if (gn->n_part > 0) {
+      int p2p = !strcmp(vd_node_op(p, pn), "send") || !strcmp(vd_node_op(p, pn), "recv");
+      uint32_t want = p2p ? 2 : pn->n_group;
+      if (gn->n_part != want) continue; /* COLL_MISMATCH already says it */
+      rep = !single && !p2p && pn->span_replicas ? c->D : 1;
+      np = gn->n_part * rep;
+    }
+    size_t need = (size_t)(gn->n_in > gn->n_out ? gn->n_in : gn->n_out) * rep + 1;
+    if (need > cap) {
+      vd_free(is);
+      vd_free(os);
+      is = vd_calloc(need, sizeof(*is));
+      os = vd_calloc(need, sizeof(*os));
+      cap = need;
+      if (!is || !os) {
+        rc = VD_OOM(c->d);
+        goto done;
+      }
+    }
+    const uint32_t *iv = vd_gnode_inputs(g, gn), *ov = vd_gnode_outputs(g, gn);
+    for (uint32_t r = 0; r < rep; r++) {
+      for (uint32_t i = 0; i < gn->n_in; i++) {
+        const vd_tensor_t *t = &p->tensors[g->values[iv[i]].tensor];
+        vd_op_shape *s = &is[r * gn->n_in + i];
+        s->ndim = t->ndim;
+        memcpy(s->d, t->shape, sizeof(s->d));
+      }
+      for (uint32_t i = 0; i < gn->n_out; i++) {
+        const vd_tensor_t *t = &p->tensors[g->values[ov[i]].tensor];
+        vd_op_shape *s = &os[r * gn->n_out + i];
+        s->ndim = t->ndim;
+        memcpy(s->d, t->shape, sizeof(s->d));
+      }
+    }
+    char label[160];
+    node_label(g, gn->pnode, gn->replica, gn->mb, label, sizeof(label));
+    vd_diag dg;
+    vd_diag_clear(&dg);
+    vd_op_call call = {.op = ops[gn->pnode], .plan = p, .node = pn, .record = label, .n_in = gn->n_in * rep,
+                       .n_out = gn->n_out * rep, .n_part = np, .in = NULL, .in_shape = is, .out = NULL,
+                       .out_shape = os, .diag = &dg};
+    vd_rc r = vd_op_check(&call);
+    if (r == VD_ENOMEM) {
+      rc = VD_OOM(c->d);
+      goto done;
+    }
+    if (r != VD_OK) {
+      int64_t rk = vd_graph_rank(g, pn->rank, gn->replica);
+      /* The registry's message starts with the operator name: the label
+       * has it already. */
+      const char *msg = dg.msg, *opn = vd_node_op(p, pn);
+      size_t ol = strlen(opn);
+      if (!strncmp(msg, opn, ol) && msg[ol] == ':' && msg[ol + 1] == ' ') msg += ol + 2;
+      if ((rc = add_issue(c, VD_SISSUE_SHAPE, single, (int64_t)gn->pnode, -1, (int32_t)rk, gn->mb,
+                          "%s%s: %s: %s", single ? "single plan " : "", label, dg.field, msg)))
+        goto done;
+    }
+  }
+done:
+  vd_free(done);
+  vd_free(is);
+  vd_free(os);
+  return rc;
+}
+
+static vd_rc graph_issues(cctx *c, const vd_graph_t *g, int single) {
+  for (size_t i = 0; i < g->n_issues; i++) {
+    const vd_graph_issue *gi = &g->issues[i];
+    int32_t rk = -1;
+    if (gi->pnode >= 0)
+      rk = (int32_t)vd_graph_rank(g, g->plan->nodes[gi->pnode].rank, gi->replica < 0 ? 0 : gi->replica);
+    else if (gi->tensor >= 0)
+      rk = (int32_t)vd_graph_rank(g, g->plan->tensors[gi->tensor].rank, gi->replica < 0 ? 0 : gi->replica);
+    VD_CHECK(add_issue(c, VD_SISSUE_DATAFLOW, single, gi->pnode, gi->tensor, rk, gi->mb, "%s%s: %s%s%s",
+                       single ? "single plan " : "", vd_gissue_names[gi->kind], gi->detail,
+                       gi->field[0] ? " at " : "", gi->field));
+  }
+  if (g->n_issues_dropped)
+    VD_CHECK(add_issue(c, VD_SISSUE_DATAFLOW, single, -1, -1, -1, -1, "%s%zu more dataflow issues not listed",
+                       single ? "single plan: " : "", g->n_issues_dropped));
+  return VD_OK;
+}
+
+/* SCHEDULE: see the file comment.  next[v] is the next version of v's
+ * instance (values of an instance are created in version order). */
+static vd_rc check_schedule(cctx *c) {
+  const vd_graph_t *g = c->gp;
+  const vd_plan_t *p = c->pp;
+  vd_rc rc = VD_OK;
+  int has_span = 0;
+  for (size_t ni = 0; ni < g->n_nodes && !has_span; ni++)
+    has_span = g->nodes[ni].n_part > 0 && p->nodes[g->nodes[ni].pnode].span_replicas;
+  if (!has_span) return VD_OK;
+  uint32_t *next = vd_malloc((g->n_values ? g->n_values : 1) * sizeof(*next));
+  uint32_t *last = vd_malloc((g->n_inst ? g->n_inst : 1) * sizeof(*last));
+  if (!next || !last) {
+    rc = VD_OOM(c->d);
+    goto done;
+  }
+  for (size_t i = 0; i < g->n_inst; i++) last[i] = NONE;
+  for (size_t v = 0; v < g->n_values; v++) {
+    const vd_value_t *x = &g->values[v];
+    next[v] = NONE;
+    size_t inst = g->inst_base[x->tensor] + (size_t)x->replica * g->inst_per_replica[x->tensor] +
+                  (size_t)(x->mb < 0 ? 0 : x->mb);
+    if (last[inst] != NONE) next[last[inst]] = (uint32_t)v;
+    last[inst] = (uint32_t)v;
+  }
+  for (size_t ni = 0; ni < g->n_nodes; ni++) {
+    const vd_gnode_t *gn = &g->nodes[ni];
+    if (gn->n_part == 0 || !p->nodes[gn->pnode].span_replicas) continue;
+    const uint32_t *iv = vd_gnode_inputs(g, gn);
+    for (uint32_t i = 0; i < gn->n_in; i++) {
+      uint32_t u = iv[i];
+      const vd_tensor_t *t = &p->tensors[g->values[u].tensor];
+      if (t->scope != VD_SCOPE_PERSISTENT) continue;
+      char mbs[64] = "";
+      size_t mo = 0;
+      int n_late = 0;
+      int32_t first_mb = -1;
+      uint32_t writer = NONE;
+      for (uint32_t w = next[u]; w != NONE; w = next[w]) {
+        int32_t pr = g->values[w].producer;
+        if (pr < 0 || (size_t)pr == ni || g->nodes[pr].mb < 0) continue;
+        if (writer == NONE) {
+          writer = (uint32_t)pr;
+          first_mb = g->nodes[pr].mb;
+        }
+        if (mo < sizeof(mbs))
+          mo += (size_t)snprintf(mbs + mo, sizeof(mbs) - mo, "%s%d", n_late ? ", " : "", g->nodes[pr].mb);
+        n_late++;
+      }
+      if (writer == NONE) continue;
+      char lr[160], lw[160];
+      node_label(g, gn->pnode, 0, gn->mb, lr, sizeof(lr));
+      node_label(g, g->nodes[writer].pnode, g->nodes[writer].replica, first_mb, lw, sizeof(lw));
+      if ((rc = add_issue(c, VD_SISSUE_SCHEDULE, 0, (int64_t)gn->pnode, (int64_t)g->values[u].tensor,
+                          (int32_t)vd_graph_rank(g, t->rank, 0), first_mb,
+                          "reducer %s reads '%s' before the contribution of mb %s arrives (later write by %s)", lr,
+                          tname(p, g->values[u].tensor), mbs, lw)))
+        goto done;
+    }
+  }
+done:
+  vd_free(next);
+  vd_free(last);
+  return rc;
+}
+
+static vd_rc check_alignment(cctx *c) {
+  const vd_plan_t *p = c->pp;
+  int32_t nm = p->world.nm > 0 ? p->world.nm : 1;
+  size_t ns = p->n_segments;
+  uint32_t *cnt = vd_calloc(ns * (size_t)(nm + 1) + 1, sizeof(*cnt)); /* slot nm: mb >= nm */
+  uint8_t *per = vd_calloc(ns + 1, 1);
+  vd_rc rc = VD_OK;
+  if (!cnt || !per) {
+    rc = VD_OOM(c->d);
+    goto done;
+  }
+  for (int32_t r = 0; r < p->world.stored_ranks; r++) {
+    const vd_program_t *pr = &p->programs[r];
+    memset(cnt, 0, ns * (size_t)(nm + 1) * sizeof(*cnt));
+    memset(per, 0, ns);
+    for (uint32_t s = pr->step_off; s < pr->step_off + pr->n_steps; s++) {
+      const vd_step_t *st = &p->steps[s];
+      if (st->mb < 0 || st->segment < 0 || (size_t)st->segment >= ns) continue;
+      per[st->segment] = 1;
+      cnt[(size_t)st->segment * (size_t)(nm + 1) + (size_t)(st->mb < nm ? st->mb : nm)]++;
+    }
+    for (size_t sg = 0; sg < ns; sg++) {
+      if (!per[sg]) continue;
+      const uint32_t *k = cnt + sg * (size_t)(nm + 1);
+      char miss[64] = "", dup[64] = "";
+      size_t mo = 0, dpo = 0;
+      int32_t first = -1;
+      for (int32_t m = 0; m < nm; m++) {
+        if (k[m] == 1) continue;
+        if (first < 0) first = m;
+        if (k[m] == 0 && mo < sizeof(miss))
+          mo += (size_t)snprintf(miss + mo, sizeof(miss) - mo, "%s%d", mo ? ", " : "", m);
+        if (k[m] > 1 && dpo < sizeof(dup))
+          dpo += (size_t)snprintf(dup + dpo, sizeof(dup) - dpo, "%s%d (%u times)", dpo ? ", " : "", m, k[m]);
+      }
+      if (first < 0 && k[nm] == 0) continue;
+      if (first < 0) first = nm;
+      char extra[48] = "";
+      if (k[nm]) snprintf(extra, sizeof(extra), "%s%u step(s) with mb >= %d", (mo || dpo) ? "; " : "", k[nm], nm);
+      if ((rc = add_issue(c, VD_SISSUE_ALIGNMENT, 0, -1, -1, r, first,
+                          "segment '%s' on rank %d runs per microbatch but not once for each of mb 0..%d:%s%s%s%s%s",
+                          vd_plan_s(p, p->segments[sg]), r, nm - 1, mo ? " missing mb " : "", miss,
+                          dpo ? (mo ? "; repeated mb " : " repeated mb ") : "", dup, extra)))
+        goto done;
+    }
+  }
+done:
+  vd_free(cnt);
+  vd_free(per);
+  return rc;
+}
+
+/* ---- phase 2: cones ------------------------------------------------------ */
+
+static void cone_reset(cone_t *k) {
+  k->n = 0;
+  k->n_nd = 0;
+  hmap_reset(&k->vmap);
+  hmap_reset(&k->nmap);
+}
+
+static void cone_free(cone_t *k) {
+  vd_free(k->v);
+  vd_free(k->nd);
+  hmap_free(&k->vmap);
+  hmap_free(&k->nmap);
+}
+
+/* Index of value key in cone k, inserting it if new (*fresh = 1). */
+static vd_rc cone_value(cctx *c, cone_t *k, uint64_t key, uint32_t *idx, int *fresh) {
+  uint32_t i = hmap_get(&k->vmap, key);
+  *fresh = 0;
+  if (i == NONE) {
+    if (VD_GROW(k->v, k->cap, k->n + 1)) return VD_OOM(c->d);
+    i = (uint32_t)k->n++;
+    k->v[i] = (cval_t){key, -1, 0, 0, NONE};
+    if (hmap_put(&k->vmap, key, i)) return VD_OOM(c->d);
+    *fresh = 1;
+  }
+  *idx = i;
+  return VD_OK;
+}
+
+static vd_rc push(cctx *c, uint32_t i) {
+  if (VD_GROW(c->stack, c->cap_stack, c->n_stack + 1)) return VD_OOM(c->d);
+  c->stack[c->n_stack++] = i;
+  return VD_OK;
+}
+
+/* Adds graph node gn (virtual replica rep) to cone k: its outputs become
+ * produced values, its new inputs are pushed.  D = 1 on the single side. */
+static vd_rc cone_node(cctx *c, cone_t *k, const vd_graph_t *g, uint32_t gnode, uint32_t rep, uint32_t D,
+                       const uint32_t *pos, int span) {
+  uint64_t nkey = (uint64_t)gnode * D + rep;
+  if (hmap_get(&k->nmap, nkey) != NONE) return VD_OK;
+  if (VD_GROW(k->nd, k->cap_nd, k->n_nd + 1)) return VD_OOM(c->d);
+  k->nd[k->n_nd] = (cnode_t){gnode, (int32_t)rep, (uint8_t)span, pos[gnode], NONE};
+  if (hmap_put(&k->nmap, nkey, (uint32_t)k->n_nd)) return VD_OOM(c->d);
+  k->n_nd++;
+  const vd_gnode_t *gn = &g->nodes[gnode];
+  const uint32_t *iv = vd_gnode_inputs(g, gn), *ov = vd_gnode_outputs(g, gn);
+  uint32_t r0 = span ? 0 : rep, r1 = span ? D : rep + 1;
+  for (uint32_t r = r0; r < r1; r++) {
+    for (uint32_t o = 0; o < gn->n_out; o++) {
+      uint32_t i;
+      int fresh;
+      VD_CHECK(cone_value(c, k, (uint64_t)ov[o] * D + r, &i, &fresh));
+      k->v[i].produced = 1;
+    }
+    for (uint32_t u = 0; u < gn->n_in; u++) {
+      uint32_t i;
+      int fresh;
+      VD_CHECK(cone_value(c, k, (uint64_t)iv[u] * D + r, &i, &fresh));
+      if (fresh) VD_CHECK(push(c, i));
+    }
+  }
+  return VD_OK;
+}
+
+/* Target description for messages: "'y' final slice [0:4, 0:8]". */
+static void target_label(cctx *c, const vd_lineage *L, const vd_lin_piece *p0, char *buf, size_t n) {
+  const vd_tensor_t *st = &c->sp->tensors[L->stensor];
+  char sl[96];
+  fmt_slice(p0->lo, p0->hi, st->ndim, sl, sizeof(sl));
+  snprintf(buf, n, "'%s' %s slice %s", tname(c->sp, L->stensor), L->initial ? "initial" : "final", sl);
+}
+
+/* Parallel cone of the target pieces [a, b).  *ok = 0 when it is too big. */
+static vd_rc parallel_cone(cctx *c, const vd_lineage *L, size_t a, size_t b, int *ok) {
+  const vd_lin_table *lt = c->lt;
+  const vd_graph_t *g = c->gp;
+  cone_t *k = &c->pc;
+  uint32_t D = c->D;
+  c->n_stack = 0;
+  *ok = 1;
+  for (size_t i = a; i < b; i++) {
+    const vd_lin_piece *p = &lt->pieces[i];
+    uint32_t vi;
+    int fresh;
+    VD_CHECK(cone_value(c, k, (uint64_t)p->value * D + (uint32_t)p->replica, &vi, &fresh));
+    k->v[vi].target = 1;
+    if (fresh) VD_CHECK(push(c, vi));
+  }
+  while (c->n_stack) {
+    uint32_t vi = c->stack[--c->n_stack];
+    uint64_t key = k->v[vi].key;
+    uint32_t v = (uint32_t)(key / D), d = (uint32_t)(key % D);
+    if (!k->v[vi].target) {
+      int32_t pc = vd_lin_piece_of(lt, v, (int32_t)d);
+      if (pc >= 0) {
+        k->v[vi].piece = pc;
+        continue;
+      }
+    }
+    int32_t pr = g->values[v].producer;
+    if (pr < 0) {
+      /* An annotated tensor's initial value that is no point is state the
+       * single plan does not have (see lineage.c): a free leaf, no issue.
+       * An unannotated initial value is a DATAFLOW issue.  Placeholders
+       * (unproduced reads) are graph issues already. */
+      if (g->values[v].is_initial && !c->pp->tensors[g->values[v].tensor].has_lin && !c->nolin[v]) {
+        c->nolin[v] = 1;
+        char tl[160];
+        target_label(c, L, &lt->pieces[a], tl, sizeof(tl));
+        const vd_value_t *x = &g->values[v];
+        const vd_tensor_t *t = &c->pp->tensors[x->tensor];
+        VD_CHECK(add_issue(c, VD_SISSUE_DATAFLOW, 0, -1, (int64_t)x->tensor,
+                           (int32_t)vd_graph_rank(g, t->rank, (int32_t)d), x->mb,
+                           "value '%s' (rank %lld, mb %d, version %u) feeds target %s but has no lineage",
+                           tname(c->pp, x->tensor), (long long)vd_graph_rank(g, t->rank, (int32_t)d), x->mb,
+                           x->version, tl));
+      }
+      continue;
+    }
+    int span = is_span(c, &g->nodes[pr]);
+    VD_CHECK(cone_node(c, k, g, (uint32_t)pr, span ? 0 : d, D, c->ppos, span));
+    if (k->n_nd > CONE_MAX) {
+      *ok = 0;
+      return VD_OK;
+    }
+  }
+  return VD_OK;
+}
+
+/* Single cone from svalue, stopping at the hypotheses' single values. */
+static vd_rc single_cone(cctx *c, uint32_t svalue, int *ok) {
+  const vd_lin_table *lt = c->lt;
+  const vd_graph_t *g = c->gs;
+  cone_t *k = &c->sc, *pk = &c->pc;
+  c->n_stack = 0;
+  *ok = 1;
+  /* Stop values first, flagged by piece >= 0 (the lineage's piece). */
+  for (size_t i = 0; i < pk->n; i++) {
+    if (pk->v[i].piece < 0 || pk->v[i].produced) continue;
+    uint32_t sv = lt->lins[lt->pieces[pk->v[i].piece].lineage].svalue;
+    uint32_t si;
+    int fresh;
+    VD_CHECK(cone_value(c, k, sv, &si, &fresh));
+    k->v[si].piece = pk->v[i].piece;
+  }
+  uint32_t si;
+  int fresh;
+  VD_CHECK(cone_value(c, k, svalue, &si, &fresh));
+  k->v[si].target = 1;
+  VD_CHECK(push(c, si));
+  while (c->n_stack) {
+    uint32_t vi = c->stack[--c->n_stack];
+    if (k->v[vi].piece >= 0) continue; /* a hypothesis' single value */
+    int32_t pr = g->values[k->v[vi].key].producer;
+    if (pr < 0) continue;
+    VD_CHECK(cone_node(c, k, g, (uint32_t)pr, 0, 1, c->spos, 0));
+    if (k->n_nd > CONE_MAX) {
+      *ok = 0;
+      return VD_OK;
+    }
+  }
+  return VD_OK;
+}
+
+static int cnode_cmp(const void *a, const void *b) {
+  const cnode_t *x = a, *y = b;
+  if (x->pos != y->pos) return x->pos < y->pos ? -1 : 1;
+  return x->rep < y->rep ? -1 : x->rep > y->rep;
+}
+
+static int cval_cmp(const void *a, const void *b) {
+  const cval_t *x = *(const cval_t *const *)a, *y = *(const cval_t *const *)b;
+  return x->key < y->key ? -1 : x->key > y->key;
+}
+
+/* Assigns stage-local value indices to the leaves of cone k (sorted by key)
+ * starting at *nv. */
+static vd_rc number_leaves(cctx *c, cone_t *k, uint32_t *nv) {
+  cval_t **lv = vd_malloc((k->n ? k->n : 1) * sizeof(*lv));
+  if (!lv) return VD_OOM(c->d);
+  size_t n = 0;
+  for (size_t i = 0; i < k->n; i++)
+    if (!k->v[i].produced) lv[n++] = &k->v[i];
+  qsort(lv, n, sizeof(*lv), cval_cmp);
+  for (size_t i = 0; i < n; i++) lv[i]->loc = (*nv)++;
+  vd_free(lv);
+  return VD_OK;
+}
+
+static void fill_value(cctx *c, vd_stage_value *sv, int side, uint32_t value, int32_t rep) {
+  const vd_graph_t *g = side ? c->gp : c->gs;
+  const vd_tensor_t *t = &g->plan->tensors[g->values[value].tensor];
+  memset(sv, 0, sizeof(*sv));
+  sv->side = (uint8_t)side;
+  sv->value = value;
+  sv->replica = rep;
+  sv->ndim = t->ndim;
+  memcpy(sv->shape, t->shape, sizeof(sv->shape));
+  memcpy(sv->rshape, t->shape, sizeof(sv->rshape));
+  sv->producer = -1;
+  sv->leaf_piece = -1;
+  sv->hyp_svalue = -1;
+}
+
+/* Builds the stage from the two cones. */
+static vd_rc assemble(cctx *c, const vd_lineage *L, uint32_t li, size_t a, size_t b, vd_stage *st) {
+  const vd_lin_table *lt = c->lt;
+  cone_t *sk = &c->sc, *pk = &c->pc;
+  uint32_t D = c->D;
+  memset(st, 0, sizeof(*st));
+  st->canon_class = -1;
+  /* Extra single leaves: every hypothesis' single value is in sk already
+   * (single_cone inserts them before walking). */
+  if (sk->n_nd > 1) qsort(sk->nd, sk->n_nd, sizeof(*sk->nd), cnode_cmp);
+  if (pk->n_nd > 1) qsort(pk->nd, pk->n_nd, sizeof(*pk->nd), cnode_cmp);
+  /* Numbering: single leaves, single node outputs, parallel leaves,
+   * parallel node outputs. */
+  uint32_t nv = 0;
+  VD_CHECK(number_leaves(c, sk, &nv));
+  size_t n_idx = 2 * (b - a);
+  for (size_t i = 0; i < sk->n_nd; i++) {
+    const vd_gnode_t *gn = &c->gs->nodes[sk->nd[i].gnode];
+    const uint32_t *ov = vd_gnode_outputs(c->gs, gn);
+    for (uint32_t o = 0; o < gn->n_out; o++) {
+      cval_t *x = &sk->v[hmap_get(&sk->vmap, ov[o])];
+      if (x->loc == NONE) x->loc = nv++;
+    }
+    n_idx += gn->n_in + gn->n_out;
+  }
+  VD_CHECK(number_leaves(c, pk, &nv));
+  for (size_t i = 0; i < pk->n_nd; i++) {
+    const cnode_t *cn = &pk->nd[i];
+    const vd_gnode_t *gn = &c->gp->nodes[cn->gnode];
+    const uint32_t *ov = vd_gnode_outputs(c->gp, gn);
+    uint32_t r0 = cn->span ? 0 : (uint32_t)cn->rep, r1 = cn->span ? D : (uint32_t)cn->rep + 1;
+    for (uint32_t r = r0; r < r1; r++)
+      for (uint32_t o = 0; o < gn->n_out; o++) {
+        cval_t *x = &pk->v[hmap_get(&pk->vmap, (uint64_t)ov[o] * D + r)];
+        if (x->loc == NONE) x->loc = nv++;
+      }
+    n_idx += (size_t)(gn->n_in + gn->n_out) * (r1 - r0);
+  }
+  if (VD_NEVER(nv != sk->n + pk->n))
+    return VD_ERR(c->d, VD_EINTERNAL, NULL, "stage", "values", "expected %zu values, numbered %u", sk->n + pk->n, nv);
+  uint32_t nn = (uint32_t)(sk->n_nd + pk->n_nd);
+  st->vals = vd_calloc(nv ? nv : 1, sizeof(*st->vals));
+  st->nodes = vd_calloc(nn ? nn : 1, sizeof(*st->nodes));
+  st->targets = vd_calloc(1, sizeof(*st->targets));
+  st->idx = vd_malloc((n_idx ? n_idx : 1) * sizeof(*st->idx));
+  if (!st->vals || !st->nodes || !st->targets || !st->idx) return VD_OOM(c->d);
+  st->n_vals = nv;
+  st->n_nodes = nn;
+  for (size_t i = 0; i < sk->n; i++) fill_value(c, &st->vals[sk->v[i].loc], 0, (uint32_t)sk->v[i].key, 0);
+  for (size_t i = 0; i < pk->n; i++) {
+    const cval_t *x = &pk->v[i];
+    vd_stage_value *sv = &st->vals[x->loc];
+    fill_value(c, sv, 1, (uint32_t)(x->key / D), (int32_t)(x->key % D));
+    if (!x->produced && x->piece >= 0) {
+      const vd_lin_piece *p = &lt->pieces[x->piece];
+      sv->leaf_piece = x->piece;
+      sv->hyp_svalue = (int32_t)sk->v[hmap_get(&sk->vmap, lt->lins[p->lineage].svalue)].loc;
+      memcpy(sv->rlo, p->lo, sizeof(sv->rlo));
+      memcpy(sv->rhi, p->hi, sizeof(sv->rhi));
+    }
+  }
+  /* Nodes with their operand lists. */
+  uint32_t ix = 0, ni = 0;
+  for (int side = 0; side < 2; side++) {
+    cone_t *k = side ? pk : sk;
+    const vd_graph_t *g = side ? c->gp : c->gs;
+    const int *ops = side ? c->pop : c->sop;
+    uint32_t Dk = side ? D : 1;
+    for (size_t i = 0; i < k->n_nd; i++, ni++) {
+      const cnode_t *cn = &k->nd[i];
+      const vd_gnode_t *gn = &g->nodes[cn->gnode];
+      const uint32_t *iv = vd_gnode_inputs(g, gn), *ov = vd_gnode_outputs(g, gn);
+      uint32_t r0 = cn->span ? 0 : (uint32_t)cn->rep, r1 = cn->span ? Dk : (uint32_t)cn->rep + 1;
+      vd_stage_node *sn = &st->nodes[ni];
+      sn->side = (uint8_t)side;
+      sn->gnode = cn->gnode;
+      sn->replica = cn->rep;
+      sn->op = ops[gn->pnode];
+      sn->in_off = ix;
+      for (uint32_t r = r0; r < r1; r++)
+        for (uint32_t u = 0; u < gn->n_in; u++)
+          st->idx[ix++] = k->v[hmap_get(&k->vmap, (uint64_t)iv[u] * Dk + r)].loc;
+      sn->n_in = ix - sn->in_off;
+      sn->out_off = ix;
+      for (uint32_t r = r0; r < r1; r++)
+        for (uint32_t o = 0; o < gn->n_out; o++) {
+          uint32_t loc = k->v[hmap_get(&k->vmap, (uint64_t)ov[o] * Dk + r)].loc;
+          st->idx[ix++] = loc;
+          st->vals[loc].producer = (int32_t)ni;
+        }
+      sn->n_out = ix - sn->out_off;
+    }
+  }
+  /* The target. */
+  vd_stage_target *tg = &st->targets[0];
+  const vd_lin_piece *p0 = &lt->pieces[a];
+  tg->svalue = (int32_t)sk->v[hmap_get(&sk->vmap, L->svalue)].loc;
+  tg->lineage = li;
+  memcpy(tg->lo, p0->lo, sizeof(tg->lo));
+  memcpy(tg->hi, p0->hi, sizeof(tg->hi));
+  memcpy(tg->rlo, p0->lo, sizeof(tg->rlo));
+  memcpy(tg->rhi, p0->hi, sizeof(tg->rhi));
+  tg->part_n = p0->part_n;
+  tg->piece_off = ix;
+  for (size_t i = a; i < b; i++) {
+    const vd_lin_piece *p = &lt->pieces[i];
+    st->idx[ix++] = (uint32_t)i;
+    st->idx[ix++] = pk->v[hmap_get(&pk->vmap, (uint64_t)p->value * D + (uint32_t)p->replica)].loc;
+  }
+  tg->n_pieces = (uint32_t)(b - a);
+  st->n_targets = 1;
+  st->n_idx = ix;
+  return VD_OK;
+}
+
+static vd_rc cut_target(cctx *c, uint32_t li, size_t a, size_t b) {
+  const vd_lineage *L = &c->lt->lins[li];
+  cone_reset(&c->pc);
+  cone_reset(&c->sc);
+  int ok = 1;
+  VD_CHECK(parallel_cone(c, L, a, b, &ok));
+  if (ok) VD_CHECK(single_cone(c, L->svalue, &ok));
+  if (!ok) {
+    char tl[160];
+    target_label(c, L, &c->lt->pieces[a], tl, sizeof(tl));
+    const vd_lin_piece *p = &c->lt->pieces[a];
+    return add_issue(c, VD_SISSUE_DATAFLOW, 0, -1, (int64_t)p->ptensor, -1, p->mb,
+                     "target %s not reachable from proven lineages within %u nodes", tl, CONE_MAX);
+  }
+  vd_stage_set *set = c->set;
+  if (VD_GROW(set->stages, c->cap_stages, set->n_stages + 1)) return VD_OOM(c->d);
+  vd_stage *st = &set->stages[set->n_stages];
+  vd_rc rc = assemble(c, L, li, a, b, st);
+  if (rc) {
+    vd_stage_free(st);
+    return rc;
+  }
+  st->id = (uint32_t)set->n_stages++;
+  return VD_OK;
+}
+
+static vd_rc cut_all(cctx *c) {
+  const vd_lin_table *lt = c->lt;
+  for (uint32_t li = 0; li < lt->n_lins; li++) {
+    const vd_lineage *L = &lt->lins[li];
+    if (L->initial) continue;
+    int32_t nd = c->sp->tensors[L->stensor].ndim;
+    size_t e = L->piece_off + L->n_pieces;
+    for (size_t a = L->piece_off; a < e;) {
+      size_t b = a + 1;
+      const vd_lin_piece *p = &lt->pieces[a];
+      while (b < e && lt->pieces[b].part_n == p->part_n &&
+             !memcmp(lt->pieces[b].lo, p->lo, (size_t)nd * sizeof(int64_t)) &&
+             !memcmp(lt->pieces[b].hi, p->hi, (size_t)nd * sizeof(int64_t)))
+        b++;
+      VD_CHECK(cut_target(c, li, a, b));
+      a = b;
+    }
+  }
+  return VD_OK;
+}
+
+/* ---- public --------------------------------------------------------------- */
+
+static vd_rc prepare(cctx *c) {
+  const vd_graph_t *gs = c->gs, *gp = c->gp;
+  c->sop = vd_malloc((c->sp->n_nodes ? c->sp->n_nodes : 1) * sizeof(int));
+  c->pop = vd_malloc((c->pp->n_nodes ? c->pp->n_nodes : 1) * sizeof(int));
+  c->spos = vd_malloc((gs->n_nodes ? gs->n_nodes : 1) * sizeof(uint32_t));
+  c->ppos = vd_malloc((gp->n_nodes ? gp->n_nodes : 1) * sizeof(uint32_t));
+  c->nolin = vd_calloc(gp->n_values ? gp->n_values : 1, 1);
+  if (!c->sop || !c->pop || !c->spos || !c->ppos || !c->nolin) return VD_OOM(c->d);
+  for (size_t i = 0; i < c->sp->n_nodes; i++) c->sop[i] = vd_op_lookup(nop(c->sp, (uint32_t)i));
+  for (size_t i = 0; i < c->pp->n_nodes; i++) c->pop[i] = vd_op_lookup(nop(c->pp, (uint32_t)i));
+  for (size_t i = 0; i < gs->n_nodes; i++) c->spos[gs->topo[i]] = (uint32_t)i;
+  for (size_t i = 0; i < gp->n_nodes; i++) c->ppos[gp->topo[i]] = (uint32_t)i;
+  return VD_OK;
+}
+
+vd_rc vd_stage_cut(const vd_lin_table *lt, vd_stage_set *set, vd_diag *d) {
+  memset(set, 0, sizeof(*set));
+  if (VD_NEVER(!lt || !lt->gs || !lt->gp || !lt->gp->topo || !lt->gs->topo))
+    return VD_ERR(d, VD_EINTERNAL, NULL, "stages", "lineage", "expected a built lineage table");
+  cctx c;
+  memset(&c, 0, sizeof(c));
+  c.lt = lt;
+  c.set = set;
+  c.d = d;
+  c.gs = lt->gs;
+  c.gp = lt->gp;
+  c.sp = c.gs->plan;
+  c.pp = c.gp->plan;
+  c.D = c.pp->world.replicas > 0 ? (uint32_t)c.pp->world.replicas : 1;
+  vd_rc rc = prepare(&c);
+  if (!rc) rc = check_shapes(&c, c.gs, c.sop, 1);
+  if (!rc) rc = check_shapes(&c, c.gp, c.pop, 0);
+  if (!rc) rc = graph_issues(&c, c.gs, 1);
+  if (!rc) rc = graph_issues(&c, c.gp, 0);
+  if (!rc) rc = check_schedule(&c);
+  if (!rc) rc = check_alignment(&c);
+  if (!rc) rc = cut_all(&c);
+  vd_free(c.sop);
+  vd_free(c.pop);
+  vd_free(c.spos);
+  vd_free(c.ppos);
+  vd_free(c.nolin);
+  vd_free(c.stack);
+  cone_free(&c.pc);
+  cone_free(&c.sc);
+  if (rc) {
+    vd_stage_set_free(set);
+    return rc;
+  }
+  if (set->n_issues > 1) qsort(set->issues, set->n_issues, sizeof(*set->issues), issue_cmp);
+  return VD_OK;
+}

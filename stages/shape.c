@@ -1,0 +1,633 @@
+/*
+ * stages/shape.c - closed-form shape reduction of one stage
+ * (docs/verifier.md section 3, docs/shape-reduction.md).
+ *
+ * Every dimension of every stage value (both sides) is a variable.  The
+ * registry's reduction rules (solver/ops_reduce.c) and the lineage of the
+ * stage's hypotheses and targets relate them:
+ *   - EQ: two dimensions reduce by the same ratio (their original sizes
+ *     must satisfy the rule's exact factor, else the stage's shape
+ *     constraints contradict each other: VD_EINPUT naming the node);
+ *   - a piece's dimension and its single value's dimension reduce by the
+ *     same ratio, and the slice bounds are positions along that class;
+ *   - MIN2 / EVEN / KEEP flags, POS attributes, PROD (view merge/split).
+ * Union-find puts EQ-related dimensions in one class.  Because every member
+ * has a known original size, the exact rational factor between two members
+ * is their size ratio; a class is reduced by ONE ratio g/m, so all those
+ * factors (shard ratios, all_gather/chunk factors) are kept exactly.
+ *
+ * Closed form per class: g = gcd(member sizes, positions along the class);
+ * m in {1, 2} the smallest making every member >= 2 (class has a MIN2
+ * member) and even (EVEN); g < m or KEEP: the class keeps its sizes.
+ * Reduced size = size * m / g; reduced position = position * m / g (exact:
+ * g divides both).  Each member keeps >= 1 element since g divides it.
+ *
+ * PROD groups (view/reshape) need prod(ratios of one run) == prod(ratios of
+ * the other).  When they differ and one side is a single dimension (a pure
+ * merge or split), that dimension's class is pinned to the product ratio if
+ * the ratio is valid for all its members and positions; if it is invalid
+ * only because of a MIN2/EVEN minimum, the innermost class of the other run
+ * is bumped to m = 2 and everything is recomputed; otherwise every class of
+ * the group keeps its original sizes.  Each restart adds a KEEP or a bump,
+ * so this terminates; past a generous bound the stage is left unreduced.
+ *
+ * A node whose operator is unknown (op == -1) or whose rule does not cover
+ * its operand form leaves the whole stage unreduced (reduced = 0, rshape =
+ * shape, noreduce_node set): not an error.
+ *
+ * Cost: O(stage dims * alpha + constraints + PROD restarts * groups).
+ */
+#include "stage.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "../common/mem.h"
+#include "../solver/ops.h"
+
+enum { F_MIN2 = 1, F_EVEN = 2, F_KEEP = 4 };
+
+typedef struct {
+  uint32_t node, var;
+  const char *attr;
+  int64_t pos;
+} pos_rec;
+
+typedef struct {
+  uint32_t node;
+  uint8_t na, nb;
+  uint32_t a[VD_MAX_DIMS], b[VD_MAX_DIMS];
+} prod_rec;
+
+typedef struct {
+  int64_t g;       /* gcd of sizes and positions */
+  int64_t rn, rd;  /* ratio: reduced = size * rd / rn */
+  uint8_t flags;   /* F_* of any member, plus bumps */
+  uint8_t pinned;  /* ratio set by a PROD group */
+  uint8_t oddq;    /* some member's size / g is odd */
+  int64_t min_size;
+} cls;
+
+typedef struct {
+  vd_stage *st;
+  const vd_lin_table *lt;
+  vd_diag *d;
+  uint32_t *vbase;  /* first variable of each value */
+  uint32_t nvar;
+  int64_t *size;
+  uint32_t *parent;
+  uint8_t *flag;
+  int64_t *vgcd;    /* per variable: gcd of positions seen along it */
+  pos_rec *pos;  size_t n_pos, cap_pos;
+  prod_rec *prod; size_t n_prod, cap_prod;
+  cls *cl;          /* per variable, meaningful at roots */
+  /* node being processed */
+  uint32_t node;
+  char rec[160];
+} red_ctx;
+
+static int64_t gcd64(int64_t a, int64_t b) {
+  if (a < 0) a = -a;
+  if (b < 0) b = -b;
+  while (b) {
+    int64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+static uint32_t find(red_ctx *c, uint32_t x) {
+  uint32_t r = x;
+  while (c->parent[r] != r) r = c->parent[r];
+  while (c->parent[x] != r) {
+    uint32_t n = c->parent[x];
+    c->parent[x] = r;
+    x = n;
+  }
+  return r;
+}
+
+static void unite(red_ctx *c, uint32_t a, uint32_t b) {
+  a = find(c, a);
+  b = find(c, b);
+  if (a == b) return;
+  if (a < b) c->parent[b] = a; else c->parent[a] = b;
+}
+
+static const vd_graph_t *graph_of(const red_ctx *c, uint8_t side) {
+  if (!c->lt) return NULL;
+  return side ? c->lt->gp : c->lt->gs;
+}
+
+/* Plan and plan node of stage node i (NULL when the stage has no graphs,
+ * as in hand-built tests without plans). */
+static const vd_node_t *plan_node(const red_ctx *c, uint32_t i, const vd_plan_t **plan) {
+  const vd_stage_node *n = &c->st->nodes[i];
+  const vd_graph_t *g = graph_of(c, n->side);
+  *plan = NULL;
+  if (!g || !g->plan || n->gnode >= g->n_nodes) return NULL;
+  *plan = g->plan;
+  uint32_t pn = g->nodes[n->gnode].pnode;
+  return pn < g->plan->n_nodes ? &g->plan->nodes[pn] : NULL;
+}
+
+static void node_record(red_ctx *c, uint32_t i) {
+  const vd_plan_t *p;
+  const vd_node_t *pn = plan_node(c, i, &p);
+  const vd_stage_node *n = &c->st->nodes[i];
+  const char *op = n->op >= 0 && n->op < VD_OP__COUNT ? vd_op_name((vd_op_id)n->op) : "?";
+  if (pn)
+    snprintf(c->rec, sizeof(c->rec), "stage %u node %u (%s node %lld '%s', op %s)", c->st->id, i,
+             n->side ? "parallel" : "single", (long long)pn->id, vd_plan_s(p, pn->name), op);
+  else
+    snprintf(c->rec, sizeof(c->rec), "stage %u node %u (op %s)", c->st->id, i, op);
+}
+
+/* Variable of operand dimension r of the current node; ~0u if out of range. */
+static uint32_t var_of(red_ctx *c, vd_op_dimref r) {
+  const vd_stage_node *n = &c->st->nodes[c->node];
+  if (r.out ? r.t >= n->n_out : r.t >= n->n_in) return ~0u;
+  uint32_t v = c->st->idx[(r.out ? n->out_off : n->in_off) + r.t];
+  if (v >= c->st->n_vals || r.dim >= c->st->vals[v].ndim) return ~0u;
+  return c->vbase[v] + r.dim;
+}
+
+static void dim_name(red_ctx *c, vd_op_dimref r, char *buf, size_t n) {
+  uint32_t v = var_of(c, r);
+  snprintf(buf, n, "%s[%u] dim %u (extent %lld)", r.out ? "outputs" : "inputs", r.t, r.dim,
+           v == ~0u ? -1LL : (long long)c->size[v]);
+}
+
+static vd_rc emit(void *sink, const vd_op_red *r) {
+  red_ctx *c = sink;
+  uint32_t a = var_of(c, r->a);
+  if (a == ~0u)
+    VD_FAIL(c->d, VD_EINTERNAL, NULL, c->rec, "reduce", "rule names operand dimension %u of %s %u, absent",
+            r->a.dim, r->a.out ? "output" : "input", r->a.t);
+  switch (r->kind) {
+  case VD_RED_EQ: {
+    uint32_t b = var_of(c, r->b);
+    if (b == ~0u)
+      VD_FAIL(c->d, VD_EINTERNAL, NULL, c->rec, "reduce", "rule names an absent operand dimension");
+    if (r->num > 0) {
+      __int128 lhs = (__int128)c->size[a] * r->den, rhs = (__int128)c->size[b] * r->num;
+      if (lhs != rhs) {
+        char da[96], db[96];
+        dim_name(c, r->a, da, sizeof(da));
+        dim_name(c, r->b, db, sizeof(db));
+        VD_FAIL(c->d, VD_EINPUT, NULL, c->rec, "shape",
+                "the shape constraints of the stage contradict each other: expected %s * %lld == %s * %lld",
+                da, (long long)r->den, db, (long long)r->num);
+      }
+    }
+    unite(c, a, b);
+    return VD_OK;
+  }
+  case VD_RED_MIN2: c->flag[a] |= F_MIN2; return VD_OK;
+  case VD_RED_EVEN: c->flag[a] |= F_EVEN; return VD_OK;
+  case VD_RED_KEEP: c->flag[a] |= F_KEEP; return VD_OK;
+  case VD_RED_POS: {
+    if (c->n_pos == c->cap_pos) {
+      size_t nc = c->cap_pos ? 2 * c->cap_pos : 16;
+      pos_rec *np = vd_realloc_array(c->pos, nc, sizeof(*np));
+      if (!np) return VD_OOM(c->d);
+      c->pos = np;
+      c->cap_pos = nc;
+    }
+    c->pos[c->n_pos++] = (pos_rec){c->node, a, r->attr, r->pos};
+    c->vgcd[a] = gcd64(c->vgcd[a], r->pos);
+    return VD_OK;
+  }
+  case VD_RED_PROD: {
+    prod_rec pr = {.node = c->node, .na = r->na, .nb = r->nb};
+    if (!r->na || !r->nb || r->na > VD_MAX_DIMS || r->nb > VD_MAX_DIMS)
+      VD_FAIL(c->d, VD_EINTERNAL, NULL, c->rec, "reduce", "bad PROD run");
+    for (uint32_t k = 0; k < r->na + r->nb; k++) {
+      vd_op_dimref x = k < r->na ? r->a : r->b;
+      x.dim = (uint8_t)(x.dim + (k < r->na ? k : k - r->na));
+      uint32_t v = var_of(c, x);
+      if (v == ~0u) VD_FAIL(c->d, VD_EINTERNAL, NULL, c->rec, "reduce", "PROD run leaves the operand");
+      if (k < r->na) pr.a[k] = v; else pr.b[k - r->na] = v;
+    }
+    if (r->na > 1 && r->nb > 1) {
+      /* Neither a merge nor a split: the element order cannot be kept by
+       * per-dimension ratios, so these dimensions keep their sizes. */
+      for (uint32_t k = 0; k < r->na; k++) c->flag[pr.a[k]] |= F_KEEP;
+      for (uint32_t k = 0; k < r->nb; k++) c->flag[pr.b[k]] |= F_KEEP;
+      return VD_OK;
+    }
+    if (c->n_prod == c->cap_prod) {
+      size_t nc = c->cap_prod ? 2 * c->cap_prod : 8;
+      prod_rec *np = vd_realloc_array(c->prod, nc, sizeof(*np));
+      if (!np) return VD_OOM(c->d);
+      c->prod = np;
+      c->cap_prod = nc;
+    }
+    c->prod[c->n_prod++] = pr;
+    return VD_OK;
+  }
+  }
+  VD_FAIL(c->d, VD_EINTERNAL, NULL, c->rec, "reduce", "unknown constraint kind %d", (int)r->kind);
+}
+
+/* Relates a parallel value (a hypothesis or a target piece) to slice
+ * [lo, hi) of single value sv: same ratio per dim, bounds are positions. */
+static vd_rc relate_piece(red_ctx *c, uint32_t pv, uint32_t sv, const int64_t *lo, const int64_t *hi) {
+  const vd_stage_value *p = &c->st->vals[pv], *s = &c->st->vals[sv];
+  if (p->ndim != s->ndim)
+    VD_FAIL(c->d, VD_EINPUT, NULL, c->rec, "shape",
+            "the shape constraints of the stage contradict each other: parallel value %u has %d dims, its single value %d",
+            pv, p->ndim, s->ndim);
+  for (int32_t j = 0; j < p->ndim; j++) {
+    if (hi[j] - lo[j] != p->shape[j])
+      VD_FAIL(c->d, VD_EINPUT, NULL, c->rec, "shape",
+              "the shape constraints of the stage contradict each other: parallel value %u dim %d has extent %lld, "
+              "its lineage slice [%lld, %lld) of the single value",
+              pv, j, (long long)p->shape[j], (long long)lo[j], (long long)hi[j]);
+    uint32_t a = c->vbase[pv] + (uint32_t)j, b = c->vbase[sv] + (uint32_t)j;
+    unite(c, a, b);
+    c->vgcd[b] = gcd64(c->vgcd[b], gcd64(lo[j], hi[j]));
+  }
+  return VD_OK;
+}
+
+/* Base ratio of class at root r from its gcd and flags. */
+static void base_ratio(cls *k) {
+  k->pinned = 0;
+  if ((k->flags & F_KEEP) || k->g <= 1) {
+    k->rn = k->rd = 1;
+    return;
+  }
+  int64_t m = 1;
+  int64_t q = k->min_size / k->g; /* smallest member, reduced with m = 1 */
+  if ((k->flags & F_MIN2) && q < 2) m = 2;
+  if ((k->flags & F_EVEN) && (q < 2 || k->oddq)) m = 2;
+  if (k->g < m) {
+    k->rn = k->rd = 1;
+    return;
+  }
+  k->rn = k->g;
+  k->rd = m;
+  int64_t t = gcd64(k->rn, k->rd);
+  k->rn /= t;
+  k->rd /= t;
+}
+
+/* Is reduced = size * rd / rn valid for every member and position of the
+ * class rooted at r?  *why: 1 divisibility, 2 a minimum (MIN2/EVEN). */
+static int valid_ratio(red_ctx *c, uint32_t r, int64_t rn, int64_t rd, int *why) {
+  const cls *k = &c->cl[r];
+  if (rn < rd) {
+    *why = 1;
+    return 0;
+  }
+  for (uint32_t v = 0; v < c->nvar; v++) {
+    if (find(c, v) != r) continue;
+    __int128 s = (__int128)c->size[v] * rd;
+    __int128 p = (__int128)c->vgcd[v] * rd;
+    if (s % rn || p % rn) {
+      *why = 1;
+      return 0;
+    }
+    int64_t red = (int64_t)(s / rn);
+    if (c->size[v] > 0 && (((k->flags & F_MIN2) && red < 2) || ((k->flags & F_EVEN) && (red < 2 || red % 2)))) {
+      *why = 2;
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* Product of the ratios of a run, reduced; 0 on overflow. */
+static int run_ratio(red_ctx *c, const uint32_t *vars, uint32_t n, int64_t *rn, int64_t *rd) {
+  int64_t a = 1, b = 1;
+  for (uint32_t i = 0; i < n; i++) {
+    const cls *k = &c->cl[find(c, vars[i])];
+    if (__builtin_mul_overflow(a, k->rn, &a) || __builtin_mul_overflow(b, k->rd, &b)) return 0;
+    int64_t t = gcd64(a, b);
+    a /= t;
+    b /= t;
+  }
+  *rn = a;
+  *rd = b;
+  return 1;
+}
+
+/* Sets flag f on every class of a PROD group; returns whether anything changed. */
+static int flag_group(red_ctx *c, const prod_rec *p, uint8_t f) {
+  int changed = 0;
+  for (uint32_t i = 0; i < (uint32_t)p->na + p->nb; i++) {
+    uint32_t r = find(c, i < p->na ? p->a[i] : p->b[i - p->na]);
+    if (!(c->cl[r].flags & f)) changed = 1;
+    c->cl[r].flags |= f;
+  }
+  return changed;
+}
+
+/* Resolves PROD groups; 1 on success, 0 if the stage should stay unreduced. */
+static int resolve_prods(red_ctx *c) {
+  size_t bound = 4 * (size_t)c->nvar + 16;
+  for (size_t restart = 0; restart < bound; restart++) {
+    for (uint32_t v = 0; v < c->nvar; v++)
+      if (find(c, v) == v) base_ratio(&c->cl[v]);
+    int redo = 0;
+    for (size_t pass = 0; pass <= c->n_prod && !redo; pass++) {
+      int changed = 0;
+      for (size_t i = 0; i < c->n_prod && !redo; i++) {
+        const prod_rec *p = &c->prod[i];
+        int64_t an, ad, bn, bd;
+        if (!run_ratio(c, p->a, p->na, &an, &ad) || !run_ratio(c, p->b, p->nb, &bn, &bd)) {
+          redo = flag_group(c, p, F_KEEP);
+          if (!redo) return 0;
+          continue;
+        }
+        if (an == bn && ad == bd) continue;
+        /* A pure merge or split: pin the single dimension's class. */
+        const uint32_t *other = NULL;
+        uint32_t n_other = 0, single = ~0u;
+        int64_t tn = 0, td = 0;
+        if (p->na == 1) {
+          single = p->a[0]; other = p->b; n_other = p->nb; tn = bn; td = bd;
+        } else if (p->nb == 1) {
+          single = p->b[0]; other = p->a; n_other = p->na; tn = an; td = ad;
+        }
+        int why = 1;
+        if (single != ~0u) {
+          uint32_t r = find(c, single);
+          cls *k = &c->cl[r];
+          if (!(k->flags & F_KEEP) && !k->pinned && valid_ratio(c, r, tn, td, &why)) {
+            k->rn = tn;
+            k->rd = td;
+            k->pinned = 1;
+            changed = 1;
+            continue;
+          }
+          if (why == 2 && !(k->flags & F_KEEP) && !k->pinned) {
+            /* Bump the innermost class of the other run that can grow. */
+            for (uint32_t j = n_other; j-- > 0;) {
+              cls *o = &c->cl[find(c, other[j])];
+              if (!(o->flags & (F_KEEP | F_MIN2)) && o->g >= 2) {
+                o->flags |= F_MIN2;
+                redo = 1;
+                break;
+              }
+            }
+            if (redo) continue;
+          }
+        }
+        redo = flag_group(c, p, F_KEEP);
+        if (!redo) return 0; /* already all kept and still unequal: cannot happen */
+      }
+      if (!changed) break;
+    }
+    if (!redo) return 1;
+  }
+  return 0;
+}
+
+static void leave_unreduced(vd_stage *st) {
+  st->reduced = 0;
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    vd_stage_value *v = &st->vals[i];
+    memcpy(v->rshape, v->shape, sizeof(v->rshape));
+  }
+  for (uint32_t i = 0; i < st->n_targets; i++) {
+    memcpy(st->targets[i].rlo, st->targets[i].lo, sizeof(st->targets[i].rlo));
+    memcpy(st->targets[i].rhi, st->targets[i].hi, sizeof(st->targets[i].rhi));
+  }
+  for (uint32_t i = 0; i < st->n_nodes; i++) st->nodes[i].n_ovr = 0;
+  vd_free(st->ovr);
+  st->ovr = NULL;
+  st->n_ovr = 0;
+}
+
+static int64_t scale_by(const cls *k, int64_t x) { return (int64_t)((__int128)x * k->rd / k->rn); }
+
+/* Fills rshape, rlo/rhi and attribute overrides from the class ratios. */
+static vd_rc apply(red_ctx *c) {
+  vd_stage *st = c->st;
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    vd_stage_value *v = &st->vals[i];
+    for (int32_t j = 0; j < v->ndim; j++) {
+      uint32_t x = c->vbase[i] + (uint32_t)j;
+      v->rshape[j] = scale_by(&c->cl[find(c, x)], c->size[x]);
+    }
+    if (v->leaf_piece >= 0 && c->lt && (size_t)v->leaf_piece < c->lt->n_pieces && v->hyp_svalue >= 0) {
+      const vd_lin_piece *p = &c->lt->pieces[v->leaf_piece];
+      for (int32_t j = 0; j < v->ndim; j++) {
+        const cls *k = &c->cl[find(c, c->vbase[v->hyp_svalue] + (uint32_t)j)];
+        v->rlo[j] = scale_by(k, p->lo[j]);
+        v->rhi[j] = scale_by(k, p->hi[j]);
+      }
+    }
+  }
+  for (uint32_t t = 0; t < st->n_targets; t++) {
+    vd_stage_target *tg = &st->targets[t];
+    const vd_stage_value *s = &st->vals[tg->svalue];
+    for (int32_t j = 0; j < s->ndim; j++) {
+      const cls *k = &c->cl[find(c, c->vbase[tg->svalue] + (uint32_t)j)];
+      tg->rlo[j] = scale_by(k, tg->lo[j]);
+      tg->rhi[j] = scale_by(k, tg->hi[j]);
+    }
+  }
+  /* Overrides, in node order (POS records were emitted node by node). */
+  size_t n = 0;
+  vd_attr_override *ov = c->n_pos ? vd_calloc(c->n_pos, sizeof(*ov)) : NULL;
+  if (c->n_pos && !ov) return VD_OOM(c->d);
+  for (uint32_t i = 0; i < st->n_nodes; i++) {
+    st->nodes[i].ovr_off = (uint32_t)n;
+    st->nodes[i].n_ovr = 0;
+  }
+  for (size_t i = 0; i < c->n_pos; i++) {
+    const pos_rec *p = &c->pos[i];
+    int64_t r = scale_by(&c->cl[find(c, p->var)], p->pos);
+    if (r == p->pos) continue;
+    const vd_plan_t *plan;
+    const vd_node_t *pn = plan_node(c, p->node, &plan);
+    const vd_attr_t *a = pn ? vd_node_attr(plan, pn, p->attr) : NULL;
+    if (!a) {
+      vd_free(ov);
+      node_record(c, p->node);
+      VD_FAIL(c->d, VD_EINTERNAL, NULL, c->rec, p->attr, "position attribute vanished");
+    }
+    vd_stage_node *sn = &st->nodes[p->node];
+    if (sn->n_ovr == 0) sn->ovr_off = (uint32_t)n;
+    ov[n].key = a->key;
+    ov[n].value = r;
+    n++;
+    sn->n_ovr++;
+  }
+  vd_free(st->ovr);
+  st->ovr = ov;
+  st->n_ovr = (uint32_t)n;
+  return VD_OK;
+}
+
+vd_rc vd_stage_reduce(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
+  red_ctx c;
+  memset(&c, 0, sizeof(c));
+  c.st = st;
+  c.lt = lt;
+  c.d = d;
+  vd_rc rc = VD_OK;
+  vd_op_shape *ish = NULL, *osh = NULL;
+  st->noreduce_node = -1;
+  /* Parallel leaves' reduced slices default to their original slices. */
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    vd_stage_value *v = &st->vals[i];
+    if (v->leaf_piece >= 0 && lt && (size_t)v->leaf_piece < lt->n_pieces) {
+      memcpy(v->rlo, lt->pieces[v->leaf_piece].lo, sizeof(v->rlo));
+      memcpy(v->rhi, lt->pieces[v->leaf_piece].hi, sizeof(v->rhi));
+    }
+  }
+  /* Unknown operators: no reduction at all. */
+  for (uint32_t i = 0; i < st->n_nodes; i++)
+    if (st->nodes[i].op < 0 || st->nodes[i].op >= VD_OP__COUNT) {
+      st->noreduce_node = (int32_t)i;
+      leave_unreduced(st);
+      return VD_OK;
+    }
+
+  c.vbase = vd_calloc((size_t)st->n_vals + 1, sizeof(uint32_t));
+  if (!c.vbase) goto oom;
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    if (st->vals[i].ndim < 0 || st->vals[i].ndim > VD_MAX_DIMS) {
+      rc = VD_ERR(d, VD_EINTERNAL, NULL, "stage", "vals", "value %u has %d dims", i, st->vals[i].ndim);
+      goto done;
+    }
+    c.vbase[i + 1] = c.vbase[i] + (uint32_t)st->vals[i].ndim;
+  }
+  c.nvar = c.vbase[st->n_vals];
+  size_t nv = c.nvar ? c.nvar : 1;
+  c.size = vd_calloc(nv, sizeof(int64_t));
+  c.parent = vd_calloc(nv, sizeof(uint32_t));
+  c.flag = vd_calloc(nv, 1);
+  c.vgcd = vd_calloc(nv, sizeof(int64_t));
+  c.cl = vd_calloc(nv, sizeof(cls));
+  if (!c.size || !c.parent || !c.flag || !c.vgcd || !c.cl) goto oom;
+  for (uint32_t i = 0; i < st->n_vals; i++)
+    for (int32_t j = 0; j < st->vals[i].ndim; j++) c.size[c.vbase[i] + (uint32_t)j] = st->vals[i].shape[j];
+  for (uint32_t v = 0; v < c.nvar; v++) c.parent[v] = v;
+
+  /* Operator rules. */
+  uint32_t max_in = 1, max_out = 1;
+  for (uint32_t i = 0; i < st->n_nodes; i++) {
+    if (st->nodes[i].n_in > max_in) max_in = st->nodes[i].n_in;
+    if (st->nodes[i].n_out > max_out) max_out = st->nodes[i].n_out;
+  }
+  ish = vd_calloc(max_in, sizeof(*ish));
+  osh = vd_calloc(max_out, sizeof(*osh));
+  if (!ish || !osh) goto oom;
+  for (uint32_t i = 0; i < st->n_nodes; i++) {
+    const vd_stage_node *n = &st->nodes[i];
+    c.node = i;
+    node_record(&c, i);
+    for (uint32_t k = 0; k < n->n_in + n->n_out; k++) {
+      uint32_t v = st->idx[k < n->n_in ? n->in_off + k : n->out_off + (k - n->n_in)];
+      if (v >= st->n_vals) {
+        rc = VD_ERR(d, VD_EINTERNAL, NULL, c.rec, "idx", "operand names value %u of %u", v, st->n_vals);
+        goto done;
+      }
+      vd_op_shape *s = k < n->n_in ? &ish[k] : &osh[k - n->n_in];
+      s->ndim = st->vals[v].ndim;
+      memcpy(s->d, st->vals[v].shape, sizeof(s->d));
+    }
+    const vd_plan_t *plan;
+    const vd_node_t *pn = plan_node(&c, i, &plan);
+    vd_op_reduce_call call = {.op = n->op, .plan = plan, .node = pn, .n_in = n->n_in, .n_out = n->n_out,
+                              .in_shape = ish, .out_shape = osh, .emit = emit, .sink = &c};
+    int norule = 0;
+    rc = vd_op_reduce_rule((vd_op_id)n->op)(&call, &norule);
+    if (rc != VD_OK) goto done;
+    if (norule) {
+      st->noreduce_node = (int32_t)i;
+      leave_unreduced(st);
+      goto done;
+    }
+  }
+
+  /* Lineage: hypotheses and targets. */
+  snprintf(c.rec, sizeof(c.rec), "stage %u", st->id);
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    const vd_stage_value *v = &st->vals[i];
+    if (v->leaf_piece < 0) continue;
+    if (!lt || (size_t)v->leaf_piece >= lt->n_pieces || v->hyp_svalue < 0 || (uint32_t)v->hyp_svalue >= st->n_vals) {
+      rc = VD_ERR(d, VD_EINTERNAL, NULL, c.rec, "vals", "value %u: hypothesis without a lineage piece", i);
+      goto done;
+    }
+    const vd_lin_piece *p = &lt->pieces[v->leaf_piece];
+    rc = relate_piece(&c, i, (uint32_t)v->hyp_svalue, p->lo, p->hi);
+    if (rc != VD_OK) goto done;
+  }
+  for (uint32_t t = 0; t < st->n_targets; t++) {
+    const vd_stage_target *tg = &st->targets[t];
+    if (tg->svalue < 0 || (uint32_t)tg->svalue >= st->n_vals) {
+      rc = VD_ERR(d, VD_EINTERNAL, NULL, c.rec, "targets", "target %u: bad single value", t);
+      goto done;
+    }
+    for (uint32_t k = 0; k < tg->n_pieces; k++) {
+      uint32_t pv = st->idx[tg->piece_off + 2 * k + 1];
+      if (pv >= st->n_vals) {
+        rc = VD_ERR(d, VD_EINTERNAL, NULL, c.rec, "targets", "target %u: bad piece value", t);
+        goto done;
+      }
+      rc = relate_piece(&c, pv, (uint32_t)tg->svalue, tg->lo, tg->hi);
+      if (rc != VD_OK) goto done;
+    }
+  }
+
+  /* Two dimensions of one value in one class (a transpose, a square
+   * attention score, q and k of a causal mask): with one element they could
+   * not tell a permutation of indices from the identity, so they keep >= 2. */
+  for (uint32_t i = 0; i < st->n_vals; i++)
+    for (int32_t j = 0; j < st->vals[i].ndim; j++)
+      for (int32_t k = j + 1; k < st->vals[i].ndim; k++) {
+        uint32_t a = c.vbase[i] + (uint32_t)j, b = c.vbase[i] + (uint32_t)k;
+        if (find(&c, a) == find(&c, b)) c.flag[a] |= F_MIN2;
+      }
+
+  /* Classes. */
+  for (uint32_t v = 0; v < c.nvar; v++) {
+    c.cl[v].min_size = INT64_MAX;
+    c.cl[v].g = 0;
+  }
+  for (uint32_t v = 0; v < c.nvar; v++) {
+    cls *k = &c.cl[find(&c, v)];
+    k->g = gcd64(k->g, gcd64(c.size[v], c.vgcd[v]));
+    k->flags |= c.flag[v];
+    if (c.size[v] > 0 && c.size[v] < k->min_size) k->min_size = c.size[v];
+  }
+  for (uint32_t v = 0; v < c.nvar; v++) {
+    cls *k = &c.cl[v];
+    if (find(&c, v) != v) continue;
+    if (k->g == 0) k->g = 1;
+    if (k->min_size == INT64_MAX) k->min_size = 0;
+  }
+  for (uint32_t v = 0; v < c.nvar; v++) {
+    cls *k = &c.cl[find(&c, v)];
+    if (c.size[v] > 0 && (c.size[v] / k->g) % 2) k->oddq = 1;
+  }
+  if (!resolve_prods(&c)) {
+    leave_unreduced(st);
+    goto done;
+  }
+  rc = apply(&c);
+  if (rc != VD_OK) goto done;
+  st->reduced = 1;
+  goto done;
+oom:
+  rc = VD_OOM(d);
+done:
+  vd_free(ish);
+  vd_free(osh);
+  vd_free(c.vbase);
+  vd_free(c.size);
+  vd_free(c.parent);
+  vd_free(c.flag);
+  vd_free(c.vgcd);
+  vd_free(c.cl);
+  vd_free(c.pos);
+  vd_free(c.prod);
+  return rc;
+}

@@ -1,0 +1,130 @@
+/*
+ * stages/stage.h - proof obligations cut from the two graphs.
+ *
+ * See docs/verifier.md sections 2, 3 and 5.  A stage is self-contained: it
+ * lists its own values and nodes (stage-local indices) in an order where
+ * every node comes after the nodes producing its inputs, single side first.
+ * The solver encodes it without looking at the graphs again, except to read
+ * plan nodes (operator, attributes) and plan tensors (names).
+ *
+ * Values: single-side values (side 0) are Gs values; parallel-side values
+ * (side 1) are virtual Gp values (value, replica).  A value is a leaf when no
+ * node of the stage produces it: single leaves are free symbols, parallel
+ * leaves are hypotheses (leaf_piece >= 0) whose terms are built from the
+ * single value of their lineage (hyp_svalue, a stage-local single value).
+ * A parallel leaf with leaf_piece = -1 (and hyp_svalue = -1) has no lineage
+ * (state the single plan lacks, e.g. an accumulator before zero_grad, or a
+ * DATAFLOW issue): it is a free symbol, like a single leaf.
+ *
+ * Shapes: `shape` is the original shape; `rshape` the reduced one that the
+ * solver uses (equal to shape when the stage is not reduced).  Slices of
+ * pieces in reduced single-device coordinates are rlo/rhi.  Attributes that
+ * are positions along a reduced dimension are overridden per node
+ * (attr_override), everything else is read from the plan node.
+ */
+#ifndef VD_STAGE_H
+#define VD_STAGE_H
+
+#include <stdint.h>
+
+#include "../lineage/lineage.h"
+
+typedef struct {
+  uint8_t side;        /* 0 single, 1 parallel */
+  uint32_t value;      /* Gs or Gp value index */
+  int32_t replica;     /* parallel: virtual replica; single: 0 */
+  int32_t ndim;
+  int64_t shape[VD_MAX_DIMS];
+  int64_t rshape[VD_MAX_DIMS];
+  int32_t producer;    /* stage-local node index, -1 for a leaf */
+  int32_t leaf_piece;  /* parallel leaf: lineage piece (hypothesis), else -1 */
+  int32_t hyp_svalue;  /* parallel leaf: stage-local single value of its lineage */
+  int64_t rlo[VD_MAX_DIMS], rhi[VD_MAX_DIMS]; /* parallel leaf: reduced slice */
+} vd_stage_value;
+
+typedef struct {
+  uint32_t key;   /* attribute name, plan string pool offset */
+  int64_t value;  /* scaled position */
+} vd_attr_override;
+
+typedef struct {
+  uint8_t side;
+  uint32_t gnode;     /* Gs or Gp graph node index */
+  int32_t replica;    /* parallel: virtual replica of the instance (span collectives: 0) */
+  int op;             /* vd_op_id (solver/ops.h), or -1 when unknown to the registry */
+  uint32_t in_off, n_in;   /* stage-local value indices in st->idx */
+  uint32_t out_off, n_out; /* stage-local value indices in st->idx */
+  uint32_t ovr_off, n_ovr; /* attribute overrides in st->ovr */
+} vd_stage_node;
+
+/* One target: the pieces of one slice group, to be proven equal to the
+ * single value's slice (n = 1: each piece; n > 1: the sum of one piece per
+ * part, and replicas of a part equal to each other). */
+typedef struct {
+  int32_t svalue;      /* stage-local single value */
+  uint32_t lineage;    /* lineage index in the table */
+  int64_t lo[VD_MAX_DIMS], hi[VD_MAX_DIMS];   /* slice, original coordinates */
+  int64_t rlo[VD_MAX_DIMS], rhi[VD_MAX_DIMS]; /* slice, reduced coordinates */
+  int64_t part_n;
+  uint32_t piece_off, n_pieces; /* (piece index, stage-local parallel value) pairs in st->idx */
+} vd_stage_target;
+
+typedef struct vd_stage {
+  uint32_t id;           /* deterministic: order of its first target in the table */
+  vd_stage_value *vals;  uint32_t n_vals;
+  vd_stage_node *nodes;  uint32_t n_nodes;
+  vd_stage_target *targets; uint32_t n_targets;
+  uint32_t *idx;         uint32_t n_idx;
+  vd_attr_override *ovr; uint32_t n_ovr;
+  uint8_t reduced;       /* shapes were reduced */
+  uint64_t canon_hash;   /* canonical form hash (0 = not computed) */
+  int32_t canon_class;   /* representative stage id of its class, -1 if none */
+  int32_t noreduce_node; /* set by vd_stage_reduce: stage-local node whose operator has no
+                            reduction rule (the stage is then unreduced), -1 if none */
+} vd_stage;
+
+typedef struct {
+  vd_stage *stages; size_t n_stages;
+  /* Structural problems found while cutting (DATAFLOW, SCHEDULE, ALIGNMENT,
+   * SHAPE); see vd_stage_issue. */
+  struct vd_stage_issue *issues; size_t n_issues;
+} vd_stage_set;
+
+typedef enum {
+  VD_SISSUE_DATAFLOW,
+  VD_SISSUE_SCHEDULE,
+  VD_SISSUE_ALIGNMENT,
+  VD_SISSUE_SHAPE,
+  VD_SISSUE__COUNT
+} vd_sissue_kind;
+
+extern const char *const vd_sissue_names[VD_SISSUE__COUNT];
+
+typedef struct vd_stage_issue {
+  vd_sissue_kind kind;
+  int64_t pnode;     /* parallel plan node involved, or -1 */
+  int64_t ptensor;   /* parallel plan tensor involved, or -1 */
+  int32_t rank;      /* global rank, or -1 */
+  int32_t mb;        /* microbatch, or -1 */
+  char detail[240];  /* one line with names, ranks, shapes */
+  uint8_t single;    /* 1: pnode/ptensor index the SINGLE plan (a single-plan
+                        shape or dataflow problem); 0: the parallel plan */
+} vd_stage_issue;
+
+/* Cuts stages for every target of the lineage table and reports structural
+ * issues.  Stages are in deterministic order.  O(sum of cone sizes). */
+vd_rc vd_stage_cut(const vd_lin_table *lt, vd_stage_set *set, vd_diag *d);
+
+/* Computes reduced shapes of one stage in closed form (docs/verifier.md
+ * section 3).  Leaves the stage unreduced (reduced = 0, rshape = shape) when
+ * some operator has no reduction rule; that is not an error. */
+vd_rc vd_stage_reduce(const vd_lin_table *lt, vd_stage *st, vd_diag *d);
+
+/* Canonical form hash of a (reduced) stage, and class assignment over a set:
+ * stages with byte-identical canonical serializations share a class. */
+vd_rc vd_stage_canon(const vd_lin_table *lt, vd_stage_set *set, vd_diag *d);
+
+void vd_stage_free(vd_stage *st);
+void vd_stage_set_free(vd_stage_set *set);
+
+#endif

@@ -1,0 +1,82 @@
+# nnScaler importer (tools/nnscaler2plan): converts real corpus pairs into
+# plans that `verdict plan validate` accepts (and, for the MLP pair, that the
+# numeric oracle finds equivalent), and refuses corrupted or hostile pickles
+# with exit 2 and one line, without running anything from them.
+. "$(dirname "$0")/lib.sh"
+set -e
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+CONV="$ROOT/tools/nnscaler2plan"
+C="$ROOT/../shared/corpus/nnscaler"
+[ -d "$C" ] || { echo "skip: no corpus at $C"; exit 0; }
+expect_exit 0 python3 "$CONV" --help
+expect_in "--parallel" "$TMP/out"
+expect_exit 2 python3 "$CONV" --sm x.pkl
+
+conv() { # conv SINGLE PARALLEL NAME
+  expect_exit 0 python3 "$CONV" --sm "$C/$1" --pm "$C/$2" --single "$TMP/$3.s.plan" --parallel "$TMP/$3.p.plan"
+  expect_exit 0 "$VERDICT" plan validate "$TMP/$3.s.plan"
+  expect_in "valid single plan" "$TMP/out"
+  expect_exit 0 "$VERDICT" plan validate "$TMP/$3.p.plan"
+  expect_in "valid parallel plan" "$TMP/out"
+}
+MLP1=mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2.pkl
+MLPP=mlp_mgener_dp2_pp2_tp2_nm2_gbs16_dim1024_ly2.pkl
+conv $MLP1 $MLPP mlp
+expect_in "4 stored ranks x 2 replicas" "$TMP/out"
+# the oracle: DP2 x PP2 x TP2 x 2 microbatches computes the single plan's values
+expect_exit 0 "$VERDICT" exec -q --sm "$TMP/mlp.s.plan" --pm "$TMP/mlp.p.plan"
+expect_in "AGREE" "$TMP/out"
+conv gpt_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly1_h2_hi1024_sq2048.pkl \
+     gpt_mgener_dp2_pp2_tp2_nm2_gbs16_dim1024_ly1_h2_hi1024_sq2048.pkl gpt
+conv llama3adpt_mgener_dp1_pp1_tp1_nm1_gbs16_ly1_h32_hi4096_sq128.pkl \
+     llama3adpt_mgener_dp2_pp2_tp2_nm2_gbs16_ly1_h32_hi4096_sq128.pkl llama
+
+# corrupted pickles: exit 2, one line naming the file, never a traceback
+head -c 3000 "$C/$MLPP" > "$TMP/trunc.pkl"
+expect_exit 2 python3 "$CONV" --sm "$C/$MLP1" --pm "$TMP/trunc.pkl" --single "$TMP/a.plan" --parallel "$TMP/b.plan"
+expect_in "trunc.pkl" "$TMP/err"
+[ "$(wc -l < "$TMP/err")" -eq 1 ] || { cat "$TMP/err"; fail "expected one line"; }
+if grep -q Traceback "$TMP/err"; then fail "traceback on a truncated pickle"; fi
+python3 - "$C/$MLPP" "$TMP/flip.pkl" <<'PY'
+import sys
+d = bytearray(open(sys.argv[1], "rb").read())
+for i in range(200, len(d), 997):
+    d[i] ^= 0x5a
+open(sys.argv[2], "wb").write(bytes(d))
+PY
+expect_exit 2 python3 "$CONV" --sm "$C/$MLP1" --pm "$TMP/flip.pkl" --single "$TMP/a.plan" --parallel "$TMP/b.plan"
+expect_in "flip.pkl" "$TMP/err"
+[ "$(wc -l < "$TMP/err")" -eq 1 ] || { cat "$TMP/err"; fail "expected one line"; }
+: > "$TMP/empty.pkl"
+expect_exit 2 python3 "$CONV" --sm "$TMP/empty.pkl" --pm "$C/$MLPP" --single "$TMP/a.plan" --parallel "$TMP/b.plan"
+expect_in "empty.pkl" "$TMP/err"
+
+# hostile pickles: GLOBAL os.system / builtins.exec + REDUCE would create a file
+PWNED="$TMP/pwned"
+python3 - "$TMP" "$PWNED" <<'PY'
+import sys, pickle
+tmp, pwned = sys.argv[1], sys.argv[2]
+cmd = ("touch " + pwned).encode()
+# protocol 0 GLOBAL 'os system' + REDUCE, then STOP
+open(tmp + "/os.pkl", "wb").write(b"cos\nsystem\n(V" + cmd + b"\ntR.")
+# protocol 2: builtins.exec via STACK_GLOBAL + REDUCE
+src = "open(%r, 'w').write('x')" % pwned
+open(tmp + "/exec.pkl", "wb").write(
+    b"\x80\x04" + pickle.dumps("builtins", 4)[2:-1] + pickle.dumps("exec", 4)[2:-1] + b"\x93"
+    + pickle.dumps((src,), 4)[2:-1] + b"R.")
+# the payload wrapped as a field of a plausible ModuleCodeGen
+class P:
+    def __reduce__(self):
+        import os
+        return (os.system, ("touch " + pwned,))
+class ModuleCodeGen: pass
+m = ModuleCodeGen(); m.execplan = P(); m.devices = (0,); m.runtime_ndevs = 1
+open(tmp + "/wrapped.pkl", "wb").write(pickle.dumps(m, 4))
+PY
+for f in os exec wrapped; do
+  expect_exit 2 python3 "$CONV" --sm "$TMP/$f.pkl" --pm "$C/$MLPP" --single "$TMP/a.plan" --parallel "$TMP/b.plan"
+  expect_in "$f.pkl" "$TMP/err"
+  [ "$(wc -l < "$TMP/err")" -eq 1 ] || { cat "$TMP/err"; fail "expected one line for $f.pkl"; }
+  [ ! -e "$PWNED" ] || fail "the payload of $f.pkl ran"
+done
+echo ok

@@ -1,0 +1,430 @@
+/*
+ * tests/lineage/test_lineage.c - the lineage table (lineage/lineage.c):
+ * points and pieces of correct pairs (builder tp2, generated mlp/llama3
+ * including ZeRO's nested copies), virtual DP replicas, and every issue kind
+ * with the names, slices and ranks it must carry.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "../../common/mem.h"
+#include "../../graph/graph.h"
+#include "../../lineage/lineage.h"
+#include "../../plans/gen.h"
+#include "../support/plan_builders.h"
+
+typedef struct {
+  vd_plan_t s, p;
+  vd_graph_t gs, gp;
+  vd_lin_table t;
+} pair_t;
+
+static uint32_t T(const vd_plan_t *p, const char *name) {
+  int64_t t = pb_find_tensor(p, name);
+  assert_true(t >= 0);
+  return (uint32_t)t;
+}
+
+/* Builds graphs (replica-0 parallel graph) and the table of x->s, x->p. */
+static void build(pair_t *x) {
+  vd_diag d;
+  vd_graph_opts o = {.expand_replicas = 0};
+  vd_diag_clear(&d);
+  vd_graph_build(&x->s, &o, &x->gs, &d);
+  vd_diag_clear(&d);
+  vd_graph_build(&x->p, &o, &x->gp, &d);
+  vd_diag_clear(&d);
+  assert_int_equal(vd_lin_build(&x->gs, &x->gp, &x->t, &d), VD_OK);
+}
+
+static void pair_free(pair_t *x) {
+  vd_lin_free(&x->t);
+  vd_graph_free(&x->gs);
+  vd_graph_free(&x->gp);
+  vd_plan_free(&x->s);
+  vd_plan_free(&x->p);
+}
+
+static void tp2(pair_t *x) {
+  memset(x, 0, sizeof(*x));
+  assert_int_equal(pb_plan_linear2(&x->s), VD_OK);
+  assert_int_equal(pb_plan_tp2(&x->p), VD_OK);
+}
+
+static void dump(const vd_lin_table *t) {
+  for (size_t i = 0; i < t->n_issues; i++)
+    fprintf(stderr, "  issue %s: %s\n", vd_lissue_names[t->issues[i].kind], t->issues[i].detail);
+}
+
+/* The first issue of kind k, asserting there is one. */
+static const vd_lin_issue *issue(const vd_lin_table *t, vd_lissue_kind k) {
+  for (size_t i = 0; i < t->n_issues; i++)
+    if (t->issues[i].kind == k) return &t->issues[i];
+  dump(t);
+  fail_msg("no %s issue", vd_lissue_names[k]);
+  return NULL;
+}
+
+/* Asserts some issue of kind k contains needle; returns it. */
+static const vd_lin_issue *issue_with(const vd_lin_table *t, vd_lissue_kind k, const char *needle) {
+  for (size_t i = 0; i < t->n_issues; i++)
+    if (t->issues[i].kind == k && strstr(t->issues[i].detail, needle)) return &t->issues[i];
+  dump(t);
+  fail_msg("no %s issue with '%s'", vd_lissue_names[k], needle);
+  return NULL;
+}
+
+static size_t count(const vd_lin_table *t, vd_lissue_kind k) {
+  size_t n = 0;
+  for (size_t i = 0; i < t->n_issues; i++) n += t->issues[i].kind == k;
+  return n;
+}
+
+static void has(const char *hay, const char *needle) {
+  if (!strstr(hay, needle)) fail_msg("'%s' does not contain '%s'", hay, needle);
+}
+
+/* ---- correct pairs ------------------------------------------------------- */
+
+static void test_tp2_points(void **st) {
+  (void)st;
+  pair_t x;
+  tp2(&x);
+  build(&x);
+  if (x.t.n_issues) dump(&x.t);
+  assert_int_equal(x.t.n_issues, 0);
+  /* per rank: 4 initial (x, w1, w2, gloss) + 12 final (every tensor that
+   * something produces, w1 and w2 updated by sgd) */
+  assert_int_equal(x.t.n_pieces, 32);
+  assert_int_equal(x.t.n_point_pieces, 32);
+  /* r1.h's final value holds h[0:4, 4:8] */
+  int32_t v = vd_graph_last(&x.gp, T(&x.p, "r1.h"), 0, 0);
+  int32_t pi = vd_lin_piece_of(&x.t, (uint32_t)v, 0);
+  assert_true(pi >= 0);
+  const vd_lin_piece *p = &x.t.pieces[pi];
+  assert_int_equal(p->lo[0], 0);
+  assert_int_equal(p->hi[0], 4);
+  assert_int_equal(p->lo[1], 4);
+  assert_int_equal(p->hi[1], 8);
+  assert_int_equal(p->initial, 0);
+  const vd_lineage *L = &x.t.lins[p->lineage];
+  assert_string_equal(vd_plan_s(&x.s, x.s.tensors[L->stensor].name), "h");
+  assert_int_equal(L->svalue, (uint32_t)vd_graph_last(&x.gs, T(&x.s, "h"), 0, 0));
+  assert_int_equal(x.t.lin_of_svalue_final[L->svalue], (int32_t)p->lineage);
+  assert_int_equal(vd_lin_piece_of(&x.t, (uint32_t)v, 1), -1); /* only one replica */
+  /* pieces are grouped: each lineage's pieces are sorted by slice */
+  for (size_t li = 0; li < x.t.n_lins; li++) {
+    const vd_lineage *l = &x.t.lins[li];
+    for (uint32_t k = 1; k < l->n_pieces; k++) {
+      const vd_lin_piece *a = &x.t.pieces[l->piece_off + k - 1], *b = &x.t.pieces[l->piece_off + k];
+      assert_true(a->lo[0] < b->lo[0] || (a->lo[0] == b->lo[0] && a->lo[1] <= b->lo[1]) || a->lo[0] == b->lo[0]);
+      assert_int_equal(b->lineage, li);
+    }
+  }
+  /* w1 (updated) and loss are required outputs */
+  int32_t lw = x.t.lin_of_svalue_final[vd_graph_last(&x.gs, T(&x.s, "w1"), 0, -1)];
+  assert_true(lw >= 0);
+  assert_int_equal(x.t.lins[lw].required, 1);
+  assert_int_equal(x.t.lins[lw].n_pieces, 2);
+  /* y's final lineage holds both copies: y (n = 1, two replicas) and
+   * y_partial (n = 2) */
+  int32_t ly = x.t.lin_of_svalue_final[vd_graph_last(&x.gs, T(&x.s, "y"), 0, 0)];
+  assert_true(ly >= 0);
+  assert_int_equal(x.t.lins[ly].n_pieces, 4);
+  assert_int_equal(x.t.pieces[x.t.lins[ly].piece_off].part_n, 1);
+  assert_int_equal(x.t.pieces[x.t.lins[ly].piece_off + 2].part_n, 2);
+  pair_free(&x);
+}
+
+/* Independent count: a Gp value of an annotated tensor is a point if it is
+ * produced and final, or initial with an initial single counterpart. */
+static size_t expected_pieces(const pair_t *x) {
+  size_t n = 0;
+  for (size_t v = 0; v < x->gp.n_values; v++) {
+    const vd_value_t *val = &x->gp.values[v];
+    const vd_tensor_t *t = &x->p.tensors[val->tensor];
+    if (!t->has_lin) continue;
+    if (val->producer >= 0 && val->is_final) n++;
+    if (val->is_initial) {
+      int64_t s = vd_plan_find_tensor(&x->s, t->lin.full);
+      assert_true(s >= 0);
+      int32_t sv = vd_graph_first(&x->gs, (uint32_t)s, 0, x->s.tensors[s].scope == VD_SCOPE_PER_MB ? 0 : -1);
+      if (sv >= 0 && x->gs.values[sv].is_initial) n++;
+    }
+  }
+  return n * (size_t)x->p.world.replicas;
+}
+
+static void gen_pair(pair_t *x, vd_gen_model m, int dp, int tp, int pp, int nm, int zero) {
+  memset(x, 0, sizeof(*x));
+  vd_gen_config c;
+  vd_gen_config_default(&c);
+  c.model = m;
+  c.layers = 2;
+  c.dp = dp, c.tp = tp, c.pp = pp, c.nm = nm, c.zero = zero;
+  vd_diag d;
+  vd_diag_clear(&d);
+  assert_int_equal(vd_gen_build(&c, &x->s, &x->p, &d), VD_OK);
+  build(x);
+}
+
+static void test_gen_pairs_clean(void **st) {
+  (void)st;
+  static const int cfg[][6] = {
+      {VD_GEN_MLP, 1, 2, 1, 1, 0},    {VD_GEN_MLP, 2, 2, 2, 2, 0}, {VD_GEN_LLAMA3, 2, 2, 2, 2, 0},
+      {VD_GEN_LLAMA3, 2, 2, 1, 2, 1}, {VD_GEN_MOE, 2, 1, 2, 2, 0},
+  };
+  for (size_t i = 0; i < sizeof(cfg) / sizeof(cfg[0]); i++) {
+    pair_t x;
+    gen_pair(&x, (vd_gen_model)cfg[i][0], cfg[i][1], cfg[i][2], cfg[i][3], cfg[i][4], cfg[i][5]);
+    if (x.t.n_issues) dump(&x.t);
+    assert_int_equal(x.t.n_issues, 0);
+    assert_int_equal(x.t.n_pieces, expected_pieces(&x));
+    /* every required output (updated weights, loss) is covered */
+    size_t req = 0;
+    for (size_t li = 0; li < x.t.n_lins; li++) req += x.t.lins[li].required;
+    assert_true(req > 0);
+    pair_free(&x);
+  }
+}
+
+/* mlp tp2: the pieces of the first layer's fc1 weight (column-parallel). */
+static void test_mlp_tp2_weight(void **st) {
+  (void)st;
+  pair_t x;
+  gen_pair(&x, VD_GEN_MLP, 1, 2, 1, 1, 0);
+  assert_int_equal(x.t.n_issues, 0);
+  int64_t s = pb_find_tensor(&x.s, "layers.0.fc1.weight");
+  assert_true(s >= 0);
+  int32_t li = x.t.lin_of_svalue_initial[vd_graph_first(&x.gs, (uint32_t)s, 0, -1)];
+  assert_true(li >= 0);
+  const vd_lineage *L = &x.t.lins[li];
+  assert_int_equal(L->n_pieces, 2); /* one shard per TP rank */
+  const vd_lin_piece *a = &x.t.pieces[L->piece_off], *b = a + 1;
+  assert_int_equal(a->hi[0] - a->lo[0], x.s.tensors[s].shape[0] / 2);
+  assert_int_equal(b->lo[0], a->hi[0]);
+  assert_int_not_equal(x.p.tensors[a->ptensor].rank, x.p.tensors[b->ptensor].rank);
+  pair_free(&x);
+}
+
+/* ---- virtual replicas ------------------------------------------------------ */
+
+static void test_dp_virtual_replicas(void **st) {
+  (void)st;
+  pair_t x;
+  gen_pair(&x, VD_GEN_MLP, 2, 1, 1, 1, 0);
+  assert_int_equal(x.t.n_issues, 0);
+  assert_int_equal(x.gp.replicas, 1);
+  /* the input's two replicas hold different batch rows of one single value */
+  int64_t px = -1;
+  for (size_t i = 0; i < x.p.n_tensors && px < 0; i++)
+    if (x.p.tensors[i].has_lin && x.p.tensors[i].role == VD_ROLE_INPUT && x.p.tensors[i].ndim >= 1 &&
+        x.p.tensors[i].scope == VD_SCOPE_PER_MB)
+      px = (int64_t)i;
+  assert_true(px >= 0);
+  int32_t v = vd_graph_first(&x.gp, (uint32_t)px, 0, 0);
+  int32_t p0 = vd_lin_piece_of(&x.t, (uint32_t)v, 0), p1 = vd_lin_piece_of(&x.t, (uint32_t)v, 1);
+  assert_true(p0 >= 0 && p1 >= 0);
+  assert_int_equal(vd_lin_piece_of(&x.t, (uint32_t)v, 2), -1);
+  assert_int_equal(x.t.pieces[p0].lineage, x.t.pieces[p1].lineage);
+  assert_int_equal(x.t.pieces[p0].replica, 0);
+  assert_int_equal(x.t.pieces[p1].replica, 1);
+  assert_true(x.t.pieces[p0].lo[0] != x.t.pieces[p1].lo[0]);
+  pair_free(&x);
+}
+
+/* ---- issues ---------------------------------------------------------------- */
+
+static void test_gap(void **st) {
+  (void)st;
+  pair_t x;
+  tp2(&x);
+  x.p.tensors[T(&x.p, "r1.w1")].has_lin = 0; /* rows 4:8 of w1 lose their lineage */
+  build(&x);
+  assert_int_equal(count(&x.t, VD_LISSUE_GAP), 2); /* initial and final */
+  const vd_lin_issue *is = issue_with(&x.t, VD_LISSUE_GAP, "'w1' initial: slice [4:8, 0:8] of [8, 8] is not covered");
+  assert_int_equal(is->stensor, T(&x.s, "w1"));
+  is = issue_with(&x.t, VD_LISSUE_GAP, "'w1' final: slice [4:8, 0:8] of [8, 8] is not covered");
+  assert_int_equal(is->stensor, T(&x.s, "w1"));
+  assert_int_equal(count(&x.t, VD_LISSUE_OVERLAP), 0);
+  pair_free(&x);
+}
+
+static void test_overlap(void **st) {
+  (void)st;
+  pair_t x;
+  tp2(&x);
+  uint32_t w = T(&x.p, "r1.w1");
+  x.p.tensors[w].lin.lo[0] = 2; /* rank 1 claims rows 2:6 instead of 4:8 */
+  x.p.tensors[w].lin.hi[0] = 6;
+  build(&x);
+  const vd_lin_issue *is = issue(&x.t, VD_LISSUE_OVERLAP);
+  assert_int_equal(is->stensor, T(&x.s, "w1"));
+  has(is->detail, "slice [2:6, 0:8] of 'r1.w1' (rank 1)");
+  has(is->detail, "overlaps slice [0:4, 0:8] of 'r0.w1' (rank 0)");
+  /* rows 6:8 are left over */
+  has(issue(&x.t, VD_LISSUE_GAP)->detail, "slice [6:8, 0:8] of [8, 8] is not covered");
+  pair_free(&x);
+}
+
+static void test_parts(void **st) {
+  (void)st;
+  pair_t x;
+  tp2(&x);
+  x.p.tensors[T(&x.p, "r1.y_partial")].has_lin = 0; /* part 1 of y's partial sum is gone */
+  build(&x);
+  assert_int_equal(count(&x.t, VD_LISSUE_PARTS), 1);
+  const vd_lin_issue *is = issue(&x.t, VD_LISSUE_PARTS);
+  assert_int_equal(is->stensor, T(&x.s, "y"));
+  has(is->detail, "'y' final slice [0:4, 0:8] as 2 parts: part 1 missing");
+  has(is->detail, "'r0.y_partial' (rank 0, mb 0)");
+  pair_free(&x);
+
+  tp2(&x);
+  x.p.tensors[T(&x.p, "r1.y_partial")].lin.part_k = 2; /* out of range, and part 1 missing */
+  build(&x);
+  assert_int_equal(count(&x.t, VD_LISSUE_PARTS), 2);
+  int seen = 0;
+  for (size_t i = 0; i < x.t.n_issues; i++)
+    if (x.t.issues[i].kind == VD_LISSUE_PARTS && strstr(x.t.issues[i].detail, "claims part 2 of 2, outside 0..1")) {
+      has(x.t.issues[i].detail, "'r1.y_partial' (rank 1, mb 0)");
+      assert_int_equal(x.t.issues[i].ptensor, T(&x.p, "r1.y_partial"));
+      seen = 1;
+    }
+  assert_true(seen);
+  pair_free(&x);
+}
+
+static void test_no_single(void **st) {
+  (void)st;
+  pair_t x;
+  tp2(&x);
+  x.p.tensors[T(&x.p, "r0.h")].lin.full = 999;
+  build(&x);
+  assert_int_equal(count(&x.t, VD_LISSUE_NO_SINGLE), 1);
+  const vd_lin_issue *is = issue(&x.t, VD_LISSUE_NO_SINGLE);
+  assert_int_equal(is->ptensor, T(&x.p, "r0.h"));
+  assert_int_equal(is->stensor, -1);
+  has(is->detail, "'r0.h' (rank 0) claims single tensor id 999");
+  /* and h now has a gap where r0.h was */
+  has(issue(&x.t, VD_LISSUE_GAP)->detail, "'h' final: slice [0:4, 0:4] of [4, 8] is not covered");
+  pair_free(&x);
+}
+
+static void test_out_of_bounds(void **st) {
+  (void)st;
+  pair_t x;
+  tp2(&x);
+  x.p.tensors[T(&x.p, "r1.w2")].lin.hi[1] = 9;
+  build(&x);
+  const vd_lin_issue *is = issue(&x.t, VD_LISSUE_OUT_OF_BOUNDS);
+  assert_int_equal(is->ptensor, T(&x.p, "r1.w2"));
+  has(is->detail, "'r1.w2' (rank 1) claims slice [0:8, 4:9] of 'w2'");
+  has(is->detail, "its shape [8, 8]");
+  pair_free(&x);
+}
+
+static void test_uncovered(void **st) {
+  (void)st;
+  pair_t x;
+  tp2(&x);
+  x.p.tensors[T(&x.p, "r0.loss")].has_lin = 0;
+  x.p.tensors[T(&x.p, "r1.loss")].has_lin = 0;
+  build(&x);
+  assert_int_equal(count(&x.t, VD_LISSUE_UNCOVERED), 1);
+  const vd_lin_issue *is = issue(&x.t, VD_LISSUE_UNCOVERED);
+  assert_int_equal(is->stensor, T(&x.s, "loss"));
+  has(is->detail, "single loss 'loss' (final value) has no lineage");
+  pair_free(&x);
+}
+
+static void test_no_value(void **st) {
+  (void)st;
+  pair_t x;
+  tp2(&x);
+  /* an annotated tensor that no node touches */
+  vd_tensor_t t;
+  memset(&t, 0, sizeof(t));
+  t.id = 1000;
+  t.rank = 1;
+  t.ndim = 2;
+  t.shape[0] = 4;
+  t.shape[1] = 8;
+  t.role = VD_ROLE_ACT;
+  t.scope = VD_SCOPE_PER_MB;
+  t.has_lin = 1;
+  t.lin.full = 5;
+  t.lin.hi[0] = 4;
+  t.lin.hi[1] = 8;
+  t.lin.part_n = 1;
+  uint32_t idx;
+  assert_int_equal(vd_plan_add_tensor(&x.p, &t, "r1.orphan", &idx), VD_OK);
+  build(&x);
+  const vd_lin_issue *is = issue(&x.t, VD_LISSUE_NO_VALUE);
+  assert_int_equal(is->ptensor, idx);
+  assert_int_equal(is->mb, 0);
+  has(is->detail, "'r1.orphan' (rank 1, mb 0) is annotated with 'y' but never holds a value");
+  pair_free(&x);
+}
+
+static void test_issues_sorted_and_free_null(void **st) {
+  (void)st;
+  pair_t x;
+  tp2(&x);
+  x.p.tensors[T(&x.p, "r1.w1")].has_lin = 0;
+  x.p.tensors[T(&x.p, "r0.h")].lin.full = 999;
+  build(&x);
+  for (size_t i = 1; i < x.t.n_issues; i++) assert_true(x.t.issues[i - 1].kind <= x.t.issues[i].kind);
+  vd_lin_free(NULL);
+  vd_lin_table z;
+  memset(&z, 0, sizeof(z));
+  vd_lin_free(&z);
+  assert_int_equal(vd_lin_piece_of(&z, 0, 0), -1);
+  pair_free(&x);
+}
+
+static void test_alloc_failures(void **st) {
+  (void)st;
+  pair_t x;
+  tp2(&x);
+  vd_diag d;
+  vd_graph_opts o = {0};
+  vd_graph_build(&x.s, &o, &x.gs, &d);
+  vd_graph_build(&x.p, &o, &x.gp, &d);
+  int ok = 0;
+  for (long n = 1; n < 200 && !ok; n++) {
+    vd_diag_clear(&d);
+    vd_mem_fail_after(n);
+    vd_rc rc = vd_lin_build(&x.gs, &x.gp, &x.t, &d);
+    int hit = vd_mem_fault_hit();
+    vd_mem_fail_after(0);
+    if (!hit) {
+      assert_int_equal(rc, VD_OK);
+      ok = 1;
+    } else {
+      assert_int_equal(rc, VD_ENOMEM);
+      assert_null(x.t.pieces);
+    }
+    vd_lin_free(&x.t);
+  }
+  assert_true(ok);
+  pair_free(&x);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_tp2_points),     cmocka_unit_test(test_gen_pairs_clean),
+      cmocka_unit_test(test_mlp_tp2_weight), cmocka_unit_test(test_dp_virtual_replicas),
+      cmocka_unit_test(test_gap),            cmocka_unit_test(test_overlap),
+      cmocka_unit_test(test_parts),          cmocka_unit_test(test_no_single),
+      cmocka_unit_test(test_out_of_bounds),  cmocka_unit_test(test_uncovered),
+      cmocka_unit_test(test_no_value),       cmocka_unit_test(test_issues_sorted_and_free_null),
+      cmocka_unit_test(test_alloc_failures),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

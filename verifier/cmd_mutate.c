@@ -1,0 +1,151 @@
+/*
+ * verifier/cmd_mutate.c - `verdict mutate`: inject one bug class of BUGS.md
+ * into a correct parallel plan (bugs/bugs.h).
+ *
+ *   verdict mutate --list [--tsv]
+ *   verdict mutate --bug N [--rank R] [--layer L] [--microbatch M] [--seed S] [-q] IN.plan OUT.plan
+ *
+ * Prints one line saying what was mutated (nodes, ranks, layer, whether the
+ * mutated segment runs per microbatch).  Exit codes: 0 mutated, 2 bad input
+ * or usage, or the bug does not apply to this plan (one line says why).
+ * --list --tsv prints the table tab-separated for scripts:
+ *   number, class, name, diagnosis, accepted diagnoses, needs, gen options,
+ *   sites (';'-separated), every_site, description.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../bugs/bugs.h"
+#include "../common/mem.h"
+#include "../plans/plan.h"
+#include "cli.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: verdict mutate --list [--tsv]\n"
+          "       verdict mutate --bug N [--rank R] [--layer L] [--microbatch M] [--seed S] [-q] IN.plan OUT.plan\n"
+          "\n"
+          "Injects bug class N of BUGS.md into the correct parallel plan IN and writes OUT,\n"
+          "a well-formed plan that computes something else.\n"
+          "  --rank R        mutate at stored rank R (default: any)\n"
+          "  --layer L       mutate in layer L (default: any)\n"
+          "  --microbatch M  bug 14: the microbatch whose backward the reducer overtakes (default: last)\n"
+          "  --seed S        picks among the matching sites and variants (default 0)\n"
+          "  -q              no description line\n"
+          "exit codes: 0 mutated, 2 bad input or usage, or the bug does not apply to the plan\n");
+}
+
+static int list(int tsv) {
+  for (int i = 0; i < VD_BUG_COUNT; i++) {
+    const vd_bug_info *b = &vd_bug_table[i];
+    if (tsv)
+      printf("%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", b->number, vd_bug_class_names[b->cls], b->name, b->diagnosis,
+             b->accept, b->needs_text, b->gen_opts, b->sites, b->every_site, b->desc);
+    else
+      printf("%2d  %-15s %-28s %-18s needs %-20s %s\n", b->number, vd_bug_class_names[b->cls], b->name, b->diagnosis,
+             b->needs_text, b->desc);
+  }
+  return VD_EXIT_OK;
+}
+
+static int opt_int(const char *name, const char *v, long *out) {
+  *out = vd_cli_parse_long(v);
+  if (*out < 0 || *out > 0x7fffffffL) {
+    fprintf(stderr, "verdict mutate: %s: expected a non-negative integer, got '%s'\n", name, v);
+    return 0;
+  }
+  return 1;
+}
+
+int vd_cmd_mutate(int argc, char **argv) {
+  const char *files[2] = {NULL, NULL};
+  int nfiles = 0, do_list = 0, tsv = 0, quiet = 0;
+  long bug = -1, v;
+  vd_bug_opts o;
+  vd_bug_opts_default(&o);
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      usage(stdout);
+      return VD_EXIT_OK;
+    } else if (strcmp(a, "--list") == 0) {
+      do_list = 1;
+    } else if (strcmp(a, "--tsv") == 0) {
+      tsv = 1;
+    } else if (strcmp(a, "-q") == 0) {
+      quiet = 1;
+    } else if ((strcmp(a, "--bug") == 0 || strcmp(a, "--rank") == 0 || strcmp(a, "--layer") == 0 ||
+                strcmp(a, "--microbatch") == 0 || strcmp(a, "--seed") == 0) &&
+               i + 1 < argc) {
+      if (!opt_int(a, argv[++i], &v)) return VD_EXIT_BAD_INPUT;
+      if (strcmp(a, "--bug") == 0) bug = v;
+      else if (strcmp(a, "--rank") == 0) o.rank = (int32_t)v;
+      else if (strcmp(a, "--layer") == 0) o.layer = (int32_t)v;
+      else if (strcmp(a, "--microbatch") == 0) o.mb = (int32_t)v;
+      else o.seed = (uint64_t)v;
+    } else if (a[0] != '-' && nfiles < 2) {
+      files[nfiles++] = a;
+    } else {
+      fprintf(stderr, "verdict mutate: unknown or incomplete option '%s'\n", a);
+      usage(stderr);
+      return VD_EXIT_BAD_INPUT;
+    }
+  }
+  if (do_list) return list(tsv);
+  if (bug < 0 || nfiles != 2) {
+    fprintf(stderr, "verdict mutate: --bug N, IN.plan and OUT.plan are required\n");
+    usage(stderr);
+    return VD_EXIT_BAD_INPUT;
+  }
+  if (!vd_bug_info_get((int)bug)) {
+    fprintf(stderr, "verdict mutate: --bug: expected a bug number in [1, %d], got %ld\n", VD_BUG_COUNT, bug);
+    return VD_EXIT_BAD_INPUT;
+  }
+  vd_plan_t in, out;
+  memset(&in, 0, sizeof(in));
+  memset(&out, 0, sizeof(out));
+  vd_diag d;
+  vd_diag_clear(&d);
+  vd_bug_result *r = vd_calloc(1, sizeof(*r));
+  int code = VD_EXIT_BAD_INPUT;
+  if (!r) {
+    fprintf(stderr, "verdict mutate: out of memory\n");
+    return VD_EXIT_BAD_INPUT;
+  }
+  if (vd_plan_read_file(files[0], &in, &d) != VD_OK) {
+    code = vd_cli_report_diag(&d);
+    goto done;
+  }
+  vd_rc rc = vd_bug_apply(&in, (int)bug, &o, &out, r, &d);
+  if (rc == VD_EUSAGE) {
+    fprintf(stderr, "verdict mutate: %s: %s\n", files[0], d.msg);
+    goto done;
+  }
+  if (rc != VD_OK) {
+    vd_diag_set_file(&d, files[0]);
+    code = vd_cli_report_diag(&d);
+    goto done;
+  }
+  if (vd_plan_write_file(&out, files[1], &d) != VD_OK) {
+    code = vd_cli_report_diag(&d);
+    goto done;
+  }
+  if (!quiet) {
+    const vd_bug_info *b = vd_bug_info_get((int)bug);
+    printf("mutate: bug %ld (%s, %s): %s\n", bug, b->name, vd_bug_class_names[b->cls], r->what);
+    printf("  nodes");
+    for (size_t i = 0; i < r->n_nodes; i++) printf("%s%lld", i ? "," : " ", (long long)r->nodes[i]);
+    printf("; ranks");
+    for (size_t i = 0; i < r->n_ranks; i++) printf("%s%d", i ? "," : " ", r->ranks[i]);
+    printf("; layer %d; %s", r->layer, r->per_mb ? "runs per microbatch" : "runs once");
+    if (r->mb >= 0) printf("; microbatch %d", r->mb);
+    printf("; expected diagnosis %s\n", b->diagnosis);
+  }
+  code = VD_EXIT_OK;
+done:
+  vd_plan_free(&in);
+  vd_plan_free(&out);
+  vd_free(r);
+  return code;
+}

@@ -1,0 +1,431 @@
+/*
+ * verifier/report.c - the human report and the JSON report of a run.
+ *
+ * Both print the same content in the same deterministic order: the verdict,
+ * the summary (stages, classes, time per phase, memory), every structural
+ * issue, then every failing stage (up to --max-failures in detail) with its
+ * target lineage, nodes, hypotheses, the counterexample's exact values with
+ * the disagreeing copies flagged, the first diverging parallel node and the
+ * diagnosis; then inconclusive stages with their reasons.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/mem.h"
+#include "run.h"
+
+static const char *verdict_word(const vd_run *r) {
+  switch (vd_run_exit_code(r)) {
+  case 0: return "EQUIVALENT";
+  case 1: return "NOT EQUIVALENT";
+  default: return "INCONCLUSIVE";
+  }
+}
+
+static const char *verdict_json(const vd_run *r) {
+  switch (vd_run_exit_code(r)) {
+  case 0: return "equivalent";
+  case 1: return "not_equivalent";
+  default: return "inconclusive";
+  }
+}
+
+/* ---- facts about pieces and nodes ------------------------------------------ */
+
+typedef struct {
+  const char *tensor;
+  int64_t rank;   /* global */
+  int32_t mb, replica;
+  int64_t part_k, part_n;
+  const int64_t *lo, *hi;
+  int ndim;
+} piece_info;
+
+static void piece_facts(const vd_run *r, int32_t piece, piece_info *pi) {
+  const vd_lin_piece *pc = &r->lt.pieces[piece];
+  const vd_tensor_t *t = &r->pp.tensors[pc->ptensor];
+  pi->tensor = vd_plan_s(&r->pp, t->name);
+  pi->rank = (int64_t)pc->replica * r->pp.world.stored_ranks + t->rank;
+  pi->mb = pc->mb;
+  pi->replica = pc->replica;
+  pi->part_k = pc->part_k;
+  pi->part_n = pc->part_n;
+  pi->lo = pc->lo;
+  pi->hi = pc->hi;
+  pi->ndim = t->ndim;
+}
+
+static void fmt_slice(char *buf, size_t n, const int64_t *lo, const int64_t *hi, int ndim) {
+  size_t at = 0;
+  at += (size_t)snprintf(buf + at, n - at, "[");
+  for (int i = 0; i < ndim && at < n; i++)
+    at += (size_t)snprintf(buf + at, n - at, "%s%lld:%lld", i ? ", " : "", (long long)lo[i], (long long)hi[i]);
+  if (at < n) snprintf(buf + at, n - at, "]");
+}
+
+static const vd_node_t *stage_pnode(const vd_run *r, const vd_stage_node *sn, const vd_plan_t **plan) {
+  const vd_graph_t *g = sn->side ? &r->pg : &r->sg;
+  *plan = g->plan;
+  return &g->plan->nodes[g->nodes[sn->gnode].pnode];
+}
+
+static int attr_equal(const vd_plan_t *a, const vd_attr_t *x, const vd_plan_t *b, const vd_attr_t *y) {
+  if (x->kind != y->kind || x->len != y->len) return 0;
+  switch (x->kind) {
+  case VD_ATTR_INT: return x->v.i == y->v.i;
+  case VD_ATTR_FLOAT: return x->v.f == y->v.f;
+  case VD_ATTR_STR: return strcmp(vd_plan_s(a, x->v.s), vd_plan_s(b, y->v.s)) == 0;
+  case VD_ATTR_INTS: return memcmp(a->ints + x->v.off, b->ints + y->v.off, x->len * sizeof(int64_t)) == 0;
+  case VD_ATTR_FLOATS: return memcmp(a->floats + x->v.off, b->floats + y->v.off, x->len * sizeof(double)) == 0;
+  }
+  return 0;
+}
+
+static void fmt_attr(char *buf, size_t n, const vd_plan_t *p, const vd_attr_t *a) {
+  switch (a->kind) {
+  case VD_ATTR_INT: snprintf(buf, n, "%lld", (long long)a->v.i); break;
+  case VD_ATTR_FLOAT: snprintf(buf, n, "%.17g", a->v.f); break;
+  case VD_ATTR_STR: snprintf(buf, n, "'%s'", vd_plan_s(p, a->v.s)); break;
+  default: snprintf(buf, n, "[%u values]", a->len); break;
+  }
+}
+
+/* First diverging parallel node of a failing stage: the first parallel node
+ * (stage order) whose attributes differ from the single plan's node of the
+ * same source name and operator; else the producer of the first flagged
+ * piece.  Writes a one-line description; returns the stage node or -1. */
+static int32_t first_diverging(const vd_run *r, const vd_stage *st, const vd_stage_verdict *v, char *why,
+                               size_t n_why) {
+  why[0] = '\0';
+  for (uint32_t i = 0; i < st->n_nodes; i++) {
+    const vd_stage_node *sn = &st->nodes[i];
+    if (!sn->side) continue;
+    const vd_plan_t *pp;
+    const vd_node_t *pn = stage_pnode(r, sn, &pp);
+    const char *name = vd_plan_s(pp, pn->name);
+    if (!name[0]) continue;
+    for (size_t k = 0; k < r->sp.n_nodes; k++) {
+      const vd_node_t *sn2 = &r->sp.nodes[k];
+      if (strcmp(vd_plan_s(&r->sp, sn2->name), name) || strcmp(vd_node_op(&r->sp, sn2), vd_node_op(pp, pn))) continue;
+      for (uint32_t a = 0; a < pn->n_attr; a++) {
+        const vd_attr_t *pa = &pp->attrs[pn->attr_off + a];
+        const vd_attr_t *sa = vd_node_attr(&r->sp, sn2, vd_plan_s(pp, pa->key));
+        if (sa && !attr_equal(pp, pa, &r->sp, sa)) {
+          char x[64], y[64];
+          fmt_attr(x, sizeof(x), pp, pa);
+          fmt_attr(y, sizeof(y), &r->sp, sa);
+          snprintf(why, n_why, "attribute '%s' is %s here, %s in the single-device plan", vd_plan_s(pp, pa->key), x, y);
+          return (int32_t)i;
+        }
+      }
+      break;
+    }
+  }
+  if (v->n_flagged > 0) {
+    const vd_lin_piece *pc = &r->lt.pieces[v->flagged_pieces[0]];
+    for (uint32_t i = 0; i < st->n_vals; i++) {
+      const vd_stage_value *sv = &st->vals[i];
+      if (sv->side == 1 && sv->value == pc->value && sv->replica == pc->replica && sv->producer >= 0) {
+        snprintf(why, n_why, "produces the first disagreeing copy");
+        return sv->producer;
+      }
+    }
+  }
+  return -1;
+}
+
+static void fmt_node(char *buf, size_t n, const vd_run *r, const vd_stage_node *sn) {
+  const vd_plan_t *p;
+  const vd_node_t *pn = stage_pnode(r, sn, &p);
+  const vd_graph_t *g = sn->side ? &r->pg : &r->sg;
+  int32_t mb = g->nodes[sn->gnode].mb;
+  char mbs[24] = "";
+  if (mb >= 0) snprintf(mbs, sizeof(mbs), " mb %d", mb);
+  if (sn->side)
+    snprintf(buf, n, "rank %lld%s %s '%s' (node %lld)", (long long)vd_graph_rank(g, pn->rank, sn->replica), mbs,
+             vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id);
+  else
+    snprintf(buf, n, "single %s '%s' (node %lld)", vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id);
+}
+
+/* ---- text -------------------------------------------------------------------- */
+
+static void text_stage_failure(const vd_run *r, const vd_stage *st, const vd_stage_verdict *v, FILE *f) {
+  fprintf(f, "\n-- stage %u: NOT EQUIVALENT -- diagnosis %s", st->id, vd_diagnosis_names[v->diagnosis]);
+  if (v->factor[0]) fprintf(f, " (%s%s)", v->diagnosis == VD_DX_SCALE || v->diagnosis == VD_DX_EXTRA_REDUCTION ? "factor " : "", v->factor);
+  fputc('\n', f);
+  char sl[256], line[512];
+  for (uint32_t ti = 0; ti < st->n_targets; ti++) {
+    const vd_stage_target *t = &st->targets[ti];
+    const vd_stage_value *sv = &st->vals[t->svalue];
+    const vd_tensor_t *ts = &r->sp.tensors[r->sg.values[sv->value].tensor];
+    fmt_slice(sl, sizeof(sl), t->lo, t->hi, sv->ndim);
+    fprintf(f, "   target: single '%s' %s%s, %u parallel piece(s)\n", vd_plan_s(&r->sp, ts->name), sl,
+            t->part_n > 1 ? " as a sum of parts" : "", t->n_pieces);
+  }
+  fprintf(f, "   nodes:\n");
+  for (uint32_t i = 0; i < st->n_nodes; i++) {
+    fmt_node(line, sizeof(line), r, &st->nodes[i]);
+    fprintf(f, "     %s\n", line);
+  }
+  fprintf(f, "   hypotheses (proven or initial lineages):\n");
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    const vd_stage_value *sv = &st->vals[i];
+    if (sv->side != 1 || sv->producer >= 0 || sv->leaf_piece < 0) continue;
+    piece_info pi;
+    piece_facts(r, sv->leaf_piece, &pi);
+    fmt_slice(sl, sizeof(sl), pi.lo, pi.hi, pi.ndim);
+    fprintf(f, "     '%s' rank %lld", pi.tensor, (long long)pi.rank);
+    if (pi.mb >= 0) fprintf(f, " mb %d", pi.mb);
+    fprintf(f, " = %s", sl);
+    if (pi.part_n > 1) fprintf(f, " part %lld/%lld", (long long)pi.part_k, (long long)pi.part_n);
+    fputc('\n', f);
+  }
+  if (v->n_inputs) {
+    fprintf(f, "   counterexample inputs (reduced shapes):");
+    for (size_t i = 0; i < v->n_inputs && i < 12; i++) fprintf(f, "%s %s=%s", i ? "," : "", v->inputs[i].name, v->inputs[i].exact);
+    if (v->n_inputs > 12) fprintf(f, ", ... (%zu in all)", v->n_inputs);
+    fputc('\n', f);
+  }
+  for (size_t e = 0; e < v->n_elems; e++) {
+    const vd_stage_cex_elem *ce = &v->elems[e];
+    const vd_stage_value *sv = &st->vals[st->targets[ce->target].svalue];
+    char el[128];
+    size_t at = 0;
+    for (int k = 0; k < sv->ndim && at < sizeof(el); k++)
+      at += (size_t)snprintf(el + at, sizeof(el) - at, "%s%lld", k ? "," : "", (long long)ce->elem[k]);
+    fprintf(f, "   element [%s] (reduced): Ts = %s\n", el, ce->single_exact);
+    for (uint32_t k = 0; k < ce->n_copies; k++) {
+      const vd_stage_cex_copy *cp = &v->copies[ce->copy_off + k];
+      if (cp->piece >= 0) {
+        piece_info pi;
+        piece_facts(r, cp->piece, &pi);
+        fprintf(f, "     Tp '%s' rank %lld", pi.tensor, (long long)pi.rank);
+        if (pi.mb >= 0) fprintf(f, " mb %d", pi.mb);
+        if (pi.part_n > 1) fprintf(f, " part %lld/%lld", (long long)pi.part_k, (long long)pi.part_n);
+      } else {
+        fprintf(f, "     sum of the parts");
+      }
+      fprintf(f, " = %s%s\n", cp->exact, cp->disagrees ? "   <-- differs" : "");
+    }
+  }
+  if (v->diagnosis == VD_DX_MISSING_REDUCTION)
+    fprintf(f, "   Ts = sum of the Tp copies, while each copy claims the whole value: a reduction is missing\n");
+  char why[256];
+  int32_t dn = first_diverging(r, st, v, why, sizeof(why));
+  if (dn >= 0) {
+    fmt_node(line, sizeof(line), r, &st->nodes[dn]);
+    fprintf(f, "   first diverging parallel node: %s: %s\n", line, why);
+  }
+  if (v->n_flagged) {
+    fprintf(f, "   flagged:");
+    for (size_t i = 0; i < v->n_flagged; i++) {
+      piece_info pi;
+      piece_facts(r, v->flagged_pieces[i], &pi);
+      fprintf(f, "%s rank %lld", i ? "," : "", (long long)pi.rank);
+      if (pi.mb >= 0) fprintf(f, " mb %d", pi.mb);
+    }
+    fputc('\n', f);
+  }
+}
+
+void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
+  fprintf(f, "%s\n", verdict_word(r));
+  fprintf(f, "  stages %zu (classes solved %zu, reduced %zu, by normal form %zu): %zu equivalent, %zu not equivalent, %zu inconclusive\n",
+          r->set.n_stages, r->n_solved, r->n_reduced, r->n_fast, r->n_equiv, r->n_not_equiv, r->n_inconclusive);
+  if (r->n_issues) fprintf(f, "  structural problems: %zu\n", r->n_issues);
+  if (!o->quiet) {
+    fprintf(f, "  time:");
+    for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, " %s %.3fs", vd_run_phase_names[i], r->phase_s[i]);
+    fprintf(f, "; peak %.1f MB; %d thread(s)\n", (double)r->peak_bytes / 1e6, r->threads_used);
+  }
+  for (size_t i = 0; i < r->n_issues; i++) {
+    const vd_run_issue *is = &r->issues[i];
+    fprintf(f, "\n-- %s (%s %s)", vd_diagnosis_names[is->diagnosis], is->source, is->kind);
+    if (is->rank >= 0) fprintf(f, " rank %lld", (long long)is->rank);
+    if (is->mb >= 0) fprintf(f, " mb %lld", (long long)is->mb);
+    fprintf(f, "\n   %s\n", is->detail);
+  }
+  int shown = 0;
+  for (size_t i = 0; i < r->set.n_stages; i++) {
+    const vd_stage_verdict *v = &r->verdicts[i];
+    if (v->verdict != VD_SMT_NOT_EQUIVALENT) continue;
+    if (o->max_failures > 0 && shown >= o->max_failures) {
+      fprintf(f, "\n(%zu failing stages in all; --max-failures %d)\n", r->n_not_equiv, o->max_failures);
+      break;
+    }
+    text_stage_failure(r, &r->set.stages[i], v, f);
+    shown++;
+  }
+  for (size_t i = 0; i < r->set.n_stages; i++) {
+    const vd_stage_verdict *v = &r->verdicts[i];
+    if (v->verdict == VD_SMT_INCONCLUSIVE) fprintf(f, "\n-- stage %zu: INCONCLUSIVE: %s\n", i, v->reason);
+  }
+}
+
+/* ---- JSON ------------------------------------------------------------------- */
+
+static void jstr(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+    else if (c < 0x20) fprintf(f, "\\u%04x", c);
+    else fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+static void jslice(FILE *f, const int64_t *lo, const int64_t *hi, int ndim) {
+  fputc('[', f);
+  for (int i = 0; i < ndim; i++) fprintf(f, "%s[%lld,%lld]", i ? "," : "", (long long)lo[i], (long long)hi[i]);
+  fputc(']', f);
+}
+
+static void jpiece(FILE *f, const vd_run *r, int32_t piece) {
+  piece_info pi;
+  piece_facts(r, piece, &pi);
+  fputs("{\"tensor\":", f);
+  jstr(f, pi.tensor);
+  fprintf(f, ",\"rank\":%lld,\"replica\":%d,\"mb\":%d,\"part\":[%lld,%lld],\"slice\":", (long long)pi.rank, pi.replica,
+          pi.mb, (long long)pi.part_k, (long long)pi.part_n);
+  jslice(f, pi.lo, pi.hi, pi.ndim);
+  fputc('}', f);
+}
+
+static void json_stage_failure(const vd_run *r, const vd_stage *st, const vd_stage_verdict *v, FILE *f) {
+  fprintf(f, "{\"kind\":\"stage\",\"stage\":%u,\"diagnosis\":\"%s\",\"factor\":", st->id, vd_diagnosis_names[v->diagnosis]);
+  jstr(f, v->factor);
+  fputs(",\"targets\":[", f);
+  for (uint32_t ti = 0; ti < st->n_targets; ti++) {
+    const vd_stage_target *t = &st->targets[ti];
+    const vd_stage_value *sv = &st->vals[t->svalue];
+    const vd_tensor_t *ts = &r->sp.tensors[r->sg.values[sv->value].tensor];
+    fprintf(f, "%s{\"single\":", ti ? "," : "");
+    jstr(f, vd_plan_s(&r->sp, ts->name));
+    fputs(",\"slice\":", f);
+    jslice(f, t->lo, t->hi, sv->ndim);
+    fprintf(f, ",\"parts\":%lld}", (long long)t->part_n);
+  }
+  fputs("],\"flagged\":[", f);
+  for (size_t i = 0; i < v->n_flagged; i++) {
+    if (i) fputc(',', f);
+    jpiece(f, r, v->flagged_pieces[i]);
+  }
+  /* Distinct flagged ranks and microbatches, sorted. */
+  fputs("],\"ranks\":[", f);
+  for (int pass = 0; pass < 2; pass++) {
+    int first = 1;
+    int64_t prev = -1;
+    for (;;) {
+      int64_t best = -1;
+      for (size_t i = 0; i < v->n_flagged; i++) {
+        piece_info pi;
+        piece_facts(r, v->flagged_pieces[i], &pi);
+        int64_t x = pass == 0 ? pi.rank : pi.mb;
+        if (x > prev && (best < 0 || x < best)) best = x;
+      }
+      if (best < 0) break;
+      fprintf(f, "%s%lld", first ? "" : ",", (long long)best);
+      first = 0;
+      prev = best;
+    }
+    if (pass == 0) fputs("],\"microbatches\":[", f);
+  }
+  fputs("],\"nodes\":[", f);
+  char line[512];
+  for (uint32_t i = 0; i < st->n_nodes; i++) {
+    fmt_node(line, sizeof(line), r, &st->nodes[i]);
+    if (i) fputc(',', f);
+    jstr(f, line);
+  }
+  fputs("],\"first_diverging_node\":", f);
+  char why[256];
+  int32_t dn = first_diverging(r, st, v, why, sizeof(why));
+  if (dn >= 0) {
+    const vd_plan_t *p;
+    const vd_stage_node *sn = &st->nodes[dn];
+    const vd_node_t *pn = stage_pnode(r, sn, &p);
+    const vd_graph_t *g = sn->side ? &r->pg : &r->sg;
+    fprintf(f, "{\"node\":%lld,\"rank\":%lld,\"mb\":%d,\"op\":", (long long)pn->id,
+            (long long)vd_graph_rank(g, pn->rank, sn->replica), g->nodes[sn->gnode].mb);
+    jstr(f, vd_node_op(p, pn));
+    fputs(",\"name\":", f);
+    jstr(f, vd_plan_s(p, pn->name));
+    fputs(",\"why\":", f);
+    jstr(f, why);
+    fputc('}', f);
+  } else {
+    fputs("null", f);
+  }
+  fputs(",\"inputs\":[", f);
+  for (size_t i = 0; i < v->n_inputs; i++) {
+    fprintf(f, "%s{\"name\":", i ? "," : "");
+    jstr(f, v->inputs[i].name);
+    fputs(",\"value\":", f);
+    jstr(f, v->inputs[i].exact);
+    fputc('}', f);
+  }
+  fputs("],\"elements\":[", f);
+  for (size_t e = 0; e < v->n_elems; e++) {
+    const vd_stage_cex_elem *ce = &v->elems[e];
+    const vd_stage_value *sv = &st->vals[st->targets[ce->target].svalue];
+    fprintf(f, "%s{\"target\":%u,\"index\":[", e ? "," : "", ce->target);
+    for (int k = 0; k < sv->ndim; k++) fprintf(f, "%s%lld", k ? "," : "", (long long)ce->elem[k]);
+    fputs("],\"single\":", f);
+    jstr(f, ce->single_exact);
+    fputs(",\"copies\":[", f);
+    for (uint32_t k = 0; k < ce->n_copies; k++) {
+      const vd_stage_cex_copy *cp = &v->copies[ce->copy_off + k];
+      fputs(k ? ",{" : "{", f);
+      fputs("\"piece\":", f);
+      if (cp->piece >= 0) jpiece(f, r, cp->piece);
+      else fputs("\"sum of parts\"", f);
+      fputs(",\"value\":", f);
+      jstr(f, cp->exact);
+      fprintf(f, ",\"differs\":%s}", cp->disagrees ? "true" : "false");
+    }
+    fputs("]}", f);
+  }
+  fputs("]}", f);
+}
+
+vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd_diag *d) {
+  FILE *f = fopen(path, "w");
+  if (!f) VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot write the JSON report");
+  fprintf(f, "{\"verdict\":\"%s\",\"exit_code\":%d,\n\"summary\":{\"stages\":%zu,\"classes\":%zu,\"reduced\":%zu,"
+             "\"by_normal_form\":%zu,\"equivalent\":%zu,\"not_equivalent\":%zu,\"inconclusive\":%zu,\"structural\":%zu,"
+             "\"threads\":%d,\"peak_bytes\":%zu,\"seconds\":{",
+          verdict_json(r), vd_run_exit_code(r), r->set.n_stages, r->n_solved, r->n_reduced, r->n_fast, r->n_equiv,
+          r->n_not_equiv, r->n_inconclusive, r->n_issues, r->threads_used, r->peak_bytes);
+  for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, "%s\"%s\":%.4f", i ? "," : "", vd_run_phase_names[i], r->phase_s[i]);
+  fputs("}},\n\"failures\":[", f);
+  int n = 0;
+  for (size_t i = 0; i < r->n_issues; i++) {
+    const vd_run_issue *is = &r->issues[i];
+    fprintf(f, "%s\n{\"kind\":\"structural\",\"diagnosis\":\"%s\",\"source\":\"%s\",\"issue\":\"%s\",\"rank\":%lld,\"mb\":%lld,\"detail\":",
+            n++ ? "," : "", vd_diagnosis_names[is->diagnosis], is->source, is->kind, (long long)is->rank, (long long)is->mb);
+    jstr(f, is->detail);
+    fputc('}', f);
+  }
+  int shown = 0;
+  for (size_t i = 0; i < r->set.n_stages; i++) {
+    if (r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT) continue;
+    if (o->max_failures > 0 && shown >= o->max_failures) break;
+    fputs(n++ ? ",\n" : "\n", f);
+    json_stage_failure(r, &r->set.stages[i], &r->verdicts[i], f);
+    shown++;
+  }
+  fputs("],\n\"inconclusive\":[", f);
+  n = 0;
+  for (size_t i = 0; i < r->set.n_stages; i++) {
+    if (r->verdicts[i].verdict != VD_SMT_INCONCLUSIVE) continue;
+    fprintf(f, "%s\n{\"stage\":%zu,\"reason\":", n++ ? "," : "", i);
+    jstr(f, r->verdicts[i].reason);
+    fputc('}', f);
+  }
+  fputs("]}\n", f);
+  if (fclose(f) != 0) VD_FAIL(d, VD_EIO, path, NULL, NULL, "writing the JSON report failed");
+  return VD_OK;
+}

@@ -1,0 +1,69 @@
+/*
+ * verifier/run.h - one verification run: load, graph, lineage, stages,
+ * solve (in parallel), and the collected results that the reports print.
+ *
+ * Results are data: a vd_run holds every structural issue and every stage
+ * verdict in a deterministic order, independent of the thread count.
+ */
+#ifndef VD_RUN_H
+#define VD_RUN_H
+
+#include <stdio.h>
+
+#include "../solver/stage_solve.h"
+
+typedef struct {
+  const char *sm, *pm;
+  const char *json_path;   /* --json FILE, or NULL */
+  const char *dump_stages; /* --dump-stages FILE, or NULL */
+  int threads;             /* 0 = OpenMP default */
+  unsigned stage_timeout_ms;
+  int max_failures;        /* failing stages reported in detail */
+  uint64_t seed;
+  int quiet, verbose;
+  int no_reuse;            /* solve every stage, not one per class */
+  int no_fast_path;        /* skip the simplifier normal-form comparison */
+  int no_reduce;           /* check stages on their original shapes */
+} vd_run_opts;
+
+typedef enum { VD_RUN_LOAD, VD_RUN_GRAPH, VD_RUN_LINEAGE, VD_RUN_STAGES, VD_RUN_SOLVE, VD_RUN_PHASES } vd_run_phase;
+extern const char *const vd_run_phase_names[VD_RUN_PHASES];
+
+/* A structural problem, from any module, in report form. */
+typedef struct {
+  vd_diagnosis diagnosis; /* DATAFLOW, SCHEDULE, ALIGNMENT, SHAPE */
+  char source[24];        /* "graph", "lineage", "stages" */
+  char kind[32];          /* the module's issue kind name */
+  int64_t rank, mb;       /* -1 if none */
+  char detail[320];
+} vd_run_issue;
+
+typedef struct vd_run {
+  vd_plan_t sp, pp;
+  vd_graph_t sg, pg;
+  vd_lin_table lt;
+  vd_stage_set set;
+  vd_stage_verdict *verdicts; /* one per stage (members of a class copy the representative's kind) */
+  vd_rc *stage_rc;            /* machinery errors per stage */
+  vd_run_issue *issues; size_t n_issues;
+  size_t n_classes, n_solved, n_fast, n_reduced;
+  size_t n_equiv, n_not_equiv, n_inconclusive;
+  double phase_s[VD_RUN_PHASES];
+  size_t peak_bytes;
+  int threads_used;
+} vd_run;
+
+/* Runs the verification.  VD_OK when a verdict was reached (whatever it is);
+ * VD_EINPUT / VD_EIO for bad input files (diag names file, record, field);
+ * VD_ENOMEM / VD_EINTERNAL otherwise.  Free r with vd_run_free in all cases. */
+vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d);
+void vd_run_free(vd_run *r);
+
+/* Exit code of a finished run: 0 equivalent, 1 not equivalent, 3 inconclusive. */
+int vd_run_exit_code(const vd_run *r);
+
+/* Reports (verifier/report.c). */
+void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f);
+vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd_diag *d);
+
+#endif
