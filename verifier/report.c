@@ -35,6 +35,7 @@ static const char *verdict_json(const vd_run *r) {
 
 typedef struct {
   const char *tensor;
+  int64_t id;     /* parallel tensor file id */
   int64_t rank;   /* global */
   int32_t mb, replica;
   int64_t part_k, part_n;
@@ -46,6 +47,7 @@ static void piece_facts(const vd_run *r, int32_t piece, piece_info *pi) {
   const vd_lin_piece *pc = &r->lt.pieces[piece];
   const vd_tensor_t *t = &r->pp.tensors[pc->ptensor];
   pi->tensor = vd_plan_s(&r->pp, t->name);
+  pi->id = t->id;
   pi->rank = (int64_t)pc->replica * r->pp.world.stored_ranks + t->rank;
   pi->mb = pc->mb;
   pi->replica = pc->replica;
@@ -176,7 +178,7 @@ static void text_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
     piece_info pi;
     piece_facts(r, sv->leaf_piece, &pi);
     fmt_slice(sl, sizeof(sl), pi.lo, pi.hi, pi.ndim);
-    fprintf(f, "     '%s' rank %lld", pi.tensor, (long long)pi.rank);
+    fprintf(f, "     '%s' (t%lld) rank %lld", pi.tensor, (long long)pi.id, (long long)pi.rank);
     if (pi.mb >= 0) fprintf(f, " mb %d", pi.mb);
     fprintf(f, " = %s", sl);
     if (pi.part_n > 1) fprintf(f, " part %lld/%lld", (long long)pi.part_k, (long long)pi.part_n);
@@ -201,7 +203,7 @@ static void text_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
       if (cp->piece >= 0) {
         piece_info pi;
         piece_facts(r, cp->piece, &pi);
-        fprintf(f, "     Tp '%s' rank %lld", pi.tensor, (long long)pi.rank);
+        fprintf(f, "     Tp '%s' (t%lld) rank %lld", pi.tensor, (long long)pi.id, (long long)pi.rank);
         if (pi.mb >= 0) fprintf(f, " mb %d", pi.mb);
         if (pi.part_n > 1) fprintf(f, " part %lld/%lld", (long long)pi.part_k, (long long)pi.part_n);
       } else {
@@ -223,7 +225,7 @@ static void text_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
     for (size_t i = 0; i < v->n_flagged; i++) {
       piece_info pi;
       piece_facts(r, v->flagged_pieces[i], &pi);
-      fprintf(f, "%s rank %lld", i ? "," : "", (long long)pi.rank);
+      fprintf(f, "%s '%s' (t%lld) rank %lld", i ? "," : "", pi.tensor, (long long)pi.id, (long long)pi.rank);
       if (pi.mb >= 0) fprintf(f, " mb %d", pi.mb);
     }
     fputc('\n', f);
@@ -288,6 +290,7 @@ static void jpiece(FILE *f, const vd_run *r, int32_t piece) {
   piece_facts(r, piece, &pi);
   fputs("{\"tensor\":", f);
   jstr(f, pi.tensor);
+  fprintf(f, ",\"tensor_id\":%lld", (long long)pi.id);
   fprintf(f, ",\"rank\":%lld,\"replica\":%d,\"mb\":%d,\"part\":[%lld,%lld],\"slice\":", (long long)pi.rank, pi.replica,
           pi.mb, (long long)pi.part_k, (long long)pi.part_n);
   jslice(f, pi.lo, pi.hi, pi.ndim);

@@ -202,6 +202,25 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     }
   }
   vd_smt_free(s);
+  s = NULL;
+  /* A Z3 model depends on the context's history (which stages the thread
+   * solved before), so the counterexamples that are reported are
+   * recomputed serially, each in a fresh context: the report is then
+   * byte-identical at any thread count. */
+  int reported = 0;
+  for (size_t i = 0; i < n && rc == VD_OK; i++) {
+    if (r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT) continue;
+    if (o->max_failures > 0 && reported >= o->max_failures) break;
+    reported++;
+    vd_diag sd;
+    vd_diag_clear(&sd);
+    if ((rc = vd_smt_new(&s, d)) != VD_OK) break;
+    vd_stage_verdict_free(&r->verdicts[i]);
+    r->stage_rc[i] = vd_stage_solve(s, &r->lt, &r->set.stages[i], &so, &r->verdicts[i], &sd);
+    vd_smt_free(s);
+    s = NULL;
+    if (r->stage_rc[i] == VD_ENOMEM) rc = vd_diag_set(d, VD_ENOMEM, __FILE__, __LINE__, NULL, NULL, NULL, "out of memory");
+  }
   if (first_rc != VD_OK && d) *d = first_diag;
   for (size_t i = 0; i < n; i++) {
     switch (r->verdicts[i].verdict) {
