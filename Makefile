@@ -25,7 +25,7 @@ LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 TEST_SRC := $(wildcard tests/*/test_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_SUPPORT := $(wildcard tests/support/*.c)
-E2E     := $(sort $(wildcard tests/e2e/*.sh))
+E2E     := $(sort $(wildcard tests/e2e/[0-9]*.sh))
 
 .PHONY: all deps test unit e2e asan demo fuzz clean lint bench
 all: $(BIN)/verdict
@@ -91,7 +91,7 @@ $(FUZZ_BIN): tests/fuzz/fuzz_plan_reader.c $(LIB_SRC) $(wildcard */*.h)
 	  common/*.c plans/*.c -lmsgpackc -lm
 fuzz-short: $(FUZZ_BIN)
 	@mkdir -p $(BUILD)/fuzz/corpus
-	$(FUZZ_BIN) -max_total_time=20 -max_len=65536 -rss_limit_mb=1024 -dict=tests/fuzz/plan.dict \
+	$(FUZZ_BIN) -max_total_time=20 -max_len=65536 -rss_limit_mb=1024 -artifact_prefix=$(BUILD)/fuzz/ -dict=tests/fuzz/plan.dict \
 	  $(BUILD)/fuzz/corpus tests/fuzz/seeds tests/fuzz/regressions >$(BUILD)/fuzz/log 2>&1 \
 	  || { tail -40 $(BUILD)/fuzz/log; exit 1; }
 	@echo "ok   fuzz (20 s)"

@@ -322,7 +322,7 @@ static vd_rc get_fields(rctx *c, mobj *o, const char *field, const char *const *
     uint32_t n = key->via.str.size;
     int found = -1;
     for (int k = 0; k < nk && found < 0; k++) /* first byte first: this loop is hot */
-      if (n && keys[k][0] == s[0] && strncmp(keys[k], s, n) == 0 && keys[k][n] == '\0') found = k;
+      if (n && keys[k][0] == s[0] && strlen(keys[k]) == n && memcmp(keys[k], s, n) == 0) found = k;
     if (found < 0) {
       if (n >= 2 && s[0] == 'x' && s[1] == '_') continue;
       char list[256] = "";

@@ -1,0 +1,876 @@
+"""tools/nnscaler/convert.py - nnScaler execution plans -> verdict plan format v1.
+
+What: converts a ModuleCodeGen pickle (loaded inertly by pickle_safe) into a
+plan dict (docs/plan-format.md), for the single-device plan (kind "single",
+tensor id = nnScaler full-tensor id) and for the parallel plan (kind
+"parallel": the per-device programs of DP replica 0, world.replicas = dp,
+lineage annotations pointing at the single plan's full-tensor ids).
+
+Why this shape: nnScaler stores only replica 0 (`execplan._seq[dev]`) and
+re-executes segment cells per microbatch; verdict's format has the same two
+rules (replicas, segments + schedule steps), so the conversion is 1:1 and
+the file stays as small as the distinct programs.
+
+Conventions reproduced (see ../shared/corpus/nnscaler-format.md, section 5):
+ 1. one segment per top-level cell id; a step [segment, mb] per occurrence,
+    mb = occurrence index of the cell id on that device; reducers mb = -1;
+    dataloaders become data inputs (no node).
+ 2. tensor identity is (rank, tid); ids of activations are reused by every
+    microbatch (scope mb); attrs and attr grads are persistent.
+ 3. fused adapter primitives take the adapter's I/O and flip meaning in
+    backward adapters (PRIM_MEANING); identity adapters with in == out are
+    dropped.
+ 4. Move/Broadcast halves become send/recv (or broadcast) nodes sharing a
+    coll key (adapter cid, src, dst, ordinal).
+ 5. weight reducers become one all_reduce per weight on that rank's local
+    grad (found through the backward op that produced it), group = the
+    reducer's plan devices, span_replicas when dp > 1.
+ 6. implicit gradient accumulation becomes explicit: a persistent grad
+    written more than once per iteration gets a zero_grad step
+    (scale factor 0) and every write goes through `accumulate`; an mb-scope
+    grad written twice in one microbatch gets `accumulate` for the later
+    writes.  A non-grad tensor written again is a redundant re-output
+    (VERDICT's ChunkPrim patch): the node is dropped.
+ 7. multiref outputs are re-created per partition by nnScaler: their lineage
+    is their input's.
+ 8. backward ops get the forward inputs (or output, for softmax) the
+    registry's *_backward operator needs; a missing gradient output is a
+    fresh unused tensor; multiref_backward drops never-produced gradients.
+ 9. lineage: full = full-tensor id, lo = IndexMap starts, part = ValueMap;
+    a dim where the single tensor is dp*nm times larger is the batch
+    (dp_shift = nm*b, mb_shift = b); loss pieces are partial sums over
+    (replica, microbatch); final weight grads are claimed complete
+    (part [0,1]) because reducers must have summed them.
+10. an operator with no registry equivalent keeps its nnScaler name
+    (`<name>_backward` for its backward) and all its attributes.
+"""
+import re
+
+from . import pickle_safe as ps
+
+
+class ConvertError(Exception):
+    """A plan whose structure the converter cannot map; str() is one line."""
+
+
+def sname(o):
+    """nnScaler class name of a stub (or the Python type name)."""
+    return type(o)._stub_name if isinstance(o, ps.Stub) else type(o).__name__
+
+
+def is_tensor(o):
+    return isinstance(o, ps.Stub) and sname(o) == "IRSubTensor"
+
+
+def need(cond, what):
+    if not cond:
+        raise ConvertError(what)
+
+
+def as_int(x, what):
+    if isinstance(x, bool) or not isinstance(x, int):
+        raise ConvertError("%s: expected an integer, got %s" % (what, type(x).__name__))
+    return x
+
+
+def int_list(x, what):
+    need(isinstance(x, (list, tuple)), "%s: expected a list" % what)
+    return [as_int(v, what) for v in x]
+
+
+# ---------------------------------------------------------------------------
+# Operator mapping.  nnScaler IRDimops.name -> (registry op, backward op).
+# A None backward means "no backward node is emitted by nnScaler" or the same
+# operator applied to the gradient (marked "same").
+# ---------------------------------------------------------------------------
+OP_MAP = {
+    # torch.nn.functional.linear(x, w[, b]): y = x w^T (+ b), same semantics
+    "linear": ("linear", "linear_backward"),
+    # torch.matmul with >= 2-d operands: batched matrix product
+    "matmul": ("matmul", "matmul_backward"),
+    # torch.sum(x) / torch.sum(x, dim, keepdim): reduction; dims = all when absent
+    "sum": ("sum", "sum_backward"),
+    # torch.mean(x, dim, keepdim)
+    "mean": ("mean", "mean_backward"),
+    # torch.add(a, b, alpha=1) / torch.add(x, scalar): only alpha == 1 maps
+    "add": ("add", "add_backward"),
+    # torch.mul(a, b) / torch.mul(x, scalar)
+    "mul": ("mul", "mul_backward"),
+    # torch.div(x, scalar, rounding_mode=None): true division only
+    "div": ("div", "div_backward"),
+    # torch.pow(x, exponent) with a constant exponent
+    "pow": ("pow", "pow_backward"),
+    # torch.rsqrt: 1/sqrt(x)
+    "rsqrt": ("rsqrt", "rsqrt_backward"),
+    # torch.nn.functional.silu (inplace=False)
+    "silu": ("silu", "silu_backward"),
+    # torch.nn.functional.softmax(x, dim, dtype=None); backward needs the output
+    "softmax": ("softmax", "softmax_backward"),
+    # torch.transpose(x, dim0, dim1); backward: the same transpose of g
+    "transpose": ("transpose", "same"),
+    # torch.Tensor.view(size): row-major relabelling; backward: view g back
+    "view": ("view", "same"),
+    # torch.Tensor.contiguous: layout only
+    "contiguous": ("contiguous", "same"),
+    # torch.Tensor.float: dtype cast (values are reals)
+    "float": ("cast", "same"),
+    # nnscaler.runtime.function.to(x, dtype): dtype cast
+    "to": ("cast", "same"),
+    # nnscaler.runtime.function.identity
+    "identity": ("identity", "same"),
+    # nnscaler.runtime.function.multiref(x, times): n copies; backward sums
+    "multiref": ("multiref", "multiref_backward"),
+    # nnscaler.runtime.function.embedding(ids, table, padding_idx=None, start, stop):
+    # vocab-parallel lookup, rows outside [start, stop) give 0 (registry: start attr)
+    "embedding": ("embedding", "embedding_backward"),
+    # nnscaler.runtime.function.layer_norm(x, w, b, normalized_shape=(h,), eps)
+    "layernorm": ("layer_norm", "layer_norm_backward"),
+}
+
+# adapter primitive class -> (meaning in a forward adapter, in a backward adapter)
+PRIM_MEANING = {
+    "MovePrim": ("move", "move"),
+    "BroadcastPrim": ("broadcast", "broadcast"),
+    "ChunkPrim": ("chunk", "chunk"),
+    "AllGatherPrim": ("all_gather", "all_gather"),
+    "AllReducePrim": ("all_reduce", "all_reduce"),
+    "AllToAllPrim": ("all_to_all", "all_to_all"),
+    "IdentityPrim": ("identity", "identity"),
+    "SplitAllGatherPrim": ("chunk", "all_gather"),
+    "AllGatherSplitPrim": ("all_gather", "chunk"),
+    "AllReduceIdentityPrim": ("all_reduce", "identity"),
+    "IdentityAllreducePrim": ("identity", "all_reduce"),
+    "AllToAllAllToAllPrim": ("all_to_all", "all_to_all"),
+    "AllReduceAllReducePrim": ("all_reduce", "all_reduce"),
+}
+FUSED = {"SplitAllGatherPrim", "AllGatherSplitPrim", "AllReduceIdentityPrim", "IdentityAllreducePrim",
+         "AllToAllAllToAllPrim", "AllReduceAllReducePrim"}
+
+DTYPES = {"float32": "f32", "float": "f32", "float16": "f16", "half": "f16", "bfloat16": "bf16",
+          "float64": "f64", "double": "f64", "int64": "i64", "long": "i64", "int32": "i32", "int": "i32",
+          "bool": "bool"}
+
+LAYER_RE = re.compile(r"layers\.(\d+)\.")
+
+
+def attr_value(v):
+    """A kwarg as a plan attribute value, or None when it has no v1 encoding."""
+    if isinstance(v, bool):
+        return 1 if v else 0
+    if isinstance(v, (int, float, str)):
+        return v
+    if isinstance(v, ps.TorchDType):
+        return v.name
+    if isinstance(v, (list, tuple)) and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+        return list(v)
+    return None
+
+
+class World:
+    def __init__(self, mg, path):
+        need(isinstance(mg, ps.Stub) and sname(mg) == "ModuleCodeGen",
+             "not an nnScaler ModuleCodeGen (top-level object: %s)" % (
+                 "%s.%s" % (type(mg)._stub_module, sname(mg)) if isinstance(mg, ps.Stub) else type(mg).__name__))
+        devs = getattr(mg, "devices", None)
+        need(isinstance(devs, (list, tuple)) and devs, "ModuleCodeGen.devices: missing or empty")
+        self.plan = len(devs)
+        need(int_list(devs, "devices") == list(range(self.plan)), "devices: expected 0..n-1")
+        rt = as_int(getattr(mg, "runtime_ndevs", self.plan), "runtime_ndevs")
+        need(rt >= self.plan and rt % self.plan == 0, "runtime_ndevs %d is not a multiple of %d devices" % (rt, self.plan))
+        self.dp = rt // self.plan
+        ep = getattr(mg, "execplan", None)
+        need(isinstance(ep, ps.Stub), "ModuleCodeGen.execplan: missing")
+        self.ep = ep
+        g = getattr(ep, "_graph", None)
+        sched = getattr(g, "_sched", None) if g is not None else None
+        if isinstance(sched, ps.Stub):
+            self.nm = as_int(getattr(sched, "_num_microbatches", 1), "_num_microbatches")
+            fw = [n for n in getattr(g, "_nodes", []) if sname(n) == "IRSegment" and self._isfw(n)]
+            self.pp = max(1, len(fw))
+        else:
+            self.nm, self.pp = 1, 1
+        need(self.nm >= 1 and self.plan % self.pp == 0, "pipeline stages %d do not divide %d devices" % (self.pp, self.plan))
+        self.tp = self.plan // self.pp
+
+    @staticmethod
+    def _isfw(seg):
+        for n in getattr(seg, "_nodes", []):
+            k = sname(n)
+            if k == "IRDimops":
+                return True
+            if k == "IRBpOperation":
+                return False
+        return False
+
+
+class Conv:
+    """Builds one plan dict from one ModuleCodeGen."""
+
+    def __init__(self, mg, path, kind, single_info=None):
+        self.path, self.kind = path, kind
+        self.w = World(mg, path)
+        if kind == "single":
+            need(self.w.plan == 1 and self.w.dp == 1, "not a single-device plan (%d devices x dp %d)" % (self.w.plan, self.w.dp))
+        self.single = single_info  # {ftid: (shape, name)} of the single plan
+        self.tinfo = {}      # key -> tensor record (without id)
+        self.tid = {}        # key -> plan tensor id
+        self.next_tid = 1
+        self.segments, self.segidx = [], {}
+        self.raw = []        # raw nodes: dict(rank, seg, op, ...)
+        self.schedule = {}
+        self.ncoll, self.collkey = 0, {}
+        self.wgrad = {}      # (rank, weight tid) -> grad key
+        self.alias = {}      # multiref output ftid -> input sub-tensor
+        self.data_keys = set()
+        self.dropped = 0
+        self.unmapped = {}
+        self.gs = {}         # (rank, key) -> produced at least once (for multiref_backward)
+
+    # ---------------- tensors ----------------
+    def tkey(self, rank, t):
+        if self.kind == "single":
+            ft = t._full_tensor
+            full = [tuple(int_list(x, "indmap")) for x in t._indmap._indices] == [(0, s) for s in int_list(ft._shape, "shape")]
+            if full and tuple(t._valmap._weight) == (0, 1):
+                key = ("f", as_int(ft._id, "ftid"))
+            else:
+                key = ("t", as_int(t._id, "tid"))
+        else:
+            key = ("t", rank, as_int(t._id, "tid"))
+        if key not in self.tinfo:
+            self.tinfo[key] = self.describe(rank, t)
+        return key
+
+    def describe(self, rank, t):
+        ft = t._full_tensor
+        need(isinstance(ft, ps.Stub), "tensor t%s: no full tensor" % getattr(t, "_id", "?"))
+        shape = int_list(t._shape, "tensor t%s shape" % t._id)
+        if shape == []:
+            shape = [1]
+        dt = getattr(t, "_dtype", None)
+        dname = dt.name if isinstance(dt, ps.TorchDType) else "float32"
+        is_attr, is_grad = bool(getattr(ft, "_is_attr", False)), bool(getattr(ft, "_is_grad", False))
+        if is_attr and not is_grad:
+            role = "weight" if getattr(ft, "_requires_grad", False) else "input"
+            scope = "persistent"
+        elif is_attr and is_grad:
+            role, scope = "grad", "persistent"
+        elif is_grad:
+            role, scope = "grad", "mb"
+        elif getattr(ft, "_is_loss", False):
+            role, scope = "loss", "mb"
+        else:
+            role, scope = "act", "mb"
+        name = getattr(ft, "name", "") or ""
+        rec = {"name": "%s.t%d" % (name, t._id) if self.kind == "parallel" else "%s.f%d" % (name, ft._id),
+               "rank": rank, "shape": shape, "dtype": DTYPES.get(dname, "f32"), "role": role, "scope": scope}
+        if dname not in DTYPES:
+            rec["x_dtype"] = dname
+        rec["_sub"] = t
+        return rec
+
+    def temp(self, rank, like_key, role=None, scope=None, name="tmp"):
+        base = self.tinfo[like_key]
+        key = ("x", self.next_tid)
+        self.next_tid += 1
+        self.tinfo[key] = {"name": "%s.%s" % (base["name"], name), "rank": rank, "shape": list(base["shape"]),
+                           "dtype": base["dtype"], "role": role or base["role"], "scope": scope or base["scope"]}
+        return key
+
+    # ---------------- nodes ----------------
+    def seg(self, name):
+        i = self.segidx.get(name)
+        if i is None:
+            i = self.segidx[name] = len(self.segments)
+            self.segments.append(name)
+        return i
+
+    def node(self, rank, seg, op, name, phase, ins, outs, attrs=None, coll=None, layer=-1, grads=False):
+        n = {"rank": rank, "segment": seg, "op": op, "name": name, "phase": phase, "in": ins, "out": outs,
+             "attrs": attrs or {}, "layer": layer}
+        if coll is not None:
+            n["_coll"] = coll
+        self.raw.append(n)
+        return n
+
+    def coll(self, key, rank, group, span=False, order=None):
+        c = self.collkey.get(key)
+        if c is None:
+            c = self.collkey[key] = {"id": self.ncoll, "members": {}, "group": list(group), "span": span}
+            self.ncoll += 1
+        c["members"][rank] = order
+        return c
+
+    # ---------------- conversion ----------------
+    def run(self):
+        seqs = getattr(self.w.ep, "_seq", None)
+        need(isinstance(seqs, dict), "execplan._seq: missing")
+        for dev in sorted(seqs):
+            rank = as_int(dev, "device")
+            need(0 <= rank < self.w.plan, "execplan._seq: device %d out of range" % rank)
+            steps = self.schedule.setdefault(rank, [])
+            occ, done = {}, set()
+            for cell in seqs[dev]:
+                real = cell._cell if sname(cell) == "ExeReuseCell" else cell
+                k = sname(real)
+                cid = as_int(real._id, "cell id")
+                mb = occ.get(cid, 0)
+                occ[cid] = mb + 1
+                if k == "IRDataOperation":
+                    for t in real._outputs:
+                        if is_tensor(t):
+                            self.data_keys.add(self.tkey(rank, t))
+                    continue
+                if k == "IRWeightReducer":
+                    s = self.seg("reducer%d" % cid)
+                    steps.append([s, -1])
+                    if cid not in done:
+                        done.add(cid)
+                        self.reducer(rank, s, real)
+                    continue
+                need(mb < self.w.nm, "device %d: cell %d runs %d times, more than %d microbatches" % (rank, cid, mb + 1, self.w.nm))
+                if k == "IRSegment":
+                    fw = World._isfw(real)
+                    s = self.seg(("fwd" if fw else "bwd") + ".seg%d" % cid)
+                    if cid not in done:
+                        done.add(cid)
+                        for n in real._nodes:
+                            self.cell(rank, s, n)
+                elif k == "IRAdapter":
+                    s = self.seg("adapter%d" % cid)
+                    if cid not in done:
+                        done.add(cid)
+                        self.adapter(rank, s, real)
+                else:
+                    raise ConvertError("device %d: unexpected top-level cell %s" % (rank, k))
+                steps.append([s, mb])
+
+    def cell(self, rank, s, n):
+        k = sname(n)
+        if k == "IRDimops":
+            self.fwop(rank, s, n)
+        elif k == "IRBpOperation":
+            self.bwop(rank, s, n)
+        elif k == "IRAdapter":
+            self.adapter(rank, s, n)
+        elif k == "IRDataOperation":
+            for t in n._outputs:
+                if is_tensor(t):
+                    self.data_keys.add(self.tkey(rank, t))
+        else:
+            raise ConvertError("device %d: unexpected node class %s" % (rank, k))
+
+    def layer_of(self, n):
+        for t in n._inputs:
+            if is_tensor(t) and getattr(t._full_tensor, "_is_attr", False):
+                m = LAYER_RE.search(getattr(t._full_tensor, "name", "") or "")
+                if m:
+                    return int(m.group(1))
+        return -1
+
+    def lower_fw(self, n):
+        """-> (op, attrs, tensor inputs, ok) for a forward IRDimops."""
+        name = str(n.name)
+        kw = n._kwargs if isinstance(n._kwargs, dict) else {}
+        tins = [x for x in n._inputs if is_tensor(x)]
+        consts = [x for x in n._inputs if not is_tensor(x)]
+        ent = OP_MAP.get(name)
+        attrs = {}
+        op = ent[0] if ent else None
+        if op in ("add", "mul", "div"):
+            if kw.get("alpha", 1) != 1 or kw.get("rounding_mode") is not None or len(consts) > 1 or \
+                    any(not isinstance(c, (int, float)) or isinstance(c, bool) for c in consts):
+                op = None
+            elif consts:
+                attrs["scalar"] = float(consts[0])
+        elif op == "pow":
+            if len(consts) != 1 or not isinstance(consts[0], (int, float)):
+                op = None
+            else:
+                attrs["exponent"] = float(consts[0])
+        elif op in ("sum", "mean"):
+            nd = len(tins[0]._shape) if tins else 0
+            d = kw.get("dim")
+            dims = list(range(nd)) if d is None else ([d] if isinstance(d, int) else list(d))
+            attrs["dims"] = [as_int(x, "dim") for x in dims]
+            attrs["keepdim"] = 1 if kw.get("keepdim") else 0
+        elif op == "softmax":
+            if kw.get("dtype") is not None:
+                op = None
+            else:
+                attrs["dim"] = as_int(kw.get("dim", -1), "dim")
+        elif op == "transpose":
+            attrs["dim0"], attrs["dim1"] = as_int(kw.get("dim0"), "dim0"), as_int(kw.get("dim1"), "dim1")
+        elif op == "embedding":
+            if kw.get("padding_idx") is not None:
+                op = None
+            else:
+                attrs["start"] = as_int(kw.get("start", 0), "start")
+        elif op == "layer_norm":
+            ns = kw.get("normalized_shape")
+            ns = [ns] if isinstance(ns, int) else list(ns or [])
+            if len(tins) != 3 or len(ns) != 1 or ns[0] != tins[0]._shape[-1]:
+                op = None
+            else:
+                attrs["eps"] = float(kw.get("eps", 1e-5))
+        elif op == "linear":
+            if len(tins) not in (2, 3):
+                op = None
+        elif op == "silu":
+            if kw.get("inplace"):
+                op = None
+        if op is not None and consts and op not in ("add", "mul", "div", "pow"):
+            op = None
+        if op is None:  # own name, every representable kwarg kept
+            op = name
+            attrs = {}
+            for k2, v in kw.items():
+                a = attr_value(v)
+                if a is not None and isinstance(k2, str) and k2:
+                    attrs[k2] = a
+            for i, c in enumerate(consts):
+                a = attr_value(c)
+                if a is not None:
+                    attrs["const%d" % i] = a
+            self.unmapped[name] = self.unmapped.get(name, 0) + 1
+        return op, attrs, tins, op in OP_MAP.get(name, ("", ""))[:1]
+
+    def fwop(self, rank, s, n):
+        op, attrs, tins, mapped = self.lower_fw(n)
+        ins = [self.tkey(rank, t) for t in tins]
+        outs = [self.tkey(rank, t) for t in n._outputs if is_tensor(t)]
+        if str(n.name) == "multiref" and self.kind == "parallel":
+            for t in n._outputs:
+                if is_tensor(t):
+                    self.alias[as_int(t._full_tensor._id, "ftid")] = tins[0]
+        self.node(rank, s, op, "%s#%d" % (n.name, n._id), "fwd", ins, outs, attrs, layer=self.layer_of(n))
+
+    def bwop(self, rank, s, n):
+        fw = n._mirror
+        need(isinstance(fw, ps.Stub) and sname(fw) == "IRDimops", "backward %s: no forward mirror" % n._id)
+        op, attrs, tins, mapped = self.lower_fw(fw)
+        fwouts = [t for t in fw._outputs if is_tensor(t)]
+        # align gradients by full-tensor id: grad of fw tensor x has ftid x.full.grad.id
+        gin = [t for t in n._inputs if is_tensor(t)]
+        gout = [t for t in n._outputs if is_tensor(t)]
+
+        def gid(t):
+            g = getattr(t._full_tensor, "_grad", None)
+            return getattr(g, "_id", None)
+
+        def align(fwts, grads):
+            res, used = [], set()
+            for x in fwts:
+                hit = None
+                for j, g in enumerate(grads):
+                    if j not in used and gid(x) is not None and g._full_tensor._id == gid(x):
+                        hit = j
+                        break
+                if hit is not None:
+                    used.add(hit)
+                    res.append(grads[hit])
+                else:
+                    res.append(None)
+            need(len(used) == len(grads), "backward %s: cannot match its gradients to forward tensors" % n._id)
+            return res
+
+        g_of_out = align(fwouts, gin)
+        g_of_in = align(tins, gout)
+        layer = self.layer_of(fw)
+        name = "BW.%s#%d" % (fw.name, fw._id)
+        fwname = str(fw.name)
+        bop = OP_MAP[fwname][1] if mapped else None
+
+        def out_keys(positions):
+            res = []
+            for i in positions:
+                g = g_of_in[i]
+                if g is not None:
+                    k = self.tkey(rank, g)
+                    res.append(k)
+                    if getattr(tins[i]._full_tensor, "_is_attr", False):
+                        self.wgrad[(rank, as_int(tins[i]._id, "tid"))] = k
+                else:
+                    xk = self.tkey(rank, tins[i])
+                    res.append(self.temp(rank, xk, role="grad", scope="mb", name="nograd"))
+            return res
+
+        gk = [self.tkey(rank, g) if g is not None else None for g in g_of_out]
+        if bop == "same":
+            need(gk[0] is not None and len(tins) == 1, "backward %s: unexpected arity" % n._id)
+            self.node(rank, s, op, name, "bwd", [gk[0]], out_keys([0]), attrs, layer=layer, grads=True)
+        elif bop == "multiref_backward":
+            ins = [k for k in gk if k is not None]
+            self.node(rank, s, bop, name, "bwd", ins, out_keys([0]), {}, layer=layer, grads=True)
+            self.raw[-1]["_drop_unproduced"] = True
+        elif bop is not None:
+            need(len(gk) == 1 and gk[0] is not None, "backward %s: expected one output gradient" % n._id)
+            xs = [self.tkey(rank, t) for t in tins]
+            if bop in ("linear_backward", "matmul_backward", "mul_backward", "div_backward"):
+                ins = (xs + [gk[0]]) if len(xs) == 2 or bop == "linear_backward" else [gk[0]]
+            elif bop in ("pow_backward", "rsqrt_backward", "silu_backward"):
+                ins = [xs[0], gk[0]]
+            elif bop == "softmax_backward":
+                ins = [self.tkey(rank, fwouts[0]), gk[0]]
+            elif bop == "embedding_backward":
+                ins = [xs[0], gk[0]]
+            elif bop == "layer_norm_backward":
+                ins = [xs[0], xs[1], gk[0]]
+            else:  # sum, mean, add: only the gradient
+                ins = [gk[0]]
+            if bop == "embedding_backward":
+                pos = [1]
+            elif bop == "linear_backward" and len(xs) == 3:
+                pos = [0, 1, 2]
+            else:
+                pos = list(range(len(tins)))
+            if bop == "linear_backward" and len(xs) == 3:
+                ins = xs[:2] + [gk[0]]
+            self.node(rank, s, bop, name, "bwd", ins, out_keys(pos), attrs, layer=layer, grads=True)
+        else:  # unknown operator: forward inputs, forward outputs, then output gradients
+            ins = [self.tkey(rank, t) for t in tins] + [self.tkey(rank, t) for t in fwouts] + [k for k in gk if k is not None]
+            pos = [i for i in range(len(tins)) if g_of_in[i] is not None]
+            self.node(rank, s, op + "_backward", name, "bwd", ins, out_keys(pos), attrs, layer=layer, grads=True)
+
+    def adapter(self, rank, s, a):
+        prims = getattr(a, "_prims", None) or []
+        isfw = bool(getattr(a, "_forward", True))
+        acid = as_int(a._id, "adapter id")
+        ain = [t for t in a._inputs if is_tensor(t)]
+        aout = [t for t in a._outputs if is_tensor(t)]
+        counters = {}
+        for p in prims:
+            pc = sname(p)
+            need(pc in PRIM_MEANING, "adapter %d: unknown primitive %s" % (acid, pc))
+            meaning = PRIM_MEANING[pc][0 if isfw else 1]
+            kw = p.kwargs if isinstance(getattr(p, "kwargs", None), dict) else {}
+            if pc in FUSED:
+                pin, pout = ain, aout
+            else:
+                pin = [t for t in p._inputs if is_tensor(t)]
+                pout = [t for t in p._outputs if is_tensor(t)]
+            name = "%s#%d" % (pc, acid)
+            if meaning == "identity":
+                if len(pin) == 1 and len(pout) == 1 and pin[0]._id == pout[0]._id:
+                    continue
+                need(len(pin) == 1 and len(pout) == 1, "adapter %d: identity arity" % acid)
+                self.node(rank, s, "identity", name, "comm", [self.tkey(rank, pin[0])], [self.tkey(rank, pout[0])])
+                continue
+            if meaning == "move":
+                src, dst = as_int(kw.get("src"), "src"), as_int(kw.get("dst"), "dst")
+                c = counters.get((src, dst), 0)
+                counters[(src, dst)] = c + 1
+                ckey = ("move", acid, src, dst, c)
+                if src == dst:
+                    continue
+                if pin and not pout:
+                    need(rank == src, "adapter %d: send on rank %d but src %d" % (acid, rank, src))
+                    n = self.node(rank, s, "send", name, "comm", [self.tkey(rank, pin[0])], [])
+                elif pout and not pin:
+                    need(rank == dst, "adapter %d: recv on rank %d but dst %d" % (acid, rank, dst))
+                    n = self.node(rank, s, "recv", name, "comm", [], [self.tkey(rank, pout[0])])
+                else:
+                    raise ConvertError("adapter %d: move half with both inputs and outputs" % acid)
+                n["_coll"] = self.coll(ckey, rank, [src, dst])
+                continue
+            if meaning == "chunk":
+                need(len(pin) == 1 and len(pout) == 1, "adapter %d: chunk arity" % acid)
+                dim = as_int(kw.get("dim"), "dim")
+                x, y = pin[0], pout[0]
+                nd = len(x._shape)
+                need(-nd <= dim < nd, "adapter %d: chunk dim %d out of range" % (acid, dim))
+                dim %= nd
+                xs, ys = x._shape[dim], y._shape[dim]
+                need(ys > 0 and xs % ys == 0, "adapter %d: chunk of %d into pieces of %d" % (acid, xs, ys))
+                off = y._indmap._indices[dim][0] - x._indmap._indices[dim][0]
+                need(off % ys == 0, "adapter %d: chunk offset %d not a multiple of %d" % (acid, off, ys))
+                xk, yk = self.tkey(rank, x), self.tkey(rank, y)
+                self.node(rank, s, "chunk", name, "comm", [xk], [yk],
+                          {"dim": dim, "index": off // ys, "chunks": xs // ys})
+                continue
+            ranks = int_list(kw.get("ranks", []), "ranks")
+            if meaning == "broadcast":
+                need((len(pin) == 1 and len(pout) <= 1) or (not pin and len(pout) == 1),
+                     "adapter %d: %s arity" % (acid, pc))
+            else:
+                need(len(pin) == 1 and len(pout) == 1, "adapter %d: %s arity" % (acid, pc))
+            c = counters.get(pc, 0)
+            counters[pc] = c + 1
+            ckey = (meaning, acid, pc, c, tuple(sorted(ranks)))
+            if meaning == "broadcast":
+                src = as_int(kw.get("src"), "src")
+                group = ranks if src in ranks else [src] + ranks
+                if rank == src:
+                    xk = self.tkey(rank, pin[0])
+                    yk = self.tkey(rank, pout[0]) if pout else self.temp(rank, xk, name="bcast")
+                    n = self.node(rank, s, "broadcast", name, "comm", [xk], [yk], {"root": group.index(src)})
+                else:
+                    n = self.node(rank, s, "broadcast", name, "comm", [], [self.tkey(rank, pout[0])], {"root": group.index(src)})
+                n["_coll"] = self.coll(ckey, rank, group)
+                continue
+            x, y = pin[0], pout[0]
+            xk, yk = self.tkey(rank, x), self.tkey(rank, y)
+            attrs, order = {}, 0
+            if meaning == "all_gather":
+                dim = as_int(kw.get("dim"), "dim") % len(x._shape)
+                attrs["dim"] = dim
+                order = x._indmap._indices[dim][0]
+            elif meaning == "all_to_all":
+                nd = len(x._shape)
+                sd = [d for d in range(nd) if y._shape[d] < x._shape[d]]
+                cd = [d for d in range(nd) if y._shape[d] > x._shape[d]]
+                need(len(sd) == 1 and len(cd) == 1, "adapter %d: all_to_all shapes %s -> %s" % (acid, list(x._shape), list(y._shape)))
+                attrs["split_dim"], attrs["concat_dim"] = sd[0], cd[0]
+                order = x._indmap._indices[cd[0]][0]
+            elif meaning == "all_reduce":
+                order = ranks.index(rank) if rank in ranks else 0
+            n = self.node(rank, s, meaning, name, "comm", [xk], [yk], attrs)
+            n["_coll"] = self.coll(ckey, rank, sorted(ranks), order=order)
+
+    def reducer(self, rank, s, r):
+        dev = int_list(r._device, "reducer devices")
+        need(rank in dev, "reducer %s: rank %d not in its devices" % (r._id, rank))
+        for w in r._inputs:
+            if not is_tensor(w):
+                continue
+            gk = self.wgrad.get((rank, as_int(w._id, "tid")))
+            if gk is None:
+                self.dropped += 1
+                continue
+            n = self.node(rank, s, "all_reduce", "reducer#%d.%s" % (r._id, getattr(w._full_tensor, "name", "")), "comm",
+                          [gk], [gk], {}, layer=-1)
+            n["_coll"] = self.coll(("red", r._id, w._id), rank, sorted(dev), span=self.w.dp > 1)
+            n["_reducer"] = True
+
+    # ---------------- accumulation, lineage, output ----------------
+    def finish(self):
+        byseg = {}
+        for i, n in enumerate(self.raw):
+            byseg.setdefault((n["rank"], n["segment"]), []).append(i)
+        drop = set()
+        acc_of = {}      # node index -> set of output positions that accumulate
+        zero = {}        # rank -> [persistent keys to zero]
+        for rank, steps in self.schedule.items():
+            pwrites, written = {}, set()
+            first_mb = [st for st in steps if st[1] in (0, -1)]
+            for s, mb in steps:
+                for i in byseg.get((rank, s), []):
+                    for k in self.raw[i]["out"]:
+                        if self.tinfo[k]["scope"] == "persistent" and not self.raw[i].get("_reducer"):
+                            pwrites[k] = pwrites.get(k, 0) + 1
+            for s, mb in first_mb:
+                for i in byseg.get((rank, s), []):
+                    n = self.raw[i]
+                    if n.get("_drop_unproduced"):
+                        n["in"] = [k for k in n["in"] if k in written or k in self.data_keys]
+                        if not n["in"]:
+                            drop.add(i)
+                            continue
+                    outs = n["out"]
+                    if n.get("_reducer"):
+                        continue
+                    # a re-write that reads the tensor itself is an in-place update (broadcast root)
+                    again = [j for j, k in enumerate(outs)
+                             if self.tinfo[k]["scope"] == "mb" and k in written and k not in n["in"]]
+                    if again:
+                        if n["op"] == "chunk" and len(again) == len(outs):
+                            # VERDICT's patch: a ChunkPrim re-outputting an existing tensor is redundant
+                            drop.add(i)
+                            self.dropped += 1
+                            continue
+                        if any(self.tinfo[outs[j]]["role"] != "grad" for j in again):
+                            raise ConvertError("rank %d: node %s writes non-gradient tensor %s twice in one microbatch"
+                                               % (rank, n["name"], self.tinfo[outs[again[0]]]["name"]))
+                        acc_of.setdefault(i, set()).update(again)
+                    for k in outs:
+                        written.add(k)
+            for k, c in pwrites.items():
+                if c > 1:
+                    zero.setdefault(rank, []).append(k)
+        zset = {(self.tinfo[k]["rank"], k) for ks in zero.values() for k in ks}
+        # expand into final nodes
+        nodes = []
+        zseg = self.seg("zero_grad") if zero else None
+        for rank, ks in sorted(zero.items()):
+            for k in ks:
+                nodes.append({"rank": rank, "segment": zseg, "op": "scale", "name": "zero_grad." + self.tinfo[k]["name"],
+                              "phase": "opt", "in": [k], "out": [k], "attrs": {"factor": 0.0}, "layer": -1})
+            self.schedule[rank].insert(0, [zseg, -1])
+        for i, n in enumerate(self.raw):
+            if i in drop:
+                continue
+            accs = acc_of.get(i, set())
+            post = []
+            outs = list(n["out"])
+            for j, k in enumerate(outs):
+                if n.get("_reducer"):
+                    continue
+                if j in accs or (n["rank"], k) in zset:
+                    t = self.temp(n["rank"], k, scope="mb", name="part%d" % len(nodes))
+                    outs[j] = t
+                    post.append({"rank": n["rank"], "segment": n["segment"], "op": "accumulate",
+                                 "name": "accumulate." + self.tinfo[k]["name"], "phase": "bwd", "in": [k, t],
+                                 "out": [k], "attrs": {}, "layer": n["layer"]})
+            n["out"] = outs
+            nodes.append(n)
+            nodes.extend(post)
+        return nodes
+
+    def lineage(self, key, rec):
+        sub = rec.get("_sub")
+        if sub is None or self.single is None:
+            return None
+        ft = sub._full_tensor
+        fid = as_int(ft._id, "ftid")
+        indices = [list(x) for x in sub._indmap._indices]
+        k, num = (int(v) for v in sub._valmap._weight)
+        if fid in self.alias:  # multiref output: the input's lineage
+            src = self.alias[fid]
+            ft, fid = src._full_tensor, as_int(src._full_tensor._id, "ftid")
+            base = [list(x) for x in src._indmap._indices]
+            if [b - a for a, b in base] != [b - a for a, b in indices]:
+                return None
+            indices = base
+        elif getattr(ft, "_is_grad", False) is False and getattr(ft, "_is_attr", False) is False and \
+                self.single.get(fid, (None, None))[1] not in (None, getattr(ft, "name", None)):
+            return None
+        sinfo = self.single.get(fid)
+        if sinfo is None:
+            return None
+        sshape, _ = sinfo
+        pfull = int_list(ft._shape, "shape") or [1]
+        shape = rec["shape"]
+        if len(indices) != len(shape):
+            return None
+        lo = [a for a, b in indices]
+        if len(sshape) != len(pfull):
+            return None
+        diff = [d for d in range(len(pfull)) if sshape[d] != pfull[d]]
+        lin = {"full": fid}
+        if any(lo):
+            lin["lo"] = lo
+        scope = rec["scope"]
+        dp, nm = self.w.dp, self.w.nm
+        if len(diff) == 1 and scope == "mb":
+            d = diff[0]
+            dsh = [0] * len(shape)
+            msh = [0] * len(shape)
+            dsh[d], msh[d] = nm * pfull[d], pfull[d]
+            if dp > 1:
+                lin["dp_shift"] = dsh
+            if nm > 1:
+                lin["mb_shift"] = msh
+        elif diff:
+            return None
+        if rec["role"] == "grad" and scope == "persistent":
+            return lin  # final weight gradient: complete after the reducers
+        if getattr(ft, "_is_loss", False) and not getattr(ft, "_is_grad", False) and not diff and (dp > 1 or nm > 1):
+            lin["part"] = [k, num * dp * nm]
+            if dp > 1:
+                lin["dp_part"] = num * nm
+            if nm > 1:
+                lin["mb_part"] = num
+            return lin
+        if num != 1:
+            lin["part"] = [k, num]
+        return lin
+
+    def plan(self, model):
+        nodes = self.finish()
+        used = {}
+        for n in nodes:
+            for k in n["in"] + n["out"]:
+                used[k] = True
+        for k in self.data_keys:
+            used[k] = True
+        tensors = []
+        ids = {}
+        nid = 1
+        for k in used:
+            rec = self.tinfo[k]
+            if self.kind == "single" and k[0] == "f":
+                ids[k] = k[1]
+        taken = set(ids.values())
+        for k in used:
+            if k not in ids:
+                while nid in taken:
+                    nid += 1
+                ids[k] = nid
+                taken.add(nid)
+        for k in used:
+            rec = self.tinfo[k]
+            t = {"id": ids[k], "name": rec["name"]}
+            if rec["rank"]:
+                t["rank"] = rec["rank"]
+            t["shape"] = rec["shape"]
+            if rec["dtype"] != "f32":
+                t["dtype"] = rec["dtype"]
+            role = rec["role"]
+            if k in self.data_keys:
+                role = "input"
+            t["role"], t["scope"] = role, rec["scope"]
+            if "x_dtype" in rec:
+                t["x_dtype"] = rec["x_dtype"]
+            if self.kind == "parallel":
+                lin = self.lineage(k, rec)
+                if lin is not None:
+                    t["lin"] = lin
+            tensors.append(t)
+        out_nodes = []
+        for i, n in enumerate(nodes):
+            o = {"id": i + 1, "op": n["op"], "name": n["name"]}
+            if n["rank"]:
+                o["rank"] = n["rank"]
+            o["segment"] = n["segment"]
+            if n["layer"] != -1:
+                o["layer"] = n["layer"]
+            o["phase"] = n["phase"]
+            if n["in"]:
+                o["in"] = [ids[k] for k in n["in"]]
+            if n["out"]:
+                o["out"] = [ids[k] for k in n["out"]]
+            if n["attrs"]:
+                o["attrs"] = n["attrs"]
+            c = n.get("_coll")
+            if c is not None:
+                o["coll"] = c["id"]
+                grp = c["group"]
+                if any(v is not None for v in c["members"].values()) and all(v is not None for v in c["members"].values()) \
+                        and set(c["members"]) == set(grp):
+                    grp = sorted(grp, key=lambda r: (c["members"][r], r))
+                o["group"] = grp
+                if c["span"]:
+                    o["span_replicas"] = True
+            out_nodes.append(o)
+        w = self.w
+        world = {"dp": w.dp, "tp": w.tp, "pp": w.pp, "nm": w.nm, "replicas": w.dp, "stored_ranks": w.plan,
+                 "layout": "tp,pp,dp"}
+        sched = [self.schedule.get(r, []) for r in range(w.plan)]
+        p = {"format": "verdict-plan", "version": 1, "kind": self.kind, "model": model}
+        if self.kind == "parallel":
+            p["world"] = world
+        p.update({"segments": self.segments, "schedule": sched, "tensors": tensors, "nodes": out_nodes,
+                  "x_source": "nnscaler2plan", "x_unmapped_ops": sorted(self.unmapped)})
+        return p
+
+
+def single_info(mg, path):
+    """{ftid: (shape, name)} of every full tensor reachable from the single plan's programs."""
+    c = Conv(mg, path, "single")
+    c.run()
+    info = {}
+    for key, rec in c.tinfo.items():
+        sub = rec.get("_sub")
+        if sub is not None:
+            ft = sub._full_tensor
+            info[int(ft._id)] = (int_list(ft._shape, "shape") or [1], getattr(ft, "name", None))
+    return c, info
+
+
+def convert_pair(sm, smpath, pm, pmpath, model=""):
+    cs, info = single_info(sm, smpath)
+    sp = cs.plan(model)
+    cp = Conv(pm, pmpath, "parallel", info)
+    cp.run()
+    pp = cp.plan(model)
+    return sp, pp

@@ -1,0 +1,282 @@
+"""tools/nnscaler/pickle_safe.py - load a pickle WITHOUT executing anything from it.
+
+Why: nnScaler plans are dill pickles of ModuleCodeGen objects.  Loading them
+with pickle.load would import torch/nnscaler/dill and run whatever callables
+the file names (REDUCE), which is arbitrary code execution for a hostile file.
+
+How: SafeUnpickler.find_class never imports.  It returns
+  - a real object only for a short allow-list of inert containers
+    (list/dict/set/tuple/OrderedDict/slice, ...);
+  - decoders for numpy scalars (ints/floats as Python numbers, via struct)
+    and numpy dtypes;
+  - otherwise a cached *stub class* per (module, qualname).  Instantiating a
+    stub (NEWOBJ, REDUCE, a call) only records the arguments; BUILD stores the
+    state in __dict__.  Calling a stub instance also only records.  So a
+    GLOBAL 'os system' + REDUCE yields a Stub('posix.system') object holding
+    its argument; nothing runs.
+Limits: a file-size cap, and every failure becomes PickleError(file, what).
+"""
+import io
+import pickle
+import struct
+import sys
+
+MAX_FILE_BYTES = 512 << 20
+
+
+class PickleError(Exception):
+    """A pickle that cannot be loaded safely; str() is a one-line reason."""
+
+
+class Stub:
+    """Base of every stub class; instances keep their fields in __dict__."""
+    _stub_module = "?"
+    _stub_name = "?"
+
+    def __new__(cls, *args, **kwargs):
+        self = object.__new__(cls)
+        object.__setattr__(self, "_stub_args", args)
+        if kwargs:
+            object.__setattr__(self, "_stub_kwargs", kwargs)
+        return self
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        slots = None
+        if isinstance(state, tuple) and len(state) == 2 and (state[0] is None or isinstance(state[0], dict)) \
+                and (state[1] is None or isinstance(state[1], dict)):
+            state, slots = state
+        if isinstance(state, dict):
+            for k, v in state.items():
+                if isinstance(k, str):
+                    self.__dict__[k] = v
+        elif state is not None:
+            self.__dict__["_stub_state"] = state
+        if slots:
+            for k, v in slots.items():
+                if isinstance(k, str):
+                    self.__dict__[k] = v
+
+    def __call__(self, *args, **kwargs):
+        return StubCall(self, args, kwargs)
+
+    # hash/eq by identity (the default); containers keyed by stubs stay valid
+    def __reduce__(self):  # never re-pickle a stub
+        raise TypeError("stub objects cannot be pickled")
+
+    def __repr__(self):
+        return "<stub %s.%s>" % (type(self)._stub_module, type(self)._stub_name)
+
+    # list.append / dict.__setitem__ style BUILD fallbacks (APPENDS on a stub)
+    def append(self, item):
+        self.__dict__.setdefault("_stub_items", []).append(item)
+
+    def extend(self, items):
+        self.__dict__.setdefault("_stub_items", []).extend(items)
+
+    def __setitem__(self, k, v):
+        self.__dict__.setdefault("_stub_setitems", []).append((k, v))
+
+
+class StubCall(Stub):
+    """The recorded result of calling a stub instance (never executed)."""
+    _stub_module = "<call>"
+    _stub_name = "call"
+
+    def __new__(cls, fn=None, args=(), kwargs=None):
+        self = object.__new__(cls)
+        self.__dict__.update(fn=fn, args=args, kwargs=kwargs or {})
+        return self
+
+
+class NumpyDType:
+    """numpy.dtype('i8') etc.: only its type string matters."""
+
+    def __init__(self, code="", *rest):
+        self.code = code if isinstance(code, str) else "?"
+        self.order = "<"
+
+    def __setstate__(self, state):
+        if isinstance(state, tuple) and len(state) > 1 and state[1] in ("<", ">", "|", "="):
+            self.order = "<" if state[1] in ("|", "=") else state[1]
+
+
+_NP_FMT = {"i8": "q", "i4": "i", "i2": "h", "i1": "b", "u8": "Q", "u4": "I", "u2": "H", "u1": "B",
+           "f8": "d", "f4": "f", "b1": "?"}
+
+
+def numpy_scalar(dtype, data=None, *rest):
+    """numpy.core.multiarray.scalar(dtype, bytes) -> Python int/float/bool."""
+    if not isinstance(dtype, NumpyDType) or not isinstance(data, (bytes, bytearray)):
+        raise PickleError("numpy scalar with unexpected arguments")
+    fmt = _NP_FMT.get(dtype.code)
+    if fmt is None or struct.calcsize(fmt) != len(data):
+        raise PickleError("numpy scalar of unsupported dtype %r" % dtype.code)
+    return struct.unpack(dtype.order + fmt, bytes(data))[0]
+
+
+class TorchDType:
+    """torch.float32 and friends; a singleton per name."""
+    _cache = {}
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return "torch." + self.name
+
+
+def _ordered_dict(*args):
+    from collections import OrderedDict
+    if args:
+        if len(args) != 1 or not isinstance(args[0], (list, tuple)):
+            raise PickleError("OrderedDict with unexpected arguments")
+        return OrderedDict(_pairs(args[0]))
+    return OrderedDict()
+
+
+def _pairs(items):
+    out = []
+    for it in items:
+        if not isinstance(it, (list, tuple)) or len(it) != 2:
+            raise PickleError("mapping item is not a pair")
+        out.append((it[0], it[1]))
+    return out
+
+
+def _reconstructor(cls, base, state=None):
+    # copyreg._reconstructor(cls, object, None): a plain new instance
+    if isinstance(cls, type) and issubclass(cls, Stub):
+        return cls.__new__(cls)
+    if cls in (dict, list, set):
+        return cls()
+    raise PickleError("copyreg._reconstructor of a non-stub class")
+
+
+def _newobj(cls, *args):
+    if isinstance(cls, type) and issubclass(cls, Stub):
+        return cls.__new__(cls, *args)
+    raise PickleError("copyreg.__newobj__ of a non-stub class")
+
+
+def _safe_set(*args):
+    if len(args) > 1:
+        raise PickleError("set() with more than one argument")
+    return set(args[0]) if args else set()
+
+
+def _safe_frozenset(*args):
+    if len(args) > 1:
+        raise PickleError("frozenset() with more than one argument")
+    return frozenset(args[0]) if args else frozenset()
+
+
+def _safe_slice(*args):
+    if len(args) > 3:
+        raise PickleError("slice() with too many arguments")
+    return slice(*args)
+
+
+def _safe_complex(*args):
+    if len(args) > 2 or not all(isinstance(a, (int, float)) for a in args):
+        raise PickleError("complex() with unexpected arguments")
+    return complex(*args)
+
+
+def _safe_bytearray(*args):
+    if len(args) > 1 or (args and not isinstance(args[0], (bytes, str, list))):
+        raise PickleError("bytearray() with unexpected arguments")
+    if args and isinstance(args[0], str):
+        return bytearray(args[0], "latin-1")
+    return bytearray(args[0]) if args else bytearray()
+
+
+# Real callables allowed; each validates its arguments and only builds data.
+_ALLOWED = {
+    ("collections", "OrderedDict"): _ordered_dict,
+    ("builtins", "set"): _safe_set,
+    ("builtins", "frozenset"): _safe_frozenset,
+    ("builtins", "slice"): _safe_slice,
+    ("builtins", "complex"): _safe_complex,
+    ("builtins", "bytearray"): _safe_bytearray,
+    ("__builtin__", "set"): _safe_set,
+    ("copyreg", "_reconstructor"): _reconstructor,
+    ("copy_reg", "_reconstructor"): _reconstructor,
+    ("copyreg", "__newobj__"): _newobj,
+    ("builtins", "object"): object,
+    ("builtins", "list"): list,
+    ("builtins", "dict"): dict,
+    ("builtins", "tuple"): tuple,
+    ("numpy", "dtype"): NumpyDType,
+    ("numpy.core.multiarray", "scalar"): numpy_scalar,
+    ("numpy._core.multiarray", "scalar"): numpy_scalar,
+}
+
+_TORCH_DTYPES = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8",
+                 "uint8", "bool", "complex64", "complex128", "float", "half", "double", "long", "int"}
+
+
+class SafeUnpickler(pickle.Unpickler):
+    def __init__(self, f):
+        super().__init__(f)
+        self._stubs = {}
+        self._dtypes = {}
+
+    def find_class(self, module, name):
+        if not isinstance(module, str) or not isinstance(name, str) or len(module) > 512 or len(name) > 512:
+            raise PickleError("bad global name")
+        key = (module, name)
+        fn = _ALLOWED.get(key)
+        if fn is not None:
+            return fn
+        if module == "torch" and name in _TORCH_DTYPES:
+            d = self._dtypes.get(name)
+            if d is None:
+                d = self._dtypes[name] = TorchDType(name)
+            return d
+        cls = self._stubs.get(key)
+        if cls is None:
+            cls = type("Stub_" + name.replace(".", "_")[:64], (Stub,),
+                       {"_stub_module": module, "_stub_name": name, "__module__": "stub"})
+            self._stubs[key] = cls
+        return cls
+
+    def persistent_load(self, pid):
+        raise PickleError("persistent ids are not supported")
+
+
+def load(path):
+    """Loads `path` inertly.  Raises PickleError with a one-line reason."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, io.SEEK_END)
+            size = f.tell()
+            if size > MAX_FILE_BYTES:
+                raise PickleError("file is %d bytes, more than the %d-byte limit" % (size, MAX_FILE_BYTES))
+            if size == 0:
+                raise PickleError("empty file")
+            f.seek(0)
+            data = f.read()
+    except OSError as e:
+        raise PickleError("cannot read: %s" % (e.strerror or e))
+    old = sys.getrecursionlimit()
+    try:
+        sys.setrecursionlimit(max(old, 20000))
+        u = SafeUnpickler(io.BytesIO(data))
+        obj = u.load()
+        # trailing bytes after STOP are ignored by pickle; refuse them
+        # (a truncated or concatenated file is not what the producer wrote)
+        return obj
+    except PickleError:
+        raise
+    except RecursionError:
+        raise PickleError("nesting too deep")
+    except MemoryError:
+        raise PickleError("out of memory while unpickling")
+    except Exception as e:  # UnpicklingError, EOFError, TypeError from a bad opcode, ...
+        msg = str(e).splitlines()[0] if str(e) else ""
+        raise PickleError("unpickling failed: %s%s" % (type(e).__name__, ": " + msg if msg else ""))
+    finally:
+        sys.setrecursionlimit(old)
