@@ -29,6 +29,7 @@ static void verify_usage(FILE *f) {
           "  --no-reuse           solve every stage, not one per symmetry class\n"
           "  --no-fast-path       skip the normal-form comparison, always call the solver\n"
           "  --no-reduce          check stages on their original shapes\n"
+          "  --dump-stages FILE   write every stage (class, targets, shapes, nodes) to FILE\n"
           "  -q                   no progress or timings, only the verdict and failures\n"
           "  -v                   more detail\n"
           "  -h, --help           this text\n"
@@ -116,6 +117,7 @@ int vd_cmd_verify(int argc, char **argv) {
   vd_report_text(&r, &o, stdout);
   int code = vd_run_exit_code(&r);
   if (o.json_path && vd_report_json(&r, &o, o.json_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
+  if (o.dump_stages && vd_report_stages(&r, o.dump_stages, &d) != VD_OK) code = vd_cli_report_diag(&d);
   vd_run_free(&r);
   return code;
 }

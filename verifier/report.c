@@ -432,3 +432,47 @@ vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd
   if (fclose(f) != 0) VD_FAIL(d, VD_EIO, path, NULL, NULL, "writing the JSON report failed");
   return VD_OK;
 }
+
+/* ---- --dump-stages ------------------------------------------------------------ */
+
+static void shape_str(char *buf, size_t n, const int64_t *s, int ndim) {
+  size_t at = (size_t)snprintf(buf, n, "[");
+  for (int i = 0; i < ndim && at < n; i++) at += (size_t)snprintf(buf + at, n - at, "%s%lld", i ? "," : "", (long long)s[i]);
+  if (at < n) snprintf(buf + at, n - at, "]");
+}
+
+vd_rc vd_report_stages(const vd_run *r, const char *path, vd_diag *d) {
+  FILE *f = fopen(path, "w");
+  if (!f) VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot write the stage dump");
+  char line[512], a[128], b[128];
+  for (size_t i = 0; i < r->set.n_stages; i++) {
+    const vd_stage *st = &r->set.stages[i];
+    const vd_stage_verdict *v = r->verdicts ? &r->verdicts[i] : NULL;
+    fprintf(f, "stage %u class %d %s%s\n", st->id, st->canon_class, st->reduced ? "reduced" : "unreduced",
+            v ? (v->verdict == VD_SMT_EQUIVALENT ? " equivalent" : v->verdict == VD_SMT_NOT_EQUIVALENT ? " NOT-EQUIVALENT" : " inconclusive") : "");
+    for (uint32_t t = 0; t < st->n_targets; t++) {
+      const vd_stage_target *tg = &st->targets[t];
+      const vd_stage_value *sv = &st->vals[tg->svalue];
+      const vd_tensor_t *ts = &r->sp.tensors[r->sg.values[sv->value].tensor];
+      fmt_slice(a, sizeof(a), tg->lo, tg->hi, sv->ndim);
+      fmt_slice(b, sizeof(b), tg->rlo, tg->rhi, sv->ndim);
+      fprintf(f, "  target '%s' %s (reduced %s) parts %lld, %u piece(s)\n", vd_plan_s(&r->sp, ts->name), a, b,
+              (long long)tg->part_n, tg->n_pieces);
+    }
+    for (uint32_t k = 0; k < st->n_vals; k++) {
+      const vd_stage_value *sv = &st->vals[k];
+      const vd_graph_t *g = sv->side ? &r->pg : &r->sg;
+      const vd_tensor_t *t = &g->plan->tensors[g->values[sv->value].tensor];
+      shape_str(a, sizeof(a), sv->shape, sv->ndim);
+      shape_str(b, sizeof(b), sv->rshape, sv->ndim);
+      fprintf(f, "  v%u %s '%s' %s -> %s%s\n", k, sv->side ? "parallel" : "single", vd_plan_s(g->plan, t->name), a, b,
+              sv->producer < 0 ? (sv->leaf_piece >= 0 ? " hypothesis" : " leaf") : "");
+    }
+    for (uint32_t k = 0; k < st->n_nodes; k++) {
+      fmt_node(line, sizeof(line), r, &st->nodes[k]);
+      fprintf(f, "  n%u %s\n", k, line);
+    }
+  }
+  if (fclose(f) != 0) VD_FAIL(d, VD_EIO, path, NULL, NULL, "writing the stage dump failed");
+  return VD_OK;
+}

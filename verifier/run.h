@@ -65,5 +65,8 @@ int vd_run_exit_code(const vd_run *r);
 /* Reports (verifier/report.c). */
 void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f);
 vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd_diag *d);
+/* --dump-stages: every stage with its class, targets, values (original and
+ * reduced shapes) and nodes, in stage order. */
+vd_rc vd_report_stages(const vd_run *r, const char *path, vd_diag *d);
 
 #endif
