@@ -25,10 +25,13 @@ static void note(vd_bug_ctx *c, uint32_t ni) {
 
 static int reducer(const vd_plan_t *p, const vd_node_t *n) { return vd_bug_i_is_reducer(p, n); }
 
+/* Candidates into *l; on failure (none, or ENOMEM) *l is freed. */
 static vd_rc need(vd_bug_ctx *c, vd_bug_pred pred, const char *what, vd_bug_list *l) {
-  VD_CHECK(vd_bug_i_candidates(c, pred, l));
-  if (l->n == 0) VD_BUG_NA(c, "bug %d does not apply: no %s%s", c->bug, what, vd_bug_i_filters(c));
-  return VD_OK;
+  vd_rc rc = vd_bug_i_candidates(c, pred, l);
+  if (rc == VD_OK && l->n == 0)
+    rc = VD_ERR(c->d, VD_EUSAGE, NULL, NULL, NULL, "bug %d does not apply: no %s%s", c->bug, what, vd_bug_i_filters(c));
+  if (rc != VD_OK) vd_bug_i_list_free(l);
+  return rc;
 }
 
 /* Inserts, right after node index at, an in-place `scale(t) -> (t)` with

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <z3.h>
 
 #include "../common/mem.h"
@@ -67,7 +68,13 @@ static void drop_context(vd_smt *s) {
   s->real = s->integer = NULL;
 }
 
+/* Z3's memory ceiling, process-wide: past it Z3 reports an error (the stage
+ * becomes inconclusive) instead of the kernel killing the process. */
+static pthread_once_t z3_global_once = PTHREAD_ONCE_INIT;
+static void z3_global_setup(void) { Z3_global_param_set("memory_max_size", "6144"); }
+
 static vd_rc make_context(vd_smt *s, vd_diag *d) {
+  pthread_once(&z3_global_once, z3_global_setup);
   Z3_config cfg = Z3_mk_config();
   if (!cfg) return VD_ERR(d, VD_EINTERNAL, NULL, "z3", NULL, "Z3_mk_config failed");
   Z3_set_param_value(cfg, "model", "true");
@@ -85,7 +92,7 @@ static vd_rc make_context(vd_smt *s, vd_diag *d) {
   s->simp = Z3_mk_params(s->z);
   Z3_params_inc_ref(s->z, s->simp);
   Z3_params_set_bool(s->z, s->simp, Z3_mk_string_symbol(s->z, "som"), true);
-  Z3_params_set_uint(s->z, s->simp, Z3_mk_string_symbol(s->z, "som_blowup"), 1000000u);
+  Z3_params_set_uint(s->z, s->simp, Z3_mk_string_symbol(s->z, "som_blowup"), 10u);
   if (Z3_get_error_code(s->z) != Z3_OK) {
     const char *m = Z3_get_error_msg(s->z, Z3_get_error_code(s->z));
     vd_rc rc = VD_ERR(d, VD_EINTERNAL, NULL, "z3", "params", "%s", m);

@@ -26,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <errno.h>
+#include <pthread.h>
 #include <z3.h>
 
 #include "../common/mem.h"
@@ -61,6 +63,60 @@ void vd_smt_result_free(vd_smt_result *r) {
   vd_free(r->inputs);
   vd_free(r->diffs);
   memset(r, 0, sizeof(*r));
+}
+
+
+/* ---- watchdog ---------------------------------------------------------------
+ * Z3's own "timeout" is not always honoured by its nonlinear procedures (a
+ * 30 s limit was seen running past 60 s), so a watchdog thread interrupts the
+ * check at the deadline.  Z3_interrupt is the one Z3 call that is safe from
+ * another thread.  An interrupted check answers "unknown": inconclusive. */
+typedef struct {
+  Z3_context z;
+  unsigned ms;
+  int done;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+} watchdog_t;
+
+static void *watchdog_main(void *arg) {
+  watchdog_t *w = arg;
+  struct timespec dl;
+  clock_gettime(CLOCK_REALTIME, &dl);
+  dl.tv_sec += (time_t)(w->ms / 1000);
+  dl.tv_nsec += (long)(w->ms % 1000) * 1000000L;
+  if (dl.tv_nsec >= 1000000000L) {
+    dl.tv_sec++;
+    dl.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&w->mu);
+  int rc = 0;
+  while (!w->done && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&w->cv, &w->mu, &dl);
+  if (!w->done) Z3_interrupt(w->z);
+  pthread_mutex_unlock(&w->mu);
+  return NULL;
+}
+
+/* Runs Z3_solver_check under the watchdog (grace: the watchdog fires a
+ * quarter after Z3's own timeout, so Z3 normally stops by itself). */
+static Z3_lbool guarded_check(Z3_context z, Z3_solver sv, unsigned ms) {
+  if (!ms) return Z3_solver_check(z, sv);
+  watchdog_t w = {.z = z, .ms = ms + ms / 4 + 10, .done = 0};
+  pthread_mutex_init(&w.mu, NULL);
+  pthread_cond_init(&w.cv, NULL);
+  pthread_t th;
+  int started = pthread_create(&th, NULL, watchdog_main, &w) == 0;
+  Z3_lbool r = Z3_solver_check(z, sv);
+  if (started) {
+    pthread_mutex_lock(&w.mu);
+    w.done = 1;
+    pthread_cond_signal(&w.cv);
+    pthread_mutex_unlock(&w.mu);
+    pthread_join(th, NULL);
+  }
+  pthread_cond_destroy(&w.cv);
+  pthread_mutex_destroy(&w.mu);
+  return r;
 }
 
 /* ---- fast path ------------------------------------------------------------ */
@@ -364,8 +420,9 @@ static vd_rc solve(vd_smt *s, const vd_term *par, const vd_term *single, const s
     vd_smt_i_keep(s, NULL);
     rc = VD_EINTERNAL;
   } else {
-    r = Z3_solver_check(z, sv);
+    r = guarded_check(z, sv, vd_smt_i_timeout(s));
     /* A check interrupted by the timeout is not an error: it is "unknown". */
+    if (r == Z3_L_UNDEF && Z3_get_error_code(z) != Z3_OK) Z3_set_error(z, Z3_OK);
   }
   if (rc == VD_OK && r == Z3_L_FALSE) {
     res->verdict = VD_SMT_EQUIVALENT;
@@ -392,6 +449,124 @@ static vd_rc solve(vd_smt *s, const vd_term *par, const vd_term *single, const s
   }
   Z3_params_dec_ref(z, p);
   Z3_solver_dec_ref(z, sv);
+  return rc;
+}
+
+
+/* ---- random witness ------------------------------------------------------------
+ * OPTIMIZATION-ONLY: before the solver, try a few concrete interpretations:
+ * random non-zero small rationals for the free constants and a random
+ * constant function for every uninterpreted function.  Any interpretation
+ * at all is a legal counterexample to "equal for every value and every
+ * interpretation", so a pair that evaluates to two different numerals is a
+ * genuine counterexample; nothing is concluded when none differs (the
+ * solver decides then).  This finds most real bugs in microseconds where
+ * the nonlinear solver may need minutes. */
+static vd_rc collect_funcs(vd_smt *s, const vd_term *roots, size_t n, termvec *out) {
+  Z3_context z = vd_smt_i_z3(s);
+  idset seen = {0}, decls = {0};
+  termvec stack = {0};
+  vd_rc rc = VD_OK;
+  for (size_t i = 0; i < n && rc == VD_OK; i++)
+    if (roots[i] && push(&stack, roots[i])) rc = VD_ENOMEM;
+  while (rc == VD_OK && stack.n) {
+    Z3_ast t = stack.v[--stack.n];
+    int fresh = idset_add(&seen, Z3_get_ast_id(z, t));
+    if (fresh < 0) rc = VD_ENOMEM;
+    if (fresh <= 0 || Z3_get_ast_kind(z, t) != Z3_APP_AST) continue;
+    Z3_app a = Z3_to_app(z, t);
+    unsigned na = Z3_get_app_num_args(z, a);
+    Z3_func_decl f = Z3_get_app_decl(z, a);
+    if (na > 0 && Z3_get_decl_kind(z, f) == Z3_OP_UNINTERPRETED) {
+      Z3_ast fa = Z3_func_decl_to_ast(z, f);
+      int nf = idset_add(&decls, Z3_get_ast_id(z, fa));
+      if (nf < 0 || (nf > 0 && push(out, (vd_term)fa))) rc = VD_ENOMEM;
+    }
+    for (unsigned k = 0; k < na && rc == VD_OK; k++)
+      if (push(&stack, Z3_get_app_arg(z, a, k))) rc = VD_ENOMEM;
+  }
+  vd_free(seen.slot);
+  vd_free(decls.slot);
+  vd_free(stack.v);
+  return rc;
+}
+
+static Z3_ast random_value(vd_smt *s, Z3_sort sort, uint64_t *st) {
+  Z3_context z = vd_smt_i_z3(s);
+  *st ^= *st << 13;
+  *st ^= *st >> 7;
+  *st ^= *st << 17;
+  int num = (int)(*st % 7) + 1, den = (int)((*st >> 8) % 3) + 1;
+  if ((*st >> 16) & 1) num = -num;
+  if (Z3_get_sort_kind(z, sort) == Z3_INT_SORT) return vd_smt_i_keep(s, Z3_mk_int(z, num > 0 ? num - 1 : -num - 1, sort));
+  return vd_smt_i_keep(s, Z3_mk_real(z, num, den));
+}
+
+static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const size_t *open, size_t n_open,
+                     vd_smt_result *res, int *found) {
+  Z3_context z = vd_smt_i_z3(s);
+  termvec roots = {0}, syms = {0}, funcs = {0};
+  vd_rc rc = VD_OK;
+  *found = 0;
+  /* Ill-sorted pairs are the solver path's error to report. */
+  for (size_t i = 0; i < n_open; i++)
+    if (Z3_get_sort(z, par[open[i]]) != Z3_get_sort(z, single[open[i]]) ||
+        Z3_get_sort_kind(z, Z3_get_sort(z, par[open[i]])) == Z3_BOOL_SORT)
+      return VD_OK;
+  for (size_t i = 0; i < n_open && rc == VD_OK; i++)
+    if (push(&roots, par[open[i]]) || push(&roots, single[open[i]])) rc = VD_ENOMEM;
+  if (rc == VD_OK) rc = free_symbols(s, roots.v, roots.n, &syms);
+  if (rc == VD_OK) rc = collect_funcs(s, roots.v, roots.n, &funcs);
+  uint64_t st = 0x9e3779b97f4a7c15ull;
+  for (int trial = 0; trial < 4 && rc == VD_OK && !*found; trial++) {
+    Z3_model m = Z3_mk_model(z);
+    if (!m) {
+      rc = VD_EINTERNAL;
+      break;
+    }
+    Z3_model_inc_ref(z, m);
+    for (size_t i = 0; i < syms.n; i++) {
+      Z3_func_decl f = Z3_get_app_decl(z, Z3_to_app(z, syms.v[i]));
+      Z3_ast v = random_value(s, Z3_get_sort(z, syms.v[i]), &st);
+      if (v) Z3_add_const_interp(z, m, f, v);
+    }
+    for (size_t i = 0; i < funcs.n; i++) {
+      Z3_func_decl f = Z3_to_func_decl(z, funcs.v[i]);
+      Z3_ast v = random_value(s, Z3_get_range(z, f), &st);
+      if (v) Z3_add_func_interp(z, m, f, v);
+    }
+    if (Z3_get_error_code(z) != Z3_OK) {
+      Z3_set_error(z, Z3_OK);
+      Z3_model_dec_ref(z, m);
+      break;
+    }
+    for (size_t i = 0; i < n_open && !*found; i++) {
+      /* Each result is held before the next evaluation may collect it. */
+      Z3_ast a = NULL, b = NULL;
+      if (!Z3_model_eval(z, m, par[open[i]], true, &a) || !a) continue;
+      Z3_inc_ref(z, a);
+      if (Z3_model_eval(z, m, single[open[i]], true, &b) && b) {
+        Z3_inc_ref(z, b);
+        if (Z3_is_numeral_ast(z, a) && Z3_is_numeral_ast(z, b) && !Z3_is_eq_ast(z, a, b)) *found = 1;
+        Z3_dec_ref(z, b);
+      }
+      Z3_dec_ref(z, a);
+    }
+    if (*found) {
+      res->verdict = VD_SMT_NOT_EQUIVALENT;
+      rc = fill_model(s, m, par, single, open, n_open, res);
+      if (rc == VD_OK && res->n_diffs == 0) {
+        *found = 0;
+        vd_smt_result_free(res);
+        res->verdict = VD_SMT_INCONCLUSIVE;
+      }
+    }
+    Z3_model_dec_ref(z, m);
+  }
+  if (Z3_get_error_code(z) != Z3_OK) Z3_set_error(z, Z3_OK);
+  vd_free(roots.v);
+  vd_free(syms.v);
+  vd_free(funcs.v);
   return rc;
 }
 
@@ -442,7 +617,9 @@ vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
   for (size_t i = 0; i < n; i++)
     if (!proved[i]) open[n_open++] = i;
   double t1 = now_ms();
-  rc = solve(s, P, S, open, n_open, res);
+  int found = 0;
+  rc = witness(s, P, S, open, n_open, res, &found);
+  if (rc == VD_OK && !found) rc = solve(s, P, S, open, n_open, res);
   res->ms_solver = now_ms() - t1;
   if (rc == VD_ENOMEM) rc = VD_OOM(d);
   else if (rc != VD_OK) {

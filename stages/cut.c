@@ -566,10 +566,20 @@ static vd_rc parallel_cone(cctx *c, const vd_lineage *L, size_t a, size_t b, int
 }
 
 /* Single cone from svalue, stopping at the hypotheses' single values. */
-static vd_rc single_cone(cctx *c, uint32_t svalue, int *ok) {
+/* Walks the single cone back from the target's single value.  Stops at the
+ * single values that parallel hypotheses refer to and at initial values.
+ * The target value itself is computed (not a leaf) when some hypothesis
+ * refers to another single value: pieces computed from those need the
+ * target's own formula.  When every hypothesis is a slice of the target
+ * itself, or computing it would take more than SINGLE_SOFT nodes, the
+ * target is a leaf instead.  SOUNDNESS: either way every single leaf is a
+ * free symbol, so the proof holds for the real values. */
+#define SINGLE_SOFT 64u
+static vd_rc single_walk(cctx *c, uint32_t svalue, int target_is_leaf, int *ok) {
   const vd_lin_table *lt = c->lt;
   const vd_graph_t *g = c->gs;
   cone_t *k = &c->sc, *pk = &c->pc;
+  cone_reset(k);
   c->n_stack = 0;
   *ok = 1;
   /* Stop values first, flagged by piece >= 0 (the lineage's piece). */
@@ -588,16 +598,30 @@ static vd_rc single_cone(cctx *c, uint32_t svalue, int *ok) {
   VD_CHECK(push(c, si));
   while (c->n_stack) {
     uint32_t vi = c->stack[--c->n_stack];
-    if (k->v[vi].piece >= 0) continue; /* a hypothesis' single value */
+    if (k->v[vi].piece >= 0 && (target_is_leaf || !k->v[vi].target)) continue; /* a hypothesis' single value */
     int32_t pr = g->values[k->v[vi].key].producer;
     if (pr < 0) continue;
     VD_CHECK(cone_node(c, k, g, (uint32_t)pr, 0, 1, c->spos, 0));
-    if (k->n_nd > CONE_MAX) {
+    if (k->n_nd > (target_is_leaf ? CONE_MAX : SINGLE_SOFT)) {
       *ok = 0;
       return VD_OK;
     }
   }
   return VD_OK;
+}
+
+static vd_rc single_cone(cctx *c, uint32_t svalue, int *ok) {
+  const vd_lin_table *lt = c->lt;
+  const cone_t *pk = &c->pc;
+  int other = 0;
+  for (size_t i = 0; i < pk->n && !other; i++)
+    if (pk->v[i].piece >= 0 && !pk->v[i].produced && lt->lins[lt->pieces[pk->v[i].piece].lineage].svalue != svalue)
+      other = 1;
+  if (other) {
+    VD_CHECK(single_walk(c, svalue, 0, ok));
+    if (*ok) return VD_OK;
+  }
+  return single_walk(c, svalue, 1, ok);
 }
 
 static int cnode_cmp(const void *a, const void *b) {

@@ -166,8 +166,15 @@ static void text_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
     fprintf(f, "   target: single '%s' %s%s, %u parallel piece(s)\n", vd_plan_s(&r->sp, ts->name), sl,
             t->part_n > 1 ? " as a sum of parts" : "", t->n_pieces);
   }
-  fprintf(f, "   nodes:\n");
+  uint32_t n_single = 0, n_par = 0;
+  for (uint32_t i = 0; i < st->n_nodes; i++) n_single += st->nodes[i].side == 0;
+  fprintf(f, "   parallel nodes (%u single-device nodes not listed):\n", n_single);
   for (uint32_t i = 0; i < st->n_nodes; i++) {
+    if (st->nodes[i].side == 0) continue;
+    if (++n_par > 24) {
+      fprintf(f, "     ... (%u parallel nodes in all)\n", st->n_nodes - n_single);
+      break;
+    }
     fmt_node(line, sizeof(line), r, &st->nodes[i]);
     fprintf(f, "     %s\n", line);
   }

@@ -13,7 +13,9 @@
 # must exit 0 on correct plans, and exit 1 on mutated ones with the JSON
 # report's first "diagnosis" among the classes the bug table accepts.
 #
-# Environment: VERIFY=1 (check the verifier), EXTRA=0 (skip the extra
+# Environment: VERIFY=1 (check the verifier), BUGS="1 7 14" (only these
+# classes), VERIFY_TIMEOUT=S (seconds per verifier run, default 120; a
+# timeout is a failure), EXTRA=0 (skip the extra
 # configurations: cp, moe/ep), ALLOW_NA="19" (bugs allowed not to apply:
 # they need a generator feature that does not exist yet), KEEP=dir (keep
 # the plans and reports there), SEED=N (executor seed, default 1).
@@ -25,6 +27,10 @@ VERIFY=${VERIFY:-0}
 EXTRA=${EXTRA:-1}
 ALLOW_NA=${ALLOW_NA:-19}
 SEED=${SEED:-1}
+BUGS=${BUGS:-}
+VERIFY_TIMEOUT=${VERIFY_TIMEOUT:-120}
+TIMEOUT=""
+command -v timeout >/dev/null 2>&1 && TIMEOUT="timeout -k 5 $VERIFY_TIMEOUT"
 [ -x "$VERDICT" ] || { echo "run_suite: no verdict binary at '$VERDICT'" >&2; exit 2; }
 
 if [ -n "$KEEP" ]; then
@@ -105,7 +111,7 @@ check_correct() {
   verdict=AGREE; status=ok; diag=-; stages=-
   [ $erc = 0 ] || { verdict="exec=$erc"; status="FALSE ALARM (exec): $(head -c 120 "$WORK/$CFG/exec.log")"; }
   if [ "$VERIFY" = 1 ] && [ $erc = 0 ]; then
-    "$VERDICT" --sm "$WORK/$CFG/s.plan" --pm "$WORK/$CFG/p.plan" --json "$WORK/$CFG/report.json" \
+    $TIMEOUT "$VERDICT" --sm "$WORK/$CFG/s.plan" --pm "$WORK/$CFG/p.plan" --json "$WORK/$CFG/report.json" \
       >"$WORK/$CFG/verify.log" 2>&1
     vrc=$?
     if [ $vrc = 0 ]; then verdict=EQUIV; else verdict="verdict=$vrc"; status="FALSE ALARM (verdict exit $vrc)"; fi
@@ -169,7 +175,7 @@ run_bug() {
     status="MISSED (exec): $(head -c 120 "$m.exec.log")"
   fi
   if [ "$VERIFY" = 1 ]; then
-    "$VERDICT" --sm "$WORK/$CFG/s.plan" --pm "$m.plan" --json "$m.report.json" >"$m.verify.log" 2>&1
+    $TIMEOUT "$VERDICT" --sm "$WORK/$CFG/s.plan" --pm "$m.plan" --json "$m.report.json" >"$m.verify.log" 2>&1
     vrc=$?
     if [ $vrc = 1 ] && [ -f "$m.report.json" ]; then
       set -- $(first_diag "$m.report.json")
@@ -181,7 +187,11 @@ run_bug() {
       esac
     else
       verdict="verdict=$vrc"
-      [ "$status" = ok ] && status="MISSED (verdict exit $vrc, expected 1)"
+      if [ $vrc = 124 ] || [ $vrc = 137 ]; then
+        [ "$status" = ok ] && status="TIMEOUT (verifier, ${VERIFY_TIMEOUT}s)"
+      else
+        [ "$status" = ok ] && status="MISSED (verdict exit $vrc, expected 1)"
+      fi
     fi
   fi
   t1=$(now_ms)
@@ -194,6 +204,9 @@ printf '%-4s %-15s %-56s %-10s %-18s %-6s %6s  %s\n' bug class configuration ver
 TAB=$(printf '\t')
 echo "$LIST" | while IFS="$TAB" read -r num cls name diag accept needs gopts sites every desc; do
   [ "$gopts" = "-" ] && gopts=""
+  if [ -n "$BUGS" ]; then
+    case " $BUGS " in *" $num "*) ;; *) continue ;; esac
+  fi
   s1=${sites%%;*}
   s2=${sites#*;}
   run_bug "$num" "$cls" "$accept" "$gopts" "$s1" ""

@@ -385,27 +385,30 @@ static void test_no_crash_matrix(void **state) {
  * leak nothing (ASan's leak checker runs this test too). */
 static void test_alloc_failures(void **state) {
   fixture *f = *state;
-  const int bugs[] = {2, 6, 8, 11, 14, 15, 24};
-  const cfg_id cfgs[] = {CFG_BASE, CFG_SP, CFG_BASE, CFG_BASE, CFG_BASE, CFG_BASE, CFG_ZERO};
-  for (size_t b = 0; b < sizeof(bugs) / sizeof(bugs[0]); b++) {
+  for (size_t i = 0; i < sizeof(sites) / sizeof(sites[0]); i++) {
+    const site *st = &sites[i];
     int ok = 0;
-    for (long nth = 1; nth < 200 && !ok; nth++) {
+    for (long nth = 1; nth < 400 && !ok; nth++) {
       vd_bug_opts o;
       vd_bug_opts_default(&o);
-      o.seed = (uint64_t)(bugs[b] == 24);
+      o.rank = st->rank;
+      o.layer = st->layer;
+      o.mb = st->mb;
+      o.seed = st->seed;
       vd_plan_t out;
       vd_bug_result r;
       vd_diag d;
       vd_diag_clear(&d);
       vd_mem_fail_after(nth);
-      vd_rc rc = vd_bug_apply(&f->p[cfgs[b]], bugs[b], &o, &out, &r, &d);
+      vd_rc rc = vd_bug_apply(&f->p[st->cfg], st->bug, &o, &out, &r, &d);
       int hit = vd_mem_fault_hit();
       vd_mem_fail_after(0);
       if (rc == VD_OK) {
-        if (hit) print_error("bug %d: allocation %ld failed but the mutation succeeded\n", bugs[b], nth);
+        if (hit) print_error("bug %d: allocation %ld failed but the mutation succeeded\n", st->bug, nth);
         assert_false(hit);
         ok = 1;
       } else {
+        if (rc != VD_ENOMEM) print_error("bug %d: allocation %ld: %s\n", st->bug, nth, d.msg);
         assert_int_equal(rc, VD_ENOMEM);
         assert_int_equal(d.rc, VD_ENOMEM);
       }

@@ -255,6 +255,8 @@ static void test_gap(void **st) {
   pair_free(&x);
 }
 
+/* Overlapping copies are each their own claim (proven separately); only the
+ * union must cover the tensor, so the rows nobody claims are the issue. */
 static void test_overlap(void **st) {
   (void)st;
   pair_t x;
@@ -263,12 +265,10 @@ static void test_overlap(void **st) {
   x.p.tensors[w].lin.lo[0] = 2; /* rank 1 claims rows 2:6 instead of 4:8 */
   x.p.tensors[w].lin.hi[0] = 6;
   build(&x);
-  const vd_lin_issue *is = issue(&x.t, VD_LISSUE_OVERLAP);
+  assert_int_equal(count(&x.t, VD_LISSUE_OVERLAP), 0);
+  const vd_lin_issue *is = issue(&x.t, VD_LISSUE_GAP);
   assert_int_equal(is->stensor, T(&x.s, "w1"));
-  has(is->detail, "slice [2:6, 0:8] of 'r1.w1' (rank 1)");
-  has(is->detail, "overlaps slice [0:4, 0:8] of 'r0.w1' (rank 0)");
-  /* rows 6:8 are left over */
-  has(issue(&x.t, VD_LISSUE_GAP)->detail, "slice [6:8, 0:8] of [8, 8] is not covered");
+  has(is->detail, "slice [6:8, 0:8] of [8, 8] is not covered");
   pair_free(&x);
 }
 
