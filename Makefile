@@ -27,7 +27,7 @@ TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_SUPPORT := $(wildcard tests/support/*.c)
 E2E     := $(sort $(wildcard tests/e2e/[0-9]*.sh))
 
-.PHONY: all deps test unit e2e asan demo fuzz clean lint bench
+.PHONY: all deps test unit e2e asan demo fuzz fuzz-short clean bugs corpus bench
 all: $(BIN)/verdict
 
 # Installs missing Debian packages (as root, or through sudo); does nothing
@@ -74,7 +74,24 @@ test: deps
 	$(MAKE) all
 	$(MAKE) unit
 	$(MAKE) e2e
+	$(MAKE) bugs
 	$(MAKE) fuzz-short
+
+# The bug-injection suite (BUGS.md): every class injected, caught by the
+# numeric executor and by the verifier with the expected diagnosis; every
+# unmutated plan equivalent.  Prints the table of docs/bugs.md.
+bugs: $(BIN)/verdict
+	VERIFY=1 sh tests/bugs/run_suite.sh $(BIN)/verdict
+
+# The nnScaler corpus (../shared/corpus): convert every pair and check it.
+CORPUS ?= ../shared/corpus
+corpus: $(BIN)/verdict
+	sh tools/corpus_run.sh $(BIN)/verdict $(CORPUS)/nnscaler
+
+# Benchmarks (figures, not tests).
+bench: $(BIN)/verdict
+	sh bench/verify_llama3_32.sh
+	sh bench/gen405b.sh
 
 # Whole suite under AddressSanitizer + UndefinedBehaviorSanitizer.
 asan: deps

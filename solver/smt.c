@@ -163,6 +163,11 @@ size_t vd_smt_term_count(const vd_smt *s) { return s->n_arena; }
 
 Z3_context vd_smt_i_z3(vd_smt *s) { return s->z; }
 int vd_smt_i_failed(const vd_smt *s) { return s->failed; }
+void vd_smt_i_clear_error(vd_smt *s) {
+  if (Z3_get_error_code(s->z) != Z3_OK) Z3_set_error(s->z, Z3_OK);
+  s->failed = 0;
+  s->err[0] = '\0';
+}
 int vd_smt_i_is_int(vd_smt *s, vd_term t) {
   return t && Z3_get_sort_kind(s->z, Z3_get_sort(s->z, t)) == Z3_INT_SORT;
 }

@@ -259,6 +259,9 @@ vd_term vd_smt_i_keep(vd_smt *s, vd_term r);
 /* Records a sticky error of ours (e.g. a NaN constant); returns NULL. */
 vd_term vd_smt_i_fail(vd_smt *s, const char *msg);
 int vd_smt_i_failed(const vd_smt *s);
+/* Forgets a sticky error (after a deliberate interruption: the terms made
+ * before it are intact). */
+void vd_smt_i_clear_error(vd_smt *s);
 /* 1 when t has sort Int (index-valued inputs). */
 int vd_smt_i_is_int(vd_smt *s, vd_term t);
 unsigned vd_smt_i_timeout(const vd_smt *s);

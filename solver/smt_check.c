@@ -97,6 +97,27 @@ static void *watchdog_main(void *arg) {
   return NULL;
 }
 
+static int watchdog_start(watchdog_t *w, pthread_t *th, Z3_context z, unsigned ms) {
+  w->z = z;
+  w->ms = ms;
+  w->done = 0;
+  pthread_mutex_init(&w->mu, NULL);
+  pthread_cond_init(&w->cv, NULL);
+  return pthread_create(th, NULL, watchdog_main, w) == 0;
+}
+
+static void watchdog_stop(watchdog_t *w, pthread_t th, int started) {
+  if (started) {
+    pthread_mutex_lock(&w->mu);
+    w->done = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(th, NULL);
+  }
+  pthread_cond_destroy(&w->cv);
+  pthread_mutex_destroy(&w->mu);
+}
+
 /* Runs Z3_solver_check under the watchdog (grace: the watchdog fires a
  * quarter after Z3's own timeout, so Z3 normally stops by itself). */
 static Z3_lbool guarded_check(Z3_context z, Z3_solver sv, unsigned ms) {
@@ -502,6 +523,78 @@ static Z3_ast random_value(vd_smt *s, Z3_sort sort, uint64_t *st) {
   return vd_smt_i_keep(s, Z3_mk_real(z, num, den));
 }
 
+
+/* Uninterpreted applications under roots in post-order (arguments first),
+ * each once; at most cap of them (0 when more: the caller falls back). */
+static vd_rc collect_apps(vd_smt *s, const vd_term *roots, size_t n, size_t cap, termvec *out) {
+  Z3_context z = vd_smt_i_z3(s);
+  idset seen = {0};
+  termvec stack = {0}, mark = {0}; /* mark: 0 = enter, 1 = exit (as a tagged pointer list) */
+  vd_rc rc = VD_OK;
+  for (size_t i = 0; i < n && rc == VD_OK; i++)
+    if (roots[i] && (push(&stack, roots[i]) || push(&mark, NULL))) rc = VD_ENOMEM;
+  while (rc == VD_OK && stack.n) {
+    Z3_ast t = stack.v[--stack.n];
+    int exiting = mark.v[--mark.n] != NULL;
+    if (Z3_get_ast_kind(z, t) != Z3_APP_AST) continue;
+    Z3_app a = Z3_to_app(z, t);
+    unsigned na = Z3_get_app_num_args(z, a);
+    if (exiting) {
+      if (na > 0 && Z3_get_decl_kind(z, Z3_get_app_decl(z, a)) == Z3_OP_UNINTERPRETED) {
+        if (out->n >= cap) {
+          out->n = 0;
+          break;
+        }
+        if (push(out, t)) rc = VD_ENOMEM;
+      }
+      continue;
+    }
+    int fresh = idset_add(&seen, Z3_get_ast_id(z, t));
+    if (fresh < 0) rc = VD_ENOMEM;
+    if (fresh <= 0) continue;
+    if (push(&stack, t) || push(&mark, (vd_term)t)) rc = VD_ENOMEM;
+    for (unsigned k = 0; k < na && rc == VD_OK; k++)
+      if (push(&stack, Z3_get_app_arg(z, a, k)) || push(&mark, NULL)) rc = VD_ENOMEM;
+  }
+  vd_free(seen.slot);
+  vd_free(stack.v);
+  vd_free(mark.v);
+  return rc;
+}
+
+/* Gives every uninterpreted application its own random value: arguments
+ * are evaluated (inner applications already have entries), and the tuple
+ * maps to a fresh random value in the function's table.  A function is a
+ * function whatever its table, so the model stays a legal interpretation. */
+static void add_app_entries(vd_smt *s, Z3_model m, const termvec *apps, uint64_t *st) {
+  Z3_context z = vd_smt_i_z3(s);
+  for (size_t i = 0; i < apps->n; i++) {
+    Z3_app a = Z3_to_app(z, apps->v[i]);
+    Z3_func_decl f = Z3_get_app_decl(z, a);
+    unsigned na = Z3_get_app_num_args(z, a);
+    Z3_func_interp fi = NULL;
+    if (Z3_model_has_interp(z, m, f)) fi = Z3_model_get_func_interp(z, m, f);
+    else fi = Z3_add_func_interp(z, m, f, random_value(s, Z3_get_range(z, f), st));
+    if (!fi) continue;
+    Z3_func_interp_inc_ref(z, fi);
+    Z3_ast_vector args = Z3_mk_ast_vector(z);
+    Z3_ast_vector_inc_ref(z, args);
+    int ok = 1;
+    for (unsigned k = 0; k < na && ok; k++) {
+      Z3_ast v = NULL;
+      if (!Z3_model_eval(z, m, Z3_get_app_arg(z, a, k), true, &v) || !v) ok = 0;
+      else Z3_ast_vector_push(z, args, v);
+    }
+    if (ok) {
+      Z3_ast val = random_value(s, Z3_get_range(z, f), st);
+      if (val) Z3_func_interp_add_entry(z, fi, args, val);
+    }
+    Z3_ast_vector_dec_ref(z, args);
+    Z3_func_interp_dec_ref(z, fi);
+    if (Z3_get_error_code(z) != Z3_OK) Z3_set_error(z, Z3_OK);
+  }
+}
+
 static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const size_t *open, size_t n_open,
                      vd_smt_result *res, int *found) {
   Z3_context z = vd_smt_i_z3(s);
@@ -517,6 +610,8 @@ static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const
     if (push(&roots, par[open[i]]) || push(&roots, single[open[i]])) rc = VD_ENOMEM;
   if (rc == VD_OK) rc = free_symbols(s, roots.v, roots.n, &syms);
   if (rc == VD_OK) rc = collect_funcs(s, roots.v, roots.n, &funcs);
+  termvec apps = {0};
+  if (rc == VD_OK) rc = collect_apps(s, roots.v, roots.n, 4096, &apps);
   uint64_t st = 0x9e3779b97f4a7c15ull;
   for (int trial = 0; trial < 4 && rc == VD_OK && !*found; trial++) {
     Z3_model m = Z3_mk_model(z);
@@ -530,10 +625,14 @@ static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const
       Z3_ast v = random_value(s, Z3_get_sort(z, syms.v[i]), &st);
       if (v) Z3_add_const_interp(z, m, f, v);
     }
-    for (size_t i = 0; i < funcs.n; i++) {
-      Z3_func_decl f = Z3_to_func_decl(z, funcs.v[i]);
-      Z3_ast v = random_value(s, Z3_get_range(z, f), &st);
-      if (v) Z3_add_func_interp(z, m, f, v);
+    if (trial % 2 == 1 && apps.n) {
+      add_app_entries(s, m, &apps, &st);
+    } else {
+      for (size_t i = 0; i < funcs.n; i++) {
+        Z3_func_decl f = Z3_to_func_decl(z, funcs.v[i]);
+        Z3_ast v = random_value(s, Z3_get_range(z, f), &st);
+        if (v) Z3_add_func_interp(z, m, f, v);
+      }
     }
     if (Z3_get_error_code(z) != Z3_OK) {
       Z3_set_error(z, Z3_OK);
@@ -567,6 +666,7 @@ static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const
   vd_free(roots.v);
   vd_free(syms.v);
   vd_free(funcs.v);
+  vd_free(apps.v);
   return rc;
 }
 
@@ -596,7 +696,21 @@ vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
   const vd_term *P = par, *S = single;
   double t0 = now_ms();
   if (vd_smt_i_fast_path(s)) {
+    /* The normal form of a large nonlinear term can explode: the fast path
+     * runs under the watchdog, and an interrupted simplification only
+     * leaves the pairs undecided (OPTIMIZATION-ONLY: nothing is concluded). */
+    watchdog_t w;
+    pthread_t th;
+    unsigned ms = vd_smt_i_timeout(s) ? vd_smt_i_timeout(s) / 4 + 10 : 0;
+    int started = ms ? watchdog_start(&w, &th, vd_smt_i_z3(s), ms) : 0;
     rc = fast_path(s, par, single, n, proved, simp, &res->n_fast);
+    if (ms) watchdog_stop(&w, th, started);
+    if (rc == VD_EINTERNAL && ms) {
+      vd_smt_i_clear_error(s);
+      memset(proved, 0, n * sizeof(int));
+      res->n_fast = 0;
+      rc = VD_OK;
+    }
     res->ms_fast = now_ms() - t0;
     if (rc == VD_ENOMEM) {
       rc = VD_OOM(d);

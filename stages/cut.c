@@ -161,6 +161,8 @@ typedef struct {
   cone_t pc, sc;
   uint32_t *stack;
   size_t n_stack, cap_stack;
+  size_t s_reached;      /* hypothesis values met by the last single walk */
+  int32_t s_unrelated;   /* piece of a hypothesis the target's computation never uses, or -1 */
 } cctx;
 
 static vd_rc add_issue(cctx *c, vd_sissue_kind kind, int single, int64_t pnode, int64_t ptensor, int32_t rank,
@@ -581,6 +583,7 @@ static vd_rc single_walk(cctx *c, uint32_t svalue, int target_is_leaf, int *ok) 
   cone_t *k = &c->sc, *pk = &c->pc;
   cone_reset(k);
   c->n_stack = 0;
+  c->s_reached = 0;
   *ok = 1;
   /* Stop values first, flagged by piece >= 0 (the lineage's piece). */
   for (size_t i = 0; i < pk->n; i++) {
@@ -598,7 +601,10 @@ static vd_rc single_walk(cctx *c, uint32_t svalue, int target_is_leaf, int *ok) 
   VD_CHECK(push(c, si));
   while (c->n_stack) {
     uint32_t vi = c->stack[--c->n_stack];
-    if (k->v[vi].piece >= 0 && (target_is_leaf || !k->v[vi].target)) continue; /* a hypothesis' single value */
+    if (k->v[vi].piece >= 0 && (target_is_leaf || !k->v[vi].target)) { /* a hypothesis' single value */
+      c->s_reached += !k->v[vi].target;
+      continue;
+    }
     int32_t pr = g->values[k->v[vi].key].producer;
     if (pr < 0) continue;
     VD_CHECK(cone_node(c, k, g, (uint32_t)pr, 0, 1, c->spos, 0));
@@ -617,11 +623,22 @@ static vd_rc single_cone(cctx *c, uint32_t svalue, int *ok) {
   for (size_t i = 0; i < pk->n && !other; i++)
     if (pk->v[i].piece >= 0 && !pk->v[i].produced && lt->lins[lt->pieces[pk->v[i].piece].lineage].svalue != svalue)
       other = 1;
+  c->s_unrelated = -1;
   if (other) {
     VD_CHECK(single_walk(c, svalue, 0, ok));
     if (*ok) return VD_OK;
   }
-  return single_walk(c, svalue, 1, ok);
+  VD_CHECK(single_walk(c, svalue, 1, ok));
+  /* The target's single-device computation reaches none of the values the
+   * parallel pieces are computed from, and is large: the parallel value is
+   * computed from the wrong inputs (e.g. swapped gradients).  Reported as a
+   * DATAFLOW problem rather than handed to the solver as a whole-model
+   * formula. */
+  if (*ok && other && c->s_reached == 0 && c->sc.n_nd > SINGLE_SOFT)
+    for (size_t i = 0; i < pk->n && c->s_unrelated < 0; i++)
+      if (pk->v[i].piece >= 0 && !pk->v[i].produced && lt->lins[lt->pieces[pk->v[i].piece].lineage].svalue != svalue)
+        c->s_unrelated = pk->v[i].piece;
+  return VD_OK;
 }
 
 static int cnode_cmp(const void *a, const void *b) {
@@ -792,6 +809,18 @@ static vd_rc cut_target(cctx *c, uint32_t li, size_t a, size_t b) {
     const vd_lin_piece *p = &c->lt->pieces[a];
     return add_issue(c, VD_SISSUE_DATAFLOW, 0, -1, (int64_t)p->ptensor, -1, p->mb,
                      "target %s not reachable from proven lineages within %u nodes", tl, CONE_MAX);
+  }
+  if (c->s_unrelated >= 0) {
+    char tl[160];
+    target_label(c, L, &c->lt->pieces[a], tl, sizeof(tl));
+    const vd_lin_piece *p = &c->lt->pieces[a], *h = &c->lt->pieces[c->s_unrelated];
+    const vd_lineage *HL = &c->lt->lins[h->lineage];
+    int64_t rank = (int64_t)p->replica * c->pp->world.stored_ranks + c->pp->tensors[p->ptensor].rank;
+    return add_issue(c, VD_SISSUE_DATAFLOW, 0, -1, (int64_t)p->ptensor, (int32_t)rank, p->mb,
+                     "target %s on rank %lld is computed from '%s' (rank %lld), which the single-device computation "
+                     "of the target does not use",
+                     tl, (long long)rank, tname(c->sp, HL->stensor),
+                     (long long)((int64_t)h->replica * c->pp->world.stored_ranks + c->pp->tensors[h->ptensor].rank));
   }
   vd_stage_set *set = c->set;
   if (VD_GROW(set->stages, c->cap_stages, set->n_stages + 1)) return VD_OOM(c->d);

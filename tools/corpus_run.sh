@@ -20,8 +20,8 @@ README=$(dirname "$CORPUS")/README.md
 TO=${EXEC_TIMEOUT:-120}
 MEM=${EXEC_MEM_KB:-8388608}
 mkdir -p "$OUT"
-echo "| # | parallel plan | ranks (stored x replicas) | nodes (single / parallel) | tensors (single / parallel) | convert s | unmapped ops | validate | exec |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| # | parallel plan | ranks (stored x replicas) | nodes (single / parallel) | tensors (single / parallel) | convert s | unmapped ops | validate | exec | verdict | stages | verify s |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 i=0
 grep '^| .*\.pkl |' "$README" | while IFS='|' read -r _ fam par sm pm _; do
   sm=$(echo "$sm" | tr -d ' '); pm=$(echo "$pm" | tr -d ' ')
@@ -30,7 +30,7 @@ grep '^| .*\.pkl |' "$README" | while IFS='|' read -r _ fam par sm pm _; do
   s="$OUT/$base.single.plan"; p="$OUT/$base.parallel.plan"
   t0=$(date +%s.%N)
   if ! msg=$(python3 "$HERE/nnscaler2plan" -v --sm "$CORPUS/$sm" --pm "$CORPUS/$pm" --single "$s" --parallel "$p" 2>&1); then
-    echo "| $i | ${pm%.pkl} | - | - | - | - | - | convert failed: $msg | - |"; continue
+    echo "| $i | ${pm%.pkl} | - | - | - | - | - | convert failed: $msg | - | - | - | - |"; continue
   fi
   t1=$(date +%s.%N)
   ct=$(echo "$t1 $t0" | awk '{printf "%.2f", $1-$2}')
@@ -46,5 +46,14 @@ grep '^| .*\.pkl |' "$README" | while IFS='|' read -r _ fam par sm pm _; do
     124) res="timeout (${TO}s)" ;; 2) res="error: $(echo "$ex" | head -1 | cut -c1-120)" ;; *) res="killed (rc $rc)" ;;
   esac
   um=$(echo "$msg" | sed -n 's/.*unmapped ops: \([^;]*\);.*/\1/p')
-  echo "| $i | ${pm%.pkl} | $rk | ${ns% *} / ${np% *} | ${ns#* } / ${np#* } | $ct | $um | $val | $res |"
+  t2=$(date +%s.%N)
+  vo=$( (ulimit -v "$MEM"; timeout "$TO" "$VERDICT" -q --stage-timeout 10 --sm "$s" --pm "$p") 2>&1 ); vr=$?
+  t3=$(date +%s.%N)
+  vt=$(echo "$t3 $t2" | awk '{printf "%.2f", $1-$2}')
+  case $vr in
+    0|1|3) vd=$(echo "$vo" | head -1); st=$(echo "$vo" | sed -n 's/.*stages \([0-9]*\).*/\1/p' | head -1)
+           why=$(echo "$vo" | grep -m1 -E "^-- " | cut -c4-90); [ "$vr" = 0 ] || vd="$vd: $why" ;;
+    124) vd="timeout (${TO}s)"; st=- ;; 2) vd="error: $(echo "$vo" | head -1 | cut -c1-100)"; st=- ;; *) vd="killed (rc $vr)"; st=- ;;
+  esac
+  echo "| $i | ${pm%.pkl} | $rk | ${ns% *} / ${np% *} | ${ns#* } / ${np#* } | $ct | $um | $val | $res | $vd | $st | $vt |"
 done
