@@ -27,7 +27,7 @@ TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_SUPPORT := $(wildcard tests/support/*.c)
 E2E     := $(sort $(wildcard tests/e2e/[0-9]*.sh))
 
-.PHONY: all deps test unit e2e asan demo fuzz fuzz-short clean bugs corpus bench
+.PHONY: all deps test unit e2e asan demo fuzz fuzz-short clean bugs corpus bench valgrind
 all: $(BIN)/verdict
 
 # Installs missing Debian packages (as root, or through sudo); does nothing
@@ -87,6 +87,10 @@ bugs: $(BIN)/verdict
 CORPUS ?= ../shared/corpus
 corpus: $(BIN)/verdict
 	sh tools/corpus_run.sh $(BIN)/verdict $(CORPUS)/nnscaler
+
+# The main paths under valgrind (leaks and memory errors).
+valgrind: $(BIN)/verdict
+	sh tests/valgrind_main_paths.sh $(BIN)/verdict
 
 # Benchmarks (figures, not tests).
 bench: $(BIN)/verdict

@@ -23,8 +23,9 @@ int vd_cmd_exec(int argc, char **argv);   /* numeric executor */
 int vd_cmd_verify(int argc, char **argv); /* --sm/--pm main form */
 int vd_cmd_mutate(int argc, char **argv); /* bug injection (bugs/) */
 
-/* Prints "verdict: <one-line diag>" to stderr and returns exit code 2
- * (or 2 for ENOMEM/EIO too: the run did not reach a verdict). */
+/* Prints "verdict: <one-line diag>" to stderr and returns the exit code:
+ * 2 for bad input, usage or i/o; 3 (inconclusive: no verdict reached) for
+ * ENOMEM and internal errors. */
 int vd_cli_report_diag(const vd_diag *d);
 
 /* Parses a non-negative decimal integer option value; returns -1 on error. */
