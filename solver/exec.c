@@ -573,6 +573,21 @@ done:
 
 /* ---- entry point ---------------------------------------------------------------- */
 
+/* 1 (and the reason) when some node of p names an operator the registry lacks.
+ * Runs before anything is built or allocated: real plans hold tensors of
+ * gigabytes, and a plan we cannot evaluate must answer "unsupported", not run
+ * out of memory on the tensors of the nodes before the unknown one. */
+static int find_unsupported(const vd_plan_t *p, const char *file, char *reason, size_t rsz) {
+  for (size_t i = 0; i < p->n_nodes; i++) {
+    const vd_node_t *nd = &p->nodes[i];
+    if (vd_op_lookup(vd_node_op(p, nd)) != VD_OP__UNKNOWN) continue;
+    snprintf(reason, rsz, "unsupported operator '%s' at node %lld '%s' (rank %d) of %s", vd_node_op(p, nd),
+             (long long)nd->id, vd_plan_s(p, nd->name), nd->rank, file);
+    return 1;
+  }
+  return 0;
+}
+
 vd_rc vd_exec_compare(const vd_plan_t *single, const vd_plan_t *parallel, const vd_exec_opts *o,
                       vd_exec_result *r, vd_diag *d) {
   vd_exec_opts defo = {0};
@@ -585,6 +600,12 @@ vd_rc vd_exec_compare(const vd_plan_t *single, const vd_plan_t *parallel, const 
   const char *pname = o->parallel_name ? o->parallel_name : "parallel plan";
   vd_rc rc;
   int unsupported = 0;
+
+  if (find_unsupported(single, sname, r->reason, sizeof(r->reason)) ||
+      find_unsupported(parallel, pname, r->reason, sizeof(r->reason))) {
+    r->status = VD_EXEC_UNSUPPORTED;
+    return VD_OK;
+  }
 
   /* Single plan: must build and run cleanly, or the input is bad. */
   if ((rc = build(&c.s, single, sname, d)) != VD_OK) goto done;

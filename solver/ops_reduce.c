@@ -514,6 +514,55 @@ static vd_rc red_causal_mask(const vd_op_reduce_call *c, int *norule) {
 }
 #define red_causal_mask_backward red_causal_mask
 
+/* create_mask(tokens[b,s], h[b,s,H]) -> [1,1,s,s]: both mask dims are s. */
+static vd_rc red_create_mask(const vd_op_reduce_call *c, int *norule) {
+  if (c->n_in != 2 || c->n_out != 1 || c->in_shape[0].ndim != 2 || c->in_shape[1].ndim < 2 ||
+      c->out_shape[0].ndim != 4) {
+    *norule = 1;
+    return VD_OK;
+  }
+  VD_CHECK(eq(c, dr(0, 1, 0), dr(0, 0, 0)));
+  VD_CHECK(eq(c, dr(0, 1, 1), dr(0, 0, 1)));
+  VD_CHECK(eq(c, dr(1, 0, 2), dr(0, 0, 1)));
+  VD_CHECK(eq(c, dr(1, 0, 3), dr(0, 0, 1)));
+  VD_CHECK(mark(c, VD_RED_KEEP, dr(1, 0, 0)));
+  VD_CHECK(mark(c, VD_RED_KEEP, dr(1, 0, 1)));
+  return mark(c, VD_RED_MIN2, dr(0, 0, 1));
+}
+
+/* apply_mask(x, mask[, y, g]): the mask broadcasts to x, everything else is x. */
+static vd_rc red_apply_mask(const vd_op_reduce_call *c, int *norule) {
+  if (c->n_in < 2 || c->n_out != 1) {
+    *norule = 1;
+    return VD_OK;
+  }
+  VD_CHECK(same(c, dr(1, 0, 0), dr(0, 0, 0), norule));
+  for (uint32_t i = 2; i < c->n_in; i++) VD_CHECK(same(c, dr(0, i, 0), dr(0, 0, 0), norule));
+  return bcast(c, dr(0, 1, 0), dr(0, 0, 0), 0, norule);
+}
+#define red_apply_mask_backward red_apply_mask
+
+/* apply_rotary_emb(xq[b,s,h,d], xk, freqs[s,d/2] [, oq, ok, gq, gk]) -> (q, k). */
+static vd_rc red_apply_rotary_emb(const vd_op_reduce_call *c, int *norule) {
+  if ((c->n_in != 3 && c->n_in != 7) || c->n_out != 2 || c->in_shape[0].ndim != 4 || c->in_shape[1].ndim != 4 ||
+      c->in_shape[2].ndim != 2) {
+    *norule = 1;
+    return VD_OK;
+  }
+  for (uint32_t k = 0; k < 2; k++) {
+    VD_CHECK(same(c, dr(1, k, 0), dr(0, k, 0), norule));
+    if (c->n_in == 7) {
+      VD_CHECK(same(c, dr(0, 3 + k, 0), dr(0, k, 0), norule));
+      VD_CHECK(same(c, dr(0, 5 + k, 0), dr(0, k, 0), norule));
+    }
+    VD_CHECK(eq(c, dr(0, k, 1), dr(0, 2, 0)));
+    VD_CHECK(eqf(c, dr(0, k, 3), dr(0, 2, 1), 2, 1)); /* d == 2 * (d/2) */
+    VD_CHECK(mark(c, VD_RED_EVEN, dr(0, k, 3)));
+  }
+  return eq(c, dr(0, 1, 0), dr(0, 0, 0));
+}
+#define red_apply_rotary_emb_backward red_apply_rotary_emb
+
 static vd_rc red_softmax(const vd_op_reduce_call *c, int *norule) {
   const vd_op_shape *x = &c->in_shape[0];
   int32_t d;

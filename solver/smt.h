@@ -198,6 +198,7 @@ vd_rc vd_smt_encode(const struct vd_op_encode_call *c);
  * document the symbols in one place:
  *   exp log sqrt rsqrt sigmoid tanh gelu gelu_grad (x);  pow (x, e);
  *   rope_cos / rope_sin (pos, i, d, theta) = cos/sin(pos * theta^(-2i/d));
+ *   rot_cos / rot_sin (theta) = cos/sin(theta), theta a freqs_cis element (apply_rotary_emb);
  *   clip_coef (total_sq, max_norm) = min(1, max_norm / (sqrt(total_sq) + 1e-6));
  *   topk_gate.k<K>.j<J> (row of e logits): gate J of the row;
  *   topk_gate_backward.k<K>.j<J> (row of e logits, row of e grads). */

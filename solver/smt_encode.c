@@ -870,6 +870,46 @@ static vd_rc mask(call_t *c, vd_smt *s, int backward) {
 ENC(causal_mask) { return mask(c, s, 0); }
 ENC(causal_mask_backward) { return mask(c, s, 1); }
 
+/* nnScaler Llama-3 custom operators (ops_numeric.c states their meaning).
+ * create_mask depends on shapes only; apply_rotary_emb's cos/sin are
+ * uninterpreted functions rot_cos/rot_sin of the freqs_cis element (its
+ * angle), so both plans agree exactly when they rotate the same element by
+ * the same freqs element, and a wrong position is a different term. */
+ENC(create_mask) {
+  int64_t n = IN(0)->shape.d[1];
+  vd_term fill = D(s, aflt(c, "fill", -1e4)), zero = I(s, 0);
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < n; j++) OUT(0)->t[i * n + j] = j <= i ? zero : fill;
+  return VD_OK;
+}
+ENC(apply_mask) { return binary(c, s, vd_smt_add); }
+ENC(apply_mask_backward) { (void)s; return copy_into(IN(3), OUT(0)); }
+
+static vd_rc rotary(call_t *c, vd_smt *s, int backward) {
+  const vd_term *f = IN(2)->t;
+  for (uint32_t k = 0; k < 2; k++) {
+    const vd_op_shape *x = &IN(k)->shape;
+    const vd_term *in = IN(backward ? 5 + k : k)->t;
+    int64_t n = x->d[1], h = x->d[2], half = x->d[3] / 2, rows = x->d[0] * n * h;
+    for (int64_t r = 0; r < rows; r++) {
+      int64_t pos = (r / h) % n;
+      const vd_term *a = in + r * 2 * half;
+      vd_term *y = OUT(k)->t + r * 2 * half;
+      for (int64_t j = 0; j < half; j++) {
+        vd_term th = f[pos * half + j];
+        vd_term co = vd_smt_uf(s, "rot_cos", 1, &th), si = vd_smt_uf(s, "rot_sin", 1, &th);
+        if (backward) si = vd_smt_neg(s, si);
+        vd_term u = a[2 * j], v = a[2 * j + 1];
+        y[2 * j] = vd_smt_sub(s, vd_smt_mul(s, u, co), vd_smt_mul(s, v, si));
+        y[2 * j + 1] = vd_smt_add(s, vd_smt_mul(s, u, si), vd_smt_mul(s, v, co));
+      }
+    }
+  }
+  return VD_OK;
+}
+ENC(apply_rotary_emb) { return rotary(c, s, 0); }
+ENC(apply_rotary_emb_backward) { return rotary(c, s, 1); }
+
 typedef struct {
   int64_t outer, len, inner;
 } lines_t;
@@ -1236,6 +1276,8 @@ int vd_smt_uf_value(const char *name, size_t n, const double *a, double *out) {
     else if (!strcmp(name, "rsqrt")) *out = 1.0 / sqrt(x);
     else if (!strcmp(name, "sigmoid")) *out = sigm(x);
     else if (!strcmp(name, "tanh")) *out = tanh(x);
+    else if (!strcmp(name, "rot_cos")) *out = cos(x);
+    else if (!strcmp(name, "rot_sin")) *out = sin(x);
     else if (!strcmp(name, "gelu")) *out = 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
     else if (!strcmp(name, "gelu_grad"))
       *out = 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI);

@@ -327,6 +327,29 @@ static void test_unknown_operator_is_unsupported(void **state) {
   vd_plan_free(&p);
 }
 
+/* The registry check runs before any tensor is allocated: a plan with an
+ * unknown operator and tensors far too large to hold is still "unsupported"
+ * (it used to run out of memory on the nodes before the unknown one). */
+static void test_unknown_operator_checked_before_allocation(void **state) {
+  (void)state;
+  vd_plan_t s, p;
+  assert_int_equal(pb_plan_linear2(&s), VD_OK);
+  assert_int_equal(pb_plan_tp2(&p), VD_OK);
+  int64_t i = pb_find_node(&p, "r0.l2");
+  assert_true(i >= 0);
+  uint32_t off;
+  assert_int_equal(vd_plan_str(&p, "mystery_op", &off), VD_OK);
+  p.nodes[i].op = off;
+  for (size_t t = 0; t < s.n_tensors; t++) /* 2^46 doubles each: no allocator can */
+    for (int k = 0; k < s.tensors[t].ndim; k++) s.tensors[t].shape[k] = (int64_t)1 << 23;
+  vd_exec_result r = run_pair(&s, &p, 1);
+  assert_int_equal(r.status, VD_EXEC_UNSUPPORTED);
+  assert_non_null(strstr(r.reason, "unsupported operator 'mystery_op'"));
+  assert_non_null(strstr(r.reason, "r0.l2"));
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
 /* A parallel node whose shapes do not fit is a disagreement naming the node. */
 static void test_parallel_shape_error_disagrees(void **state) {
   (void)state;
@@ -354,6 +377,7 @@ int main(void) {
       cmocka_unit_test(test_dp2_replicas_agree),
       cmocka_unit_test(test_deterministic_and_seed_matters),
       cmocka_unit_test(test_unknown_operator_is_unsupported),
+      cmocka_unit_test(test_unknown_operator_checked_before_allocation),
       cmocka_unit_test(test_parallel_shape_error_disagrees),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

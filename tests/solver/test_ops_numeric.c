@@ -205,6 +205,10 @@ static fd_spec *specs(size_t *n) {
   SPEC("rope", "rope_backward", "theta=10000.0 seq_dim=0", 1, {S3(3, 2, 6)}, 1, {S3(3, 2, 6)}, 0, 0, 0, "g0", "0");
   SPEC("causal_mask", "causal_mask_backward", "q_offset=1 k_offset=2", 1, {S3(2, 3, 4)}, 1, {S3(2, 3, 4)}, 0, 0,
        0, "g0", "0");
+  SPEC("apply_mask", "apply_mask_backward", "", 2, {S4(2, 2, 3, 3), S4(1, 1, 3, 3)}, 1, {S4(2, 2, 3, 3)}, 0, 0, 0,
+       "i0 i1 o0 g0", "0");
+  SPEC("apply_rotary_emb", "apply_rotary_emb_backward", "", 3, {S4(2, 3, 2, 4), S4(2, 3, 1, 4), S2(3, 2)}, 2,
+       {S4(2, 3, 2, 4), S4(2, 3, 1, 4)}, 0, 0, 0, "i0 i1 i2 o0 o1 g0 g1", "0 1");
   SPEC("softmax", "softmax_backward", "dim=1", 1, {S3(2, 3, 4)}, 1, {S3(2, 3, 4)}, 0, 0, 0, "o0 g0", "0");
   SPEC("pick", "pick_backward", "start=2", 2, {S2(4, 3), S1(4)}, 1, {S1(4)}, 2, 7, 0, "i1 g0", "0");
   SPEC("topk_gate", "topk_gate_backward", "k=2", 1, {S2(3, 5)}, 1, {S2(3, 5)}, 0, 0, 0, "i0 g0", "0");
@@ -462,6 +466,61 @@ static void test_causal_mask_values(void **state) {
   for (int e = 0; e < 6; e++) assert_true(t.out[0][e] == want[e]);
   call_free(&t);
   vd_plan_free(&an.plan);
+}
+
+/* create_mask: 0 on and below the diagonal, fill above, whatever the tokens. */
+static void test_create_mask_values(void **state) {
+  (void)state;
+  attr_node an;
+  make_node(&an, "fill=-9.0");
+  vd_op_shape is[2] = {S2(2, 3), S3(2, 3, 4)}, os[1] = {S4(1, 1, 3, 3)};
+  call_t t;
+  call_init(&t, "create_mask", &an, 2, is, 1, os);
+  set_in(&t, 0, (double[]){5, 1, 2, 7, 3, 0});
+  assert_int_equal(run(&t), VD_OK);
+  const double want[9] = {0, -9, -9, 0, 0, -9, 0, 0, 0};
+  for (int e = 0; e < 9; e++) assert_true(t.out[0][e] == want[e]);
+  call_free(&t);
+  /* the mask must be [1,1,s,s] of the tokens' s */
+  vd_op_shape bad_os[1] = {S4(1, 1, 2, 3)};
+  call_init(&t, "create_mask", &an, 2, is, 1, bad_os);
+  assert_int_equal(run(&t), VD_EINPUT);
+  assert_string_equal(t.diag.field, "outputs[0]");
+  call_free(&t);
+  vd_plan_free(&an.plan);
+}
+
+/* apply_rotary_emb rotates interleaved pairs (2j, 2j+1) of position s by the
+ * angle freqs[s, j]; the backward is the inverse rotation. */
+static void test_apply_rotary_emb_values(void **state) {
+  (void)state;
+  vd_op_shape is[3] = {S4(1, 2, 1, 4), S4(1, 2, 1, 4), S2(2, 2)}, os[2] = {S4(1, 2, 1, 4), S4(1, 2, 1, 4)};
+  call_t t;
+  call_init(&t, "apply_rotary_emb", NULL, 3, is, 2, os);
+  const double x[8] = {1, 0, 1, 0, 1, 0, 0, 1};
+  set_in(&t, 0, x);
+  set_in(&t, 1, x);
+  set_in(&t, 2, (double[]){0, M_PI / 2, M_PI, M_PI / 2});
+  assert_int_equal(run(&t), VD_OK);
+  /* s=0: pair 0 by 0 -> (1,0); pair 1 by pi/2 -> (0,1); s=1: pair 0 by pi -> (-1,0); (0,1) by pi/2 -> (-1,0) */
+  const double want[8] = {1, 0, 0, 1, -1, 0, -1, 0};
+  for (int e = 0; e < 8; e++) assert_true(fabs(t.out[0][e] - want[e]) < 1e-15 && t.out[1][e] == t.out[0][e]);
+  vd_op_shape bs[7] = {is[0], is[1], is[2], os[0], os[1], os[0], os[1]};
+  call_t b;
+  call_init(&b, "apply_rotary_emb_backward", NULL, 7, bs, 2, os);
+  set_in(&b, 2, t.in[2]);
+  set_in(&b, 5, t.out[0]);
+  set_in(&b, 6, t.out[1]);
+  assert_int_equal(run(&b), VD_OK);
+  for (int e = 0; e < 8; e++) assert_true(fabs(b.out[0][e] - x[e]) < 1e-15 && fabs(b.out[1][e] - x[e]) < 1e-15);
+  call_free(&b);
+  /* freqs rows must match s */
+  vd_op_shape bad_is[3] = {is[0], is[1], S2(3, 2)};
+  call_init(&b, "apply_rotary_emb", NULL, 3, bad_is, 2, os);
+  assert_int_equal(run(&b), VD_EINPUT);
+  assert_string_equal(b.diag.field, "inputs[0]");
+  call_free(&b);
+  call_free(&t);
 }
 
 static void test_softmax_rows_sum_to_one(void **state) {
@@ -771,6 +830,8 @@ int main(void) {
       cmocka_unit_test(test_rms_norm_values),
       cmocka_unit_test(test_rope_rotation),
       cmocka_unit_test(test_causal_mask_values),
+      cmocka_unit_test(test_create_mask_values),
+      cmocka_unit_test(test_apply_rotary_emb_values),
       cmocka_unit_test(test_softmax_rows_sum_to_one),
       cmocka_unit_test(test_embedding_and_pick_offsets),
       cmocka_unit_test(test_topk_gate_ties),
