@@ -169,8 +169,53 @@ static int loss_scale(const vd_plan_t *p, const vd_node_t *n) {
   return vd_bug_i_is(p, n, "scale") && vd_bug_i_is_fwd(p, n) && strcmp(vd_bug_i_name(p, n), "loss") == 0;
 }
 
+/* --loss-mask plans (plans/gen_llama3.c): loss = ce.sum * pow(count, -1)
+ * with count all-reduced once, before the microbatches, from each rank's
+ * local sum(mask). */
+static int count_inv(const vd_plan_t *p, const vd_node_t *n) {
+  return vd_bug_i_is(p, n, "pow") && vd_bug_i_is_fwd(p, n) && n->n_in == 1 &&
+         strcmp(vd_bug_i_name(p, n), "loss.count.inv") == 0;
+}
+
+/* Masked loss: the rank divides by its local count sum(mask), i.e. the
+ * reciprocal reads the count all_reduce's input instead of its output. */
+static vd_rc bug17_masked(vd_bug_ctx *c, vd_bug_list *l) {
+  vd_plan_t *p = c->p;
+  vd_rc rc = VD_OK;
+  size_t done = 0;
+  for (size_t i = 0; i < l->n && rc == VD_OK; i++) {
+    uint32_t at = l->v[i];
+    uint32_t cnt = vd_node_inputs(p, &p->nodes[at])[0];
+    int64_t ar = vd_bug_i_producer(p, cnt, -1);
+    if (ar < 0 || !vd_bug_i_is(p, &p->nodes[ar], "all_reduce") || p->nodes[ar].n_in != 1) continue;
+    uint32_t loc = vd_node_inputs(p, &p->nodes[ar])[0];
+    note(c, at);
+    rc = vd_bug_i_set_refs(p, at, 0, &loc, 1);
+    done++;
+  }
+  if (rc == VD_OK && done == 0)
+    VD_BUG_NA(c, "bug 17 does not apply: the token count is not all-reduced (every rank holds all tokens; needs dp, "
+                 "ep or cp > 1)%s",
+              vd_bug_i_filters(c));
+  if (rc == VD_OK)
+    vd_bug_i_what(c, "masked loss on %zu rank(s) divided by the rank's local token count sum(mask) instead of the "
+                     "all-reduced global count",
+                  done);
+  return rc;
+}
+
 vd_rc vd_bug_i_17(vd_bug_ctx *c) {
   vd_plan_t *p = c->p;
+  {
+    vd_bug_list m = {0};
+    VD_CHECK(vd_bug_i_candidates(c, count_inv, &m));
+    if (m.n) {
+      vd_rc rc = bug17_masked(c, &m);
+      vd_bug_i_list_free(&m);
+      return rc;
+    }
+    vd_bug_i_list_free(&m);
+  }
   const vd_world_t *w = &p->world;
   int64_t shards = (int64_t)w->dp * w->ep * w->nm * w->cp;
   if (shards < 2)

@@ -88,6 +88,8 @@ vd_rc vd_gen_check(const vd_gen_config *in, vd_diag *d) {
   if (c->batch % (c->dp * c->ep * c->nm) != 0)
     BAD("--batch %lld is not divisible by dp*ep*nm = %lld", (long long)c->batch, (long long)(c->dp * c->ep * c->nm));
   if (c->model == VD_GEN_MLP) {
+    if (c->tie_embeddings) BAD("--tie-embeddings applies to llama3 and moe, not mlp (no embedding)");
+    if (c->loss_mask) BAD("--loss-mask applies to llama3 and moe, not mlp (no tokens)");
     if (c->cp > 1) BAD("--cp applies to llama3 and moe, not mlp");
     if (c->ep > 1) BAD("--ep applies to moe only");
     if (c->sp) BAD("--sp applies to llama3 and moe, not mlp");
@@ -96,6 +98,7 @@ vd_rc vd_gen_check(const vd_gen_config *in, vd_diag *d) {
     return VD_OK;
   }
   if (c->ep > 1 && c->model != VD_GEN_MOE) BAD("--ep applies to moe only");
+  if (c->loss_mask && c->loss != VD_GEN_LOSS_CE) BAD("--loss-mask needs --loss ce (it weights the per-token loss)");
   NEED_DIV(c->heads, "--heads", c->hidden, "--hidden");
   if ((c->hidden / c->heads) % 2) BAD("head dim --hidden/--heads = %lld must be even (rope pairs)", (long long)(c->hidden / c->heads));
   NEED_DIV(c->kv_heads, "--kv-heads", c->heads, "--heads");
@@ -214,6 +217,7 @@ static vd_gen_lay grad_default(vd_gen_lay l) {
     if (l.ax[a] == LP) l.ax[a] = LR;
   l.dpart = 0;
   l.zero = 0;
+  l.tcopy = 0;
   return l;
 }
 
@@ -260,6 +264,8 @@ static int new_dt(vd_gen_ctx *g, int stage, int layer, const char *name, vd_dtyp
   x->mr_first = -1;
   x->grad = -1;
   x->wacc = -1;
+  x->tied = -1;
+  x->tgrad = -1;
   x->nolin = nolin;
   int64_t sid = -1;
   int has_single = g->par && !nolin && names_get(g->single, name, &sid);
@@ -324,6 +330,10 @@ static int new_dt(vd_gen_ctx *g, int stage, int layer, const char *name, vd_dtyp
           k = k * g->deg[a] + c[a];
           n *= g->deg[a];
         }
+      if (fl.tcopy) { /* copy 0/1 of a tied weight: least significant part digit */
+        k = k * 2 + (fl.tcopy - 1);
+        n *= 2;
+      }
       if (fl.dpart) {
         if (scope == VD_SCOPE_PER_MB) {
           L->mb_part = n;
@@ -723,7 +733,9 @@ static int take_input(vd_gen_ctx *g, int x, int layer, size_t at) {
       s = &g->dts[x];
       char nm[512];
       snprintf(nm, sizeof(nm), "%s@%s", s->name, cons[i]);
-      int y = new_dt(g, s->stage, s->layer, nm, s->dtype, VD_ROLE_ACT, s->scope, s->ndim, s->gshape, s->fl, 0);
+      /* per microbatch: the multiref runs in the forward segment, also for a
+       * persistent input (a tied weight read by the embedding and the head) */
+      int y = new_dt(g, s->stage, s->layer, nm, s->dtype, VD_ROLE_ACT, VD_SCOPE_PER_MB, s->ndim, s->gshape, s->fl, 0);
       if (y < 0) return -1;
       g->dts[y].gl = g->dts[x].gl;
       g->dts[y].rg = 1;
@@ -790,7 +802,7 @@ static int grad_for(vd_gen_ctx *g, int x) {
   char nm[256];
   snprintf(nm, sizeof(nm), "%s.grad", s->name);
   int gd = new_dt(g, s->stage, s->layer, nm, VD_DT_F64, VD_ROLE_GRAD, VD_SCOPE_PER_MB, s->ndim, s->gshape,
-                  s->gl, s->nolin);
+                  s->gl, s->nolin || s->gnolin);
   return gd;
 }
 
@@ -996,12 +1008,43 @@ static int emit_optimizer(vd_gen_ctx *g) {
     return -1;
   }
   int rc = -1;
+  /* 0. tied weights (pp > 1): the first and the last stage's copies sum their
+   * gradients by an all_reduce over [first-stage rank, last-stage rank] of
+   * the same (tp, cp, ep) coordinates (Megatron's embedding group), before
+   * the DP reducer; afterwards both hold the same parts of the single grad. */
+  for (size_t i = 0; i < nw; i++) {
+    int w = g->weights[i], w2 = g->dts[w].tied;
+    if (w2 < 0 || g->dts[w].stage != 0) continue;
+    int pair[2] = {w, w2}, out[2];
+    for (int k = 0; k < 2; k++) {
+      vd_gen_dt W = g->dts[pair[k]];
+      vd_gen_lay gl = W.gl;
+      gl.tcopy = 0;
+      out[k] = new_dt(g, W.stage, W.layer, vd_gen_i_fmt(g, "%s.grad", W.name), VD_DT_F64, VD_ROLE_GRAD,
+                      VD_SCOPE_PERSISTENT, W.ndim, W.gshape, gl, 0);
+      if (out[k] < 0) goto done;
+    }
+    for (int64_t r = 0; r < g->rps; r++) {
+      int64_t key = g->next_key + r;
+      int64_t grp[2] = {rank_of(g, g->dts[w].stage, r), rank_of(g, g->dts[w2].stage, r)};
+      for (int k = 0; k < 2; k++) {
+        vd_gen_dt *W = &g->dts[pair[k]];
+        uint32_t ti = g->dts[W->wacc].t[r], to = g->dts[out[k]].t[r];
+        if (emit(g, W->stage, r, g->seg_opt[W->stage], "all_reduce", vd_gen_i_fmt(g, "%s.grad.tied", W->name),
+                 W->layer, VD_PHASE_COMM, &ti, 1, &to, 1, NULL, 0, key, grp, 2, 0) < 0)
+          goto done;
+      }
+    }
+    g->next_key += g->rps;
+    g->dts[w].tgrad = out[0];
+    g->dts[w2].tgrad = out[1];
+  }
   /* 1. reduce gradients: all_reduce (or ZeRO reduce_scatter) over the ranks
    * that hold value parts, spanning the DP replicas. */
   for (size_t i = 0; i < nw; i++) {
     int w = g->weights[i];
     vd_gen_dt W = g->dts[w];
-    int acc = W.wacc;
+    int acc = W.tgrad >= 0 ? W.tgrad : W.wacc;
     unsigned mask = lp_mask(W.gl);
     int64_t gsize = 1;
     for (int a = 0; a < AX_N; a++)
@@ -1044,6 +1087,8 @@ static int emit_optimizer(vd_gen_ctx *g) {
     for (size_t i = 0; i < nw; i++) {
       vd_gen_dt W = g->dts[ws[i].w];
       int s = W.stage;
+      /* a tied weight's elements are counted once: on the first stage's copy */
+      if (W.tied >= 0 && s != 0) continue;
       int sq = new_dt(g, s, W.layer, vd_gen_i_fmt(g, "%s.grad.sumsq", W.name), VD_DT_F64, VD_ROLE_ACT,
                       VD_SCOPE_PERSISTENT, 0, W.gshape, vd_gen_i_lay(LR, LR, LR, -1), total_ranks);
       if (sq < 0 || opt_node(g, "sumsq", g->dts[sq].name, W.layer, &ws[i].grad, 1, &sq, 1, NULL, 0) < 0) {
@@ -1200,6 +1245,7 @@ static int emit_schedule(vd_gen_ctx *g) {
   for (int s = 0; s < g->pp; s++)
     for (int64_t r = 0; r < g->rps; r++) {
       int32_t rank = (int32_t)rank_of(g, s, r);
+      if (g->seg_init >= 0 && s == g->pp - 1) CK(vd_plan_add_step(g->p, rank, g->seg_init, -1));
       if (g->nm > 1) CK(vd_plan_add_step(g->p, rank, g->seg_zero[s], -1));
       /* 1F1B: warm-up forwards, then one forward / one backward, then cool-down */
       int64_t warm = g->pp - s - 1;
@@ -1247,6 +1293,8 @@ static vd_rc build_one(vd_gen_ctx *g, const vd_gen_config *c, int par, vd_plan_t
   g->d = d;
   g->single = single;
   g->loss_dt = -1;
+  g->seg_init = -1;
+  g->tied_w = -1;
   g->dp = par ? c->dp : 1;
   g->tp = par ? c->tp : 1;
   g->pp = par ? c->pp : 1;
@@ -1264,11 +1312,12 @@ static vd_rc build_one(vd_gen_ctx *g, const vd_gen_config *c, int par, vd_plan_t
   char desc[512];
   snprintf(desc, sizeof(desc),
            "%s layers=%lld hidden=%lld heads=%lld kv_heads=%lld ffn=%lld vocab=%lld seq=%lld batch=%lld "
-           "experts=%lld topk=%lld optimizer=%s loss=%s grad_clip=%g seed=%llu",
+           "experts=%lld topk=%lld optimizer=%s loss=%s grad_clip=%g seed=%llu%s%s",
            vd_gen_model_name(c->model), (long long)c->layers, (long long)c->hidden, (long long)c->heads,
            (long long)c->kv_heads, (long long)c->ffn, (long long)c->vocab, (long long)c->seq, (long long)c->batch,
            (long long)c->experts, (long long)c->topk, c->optimizer == VD_GEN_ADAM ? "adam" : "sgd",
-           c->loss == VD_GEN_LOSS_CE ? "ce" : "sum", c->grad_clip, (unsigned long long)c->seed);
+           c->loss == VD_GEN_LOSS_CE ? "ce" : "sum", c->grad_clip, (unsigned long long)c->seed,
+           c->tie_embeddings ? " tie_embeddings=1" : "", c->loss_mask ? " loss_mask=1" : "");
   if (vd_plan_str(p, desc, &p->model)) return VD_OOM(d);
   vd_world_t w;
   memset(&w, 0, sizeof(w));
@@ -1303,6 +1352,11 @@ static vd_rc build_one(vd_gen_ctx *g, const vd_gen_config *c, int par, vd_plan_t
   g->layer_stage[0] = 0;                          /* embedding: index -1 + 1 */
   g->layer_stage[c->layers + 1] = (int)(g->pp - 1); /* head */
   vd_free(cnt);
+  if (par && c->loss_mask) {
+    char nm[64];
+    snprintf(nm, sizeof(nm), "stage%d.init", (int)(g->pp - 1));
+    if (vd_plan_add_segment(p, nm, &g->seg_init)) return VD_OOM(d);
+  }
   for (int s = 0; s < g->pp; s++) {
     char nm[64];
     if (g->nm > 1) {
@@ -1373,4 +1427,58 @@ int vd_gen_i_sum_all(vd_gen_ctx *g, int x, const char *name, int layer) {
   vd_gen_i_aints(g, "dims", dims, (uint32_t)ndim);
   vd_gen_i_ai(g, "keepdim", 0);
   return y;
+}
+
+int vd_gen_i_token_count(vd_gen_ctx *g, int mask, const char *name) {
+  if (g->failed || mask < 0) return -1;
+  if (!g->par) return vd_gen_i_sum_all(g, mask, name, -1);
+  vd_gen_dt m = g->dts[mask];
+  int st = m.stage;
+  if (g->seg_init < 0 || st != g->pp - 1) {
+    fail(g, VD_EINTERNAL, "generator bug: token count outside the last stage's init segment", name);
+    return -1;
+  }
+  /* the rank's mask over all its microbatches (same single tensor) */
+  int pm = new_dt(g, st, -1, m.name, m.dtype, VD_ROLE_INPUT, VD_SCOPE_PERSISTENT, m.ndim, m.gshape, m.fl, 0);
+  vd_gen_lay ll = vd_gen_i_lay(LR, LR, LR, -1);
+  for (int a = 0; a < AX_N; a++)
+    if (m.fl.ax[a] >= 0 || m.fl.ax[a] == LP) ll.ax[a] = LP;
+  ll.dpart = 1;
+  int64_t one[1] = {1};
+  int loc = new_dt(g, st, -1, name, VD_DT_F64, VD_ROLE_ACT, VD_SCOPE_PERSISTENT, 0, one, ll, 0);
+  if (pm < 0 || loc < 0) return -1;
+  vd_gen_attr at[2];
+  memset(at, 0, sizeof(at));
+  at[0].key = "dims";
+  at[0].kind = VD_ATTR_INTS;
+  at[0].n_ints = (uint32_t)m.ndim;
+  for (int i = 0; i < m.ndim; i++) at[0].ints[i] = i;
+  at[1] = iattr("keepdim", 0);
+  for (int64_t r = 0; r < g->rps; r++) {
+    uint32_t ti = g->dts[pm].t[r], to = g->dts[loc].t[r];
+    if (emit(g, st, r, g->seg_init, "sum", name, -1, VD_PHASE_FWD, &ti, 1, &to, 1, at, 2, -1, NULL, 0, 0) < 0)
+      return -1;
+  }
+  unsigned mk = lp_mask(g->dts[loc].fl);
+  int64_t gsize = 1;
+  for (int a = 0; a < AX_N; a++)
+    if (mk & (1u << a)) gsize *= g->deg[a];
+  if (gsize * g->dp == 1) return loc;
+  /* the global count: all_reduce over the ranks holding other tokens
+   * (cp, ep), spanning the DP replicas; TP ranks hold the same tokens */
+  int tot = new_dt(g, st, -1, name, VD_DT_F64, VD_ROLE_ACT, VD_SCOPE_PERSISTENT, 0, one,
+                   vd_gen_i_lay(LR, LR, LR, -1), 0);
+  if (tot < 0) return -1;
+  int64_t base = g->next_key;
+  int64_t grp[1 << 10];
+  for (int64_t r = 0; r < g->rps; r++) {
+    int64_t gid = 0;
+    int n = group_of(g, st, r, mk, grp, &gid);
+    uint32_t ti = g->dts[loc].t[r], to = g->dts[tot].t[r];
+    if (emit(g, st, r, g->seg_init, "all_reduce", name, -1, VD_PHASE_COMM, &ti, 1, &to, 1, NULL, 0, base + gid, grp,
+             n, g->dp > 1) < 0)
+      return -1;
+  }
+  g->next_key += g->rps;
+  return tot;
 }

@@ -41,6 +41,9 @@ typedef struct {
   vd_gen_loss loss;
   int64_t experts, topk;
   double grad_clip; /* max global grad norm; 0 = no clipping */
+  int tie_embeddings; /* llama3/moe: the LM head reuses the embedding table (0/1) */
+  int loss_mask;      /* llama3/moe --loss ce: input loss_mask [batch, seq] weights the
+                         per-token loss; loss = sum(mask * tok) / sum(mask) (0/1) */
   uint64_t seed;    /* recorded in the model description; plans are deterministic */
 } vd_gen_config;
 

@@ -38,6 +38,8 @@ typedef struct {
   int8_t dpart;    /* value part over DP replicas and microbatches (weight grads, loss) */
   uint8_t zero;    /* ZeRO shard: dim 0 further split over (axes in zmask) x dp */
   uint8_t zmask;   /* bit a: axis a is in the ZeRO group */
+  uint8_t tcopy;   /* tied weight copies (pp > 1): 0 none, 1 first stage's, 2 last
+                      stage's; the gradient of a copy is one more part digit */
 } vd_gen_lay;
 
 /* A rank-dependent integer attribute: base + sum(coef[a] * coord[a]). */
@@ -73,6 +75,10 @@ typedef struct {
   int grad;      /* gradient dtensor, -1 none */
   int wacc;      /* weights: persistent gradient accumulator dtensor */
   int nolin;     /* never annotated (no single counterpart) */
+  int gnolin;    /* its gradient is never annotated (a dead gradient of a
+                    non-trainable value whose parallel value is no slice) */
+  int tied;      /* tied weights: the other stage's copy, -1 none */
+  int tgrad;     /* tied weights: gradient after the embedding-group all_reduce, -1 */
 } vd_gen_dt;
 
 typedef enum { K_COMPUTE, K_ENTRY, K_COLL, K_MOVE } vd_gen_kind;
@@ -102,6 +108,8 @@ typedef struct vd_gen_ctx {
   /* stage of each layer, -1 .. layers (embedding is stage 0, head last) */
   int *layer_stage;
   int32_t *seg_zero, *seg_fwd, *seg_bwd, *seg_opt; /* per stage */
+  int32_t seg_init; /* run once before the microbatches on the last stage (--loss-mask), -1 */
+  int tied_w;       /* --tie-embeddings: the embedding table dtensor, -1 */
   vd_gen_dt *dts; size_t n_dts, cap_dts;
   vd_gen_op *ops; size_t n_ops, cap_ops;
   int *weights; size_t n_weights, cap_weights;
@@ -170,6 +178,13 @@ int vd_gen_i_move(vd_gen_ctx *g, int x, int to, int layer);
 
 /* sum over all elements (the sum loss). */
 int vd_gen_i_sum_all(vd_gen_ctx *g, int x, const char *name, int layer);
+/* Global token count sum(mask) for the masked loss.  Single plan: a
+ * forward `sum` of mask.  Parallel plan: computed once, before the
+ * microbatches (segment seg_init), from a persistent input holding the
+ * rank's mask over all its microbatches, then all-reduced over the ranks
+ * holding other tokens (cp, ep, DP replicas), so every microbatch divides
+ * by the global count.  Returns the count dtensor (no gradient). */
+int vd_gen_i_token_count(vd_gen_ctx *g, int mask, const char *name);
 /* Marks the loss: its gradient is seeded with an input "loss.grad". */
 void vd_gen_i_loss(vd_gen_ctx *g, int loss);
 

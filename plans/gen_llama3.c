@@ -58,7 +58,12 @@ int vd_gen_i_llama_embed(vd_gen_ctx *g) {
   int64_t B = c->batch, S = c->seq, H = c->hidden, V = c->vocab;
   int64_t is[2] = {B, S}, ts[2] = {V, H}, xs[3] = {B, S, H};
   int ids = vd_gen_i_input(g, 0, "tokens", VD_DT_I64, 2, is, vd_gen_i_lay(LR, 1, LR, 0));
-  int tab = weight(g, 0, -1, "embed.weight", 2, ts, vd_gen_i_lay(0, LR, LR, -1), 0);
+  vd_gen_lay tl = vd_gen_i_lay(0, LR, LR, -1), tg = wgrad(g, tl, 0);
+  /* tied with the LM head on another stage: this copy's gradient is one of
+   * the two copies' parts (see tied_head) */
+  if (c->tie_embeddings && g->pp > 1) tg.tcopy = 1;
+  int tab = vd_gen_i_weight(g, 0, -1, "embed.weight", 2, ts, tl, tg);
+  if (c->tie_embeddings) g->tied_w = tab;
   int in[2] = {ids, tab};
   int e = vd_gen_i_f1(g, "embedding", "embed", -1, in, 2, 3, xs, vd_gen_i_lay(LP, 1, LR, 0));
   vd_gen_i_ai_rank(g, "start", 0, AX_TP, V / g->tp);
@@ -182,14 +187,36 @@ static int swiglu(vd_gen_ctx *g, int l, int x) {
   return vd_gen_i_f1(g, "add", vd_gen_i_fmt(g, "layers.%d.ffn.residual", l), l, in4, 2, 3, xs, vd_gen_i_res_lay(g));
 }
 
+/* The LM head weight [V, H] (y = x W^T).  Tied: the embedding table itself
+ * when it is on this stage (single plan, pp = 1: a multiref, whose backward
+ * sums both uses' gradients); with pp > 1 a copy on the last stage, named
+ * like the table (both copies are the single weight), whose gradient is the
+ * other part; the optimizer all-reduces the two copies' gradients. */
+static int head_weight(vd_gen_ctx *g, int st, int L) {
+  const vd_gen_config *c = g->c;
+  int64_t ws[2] = {c->vocab, c->hidden};
+  vd_gen_lay fl = vd_gen_i_lay(0, LR, LR, -1);
+  if (!c->tie_embeddings) return weight(g, st, L, "lm_head.weight", 2, ws, fl, 0);
+  int e = g->tied_w;
+  if (e < 0 || g->failed) return -1;
+  if (g->dts[e].stage == st) return e;
+  vd_gen_lay gl = wgrad(g, fl, 0);
+  gl.tcopy = 2;
+  int w = vd_gen_i_weight(g, st, L, g->dts[e].name, 2, ws, fl, gl);
+  if (w < 0) return -1;
+  g->dts[w].tied = e;
+  g->dts[e].tied = w;
+  return w;
+}
+
 int vd_gen_i_llama_head(vd_gen_ctx *g, int x) {
   const vd_gen_config *c = g->c;
   int st = (int)(g->pp - 1), L = -1;
-  int64_t B = c->batch, S = c->seq, H = c->hidden, V = c->vocab;
+  int64_t B = c->batch, S = c->seq, V = c->vocab;
   x = vd_gen_i_move(g, x, st, L);
   int h = norm_enter(g, x, st, L, "norm");
-  int64_t ws[2] = {V, H}, ls[3] = {B, S, V}, bs[2] = {B, S}, fl2[2] = {B * S, V}, fl1[1] = {B * S};
-  int w = weight(g, st, L, "lm_head.weight", 2, ws, vd_gen_i_lay(0, LR, LR, -1), 0);
+  int64_t ls[3] = {B, S, V}, bs[2] = {B, S}, fl2[2] = {B * S, V}, fl1[1] = {B * S};
+  int w = head_weight(g, st, L);
   int in[2] = {h, w};
   int logits = vd_gen_i_f1(g, "linear", "lm_head", L, in, 2, 3, ls, vd_gen_i_lay(2, 1, LR, 0));
   int loss;
@@ -217,10 +244,30 @@ int vd_gen_i_llama_head(vd_gen_ctx *g, int x) {
     t = vd_gen_i_allreduce(g, AX_TP, t, "ce.target.all_reduce", L);
     int is[2] = {lse, t};
     int tok = vd_gen_i_f1(g, "sub", "ce.token_loss", L, is, 2, 2, bs, vd_gen_i_lay(LR, 1, LR, 0));
-    int sum = vd_gen_i_sum_all(g, tok, "ce.sum", L);
     int64_t one[1] = {1};
-    loss = vd_gen_i_f1(g, "scale", "loss", L, &sum, 1, 0, one, g->dts[sum].fl);
-    vd_gen_i_af(g, "factor", 1.0 / (double)(B * S));
+    if (c->loss_mask) {
+      /* loss = sum(mask * tok) / sum(mask): each microbatch divides its masked
+       * sum by the GLOBAL count (computed once, see vd_gen_i_token_count) */
+      int m = vd_gen_i_input(g, st, "loss_mask", VD_DT_F32, 2, bs, vd_gen_i_lay(LR, 1, LR, 0));
+      int cnt = vd_gen_i_token_count(g, m, "loss.count");
+      int im[2] = {tok, m};
+      int mt = vd_gen_i_f1(g, "mul", "ce.masked", L, im, 2, 2, bs, vd_gen_i_lay(LR, 1, LR, 0));
+      int sum = vd_gen_i_sum_all(g, mt, "ce.sum", L);
+      /* written as sum * count^-1, not div(sum, count): the sum of the parts
+       * sum_i(a_i * r) = (sum_i a_i) * r is polynomial, while a/0 is
+       * unspecified on the verifier's reals, so sum_i(a_i / C) = (sum_i a_i) / C
+       * does not hold for every C (docs/models.md) */
+      int inv = cnt < 0 ? -1 : vd_gen_i_f1(g, "pow", "loss.count.inv", L, &cnt, 1, 0, one, vd_gen_i_lay(LR, LR, LR, -1));
+      vd_gen_i_af(g, "exponent", -1.0);
+      int id[2] = {sum, inv};
+      loss = vd_gen_i_f1(g, "mul", "loss", L, id, 2, 0, one, g->dts[sum < 0 ? 0 : sum].fl);
+      /* d loss / d count^-1 is a per-rank part, not the single value: dead, unannotated */
+      if (inv >= 0) g->dts[inv].gnolin = 1;
+    } else {
+      int sum = vd_gen_i_sum_all(g, tok, "ce.sum", L);
+      loss = vd_gen_i_f1(g, "scale", "loss", L, &sum, 1, 0, one, g->dts[sum].fl);
+      vd_gen_i_af(g, "factor", 1.0 / (double)(B * S));
+    }
   }
   vd_gen_i_loss(g, loss);
   return loss;

@@ -118,11 +118,11 @@ static void watchdog_stop(watchdog_t *w, pthread_t th, int started) {
   pthread_mutex_destroy(&w->mu);
 }
 
-/* Runs Z3_solver_check under the watchdog (grace: the watchdog fires a
- * quarter after Z3's own timeout, so Z3 normally stops by itself). */
+/* Runs Z3_solver_check under the watchdog, which interrupts it at the
+ * deadline. */
 static Z3_lbool guarded_check(Z3_context z, Z3_solver sv, unsigned ms) {
   if (!ms) return Z3_solver_check(z, sv);
-  watchdog_t w = {.z = z, .ms = ms + ms / 4 + 10, .done = 0};
+  watchdog_t w = {.z = z, .ms = ms, .done = 0};
   pthread_mutex_init(&w.mu, NULL);
   pthread_cond_init(&w.cv, NULL);
   pthread_t th;
@@ -432,7 +432,9 @@ static vd_rc solve(vd_smt *s, const vd_term *par, const vd_term *single, const s
   Z3_solver_inc_ref(z, sv);
   Z3_params p = Z3_mk_params(z);
   Z3_params_inc_ref(z, p);
-  if (vd_smt_i_timeout(s)) Z3_params_set_uint(z, p, Z3_mk_string_symbol(z, "timeout"), vd_smt_i_timeout(s));
+  /* No Z3 "timeout" parameter: Z3 4.8.12's own timer thread can deadlock
+   * (seen here: both threads blocked inside Z3), so the watchdog below is
+   * the only time limit. */
   Z3_solver_set_params(z, sv, p);
   Z3_solver_assert(z, sv, goal);
   vd_rc rc = VD_OK;
@@ -450,6 +452,7 @@ static vd_rc solve(vd_smt *s, const vd_term *par, const vd_term *single, const s
   } else if (rc == VD_OK && r == Z3_L_UNDEF) {
     res->verdict = VD_SMT_INCONCLUSIVE;
     const char *why = Z3_solver_get_reason_unknown(z, sv);
+    if (why && (strstr(why, "cancel") || strstr(why, "interrupt"))) why = "timeout";
     snprintf(res->reason, sizeof(res->reason), "%s", why && why[0] ? why : "unknown");
   } else if (rc == VD_OK) {
     Z3_model m = Z3_solver_get_model(z, sv);

@@ -33,6 +33,9 @@ static void usage(FILE *f) {
           "  --loss ce|sum      cross-entropy (default) or sum of the logits (mlp: sum only)\n"
           "  --optimizer sgd|adam  (default sgd)\n"
           "  --grad-clip X      clip the global gradient norm to X (default 0: off)\n"
+          "  --tie-embeddings   the LM head reuses the embedding table (llama3, moe)\n"
+          "  --loss-mask        input loss_mask [batch, seq] weights the per-token loss:\n"
+          "                     sum(mask * loss) / sum(mask), global count (llama3, moe; ce)\n"
           "  --seed N           recorded in the plan's model description\n"
           "parallelism (each must divide the sizes it splits):\n"
           "  --dp N --tp N --pp N --nm N   data, tensor, pipeline degrees, microbatches\n"
@@ -71,6 +74,14 @@ int vd_cmd_gen(int argc, char **argv) {
     }
     if (!strcmp(a, "--sp")) {
       c.sp = 1;
+      continue;
+    }
+    if (!strcmp(a, "--tie-embeddings")) {
+      c.tie_embeddings = 1;
+      continue;
+    }
+    if (!strcmp(a, "--loss-mask")) {
+      c.loss_mask = 1;
       continue;
     }
     if (a[0] != '-' || a[1] != '-') return bad("unexpected argument", a);

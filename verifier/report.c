@@ -200,7 +200,7 @@ static void text_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
   for (size_t e = 0; e < v->n_elems; e++) {
     const vd_stage_cex_elem *ce = &v->elems[e];
     const vd_stage_value *sv = &st->vals[st->targets[ce->target].svalue];
-    char el[128];
+    char el[128] = "";
     size_t at = 0;
     for (int k = 0; k < sv->ndim && at < sizeof(el); k++)
       at += (size_t)snprintf(el + at, sizeof(el) - at, "%s%lld", k ? "," : "", (long long)ce->elem[k]);

@@ -29,3 +29,10 @@ check --model llama3 $SIZES --dp 2 --zero 1 --optimizer adam
 check --model moe $SIZES --dp 2 --zero 1 --optimizer adam
 check --model llama3 $SIZES --dp 2 --tp 2 --grad-clip 1.0 --loss sum
 check --model llama3 $SIZES --heads 4 --kv-heads 2 --tp 2
+# tied embeddings (one weight for the embedding and the LM head; pp > 1: a
+# copy per end stage, gradients all-reduced across them) and the masked loss
+# (global token count all-reduced over dp replicas and cp ranks)
+check --model llama3 $SIZES --dp 2 --tp 2 --nm 2 --tie-embeddings
+check --model llama3 $SIZES --dp 2 --tp 2 --pp 2 --nm 2 --tie-embeddings
+check --model llama3 $SIZES --dp 2 --tp 2 --pp 2 --nm 2 --loss-mask
+check --model llama3 $SIZES --cp 2 --loss-mask

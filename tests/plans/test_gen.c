@@ -195,6 +195,94 @@ static void test_moe_ep(void **st) {
   one(VD_GEN_MOE, 2, 1, 1, 2, 1, 2, 0, 1, 1, 0, "layers.0.moe.shared.up.weight");
 }
 
+/* Counts parallel nodes with op (and, when name is non-NULL, source name);
+ * *span gets the last one's span_replicas, *cross whether its group has
+ * ranks of two pipeline stages (rank layout tp,cp,ep,pp). */
+static int count_nodes(const vd_plan_t *p, const char *op, const char *name, int *span, int *cross) {
+  int n = 0;
+  int64_t rps = (int64_t)p->world.tp * p->world.cp * p->world.ep;
+  for (size_t i = 0; i < p->n_nodes; i++) {
+    const vd_node_t *nd = &p->nodes[i];
+    if (strcmp(vd_node_op(p, nd), op) || (name && strcmp(vd_plan_s(p, nd->name), name))) continue;
+    n++;
+    if (span) *span = nd->span_replicas;
+    if (cross) {
+      const int64_t *g = vd_node_group(p, nd);
+      *cross = 0;
+      for (uint32_t k = 1; k < nd->n_group; k++)
+        if (g[k] / rps != g[0] / rps) *cross = 1;
+    }
+  }
+  return n;
+}
+
+static void tied(int dp, int tp, int pp, int nm, int cp, int zero, double clip) {
+  vd_gen_config c;
+  vd_gen_config_default(&c);
+  c.tie_embeddings = 1;
+  c.dp = dp, c.tp = tp, c.pp = pp, c.nm = nm, c.cp = cp, c.zero = zero, c.grad_clip = clip;
+  c.optimizer = zero ? VD_GEN_ADAM : VD_GEN_SGD;
+  vd_plan_t s, p;
+  build_ok(&c, &s, &p);
+  check_common(&c, &s, &p, "embed.weight", tp);
+  /* one weight in the single plan: no LM head weight of its own */
+  assert_true(single_id(&s, "lm_head.weight") < 0);
+  assert_int_equal(count_nodes(&s, "multiref_backward", "embed.weight", NULL, NULL), 1);
+  /* pp > 1: one copy per end stage, gradients summed across the stages */
+  int span = -1, cross = 0;
+  int n = count_nodes(&p, "all_reduce", "embed.weight.grad.tied", &span, &cross);
+  if (pp > 1) {
+    assert_int_equal(n, 2 * tp * cp);
+    assert_int_equal(cross, 1);
+    assert_int_equal(span, 0);
+  } else {
+    assert_int_equal(n, 0);
+  }
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+static void test_tie_embeddings(void **st) {
+  (void)st;
+  tied(2, 2, 1, 2, 1, 0, 0);
+  tied(2, 2, 2, 2, 1, 0, 0);
+  tied(1, 2, 2, 1, 2, 0, 0);
+  tied(2, 1, 2, 2, 1, 1, 1.0);
+}
+
+static void masked(vd_gen_model m, int dp, int tp, int pp, int nm, int cp, int ep) {
+  vd_gen_config c;
+  vd_gen_config_default(&c);
+  c.model = m;
+  c.loss_mask = 1;
+  c.dp = dp, c.tp = tp, c.pp = pp, c.nm = nm, c.cp = cp, c.ep = ep;
+  vd_plan_t s, p;
+  build_ok(&c, &s, &p);
+  check_common(&c, &s, &p, "layers.0.attn.q.weight", tp);
+  assert_true(single_id(&s, "loss_mask") >= 0);
+  assert_true(single_id(&s, "loss.count") >= 0);
+  /* the count is all-reduced once over the ranks holding other tokens */
+  int span = -1;
+  int n = count_nodes(&p, "all_reduce", "loss.count", &span, NULL);
+  if (dp * cp * ep > 1) {
+    assert_int_equal(n, tp * cp * ep);
+    assert_int_equal(span, dp > 1);
+  } else {
+    assert_int_equal(n, 0);
+  }
+  assert_int_equal(count_nodes(&p, "sum", "loss.count", NULL, NULL), tp * cp * ep);
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+static void test_loss_mask(void **st) {
+  (void)st;
+  masked(VD_GEN_LLAMA3, 2, 2, 2, 2, 1, 1);
+  masked(VD_GEN_LLAMA3, 1, 1, 1, 1, 2, 1);
+  masked(VD_GEN_LLAMA3, 1, 2, 1, 2, 1, 1);
+  masked(VD_GEN_MOE, 2, 1, 2, 2, 1, 2);
+}
+
 /* ZeRO-1 shards: every rank's Adam state is a 1/(dp) slice (tp 1, cp 1). */
 static void test_zero_shards(void **st) {
   (void)st;
@@ -275,6 +363,14 @@ static void test_refusals(void **st) {
   c.heads = 2;
   c.batch = 8;
   refuse(&c, "--zero 1");
+  vd_gen_config_default(&c);
+  c.model = VD_GEN_MLP;
+  c.tie_embeddings = 1;
+  refuse(&c, "--tie-embeddings applies to llama3 and moe");
+  vd_gen_config_default(&c);
+  c.loss_mask = 1;
+  c.loss = VD_GEN_LOSS_SUM;
+  refuse(&c, "--loss-mask needs --loss ce");
 }
 
 int main(void) {
@@ -283,6 +379,7 @@ int main(void) {
       cmocka_unit_test(test_moe_matrix),     cmocka_unit_test(test_larger_degrees),
       cmocka_unit_test(test_sp_cp_zero),     cmocka_unit_test(test_moe_ep),
       cmocka_unit_test(test_zero_shards),    cmocka_unit_test(test_refusals),
+      cmocka_unit_test(test_tie_embeddings), cmocka_unit_test(test_loss_mask),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
