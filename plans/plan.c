@@ -216,6 +216,18 @@ vd_rc vd_plan_attr_floats(vd_plan_t *p, uint32_t node, const char *key, const do
   return VD_OK;
 }
 
+vd_rc vd_plan_attr_copy(vd_plan_t *dst, uint32_t node, const vd_plan_t *src, const vd_attr_t *a) {
+  const char *key = vd_plan_s(src, a->key);
+  switch (a->kind) {
+  case VD_ATTR_INT: return vd_plan_attr_int(dst, node, key, a->v.i);
+  case VD_ATTR_FLOAT: return vd_plan_attr_float(dst, node, key, a->v.f);
+  case VD_ATTR_STR: return vd_plan_attr_str(dst, node, key, vd_plan_s(src, a->v.s));
+  case VD_ATTR_INTS: return vd_plan_attr_ints(dst, node, key, src->ints + a->v.off, a->len);
+  case VD_ATTR_FLOATS: return vd_plan_attr_floats(dst, node, key, src->floats + a->v.off, a->len);
+  }
+  return VD_EINTERNAL;
+}
+
 const vd_attr_t *vd_node_attr(const vd_plan_t *p, const vd_node_t *n, const char *key) {
   for (uint32_t i = 0; i < n->n_attr; i++) {
     const vd_attr_t *a = &p->attrs[n->attr_off + i];

@@ -213,6 +213,10 @@ vd_rc vd_plan_attr_str(vd_plan_t *p, uint32_t node, const char *key, const char 
 vd_rc vd_plan_attr_ints(vd_plan_t *p, uint32_t node, const char *key, const int64_t *v, uint32_t n);
 vd_rc vd_plan_attr_floats(vd_plan_t *p, uint32_t node, const char *key, const double *v, uint32_t n);
 
+/* Appends to node `node` of dst (the last node added) a copy of attribute a
+ * of plan src (key, kind and value; strings and arrays are copied). */
+vd_rc vd_plan_attr_copy(vd_plan_t *dst, uint32_t node, const vd_plan_t *src, const vd_attr_t *a);
+
 /* ---- reading ---------------------------------------------------------- */
 
 static inline const uint32_t *vd_node_inputs(const vd_plan_t *p, const vd_node_t *n) { return p->refs + n->in_off; }

@@ -147,14 +147,7 @@ static vd_rc scratch_node(const vd_plan_t *p, const vd_node_t *pn, const vd_attr
         overridden = 1;
         break;
       }
-    if (overridden) continue;
-    switch (at->kind) {
-    case VD_ATTR_INT: VD_CHECK(vd_plan_attr_int(scratch, idx, key, at->v.i)); break;
-    case VD_ATTR_FLOAT: VD_CHECK(vd_plan_attr_float(scratch, idx, key, at->v.f)); break;
-    case VD_ATTR_STR: VD_CHECK(vd_plan_attr_str(scratch, idx, key, vd_plan_s(p, at->v.s))); break;
-    case VD_ATTR_INTS: VD_CHECK(vd_plan_attr_ints(scratch, idx, key, p->ints + at->v.off, at->len)); break;
-    case VD_ATTR_FLOATS: VD_CHECK(vd_plan_attr_floats(scratch, idx, key, p->floats + at->v.off, at->len)); break;
-    }
+    if (!overridden) VD_CHECK(vd_plan_attr_copy(scratch, idx, p, at));
   }
   return VD_OK;
 }
