@@ -176,33 +176,24 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     }
     vd_smt_free(s);
   }
-  /* Members take their representative's verdict; failing members are
-   * re-solved so that their report names their own pieces and ranks. */
+  /* Members take their representative's verdict: their canonical forms are
+   * byte-identical, so the solver was asked the same question.  Their own
+   * counterexamples (own pieces and ranks) come from the reported-failure
+   * pass below, which solves each reported stage itself. */
   vd_smt *s = NULL;
   vd_rc rc = first_rc;
-  if (rc == VD_OK) rc = vd_smt_new(&s, d);
-  for (size_t i = 0; i < n && rc == VD_OK; i++) {
+  for (size_t i = 0; i < n; i++) {
     const vd_stage *st = &r->set.stages[i];
     if (o->no_reuse || st->canon_class < 0 || (size_t)st->canon_class == i) continue;
     const vd_stage_verdict *rep = &r->verdicts[st->canon_class];
-    if (rep->verdict == VD_SMT_EQUIVALENT) {
-      r->verdicts[i].verdict = VD_SMT_EQUIVALENT;
-      r->verdicts[i].by_fast_path = rep->by_fast_path;
-    } else {
-      vd_diag sd;
-      vd_diag_clear(&sd);
-      r->stage_rc[i] = vd_stage_solve(s, &r->lt, st, &so, &r->verdicts[i], &sd);
-      if (r->stage_rc[i] == VD_ENOMEM) rc = vd_diag_set(d, VD_ENOMEM, __FILE__, __LINE__, NULL, NULL, NULL, "out of memory");
-      else if (r->stage_rc[i] != VD_OK) {
-        r->verdicts[i].verdict = VD_SMT_INCONCLUSIVE;
-        char line[VD_DIAG_TEXT + 200];
-        vd_diag_format(&sd, line, sizeof(line));
-        snprintf(r->verdicts[i].reason, sizeof(r->verdicts[i].reason), "internal: %s", line);
-      }
-    }
+    vd_stage_verdict *v = &r->verdicts[i];
+    v->verdict = rep->verdict;
+    v->diagnosis = rep->diagnosis;
+    v->by_fast_path = rep->by_fast_path;
+    memcpy(v->factor, rep->factor, sizeof(v->factor)); /* v != rep: i is not its class id */
+    memcpy(v->reason, rep->reason, sizeof(v->reason));
+    r->stage_rc[i] = r->stage_rc[st->canon_class];
   }
-  vd_smt_free(s);
-  s = NULL;
   /* A Z3 model depends on the context's history (which stages the thread
    * solved before), so the counterexamples that are reported are
    * recomputed serially, each in a fresh context: the report is then
@@ -220,6 +211,12 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     vd_smt_free(s);
     s = NULL;
     if (r->stage_rc[i] == VD_ENOMEM) rc = vd_diag_set(d, VD_ENOMEM, __FILE__, __LINE__, NULL, NULL, NULL, "out of memory");
+    else if (r->stage_rc[i] != VD_OK) {
+      r->verdicts[i].verdict = VD_SMT_INCONCLUSIVE;
+      char line[VD_DIAG_TEXT + 200];
+      vd_diag_format(&sd, line, sizeof(line));
+      snprintf(r->verdicts[i].reason, sizeof(r->verdicts[i].reason), "internal: %s", line);
+    }
   }
   if (first_rc != VD_OK && d) *d = first_diag;
   for (size_t i = 0; i < n; i++) {
