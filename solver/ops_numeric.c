@@ -949,14 +949,18 @@ vd_rc vd_op_i_shape_rms_norm(const vd_op_call *c) {
   VD_CHECK(shape_norm(c, 1));
   return want_shape(c, 1, 0, &c->in_shape[0]);
 }
+/* 1 / sqrt(mean(x^2) + eps) over one row of h elements. */
+static double rms_inv(const double *x, int64_t h, double eps) {
+  double ms = 0;
+  for (int64_t i = 0; i < h; i++) ms += x[i] * x[i];
+  return 1.0 / sqrt(ms / (double)h + eps);
+}
 vd_rc vd_op_i_eval_rms_norm(const vd_op_call *c) {
   int64_t h = c->in_shape[1].d[0], rows = h ? vd_op_shape_numel(&c->in_shape[0]) / h : 0;
   double eps = aflt(c, "eps", 1e-6);
   for (int64_t r = 0; r < rows; r++) {
     const double *x = c->in[0] + r * h;
-    double ms = 0;
-    for (int64_t i = 0; i < h; i++) ms += x[i] * x[i];
-    double inv = 1.0 / sqrt(ms / (double)h + eps);
+    double inv = rms_inv(x, h, eps);
     for (int64_t i = 0; i < h; i++) c->out[0][r * h + i] = x[i] * inv * c->in[1][i];
   }
   return VD_OK;
@@ -975,9 +979,7 @@ vd_rc vd_op_i_eval_rms_norm_backward(const vd_op_call *c) {
   memset(c->out[1], 0, sizeof(double) * (size_t)h);
   for (int64_t r = 0; r < rows; r++) {
     const double *x = c->in[0] + r * h, *g = c->in[2] + r * h;
-    double ms = 0, dot = 0;
-    for (int64_t i = 0; i < h; i++) ms += x[i] * x[i];
-    double inv = 1.0 / sqrt(ms / (double)h + eps);
+    double dot = 0, inv = rms_inv(x, h, eps);
     for (int64_t i = 0; i < h; i++) dot += g[i] * w[i] * x[i];
     for (int64_t i = 0; i < h; i++) {
       c->out[0][r * h + i] = inv * w[i] * g[i] - x[i] * inv * inv * inv * dot / (double)h;

@@ -10,6 +10,8 @@
 #ifndef VD_CLI_H
 #define VD_CLI_H
 
+#include <stdio.h>
+
 #include "../common/diag.h"
 
 enum { VD_EXIT_OK = 0, VD_EXIT_NOT_EQUIV = 1, VD_EXIT_BAD_INPUT = 2, VD_EXIT_INCONCLUSIVE = 3 };
@@ -27,6 +29,9 @@ int vd_cmd_mutate(int argc, char **argv); /* bug injection (bugs/) */
  * 2 for bad input, usage or i/o; 3 (inconclusive: no verdict reached) for
  * ENOMEM and internal errors. */
 int vd_cli_report_diag(const vd_diag *d);
+
+/* Writes s as a JSON string literal (quoted, escaped). */
+void vd_cli_json_str(FILE *f, const char *s);
 
 /* Parses a non-negative decimal integer option value; returns -1 on error. */
 long vd_cli_parse_long(const char *s);

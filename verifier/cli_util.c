@@ -24,3 +24,14 @@ long vd_cli_parse_long(const char *s) {
   if (errno || *end || v < 0) return -1;
   return v;
 }
+
+void vd_cli_json_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+    else if (c < 0x20) fprintf(f, "\\u%04x", c);
+    else fputc(c, f);
+  }
+  fputc('"', f);
+}

@@ -41,17 +41,6 @@ static int dtype_bytes(vd_dtype t) {
 
 /* ---- JSON output ---------------------------------------------------- */
 
-static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
-  }
-  fputc('"', f);
-}
-
 static void json_ints(FILE *f, const int64_t *v, int n) {
   fputc('[', f);
   for (int i = 0; i < n; i++) fprintf(f, "%s%lld", i ? "," : "", (long long)v[i]);
@@ -64,7 +53,7 @@ static void json_attr_value(FILE *f, const vd_plan_t *p, const vd_attr_t *a) {
   switch (a->kind) {
   case VD_ATTR_INT: fprintf(f, "%lld", (long long)a->v.i); break;
   case VD_ATTR_FLOAT: json_double(f, a->v.f); break;
-  case VD_ATTR_STR: json_str(f, vd_plan_s(p, a->v.s)); break;
+  case VD_ATTR_STR: vd_cli_json_str(f, vd_plan_s(p, a->v.s)); break;
   case VD_ATTR_INTS: json_ints(f, p->ints + a->v.off, (int)a->len); break;
   case VD_ATTR_FLOATS:
     fputc('[', f);
@@ -79,7 +68,7 @@ static void json_attr_value(FILE *f, const vd_plan_t *p, const vd_attr_t *a) {
 
 static void json_tensor(FILE *f, const vd_plan_t *p, const vd_tensor_t *t) {
   fprintf(f, "{\"id\":%lld,\"name\":", (long long)t->id);
-  json_str(f, vd_plan_s(p, t->name));
+  vd_cli_json_str(f, vd_plan_s(p, t->name));
   fprintf(f, ",\"rank\":%d,\"shape\":", t->rank);
   json_ints(f, t->shape, t->ndim);
   fprintf(f, ",\"dtype\":\"%s\",\"role\":\"%s\",\"scope\":\"%s\"", vd_dtype_names[t->dtype],
@@ -107,9 +96,9 @@ static void json_tensor_ids(FILE *f, const vd_plan_t *p, const uint32_t *v, uint
 
 static void json_node(FILE *f, const vd_plan_t *p, const vd_node_t *n) {
   fprintf(f, "{\"id\":%lld,\"op\":", (long long)n->id);
-  json_str(f, vd_node_op(p, n));
+  vd_cli_json_str(f, vd_node_op(p, n));
   fputs(",\"name\":", f);
-  json_str(f, vd_plan_s(p, n->name));
+  vd_cli_json_str(f, vd_plan_s(p, n->name));
   fprintf(f, ",\"rank\":%d,\"segment\":%d,\"layer\":%d,\"phase\":\"%s\",\"in\":", n->rank, n->segment,
           n->layer, vd_phase_names[n->phase]);
   json_tensor_ids(f, p, vd_node_inputs(p, n), n->n_in);
@@ -119,7 +108,7 @@ static void json_node(FILE *f, const vd_plan_t *p, const vd_node_t *n) {
   for (uint32_t i = 0; i < n->n_attr; i++) {
     const vd_attr_t *a = &p->attrs[n->attr_off + i];
     if (i) fputc(',', f);
-    json_str(f, vd_plan_s(p, a->key));
+    vd_cli_json_str(f, vd_plan_s(p, a->key));
     fputc(':', f);
     json_attr_value(f, p, a);
   }
@@ -136,16 +125,16 @@ static void dump_json(FILE *f, const vd_plan_t *p) {
   const vd_world_t *w = &p->world;
   fprintf(f, "{\"format\":\"%s\",\"version\":%d,\"kind\":\"%s\",\"model\":", VD_PLAN_FORMAT,
           VD_PLAN_VERSION, kind_name(p->kind));
-  json_str(f, vd_plan_s(p, p->model));
+  vd_cli_json_str(f, vd_plan_s(p, p->model));
   fprintf(f,
           ",\n\"world\":{\"dp\":%d,\"tp\":%d,\"pp\":%d,\"sp\":%d,\"cp\":%d,\"ep\":%d,\"nm\":%d,"
           "\"replicas\":%d,\"stored_ranks\":%d,\"layout\":",
           w->dp, w->tp, w->pp, w->sp, w->cp, w->ep, w->nm, w->replicas, w->stored_ranks);
-  json_str(f, vd_plan_s(p, w->layout));
+  vd_cli_json_str(f, vd_plan_s(p, w->layout));
   fputs("},\n\"segments\":[", f);
   for (size_t i = 0; i < p->n_segments; i++) {
     if (i) fputc(',', f);
-    json_str(f, vd_plan_s(p, p->segments[i]));
+    vd_cli_json_str(f, vd_plan_s(p, p->segments[i]));
   }
   fputs("],\n\"schedule\":[", f);
   for (int r = 0; r < w->stored_ranks; r++) {

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../common/mem.h"
+#include "cli.h"
 #include "run.h"
 
 static const char *verdict_word(const vd_run *r) {
@@ -275,17 +276,6 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
 
 /* ---- JSON ------------------------------------------------------------------- */
 
-static void jstr(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
-  }
-  fputc('"', f);
-}
-
 static void jslice(FILE *f, const int64_t *lo, const int64_t *hi, int ndim) {
   fputc('[', f);
   for (int i = 0; i < ndim; i++) fprintf(f, "%s[%lld,%lld]", i ? "," : "", (long long)lo[i], (long long)hi[i]);
@@ -296,7 +286,7 @@ static void jpiece(FILE *f, const vd_run *r, int32_t piece) {
   piece_info pi;
   piece_facts(r, piece, &pi);
   fputs("{\"tensor\":", f);
-  jstr(f, pi.tensor);
+  vd_cli_json_str(f, pi.tensor);
   fprintf(f, ",\"tensor_id\":%lld", (long long)pi.id);
   fprintf(f, ",\"rank\":%lld,\"replica\":%d,\"mb\":%d,\"part\":[%lld,%lld],\"slice\":", (long long)pi.rank, pi.replica,
           pi.mb, (long long)pi.part_k, (long long)pi.part_n);
@@ -306,14 +296,14 @@ static void jpiece(FILE *f, const vd_run *r, int32_t piece) {
 
 static void json_stage_failure(const vd_run *r, const vd_stage *st, const vd_stage_verdict *v, FILE *f) {
   fprintf(f, "{\"kind\":\"stage\",\"stage\":%u,\"diagnosis\":\"%s\",\"factor\":", st->id, vd_diagnosis_names[v->diagnosis]);
-  jstr(f, v->factor);
+  vd_cli_json_str(f, v->factor);
   fputs(",\"targets\":[", f);
   for (uint32_t ti = 0; ti < st->n_targets; ti++) {
     const vd_stage_target *t = &st->targets[ti];
     const vd_stage_value *sv = &st->vals[t->svalue];
     const vd_tensor_t *ts = &r->sp.tensors[r->sg.values[sv->value].tensor];
     fprintf(f, "%s{\"single\":", ti ? "," : "");
-    jstr(f, vd_plan_s(&r->sp, ts->name));
+    vd_cli_json_str(f, vd_plan_s(&r->sp, ts->name));
     fputs(",\"slice\":", f);
     jslice(f, t->lo, t->hi, sv->ndim);
     fprintf(f, ",\"parts\":%lld}", (long long)t->part_n);
@@ -348,7 +338,7 @@ static void json_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
   for (uint32_t i = 0; i < st->n_nodes; i++) {
     fmt_node(line, sizeof(line), r, &st->nodes[i]);
     if (i) fputc(',', f);
-    jstr(f, line);
+    vd_cli_json_str(f, line);
   }
   fputs("],\"first_diverging_node\":", f);
   char why[256];
@@ -360,11 +350,11 @@ static void json_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
     const vd_graph_t *g = sn->side ? &r->pg : &r->sg;
     fprintf(f, "{\"node\":%lld,\"rank\":%lld,\"mb\":%d,\"op\":", (long long)pn->id,
             (long long)vd_graph_rank(g, pn->rank, sn->replica), g->nodes[sn->gnode].mb);
-    jstr(f, vd_node_op(p, pn));
+    vd_cli_json_str(f, vd_node_op(p, pn));
     fputs(",\"name\":", f);
-    jstr(f, vd_plan_s(p, pn->name));
+    vd_cli_json_str(f, vd_plan_s(p, pn->name));
     fputs(",\"why\":", f);
-    jstr(f, why);
+    vd_cli_json_str(f, why);
     fputc('}', f);
   } else {
     fputs("null", f);
@@ -372,9 +362,9 @@ static void json_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
   fputs(",\"inputs\":[", f);
   for (size_t i = 0; i < v->n_inputs; i++) {
     fprintf(f, "%s{\"name\":", i ? "," : "");
-    jstr(f, v->inputs[i].name);
+    vd_cli_json_str(f, v->inputs[i].name);
     fputs(",\"value\":", f);
-    jstr(f, v->inputs[i].exact);
+    vd_cli_json_str(f, v->inputs[i].exact);
     fputc('}', f);
   }
   fputs("],\"elements\":[", f);
@@ -384,7 +374,7 @@ static void json_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
     fprintf(f, "%s{\"target\":%u,\"index\":[", e ? "," : "", ce->target);
     for (int k = 0; k < sv->ndim; k++) fprintf(f, "%s%lld", k ? "," : "", (long long)ce->elem[k]);
     fputs("],\"single\":", f);
-    jstr(f, ce->single_exact);
+    vd_cli_json_str(f, ce->single_exact);
     fputs(",\"copies\":[", f);
     for (uint32_t k = 0; k < ce->n_copies; k++) {
       const vd_stage_cex_copy *cp = &v->copies[ce->copy_off + k];
@@ -393,7 +383,7 @@ static void json_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
       if (cp->piece >= 0) jpiece(f, r, cp->piece);
       else fputs("\"sum of parts\"", f);
       fputs(",\"value\":", f);
-      jstr(f, cp->exact);
+      vd_cli_json_str(f, cp->exact);
       fprintf(f, ",\"differs\":%s}", cp->disagrees ? "true" : "false");
     }
     fputs("]}", f);
@@ -416,7 +406,7 @@ vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd
     const vd_run_issue *is = &r->issues[i];
     fprintf(f, "%s\n{\"kind\":\"structural\",\"diagnosis\":\"%s\",\"source\":\"%s\",\"issue\":\"%s\",\"rank\":%lld,\"mb\":%lld,\"detail\":",
             n++ ? "," : "", vd_diagnosis_names[is->diagnosis], is->source, is->kind, (long long)is->rank, (long long)is->mb);
-    jstr(f, is->detail);
+    vd_cli_json_str(f, is->detail);
     fputc('}', f);
   }
   int shown = 0;
@@ -432,7 +422,7 @@ vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd
   for (size_t i = 0; i < r->set.n_stages; i++) {
     if (r->verdicts[i].verdict != VD_SMT_INCONCLUSIVE) continue;
     fprintf(f, "%s\n{\"stage\":%zu,\"reason\":", n++ ? "," : "", i);
-    jstr(f, r->verdicts[i].reason);
+    vd_cli_json_str(f, r->verdicts[i].reason);
     fputc('}', f);
   }
   fputs("]}\n", f);
