@@ -146,6 +146,11 @@ PRIM_MEANING = {
 FUSED = {"SplitAllGatherPrim", "AllGatherSplitPrim", "AllReduceIdentityPrim", "IdentityAllreducePrim",
          "AllToAllAllToAllPrim", "AllReduceAllReducePrim"}
 
+# Operators the converter emits for adapters, replication and accumulation:
+# not "original" operators of the model (section 5 of nnscaler-format.md).
+NON_ORIGINAL = {"send", "recv", "broadcast", "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                "chunk", "identity", "multiref", "multiref_backward", "accumulate", "scale"}
+
 DTYPES = {"float32": "f32", "float": "f32", "float16": "f16", "half": "f16", "bfloat16": "bf16",
           "float64": "f64", "double": "f64", "int64": "i64", "long": "i64", "int32": "i32", "int": "i32",
           "bool": "bool"}
@@ -731,8 +736,11 @@ class Conv:
             if [b - a for a, b in base] != [b - a for a, b in indices]:
                 return None
             indices = base
-        elif getattr(ft, "_is_grad", False) is False and getattr(ft, "_is_attr", False) is False and \
-                self.single.get(fid, (None, None))[1] not in (None, getattr(ft, "name", None)):
+        elif self.single.get(fid, (None, None))[1] not in (None, getattr(ft, "name", None)):
+            # SOUNDNESS: ftids are shared by Gs and Gp only for traced tensors;
+            # tensors nnScaler re-creates per partition (multiref outputs and
+            # their gradients) get fresh ids that may collide with an unrelated
+            # Gs tensor.  A name mismatch means "no lineage", never a guess.
             return None
         sinfo = self.single.get(fid)
         if sinfo is None:
@@ -784,6 +792,17 @@ class Conv:
         for k in self.data_keys:
             used[k] = True
         tensors = []
+        # Lineage is claimed only where VERDICT's alignment claims it: at the
+        # inputs and outputs of original operators (plus persistent tensors).
+        # A tensor seen only by adapters, identities, multirefs or accumulation
+        # may hold a partial value on that rank (e.g. the gradient of a
+        # pipeline-forwarded activation before it is sent back and summed),
+        # which nnScaler's ValueMap does not record.
+        touched = set()
+        for n in nodes:
+            if n["op"] not in NON_ORIGINAL:
+                touched.update(n["in"])
+                touched.update(n["out"])
         ids = {}
         nid = 1
         for k in used:
@@ -811,7 +830,7 @@ class Conv:
             t["role"], t["scope"] = role, rec["scope"]
             if "x_dtype" in rec:
                 t["x_dtype"] = rec["x_dtype"]
-            if self.kind == "parallel":
+            if self.kind == "parallel" and (k in touched or rec["scope"] == "persistent"):
                 lin = self.lineage(k, rec)
                 if lin is not None:
                     t["lin"] = lin
