@@ -678,8 +678,11 @@ class Conv:
                     again = [j for j, k in enumerate(outs)
                              if self.tinfo[k]["scope"] == "mb" and k in written and k not in n["in"]]
                     if again:
-                        if n["op"] == "chunk" and len(again) == len(outs):
-                            # VERDICT's patch: a ChunkPrim re-outputting an existing tensor is redundant
+                        if n["op"] == "chunk" and len(again) == len(outs) and \
+                                all(self.tinfo[outs[j]]["role"] != "grad" for j in again):
+                            # VERDICT's patch: a ChunkPrim re-outputting an existing activation is
+                            # redundant.  A gradient written again is a second contribution (a fused
+                            # backward adapter chunking another branch's gradient): accumulated below.
                             drop.add(i)
                             self.dropped += 1
                             continue
@@ -789,8 +792,6 @@ class Conv:
         for n in nodes:
             for k in n["in"] + n["out"]:
                 used[k] = True
-        for k in self.data_keys:
-            used[k] = True
         tensors = []
         # Lineage is claimed only where VERDICT's alignment claims it: at the
         # inputs and outputs of original operators (plus persistent tensors).
@@ -830,7 +831,7 @@ class Conv:
             t["role"], t["scope"] = role, rec["scope"]
             if "x_dtype" in rec:
                 t["x_dtype"] = rec["x_dtype"]
-            if self.kind == "parallel" and (k in touched or rec["scope"] == "persistent"):
+            if self.kind == "parallel" and (k in touched or k in self.data_keys or rec["scope"] == "persistent"):
                 lin = self.lineage(k, rec)
                 if lin is not None:
                     t["lin"] = lin
