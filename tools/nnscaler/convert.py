@@ -225,7 +225,8 @@ class Conv:
         self.schedule = {}
         self.ncoll, self.collkey = 0, {}
         self.wgrad = {}      # (rank, weight tid) -> grad key
-        self.alias = {}      # multiref output ftid -> input sub-tensor
+        self.alias = {}      # (rank, multiref output tid) -> input sub-tensor
+        self.mref_grads = set()  # ftids of gradients of multiref outputs (parallel plan)
         self.data_keys = set()
         self.dropped = 0
         self.unmapped = {}
@@ -447,7 +448,10 @@ class Conv:
         if str(n.name) == "multiref" and self.kind == "parallel":
             for t in n._outputs:
                 if is_tensor(t):
-                    self.alias[as_int(t._full_tensor._id, "ftid")] = tins[0]
+                    self.alias[(rank, as_int(t._id, "tid"))] = tins[0]
+                    g = getattr(t._full_tensor, "_grad", None)
+                    if isinstance(g, ps.Stub) and isinstance(getattr(g, "_id", None), int):
+                        self.mref_grads.add(g._id)
         self.node(rank, s, op, "%s#%d" % (n.name, n._id), "fwd", ins, outs, attrs, layer=self.layer_of(n))
 
     def bwop(self, rank, s, n):
@@ -732,14 +736,23 @@ class Conv:
         fid = as_int(ft._id, "ftid")
         indices = [list(x) for x in sub._indmap._indices]
         k, num = (int(v) for v in sub._valmap._weight)
-        if fid in self.alias:  # multiref output: the input's lineage
-            src = self.alias[fid]
+        if fid in self.mref_grads:
+            # SOUNDNESS: the gradient of one multiref output is one consumer's
+            # contribution; its fresh ftid may coincide with a different Gs
+            # tensor of the same name.  No lineage: multiref_backward sums it.
+            return None
+        src, hops = sub, 0
+        while (rec["rank"], as_int(src._id, "tid")) in self.alias and hops < 64:
+            # multiref output (per rank: each rank's copy has its own input),
+            # possibly of another multiref's output: the input's lineage
+            src, hops = self.alias[(rec["rank"], as_int(src._id, "tid"))], hops + 1
+        if src is not sub:
             ft, fid = src._full_tensor, as_int(src._full_tensor._id, "ftid")
             base = [list(x) for x in src._indmap._indices]
             if [b - a for a, b in base] != [b - a for a, b in indices]:
                 return None
             indices = base
-        elif self.single.get(fid, (None, None))[1] not in (None, getattr(ft, "name", None)):
+        if self.single.get(fid, (None, None))[1] not in (None, getattr(ft, "name", None)):
             # SOUNDNESS: ftids are shared by Gs and Gp only for traced tensors;
             # tensors nnScaler re-creates per partition (multiref outputs and
             # their gradients) get fresh ids that may collide with an unrelated
