@@ -39,7 +39,8 @@
 #include "../plans/idmap.h"
 
 const char *const vd_lissue_names[VD_LISSUE__COUNT] = {"no_single", "out_of_bounds", "overlap", "gap",
-                                                       "parts",     "uncovered",     "no_value"};
+                                                       "parts",     "uncovered",     "no_value",
+                                                       "batch"};
 
 #define NONE UINT32_MAX
 #define GRID_MAX ((size_t)1 << 22)
@@ -86,7 +87,9 @@ static vd_rc add_issue(lctx *c, vd_lissue_kind kind, int64_t st, int64_t pt, int
 
 static int issue_cmp(const void *a, const void *b) {
   const vd_lin_issue *x = a, *y = b;
-  if (x->kind != y->kind) return x->kind < y->kind ? -1 : 1;
+  /* BATCH first: it explains every other issue of a batch-mismatched pair. */
+  int kx = x->kind == VD_LISSUE_BATCH ? -1 : (int)x->kind, ky = y->kind == VD_LISSUE_BATCH ? -1 : (int)y->kind;
+  if (kx != ky) return kx < ky ? -1 : 1;
   if (x->stensor != y->stensor) return x->stensor < y->stensor ? -1 : 1;
   if (x->ptensor != y->ptensor) return x->ptensor < y->ptensor ? -1 : 1;
   if (x->replica != y->replica) return x->replica < y->replica ? -1 : 1;
@@ -595,6 +598,45 @@ done:
   return rc;
 }
 
+/* A data input (role input, per-microbatch) whose pieces, shifted over the
+ * replicas and microbatches, end at another extent than the single tensor
+ * along exactly one dimension (every other dimension spans the tensor): the
+ * two plans read different global batches.  One BATCH issue names that
+ * dimension and both extents; the out-of-bounds and gap issues it would
+ * otherwise cause are not repeated.  Returns 1 when reported. */
+static int batch_mismatch(lctx *c, const vd_lineage *L, vd_rc *rc) {
+  const vd_lin_table *t = c->t;
+  const vd_tensor_t *st = &c->sp->tensors[L->stensor];
+  if (st->role != VD_ROLE_INPUT || st->scope != VD_SCOPE_PER_MB || L->n_pieces == 0) return 0;
+  int64_t lo[VD_MAX_DIMS], hi[VD_MAX_DIMS];
+  size_t a = L->piece_off, e = a + L->n_pieces;
+  for (int32_t i = 0; i < st->ndim; i++) {
+    lo[i] = INT64_MAX;
+    hi[i] = INT64_MIN;
+    for (size_t k = a; k < e; k++) {
+      if (t->pieces[k].lo[i] < lo[i]) lo[i] = t->pieces[k].lo[i];
+      if (t->pieces[k].hi[i] > hi[i]) hi[i] = t->pieces[k].hi[i];
+    }
+  }
+  int32_t dim = -1;
+  for (int32_t i = 0; i < st->ndim; i++) {
+    if (lo[i] == 0 && hi[i] == st->shape[i]) continue;
+    if (dim >= 0 || lo[i] != 0) return 0;
+    dim = i;
+  }
+  if (dim < 0) return 0;
+  for (size_t i = 0; i < t->n_issues; i++) /* once per tensor, not per moment */
+    if (t->issues[i].kind == VD_LISSUE_BATCH && t->issues[i].stensor == (int64_t)L->stensor) return 1;
+  const vd_lin_piece *p0 = &t->pieces[a];
+  int64_t rows = p0->hi[dim] - p0->lo[dim];
+  *rc = add_issue(c, VD_LISSUE_BATCH, L->stensor, p0->ptensor, -1, -1,
+                  "data input '%s' dim %d: the parallel plan's %d replica(s) x %d microbatch(es) of %lld read "
+                  "[0:%lld), the single-device plan reads %lld: the plans run different global batches",
+                  sname(c, L->stensor), (int)dim, (int)c->D, (int)(c->pp->world.nm > 0 ? c->pp->world.nm : 1),
+                  (long long)rows, (long long)hi[dim], (long long)st->shape[dim]);
+  return 1;
+}
+
 static vd_rc validate(lctx *c) {
   const vd_lin_table *t = c->t;
   uint32_t *sl = NULL;
@@ -605,6 +647,10 @@ static vd_rc validate(lctx *c) {
     const vd_tensor_t *st = &c->sp->tensors[L->stensor];
     size_t a = L->piece_off, e = a + L->n_pieces;
     int any_oob = 0;
+    if (batch_mismatch(c, L, &rc)) {
+      if (rc) goto done;
+      continue;
+    }
     for (size_t i = a; i < e; i++) {
       const vd_lin_piece *p = &t->pieces[i];
       if (!piece_oob(p, st)) continue;

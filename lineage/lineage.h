@@ -58,6 +58,8 @@ typedef enum {
   VD_LISSUE_PARTS,         /* a slice group lacks parts, or a part index is outside 0..n-1 */
   VD_LISSUE_UNCOVERED,     /* a required single output has no lineage at all */
   VD_LISSUE_NO_VALUE,      /* annotated tensor instance that the graph never materialises */
+  VD_LISSUE_BATCH,         /* a data input's replicas x microbatches span another extent than
+                              the single tensor along one dimension: different global batches */
   VD_LISSUE__COUNT
 } vd_lissue_kind;
 

@@ -25,7 +25,7 @@
 
 const char *const vd_diagnosis_names[VD_DX__COUNT] = {
     "NONE", "MISSING_REDUCTION", "EXTRA_REDUCTION", "SCALE", "PERMUTED_SLICES", "WRONG_VALUE",
-    "DATAFLOW", "SCHEDULE", "ALIGNMENT", "SHAPE"};
+    "DATAFLOW", "SCHEDULE", "ALIGNMENT", "SHAPE", "BATCH"};
 
 static double now_ms(void) {
   struct timespec t;

@@ -25,6 +25,7 @@ typedef enum {
   VD_DX_SCHEDULE,
   VD_DX_ALIGNMENT,
   VD_DX_SHAPE,
+  VD_DX_BATCH,             /* the plans read different global batches */
   VD_DX__COUNT
 } vd_diagnosis;
 

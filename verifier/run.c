@@ -102,7 +102,8 @@ static vd_rc collect_lineage_issues(vd_run *r) {
     int64_t rank = -1;
     if (li->ptensor >= 0)
       rank = (int64_t)li->replica * r->pp.world.stored_ranks + r->pp.tensors[li->ptensor].rank;
-    VD_CHECK(add_issue(r, VD_DX_DATAFLOW, "lineage", vd_lissue_names[li->kind], rank, li->mb, li->detail));
+    vd_diagnosis dx = li->kind == VD_LISSUE_BATCH ? VD_DX_BATCH : VD_DX_DATAFLOW;
+    VD_CHECK(add_issue(r, dx, "lineage", vd_lissue_names[li->kind], rank, li->mb, li->detail));
   }
   return VD_OK;
 }
@@ -263,6 +264,10 @@ vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   VD_CHECK(vd_lin_build(&r->sg, &r->pg, &r->lt, d));
   VD_CHECK(collect_lineage_issues(r));
   r->phase_s[VD_RUN_LINEAGE] = now_s() - t;
+  /* Different global batches: every stage downstream of the data compares
+   * different samples, so solving would only repeat the BATCH diagnosis. */
+  for (size_t i = 0; i < r->lt.n_issues; i++)
+    if (r->lt.issues[i].kind == VD_LISSUE_BATCH) return VD_OK;
 
   t = now_s();
   VD_CHECK(vd_stage_cut(&r->lt, &r->set, d));

@@ -372,6 +372,37 @@ static void test_no_value(void **st) {
   pair_free(&x);
 }
 
+/* A data input whose replicas x microbatches read another batch than the
+ * single plan: one BATCH issue naming the dimension and both extents, listed
+ * first, instead of per-piece gaps. */
+static void test_batch_mismatch(void **st) {
+  (void)st;
+  pair_t x;
+  gen_pair(&x, VD_GEN_MLP, 2, 1, 1, 2, 0);
+  assert_int_equal(x.t.n_issues, 0);
+  int64_t px = -1;
+  for (size_t i = 0; i < x.p.n_tensors && px < 0; i++)
+    if (x.p.tensors[i].has_lin && x.p.tensors[i].role == VD_ROLE_INPUT && x.p.tensors[i].scope == VD_SCOPE_PER_MB)
+      px = (int64_t)i;
+  assert_true(px >= 0);
+  vd_tensor_t *t = &x.p.tensors[px];
+  int64_t b = t->shape[0];
+  assert_int_equal(t->lin.dp_shift[0], 2 * b); /* dp2 x nm2 rows of b */
+  /* the two replicas read the same samples: rows [0, 2b) of a 4b batch */
+  t->lin.dp_shift[0] = 0;
+  vd_lin_free(&x.t);
+  vd_graph_free(&x.gs);
+  vd_graph_free(&x.gp);
+  build(&x);
+  assert_int_equal(count(&x.t, VD_LISSUE_BATCH), 1);
+  assert_int_equal(x.t.issues[0].kind, VD_LISSUE_BATCH);
+  char want[160];
+  snprintf(want, sizeof(want), "dim 0: the parallel plan's 2 replica(s) x 2 microbatch(es) of %lld read [0:%lld), "
+           "the single-device plan reads %lld", (long long)b, (long long)(2 * b), (long long)(4 * b));
+  has(x.t.issues[0].detail, want);
+  pair_free(&x);
+}
+
 static void test_issues_sorted_and_free_null(void **st) {
   (void)st;
   pair_t x;
@@ -424,7 +455,7 @@ int main(void) {
       cmocka_unit_test(test_parts),          cmocka_unit_test(test_no_single),
       cmocka_unit_test(test_out_of_bounds),  cmocka_unit_test(test_uncovered),
       cmocka_unit_test(test_no_value),       cmocka_unit_test(test_issues_sorted_and_free_null),
-      cmocka_unit_test(test_alloc_failures),
+      cmocka_unit_test(test_alloc_failures), cmocka_unit_test(test_batch_mismatch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
