@@ -4,11 +4,18 @@
  * multiref reading a duplicated gradient, rope backward outputs swapped) and
  * 25 (rank-local instead of global positions under context parallelism).
  *
- * The generators emit no add-with-constant and no pow: rms_norm is fused.
- * Bug 7/9 change the constant that rms_norm adds (mean(x^2) + eps); bug 8
- * writes one rank's rms_norm out as pow/mean/add/rsqrt/mul/mul (as nnScaler
- * and torch.compile plans do) with exponent 4 instead of 2.  The backward
- * stays fused and correct: the bug is in the forward only.
+ * Our generators fuse rms_norm and scale attention with `scale`; imported
+ * nnScaler plans write the norm out (pow/mean/add eps/rsqrt/mul) and scale
+ * attention with a div by sqrt(d).  Each bug takes either form: 7/9 change
+ * the constant the norm adds (rms_norm eps, or the add's scalar); 8 raises a
+ * forward pow to 4 instead of 2 (a fused rms_norm is first written out, with
+ * the fused backward kept correct: the bug is in the forward only); 11 swaps
+ * the q/k outputs of the rope backward (two rope_backward nodes, or one
+ * apply_rotary_emb_backward); 12/13 square the attention scale (scale
+ * factor 1/sqrt(d) -> 1/d, or div by sqrt(d) -> by d), forward and backward.
+ * "Several ranks" (9, 13) are the nodes with the same source name in the
+ * pipeline stage, or, when each rank names its copy differently (nnScaler
+ * numbers every partition), the k-th matching node of each rank's segment.
  */
 #include <math.h>
 #include <stdio.h>
@@ -34,24 +41,50 @@ static void note(vd_bug_ctx *c, uint32_t ni) {
   vd_bug_i_note_seg(c, n->segment);
 }
 
-/* Every node with op and the same source name as node ni, in its stage. */
-static vd_rc same_in_stage(vd_bug_ctx *c, uint32_t ni, const char *op, vd_bug_list *out) {
+/* Position of node ni among the nodes of its rank and segment that satisfy pred. */
+static size_t ordinal(const vd_plan_t *p, uint32_t ni, vd_bug_pred pred) {
+  const vd_node_t *n = &p->nodes[ni];
+  size_t k = 0;
+  for (uint32_t i = 0; i < ni; i++) {
+    const vd_node_t *m = &p->nodes[i];
+    if (m->rank == n->rank && m->segment == n->segment && pred(p, m)) k++;
+  }
+  return k;
+}
+
+/* The copies of node ni on the ranks of its pipeline stage: the nodes that
+ * satisfy pred with ni's source name, or, when that finds ni alone, the
+ * node at ni's ordinal on every rank of the stage (same segment). */
+static vd_rc same_in_stage(vd_bug_ctx *c, uint32_t ni, vd_bug_pred pred, vd_bug_list *out) {
   const vd_plan_t *p = c->p;
   const vd_node_t *n = &p->nodes[ni];
   int32_t st = vd_bug_i_stage(p, n->rank);
   for (size_t i = 0; i < p->n_nodes; i++) {
     const vd_node_t *m = &p->nodes[i];
-    if (vd_bug_i_stage(p, m->rank) == st && vd_bug_i_is(p, m, op) &&
-        strcmp(vd_bug_i_name(p, m), vd_bug_i_name(p, n)) == 0)
+    if (vd_bug_i_stage(p, m->rank) == st && pred(p, m) && strcmp(vd_bug_i_name(p, m), vd_bug_i_name(p, n)) == 0)
+      VD_CHECK(vd_bug_i_list_push(out, (uint32_t)i));
+  }
+  if (out->n >= 2) return VD_OK;
+  out->n = 0;
+  size_t k = ordinal(p, ni, pred);
+  for (size_t i = 0; i < p->n_nodes; i++) {
+    const vd_node_t *m = &p->nodes[i];
+    if (vd_bug_i_stage(p, m->rank) == st && m->segment == n->segment && pred(p, m) &&
+        ordinal(p, (uint32_t)i, pred) == k)
       VD_CHECK(vd_bug_i_list_push(out, (uint32_t)i));
   }
   return VD_OK;
 }
 
-/* The backward node `op` of forward node ni: same rank and source name. */
+/* The backward node `op` of forward node ni: same rank and source name
+ * (our generators), or the name with nnScaler's "BW." prefix. */
 static int64_t bwd_of(const vd_plan_t *p, uint32_t ni, const char *op) {
   const vd_node_t *n = &p->nodes[ni];
-  return vd_bug_i_find(p, n->rank, op, vd_bug_i_name(p, n), -1);
+  int64_t b = vd_bug_i_find(p, n->rank, op, vd_bug_i_name(p, n), -1);
+  if (b >= 0) return b;
+  char bw[256];
+  snprintf(bw, sizeof(bw), "BW.%s", vd_bug_i_name(p, n));
+  return vd_bug_i_find(p, n->rank, op, bw, -1);
 }
 
 /* ---- 7, 9: the constant rms_norm adds --------------------------------------- */
@@ -62,33 +95,46 @@ static int fwd_norm(const vd_plan_t *p, const vd_node_t *n) {
 
 static double bad_eps(double eps) { return eps > 0 ? eps * 1000.0 : 1e-3; }
 
+/* A written-out norm's "+ eps": a forward add of a constant. */
+static int fwd_add_const(const vd_plan_t *p, const vd_node_t *n) {
+  return vd_bug_i_is(p, n, "add") && vd_bug_i_is_fwd(p, n) && n->n_in == 1 && vd_node_attr(p, n, "scalar") != NULL;
+}
+
+static int fwd_norm_const(const vd_plan_t *p, const vd_node_t *n) { return fwd_norm(p, n) || fwd_add_const(p, n); }
+
+static const char *const_key(const vd_plan_t *p, const vd_node_t *n) {
+  return vd_bug_i_is(p, n, "rms_norm") ? "eps" : "scalar";
+}
+
 vd_rc vd_bug_i_07(vd_bug_ctx *c) {
   uint32_t ni;
-  VD_CHECK(one_site(c, fwd_norm, "forward rms_norm", &ni));
+  VD_CHECK(one_site(c, fwd_norm_const, "forward rms_norm or add of a constant", &ni));
   const vd_node_t *n = &c->p->nodes[ni];
-  double eps = vd_node_attr_float(c->p, n, "eps", 1e-5), e2 = bad_eps(eps);
+  const char *key = const_key(c->p, n);
+  double eps = vd_node_attr_float(c->p, n, key, 1e-5), e2 = bad_eps(eps);
   note(c, ni);
-  vd_bug_i_what(c, "rms_norm '%s' on rank %d adds %g instead of %g (mean(x^2) + eps), forward only",
-                vd_bug_i_name(c->p, n), n->rank, e2, eps);
-  return vd_bug_i_attr_float(c->p, ni, "eps", e2);
+  vd_bug_i_what(c, "%s '%s' on rank %d adds %g instead of %g (mean(x^2) + eps), forward only",
+                vd_bug_i_is(c->p, n, "add") ? "add" : "rms_norm", vd_bug_i_name(c->p, n), n->rank, e2, eps);
+  return vd_bug_i_attr_float(c->p, ni, key, e2);
 }
 
 vd_rc vd_bug_i_09(vd_bug_ctx *c) {
   uint32_t ni;
-  VD_CHECK(one_site(c, fwd_norm, "forward rms_norm", &ni));
+  VD_CHECK(one_site(c, fwd_norm_const, "forward rms_norm or add of a constant", &ni));
   vd_bug_list l = {0};
-  vd_rc rc = same_in_stage(c, ni, "rms_norm", &l);
+  vd_rc rc = same_in_stage(c, ni, fwd_norm(c->p, &c->p->nodes[ni]) ? fwd_norm : fwd_add_const, &l);
   if (rc == VD_OK && l.n < 2)
     rc = VD_ERR(c->d, VD_EUSAGE, NULL, NULL, NULL,
-                "bug 9 does not apply: rms_norm '%s' runs on one rank only (needs tp > 1 or cp > 1)",
+                "bug 9 does not apply: '%s' runs on one rank only (needs tp > 1 or cp > 1)",
                 vd_bug_i_name(c->p, &c->p->nodes[ni]));
-  double eps = vd_node_attr_float(c->p, &c->p->nodes[ni], "eps", 1e-5);
+  const char *key = const_key(c->p, &c->p->nodes[ni]);
+  double eps = vd_node_attr_float(c->p, &c->p->nodes[ni], key, 1e-5);
   for (size_t i = 0; rc == VD_OK && i < l.n; i++) {
     note(c, l.v[i]);
-    rc = vd_bug_i_attr_float(c->p, l.v[i], "eps", bad_eps(eps));
+    rc = vd_bug_i_attr_float(c->p, l.v[i], key, bad_eps(eps));
   }
   if (rc == VD_OK)
-    vd_bug_i_what(c, "rms_norm '%s' adds %g instead of %g on all %zu ranks of its stage, forward only",
+    vd_bug_i_what(c, "'%s' adds %g instead of %g on all %zu ranks of its stage, forward only",
                   vd_bug_i_name(c->p, &c->p->nodes[l.v[0]]), bad_eps(eps), eps, l.n);
   vd_bug_i_list_free(&l);
   return rc;
@@ -96,10 +142,25 @@ vd_rc vd_bug_i_09(vd_bug_ctx *c) {
 
 /* ---- 8: decomposed rms_norm with a wrong exponent ----------------------------- */
 
+static int fwd_square(const vd_plan_t *p, const vd_node_t *n) {
+  return vd_bug_i_is(p, n, "pow") && vd_bug_i_is_fwd(p, n) && vd_node_attr_float(p, n, "exponent", 0) == 2.0;
+}
+
 vd_rc vd_bug_i_08(vd_bug_ctx *c) {
   vd_plan_t *p = c->p;
   uint32_t ni;
-  VD_CHECK(one_site(c, fwd_norm, "forward rms_norm", &ni));
+  vd_bug_list sq = {0};
+  VD_CHECK(vd_bug_i_candidates(c, fwd_square, &sq));
+  if (sq.n > 0) { /* the norm is already written out: change its pow */
+    ni = vd_bug_i_pick(c, &sq);
+    vd_bug_i_list_free(&sq);
+    note(c, ni);
+    vd_bug_i_what(c, "pow '%s' on rank %d raises to the power 4 instead of 2 (forward only)",
+                  vd_bug_i_name(p, &p->nodes[ni]), p->nodes[ni].rank);
+    return vd_bug_i_attr_float(p, ni, "exponent", 4.0);
+  }
+  vd_bug_i_list_free(&sq);
+  VD_CHECK(one_site(c, fwd_norm, "forward rms_norm or pow(x, 2)", &ni));
   vd_node_t n = p->nodes[ni];
   uint32_t x = vd_node_inputs(p, &n)[0], w = vd_node_inputs(p, &n)[1], y = vd_node_outputs(p, &n)[0];
   double eps = vd_node_attr_float(p, &n, "eps", 1e-5);
@@ -184,10 +245,26 @@ static int bwd_rope(const vd_plan_t *p, const vd_node_t *n) {
   return vd_bug_i_is(p, n, "rope_backward") && vd_bug_i_is_bwd(p, n) && n->n_in == 1 && n->n_out == 1;
 }
 
+/* nnScaler's Llama rope: one backward node with the q and k gradients as outputs. */
+static int bwd_rope_qk(const vd_plan_t *p, const vd_node_t *n) {
+  return vd_bug_i_is(p, n, "apply_rotary_emb_backward") && vd_bug_i_is_bwd(p, n) && n->n_out == 2;
+}
+
+static int bwd_rope_any(const vd_plan_t *p, const vd_node_t *n) { return bwd_rope(p, n) || bwd_rope_qk(p, n); }
+
 vd_rc vd_bug_i_11(vd_bug_ctx *c) {
   vd_plan_t *p = c->p;
   uint32_t ia;
-  VD_CHECK(one_site(c, bwd_rope, "backward rope", &ia));
+  VD_CHECK(one_site(c, bwd_rope_any, "backward rope", &ia));
+  if (bwd_rope_qk(p, &p->nodes[ia])) {
+    const uint32_t *o = vd_node_outputs(p, &p->nodes[ia]);
+    uint32_t sw[2] = {o[1], o[0]};
+    note(c, ia);
+    vd_bug_i_what(c, "rope backward '%s' on rank %d: q and k gradient outputs swapped (tensor %lld <-> %lld)",
+                  vd_bug_i_name(p, &p->nodes[ia]), p->nodes[ia].rank, (long long)p->tensors[sw[1]].id,
+                  (long long)p->tensors[sw[0]].id);
+    return vd_bug_i_set_refs(p, ia, 1, sw, 2);
+  }
   const vd_node_t *a = &p->nodes[ia];
   int64_t ib = -1;
   for (size_t i = 0; i < p->n_nodes && ib < 0; i++) {
@@ -215,8 +292,18 @@ vd_rc vd_bug_i_11(vd_bug_ctx *c) {
 
 /* ---- 12, 13: attention scale ------------------------------------------------------- */
 
+/* Our generators' `scale` named *attn.scale, or a forward div by a constant
+ * (nnScaler's attention: scores / sqrt(d); the models have no other). */
 static int attn_scale(const vd_plan_t *p, const vd_node_t *n) {
-  return vd_bug_i_is(p, n, "scale") && vd_bug_i_is_fwd(p, n) && vd_bug_i_ends(vd_bug_i_name(p, n), "attn.scale");
+  if (!vd_bug_i_is_fwd(p, n)) return 0;
+  if (vd_bug_i_is(p, n, "scale")) return vd_bug_i_ends(vd_bug_i_name(p, n), "attn.scale");
+  return vd_bug_i_is(p, n, "div") && n->n_in == 1 && vd_node_attr(p, n, "scalar") != NULL;
+}
+
+/* The scale an attention-scale node applies: factor, or 1/scalar for a div. */
+static double scale_of(const vd_plan_t *p, const vd_node_t *n) {
+  if (vd_bug_i_is(p, n, "div")) return 1.0 / vd_node_attr_float(p, n, "scalar", 1.0);
+  return vd_node_attr_float(p, n, "factor", 1.0);
 }
 
 static double bad_scale(double f) {
@@ -224,14 +311,17 @@ static double bad_scale(double f) {
   return fabs(g - f) > 1e-12 * fabs(f) ? g : f * 0.5;
 }
 
-/* Sets the factor on forward node ni and its scale_backward. */
+/* Makes forward node ni and its backward apply scale f. */
 static vd_rc set_scale(vd_bug_ctx *c, uint32_t ni, double f) {
+  int div = vd_bug_i_is(c->p, &c->p->nodes[ni], "div");
+  const char *key = div ? "scalar" : "factor";
+  double v = div ? 1.0 / f : f;
   note(c, ni);
-  VD_CHECK(vd_bug_i_attr_float(c->p, ni, "factor", f));
-  int64_t b = bwd_of(c->p, ni, "scale_backward");
+  VD_CHECK(vd_bug_i_attr_float(c->p, ni, key, v));
+  int64_t b = bwd_of(c->p, ni, div ? "div_backward" : "scale_backward");
   if (b >= 0) {
     note(c, (uint32_t)b);
-    VD_CHECK(vd_bug_i_attr_float(c->p, (uint32_t)b, "factor", f));
+    VD_CHECK(vd_bug_i_attr_float(c->p, (uint32_t)b, key, v));
   }
   return VD_OK;
 }
@@ -240,7 +330,7 @@ vd_rc vd_bug_i_12(vd_bug_ctx *c) {
   uint32_t ni;
   VD_CHECK(one_site(c, attn_scale, "attention scale node", &ni));
   const vd_node_t *n = &c->p->nodes[ni];
-  double f = vd_node_attr_float(c->p, n, "factor", 1.0), g = bad_scale(f);
+  double f = scale_of(c->p, n), g = bad_scale(f);
   vd_bug_i_what(c, "attention scale '%s' on rank %d: factor %g instead of %g (ratio %g), forward and backward",
                 vd_bug_i_name(c->p, n), n->rank, g, f, g / f);
   return set_scale(c, ni, g);
@@ -250,12 +340,12 @@ vd_rc vd_bug_i_13(vd_bug_ctx *c) {
   uint32_t ni;
   VD_CHECK(one_site(c, attn_scale, "attention scale node", &ni));
   vd_bug_list l = {0};
-  vd_rc rc = same_in_stage(c, ni, "scale", &l);
+  vd_rc rc = same_in_stage(c, ni, attn_scale, &l);
   if (rc == VD_OK && l.n < 2)
     rc = VD_ERR(c->d, VD_EUSAGE, NULL, NULL, NULL,
                 "bug 13 does not apply: attention scale '%s' runs on one rank only (needs tp > 1 or cp > 1)",
                 vd_bug_i_name(c->p, &c->p->nodes[ni]));
-  double f = vd_node_attr_float(c->p, &c->p->nodes[ni], "factor", 1.0), g = bad_scale(f);
+  double f = scale_of(c->p, &c->p->nodes[ni]), g = bad_scale(f);
   for (size_t i = 0; rc == VD_OK && i < l.n; i++) rc = set_scale(c, l.v[i], g);
   if (rc == VD_OK)
     vd_bug_i_what(c, "attention scale '%s': factor %g instead of %g (ratio %g) on all %zu ranks of its stage",

@@ -198,16 +198,24 @@ int vd_bug_i_seg_per_mb(const vd_plan_t *p, int32_t seg) {
   return 0;
 }
 
+/* The direction of a collective is its segment's: named "<x>.fwd" by our
+ * generators, "fwd.<x>" by nnscaler2plan (docs/plan-format.md, segments). */
+static int seg_is(const vd_plan_t *p, int32_t seg, const char *dir) {
+  const char *s = vd_bug_i_seg_name(p, seg);
+  size_t k = strlen(dir);
+  return vd_bug_i_ends(s, dir) || (strncmp(s, dir, k) == 0 && s[k] == '.');
+}
+
 int vd_bug_i_is_fwd(const vd_plan_t *p, const vd_node_t *n) {
   if (!vd_bug_i_seg_per_mb(p, n->segment)) return 0;
   if (n->phase == VD_PHASE_FWD) return 1;
-  return n->phase == VD_PHASE_COMM && vd_bug_i_ends(vd_bug_i_seg_name(p, n->segment), "fwd");
+  return n->phase == VD_PHASE_COMM && seg_is(p, n->segment, "fwd");
 }
 
 int vd_bug_i_is_bwd(const vd_plan_t *p, const vd_node_t *n) {
   if (!vd_bug_i_seg_per_mb(p, n->segment)) return 0;
   if (n->phase == VD_PHASE_BWD) return 1;
-  return n->phase == VD_PHASE_COMM && vd_bug_i_ends(vd_bug_i_seg_name(p, n->segment), "bwd");
+  return n->phase == VD_PHASE_COMM && seg_is(p, n->segment, "bwd");
 }
 
 int vd_bug_i_is_reducer(const vd_plan_t *p, const vd_node_t *n) {
