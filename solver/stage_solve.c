@@ -391,17 +391,39 @@ static void classify(solve_ctx *c, uint32_t ti, int32_t piece, const vd_smt_diff
     }
   }
 
-  /* MISSING_REDUCTION: several copies each claim the whole slice, and their
-   * sum is the slice. */
-  if (t->part_n <= 1 && t->n_pieces >= 2) {
+  /* MISSING_REDUCTION: each part (the whole slice when part_n = 1) has cpp
+   * copies that should all equal it, but they hold partial sums over groups
+   * of g ranks that were never reduced: the sum of all pieces is then
+   * cpp/g times the slice instead of cpp times.  Tried for every g >= 2
+   * dividing cpp (g = cpp: each part's copies sum to the part). */
+  int64_t parts_seen = 0;
+  for (uint32_t j = 0; j < t->n_pieces; j++) {
+    int64_t k = c->lt->pieces[pp[2 * j]].part_k;
+    int first = 1;
+    for (uint32_t i = 0; i < j && first; i++)
+      if (c->lt->pieces[pp[2 * i]].part_k == k) first = 0;
+    parts_seen += first;
+  }
+  if (t->n_pieces > (uint32_t)parts_seen) {
     for (size_t e = 0; e < n; e++) scaled[e] = NULL;
     for (uint32_t j = 0; j < t->n_pieces; j++) {
       const vd_smt_tensor *pt = &c->ten[pp[2 * j + 1]];
       for (size_t e = 0; e < n; e++) scaled[e] = scaled[e] ? vd_smt_add(c->s, scaled[e], pt->t[e]) : pt->t[e];
     }
-    if (proves_equal(c, scaled, slice.t, n)) {
-      v->diagnosis = VD_DX_MISSING_REDUCTION;
-      goto done;
+    int64_t cpp = parts_seen ? (int64_t)t->n_pieces / parts_seen : 0;
+    for (int64_t g = cpp; g >= 2 && cpp * parts_seen == (int64_t)t->n_pieces; g--) {
+      if (cpp % g) continue;
+      vd_term f = vd_smt_num_int(c->s, cpp / g);
+      vd_term *want = vd_calloc(n ? n : 1, sizeof(*want));
+      if (!want) goto done;
+      for (size_t e = 0; e < n; e++) want[e] = cpp / g == 1 ? slice.t[e] : vd_smt_mul(c->s, f, slice.t[e]);
+      int eq = proves_equal(c, scaled, want, n);
+      vd_free(want);
+      if (eq) {
+        v->diagnosis = VD_DX_MISSING_REDUCTION;
+        if (cpp / g != 1) snprintf(v->factor, sizeof(v->factor), "partial sums over groups of %lld", (long long)g);
+        goto done;
+      }
     }
   }
 
