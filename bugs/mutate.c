@@ -95,7 +95,7 @@ const vd_bug_info vd_bug_table[VD_BUG_COUNT] = {
      "--layer 0;--layer 1", 0},
     {23, VD_BUG_OPTIMIZER, "gradnorm-unreduced",
      "the squared grad norm for clipping is not all-reduced: each rank clips with its local norm", "WRONG_VALUE",
-     "WRONG_VALUE", VD_BUG_NEED_CLIP, "--grad-clip", "--grad-clip 0.001", "--rank 0;--rank 3", 0},
+     "WRONG_VALUE|MISSING_REDUCTION", VD_BUG_NEED_CLIP, "--grad-clip", "--grad-clip 0.001", "--rank 0;--rank 3", 0},
     {24, VD_BUG_OPTIMIZER, "zero-shard",
      "ZeRO: the parameter all_gather after the update is missing (seed even), or every replica updates shard 0 "
      "(seed odd)",

@@ -1,15 +1,20 @@
 #!/bin/sh
-# tools/corpus_run.sh - convert every nnScaler pair of the corpus and check it.
+# tools/corpus_run.sh - convert every nnScaler pair of the corpus, verify it
+# and run the numeric oracle on it; prints the markdown table of
+# docs/corpus.md.
 #
 #   tools/corpus_run.sh [VERDICT] [CORPUS_DIR] [OUT_DIR]
 #
 # For each pair listed in CORPUS_DIR/../README.md (default ../shared/corpus):
 # tools/nnscaler2plan into OUT_DIR (default build/corpus), `verdict plan
-# validate` on both plans, then `verdict exec --sm --pm` (the numeric oracle:
-# 0 agree, 1 disagree, 3 unsupported operator) under a time limit
-# (EXEC_TIMEOUT seconds, default 120) and a memory limit (EXEC_MEM_KB,
-# default 8 GiB): real shapes are large, and a killed run is reported as
-# "timeout"/"killed", not as a verdict.  Prints a markdown table.
+# validate` on both plans, `verdict --sm --pm` (the verdict: EQUIVALENT, NOT
+# EQUIVALENT with the first diagnosis, INCONCLUSIVE) and `verdict exec`
+# (the numeric oracle: agree / DISAGREE / unsupported), each under a time
+# limit (TIMEOUT seconds, default 300) and a memory limit (MEM_KB, default
+# 12 GiB).  ROWS="1 20 72" runs only those rows.  A killed run is reported
+# as such, never as a verdict.  Exit 0 when every row ran; the table says
+# whether each verdict is the expected one (same global batch: EQUIVALENT;
+# different global batch: BATCH) and whether exec agrees with it.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
@@ -17,43 +22,55 @@ VERDICT=${1:-${VERDICT:-$ROOT/bin/verdict}}
 CORPUS=${2:-$ROOT/../shared/corpus/nnscaler}
 OUT=${3:-$ROOT/build/corpus}
 README=$(dirname "$CORPUS")/README.md
-TO=${EXEC_TIMEOUT:-120}
-MEM=${EXEC_MEM_KB:-8388608}
+TO=${TIMEOUT:-300}
+MEM=${MEM_KB:-12582912}
+ROWS=${ROWS:-}
 mkdir -p "$OUT"
-echo "| # | parallel plan | ranks (stored x replicas) | nodes (single / parallel) | tensors (single / parallel) | convert s | unmapped ops | validate | exec | verdict | stages | verify s |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+echo "| # | parallel plan | ranks | convert s | verdict | stages (classes) | verify s | exec | exec s | expected |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 i=0
 grep '^| .*\.pkl |' "$README" | while IFS='|' read -r _ fam par sm pm _; do
   sm=$(echo "$sm" | tr -d ' '); pm=$(echo "$pm" | tr -d ' ')
   i=$((i + 1))
+  if [ -n "$ROWS" ]; then case " $ROWS " in *" $i "*) ;; *) continue ;; esac; fi
   base=$(printf '%02d_%s' "$i" "${pm%.pkl}")
   s="$OUT/$base.single.plan"; p="$OUT/$base.parallel.plan"
   t0=$(date +%s.%N)
-  if ! msg=$(python3 "$HERE/nnscaler2plan" -v --sm "$CORPUS/$sm" --pm "$CORPUS/$pm" --single "$s" --parallel "$p" 2>&1); then
-    echo "| $i | ${pm%.pkl} | - | - | - | - | - | convert failed: $msg | - | - | - | - |"; continue
+  if ! msg=$(python3 "$HERE/nnscaler2plan" --sm "$CORPUS/$sm" --pm "$CORPUS/$pm" --single "$s" --parallel "$p" 2>&1); then
+    echo "| $i | ${pm%.pkl} | - | - | convert failed: $msg | - | - | - | - | no |"; continue
   fi
   t1=$(date +%s.%N)
-  ct=$(echo "$t1 $t0" | awk '{printf "%.2f", $1-$2}')
-  v1=$("$VERDICT" plan validate "$s" 2>&1); r1=$?
-  v2=$("$VERDICT" plan validate "$p" 2>&1); r2=$?
-  if [ $r1 -eq 0 ] && [ $r2 -eq 0 ]; then val=ok; else val="FAIL: $(echo "$v1 $v2" | grep -v valid | head -1)"; fi
+  v2=$("$VERDICT" plan validate "$p" 2>&1) || { echo "| $i | ${pm%.pkl} | - | $(secs "$t0" "$t1") | invalid: $v2 | - | - | - | - | no |"; continue; }
   rk=$(echo "$v2" | sed -n 's/.*nodes, \([0-9]*\) stored ranks x \([0-9]*\) replicas.*/\1 x \2/p')
-  ns=$(echo "$v1" | sed -n 's/.*, \([0-9]*\) tensors, \([0-9]*\) nodes.*/\2 \1/p')
-  np=$(echo "$v2" | sed -n 's/.*, \([0-9]*\) tensors, \([0-9]*\) nodes.*/\2 \1/p')
-  ex=$( (ulimit -v "$MEM"; timeout "$TO" "$VERDICT" exec -q --sm "$s" --pm "$p") 2>&1 ); rc=$?
-  case $rc in
-    0) res="agree" ;; 1) res="DISAGREE" ;; 3) res="unsupported: $(echo "$ex" | grep -o "operator '[^']*'" | head -1)" ;;
-    124) res="timeout (${TO}s)" ;; 2) res="error: $(echo "$ex" | head -1 | cut -c1-120)" ;; *) res="killed (rc $rc)" ;;
-  esac
-  um=$(echo "$msg" | sed -n 's/.*unmapped ops: \([^;]*\);.*/\1/p')
+  # the verdict
   t2=$(date +%s.%N)
-  vo=$( (ulimit -v "$MEM"; timeout "$TO" "$VERDICT" -q --stage-timeout 10 --sm "$s" --pm "$p") 2>&1 ); vr=$?
+  vo=$( (ulimit -v "$MEM"; timeout -k 5 "$TO" "$VERDICT" -q --sm "$s" --pm "$p") 2>&1 ); vr=$?
   t3=$(date +%s.%N)
-  vt=$(echo "$t3 $t2" | awk '{printf "%.2f", $1-$2}')
+  st=$(echo "$vo" | sed -n 's/.*stages \([0-9]*\) (classes solved \([0-9]*\).*/\1 (\2)/p' | head -1)
   case $vr in
-    0|1|3) vd=$(echo "$vo" | head -1); st=$(echo "$vo" | sed -n 's/.*stages \([0-9]*\).*/\1/p' | head -1)
-           why=$(echo "$vo" | grep -m1 -E "^-- " | cut -c4-90); [ "$vr" = 0 ] || vd="$vd: $why" ;;
-    124) vd="timeout (${TO}s)"; st=- ;; 2) vd="error: $(echo "$vo" | head -1 | cut -c1-100)"; st=- ;; *) vd="killed (rc $vr)"; st=- ;;
+    0) vd="EQUIVALENT" ;;
+    1) vd="NOT EQUIVALENT: $(echo "$vo" | grep -m1 -E '^-- ' | sed 's/^-- //; s/ (.*//' | cut -c1-60)" ;;
+    3) vd="INCONCLUSIVE: $(echo "$vo" | grep -m1 -E '^-- ' | sed 's/^-- //' | cut -c1-60)" ;;
+    124|137) vd="timeout (${TO}s)" ;;
+    2) vd="error: $(echo "$vo" | head -1 | cut -c1-80)" ;;
+    *) vd="killed (rc $vr)" ;;
   esac
-  echo "| $i | ${pm%.pkl} | $rk | ${ns% *} / ${np% *} | ${ns#* } / ${np#* } | $ct | $um | $val | $res | $vd | $st | $vt |"
+  # the numeric oracle
+  t4=$(date +%s.%N)
+  ex=$( (ulimit -v "$MEM"; timeout -k 5 "$TO" "$VERDICT" exec -q --sm "$s" --pm "$p") 2>&1 ); er=$?
+  t5=$(date +%s.%N)
+  case $er in
+    0) res="agree" ;; 1) res="DISAGREE" ;;
+    3) res="inconclusive: $(echo "$ex" | grep -v '^reduced' | head -1 | cut -c1-60)" ;;
+    124|137) res="timeout (${TO}s)" ;; 2) res="error: $(echo "$ex" | head -1 | cut -c1-60)" ;; *) res="killed (rc $er)" ;;
+  esac
+  # expected: the same global batch must be EQUIVALENT, another one BATCH;
+  # exec must agree exactly when the verdict is EQUIVALENT
+  exp=no
+  case "$vd" in
+    EQUIVALENT) [ "$res" = agree ] && exp=yes ;;
+    "NOT EQUIVALENT: BATCH"*) [ "$res" = DISAGREE ] && exp=yes ;;
+  esac
+  echo "| $i | ${pm%.pkl} | ${rk:--} | $(secs "$t0" "$t1") | $vd | ${st:--} | $(secs "$t2" "$t3") | $res | $(secs "$t4" "$t5") | $exp |"
 done

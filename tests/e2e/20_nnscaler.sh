@@ -1,7 +1,10 @@
 # nnScaler importer (tools/nnscaler2plan): converts real corpus pairs into
-# plans that `verdict plan validate` accepts (and, for the MLP pair, that the
-# numeric oracle finds equivalent), and refuses corrupted or hostile pickles
-# with exit 2 and one line, without running anything from them.
+# plans that `verdict plan validate` accepts, that the verifier proves
+# EQUIVALENT (MLP and Llama-3 under DP x PP x TP x microbatches), that get a
+# BATCH diagnosis when the parallel plan runs another global batch, and whose
+# injected bugs (BUGS.md classes that apply) are all caught; corrupted or
+# hostile pickles are refused with exit 2 and one line, without running
+# anything from them.
 . "$(dirname "$0")/lib.sh"
 set -e
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -30,6 +33,32 @@ conv gpt_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly1_h2_hi1024_sq2048.pkl \
      gpt_mgener_dp2_pp2_tp2_nm2_gbs16_dim1024_ly1_h2_hi1024_sq2048.pkl gpt
 conv llama3adpt_mgener_dp1_pp1_tp1_nm1_gbs16_ly1_h32_hi4096_sq128.pkl \
      llama3adpt_mgener_dp2_pp2_tp2_nm2_gbs16_ly1_h32_hi4096_sq128.pkl llama
+conv llama3adpt_mgener_dp1_pp1_tp1_nm1_gbs16_ly1_h32_hi4096_sq128.pkl \
+     llama3adpt_mgener_dp1_pp2_tp1_nm2_gbs16_ly1_h32_hi4096_sq128.pkl llamapp
+
+# the verifier: real plans are equivalent, in well under a second each
+for pr in mlp llama llamapp; do
+  expect_exit 0 "$VERDICT" -q --sm "$TMP/$pr.s.plan" --pm "$TMP/$pr.p.plan"
+  expect_in "^EQUIVALENT" "$TMP/out"
+  expect_in " 0 not equivalent, 0 inconclusive" "$TMP/out"
+done
+
+# a parallel plan that reads dp x nm x its batch != the single batch: a BATCH
+# diagnosis naming the data input and dimension 0, not a crash or a flood
+conv gpt_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2_h16_hi1024_sq1024.pkl \
+     gpt_mgener_dp8_pp1_tp1_nm1_gbs16_dim1024_ly2_h16_hi1024_sq1024.pkl gptdp8
+expect_exit 1 "$VERDICT" --sm "$TMP/gptdp8.s.plan" --pm "$TMP/gptdp8.p.plan" --json "$TMP/b.json"
+expect_in "^-- BATCH" "$TMP/out"
+expect_in "data input 'input_ids.f245' dim 0: the parallel plan's 8 replica(s) x 1 microbatch(es) of 16 read \[0:128), the single-device plan reads 16" "$TMP/out"
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["failures"][0]["diagnosis"]=="BATCH", r["failures"][0]' "$TMP/b.json" ||
+  fail "the JSON report's first failure is not BATCH"
+
+# injected bugs: every BUGS.md class that applies to the imported plans is caught
+BUGS=${CORPUS_BUGS:-} sh "$ROOT/tests/bugs/corpus_mutations.sh" "$VERDICT" \
+  "$TMP/mlp.s.plan" "$TMP/mlp.p.plan" "$TMP/llama.s.plan" "$TMP/llama.p.plan" >"$TMP/mut.out" 2>&1 ||
+  { cat "$TMP/mut.out"; fail "a bug injected into an imported plan was missed"; }
+n_ok=$(grep -c ' ok$' "$TMP/mut.out")
+[ "$n_ok" -ge 20 ] || { cat "$TMP/mut.out"; fail "expected >= 20 caught (pair, class) rows, got $n_ok"; }
 
 # corrupted pickles: exit 2, one line naming the file, never a traceback
 head -c 3000 "$C/$MLPP" > "$TMP/trunc.pkl"
