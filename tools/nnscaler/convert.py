@@ -235,13 +235,21 @@ class Conv:
 
     # ---------------- tensors ----------------
     def tkey(self, rank, t):
+        ft = t._full_tensor
+        # A weight's gradient is one buffer per rank (autograd accumulates
+        # into param.grad): the value parts nnScaler gives the writers of a
+        # tied weight's gradient (v0/2 from the LM head, v1/2 from the
+        # embedding) are writes into that buffer, summed by `accumulate`.
+        wgrad = bool(getattr(ft, "_is_attr", False)) and bool(getattr(ft, "_is_grad", False))
+        ind = tuple(tuple(int_list(x, "indmap")) for x in t._indmap._indices)
         if self.kind == "single":
-            ft = t._full_tensor
-            full = [tuple(int_list(x, "indmap")) for x in t._indmap._indices] == [(0, s) for s in int_list(ft._shape, "shape")]
-            if full and tuple(t._valmap._weight) == (0, 1):
+            full = list(ind) == [(0, s) for s in int_list(ft._shape, "shape")]
+            if full and (wgrad or tuple(t._valmap._weight) == (0, 1)):
                 key = ("f", as_int(ft._id, "ftid"))
             else:
                 key = ("t", as_int(t._id, "tid"))
+        elif wgrad:
+            key = ("g", rank, as_int(ft._id, "ftid"), ind)
         else:
             key = ("t", rank, as_int(t._id, "tid"))
         if key not in self.tinfo:
@@ -815,6 +823,32 @@ class Conv:
             lin["part"] = [k, num]
         return lin
 
+    def superseded_grads(self, nodes):
+        """Per-microbatch gradients that a later write on the same rank
+        completes: a gradient of one full tensor that is written (or
+        accumulated) under another tensor id later in the rank's program,
+        over an overlapping region, held only some consumers' contributions
+        (e.g. the layer-norm branch of a residual, summed with the residual
+        branch after an all-to-all changed its partitioning).  nnScaler's
+        ValueMap calls both complete; only the last one is."""
+        last = {}
+        for i, n in enumerate(nodes):
+            for k in n["out"]:
+                if self.tinfo[k]["role"] == "grad" and self.tinfo[k]["scope"] == "mb" and "_sub" in self.tinfo[k]:
+                    last[k] = i
+        by = {}
+        for k, i in last.items():
+            sub = self.tinfo[k]["_sub"]
+            region = [tuple(x) for x in sub._indmap._indices]
+            by.setdefault((self.tinfo[k]["rank"], as_int(sub._full_tensor._id, "ftid")), []).append((i, k, region))
+        out = set()
+        for writes in by.values():
+            for i, k, r in writes:
+                for j, k2, r2 in writes:
+                    if j > i and len(r) == len(r2) and all(a < d and c < b for (a, b), (c, d) in zip(r, r2)):
+                        out.add(k)
+        return out
+
     def plan(self, model):
         nodes = self.finish()
         used = {}
@@ -834,6 +868,7 @@ class Conv:
             if n["op"] not in NON_ORIGINAL:
                 touched.update(n["in"])
                 touched.update(n["out"])
+        superseded = self.superseded_grads(nodes)
         ids = {}
         nid = 1
         for k in used:
@@ -861,8 +896,8 @@ class Conv:
             t["role"], t["scope"] = role, rec["scope"]
             if "x_dtype" in rec:
                 t["x_dtype"] = rec["x_dtype"]
-            if self.kind == "parallel" and (k in touched or k in self.data_keys or rec["scope"] == "persistent"
-                                              or rec["role"] != "grad"):
+            if self.kind == "parallel" and k not in superseded and \
+                    (k in touched or k in self.data_keys or rec["scope"] == "persistent" or rec["role"] != "grad"):
                 lin = self.lineage(k, rec)
                 if lin is not None:
                     t["lin"] = lin
