@@ -93,4 +93,41 @@ typedef struct {
 vd_rc vd_exec_compare(const vd_plan_t *single, const vd_plan_t *parallel, const vd_exec_opts *o,
                       vd_exec_result *r, vd_diag *d);
 
+/* ---- reduced shapes (solver/exec_reduce.c) ----------------------------------
+ *
+ * Real plans are too large to execute in double precision.  vd_exec_reduce
+ * builds copies of both plans on reduced shapes with the verifier's shape
+ * reduction applied to the whole pair (stages/reduce.h,
+ * docs/shape-reduction.md): one dimension class per set of dimensions tied by
+ * an operator's reduction rule or a lineage slice, reduced by one ratio, so
+ * shard boundaries, collective factors and position attributes (embedding
+ * start, rope offset, mask offsets) scale exactly.  docs/verifier.md says what
+ * running the executor on the copies assumes. */
+
+typedef enum {
+  VD_EXEC_RED_OK,             /* reduced (info->reduced) */
+  VD_EXEC_RED_UNSUPPORTED,    /* an operator outside the registry */
+  VD_EXEC_RED_CANNOT,         /* no reduction rule covers some node ("cannot reduce: ...") */
+  VD_EXEC_RED_PARALLEL_SHAPE, /* the parallel plan's shapes contradict a rule or a slice */
+} vd_exec_red_status;
+
+typedef struct {
+  vd_exec_red_status status;
+  int reduced;                  /* 1: *rs and *rp hold the reduced copies */
+  int64_t max_numel, rmax_numel; /* largest tensor of the pair, before / after */
+  char reason[1024];            /* status != OK: one line naming the node */
+} vd_exec_reduce_info;
+
+/* Builds reduced copies *rs, *rp of two validated plans (o: file names for
+ * messages; may be NULL).  VD_OK with info->status; the copies are owned by
+ * the caller when info->reduced (free them with vd_plan_free), zeroed
+ * otherwise.  VD_EINPUT when the single plan's graph cannot be built or its
+ * shapes contradict a rule, or a lineage annotation names no single tensor
+ * or one of another rank (vd_exec_compare rejects those too); VD_ENOMEM.  O(nodes + tensors) plus the graphs. */
+vd_rc vd_exec_reduce(const vd_plan_t *single, const vd_plan_t *parallel, const vd_exec_opts *o, vd_plan_t *rs,
+                     vd_plan_t *rp, vd_exec_reduce_info *info, vd_diag *d);
+
+/* The element count of the plan's largest tensor. */
+int64_t vd_exec_max_numel(const vd_plan_t *p);
+
 #endif

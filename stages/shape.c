@@ -35,9 +35,15 @@
  * its operand form leaves the whole stage unreduced (reduced = 0, rshape =
  * shape, noreduce_node set): not an error.
  *
+ * The union-find and the closed form work on any set of values
+ * (stages/reduce.h, struct vd_reducer); vd_stage_reduce at the end of this
+ * file describes one stage to it.  The numeric executor describes a whole
+ * single/parallel pair (solver/exec_reduce.c).
+ *
  * Cost: O(stage dims * alpha + constraints + PROD restarts * groups).
  */
 #include "stage.h"
+#include "reduce.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -48,7 +54,7 @@
 enum { F_MIN2 = 1, F_EVEN = 2, F_KEEP = 4 };
 
 typedef struct {
-  uint32_t node, var;
+  uint32_t node, var; /* node: the caller's tag */
   const char *attr;
   int64_t pos;
 } pos_rec;
@@ -66,25 +72,30 @@ typedef struct {
   uint8_t pinned;  /* ratio set by a PROD group */
   uint8_t oddq;    /* some member's size / g is odd */
   int64_t min_size;
+  int64_t mink;    /* every member keeps >= mink elements (vd_reducer_min_extent); 0: none */
 } cls;
 
-typedef struct {
-  vd_stage *st;
-  const vd_lin_table *lt;
+struct vd_reducer {
   vd_diag *d;
+  uint32_t n_vals;
+  int32_t *ndim;    /* per value */
   uint32_t *vbase;  /* first variable of each value */
   uint32_t nvar;
   int64_t *size;
   uint32_t *parent;
   uint8_t *flag;
   int64_t *vgcd;    /* per variable: gcd of positions seen along it */
+  int64_t *vmin;    /* per variable: minimum reduced extent (0: none) */
+  uint32_t *next;   /* after solve: next member of the variable's class, ~0u at the end */
   pos_rec *pos;  size_t n_pos, cap_pos;
   prod_rec *prod; size_t n_prod, cap_prod;
   cls *cl;          /* per variable, meaningful at roots */
+  vd_op_shape *ish, *osh; uint32_t cap_in, cap_out;
   /* node being processed */
-  uint32_t node;
-  char rec[160];
-} red_ctx;
+  const uint32_t *cur_in, *cur_out;
+  uint32_t cur_nin, cur_nout, node;
+  char rec[200];
+};
 
 static int64_t gcd64(int64_t a, int64_t b) {
   if (a < 0) a = -a;
@@ -97,7 +108,7 @@ static int64_t gcd64(int64_t a, int64_t b) {
   return a;
 }
 
-static uint32_t find(red_ctx *c, uint32_t x) {
+static uint32_t find(vd_reducer *c, uint32_t x) {
   uint32_t r = x;
   while (c->parent[r] != r) r = c->parent[r];
   while (c->parent[x] != r) {
@@ -108,59 +119,29 @@ static uint32_t find(red_ctx *c, uint32_t x) {
   return r;
 }
 
-static void unite(red_ctx *c, uint32_t a, uint32_t b) {
+static void unite(vd_reducer *c, uint32_t a, uint32_t b) {
   a = find(c, a);
   b = find(c, b);
   if (a == b) return;
   if (a < b) c->parent[b] = a; else c->parent[a] = b;
 }
 
-static const vd_graph_t *graph_of(const red_ctx *c, uint8_t side) {
-  if (!c->lt) return NULL;
-  return side ? c->lt->gp : c->lt->gs;
-}
-
-/* Plan and plan node of stage node i (NULL when the stage has no graphs,
- * as in hand-built tests without plans). */
-static const vd_node_t *plan_node(const red_ctx *c, uint32_t i, const vd_plan_t **plan) {
-  const vd_stage_node *n = &c->st->nodes[i];
-  const vd_graph_t *g = graph_of(c, n->side);
-  *plan = NULL;
-  if (!g || !g->plan || n->gnode >= g->n_nodes) return NULL;
-  *plan = g->plan;
-  uint32_t pn = g->nodes[n->gnode].pnode;
-  return pn < g->plan->n_nodes ? &g->plan->nodes[pn] : NULL;
-}
-
-static void node_record(red_ctx *c, uint32_t i) {
-  const vd_plan_t *p;
-  const vd_node_t *pn = plan_node(c, i, &p);
-  const vd_stage_node *n = &c->st->nodes[i];
-  const char *op = n->op >= 0 && n->op < VD_OP__COUNT ? vd_op_name((vd_op_id)n->op) : "?";
-  if (pn)
-    snprintf(c->rec, sizeof(c->rec), "stage %u node %u (%s node %lld '%s', op %s)", c->st->id, i,
-             n->side ? "parallel" : "single", (long long)pn->id, vd_plan_s(p, pn->name), op);
-  else
-    snprintf(c->rec, sizeof(c->rec), "stage %u node %u (op %s)", c->st->id, i, op);
-}
-
 /* Variable of operand dimension r of the current node; ~0u if out of range. */
-static uint32_t var_of(red_ctx *c, vd_op_dimref r) {
-  const vd_stage_node *n = &c->st->nodes[c->node];
-  if (r.out ? r.t >= n->n_out : r.t >= n->n_in) return ~0u;
-  uint32_t v = c->st->idx[(r.out ? n->out_off : n->in_off) + r.t];
-  if (v >= c->st->n_vals || r.dim >= c->st->vals[v].ndim) return ~0u;
+static uint32_t var_of(vd_reducer *c, vd_op_dimref r) {
+  if (r.out ? r.t >= c->cur_nout : r.t >= c->cur_nin) return ~0u;
+  uint32_t v = r.out ? c->cur_out[r.t] : c->cur_in[r.t];
+  if (v >= c->n_vals || r.dim >= c->ndim[v]) return ~0u;
   return c->vbase[v] + r.dim;
 }
 
-static void dim_name(red_ctx *c, vd_op_dimref r, char *buf, size_t n) {
+static void dim_name(vd_reducer *c, vd_op_dimref r, char *buf, size_t n) {
   uint32_t v = var_of(c, r);
   snprintf(buf, n, "%s[%u] dim %u (extent %lld)", r.out ? "outputs" : "inputs", r.t, r.dim,
            v == ~0u ? -1LL : (long long)c->size[v]);
 }
 
 static vd_rc emit(void *sink, const vd_op_red *r) {
-  red_ctx *c = sink;
+  vd_reducer *c = sink;
   uint32_t a = var_of(c, r->a);
   if (a == ~0u)
     VD_FAIL(c->d, VD_EINTERNAL, NULL, c->rec, "reduce", "rule names operand dimension %u of %s %u, absent",
@@ -233,19 +214,18 @@ static vd_rc emit(void *sink, const vd_op_red *r) {
 
 /* Relates a parallel value (a hypothesis or a target piece) to slice
  * [lo, hi) of single value sv: same ratio per dim, bounds are positions. */
-static vd_rc relate_piece(red_ctx *c, uint32_t pv, uint32_t sv, const int64_t *lo, const int64_t *hi) {
-  const vd_stage_value *p = &c->st->vals[pv], *s = &c->st->vals[sv];
-  if (p->ndim != s->ndim)
+static vd_rc relate_piece(vd_reducer *c, uint32_t pv, uint32_t sv, const int64_t *lo, const int64_t *hi) {
+  if (c->ndim[pv] != c->ndim[sv])
     VD_FAIL(c->d, VD_EINPUT, NULL, c->rec, "shape",
             "the shape constraints of the stage contradict each other: parallel value %u has %d dims, its single value %d",
-            pv, p->ndim, s->ndim);
-  for (int32_t j = 0; j < p->ndim; j++) {
-    if (hi[j] - lo[j] != p->shape[j])
+            pv, c->ndim[pv], c->ndim[sv]);
+  for (int32_t j = 0; j < c->ndim[pv]; j++) {
+    uint32_t a = c->vbase[pv] + (uint32_t)j, b = c->vbase[sv] + (uint32_t)j;
+    if (hi[j] - lo[j] != c->size[a])
       VD_FAIL(c->d, VD_EINPUT, NULL, c->rec, "shape",
               "the shape constraints of the stage contradict each other: parallel value %u dim %d has extent %lld, "
               "its lineage slice [%lld, %lld) of the single value",
-              pv, j, (long long)p->shape[j], (long long)lo[j], (long long)hi[j]);
-    uint32_t a = c->vbase[pv] + (uint32_t)j, b = c->vbase[sv] + (uint32_t)j;
+              pv, j, (long long)c->size[a], (long long)lo[j], (long long)hi[j]);
     unite(c, a, b);
     c->vgcd[b] = gcd64(c->vgcd[b], gcd64(lo[j], hi[j]));
   }
@@ -262,7 +242,9 @@ static void base_ratio(cls *k) {
   int64_t m = 1;
   int64_t q = k->min_size / k->g; /* smallest member, reduced with m = 1 */
   if ((k->flags & F_MIN2) && q < 2) m = 2;
-  if ((k->flags & F_EVEN) && (q < 2 || k->oddq)) m = 2;
+  if (k->mink > 0 && q > 0 && q * m < k->mink) m = (k->mink + q - 1) / q;
+  if ((k->flags & F_EVEN) && (q < 2 || k->oddq) && m < 2) m = 2;
+  if ((k->flags & F_EVEN) && k->oddq && m % 2) m++; /* only when mink made m odd */
   if (k->g < m) {
     k->rn = k->rd = 1;
     return;
@@ -276,14 +258,13 @@ static void base_ratio(cls *k) {
 
 /* Is reduced = size * rd / rn valid for every member and position of the
  * class rooted at r?  *why: 1 divisibility, 2 a minimum (MIN2/EVEN). */
-static int valid_ratio(red_ctx *c, uint32_t r, int64_t rn, int64_t rd, int *why) {
+static int valid_ratio(vd_reducer *c, uint32_t r, int64_t rn, int64_t rd, int *why) {
   const cls *k = &c->cl[r];
   if (rn < rd) {
     *why = 1;
     return 0;
   }
-  for (uint32_t v = 0; v < c->nvar; v++) {
-    if (find(c, v) != r) continue;
+  for (uint32_t v = r; v != ~0u; v = c->next[v]) {
     __int128 s = (__int128)c->size[v] * rd;
     __int128 p = (__int128)c->vgcd[v] * rd;
     if (s % rn || p % rn) {
@@ -291,7 +272,8 @@ static int valid_ratio(red_ctx *c, uint32_t r, int64_t rn, int64_t rd, int *why)
       return 0;
     }
     int64_t red = (int64_t)(s / rn);
-    if (c->size[v] > 0 && (((k->flags & F_MIN2) && red < 2) || ((k->flags & F_EVEN) && (red < 2 || red % 2)))) {
+    if (c->size[v] > 0 && (((k->flags & F_MIN2) && red < 2) || ((k->flags & F_EVEN) && (red < 2 || red % 2)) ||
+                           red < k->mink)) {
       *why = 2;
       return 0;
     }
@@ -300,7 +282,7 @@ static int valid_ratio(red_ctx *c, uint32_t r, int64_t rn, int64_t rd, int *why)
 }
 
 /* Product of the ratios of a run, reduced; 0 on overflow. */
-static int run_ratio(red_ctx *c, const uint32_t *vars, uint32_t n, int64_t *rn, int64_t *rd) {
+static int run_ratio(vd_reducer *c, const uint32_t *vars, uint32_t n, int64_t *rn, int64_t *rd) {
   int64_t a = 1, b = 1;
   for (uint32_t i = 0; i < n; i++) {
     const cls *k = &c->cl[find(c, vars[i])];
@@ -315,7 +297,7 @@ static int run_ratio(red_ctx *c, const uint32_t *vars, uint32_t n, int64_t *rn, 
 }
 
 /* Sets flag f on every class of a PROD group; returns whether anything changed. */
-static int flag_group(red_ctx *c, const prod_rec *p, uint8_t f) {
+static int flag_group(vd_reducer *c, const prod_rec *p, uint8_t f) {
   int changed = 0;
   for (uint32_t i = 0; i < (uint32_t)p->na + p->nb; i++) {
     uint32_t r = find(c, i < p->na ? p->a[i] : p->b[i - p->na]);
@@ -326,7 +308,7 @@ static int flag_group(red_ctx *c, const prod_rec *p, uint8_t f) {
 }
 
 /* Resolves PROD groups; 1 on success, 0 if the stage should stay unreduced. */
-static int resolve_prods(red_ctx *c) {
+static int resolve_prods(vd_reducer *c) {
   size_t bound = 4 * (size_t)c->nvar + 16;
   for (size_t restart = 0; restart < bound; restart++) {
     for (uint32_t v = 0; v < c->nvar; v++)
@@ -386,6 +368,216 @@ static int resolve_prods(red_ctx *c) {
   return 0;
 }
 
+static int64_t scale_by(const cls *k, int64_t x) { return (int64_t)((__int128)x * k->rd / k->rn); }
+
+/* ---- the generic reducer (reduce.h) ------------------------------------------ */
+
+vd_rc vd_reducer_new(const vd_red_value *vals, uint32_t n, vd_reducer **out, vd_diag *d) {
+  *out = NULL;
+  vd_reducer *c = vd_calloc(1, sizeof(*c));
+  if (!c) return VD_OOM(d);
+  c->n_vals = n;
+  c->ndim = vd_calloc((size_t)n + 1, sizeof(int32_t));
+  c->vbase = vd_calloc((size_t)n + 1, sizeof(uint32_t));
+  if (!c->ndim || !c->vbase) goto oom;
+  for (uint32_t i = 0; i < n; i++) {
+    if (vals[i].ndim < 0 || vals[i].ndim > VD_MAX_DIMS) {
+      vd_reducer_free(c);
+      VD_FAIL(d, VD_EINTERNAL, NULL, "stage", "vals", "value %u has %d dims", i, vals[i].ndim);
+    }
+    c->ndim[i] = vals[i].ndim;
+    c->vbase[i + 1] = c->vbase[i] + (uint32_t)vals[i].ndim;
+  }
+  c->nvar = c->vbase[n];
+  size_t nv = c->nvar ? c->nvar : 1;
+  c->size = vd_calloc(nv, sizeof(int64_t));
+  c->parent = vd_calloc(nv, sizeof(uint32_t));
+  c->flag = vd_calloc(nv, 1);
+  c->vgcd = vd_calloc(nv, sizeof(int64_t));
+  c->vmin = vd_calloc(nv, sizeof(int64_t));
+  c->next = vd_calloc(nv, sizeof(uint32_t));
+  c->cl = vd_calloc(nv, sizeof(cls));
+  if (!c->size || !c->parent || !c->flag || !c->vgcd || !c->vmin || !c->next || !c->cl) goto oom;
+  for (uint32_t i = 0; i < n; i++)
+    for (int32_t j = 0; j < vals[i].ndim; j++) c->size[c->vbase[i] + (uint32_t)j] = vals[i].shape[j];
+  for (uint32_t v = 0; v < c->nvar; v++) c->parent[v] = v;
+  *out = c;
+  return VD_OK;
+oom:
+  vd_reducer_free(c);
+  return VD_OOM(d);
+}
+
+void vd_reducer_free(vd_reducer *c) {
+  if (!c) return;
+  vd_free(c->ndim);
+  vd_free(c->vbase);
+  vd_free(c->size);
+  vd_free(c->parent);
+  vd_free(c->flag);
+  vd_free(c->vgcd);
+  vd_free(c->vmin);
+  vd_free(c->next);
+  vd_free(c->cl);
+  vd_free(c->pos);
+  vd_free(c->prod);
+  vd_free(c->ish);
+  vd_free(c->osh);
+  vd_free(c);
+}
+
+vd_rc vd_reducer_node(vd_reducer *c, uint32_t tag, int op, const vd_plan_t *plan, const vd_node_t *node,
+                      const uint32_t *in, uint32_t n_in, const uint32_t *out, uint32_t n_out,
+                      const char *record, int *norule, vd_diag *d) {
+  *norule = 0;
+  c->d = d;
+  snprintf(c->rec, sizeof(c->rec), "%s", record ? record : "node");
+  if (n_in > c->cap_in) {
+    vd_free(c->ish);
+    c->ish = vd_calloc(n_in, sizeof(*c->ish));
+    c->cap_in = c->ish ? n_in : 0;
+    if (!c->ish) return VD_OOM(d);
+  }
+  if (n_out > c->cap_out) {
+    vd_free(c->osh);
+    c->osh = vd_calloc(n_out, sizeof(*c->osh));
+    c->cap_out = c->osh ? n_out : 0;
+    if (!c->osh) return VD_OOM(d);
+  }
+  for (uint32_t k = 0; k < n_in + n_out; k++) {
+    uint32_t v = k < n_in ? in[k] : out[k - n_in];
+    if (v >= c->n_vals)
+      VD_FAIL(d, VD_EINTERNAL, NULL, c->rec, "idx", "operand names value %u of %u", v, c->n_vals);
+    vd_op_shape *s = k < n_in ? &c->ish[k] : &c->osh[k - n_in];
+    memset(s, 0, sizeof(*s));
+    s->ndim = c->ndim[v];
+    for (int32_t j = 0; j < c->ndim[v]; j++) s->d[j] = c->size[c->vbase[v] + (uint32_t)j];
+  }
+  c->cur_in = in;
+  c->cur_out = out;
+  c->cur_nin = n_in;
+  c->cur_nout = n_out;
+  c->node = tag;
+  vd_op_reduce_call call = {.op = op, .plan = plan, .node = node, .n_in = n_in, .n_out = n_out,
+                            .in_shape = c->ish, .out_shape = c->osh, .emit = emit, .sink = c};
+  return vd_op_reduce_rule((vd_op_id)op)(&call, norule);
+}
+
+vd_rc vd_reducer_relate(vd_reducer *c, uint32_t pv, uint32_t sv, const int64_t *lo, const int64_t *hi,
+                        const char *record, vd_diag *d) {
+  c->d = d;
+  snprintf(c->rec, sizeof(c->rec), "%s", record ? record : "lineage");
+  if (pv >= c->n_vals || sv >= c->n_vals)
+    VD_FAIL(d, VD_EINTERNAL, NULL, c->rec, "idx", "relation names values %u, %u of %u", pv, sv, c->n_vals);
+  return relate_piece(c, pv, sv, lo, hi);
+}
+
+void vd_reducer_position(vd_reducer *c, uint32_t v, int32_t dim, int64_t x) {
+  if (v >= c->n_vals || dim < 0 || dim >= c->ndim[v]) return;
+  uint32_t a = c->vbase[v] + (uint32_t)dim;
+  c->vgcd[a] = gcd64(c->vgcd[a], x);
+}
+
+void vd_reducer_min_extent(vd_reducer *c, uint32_t v, int32_t dim, int64_t k) {
+  if (v >= c->n_vals || dim < 0 || dim >= c->ndim[v]) return;
+  uint32_t a = c->vbase[v] + (uint32_t)dim;
+  if (k > c->vmin[a]) c->vmin[a] = k;
+}
+
+vd_rc vd_reducer_solve(vd_reducer *c, int *reduced, vd_diag *d) {
+  c->d = d;
+  *reduced = 0;
+  /* Two dimensions of one value in one class (a transpose, a square
+   * attention score, q and k of a causal mask): with one element they could
+   * not tell a permutation of indices from the identity, so they keep >= 2. */
+  for (uint32_t i = 0; i < c->n_vals; i++)
+    for (int32_t j = 0; j < c->ndim[i]; j++)
+      for (int32_t k = j + 1; k < c->ndim[i]; k++) {
+        uint32_t a = c->vbase[i] + (uint32_t)j, b = c->vbase[i] + (uint32_t)k;
+        if (find(c, a) == find(c, b)) c->flag[a] |= F_MIN2;
+      }
+
+  /* Classes, with their member lists (root first). */
+  for (uint32_t v = 0; v < c->nvar; v++) {
+    c->cl[v].min_size = INT64_MAX;
+    c->cl[v].g = 0;
+    c->cl[v].mink = 0;
+    c->next[v] = ~0u;
+  }
+  for (uint32_t v = c->nvar; v-- > 0;) {
+    uint32_t r = find(c, v);
+    if (r != v) {
+      c->next[v] = c->next[r];
+      c->next[r] = v;
+    }
+  }
+  for (uint32_t v = 0; v < c->nvar; v++) {
+    cls *k = &c->cl[find(c, v)];
+    k->g = gcd64(k->g, gcd64(c->size[v], c->vgcd[v]));
+    k->flags |= c->flag[v];
+    if (c->size[v] > 0 && c->size[v] < k->min_size) k->min_size = c->size[v];
+    if (c->vmin[v] > k->mink) k->mink = c->vmin[v];
+  }
+  for (uint32_t v = 0; v < c->nvar; v++) {
+    cls *k = &c->cl[v];
+    if (find(c, v) != v) continue;
+    if (k->g == 0) k->g = 1;
+    if (k->min_size == INT64_MAX) k->min_size = 0;
+  }
+  for (uint32_t v = 0; v < c->nvar; v++) {
+    cls *k = &c->cl[find(c, v)];
+    if (c->size[v] > 0 && (c->size[v] / k->g) % 2) k->oddq = 1;
+  }
+  *reduced = resolve_prods(c);
+  return VD_OK;
+}
+
+int64_t vd_reducer_scale(vd_reducer *c, uint32_t v, int32_t dim, int64_t x) {
+  if (v >= c->n_vals || dim < 0 || dim >= c->ndim[v]) return x;
+  return scale_by(&c->cl[find(c, c->vbase[v] + (uint32_t)dim)], x);
+}
+
+size_t vd_reducer_n_pos(const vd_reducer *c) { return c->n_pos; }
+
+void vd_reducer_pos(vd_reducer *c, size_t i, uint32_t *tag, const char **attr, int64_t *orig, int64_t *scaled) {
+  const pos_rec *p = &c->pos[i];
+  *tag = p->node;
+  *attr = p->attr;
+  *orig = p->pos;
+  *scaled = scale_by(&c->cl[find(c, p->var)], p->pos);
+}
+
+/* ---- one stage ---------------------------------------------------------------- */
+
+static const vd_graph_t *graph_of(const vd_lin_table *lt, uint8_t side) {
+  if (!lt) return NULL;
+  return side ? lt->gp : lt->gs;
+}
+
+/* Plan and plan node of stage node i (NULL when the stage has no graphs,
+ * as in hand-built tests without plans). */
+static const vd_node_t *plan_node(const vd_lin_table *lt, const vd_stage *st, uint32_t i, const vd_plan_t **plan) {
+  const vd_stage_node *n = &st->nodes[i];
+  const vd_graph_t *g = graph_of(lt, n->side);
+  *plan = NULL;
+  if (!g || !g->plan || n->gnode >= g->n_nodes) return NULL;
+  *plan = g->plan;
+  uint32_t pn = g->nodes[n->gnode].pnode;
+  return pn < g->plan->n_nodes ? &g->plan->nodes[pn] : NULL;
+}
+
+static void node_record(const vd_lin_table *lt, const vd_stage *st, uint32_t i, char *rec, size_t rsz) {
+  const vd_plan_t *p;
+  const vd_node_t *pn = plan_node(lt, st, i, &p);
+  const vd_stage_node *n = &st->nodes[i];
+  const char *op = n->op >= 0 && n->op < VD_OP__COUNT ? vd_op_name((vd_op_id)n->op) : "?";
+  if (pn)
+    snprintf(rec, rsz, "stage %u node %u (%s node %lld '%s', op %s)", st->id, i, n->side ? "parallel" : "single",
+             (long long)pn->id, vd_plan_s(p, pn->name), op);
+  else
+    snprintf(rec, rsz, "stage %u node %u (op %s)", st->id, i, op);
+}
+
 static void leave_unreduced(vd_stage *st) {
   st->reduced = 0;
   for (uint32_t i = 0; i < st->n_vals; i++) {
@@ -402,23 +594,16 @@ static void leave_unreduced(vd_stage *st) {
   st->n_ovr = 0;
 }
 
-static int64_t scale_by(const cls *k, int64_t x) { return (int64_t)((__int128)x * k->rd / k->rn); }
-
 /* Fills rshape, rlo/rhi and attribute overrides from the class ratios. */
-static vd_rc apply(red_ctx *c) {
-  vd_stage *st = c->st;
+static vd_rc apply(vd_reducer *c, const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
   for (uint32_t i = 0; i < st->n_vals; i++) {
     vd_stage_value *v = &st->vals[i];
-    for (int32_t j = 0; j < v->ndim; j++) {
-      uint32_t x = c->vbase[i] + (uint32_t)j;
-      v->rshape[j] = scale_by(&c->cl[find(c, x)], c->size[x]);
-    }
-    if (v->leaf_piece >= 0 && c->lt && (size_t)v->leaf_piece < c->lt->n_pieces && v->hyp_svalue >= 0) {
-      const vd_lin_piece *p = &c->lt->pieces[v->leaf_piece];
+    for (int32_t j = 0; j < v->ndim; j++) v->rshape[j] = vd_reducer_scale(c, i, j, v->shape[j]);
+    if (v->leaf_piece >= 0 && lt && (size_t)v->leaf_piece < lt->n_pieces && v->hyp_svalue >= 0) {
+      const vd_lin_piece *p = &lt->pieces[v->leaf_piece];
       for (int32_t j = 0; j < v->ndim; j++) {
-        const cls *k = &c->cl[find(c, c->vbase[v->hyp_svalue] + (uint32_t)j)];
-        v->rlo[j] = scale_by(k, p->lo[j]);
-        v->rhi[j] = scale_by(k, p->hi[j]);
+        v->rlo[j] = vd_reducer_scale(c, (uint32_t)v->hyp_svalue, j, p->lo[j]);
+        v->rhi[j] = vd_reducer_scale(c, (uint32_t)v->hyp_svalue, j, p->hi[j]);
       }
     }
   }
@@ -426,32 +611,34 @@ static vd_rc apply(red_ctx *c) {
     vd_stage_target *tg = &st->targets[t];
     const vd_stage_value *s = &st->vals[tg->svalue];
     for (int32_t j = 0; j < s->ndim; j++) {
-      const cls *k = &c->cl[find(c, c->vbase[tg->svalue] + (uint32_t)j)];
-      tg->rlo[j] = scale_by(k, tg->lo[j]);
-      tg->rhi[j] = scale_by(k, tg->hi[j]);
+      tg->rlo[j] = vd_reducer_scale(c, (uint32_t)tg->svalue, j, tg->lo[j]);
+      tg->rhi[j] = vd_reducer_scale(c, (uint32_t)tg->svalue, j, tg->hi[j]);
     }
   }
   /* Overrides, in node order (POS records were emitted node by node). */
-  size_t n = 0;
-  vd_attr_override *ov = c->n_pos ? vd_calloc(c->n_pos, sizeof(*ov)) : NULL;
-  if (c->n_pos && !ov) return VD_OOM(c->d);
+  size_t n = 0, n_pos = vd_reducer_n_pos(c);
+  vd_attr_override *ov = n_pos ? vd_calloc(n_pos, sizeof(*ov)) : NULL;
+  if (n_pos && !ov) return VD_OOM(d);
   for (uint32_t i = 0; i < st->n_nodes; i++) {
     st->nodes[i].ovr_off = (uint32_t)n;
     st->nodes[i].n_ovr = 0;
   }
-  for (size_t i = 0; i < c->n_pos; i++) {
-    const pos_rec *p = &c->pos[i];
-    int64_t r = scale_by(&c->cl[find(c, p->var)], p->pos);
-    if (r == p->pos) continue;
+  for (size_t i = 0; i < n_pos; i++) {
+    uint32_t node;
+    const char *attr;
+    int64_t orig, r;
+    vd_reducer_pos(c, i, &node, &attr, &orig, &r);
+    if (r == orig) continue;
     const vd_plan_t *plan;
-    const vd_node_t *pn = plan_node(c, p->node, &plan);
-    const vd_attr_t *a = pn ? vd_node_attr(plan, pn, p->attr) : NULL;
+    const vd_node_t *pn = plan_node(lt, st, node, &plan);
+    const vd_attr_t *a = pn ? vd_node_attr(plan, pn, attr) : NULL;
     if (!a) {
       vd_free(ov);
-      node_record(c, p->node);
-      VD_FAIL(c->d, VD_EINTERNAL, NULL, c->rec, p->attr, "position attribute vanished");
+      char rec[200];
+      node_record(lt, st, node, rec, sizeof(rec));
+      VD_FAIL(d, VD_EINTERNAL, NULL, rec, attr, "position attribute vanished");
     }
-    vd_stage_node *sn = &st->nodes[p->node];
+    vd_stage_node *sn = &st->nodes[node];
     if (sn->n_ovr == 0) sn->ovr_off = (uint32_t)n;
     ov[n].key = a->key;
     ov[n].value = r;
@@ -465,13 +652,10 @@ static vd_rc apply(red_ctx *c) {
 }
 
 vd_rc vd_stage_reduce(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
-  red_ctx c;
-  memset(&c, 0, sizeof(c));
-  c.st = st;
-  c.lt = lt;
-  c.d = d;
   vd_rc rc = VD_OK;
-  vd_op_shape *ish = NULL, *osh = NULL;
+  vd_reducer *c = NULL;
+  vd_red_value *rv = NULL;
+  char rec[200];
   st->noreduce_node = -1;
   /* Parallel leaves' reduced slices default to their original slices. */
   for (uint32_t i = 0; i < st->n_vals; i++) {
@@ -489,56 +673,22 @@ vd_rc vd_stage_reduce(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
       return VD_OK;
     }
 
-  c.vbase = vd_calloc((size_t)st->n_vals + 1, sizeof(uint32_t));
-  if (!c.vbase) goto oom;
-  for (uint32_t i = 0; i < st->n_vals; i++) {
-    if (st->vals[i].ndim < 0 || st->vals[i].ndim > VD_MAX_DIMS) {
-      rc = VD_ERR(d, VD_EINTERNAL, NULL, "stage", "vals", "value %u has %d dims", i, st->vals[i].ndim);
-      goto done;
-    }
-    c.vbase[i + 1] = c.vbase[i] + (uint32_t)st->vals[i].ndim;
-  }
-  c.nvar = c.vbase[st->n_vals];
-  size_t nv = c.nvar ? c.nvar : 1;
-  c.size = vd_calloc(nv, sizeof(int64_t));
-  c.parent = vd_calloc(nv, sizeof(uint32_t));
-  c.flag = vd_calloc(nv, 1);
-  c.vgcd = vd_calloc(nv, sizeof(int64_t));
-  c.cl = vd_calloc(nv, sizeof(cls));
-  if (!c.size || !c.parent || !c.flag || !c.vgcd || !c.cl) goto oom;
-  for (uint32_t i = 0; i < st->n_vals; i++)
-    for (int32_t j = 0; j < st->vals[i].ndim; j++) c.size[c.vbase[i] + (uint32_t)j] = st->vals[i].shape[j];
-  for (uint32_t v = 0; v < c.nvar; v++) c.parent[v] = v;
+  rv = vd_calloc((size_t)st->n_vals + 1, sizeof(*rv));
+  if (!rv) return VD_OOM(d);
+  for (uint32_t i = 0; i < st->n_vals; i++) rv[i] = (vd_red_value){st->vals[i].ndim, st->vals[i].shape};
+  rc = vd_reducer_new(rv, st->n_vals, &c, d);
+  vd_free(rv);
+  if (rc != VD_OK) return rc;
 
   /* Operator rules. */
-  uint32_t max_in = 1, max_out = 1;
-  for (uint32_t i = 0; i < st->n_nodes; i++) {
-    if (st->nodes[i].n_in > max_in) max_in = st->nodes[i].n_in;
-    if (st->nodes[i].n_out > max_out) max_out = st->nodes[i].n_out;
-  }
-  ish = vd_calloc(max_in, sizeof(*ish));
-  osh = vd_calloc(max_out, sizeof(*osh));
-  if (!ish || !osh) goto oom;
   for (uint32_t i = 0; i < st->n_nodes; i++) {
     const vd_stage_node *n = &st->nodes[i];
-    c.node = i;
-    node_record(&c, i);
-    for (uint32_t k = 0; k < n->n_in + n->n_out; k++) {
-      uint32_t v = st->idx[k < n->n_in ? n->in_off + k : n->out_off + (k - n->n_in)];
-      if (v >= st->n_vals) {
-        rc = VD_ERR(d, VD_EINTERNAL, NULL, c.rec, "idx", "operand names value %u of %u", v, st->n_vals);
-        goto done;
-      }
-      vd_op_shape *s = k < n->n_in ? &ish[k] : &osh[k - n->n_in];
-      s->ndim = st->vals[v].ndim;
-      memcpy(s->d, st->vals[v].shape, sizeof(s->d));
-    }
+    node_record(lt, st, i, rec, sizeof(rec));
     const vd_plan_t *plan;
-    const vd_node_t *pn = plan_node(&c, i, &plan);
-    vd_op_reduce_call call = {.op = n->op, .plan = plan, .node = pn, .n_in = n->n_in, .n_out = n->n_out,
-                              .in_shape = ish, .out_shape = osh, .emit = emit, .sink = &c};
+    const vd_node_t *pn = plan_node(lt, st, i, &plan);
     int norule = 0;
-    rc = vd_op_reduce_rule((vd_op_id)n->op)(&call, &norule);
+    rc = vd_reducer_node(c, i, n->op, plan, pn, st->idx + n->in_off, n->n_in, st->idx + n->out_off, n->n_out, rec,
+                         &norule, d);
     if (rc != VD_OK) goto done;
     if (norule) {
       st->noreduce_node = (int32_t)i;
@@ -548,86 +698,45 @@ vd_rc vd_stage_reduce(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
   }
 
   /* Lineage: hypotheses and targets. */
-  snprintf(c.rec, sizeof(c.rec), "stage %u", st->id);
+  snprintf(rec, sizeof(rec), "stage %u", st->id);
   for (uint32_t i = 0; i < st->n_vals; i++) {
     const vd_stage_value *v = &st->vals[i];
     if (v->leaf_piece < 0) continue;
     if (!lt || (size_t)v->leaf_piece >= lt->n_pieces || v->hyp_svalue < 0 || (uint32_t)v->hyp_svalue >= st->n_vals) {
-      rc = VD_ERR(d, VD_EINTERNAL, NULL, c.rec, "vals", "value %u: hypothesis without a lineage piece", i);
+      rc = VD_ERR(d, VD_EINTERNAL, NULL, rec, "vals", "value %u: hypothesis without a lineage piece", i);
       goto done;
     }
     const vd_lin_piece *p = &lt->pieces[v->leaf_piece];
-    rc = relate_piece(&c, i, (uint32_t)v->hyp_svalue, p->lo, p->hi);
+    rc = vd_reducer_relate(c, i, (uint32_t)v->hyp_svalue, p->lo, p->hi, rec, d);
     if (rc != VD_OK) goto done;
   }
   for (uint32_t t = 0; t < st->n_targets; t++) {
     const vd_stage_target *tg = &st->targets[t];
     if (tg->svalue < 0 || (uint32_t)tg->svalue >= st->n_vals) {
-      rc = VD_ERR(d, VD_EINTERNAL, NULL, c.rec, "targets", "target %u: bad single value", t);
+      rc = VD_ERR(d, VD_EINTERNAL, NULL, rec, "targets", "target %u: bad single value", t);
       goto done;
     }
     for (uint32_t k = 0; k < tg->n_pieces; k++) {
       uint32_t pv = st->idx[tg->piece_off + 2 * k + 1];
       if (pv >= st->n_vals) {
-        rc = VD_ERR(d, VD_EINTERNAL, NULL, c.rec, "targets", "target %u: bad piece value", t);
+        rc = VD_ERR(d, VD_EINTERNAL, NULL, rec, "targets", "target %u: bad piece value", t);
         goto done;
       }
-      rc = relate_piece(&c, pv, (uint32_t)tg->svalue, tg->lo, tg->hi);
+      rc = vd_reducer_relate(c, pv, (uint32_t)tg->svalue, tg->lo, tg->hi, rec, d);
       if (rc != VD_OK) goto done;
     }
   }
 
-  /* Two dimensions of one value in one class (a transpose, a square
-   * attention score, q and k of a causal mask): with one element they could
-   * not tell a permutation of indices from the identity, so they keep >= 2. */
-  for (uint32_t i = 0; i < st->n_vals; i++)
-    for (int32_t j = 0; j < st->vals[i].ndim; j++)
-      for (int32_t k = j + 1; k < st->vals[i].ndim; k++) {
-        uint32_t a = c.vbase[i] + (uint32_t)j, b = c.vbase[i] + (uint32_t)k;
-        if (find(&c, a) == find(&c, b)) c.flag[a] |= F_MIN2;
-      }
-
-  /* Classes. */
-  for (uint32_t v = 0; v < c.nvar; v++) {
-    c.cl[v].min_size = INT64_MAX;
-    c.cl[v].g = 0;
-  }
-  for (uint32_t v = 0; v < c.nvar; v++) {
-    cls *k = &c.cl[find(&c, v)];
-    k->g = gcd64(k->g, gcd64(c.size[v], c.vgcd[v]));
-    k->flags |= c.flag[v];
-    if (c.size[v] > 0 && c.size[v] < k->min_size) k->min_size = c.size[v];
-  }
-  for (uint32_t v = 0; v < c.nvar; v++) {
-    cls *k = &c.cl[v];
-    if (find(&c, v) != v) continue;
-    if (k->g == 0) k->g = 1;
-    if (k->min_size == INT64_MAX) k->min_size = 0;
-  }
-  for (uint32_t v = 0; v < c.nvar; v++) {
-    cls *k = &c.cl[find(&c, v)];
-    if (c.size[v] > 0 && (c.size[v] / k->g) % 2) k->oddq = 1;
-  }
-  if (!resolve_prods(&c)) {
+  int reduced = 0;
+  if ((rc = vd_reducer_solve(c, &reduced, d)) != VD_OK) goto done;
+  if (!reduced) {
     leave_unreduced(st);
     goto done;
   }
-  rc = apply(&c);
+  rc = apply(c, lt, st, d);
   if (rc != VD_OK) goto done;
   st->reduced = 1;
-  goto done;
-oom:
-  rc = VD_OOM(d);
 done:
-  vd_free(ish);
-  vd_free(osh);
-  vd_free(c.vbase);
-  vd_free(c.size);
-  vd_free(c.parent);
-  vd_free(c.flag);
-  vd_free(c.vgcd);
-  vd_free(c.cl);
-  vd_free(c.pos);
-  vd_free(c.prod);
+  vd_reducer_free(c);
   return rc;
 }

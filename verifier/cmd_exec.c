@@ -2,11 +2,15 @@
  * verifier/cmd_exec.c - `verdict exec`: the numeric oracle on the command
  * line.
  *
- *   verdict exec --sm single.plan --pm parallel.plan [--seed N] [--tol T] [-q]
+ *   verdict exec --sm single.plan --pm parallel.plan [--seed N] [--tol T]
+ *                [--reduce | --no-reduce] [-q]
  *
  * Runs both plans in double precision on random inputs (solver/exec.h) and
- * prints a short report.  Exit codes: 0 the plans agree, 1 they disagree,
- * 2 bad input or usage, 3 an operator outside the registry (inconclusive).
+ * prints a short report.  Plans with a tensor of more than 2^22 elements (or
+ * any plan under --reduce) run on reduced copies (vd_exec_reduce: the
+ * verifier's shape reduction over the whole pair); the report says so.  Exit codes: 0 the plans agree, 1 they disagree,
+ * 2 bad input or usage, 3 an operator outside the registry or a pair that
+ * cannot be reduced (inconclusive).
  */
 #include <math.h>
 #include <stdio.h>
@@ -17,17 +21,26 @@
 #include "../solver/exec.h"
 #include "cli.h"
 
+/* Above this many elements in some tensor, exec reduces by default. */
+#define EXEC_REDUCE_THRESHOLD ((int64_t)1 << 22)
+
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: verdict exec --sm SINGLE.plan --pm PARALLEL.plan [--seed N] [--tol T] [-q]\n"
+          "usage: verdict exec --sm SINGLE.plan --pm PARALLEL.plan [--seed N] [--tol T]\n"
+          "                    [--reduce | --no-reduce] [-q]\n"
           "\n"
           "Executes both plans numerically (double precision, random inputs derived\n"
           "through the lineage annotations) and compares every annotated parallel\n"
           "tensor with its slice of the single-device tensor.\n"
           "  --seed N   random seed (default 1)\n"
           "  --tol T    relative tolerance (default 1e-9)\n"
+          "  --reduce   run on reduced shapes (the verifier's shape reduction applied\n"
+          "             to the whole pair); the default when some tensor has more\n"
+          "             than 2^22 elements\n"
+          "  --no-reduce  run on the plans' own shapes\n"
           "  -q         print only the verdict line\n"
-          "exit codes: 0 agree, 1 disagree, 2 bad input or usage, 3 unsupported operator\n");
+          "exit codes: 0 agree, 1 disagree, 2 bad input or usage,\n"
+          "            3 unsupported operator or a pair that cannot be reduced\n");
 }
 
 static void print_slice(const vd_exec_mismatch *m) {
@@ -45,7 +58,7 @@ static void print_index(const int64_t *idx, int n) {
 int vd_cmd_exec(int argc, char **argv) {
   const char *sm = NULL, *pm = NULL;
   vd_exec_opts o = {.seed = 1, .tol = 1e-9};
-  int quiet = 0;
+  int quiet = 0, reduce = -1; /* -1: by size */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -53,6 +66,10 @@ int vd_cmd_exec(int argc, char **argv) {
       return VD_EXIT_OK;
     } else if (strcmp(a, "-q") == 0) {
       quiet = 1;
+    } else if (strcmp(a, "--reduce") == 0) {
+      reduce = 1;
+    } else if (strcmp(a, "--no-reduce") == 0) {
+      reduce = 0;
     } else if ((strcmp(a, "--sm") == 0 || strcmp(a, "--pm") == 0 || strcmp(a, "--seed") == 0 ||
                 strcmp(a, "--tol") == 0) && i + 1 < argc) {
       const char *v = argv[++i];
@@ -97,6 +114,12 @@ int vd_cmd_exec(int argc, char **argv) {
   vd_diag_clear(&d);
   int code = VD_EXIT_BAD_INPUT;
   vd_exec_result r;
+  vd_plan_t rs, rp;
+  memset(&rs, 0, sizeof(rs));
+  memset(&rp, 0, sizeof(rp));
+  vd_exec_reduce_info ri;
+  memset(&ri, 0, sizeof(ri));
+  const char *tag = "";
   if (vd_plan_read_file(sm, &s, &d) != VD_OK || vd_plan_read_file(pm, &p, &d) != VD_OK) {
     code = vd_cli_report_diag(&d);
     goto done;
@@ -105,25 +128,50 @@ int vd_cmd_exec(int argc, char **argv) {
     fprintf(stderr, "verdict exec: expected a single-device plan for --sm and a parallel plan for --pm\n");
     goto done;
   }
-  if (vd_exec_compare(&s, &p, &o, &r, &d) != VD_OK) {
+  if (reduce < 0) {
+    int64_t m = vd_exec_max_numel(&s), mp = vd_exec_max_numel(&p);
+    reduce = (m > mp ? m : mp) > EXEC_REDUCE_THRESHOLD;
+  }
+  if (reduce) {
+    if (vd_exec_reduce(&s, &p, &o, &rs, &rp, &ri, &d) != VD_OK) {
+      code = vd_cli_report_diag(&d);
+      goto done;
+    }
+    if (ri.status == VD_EXEC_RED_UNSUPPORTED || ri.status == VD_EXEC_RED_CANNOT) {
+      printf("exec: UNSUPPORTED: %s\n", ri.reason);
+      code = VD_EXIT_INCONCLUSIVE;
+      goto done;
+    }
+    if (ri.status == VD_EXEC_RED_PARALLEL_SHAPE) {
+      printf("exec: DISAGREE: shape: %s\n", ri.reason);
+      code = VD_EXIT_NOT_EQUIV;
+      goto done;
+    }
+    if (!quiet)
+      printf("exec: running on reduced shapes (largest tensor %lld -> %lld elements); indices below are "
+             "reduced\n",
+             (long long)ri.max_numel, (long long)ri.rmax_numel);
+    tag = "; reduced shapes";
+  }
+  if (vd_exec_compare(reduce ? &rs : &s, reduce ? &rp : &p, &o, &r, &d) != VD_OK) {
     code = vd_cli_report_diag(&d);
     goto done;
   }
   if (r.status == VD_EXEC_AGREE) {
-    printf("exec: AGREE (%zu tensors, %zu instances, %zu elements; max relative error %.3g; seed %llu)\n",
-           r.n_tensors, r.n_instances, r.n_elements, r.max_rel_err, (unsigned long long)o.seed);
+    printf("exec: AGREE (%zu tensors, %zu instances, %zu elements; max relative error %.3g; seed %llu%s)\n",
+           r.n_tensors, r.n_instances, r.n_elements, r.max_rel_err, (unsigned long long)o.seed, tag);
     code = VD_EXIT_OK;
   } else if (r.status == VD_EXEC_UNSUPPORTED) {
-    printf("exec: UNSUPPORTED: %s\n", r.reason);
+    printf("exec: UNSUPPORTED%s: %s\n", reduce ? " (reduced shapes)" : "", r.reason);
     code = VD_EXIT_INCONCLUSIVE;
   } else {
     code = VD_EXIT_NOT_EQUIV;
     if (r.reason[0]) {
-      printf("exec: DISAGREE: %s\n", r.reason);
+      printf("exec: DISAGREE%s: %s\n", reduce ? " (reduced shapes)" : "", r.reason);
     } else {
       const vd_exec_mismatch *m = &r.first;
-      printf("exec: DISAGREE (%zu of %zu instances; max relative error %.3g; seed %llu)\n", r.n_bad_instances,
-             r.n_instances, r.max_rel_err, (unsigned long long)o.seed);
+      printf("exec: DISAGREE (%zu of %zu instances; max relative error %.3g; seed %llu%s)\n", r.n_bad_instances,
+             r.n_instances, r.max_rel_err, (unsigned long long)o.seed, tag);
       if (!quiet) {
         printf("  first: tensor '%s' (id %lld) on rank %lld (stored rank %d, replica %d, mb %d)\n", m->name,
                (long long)m->tensor_id, (long long)m->rank, m->stored_rank, m->replica, m->mb);
@@ -146,6 +194,8 @@ int vd_cmd_exec(int argc, char **argv) {
     }
   }
 done:
+  vd_plan_free(&rs);
+  vd_plan_free(&rp);
   vd_plan_free(&s);
   vd_plan_free(&p);
   return code;
