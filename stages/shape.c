@@ -345,7 +345,38 @@ static int resolve_prods(vd_reducer *c) {
             changed = 1;
             continue;
           }
-          if (why == 2 && !(k->flags & F_KEEP) && !k->pinned) {
+          /* The run reduces more than the single dimension can (its product
+           * ratio does not divide every member: a hidden dimension split in
+           * halves by a chunk, and into heads x head_dim by the view): let
+           * the run reduce less, as for a minimum. */
+          int finer = why == 1 && (__int128)tn * k->rd > (__int128)k->rn * td;
+          if (finer && !(k->flags & F_KEEP) && !k->pinned) {
+            /* Pin the innermost run class that can take the missing factor:
+             * its ratio times single / run, when valid for its members. */
+            int done = 0;
+            for (uint32_t j = n_other; j-- > 0 && !done;) {
+              uint32_t ro = find(c, other[j]);
+              cls *o = &c->cl[ro];
+              if ((o->flags & F_KEEP) || o->pinned) continue;
+              __int128 nn = (__int128)o->rn * k->rn * td, dd = (__int128)o->rd * k->rd * tn;
+              if (nn > INT64_MAX || dd > INT64_MAX) continue;
+              int64_t rn2 = (int64_t)nn, rd2 = (int64_t)dd, t = gcd64(rn2, rd2);
+              rn2 /= t;
+              rd2 /= t;
+              int w2;
+              if (valid_ratio(c, ro, rn2, rd2, &w2)) {
+                o->rn = rn2;
+                o->rd = rd2;
+                o->pinned = 1;
+                done = 1;
+              }
+            }
+            if (done) {
+              changed = 1;
+              continue;
+            }
+          }
+          if ((why == 2 || finer) && !(k->flags & F_KEEP) && !k->pinned) {
             /* Bump the innermost class of the other run that can grow. */
             for (uint32_t j = n_other; j-- > 0;) {
               cls *o = &c->cl[find(c, other[j])];
@@ -484,9 +515,53 @@ void vd_reducer_min_extent(vd_reducer *c, uint32_t v, int32_t dim, int64_t k) {
   if (k > c->vmin[a]) c->vmin[a] = k;
 }
 
+/* The single dimension and the run of a pure merge/split group; 0 if the
+ * group is neither. */
+static int split_of(const prod_rec *p, uint32_t *single, const uint32_t **run, uint32_t *n) {
+  if (p->na == 1 && p->nb >= 2) {
+    *single = p->a[0], *run = p->b, *n = p->nb;
+    return 1;
+  }
+  if (p->nb == 1 && p->na >= 2) {
+    *single = p->b[0], *run = p->a, *n = p->na;
+    return 1;
+  }
+  return 0;
+}
+
+/* Two pure splits (or merges) of one class into runs of equal length
+ * describe the same factorisation: a weight's rows (h d 3) viewed on the
+ * single device and on a head-sharded rank, hidden (h d) before attention in
+ * both plans.  Their k-th dimensions are united.  Otherwise each side's head
+ * dimension reduces by its own gcd (16 heads -> 1, a shard's 8 -> 1), the
+ * two products disagree and the whole group keeps its sizes; united, the
+ * heads reduce by a common factor.  Uniting only adds constraints, so any
+ * reduction still found satisfies every operator's rule. */
+static void unite_same_splits(vd_reducer *c) {
+  for (int changed = 1; changed;) {
+    changed = 0;
+    for (size_t i = 0; i < c->n_prod; i++) {
+      uint32_t si, ni;
+      const uint32_t *ri;
+      if (!split_of(&c->prod[i], &si, &ri, &ni)) continue;
+      for (size_t j = i + 1; j < c->n_prod; j++) {
+        uint32_t sj, nj;
+        const uint32_t *rj;
+        if (!split_of(&c->prod[j], &sj, &rj, &nj) || nj != ni || find(c, si) != find(c, sj)) continue;
+        for (uint32_t k = 0; k < ni; k++)
+          if (find(c, ri[k]) != find(c, rj[k])) {
+            unite(c, ri[k], rj[k]);
+            changed = 1;
+          }
+      }
+    }
+  }
+}
+
 vd_rc vd_reducer_solve(vd_reducer *c, int *reduced, vd_diag *d) {
   c->d = d;
   *reduced = 0;
+  unite_same_splits(c);
   /* Two dimensions of one value in one class (a transpose, a square
    * attention score, q and k of a causal mask): with one element they could
    * not tell a permutation of indices from the identity, so they keep >= 2. */

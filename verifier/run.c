@@ -134,7 +134,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   }
   r->n_classes = n_reps;
   vd_stage_solve_opts so = {.timeout_ms = o->stage_timeout_ms, .fast_path = !o->no_fast_path,
-                            .max_elems = 4096, .max_cex_elems = 4};
+                            .max_elems = 16384, .max_cex_elems = 4};
   size_t done = 0;
   double t0 = now_s();
   vd_rc first_rc = VD_OK;

@@ -219,6 +219,62 @@ static void test_view_unexpressible(void **state) {
   tb_world_free(&w);
 }
 
+/* A weight's rows (h d 3) viewed on the single device (16 heads) and on a
+ * head shard (8 heads): the two splits are the same factorisation, so the
+ * heads reduce by one common factor (16 -> 2, 8 -> 1) instead of each by its
+ * own gcd (which would make the products disagree and keep every size). */
+static void test_view_head_shard(void **state) {
+  (void)state;
+  tb_world w;
+  tb_stage s;
+  tb_world_init(&w);
+  tb_stage_init(&s, 0);
+  uint32_t gs = tb_pnode(&w, 0, "view", "qkv"), gp = tb_pnode(&w, 1, "view", "qkv");
+  int64_t lo[1] = {0}, hi[1] = {1536};
+  int32_t pc = tb_piece(&w, 1, lo, hi, 0, 1);
+  uint32_t x = TB_V(&s, 0, 3072), xs = TB_V(&s, 0, 16, 64, 3);
+  uint32_t xp = tb_hyp(&s, &w, x, pc), xps = TB_V(&s, 1, 8, 64, 3);
+  tb_node(&s, &w, 0, gs, TB_L(x), TB_L(xs));
+  tb_node(&s, &w, 1, gp, TB_L(xp), TB_L(xps));
+  vd_diag d;
+  vd_diag_clear(&d);
+  assert_int_equal(vd_stage_reduce(&w.lt, &s.st, &d), VD_OK);
+  assert_int_equal(s.st.reduced, 1);
+  const int64_t *a = s.vals[xs].rshape, *b = s.vals[xps].rshape;
+  assert_int_equal(a[0], 2 * b[0]); /* one factor for both head dims */
+  assert_int_equal(s.vals[x].rshape[0], a[0] * a[1] * a[2]);
+  assert_int_equal(s.vals[xp].rshape[0], b[0] * b[1] * b[2]);
+  assert_true(s.vals[x].rshape[0] < 3072);
+  vd_free(s.st.ovr);
+  tb_world_free(&w);
+}
+
+/* hidden [4096] split into heads x head_dim [32, 128] by a view, and into
+ * eight 512-wide shards by lineage: the shards allow only 4096 -> 8, the
+ * view alone would reduce the run to 1 x 1; the run takes the missing factor
+ * so the stage is still reduced (and the products agree). */
+static void test_view_coarser_single(void **state) {
+  (void)state;
+  tb_world w;
+  tb_stage s;
+  tb_world_init(&w);
+  tb_stage_init(&s, 0);
+  uint32_t gv = tb_pnode(&w, 0, "view", "heads");
+  int64_t lo[1] = {512}, hi[1] = {1024};
+  int32_t pc = tb_piece(&w, 1, lo, hi, 0, 1);
+  uint32_t x = TB_V(&s, 0, 4096), xh = TB_V(&s, 0, 32, 128);
+  (void)tb_hyp(&s, &w, x, pc);
+  tb_node(&s, &w, 0, gv, TB_L(x), TB_L(xh));
+  vd_diag d;
+  vd_diag_clear(&d);
+  assert_int_equal(vd_stage_reduce(&w.lt, &s.st, &d), VD_OK);
+  assert_int_equal(s.st.reduced, 1);
+  assert_int_equal(s.vals[x].rshape[0], 8);
+  assert_int_equal(s.vals[xh].rshape[0] * s.vals[xh].rshape[1], 8);
+  vd_free(s.st.ovr);
+  tb_world_free(&w);
+}
+
 /* rope: the head dim stays even (8 -> 2); pos_offset scales with seq. */
 static void test_rope_even(void **state) {
   (void)state;
@@ -397,6 +453,7 @@ int main(void) {
       cmocka_unit_test(test_tp_linear),       cmocka_unit_test(test_all_gather),
       cmocka_unit_test(test_causal_offsets),  cmocka_unit_test(test_view_merge),
       cmocka_unit_test(test_view_unexpressible), cmocka_unit_test(test_rope_even),
+      cmocka_unit_test(test_view_head_shard),    cmocka_unit_test(test_view_coarser_single),
       cmocka_unit_test(test_permutation_guard), cmocka_unit_test(test_unknown_op),      cmocka_unit_test(test_contradiction),
       cmocka_unit_test(test_real_llama3_tp2),
   };
