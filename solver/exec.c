@@ -588,6 +588,37 @@ static int find_unsupported(const vd_plan_t *p, const char *file, char *reason, 
   return 0;
 }
 
+/* A data input (role input, per microbatch) whose shifted slice leaves the
+ * single tensor: the parallel plan reads more samples than the single one
+ * (different global batches).  Nothing to execute: that is a disagreement,
+ * named in r->reason.  Returns 1 when found. */
+static int batch_mismatch(ctx_t *c, const vd_plan_t *pp, vd_exec_result *r) {
+  int32_t nm = pp->world.nm > 0 ? pp->world.nm : 1, reps = pp->world.replicas > 0 ? pp->world.replicas : 1;
+  for (uint32_t t = 0; t < pp->n_tensors; t++) {
+    const vd_tensor_t *pt = &pp->tensors[t];
+    if (!pt->has_lin || pt->role != VD_ROLE_INPUT || pt->scope != VD_SCOPE_PER_MB) continue;
+    int64_t sidx = single_index(c, pt->lin.full);
+    if (sidx < 0) continue;
+    const vd_tensor_t *st = &c->s.p->tensors[sidx];
+    if (st->ndim != pt->ndim) continue;
+    for (int32_t dd = 0; dd < reps; dd++)
+      for (int32_t m = 0; m < nm; m++) {
+        vd_lineage_ann a = shifted(pt, dd, m);
+        for (int i = 0; i < st->ndim; i++)
+          if (a.hi[i] > st->shape[i]) {
+            snprintf(r->reason, sizeof(r->reason),
+                     "batch mismatch: data input '%s' (replica %d, mb %d) reads [%lld, %lld) of dim %d, single '%s' "
+                     "has %lld: the plans run different global batches",
+                     vd_plan_s(pp, pt->name), dd, m, (long long)a.lo[i], (long long)a.hi[i], i,
+                     vd_plan_s(c->s.p, st->name), (long long)st->shape[i]);
+            r->status = VD_EXEC_DISAGREE;
+            return 1;
+          }
+      }
+  }
+  return 0;
+}
+
 vd_rc vd_exec_compare(const vd_plan_t *single, const vd_plan_t *parallel, const vd_exec_opts *o,
                       vd_exec_result *r, vd_diag *d) {
   vd_exec_opts defo = {0};
@@ -617,6 +648,7 @@ vd_rc vd_exec_compare(const vd_plan_t *single, const vd_plan_t *parallel, const 
   for (size_t i = 0; i < single->n_tensors; i++) c.ids[i] = (idpair){single->tensors[i].id, (uint32_t)i};
   c.n_ids = single->n_tensors;
   qsort(c.ids, c.n_ids, sizeof(*c.ids), cmp_idpair);
+  if (batch_mismatch(&c, parallel, r)) goto done;
   if ((rc = init_single(&c, d)) != VD_OK) goto done;
   if ((rc = eval_graph(&c.s, &unsupported, r->reason, sizeof(r->reason), d)) != VD_OK) goto done;
   if (unsupported) {

@@ -294,6 +294,22 @@ static void test_dp2_replicas_agree(void **state) {
   vd_plan_free(&p);
 }
 
+/* Each replica reads two more rows than the single batch holds (its dp shift
+ * runs past the single input): a batch mismatch, named, nothing executed. */
+static void test_batch_mismatch_disagrees(void **state) {
+  (void)state;
+  vd_plan_t s, p;
+  single_fc(&s);
+  dp2_fc(&p, 0.5);
+  p.tensors[pb_find_tensor(&p, "x")].lin.dp_shift[0] = 3;
+  vd_exec_result r = run_pair(&s, &p, 5);
+  assert_int_equal(r.status, VD_EXEC_DISAGREE);
+  assert_non_null(strstr(r.reason, "batch mismatch: data input 'x' (replica 1, mb 0) reads [3, 5) of dim 0"));
+  assert_non_null(strstr(r.reason, "different global batches"));
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
 static void test_deterministic_and_seed_matters(void **state) {
   (void)state;
   vd_plan_t s, p;
@@ -375,6 +391,7 @@ int main(void) {
       cmocka_unit_test(test_pp2_agrees),
       cmocka_unit_test(test_mb2_accumulation_agrees),
       cmocka_unit_test(test_dp2_replicas_agree),
+      cmocka_unit_test(test_batch_mismatch_disagrees),
       cmocka_unit_test(test_deterministic_and_seed_matters),
       cmocka_unit_test(test_unknown_operator_is_unsupported),
       cmocka_unit_test(test_unknown_operator_checked_before_allocation),
