@@ -729,6 +729,64 @@ vd_rc vd_op_i_eval_silu_backward(const vd_op_call *c) { return unary_bwd(c, d_si
 vd_rc vd_op_i_shape_gelu_backward(const vd_op_call *c) { return shape_same2(c); }
 vd_rc vd_op_i_eval_gelu_backward(const vd_op_call *c) { return unary_bwd(c, d_gelu, 0); }
 
+/* ---- dropout ----------------------------------------------------------------
+ *
+ * y = x * m(x), gx = g * m(x): the mask is modelled as a deterministic
+ * function of the element's value (docs/operators.md, "Dropout").  The
+ * symbolic side leaves m uninterpreted (smt_encode.c); here m needs SOME
+ * concrete value, and this is a SURROGATE, not torch's Bernoulli mask:
+ * m(x) = (1 + 0.5 sin(3x)) / (1 - p), smooth so that the rounding
+ * differences between two plans' evaluation orders move it only by
+ * rounding, never flip it the way a threshold would; 0 when p >= 1.
+ * Identity (m = 1) when p == 0 or `training` is false. */
+
+/* 1 when the dropout of this node is active: p > 0 and training.  training
+ * is an INT (0/1) or nnScaler's traced expression string ("self.training",
+ * the module flag, true during a training iteration): only "False",
+ * "false" and "0" read as false; absent means torch's default (true). */
+static int dropout_on(const vd_op_call *c, double *p) {
+  *p = aflt(c, "p", 0.5);
+  if (!(*p > 0)) return 0;
+  const vd_attr_t *t = c->node && c->plan ? vd_node_attr(c->plan, c->node, "training") : NULL;
+  if (!t) return 1;
+  if (t->kind == VD_ATTR_INT) return t->v.i != 0;
+  if (t->kind == VD_ATTR_FLOAT) return t->v.f != 0;
+  if (t->kind == VD_ATTR_STR) {
+    const char *v = astr(c, "training", "");
+    return strcmp(v, "False") && strcmp(v, "false") && strcmp(v, "0");
+  }
+  return 1;
+}
+
+/* The numeric surrogate of the shared mask symbol dropout_mask(x, p); also
+ * smt_encode.c's vd_smt_uf_value meaning of it (kept identical). */
+static double dropout_mask_f(double x, double p) { return p >= 1 ? 0.0 : (1.0 + 0.5 * sin(3.0 * x)) / (1.0 - p); }
+static double u_dropout(double x, double p) { return x * dropout_mask_f(x, p); }
+
+vd_rc vd_op_i_shape_dropout(const vd_op_call *c) { return shape_same1(c); }
+vd_rc vd_op_i_eval_dropout(const vd_op_call *c) {
+  double p;
+  if (!dropout_on(c, &p)) {
+    copy0(c);
+    return VD_OK;
+  }
+  return unary(c, u_dropout, p);
+}
+/* (x, y, g) -> gx; y (the forward output) is not read. */
+vd_rc vd_op_i_shape_dropout_backward(const vd_op_call *c) {
+  VD_CHECK(want_count(c, 3, 1));
+  VD_CHECK(want_shape(c, 0, 1, &c->in_shape[0]));
+  VD_CHECK(want_shape(c, 0, 2, &c->in_shape[0]));
+  return want_shape(c, 1, 0, &c->in_shape[0]);
+}
+vd_rc vd_op_i_eval_dropout_backward(const vd_op_call *c) {
+  double p;
+  int64_t n = vd_op_shape_numel(&c->out_shape[0]);
+  int on = dropout_on(c, &p);
+  for (int64_t i = 0; i < n; i++) c->out[0][i] = on ? c->in[2][i] * dropout_mask_f(c->in[0][i], p) : c->in[2][i];
+  return VD_OK;
+}
+
 /* ---- linear algebra and layers ------------------------------------------- */
 
 static vd_op_shape batch_of(const vd_op_shape *s) {

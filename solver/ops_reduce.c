@@ -20,6 +20,7 @@
  * dimension attribute) as "no rule" so the stage is simply not reduced.
  */
 #include "ops.h"
+#include "ops_moe.h" /* red_gate_fw, red_nnscaler_moe_gmm (+ backward) for the table */
 
 #include <assert.h>
 #include <stddef.h>
@@ -152,6 +153,8 @@ static vd_rc red_ew(const vd_op_reduce_call *c, int *norule) {
 #define red_tanh_backward red_ew
 #define red_silu_backward red_ew
 #define red_gelu_backward red_ew
+#define red_dropout red_ew
+#define red_dropout_backward red_ew
 #define red_all_reduce red_ew
 #define red_broadcast red_ew
 #define red_send red_ew

@@ -200,8 +200,12 @@ vd_rc vd_smt_encode(const struct vd_op_encode_call *c);
  *   rope_cos / rope_sin (pos, i, d, theta) = cos/sin(pos * theta^(-2i/d));
  *   rot_cos / rot_sin (theta) = cos/sin(theta), theta a freqs_cis element (apply_rotary_emb);
  *   clip_coef (total_sq, max_norm) = min(1, max_norm / (sqrt(total_sq) + 1e-6));
+ *   dropout_mask (x, p) = (1 + 0.5 sin(3x)) / (1 - p), 0 for p >= 1 (a surrogate of the mask);
  *   topk_gate.k<K>.j<J> (row of e logits): gate J of the row;
- *   topk_gate_backward.k<K>.j<J> (row of e logits, row of e grads). */
+ *   topk_gate_backward.k<K>.j<J> (row of e logits, row of e grads);
+ *   gate_fw.<score>.g<G>.tg<TG>.k<K>.b<B>.{idx.j<J>, w.j<J>, jac.e<E>.j<J>} (row of e logits,
+ *   then the bias row when B = 1): routing index, normalised weight, d weight_J / d logit_E
+ *   of nnScaler's gate_fw (solver/ops_moe.c). */
 int vd_smt_uf_value(const char *name, size_t n, const double *args, double *out);
 
 /* ---- equivalence check (smt_check.c) ------------------------------------- */

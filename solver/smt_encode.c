@@ -38,6 +38,7 @@
 
 #include "../common/mem.h"
 #include "smt.h"
+#include "ops_moe.h" /* enc_gate_fw, enc_nnscaler_moe_gmm (+ backward) for the table */
 
 typedef const struct vd_op_encode_call call_t;
 
@@ -424,6 +425,51 @@ ENC(sigmoid_backward) { return unary_bwd(c, s, d_sigmoid); }
 ENC(tanh_backward) { return unary_bwd(c, s, d_tanh); }
 ENC(silu_backward) { return unary_bwd(c, s, silu_grad_t); }
 ENC(gelu_backward) { return unary_bwd(c, s, d_gelu); }
+
+/* Dropout: y = x * m(x), gx = g * m(x), m = dropout_mask(x, p), one binary
+ * symbol shared by both graphs and by forward and backward (so the masks of
+ * a dropout and of its backward agree).  SOUNDNESS: this abstracts the
+ * random mask as a deterministic function of the element's VALUE (and p):
+ * it assumes the same element gets the same mask in both plans (true when
+ * the parallel plan reproduces the single plan's RNG stream per element,
+ * which is what comparing two dropout runs at all presupposes); a mask's
+ * dependence on the element's POSITION is abstracted to dependence on its
+ * value, so two equal values at different positions get the same mask
+ * symbol (a plan that moves an element to a different position before the
+ * dropout is still caught as long as the values there differ, which the
+ * solver may choose).  p is an argument, so dropouts of different rates
+ * never share a mask.  Identity when p == 0 or training is false (the
+ * same test as ops_numeric.c's dropout_on). */
+static int dropout_on_t(call_t *c, double *p) {
+  *p = aflt(c, "p", 0.5);
+  if (!(*p > 0)) return 0;
+  const vd_attr_t *t = c->node && c->plan ? vd_node_attr(c->plan, c->node, "training") : NULL;
+  if (!t) return 1;
+  if (t->kind == VD_ATTR_INT) return t->v.i != 0;
+  if (t->kind == VD_ATTR_FLOAT) return t->v.f != 0;
+  if (t->kind == VD_ATTR_STR) {
+    const char *v = astr(c, "training", "");
+    return strcmp(v, "False") && strcmp(v, "false") && strcmp(v, "0");
+  }
+  return 1;
+}
+static vd_term dropout_mask_t(vd_smt *s, vd_term x, double p) {
+  vd_term a[2] = {x, D(s, p)};
+  return vd_smt_uf(s, "dropout_mask", 2, a);
+}
+ENC(dropout) {
+  double p;
+  if (!dropout_on_t(c, &p)) return copy_into(IN(0), OUT(0));
+  for (int64_t i = 0; i < OUT(0)->numel; i++) OUT(0)->t[i] = vd_smt_mul(s, IN(0)->t[i], dropout_mask_t(s, IN(0)->t[i], p));
+  return VD_OK;
+}
+/* (x, y, g) -> gx; y is not read. */
+ENC(dropout_backward) {
+  double p;
+  if (!dropout_on_t(c, &p)) return copy_into(IN(2), OUT(0));
+  for (int64_t i = 0; i < OUT(0)->numel; i++) OUT(0)->t[i] = vd_smt_mul(s, IN(2)->t[i], dropout_mask_t(s, IN(0)->t[i], p));
+  return VD_OK;
+}
 
 /* Reductions: the reduced index of x-index idx (as ops_numeric.c). */
 static int64_t reduced_index(const vd_op_shape *x, const int *mask, int keep, const int64_t *idx) {
@@ -1288,6 +1334,10 @@ int vd_smt_uf_value(const char *name, size_t n, const double *a, double *out) {
     *out = pow(a[0], a[1]);
     return 1;
   }
+  if (n == 2 && !strcmp(name, "dropout_mask")) { /* ops_numeric.c's surrogate mask */
+    *out = a[1] >= 1 ? 0.0 : (1.0 + 0.5 * sin(3.0 * a[0])) / (1.0 - a[1]);
+    return 1;
+  }
   if (n == 2 && !strcmp(name, "clip_coef")) {
     *out = fmin(1.0, a[1] / (sqrt(a[0]) + 1e-6));
     return 1;
@@ -1297,6 +1347,7 @@ int vd_smt_uf_value(const char *name, size_t n, const double *a, double *out) {
     *out = name[5] == 'c' ? cos(ang) : sin(ang);
     return 1;
   }
+  if (vd_moe_uf_value(name, n, a, out)) return 1; /* gate_fw.* routing symbols */
   long long k, j;
   int bwd = 0;
   if (sscanf(name, "topk_gate.k%lld.j%lld", &k, &j) == 2)

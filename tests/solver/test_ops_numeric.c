@@ -149,7 +149,7 @@ typedef struct {
 } fd_spec;
 
 static fd_spec *specs(size_t *n) {
-  static fd_spec s[64];
+  static fd_spec s[96];
   size_t k = 0;
 #define SPEC(...) s[k++] = (fd_spec){__VA_ARGS__}
   SPEC("identity", "identity", "", 1, {S2(2, 3)}, 1, {S2(2, 3)}, 0, 0, 0, "g0", "0");
@@ -182,6 +182,13 @@ static fd_spec *specs(size_t *n) {
   SPEC("tanh", "tanh_backward", "", 1, {S2(2, 3)}, 1, {S2(2, 3)}, 0, 0, 0, "i0 g0", "0");
   SPEC("silu", "silu_backward", "", 1, {S2(2, 3)}, 1, {S2(2, 3)}, 0, 0, 0, "i0 g0", "0");
   SPEC("gelu", "gelu_backward", "", 1, {S2(2, 3)}, 1, {S2(2, 3)}, 0, 0, 0, "i0 g0", "0");
+  /* dropout: finite differences see the identity branch only.  The active
+   * branch's mask is a function of x by abstraction (the surrogate would be
+   * differentiated too), while the backward holds it fixed as torch does:
+   * test_dropout_values checks gx = g * y / x there. */
+  SPEC("dropout", "dropout_backward", "p=0.2 training=False", 1, {S2(2, 3)}, 1, {S2(2, 3)}, 0, 0, 0,
+       "i0 o0 g0", "0");
+  SPEC("dropout", "dropout_backward", "p=0.0", 1, {S2(2, 3)}, 1, {S2(2, 3)}, 0, 0, 0, "i0 o0 g0", "0");
   SPEC("sum", "sum_backward", "dims=[1]", 1, {S3(2, 3, 4)}, 1, {S2(2, 4)}, 0, 0, 0, "g0", "0");
   SPEC("sum", "sum_backward", "dims=[0,-1] keepdim=1", 1, {S3(2, 3, 4)}, 1, {S3(1, 3, 1)}, 0, 0, 0, "g0", "0");
   SPEC("sum", "sum_backward", "", 1, {S2(2, 3)}, 1, {S0()}, 0, 0, 0, "g0", "0");
@@ -217,6 +224,17 @@ static fd_spec *specs(size_t *n) {
   SPEC("grouped_mlp", "grouped_mlp_backward", "expert_start=1",
        5, {S2(2, 3), S2(2, 4), S3(2, 2, 3), S3(2, 2, 3), S3(2, 3, 2)}, 1, {S2(2, 3)}, 0, 0, 0,
        "i0 i1 i2 i3 i4 g0", "0 1 2 3 4");
+  /* nnScaler MoE (solver/ops_moe.c): the routing is piecewise constant, so
+   * the finite differences see the weights' smooth part only. */
+  SPEC("gate_fw", "gate_fw_backward", "score_func=sigmoid n_groups=4 topk_groups=2 topk=3 route_scale=2.5", 2,
+       {S2(3, 4), S2(8, 4)}, 2, {S2(3, 3), S2(3, 3)}, 0, 0, 0, "i0 i1 o0 o1 g0", "0 1");
+  SPEC("gate_fw", "gate_fw_backward", "score_func=softmax topk=2 route_scale=1.5", 2, {S2(3, 4), S2(6, 4)}, 2,
+       {S2(3, 2), S2(3, 2)}, 0, 0, 0, "i0 i1 o0 o1 g0", "0 1");
+  SPEC("gate_fw", "gate_fw_backward", "score_func=sigmoid n_groups=2 topk_groups=1 topk=2", 3,
+       {S2(3, 4), S2(8, 4), S1(8)}, 2, {S2(3, 2), S2(3, 2)}, 0, 0, 0, "i0 i1 i2 o0 o1 g0", "0 1 2");
+  SPEC("nnscaler_moe_gmm", "nnscaler_moe_gmm_backward", "n_routed_experts=6 local_expert_start=2 local_expert_end=5",
+       6, {S2(4, 3), S2(4, 2), S2(4, 2), S3(3, 2, 3), S3(3, 2, 3), S3(3, 3, 2)}, 1, {S2(4, 3)}, 0x2, 6, 0,
+       "i0 i1 i2 i3 i4 i5 o0 g0", "0 2 3 4 5");
 #undef SPEC
   *n = k;
   return s;
@@ -544,6 +562,95 @@ static void test_softmax_rows_sum_to_one(void **state) {
   vd_plan_free(&an.plan);
 }
 
+/* dropout: y = x m(x) with the surrogate mask, gx = g m(x) with the same
+ * mask (so gx == y / x * g), identity when not training or p == 0. */
+static void test_dropout_values(void **state) {
+  (void)state;
+  const char *modes[3] = {"p=0.2 training=self.training", "p=0.2 training=False", "p=0.0 training=1"};
+  for (int m = 0; m < 3; m++) {
+    attr_node an;
+    make_node(&an, modes[m]);
+    vd_op_shape s[3] = {S1(4), S1(4), S1(4)};
+    call_t f, b;
+    call_init(&f, "dropout", &an, 1, s, 1, s);
+    call_init(&b, "dropout_backward", &an, 3, s, 1, s);
+    double x[4] = {0.5, -1.25, 2.0, 0.75};
+    set_in(&f, 0, x);
+    assert_int_equal(run(&f), VD_OK);
+    set_in(&b, 0, x);
+    set_in(&b, 1, f.out[0]);
+    double g[4];
+    for (int i = 0; i < 4; i++) g[i] = 2.0 * urand() - 1.0;
+    set_in(&b, 2, g);
+    assert_int_equal(run(&b), VD_OK);
+    for (int i = 0; i < 4; i++) {
+      double want = m == 0 ? x[i] * (1.0 + 0.5 * sin(3.0 * x[i])) / 0.8 : x[i];
+      assert_true(fabs(f.out[0][i] - want) < 1e-15);
+      /* the backward applies the forward's mask to g: gx = g * (y / x) */
+      assert_true(fabs(b.out[0][i] * x[i] - g[i] * f.out[0][i]) < 1e-14);
+    }
+    call_free(&f);
+    call_free(&b);
+    vd_plan_free(&an.plan);
+  }
+}
+
+/* gate_fw: group-limited selection (the best group scores keep groups 0
+ * and 1, so expert 4 (2.8) loses to expert 1 (-1), which ties expert 3 and
+ * wins by the lower index), weights = normalised sigmoid scores * scale;
+ * a bias steers the selection but not the weight.  nnscaler_moe_gmm sums
+ * the routed local experts only. */
+static void test_moe_gate_and_gmm_values(void **state) {
+  (void)state;
+  attr_node an;
+  make_node(&an, "score_func=sigmoid n_groups=4 topk_groups=2 topk=3 route_scale=2.5");
+  const double lg[8] = {3.0, -1.0, 2.9, -1.0, 2.8, 2.75, 0.0, 0.0};
+  vd_op_shape gi[3] = {S2(1, 1), S2(8, 1), S1(8)}, go[2] = {S2(1, 3), S2(1, 3)};
+  call_t t;
+  call_init(&t, "gate_fw", &an, 2, gi, 2, go);
+  set_in(&t, 0, (double[]){1.0});
+  set_in(&t, 1, lg);
+  assert_int_equal(run(&t), VD_OK);
+  const int64_t want[3] = {0, 2, 1};
+  double sg[3], S = 0;
+  for (int j = 0; j < 3; j++) S += (sg[j] = 1.0 / (1.0 + exp(-lg[want[j]])));
+  for (int j = 0; j < 3; j++) {
+    assert_true(t.out[1][j] == (double)want[j]);
+    assert_true(fabs(t.out[0][j] - 2.5 * sg[j] / S) < 1e-15);
+  }
+  call_free(&t);
+  vd_plan_free(&an.plan);
+
+  make_node(&an, "score_func=sigmoid topk=1 route_scale=2.0");
+  double bias[8] = {0};
+  bias[6] = 10.0;
+  call_init(&t, "gate_fw", &an, 3, gi, 2, (vd_op_shape[]){S2(1, 1), S2(1, 1)});
+  set_in(&t, 0, (double[]){1.0});
+  set_in(&t, 1, lg);
+  set_in(&t, 2, bias);
+  assert_int_equal(run(&t), VD_OK);
+  assert_true(t.out[1][0] == 6.0 && fabs(t.out[0][0] - 2.0) < 1e-15);
+  call_free(&t);
+  vd_plan_free(&an.plan);
+
+  /* gmm: 1 token, h = f = 1, local experts 2..3 of 4 with w1 = w3 = 1, w2 = 2 and 3:
+   * expert e gives w2_e * silu(x) * x; slots route to experts 3 (0.25) and 0 (0.75). */
+  make_node(&an, "n_routed_experts=4 local_expert_start=2 local_expert_end=4");
+  vd_op_shape mi[6] = {S2(1, 1), S2(1, 2), S2(1, 2), S3(2, 1, 1), S3(2, 1, 1), S3(2, 1, 1)}, mo[1] = {S2(1, 1)};
+  call_init(&t, "nnscaler_moe_gmm", &an, 6, mi, 1, mo);
+  set_in(&t, 0, (double[]){0.5});
+  set_in(&t, 1, (double[]){3.0, 0.0});
+  set_in(&t, 2, (double[]){0.25, 0.75});
+  set_in(&t, 3, (double[]){1.0, 1.0});
+  set_in(&t, 4, (double[]){1.0, 1.0});
+  set_in(&t, 5, (double[]){2.0, 3.0});
+  assert_int_equal(run(&t), VD_OK);
+  double silu = 0.5 / (1.0 + exp(-0.5));
+  assert_true(fabs(t.out[0][0] - 0.25 * 3.0 * silu * 0.5) < 1e-15);
+  call_free(&t);
+  vd_plan_free(&an.plan);
+}
+
 static void test_embedding_and_pick_offsets(void **state) {
   (void)state;
   attr_node an;
@@ -706,6 +813,13 @@ static void test_shape_errors_name_node_and_field(void **state) {
       {"sum", "dims=[1]", 1, {{2, {2, 3}}}, 1, {{1, {3}}}, "outputs[0]"},
       {"pick", "", 2, {{2, {3, 5}}, {1, {4}}}, 1, {{1, {3}}}, "inputs[1]"},
       {"topk_gate", "k=6", 1, {{2, {3, 5}}}, 1, {{2, {3, 5}}}, "attrs.k"},
+      {"gate_fw", "n_groups=4 topk_groups=1 topk=3", 2, {{2, {3, 4}}, {2, {8, 4}}}, 2, {{2, {3, 3}}, {2, {3, 3}}}, "attrs.topk"},
+      {"gate_fw", "n_groups=3", 2, {{2, {3, 4}}, {2, {8, 4}}}, 2, {{2, {3, 1}}, {2, {3, 1}}}, "attrs.n_groups"},
+      {"gate_fw", "score_func=relu", 2, {{2, {3, 4}}, {2, {8, 4}}}, 2, {{2, {3, 1}}, {2, {3, 1}}}, "attrs.score_func"},
+      {"gate_fw", "topk=2", 2, {{2, {3, 4}}, {2, {8, 4}}}, 2, {{2, {3, 2}}, {2, {2, 2}}}, "outputs[1]"},
+      {"nnscaler_moe_gmm", "local_expert_start=2 local_expert_end=5", 6, {{2, {3, 4}}, {2, {3, 2}}, {2, {3, 2}}, {3, {2, 5, 4}}, {3, {2, 5, 4}}, {3, {2, 4, 5}}}, 1, {{2, {3, 4}}}, "attrs.local_expert_end"},
+      {"nnscaler_moe_gmm", "local_expert_start=2 local_expert_end=4 n_routed_experts=3", 6, {{2, {3, 4}}, {2, {3, 2}}, {2, {3, 2}}, {3, {2, 5, 4}}, {3, {2, 5, 4}}, {3, {2, 4, 5}}}, 1, {{2, {3, 4}}}, "attrs.n_routed_experts"},
+      {"nnscaler_moe_gmm", "", 6, {{2, {3, 4}}, {2, {3, 2}}, {2, {3, 1}}, {3, {2, 5, 4}}, {3, {2, 5, 4}}, {3, {2, 4, 5}}}, 1, {{2, {3, 4}}}, "inputs[2]"},
       {"grouped_mlp", "", 5, {{2, {3, 4}}, {2, {3, 2}}, {3, {2, 5, 4}}, {3, {2, 5, 3}}, {3, {2, 4, 5}}}, 1, {{2, {3, 4}}}, "inputs[3]"},
       {"all_gather", "dim=0", 2, {{1, {2}}, {1, {2}}}, 2, {{1, {4}}, {1, {2}}}, "outputs[1]"},
       {"reduce_scatter", "dim=0", 2, {{1, {3}}, {1, {3}}}, 2, {{1, {1}}, {1, {1}}}, "inputs[0]"},
@@ -833,7 +947,9 @@ int main(void) {
       cmocka_unit_test(test_create_mask_values),
       cmocka_unit_test(test_apply_rotary_emb_values),
       cmocka_unit_test(test_softmax_rows_sum_to_one),
+      cmocka_unit_test(test_dropout_values),
       cmocka_unit_test(test_embedding_and_pick_offsets),
+      cmocka_unit_test(test_moe_gate_and_gmm_values),
       cmocka_unit_test(test_topk_gate_ties),
       cmocka_unit_test(test_collectives),
       cmocka_unit_test(test_optimizer_values),

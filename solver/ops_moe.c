@@ -1,0 +1,977 @@
+/*
+ * solver/ops_moe.c - the routed-expert operators of the nnScaler
+ * DeepSeek-style MoE models, under nnScaler's own names (as
+ * tools/nnscaler2plan emits them): numeric evaluators, shape checks,
+ * symbolic encoders and shape-reduction rules of
+ *
+ *   gate_fw(x [T,H], weight [E,H] (, bias [E])) -> topk_weight [T,k], topk_idx [T,k]
+ *   nnscaler_moe_gmm(x [T,H], topk_idx [T,k], topk_weight [T,k],
+ *                    w1 [El,F,H], w3 [El,F,H], w2 [El,H,F]) -> y [T,H]
+ *
+ * and their backward operators.  Why a separate pair from topk_gate /
+ * grouped_mlp: those take dense [T,E] gates (our generator's convention);
+ * nnScaler routes with an (index, weight) pair per slot, and the expert
+ * parallel split is expressed by the local_expert_start/end attributes.
+ *
+ * Semantics (DeepSeek-V3 Gate, the nnScaler example model's gate_fw):
+ *   scores = sigmoid(x W^T) (score_func "sigmoid") or softmax(x W^T);
+ *   selection key = scores (+ bias, which only steers the selection);
+ *   n_groups > 1: keep the topk_groups groups (experts split into n_groups
+ *   equal consecutive groups) with the best group score (max key, or the
+ *   sum of the two best keys when there is a bias), then
+ *   topk_idx = the k best keys among the kept experts, best first, ties to
+ *   the lower index; topk_weight = scores at topk_idx, normalised to sum 1
+ *   for sigmoid, times route_scale.
+ *   nnscaler_moe_gmm: y[t] = sum_j sum_{e in [start,end)} [idx[t,j] == e]
+ *   weight[t,j] * expert_e(x[t]), expert_e(x) = (silu(x w1_e^T) * (x w3_e^T))
+ *   w2_e^T with w*_e the row e - start of the local weights; experts outside
+ *   [start,end) contribute 0, so expert-parallel ranks produce partial sums.
+ * Gradients: the selection is piecewise constant (no gradient through the
+ * index or the bias); gate_fw_backward differentiates the weights through
+ * the scores of the logits; the gmm's weight gradient is <gy, expert(x)>.
+ *
+ * Symbolic encoding: the logits x W^T are interpreted (a linear form); the
+ * routing of a row is uninterpreted: topk_idx[t,j] = I_j(logits row),
+ * topk_weight[t,j] = route_scale * W_j(logits row) and the Jacobian
+ * dW_j/dlogit_e = J_ej(logits row), function symbols named after every
+ * attribute that changes them (gate_fw.<score>.g<n>.tg<n>.k<n>.b<0|1>.*), the
+ * bias row appended to the arguments.  No property of sorting is assumed,
+ * so this is sound under congruence for every interpretation.  The gmm is
+ * interpreted given the index term: the gate of local expert e in slot j is
+ * ite(idx == e, 1, 0) * weight, so a wrong expert range or offset is a
+ * different term.  Index inputs may be Int terms (stage inputs) or the
+ * Real-valued I_j terms; numerals follow the term's sort.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../common/mem.h"
+#include "ops_moe.h"
+#include "smt.h"
+
+/* Largest expert count a routing symbol's numeric meaning handles (args are
+ * the logits, plus the bias row). */
+#define MOE_MAX_E 1024
+
+/* ---- attributes and messages ---------------------------------------------- */
+
+static int64_t ai(const vd_plan_t *p, const vd_node_t *n, const char *key, int64_t def) {
+  return p && n ? vd_node_attr_int(p, n, key, def) : def;
+}
+static double af(const vd_plan_t *p, const vd_node_t *n, const char *key, double def) {
+  return p && n ? vd_node_attr_float(p, n, key, def) : def;
+}
+static const char *as(const vd_plan_t *p, const vd_node_t *n, const char *key, const char *def) {
+  return p && n ? vd_node_attr_str(p, n, key, def) : def;
+}
+
+static const char *rec(const vd_op_call *c) { return c->record ? c->record : "node"; }
+
+static vd_rc bad(const vd_op_call *c, const char *field, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static vd_rc bad(const vd_op_call *c, const char *field, const char *fmt, ...) {
+  char buf[VD_DIAG_TEXT - 64];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  return vd_diag_set(c->diag, VD_EINPUT, __FILE__, __LINE__, NULL, rec(c), field, "%s: %s",
+                     vd_op_table[c->op].name, buf);
+}
+
+static vd_rc want(const vd_op_call *c, int is_out, uint32_t i, int32_t nd, int64_t d0, int64_t d1, int64_t d2) {
+  const vd_op_shape *s = is_out ? &c->out_shape[i] : &c->in_shape[i];
+  int64_t w[3] = {d0, d1, d2};
+  int ok = s->ndim == nd;
+  for (int32_t k = 0; ok && k < nd; k++) ok = s->d[k] == w[k];
+  if (ok) return VD_OK;
+  char f[32], got[96] = "[", exp_[96];
+  snprintf(f, sizeof(f), "%s[%u]", is_out ? "outputs" : "inputs", i);
+  for (int32_t k = 0; k < s->ndim && k < VD_MAX_DIMS; k++) {
+    size_t o = strlen(got);
+    snprintf(got + o, sizeof(got) - o, k ? ",%lld" : "%lld", (long long)s->d[k]);
+  }
+  strncat(got, "]", sizeof(got) - strlen(got) - 1);
+  if (nd == 1) snprintf(exp_, sizeof(exp_), "[%lld]", (long long)d0);
+  else if (nd == 2) snprintf(exp_, sizeof(exp_), "[%lld,%lld]", (long long)d0, (long long)d1);
+  else snprintf(exp_, sizeof(exp_), "[%lld,%lld,%lld]", (long long)d0, (long long)d1, (long long)d2);
+  return bad(c, f, "expected shape %s, got %s", exp_, got);
+}
+
+static vd_rc want_ndim(const vd_op_call *c, uint32_t i, int32_t nd) {
+  if (c->in_shape[i].ndim == nd) return VD_OK;
+  char f[32];
+  snprintf(f, sizeof(f), "inputs[%u]", i);
+  return bad(c, f, "expected %d dimensions, got %d", nd, c->in_shape[i].ndim);
+}
+
+static int64_t to_int(double v) {
+  if (!(v > -9e15 && v < 9e15)) return INT64_MIN;
+  return (int64_t)llround(v);
+}
+static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
+static double silu_f(double x) { return x * sigm(x); }
+static double silu_g(double x) {
+  double s = sigm(x);
+  return s * (1.0 + x * (1.0 - s));
+}
+
+/* ---- the gate: configuration and numeric routing ----------------------------- */
+
+typedef struct {
+  int softmax, bias;  /* score_func "softmax"; a bias input */
+  int64_t T, H, E, ng, tg, k;
+  double rs;          /* route_scale */
+} gate_cfg;
+
+/* Reads the attributes; NULL if they are valid for E experts, else the
+ * offending field with a message in msg. */
+static const char *gate_attrs(const vd_plan_t *p, const vd_node_t *n, gate_cfg *g, char *msg, size_t m) {
+  const char *sf = as(p, n, "score_func", "sigmoid");
+  if (strcmp(sf, "sigmoid") != 0 && strcmp(sf, "softmax") != 0) {
+    snprintf(msg, m, "expected \"sigmoid\" or \"softmax\", got \"%s\"", sf);
+    return "attrs.score_func";
+  }
+  g->softmax = sf[1] == 'o';
+  g->ng = ai(p, n, "n_groups", 1);
+  g->tg = ai(p, n, "topk_groups", g->ng);
+  g->k = ai(p, n, "topk", 1);
+  g->rs = af(p, n, "route_scale", 1.0);
+  if (g->E < 1 || g->E > MOE_MAX_E) {
+    snprintf(msg, m, "expected 1..%d experts, got %lld", MOE_MAX_E, (long long)g->E);
+    return "inputs[1]";
+  }
+  if (g->ng < 1 || g->E % g->ng != 0) {
+    snprintf(msg, m, "expected a divisor of the %lld experts, got %lld", (long long)g->E, (long long)g->ng);
+    return "attrs.n_groups";
+  }
+  if (g->tg < 1 || g->tg > g->ng) {
+    snprintf(msg, m, "expected in [1, n_groups=%lld], got %lld", (long long)g->ng, (long long)g->tg);
+    return "attrs.topk_groups";
+  }
+  int64_t avail = g->tg * (g->E / g->ng);
+  if (g->k < 1 || g->k > avail) {
+    snprintf(msg, m, "expected in [1, %lld] (experts of the kept groups), got %lld", (long long)avail, (long long)g->k);
+    return "attrs.topk";
+  }
+  if (g->bias && g->ng > 1 && g->E / g->ng < 2) {
+    snprintf(msg, m, "a bias needs >= 2 experts per group (group score = sum of the best two), got %lld",
+             (long long)(g->E / g->ng));
+    return "attrs.n_groups";
+  }
+  if (!isfinite(g->rs)) {
+    snprintf(msg, m, "expected a finite number");
+    return "attrs.route_scale";
+  }
+  return NULL;
+}
+
+/* Work space of one row (E entries each). */
+typedef struct {
+  double *s, *key, *gs;
+  unsigned char *allow, *taken;
+  int64_t *idx;
+  double *W;
+  double S; /* sum of the selected scores (sigmoid), 1 (softmax) */
+} route_t;
+
+static int route_alloc(route_t *r, int64_t E) {
+  size_t n = (size_t)E + 1;
+  r->s = vd_calloc(3 * n, sizeof(double));
+  r->W = vd_calloc(n, sizeof(double));
+  r->idx = vd_calloc(n, sizeof(int64_t));
+  r->allow = vd_calloc(2 * n, 1);
+  if (!r->s || !r->W || !r->idx || !r->allow) return 0;
+  r->key = r->s + n;
+  r->gs = r->s + 2 * n;
+  r->taken = r->allow + n;
+  return 1;
+}
+static void route_free(route_t *r) {
+  vd_free(r->s);
+  vd_free(r->W);
+  vd_free(r->idx);
+  vd_free(r->allow);
+}
+
+/* Index of the largest v[i] with ok[i] (ok NULL = all) and !taken[i]; ties
+ * to the lower index; -1 when none. */
+static int64_t argbest(const double *v, int64_t n, const unsigned char *ok, const unsigned char *taken) {
+  int64_t b = -1;
+  for (int64_t i = 0; i < n; i++)
+    if ((!ok || ok[i]) && !taken[i] && (b < 0 || v[i] > v[b])) b = i;
+  return b;
+}
+
+/* Routing of one row of logits l (bias b or NULL): r->idx[0..k), r->W[0..k)
+ * (without route_scale), r->s the scores. */
+static void route_row(const gate_cfg *g, const double *l, const double *b, route_t *r) {
+  int64_t E = g->E;
+  if (g->softmax) {
+    double mx = l[0], z = 0;
+    for (int64_t e = 1; e < E; e++) mx = fmax(mx, l[e]);
+    for (int64_t e = 0; e < E; e++) z += (r->s[e] = exp(l[e] - mx));
+    for (int64_t e = 0; e < E; e++) r->s[e] /= z;
+  } else {
+    for (int64_t e = 0; e < E; e++) r->s[e] = sigm(l[e]);
+  }
+  for (int64_t e = 0; e < E; e++) r->key[e] = r->s[e] + (b ? b[e] : 0.0);
+  memset(r->taken, 0, (size_t)E);
+  if (g->ng > 1) {
+    int64_t gsz = E / g->ng;
+    for (int64_t q = 0; q < g->ng; q++) {
+      const double *kq = r->key + q * gsz;
+      int64_t a = argbest(kq, gsz, NULL, r->taken);
+      double v = kq[a];
+      if (b) { /* sum of the best two of the group */
+        r->taken[a] = 1;
+        v += kq[argbest(kq, gsz, NULL, r->taken)];
+        r->taken[a] = 0;
+      }
+      r->gs[q] = v;
+    }
+    memset(r->allow, 0, (size_t)E);
+    for (int64_t t = 0; t < g->tg; t++) {
+      int64_t q = argbest(r->gs, g->ng, NULL, r->taken);
+      r->taken[q] = 1;
+      memset(r->allow + q * gsz, 1, (size_t)gsz);
+    }
+    memset(r->taken, 0, (size_t)g->ng);
+  } else {
+    memset(r->allow, 1, (size_t)E);
+  }
+  double S = 0;
+  for (int64_t j = 0; j < g->k; j++) {
+    int64_t e = argbest(r->key, E, r->allow, r->taken);
+    r->taken[e] = 1;
+    r->idx[j] = e;
+    S += (r->W[j] = r->s[e]);
+  }
+  r->S = g->softmax ? 1.0 : S;
+  if (!g->softmax)
+    for (int64_t j = 0; j < g->k; j++) r->W[j] /= S;
+}
+
+/* dW_j / dlogit_e of the routed row r (without route_scale). */
+static double route_jac(const gate_cfg *g, const route_t *r, int64_t e, int64_t j) {
+  double same = r->idx[j] == e ? 1.0 : 0.0;
+  if (g->softmax) return r->s[r->idx[j]] * (same - r->s[e]);
+  if (!r->taken[e]) return 0.0;
+  return r->s[e] * (1.0 - r->s[e]) * (same - r->W[j]) / r->S;
+}
+
+/* ---- gate_fw: shapes and numeric evaluation ---------------------------------- */
+
+/* x [T,H], w [E,H], (bias [E]): fills g from the inputs. */
+static vd_rc gate_shape_in(const vd_op_call *c, int bias, gate_cfg *g) {
+  VD_CHECK(want_ndim(c, 0, 2));
+  VD_CHECK(want_ndim(c, 1, 2));
+  g->T = c->in_shape[0].d[0];
+  g->H = c->in_shape[0].d[1];
+  g->E = c->in_shape[1].d[0];
+  g->bias = bias;
+  VD_CHECK(want(c, 0, 1, 2, g->E, g->H, 0));
+  if (bias) VD_CHECK(want(c, 0, 2, 1, g->E, 0, 0));
+  char msg[200];
+  const char *field = gate_attrs(c->plan, c->node, g, msg, sizeof(msg));
+  if (field) return bad(c, field, "%s", msg);
+  return VD_OK;
+}
+
+vd_rc vd_op_i_shape_gate_fw(const vd_op_call *c) {
+  gate_cfg g;
+  if (c->n_out != 2) return bad(c, "outputs", "expected 2 outputs (topk_weight, topk_idx), got %u", c->n_out);
+  VD_CHECK(gate_shape_in(c, c->n_in == 3, &g));
+  VD_CHECK(want(c, 1, 0, 2, g.T, g.k, 0));
+  return want(c, 1, 1, 2, g.T, g.k, 0);
+}
+
+/* Backward inputs: x, w, (bias,) topk_weight, topk_idx, g; outputs gx, gw (, gbias). */
+vd_rc vd_op_i_shape_gate_fw_backward(const vd_op_call *c) {
+  gate_cfg g;
+  int bias = c->n_in == 6;
+  if (c->n_out != 2u + (unsigned)bias)
+    return bad(c, "outputs", "expected %d outputs (one gradient per forward input), got %u", 2 + bias, c->n_out);
+  VD_CHECK(gate_shape_in(c, bias, &g));
+  for (uint32_t i = 2u + (unsigned)bias; i < c->n_in; i++) VD_CHECK(want(c, 0, i, 2, g.T, g.k, 0));
+  for (uint32_t i = 0; i < c->n_out; i++) {
+    const vd_op_shape *s = &c->in_shape[i];
+    VD_CHECK(want(c, 1, i, s->ndim, s->d[0], s->ndim > 1 ? s->d[1] : 0, 0));
+  }
+  return VD_OK;
+}
+
+static void gate_read(const vd_op_call *c, int bias, gate_cfg *g) {
+  char msg[8];
+  g->T = c->in_shape[0].d[0];
+  g->H = c->in_shape[0].d[1];
+  g->E = c->in_shape[1].d[0];
+  g->bias = bias;
+  (void)gate_attrs(c->plan, c->node, g, msg, sizeof(msg)); /* validated by the shape check */
+}
+
+static void logits_row(const gate_cfg *g, const double *x, const double *w, double *l) {
+  for (int64_t e = 0; e < g->E; e++) {
+    double a = 0;
+    for (int64_t h = 0; h < g->H; h++) a += x[h] * w[e * g->H + h];
+    l[e] = a;
+  }
+}
+
+vd_rc vd_op_i_eval_gate_fw(const vd_op_call *c) {
+  gate_cfg g;
+  gate_read(c, c->n_in == 3, &g);
+  route_t r;
+  double *l = vd_calloc((size_t)g.E + 1, sizeof(double));
+  if (!l || !route_alloc(&r, g.E)) {
+    vd_free(l);
+    route_free(&r);
+    return VD_OOM(c->diag);
+  }
+  for (int64_t t = 0; t < g.T; t++) {
+    logits_row(&g, c->in[0] + t * g.H, c->in[1], l);
+    route_row(&g, l, g.bias ? c->in[2] : NULL, &r);
+    for (int64_t j = 0; j < g.k; j++) {
+      c->out[0][t * g.k + j] = g.rs * r.W[j];
+      c->out[1][t * g.k + j] = (double)r.idx[j];
+    }
+  }
+  vd_free(l);
+  route_free(&r);
+  return VD_OK;
+}
+
+vd_rc vd_op_i_eval_gate_fw_backward(const vd_op_call *c) {
+  gate_cfg g;
+  int bias = c->n_in == 6;
+  gate_read(c, bias, &g);
+  const double *x = c->in[0], *w = c->in[1], *gy = c->in[c->n_in - 1];
+  double *gx = c->out[0], *gw = c->out[1];
+  route_t r;
+  double *l = vd_calloc(2 * (size_t)g.E + 1, sizeof(double));
+  if (!l || !route_alloc(&r, g.E)) {
+    vd_free(l);
+    route_free(&r);
+    return VD_OOM(c->diag);
+  }
+  double *dl = l + g.E;
+  memset(gx, 0, sizeof(double) * (size_t)(g.T * g.H));
+  memset(gw, 0, sizeof(double) * (size_t)(g.E * g.H));
+  if (bias) memset(c->out[2], 0, sizeof(double) * (size_t)g.E);
+  for (int64_t t = 0; t < g.T; t++) {
+    logits_row(&g, x + t * g.H, w, l);
+    route_row(&g, l, bias ? c->in[2] : NULL, &r);
+    for (int64_t e = 0; e < g.E; e++) {
+      double a = 0;
+      for (int64_t j = 0; j < g.k; j++) a += route_jac(&g, &r, e, j) * gy[t * g.k + j];
+      dl[e] = g.rs * a;
+    }
+    for (int64_t e = 0; e < g.E; e++)
+      for (int64_t h = 0; h < g.H; h++) {
+        gx[t * g.H + h] += dl[e] * w[e * g.H + h];
+        gw[e * g.H + h] += dl[e] * x[t * g.H + h];
+      }
+  }
+  vd_free(l);
+  route_free(&r);
+  return VD_OK;
+}
+
+/* ---- nnscaler_moe_gmm: shapes and numeric evaluation ------------------------- */
+
+typedef struct {
+  int64_t T, H, K, El, F, start, end, nr;
+} gmm_cfg;
+
+static void gmm_read(const vd_plan_t *p, const vd_node_t *n, const vd_op_shape *in, gmm_cfg *g) {
+  g->T = in[0].d[0];
+  g->H = in[0].d[1];
+  g->K = in[1].ndim == 2 ? in[1].d[1] : 0;
+  g->El = in[3].ndim == 3 ? in[3].d[0] : 0;
+  g->F = in[3].ndim == 3 ? in[3].d[1] : 0;
+  g->start = ai(p, n, "local_expert_start", 0);
+  g->end = ai(p, n, "local_expert_end", g->start + g->El);
+  g->nr = ai(p, n, "n_routed_experts", g->end);
+}
+
+static vd_rc gmm_shape_in(const vd_op_call *c, gmm_cfg *g) {
+  VD_CHECK(want_ndim(c, 0, 2));
+  VD_CHECK(want_ndim(c, 1, 2));
+  VD_CHECK(want_ndim(c, 3, 3));
+  gmm_read(c->plan, c->node, c->in_shape, g);
+  VD_CHECK(want(c, 0, 1, 2, g->T, g->K, 0));
+  VD_CHECK(want(c, 0, 2, 2, g->T, g->K, 0));
+  VD_CHECK(want(c, 0, 4, 3, g->El, g->F, g->H));
+  VD_CHECK(want(c, 0, 3, 3, g->El, g->F, g->H));
+  VD_CHECK(want(c, 0, 5, 3, g->El, g->H, g->F));
+  if (g->start < 0 || g->end - g->start != g->El)
+    return bad(c, "attrs.local_expert_end",
+               "expected local_expert_end - local_expert_start = %lld (local experts of the weights), got [%lld, %lld)",
+               (long long)g->El, (long long)g->start, (long long)g->end);
+  if (g->end > g->nr)
+    return bad(c, "attrs.n_routed_experts", "expected >= local_expert_end %lld, got %lld", (long long)g->end,
+               (long long)g->nr);
+  return VD_OK;
+}
+
+vd_rc vd_op_i_shape_nnscaler_moe_gmm(const vd_op_call *c) {
+  gmm_cfg g;
+  if (c->n_in != 6) return bad(c, "inputs", "expected 6 inputs, got %u", c->n_in);
+  if (c->n_out != 1) return bad(c, "outputs", "expected 1 output, got %u", c->n_out);
+  VD_CHECK(gmm_shape_in(c, &g));
+  return want(c, 1, 0, 2, g.T, g.H, 0);
+}
+
+/* Backward inputs: x, idx, weight, w1, w3, w2, y, gy; outputs gx, gweight, gw1, gw3, gw2. */
+vd_rc vd_op_i_shape_nnscaler_moe_gmm_backward(const vd_op_call *c) {
+  gmm_cfg g;
+  if (c->n_in != 8) return bad(c, "inputs", "expected 8 inputs, got %u", c->n_in);
+  if (c->n_out != 5) return bad(c, "outputs", "expected 5 outputs, got %u", c->n_out);
+  VD_CHECK(gmm_shape_in(c, &g));
+  VD_CHECK(want(c, 0, 6, 2, g.T, g.H, 0));
+  VD_CHECK(want(c, 0, 7, 2, g.T, g.H, 0));
+  static const uint32_t src[5] = {0, 2, 3, 4, 5};
+  for (uint32_t i = 0; i < 5; i++) {
+    const vd_op_shape *s = &c->in_shape[src[i]];
+    VD_CHECK(want(c, 1, i, s->ndim, s->d[0], s->d[1], s->ndim > 2 ? s->d[2] : 0));
+  }
+  return VD_OK;
+}
+
+/* Combined gate of local expert e for token t: sum of the weights of the
+ * slots routed to it; *hit = 0 when none is. */
+static double gmm_gate(const gmm_cfg *g, const double *idx, const double *w, int64_t t, int64_t e, int *hit) {
+  double v = 0;
+  *hit = 0;
+  for (int64_t j = 0; j < g->K; j++)
+    if (to_int(idx[t * g->K + j]) == g->start + e) {
+      v += w[t * g->K + j];
+      *hit = 1;
+    }
+  return v;
+}
+
+/* a = w1_e x, b = w3_e x, hd = silu(a) b; o = w2_e hd. */
+static void gmm_expert(const gmm_cfg *g, const double *x, const double *w1, const double *w3, const double *w2,
+                       int64_t e, double *a, double *b, double *hd, double *o) {
+  for (int64_t f = 0; f < g->F; f++) {
+    double sa = 0, sb = 0;
+    for (int64_t h = 0; h < g->H; h++) {
+      sa += w1[(e * g->F + f) * g->H + h] * x[h];
+      sb += w3[(e * g->F + f) * g->H + h] * x[h];
+    }
+    a[f] = sa;
+    b[f] = sb;
+    hd[f] = silu_f(sa) * sb;
+  }
+  for (int64_t h = 0; h < g->H; h++) {
+    double s = 0;
+    for (int64_t f = 0; f < g->F; f++) s += w2[(e * g->H + h) * g->F + f] * hd[f];
+    o[h] = s;
+  }
+}
+
+vd_rc vd_op_i_eval_nnscaler_moe_gmm(const vd_op_call *c) {
+  gmm_cfg g;
+  gmm_read(c->plan, c->node, c->in_shape, &g);
+  double *buf = vd_calloc((size_t)(3 * g.F + g.H + 1), sizeof(double));
+  if (!buf) return VD_OOM(c->diag);
+  double *a = buf, *b = a + g.F, *hd = b + g.F, *o = hd + g.F;
+  double *y = c->out[0];
+  memset(y, 0, sizeof(double) * (size_t)(g.T * g.H));
+  for (int64_t t = 0; t < g.T; t++)
+    for (int64_t e = 0; e < g.El; e++) {
+      int hit;
+      double gate = gmm_gate(&g, c->in[1], c->in[2], t, e, &hit);
+      if (!hit) continue;
+      gmm_expert(&g, c->in[0] + t * g.H, c->in[3], c->in[4], c->in[5], e, a, b, hd, o);
+      for (int64_t h = 0; h < g.H; h++) y[t * g.H + h] += gate * o[h];
+    }
+  vd_free(buf);
+  return VD_OK;
+}
+
+vd_rc vd_op_i_eval_nnscaler_moe_gmm_backward(const vd_op_call *c) {
+  gmm_cfg g;
+  gmm_read(c->plan, c->node, c->in_shape, &g);
+  double *buf = vd_calloc((size_t)(5 * g.F + 2 * g.H + 1), sizeof(double));
+  if (!buf) return VD_OOM(c->diag);
+  double *a = buf, *b = a + g.F, *hd = b + g.F, *ga = hd + g.F, *gb = ga + g.F, *o = gb + g.F, *go = o + g.H;
+  const double *idx = c->in[1], *wt = c->in[2], *w1 = c->in[3], *w3 = c->in[4], *w2 = c->in[5];
+  double *gx = c->out[0], *gwt = c->out[1], *gw1 = c->out[2], *gw3 = c->out[3], *gw2 = c->out[4];
+  static const uint32_t src[5] = {0, 2, 3, 4, 5};
+  for (uint32_t i = 0; i < 5; i++)
+    memset(c->out[i], 0, sizeof(double) * (size_t)vd_op_shape_numel(&c->in_shape[src[i]]));
+  for (int64_t t = 0; t < g.T; t++) {
+    const double *x = c->in[0] + t * g.H, *gy = c->in[7] + t * g.H;
+    for (int64_t e = 0; e < g.El; e++) {
+      int hit;
+      double gate = gmm_gate(&g, idx, wt, t, e, &hit);
+      if (!hit) continue;
+      gmm_expert(&g, x, w1, w3, w2, e, a, b, hd, o);
+      double dot = 0;
+      for (int64_t h = 0; h < g.H; h++) {
+        dot += gy[h] * o[h];
+        go[h] = gate * gy[h];
+      }
+      for (int64_t j = 0; j < g.K; j++)
+        if (to_int(idx[t * g.K + j]) == g.start + e) gwt[t * g.K + j] += dot;
+      for (int64_t f = 0; f < g.F; f++) {
+        double gh = 0;
+        for (int64_t h = 0; h < g.H; h++) {
+          gh += w2[(e * g.H + h) * g.F + f] * go[h];
+          gw2[(e * g.H + h) * g.F + f] += go[h] * hd[f];
+        }
+        ga[f] = gh * b[f] * silu_g(a[f]);
+        gb[f] = gh * silu_f(a[f]);
+      }
+      for (int64_t f = 0; f < g.F; f++)
+        for (int64_t h = 0; h < g.H; h++) {
+          int64_t w = (e * g.F + f) * g.H + h;
+          gw1[w] += ga[f] * x[h];
+          gw3[w] += gb[f] * x[h];
+          gx[t * g.H + h] += ga[f] * w1[w] + gb[f] * w3[w];
+        }
+    }
+  }
+  vd_free(buf);
+  return VD_OK;
+}
+
+/* ---- routing symbols: names and numeric meaning ------------------------------- */
+
+/* "gate_fw.<score>.g<n_groups>.tg<topk_groups>.k<topk>.b<bias>." + what */
+static void gate_sym(char *buf, size_t n, const gate_cfg *g, const char *what, int64_t e, int64_t j) {
+  int o = snprintf(buf, n, "gate_fw.%s.g%lld.tg%lld.k%lld.b%d.", g->softmax ? "softmax" : "sigmoid",
+                   (long long)g->ng, (long long)g->tg, (long long)g->k, g->bias);
+  if (o < 0 || (size_t)o >= n) return;
+  if (e >= 0)
+    snprintf(buf + o, n - (size_t)o, "%s.e%lld.j%lld", what, (long long)e, (long long)j);
+  else
+    snprintf(buf + o, n - (size_t)o, "%s.j%lld", what, (long long)j);
+}
+
+int vd_moe_uf_value(const char *name, size_t n, const double *a, double *out) {
+  if (!name || strncmp(name, "gate_fw.", 8) != 0) return 0;
+  char sf[16];
+  long long ng, tg, k, e = -1, j;
+  int b, pos = 0, end = 0;
+  if (sscanf(name, "gate_fw.%15[a-z].g%lld.tg%lld.k%lld.b%d.%n", sf, &ng, &tg, &k, &b, &pos) != 5 || pos == 0)
+    return 0;
+  const char *rest = name + pos;
+  int what; /* 0 idx, 1 weight, 2 jacobian */
+  if (sscanf(rest, "idx.j%lld%n", &j, &end) == 1 && rest[end] == 0) what = 0;
+  else if (sscanf(rest, "w.j%lld%n", &j, &end) == 1 && rest[end] == 0) what = 1;
+  else if (sscanf(rest, "jac.e%lld.j%lld%n", &e, &j, &end) == 2 && rest[end] == 0) what = 2;
+  else return 0;
+  if ((b != 0 && b != 1) || (strcmp(sf, "sigmoid") != 0 && strcmp(sf, "softmax") != 0)) return 0;
+  gate_cfg g = {.softmax = sf[1] == 'o', .bias = b, .T = 1, .H = 1, .ng = ng, .tg = tg, .k = k, .rs = 1.0};
+  g.E = b ? (int64_t)n / 2 : (int64_t)n;
+  if ((b && n % 2) || g.E < 1 || g.E > MOE_MAX_E || j < 0 || j >= k || e >= g.E || (what == 2 && e < 0)) return 0;
+  /* gate_attrs reads defaults from a NULL node: check the parsed values directly. */
+  if (ng < 1 || g.E % ng || tg < 1 || tg > ng || k < 1 || k > tg * (g.E / ng) || (b && ng > 1 && g.E / ng < 2))
+    return 0;
+  route_t r;
+  if (!route_alloc(&r, g.E)) {
+    route_free(&r);
+    return 0;
+  }
+  route_row(&g, a, b ? a + g.E : NULL, &r);
+  *out = what == 0 ? (double)r.idx[j] : what == 1 ? r.W[j] : route_jac(&g, &r, e, j);
+  route_free(&r);
+  return 1;
+}
+
+/* ---- symbolic encoders ------------------------------------------------------------ */
+
+typedef const struct vd_op_encode_call call_t;
+#define IN(i) (c->in[i])
+#define OUT(i) (c->out[i])
+
+static const char *erec(call_t *c) { return c->record ? c->record : "node"; }
+
+/* The registry's arity and shape check on the terms' shapes. */
+static vd_rc enc_check(call_t *c) {
+  if (!c->smt) VD_FAIL(c->diag, VD_EINTERNAL, NULL, erec(c), "smt", "no solver context");
+  vd_op_shape sh[16];
+  if (c->n_in + c->n_out > 16) VD_FAIL(c->diag, VD_EINPUT, NULL, erec(c), "inputs", "too many operands");
+  for (uint32_t i = 0; i < c->n_in; i++) sh[i] = c->in[i]->shape;
+  for (uint32_t i = 0; i < c->n_out; i++) sh[c->n_in + i] = c->out[i]->shape;
+  vd_op_call oc = {.op = c->op, .plan = c->plan, .node = c->node, .record = c->record, .n_in = c->n_in,
+                   .n_out = c->n_out, .n_part = c->n_part, .in_shape = sh, .out_shape = sh + c->n_in,
+                   .diag = c->diag};
+  VD_CHECK(vd_op_check(&oc));
+  for (uint32_t i = 0; i < c->n_out; i++)
+    if (!c->out[i]->t && c->out[i]->numel > 0)
+      VD_FAIL(c->diag, VD_EINTERNAL, NULL, erec(c), "outputs", "output %u has no term array", i);
+  return VD_OK;
+}
+
+/* Sticky Z3 error, then every output element encoded. */
+static vd_rc enc_done(call_t *c) {
+  VD_CHECK(vd_smt_status(c->smt, c->diag, erec(c)));
+  for (uint32_t i = 0; i < c->n_out; i++)
+    for (int64_t f = 0; f < c->out[i]->numel; f++)
+      if (VD_NEVER(!c->out[i]->t[f]))
+        VD_FAIL(c->diag, VD_EINTERNAL, NULL, erec(c), "outputs", "%s: output %u element %lld not encoded",
+                vd_op_name((vd_op_id)c->op), i, (long long)f);
+  return VD_OK;
+}
+
+/* Refuses term arrays too large to build (the stage was not reduced). */
+static vd_rc enc_budget(call_t *c, int64_t a, int64_t b, int64_t d) {
+  if (a < 0 || b < 0 || d < 0 || (double)a * (double)b * (double)d > (double)(1 << 26))
+    VD_FAIL(c->diag, VD_EINPUT, NULL, erec(c), "inputs", "%s: too large to encode (%lld x %lld x %lld terms)",
+            vd_op_name((vd_op_id)c->op), (long long)a, (long long)b, (long long)d);
+  return VD_OK;
+}
+
+static void gate_cfg_enc(call_t *c, int bias, gate_cfg *g) {
+  char msg[8];
+  g->T = IN(0)->shape.d[0];
+  g->H = IN(0)->shape.d[1];
+  g->E = IN(1)->shape.d[0];
+  g->bias = bias;
+  (void)gate_attrs(c->plan, c->node, g, msg, sizeof(msg));
+}
+
+/* args[0..E) = logits of row t (x[t] . w[e]), args[E..2E) = bias. */
+static void gate_args(vd_smt *s, call_t *c, const gate_cfg *g, int64_t t, vd_term *args, vd_term *tmp) {
+  const vd_term *x = IN(0)->t + t * g->H, *w = IN(1)->t;
+  for (int64_t e = 0; e < g->E; e++) {
+    for (int64_t h = 0; h < g->H; h++) tmp[h] = vd_smt_mul(s, x[h], w[e * g->H + h]);
+    args[e] = vd_smt_sum(s, (size_t)g->H, tmp);
+  }
+  if (g->bias)
+    for (int64_t e = 0; e < g->E; e++) args[g->E + e] = IN(2)->t[e];
+}
+
+vd_rc vd_moe_enc_gate_fw(const struct vd_op_encode_call *c) {
+  VD_CHECK(enc_check(c));
+  vd_smt *s = c->smt;
+  gate_cfg g;
+  gate_cfg_enc(c, c->n_in == 3, &g);
+  VD_CHECK(enc_budget(c, g.T, g.E, g.k + g.H));
+  size_t na = (size_t)(g.bias ? 2 * g.E : g.E);
+  vd_term *args = vd_malloc(sizeof(vd_term) * (na + (size_t)g.H + 1));
+  if (!args) return VD_OOM(c->diag);
+  vd_term *tmp = args + na, rs = vd_smt_num_double(s, g.rs);
+  char name[160];
+  for (int64_t t = 0; t < g.T; t++) {
+    gate_args(s, c, &g, t, args, tmp);
+    for (int64_t j = 0; j < g.k; j++) {
+      gate_sym(name, sizeof(name), &g, "idx", -1, j);
+      OUT(1)->t[t * g.k + j] = vd_smt_uf(s, name, na, args);
+      gate_sym(name, sizeof(name), &g, "w", -1, j);
+      OUT(0)->t[t * g.k + j] = vd_smt_mul(s, rs, vd_smt_uf(s, name, na, args));
+    }
+  }
+  vd_free(args);
+  return enc_done(c);
+}
+
+vd_rc vd_moe_enc_gate_fw_backward(const struct vd_op_encode_call *c) {
+  VD_CHECK(enc_check(c));
+  vd_smt *s = c->smt;
+  gate_cfg g;
+  int bias = c->n_in == 6;
+  gate_cfg_enc(c, bias, &g);
+  VD_CHECK(enc_budget(c, g.T, g.E, g.k + g.H));
+  size_t na = (size_t)(bias ? 2 * g.E : g.E);
+  int64_t nt = g.T > g.E ? g.T : g.E;
+  if (nt < g.H) nt = g.H;
+  if (nt < g.k) nt = g.k;
+  vd_term *dl = vd_malloc(sizeof(vd_term) * ((size_t)(g.T * g.E) + na + (size_t)nt + 1));
+  if (!dl) return VD_OOM(c->diag);
+  vd_term *args = dl + g.T * g.E, *tmp = args + na, rs = vd_smt_num_double(s, g.rs);
+  const vd_term *gy = IN(c->n_in - 1)->t, *x = IN(0)->t, *w = IN(1)->t;
+  char name[160];
+  for (int64_t t = 0; t < g.T; t++) {
+    gate_args(s, c, &g, t, args, tmp);
+    for (int64_t e = 0; e < g.E; e++) {
+      for (int64_t j = 0; j < g.k; j++) {
+        gate_sym(name, sizeof(name), &g, "jac", e, j);
+        tmp[j] = vd_smt_mul(s, vd_smt_uf(s, name, na, args), gy[t * g.k + j]);
+      }
+      dl[t * g.E + e] = vd_smt_mul(s, rs, vd_smt_sum(s, (size_t)g.k, tmp));
+    }
+  }
+  for (int64_t t = 0; t < g.T; t++)
+    for (int64_t h = 0; h < g.H; h++) {
+      for (int64_t e = 0; e < g.E; e++) tmp[e] = vd_smt_mul(s, dl[t * g.E + e], w[e * g.H + h]);
+      OUT(0)->t[t * g.H + h] = vd_smt_sum(s, (size_t)g.E, tmp);
+    }
+  for (int64_t e = 0; e < g.E; e++)
+    for (int64_t h = 0; h < g.H; h++) {
+      for (int64_t t = 0; t < g.T; t++) tmp[t] = vd_smt_mul(s, dl[t * g.E + e], x[t * g.H + h]);
+      OUT(1)->t[e * g.H + h] = vd_smt_sum(s, (size_t)g.T, tmp);
+    }
+  if (bias)
+    for (int64_t e = 0; e < g.E; e++) OUT(2)->t[e] = vd_smt_num_int(s, 0);
+  vd_free(dl);
+  return enc_done(c);
+}
+
+/* [idx == start + e] as a 0/1 Real term; the numeral follows idx's sort. */
+static vd_term routed(vd_smt *s, vd_term idx, int64_t e) {
+  vd_term num = vd_smt_i_is_int(s, idx) ? vd_smt_int_num(s, e) : vd_smt_num_int(s, e);
+  return vd_smt_ite(s, vd_smt_eq(s, idx, num), vd_smt_num_int(s, 1), vd_smt_num_int(s, 0));
+}
+
+static vd_term silu_t(vd_smt *s, vd_term x) { return vd_smt_mul(s, x, vd_smt_uf(s, "sigmoid", 1, &x)); }
+static vd_term silu_grad_t(vd_smt *s, vd_term x) {
+  vd_term sg = vd_smt_uf(s, "sigmoid", 1, &x), one = vd_smt_num_int(s, 1);
+  return vd_smt_mul(s, sg, vd_smt_add(s, one, vd_smt_mul(s, x, vd_smt_sub(s, one, sg))));
+}
+
+/* Per (token t, local expert e): ind[j] = [idx[t,j] routed to e], gate =
+ * sum_j ind[j] weight[t,j], a/b/hd (F) and o = w2_e hd (H).  tmp: H+F+K. */
+static void gmm_expert_t(vd_smt *s, call_t *c, const gmm_cfg *g, int64_t t, int64_t e, vd_term *ind, vd_term *gate,
+                         vd_term *a, vd_term *b, vd_term *hd, vd_term *o, vd_term *tmp) {
+  const vd_term *x = IN(0)->t + t * g->H, *w1 = IN(3)->t, *w3 = IN(4)->t, *w2 = IN(5)->t;
+  for (int64_t j = 0; j < g->K; j++) {
+    ind[j] = routed(s, IN(1)->t[t * g->K + j], g->start + e);
+    tmp[j] = vd_smt_mul(s, ind[j], IN(2)->t[t * g->K + j]);
+  }
+  *gate = vd_smt_sum(s, (size_t)g->K, tmp);
+  for (int64_t f = 0; f < g->F; f++) {
+    for (int64_t h = 0; h < g->H; h++) tmp[h] = vd_smt_mul(s, w1[(e * g->F + f) * g->H + h], x[h]);
+    a[f] = vd_smt_sum(s, (size_t)g->H, tmp);
+    for (int64_t h = 0; h < g->H; h++) tmp[h] = vd_smt_mul(s, w3[(e * g->F + f) * g->H + h], x[h]);
+    b[f] = vd_smt_sum(s, (size_t)g->H, tmp);
+    hd[f] = vd_smt_mul(s, silu_t(s, a[f]), b[f]);
+  }
+  for (int64_t h = 0; h < g->H; h++) {
+    for (int64_t f = 0; f < g->F; f++) tmp[f] = vd_smt_mul(s, w2[(e * g->H + h) * g->F + f], hd[f]);
+    o[h] = vd_smt_sum(s, (size_t)g->F, tmp);
+  }
+}
+
+static vd_rc gmm_cfg_enc(call_t *c, gmm_cfg *g) {
+  vd_op_shape sh[6];
+  for (int i = 0; i < 6; i++) sh[i] = IN(i)->shape;
+  gmm_read(c->plan, c->node, sh, g);
+  return enc_budget(c, g->T, g->El, g->F + g->H + g->K);
+}
+
+vd_rc vd_moe_enc_nnscaler_moe_gmm(const struct vd_op_encode_call *c) {
+  VD_CHECK(enc_check(c));
+  vd_smt *s = c->smt;
+  gmm_cfg g;
+  VD_CHECK(gmm_cfg_enc(c, &g));
+  size_t nb = (size_t)(g.K + 3 * g.F + g.H + (g.H + g.F + g.K) + g.El * g.H + g.El + 1);
+  vd_term *buf = vd_malloc(sizeof(vd_term) * nb);
+  if (!buf) return VD_OOM(c->diag);
+  vd_term *ind = buf, *a = ind + g.K, *b = a + g.F, *hd = b + g.F, *o = hd + g.F, *tmp = o + g.H;
+  vd_term *ye = tmp + g.H + g.F + g.K, *terms = ye + g.El * g.H;
+  for (int64_t t = 0; t < g.T; t++) {
+    for (int64_t e = 0; e < g.El; e++) {
+      vd_term gate;
+      gmm_expert_t(s, c, &g, t, e, ind, &gate, a, b, hd, o, tmp);
+      for (int64_t h = 0; h < g.H; h++) ye[e * g.H + h] = vd_smt_mul(s, gate, o[h]);
+    }
+    for (int64_t h = 0; h < g.H; h++) {
+      for (int64_t e = 0; e < g.El; e++) terms[e] = ye[e * g.H + h];
+      OUT(0)->t[t * g.H + h] = vd_smt_sum(s, (size_t)g.El, terms);
+    }
+  }
+  vd_free(buf);
+  return enc_done(c);
+}
+
+vd_rc vd_moe_enc_nnscaler_moe_gmm_backward(const struct vd_op_encode_call *c) {
+  VD_CHECK(enc_check(c));
+  vd_smt *s = c->smt;
+  gmm_cfg g;
+  VD_CHECK(gmm_cfg_enc(c, &g));
+  int64_t TE = g.T * g.El, nt = g.T;
+  if (nt < 2 * g.El * g.F) nt = 2 * g.El * g.F;
+  if (nt < g.H + g.F + g.K) nt = g.H + g.F + g.K;
+  if (nt < g.El) nt = g.El;
+  /* per (t,e): ga, gb, hd (F each), go (H); per (j,e) of the current t: dot terms */
+  size_t nb = (size_t)(3 * TE * g.F + TE * g.H + g.K * g.El + 3 * g.F + g.H + g.K + nt + 1);
+  vd_term *buf = vd_malloc(sizeof(vd_term) * nb);
+  if (!buf) return VD_OOM(c->diag);
+  vd_term *GA = buf, *GB = GA + TE * g.F, *HD = GB + TE * g.F, *GO = HD + TE * g.F;
+  vd_term *dots = GO + TE * g.H, *a = dots + g.K * g.El, *b = a + g.F, *o = b + g.F, *ind = o + g.H;
+  vd_term *tmp = ind + g.K, *hd = NULL;
+  const vd_term *w1 = IN(3)->t, *w3 = IN(4)->t, *w2 = IN(5)->t;
+  for (int64_t t = 0; t < g.T; t++) {
+    const vd_term *gy = IN(7)->t + t * g.H;
+    for (int64_t e = 0; e < g.El; e++) {
+      int64_t te = t * g.El + e;
+      vd_term gate;
+      hd = HD + te * g.F;
+      gmm_expert_t(s, c, &g, t, e, ind, &gate, a, b, hd, o, tmp);
+      for (int64_t h = 0; h < g.H; h++) {
+        tmp[h] = vd_smt_mul(s, gy[h], o[h]);
+        GO[te * g.H + h] = vd_smt_mul(s, gate, gy[h]);
+      }
+      vd_term dot = vd_smt_sum(s, (size_t)g.H, tmp);
+      for (int64_t j = 0; j < g.K; j++) dots[j * g.El + e] = vd_smt_mul(s, ind[j], dot);
+      for (int64_t f = 0; f < g.F; f++) {
+        for (int64_t h = 0; h < g.H; h++) tmp[h] = vd_smt_mul(s, w2[(e * g.H + h) * g.F + f], GO[te * g.H + h]);
+        vd_term gh = vd_smt_sum(s, (size_t)g.H, tmp);
+        vd_term f3[3] = {gh, b[f], silu_grad_t(s, a[f])};
+        GA[te * g.F + f] = vd_smt_prod(s, 3, f3);
+        GB[te * g.F + f] = vd_smt_mul(s, gh, silu_t(s, a[f]));
+      }
+    }
+    /* gweight[t,j] = sum_e [routed] <gy, o_e> */
+    for (int64_t j = 0; j < g.K; j++) OUT(1)->t[t * g.K + j] = vd_smt_sum(s, (size_t)g.El, dots + j * g.El);
+    /* gx[t,h] = sum_e sum_f ga w1 + gb w3 */
+    for (int64_t h = 0; h < g.H; h++) {
+      int64_t n = 0;
+      for (int64_t e = 0; e < g.El; e++)
+        for (int64_t f = 0; f < g.F; f++) {
+          int64_t te = t * g.El + e, w = (e * g.F + f) * g.H + h;
+          tmp[n++] = vd_smt_mul(s, GA[te * g.F + f], w1[w]);
+          tmp[n++] = vd_smt_mul(s, GB[te * g.F + f], w3[w]);
+        }
+      OUT(0)->t[t * g.H + h] = vd_smt_sum(s, (size_t)n, tmp);
+    }
+  }
+  /* weight gradients: contractions over the tokens */
+  for (int64_t e = 0; e < g.El; e++)
+    for (int64_t f = 0; f < g.F; f++)
+      for (int64_t h = 0; h < g.H; h++) {
+        int64_t w = (e * g.F + f) * g.H + h;
+        for (int64_t t = 0; t < g.T; t++) tmp[t] = vd_smt_mul(s, GA[(t * g.El + e) * g.F + f], IN(0)->t[t * g.H + h]);
+        OUT(2)->t[w] = vd_smt_sum(s, (size_t)g.T, tmp);
+        for (int64_t t = 0; t < g.T; t++) tmp[t] = vd_smt_mul(s, GB[(t * g.El + e) * g.F + f], IN(0)->t[t * g.H + h]);
+        OUT(3)->t[w] = vd_smt_sum(s, (size_t)g.T, tmp);
+      }
+  for (int64_t e = 0; e < g.El; e++)
+    for (int64_t h = 0; h < g.H; h++)
+      for (int64_t f = 0; f < g.F; f++) {
+        for (int64_t t = 0; t < g.T; t++)
+          tmp[t] = vd_smt_mul(s, GO[(t * g.El + e) * g.H + h], HD[(t * g.El + e) * g.F + f]);
+        OUT(4)->t[(e * g.H + h) * g.F + f] = vd_smt_sum(s, (size_t)g.T, tmp);
+      }
+  vd_free(buf);
+  return enc_done(c);
+}
+
+/* ---- shape reduction rules --------------------------------------------------------- */
+
+static vd_op_dimref dr(int out, uint32_t t, int32_t d) {
+  vd_op_dimref r = {(uint8_t)out, (uint8_t)d, (uint16_t)t};
+  return r;
+}
+static vd_rc req(const vd_op_reduce_call *c, vd_op_dimref a, vd_op_dimref b) {
+  vd_op_red r = {.kind = VD_RED_EQ, .a = a, .b = b, .num = 1, .den = 1};
+  return c->emit(c->sink, &r);
+}
+static vd_rc rmark(const vd_op_reduce_call *c, vd_op_red_kind k, vd_op_dimref a) {
+  vd_op_red r = {.kind = k, .a = a};
+  return c->emit(c->sink, &r);
+}
+static const vd_op_shape *rshp(const vd_op_reduce_call *c, int out, uint32_t t) {
+  return out ? &c->out_shape[t] : &c->in_shape[t];
+}
+/* Every dim of (oa,ta) moves with the same dim of (ob,tb); 0 on a rank mismatch. */
+static int rsame(const vd_op_reduce_call *c, int oa, uint32_t ta, int ob, uint32_t tb, vd_rc *rc) {
+  const vd_op_shape *a = rshp(c, oa, ta), *b = rshp(c, ob, tb);
+  if (a->ndim != b->ndim) return 0;
+  for (int32_t j = 0; j < a->ndim && *rc == VD_OK; j++) *rc = req(c, dr(oa, ta, j), dr(ob, tb, j));
+  return 1;
+}
+
+/* gate_fw: tokens T move together (x, outputs, backward grads); the hidden
+ * dim H is contracted (logits) so >= 2; the expert dim E is kept: the
+ * routing symbols take the whole row, and n_groups / topk_groups / topk are
+ * stated in experts (E must stay a multiple of n_groups with >= topk
+ * experts in the kept groups); the slot dim k is the topk attribute: kept.
+ * Backward also contracts T (weight gradient): >= 2. */
+static vd_rc gate_rule(const vd_op_reduce_call *c, int backward, int *norule) {
+  int bias = backward ? c->n_in == 6 : c->n_in == 3;
+  uint32_t first_k = backward ? 2u + (unsigned)bias : 0; /* first [T,k] input */
+  if (c->n_in < 2 || c->in_shape[0].ndim != 2 || c->in_shape[1].ndim != 2) goto none;
+  if (!backward && (c->n_out != 2 || c->out_shape[0].ndim != 2 || c->out_shape[1].ndim != 2)) goto none;
+  if (backward && c->n_out != 2u + (unsigned)bias) goto none;
+  VD_CHECK(req(c, dr(0, 0, 1), dr(0, 1, 1)));
+  VD_CHECK(rmark(c, VD_RED_MIN2, dr(0, 0, 1)));
+  VD_CHECK(rmark(c, VD_RED_KEEP, dr(0, 1, 0)));
+  if (bias) {
+    if (c->in_shape[2].ndim != 1) goto none;
+    VD_CHECK(rmark(c, VD_RED_KEEP, dr(0, 2, 0)));
+  }
+  if (!backward) {
+    for (uint32_t o = 0; o < 2; o++) {
+      VD_CHECK(req(c, dr(1, o, 0), dr(0, 0, 0)));
+      VD_CHECK(rmark(c, VD_RED_KEEP, dr(1, o, 1)));
+    }
+    return VD_OK;
+  }
+  VD_CHECK(rmark(c, VD_RED_MIN2, dr(0, 0, 0)));
+  for (uint32_t i = first_k; i < c->n_in; i++) {
+    if (c->in_shape[i].ndim != 2) goto none;
+    VD_CHECK(req(c, dr(0, i, 0), dr(0, 0, 0)));
+    VD_CHECK(rmark(c, VD_RED_KEEP, dr(0, i, 1)));
+  }
+  vd_rc rc = VD_OK;
+  for (uint32_t o = 0; o < c->n_out; o++)
+    if (!rsame(c, 1, o, 0, o, &rc)) goto none;
+  return rc;
+none:
+  *norule = 1;
+  return VD_OK;
+}
+vd_rc vd_moe_red_gate_fw(const vd_op_reduce_call *c, int *norule) { return gate_rule(c, 0, norule); }
+vd_rc vd_moe_red_gate_fw_backward(const vd_op_reduce_call *c, int *norule) { return gate_rule(c, 1, norule); }
+
+/* nnscaler_moe_gmm: token rows move together (x, idx, weight, y and the
+ * backward's gradients); H and F are contracted (>= 2); the slot dim k is
+ * kept.  The local expert dim of w1/w3/w2 is reduced like embedding's
+ * vocabulary: the index is a value compared with positions along it, so
+ * local_expert_start/end and n_routed_experts are POS attributes scaled by
+ * the same g/m (g divides every expert range of both plans, so a wrong
+ * range or a weight shard that disagrees with its range stays wrong after
+ * the injective scaling; the gate's index terms are shared, arbitrary
+ * values).  Backward also contracts T. */
+static vd_rc gmm_rule(const vd_op_reduce_call *c, int backward, int *norule) {
+  const vd_op_shape *in = c->in_shape;
+  if (c->n_in != (backward ? 8u : 6u) || c->n_out != (backward ? 5u : 1u)) goto none;
+  if (in[0].ndim != 2 || in[1].ndim != 2 || in[2].ndim != 2 || in[3].ndim != 3 || in[4].ndim != 3 ||
+      in[5].ndim != 3)
+    goto none;
+  for (uint32_t i = 1; i <= 2; i++) {
+    VD_CHECK(req(c, dr(0, i, 0), dr(0, 0, 0)));
+    VD_CHECK(rmark(c, VD_RED_KEEP, dr(0, i, 1)));
+  }
+  VD_CHECK(req(c, dr(0, 4, 0), dr(0, 3, 0)));
+  VD_CHECK(req(c, dr(0, 5, 0), dr(0, 3, 0)));
+  static const char *const posattr[3] = {"local_expert_start", "local_expert_end", "n_routed_experts"};
+  for (int k = 0; k < 3; k++)
+    if (c->plan && c->node && vd_node_attr(c->plan, c->node, posattr[k])) {
+      vd_op_red r = {.kind = VD_RED_POS, .a = dr(0, 3, 0), .attr = posattr[k],
+                     .pos = vd_node_attr_int(c->plan, c->node, posattr[k], 0)};
+      VD_CHECK(c->emit(c->sink, &r));
+    }
+  VD_CHECK(req(c, dr(0, 3, 2), dr(0, 0, 1)));
+  VD_CHECK(req(c, dr(0, 4, 2), dr(0, 0, 1)));
+  VD_CHECK(req(c, dr(0, 5, 1), dr(0, 0, 1)));
+  VD_CHECK(req(c, dr(0, 4, 1), dr(0, 3, 1)));
+  VD_CHECK(req(c, dr(0, 5, 2), dr(0, 3, 1)));
+  VD_CHECK(rmark(c, VD_RED_MIN2, dr(0, 0, 1)));
+  VD_CHECK(rmark(c, VD_RED_MIN2, dr(0, 3, 1)));
+  vd_rc rc = VD_OK;
+  if (!backward) {
+    if (!rsame(c, 1, 0, 0, 0, &rc)) goto none;
+    return rc;
+  }
+  VD_CHECK(rmark(c, VD_RED_MIN2, dr(0, 0, 0)));
+  static const uint32_t src[5] = {0, 2, 3, 4, 5};
+  if (!rsame(c, 0, 6, 0, 0, &rc) || !rsame(c, 0, 7, 0, 0, &rc)) goto none;
+  for (uint32_t o = 0; o < 5 && rc == VD_OK; o++)
+    if (!rsame(c, 1, o, 0, src[o], &rc)) goto none;
+  return rc;
+none:
+  *norule = 1;
+  return VD_OK;
+}
+vd_rc vd_moe_red_nnscaler_moe_gmm(const vd_op_reduce_call *c, int *norule) { return gmm_rule(c, 0, norule); }
+vd_rc vd_moe_red_nnscaler_moe_gmm_backward(const vd_op_reduce_call *c, int *norule) {
+  return gmm_rule(c, 1, norule);
+}
