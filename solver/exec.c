@@ -426,11 +426,12 @@ static vd_rc compare(ctx_t *c, vd_exec_result *r, vd_diag *d) {
     }
     int32_t sv = vd_graph_last(&c->s.g, (uint32_t)sidx, 0, -1);
     int32_t nm = (int32_t)(c->q.g.inst_per_replica ? c->q.g.inst_per_replica[t] : 1);
-    int counted = 0;
+    int counted = 0, any_value = 0;
     for (int32_t dd = 0; dd < c->q.g.replicas; dd++)
       for (int32_t m = 0; m < (pt->scope == VD_SCOPE_PER_MB ? nm : 1); m++) {
         int32_t mb = pt->scope == VD_SCOPE_PER_MB ? m : -1;
         int32_t v = vd_graph_last(&c->q.g, t, dd, mb);
+        any_value |= v >= 0 && c->q.val[v] != NULL;
         if (v < 0 || sv < 0 || !c->q.val[v] || !c->s.val[sv]) continue;
         inst_t I = {t, dd, mb, (uint32_t)v, sidx, sv, shifted(pt, dd, mb), UINT32_MAX};
         if ((rc = check_ann(&I.a, pt, &c->s.p->tensors[sidx], pp, c->q.file, dd, mb, d)) != VD_OK) goto done;
@@ -442,6 +443,13 @@ static vd_rc compare(ctx_t *c, vd_exec_result *r, vd_diag *d) {
         counted = 1;
       }
     r->n_tensors += (size_t)counted;
+    if (!any_value && sv >= 0 && c->s.val[sv] && r->status != VD_EXEC_DISAGREE) {
+      /* The annotation claims a value the parallel plan never computes
+       * (its producer is gone): the claim is not met. */
+      snprintf(r->reason, sizeof(r->reason), "'%s' is annotated with single tensor '%s' but never holds a value",
+               vd_plan_s(pp, pt->name), vd_plan_s(c->s.p, c->s.p->tensors[sidx].name));
+      r->status = VD_EXEC_DISAGREE;
+    }
   }
   /* 2. Groups of partial sums: sort instance indices by (annotation, index). */
   ord = vd_calloc(n_ins + 1, sizeof(*ord));
@@ -691,7 +699,7 @@ vd_rc vd_exec_compare(const vd_plan_t *single, const vd_plan_t *parallel, const 
     goto done;
   }
   if ((rc = compare(&c, r, d)) != VD_OK) goto done;
-  r->status = r->n_bad_instances ? VD_EXEC_DISAGREE : VD_EXEC_AGREE;
+  if (r->status != VD_EXEC_DISAGREE) r->status = r->n_bad_instances ? VD_EXEC_DISAGREE : VD_EXEC_AGREE;
 done:
   vd_free(c.ids);
   run_free(&c.s);

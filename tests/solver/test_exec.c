@@ -76,6 +76,24 @@ static void test_tp2_agrees(void **state) {
   vd_plan_free(&p);
 }
 
+/* An annotated tensor nothing computes (its producer was removed, as bug 2
+ * does to the loss all-reduce of a real plan) breaks its claim. */
+static void test_annotated_without_value_disagrees(void **state) {
+  (void)state;
+  vd_plan_t s, p;
+  assert_int_equal(pb_plan_linear2(&s), VD_OK);
+  assert_int_equal(pb_plan_tp2(&p), VD_OK);
+  vd_tensor_t t = p.tensors[pb_find_tensor(&p, "r0.h")];
+  uint32_t idx;
+  assert_int_equal(vd_plan_add_tensor(&p, &t, "orphan", &idx), VD_OK);
+  p.tensors[idx].id = 9999;
+  vd_exec_result r = run_pair(&s, &p, 1);
+  assert_int_equal(r.status, VD_EXEC_DISAGREE);
+  assert_non_null(strstr(r.reason, "'orphan' is annotated with single tensor 'h' but never holds a value"));
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
 static void test_tp2_missing_all_reduce_disagrees(void **state) {
   (void)state;
   vd_plan_t s, p;
@@ -388,6 +406,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tp2_agrees),
       cmocka_unit_test(test_tp2_missing_all_reduce_disagrees),
+      cmocka_unit_test(test_annotated_without_value_disagrees),
       cmocka_unit_test(test_pp2_agrees),
       cmocka_unit_test(test_mb2_accumulation_agrees),
       cmocka_unit_test(test_dp2_replicas_agree),
