@@ -69,7 +69,7 @@ typedef struct {
   int64_t pnode;    /* plan node index involved (consumer, writer, participant) or -1 */
   int32_t replica;
   int32_t mb;
-  char detail[160]; /* one line, names included */
+  char detail[256]; /* one line, names included */
   char field[32];   /* operand of pnode involved ("in[0]", "out[1]"), "" if none */
 } vd_graph_issue;
 

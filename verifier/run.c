@@ -82,7 +82,16 @@ static vd_rc collect_graph_issues(vd_run *r, const vd_graph_t *g, const char *wh
     snprintf(detail, sizeof(detail), "%s plan: %s", which, gi->detail);
     int64_t rank = -1;
     if (gi->pnode >= 0) rank = vd_graph_rank(g, g->plan->nodes[gi->pnode].rank, gi->replica);
-    VD_CHECK(add_issue(r, VD_DX_DATAFLOW, "graph", vd_gissue_names[gi->kind], rank, gi->mb, detail));
+    /* A DP gradient reducer that reads its gradient before the backward
+     * producing it ran (one microbatch: no accumulator to read yet) is a
+     * schedule error, the same bug as a reducer overtaking the last
+     * microbatch when there are several. */
+    vd_diagnosis dx = VD_DX_DATAFLOW;
+    if (gi->kind == VD_GISSUE_READ_EARLY && gi->pnode >= 0 && gi->tensor >= 0) {
+      const vd_node_t *n = &g->plan->nodes[gi->pnode];
+      if (n->coll >= 0 && n->span_replicas && g->plan->tensors[gi->tensor].role == VD_ROLE_GRAD) dx = VD_DX_SCHEDULE;
+    }
+    VD_CHECK(add_issue(r, dx, "graph", vd_gissue_names[gi->kind], rank, gi->mb, detail));
   }
   return VD_OK;
 }
