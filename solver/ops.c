@@ -62,6 +62,20 @@ int vd_op_has(vd_op_id op, uint32_t flag) { return (vd_op_get(op)->flags & flag)
 vd_op_id vd_op_backward(vd_op_id op) { return (vd_op_id)vd_op_get(op)->backward; }
 const char *vd_op_safety(vd_op_id op) { return vd_op_get(op)->reduction_safety; }
 
+int vd_op_dropout_active(const vd_plan_t *plan, const vd_node_t *node, double *p) {
+  *p = plan && node ? vd_node_attr_float(plan, node, "p", 0.5) : 0.5;
+  if (!(*p > 0)) return 0;
+  const vd_attr_t *t = plan && node ? vd_node_attr(plan, node, "training") : NULL;
+  if (!t) return 1;
+  if (t->kind == VD_ATTR_INT) return t->v.i != 0;
+  if (t->kind == VD_ATTR_FLOAT) return t->v.f != 0;
+  if (t->kind == VD_ATTR_STR) {
+    const char *v = vd_node_attr_str(plan, node, "training", "");
+    return strcmp(v, "False") && strcmp(v, "false") && strcmp(v, "0");
+  }
+  return 1;
+}
+
 vd_rc vd_op_check(const vd_op_call *c) {
   const char *rec = c->record ? c->record : "node";
   if (c->op < 0 || c->op >= VD_OP__COUNT)

@@ -119,6 +119,13 @@ int vd_op_has(vd_op_id op, uint32_t flag);
 vd_op_id vd_op_backward(vd_op_id op);
 const char *vd_op_safety(vd_op_id op);
 
+/* Whether dropout node `node` of `plan` (either may be NULL: torch's
+ * defaults) drops, with its rate in *p: p > 0 and `training` not false.
+ * `training` may be nnScaler's traced string "self.training" (true in a
+ * training iteration); only "False", "false", "0" and a numeric 0 read as
+ * false.  One test for the evaluator and the encoder. */
+int vd_op_dropout_active(const vd_plan_t *plan, const vd_node_t *node, double *p);
+
 /* Checks arity (against the table) and shapes (the op's rule), then
  * evaluates.  Errors are VD_EINPUT with the diag naming c->record and the
  * offending field (e.g. "inputs[1]"). */

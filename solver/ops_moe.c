@@ -453,31 +453,64 @@ static double gmm_gate(const gmm_cfg *g, const double *idx, const double *w, int
 }
 
 /* a = w1_e x, b = w3_e x, hd = silu(a) b; o = w2_e hd. */
-static void gmm_expert(const gmm_cfg *g, const double *x, const double *w1, const double *w3, const double *w2,
-                       int64_t e, double *a, double *b, double *hd, double *o) {
-  for (int64_t f = 0; f < g->F; f++) {
+void vd_moe_expert_fwd(const vd_moe_expert *x, int64_t e, const double *tok) {
+  for (int64_t f = 0; f < x->f; f++) {
     double sa = 0, sb = 0;
-    for (int64_t h = 0; h < g->H; h++) {
-      sa += w1[(e * g->F + f) * g->H + h] * x[h];
-      sb += w3[(e * g->F + f) * g->H + h] * x[h];
+    for (int64_t h = 0; h < x->h; h++) {
+      sa += x->w1[(e * x->f + f) * x->h + h] * tok[h];
+      sb += x->w3[(e * x->f + f) * x->h + h] * tok[h];
     }
-    a[f] = sa;
-    b[f] = sb;
-    hd[f] = silu_f(sa) * sb;
+    x->a[f] = sa;
+    x->b[f] = sb;
+    x->hd[f] = silu_f(sa) * sb;
   }
-  for (int64_t h = 0; h < g->H; h++) {
+  for (int64_t h = 0; h < x->h; h++) {
     double s = 0;
-    for (int64_t f = 0; f < g->F; f++) s += w2[(e * g->H + h) * g->F + f] * hd[f];
-    o[h] = s;
+    for (int64_t f = 0; f < x->f; f++) s += x->w2[(e * x->h + h) * x->f + f] * x->hd[f];
+    x->o[h] = s;
   }
+}
+
+double vd_moe_expert_bwd(const vd_moe_expert *x, int64_t e, const double *tok, const double *gy, double gate,
+                         double *gx, double *gw1, double *gw3, double *gw2) {
+  double dot = 0;
+  for (int64_t h = 0; h < x->h; h++) {
+    dot += gy[h] * x->o[h];
+    x->go[h] = gate * gy[h];
+  }
+  for (int64_t f = 0; f < x->f; f++) {
+    double gh = 0;
+    for (int64_t h = 0; h < x->h; h++) {
+      gh += x->w2[(e * x->h + h) * x->f + f] * x->go[h];
+      gw2[(e * x->h + h) * x->f + f] += x->go[h] * x->hd[f];
+    }
+    x->ga[f] = gh * x->b[f] * silu_g(x->a[f]);
+    x->gb[f] = gh * silu_f(x->a[f]);
+  }
+  for (int64_t f = 0; f < x->f; f++)
+    for (int64_t h = 0; h < x->h; h++) {
+      int64_t w = (e * x->f + f) * x->h + h;
+      gw1[w] += x->ga[f] * tok[h];
+      gw3[w] += x->gb[f] * tok[h];
+      gx[h] += x->ga[f] * x->w1[w] + x->gb[f] * x->w3[w];
+    }
+  return dot;
+}
+
+/* The expert helper over a buffer of 5 f + 2 h doubles. */
+static vd_moe_expert expert_over(double *buf, int64_t h, int64_t f, const double *w1, const double *w3,
+                                 const double *w2) {
+  vd_moe_expert x = {h, f, w1, w3, w2, buf, buf + f, buf + 2 * f, buf + 5 * f, buf + 3 * f, buf + 4 * f,
+                     buf + 5 * f + h};
+  return x;
 }
 
 vd_rc vd_op_i_eval_nnscaler_moe_gmm(const vd_op_call *c) {
   gmm_cfg g;
   gmm_read(c->plan, c->node, c->in_shape, &g);
-  double *buf = vd_calloc((size_t)(3 * g.F + g.H + 1), sizeof(double));
+  double *buf = vd_calloc((size_t)(5 * g.F + 2 * g.H + 1), sizeof(double));
   if (!buf) return VD_OOM(c->diag);
-  double *a = buf, *b = a + g.F, *hd = b + g.F, *o = hd + g.F;
+  vd_moe_expert x = expert_over(buf, g.H, g.F, c->in[3], c->in[4], c->in[5]);
   double *y = c->out[0];
   memset(y, 0, sizeof(double) * (size_t)(g.T * g.H));
   for (int64_t t = 0; t < g.T; t++)
@@ -485,8 +518,8 @@ vd_rc vd_op_i_eval_nnscaler_moe_gmm(const vd_op_call *c) {
       int hit;
       double gate = gmm_gate(&g, c->in[1], c->in[2], t, e, &hit);
       if (!hit) continue;
-      gmm_expert(&g, c->in[0] + t * g.H, c->in[3], c->in[4], c->in[5], e, a, b, hd, o);
-      for (int64_t h = 0; h < g.H; h++) y[t * g.H + h] += gate * o[h];
+      vd_moe_expert_fwd(&x, e, c->in[0] + t * g.H);
+      for (int64_t h = 0; h < g.H; h++) y[t * g.H + h] += gate * x.o[h];
     }
   vd_free(buf);
   return VD_OK;
@@ -497,42 +530,22 @@ vd_rc vd_op_i_eval_nnscaler_moe_gmm_backward(const vd_op_call *c) {
   gmm_read(c->plan, c->node, c->in_shape, &g);
   double *buf = vd_calloc((size_t)(5 * g.F + 2 * g.H + 1), sizeof(double));
   if (!buf) return VD_OOM(c->diag);
-  double *a = buf, *b = a + g.F, *hd = b + g.F, *ga = hd + g.F, *gb = ga + g.F, *o = gb + g.F, *go = o + g.H;
-  const double *idx = c->in[1], *wt = c->in[2], *w1 = c->in[3], *w3 = c->in[4], *w2 = c->in[5];
+  vd_moe_expert x = expert_over(buf, g.H, g.F, c->in[3], c->in[4], c->in[5]);
+  const double *idx = c->in[1], *wt = c->in[2];
   double *gx = c->out[0], *gwt = c->out[1], *gw1 = c->out[2], *gw3 = c->out[3], *gw2 = c->out[4];
   static const uint32_t src[5] = {0, 2, 3, 4, 5};
   for (uint32_t i = 0; i < 5; i++)
     memset(c->out[i], 0, sizeof(double) * (size_t)vd_op_shape_numel(&c->in_shape[src[i]]));
   for (int64_t t = 0; t < g.T; t++) {
-    const double *x = c->in[0] + t * g.H, *gy = c->in[7] + t * g.H;
+    const double *tok = c->in[0] + t * g.H, *gy = c->in[7] + t * g.H;
     for (int64_t e = 0; e < g.El; e++) {
       int hit;
       double gate = gmm_gate(&g, idx, wt, t, e, &hit);
       if (!hit) continue;
-      gmm_expert(&g, x, w1, w3, w2, e, a, b, hd, o);
-      double dot = 0;
-      for (int64_t h = 0; h < g.H; h++) {
-        dot += gy[h] * o[h];
-        go[h] = gate * gy[h];
-      }
+      vd_moe_expert_fwd(&x, e, tok);
+      double dot = vd_moe_expert_bwd(&x, e, tok, gy, gate, gx + t * g.H, gw1, gw3, gw2);
       for (int64_t j = 0; j < g.K; j++)
         if (to_int(idx[t * g.K + j]) == g.start + e) gwt[t * g.K + j] += dot;
-      for (int64_t f = 0; f < g.F; f++) {
-        double gh = 0;
-        for (int64_t h = 0; h < g.H; h++) {
-          gh += w2[(e * g.H + h) * g.F + f] * go[h];
-          gw2[(e * g.H + h) * g.F + f] += go[h] * hd[f];
-        }
-        ga[f] = gh * b[f] * silu_g(a[f]);
-        gb[f] = gh * silu_f(a[f]);
-      }
-      for (int64_t f = 0; f < g.F; f++)
-        for (int64_t h = 0; h < g.H; h++) {
-          int64_t w = (e * g.F + f) * g.H + h;
-          gw1[w] += ga[f] * x[h];
-          gw3[w] += gb[f] * x[h];
-          gx[t * g.H + h] += ga[f] * w1[w] + gb[f] * w3[w];
-        }
     }
   }
   vd_free(buf);

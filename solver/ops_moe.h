@@ -19,6 +19,26 @@
 
 struct vd_op_encode_call;
 
+/* One SwiGLU expert, shared by nnscaler_moe_gmm (here) and grouped_mlp
+ * (ops_numeric.c): on token x [h], expert e of w1, w3 [E, f, h] and
+ * w2 [E, h, f], a = x w1[e]^T, b = x w3[e]^T, hd = silu(a) * b,
+ * o = hd w2[e]^T.  The scratch vectors (a, b, hd, ga, gb: f each; o, go: h
+ * each) belong to the caller. */
+typedef struct {
+  int64_t h, f;
+  const double *w1, *w3, *w2;
+  double *a, *b, *hd, *o, *ga, *gb, *go;
+} vd_moe_expert;
+
+/* Fills a, b, hd and o for token x and expert e. */
+void vd_moe_expert_fwd(const vd_moe_expert *x, int64_t e, const double *tok);
+
+/* Backward of y += gate * o (after vd_moe_expert_fwd on the same token and
+ * expert): adds to gx [h] and to expert e's rows of gw1, gw3, gw2, and
+ * returns the gradient of the gate, gy . o. */
+double vd_moe_expert_bwd(const vd_moe_expert *x, int64_t e, const double *tok, const double *gy, double gate,
+                         double *gx, double *gw1, double *gw3, double *gw2);
+
 /* Numeric evaluators and shape checks (the ops.def contract). */
 vd_rc vd_op_i_eval_gate_fw(const vd_op_call *c);
 vd_rc vd_op_i_shape_gate_fw(const vd_op_call *c);

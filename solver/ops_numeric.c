@@ -31,6 +31,7 @@
 
 #include "../common/mem.h"
 #include "ops.h"
+#include "ops_moe.h"
 
 #define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, safety) \
   vd_rc vd_op_i_eval_##name(const vd_op_call *c);                             \
@@ -740,23 +741,8 @@ vd_rc vd_op_i_eval_gelu_backward(const vd_op_call *c) { return unary_bwd(c, d_ge
  * rounding, never flip it the way a threshold would; 0 when p >= 1.
  * Identity (m = 1) when p == 0 or `training` is false. */
 
-/* 1 when the dropout of this node is active: p > 0 and training.  training
- * is an INT (0/1) or nnScaler's traced expression string ("self.training",
- * the module flag, true during a training iteration): only "False",
- * "false" and "0" read as false; absent means torch's default (true). */
-static int dropout_on(const vd_op_call *c, double *p) {
-  *p = aflt(c, "p", 0.5);
-  if (!(*p > 0)) return 0;
-  const vd_attr_t *t = c->node && c->plan ? vd_node_attr(c->plan, c->node, "training") : NULL;
-  if (!t) return 1;
-  if (t->kind == VD_ATTR_INT) return t->v.i != 0;
-  if (t->kind == VD_ATTR_FLOAT) return t->v.f != 0;
-  if (t->kind == VD_ATTR_STR) {
-    const char *v = astr(c, "training", "");
-    return strcmp(v, "False") && strcmp(v, "false") && strcmp(v, "0");
-  }
-  return 1;
-}
+/* 1 when the dropout of this node is active (vd_op_dropout_active). */
+static int dropout_on(const vd_op_call *c, double *p) { return vd_op_dropout_active(c->plan, c->node, p); }
 
 /* The numeric surrogate of the shared mask symbol dropout_mask(x, p); also
  * smt_encode.c's vd_smt_uf_value meaning of it (kept identical). */
@@ -1447,36 +1433,24 @@ vd_rc vd_op_i_shape_grouped_mlp(const vd_op_call *c) {
   return want_shape(c, 1, 0, &c->in_shape[0]);
 }
 /* Per (token, expert): a = w1 x, b = w3 x, hd = silu(a) * b, o = w2 hd. */
-static void gmlp_hidden(const gmlp_geo *g, const double *x, const double *w1, const double *w3, int64_t e,
-                        double *a, double *b, double *hd) {
-  for (int64_t j = 0; j < g->f; j++) {
-    double sa = 0, sb = 0;
-    for (int64_t i = 0; i < g->h; i++) {
-      sa += w1[(e * g->f + j) * g->h + i] * x[i];
-      sb += w3[(e * g->f + j) * g->h + i] * x[i];
-    }
-    a[j] = sa;
-    b[j] = sb;
-    hd[j] = silu_f(sa) * sb;
-  }
+/* grouped_mlp's experts are vd_moe_expert (ops_moe.c), over 5 f + 2 h doubles. */
+static vd_moe_expert gmlp_expert(const gmlp_geo *g, const vd_op_call *c, double *buf) {
+  vd_moe_expert x = {g->h, g->f, c->in[2], c->in[3], c->in[4], buf, buf + g->f, buf + 2 * g->f,
+                     buf + 5 * g->f, buf + 3 * g->f, buf + 4 * g->f, buf + 5 * g->f + g->h};
+  return x;
 }
 vd_rc vd_op_i_eval_grouped_mlp(const vd_op_call *c) {
   gmlp_geo g;
   VD_CHECK(shape_gmlp(c, &g));
-  double *buf = vd_calloc((size_t)(3 * g.f + 1), sizeof(double));
+  double *buf = vd_calloc((size_t)(5 * g.f + 2 * g.h + 1), sizeof(double));
   if (!buf) return VD_OOM(c->diag);
-  double *a = buf, *b = buf + g.f, *hd = buf + 2 * g.f;
-  const double *w2 = c->in[4];
+  vd_moe_expert x = gmlp_expert(&g, c, buf);
   memset(c->out[0], 0, sizeof(double) * (size_t)(g.t * g.h));
   for (int64_t t = 0; t < g.t; t++)
     for (int64_t e = 0; e < g.el; e++) {
       double gate = c->in[1][t * g.G + g.col0 + e];
-      gmlp_hidden(&g, c->in[0] + t * g.h, c->in[2], c->in[3], e, a, b, hd);
-      for (int64_t i = 0; i < g.h; i++) {
-        double o = 0;
-        for (int64_t j = 0; j < g.f; j++) o += w2[(e * g.h + i) * g.f + j] * hd[j];
-        c->out[0][t * g.h + i] += gate * o;
-      }
+      vd_moe_expert_fwd(&x, e, c->in[0] + t * g.h);
+      for (int64_t i = 0; i < g.h; i++) c->out[0][t * g.h + i] += gate * x.o[i];
     }
   vd_free(buf);
   return VD_OK;
@@ -1492,42 +1466,18 @@ vd_rc vd_op_i_shape_grouped_mlp_backward(const vd_op_call *c) {
 vd_rc vd_op_i_eval_grouped_mlp_backward(const vd_op_call *c) {
   gmlp_geo g;
   VD_CHECK(shape_gmlp(c, &g));
-  double *buf = vd_calloc((size_t)(5 * g.f + g.h + 1), sizeof(double));
+  double *buf = vd_calloc((size_t)(5 * g.f + 2 * g.h + 1), sizeof(double));
   if (!buf) return VD_OOM(c->diag);
-  double *a = buf, *b = buf + g.f, *hd = buf + 2 * g.f, *ga = buf + 3 * g.f, *gb = buf + 4 * g.f;
-  double *go = buf + 5 * g.f;
-  const double *w1 = c->in[2], *w3 = c->in[3], *w2 = c->in[4];
+  vd_moe_expert x = gmlp_expert(&g, c, buf);
   double *gx = c->out[0], *gg = c->out[1], *gw1 = c->out[2], *gw3 = c->out[3], *gw2 = c->out[4];
   for (uint32_t i = 0; i < 5; i++)
     memset(c->out[i], 0, sizeof(double) * (size_t)vd_op_shape_numel(&c->in_shape[i]));
   for (int64_t t = 0; t < g.t; t++) {
-    const double *x = c->in[0] + t * g.h, *gy = c->in[5] + t * g.h;
+    const double *tok = c->in[0] + t * g.h, *gy = c->in[5] + t * g.h;
     for (int64_t e = 0; e < g.el; e++) {
-      double gate = c->in[1][t * g.G + g.col0 + e], gsum = 0;
-      gmlp_hidden(&g, x, w1, w3, e, a, b, hd);
-      for (int64_t i = 0; i < g.h; i++) {
-        double o = 0;
-        for (int64_t j = 0; j < g.f; j++) o += w2[(e * g.h + i) * g.f + j] * hd[j];
-        gsum += gy[i] * o;
-        go[i] = gate * gy[i];
-      }
-      gg[t * g.G + g.col0 + e] += gsum;
-      for (int64_t j = 0; j < g.f; j++) {
-        double gh = 0;
-        for (int64_t i = 0; i < g.h; i++) {
-          gh += w2[(e * g.h + i) * g.f + j] * go[i];
-          gw2[(e * g.h + i) * g.f + j] += go[i] * hd[j];
-        }
-        ga[j] = gh * b[j] * silu_g(a[j]);
-        gb[j] = gh * silu_f(a[j]);
-      }
-      for (int64_t j = 0; j < g.f; j++)
-        for (int64_t i = 0; i < g.h; i++) {
-          int64_t w = (e * g.f + j) * g.h + i;
-          gw1[w] += ga[j] * x[i];
-          gw3[w] += gb[j] * x[i];
-          gx[t * g.h + i] += ga[j] * w1[w] + gb[j] * w3[w];
-        }
+      double gate = c->in[1][t * g.G + g.col0 + e];
+      vd_moe_expert_fwd(&x, e, tok);
+      gg[t * g.G + g.col0 + e] += vd_moe_expert_bwd(&x, e, tok, gy, gate, gx + t * g.h, gw1, gw3, gw2);
     }
   }
   vd_free(buf);

@@ -440,19 +440,7 @@ ENC(gelu_backward) { return unary_bwd(c, s, d_gelu); }
  * solver may choose).  p is an argument, so dropouts of different rates
  * never share a mask.  Identity when p == 0 or training is false (the
  * same test as ops_numeric.c's dropout_on). */
-static int dropout_on_t(call_t *c, double *p) {
-  *p = aflt(c, "p", 0.5);
-  if (!(*p > 0)) return 0;
-  const vd_attr_t *t = c->node && c->plan ? vd_node_attr(c->plan, c->node, "training") : NULL;
-  if (!t) return 1;
-  if (t->kind == VD_ATTR_INT) return t->v.i != 0;
-  if (t->kind == VD_ATTR_FLOAT) return t->v.f != 0;
-  if (t->kind == VD_ATTR_STR) {
-    const char *v = astr(c, "training", "");
-    return strcmp(v, "False") && strcmp(v, "false") && strcmp(v, "0");
-  }
-  return 1;
-}
+static int dropout_on_t(call_t *c, double *p) { return vd_op_dropout_active(c->plan, c->node, p); }
 static vd_term dropout_mask_t(vd_smt *s, vd_term x, double p) {
   vd_term a[2] = {x, D(s, p)};
   return vd_smt_uf(s, "dropout_mask", 2, a);
