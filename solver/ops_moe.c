@@ -43,7 +43,6 @@
  * Real-valued I_j terms; numerals follow the term's sort.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -67,18 +66,8 @@ static const char *as(const vd_plan_t *p, const vd_node_t *n, const char *key, c
   return p && n ? vd_node_attr_str(p, n, key, def) : def;
 }
 
-static const char *rec(const vd_op_call *c) { return c->record ? c->record : "node"; }
 
-static vd_rc bad(const vd_op_call *c, const char *field, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static vd_rc bad(const vd_op_call *c, const char *field, const char *fmt, ...) {
-  char buf[VD_DIAG_TEXT - 64];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, sizeof(buf), fmt, ap);
-  va_end(ap);
-  return vd_diag_set(c->diag, VD_EINPUT, __FILE__, __LINE__, NULL, rec(c), field, "%s: %s",
-                     vd_op_table[c->op].name, buf);
-}
+#define bad vd_op_i_bad
 
 static vd_rc want(const vd_op_call *c, int is_out, uint32_t i, int32_t nd, int64_t d0, int64_t d1, int64_t d2) {
   const vd_op_shape *s = is_out ? &c->out_shape[i] : &c->in_shape[i];
@@ -111,11 +100,8 @@ static int64_t to_int(double v) {
   return (int64_t)llround(v);
 }
 static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
-static double silu_f(double x) { return x * sigm(x); }
-static double silu_g(double x) {
-  double s = sigm(x);
-  return s * (1.0 + x * (1.0 - s));
-}
+#define silu_f vd_op_i_silu
+#define silu_g vd_op_i_silu_grad
 
 /* ---- the gate: configuration and numeric routing ----------------------------- */
 

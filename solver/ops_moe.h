@@ -19,6 +19,13 @@
 
 struct vd_op_encode_call;
 
+/* Helpers of ops_numeric.c that ops_moe.c shares: the one error line of a
+ * numeric operator ("<op>: <text>" on record and field), silu and its
+ * derivative. */
+vd_rc vd_op_i_bad(const vd_op_call *c, const char *field, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+double vd_op_i_silu(double x);
+double vd_op_i_silu_grad(double x);
+
 /* One SwiGLU expert, shared by nnscaler_moe_gmm (here) and grouped_mlp
  * (ops_numeric.c): on token x [h], expert e of w1, w3 [E, f, h] and
  * w2 [E, h, f], a = x w1[e]^T, b = x w3[e]^T, hd = silu(a) * b,

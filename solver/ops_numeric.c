@@ -44,9 +44,8 @@
 static const char *rec(const vd_op_call *c) { return c->record ? c->record : "node"; }
 static const char *opname(const vd_op_call *c) { return vd_op_table[c->op].name; }
 
-static vd_rc bad(const vd_op_call *c, const char *field, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static vd_rc bad(const vd_op_call *c, const char *field, const char *fmt, ...) {
+#define bad vd_op_i_bad
+vd_rc vd_op_i_bad(const vd_op_call *c, const char *field, const char *fmt, ...) {
   char buf[VD_DIAG_TEXT - 64];
   va_list ap;
   va_start(ap, fmt);
@@ -199,11 +198,13 @@ static double gelu_f(double x) { return 0.5 * x * (1.0 + erf(x / sqrt(2.0))); }
 static double gelu_g(double x) {
   return 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
 }
-static double silu_f(double x) { return x * sigm(x); }
-static double silu_g(double x) {
+double vd_op_i_silu(double x) { return x * sigm(x); }
+double vd_op_i_silu_grad(double x) {
   double s = sigm(x);
   return s * (1.0 + x * (1.0 - s));
 }
+#define silu_f vd_op_i_silu
+#define silu_g vd_op_i_silu_grad
 
 /* ---- shape rules shared by many operators -------------------------------- */
 
