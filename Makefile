@@ -83,10 +83,12 @@ test: deps
 bugs: $(BIN)/verdict
 	VERIFY=1 sh tests/bugs/run_suite.sh $(BIN)/verdict
 
-# The nnScaler corpus (../shared/corpus): convert every pair and check it.
+# The nnScaler corpus (../shared/corpus): convert every pair, verify it and
+# run the oracle on it; the table (docs/corpus.md) also lands in $(BUILD)/corpus.md.
 CORPUS ?= ../shared/corpus
 corpus: $(BIN)/verdict
-	sh tools/corpus_run.sh $(BIN)/verdict $(CORPUS)/nnscaler
+	@mkdir -p $(BUILD); sh tools/corpus_run.sh $(BIN)/verdict $(CORPUS)/nnscaler >$(BUILD)/corpus.md; \
+	  rc=$$?; cat $(BUILD)/corpus.md; exit $$rc
 
 # The main paths under valgrind (leaks and memory errors).
 valgrind: $(BIN)/verdict

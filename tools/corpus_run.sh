@@ -12,9 +12,10 @@
 # (the numeric oracle: agree / DISAGREE / unsupported), each under a time
 # limit (TIMEOUT seconds, default 300) and a memory limit (MEM_KB, default
 # 12 GiB).  ROWS="1 20 72" runs only those rows.  A killed run is reported
-# as such, never as a verdict.  Exit 0 when every row ran; the table says
-# whether each verdict is the expected one (same global batch: EQUIVALENT;
-# different global batch: BATCH) and whether exec agrees with it.
+# as such, never as a verdict.  The last column says whether the row is as
+# expected: the same global batch EQUIVALENT and exec agreeing, a different
+# global batch a BATCH diagnosis and exec disagreeing.  Exit 0 when every
+# row is, 1 otherwise.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
@@ -26,6 +27,8 @@ TO=${TIMEOUT:-300}
 MEM=${MEM_KB:-12582912}
 ROWS=${ROWS:-}
 mkdir -p "$OUT"
+FAILED="$OUT/.unexpected"
+rm -f "$FAILED"
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
 echo "| # | parallel plan | ranks | convert s | verdict | stages (classes) | verify s | exec | exec s | expected |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
@@ -38,10 +41,10 @@ grep '^| .*\.pkl |' "$README" | while IFS='|' read -r _ fam par sm pm _; do
   s="$OUT/$base.single.plan"; p="$OUT/$base.parallel.plan"
   t0=$(date +%s.%N)
   if ! msg=$(python3 "$HERE/nnscaler2plan" --sm "$CORPUS/$sm" --pm "$CORPUS/$pm" --single "$s" --parallel "$p" 2>&1); then
-    echo "| $i | ${pm%.pkl} | - | - | convert failed: $msg | - | - | - | - | no |"; continue
+    echo "| $i | ${pm%.pkl} | - | - | convert failed: $msg | - | - | - | - | no |"; echo "$i" >>"$FAILED"; continue
   fi
   t1=$(date +%s.%N)
-  v2=$("$VERDICT" plan validate "$p" 2>&1) || { echo "| $i | ${pm%.pkl} | - | $(secs "$t0" "$t1") | invalid: $v2 | - | - | - | - | no |"; continue; }
+  v2=$("$VERDICT" plan validate "$p" 2>&1) || { echo "| $i | ${pm%.pkl} | - | $(secs "$t0" "$t1") | invalid: $v2 | - | - | - | - | no |"; echo "$i" >>"$FAILED"; continue; }
   rk=$(echo "$v2" | sed -n 's/.*nodes, \([0-9]*\) stored ranks x \([0-9]*\) replicas.*/\1 x \2/p')
   # the verdict
   t2=$(date +%s.%N)
@@ -73,4 +76,10 @@ grep '^| .*\.pkl |' "$README" | while IFS='|' read -r _ fam par sm pm _; do
     "NOT EQUIVALENT: BATCH"*) [ "$res" = DISAGREE ] && exp=yes ;;
   esac
   echo "| $i | ${pm%.pkl} | ${rk:--} | $(secs "$t0" "$t1") | $vd | ${st:--} | $(secs "$t2" "$t3") | $res | $(secs "$t4" "$t5") | $exp |"
+  [ "$exp" = yes ] || echo "$i" >>"$FAILED"
 done
+if [ -s "$FAILED" ]; then
+  echo "corpus_run: rows not as expected: $(tr '\n' ' ' <"$FAILED")" >&2
+  exit 1
+fi
+exit 0
