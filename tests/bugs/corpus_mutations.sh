@@ -36,8 +36,14 @@ while [ $# -ge 2 ]; do
     if [ -n "$BUGS" ]; then case " $BUGS " in *" $num "*) ;; *) continue ;; esac; fi
     M="$WORK/m$num.plan"
     if ! "$VERDICT" mutate -q --bug "$num" "$P" "$M" >"$WORK/mutate.log" 2>&1; then
-      printf '%-44s %-4s %-28s %-10s %-18s %s\n' "$name" "$num" "$cls/$bname" - - \
-        "n/a: $(sed 's/.*does not apply: //' "$WORK/mutate.log" | head -1 | cut -c1-70)"
+      if grep -q "does not apply" "$WORK/mutate.log"; then
+        printf '%-44s %-4s %-28s %-10s %-18s %s\n' "$name" "$num" "$cls/$bname" - - \
+          "n/a: $(sed 's/.*does not apply: //' "$WORK/mutate.log" | head -1 | cut -c1-70)"
+      else
+        printf '%-44s %-4s %-28s %-10s %-18s %s\n' "$name" "$num" "$cls/$bname" - - \
+          "MUTATE FAILED: $(head -1 "$WORK/mutate.log" | cut -c1-70)"
+        FAILS=$((FAILS + 1))
+      fi
       continue
     fi
     applied=$((applied + 1))
