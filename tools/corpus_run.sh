@@ -10,7 +10,7 @@
 # validate` on both plans, `verdict --sm --pm` (the verdict: EQUIVALENT, NOT
 # EQUIVALENT with the first diagnosis, INCONCLUSIVE) and `verdict exec`
 # (the numeric oracle: agree / DISAGREE / unsupported), each under a time
-# limit (TIMEOUT seconds, default 300) and a memory limit (MEM_KB, default
+# limit (TIMEOUT seconds, default 900: the dp16 x nm16 MoE pair needs 200+) and a memory limit (MEM_KB, default
 # 12 GiB).  ROWS="1 20 72" runs only those rows.  A killed run is reported
 # as such, never as a verdict.  The last column says whether the row is as
 # expected: the same global batch EQUIVALENT and exec agreeing, a different
@@ -23,7 +23,7 @@ VERDICT=${1:-${VERDICT:-$ROOT/bin/verdict}}
 CORPUS=${2:-$ROOT/../shared/corpus/nnscaler}
 OUT=${3:-$ROOT/build/corpus}
 README=$(dirname "$CORPUS")/README.md
-TO=${TIMEOUT:-300}
+TO=${TIMEOUT:-900}
 MEM=${MEM_KB:-12582912}
 ROWS=${ROWS:-}
 mkdir -p "$OUT"
