@@ -10,8 +10,9 @@
 # validate` on both plans, `verdict --sm --pm` (the verdict: EQUIVALENT, NOT
 # EQUIVALENT with the first diagnosis, INCONCLUSIVE) and `verdict exec`
 # (the numeric oracle: agree / DISAGREE / unsupported), each under a time
-# limit (TIMEOUT seconds, default 900: the dp16 x nm16 MoE pair needs 200+) and a memory limit (MEM_KB, default
-# 12 GiB).  ROWS="1 20 72" runs only those rows.  A killed run is reported
+# limit (TIMEOUT seconds, default 900: the dp16 x nm16 MoE pair needs over
+# 200) and a memory limit (MEM_KB, default 12 GiB).  ROWS="1 20 72" runs
+# only those rows.  A killed run is reported
 # as such, never as a verdict.  The last column says whether the row is as
 # expected: the same global batch EQUIVALENT and exec agreeing, a different
 # global batch a BATCH diagnosis and exec disagreeing.  Exit 0 when every
