@@ -948,7 +948,10 @@ class Conv:
         if self.kind == "parallel":
             p["world"] = world
         p.update({"segments": self.segments, "schedule": sched, "tensors": tensors, "nodes": out_nodes,
-                  "x_source": "nnscaler2plan", "x_unmapped_ops": sorted(self.unmapped)})
+                  "x_source": "nnscaler2plan",
+                  # operators written under their nnScaler name (the registry
+                  # knows the corpus ones by that name); expanded blocks are not
+                  "x_nnscaler_named_ops": sorted(k for k in self.unmapped if k not in fused.FUSED_OPS)})
         return p
 
 
