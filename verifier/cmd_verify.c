@@ -31,7 +31,7 @@ static void verify_usage(FILE *f) {
           "  --no-reduce          check stages on their original shapes\n"
           "  --dump-stages FILE   write every stage (class, targets, shapes, nodes) to FILE\n"
           "  -q                   no progress or timings, only the verdict and failures\n"
-          "  -v                   more detail\n"
+          "  -v                   also list the slowest stages (find them with --dump-stages)\n"
           "  -h, --help           this text\n"
           "\n"
           "exit codes: 0 equivalent, 1 not equivalent, 2 bad input or usage, 3 inconclusive\n");

@@ -240,6 +240,35 @@ static void text_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
   }
 }
 
+/* -v: the stages that took longest to solve (representatives of their
+ * class only; members copy their verdict), with their sizes, so a slow
+ * run can be traced to its stages (then --dump-stages shows them). */
+static void text_slowest(const vd_run *r, FILE *f) {
+  enum { TOP = 5 };
+  size_t top[TOP], n = 0;
+  for (size_t i = 0; i < r->set.n_stages; i++) {
+    const vd_stage *st = &r->set.stages[i];
+    if (st->canon_class >= 0 && (uint32_t)st->canon_class != st->id) continue;
+    double ms = r->verdicts[i].ms;
+    size_t k = n < TOP ? n++ : TOP;
+    if (k == TOP && ms <= r->verdicts[top[TOP - 1]].ms) continue;
+    if (k == TOP) k = TOP - 1;
+    while (k > 0 && r->verdicts[top[k - 1]].ms < ms) {
+      top[k] = top[k - 1];
+      k--;
+    }
+    top[k] = i;
+  }
+  if (!n) return;
+  fprintf(f, "  slowest stages:");
+  for (size_t k = 0; k < n; k++) {
+    const vd_stage *st = &r->set.stages[top[k]];
+    fprintf(f, "%s %u (%.3fs, %u nodes, %u values)", k ? "," : "", st->id, r->verdicts[top[k]].ms / 1e3,
+            st->n_nodes, st->n_vals);
+  }
+  fputc('\n', f);
+}
+
 void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   fprintf(f, "%s\n", verdict_word(r));
   fprintf(f, "  stages %zu (classes solved %zu, reduced %zu, by normal form %zu): %zu equivalent, %zu not equivalent, %zu inconclusive\n",
@@ -249,6 +278,7 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
     fprintf(f, "  time:");
     for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, " %s %.3fs", vd_run_phase_names[i], r->phase_s[i]);
     fprintf(f, "; peak %.1f MB; %d thread(s)\n", (double)r->peak_bytes / 1e6, r->threads_used);
+    if (o->verbose && r->verdicts) text_slowest(r, f);
   }
   for (size_t i = 0; i < r->n_issues; i++) {
     const vd_run_issue *is = &r->issues[i];

@@ -52,4 +52,8 @@ for f in "$TMP/run.threads2noreuse" "$TMP/run.threads2nofastpath"; do
   cmp "$TMP/a" "$TMP/b" || fail "failures differ with $f"
   head -1 "$f" | grep -q "NOT EQUIVALENT" || fail "verdict differs with $f"
 done
+# -v lists the slowest stages (at most five), each with its time and size
+expect_exit 0 "$VERDICT" -v --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+expect_in "^  slowest stages: [0-9]* ([0-9.]*s, [0-9]* nodes, [0-9]* values)" "$TMP/out"
+[ "$(grep '^  slowest stages:' "$TMP/out" | tr ',' '\n' | grep -c 's, ')" -le 5 ] || fail "more than five slowest stages"
 echo ok
