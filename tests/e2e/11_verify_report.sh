@@ -55,5 +55,6 @@ done
 # -v lists the slowest stages (at most five), each with its time and size
 expect_exit 0 "$VERDICT" -v --sm "$TMP/s.plan" --pm "$TMP/p.plan"
 expect_in "^  slowest stages: [0-9]* ([0-9.]*s, [0-9]* nodes, [0-9]* values)" "$TMP/out"
-[ "$(grep '^  slowest stages:' "$TMP/out" | tr ',' '\n' | grep -c 's, ')" -le 5 ] || fail "more than five slowest stages"
+n=$(grep '^  slowest stages:' "$TMP/out" | grep -o '[0-9.]*s, [0-9]* nodes' | wc -l)
+[ "$n" -ge 1 ] && [ "$n" -le 5 ] || fail "expected 1 to 5 slowest stages, got $n"
 echo ok
