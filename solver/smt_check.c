@@ -273,10 +273,12 @@ static int push(termvec *v, vd_term t) {
   return 0;
 }
 
-/* Collects the uninterpreted constants under roots (DAG walk, each node once). */
-static vd_rc free_symbols(vd_smt *s, const vd_term *roots, size_t n, termvec *out) {
+/* One DAG walk under roots (each node once): the uninterpreted constants
+ * into *syms and, when funcs is not NULL, the distinct uninterpreted
+ * function symbols of arity > 0 into *funcs, both in walk order. */
+static vd_rc collect_uninterpreted(vd_smt *s, const vd_term *roots, size_t n, termvec *syms, termvec *funcs) {
   Z3_context z = vd_smt_i_z3(s);
-  idset seen = {0};
+  idset seen = {0}, decls = {0};
   termvec stack = {0};
   vd_rc rc = VD_OK;
   for (size_t i = 0; i < n && rc == VD_OK; i++)
@@ -288,14 +290,21 @@ static vd_rc free_symbols(vd_smt *s, const vd_term *roots, size_t n, termvec *ou
     if (fresh <= 0 || Z3_get_ast_kind(z, t) != Z3_APP_AST) continue;
     Z3_app a = Z3_to_app(z, t);
     unsigned na = Z3_get_app_num_args(z, a);
-    if (na == 0) {
-      if (Z3_get_decl_kind(z, Z3_get_app_decl(z, a)) == Z3_OP_UNINTERPRETED && push(out, t)) rc = VD_ENOMEM;
-      continue;
+    Z3_func_decl f = Z3_get_app_decl(z, a);
+    if (Z3_get_decl_kind(z, f) == Z3_OP_UNINTERPRETED) {
+      if (na == 0) {
+        if (push(syms, t)) rc = VD_ENOMEM;
+      } else if (funcs) {
+        Z3_ast fa = Z3_func_decl_to_ast(z, f);
+        int nf = idset_add(&decls, Z3_get_ast_id(z, fa));
+        if (nf < 0 || (nf > 0 && push(funcs, (vd_term)fa))) rc = VD_ENOMEM;
+      }
     }
     for (unsigned k = 0; k < na && rc == VD_OK; k++)
       if (push(&stack, Z3_get_app_arg(z, a, k))) rc = VD_ENOMEM;
   }
   vd_free(seen.slot);
+  vd_free(decls.slot);
   vd_free(stack.v);
   return rc;
 }
@@ -349,7 +358,7 @@ static vd_rc fill_model(vd_smt *s, Z3_model m, const vd_term *par, const vd_term
   vd_rc rc = VD_OK;
   for (size_t i = 0; i < n_open && rc == VD_OK; i++)
     if (push(&roots, par[open[i]]) || push(&roots, single[open[i]])) rc = VD_ENOMEM;
-  if (rc == VD_OK) rc = free_symbols(s, roots.v, roots.n, &syms);
+  if (rc == VD_OK) rc = collect_uninterpreted(s, roots.v, roots.n, &syms, NULL);
   if (rc == VD_OK && syms.n) {
     nm = vd_malloc(sizeof(named) * syms.n);
     res->inputs = vd_calloc(syms.n, sizeof(vd_smt_value));
@@ -486,35 +495,6 @@ static vd_rc solve(vd_smt *s, const vd_term *par, const vd_term *single, const s
  * genuine counterexample; nothing is concluded when none differs (the
  * solver decides then).  This finds most real bugs in microseconds where
  * the nonlinear solver may need minutes. */
-static vd_rc collect_funcs(vd_smt *s, const vd_term *roots, size_t n, termvec *out) {
-  Z3_context z = vd_smt_i_z3(s);
-  idset seen = {0}, decls = {0};
-  termvec stack = {0};
-  vd_rc rc = VD_OK;
-  for (size_t i = 0; i < n && rc == VD_OK; i++)
-    if (roots[i] && push(&stack, roots[i])) rc = VD_ENOMEM;
-  while (rc == VD_OK && stack.n) {
-    Z3_ast t = stack.v[--stack.n];
-    int fresh = idset_add(&seen, Z3_get_ast_id(z, t));
-    if (fresh < 0) rc = VD_ENOMEM;
-    if (fresh <= 0 || Z3_get_ast_kind(z, t) != Z3_APP_AST) continue;
-    Z3_app a = Z3_to_app(z, t);
-    unsigned na = Z3_get_app_num_args(z, a);
-    Z3_func_decl f = Z3_get_app_decl(z, a);
-    if (na > 0 && Z3_get_decl_kind(z, f) == Z3_OP_UNINTERPRETED) {
-      Z3_ast fa = Z3_func_decl_to_ast(z, f);
-      int nf = idset_add(&decls, Z3_get_ast_id(z, fa));
-      if (nf < 0 || (nf > 0 && push(out, (vd_term)fa))) rc = VD_ENOMEM;
-    }
-    for (unsigned k = 0; k < na && rc == VD_OK; k++)
-      if (push(&stack, Z3_get_app_arg(z, a, k))) rc = VD_ENOMEM;
-  }
-  vd_free(seen.slot);
-  vd_free(decls.slot);
-  vd_free(stack.v);
-  return rc;
-}
-
 static Z3_ast random_value(vd_smt *s, Z3_sort sort, uint64_t *st) {
   Z3_context z = vd_smt_i_z3(s);
   *st ^= *st << 13;
@@ -611,8 +591,7 @@ static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const
       return VD_OK;
   for (size_t i = 0; i < n_open && rc == VD_OK; i++)
     if (push(&roots, par[open[i]]) || push(&roots, single[open[i]])) rc = VD_ENOMEM;
-  if (rc == VD_OK) rc = free_symbols(s, roots.v, roots.n, &syms);
-  if (rc == VD_OK) rc = collect_funcs(s, roots.v, roots.n, &funcs);
+  if (rc == VD_OK) rc = collect_uninterpreted(s, roots.v, roots.n, &syms, &funcs);
   termvec apps = {0};
   if (rc == VD_OK) rc = collect_apps(s, roots.v, roots.n, 4096, &apps);
   uint64_t st = 0x9e3779b97f4a7c15ull;
