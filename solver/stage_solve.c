@@ -410,21 +410,20 @@ static void classify(solve_ctx *c, uint32_t ti, int32_t piece, const vd_smt_diff
       const vd_smt_tensor *pt = &c->ten[pp[2 * j + 1]];
       for (size_t e = 0; e < n; e++) scaled[e] = scaled[e] ? vd_smt_add(c->s, scaled[e], pt->t[e]) : pt->t[e];
     }
-    int64_t cpp = parts_seen ? (int64_t)t->n_pieces / parts_seen : 0;
-    for (int64_t g = cpp; g >= 2 && cpp * parts_seen == (int64_t)t->n_pieces; g--) {
+    int64_t cpp = (int64_t)t->n_pieces / parts_seen;
+    vd_term *want = cpp * parts_seen == (int64_t)t->n_pieces ? vd_calloc(n ? n : 1, sizeof(*want)) : NULL;
+    for (int64_t g = cpp; want && g >= 2; g--) {
       if (cpp % g) continue;
       vd_term f = vd_smt_num_int(c->s, cpp / g);
-      vd_term *want = vd_calloc(n ? n : 1, sizeof(*want));
-      if (!want) goto done;
       for (size_t e = 0; e < n; e++) want[e] = cpp / g == 1 ? slice.t[e] : vd_smt_mul(c->s, f, slice.t[e]);
-      int eq = proves_equal(c, scaled, want, n);
-      vd_free(want);
-      if (eq) {
+      if (proves_equal(c, scaled, want, n)) {
         v->diagnosis = VD_DX_MISSING_REDUCTION;
         if (cpp / g != 1) snprintf(v->factor, sizeof(v->factor), "partial sums over groups of %lld", (long long)g);
-        goto done;
+        break;
       }
     }
+    vd_free(want);
+    if (v->diagnosis == VD_DX_MISSING_REDUCTION) goto done;
   }
 
   /* PERMUTED_SLICES: the candidate equals another slice of the same width
