@@ -6,7 +6,7 @@
 # end-to-end scripts run against bin/verdict.
 
 CC      ?= gcc
-MODULES := common plans graph lineage stages solver verifier bugs
+MODULES := common plans ops graph oracle lineage stages solver verifier bugs
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
                -I/usr/include/igraph -fopenmp
 OPT     ?= -O2 -g
@@ -27,7 +27,7 @@ TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_SUPPORT := $(wildcard tests/support/*.c)
 E2E     := $(sort $(wildcard tests/e2e/[0-9]*.sh))
 
-.PHONY: all deps test unit e2e asan demo fuzz fuzz-short clean bugs corpus bench valgrind
+.PHONY: all deps test unit e2e asan demo fuzz fuzz-short clean bugs corpus bench valgrind lint
 all: $(BIN)/verdict
 
 # Installs missing Debian packages (as root, or through sudo); does nothing
@@ -71,11 +71,16 @@ e2e: $(BIN)/verdict
 
 # The README's test command.  Pulls in deps so a fresh machine needs nothing else.
 test: deps
+	$(MAKE) lint
 	$(MAKE) all
 	$(MAKE) unit
 	$(MAKE) e2e
 	$(MAKE) bugs
 	$(MAKE) fuzz-short
+
+# No module includes a header of a module above it (order in the script).
+lint:
+	@sh tools/check_layers.sh
 
 # The bug-injection suite (BUGS.md): every class injected, caught by the
 # numeric executor and by the verifier with the expected diagnosis; every

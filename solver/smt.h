@@ -41,7 +41,7 @@
 #include <stdint.h>
 
 #include "../common/diag.h"
-#include "ops.h"
+#include "../ops/ops.h"
 
 struct _Z3_ast;
 typedef struct _Z3_ast *vd_term;
@@ -205,7 +205,7 @@ vd_rc vd_smt_encode(const struct vd_op_encode_call *c);
  *   topk_gate_backward.k<K>.j<J> (row of e logits, row of e grads);
  *   gate_fw.<score>.g<G>.tg<TG>.k<K>.b<B>.{idx.j<J>, w.j<J>, jac.e<E>.j<J>} (row of e logits,
  *   then the bias row when B = 1): routing index, normalised weight, d weight_J / d logit_E
- *   of nnScaler's gate_fw (solver/ops_moe.c). */
+ *   of nnScaler's gate_fw (ops/ops_moe.c). */
 int vd_smt_uf_value(const char *name, size_t n, const double *args, double *out);
 
 /* ---- equivalence check (smt_check.c) ------------------------------------- */

@@ -1,10 +1,10 @@
 /*
  * solver/smt_encode.c - the symbolic encoders of every operator of
- * docs/operators.md, keyed by vd_op_id (solver/ops.h), forward and
+ * docs/operators.md, keyed by vd_op_id (ops/ops.h), forward and
  * backward, plus the collectives applied to a merged instance.
  *
  * Each encoder computes, over tensors of terms, exactly what the numeric
- * evaluator of solver/ops_numeric.c computes over doubles (the test
+ * evaluator of ops/ops_numeric.c computes over doubles (the test
  * tests/solver/test_smt_encode.c checks that on random inputs), with these
  * representation choices:
  *  - linear and polynomial operators are interpreted (add .. matmul, sums,
@@ -38,7 +38,7 @@
 
 #include "../common/mem.h"
 #include "smt.h"
-#include "ops_moe.h" /* enc_gate_fw, enc_nnscaler_moe_gmm (+ backward) for the table */
+#include "../ops/ops_moe.h" /* enc_gate_fw, enc_nnscaler_moe_gmm (+ backward) for the table */
 
 typedef const struct vd_op_encode_call call_t;
 
@@ -1264,7 +1264,7 @@ ENC(adam_step) {
 
 static const vd_op_encode_fn enc_table[VD_OP__COUNT] = {
 #define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, safety) [VD_OP_##ID] = enc_##name,
-#include "ops.def"
+#include "../ops/ops.def"
 #undef VD_OP
 };
 

@@ -35,7 +35,7 @@
 #include <string.h>
 
 #include "../common/mem.h"
-#include "../solver/ops.h"
+#include "../ops/ops.h"
 
 typedef struct {
   uint8_t *b;

@@ -44,7 +44,7 @@
 #include <string.h>
 
 #include "../common/mem.h"
-#include "../solver/ops.h"
+#include "../ops/ops.h"
 
 #define NONE UINT32_MAX
 #define CONE_MAX 100000u

@@ -51,7 +51,7 @@ typedef struct {
   uint8_t side;
   uint32_t gnode;     /* Gs or Gp graph node index */
   int32_t replica;    /* parallel: virtual replica of the instance (span collectives: 0) */
-  int op;             /* vd_op_id (solver/ops.h), or -1 when unknown to the registry */
+  int op;             /* vd_op_id (ops/ops.h), or -1 when unknown to the registry */
   uint32_t in_off, n_in;   /* stage-local value indices in st->idx */
   uint32_t out_off, n_out; /* stage-local value indices in st->idx */
   uint32_t ovr_off, n_ovr; /* attribute overrides in st->ovr */

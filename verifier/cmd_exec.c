@@ -5,7 +5,7 @@
  *   verdict exec --sm single.plan --pm parallel.plan [--seed N] [--tol T]
  *                [--reduce | --no-reduce] [-q]
  *
- * Runs both plans in double precision on random inputs (solver/exec.h) and
+ * Runs both plans in double precision on random inputs (oracle/exec.h) and
  * prints a short report.  Plans with a tensor of more than 2^22 elements (or
  * any plan under --reduce) run on reduced copies (vd_exec_reduce: the
  * verifier's shape reduction over the whole pair); the report says so.  Exit codes: 0 the plans agree, 1 they disagree,
@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "../plans/plan.h"
-#include "../solver/exec.h"
+#include "../oracle/exec.h"
 #include "cli.h"
 
 /* Above this many elements in some tensor, exec reduces by default. */

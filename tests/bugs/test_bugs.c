@@ -23,7 +23,7 @@
 #include "../../bugs/bugs.h"
 #include "../../common/mem.h"
 #include "../../plans/gen.h"
-#include "../../solver/exec.h"
+#include "../../oracle/exec.h"
 
 typedef enum { CFG_BASE, CFG_SP, CFG_CP, CFG_ZERO, CFG_CLIP, CFG__COUNT } cfg_id;
 

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "../../plans/gen.h"
-#include "../../solver/exec.h"
+#include "../../oracle/exec.h"
 
 static int64_t single_id(const vd_plan_t *s, const char *name) {
   for (size_t i = 0; i < s->n_tensors; i++)

@@ -13,7 +13,7 @@
 
 #include "../../common/mem.h"
 #include "../../plans/plan.h"
-#include "../../solver/ops.h"
+#include "../../ops/ops.h"
 #include "../../stages/stage.h"
 
 #define TB_MAX 64

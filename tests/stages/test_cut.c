@@ -17,7 +17,7 @@
 #include "../../graph/graph.h"
 #include "../../lineage/lineage.h"
 #include "../../plans/gen.h"
-#include "../../solver/ops.h"
+#include "../../ops/ops.h"
 #include "../../stages/stage.h"
 #include "../support/plan_builders.h"
 

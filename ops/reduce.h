@@ -1,14 +1,14 @@
 /*
- * stages/reduce.h - the closed-form shape reduction over an arbitrary set of
+ * ops/reduce.h - the closed-form shape reduction over an arbitrary set of
  * values (docs/shape-reduction.md).
  *
  * The verifier reduces one stage at a time (vd_stage_reduce in stage.h is a
  * client of this interface); the numeric executor reduces a whole
- * single/parallel pair (solver/exec_reduce.c).  Both describe their problem
+ * single/parallel pair (oracle/exec_reduce.c).  Both describe their problem
  * the same way:
  *   - values: n shapes (one variable per dimension);
  *   - nodes: an operator over some values, constrained by the registry's
- *     reduction rule (solver/ops_reduce.c);
+ *     reduction rule (ops/ops_reduce.c);
  *   - relations: a parallel value holds slice [lo, hi) of a single value
  *     (same ratio per dimension, the bounds are positions);
  *   - extra positions along a dimension (lineage shifts).

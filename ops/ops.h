@@ -1,8 +1,8 @@
 /*
- * solver/ops.h - the operator registry: one table row per operator and
+ * ops/ops.h - the operator registry: one table row per operator and
  * collective of docs/operators.md.
  *
- * solver/ops.def is the only list of operators (an X-macro); ops.c expands
+ * ops/ops.def is the only list of operators (an X-macro); ops.c expands
  * it into vd_op_table and ops_numeric.c holds the double-precision
  * evaluators and shape checks.  Everything outside solver/ reads operator
  * properties through the vd_op_* accessors below, never with a switch.
@@ -132,7 +132,7 @@ int vd_op_dropout_active(const vd_plan_t *plan, const vd_node_t *node, double *p
 vd_rc vd_op_check(const vd_op_call *c);
 vd_rc vd_op_eval(const vd_op_call *c);
 
-/* ---- shape reduction rules (solver/ops_reduce.c) --------------------------
+/* ---- shape reduction rules (ops/ops_reduce.c) --------------------------
  *
  * A rule tells stages/shape.c how an operator relates the dimensions of its
  * operands, as constraints emitted one by one (docs/shape-reduction.md says

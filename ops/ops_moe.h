@@ -1,7 +1,8 @@
 /*
- * solver/ops_moe.h - private to solver/: the mixture-of-experts operators of
- * the nnScaler DeepSeek-style MoE models (gate_fw, nnscaler_moe_gmm and their
- * backward operators), implemented in solver/ops_moe.c.
+ * ops/ops_moe.h - the mixture-of-experts operators of the nnScaler
+ * DeepSeek-style MoE models (gate_fw, nnscaler_moe_gmm and their backward
+ * operators): numeric side in ops/ops_moe.c, symbolic encoders in
+ * solver/smt_moe.c.  Included by ops/ and solver/ only.
  *
  * The registry's three X-macro tables reach them as every other row: the
  * numeric evaluators and shape checks by their vd_op_i_* names (declared by
@@ -18,6 +19,33 @@
 #include "ops.h"
 
 struct vd_op_encode_call;
+
+/* Largest expert count a routing symbol's numeric meaning handles (args are
+ * the logits, plus the bias row). */
+#define MOE_MAX_E 1024
+
+/* gate_fw's configuration: sizes from the operand shapes, the rest from
+ * the node's attributes. */
+typedef struct {
+  int softmax, bias;  /* score_func "softmax"; a bias input */
+  int64_t T, H, E, ng, tg, k;
+  double rs;          /* route_scale */
+} vd_moe_gate_cfg;
+
+/* nnscaler_moe_gmm's configuration (sizes from the operand shapes). */
+typedef struct {
+  int64_t T, H, K, El, F, start, end, nr;
+} vd_moe_gmm_cfg;
+
+/* Reads gate_fw's attributes into g (g->E set by the caller); NULL when they
+ * are valid, else the offending field with a message in msg.  plan/node may
+ * be NULL (defaults). */
+const char *vd_moe_gate_attrs(const vd_plan_t *p, const vd_node_t *n, vd_moe_gate_cfg *g, char *msg, size_t m);
+/* Reads nnscaler_moe_gmm's sizes from in[0..6) and its expert range. */
+void vd_moe_gmm_read(const vd_plan_t *p, const vd_node_t *n, const vd_op_shape *in, vd_moe_gmm_cfg *g);
+/* The routing symbol's name: "gate_fw.<score>.g<n>.tg<n>.k<n>.b<bias>." + what
+ * (+ ".e<e>" when e >= 0) + ".j<j>". */
+void vd_moe_gate_sym(char *buf, size_t n, const vd_moe_gate_cfg *g, const char *what, int64_t e, int64_t j);
 
 /* Helpers of ops_numeric.c that ops_moe.c shares: the one error line of a
  * numeric operator ("<op>: <text>" on record and field), silu and its

@@ -1,5 +1,5 @@
 /*
- * solver/exec.h - the numeric executor: the independent oracle of a verdict.
+ * oracle/exec.h - the numeric executor: the independent oracle of a verdict.
  *
  * vd_exec_compare runs one training iteration of a single-device plan and of
  * a parallel plan in double precision on the plans' own (small) shapes, with
@@ -93,11 +93,11 @@ typedef struct {
 vd_rc vd_exec_compare(const vd_plan_t *single, const vd_plan_t *parallel, const vd_exec_opts *o,
                       vd_exec_result *r, vd_diag *d);
 
-/* ---- reduced shapes (solver/exec_reduce.c) ----------------------------------
+/* ---- reduced shapes (oracle/exec_reduce.c) ----------------------------------
  *
  * Real plans are too large to execute in double precision.  vd_exec_reduce
  * builds copies of both plans on reduced shapes with the verifier's shape
- * reduction applied to the whole pair (stages/reduce.h,
+ * reduction applied to the whole pair (ops/reduce.h,
  * docs/shape-reduction.md): one dimension class per set of dimensions tied by
  * an operator's reduction rule or a lineage slice, reduced by one ratio, so
  * shard boundaries, collective factors and position attributes (embedding

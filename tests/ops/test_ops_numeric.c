@@ -23,7 +23,7 @@
 #include <cmocka.h>
 
 #include "../../common/mem.h"
-#include "../../solver/ops.h"
+#include "../../ops/ops.h"
 
 /* ---- helpers ------------------------------------------------------------- */
 
@@ -224,7 +224,7 @@ static fd_spec *specs(size_t *n) {
   SPEC("grouped_mlp", "grouped_mlp_backward", "expert_start=1",
        5, {S2(2, 3), S2(2, 4), S3(2, 2, 3), S3(2, 2, 3), S3(2, 3, 2)}, 1, {S2(2, 3)}, 0, 0, 0,
        "i0 i1 i2 i3 i4 g0", "0 1 2 3 4");
-  /* nnScaler MoE (solver/ops_moe.c): the routing is piecewise constant, so
+  /* nnScaler MoE (ops/ops_moe.c): the routing is piecewise constant, so
    * the finite differences see the weights' smooth part only. */
   SPEC("gate_fw", "gate_fw_backward", "score_func=sigmoid n_groups=4 topk_groups=2 topk=3 route_scale=2.5", 2,
        {S2(3, 4), S2(8, 4)}, 2, {S2(3, 3), S2(3, 3)}, 0, 0, 0, "i0 i1 o0 o1 g0", "0 1");

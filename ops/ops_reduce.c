@@ -1,5 +1,5 @@
 /*
- * solver/ops_reduce.c - the shape reduction rule of every operator.
+ * ops/ops_reduce.c - the shape reduction rule of every operator.
  *
  * A rule states, as vd_op_red constraints, how an operator relates the
  * dimensions of its operands: which extents move together (EQ, with the
@@ -11,7 +11,7 @@
  * Why each rule is sound: the registry's reduction_safety sentences and
  * docs/shape-reduction.md.
  *
- * The table below is expanded from solver/ops.def like vd_op_table: a row
+ * The table below is expanded from ops/ops.def like vd_op_table: a row
  * without a rule function (red_<name>) does not compile.  Shared rules are
  * aliased with #define, so the X-macro stays the only list of operators.
  *

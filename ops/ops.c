@@ -1,5 +1,5 @@
 /*
- * solver/ops.c - the operator table, expanded from solver/ops.def, and its
+ * ops/ops.c - the operator table, expanded from ops/ops.def, and its
  * accessors.
  *
  * The table is const and complete at compile time: a row missing a column

@@ -1,6 +1,6 @@
 /*
- * solver/ops_numeric.c - double-precision evaluators and shape checks of
- * every operator of solver/ops.def (the numeric oracle's side of the
+ * ops/ops_numeric.c - double-precision evaluators and shape checks of
+ * every operator of ops/ops.def (the numeric oracle's side of the
  * registry).
  *
  * Semantics are those of docs/operators.md on real numbers.  Choices the
@@ -22,7 +22,7 @@
  * naming the node (call->record) and the field (inputs[i], outputs[i],
  * attrs.<key>).
  * Collectives: a call carries all participants (inputs and outputs in group
- * order), see solver/ops.h.
+ * order), see ops/ops.h.
  */
 #include <math.h>
 #include <stdarg.h>

@@ -1,10 +1,10 @@
 /*
- * solver/exec_reduce.c - reduced copies of a single/parallel plan pair for
+ * oracle/exec_reduce.c - reduced copies of a single/parallel plan pair for
  * the numeric executor (exec.h, vd_exec_reduce).
  *
  * Real plans (nnScaler's Llama-3: [16,128,51200] logits, 4096-wide linears)
  * cannot be executed in double precision at their own shapes.  This file
- * shrinks both plans with the verifier's own shape reduction (stages/reduce.h,
+ * shrinks both plans with the verifier's own shape reduction (ops/reduce.h,
  * docs/shape-reduction.md), applied to the WHOLE pair instead of one stage:
  *   - one value per plan tensor of either plan (every version, replica and
  *     microbatch of a tensor has the tensor's shape, so they share it);
@@ -28,9 +28,9 @@
 
 #include "../common/mem.h"
 #include "../graph/graph.h"
-#include "../stages/reduce.h"
+#include "../ops/reduce.h"
 #include "exec.h"
-#include "ops.h"
+#include "../ops/ops.h"
 
 int64_t vd_exec_max_numel(const vd_plan_t *p) {
   int64_t m = 0;

@@ -1,6 +1,6 @@
 /*
  * tests/solver/test_exec_reduce.c - the executor on reduced shapes
- * (solver/exec_reduce.c, vd_exec_reduce).
+ * (oracle/exec_reduce.c, vd_exec_reduce).
  *
  *  - generated Llama-3 pairs (dp2 tp2 pp2 nm2; cp2; sp): the copies are
  *    smaller, still valid, and the executor agrees on them as on the
@@ -22,7 +22,7 @@
 
 #include "../../bugs/bugs.h"
 #include "../../plans/gen.h"
-#include "../../solver/exec.h"
+#include "../../oracle/exec.h"
 
 static void fail_diag(const char *what, vd_diag *d) {
   char line[800];

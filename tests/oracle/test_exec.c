@@ -1,5 +1,5 @@
 /*
- * tests/solver/test_exec.c - the numeric executor (solver/exec.c).
+ * tests/solver/test_exec.c - the numeric executor (oracle/exec.c).
  *
  * Pairs of single/parallel plans built in memory: correct ones must agree,
  * mutated ones must disagree with a report naming the wrong tensor.
@@ -20,7 +20,7 @@
 
 #include <cmocka.h>
 
-#include "../../solver/exec.h"
+#include "../../oracle/exec.h"
 #include "../support/plan_builders.h"
 
 #define MB VD_SCOPE_PER_MB

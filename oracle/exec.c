@@ -1,5 +1,5 @@
 /*
- * solver/exec.c - the numeric executor (see exec.h for the contract).
+ * oracle/exec.c - the numeric executor (see exec.h for the contract).
  *
  * Both plans become SSA graphs (graph/graph.h, every DP replica expanded);
  * every graph value gets one double array; nodes run in the graph's
@@ -21,7 +21,7 @@
 
 #include "../common/mem.h"
 #include "../graph/graph.h"
-#include "ops.h"
+#include "../ops/ops.h"
 
 const char *const vd_exec_status_names[3] = {"agree", "disagree", "unsupported"};
 

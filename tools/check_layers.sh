@@ -1,0 +1,40 @@
+#!/bin/sh
+# tools/check_layers.sh - fails when a module includes a header of a module
+# above it in the pipeline.  The order is written once, here: a module may
+# include its own headers and those of the modules listed before it.
+#   common   allocator, diagnostics
+#   plans    plan format, reader/writer, validation, generators
+#   ops      operator registry: arity, attributes, shapes, reduction, numerics
+#   graph    SSA DAG of a plan
+#   oracle   numeric executor (an independent judge: no lineage/stages/solver)
+#   lineage  lineages between single-device and parallel tensors
+#   stages   cutting, shape reduction of a stage, canonical classes
+#   solver   Z3 encodings, normal forms, stage solving
+#   bugs     bug injection (plans API only, by design; see below)
+#   verifier the verdict binary
+# bugs/ is placed after solver only for ordering; ALLOWED_bugs narrows it.
+set -eu
+cd "$(dirname "$0")/.."
+LAYERS="common plans ops graph oracle lineage stages solver bugs verifier"
+ALLOWED_bugs="common plans bugs"
+fail=0
+pos() { i=0; for l in $LAYERS; do [ "$l" = "$1" ] && { echo $i; return; }; i=$((i + 1)); done; echo -1; }
+for mod in $LAYERS; do
+  mp=$(pos "$mod")
+  for f in "$mod"/*.c "$mod"/*.h; do
+    [ -e "$f" ] || continue
+    for inc in $(sed -n 's@^#include "\.\./\([a-z_]*\)/.*@\1@p' "$f"); do
+      ip=$(pos "$inc")
+      ok=1
+      [ "$ip" -lt 0 ] && ok=0
+      [ "$ip" -gt "$mp" ] && ok=0
+      if [ "$mod" = bugs ]; then case " $ALLOWED_bugs " in *" $inc "*) ;; *) ok=0 ;; esac; fi
+      if [ $ok = 0 ]; then
+        echo "layering: $f includes $inc/ (order: $LAYERS)"
+        fail=1
+      fi
+    done
+  done
+done
+[ $fail = 0 ] && echo "ok   layering ($LAYERS)"
+exit $fail
