@@ -1,0 +1,143 @@
+#!/usr/bin/python3
+"""tests/e2e/reduce_mutants.py - rewrites of one rank of a generated parallel
+plan that probe shape reduction (issue 11, causes 1 and 2;
+docs/shape-reduction.md).  Written from docs/plan-format.md and
+docs/operators.md, on the file format only.
+
+usage: reduce_mutants.py MUTATION IN.plan OUT.plan
+
+  interleave      rank 0's first forward rope reads its input through
+                  view [.., d/2, 2] -> transpose(-2, -1) -> view [.., d]
+                  (the interleaved pair layout): different values.
+  interleave_ok   the same views with the transpose applied twice: the
+                  identity, equivalent.
+  interleave_flat, interleave_flat_ok: the same, but the pairs are merged
+                  with the heads into [.., heads*d] and split again into
+                  [.., heads, d] (views of different run lengths).
+  norm_half       rank 0's first forward rms_norm written out as
+                  x * rsqrt(sum(x*x) * 0.5 + eps) * w: wrong (0.5 != 1/h).
+  norm_inv_h      the same with 1/h (the true mean): equivalent.
+
+New tensors get fresh ids; new nodes are inserted right before the node
+they feed, in its segment, so file order stays a valid program order.
+"""
+import sys
+
+import msgpack
+
+
+def load(path):
+    with open(path, "rb") as f:
+        return msgpack.unpackb(f.read(), raw=False, strict_map_key=False)
+
+
+def save(plan, path):
+    with open(path, "wb") as f:
+        f.write(msgpack.packb(plan, use_bin_type=True))
+
+
+class Plan:
+    def __init__(self, d):
+        self.d = d
+        self.tid = max(t["id"] for t in d["tensors"]) + 1
+        self.nid = max(n["id"] for n in d["nodes"]) + 1
+        self.tensors = {t["id"]: t for t in d["tensors"]}
+
+    def tensor(self, like, name, shape):
+        t = {k: v for k, v in like.items() if k not in ("id", "name", "shape", "lin")}
+        t.update(id=self.tid, name=name, shape=list(shape))
+        self.tid += 1
+        self.d["tensors"].append(t)
+        self.tensors[t["id"]] = t
+        return t["id"]
+
+    def node(self, tmpl, op, name, ins, outs, attrs=None):
+        n = {k: tmpl[k] for k in ("rank", "segment", "layer", "phase") if k in tmpl}
+        n.update(id=self.nid, op=op, name=name, **{"in": list(ins), "out": list(outs)})
+        if attrs:
+            n["attrs"] = attrs
+        self.nid += 1
+        return n
+
+    def first(self, op, rank=0):
+        for i, n in enumerate(self.d["nodes"]):
+            if n["op"] == op and n.get("rank", 0) == rank and n["phase"] == "fwd":
+                return i, n
+        raise SystemExit("no forward %s on rank %d" % (op, rank))
+
+
+def interleave(p, twice, flat=False):
+    i, rope = p.first("rope")
+    x = p.tensors[rope["in"][0]]
+    shp = list(x["shape"])
+    d = shp[-1]
+    base = rope["name"] + ".interleave"
+    a = p.tensor(x, base + ".pairs", shp[:-1] + [d // 2, 2])
+    b = p.tensor(x, base + ".t", shp[:-1] + [2, d // 2])
+    new = [p.node(rope, "view", base + ".split", [x["id"]], [a]),
+           p.node(rope, "transpose", base + ".swap", [a], [b], {"dim0": -2, "dim1": -1})]
+    last = b
+    if twice:
+        c = p.tensor(x, base + ".back", shp[:-1] + [d // 2, 2])
+        new.append(p.node(rope, "transpose", base + ".swap_back", [b], [c], {"dim0": -2, "dim1": -1}))
+        last = c
+    if flat:
+        # merge heads and the permuted pair dims in one view, split them in
+        # another: the two views are runs of different lengths.
+        f = p.tensor(x, base + ".flat", shp[:-2] + [shp[-2] * d])
+        new.append(p.node(rope, "view", base + ".flatten", [last], [f]))
+        last = f
+    y = p.tensor(x, base + ".merged", shp)
+    new.append(p.node(rope, "view", base + ".merge", [last], [y]))
+    rope["in"] = [y]
+    p.d["nodes"][i:i] = new
+
+
+def norm(p, factor_of_h):
+    i, nrm = p.first("rms_norm")
+    x = p.tensors[nrm["in"][0]]
+    w = nrm["in"][1]
+    y = nrm["out"][0]
+    eps = nrm.get("attrs", {}).get("eps", 1e-6)
+    shp = list(x["shape"])
+    h = shp[-1]
+    row = shp[:-1] + [1]
+    base = nrm["name"] + ".written"
+    sq = p.tensor(x, base + ".sq", shp)
+    s = p.tensor(x, base + ".sum", row)
+    ms = p.tensor(x, base + ".ms", row)
+    e = p.tensor(x, base + ".eps", row)
+    r = p.tensor(x, base + ".rsqrt", row)
+    xn = p.tensor(x, base + ".xn", shp)
+    new = [p.node(nrm, "mul", base + ".square", [x["id"], x["id"]], [sq]),
+           p.node(nrm, "sum", base + ".sum", [sq], [s], {"dims": [-1], "keepdim": 1}),
+           p.node(nrm, "scale", base + ".mean", [s], [ms], {"factor": factor_of_h(h)}),
+           p.node(nrm, "add", base + ".eps", [ms], [e], {"scalar": eps}),
+           p.node(nrm, "rsqrt", base + ".rsqrt", [e], [r]),
+           p.node(nrm, "mul", base + ".normalize", [x["id"], r], [xn]),
+           p.node(nrm, "mul", base + ".weight", [xn, w], [y])]
+    p.d["nodes"][i:i + 1] = new
+
+
+MUTATIONS = {
+    "interleave": lambda p: interleave(p, False),
+    "interleave_ok": lambda p: interleave(p, True),
+    "interleave_flat": lambda p: interleave(p, False, True),
+    "interleave_flat_ok": lambda p: interleave(p, True, True),
+    "norm_half": lambda p: norm(p, lambda h: 0.5),
+    "norm_inv_h": lambda p: norm(p, lambda h: 1.0 / h),
+}
+
+
+def main(argv):
+    if len(argv) != 4 or argv[1] not in MUTATIONS:
+        sys.stderr.write("usage: reduce_mutants.py %s IN.plan OUT.plan\n" % "|".join(sorted(MUTATIONS)))
+        return 2
+    p = Plan(load(argv[2]))
+    MUTATIONS[argv[1]](p)
+    save(p.d, argv[3])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
