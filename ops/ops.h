@@ -153,6 +153,8 @@ typedef enum {
   VD_RED_EVEN, /* a stays even and >= 2 (rope's rotated pairs) */
   VD_RED_POS,  /* attribute `attr` (value pos) is a position along a: scaled with it */
   VD_RED_KEEP, /* a keeps its original extent */
+  VD_RED_MOVE, /* a is moved among its value's dims (transpose): if a's class also holds a
+                * factor of a merge/split run, the class keeps >= 2 (docs/shape-reduction.md) */
   VD_RED_PROD, /* product of na dims of a.t starting at a.dim == product of nb dims of b.t
                   starting at b.dim (view/reshape merge or split) */
 } vd_op_red_kind;

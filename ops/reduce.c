@@ -50,7 +50,7 @@
 #include "../common/mem.h"
 #include "ops.h"
 
-enum { F_MIN2 = 1, F_EVEN = 2, F_KEEP = 4 };
+enum { F_MIN2 = 1, F_EVEN = 2, F_KEEP = 4, F_MOVE = 8, F_RUN = 16 };
 
 typedef struct {
   uint32_t node, var; /* node: the caller's tag */
@@ -167,6 +167,7 @@ static vd_rc emit(void *sink, const vd_op_red *r) {
   case VD_RED_MIN2: c->flag[a] |= F_MIN2; return VD_OK;
   case VD_RED_EVEN: c->flag[a] |= F_EVEN; return VD_OK;
   case VD_RED_KEEP: c->flag[a] |= F_KEEP; return VD_OK;
+  case VD_RED_MOVE: c->flag[a] |= F_MOVE; return VD_OK;
   case VD_RED_POS: {
     if (c->n_pos == c->cap_pos) {
       size_t nc = c->cap_pos ? 2 * c->cap_pos : 16;
@@ -189,6 +190,7 @@ static vd_rc emit(void *sink, const vd_op_red *r) {
       uint32_t v = var_of(c, x);
       if (v == ~0u) VD_FAIL(c->d, VD_EINTERNAL, NULL, c->rec, "reduce", "PROD run leaves the operand");
       if (k < r->na) pr.a[k] = v; else pr.b[k - r->na] = v;
+      c->flag[v] |= F_RUN;
     }
     if (r->na > 1 && r->nb > 1) {
       /* Neither a merge nor a split: the element order cannot be kept by
@@ -595,6 +597,12 @@ vd_rc vd_reducer_solve(vd_reducer *c, int *reduced, vd_diag *d) {
   for (uint32_t v = 0; v < c->nvar; v++) {
     cls *k = &c->cl[v];
     if (find(c, v) != v) continue;
+    /* SOUNDNESS: a factor of a merge/split run that a transpose moves
+     * permutes elements inside the merged dimension (view [.., d/2, 2] ->
+     * transpose -> view [.., d]); with one element the permutation would be
+     * the identity.  Classes are closed under every EQ, so this follows the
+     * factor through chains of views and elementwise operators. */
+    if ((k->flags & F_MOVE) && (k->flags & F_RUN)) k->flags |= F_MIN2;
     if (k->g == 0) k->g = 1;
     if (k->min_size == INT64_MAX) k->min_size = 0;
   }

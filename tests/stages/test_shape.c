@@ -332,6 +332,62 @@ static void test_permutation_guard(void **state) {
   tb_world_free(&w);
 }
 
+/* Issue 11, cause 1: one rank reads a [rows, heads, d] tensor through view
+ * [.., d/2, 2] -> transpose -> view [rows, heads*d] -> view [.., heads, d]
+ * (the interleaved pair layout): a permutation inside d.  The two factors
+ * the transpose moves must keep >= 2 each, or the permutation is the
+ * identity on the reduced shapes. */
+static void test_interleave_guard(void **state) {
+  (void)state;
+  for (int twice = 0; twice < 2; twice++) {
+    tb_world w;
+    tb_stage s;
+    tb_world_init(&w);
+    tb_stage_init(&s, 0);
+    uint32_t gi = tb_pnode(&w, 0, "identity", "q");
+    /* attributes go on the node added last */
+    uint32_t v1 = tb_pnode(&w, 1, "view", "split"), tr = tb_pnode(&w, 1, "transpose", "swap");
+    vd_plan_attr_int(&w.plan[1], w.gnodes[1][tr].pnode, "dim0", -2);
+    vd_plan_attr_int(&w.plan[1], w.gnodes[1][tr].pnode, "dim1", -1);
+    uint32_t tr2 = tb_pnode(&w, 1, "transpose", "swap_back");
+    vd_plan_attr_int(&w.plan[1], w.gnodes[1][tr2].pnode, "dim0", -2);
+    vd_plan_attr_int(&w.plan[1], w.gnodes[1][tr2].pnode, "dim1", -1);
+    uint32_t v2 = tb_pnode(&w, 1, "view", "flat"), v3 = tb_pnode(&w, 1, "view", "heads");
+    uint32_t x = TB_V(&s, 0, 4, 2, 16), z = TB_V(&s, 0, 4, 2, 16);
+    tb_node(&s, &w, 0, gi, TB_L(x), TB_L(z));
+    int32_t px = tb_piece(&w, 3, (int64_t[]){0, 0, 0}, (int64_t[]){4, 2, 16}, 0, 1);
+    uint32_t hx = tb_hyp(&s, &w, x, px);
+    uint32_t a = TB_V(&s, 1, 4, 2, 8, 2), b = TB_V(&s, 1, 4, 2, 2, 8), f = TB_V(&s, 1, 4, 32);
+    uint32_t y = TB_V(&s, 1, 4, 2, 16);
+    tb_node(&s, &w, 1, v1, TB_L(hx), TB_L(a));
+    tb_node(&s, &w, 1, tr, TB_L(a), TB_L(b));
+    uint32_t last = b;
+    if (twice) {
+      last = TB_V(&s, 1, 4, 2, 8, 2);
+      tb_node(&s, &w, 1, tr2, TB_L(b), TB_L(last));
+    }
+    tb_node(&s, &w, 1, v2, TB_L(last), TB_L(f));
+    tb_node(&s, &w, 1, v3, TB_L(f), TB_L(y));
+    int32_t py = tb_piece(&w, 3, (int64_t[]){0, 0, 0}, (int64_t[]){4, 2, 16}, 0, 1);
+    tb_target(&s, z, (int64_t[]){0, 0, 0}, (int64_t[]){4, 2, 16}, 1, (uint32_t[]){(uint32_t)py}, (uint32_t[]){y}, 1);
+    vd_diag d;
+    vd_diag_clear(&d);
+    vd_rc rc = vd_stage_reduce(&w.lt, &s.st, &d);
+    char msg[512];
+    vd_diag_format(&d, msg, sizeof(msg));
+    if (rc != VD_OK) fail_msg("%s", msg);
+    assert_int_equal(s.st.reduced, 1);
+    /* both moved factors keep >= 2, so the reduced permutation of d is not
+     * the identity */
+    assert_true(s.vals[a].rshape[2] >= 2);
+    assert_true(s.vals[a].rshape[3] >= 2);
+    assert_int_equal(s.vals[a].rshape[2] * s.vals[a].rshape[3], s.vals[hx].rshape[2]);
+    assert_int_equal(s.vals[b].rshape[2], s.vals[a].rshape[3]);
+    vd_free(s.st.ovr);
+    tb_world_free(&w);
+  }
+}
+
 static void test_unknown_op(void **state) {
   (void)state;
   tb_world w;
@@ -454,7 +510,8 @@ int main(void) {
       cmocka_unit_test(test_causal_offsets),  cmocka_unit_test(test_view_merge),
       cmocka_unit_test(test_view_unexpressible), cmocka_unit_test(test_rope_even),
       cmocka_unit_test(test_view_head_shard),    cmocka_unit_test(test_view_coarser_single),
-      cmocka_unit_test(test_permutation_guard), cmocka_unit_test(test_unknown_op),      cmocka_unit_test(test_contradiction),
+      cmocka_unit_test(test_permutation_guard), cmocka_unit_test(test_interleave_guard),
+      cmocka_unit_test(test_unknown_op),      cmocka_unit_test(test_contradiction),
       cmocka_unit_test(test_real_llama3_tp2),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
