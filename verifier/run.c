@@ -15,18 +15,12 @@
 #include <omp.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "../common/clock.h"
 #include "../common/mem.h"
 
 const char *const vd_run_phase_names[VD_RUN_PHASES] = {"load", "graph", "lineage", "stages", "solve"};
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void vd_run_free(vd_run *r) {
   if (!r) return;
@@ -120,7 +114,7 @@ static vd_rc collect_lineage_issues(vd_run *r) {
 /* Progress on a terminal only: stages done, rate, ETA. */
 static void progress(const vd_run_opts *o, size_t done, size_t total, double t0) {
   if (o->quiet || !isatty(STDERR_FILENO)) return;
-  double el = now_s() - t0;
+  double el = vd_clock_s() - t0;
   double rate = el > 0 ? (double)done / el : 0;
   double eta = rate > 0 ? (double)(total - done) / rate : 0;
   fprintf(stderr, "\rsolving: %zu/%zu stage classes  %.0f/s  ETA %.0fs   ", done, total, rate, eta);
@@ -145,7 +139,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   vd_stage_solve_opts so = {.timeout_ms = o->stage_timeout_ms, .fast_path = !o->no_fast_path,
                             .max_elems = 16384, .max_cex_elems = 4};
   size_t done = 0;
-  double t0 = now_s();
+  double t0 = vd_clock_s();
   vd_rc first_rc = VD_OK;
   vd_diag first_diag;
   vd_diag_clear(&first_diag);
@@ -244,12 +238,12 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
 
 vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   memset(r, 0, sizeof(*r));
-  double t = now_s();
+  double t = vd_clock_s();
   VD_CHECK(load_plan(o->sm, VD_PLAN_SINGLE, &r->sp, d));
   VD_CHECK(load_plan(o->pm, VD_PLAN_PARALLEL, &r->pp, d));
-  r->phase_s[VD_RUN_LOAD] = now_s() - t;
+  r->phase_s[VD_RUN_LOAD] = vd_clock_s() - t;
 
-  t = now_s();
+  t = vd_clock_s();
   vd_graph_opts sgo = {.expand_replicas = 1}, pgo = {.expand_replicas = 0};
   vd_rc rc = vd_graph_build(&r->sp, &sgo, &r->sg, d);
   if (rc == VD_EINPUT) {
@@ -266,19 +260,19 @@ vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
     return rc;
   }
   VD_CHECK(collect_graph_issues(r, &r->pg, "parallel"));
-  r->phase_s[VD_RUN_GRAPH] = now_s() - t;
+  r->phase_s[VD_RUN_GRAPH] = vd_clock_s() - t;
   if (r->n_issues) return VD_OK; /* stages need a well-formed graph */
 
-  t = now_s();
+  t = vd_clock_s();
   VD_CHECK(vd_lin_build(&r->sg, &r->pg, &r->lt, d));
   VD_CHECK(collect_lineage_issues(r));
-  r->phase_s[VD_RUN_LINEAGE] = now_s() - t;
+  r->phase_s[VD_RUN_LINEAGE] = vd_clock_s() - t;
   /* Different global batches: every stage downstream of the data compares
    * different samples, so solving would only repeat the BATCH diagnosis. */
   for (size_t i = 0; i < r->lt.n_issues; i++)
     if (r->lt.issues[i].kind == VD_LISSUE_BATCH) return VD_OK;
 
-  t = now_s();
+  t = vd_clock_s();
   VD_CHECK(vd_stage_cut(&r->lt, &r->set, d));
   VD_CHECK(collect_stage_issues(r));
   for (size_t i = 0; i < r->set.n_stages && !o->no_reduce; i++) {
@@ -296,11 +290,11 @@ vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
     r->n_reduced += r->set.stages[i].reduced;
   }
   if (!o->no_reuse) VD_CHECK(vd_stage_canon(&r->lt, &r->set, d));
-  r->phase_s[VD_RUN_STAGES] = now_s() - t;
+  r->phase_s[VD_RUN_STAGES] = vd_clock_s() - t;
 
-  t = now_s();
+  t = vd_clock_s();
   rc = solve_stages(r, o, d);
-  r->phase_s[VD_RUN_SOLVE] = now_s() - t;
+  r->phase_s[VD_RUN_SOLVE] = vd_clock_s() - t;
   r->peak_bytes = vd_mem_peak();
   return rc;
 }
