@@ -23,10 +23,6 @@
 #include "../common/clock.h"
 #include "../common/mem.h"
 
-const char *const vd_diagnosis_names[VD_DX__COUNT] = {
-    "NONE", "MISSING_REDUCTION", "EXTRA_REDUCTION", "SCALE", "PERMUTED_SLICES", "WRONG_VALUE",
-    "DATAFLOW", "SCHEDULE", "ALIGNMENT", "SHAPE", "BATCH"};
-
 void vd_stage_verdict_free(vd_stage_verdict *v) {
   if (!v) return;
   for (size_t i = 0; i < v->n_inputs; i++) {
