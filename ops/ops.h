@@ -166,6 +166,9 @@ typedef enum {
   VD_RED_KEEP, /* a keeps its original extent */
   VD_RED_MOVE, /* a is moved among its value's dims (transpose): if a's class also holds a
                 * factor of a merge/split run, the class keeps >= 2 (docs/shape-reduction.md) */
+  VD_RED_AVG,  /* the node averages over a (mean, the norms): its divisor is the full-size
+                * element count of all its AVG dims, reported as attribute "divisor" when
+                * reduction changes that count (docs/shape-reduction.md, AVG) */
   VD_RED_PROD, /* product of na dims of a.t starting at a.dim == product of nb dims of b.t
                   starting at b.dim (view/reshape merge or split) */
 } vd_op_red_kind;

@@ -102,6 +102,13 @@ static vd_rc want_count(const vd_op_call *c, uint32_t n_in, uint32_t n_out) {
 static int64_t aint(const vd_op_call *c, const char *key, int64_t def) {
   return c->node && c->plan ? vd_node_attr_int(c->plan, c->node, key, def) : def;
 }
+/* The element count an average divides by: attribute "divisor" when set
+ * (shape reduction sets it to the full-size count, docs/shape-reduction.md
+ * AVG), else the count the operator averages over. */
+static int64_t divisor(const vd_op_call *c, int64_t count) {
+  int64_t v = aint(c, "divisor", count);
+  return v > 0 ? v : count;
+}
 static double aflt(const vd_op_call *c, const char *key, double def) {
   return c->node && c->plan ? vd_node_attr_float(c->plan, c->node, key, def) : def;
 }
@@ -567,8 +574,10 @@ static vd_rc eval_reduce(const vd_op_call *c, int mean) {
     vd_op_shape_unravel(x, f, idx);
     c->out[0][reduced_index(x, mask, keep, &r, idx)] += c->in[0][f];
   }
-  if (mean && cnt > 0)
-    for (int64_t i = 0; i < vd_op_shape_numel(&c->out_shape[0]); i++) c->out[0][i] /= (double)cnt;
+  if (mean && cnt > 0) {
+    double dv = (double)divisor(c, cnt);
+    for (int64_t i = 0; i < vd_op_shape_numel(&c->out_shape[0]); i++) c->out[0][i] /= dv;
+  }
   return VD_OK;
 }
 static vd_rc eval_reduce_bwd(const vd_op_call *c, int mean) {
@@ -579,6 +588,7 @@ static vd_rc eval_reduce_bwd(const vd_op_call *c, int mean) {
   vd_op_shape r = reduced(x, mask, keep);
   int64_t n = vd_op_shape_numel(x), nr = vd_op_shape_numel(&r);
   double scale = mean ? (double)nr / (double)(n ? n : 1) : 1.0;
+  if (mean && nr && divisor(c, n / nr) != n / nr) scale = 1.0 / (double)divisor(c, n / nr);
   int64_t idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < n; f++) {
     vd_op_shape_unravel(x, f, idx);
@@ -965,17 +975,17 @@ vd_rc vd_op_i_shape_rms_norm(const vd_op_call *c) {
   return want_shape(c, 1, 0, &c->in_shape[0]);
 }
 /* 1 / sqrt(mean(x^2) + eps) over one row of h elements. */
-static double rms_inv(const double *x, int64_t h, double eps) {
+static double rms_inv(const double *x, int64_t h, int64_t dv, double eps) {
   double ms = 0;
   for (int64_t i = 0; i < h; i++) ms += x[i] * x[i];
-  return 1.0 / sqrt(ms / (double)h + eps);
+  return 1.0 / sqrt(ms / (double)dv + eps);
 }
 vd_rc vd_op_i_eval_rms_norm(const vd_op_call *c) {
   int64_t h = c->in_shape[1].d[0], rows = h ? vd_op_shape_numel(&c->in_shape[0]) / h : 0;
   double eps = aflt(c, "eps", 1e-6);
   for (int64_t r = 0; r < rows; r++) {
     const double *x = c->in[0] + r * h;
-    double inv = rms_inv(x, h, eps);
+    double inv = rms_inv(x, h, divisor(c, h), eps);
     for (int64_t i = 0; i < h; i++) c->out[0][r * h + i] = x[i] * inv * c->in[1][i];
   }
   return VD_OK;
@@ -994,10 +1004,10 @@ vd_rc vd_op_i_eval_rms_norm_backward(const vd_op_call *c) {
   memset(c->out[1], 0, sizeof(double) * (size_t)h);
   for (int64_t r = 0; r < rows; r++) {
     const double *x = c->in[0] + r * h, *g = c->in[2] + r * h;
-    double dot = 0, inv = rms_inv(x, h, eps);
+    double dot = 0, inv = rms_inv(x, h, divisor(c, h), eps);
     for (int64_t i = 0; i < h; i++) dot += g[i] * w[i] * x[i];
     for (int64_t i = 0; i < h; i++) {
-      c->out[0][r * h + i] = inv * w[i] * g[i] - x[i] * inv * inv * inv * dot / (double)h;
+      c->out[0][r * h + i] = inv * w[i] * g[i] - x[i] * inv * inv * inv * dot / (double)divisor(c, h);
       c->out[1][i] += g[i] * x[i] * inv;
     }
   }
@@ -1009,13 +1019,13 @@ vd_rc vd_op_i_shape_layer_norm(const vd_op_call *c) {
   VD_CHECK(shape_norm(c, 2));
   return want_shape(c, 1, 0, &c->in_shape[0]);
 }
-static void ln_row(const double *x, int64_t h, double eps, double *mu, double *inv) {
+static void ln_row(const double *x, int64_t h, int64_t dv, double eps, double *mu, double *inv) {
   double m = 0, v = 0;
   for (int64_t i = 0; i < h; i++) m += x[i];
-  m /= (double)h;
+  m /= (double)dv;
   for (int64_t i = 0; i < h; i++) v += (x[i] - m) * (x[i] - m);
   *mu = m;
-  *inv = 1.0 / sqrt(v / (double)h + eps);
+  *inv = 1.0 / sqrt(v / (double)dv + eps);
 }
 vd_rc vd_op_i_eval_layer_norm(const vd_op_call *c) {
   int64_t h = c->in_shape[1].d[0], rows = h ? vd_op_shape_numel(&c->in_shape[0]) / h : 0;
@@ -1023,7 +1033,7 @@ vd_rc vd_op_i_eval_layer_norm(const vd_op_call *c) {
   for (int64_t r = 0; r < rows; r++) {
     const double *x = c->in[0] + r * h;
     double mu, inv;
-    ln_row(x, h, eps, &mu, &inv);
+    ln_row(x, h, divisor(c, h), eps, &mu, &inv);
     for (int64_t i = 0; i < h; i++) c->out[0][r * h + i] = (x[i] - mu) * inv * c->in[1][i] + c->in[2][i];
   }
   return VD_OK;
@@ -1045,7 +1055,7 @@ vd_rc vd_op_i_eval_layer_norm_backward(const vd_op_call *c) {
   for (int64_t r = 0; r < rows; r++) {
     const double *x = c->in[0] + r * h, *g = c->in[2] + r * h;
     double mu, inv, m1 = 0, m2 = 0;
-    ln_row(x, h, eps, &mu, &inv);
+    ln_row(x, h, divisor(c, h), eps, &mu, &inv);
     for (int64_t i = 0; i < h; i++) {
       double xh = (x[i] - mu) * inv, gh = g[i] * w[i];
       m1 += gh;
@@ -1053,8 +1063,8 @@ vd_rc vd_op_i_eval_layer_norm_backward(const vd_op_call *c) {
       c->out[1][i] += g[i] * xh;
       c->out[2][i] += g[i];
     }
-    m1 /= (double)h;
-    m2 /= (double)h;
+    m1 /= (double)divisor(c, h);
+    m2 /= (double)divisor(c, h);
     for (int64_t i = 0; i < h; i++) {
       double xh = (x[i] - mu) * inv;
       c->out[0][r * h + i] = inv * (g[i] * w[i] - m1 - xh * m2);

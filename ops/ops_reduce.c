@@ -61,6 +61,16 @@ static vd_rc pos(const vd_op_reduce_call *c, vd_op_dimref a, const char *key) {
   return c->emit(c->sink, &r);
 }
 
+/* The node averages over a (AVG, with MIN2): unless the plan states the
+ * divisor itself, the divisor is a count of elements, and reduction must
+ * keep its full-size value (docs/shape-reduction.md, AVG). */
+static vd_rc avg(const vd_op_reduce_call *c, vd_op_dimref a) {
+  VD_CHECK(mark(c, VD_RED_MIN2, a));
+  if (has_attr(c, "divisor")) return VD_OK;
+  vd_op_red r = {.kind = VD_RED_AVG, .a = a};
+  return c->emit(c->sink, &r);
+}
+
 /* Normalized dimension attribute; 0 when out of range. */
 static int getdim(const vd_op_reduce_call *c, const char *key, int64_t def, int32_t ndim, int32_t *d) {
   int64_t v = aint(c, key, def);
@@ -289,6 +299,7 @@ static vd_rc red_concat(const vd_op_reduce_call *c, int *norule) {
 /* full has the reduced dims (per `dims`, default all), part is the result
  * (keepdim: those dims are 1). */
 static vd_rc reduction(const vd_op_reduce_call *c, vd_op_dimref full, vd_op_dimref part, int *norule) {
+  int is_mean = c->op == VD_OP_MEAN || c->op == VD_OP_MEAN_BACKWARD;
   const vd_op_shape *fs = shp(c, full);
   int mask[VD_MAX_DIMS] = {0};
   const vd_attr_t *a = c->plan && c->node ? vd_node_attr(c->plan, c->node, "dims") : NULL;
@@ -309,7 +320,7 @@ static vd_rc reduction(const vd_op_reduce_call *c, vd_op_dimref full, vd_op_dimr
   int32_t k = 0, np = shp(c, part)->ndim;
   for (int32_t j = 0; j < fs->ndim; j++) {
     if (mask[j]) {
-      VD_CHECK(mark(c, VD_RED_MIN2, dr(full.out, full.t, j)));
+      VD_CHECK(is_mean ? avg(c, dr(full.out, full.t, j)) : mark(c, VD_RED_MIN2, dr(full.out, full.t, j)));
       if (keep) k++;
       continue;
     }
@@ -471,7 +482,7 @@ static vd_rc red_norm(const vd_op_reduce_call *c, int *norule) {
   }
   VD_CHECK(same(c, dr(1, 0, 0), dr(0, 0, 0), norule));
   int32_t h = x->ndim - 1;
-  VD_CHECK(mark(c, VD_RED_MIN2, dr(0, 0, h)));
+  VD_CHECK(avg(c, dr(0, 0, h)));
   for (uint32_t i = 1; i < c->n_in; i++) VD_CHECK(eq(c, dr(0, i, 0), dr(0, 0, h)));
   return VD_OK;
 }
@@ -489,8 +500,9 @@ static vd_rc red_norm_backward(const vd_op_reduce_call *c, int *norule) {
   VD_CHECK(same(c, dr(1, 0, 0), dr(0, 0, 0), norule));
   VD_CHECK(eq(c, dr(0, 1, 0), dr(0, 0, h)));
   for (uint32_t i = 1; i < c->n_out; i++) VD_CHECK(eq(c, dr(1, i, 0), dr(0, 0, h)));
-  for (int32_t j = 0; j <= h; j++) VD_CHECK(mark(c, VD_RED_MIN2, dr(0, 0, j)));
-  return VD_OK;
+  /* means over h (AVG); gw (and gb) sum over the rows */
+  for (int32_t j = 0; j < h; j++) VD_CHECK(mark(c, VD_RED_MIN2, dr(0, 0, j)));
+  return avg(c, dr(0, 0, h));
 }
 #define red_rms_norm_backward red_norm_backward
 #define red_layer_norm_backward red_norm_backward

@@ -59,6 +59,12 @@ typedef struct {
 } pos_rec;
 
 typedef struct {
+  uint32_t node;     /* the caller's tag */
+  uint32_t n;
+  uint32_t var[VD_MAX_DIMS];
+} avg_rec;
+
+typedef struct {
   uint32_t node;
   uint8_t na, nb;
   uint32_t a[VD_MAX_DIMS], b[VD_MAX_DIMS];
@@ -88,6 +94,9 @@ struct vd_reducer {
   uint32_t *next;   /* after solve: next member of the variable's class, ~0u at the end */
   pos_rec *pos;  size_t n_pos, cap_pos;
   prod_rec *prod; size_t n_prod, cap_prod;
+  avg_rec *avg; size_t n_avg, cap_avg;
+  uint32_t cur_call; /* counts vd_reducer_node calls: AVG dims of one call group */
+  uint32_t avg_call; /* call of the last avg record */
   cls *cl;          /* per variable, meaningful at roots */
   vd_op_shape *ish, *osh; uint32_t cap_in, cap_out;
   /* node being processed */
@@ -168,6 +177,24 @@ static vd_rc emit(void *sink, const vd_op_red *r) {
   case VD_RED_EVEN: c->flag[a] |= F_EVEN; return VD_OK;
   case VD_RED_KEEP: c->flag[a] |= F_KEEP; return VD_OK;
   case VD_RED_MOVE: c->flag[a] |= F_MOVE; return VD_OK;
+  case VD_RED_AVG: {
+    avg_rec *last = c->n_avg && c->avg_call == c->cur_call ? &c->avg[c->n_avg - 1] : NULL;
+    if (!last) {
+      if (c->n_avg == c->cap_avg) {
+        size_t nc = c->cap_avg ? 2 * c->cap_avg : 8;
+        avg_rec *na = vd_realloc_array(c->avg, nc, sizeof(*na));
+        if (!na) return VD_OOM(c->d);
+        c->avg = na;
+        c->cap_avg = nc;
+      }
+      last = &c->avg[c->n_avg++];
+      last->node = c->node;
+      last->n = 0;
+      c->avg_call = c->cur_call;
+    }
+    if (last->n < VD_MAX_DIMS) last->var[last->n++] = a;
+    return VD_OK;
+  }
   case VD_RED_POS: {
     if (c->n_pos == c->cap_pos) {
       size_t nc = c->cap_pos ? 2 * c->cap_pos : 16;
@@ -453,6 +480,7 @@ void vd_reducer_free(vd_reducer *c) {
   vd_free(c->cl);
   vd_free(c->pos);
   vd_free(c->prod);
+  vd_free(c->avg);
   vd_free(c->ish);
   vd_free(c->osh);
   vd_free(c);
@@ -490,6 +518,7 @@ vd_rc vd_reducer_node(vd_reducer *c, uint32_t tag, int op, const vd_plan_t *plan
   c->cur_nin = n_in;
   c->cur_nout = n_out;
   c->node = tag;
+  c->cur_call++;
   vd_op_reduce_call call = {.op = op, .plan = plan, .node = node, .n_in = n_in, .n_out = n_out,
                             .in_shape = c->ish, .out_shape = c->osh, .emit = emit, .sink = c};
   return vd_op_reduce_rule((vd_op_id)op)(&call, norule);
@@ -627,4 +656,18 @@ void vd_reducer_pos(vd_reducer *c, size_t i, uint32_t *tag, const char **attr, i
   *attr = p->attr;
   *orig = p->pos;
   *scaled = scale_by(&c->cl[find(c, p->var)], p->pos);
+}
+
+size_t vd_reducer_n_avg(const vd_reducer *c) { return c->n_avg; }
+
+void vd_reducer_avg(vd_reducer *c, size_t i, uint32_t *tag, int64_t *full, int64_t *reduced) {
+  const avg_rec *a = &c->avg[i];
+  int64_t f = 1, r = 1;
+  for (uint32_t k = 0; k < a->n; k++) {
+    f *= c->size[a->var[k]];
+    r *= scale_by(&c->cl[find(c, a->var[k])], c->size[a->var[k]]);
+  }
+  *tag = a->node;
+  *full = f;
+  *reduced = r;
 }

@@ -79,4 +79,12 @@ int64_t vd_reducer_scale(vd_reducer *r, uint32_t v, int32_t dim, int64_t x);
 size_t vd_reducer_n_pos(const vd_reducer *r);
 void vd_reducer_pos(vd_reducer *r, size_t i, uint32_t *tag, const char **attr, int64_t *orig, int64_t *scaled);
 
+/* Averaging nodes (AVG, docs/shape-reduction.md): node tag, the full-size
+ * element count it averages over, and the count on the reduced shapes.
+ * When they differ, the reduced node must divide by `full` (attribute
+ * "divisor"), not by its own count.  i < vd_reducer_n_avg(r); valid after a
+ * successful solve. */
+size_t vd_reducer_n_avg(const vd_reducer *r);
+void vd_reducer_avg(vd_reducer *r, size_t i, uint32_t *tag, int64_t *full, int64_t *reduced);
+
 #endif

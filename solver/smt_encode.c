@@ -79,6 +79,14 @@ static vd_term I(vd_smt *s, int64_t v) { return vd_smt_num_int(s, v); }
 static vd_term D(vd_smt *s, double v) { return vd_smt_num_double(s, v); }
 static vd_term uf1(vd_smt *s, const char *name, vd_term x) { return vd_smt_uf(s, name, 1, &x); }
 
+/* The element count an average divides by: attribute "divisor" when set
+ * (shape reduction sets it to the full-size count, docs/shape-reduction.md
+ * AVG), else the count the operator averages over. */
+static int64_t divisor(call_t *c, int64_t count) {
+  int64_t v = aint(c, "divisor", count);
+  return v > 0 ? v : count;
+}
+
 /* A numeral of the sort of index term `id` (Int or Real). */
 static vd_term idx_num(vd_smt *s, vd_term id, int64_t v) {
   return vd_smt_i_is_int(s, id) ? vd_smt_int_num(s, v) : vd_smt_num_int(s, v);
@@ -465,7 +473,7 @@ static vd_rc reduce(call_t *c, vd_smt *s, int mean) {
   }
   acc_done(s, &a, y);
   if (mean && cnt > 0) {
-    vd_term n = I(s, cnt);
+    vd_term n = I(s, divisor(c, cnt));
     for (int64_t i = 0; i < y->numel; i++) y->t[i] = vd_smt_div(s, y->t[i], n);
   }
   return VD_OK;
@@ -481,6 +489,7 @@ static vd_rc reduce_bwd(call_t *c, vd_smt *s, int mean) {
   int keep = aint(c, "keepdim", 0) != 0;
   int64_t nr = g->numel, n = gx->numel;
   vd_term k = mean ? vd_smt_div(s, I(s, nr), I(s, n ? n : 1)) : NULL;
+  if (mean && nr && divisor(c, n / nr) != n / nr) k = vd_smt_div(s, I(s, 1), I(s, divisor(c, n / nr)));
   int64_t idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < n; f++) {
     vd_op_shape_unravel(&gx->shape, f, idx);
@@ -705,9 +714,9 @@ ENC(pick_backward) {
 
 /* ---- normalization ------------------------------------------------------- */
 
-/* rsqrt(sum(v_i) / h + eps) for one row */
-static vd_term inv_norm(vd_smt *s, vd_term *v, int64_t h, double eps) {
-  vd_term mean = vd_smt_div(s, vd_smt_sum(s, (size_t)h, v), I(s, h));
+/* rsqrt(sum(v_i) / dv + eps) for one row of h elements (dv: divisor()) */
+static vd_term inv_norm(vd_smt *s, vd_term *v, int64_t h, int64_t dv, double eps) {
+  vd_term mean = vd_smt_div(s, vd_smt_sum(s, (size_t)h, v), I(s, dv));
   return uf1(s, "rsqrt", vd_smt_add(s, mean, D(s, eps)));
 }
 
@@ -719,7 +728,7 @@ ENC(rms_norm) {
   for (int64_t r = 0; r < rows; r++) {
     vd_term *x = IN(0)->t + r * h;
     for (int64_t i = 0; i < h; i++) sq[i] = vd_smt_mul(s, x[i], x[i]);
-    vd_term inv = inv_norm(s, sq, h, eps);
+    vd_term inv = inv_norm(s, sq, h, divisor(c, h), eps);
     for (int64_t i = 0; i < h; i++) {
       vd_term f[3] = {x[i], inv, IN(1)->t[i]};
       OUT(0)->t[r * h + i] = vd_smt_prod(s, 3, f);
@@ -748,10 +757,10 @@ ENC(rms_norm_backward) {
       vd_term f[3] = {g[i], w[i], x[i]};
       dt[i] = vd_smt_prod(s, 3, f);
     }
-    vd_term inv = inv_norm(s, sq, h, eps);
+    vd_term inv = inv_norm(s, sq, h, divisor(c, h), eps);
     vd_term dot = vd_smt_sum(s, (size_t)h, dt);
     /* gx_i = inv w_i g_i - x_i inv^3 dot / h */
-    vd_term k = vd_smt_div(s, vd_smt_mul(s, vd_smt_pow_int(s, inv, 3), dot), I(s, h));
+    vd_term k = vd_smt_div(s, vd_smt_mul(s, vd_smt_pow_int(s, inv, 3), dot), I(s, divisor(c, h)));
     for (int64_t i = 0; i < h; i++) {
       vd_term f[3] = {inv, w[i], g[i]};
       OUT(0)->t[r * h + i] = vd_smt_sub(s, vd_smt_prod(s, 3, f), vd_smt_mul(s, x[i], k));
@@ -765,13 +774,13 @@ ENC(rms_norm_backward) {
 }
 
 /* Row statistics of layer_norm: xc_i = x_i - mean, inv = rsqrt(var + eps). */
-static vd_term ln_row(vd_smt *s, const vd_term *x, int64_t h, double eps, vd_term *xc, vd_term *sq) {
-  vd_term mu = vd_smt_div(s, vd_smt_sum(s, (size_t)h, x), I(s, h));
+static vd_term ln_row(vd_smt *s, const vd_term *x, int64_t h, int64_t dv, double eps, vd_term *xc, vd_term *sq) {
+  vd_term mu = vd_smt_div(s, vd_smt_sum(s, (size_t)h, x), I(s, dv));
   for (int64_t i = 0; i < h; i++) {
     xc[i] = vd_smt_sub(s, x[i], mu);
     sq[i] = vd_smt_mul(s, xc[i], xc[i]);
   }
-  return inv_norm(s, sq, h, eps);
+  return inv_norm(s, sq, h, dv, eps);
 }
 
 ENC(layer_norm) {
@@ -781,7 +790,7 @@ ENC(layer_norm) {
   if (!buf) return VD_OOM(c->diag);
   vd_term *xc = buf, *sq = buf + h;
   for (int64_t r = 0; r < rows; r++) {
-    vd_term inv = ln_row(s, IN(0)->t + r * h, h, eps, xc, sq);
+    vd_term inv = ln_row(s, IN(0)->t + r * h, h, divisor(c, h), eps, xc, sq);
     for (int64_t i = 0; i < h; i++) {
       vd_term f[3] = {xc[i], inv, IN(1)->t[i]};
       OUT(0)->t[r * h + i] = vd_smt_add(s, vd_smt_prod(s, 3, f), IN(2)->t[i]);
@@ -811,7 +820,7 @@ ENC(layer_norm_backward) {
   vd_term *xc = buf, *sq = buf + h, *xh = buf + 2 * h, *gh = buf + 3 * h, *ghx = buf + 4 * h;
   for (int64_t r = 0; r < rows; r++) {
     const vd_term *g = IN(2)->t + r * h;
-    vd_term inv = ln_row(s, IN(0)->t + r * h, h, eps, xc, sq);
+    vd_term inv = ln_row(s, IN(0)->t + r * h, h, divisor(c, h), eps, xc, sq);
     for (int64_t i = 0; i < h; i++) {
       xh[i] = vd_smt_mul(s, xc[i], inv);
       gh[i] = vd_smt_mul(s, g[i], w[i]);
@@ -819,8 +828,8 @@ ENC(layer_norm_backward) {
       acc_add(&gw, i, vd_smt_mul(s, g[i], xh[i]));
       acc_add(&gb, i, g[i]);
     }
-    vd_term m1 = vd_smt_div(s, vd_smt_sum(s, (size_t)h, gh), I(s, h));
-    vd_term m2 = vd_smt_div(s, vd_smt_sum(s, (size_t)h, ghx), I(s, h));
+    vd_term m1 = vd_smt_div(s, vd_smt_sum(s, (size_t)h, gh), I(s, divisor(c, h)));
+    vd_term m2 = vd_smt_div(s, vd_smt_sum(s, (size_t)h, ghx), I(s, divisor(c, h)));
     /* gx_i = inv (g_i w_i - m1 - xh_i m2) */
     for (int64_t i = 0; i < h; i++)
       OUT(0)->t[r * h + i] =

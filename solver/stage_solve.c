@@ -132,13 +132,17 @@ static vd_rc scratch_node(const vd_plan_t *p, const vd_node_t *pn, const vd_attr
     const char *key = vd_plan_s(p, at->key);
     int overridden = 0;
     for (uint32_t k = 0; k < n_ovr; k++)
-      if (strcmp(vd_plan_s(p, ovr[k].key), key) == 0) {
+      if (ovr[k].key != VD_OVR_DIVISOR && strcmp(vd_plan_s(p, ovr[k].key), key) == 0) {
         VD_CHECK(vd_plan_attr_int(scratch, idx, key, ovr[k].value));
         overridden = 1;
         break;
       }
     if (!overridden) VD_CHECK(vd_plan_attr_copy(scratch, idx, p, at));
   }
+  /* Shape reduction's full-size divisor of an averaging node (the node has
+   * no such attribute: docs/shape-reduction.md, AVG). */
+  for (uint32_t k = 0; k < n_ovr; k++)
+    if (ovr[k].key == VD_OVR_DIVISOR) VD_CHECK(vd_plan_attr_int(scratch, idx, VD_OVR_DIVISOR_NAME, ovr[k].value));
   return VD_OK;
 }
 

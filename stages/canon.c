@@ -136,6 +136,13 @@ static void put_attrs(buf_t *b, const vd_stage *st, const vd_stage_node *n, cons
       break;
     }
   }
+  /* The full-size divisor that shape reduction gives an averaging node
+   * (an override of an attribute the node lacks): part of the proof. */
+  for (uint32_t k = 0; k < n->n_ovr; k++)
+    if (st->ovr[n->ovr_off + k].key == VD_OVR_DIVISOR) {
+      put_str(b, VD_OVR_DIVISOR_NAME);
+      put_i64(b, st->ovr[n->ovr_off + k].value);
+    }
   if (done != small) vd_free(done);
 }
 

@@ -87,20 +87,35 @@ static vd_rc apply(vd_reducer *c, const vd_lin_table *lt, vd_stage *st, vd_diag 
       tg->rhi[j] = vd_reducer_scale(c, (uint32_t)tg->svalue, j, tg->hi[j]);
     }
   }
-  /* Overrides, in node order (POS records were emitted node by node). */
-  size_t n = 0, n_pos = vd_reducer_n_pos(c);
-  vd_attr_override *ov = n_pos ? vd_calloc(n_pos, sizeof(*ov)) : NULL;
-  if (n_pos && !ov) return VD_OOM(d);
+  /* Overrides, in node order (POS and AVG records were emitted node by
+   * node, and a node emits its POS records before its AVG record). */
+  size_t n = 0, n_pos = vd_reducer_n_pos(c), n_avg = vd_reducer_n_avg(c), ia = 0;
+  vd_attr_override *ov = n_pos + n_avg ? vd_calloc(n_pos + n_avg, sizeof(*ov)) : NULL;
+  if (n_pos + n_avg && !ov) return VD_OOM(d);
   for (uint32_t i = 0; i < st->n_nodes; i++) {
     st->nodes[i].ovr_off = (uint32_t)n;
     st->nodes[i].n_ovr = 0;
   }
-  for (size_t i = 0; i < n_pos; i++) {
-    uint32_t node;
-    const char *attr;
-    int64_t orig, r;
-    vd_reducer_pos(c, i, &node, &attr, &orig, &r);
-    if (r == orig) continue;
+  for (size_t i = 0; i <= n_pos; i++) {
+    uint32_t node = i < n_pos ? 0 : UINT32_MAX;
+    const char *attr = NULL;
+    int64_t orig = 0, r = 0;
+    if (i < n_pos) vd_reducer_pos(c, i, &node, &attr, &orig, &r);
+    /* AVG records of the nodes before this one: the full-size divisor. */
+    for (; ia < n_avg; ia++) {
+      uint32_t an;
+      int64_t full, red;
+      vd_reducer_avg(c, ia, &an, &full, &red);
+      if (an > node || (an == node && i < n_pos)) break;
+      if (full == red) continue;
+      vd_stage_node *sn = &st->nodes[an];
+      if (sn->n_ovr == 0) sn->ovr_off = (uint32_t)n;
+      ov[n].key = VD_OVR_DIVISOR;
+      ov[n].value = full;
+      n++;
+      sn->n_ovr++;
+    }
+    if (i == n_pos || r == orig) continue;
     const vd_plan_t *plan;
     const vd_node_t *pn = plan_node(lt, st, node, &plan);
     const vd_attr_t *a = pn ? vd_node_attr(plan, pn, attr) : NULL;

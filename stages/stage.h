@@ -43,9 +43,16 @@ typedef struct {
 } vd_stage_value;
 
 typedef struct {
-  uint32_t key;   /* attribute name, plan string pool offset */
-  int64_t value;  /* scaled position */
+  uint32_t key;   /* attribute name, plan string pool offset; VD_OVR_DIVISOR: "divisor" */
+  int64_t value;  /* scaled position, or the full-size divisor */
 } vd_attr_override;
+
+/* Key of the override that gives an averaging node (mean, the norms) its
+ * full-size divisor on reduced shapes (attribute "divisor", which the node
+ * usually lacks, so the key is not a string of the plan).  See
+ * docs/shape-reduction.md, AVG. */
+#define VD_OVR_DIVISOR UINT32_MAX
+#define VD_OVR_DIVISOR_NAME "divisor"
 
 typedef struct {
   uint8_t side;

@@ -28,4 +28,11 @@ buggy interleave
 buggy interleave_flat
 correct interleave_ok
 correct interleave_flat_ok
+# Cause 2: constants tied to extents.  A written-out rms_norm whose 1/h is
+# 0.5 equals the reduced mean when h shrinks to 2; the true 1/64 (also with
+# the statistic split over the TP pair and all-reduced) is equivalent.
+buggy norm_half
+buggy norm_tp_half
+correct norm_inv_h
+correct norm_tp_inv_h
 echo ok

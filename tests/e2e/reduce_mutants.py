@@ -17,6 +17,9 @@ usage: reduce_mutants.py MUTATION IN.plan OUT.plan
   norm_half       rank 0's first forward rms_norm written out as
                   x * rsqrt(sum(x*x) * 0.5 + eps) * w: wrong (0.5 != 1/h).
   norm_inv_h      the same with 1/h (the true mean): equivalent.
+  norm_tp_half, norm_tp_inv_h: the first forward rms_norm of stored ranks 0
+                  and 1 (a TP pair) with its statistic split over h:
+                  all_reduce(sum(x_half^2)) * 0.5 (wrong) or * 1/h (right).
 
 New tensors get fresh ids; new nodes are inserted right before the node
 they feed, in its segment, so file order stays a valid program order.
@@ -119,6 +122,44 @@ def norm(p, factor_of_h):
     p.d["nodes"][i:i + 1] = new
 
 
+def norm_tp(p, factor_of_h):
+    """rms_norm of layer 0 on the TP pair (stored ranks 0 and 1) with the
+    statistic split over h: each rank squares its half of x, the partial
+    sums are all-reduced, then scaled by factor_of_h(h)."""
+    coll = 1 + max([n.get("coll", -1) for n in p.d["nodes"]] + [-1])
+    for rank in (0, 1):
+        i, nrm = p.first("rms_norm", rank)
+        x = p.tensors[nrm["in"][0]]
+        w = nrm["in"][1]
+        y = nrm["out"][0]
+        eps = nrm.get("attrs", {}).get("eps", 1e-6)
+        shp = list(x["shape"])
+        h = shp[-1]
+        half = shp[:-1] + [h // 2]
+        row = shp[:-1] + [1]
+        base = nrm["name"] + ".tp"
+        mine = p.tensor(x, base + ".x%d" % rank, half)
+        sq = p.tensor(x, base + ".sq", half)
+        s = p.tensor(x, base + ".partial", row)
+        st = p.tensor(x, base + ".sum", row)
+        ms = p.tensor(x, base + ".ms", row)
+        e = p.tensor(x, base + ".eps", row)
+        r = p.tensor(x, base + ".rsqrt", row)
+        xn = p.tensor(x, base + ".xn", shp)
+        ar = p.node(nrm, "all_reduce", base + ".all_reduce", [s], [st])
+        ar.update(phase="comm", coll=coll, group=[0, 1])
+        new = [p.node(nrm, "chunk", base + ".split", [x["id"]], [mine], {"chunks": 2, "dim": -1, "index": rank}),
+               p.node(nrm, "mul", base + ".square", [mine, mine], [sq]),
+               p.node(nrm, "sum", base + ".sum", [sq], [s], {"dims": [-1], "keepdim": 1}),
+               ar,
+               p.node(nrm, "scale", base + ".mean", [st], [ms], {"factor": factor_of_h(h)}),
+               p.node(nrm, "add", base + ".eps", [ms], [e], {"scalar": eps}),
+               p.node(nrm, "rsqrt", base + ".rsqrt", [e], [r]),
+               p.node(nrm, "mul", base + ".normalize", [x["id"], r], [xn]),
+               p.node(nrm, "mul", base + ".weight", [xn, w], [y])]
+        p.d["nodes"][i:i + 1] = new
+
+
 MUTATIONS = {
     "interleave": lambda p: interleave(p, False),
     "interleave_ok": lambda p: interleave(p, True),
@@ -126,6 +167,8 @@ MUTATIONS = {
     "interleave_flat_ok": lambda p: interleave(p, True, True),
     "norm_half": lambda p: norm(p, lambda h: 0.5),
     "norm_inv_h": lambda p: norm(p, lambda h: 1.0 / h),
+    "norm_tp_half": lambda p: norm_tp(p, lambda h: 0.5),
+    "norm_tp_inv_h": lambda p: norm_tp(p, lambda h: 1.0 / h),
 }
 
 

@@ -388,6 +388,53 @@ static void test_interleave_guard(void **state) {
   }
 }
 
+/* The full-size divisor override of an averaging node; INT64_MIN if none. */
+static int64_t divisor_of(const tb_stage *s, uint32_t node) {
+  const vd_stage_node *n = &s->nodes[node];
+  for (uint32_t k = 0; k < n->n_ovr; k++)
+    if (s->st.ovr[n->ovr_off + k].key == VD_OVR_DIVISOR) return s->st.ovr[n->ovr_off + k].value;
+  return INT64_MIN;
+}
+
+/* Issue 11, cause 2: a mean keeps its full-size divisor on reduced shapes
+ * (AVG), so a rank that writes it out as sum * (1/64) compares against the
+ * same 1/64, and sum * 0.5 no longer equals the mean once h is 2.  A mean
+ * whose plan states the divisor keeps the plan's value (no override). */
+static void test_avg_divisor(void **state) {
+  (void)state;
+  for (int stated = 0; stated < 2; stated++) {
+    tb_world w;
+    tb_stage s;
+    tb_world_init(&w);
+    tb_stage_init(&s, 0);
+    uint32_t gm = tb_pnode(&w, 0, "mean", "norm.ms");
+    vd_plan_attr_int(&w.plan[0], w.gnodes[0][gm].pnode, "dims", 1);
+    if (stated) vd_plan_attr_int(&w.plan[0], w.gnodes[0][gm].pnode, "divisor", 64);
+    uint32_t gs = tb_pnode(&w, 1, "sum", "norm.sum");
+    vd_plan_attr_int(&w.plan[1], w.gnodes[1][gs].pnode, "dims", 1);
+    uint32_t gk = tb_pnode(&w, 1, "scale", "norm.scale");
+    vd_plan_attr_float(&w.plan[1], w.gnodes[1][gk].pnode, "factor", 1.0 / 64);
+    uint32_t x = TB_V(&s, 0, 8, 64), y = TB_V(&s, 0, 8);
+    tb_node(&s, &w, 0, gm, TB_L(x), TB_L(y));
+    int32_t px = tb_piece(&w, 2, (int64_t[]){0, 0}, (int64_t[]){8, 64}, 0, 1);
+    uint32_t hx = tb_hyp(&s, &w, x, px), ps = TB_V(&s, 1, 8), py = TB_V(&s, 1, 8);
+    tb_node(&s, &w, 1, gs, TB_L(hx), TB_L(ps));
+    tb_node(&s, &w, 1, gk, TB_L(ps), TB_L(py));
+    int32_t pp = tb_piece(&w, 1, (int64_t[]){0}, (int64_t[]){8}, 0, 1);
+    tb_target(&s, y, (int64_t[]){0}, (int64_t[]){8}, 1, (uint32_t[]){(uint32_t)pp}, (uint32_t[]){py}, 1);
+    vd_diag d;
+    vd_diag_clear(&d);
+    assert_int_equal(vd_stage_reduce(&w.lt, &s.st, &d), VD_OK);
+    assert_int_equal(s.st.reduced, 1);
+    assert_true(s.vals[x].rshape[1] >= 2 && s.vals[x].rshape[1] < 64);
+    assert_int_equal(divisor_of(&s, 0), stated ? INT64_MIN : 64);
+    assert_int_equal(divisor_of(&s, 1), INT64_MIN); /* a sum has no divisor */
+    assert_int_equal(divisor_of(&s, 2), INT64_MIN);
+    vd_free(s.st.ovr);
+    tb_world_free(&w);
+  }
+}
+
 static void test_unknown_op(void **state) {
   (void)state;
   tb_world w;
@@ -510,7 +557,7 @@ int main(void) {
       cmocka_unit_test(test_causal_offsets),  cmocka_unit_test(test_view_merge),
       cmocka_unit_test(test_view_unexpressible), cmocka_unit_test(test_rope_even),
       cmocka_unit_test(test_view_head_shard),    cmocka_unit_test(test_view_coarser_single),
-      cmocka_unit_test(test_permutation_guard), cmocka_unit_test(test_interleave_guard),
+      cmocka_unit_test(test_permutation_guard), cmocka_unit_test(test_interleave_guard), cmocka_unit_test(test_avg_divisor),
       cmocka_unit_test(test_unknown_op),      cmocka_unit_test(test_contradiction),
       cmocka_unit_test(test_real_llama3_tp2),
   };
