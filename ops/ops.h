@@ -164,8 +164,6 @@ typedef enum {
   VD_RED_EVEN, /* a stays even and >= 2 (rope's rotated pairs) */
   VD_RED_POS,  /* attribute `attr` (value pos) is a position along a: scaled with it */
   VD_RED_KEEP, /* a keeps its original extent */
-  VD_RED_MOVE, /* a is moved among its value's dims (transpose): if a's class also holds a
-                * factor of a merge/split run, the class keeps >= 2 (docs/shape-reduction.md) */
   VD_RED_AVG,  /* the node averages over a (mean, the norms): its divisor is the full-size
                 * element count of all its AVG dims, reported as attribute "divisor" when
                 * reduction changes that count (docs/shape-reduction.md, AVG) */

@@ -50,7 +50,7 @@
 #include "../common/mem.h"
 #include "ops.h"
 
-enum { F_MIN2 = 1, F_EVEN = 2, F_KEEP = 4, F_MOVE = 8, F_RUN = 16 };
+enum { F_MIN2 = 1, F_EVEN = 2, F_KEEP = 4 };
 
 typedef struct {
   uint32_t node, var; /* node: the caller's tag */
@@ -176,7 +176,6 @@ static vd_rc emit(void *sink, const vd_op_red *r) {
   case VD_RED_MIN2: c->flag[a] |= F_MIN2; return VD_OK;
   case VD_RED_EVEN: c->flag[a] |= F_EVEN; return VD_OK;
   case VD_RED_KEEP: c->flag[a] |= F_KEEP; return VD_OK;
-  case VD_RED_MOVE: c->flag[a] |= F_MOVE; return VD_OK;
   case VD_RED_AVG: {
     avg_rec *last = c->n_avg && c->avg_call == c->cur_call ? &c->avg[c->n_avg - 1] : NULL;
     if (!last) {
@@ -217,7 +216,6 @@ static vd_rc emit(void *sink, const vd_op_red *r) {
       uint32_t v = var_of(c, x);
       if (v == ~0u) VD_FAIL(c->d, VD_EINTERNAL, NULL, c->rec, "reduce", "PROD run leaves the operand");
       if (k < r->na) pr.a[k] = v; else pr.b[k - r->na] = v;
-      c->flag[v] |= F_RUN;
     }
     if (r->na > 1 && r->nb > 1) {
       /* Neither a merge nor a split: the element order cannot be kept by
@@ -588,10 +586,82 @@ static void unite_same_splits(vd_reducer *c) {
   }
 }
 
+/* Appends the classes of run i to seq (at most cap), a class that is the
+ * single dimension of another pure run replaced by that run's factors
+ * (depth-bounded: chains of views). */
+static void run_classes(vd_reducer *c, size_t i, int depth, uint32_t *seq, uint32_t *n, uint32_t cap) {
+  uint32_t si, ni;
+  const uint32_t *ri;
+  if (!split_of(&c->prod[i], &si, &ri, &ni)) return;
+  for (uint32_t k = 0; k < ni; k++) {
+    uint32_t x = find(c, ri[k]);
+    size_t j = c->n_prod;
+    if (depth < 3)
+      for (j = 0; j < c->n_prod; j++) {
+        uint32_t sj, nj;
+        const uint32_t *rj;
+        if (j != i && split_of(&c->prod[j], &sj, &rj, &nj) && find(c, sj) == x) break;
+      }
+    if (j < c->n_prod) {
+      run_classes(c, j, depth + 1, seq, n, cap);
+    } else if (*n < cap) {
+      seq[(*n)++] = x;
+    }
+  }
+}
+
+static int pos_in(const uint32_t *seq, uint32_t n, uint32_t x) {
+  for (uint32_t k = 0; k < n; k++)
+    if (seq[k] == x) return (int)k;
+  return -1;
+}
+
+/* SOUNDNESS (docs/shape-reduction.md, ORDER): the operators permute
+ * elements inside one dimension only by splitting it into factors, moving
+ * factors (transpose) and merging them in another order (view [.., d/2, 2]
+ * -> transpose -> view [.., d], the interleaved rope pairs), or by comparing
+ * two factorisations of one class in different orders.  Every pair of
+ * classes that two runs (views expanded through chains of views) order
+ * differently keeps >= 2, and so does a class that one run holds twice:
+ * then the reduced index map is still a non-identity permutation. */
+static vd_rc order_rule(vd_reducer *c) {
+  enum { CAP = 4 * VD_MAX_DIMS };
+  if (c->n_prod < 2) return VD_OK;
+  uint32_t *seq = vd_calloc(c->n_prod * CAP, sizeof(uint32_t)), *len = vd_calloc(c->n_prod, sizeof(uint32_t));
+  if (!seq || !len) {
+    vd_free(seq);
+    vd_free(len);
+    return VD_OOM(c->d);
+  }
+  for (size_t i = 0; i < c->n_prod; i++) {
+    uint32_t *s = seq + i * CAP;
+    run_classes(c, i, 0, s, &len[i], CAP);
+    for (uint32_t a = 0; a < len[i]; a++)
+      for (uint32_t b = a + 1; b < len[i]; b++)
+        if (s[a] == s[b]) c->flag[s[a]] |= F_MIN2;
+  }
+  for (size_t i = 0; i < c->n_prod; i++)
+    for (size_t j = i + 1; j < c->n_prod; j++) {
+      const uint32_t *si = seq + i * CAP, *sj = seq + j * CAP;
+      for (uint32_t a = 0; a < len[i]; a++)
+        for (uint32_t b = a + 1; b < len[i]; b++) {
+          int pa = pos_in(sj, len[j], si[a]), pb = pos_in(sj, len[j], si[b]);
+          if (pa >= 0 && pb >= 0 && pa > pb) {
+            c->flag[si[a]] |= F_MIN2;
+            c->flag[si[b]] |= F_MIN2;
+          }
+        }
+    }
+  vd_free(seq);
+  vd_free(len);
+  return VD_OK;
+}
+
 vd_rc vd_reducer_solve(vd_reducer *c, int *reduced, vd_diag *d) {
   c->d = d;
   *reduced = 0;
   unite_same_splits(c);
+  VD_CHECK(order_rule(c));
   /* Two dimensions of one value in one class (a transpose, a square
    * attention score, q and k of a causal mask): with one element they could
    * not tell a permutation of indices from the identity, so they keep >= 2. */
@@ -626,12 +696,6 @@ vd_rc vd_reducer_solve(vd_reducer *c, int *reduced, vd_diag *d) {
   for (uint32_t v = 0; v < c->nvar; v++) {
     cls *k = &c->cl[v];
     if (find(c, v) != v) continue;
-    /* SOUNDNESS: a factor of a merge/split run that a transpose moves
-     * permutes elements inside the merged dimension (view [.., d/2, 2] ->
-     * transpose -> view [.., d]); with one element the permutation would be
-     * the identity.  Classes are closed under every EQ, so this follows the
-     * factor through chains of views and elementwise operators. */
-    if ((k->flags & F_MOVE) && (k->flags & F_RUN)) k->flags |= F_MIN2;
     if (k->g == 0) k->g = 1;
     if (k->min_size == INT64_MAX) k->min_size = 0;
   }

@@ -377,10 +377,13 @@ static void test_interleave_guard(void **state) {
     vd_diag_format(&d, msg, sizeof(msg));
     if (rc != VD_OK) fail_msg("%s", msg);
     assert_int_equal(s.st.reduced, 1);
-    /* both moved factors keep >= 2, so the reduced permutation of d is not
-     * the identity */
-    assert_true(s.vals[a].rshape[2] >= 2);
-    assert_true(s.vals[a].rshape[3] >= 2);
+    /* the merge orders the pair factors differently from the split: both
+     * keep >= 2, so the reduced permutation of d is not the identity.  With
+     * the transpose undone the orders agree and nothing is forced. */
+    if (!twice) {
+      assert_true(s.vals[a].rshape[2] >= 2);
+      assert_true(s.vals[a].rshape[3] >= 2);
+    }
     assert_int_equal(s.vals[a].rshape[2] * s.vals[a].rshape[3], s.vals[hx].rshape[2]);
     assert_int_equal(s.vals[b].rshape[2], s.vals[a].rshape[3]);
     vd_free(s.st.ovr);
