@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/limits.h"
 #include "../common/mem.h"
 #include "smt.h"
 #include "../ops/ops_moe.h" /* enc_gate_fw, enc_nnscaler_moe_gmm (+ backward) for the table */
@@ -968,8 +969,9 @@ ENC(softmax_backward) {
 
 static vd_rc topk(call_t *c, vd_smt *s, int backward) {
   int64_t t = IN(0)->shape.d[0], e = IN(0)->shape.d[1], k = aint(c, "k", 1);
-  if (e > 32) VD_FAIL(c->diag, VD_EINPUT, NULL, rec(c), "inputs[0]", "topk_gate: rows of %lld experts exceed the 32 arguments the symbol takes (reduce the expert dim)", (long long)e);
-  vd_term args[64];
+  if (e > VD_LIM_TOPK_EXPERTS_MAX)
+    VD_FAIL(c->diag, VD_EINPUT, NULL, rec(c), "inputs[0]", "topk_gate: rows of %lld experts exceed the %d arguments the symbol takes (reduce the expert dim; common/limits.h)", (long long)e, VD_LIM_TOPK_EXPERTS_MAX);
+  vd_term args[2 * VD_LIM_TOPK_EXPERTS_MAX];
   char name[96];
   for (int64_t r = 0; r < t; r++) {
     for (int64_t j = 0; j < e; j++) {
@@ -1323,9 +1325,9 @@ int vd_smt_uf_value(const char *name, size_t n, const double *a, double *out) {
   else
     return 0;
   int64_t e = bwd ? (int64_t)n / 2 : (int64_t)n;
-  if (e < 1 || e > 32 || k < 1 || k > e || j < 0 || j >= e || (bwd && n % 2)) return 0;
-  unsigned char sel[32];
-  double p[32];
+  if (e < 1 || e > VD_LIM_TOPK_EXPERTS_MAX || k < 1 || k > e || j < 0 || j >= e || (bwd && n % 2)) return 0;
+  unsigned char sel[VD_LIM_TOPK_EXPERTS_MAX];
+  double p[VD_LIM_TOPK_EXPERTS_MAX];
   topk_row(a, e, k, sel, p);
   if (!bwd) {
     *out = p[j];

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "../common/clock.h"
+#include "../common/limits.h"
 #include "../common/mem.h"
 
 void vd_stage_verdict_free(vd_stage_verdict *v) {
@@ -458,7 +459,7 @@ static int cmp_i32(const void *a, const void *b) {
  * solver's differing pairs. */
 static vd_rc record_cex(solve_ctx *c, const pair_list *pl, vd_smt_result *r, vd_stage_verdict *v) {
   const vd_stage *st = c->st;
-  size_t max_elems = c->o->max_cex_elems ? c->o->max_cex_elems : 8;
+  size_t max_elems = c->o->max_cex_elems ? c->o->max_cex_elems : VD_LIM_CEX_ELEMS;
   /* Inputs: move them over. */
   v->inputs = r->inputs;
   v->n_inputs = r->n_inputs;
@@ -546,6 +547,7 @@ vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, cons
   char unsupported[300] = "";
 
   vd_smt_set_timeout(s, o->timeout_ms);
+  vd_smt_set_seed(s, o->seed ? o->seed : (uint64_t)VD_LIM_SEED);
   vd_smt_set_fast_path(s, o->fast_path);
   for (uint32_t i = 0; i < st->n_vals; i++) {
     int64_t n = 1;
