@@ -191,8 +191,13 @@ struct vd_op_encode_call {
   vd_diag *diag;
 };
 
+/* A symbolic encoder.  The encoders are solver/'s expansion of ops/ops.def
+ * (smt_encode.c, enc_table: one per operator, count checked at compile
+ * time), not a column of vd_op_table: ops/ may not depend on solver/. */
+typedef vd_rc (*vd_op_encode_fn)(const struct vd_op_encode_call *c);
+
 /* The encoder of op (every encoder checks arity and shapes with the
- * registry's shape rule first), or NULL if there is none. */
+ * registry's shape rule first), or NULL for an id outside the registry. */
 vd_op_encode_fn vd_smt_encoder(vd_op_id op);
 /* Looks up and runs the encoder; VD_EINPUT "unsupported" when none. */
 vd_rc vd_smt_encode(const struct vd_op_encode_call *c);
