@@ -14,6 +14,7 @@
 #include "../../lineage/lineage.h"
 #include "../../plans/gen.h"
 #include "stage_builder.h"
+#include "../support/pipeline.h"
 
 /* One scaled TP shard stage: y = scale(x) on the single side, the parallel
  * side scales a hypothesis piece.  `name`, `gnode`, `replica` vary between
@@ -69,39 +70,16 @@ static void test_classes(void **state) {
 
 /* ---- real cut stages: symmetry across layers ------------------------------ */
 
-typedef struct {
-  vd_plan_t s, p;
-  vd_graph_t gs, gp;
-  vd_lin_table lt;
-  vd_stage_set set;
-} real_t;
+typedef tp_pair real_t;
 
 static vd_rc real_build(real_t *r, int64_t layers, int64_t tp) {
-  memset(r, 0, sizeof(*r));
-  vd_gen_config c;
-  vd_gen_config_default(&c);
-  c.model = VD_GEN_LLAMA3;
-  c.layers = layers;
-  c.tp = tp;
   vd_diag d;
   vd_diag_clear(&d);
-  VD_CHECK(vd_gen_build(&c, &r->s, &r->p, &d));
-  vd_graph_opts o = {.expand_replicas = 0};
-  VD_CHECK(vd_graph_build(&r->s, &o, &r->gs, &d));
-  VD_CHECK(vd_graph_build(&r->p, &o, &r->gp, &d));
-  VD_CHECK(vd_lin_build(&r->gs, &r->gp, &r->lt, &d));
-  VD_CHECK(vd_stage_cut(&r->lt, &r->set, &d));
+  VD_CHECK(tp_pair_llama3(r, layers, tp, &d));
   for (size_t i = 0; i < r->set.n_stages; i++) VD_CHECK(vd_stage_reduce(&r->lt, &r->set.stages[i], &d));
   return vd_stage_canon(&r->lt, &r->set, &d);
 }
-static void real_free(real_t *r) {
-  vd_stage_set_free(&r->set);
-  vd_lin_free(&r->lt);
-  vd_graph_free(&r->gs);
-  vd_graph_free(&r->gp);
-  vd_plan_free(&r->s);
-  vd_plan_free(&r->p);
-}
+static void real_free(real_t *r) { tp_pair_free(r); }
 
 /* Layer of a stage: the one layer all its layered nodes belong to, -1 if
  * none, -2 if several. */

@@ -13,6 +13,7 @@
 #include "../../lineage/lineage.h"
 #include "../../plans/gen.h"
 #include "stage_builder.h"
+#include "../support/pipeline.h"
 
 static void assert_shape(const tb_stage *s, uint32_t v, int ndim, const int64_t *want) {
   assert_int_equal(s->vals[v].ndim, ndim);
@@ -375,37 +376,14 @@ static void test_contradiction(void **state) {
 
 /* ---- real cut stages ------------------------------------------------------ */
 
-typedef struct {
-  vd_plan_t s, p;
-  vd_graph_t gs, gp;
-  vd_lin_table lt;
-  vd_stage_set set;
-} real_t;
+typedef tp_pair real_t;
 
 static vd_rc real_build(real_t *r, int64_t layers, int64_t tp) {
-  memset(r, 0, sizeof(*r));
-  vd_gen_config c;
-  vd_gen_config_default(&c);
-  c.model = VD_GEN_LLAMA3;
-  c.layers = layers;
-  c.tp = tp;
   vd_diag d;
   vd_diag_clear(&d);
-  VD_CHECK(vd_gen_build(&c, &r->s, &r->p, &d));
-  vd_graph_opts o = {.expand_replicas = 0};
-  VD_CHECK(vd_graph_build(&r->s, &o, &r->gs, &d));
-  VD_CHECK(vd_graph_build(&r->p, &o, &r->gp, &d));
-  VD_CHECK(vd_lin_build(&r->gs, &r->gp, &r->lt, &d));
-  return vd_stage_cut(&r->lt, &r->set, &d);
+  return tp_pair_llama3(r, layers, tp, &d);
 }
-static void real_free(real_t *r) {
-  vd_stage_set_free(&r->set);
-  vd_lin_free(&r->lt);
-  vd_graph_free(&r->gs);
-  vd_graph_free(&r->gp);
-  vd_plan_free(&r->s);
-  vd_plan_free(&r->p);
-}
+static void real_free(real_t *r) { tp_pair_free(r); }
 
 static void test_real_llama3_tp2(void **state) {
   (void)state;
