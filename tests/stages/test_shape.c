@@ -13,6 +13,7 @@
 #include "../../lineage/lineage.h"
 #include "../../plans/gen.h"
 #include "stage_builder.h"
+#include "../support/fault.h"
 #include "../support/pipeline.h"
 
 static void assert_shape(const tb_stage *s, uint32_t v, int ndim, const int64_t *want) {
@@ -426,6 +427,46 @@ static void test_real_llama3_tp2(void **state) {
   real_free(&r);
 }
 
+/* ---- allocation failures ---------------------------------------------------- */
+
+typedef struct {
+  tp_pair *x;
+  vd_stage *st;
+} reduce_ctx;
+static vd_rc reduce_run(void *ctx, vd_diag *d) {
+  reduce_ctx *c = ctx;
+  return vd_stage_reduce(&c->x->lt, c->st, d);
+}
+
+/* Every allocation of the reduction may fail: VD_ENOMEM, and the first run
+ * that completes reduces the stage exactly as a run without faults. */
+static void test_reduce_under_faults(void **state) {
+  (void)state;
+  tp_pair x;
+  vd_diag d;
+  vd_diag_clear(&d);
+  assert_int_equal(tp_pair_llama3(&x, 1, 2, &d), VD_OK);
+  assert_true(x.set.n_stages > 8);
+  size_t picks[4] = {0, x.set.n_stages / 3, 2 * x.set.n_stages / 3, x.set.n_stages - 1};
+  long total = 0;
+  for (int k = 0; k < 4; k++) {
+    vd_stage *st = &x.set.stages[picks[k]];
+    assert_int_equal(vd_stage_reduce(&x.lt, st, &d), VD_OK);
+    uint8_t reduced = st->reduced;
+    int64_t want[64][VD_MAX_DIMS];
+    uint32_t nv = st->n_vals < 64 ? st->n_vals : 64;
+    for (uint32_t v = 0; v < nv; v++) memcpy(want[v], st->vals[v].rshape, sizeof(want[v]));
+    reduce_ctx c = {&x, st};
+    long n = 0;
+    assert_int_equal(tf_fail_each(reduce_run, NULL, &c, 0, &n), VD_OK);
+    total += n;
+    assert_int_equal(st->reduced, reduced);
+    for (uint32_t v = 0; v < nv; v++) assert_memory_equal(want[v], st->vals[v].rshape, sizeof(want[v]));
+  }
+  assert_true(total > 0); /* the reduction allocates: the faults were reached */
+  tp_pair_free(&x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tp_linear),       cmocka_unit_test(test_all_gather),
@@ -433,7 +474,7 @@ int main(void) {
       cmocka_unit_test(test_view_unexpressible), cmocka_unit_test(test_rope_even),
       cmocka_unit_test(test_view_head_shard),    cmocka_unit_test(test_view_coarser_single),
       cmocka_unit_test(test_permutation_guard), cmocka_unit_test(test_unknown_op),      cmocka_unit_test(test_contradiction),
-      cmocka_unit_test(test_real_llama3_tp2),
+      cmocka_unit_test(test_real_llama3_tp2),  cmocka_unit_test(test_reduce_under_faults),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
