@@ -23,6 +23,10 @@
  * deterministic order.
  *
  * Not here: proving anything (stages/, solver/).
+ *
+ * Layer: lineage/ is lineages between single-device and parallel values; it
+ * may include common/, plans/, ops/, graph/.  tools/check_layers.sh (make
+ * lint) enforces the order.
  */
 #ifndef VD_LINEAGE_H
 #define VD_LINEAGE_H

@@ -22,6 +22,11 @@
  * operator with a compile-time count check: ops.def stays the only list of
  * operators, and every per-operator table (this one, the reduction rules
  * of ops_reduce.c, the encoders) is an expansion of it.
+ *
+ * Layer: ops/ is the operator registry and everything per-operator that is
+ * not SMT; it may include common/ and plans/ (never solver/: the encoders
+ * are solver/'s expansion of ops.def).  tools/check_layers.sh (make lint)
+ * enforces the order.
  */
 #ifndef VD_OPS_H
 #define VD_OPS_H
