@@ -84,6 +84,15 @@ int64_t vd_op_shape_ravel(const vd_op_shape *s, const int64_t *idx);
 int vd_op_bcast_to(const vd_op_shape *in, const vd_op_shape *out);
 int64_t vd_op_bcast_src(const vd_op_shape *out, const vd_op_shape *in, const int64_t *idx);
 
+/* Batched matmul geometry, shared by the evaluator and the encoder:
+ * a [..., m, k] x b [..., k, n] -> o [..., m, n]; ab, bb, ob are the batch
+ * shapes (all dimensions but the last two; a's and b's broadcast to o's). */
+typedef struct {
+  vd_op_shape ab, bb, ob;
+  int64_t m, k, n, nbatch;
+} vd_op_mm_geo;
+vd_op_mm_geo vd_op_mm_geometry(const vd_op_shape *a, const vd_op_shape *b, const vd_op_shape *o);
+
 /* One evaluation.  All pointers are borrowed.  For a shape check only, the
  * data pointers (in/out) may be NULL.  Attributes are read from plan+node
  * (node may be NULL: every attribute then takes its default).  `record`
