@@ -47,7 +47,12 @@ static void json_ints(FILE *f, const int64_t *v, int n) {
   fputc(']', f);
 }
 
-static void json_double(FILE *f, double v) { fprintf(f, "%.17g", v); }
+/* Floats keep a decimal point ("2.0"): the dump shows what is stored. */
+static void json_double(FILE *f, double v) {
+  char b[64];
+  vd_plan_fmt_double(v, b, sizeof(b));
+  fputs(b, f);
+}
 
 static void json_attr_value(FILE *f, const vd_plan_t *p, const vd_attr_t *a) {
   switch (a->kind) {
