@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "../plans/plan.h"
+#include "../ops/ops.h"
 #include "../oracle/exec.h"
 #include "cli.h"
 
@@ -120,7 +121,8 @@ int vd_cmd_exec(int argc, char **argv) {
   vd_exec_reduce_info ri;
   memset(&ri, 0, sizeof(ri));
   const char *tag = "";
-  if (vd_plan_read_file(sm, &s, &d) != VD_OK || vd_plan_read_file(pm, &p, &d) != VD_OK) {
+  if (vd_plan_read_file(sm, &s, &d) != VD_OK || vd_plan_read_file(pm, &p, &d) != VD_OK ||
+      vd_op_check_plan(&s, sm, &d) != VD_OK || vd_op_check_plan(&p, pm, &d) != VD_OK) {
     code = vd_cli_report_diag(&d);
     goto done;
   }
@@ -168,10 +170,15 @@ int vd_cmd_exec(int argc, char **argv) {
     code = VD_EXIT_NOT_EQUIV;
     if (r.reason[0]) {
       printf("exec: DISAGREE%s: %s\n", reduce ? " (reduced shapes)" : "", r.reason);
+      if (!quiet)
+        printf("  compared: %zu tensors, %zu instances, %zu elements\n", r.n_tensors, r.n_instances,
+               r.n_elements);
     } else {
       const vd_exec_mismatch *m = &r.first;
-      printf("exec: DISAGREE (%zu of %zu instances; max relative error %.3g; seed %llu%s)\n", r.n_bad_instances,
-             r.n_instances, r.max_rel_err, (unsigned long long)o.seed, tag);
+      printf("exec: DISAGREE (%zu of %zu instances of %zu tensors, %zu elements compared; max relative error %.3g; "
+             "seed %llu%s)\n",
+             r.n_bad_instances, r.n_instances, r.n_tensors, r.n_elements, r.max_rel_err, (unsigned long long)o.seed,
+             tag);
       if (!quiet) {
         printf("  first: tensor '%s' (id %lld) on rank %lld (stored rank %d, replica %d, mb %d)\n", m->name,
                (long long)m->tensor_id, (long long)m->rank, m->stored_rank, m->replica, m->mb);

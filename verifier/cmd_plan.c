@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "../common/mem.h"
+#include "../ops/ops.h"
 #include "../plans/plan.h"
 #include "cli.h"
 
@@ -366,6 +367,13 @@ int vd_cmd_plan(int argc, char **argv) {
   vd_diag_clear(&d);
   if (vd_plan_read_file(path, &p, &d) != VD_OK) return vd_cli_report_diag(&d);
   int rc = VD_EXIT_OK;
+  /* validate also checks operator arity and attributes against the registry
+   * (ops/attrs.c); dump and stats print any readable plan. */
+  if (strcmp(sub, "validate") == 0 && vd_op_check_plan(&p, path, &d) != VD_OK) {
+    rc = vd_cli_report_diag(&d);
+    vd_plan_free(&p);
+    return rc;
+  }
   if (strcmp(sub, "validate") == 0)
     printf("%s: valid %s plan, %zu tensors, %zu nodes, %d stored ranks x %d replicas\n", path,
            kind_name(p.kind), p.n_tensors, p.n_nodes, p.world.stored_ranks, p.world.replicas);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "../common/mem.h"
+#include "../ops/ops.h"
 
 const char *const vd_run_phase_names[VD_RUN_PHASES] = {"load", "graph", "lineage", "stages", "solve"};
 
@@ -68,6 +69,7 @@ static vd_rc add_issue(vd_run *r, vd_diagnosis dx, const char *source, const cha
 
 static vd_rc load_plan(const char *path, vd_plan_kind want, vd_plan_t *p, vd_diag *d) {
   VD_CHECK(vd_plan_read_file(path, p, d));
+  VD_CHECK(vd_op_check_plan(p, path, d)); /* arity and attributes: exit 2, not a default */
   if (p->kind != want)
     VD_FAIL(d, VD_EINPUT, path, NULL, "kind", "expected a %s plan, got a %s plan",
             want == VD_PLAN_SINGLE ? "single" : "parallel", p->kind == VD_PLAN_SINGLE ? "single" : "parallel");
