@@ -704,6 +704,7 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
+  setvbuf(stdout, NULL, _IOLBF, 0); /* findings appear as they happen in a long run's log */
   char cmd[512];
   snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", out);
   if (system(cmd) != 0) return 2;
