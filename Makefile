@@ -76,7 +76,6 @@ test: deps
 	$(MAKE) unit
 	$(MAKE) e2e
 	$(MAKE) bugs
-	$(MAKE) soundness
 	$(MAKE) fuzz-short
 
 # No module includes a header of a module above it (order in the script).
