@@ -81,6 +81,13 @@ edit "$TMP/p.plan" "$TMP/lin.plan" "by['linear'][0]['in'] = by['linear'][0]['in'
 check_bad "$TMP/lin.plan" in "expected 2 to 3 inputs, got 1"
 expect_in "(linear)" "$TMP/err"
 
+# ---- found by make soundness: a rope reading its positions along another
+# dimension (seq_dim 0, the batch) was EQUIVALENT when shape reduction left
+# one position per shard; rope's seq_dim now keeps two.
+edit "$TMP/p.plan" "$TMP/ropedim.plan" "by['rope'][0]['attrs']['seq_dim'] = 0"
+expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/ropedim.plan"
+expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/ropedim.plan"
+
 # ---- the oracle compares every annotated tensor -------------------------
 expect_exit 0 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
 expect_in "exec: AGREE ([1-9][0-9]* tensors, [0-9]* instances, [1-9][0-9]* elements" "$TMP/out"
