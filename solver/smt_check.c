@@ -585,6 +585,7 @@ static vd_rc run_job(vd_smt *s, const vd_term *par, const vd_term *single, const
     j->single[i] = vd_smt_i_keep(j->js, Z3_translate(src, single[open[i]], dst));
   }
   if (vd_smt_i_failed(j->js)) {
+    vd_smt_i_fail(s, vd_smt_error(j->js)); /* the error is the stage's, sticky on s */
     rc = vd_smt_status(j->js, d, "check (translate)");
     job_free(j);
     return rc;
@@ -647,6 +648,7 @@ static vd_rc run_job(vd_smt *s, const vd_term *par, const vd_term *single, const
   } else if (rc == VD_ENOMEM) {
     rc = VD_OOM(d);
   } else {
+    if (vd_smt_i_failed(j->js)) vd_smt_i_fail(s, vd_smt_error(j->js)); /* sticky on s too */
     rc = vd_smt_status(j->js, d, "check (solver)");
     if (rc == VD_OK) rc = VD_ERR(d, VD_EINTERNAL, NULL, "check", NULL, "solver failed");
   }
