@@ -69,8 +69,8 @@ void vd_smt_set_timeout(vd_smt *s, unsigned ms);
  * polynomial normal form (smt_poly.c), rlimit is Z3's resource limit for
  * the solver (and the simplifier's step limit).  Defaults
  * VD_SMT_DEFAULT_NF_STEPS and VD_SMT_DEFAULT_RLIMIT. */
-#define VD_SMT_DEFAULT_NF_STEPS 20000000ull
-#define VD_SMT_DEFAULT_RLIMIT 20000000ull
+#define VD_SMT_DEFAULT_NF_STEPS 5000000ull
+#define VD_SMT_DEFAULT_RLIMIT 5000000ull
 void vd_smt_set_budget(vd_smt *s, uint64_t nf_steps, uint64_t rlimit);
 /* Checks abandoned at their wall-clock limit whose Z3 call has not returned
  * yet (process-wide).  A CLI that exits while this is non-zero must use

@@ -591,6 +591,7 @@ static vd_rc run_job(vd_smt *s, const vd_term *par, const vd_term *single, const
     return rc;
   }
   unsigned ms = vd_smt_i_timeout(s);
+  int interrupted = 0;
   pthread_attr_t at;
   pthread_t th;
   int started = 0;
@@ -610,6 +611,7 @@ static vd_rc run_job(vd_smt *s, const vd_term *par, const vd_term *single, const
     if (!wait_done(j, &dl)) {
       /* Z3_interrupt is the one Z3 call that is safe from another thread. */
       Z3_interrupt(vd_smt_i_z3(j->js));
+      interrupted = 1;
       unsigned grace = ms / 4 + 200 > 2000 ? 2000 : ms / 4 + 200;
       deadline_after(&dl, grace);
       if (!wait_done(j, &dl)) {
@@ -628,6 +630,15 @@ static vd_rc run_job(vd_smt *s, const vd_term *par, const vd_term *single, const
     pthread_mutex_unlock(&j->mu);
   }
   rc = j->rc;
+  if (rc == VD_EINTERNAL && interrupted) {
+    /* Z3 reported the interruption as an error ("canceled"): the limit,
+     * not a failure of the machinery. */
+    res->verdict = VD_SMT_INCONCLUSIVE;
+    res->limit = VD_SMT_LIMIT_WALL;
+    snprintf(res->reason, sizeof(res->reason), "wall-clock limit %.3g s", ms / 1e3);
+    job_free(j);
+    return VD_OK;
+  }
   if (rc == VD_OK) {
     vd_smt_result *r = &j->res;
     res->verdict = r->verdict;
