@@ -648,7 +648,9 @@ vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, cons
   if (r.verdict == VD_SMT_INCONCLUSIVE) {
     char where[500];
     stage_where(&c, where, sizeof(where));
-    if (r.limit == VD_SMT_LIMIT_BUDGET)
+    if (r.limit == VD_SMT_LIMIT_BUDGET && r.rlimit_used == 0)
+      snprintf(v->reason, sizeof(v->reason), "budget exhausted: %s; %s", r.reason, where);
+    else if (r.limit == VD_SMT_LIMIT_BUDGET)
       snprintf(v->reason, sizeof(v->reason),
                "budget exhausted: solver: %s (%llu Z3 resource units; normal form %llu steps%s); %s",
                r.reason, (unsigned long long)r.rlimit_used, (unsigned long long)r.nf_steps,
