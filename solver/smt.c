@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <z3.h>
 
+#include "../common/limits.h"
 #include "../common/mem.h"
 
 #define RESETS_PER_CONTEXT 64
@@ -37,6 +38,7 @@ struct vd_smt {
   size_t n_arena, cap_arena;
   unsigned timeout_ms;
   uint64_t nf_steps, rlimit;
+  uint64_t seed;   /* of the random witness (smt_check.c) */
   int fast_path;
   int failed;
   char err[256];
@@ -93,10 +95,10 @@ static vd_rc make_context(vd_smt *s, vd_diag *d) {
   s->simp = Z3_mk_params(s->z);
   Z3_params_inc_ref(s->z, s->simp);
   Z3_params_set_bool(s->z, s->simp, Z3_mk_string_symbol(s->z, "som"), true);
-  Z3_params_set_uint(s->z, s->simp, Z3_mk_string_symbol(s->z, "som_blowup"), 10u);
   /* A deterministic bound on the simplifier's work (rewrite steps); past it
    * the simplification fails and the pairs stay open. */
-  Z3_params_set_uint(s->z, s->simp, Z3_mk_string_symbol(s->z, "max_steps"), 5000000u);
+  Z3_params_set_uint(s->z, s->simp, Z3_mk_string_symbol(s->z, "max_steps"), (unsigned)VD_LIM_SIMP_MAX_STEPS);
+  Z3_params_set_uint(s->z, s->simp, Z3_mk_string_symbol(s->z, "som_blowup"), (unsigned)VD_LIM_SOM_BLOWUP);
   if (Z3_get_error_code(s->z) != Z3_OK) {
     const char *m = Z3_get_error_msg(s->z, Z3_get_error_code(s->z));
     vd_rc rc = VD_ERR(d, VD_EINTERNAL, NULL, "z3", "params", "%s", m);
@@ -110,9 +112,10 @@ vd_rc vd_smt_new(vd_smt **out, vd_diag *d) {
   *out = NULL;
   vd_smt *s = vd_calloc(1, sizeof(*s));
   if (!s) return VD_OOM(d);
-  s->timeout_ms = 10000;
+  s->timeout_ms = VD_LIM_STAGE_TIMEOUT_MS;
   s->nf_steps = VD_SMT_DEFAULT_NF_STEPS;
   s->rlimit = VD_SMT_DEFAULT_RLIMIT;
+  s->seed = VD_LIM_SEED;
   s->fast_path = 1;
   vd_rc rc = make_context(s, d);
   if (rc != VD_OK) {
@@ -169,6 +172,7 @@ void vd_smt_i_orphan_add(int delta) {
   else __atomic_sub_fetch(&orphan_count, (size_t)-delta, __ATOMIC_SEQ_CST);
 }
 size_t vd_smt_orphans(void) { return __atomic_load_n(&orphan_count, __ATOMIC_SEQ_CST); }
+void vd_smt_set_seed(vd_smt *s, uint64_t seed) { s->seed = seed; }
 
 vd_rc vd_smt_status(const vd_smt *s, vd_diag *d, const char *what) {
   if (!s->failed) return VD_OK;
@@ -193,6 +197,7 @@ int vd_smt_i_is_int(vd_smt *s, vd_term t) {
 unsigned vd_smt_i_timeout(const vd_smt *s) { return s->timeout_ms; }
 uint64_t vd_smt_i_nf_budget(const vd_smt *s) { return s->nf_steps; }
 uint64_t vd_smt_i_rlimit(const vd_smt *s) { return s->rlimit; }
+uint64_t vd_smt_i_seed(const vd_smt *s) { return s->seed; }
 int vd_smt_i_fast_path(const vd_smt *s) { return s->fast_path; }
 Z3_params vd_smt_i_simp_params(vd_smt *s) { return s->simp; }
 

@@ -41,6 +41,7 @@
 #include <stdint.h>
 
 #include "../common/diag.h"
+#include "../common/limits.h"
 #include "../ops/ops.h"
 
 struct _Z3_ast;
@@ -59,7 +60,8 @@ void vd_smt_free(vd_smt *s);
  * Z3's internal caches stay bounded as well. */
 vd_rc vd_smt_reset(vd_smt *s, vd_diag *d);
 
-/* Per-check wall-clock limit in milliseconds (0 = none).  Default 10000.
+/* Per-check wall-clock limit in milliseconds (0 = none).  Default
+ * VD_LIM_STAGE_TIMEOUT_MS (common/limits.h).
  * At the limit the solver is interrupted; if Z3 does not return within a
  * grace period its check is abandoned on its own thread (with its own
  * context), so the limit really ends the check.  Load-dependent by nature:
@@ -69,13 +71,17 @@ void vd_smt_set_timeout(vd_smt *s, unsigned ms);
  * polynomial normal form (smt_poly.c), rlimit is Z3's resource limit for
  * the solver (and the simplifier's step limit).  Defaults
  * VD_SMT_DEFAULT_NF_STEPS and VD_SMT_DEFAULT_RLIMIT. */
-#define VD_SMT_DEFAULT_NF_STEPS 5000000ull
-#define VD_SMT_DEFAULT_RLIMIT 5000000ull
+#define VD_SMT_DEFAULT_NF_STEPS ((uint64_t)VD_LIM_STAGE_BUDGET)
+#define VD_SMT_DEFAULT_RLIMIT ((uint64_t)VD_LIM_STAGE_BUDGET)
 void vd_smt_set_budget(vd_smt *s, uint64_t nf_steps, uint64_t rlimit);
 /* Checks abandoned at their wall-clock limit whose Z3 call has not returned
  * yet (process-wide).  A CLI that exits while this is non-zero must use
  * _exit: the abandoned threads are still inside Z3. */
 size_t vd_smt_orphans(void);
+/* Seed of the random witness that the check tries before the solver
+ * (smt_check.c; OPTIMIZATION-ONLY: any seed gives the same verdicts).
+ * Default VD_LIM_SEED; `verdict --seed N` sets it. */
+void vd_smt_set_seed(vd_smt *s, uint64_t seed);
 /* Enables (default) or disables the simplifier fast path of vd_smt_check;
  * verdicts must not depend on it (the test suite runs both ways). */
 void vd_smt_set_fast_path(vd_smt *s, int on);
@@ -200,8 +206,13 @@ struct vd_op_encode_call {
   vd_diag *diag;
 };
 
+/* A symbolic encoder.  The encoders are solver/'s expansion of ops/ops.def
+ * (smt_encode.c, enc_table: one per operator, count checked at compile
+ * time), not a column of vd_op_table: ops/ may not depend on solver/. */
+typedef vd_rc (*vd_op_encode_fn)(const struct vd_op_encode_call *c);
+
 /* The encoder of op (every encoder checks arity and shapes with the
- * registry's shape rule first), or NULL if there is none. */
+ * registry's shape rule first), or NULL for an id outside the registry. */
 vd_op_encode_fn vd_smt_encoder(vd_op_id op);
 /* Looks up and runs the encoder; VD_EINPUT "unsupported" when none. */
 vd_rc vd_smt_encode(const struct vd_op_encode_call *c);
@@ -313,6 +324,7 @@ void vd_smt_nf_free(vd_smt_nf *nf);
 vd_rc vd_smt_nf_of(vd_smt_nf *nf, vd_term t, int64_t *id);
 uint64_t vd_smt_nf_steps(const vd_smt_nf *nf);
 int vd_smt_nf_gave_up(const vd_smt_nf *nf);
+uint64_t vd_smt_i_seed(const vd_smt *s);
 int vd_smt_i_fast_path(const vd_smt *s);
 struct _Z3_params *vd_smt_i_simp_params(vd_smt *s);
 

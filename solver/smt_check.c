@@ -35,14 +35,9 @@
 #include <unistd.h>
 #include <z3.h>
 
+#include "../common/clock.h"
 #include "../common/mem.h"
 #include "smt.h"
-
-static double now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
 
 const char *const vd_smt_limit_names[3] = {"none", "budget", "wall-clock"};
 
@@ -775,7 +770,11 @@ static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const
   if (rc == VD_OK) rc = collect_uninterpreted(s, roots.v, roots.n, &syms, &funcs);
   termvec apps = {0};
   if (rc == VD_OK) rc = collect_apps(s, roots.v, roots.n, 4096, &apps);
-  uint64_t st = 0x9e3779b97f4a7c15ull;
+  /* xorshift state from the context's seed; seed 1 (the default) gives the
+   * constant this check used before the seed was an option, and the state
+   * is never 0 (xorshift would stay at 0). */
+  uint64_t st = 0x9e3779b97f4a7c15ull ^ ((vd_smt_i_seed(s) - 1) * 0xbf58476d1ce4e5b9ull);
+  if (st == 0) st = 0x9e3779b97f4a7c15ull;
   for (int trial = 0; trial < 4 && rc == VD_OK && !*found; trial++) {
     Z3_model m = Z3_mk_model(z);
     if (!m) {
@@ -881,10 +880,10 @@ vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
     rc = VD_OOM(d);
     goto done;
   }
-  double t0 = now_ms();
+  double t0 = vd_clock_ms();
   if (vd_smt_i_fast_path(s)) {
     rc = nf_path(s, par, single, n, proved, res);
-    res->ms_fast = now_ms() - t0;
+    res->ms_fast = vd_clock_ms() - t0;
     if (rc == VD_ENOMEM) {
       rc = VD_OOM(d);
       goto done;
@@ -903,7 +902,7 @@ vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
   size_t n_open = 0;
   for (size_t i = 0; i < n; i++)
     if (!proved[i]) open[n_open++] = i;
-  double t1 = now_ms();
+  double t1 = vd_clock_ms();
   int found = 0;
   size_t n_fast = res->n_fast;
   uint64_t nf_steps = res->nf_steps;
@@ -936,7 +935,7 @@ vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
     rc = vd_smt_status(s, d, "check (witness)");
     if (rc == VD_OK) rc = VD_ERR(d, VD_EINTERNAL, NULL, "check", NULL, "witness failed");
   }
-  res->ms_solver = now_ms() - t1;
+  res->ms_solver = vd_clock_ms() - t1;
 done:
   if (rc != VD_OK) {
     vd_smt_result_free(res);
