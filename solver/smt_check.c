@@ -455,7 +455,8 @@ typedef struct {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int done, abandoned;
-  pid_t tid;
+  int stop;                   /* set (atomically) at the wall-clock limit */
+  pid_t tid;                  /* atomic: written by the job's thread */
 } job_t;
 
 static void job_free(job_t *j) {
@@ -504,6 +505,12 @@ static void job_work(job_t *j) {
     j->res.verdict = VD_SMT_EQUIVALENT;
     goto done;
   }
+  if (__atomic_load_n(&j->stop, __ATOMIC_ACQUIRE)) {
+    /* Interrupted during the simplifier: do not start the solver. */
+    j->res.limit = VD_SMT_LIMIT_WALL;
+    snprintf(j->res.reason, sizeof(j->res.reason), "timeout");
+    goto done;
+  }
   j->rc = solve(js, j->par, j->single, open, n_open, &j->res);
 done:
   vd_free(proved);
@@ -513,7 +520,7 @@ done:
 
 static void *job_main(void *arg) {
   job_t *j = arg;
-  j->tid = (pid_t)syscall(SYS_gettid);
+  __atomic_store_n(&j->tid, (pid_t)syscall(SYS_gettid), __ATOMIC_RELEASE);
   job_work(j);
   pthread_mutex_lock(&j->mu);
   j->done = 1;
@@ -605,6 +612,7 @@ static vd_rc run_job(vd_smt *s, const vd_term *par, const vd_term *single, const
     pthread_mutex_lock(&j->mu);
     if (!wait_done(j, &dl)) {
       /* Z3_interrupt is the one Z3 call that is safe from another thread. */
+      __atomic_store_n(&j->stop, 1, __ATOMIC_RELEASE);
       Z3_interrupt(vd_smt_i_z3(j->js));
       interrupted = 1;
       unsigned grace = ms / 4 + 200 > 2000 ? 2000 : ms / 4 + 200;
@@ -613,7 +621,8 @@ static vd_rc run_job(vd_smt *s, const vd_term *par, const vd_term *single, const
         j->abandoned = 1;
         vd_smt_i_orphan_add(1);
         /* It may run on for minutes: let it only take idle CPU. */
-        if (j->tid > 0) setpriority(PRIO_PROCESS, (id_t)j->tid, 19);
+        pid_t tid = __atomic_load_n(&j->tid, __ATOMIC_ACQUIRE);
+        if (tid > 0) setpriority(PRIO_PROCESS, (id_t)tid, 19);
         pthread_mutex_unlock(&j->mu);
         res->verdict = VD_SMT_INCONCLUSIVE;
         res->limit = VD_SMT_LIMIT_WALL;
