@@ -4,6 +4,7 @@
  *
  *   verdict exec --sm single.plan --pm parallel.plan [--seed N] [--tol T]
  *                [--reduce | --no-reduce] [-q]
+ *   verdict exec --sm single.plan --dump FILE [--seed N]
  *
  * Runs both plans in double precision on random inputs (oracle/exec.h) and
  * prints a short report.  Plans with a tensor of more than 2^22 elements (or
@@ -28,6 +29,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: verdict exec --sm SINGLE.plan --pm PARALLEL.plan [--seed N] [--tol T]\n"
           "                    [--reduce | --no-reduce] [-q]\n"
+          "       verdict exec --sm SINGLE.plan --dump FILE [--seed N]\n"
           "\n"
           "Executes both plans numerically (double precision, random inputs derived\n"
           "through the lineage annotations) and compares every annotated parallel\n"
@@ -39,6 +41,9 @@ static void usage(FILE *f) {
           "             than 2^22 elements\n"
           "  --no-reduce  run on the plans' own shapes\n"
           "  -q         print only the verdict line\n"
+          "  --dump FILE  run the single plan alone and write the initial and final value of\n"
+          "             every tensor to FILE, one line each: 'initial|final ID NAME N v1 .. vN'\n"
+          "             (%%.17g; NAME '-' when empty); a frontend compares them with a real run\n"
           "exit codes: 0 agree, 1 disagree, 2 bad input or usage,\n"
           "            3 unsupported operator or a pair that cannot be reduced\n");
 }
@@ -55,8 +60,55 @@ static void print_index(const int64_t *idx, int n) {
   printf("]");
 }
 
+static int dump_value(void *ctx, const vd_plan_t *p, const vd_tensor_t *t, int final, const double *x, int64_t n) {
+  FILE *f = ctx;
+  const char *name = vd_plan_s(p, t->name);
+  fprintf(f, "%s %lld %s %lld", final ? "final" : "initial", (long long)t->id, name[0] ? name : "-", (long long)n);
+  for (int64_t i = 0; i < n; i++) fprintf(f, " %.17g", x[i]);
+  return fputc('\n', f) == EOF;
+}
+
+/* --dump: the single plan's values for a frontend's faithfulness check. */
+static int exec_dump(const char *sm, const char *path, vd_exec_opts *o) {
+  vd_plan_t s;
+  memset(&s, 0, sizeof(s));
+  vd_diag d;
+  vd_diag_clear(&d);
+  int code = VD_EXIT_BAD_INPUT;
+  FILE *f = NULL;
+  if (vd_plan_read_file(sm, &s, &d) != VD_OK) {
+    code = vd_cli_report_diag(&d);
+    goto done;
+  }
+  if (s.kind != VD_PLAN_SINGLE) {
+    fprintf(stderr, "verdict exec: --dump expects a single-device plan for --sm\n");
+    goto done;
+  }
+  if (!(f = fopen(path, "w"))) {
+    fprintf(stderr, "verdict exec: %s: cannot open for writing\n", path);
+    goto done;
+  }
+  o->single_name = sm;
+  if (vd_exec_single(&s, o, dump_value, f, &d) != VD_OK) {
+    code = vd_cli_report_diag(&d);
+    goto done;
+  }
+  if (fclose(f) != 0) {
+    f = NULL;
+    fprintf(stderr, "verdict exec: %s: write error\n", path);
+    goto done;
+  }
+  f = NULL;
+  printf("exec: wrote the values of %s (seed %llu) to %s\n", sm, (unsigned long long)o->seed, path);
+  code = VD_EXIT_OK;
+done:
+  if (f) fclose(f);
+  vd_plan_free(&s);
+  return code;
+}
+
 int vd_cmd_exec(int argc, char **argv) {
-  const char *sm = NULL, *pm = NULL;
+  const char *sm = NULL, *pm = NULL, *dump = NULL;
   vd_exec_opts o = {.seed = 1, .tol = 1e-9};
   int quiet = 0, reduce = -1; /* -1: by size */
   for (int i = 1; i < argc; i++) {
@@ -71,9 +123,11 @@ int vd_cmd_exec(int argc, char **argv) {
     } else if (strcmp(a, "--no-reduce") == 0) {
       reduce = 0;
     } else if ((strcmp(a, "--sm") == 0 || strcmp(a, "--pm") == 0 || strcmp(a, "--seed") == 0 ||
-                strcmp(a, "--tol") == 0) && i + 1 < argc) {
+                strcmp(a, "--tol") == 0 || strcmp(a, "--dump") == 0) && i + 1 < argc) {
       const char *v = argv[++i];
-      if (strcmp(a, "--sm") == 0) {
+      if (strcmp(a, "--dump") == 0) {
+        dump = v;
+      } else if (strcmp(a, "--sm") == 0) {
         sm = v;
       } else if (strcmp(a, "--pm") == 0) {
         pm = v;
@@ -98,6 +152,13 @@ int vd_cmd_exec(int argc, char **argv) {
       usage(stderr);
       return VD_EXIT_BAD_INPUT;
     }
+  }
+  if (dump) {
+    if (!sm || pm) {
+      fprintf(stderr, "verdict exec: --dump takes --sm and no --pm\n");
+      return VD_EXIT_BAD_INPUT;
+    }
+    return exec_dump(sm, dump, &o);
   }
   if (!sm || !pm) {
     fprintf(stderr, "verdict exec: --sm and --pm are required\n");

@@ -517,11 +517,13 @@ def record(rec, func, args, kwargs, out):
         for o in outs:
             rec.bind(o, None, kind).src = where()
         return
+    if not outs and not name.endswith("_"):
+        return  # metadata queries (is_same_size, ...): no value is produced
     if name == "_local_scalar_dense":
         raise CaptureError("%s: .item() / Python control flow on a data value (aten._local_scalar_dense) "
                            "cannot be captured" % where())
     if kwargs.get("out") is not None:
-        raise CaptureError("%s: aten.%s with out= is not supported" % (where(), full))
+        raise CaptureError("%s: %s with out= is not supported" % (where(), full))
     if name in CREATION_EMPTY:
         for o in outs:
             rec.bind(o, None, "empty").src = where()
@@ -562,7 +564,7 @@ def record(rec, func, args, kwargs, out):
         return
     h = TABLE.get(base)
     if h is None:
-        raise CaptureError("%s: aten.%s has no mapping to a verdict operator (tools/torchcap/aten_map.py)"
+        raise CaptureError("%s: %s has no mapping to a verdict operator (tools/torchcap/aten_map.py)"
                            % (src, full))
     if inplace:
         pid = h(E, args, kwargs, args[0])

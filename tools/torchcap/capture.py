@@ -209,6 +209,7 @@ class Capture:
         self.nm = 1
         self.host_tensors = []   # host-side tensors (optimizer step counters)
         self.stepped = False
+        self.replay = None       # {name: initial values} in --replay mode (verdict exec --dump)
 
     # ---- mesh ------------------------------------------------------------------------------
     def mesh(self, **dims):
@@ -299,9 +300,20 @@ class Capture:
                 raise CaptureError("%s: cap.%s(%r): this tensor is already declared" % (src, kind, name))
             pid = self.rec.new_value(_dims(t), DTYPES.get(t.dtype, "f32"))
             self.rec.bind(t, pid)
+            self._replay_init(t, name)
         d = Decl(kind, name, t, pid, self._placements(kw), mb_index, src)
         self.decls.append(d)
         return t
+
+    def _replay_init(self, t, name):
+        """--replay: the tensor starts from the value verdict's executor gave it."""
+        if self.replay is None:
+            return
+        v = self.replay.get(name)
+        if v is None:
+            raise CaptureError("replay: the plan's values hold no initial value of %r" % name)
+        with torch.no_grad():
+            t.copy_(torch.tensor(v, dtype=torch.float64).view(t.shape).to(t.dtype))
 
     def param(self, t, name, **placements):
         return self._declare("param", t, name, -1, placements)
@@ -352,6 +364,7 @@ class Capture:
                     t = st[key]
                     pid = self.rec.new_value(_dims(t), DTYPES.get(t.dtype, "f32"))
                     self.rec.bind(t, pid)
+                    self._replay_init(t, d.name + "." + key)
                     self.decls.append(Decl("optstate", d.name + "." + key, t, pid, d.placements, -1, d.src))
         self._wrap_step(opt)
 

@@ -1,9 +1,8 @@
 """tools/torchcap/worker.py - one captured process: a rank of the parallel program, or the
 single-device program.
 
-Run by tools/torch2plan (never by hand):
-    python3 -m torchcap.worker PROG RANK WORLD PORT OUT ARGS_JSON single|parallel
-Loads PROG, calls its step(cap), and pickles the rank's trace to OUT.  A CaptureError is
+Forked by tools/torch2plan, which calls main([PROG, RANK, WORLD, PORT, OUT, ARGS_JSON,
+single|parallel]) (or, by hand, python3 -m torchcap.worker with the same arguments).  Loads PROG, calls its step(cap), and pickles the rank's trace to OUT.  A CaptureError is
 written to OUT + ".err" (one line) and the exit code is 2; any other exception prints its
 traceback and exits 3.  Parallel ranks join a gloo process group on 127.0.0.1:PORT.
 """
@@ -13,6 +12,17 @@ import pickle
 import runpy
 import sys
 import traceback
+
+
+def read_values(path, which):
+    """name -> list of floats, from `verdict exec --dump` lines 'initial|final ID NAME N v..'."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            w = line.split()
+            if len(w) >= 4 and w[0] == which and w[2] != "-":
+                out[w[2]] = [float(x) for x in w[4:]]
+    return out
 
 
 def main(argv):
@@ -32,11 +42,17 @@ def main(argv):
         if "step" not in ns:
             raise CaptureError("%s: defines no step(cap) function" % prog)
         cap = Capture(rank, world, json.loads(args_json), parallel)
+        replay = os.environ.get("TORCH2PLAN_REPLAY")
+        if replay:
+            cap.replay = read_values(replay, "initial")
         ns["step"](cap)
         if not cap.stepped:
             raise CaptureError("%s: step(cap) never entered `with cap.step():`" % prog)
         tr = cap.trace()
         tr["prog"] = os.path.basename(prog)
+        if replay:
+            tr["replay"] = [(d.name, d.tensor.detach().double().reshape(-1).tolist())
+                            for d in cap.decls if d.kind in ("param", "optstate", "loss")]
         with open(out + ".tmp", "wb") as f:
             pickle.dump(tr, f)
         os.replace(out + ".tmp", out)
