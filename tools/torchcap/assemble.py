@@ -62,6 +62,25 @@ def _resolve_finals(tr, who):
     return tr
 
 
+def _prune_dead(tr):
+    """Drops operators whose results nothing reads: buffers a program fills before a collective
+    overwrites them (torch.zeros_like before dist.all_gather), values computed and discarded.
+    Dead code cannot change any value the step produces; collectives and boundary values are
+    always kept (other ranks take part in the former, the latter are checked)."""
+    keep = {d["pid"] for d in tr["decls"]}
+    nodes = tr["nodes"]
+    while True:
+        read = set(keep)
+        for n in nodes:
+            read.update(n["in"])
+        live = [n for n in nodes if n["coll"] is not None or not n["out"] or any(o in read for o in n["out"])]
+        if len(live) == len(nodes):
+            break
+        nodes = live
+    tr["nodes"] = nodes
+    return tr
+
+
 def _used(tr):
     used = set()
     for n in tr["nodes"]:
@@ -111,7 +130,7 @@ def _tensor(tid, name, rank, v, role):
 
 
 def single_plan(tr, model):
-    tr = _resolve_finals(tr, tr.get("prog", "single"))
+    tr = _prune_dead(_resolve_finals(tr, tr.get("prog", "single")))
     decl = {d["pid"]: d for d in tr["decls"]}
     used = _used(tr)
     tensors = []
@@ -216,7 +235,7 @@ def parallel_plan(single_tr, trs, model):
     R = sizes.get("dp", 1)
     S = world // R
     for tr in trs:
-        _resolve_finals(tr, "rank %d" % tr["rank"])
+        _prune_dead(_resolve_finals(tr, "rank %d" % tr["rank"]))
     # ---- every replica ran replica 0's program ----
     for g in range(S, world):
         d, r = divmod(g, S)
