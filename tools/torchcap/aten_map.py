@@ -517,11 +517,11 @@ def record(rec, func, args, kwargs, out):
         for o in outs:
             rec.bind(o, None, kind).src = where()
         return
-    if not outs and not name.endswith("_"):
-        return  # metadata queries (is_same_size, ...): no value is produced
     if name == "_local_scalar_dense":
         raise CaptureError("%s: .item() / Python control flow on a data value (aten._local_scalar_dense) "
                            "cannot be captured" % where())
+    if not outs and not name.endswith("_"):
+        return  # metadata queries (is_same_size, ...): no value is produced
     if kwargs.get("out") is not None:
         raise CaptureError("%s: %s with out= is not supported" % (where(), full))
     if name in CREATION_EMPTY:

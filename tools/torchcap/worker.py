@@ -38,6 +38,7 @@ def main(argv):
             import torch.distributed as dist
             dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % port,
                                     rank=rank, world_size=world)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(prog)))  # as `python3 prog.py` would
         ns = runpy.run_path(prog, run_name="torch2plan_program")
         if "step" not in ns:
             raise CaptureError("%s: defines no step(cap) function" % prog)
