@@ -30,6 +30,7 @@ class G:
     t = s = d = 0
     sp = False
     bug = ""
+    avg = "grad"
     tp_group = dp_group = None
 
 
@@ -221,6 +222,7 @@ def step(cap):
     c = config(cap.args)
     G.tp, G.pp, G.dp, G.nm, G.sp, G.bug = c["tp"], c["pp"], c["dp"], c["nm"], bool(c["sp"]), c["bug"]
     G.cap = cap
+    G.avg = c["avg"]
     me = cap.mesh(tp=G.tp, pp=G.pp, dp=G.dp, mb=G.nm)
     G.t, G.s, G.d = me["tp"], me["pp"], me["dp"]
     G.tp_group = cap.group("tp")
@@ -267,7 +269,7 @@ def step(cap):
                 x.requires_grad_()
             y = stage_forward(W, x, cos, sin, mask)
             if G.s == G.pp - 1:
-                y = F.cross_entropy(y.view(-1, VOCAB), labs[m].view(-1)) / G.nm
+                y = F.cross_entropy(y.view(-1, VOCAB), labs[m].view(-1)) / (G.nm * (G.dp if G.avg == "loss" else 1))
                 losses.append(y)
             else:
                 dist.send(y.detach(), dst=peer(G.s + 1))
@@ -286,7 +288,7 @@ def step(cap):
             if sp_partial(n):
                 dist.all_reduce(p.grad, group=G.tp_group)
         if G.dp > 1:                                   # data-parallel gradient reducer
-            scale = G.dp
+            scale = G.dp if G.avg == "grad" else 1
             if G.bug == "grad_scale":
                 scale = dist.get_world_size()
             if c["bucket"]:
@@ -308,6 +310,7 @@ def step(cap):
             loss = sum(x.detach() for x in losses)
             if G.dp > 1:
                 dist.all_reduce(loss, group=G.dp_group)
-                loss = loss / G.dp
+                if G.avg == "grad":
+                    loss = loss / G.dp
     if G.s == G.pp - 1:
         cap.loss(loss, "loss")
