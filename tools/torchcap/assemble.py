@@ -62,6 +62,52 @@ def _resolve_finals(tr, who):
     return tr
 
 
+def _fuse_linear(tr):
+    """Rewrites torch's lowering of a linear layer on a [.., k] input back to one operator:
+
+        x2 = view(x [.., m, k] -> [M, k]);  y2 = matmul(x2, B);  y = view(y2 -> [.., m, n])
+        ==>  y = linear(x, W) when B = transpose(W), else y = matmul(x, B)  (B is 2-D)
+
+    an identity on values (row-major merge and split of the leading dims), applied only when
+    y2 is read by nothing but the final view.  x2 and B stay for the backward that reads them
+    (_prune_dead drops them otherwise).  The batched form keeps the batch and sequence dims
+    apart, so their slices propagate to the result without a merged-dims lineage."""
+    nodes = tr["nodes"]
+    vals = tr["values"]
+    prod, readers = {}, {}
+    for i, n in enumerate(nodes):
+        for o in n["out"]:
+            prod[o] = i
+        for x in n["in"]:
+            readers.setdefault(x, []).append(i)
+    for i, m in enumerate(nodes):
+        if m["op"] != "matmul" or len(m["in"]) != 2 or m["coll"] is not None:
+            continue
+        a, b = m["in"]
+        y2 = m["out"][0]
+        ra = readers.get(y2, [])
+        if len(ra) != 1 or nodes[ra[0]]["op"] != "view":
+            continue
+        v = nodes[ra[0]]
+        pa = prod.get(a)
+        if pa is None or nodes[pa]["op"] != "view" or len(vals[b]["shape"]) != 2:
+            continue
+        x = nodes[pa]["in"][0]
+        xs, ys = vals[x]["shape"], vals[v["out"][0]]["shape"]
+        if len(xs) < 3 or xs[:-1] != ys[:-1] or vals[a]["shape"][-1] != xs[-1]:
+            continue
+        pb = prod.get(b)
+        w = None
+        if pb is not None and nodes[pb]["op"] == "transpose" and len(vals[nodes[pb]["in"][0]]["shape"]) == 2:
+            w = nodes[pb]["in"][0]
+        v["op"] = "linear" if w is not None else "matmul"
+        v["in"] = [x, w] if w is not None else [x, b]
+        v["attrs"] = {}
+        v["aten"] = m["aten"]
+        v["src"] = m["src"]
+    return tr
+
+
 def _prune_dead(tr):
     """Drops operators whose results nothing reads: buffers a program fills before a collective
     overwrites them (torch.zeros_like before dist.all_gather), values computed and discarded.
@@ -112,7 +158,7 @@ def _segments(trs, ranks):
 
 
 def _node_name(n):
-    return "%s %s" % (n["src"] or "?", n["aten"])
+    return n["src"] or "?"
 
 
 def _tensor(tid, name, rank, v, role):
@@ -130,7 +176,7 @@ def _tensor(tid, name, rank, v, role):
 
 
 def single_plan(tr, model):
-    tr = _prune_dead(_resolve_finals(tr, tr.get("prog", "single")))
+    tr = _prune_dead(_fuse_linear(_resolve_finals(tr, tr.get("prog", "single"))))
     decl = {d["pid"]: d for d in tr["decls"]}
     used = _used(tr)
     tensors = []
@@ -235,7 +281,7 @@ def parallel_plan(single_tr, trs, model):
     R = sizes.get("dp", 1)
     S = world // R
     for tr in trs:
-        _prune_dead(_resolve_finals(tr, "rank %d" % tr["rank"]))
+        _prune_dead(_fuse_linear(_resolve_finals(tr, "rank %d" % tr["rank"])))
     # ---- every replica ran replica 0's program ----
     for g in range(S, world):
         d, r = divmod(g, S)

@@ -141,6 +141,22 @@ def _reduce(opname):
     return h
 
 
+def _mean(E, args, kw, out):
+    """mean = sum, then scale by 1/count: the sum form propagates slices and partial sums
+    (a sliced reduced dim makes a partial sum, which the mean form cannot express)."""
+    x = args[0]
+    nd = x.dim()
+    dims = _dims_arg(args[1] if len(args) > 1 else kw.get("dim"), nd)
+    keep = bool(args[2] if len(args) > 2 else kw.get("keepdim", False))
+    if kw.get("dtype") not in (None, x.dtype):
+        E.fail("a dtype argument")
+    count = 1
+    for d in dims:
+        count *= int(x.shape[d])
+    s = E.op("sum", [E.x(x)], _shape(out), {"dims": dims, "keepdim": int(keep)}, _dt(out))
+    return E.op("scale", [s], _shape(out), {"factor": 1.0 / count}, _dt(out))
+
+
 def _view(E, args, kw, out):
     x = args[0]
     if _shape(x) == _shape(out):
@@ -454,7 +470,7 @@ TABLE = {
     "rsqrt": _unary("rsqrt"), "sqrt": _unary("sqrt"), "exp": _unary("exp"), "log": _unary("log"),
     "sigmoid": _unary("sigmoid"), "tanh": _unary("tanh"), "silu": _unary("silu"),
     "gelu": _gelu, "gelu_backward": _gelu_bwd, "silu_backward": _silu_bwd,
-    "sum": _reduce("sum"), "mean": _reduce("mean"),
+    "sum": _reduce("sum"), "mean": _mean,
     "addcmul": _addc("mul"), "addcdiv": _addc("div"),
     "ones_like": _like(1.0), "zeros_like": _like(0.0), "full_like": _like(None),
     # linear algebra and layers

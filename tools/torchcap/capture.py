@@ -158,8 +158,10 @@ class Recorder:
         return node
 
     def backward_node_done(self, src):
+        # a backward operator is named by its forward operator's line, as frameworks name a
+        # backward node after its forward node (the phase says which is which)
         for i in self.pending_bwd:
-            self.nodes[i]["src"] = src + " (backward)"
+            self.nodes[i]["src"] = src
         self.pending_bwd = []
 
 
