@@ -17,8 +17,9 @@ program and the traces of every parallel rank and writes a single plan and a par
   with the same members becomes span_replicas.  Boundary lineages per replica become dp_shift /
   dp_part after checking that they are linear in the replica index.
 
-Microbatches are unrolled: each microbatch's tensors are distinct plan tensors (nm = 1 in
-`world`, x_microbatches records the count).
+Microbatches are unrolled: each microbatch's operators and tensors are their own (nm = 1 in
+`world`, x_microbatches records the count); a node that serves one microbatch carries it in
+its name ("model.py:57 [mb 1]"), found by dataflow from the per-microbatch inputs.
 """
 import msgpack
 
@@ -137,6 +138,48 @@ def _used(tr):
     return used
 
 
+def _microbatches(trs):
+    """The microbatch of every node: the one of the per-microbatch inputs (declared with an `mb`
+    placement) it depends on, carried across ranks by send/recv; -1 for nodes that depend on
+    several (gradient accumulation, the DP reducer, the optimizer); None for nodes that depend
+    on no microbatch (a weight's transpose: they join the segment they sit in).  Node lists are
+    in program order, so one pass per rank suffices; passes repeat until the values that
+    cross ranks settle (pipelines send both ways)."""
+    mb_of = [dict() for _ in trs]        # per rank: pid -> mb
+    node_mb = [[None] * len(tr["nodes"]) for tr in trs]
+    for r, tr in enumerate(trs):
+        for d in tr["decls"]:
+            if any(k == "mb" for k, _, _ in d["placements"]) and d["mb_index"] is not None and d["mb_index"] >= 0:
+                mb_of[r][d["pid"]] = d["mb_index"]
+    sent = {}
+    for _ in range(2 * len(trs) + 2):
+        changed = False
+        for r, tr in enumerate(trs):
+            for i, n in enumerate(tr["nodes"]):
+                ms = {mb_of[r][x] for x in n["in"] if x in mb_of[r]}
+                c = n["coll"]
+                if n["op"] == "recv" and c is not None:
+                    m = sent.get((tuple(c["group"]), c["seq"]))
+                    if m is not None:
+                        ms.add(m)
+                m = ms.pop() if len(ms) == 1 else (-1 if ms else None)
+                if n["op"] == "send" and c is not None and m is not None and m >= 0:
+                    if sent.get((tuple(c["group"]), c["seq"])) != m:
+                        sent[(tuple(c["group"]), c["seq"])] = m
+                        changed = True
+                if node_mb[r][i] != m:
+                    node_mb[r][i] = m
+                    changed = True
+                for o in n["out"]:
+                    if m is not None and m >= 0:
+                        mb_of[r][o] = m
+                    else:
+                        mb_of[r].pop(o, None)
+        if not changed:
+            break
+    return node_mb
+
+
 def _segments(trs, ranks):
     """Per rank, runs of nodes of one phase become segments; returns (names, schedule, seg of node)."""
     names, schedule, seg_of = [], [], {}
@@ -161,7 +204,7 @@ def _node_name(n):
     return n["src"] or "?"
 
 
-def _tensor(tid, name, rank, v, role):
+def _tensor(tid, name, rank, v, role, persistent=False):
     t = {"id": tid}
     if name:
         t["name"] = name
@@ -171,7 +214,7 @@ def _tensor(tid, name, rank, v, role):
     if v["dtype"] != "f32":
         t["dtype"] = v["dtype"]
     t["role"] = role
-    t["scope"] = "persistent" if role in ("weight", "optstate") else "mb"
+    t["scope"] = "persistent" if persistent or role in ("weight", "optstate") else "mb"
     return t
 
 
@@ -193,8 +236,8 @@ def single_plan(tr, model):
             "x_source": "torch2plan " + tr.get("prog", "")}
 
 
-def _node(nid, n, rank, seg, tid, coll=None):
-    node = {"id": nid, "op": n["op"], "name": _node_name(n)}
+def _node(nid, n, rank, seg, tid, coll=None, suffix=""):
+    node = {"id": nid, "op": n["op"], "name": _node_name(n) + suffix}
     if rank:
         node["rank"] = rank
     node["segment"] = seg
@@ -307,6 +350,11 @@ def parallel_plan(single_tr, trs, model):
         return lambda p: (r + 1) * RANK_STRIDE + p
 
     tensors, nodes = [], []
+    # Microbatches are unrolled (nm = 1); each node that serves one microbatch says which in its
+    # name ("model.py:57 [mb 1]"), so that the reports name it and a backward node is paired
+    # with the forward node of its own microbatch.
+    nm = max(1, trs[0]["nm"])
+    node_mb = _microbatches(trs) if nm > 1 else None
     names, schedule, seg_of = _segments(trs, range(S))
     coll_ids = {}
     members = {}
@@ -377,7 +425,9 @@ def parallel_plan(single_tr, trs, model):
                     members[key] = []
                 members[key].append((r, n))
                 coll = (coll_ids[key], grp, span)
-            nodes.append(_node(len(nodes) + 1, n, r, seg_of[(r, i)], tid(r), coll))
+            m = node_mb[r][i] if node_mb is not None else None
+            nodes.append(_node(len(nodes) + 1, n, r, seg_of[(r, i)], tid(r), coll,
+                               " [mb %d]" % m if m is not None and m >= 0 else ""))
     # collective halves agree
     for key, ms in members.items():
         ops = {n["op"] for _, n in ms}
