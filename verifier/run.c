@@ -20,6 +20,7 @@
 #include "../common/clock.h"
 #include "../common/limits.h"
 #include "../common/mem.h"
+#include "../ops/ops.h"
 
 const char *const vd_run_phase_names[VD_RUN_PHASES] = {"load", "graph", "lineage", "stages", "solve"};
 
@@ -68,6 +69,7 @@ static vd_rc add_shape_issue(vd_run *r, const char *detail) {
 
 static vd_rc load_plan(const char *path, vd_plan_kind want, vd_plan_t *p, vd_diag *d) {
   VD_CHECK(vd_plan_read_file(path, p, d));
+  VD_CHECK(vd_op_check_plan(p, path, d)); /* arity and attributes: exit 2, not a default */
   if (p->kind != want)
     VD_FAIL(d, VD_EINPUT, path, NULL, "kind", "expected a %s plan, got a %s plan",
             want == VD_PLAN_SINGLE ? "single" : "parallel", p->kind == VD_PLAN_SINGLE ? "single" : "parallel");
@@ -99,9 +101,9 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     if (o->no_reuse || st->canon_class < 0 || (size_t)st->canon_class == i) reps[n_reps++] = (uint32_t)i;
   }
   r->n_classes = n_reps;
-  vd_stage_solve_opts so = {.timeout_ms = o->stage_timeout_ms, .fast_path = !o->no_fast_path,
-                            .max_elems = VD_LIM_STAGE_MAX_ELEMS, .max_cex_elems = VD_LIM_CEX_ELEMS,
-                            .seed = o->seed};
+  vd_stage_solve_opts so = {.timeout_ms = o->stage_timeout_ms, .budget = o->stage_budget,
+                            .fast_path = !o->no_fast_path, .max_elems = VD_LIM_STAGE_MAX_ELEMS,
+                            .max_cex_elems = VD_LIM_CEX_ELEMS, .seed = o->seed};
   size_t done = 0;
   double t0 = vd_clock_s();
   vd_rc first_rc = VD_OK;
@@ -158,6 +160,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     v->verdict = rep->verdict;
     v->diagnosis = rep->diagnosis;
     v->by_fast_path = rep->by_fast_path;
+    v->limit = rep->limit;
     memcpy(v->factor, rep->factor, sizeof(v->factor)); /* v != rep: i is not its class id */
     memcpy(v->reason, rep->reason, sizeof(v->reason));
     r->stage_rc[i] = r->stage_rc[st->canon_class];
