@@ -34,6 +34,7 @@
 #include "plan.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <msgpack.h>
 #include <stdio.h>
@@ -227,10 +228,43 @@ static vd_rc get_i32(rctx *c, mobj *o, const char *field, int32_t *v) {
   return VD_OK;
 }
 
+/* Length of the valid UTF-8 prefix of s[0..n): strict (no overlong forms,
+ * no surrogates, nothing above U+10FFFF), so that a name printed in a
+ * report or an error message is text and never raw terminal bytes. */
+static size_t utf8_valid_prefix(const uint8_t *s, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    uint8_t b = s[i];
+    size_t k;
+    uint32_t cp, min;
+    if (b < 0x80) {
+      i++;
+      continue;
+    } else if ((b & 0xe0) == 0xc0) k = 1, cp = b & 0x1f, min = 0x80;
+    else if ((b & 0xf0) == 0xe0) k = 2, cp = b & 0x0f, min = 0x800;
+    else if ((b & 0xf8) == 0xf0) k = 3, cp = b & 0x07, min = 0x10000;
+    else return i;
+    if (n - i <= k) return i;
+    for (size_t j = 1; j <= k; j++) {
+      if ((s[i + j] & 0xc0) != 0x80) return i;
+      cp = (cp << 6) | (s[i + j] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return i;
+    i += k + 1;
+  }
+  return n;
+}
+
+static int utf8_ok(const char *s, size_t n) { return utf8_valid_prefix((const uint8_t *)s, n) == n; }
+
 static vd_rc get_str(rctx *c, mobj *o, const char *field, const char **s, uint32_t *n) {
   if (o->type != MSGPACK_OBJECT_STR) RFAIL(c, field, "expected a string, got %s", tname(o));
   if (o->via.str.size && memchr(o->via.str.ptr, 0, o->via.str.size))
     RFAIL(c, field, "expected a string without NUL bytes");
+  size_t ok = utf8_valid_prefix((const uint8_t *)o->via.str.ptr, o->via.str.size);
+  if (ok != o->via.str.size)
+    RFAIL(c, field, "expected a UTF-8 string, got an invalid byte 0x%02x at offset %zu",
+          (unsigned)(uint8_t)o->via.str.ptr[ok], ok);
   *s = o->via.str.ptr;
   *n = o->via.str.size;
   return VD_OK;
@@ -369,7 +403,10 @@ static void peek_rec(rctx *c, mobj *o, const char *kind, const char *arr, uint32
     return;
   c->has_id = 1;
   c->rec_id = id->via.i64;
-  if (name && name->type == MSGPACK_OBJECT_STR && !memchr(name->via.str.ptr, 0, name->via.str.size)) {
+  /* An invalid name is reported by its field later; the record is then
+   * named by id only, so that its bytes are never echoed. */
+  if (name && name->type == MSGPACK_OBJECT_STR && !memchr(name->via.str.ptr, 0, name->via.str.size) &&
+      utf8_ok(name->via.str.ptr, name->via.str.size)) {
     c->rec_name = name->via.str.ptr;
     c->rec_name_len = name->via.str.size;
   }
@@ -756,12 +793,20 @@ vd_rc vd_plan_read_buffer(const char *buf, size_t len, const char *name, vd_plan
 
 vd_rc vd_plan_read_file(const char *path, vd_plan_t *p, vd_diag *d) {
   memset(p, 0, sizeof(*p));
-  FILE *fp = fopen(path, "rb");
-  if (!fp) VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot open: %s", strerror(errno));
+  /* O_NONBLOCK: opening a FIFO for reading blocks until a writer appears;
+   * with it the open returns at once and fstat refuses the FIFO.  A
+   * regular file ignores the flag. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot open: %s", strerror(errno));
   struct stat st;
-  if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
-    fclose(fp);
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
     VD_FAIL(d, VD_EIO, path, NULL, NULL, "not a regular file");
+  }
+  FILE *fp = fdopen(fd, "rb");
+  if (!fp) {
+    close(fd);
+    VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot open: %s", strerror(errno));
   }
   if ((uint64_t)st.st_size > MAX_FILE_BYTES) {
     fclose(fp);

@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/resource.h>
+#include <unistd.h>
 #include <z3.h>
 
 #include "../common/mem.h"
@@ -71,6 +72,11 @@ struct vd_smt {
  *    does not catch and which aborts the process. */
 static _Thread_local int tls_memout;
 static atomic_int any_memout;
+/* Set (never cleared) when Z3's estimated use nears its ceiling: no
+ * exception happened, every context is whole, but the run must stop before
+ * Z3 throws (see z3_near_ceiling). */
+static atomic_int near_memout;
+static unsigned long long z3_ceiling_bytes; /* written once, under z3_global_once */
 
 #define GRAVEYARD_MAX 256
 static Z3_context graveyard[GRAVEYARD_MAX];
@@ -104,7 +110,19 @@ static int note_memout(vd_smt *s) {
   return s->oom;
 }
 
-int vd_smt_out_of_memory(void) { return atomic_load(&any_memout); }
+int vd_smt_out_of_memory(void) { return atomic_load(&any_memout) || atomic_load(&near_memout); }
+
+/* Z3's allocator throws at its ceiling wherever the allocation happens,
+ * and Z3 is not exception-safe everywhere (a context constructor that
+ * throws half-way was seen to fault).  So we stop short of the ceiling:
+ * a new context (about 20 MB of Z3's tables) is only made, and a stage only
+ * started, while Z3's estimated use plus `reserve` stays below 90% of it. */
+static int z3_near_ceiling(unsigned long long reserve) {
+  unsigned long long used = Z3_get_estimated_alloc_size();
+  if (used + reserve <= z3_ceiling_bytes / 10 * 9) return 0;
+  atomic_store(&near_memout, 1);
+  return 1;
+}
 
 /* Abandons a context that ran out of memory: no Z3 call may touch it. */
 static void park_context(vd_smt *s) {
@@ -136,20 +154,25 @@ static void drop_context(vd_smt *s) {
 
 /* Z3's memory ceiling, process-wide: past it Z3 reports an error (the stage
  * becomes inconclusive) instead of the kernel killing the process. */
+/* Address space left under `ulimit -v` (RLIMIT_AS), or ULLONG_MAX. */
+static unsigned long long address_space_left(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return ~0ull;
+  unsigned long long used = 0, pages;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f && fscanf(f, "%llu", &pages) == 1) used = pages * (unsigned long long)sysconf(_SC_PAGESIZE);
+  if (f) fclose(f);
+  return (unsigned long long)rl.rlim_cur > used ? (unsigned long long)rl.rlim_cur - used : 0;
+}
+
 static pthread_once_t z3_global_once = PTHREAD_ONCE_INIT;
 static void z3_global_setup(void) {
   /* 6 GB, or two thirds of the address space left under `ulimit -v` (the
    * rest is our own data, thread stacks and the libraries), whichever is
    * smaller; see "out of memory" above. */
   unsigned long long mb = 6144;
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-    unsigned long long used = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long long pages;
-    if (f && fscanf(f, "%llu", &pages) == 1) used = pages * 4096ull;
-    if (f) fclose(f);
-    unsigned long long left = (unsigned long long)rl.rlim_cur > used ? (unsigned long long)rl.rlim_cur - used : 0;
+  unsigned long long left = address_space_left();
+  if (left != ~0ull) {
     /* 16 MB for the watchdog threads' stacks, then two thirds for Z3. */
     left = left > (16ull << 20) ? left - (16ull << 20) : 0;
     unsigned long long cap = left / 3 * 2 / (1024 * 1024);
@@ -164,16 +187,32 @@ static void z3_global_setup(void) {
   if (env && strspn(env, "0123456789") == strlen(env) && strlen(env) > 0 && strlen(env) < 10)
     snprintf(text, sizeof(text), "%s", env);
   Z3_global_param_set("memory_max_size", text);
+  z3_ceiling_bytes = strtoull(text, NULL, 10) << 20;
 }
+
+/* Context creation is serialized: two constructors racing near the
+ * ceiling would both pass the check below. */
+static pthread_mutex_t make_mu = PTHREAD_MUTEX_INITIALIZER;
+#define CONTEXT_RESERVE (24ull << 20)
 
 static vd_rc make_context(vd_smt *s, vd_diag *d) {
   pthread_once(&z3_global_once, z3_global_setup);
-  if (atomic_load(&any_memout)) return VD_OOM(d);
+  if (vd_smt_out_of_memory()) return VD_OOM(d);
+  pthread_mutex_lock(&make_mu);
+  /* The constructor is where a failing malloc was seen to fault: it is only
+   * entered with room for it in the address space as well. */
+  if (z3_near_ceiling(CONTEXT_RESERVE) || address_space_left() < 2 * CONTEXT_RESERVE) {
+    atomic_store(&near_memout, 1);
+    pthread_mutex_unlock(&make_mu);
+    return VD_ERR(d, VD_ENOMEM, NULL, "z3", NULL, "out of memory (Z3 memory ceiling reached)");
+  }
   Z3_config cfg = Z3_mk_config();
-  if (!cfg) return VD_ERR(d, VD_EINTERNAL, NULL, "z3", NULL, "Z3_mk_config failed");
-  Z3_set_param_value(cfg, "model", "true");
-  s->z = Z3_mk_context_rc(cfg);
-  Z3_del_config(cfg);
+  if (cfg) {
+    Z3_set_param_value(cfg, "model", "true");
+    s->z = Z3_mk_context_rc(cfg);
+    Z3_del_config(cfg);
+  }
+  pthread_mutex_unlock(&make_mu);
   /* Z3_mk_context_rc fails only when it cannot allocate the context. */
   if (!s->z) return VD_ERR(d, VD_ENOMEM, NULL, "z3", NULL, "out of memory (Z3_mk_context_rc failed)");
   Z3_set_error_handler(s->z, on_error);
@@ -247,6 +286,7 @@ vd_rc vd_smt_reset(vd_smt *s, vd_diag *d) {
   s->n_arena = 0;
   s->failed = 0;
   s->err[0] = '\0';
+  if (z3_near_ceiling(0)) return VD_ERR(d, VD_ENOMEM, NULL, "z3", NULL, "out of memory (Z3 memory ceiling reached)");
   if (++s->resets % RESETS_PER_CONTEXT == 0) {
     drop_context(s);
     vd_rc rc = make_context(s, d);

@@ -2,9 +2,11 @@
  * verifier/main.c - entry point of the verdict binary: global options and
  * dispatch to subcommands (verifier/cmd_*.c).
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "../common/mem.h"
 #include "cli.h"
 
 typedef struct {
@@ -44,7 +46,32 @@ static void usage(FILE *f) {
           "Run 'verdict <command> --help' for a command's options.\n");
 }
 
+/* A full disk or a closed pipe must not end in exit 0 with a truncated
+ * report: every command's output goes through stdout (or files that their
+ * writers check), so its buffered errors are checked once, here. */
+static int finish(int rc) {
+  errno = 0;
+  int bad = fflush(stdout) != 0 || ferror(stdout);
+  int err = errno;
+  if (fclose(stdout) != 0 && !bad) {
+    bad = 1;
+    err = errno;
+  }
+  if (bad) {
+    fprintf(stderr, "verdict: error writing standard output: %s\n", err ? strerror(err) : "write failed");
+    return VD_EXIT_BAD_INPUT;
+  }
+  return rc;
+}
+
+static int run(int argc, char **argv);
+
 int main(int argc, char **argv) {
+  vd_mem_setup();
+  return finish(run(argc, argv));
+}
+
+static int run(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
     return VD_EXIT_BAD_INPUT;

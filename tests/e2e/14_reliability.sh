@@ -27,3 +27,56 @@ if ! nm "$VERDICT" 2>/dev/null | grep -q __asan_init; then
     done
   done
 fi
+
+# 4. A FIFO is refused without blocking in open().
+mkfifo "$TMP/fifo"
+expect_exit 2 timeout 10 "$VERDICT" plan validate "$TMP/fifo"
+expect_in "not a regular file" "$TMP/err"
+
+# 5. Strings that are not UTF-8 are refused, naming the field, and their
+# bytes are never echoed.
+/usr/bin/python3 - "$TMP" <<'PY'
+import msgpack, sys
+tmp = sys.argv[1]
+d = msgpack.unpackb(open(tmp + '/p.plan', 'rb').read(), raw=True)
+d['tensors'.encode()][3][b'name'] = b'w\xff\xfe'
+open(tmp + '/badname.plan', 'wb').write(msgpack.packb(d, use_bin_type=False))
+d = msgpack.unpackb(open(tmp + '/p.plan', 'rb').read(), raw=True)
+d[b'nodes'][5][b'op'] = b'add\x1b[31m\xc0\xaf'
+open(tmp + '/badop.plan', 'wb').write(msgpack.packb(d, use_bin_type=False))
+PY
+expect_exit 2 "$VERDICT" plan validate "$TMP/badname.plan"
+expect_in "name: expected a UTF-8 string" "$TMP/err"
+expect_exit 2 "$VERDICT" --sm "$TMP/s.plan" --pm "$TMP/badop.plan"
+expect_in "op: expected a UTF-8 string" "$TMP/err"
+if LC_ALL=C grep -q "$(printf '\033')" "$TMP/err"; then fail "raw bytes echoed in the error"; fi
+if LC_ALL=C grep -q "$(printf '\377')" "$TMP/err"; then fail "raw bytes echoed in the error"; fi
+if LC_ALL=C grep -q "$(printf '\300')" "$TMP/err"; then fail "raw bytes echoed in the error"; fi
+
+# 6. Write errors on standard output: exit 2 with a message, not 0.
+for cmd in "plan dump --json $TMP/p.plan" "plan stats $TMP/p.plan" "--sm $TMP/s.plan --pm $TMP/p.plan" \
+    "exec --sm $TMP/s.plan --pm $TMP/p.plan"; do
+  set +e
+  # shellcheck disable=SC2086
+  "$VERDICT" $cmd >/dev/full 2>"$TMP/err"
+  rc=$?
+  set -e
+  [ $rc = 2 ] || fail "verdict $cmd >/dev/full exited $rc, expected 2"
+  expect_in "error writing standard output" "$TMP/err"
+done
+
+# 7. plan stats on a valid plan with 2^60-element tensors: exact byte
+# counts, no signed overflow.
+/usr/bin/python3 - "$TMP" <<'PY'
+import msgpack, sys
+tmp = sys.argv[1]
+d = msgpack.unpackb(open(tmp + '/s.plan', 'rb').read(), raw=True)
+d[b'tensors'] = [{b'id': i, b'name': b'big%d' % i, b'shape': [1 << 30, 1 << 30], b'dtype': b'f64',
+                  b'role': b'weight', b'scope': b'persistent'} for i in range(3)]
+d[b'nodes'] = []
+open(tmp + '/big.plan', 'wb').write(msgpack.packb(d, use_bin_type=False))
+PY
+expect_exit 0 "$VERDICT" plan validate "$TMP/big.plan"
+expect_exit 0 "$VERDICT" plan stats "$TMP/big.plan"
+expect_in " 27670116110564327424 bytes per replica" "$TMP/out"
+if grep -q -- "-[0-9]" "$TMP/out"; then fail "negative figure in plan stats"; fi
