@@ -48,6 +48,18 @@
 
 #define MAX_FILE_BYTES ((uint64_t)4 << 30) /* 4 GiB */
 #define MAX_DEPTH 24                         /* msgpack-c's own stack is 32 */
+#define MAX_NODE_REFS 65535                  /* inputs or outputs of one node */
+/* Node executions (a node runs once per step of its segment) per byte of
+ * plan file.  The schedule is what lets a small file ask for a huge
+ * graph: one step listed 10^6 times costs 3 MB and multiplies every node
+ * of its segment by 10^6.  A real plan runs each node once per microbatch
+ * and its file spends 100 to 300 bytes per node (a generated Llama-3 plan
+ * with 16 microbatches runs 0.06 node per byte), so this bound (plus a
+ * fixed allowance for small files) leaves room for about a thousand
+ * microbatches while keeping verify near 150 bytes per execution, 600
+ * bytes per plan byte.  validate.c refuses repeated steps as well. */
+#define MAX_EXEC_PER_BYTE 4
+#define MAX_EXEC_SLACK ((uint64_t)1 << 20)
 
 /* ======================================================================
  * Pass 1: bounded scan of the raw encoding.
@@ -519,6 +531,10 @@ static const char *const node_keys[N__N] = {"id", "op", "name", "rank", "segment
 
 static vd_rc read_refs(rctx *c, mobj *o, const char *field, int slot, uint32_t *n) {
   char f[32];
+  /* No operator takes more (ops.h, VD_OP_MANY): a longer list is refused
+   * here, before the graph and the stages multiply it. */
+  if (o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size > MAX_NODE_REFS)
+    RFAIL(c, field, "expected at most %d tensors, got %" PRIu32, MAX_NODE_REFS, o->via.array.size);
   VD_CHECK(get_ints(c, o, field, n));
   if (VD_GROW(c->refs[slot], c->cap_refs[slot], *n ? *n : 1)) ROOM(c);
   for (uint32_t i = 0; i < *n; i++) {
@@ -758,6 +774,41 @@ static vd_rc build(rctx *c, mobj *top) {
   return VD_OK;
 }
 
+/* Counts node executions (each node once per step of its rank that runs
+ * its segment) against MAX_EXEC_PER_BYTE * len.  O(steps + nodes). */
+static vd_rc check_expansion(const vd_plan_t *p, size_t len, const char *file, vd_diag *d) {
+  uint64_t budget = MAX_EXEC_SLACK + (uint64_t)MAX_EXEC_PER_BYTE * len;
+  vd_idmap_t runs; /* rank * n_segments + segment -> steps that run it */
+  if (vd_idmap_init(&runs, p->n_steps) != VD_OK) return VD_OOM(d);
+  vd_rc rc = VD_OK;
+  uint32_t *count = vd_calloc(p->n_steps ? p->n_steps : 1, sizeof(*count));
+  if (!count) rc = VD_OOM(d);
+  uint32_t used = 0;
+  for (int32_t r = 0; r < p->world.stored_ranks && rc == VD_OK; r++) {
+    const vd_program_t *pr = &p->programs[r];
+    for (uint32_t i = 0; i < pr->n_steps && rc == VD_OK; i++) {
+      int64_t key = (int64_t)r * (int64_t)p->n_segments + p->steps[pr->step_off + i].segment;
+      uint32_t at;
+      int put = vd_idmap_put(&runs, key, used, &at);
+      if (put < 0) rc = VD_OOM(d);
+      else if (put == 0) count[used++] = 1;
+      else count[at]++;
+    }
+  }
+  uint64_t exec = 0;
+  for (size_t i = 0; i < p->n_nodes && rc == VD_OK; i++) {
+    const vd_node_t *n = &p->nodes[i];
+    uint32_t at;
+    if (vd_idmap_get(&runs, (int64_t)n->rank * (int64_t)p->n_segments + n->segment, &at)) exec += count[at];
+    if (exec > budget)
+      rc = VD_ERR(d, VD_EINPUT, file, "schedule", NULL,
+                  "the schedule runs more than %" PRIu64 " node executions (%d per byte of a %zu-byte plan)", budget, MAX_EXEC_PER_BYTE, len);
+  }
+  vd_free(count);
+  vd_idmap_free(&runs);
+  return rc;
+}
+
 vd_rc vd_plan_read_buffer(const char *buf, size_t len, const char *name, vd_plan_t *p, vd_diag *d) {
   rctx c;
   memset(&c, 0, sizeof(c));
@@ -787,6 +838,7 @@ vd_rc vd_plan_read_buffer(const char *buf, size_t len, const char *name, vd_plan
   vd_free(c.refs[1]);
   vd_idmap_free(&c.tmap);
   if (rc == VD_OK) rc = vd_plan_validate(p, c.file, d);
+  if (rc == VD_OK) rc = check_expansion(p, len, c.file, d);
   if (rc != VD_OK) vd_plan_free(p);
   return rc;
 }

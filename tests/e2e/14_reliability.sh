@@ -80,3 +80,33 @@ expect_exit 0 "$VERDICT" plan validate "$TMP/big.plan"
 expect_exit 0 "$VERDICT" plan stats "$TMP/big.plan"
 expect_in " 27670116110564327424 bytes per replica" "$TMP/out"
 if grep -q -- "-[0-9]" "$TMP/out"; then fail "negative figure in plan stats"; fi
+
+# 2. Memory bounded by the input: a schedule that repeats a step, a
+# schedule that runs more node executions than the file can describe, and
+# a node with more inputs than any operator takes are refused (exit 2)
+# before the graph is built.
+/usr/bin/python3 - "$TMP" <<'PY'
+import msgpack, sys
+tmp = sys.argv[1]
+d = msgpack.unpackb(open(tmp + '/p.plan', 'rb').read(), raw=True)
+sch = [list(r) for r in d[b'schedule']]
+sch[0] = sch[0] + [sch[0][0]] * 1000000
+d[b'schedule'] = sch
+open(tmp + '/repeat.plan', 'wb').write(msgpack.packb(d, use_bin_type=False))
+d = msgpack.unpackb(open(tmp + '/s.plan', 'rb').read(), raw=True)
+sch = [list(r) for r in d[b'schedule']]
+sch[0] = [[0, i] for i in range(300000)] + sch[0][1:]
+d[b'schedule'] = sch
+d[b'world'][b'nm'] = 300000
+open(tmp + '/many_mb.plan', 'wb').write(msgpack.packb(d, use_bin_type=False))
+d = msgpack.unpackb(open(tmp + '/p.plan', 'rb').read(), raw=True)
+n = next(n for n in d[b'nodes'] if n.get(b'in'))
+n[b'in'] = [n[b'in'][0]] * 10000000
+open(tmp + '/wide.plan', 'wb').write(msgpack.packb(d, use_bin_type=False))
+PY
+expect_exit 2 "$VERDICT" --sm "$TMP/s.plan" --pm "$TMP/repeat.plan"
+expect_in "step\[6\]: expected each (segment, microbatch) once" "$TMP/err"
+expect_exit 2 "$VERDICT" --sm "$TMP/many_mb.plan" --pm "$TMP/p.plan"
+expect_in "many_mb.plan: schedule: the schedule runs more than" "$TMP/err"
+expect_exit 2 "$VERDICT" --sm "$TMP/s.plan" --pm "$TMP/wide.plan"
+expect_in "in: expected at most 65535 tensors, got 10000000" "$TMP/err"
