@@ -110,3 +110,28 @@ expect_exit 2 "$VERDICT" --sm "$TMP/many_mb.plan" --pm "$TMP/p.plan"
 expect_in "many_mb.plan: schedule: the schedule runs more than" "$TMP/err"
 expect_exit 2 "$VERDICT" --sm "$TMP/s.plan" --pm "$TMP/wide.plan"
 expect_in "in: expected at most 65535 tensors, got 10000000" "$TMP/err"
+
+# 2 and 3, the pickle importer: a 10-byte pickle whose LONG_BINPUT memo
+# index asks for a 2 GB memo, and trailing bytes after STOP, are refused
+# with exit 2 and one line.
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+CONV="$ROOT/tools/nnscaler2plan"
+C="$ROOT/../shared/corpus/nnscaler"
+if [ -d "$C" ]; then
+  MLP1=mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2.pkl
+  MLPP=mlp_mgener_dp2_pp2_tp2_nm2_gbs16_dim1024_ly2.pkl
+  printf '\200\002Nr\000\000\000\010.' >"$TMP/memo.pkl"
+  set +e
+  (ulimit -v 1000000; python3 "$CONV" --sm "$C/$MLP1" --pm "$TMP/memo.pkl" --single "$TMP/a.plan" \
+    --parallel "$TMP/b.plan" >"$TMP/out" 2>"$TMP/err")
+  rc=$?
+  set -e
+  [ $rc = 2 ] || { cat "$TMP/err"; fail "memo-index pickle exited $rc, expected 2"; }
+  expect_in "memo.pkl" "$TMP/err"
+  expect_in "needs more memory than a 9-byte file may" "$TMP/err"
+  { cat "$C/$MLPP"; printf 'junk'; } >"$TMP/trail.pkl"
+  expect_exit 2 python3 "$CONV" --sm "$C/$MLP1" --pm "$TMP/trail.pkl" --single "$TMP/a.plan" --parallel "$TMP/b.plan"
+  expect_in "trail.pkl" "$TMP/err"
+  expect_in "4 trailing bytes after the STOP opcode" "$TMP/err"
+  [ "$(wc -l <"$TMP/err")" = 1 ] || fail "error is not one line"
+fi
