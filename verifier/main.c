@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../common/mem.h"
@@ -66,9 +67,25 @@ static int finish(int rc) {
 
 static int run(int argc, char **argv);
 
+/* Test hook (tests/e2e/14_reliability.sh): VERDICT_FAIL_ALLOC=N makes the
+ * Nth allocation of the run fail, to reach every out-of-memory path from
+ * the command line; the run says on stderr when the failure fired. */
+static long fault_hook(void) {
+  const char *e = getenv("VERDICT_FAIL_ALLOC");
+  if (!e || !*e) return 0;
+  char *end;
+  long n = strtol(e, &end, 10);
+  if (*end || n <= 0) return 0;
+  vd_mem_fail_after(n);
+  return n;
+}
+
 int main(int argc, char **argv) {
   vd_mem_setup();
-  return finish(run(argc, argv));
+  long nth = fault_hook();
+  int rc = finish(run(argc, argv));
+  if (nth && vd_mem_fault_hit()) fprintf(stderr, "verdict: injected failure of allocation %ld fired\n", nth);
+  return rc;
 }
 
 static int run(int argc, char **argv) {

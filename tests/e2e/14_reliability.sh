@@ -135,3 +135,34 @@ if [ -d "$C" ]; then
   expect_in "4 trailing bytes after the STOP opcode" "$TMP/err"
   [ "$(wc -l <"$TMP/err")" = 1 ] || fail "error is not one line"
 fi
+
+# Fault injection: the Nth allocation of a whole verify run fails
+# (VERDICT_FAIL_ALLOC, common/mem.h's hook), for N = 1..60 and then every
+# 997th allocation until a run completes: every failure ends in exit 3 (or
+# 2) with a message, never a crash, a wrong verdict or (under ASan) a leak.
+expect_exit 0 "$VERDICT" gen --model llama3 --layers 1 --hidden 32 --heads 2 --seq 8 --batch 4 \
+  --dp 2 --tp 2 --pp 1 --nm 2 --single "$TMP/fs.plan" --parallel "$TMP/fp.plan"
+n=1
+runs=0
+while :; do
+  for t in 1 2; do
+    [ $t = 2 ] && [ $((runs % 8)) != 0 ] && continue
+    set +e
+    VERDICT_FAIL_ALLOC=$n "$VERDICT" --sm "$TMP/fs.plan" --pm "$TMP/fp.plan" --threads $t >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    set -e
+    if grep -q "injected failure of allocation $n fired" "$TMP/err"; then
+      case $rc in
+      2|3) [ "$(grep -vc 'injected failure' "$TMP/err")" -ge 1 ] || fail "allocation $n: exit $rc without a message" ;;
+      *) cat "$TMP/err"; fail "allocation $n failed (--threads $t): exit $rc, expected 3 or 2" ;;
+      esac
+    elif [ $t = 1 ]; then
+      [ $rc = 0 ] || { cat "$TMP/err"; fail "allocation $n never failed but exit $rc"; }
+      done_at=$n
+    fi
+  done
+  runs=$((runs + 1))
+  [ -n "${done_at:-}" ] && break
+  if [ $n -lt 60 ]; then n=$((n + 1)); else n=$((n + 997)); fi
+done
+[ $runs -gt 70 ] || fail "fault injection stopped after $runs runs (a run of the small pair allocates more)"
