@@ -63,6 +63,17 @@ typedef struct {
 
 int64_t vd_op_shape_numel(const vd_op_shape *s);
 
+/* Row-major index helpers shared by the numeric evaluators and solver/'s
+ * encoders, so both read an element at the same place.  unravel: flat
+ * index -> per-dimension index (idx has s->ndim entries); ravel: the
+ * inverse.  vd_op_bcast_to: whether `in` broadcasts to `out` (NumPy rules,
+ * trailing dimensions aligned).  vd_op_bcast_src: the flat index in `in` of
+ * the element that broadcasts to out-index idx (in must broadcast to out). */
+void vd_op_shape_unravel(const vd_op_shape *s, int64_t flat, int64_t *idx);
+int64_t vd_op_shape_ravel(const vd_op_shape *s, const int64_t *idx);
+int vd_op_bcast_to(const vd_op_shape *in, const vd_op_shape *out);
+int64_t vd_op_bcast_src(const vd_op_shape *out, const vd_op_shape *in, const int64_t *idx);
+
 /* One evaluation.  All pointers are borrowed.  For a shape check only, the
  * data pointers (in/out) may be NULL.  Attributes are read from plan+node
  * (node may be NULL: every attribute then takes its default).  `record`

@@ -146,36 +146,6 @@ static vd_rc get_dims_mask(const vd_op_call *c, int32_t ndim, int *mask) {
   return VD_OK;
 }
 
-static void unravel(const vd_op_shape *s, int64_t flat, int64_t *idx) {
-  for (int32_t i = s->ndim - 1; i >= 0; i--) {
-    int64_t e = s->d[i] > 0 ? s->d[i] : 1;
-    idx[i] = flat % e;
-    flat /= e;
-  }
-}
-
-static int64_t ravel(const vd_op_shape *s, const int64_t *idx) {
-  int64_t f = 0;
-  for (int32_t i = 0; i < s->ndim; i++) f = f * s->d[i] + idx[i];
-  return f;
-}
-
-/* in broadcasts to out (NumPy rules, trailing dims aligned). */
-static int bcasts_to(const vd_op_shape *in, const vd_op_shape *out) {
-  if (in->ndim > out->ndim) return 0;
-  int32_t off = out->ndim - in->ndim;
-  for (int32_t j = 0; j < in->ndim; j++)
-    if (in->d[j] != 1 && in->d[j] != out->d[j + off]) return 0;
-  return 1;
-}
-
-/* Flat index in `in` of the element broadcast to out-index idx. */
-static int64_t bsrc(const vd_op_shape *out, const vd_op_shape *in, const int64_t *idx) {
-  int32_t off = out->ndim - in->ndim;
-  int64_t f = 0;
-  for (int32_t j = 0; j < in->ndim; j++) f = f * in->d[j] + (in->d[j] == 1 ? 0 : idx[j + off]);
-  return f;
-}
 
 /* y (shape ys, broadcastable to gs) = factor * sum of g over broadcast dims. */
 static void sum_to(const double *g, const vd_op_shape *gs, double *y, const vd_op_shape *ys, double factor) {
@@ -183,8 +153,8 @@ static void sum_to(const double *g, const vd_op_shape *gs, double *y, const vd_o
   int64_t idx[VD_MAX_DIMS];
   memset(y, 0, sizeof(double) * (size_t)ny);
   for (int64_t f = 0; f < ng; f++) {
-    unravel(gs, f, idx);
-    y[bsrc(gs, ys, idx)] += factor * g[f];
+    vd_op_shape_unravel(gs, f, idx);
+    y[vd_op_bcast_src(gs, ys, idx)] += factor * g[f];
   }
 }
 
@@ -277,11 +247,11 @@ vd_rc vd_op_i_eval_transpose(const vd_op_call *c) {
   VD_CHECK(get_dim(c, "dim1", 1, c->in_shape[0].ndim, &d1));
   int64_t n = vd_op_shape_numel(&c->in_shape[0]), idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < n; f++) {
-    unravel(&c->in_shape[0], f, idx);
+    vd_op_shape_unravel(&c->in_shape[0], f, idx);
     int64_t t = idx[d0];
     idx[d0] = idx[d1];
     idx[d1] = t;
-    c->out[0][ravel(&c->out_shape[0], idx)] = c->in[0][f];
+    c->out[0][vd_op_shape_ravel(&c->out_shape[0], idx)] = c->in[0][f];
   }
   return VD_OK;
 }
@@ -342,9 +312,9 @@ static void slice_copy(const double *src, double *dst, const vd_op_shape *full, 
                        int32_t dim, int64_t off, int to_part) {
   int64_t n = vd_op_shape_numel(part), idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < n; f++) {
-    unravel(part, f, idx);
+    vd_op_shape_unravel(part, f, idx);
     idx[dim] += off;
-    int64_t g = ravel(full, idx);
+    int64_t g = vd_op_shape_ravel(full, idx);
     if (to_part)
       dst[f] = src[g];
     else
@@ -423,7 +393,7 @@ vd_rc vd_op_i_eval_concat(const vd_op_call *c) {
 
 static vd_rc want_bcast(const vd_op_call *c, const vd_op_shape *small, const vd_op_shape *big,
                         const char *field) {
-  if (bcasts_to(small, big)) return VD_OK;
+  if (vd_op_bcast_to(small, big)) return VD_OK;
   char a[96], b[96];
   shape_str(small, a, sizeof(a));
   shape_str(big, b, sizeof(b));
@@ -437,8 +407,8 @@ vd_rc vd_op_i_shape_expand(const vd_op_call *c) {
 vd_rc vd_op_i_eval_expand(const vd_op_call *c) {
   int64_t n = vd_op_shape_numel(&c->out_shape[0]), idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < n; f++) {
-    unravel(&c->out_shape[0], f, idx);
-    c->out[0][f] = c->in[0][bsrc(&c->out_shape[0], &c->in_shape[0], idx)];
+    vd_op_shape_unravel(&c->out_shape[0], f, idx);
+    c->out[0][f] = c->in[0][vd_op_bcast_src(&c->out_shape[0], &c->in_shape[0], idx)];
   }
   return VD_OK;
 }
@@ -492,8 +462,8 @@ static vd_rc binary(const vd_op_call *c, binary_fn f) {
     return VD_OK;
   }
   for (int64_t i = 0; i < n; i++) {
-    unravel(os, i, idx);
-    c->out[0][i] = f(c->in[0][bsrc(os, &c->in_shape[0], idx)], c->in[1][bsrc(os, &c->in_shape[1], idx)]);
+    vd_op_shape_unravel(os, i, idx);
+    c->out[0][i] = f(c->in[0][vd_op_bcast_src(os, &c->in_shape[0], idx)], c->in[1][vd_op_bcast_src(os, &c->in_shape[1], idx)]);
   }
   return VD_OK;
 }
@@ -569,7 +539,7 @@ static int64_t reduced_index(const vd_op_shape *x, const int *mask, int keep, co
     else if (keep)
       ridx[k++] = 0;
   }
-  return ravel(r, ridx);
+  return vd_op_shape_ravel(r, ridx);
 }
 
 /* Shape rule of sum/mean (x -> y) and of their backward (g -> gx): `full`
@@ -594,7 +564,7 @@ static vd_rc eval_reduce(const vd_op_call *c, int mean) {
   int64_t idx[VD_MAX_DIMS];
   memset(c->out[0], 0, sizeof(double) * (size_t)vd_op_shape_numel(&c->out_shape[0]));
   for (int64_t f = 0; f < n; f++) {
-    unravel(x, f, idx);
+    vd_op_shape_unravel(x, f, idx);
     c->out[0][reduced_index(x, mask, keep, &r, idx)] += c->in[0][f];
   }
   if (mean && cnt > 0)
@@ -611,7 +581,7 @@ static vd_rc eval_reduce_bwd(const vd_op_call *c, int mean) {
   double scale = mean ? (double)nr / (double)(n ? n : 1) : 1.0;
   int64_t idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < n; f++) {
-    unravel(x, f, idx);
+    vd_op_shape_unravel(x, f, idx);
     c->out[0][f] = scale * c->in[0][reduced_index(x, mask, keep, &r, idx)];
   }
   return VD_OK;
@@ -677,8 +647,8 @@ static vd_rc eval_muldiv_bwd(const vd_op_call *c, int div) {
   memset(c->out[0], 0, sizeof(double) * (size_t)vd_op_shape_numel(as));
   memset(c->out[1], 0, sizeof(double) * (size_t)vd_op_shape_numel(bs));
   for (int64_t f = 0; f < n; f++) {
-    unravel(gs, f, idx);
-    int64_t ia = bsrc(gs, as, idx), ib = bsrc(gs, bs, idx);
+    vd_op_shape_unravel(gs, f, idx);
+    int64_t ia = vd_op_bcast_src(gs, as, idx), ib = vd_op_bcast_src(gs, bs, idx);
     double a = c->in[0][ia], b = c->in[1][ib], g = c->in[2][f];
     if (div) {
       c->out[0][ia] += g / b;
@@ -830,9 +800,9 @@ vd_rc vd_op_i_eval_matmul(const vd_op_call *c) {
   mm_geo g = mm_geometry(&c->in_shape[0], &c->in_shape[1], &c->out_shape[0]);
   int64_t idx[VD_MAX_DIMS];
   for (int64_t t = 0; t < g.nbatch; t++) {
-    unravel(&g.ob, t, idx);
-    const double *A = c->in[0] + bsrc(&g.ob, &g.ab, idx) * g.m * g.k;
-    const double *B = c->in[1] + bsrc(&g.ob, &g.bb, idx) * g.k * g.n;
+    vd_op_shape_unravel(&g.ob, t, idx);
+    const double *A = c->in[0] + vd_op_bcast_src(&g.ob, &g.ab, idx) * g.m * g.k;
+    const double *B = c->in[1] + vd_op_bcast_src(&g.ob, &g.bb, idx) * g.k * g.n;
     double *Y = c->out[0] + t * g.m * g.n;
     for (int64_t i = 0; i < g.m; i++)
       for (int64_t j = 0; j < g.n; j++) {
@@ -858,8 +828,8 @@ vd_rc vd_op_i_eval_matmul_backward(const vd_op_call *c) {
   memset(c->out[0], 0, sizeof(double) * (size_t)vd_op_shape_numel(&c->in_shape[0]));
   memset(c->out[1], 0, sizeof(double) * (size_t)vd_op_shape_numel(&c->in_shape[1]));
   for (int64_t t = 0; t < g.nbatch; t++) {
-    unravel(&g.ob, t, idx);
-    int64_t oa = bsrc(&g.ob, &g.ab, idx) * g.m * g.k, ob = bsrc(&g.ob, &g.bb, idx) * g.k * g.n;
+    vd_op_shape_unravel(&g.ob, t, idx);
+    int64_t oa = vd_op_bcast_src(&g.ob, &g.ab, idx) * g.m * g.k, ob = vd_op_bcast_src(&g.ob, &g.bb, idx) * g.k * g.n;
     const double *A = c->in[0] + oa, *B = c->in[1] + ob, *G = c->in[2] + t * g.m * g.n;
     double *GA = c->out[0] + oa, *GB = c->out[1] + ob;
     for (int64_t i = 0; i < g.m; i++)
@@ -1116,7 +1086,7 @@ static vd_rc eval_rope(const vd_op_call *c, double sign) {
   vd_op_shape rs = *s;
   rs.d[rs.ndim - 1] = 1;
   for (int64_t r = 0; r < rows; r++) {
-    unravel(&rs, r, idx);
+    vd_op_shape_unravel(&rs, r, idx);
     double pos = (double)(off + idx[sd]);
     const double *x = c->in[0] + r * d;
     double *y = c->out[0] + r * d;
@@ -1191,7 +1161,7 @@ vd_rc vd_op_i_eval_create_mask(const vd_op_call *c) {
 /* mask broadcasts to x; x, (y, g) and the output share x's shape. */
 static vd_rc shape_apply_mask(const vd_op_call *c, uint32_t n_same) {
   VD_CHECK(want_ndim(c, 0, 0, 2, VD_MAX_DIMS));
-  if (!bcasts_to(&c->in_shape[1], &c->in_shape[0])) {
+  if (!vd_op_bcast_to(&c->in_shape[1], &c->in_shape[0])) {
     char a[96], b[96];
     shape_str(&c->in_shape[1], a, sizeof(a));
     shape_str(&c->in_shape[0], b, sizeof(b));
@@ -1552,9 +1522,9 @@ vd_rc vd_op_i_eval_reduce_scatter(const vd_op_call *c) {
   int64_t n = vd_op_shape_numel(os), idx[VD_MAX_DIMS];
   for (uint32_t p = 0; p < c->n_out; p++)
     for (int64_t f = 0; f < n; f++) {
-      unravel(os, f, idx);
+      vd_op_shape_unravel(os, f, idx);
       idx[dim] += (int64_t)p * os->d[dim];
-      int64_t src = ravel(&c->in_shape[0], idx);
+      int64_t src = vd_op_shape_ravel(&c->in_shape[0], idx);
       double s = 0;
       for (uint32_t i = 0; i < c->n_in; i++) s += c->in[i][src];
       c->out[p][f] = s;
@@ -1590,11 +1560,11 @@ vd_rc vd_op_i_eval_all_to_all(const vd_op_call *c) {
   int64_t n = vd_op_shape_numel(ys), idx[VD_MAX_DIMS];
   for (uint32_t i = 0; i < c->n_out; i++)
     for (int64_t f = 0; f < n; f++) {
-      unravel(ys, f, idx);
+      vd_op_shape_unravel(ys, f, idx);
       int64_t j = idx[cd] / cs_cd;
       idx[cd] -= j * cs_cd;
       idx[sd] += (int64_t)i * cs_sd;
-      c->out[i][f] = c->in[j][ravel(xs, idx)];
+      c->out[i][f] = c->in[j][vd_op_shape_ravel(xs, idx)];
     }
   return VD_OK;
 }

@@ -30,14 +30,9 @@
 #include <pthread.h>
 #include <z3.h>
 
+#include "../common/clock.h"
 #include "../common/mem.h"
 #include "smt.h"
-
-static double now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
 
 const char *vd_smt_verdict_name(vd_smt_verdict v) {
   switch (v) {
@@ -689,7 +684,7 @@ vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
     goto done;
   }
   const vd_term *P = par, *S = single;
-  double t0 = now_ms();
+  double t0 = vd_clock_ms();
   if (vd_smt_i_fast_path(s)) {
     /* The normal form of a large nonlinear term can explode: the fast path
      * runs under the watchdog, and an interrupted simplification only
@@ -710,7 +705,7 @@ vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
       res->n_fast = 0;
       rc = VD_OK;
     }
-    res->ms_fast = now_ms() - t0;
+    res->ms_fast = vd_clock_ms() - t0;
     if (rc == VD_ENOMEM) {
       rc = VD_OOM(d);
       goto done;
@@ -729,11 +724,11 @@ vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
   size_t n_open = 0;
   for (size_t i = 0; i < n; i++)
     if (!proved[i]) open[n_open++] = i;
-  double t1 = now_ms();
+  double t1 = vd_clock_ms();
   int found = 0;
   rc = witness(s, P, S, open, n_open, res, &found);
   if (rc == VD_OK && !found) rc = solve(s, P, S, open, n_open, res);
-  res->ms_solver = now_ms() - t1;
+  res->ms_solver = vd_clock_ms() - t1;
   if (rc == VD_ENOMEM) rc = VD_OOM(d);
   else if (rc != VD_OK) {
     rc = vd_smt_status(s, d, "check (solver)");

@@ -75,28 +75,6 @@ static void dims_mask(call_t *c, int32_t ndim, int *mask) {
   }
 }
 
-static void unravel(const vd_op_shape *s, int64_t flat, int64_t *idx) {
-  for (int32_t i = s->ndim - 1; i >= 0; i--) {
-    int64_t e = s->d[i] > 0 ? s->d[i] : 1;
-    idx[i] = flat % e;
-    flat /= e;
-  }
-}
-
-static int64_t ravel(const vd_op_shape *s, const int64_t *idx) {
-  int64_t f = 0;
-  for (int32_t i = 0; i < s->ndim; i++) f = f * s->d[i] + idx[i];
-  return f;
-}
-
-/* Flat index in `in` of the element broadcast to out-index idx. */
-static int64_t bsrc(const vd_op_shape *out, const vd_op_shape *in, const int64_t *idx) {
-  int32_t off = out->ndim - in->ndim;
-  int64_t f = 0;
-  for (int32_t j = 0; j < in->ndim; j++) f = f * in->d[j] + (in->d[j] == 1 ? 0 : idx[j + off]);
-  return f;
-}
-
 static vd_term I(vd_smt *s, int64_t v) { return vd_smt_num_int(s, v); }
 static vd_term D(vd_smt *s, double v) { return vd_smt_num_double(s, v); }
 static vd_term uf1(vd_smt *s, const char *name, vd_term x) { return vd_smt_uf(s, name, 1, &x); }
@@ -156,9 +134,9 @@ static vd_rc sum_to(vd_smt *s, call_t *c, const vd_smt_tensor *g, vd_smt_tensor 
   VD_CHECK(acc_init(&a, out->numel, each, c->diag));
   int64_t idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < g->numel; f++) {
-    unravel(&g->shape, f, idx);
+    vd_op_shape_unravel(&g->shape, f, idx);
     vd_term t = factor ? vd_smt_mul(s, factor, g->t[f]) : g->t[f];
-    acc_add(&a, bsrc(&g->shape, &out->shape, idx), t);
+    acc_add(&a, vd_op_bcast_src(&g->shape, &out->shape, idx), t);
   }
   acc_done(s, &a, out);
   return VD_OK;
@@ -221,11 +199,11 @@ ENC(transpose) {
   int32_t d0 = adim(c, "dim0", 0, nd), d1 = adim(c, "dim1", 1, nd);
   int64_t idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < IN(0)->numel; f++) {
-    unravel(&IN(0)->shape, f, idx);
+    vd_op_shape_unravel(&IN(0)->shape, f, idx);
     int64_t t = idx[d0];
     idx[d0] = idx[d1];
     idx[d1] = t;
-    OUT(0)->t[ravel(&OUT(0)->shape, idx)] = IN(0)->t[f];
+    OUT(0)->t[vd_op_shape_ravel(&OUT(0)->shape, idx)] = IN(0)->t[f];
   }
   return VD_OK;
 }
@@ -250,9 +228,9 @@ ENC(multiref_backward) {
 /* Element f of `part` sits at index idx (+off along dim) of `full`. */
 static int64_t slice_pos(const vd_op_shape *full, const vd_op_shape *part, int32_t dim, int64_t off, int64_t f) {
   int64_t idx[VD_MAX_DIMS];
-  unravel(part, f, idx);
+  vd_op_shape_unravel(part, f, idx);
   idx[dim] += off;
-  return ravel(full, idx);
+  return vd_op_shape_ravel(full, idx);
 }
 
 ENC(chunk) {
@@ -292,8 +270,8 @@ ENC(expand) {
   (void)s;
   int64_t idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < OUT(0)->numel; f++) {
-    unravel(&OUT(0)->shape, f, idx);
-    OUT(0)->t[f] = IN(0)->t[bsrc(&OUT(0)->shape, &IN(0)->shape, idx)];
+    vd_op_shape_unravel(&OUT(0)->shape, f, idx);
+    OUT(0)->t[f] = IN(0)->t[vd_op_bcast_src(&OUT(0)->shape, &IN(0)->shape, idx)];
   }
   return VD_OK;
 }
@@ -313,8 +291,8 @@ static vd_rc binary(call_t *c, vd_smt *s, bin_fn f) {
   }
   int64_t idx[VD_MAX_DIMS];
   for (int64_t i = 0; i < y->numel; i++) {
-    unravel(&y->shape, i, idx);
-    y->t[i] = f(s, IN(0)->t[bsrc(&y->shape, &IN(0)->shape, idx)], IN(1)->t[bsrc(&y->shape, &IN(1)->shape, idx)]);
+    vd_op_shape_unravel(&y->shape, i, idx);
+    y->t[i] = f(s, IN(0)->t[vd_op_bcast_src(&y->shape, &IN(0)->shape, idx)], IN(1)->t[vd_op_bcast_src(&y->shape, &IN(1)->shape, idx)]);
   }
   return VD_OK;
 }
@@ -482,7 +460,7 @@ static vd_rc reduce(call_t *c, vd_smt *s, int mean) {
   VD_CHECK(acc_init(&a, y->numel, cnt, c->diag));
   int64_t idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < x->numel; f++) {
-    unravel(&x->shape, f, idx);
+    vd_op_shape_unravel(&x->shape, f, idx);
     acc_add(&a, reduced_index(&x->shape, mask, keep, idx), x->t[f]);
   }
   acc_done(s, &a, y);
@@ -505,7 +483,7 @@ static vd_rc reduce_bwd(call_t *c, vd_smt *s, int mean) {
   vd_term k = mean ? vd_smt_div(s, I(s, nr), I(s, n ? n : 1)) : NULL;
   int64_t idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < n; f++) {
-    unravel(&gx->shape, f, idx);
+    vd_op_shape_unravel(&gx->shape, f, idx);
     vd_term t = g->t[reduced_index(&gx->shape, mask, keep, idx)];
     gx->t[f] = k ? vd_smt_mul(s, k, t) : t;
   }
@@ -540,8 +518,8 @@ static vd_rc muldiv_bwd(call_t *c, vd_smt *s, int div) {
   }
   int64_t idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < G->numel; f++) {
-    unravel(&G->shape, f, idx);
-    int64_t ia = bsrc(&G->shape, &A->shape, idx), ib = bsrc(&G->shape, &B->shape, idx);
+    vd_op_shape_unravel(&G->shape, f, idx);
+    int64_t ia = vd_op_bcast_src(&G->shape, &A->shape, idx), ib = vd_op_bcast_src(&G->shape, &B->shape, idx);
     vd_term a = A->t[ia], b = B->t[ib], g = G->t[f];
     if (div) {
       acc_add(&ga, ia, vd_smt_div(s, g, b));
@@ -589,9 +567,9 @@ ENC(matmul) {
   if (!prod) return VD_OOM(c->diag);
   int64_t idx[VD_MAX_DIMS];
   for (int64_t t = 0; t < g.nbatch; t++) {
-    unravel(&g.ob, t, idx);
-    vd_term *A = IN(0)->t + bsrc(&g.ob, &g.ab, idx) * g.m * g.k;
-    vd_term *B = IN(1)->t + bsrc(&g.ob, &g.bb, idx) * g.k * g.n;
+    vd_op_shape_unravel(&g.ob, t, idx);
+    vd_term *A = IN(0)->t + vd_op_bcast_src(&g.ob, &g.ab, idx) * g.m * g.k;
+    vd_term *B = IN(1)->t + vd_op_bcast_src(&g.ob, &g.bb, idx) * g.k * g.n;
     vd_term *Y = OUT(0)->t + t * g.m * g.n;
     for (int64_t i = 0; i < g.m; i++)
       for (int64_t j = 0; j < g.n; j++) {
@@ -615,8 +593,8 @@ ENC(matmul_backward) {
   }
   int64_t idx[VD_MAX_DIMS];
   for (int64_t t = 0; t < g.nbatch; t++) {
-    unravel(&g.ob, t, idx);
-    int64_t oa = bsrc(&g.ob, &g.ab, idx) * g.m * g.k, ob = bsrc(&g.ob, &g.bb, idx) * g.k * g.n;
+    vd_op_shape_unravel(&g.ob, t, idx);
+    int64_t oa = vd_op_bcast_src(&g.ob, &g.ab, idx) * g.m * g.k, ob = vd_op_bcast_src(&g.ob, &g.bb, idx) * g.k * g.n;
     vd_term *A = IN(0)->t + oa, *B = IN(1)->t + ob, *G = IN(2)->t + t * g.m * g.n;
     for (int64_t i = 0; i < g.m; i++)
       for (int64_t j = 0; j < g.n; j++) {
@@ -872,7 +850,7 @@ static vd_rc rope(call_t *c, vd_smt *s, int backward) {
   vd_op_shape rs = *sh;
   rs.d[rs.ndim - 1] = 1;
   for (int64_t r = 0; r < rows; r++) {
-    unravel(&rs, r, idx);
+    vd_op_shape_unravel(&rs, r, idx);
     int64_t pos = off + idx[sd];
     const vd_term *x = IN(0)->t + r * d;
     vd_term *y = OUT(0)->t + r * d;
@@ -1170,9 +1148,9 @@ ENC(reduce_scatter) {
   int64_t idx[VD_MAX_DIMS];
   for (uint32_t p = 0; p < c->n_out; p++)
     for (int64_t f = 0; f < OUT(p)->numel; f++) {
-      unravel(os, f, idx);
+      vd_op_shape_unravel(os, f, idx);
       idx[dim] += (int64_t)p * os->d[dim];
-      int64_t src = ravel(&IN(0)->shape, idx);
+      int64_t src = vd_op_shape_ravel(&IN(0)->shape, idx);
       for (uint32_t i = 0; i < c->n_in; i++) buf[i] = IN(i)->t[src];
       OUT(p)->t[f] = vd_smt_sum(s, c->n_in, buf);
     }
@@ -1190,11 +1168,11 @@ ENC(all_to_all) {
   int64_t idx[VD_MAX_DIMS];
   for (uint32_t i = 0; i < c->n_out; i++)
     for (int64_t f = 0; f < OUT(i)->numel; f++) {
-      unravel(ys, f, idx);
+      vd_op_shape_unravel(ys, f, idx);
       int64_t j = idx[cd] / cs_cd;
       idx[cd] -= j * cs_cd;
       idx[sd] += (int64_t)i * cs_sd;
-      OUT(i)->t[f] = IN(j)->t[ravel(xs, idx)];
+      OUT(i)->t[f] = IN(j)->t[vd_op_shape_ravel(xs, idx)];
     }
   return VD_OK;
 }

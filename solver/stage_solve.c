@@ -19,19 +19,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "../common/clock.h"
 #include "../common/mem.h"
-
-const char *const vd_diagnosis_names[VD_DX__COUNT] = {
-    "NONE", "MISSING_REDUCTION", "EXTRA_REDUCTION", "SCALE", "PERMUTED_SLICES", "WRONG_VALUE",
-    "DATAFLOW", "SCHEDULE", "ALIGNMENT", "SHAPE", "BATCH"};
-
-static double now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
 
 void vd_stage_verdict_free(vd_stage_verdict *v) {
   if (!v) return;
@@ -546,7 +536,7 @@ static vd_rc record_cex(solve_ctx *c, const pair_list *pl, vd_smt_result *r, vd_
 
 vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, const vd_stage_solve_opts *o,
                      vd_stage_verdict *v, vd_diag *d) {
-  double t0 = now_ms();
+  double t0 = vd_clock_ms();
   memset(v, 0, sizeof(*v));
   solve_ctx c = {.s = s, .lt = lt, .st = st, .o = o, .d = d};
   pair_list pl = {0};
@@ -628,6 +618,6 @@ done:
   vd_diag reset_diag;
   vd_diag_clear(&reset_diag);
   vd_smt_reset(s, &reset_diag);
-  v->ms = now_ms() - t0;
+  v->ms = vd_clock_ms() - t0;
   return rc;
 }

@@ -293,7 +293,7 @@ static void test_parts(void **st) {
   for (size_t i = 0; i < x.t.n_issues; i++)
     if (x.t.issues[i].kind == VD_LISSUE_PARTS && strstr(x.t.issues[i].detail, "claims part 2 of 2, outside 0..1")) {
       has(x.t.issues[i].detail, "'r1.y_partial' (rank 1, mb 0)");
-      assert_int_equal(x.t.issues[i].ptensor, T(&x.p, "r1.y_partial"));
+      assert_int_equal(x.t.issues[i].tensor, T(&x.p, "r1.y_partial"));
       seen = 1;
     }
   assert_true(seen);
@@ -308,7 +308,7 @@ static void test_no_single(void **st) {
   build(&x);
   assert_int_equal(count(&x.t, VD_LISSUE_NO_SINGLE), 1);
   const vd_lin_issue *is = issue(&x.t, VD_LISSUE_NO_SINGLE);
-  assert_int_equal(is->ptensor, T(&x.p, "r0.h"));
+  assert_int_equal(is->tensor, T(&x.p, "r0.h"));
   assert_int_equal(is->stensor, -1);
   has(is->detail, "'r0.h' (rank 0) claims single tensor id 999");
   /* and h now has a gap where r0.h was */
@@ -323,7 +323,7 @@ static void test_out_of_bounds(void **st) {
   x.p.tensors[T(&x.p, "r1.w2")].lin.hi[1] = 9;
   build(&x);
   const vd_lin_issue *is = issue(&x.t, VD_LISSUE_OUT_OF_BOUNDS);
-  assert_int_equal(is->ptensor, T(&x.p, "r1.w2"));
+  assert_int_equal(is->tensor, T(&x.p, "r1.w2"));
   has(is->detail, "'r1.w2' (rank 1) claims slice [0:8, 4:9] of 'w2'");
   has(is->detail, "its shape [8, 8]");
   pair_free(&x);
@@ -366,7 +366,7 @@ static void test_no_value(void **st) {
   assert_int_equal(vd_plan_add_tensor(&x.p, &t, "r1.orphan", &idx), VD_OK);
   build(&x);
   const vd_lin_issue *is = issue(&x.t, VD_LISSUE_NO_VALUE);
-  assert_int_equal(is->ptensor, idx);
+  assert_int_equal(is->tensor, idx);
   assert_int_equal(is->mb, 0);
   has(is->detail, "'r1.orphan' (rank 1, mb 0) is annotated with 'y' but never holds a value");
   pair_free(&x);
