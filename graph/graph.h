@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "../common/issue.h"
+#include "../common/limits.h"
 #include "../plans/plan.h"
 
 typedef struct {
@@ -73,7 +74,7 @@ extern const char *const vd_gissue_names[VD_GISSUE__COUNT];
 typedef vd_issue vd_graph_issue;
 
 /* At most this many issues are stored; the rest are only counted. */
-#define VD_GRAPH_MAX_ISSUES 65536
+#define VD_GRAPH_MAX_ISSUES ((size_t)VD_LIM_GRAPH_MAX_ISSUES) /* reason: common/limits.h */
 
 typedef struct {
   int expand_replicas; /* 1: build every DP replica; 0: replica 0 only, and

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/limits.h"
 #include "../common/mem.h"
 #include "../plans/idmap.h"
 
@@ -43,7 +44,7 @@ const char *const vd_lissue_names[VD_LISSUE__COUNT] = {"no_single", "out_of_boun
                                                        "batch"};
 
 #define NONE UINT32_MAX
-#define GRID_MAX ((size_t)1 << 22)
+#define GRID_MAX ((size_t)VD_LIM_LIN_GRID_MAX) /* reason: common/limits.h */
 
 typedef struct {
   vd_lin_piece p;

@@ -88,7 +88,7 @@ typedef struct vd_lin_table {
 } vd_lin_table;
 
 /* At most this many issues are stored; the rest are only counted. */
-#define VD_LIN_MAX_ISSUES 4096
+#define VD_LIN_MAX_ISSUES ((size_t)VD_LIM_LIN_MAX_ISSUES) /* reason: common/limits.h */
 
 /* Builds and validates the lineage table of a (single, parallel) graph pair.
  * gp must be built with expand_replicas = 0; replicas are virtual.

@@ -23,7 +23,7 @@
 const vd_op_info vd_op_table[VD_OP__COUNT] = {
 #define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, safety)       \
   [VD_OP_##ID] = {#name, min_in, max_in, min_out, max_out, flags, VD_OP_##bwd,       \
-                  vd_op_i_eval_##name, vd_op_i_shape_##name, safety, NULL},
+                  vd_op_i_eval_##name, vd_op_i_shape_##name, safety},
 #include "ops.def"
 #undef VD_OP
 };

@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../common/limits.h"
 #include "../common/mem.h"
 #include "ops.h"
 #include "ops_moe.h"
@@ -716,7 +717,7 @@ vd_rc vd_op_i_eval_gelu_backward(const vd_op_call *c) { return unary_bwd(c, d_ge
 static int dropout_on(const vd_op_call *c, double *p) { return vd_op_dropout_active(c->plan, c->node, p); }
 
 /* The numeric surrogate of the shared mask symbol dropout_mask(x, p); also
- * smt_encode.c's vd_smt_uf_value meaning of it (kept identical). */
+ * the symbol's meaning for the encoders (vd_op_symbol_value). */
 static double dropout_mask_f(double x, double p) { return p >= 1 ? 0.0 : (1.0 + 0.5 * sin(3.0 * x)) / (1.0 - p); }
 static double u_dropout(double x, double p) { return x * dropout_mask_f(x, p); }
 
@@ -1076,12 +1077,16 @@ static vd_rc shape_rope(const vd_op_call *c) {
                (long long)c->in_shape[0].d[c->in_shape[0].ndim - 1]);
   return VD_OK;
 }
+/* Rotation angle of pair i of a head of width d at position pos. */
+static double rope_angle(double pos, double i, double d, double theta) { return pos * pow(theta, -2.0 * i / d); }
+
 static vd_rc eval_rope(const vd_op_call *c, double sign) {
   const vd_op_shape *s = &c->in_shape[0];
   int32_t sd;
   VD_CHECK(get_dim(c, "seq_dim", 1, s->ndim, &sd));
   double theta = aflt(c, "theta", 10000.0);
   int64_t off = aint(c, "pos_offset", 0), d = s->d[s->ndim - 1], half = d / 2;
+  /* rope_angle is also the symbols rope_cos/rope_sin's argument. */
   int64_t rows = d ? vd_op_shape_numel(s) / d : 0, idx[VD_MAX_DIMS];
   vd_op_shape rs = *s;
   rs.d[rs.ndim - 1] = 1;
@@ -1091,7 +1096,7 @@ static vd_rc eval_rope(const vd_op_call *c, double sign) {
     const double *x = c->in[0] + r * d;
     double *y = c->out[0] + r * d;
     for (int64_t i = 0; i < half; i++) {
-      double ang = sign * pos * pow(theta, -2.0 * (double)i / (double)d);
+      double ang = sign * rope_angle(pos, (double)i, (double)d, theta);
       double co = cos(ang), si = sin(ang), a = x[i], b = x[i + half];
       y[i] = a * co - b * si;
       y[i + half] = a * si + b * co;
@@ -1619,9 +1624,11 @@ vd_rc vd_op_i_shape_clip_coef(const vd_op_call *c) {
   if (vd_op_shape_numel(&c->out_shape[0]) != 1) return bad(c, "outputs[0]", "expected a scalar");
   return VD_OK;
 }
+/* Gradient clipping coefficient from the total squared norm; also the
+ * symbol clip_coef's meaning. */
+static double clip_coef_f(double total_sq, double max_norm) { return fmin(1.0, max_norm / (sqrt(total_sq) + 1e-6)); }
 vd_rc vd_op_i_eval_clip_coef(const vd_op_call *c) {
-  double mn = aflt(c, "max_norm", 1.0);
-  c->out[0][0] = fmin(1.0, mn / (sqrt(c->in[0][0]) + 1e-6));
+  c->out[0][0] = clip_coef_f(c->in[0][0], aflt(c, "max_norm", 1.0));
   return VD_OK;
 }
 vd_rc vd_op_i_shape_sgd_step(const vd_op_call *c) {
@@ -1660,4 +1667,74 @@ vd_rc vd_op_i_eval_adam_step(const vd_op_call *c) {
     c->out[2][i] = v;
   }
   return VD_OK;
+}
+
+/* ---- the real functions behind the encoders' symbols ------------------------
+ *
+ * solver/'s encoders leave transcendental kernels uninterpreted: a term
+ * exp(x) is the application of a symbol "exp".  vd_op_symbol_value says
+ * what each symbol means, with the same functions the evaluators above
+ * use, so the registry's numeric semantics are written once. */
+
+typedef struct {
+  const char *name;
+  double (*f)(double x, double p); /* p unused */
+} sym1_t;
+
+static double s_cos(double x, double p) { (void)p; return cos(x); }
+static double s_sin(double x, double p) { (void)p; return sin(x); }
+
+static const sym1_t sym1[] = {
+    {"exp", u_exp},         {"log", u_log},   {"sqrt", u_sqrt},     {"rsqrt", u_rsqrt},
+    {"sigmoid", u_sigmoid}, {"tanh", u_tanh}, {"rot_cos", s_cos},   {"rot_sin", s_sin},
+    {"gelu", u_gelu},       {"gelu_grad", d_gelu},
+};
+
+int vd_op_symbol_value(const char *name, size_t n, const double *a, double *out) {
+  if (n == 1)
+    for (size_t i = 0; i < sizeof(sym1) / sizeof(sym1[0]); i++)
+      if (!strcmp(name, sym1[i].name)) {
+        *out = sym1[i].f(a[0], 0.0);
+        return 1;
+      }
+  if (n == 2 && !strcmp(name, "pow")) {
+    *out = u_pow(a[0], a[1]);
+    return 1;
+  }
+  if (n == 2 && !strcmp(name, "dropout_mask")) {
+    *out = dropout_mask_f(a[0], a[1]);
+    return 1;
+  }
+  if (n == 2 && !strcmp(name, "clip_coef")) {
+    *out = clip_coef_f(a[0], a[1]);
+    return 1;
+  }
+  if (n == 4 && (!strcmp(name, "rope_cos") || !strcmp(name, "rope_sin"))) {
+    double ang = rope_angle(a[0], a[1], a[2], a[3]);
+    *out = name[5] == 'c' ? cos(ang) : sin(ang);
+    return 1;
+  }
+  /* topk_gate.k<K>.j<J>(row of e logits) = gate J; the backward symbol
+   * takes the row and the gate gradients (2e arguments). */
+  long long k, j;
+  int bwd = 0;
+  if (sscanf(name, "topk_gate.k%lld.j%lld", &k, &j) == 2)
+    bwd = 0;
+  else if (sscanf(name, "topk_gate_backward.k%lld.j%lld", &k, &j) == 2)
+    bwd = 1;
+  else
+    return 0;
+  int64_t e = bwd ? (int64_t)n / 2 : (int64_t)n;
+  if (e < 1 || e > VD_LIM_TOPK_EXPERTS_MAX || k < 1 || k > e || j < 0 || j >= e || (bwd && n % 2)) return 0;
+  unsigned char sel[VD_LIM_TOPK_EXPERTS_MAX];
+  double p[VD_LIM_TOPK_EXPERTS_MAX];
+  topk_row(a, e, k, sel, p);
+  if (!bwd) {
+    *out = p[j];
+    return 1;
+  }
+  double dot = 0;
+  for (int64_t i = 0; i < e; i++) dot += a[e + i] * p[i];
+  *out = sel[j] ? p[j] * (a[e + j] - dot) : 0.0;
+  return 1;
 }

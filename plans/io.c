@@ -43,23 +43,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../common/limits.h"
 #include "../common/mem.h"
 #include "idmap.h"
 
 #define MAX_FILE_BYTES ((uint64_t)4 << 30) /* 4 GiB */
 #define MAX_DEPTH 24                         /* msgpack-c's own stack is 32 */
-#define MAX_NODE_REFS 65535                  /* inputs or outputs of one node */
-/* Node executions (a node runs once per step of its segment) per byte of
- * plan file.  The schedule is what lets a small file ask for a huge
- * graph: one step listed 10^6 times costs 3 MB and multiplies every node
- * of its segment by 10^6.  A real plan runs each node once per microbatch
- * and its file spends 100 to 300 bytes per node (a generated Llama-3 plan
- * with 16 microbatches runs 0.06 node per byte), so this bound (plus a
- * fixed allowance for small files) leaves room for about a thousand
- * microbatches while keeping verify near 150 bytes per execution, 600
- * bytes per plan byte.  validate.c refuses repeated steps as well. */
-#define MAX_EXEC_PER_BYTE 4
-#define MAX_EXEC_SLACK ((uint64_t)1 << 20)
+/* Memory bounded by the file size (common/limits.h says why): inputs or
+ * outputs of one node, and node executions per byte of file.  The schedule
+ * is what lets a small file ask for a huge graph: one step listed 10^6
+ * times costs 3 MB and multiplies every node of its segment by 10^6
+ * (validate.c refuses repeated steps as well). */
+#define MAX_NODE_REFS VD_LIM_NODE_REFS_MAX
+#define MAX_EXEC_PER_BYTE VD_LIM_EXEC_PER_BYTE
+#define MAX_EXEC_SLACK ((uint64_t)VD_LIM_EXEC_SLACK)
 
 /* ======================================================================
  * Pass 1: bounded scan of the raw encoding.

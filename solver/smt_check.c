@@ -593,7 +593,11 @@ static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const
   if (rc == VD_OK) rc = collect_uninterpreted(s, roots.v, roots.n, &syms, &funcs);
   termvec apps = {0};
   if (rc == VD_OK) rc = collect_apps(s, roots.v, roots.n, 4096, &apps);
-  uint64_t st = 0x9e3779b97f4a7c15ull;
+  /* xorshift state from the context's seed; seed 1 (the default) gives the
+   * constant this check used before the seed was an option, and the state
+   * is never 0 (xorshift would stay at 0). */
+  uint64_t st = 0x9e3779b97f4a7c15ull ^ ((vd_smt_i_seed(s) - 1) * 0xbf58476d1ce4e5b9ull);
+  if (st == 0) st = 0x9e3779b97f4a7c15ull;
   for (int trial = 0; trial < 4 && rc == VD_OK && !*found; trial++) {
     Z3_model m = Z3_mk_model(z);
     if (!m) {

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/limits.h"
 #include "../common/mem.h"
 #include "smt.h"
 #include "../ops/ops_moe.h" /* enc_gate_fw, enc_nnscaler_moe_gmm (+ backward) for the table */
@@ -968,8 +969,9 @@ ENC(softmax_backward) {
 
 static vd_rc topk(call_t *c, vd_smt *s, int backward) {
   int64_t t = IN(0)->shape.d[0], e = IN(0)->shape.d[1], k = aint(c, "k", 1);
-  if (e > 32) VD_FAIL(c->diag, VD_EINPUT, NULL, rec(c), "inputs[0]", "topk_gate: rows of %lld experts exceed the 32 arguments the symbol takes (reduce the expert dim)", (long long)e);
-  vd_term args[64];
+  if (e > VD_LIM_TOPK_EXPERTS_MAX)
+    VD_FAIL(c->diag, VD_EINPUT, NULL, rec(c), "inputs[0]", "topk_gate: rows of %lld experts exceed the %d arguments the symbol takes (reduce the expert dim; common/limits.h)", (long long)e, VD_LIM_TOPK_EXPERTS_MAX);
+  vd_term args[2 * VD_LIM_TOPK_EXPERTS_MAX];
   char name[96];
   for (int64_t r = 0; r < t; r++) {
     for (int64_t j = 0; j < e; j++) {
@@ -1240,11 +1242,19 @@ ENC(adam_step) {
 
 /* ---- the table ----------------------------------------------------------- */
 
+/* One row per row of ops/ops.def: a row without an encoder (enc_<name>)
+ * does not compile, and the count check below catches a table that stops
+ * being an expansion of ops.def. */
 static const vd_op_encode_fn enc_table[VD_OP__COUNT] = {
 #define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, safety) [VD_OP_##ID] = enc_##name,
 #include "../ops/ops.def"
 #undef VD_OP
 };
+#define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, safety) +1
+_Static_assert(0
+#include "../ops/ops.def"
+               == sizeof(enc_table) / sizeof(enc_table[0]), "enc_table has one row per ops.def row");
+#undef VD_OP
 
 vd_op_encode_fn vd_smt_encoder(vd_op_id op) {
   if (op < 0 || op >= VD_OP__COUNT) return NULL;
@@ -1260,79 +1270,8 @@ vd_rc vd_smt_encode(const struct vd_op_encode_call *c) {
 
 /* ---- numeric meaning of the symbols -------------------------------------- */
 
-static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
-
-/* Gates of one row (ops_numeric.c's topk_row: softmax over the k largest,
- * ties to the lower index). */
-static void topk_row(const double *x, int64_t e, int64_t k, unsigned char *sel, double *p) {
-  memset(sel, 0, (size_t)e);
-  double mx = 0;
-  for (int64_t t = 0; t < k; t++) {
-    int64_t best = -1;
-    for (int64_t j = 0; j < e; j++)
-      if (!sel[j] && (best < 0 || x[j] > x[best])) best = j;
-    sel[best] = 1;
-    if (t == 0) mx = x[best];
-  }
-  double sum = 0;
-  for (int64_t j = 0; j < e; j++) sum += (p[j] = sel[j] ? exp(x[j] - mx) : 0.0);
-  for (int64_t j = 0; j < e; j++) p[j] /= sum;
-}
-
 int vd_smt_uf_value(const char *name, size_t n, const double *a, double *out) {
-  if (n == 1) {
-    double x = a[0];
-    if (!strcmp(name, "exp")) *out = exp(x);
-    else if (!strcmp(name, "log")) *out = log(x);
-    else if (!strcmp(name, "sqrt")) *out = sqrt(x);
-    else if (!strcmp(name, "rsqrt")) *out = 1.0 / sqrt(x);
-    else if (!strcmp(name, "sigmoid")) *out = sigm(x);
-    else if (!strcmp(name, "tanh")) *out = tanh(x);
-    else if (!strcmp(name, "rot_cos")) *out = cos(x);
-    else if (!strcmp(name, "rot_sin")) *out = sin(x);
-    else if (!strcmp(name, "gelu")) *out = 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
-    else if (!strcmp(name, "gelu_grad"))
-      *out = 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
-    else return 0;
-    return 1;
-  }
-  if (n == 2 && !strcmp(name, "pow")) {
-    *out = pow(a[0], a[1]);
-    return 1;
-  }
-  if (n == 2 && !strcmp(name, "dropout_mask")) { /* ops_numeric.c's surrogate mask */
-    *out = a[1] >= 1 ? 0.0 : (1.0 + 0.5 * sin(3.0 * a[0])) / (1.0 - a[1]);
-    return 1;
-  }
-  if (n == 2 && !strcmp(name, "clip_coef")) {
-    *out = fmin(1.0, a[1] / (sqrt(a[0]) + 1e-6));
-    return 1;
-  }
-  if (n == 4 && (!strcmp(name, "rope_cos") || !strcmp(name, "rope_sin"))) {
-    double ang = a[0] * pow(a[3], -2.0 * a[1] / a[2]);
-    *out = name[5] == 'c' ? cos(ang) : sin(ang);
-    return 1;
-  }
-  if (vd_moe_uf_value(name, n, a, out)) return 1; /* gate_fw.* routing symbols */
-  long long k, j;
-  int bwd = 0;
-  if (sscanf(name, "topk_gate.k%lld.j%lld", &k, &j) == 2)
-    bwd = 0;
-  else if (sscanf(name, "topk_gate_backward.k%lld.j%lld", &k, &j) == 2)
-    bwd = 1;
-  else
-    return 0;
-  int64_t e = bwd ? (int64_t)n / 2 : (int64_t)n;
-  if (e < 1 || e > 32 || k < 1 || k > e || j < 0 || j >= e || (bwd && n % 2)) return 0;
-  unsigned char sel[32];
-  double p[32];
-  topk_row(a, e, k, sel, p);
-  if (!bwd) {
-    *out = p[j];
-    return 1;
-  }
-  double dot = 0;
-  for (int64_t i = 0; i < e; i++) dot += a[e + i] * p[i];
-  *out = sel[j] ? p[j] * (a[e + j] - dot) : 0.0;
-  return 1;
+  /* One definition of each symbol: the registry's (ops_numeric.c), plus
+   * the MoE routing symbols (ops_moe.c). */
+  return vd_op_symbol_value(name, n, a, out) || vd_moe_uf_value(name, n, a, out);
 }

@@ -49,7 +49,8 @@ typedef struct {
   unsigned timeout_ms;   /* per stage; 0 = none */
   int fast_path;         /* simplifier fast path on (default 1) */
   int64_t max_elems;     /* refuse (inconclusive) stages with a value larger than this */
-  size_t max_cex_elems;  /* counterexample elements kept */
+  size_t max_cex_elems;  /* counterexample elements kept; 0 = VD_LIM_CEX_ELEMS */
+  uint64_t seed;         /* of the solver's random witness; 0 = VD_LIM_SEED */
 } vd_stage_solve_opts;
 
 /* Proves or refutes stage st.  s is the calling thread's context; it is reset

@@ -45,11 +45,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/limits.h"
 #include "../common/mem.h"
 #include "../ops/ops.h"
 
 #define NONE UINT32_MAX
-#define CONE_MAX 100000u
+#define CONE_MAX ((uint32_t)VD_LIM_CONE_MAX) /* reason: common/limits.h */
 
 /* ---- a small open-addressing map, reset in O(1) by generation ---------- */
 

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "../common/clock.h"
+#include "../common/limits.h"
 #include "../common/mem.h"
 
 const char *const vd_run_phase_names[VD_RUN_PHASES] = {"load", "graph", "lineage", "stages", "solve"};
@@ -99,7 +100,8 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   }
   r->n_classes = n_reps;
   vd_stage_solve_opts so = {.timeout_ms = o->stage_timeout_ms, .fast_path = !o->no_fast_path,
-                            .max_elems = 16384, .max_cex_elems = 4};
+                            .max_elems = VD_LIM_STAGE_MAX_ELEMS, .max_cex_elems = VD_LIM_CEX_ELEMS,
+                            .seed = o->seed};
   size_t done = 0;
   double t0 = vd_clock_s();
   vd_rc first_rc = VD_OK;

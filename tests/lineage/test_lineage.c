@@ -17,6 +17,7 @@
 #include "../../lineage/lineage.h"
 #include "../../plans/gen.h"
 #include "../support/plan_builders.h"
+#include "../support/fault.h"
 
 typedef struct {
   vd_plan_t s, p;
@@ -419,6 +420,16 @@ static void test_issues_sorted_and_free_null(void **st) {
   pair_free(&x);
 }
 
+static vd_rc lin_run(void *ctx, vd_diag *d) {
+  pair_t *x = ctx;
+  return vd_lin_build(&x->gs, &x->gp, &x->t, d);
+}
+static void lin_after(void *ctx, vd_rc rc, int hit, long nth, const vd_diag *d) {
+  pair_t *x = ctx;
+  if (hit) assert_null(x->t.pieces); /* nothing left behind */
+  vd_lin_free(&x->t);
+}
+
 static void test_alloc_failures(void **st) {
   (void)st;
   pair_t x;
@@ -427,23 +438,7 @@ static void test_alloc_failures(void **st) {
   vd_graph_opts o = {0};
   vd_graph_build(&x.s, &o, &x.gs, &d);
   vd_graph_build(&x.p, &o, &x.gp, &d);
-  int ok = 0;
-  for (long n = 1; n < 200 && !ok; n++) {
-    vd_diag_clear(&d);
-    vd_mem_fail_after(n);
-    vd_rc rc = vd_lin_build(&x.gs, &x.gp, &x.t, &d);
-    int hit = vd_mem_fault_hit();
-    vd_mem_fail_after(0);
-    if (!hit) {
-      assert_int_equal(rc, VD_OK);
-      ok = 1;
-    } else {
-      assert_int_equal(rc, VD_ENOMEM);
-      assert_null(x.t.pieces);
-    }
-    vd_lin_free(&x.t);
-  }
-  assert_true(ok);
+  assert_int_equal(tf_fail_each(lin_run, lin_after, &x, 1, NULL), VD_OK);
   pair_free(&x);
 }
 

@@ -20,6 +20,7 @@
 #include "../../ops/ops.h"
 #include "../../stages/stage.h"
 #include "../support/plan_builders.h"
+#include "../support/fault.h"
 
 typedef struct {
   vd_plan_t s, p;
@@ -538,6 +539,16 @@ static void test_alignment(void **st_) {
   pair_free(&x);
 }
 
+static vd_rc cut_run(void *ctx, vd_diag *d) {
+  pair_t *x = ctx;
+  return vd_stage_cut(&x->t, &x->set, d);
+}
+static void cut_after(void *ctx, vd_rc rc, int hit, long nth, const vd_diag *d) {
+  pair_t *x = ctx;
+  if (hit) assert_int_equal(x->set.n_stages, 0); /* nothing left behind */
+  vd_stage_set_free(&x->set);
+}
+
 static void test_free_null_and_alloc_failures(void **st_) {
   (void)st_;
   vd_stage_set_free(NULL);
@@ -546,24 +557,7 @@ static void test_free_null_and_alloc_failures(void **st_) {
   dp2(&x);
   cut(&x);
   vd_stage_set_free(&x.set);
-  int ok = 0;
-  for (long n = 1; n < 400 && !ok; n++) {
-    vd_diag d;
-    vd_diag_clear(&d);
-    vd_mem_fail_after(n);
-    vd_rc rc = vd_stage_cut(&x.t, &x.set, &d);
-    int hit = vd_mem_fault_hit();
-    vd_mem_fail_after(0);
-    if (!hit) {
-      assert_int_equal(rc, VD_OK);
-      ok = 1;
-    } else {
-      assert_int_equal(rc, VD_ENOMEM);
-      assert_int_equal(x.set.n_stages, 0);
-    }
-    vd_stage_set_free(&x.set);
-  }
-  assert_true(ok);
+  assert_int_equal(tf_fail_each(cut_run, cut_after, &x, 1, NULL), VD_OK);
   pair_free(&x);
 }
 
