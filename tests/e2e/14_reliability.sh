@@ -122,7 +122,7 @@ if [ -d "$C" ]; then
   MLPP=mlp_mgener_dp2_pp2_tp2_nm2_gbs16_dim1024_ly2.pkl
   printf '\200\002Nr\000\000\000\010.' >"$TMP/memo.pkl"
   set +e
-  (ulimit -v 1000000; python3 "$CONV" --sm "$C/$MLP1" --pm "$TMP/memo.pkl" --single "$TMP/a.plan" \
+  (ulimit -v 1000000; /usr/bin/python3 "$CONV" --sm "$C/$MLP1" --pm "$TMP/memo.pkl" --single "$TMP/a.plan" \
     --parallel "$TMP/b.plan" >"$TMP/out" 2>"$TMP/err")
   rc=$?
   set -e
@@ -130,7 +130,7 @@ if [ -d "$C" ]; then
   expect_in "memo.pkl" "$TMP/err"
   expect_in "needs more memory than a 9-byte file may" "$TMP/err"
   { cat "$C/$MLPP"; printf 'junk'; } >"$TMP/trail.pkl"
-  expect_exit 2 python3 "$CONV" --sm "$C/$MLP1" --pm "$TMP/trail.pkl" --single "$TMP/a.plan" --parallel "$TMP/b.plan"
+  expect_exit 2 /usr/bin/python3 "$CONV" --sm "$C/$MLP1" --pm "$TMP/trail.pkl" --single "$TMP/a.plan" --parallel "$TMP/b.plan"
   expect_in "trail.pkl" "$TMP/err"
   expect_in "4 trailing bytes after the STOP opcode" "$TMP/err"
   [ "$(wc -l <"$TMP/err")" = 1 ] || fail "error is not one line"
