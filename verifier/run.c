@@ -35,6 +35,7 @@ void vd_run_free(vd_run *r) {
   vd_free(r->verdicts);
   vd_free(r->stage_rc);
   vd_free(r->issues);
+  vd_free(r->inferred);
   vd_stage_set_free(&r->set);
   vd_lin_free(&r->lt);
   vd_graph_free(&r->pg);
@@ -242,6 +243,127 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   return rc;
 }
 
+/* Rounds of cut-and-solve when candidates are dropped (each round drops at
+ * least one, so this bounds the work, not the outcome's soundness). */
+#define VD_RUN_MAX_INFER_ROUNDS 16
+
+/* One round: lineage table, stages, solving (with the current candidates). */
+static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
+  double t = now_s();
+  vd_rc rc;
+  VD_CHECK(vd_lin_build(&r->sg, &r->pg, &r->lt, d));
+  VD_CHECK(collect_lineage_issues(r));
+  r->phase_s[VD_RUN_LINEAGE] += now_s() - t;
+  /* Different global batches: every stage downstream of the data compares
+   * different samples, so solving would only repeat the BATCH diagnosis. */
+  for (size_t i = 0; i < r->lt.n_issues; i++)
+    if (r->lt.issues[i].kind == VD_LISSUE_BATCH) return VD_OK;
+
+  t = now_s();
+  VD_CHECK(vd_stage_cut(&r->lt, &r->set, d));
+  VD_CHECK(collect_stage_issues(r));
+  for (size_t i = 0; i < r->set.n_stages && !o->no_reduce; i++) {
+    vd_diag sd;
+    vd_diag_clear(&sd);
+    rc = vd_stage_reduce(&r->lt, &r->set.stages[i], &sd);
+    if (rc == VD_EINPUT) {
+      char line[VD_DIAG_TEXT + 200];
+      vd_diag_format(&sd, line, sizeof(line));
+      VD_CHECK(add_issue(r, VD_DX_SHAPE, "stages", "shape_constraints", -1, -1, line));
+    } else if (rc != VD_OK) {
+      if (d) *d = sd;
+      return rc;
+    }
+    r->n_reduced += r->set.stages[i].reduced;
+  }
+  if (!o->no_reuse) VD_CHECK(vd_stage_canon(&r->lt, &r->set, d));
+  r->phase_s[VD_RUN_STAGES] += now_s() - t;
+
+  t = now_s();
+  rc = solve_stages(r, o, d);
+  r->phase_s[VD_RUN_SOLVE] += now_s() - t;
+  return rc;
+}
+
+static void reset_round(vd_run *r, size_t n_graph_issues) {
+  if (r->verdicts)
+    for (size_t i = 0; i < r->set.n_stages; i++) vd_stage_verdict_free(&r->verdicts[i]);
+  vd_free(r->verdicts);
+  vd_free(r->stage_rc);
+  r->verdicts = NULL;
+  r->stage_rc = NULL;
+  vd_stage_set_free(&r->set);
+  memset(&r->set, 0, sizeof(r->set));
+  vd_lin_free(&r->lt);
+  memset(&r->lt, 0, sizeof(r->lt));
+  r->n_issues = n_graph_issues;
+  r->n_classes = r->n_solved = r->n_fast = r->n_reduced = 0;
+  r->n_equiv = r->n_not_equiv = r->n_inconclusive = 0;
+}
+
+/* Whether one of stage st's target pieces is a candidate. */
+static int targets_candidate(const vd_run *r, const vd_stage *st) {
+  for (uint32_t k = 0; k < st->n_targets; k++) {
+    const vd_stage_target *tg = &st->targets[k];
+    for (uint32_t j = 0; j < tg->n_pieces; j++)
+      if (r->inferred[r->lt.pieces[st->idx[tg->piece_off + 2 * j]].ptensor]) return 1;
+  }
+  return 0;
+}
+
+/* SOUNDNESS (docs/verifier.md 1b): a candidate is implicated when its own
+ * lineage is inconsistent (a lineage issue names it or its single tensor),
+ * when a structural problem names it, or when a stage TARGETING it did not
+ * hold.  Implicated candidates are dropped (their annotation removed); a
+ * failing stage whose targets are all annotated stays a failure of the plan. */
+static vd_rc drop_failed_candidates(vd_run *r, size_t *n_drop, vd_diag *d) {
+  size_t n = 0;
+  uint8_t *kill = vd_calloc(r->pp.n_tensors ? r->pp.n_tensors : 1, 1);
+  if (!kill) return VD_OOM(d);
+  for (size_t i = 0; i < r->lt.n_issues; i++) {
+    const vd_lin_issue *li = &r->lt.issues[i];
+    if (li->ptensor >= 0) kill[li->ptensor] = 1;
+    else if (li->stensor >= 0)
+      for (size_t t = 0; t < r->pp.n_tensors; t++)
+        if (r->inferred[t] && r->pp.tensors[t].lin.full == r->sp.tensors[li->stensor].id) kill[t] = 1;
+  }
+  for (size_t i = 0; i < r->set.n_issues; i++) {
+    const vd_stage_issue *si = &r->set.issues[i];
+    if (!si->single && si->ptensor >= 0) kill[si->ptensor] = 1;
+  }
+  for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
+    if (r->verdicts[i].verdict == VD_SMT_EQUIVALENT) continue;
+    const vd_stage *st = &r->set.stages[i];
+    for (uint32_t k = 0; k < st->n_targets; k++) {
+      const vd_stage_target *tg = &st->targets[k];
+      for (uint32_t j = 0; j < tg->n_pieces; j++) kill[r->lt.pieces[st->idx[tg->piece_off + 2 * j]].ptensor] = 1;
+    }
+  }
+  for (size_t t = 0; t < r->pp.n_tensors; t++) {
+    if (!kill[t] || !r->inferred[t]) continue;
+    r->inferred[t] = 0;
+    r->pp.tensors[t].has_lin = 0;
+    memset(&r->pp.tensors[t].lin, 0, sizeof(r->pp.tensors[t].lin));
+    n++;
+  }
+  vd_free(kill);
+  *n_drop = n;
+  return VD_OK;
+}
+
+/* After the last round: failures that still target candidates say nothing
+ * about the plan (the candidate may be wrong), so they are inconclusive. */
+static void candidates_inconclusive(vd_run *r) {
+  for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
+    if (r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT || !targets_candidate(r, &r->set.stages[i])) continue;
+    r->verdicts[i].verdict = VD_SMT_INCONCLUSIVE;
+    snprintf(r->verdicts[i].reason, sizeof(r->verdicts[i].reason),
+             "target is an inferred lineage still failing after %d rounds", VD_RUN_MAX_INFER_ROUNDS);
+    r->n_not_equiv--;
+    r->n_inconclusive++;
+  }
+}
+
 vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   memset(r, 0, sizeof(*r));
   double t = now_s();
@@ -269,38 +391,27 @@ vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   r->phase_s[VD_RUN_GRAPH] = now_s() - t;
   if (r->n_issues) return VD_OK; /* stages need a well-formed graph */
 
-  t = now_s();
-  VD_CHECK(vd_lin_build(&r->sg, &r->pg, &r->lt, d));
-  VD_CHECK(collect_lineage_issues(r));
-  r->phase_s[VD_RUN_LINEAGE] = now_s() - t;
-  /* Different global batches: every stage downstream of the data compares
-   * different samples, so solving would only repeat the BATCH diagnosis. */
-  for (size_t i = 0; i < r->lt.n_issues; i++)
-    if (r->lt.issues[i].kind == VD_LISSUE_BATCH) return VD_OK;
-
-  t = now_s();
-  VD_CHECK(vd_stage_cut(&r->lt, &r->set, d));
-  VD_CHECK(collect_stage_issues(r));
-  for (size_t i = 0; i < r->set.n_stages && !o->no_reduce; i++) {
-    vd_diag sd;
-    vd_diag_clear(&sd);
-    rc = vd_stage_reduce(&r->lt, &r->set.stages[i], &sd);
-    if (rc == VD_EINPUT) {
-      char line[VD_DIAG_TEXT + 200];
-      vd_diag_format(&sd, line, sizeof(line));
-      VD_CHECK(add_issue(r, VD_DX_SHAPE, "stages", "shape_constraints", -1, -1, line));
-    } else if (rc != VD_OK) {
-      if (d) *d = sd;
-      return rc;
-    }
-    r->n_reduced += r->set.stages[i].reduced;
+  if (!o->no_infer) {
+    t = now_s();
+    VD_CHECK(vd_lin_infer(&r->sg, &r->pg, &r->pp, &r->inferred, &r->infer, d));
+    r->phase_s[VD_RUN_LINEAGE] += now_s() - t;
   }
-  if (!o->no_reuse) VD_CHECK(vd_stage_canon(&r->lt, &r->set, d));
-  r->phase_s[VD_RUN_STAGES] = now_s() - t;
-
-  t = now_s();
-  rc = solve_stages(r, o, d);
-  r->phase_s[VD_RUN_SOLVE] = now_s() - t;
+  size_t n_graph_issues = r->n_issues;
+  for (;;) {
+    r->infer_rounds++;
+    VD_CHECK(analyse(r, o, d));
+    size_t n_drop = 0;
+    if (r->infer.n_inferred) VD_CHECK(drop_failed_candidates(r, &n_drop, d));
+    if (!n_drop) break;
+    if (r->infer_rounds >= VD_RUN_MAX_INFER_ROUNDS) {
+      candidates_inconclusive(r);
+      break;
+    }
+    /* SOUNDNESS: the next round re-cuts without the dropped candidates:
+     * every stage that took one as a hypothesis grows past it. */
+    r->n_dropped += n_drop;
+    reset_round(r, n_graph_issues);
+  }
   r->peak_bytes = vd_mem_peak();
   return rc;
 }
