@@ -539,6 +539,9 @@ static void coll_node(ictx *c, const vd_gnode_t *pn, int kind) {
   for (uint32_t o = 0; o < pn->n_out; o++) c->vl[out[o]] = l;
 }
 
+/* One pass in topological order.  A backward node can precede its forward
+ * partner in that order (a loss gradient seed depends on nothing), so
+ * vd_lin_infer repeats passes while they decide new values. */
 static void propagate(ictx *c) {
   for (size_t t = 0; t < c->gp->n_nodes; t++) {
     uint32_t gi = c->gp->topo[t];
@@ -662,8 +665,15 @@ vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, ui
   memset(&s, 0, sizeof(s));
   for (size_t t = 0; t < pp->n_tensors; t++) s.n_annotated += pp->tensors[t].has_lin != 0;
   seed(&c);
-  propagate(&c);
-  for (size_t v = 0; v < gp->n_values; v++) s.n_values += c.vl[v].known;
+  for (int pass = 0; pass < 8; pass++) {
+    size_t known = 0;
+    propagate(&c);
+    for (size_t v = 0; v < gp->n_values; v++) known += c.vl[v].known;
+    if (known == s.n_values) break;
+    s.n_values = known;
+    /* partners that were undecided may be decided now */
+    for (size_t i = 0; i < gp->n_nodes; i++) c.fwd_of[i] = -2;
+  }
   for (size_t t = 0; t < pp->n_tensors; t++) {
     if (pp->tensors[t].has_lin || vd_plan_is_boundary(pp, written, (uint32_t)t)) continue;
     if (emit(&c, (uint32_t)t, pp)) {
