@@ -251,6 +251,8 @@ static int32_t match_single(const ictx *c, const vd_gnode_t *pn, int op) {
 typedef struct {
   int n_in, n_out;
   int par[2 * MAXOPD * VD_MAX_DIMS];
+  vd_op_red prod[VD_MAX_DIMS]; /* view/reshape merges and splits */
+  int n_prod;
 } dsu;
 
 static int dix(const dsu *u, int out, int t, int dim) { return ((out ? u->n_in : 0) + t) * VD_MAX_DIMS + dim; }
@@ -261,6 +263,7 @@ static int dfind(dsu *u, int x) {
 
 static vd_rc link_dims(void *sink, const vd_op_red *r) {
   dsu *u = sink;
+  if (r->kind == VD_RED_PROD && u->n_prod < VD_MAX_DIMS) u->prod[u->n_prod++] = *r;
   if (r->kind != VD_RED_EQ || r->num == 0 || r->num != r->den) return VD_OK;
   if (r->a.dim >= VD_MAX_DIMS || r->b.dim >= VD_MAX_DIMS) return VD_OK;
   int a = dfind(u, dix(u, r->a.out, r->a.t, r->a.dim)), b = dfind(u, dix(u, r->b.out, r->b.t, r->b.dim));
@@ -336,6 +339,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
   dsu u;
   u.n_in = (int)pn->n_in;
   u.n_out = (int)pn->n_out;
+  u.n_prod = 0;
   for (int i = 0; i < 2 * MAXOPD * VD_MAX_DIMS; i++) u.par[i] = i;
   vd_op_shape ish[MAXOPD], osh[MAXOPD];
   for (uint32_t i = 0; i < pn->n_in; i++) {
@@ -383,6 +387,42 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
           done = 1;
         }
       }
+      /* view/reshape: a split of input dim a into output dims (j, whole
+       * dims...) or a merge of (a, whole dims...) into j keeps a's slice,
+       * scaled by the whole dims' product. */
+      for (int q = 0; q < u.n_prod && !done && pn->n_in == 1; q++) {
+        const vd_op_red *pr = &u.prod[q];
+        const vlin *x = &c->vl[in[0]];
+        const vd_tensor_t *xs = stens(c, x->sv);
+        int64_t inner_o = 1, inner_i = 1;
+        int okp = 1;
+        if (pr->nb >= 1 && pr->b.dim == j && pr->na >= 1) {
+          for (int e = 1; e < pr->nb; e++) {
+            if (pt->shape[j + e] != st->shape[j + e]) okp = 0;
+            inner_o *= st->shape[j + e];
+          }
+          for (int e = 1; e < pr->na; e++) {
+            int32_t a = pr->a.dim + e;
+            if (x->hi[a] - x->lo[a] != xs->shape[a]) okp = 0;
+            inner_i *= xs->shape[a];
+          }
+          int32_t a0 = pr->a.dim;
+          int64_t lo = x->lo[a0] * inner_i, dl = x->dlo[a0] * inner_i, w = pt->shape[j];
+          if (okp && inner_o > 0 && lo % inner_o == 0 && dl % inner_o == 0 &&
+              (x->hi[a0] - x->lo[a0]) * inner_i == w * inner_o) {
+            l.lo[j] = lo / inner_o, l.hi[j] = l.lo[j] + w, l.dlo[j] = dl / inner_o;
+            done = 1;
+          }
+        }
+      }
+      /* a size-1 dimension the rule skips keeps its position */
+      if (!done && pn->n_in == 1 && u.n_prod && pt->shape[j] == 1) {
+        const vlin *x = &c->vl[in[0]];
+        if (j < x->nd && stens(c, x->sv)->shape[j] == st->shape[j] && x->hi[j] - x->lo[j] == 1) {
+          l.lo[j] = x->lo[j], l.hi[j] = x->hi[j], l.dlo[j] = x->dlo[j];
+          done = 1;
+        }
+      }
       if (!done && fw >= 0 && o < c->gp->nodes[fw].n_in) {
         uint32_t fv = vd_gnode_inputs(c->gp, &c->gp->nodes[fw])[o];
         const vlin *x = &c->vl[fv];
@@ -424,7 +464,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
 
 /* ---- the other rule kinds --------------------------------------------- */
 
-static void copy_node(ictx *c, const vd_gnode_t *pn) {
+static void copy_node(ictx *c, const vd_gnode_t *pn, int op) {
   const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
   if (pn->n_part) {
     /* send/recv, broadcast: the merged instance's outputs take the source's lineage. */
@@ -435,7 +475,15 @@ static void copy_node(ictx *c, const vd_gnode_t *pn) {
     return;
   }
   if (pn->n_in < 1 || !c->vl[in[0]].known) return;
-  for (uint32_t o = 0; o < pn->n_out; o++) c->vl[out[o]] = c->vl[in[0]];
+  /* When the single plan runs the same operator on the same value (a
+   * multiref the single plan has too), the outputs name ITS outputs, so
+   * that single consumers downstream match; otherwise the output holds the
+   * input's single value. */
+  int32_t sm = c->vl[in[0]].zero ? -1 : match_single(c, pn, op);
+  for (uint32_t o = 0; o < pn->n_out; o++) {
+    c->vl[out[o]] = c->vl[in[0]];
+    if (sm >= 0) c->vl[out[o]].sv = (int32_t)vd_gnode_outputs(c->gs, &c->gs->nodes[sm])[o];
+  }
 }
 
 static int same_slice(const vlin *a, const vlin *b) {
@@ -555,7 +603,7 @@ static void propagate(ictx *c) {
     for (uint32_t o = 0; o < pn->n_out; o++) seeded |= c->vl[out[o]].known;
     if (seeded) continue;
     switch (ru->kind) {
-    case VD_PROP_COPY: copy_node(c, pn); break;
+    case VD_PROP_COPY: copy_node(c, pn, op); break;
     case VD_PROP_MAP: map_node(c, gi, op, ru); break;
     case VD_PROP_ACCUM:
       if (!accum_node(c, pn)) map_node(c, gi, op, ru);
