@@ -46,8 +46,8 @@ static const vd_lin_prop_rule rules[VD_OP__COUNT] = {
     [VD_OP_IDENTITY] = R(COPY, NONE, 0),
     [VD_OP_CONTIGUOUS] = R(COPY, NONE, 0),
     [VD_OP_CAST] = R(COPY, NONE, 0),
-    [VD_OP_VIEW] = R(MAP, MULTI, 0),
-    [VD_OP_RESHAPE] = R(MAP, MULTI, 0),
+    [VD_OP_VIEW] = R(VIEW, NONE, 0),
+    [VD_OP_RESHAPE] = R(VIEW, NONE, 0),
     [VD_OP_TRANSPOSE] = R(MAP, MULTI, 0),
     [VD_OP_MULTIREF] = R(COPY, NONE, 0),
     [VD_OP_MULTIREF_BACKWARD] = R(MAP, SUM, 0),
@@ -117,13 +117,13 @@ static const vd_lin_prop_rule rules[VD_OP__COUNT] = {
     [VD_OP_DROPOUT] = R(MAP, NONE, 0),
     [VD_OP_DROPOUT_BACKWARD] = R(MAP, NONE, 1),
     [VD_OP_TOPK_GATE] = R(MAP, NONE, 0),
-    [VD_OP_GROUPED_MLP] = R(MAP, NONE, 0),
+    [VD_OP_GROUPED_MLP] = R(MAP, SEP, 0),
     [VD_OP_TOPK_GATE_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_GROUPED_MLP_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_GROUPED_MLP_BACKWARD] = R(MAP, SEP, 1),
     [VD_OP_GATE_FW] = R(MAP, NONE, 0),
-    [VD_OP_NNSCALER_MOE_GMM] = R(MAP, NONE, 0),
+    [VD_OP_NNSCALER_MOE_GMM] = R(MAP, SEP, 0),
     [VD_OP_GATE_FW_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_NNSCALER_MOE_GMM_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_NNSCALER_MOE_GMM_BACKWARD] = R(MAP, SEP, 1),
     [VD_OP_ALL_REDUCE] = R(ALL_REDUCE, NONE, 0),
     [VD_OP_ALL_GATHER] = R(ALL_GATHER, NONE, 0),
     [VD_OP_REDUCE_SCATTER] = R(REDUCE_SCATTER, NONE, 0),
@@ -160,6 +160,7 @@ typedef struct {
   int32_t *fwd_of; /* per Gp node: forward partner Gp node or -1 (computed lazily: -2 unknown) */
   uint32_t *byname; /* parallel plan nodes sorted by (rank, name) */
   int32_t *gfirst, *gnext; /* Gp nodes of each plan node, as a list */
+  uint32_t *sroot, *rv_off, *rv; /* single copy roots (single_roots) */
 } ictx;
 
 static const vd_tensor_t *ptens(const ictx *c, uint32_t v) { return &c->pp->tensors[c->gp->values[v].tensor]; }
@@ -227,23 +228,56 @@ static int32_t match_single(const ictx *c, const vd_gnode_t *pn, int op) {
   if (pn->n_in == 0) return -1;
   for (uint32_t i = 0; i < pn->n_in; i++)
     if (!c->vl[in[i]].known || c->vl[in[i]].zero) return -1;
-  const vd_value_t *sv0 = &c->gs->values[c->vl[in[0]].sv];
-  const uint32_t *cons = vd_value_consumers(c->gs, sv0);
+  /* Copies (multiref, identity) are seen through on the single side: the
+   * parallel plan may fan a value out differently. */
+  uint32_t root = c->sroot[c->vl[in[0]].sv];
   int32_t found = -1, n_found = 0, named = -1;
   const char *pname = vd_plan_s(c->pp, c->pp->nodes[pn->pnode].name);
-  for (uint32_t k = 0; k < sv0->n_cons; k++) {
-    const vd_gnode_t *sn = &c->gs->nodes[cons[k]];
-    if (c->sop[sn->pnode] != op || sn->n_in != pn->n_in || sn->n_out != pn->n_out) continue;
-    const uint32_t *sin = vd_gnode_inputs(c->gs, sn);
-    int ok = 1;
-    for (uint32_t i = 0; i < pn->n_in && ok; i++) ok = (int32_t)sin[i] == c->vl[in[i]].sv;
-    if (!ok || (int32_t)cons[k] == found) continue;
-    found = (int32_t)cons[k];
-    n_found++;
-    if (strcmp(vd_plan_s(c->sp, c->sp->nodes[sn->pnode].name), pname) == 0) named = found;
+  for (uint32_t q = c->rv_off[root]; q < c->rv_off[root + 1]; q++) {
+    const vd_value_t *sv0 = &c->gs->values[c->rv[q]];
+    const uint32_t *cons = vd_value_consumers(c->gs, sv0);
+    for (uint32_t k = 0; k < sv0->n_cons; k++) {
+      const vd_gnode_t *sn = &c->gs->nodes[cons[k]];
+      if (c->sop[sn->pnode] != op || sn->n_in != pn->n_in || sn->n_out != pn->n_out) continue;
+      const uint32_t *sin = vd_gnode_inputs(c->gs, sn);
+      int ok = 1;
+      for (uint32_t i = 0; i < pn->n_in && ok; i++) ok = c->sroot[sin[i]] == c->sroot[c->vl[in[i]].sv];
+      if (!ok || (int32_t)cons[k] == found) continue;
+      found = (int32_t)cons[k];
+      n_found++;
+      if (strcmp(vd_plan_s(c->sp, c->sp->nodes[sn->pnode].name), pname) == 0) named = found;
+    }
   }
   if (n_found == 1) return found;
   return named;
+}
+
+/* Copy roots of the single graph: a value produced by identity,
+ * contiguous, cast or multiref has its input's root.  rv lists the values
+ * of each root (counting sort), so match_single finds every consumer of a
+ * copy. */
+static vd_rc single_roots(ictx *c, vd_diag *d) {
+  const vd_graph_t *gs = c->gs;
+  size_t nv = gs->n_values;
+  c->sroot = vd_calloc(nv ? nv : 1, sizeof(*c->sroot));
+  c->rv_off = vd_calloc(nv + 1, sizeof(*c->rv_off));
+  c->rv = vd_calloc(nv ? nv : 1, sizeof(*c->rv));
+  if (!c->sroot || !c->rv_off || !c->rv) return VD_OOM(d);
+  for (size_t v = 0; v < nv; v++) c->sroot[v] = (uint32_t)v;
+  for (size_t t = 0; t < gs->n_nodes; t++) {
+    const vd_gnode_t *n = &gs->nodes[gs->topo[t]];
+    int op = c->sop[n->pnode];
+    if (op < 0 || rules[op].kind != VD_PROP_COPY || n->n_part || n->n_in != 1) continue;
+    const uint32_t *in = vd_gnode_inputs(gs, n), *out = vd_gnode_outputs(gs, n);
+    for (uint32_t o = 0; o < n->n_out; o++) c->sroot[out[o]] = c->sroot[in[0]];
+  }
+  for (size_t v = 0; v < nv; v++) c->rv_off[c->sroot[v] + 1]++;
+  for (size_t v = 0; v < nv; v++) c->rv_off[v + 1] += c->rv_off[v];
+  uint32_t *fill = vd_calloc(nv ? nv : 1, sizeof(*fill));
+  if (!fill) return VD_OOM(d);
+  for (size_t v = 0; v < nv; v++) c->rv[c->rv_off[c->sroot[v]] + fill[c->sroot[v]]++] = (uint32_t)v;
+  vd_free(fill);
+  return VD_OK;
 }
 
 /* Union-find over the operand dimensions of one call. */
@@ -251,8 +285,6 @@ static int32_t match_single(const ictx *c, const vd_gnode_t *pn, int op) {
 typedef struct {
   int n_in, n_out;
   int par[2 * MAXOPD * VD_MAX_DIMS];
-  vd_op_red prod[VD_MAX_DIMS]; /* view/reshape merges and splits */
-  int n_prod;
 } dsu;
 
 static int dix(const dsu *u, int out, int t, int dim) { return ((out ? u->n_in : 0) + t) * VD_MAX_DIMS + dim; }
@@ -263,7 +295,6 @@ static int dfind(dsu *u, int x) {
 
 static vd_rc link_dims(void *sink, const vd_op_red *r) {
   dsu *u = sink;
-  if (r->kind == VD_RED_PROD && u->n_prod < VD_MAX_DIMS) u->prod[u->n_prod++] = *r;
   if (r->kind != VD_RED_EQ || r->num == 0 || r->num != r->den) return VD_OK;
   if (r->a.dim >= VD_MAX_DIMS || r->b.dim >= VD_MAX_DIMS) return VD_OK;
   int a = dfind(u, dix(u, r->a.out, r->a.t, r->a.dim)), b = dfind(u, dix(u, r->b.out, r->b.t, r->b.dim));
@@ -329,7 +360,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
     int64_t k, n, dk;
     if (!norm_part(&c->vl[in[i]], &k, &n, &dk)) return;
     if (n == 1) continue;
-    if (ru->lin == VD_PLIN_NONE) return;
+    if (ru->lin == VD_PLIN_NONE || ru->lin == VD_PLIN_SEP) return;
     if (n_partial && (ru->lin == VD_PLIN_MULTI || k != pk || n != pnn || dk != pdk)) return;
     pk = k, pnn = n, pdk = dk;
     n_partial++;
@@ -339,7 +370,6 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
   dsu u;
   u.n_in = (int)pn->n_in;
   u.n_out = (int)pn->n_out;
-  u.n_prod = 0;
   for (int i = 0; i < 2 * MAXOPD * VD_MAX_DIMS; i++) u.par[i] = i;
   vd_op_shape ish[MAXOPD], osh[MAXOPD];
   for (uint32_t i = 0; i < pn->n_in; i++) {
@@ -387,42 +417,6 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
           done = 1;
         }
       }
-      /* view/reshape: a split of input dim a into output dims (j, whole
-       * dims...) or a merge of (a, whole dims...) into j keeps a's slice,
-       * scaled by the whole dims' product. */
-      for (int q = 0; q < u.n_prod && !done && pn->n_in == 1; q++) {
-        const vd_op_red *pr = &u.prod[q];
-        const vlin *x = &c->vl[in[0]];
-        const vd_tensor_t *xs = stens(c, x->sv);
-        int64_t inner_o = 1, inner_i = 1;
-        int okp = 1;
-        if (pr->nb >= 1 && pr->b.dim == j && pr->na >= 1) {
-          for (int e = 1; e < pr->nb; e++) {
-            if (pt->shape[j + e] != st->shape[j + e]) okp = 0;
-            inner_o *= st->shape[j + e];
-          }
-          for (int e = 1; e < pr->na; e++) {
-            int32_t a = pr->a.dim + e;
-            if (x->hi[a] - x->lo[a] != xs->shape[a]) okp = 0;
-            inner_i *= xs->shape[a];
-          }
-          int32_t a0 = pr->a.dim;
-          int64_t lo = x->lo[a0] * inner_i, dl = x->dlo[a0] * inner_i, w = pt->shape[j];
-          if (okp && inner_o > 0 && lo % inner_o == 0 && dl % inner_o == 0 &&
-              (x->hi[a0] - x->lo[a0]) * inner_i == w * inner_o) {
-            l.lo[j] = lo / inner_o, l.hi[j] = l.lo[j] + w, l.dlo[j] = dl / inner_o;
-            done = 1;
-          }
-        }
-      }
-      /* a size-1 dimension the rule skips keeps its position */
-      if (!done && pn->n_in == 1 && u.n_prod && pt->shape[j] == 1) {
-        const vlin *x = &c->vl[in[0]];
-        if (j < x->nd && stens(c, x->sv)->shape[j] == st->shape[j] && x->hi[j] - x->lo[j] == 1) {
-          l.lo[j] = x->lo[j], l.hi[j] = x->hi[j], l.dlo[j] = x->dlo[j];
-          done = 1;
-        }
-      }
       if (!done && fw >= 0 && o < c->gp->nodes[fw].n_in) {
         uint32_t fv = vd_gnode_inputs(c->gp, &c->gp->nodes[fw])[o];
         const vlin *x = &c->vl[fv];
@@ -460,6 +454,83 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
     l.k0 = k, l.cnt = 1, l.n = n, l.dk = dk;
     c->vl[out[o]] = l;
   }
+}
+
+/* ---- view / reshape ------------------------------------------------------ */
+
+typedef struct {
+  vd_op_red g[VD_MAX_DIMS];
+  int n;
+} vgroups;
+
+static vd_rc view_group(void *sink, const vd_op_red *r) {
+  vgroups *v = sink;
+  if (v->n >= VD_MAX_DIMS) return VD_OK;
+  if (r->kind == VD_RED_EQ) {
+    vd_op_red e = *r;
+    e.kind = VD_RED_PROD;
+    e.na = e.nb = 1;
+    v->g[v->n++] = e;
+  } else if (r->kind == VD_RED_PROD) {
+    v->g[v->n++] = *r;
+  }
+  return VD_OK;
+}
+
+/* A view maps single coordinates to single coordinates.  The single node's
+ * reshape groups (a run of input dims whose product is a run of output
+ * dims, from the reduction rule on the SINGLE shapes) carry a box to a box
+ * when, in each group, every dim but the first is held whole on the input
+ * side, and the flat range then splits into a slice of the first output dim
+ * times whole inner dims.  Dims of size 1 are outside every group. */
+static void view_node(ictx *c, uint32_t gi, int op) {
+  const vd_gnode_t *pn = &c->gp->nodes[gi];
+  if (pn->n_in != 1 || pn->n_out != 1) return;
+  int32_t sm = match_single(c, pn, op);
+  uint32_t in = vd_gnode_inputs(c->gp, pn)[0], out = vd_gnode_outputs(c->gp, pn)[0];
+  if (sm < 0 || !aligned(c, in)) return;
+  const vlin *x = &c->vl[in];
+  int32_t so = (int32_t)vd_gnode_outputs(c->gs, &c->gs->nodes[sm])[0];
+  const vd_tensor_t *xs = stens(c, x->sv), *ys = stens(c, so), *pt = ptens(c, out);
+  if (ys->ndim != pt->ndim) return;
+  vd_op_shape ish, osh;
+  ish.ndim = xs->ndim;
+  memcpy(ish.d, xs->shape, sizeof(ish.d));
+  osh.ndim = ys->ndim;
+  memcpy(osh.d, ys->shape, sizeof(osh.d));
+  vgroups v;
+  v.n = 0;
+  vd_op_reduce_call rc = {.op = op, .plan = c->sp, .node = &c->sp->nodes[c->gs->nodes[sm].pnode], .n_in = 1,
+                          .n_out = 1, .in_shape = &ish, .out_shape = &osh, .emit = view_group, .sink = &v};
+  int norule = 0;
+  if (vd_op_reduce_rule((vd_op_id)op)(&rc, &norule) != VD_OK || norule) return;
+  vlin l = *x;
+  l.sv = so;
+  l.nd = ys->ndim;
+  uint8_t set[VD_MAX_DIMS] = {0};
+  for (int32_t j = 0; j < ys->ndim; j++) {
+    l.lo[j] = 0, l.hi[j] = ys->shape[j], l.dlo[j] = 0;
+    if (ys->shape[j] == 1) set[j] = 1;
+  }
+  for (int q = 0; q < v.n; q++) {
+    const vd_op_red *g = &v.g[q];
+    int32_t a0 = g->a.dim, b0 = g->b.dim;
+    if (a0 + g->na > xs->ndim || b0 + g->nb > ys->ndim) return;
+    int64_t inner_i = 1, inner_o = 1;
+    for (int e = 1; e < g->na; e++) {
+      if (x->hi[a0 + e] - x->lo[a0 + e] != xs->shape[a0 + e]) return;
+      inner_i *= xs->shape[a0 + e];
+    }
+    for (int e = 1; e < g->nb; e++) inner_o *= ys->shape[b0 + e];
+    int64_t lo = x->lo[a0] * inner_i, w = (x->hi[a0] - x->lo[a0]) * inner_i, dl = x->dlo[a0] * inner_i;
+    if (lo % inner_o || w % inner_o || dl % inner_o) return;
+    l.lo[b0] = lo / inner_o, l.hi[b0] = (lo + w) / inner_o, l.dlo[b0] = dl / inner_o;
+    set[b0] = 1;
+    for (int e = 1; e < g->nb; e++) set[b0 + e] = 1;
+  }
+  for (int32_t j = 0; j < ys->ndim; j++)
+    if (!set[j]) return;
+  c->vl[out] = l;
 }
 
 /* ---- the other rule kinds --------------------------------------------- */
@@ -618,6 +689,7 @@ static void propagate(ictx *c) {
       }
       break;
     case VD_PROP_CHUNK: chunk_node(c, pn); break;
+    case VD_PROP_VIEW: view_node(c, gi, op); break;
     case VD_PROP_ALL_REDUCE:
     case VD_PROP_ALL_GATHER:
     case VD_PROP_REDUCE_SCATTER: coll_node(c, pn, ru->kind); break;
@@ -709,6 +781,7 @@ vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, ui
     c.gnext[i] = c.gfirst[gp->nodes[i].pnode];
     c.gfirst[gp->nodes[i].pnode] = (int32_t)i;
   }
+  if ((rc = single_roots(&c, d)) != VD_OK) goto done;
   vd_lin_infer_stats s;
   memset(&s, 0, sizeof(s));
   for (size_t t = 0; t < pp->n_tensors; t++) s.n_annotated += pp->tensors[t].has_lin != 0;
@@ -744,5 +817,8 @@ done:
   vd_free(c.byname);
   vd_free(c.gfirst);
   vd_free(c.gnext);
+  vd_free(c.sroot);
+  vd_free(c.rv_off);
+  vd_free(c.rv);
   return rc;
 }

@@ -123,16 +123,20 @@ typedef enum {
   VD_PROP_ACCUM,    /* accumulate / add: sum of adjacent parts, zero + x = x, else MAP */
   VD_PROP_SCALE,    /* factor 0: a zero value; otherwise MAP */
   VD_PROP_CHUNK,    /* narrows input 0 along `dim` to chunk `index` of `chunks` */
+  VD_PROP_VIEW,     /* view/reshape: the single node's reshape groups carry the box */
   VD_PROP_ALL_REDUCE,     /* partial sums -> the whole slice */
   VD_PROP_ALL_GATHER,     /* slices concatenated along `dim` */
   VD_PROP_REDUCE_SCATTER, /* partial sums -> slice j along `dim` of the whole */
   VD_PROP__COUNT
 } vd_lin_prop_kind;
 
-/* How partial sums pass an operator (MAP): NONE no partial input allowed;
- * SUM all inputs the same part (add); MULTI at most one partial input, the
- * output is linear in each input separately (matmul, mul, scale). */
-typedef enum { VD_PLIN_NONE, VD_PLIN_SUM, VD_PLIN_MULTI } vd_lin_prop_lin;
+/* How partial sums pass an operator (MAP): NONE no partial input allowed
+ * and no sliced contraction; SUM all inputs the same part (add); MULTI at
+ * most one partial input, the output is linear in each input separately
+ * (matmul, mul, scale); SEP no partial input, but the output is a sum of
+ * independent terms over a contracted dimension, so slicing it gives parts
+ * (an expert MLP sliced along its hidden dimension). */
+typedef enum { VD_PLIN_NONE, VD_PLIN_SUM, VD_PLIN_MULTI, VD_PLIN_SEP } vd_lin_prop_lin;
 
 typedef struct {
   uint8_t set;       /* 1 for every row (completeness test) */

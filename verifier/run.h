@@ -49,6 +49,11 @@ typedef struct vd_run {
   vd_lin_infer_stats infer;
   size_t n_dropped;       /* candidates dropped because their proof failed */
   int infer_rounds;       /* cut-and-solve rounds run (1 without drops) */
+  /* Stages proven in earlier rounds, by exact content (run.c, stage_sig):
+   * a later round takes their verdict instead of solving them again. */
+  uint64_t *pv_pool; size_t n_pv_pool, cap_pv_pool;
+  struct vd_run_sig *pv; size_t n_pv, cap_pv;
+  size_t n_reused_rounds; /* stages not solved again thanks to that */
   vd_stage_set set;
   vd_stage_verdict *verdicts; /* one per stage (members of a class copy the representative's kind) */
   vd_rc *stage_rc;            /* machinery errors per stage */
