@@ -161,6 +161,8 @@ typedef struct {
   uint32_t *byname; /* parallel plan nodes sorted by (rank, name) */
   int32_t *gfirst, *gnext; /* Gp nodes of each plan node, as a list */
   uint32_t *sroot, *rv_off, *rv; /* single copy roots (single_roots) */
+  uint32_t *sbyname;             /* single plan nodes sorted by name */
+  int32_t *sgfirst, *sgnext;     /* Gs nodes of each single plan node */
 } ictx;
 
 static const vd_tensor_t *ptens(const ictx *c, uint32_t v) { return &c->pp->tensors[c->gp->values[v].tensor]; }
@@ -252,6 +254,32 @@ static int32_t match_single(const ictx *c, const vd_gnode_t *pn, int op) {
   return named;
 }
 
+/* The single node with operator op and the same source name, when exactly
+ * one exists (sbyname: single plan nodes sorted by name).  The fallback
+ * for a gradient sum whose parallel fan-in differs from the single one
+ * (a multiref_backward over an extra TP-entry branch): its inputs are then
+ * not the single node's, but the candidate it yields is proven like any. */
+static int32_t match_by_name(const ictx *c, const vd_gnode_t *pn, int op) {
+  const char *name = vd_plan_s(c->pp, c->pp->nodes[pn->pnode].name);
+  if (!*name) return -1;
+  size_t lo = 0, hi = c->sp->n_nodes;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (strcmp(vd_plan_s(c->sp, c->sp->nodes[c->sbyname[mid]].name), name) < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  int32_t found = -1, n_found = 0;
+  for (; lo < c->sp->n_nodes && !strcmp(vd_plan_s(c->sp, c->sp->nodes[c->sbyname[lo]].name), name); lo++) {
+    uint32_t p = c->sbyname[lo];
+    if (c->sop[p] != op) continue;
+    for (int32_t g = c->sgfirst[p]; g >= 0; g = c->sgnext[g]) {
+      found = g;
+      n_found++;
+    }
+  }
+  return n_found == 1 ? found : -1;
+}
+
 /* Copy roots of the single graph: a value produced by identity,
  * contiguous, cast or multiref has its input's root.  rv lists the values
  * of each root (counting sort), so match_single finds every consumer of a
@@ -305,6 +333,13 @@ static vd_rc link_dims(void *sink, const vd_op_red *r) {
 /* Forward partner of backward node gi: the parallel node of the same name,
  * rank, layer and microbatch whose operator's backward is op; -1 if none or
  * ambiguous.  Plan nodes are sorted by (rank, name) once (c->byname). */
+static int cmp_sname(const void *a, const void *b, void *arg) {
+  const vd_plan_t *sp = arg;
+  int r = strcmp(vd_plan_s(sp, sp->nodes[*(const uint32_t *)a].name), vd_plan_s(sp, sp->nodes[*(const uint32_t *)b].name));
+  if (r) return r;
+  return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
+}
+
 static int cmp_byname(const void *a, const void *b, void *arg) {
   const vd_plan_t *sort_plan = arg;
   const vd_node_t *x = &sort_plan->nodes[*(const uint32_t *)a], *y = &sort_plan->nodes[*(const uint32_t *)b];
@@ -348,6 +383,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
   const vd_gnode_t *pn = &c->gp->nodes[gi];
   if (pn->n_in + pn->n_out > MAXOPD) return;
   int32_t sm = match_single(c, pn, op);
+  if (sm < 0 && op == VD_OP_MULTIREF_BACKWARD) sm = match_by_name(c, pn, op);
   if (sm < 0) return;
   const vd_gnode_t *sn = &c->gs->nodes[sm];
   const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
@@ -767,7 +803,11 @@ vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, ui
   c.byname = vd_calloc(pp->n_nodes ? pp->n_nodes : 1, sizeof(*c.byname));
   c.gfirst = vd_calloc(pp->n_nodes ? pp->n_nodes : 1, sizeof(*c.gfirst));
   c.gnext = vd_calloc(gp->n_nodes ? gp->n_nodes : 1, sizeof(*c.gnext));
-  if (!inf || !c.vl || !c.pop || !c.sop || !c.fwd_of || !c.byname || !c.gfirst || !c.gnext) {
+  c.sbyname = vd_calloc(c.sp->n_nodes ? c.sp->n_nodes : 1, sizeof(*c.sbyname));
+  c.sgfirst = vd_calloc(c.sp->n_nodes ? c.sp->n_nodes : 1, sizeof(*c.sgfirst));
+  c.sgnext = vd_calloc(gs->n_nodes ? gs->n_nodes : 1, sizeof(*c.sgnext));
+  if (!inf || !c.vl || !c.pop || !c.sop || !c.fwd_of || !c.byname || !c.gfirst || !c.gnext || !c.sbyname ||
+      !c.sgfirst || !c.sgnext) {
     rc = VD_OOM(d);
     goto done;
   }
@@ -777,6 +817,12 @@ vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, ui
   for (size_t i = 0; i < gp->n_nodes; i++) c.fwd_of[i] = -2;
   for (size_t i = 0; i < pp->n_nodes; i++) c.byname[i] = (uint32_t)i, c.gfirst[i] = -1;
   qsort_r(c.byname, pp->n_nodes, sizeof(*c.byname), cmp_byname, pp);
+  for (size_t i = 0; i < c.sp->n_nodes; i++) c.sbyname[i] = (uint32_t)i, c.sgfirst[i] = -1;
+  qsort_r(c.sbyname, c.sp->n_nodes, sizeof(*c.sbyname), cmp_sname, (void *)c.sp);
+  for (size_t i = gs->n_nodes; i-- > 0;) {
+    c.sgnext[i] = c.sgfirst[gs->nodes[i].pnode];
+    c.sgfirst[gs->nodes[i].pnode] = (int32_t)i;
+  }
   for (size_t i = gp->n_nodes; i-- > 0;) {
     c.gnext[i] = c.gfirst[gp->nodes[i].pnode];
     c.gfirst[gp->nodes[i].pnode] = (int32_t)i;
@@ -818,6 +864,9 @@ done:
   vd_free(c.gfirst);
   vd_free(c.gnext);
   vd_free(c.sroot);
+  vd_free(c.sbyname);
+  vd_free(c.sgfirst);
+  vd_free(c.sgnext);
   vd_free(c.rv_off);
   vd_free(c.rv);
   return rc;
