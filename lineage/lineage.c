@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/limits.h"
 #include "../common/mem.h"
 #include "../plans/idmap.h"
 
@@ -43,7 +44,7 @@ const char *const vd_lissue_names[VD_LISSUE__COUNT] = {"no_single", "out_of_boun
                                                        "batch"};
 
 #define NONE UINT32_MAX
-#define GRID_MAX ((size_t)1 << 22)
+#define GRID_MAX ((size_t)VD_LIM_LIN_GRID_MAX) /* reason: common/limits.h */
 
 typedef struct {
   vd_lin_piece p;
@@ -61,27 +62,30 @@ typedef struct {
 
 /* ---- issues ------------------------------------------------------------ */
 
+/* Global rank holding parallel tensor ptensor in replica d. */
+static long long grank(const lctx *c, uint32_t ptensor, int32_t d) {
+  return (long long)d * c->pp->world.stored_ranks + c->pp->tensors[ptensor].rank;
+}
+
 static vd_rc add_issue(lctx *c, vd_lissue_kind kind, int64_t st, int64_t pt, int32_t rep, int32_t mb,
                        const char *fmt, ...) __attribute__((format(printf, 7, 8)));
 static vd_rc add_issue(lctx *c, vd_lissue_kind kind, int64_t st, int64_t pt, int32_t rep, int32_t mb,
                        const char *fmt, ...) {
   vd_lin_table *t = c->t;
-  if (t->n_issues >= VD_LIN_MAX_ISSUES) {
-    t->n_issues_dropped++;
-    return VD_OK;
-  }
-  if (VD_GROW(t->issues, c->cap_issues, t->n_issues + 1)) return VD_OOM(c->d);
-  vd_lin_issue *is = &t->issues[t->n_issues++];
-  memset(is, 0, sizeof(*is));
-  is->kind = kind;
-  is->stensor = st;
-  is->ptensor = pt;
-  is->replica = rep;
-  is->mb = mb;
+  vd_issue is;
+  vd_issue_init(&is, "lineage", (unsigned)kind, vd_lissue_names[kind],
+                kind == VD_LISSUE_BATCH ? VD_DX_BATCH : VD_DX_DATAFLOW);
+  is.stensor = st;
+  is.tensor = pt;
+  is.replica = rep;
+  is.mb = mb;
+  if (pt >= 0 && rep >= 0) is.rank = grank(c, (uint32_t)pt, rep);
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(is->detail, sizeof(is->detail), fmt, ap);
+  vd_issue_vdetail(&is, fmt, ap);
   va_end(ap);
+  if (vd_issue_push(&t->issues, &t->n_issues, &c->cap_issues, VD_LIN_MAX_ISSUES, &t->n_issues_dropped, &is))
+    return VD_OOM(c->d);
   return VD_OK;
 }
 
@@ -91,7 +95,7 @@ static int issue_cmp(const void *a, const void *b) {
   int kx = x->kind == VD_LISSUE_BATCH ? -1 : (int)x->kind, ky = y->kind == VD_LISSUE_BATCH ? -1 : (int)y->kind;
   if (kx != ky) return kx < ky ? -1 : 1;
   if (x->stensor != y->stensor) return x->stensor < y->stensor ? -1 : 1;
-  if (x->ptensor != y->ptensor) return x->ptensor < y->ptensor ? -1 : 1;
+  if (x->tensor != y->tensor) return x->tensor < y->tensor ? -1 : 1;
   if (x->replica != y->replica) return x->replica < y->replica ? -1 : 1;
   if (x->mb != y->mb) return x->mb < y->mb ? -1 : 1;
   return strcmp(x->detail, y->detail);
@@ -99,7 +103,7 @@ static int issue_cmp(const void *a, const void *b) {
 
 /* ---- formatting -------------------------------------------------------- */
 
-static void fmt_slice(const int64_t *lo, const int64_t *hi, int32_t nd, char *buf, size_t n) {
+void vd_lin_fmt_slice(const int64_t *lo, const int64_t *hi, int32_t nd, char *buf, size_t n) {
   size_t o = 0;
   o += (size_t)snprintf(buf + o, n - o, "[");
   for (int32_t i = 0; i < nd && o < n; i++)
@@ -116,9 +120,6 @@ static void fmt_shape(const int64_t *s, int32_t nd, char *buf, size_t n) {
 
 static const char *sname(const lctx *c, uint32_t s) { return vd_plan_s(c->sp, c->sp->tensors[s].name); }
 static const char *pname(const lctx *c, uint32_t p) { return vd_plan_s(c->pp, c->pp->tensors[p].name); }
-static long long grank(const lctx *c, uint32_t ptensor, int32_t d) {
-  return (long long)d * c->pp->world.stored_ranks + c->pp->tensors[ptensor].rank;
-}
 
 /* "'r0.w1' (rank 0, mb 1)" for a piece. */
 static void fmt_piece(const lctx *c, const vd_lin_piece *p, char *buf, size_t n) {
@@ -322,7 +323,7 @@ static vd_rc check_parts(lctx *c, const vd_lineage *L, size_t a, size_t b) {
   const vd_tensor_t *st = &c->sp->tensors[L->stensor];
   const vd_lin_piece *p0 = &t->pieces[a];
   char sl[96], who[96];
-  fmt_slice(p0->lo, p0->hi, st->ndim, sl, sizeof(sl));
+  vd_lin_fmt_slice(p0->lo, p0->hi, st->ndim, sl, sizeof(sl));
   fmt_piece(c, p0, who, sizeof(who));
   int64_t n = p0->part_n;
   if (n < 1)
@@ -396,8 +397,8 @@ static int64_t box_volume(const vd_lin_piece *x, int32_t nd) {
 static vd_rc report_overlap(lctx *c, const vd_lineage *L, const vd_lin_piece *x, const vd_lin_piece *y) {
   int32_t nd = c->sp->tensors[L->stensor].ndim;
   char a[80], b[80], wa[80], wb[80];
-  fmt_slice(x->lo, x->hi, nd, a, sizeof(a));
-  fmt_slice(y->lo, y->hi, nd, b, sizeof(b));
+  vd_lin_fmt_slice(x->lo, x->hi, nd, a, sizeof(a));
+  vd_lin_fmt_slice(y->lo, y->hi, nd, b, sizeof(b));
   fmt_piece(c, x, wa, sizeof(wa));
   fmt_piece(c, y, wb, sizeof(wb));
   return add_issue(c, VD_LISSUE_OVERLAP, L->stensor, y->ptensor, y->replica, y->mb,
@@ -587,7 +588,7 @@ static vd_rc coverage(lctx *c, const vd_lineage *L, uint32_t *sl, size_t k) {
       hi[i] = co[i][ci + 1];
     }
     char sl_s[96], sh[80];
-    fmt_slice(lo, hi, nd, sl_s, sizeof(sl_s));
+    vd_lin_fmt_slice(lo, hi, nd, sl_s, sizeof(sl_s));
     fmt_shape(st->shape, nd, sh, sizeof(sh));
     rc = add_issue(c, VD_LISSUE_GAP, L->stensor, -1, -1, -1, "'%s' %s: slice %s of %s is not covered%s",
                    sname(c, L->stensor), moment(L->initial), sl_s, sh, n_gap > 1 ? " (nor are other cells)" : "");
@@ -656,7 +657,7 @@ static vd_rc validate(lctx *c) {
       if (!piece_oob(p, st)) continue;
       any_oob = 1;
       char sl_s[96], sh[80], who[96];
-      fmt_slice(p->lo, p->hi, st->ndim, sl_s, sizeof(sl_s));
+      vd_lin_fmt_slice(p->lo, p->hi, st->ndim, sl_s, sizeof(sl_s));
       fmt_shape(st->shape, st->ndim, sh, sizeof(sh));
       fmt_piece(c, p, who, sizeof(who));
       if ((rc = add_issue(c, VD_LISSUE_OUT_OF_BOUNDS, L->stensor, p->ptensor, p->replica, p->mb,

@@ -23,6 +23,10 @@
  * deterministic order.
  *
  * Not here: proving anything (stages/, solver/).
+ *
+ * Layer: lineage/ is lineages between single-device and parallel values; it
+ * may include common/, plans/, ops/, graph/.  tools/check_layers.sh (make
+ * lint) enforces the order.
  */
 #ifndef VD_LINEAGE_H
 #define VD_LINEAGE_H
@@ -65,13 +69,11 @@ typedef enum {
 
 extern const char *const vd_lissue_names[VD_LISSUE__COUNT];
 
-typedef struct {
-  vd_lissue_kind kind;
-  int64_t stensor;  /* single tensor index or -1 */
-  int64_t ptensor;  /* parallel tensor index or -1 */
-  int32_t replica, mb;
-  char detail[200]; /* one line with names, slices and ranks */
-} vd_lin_issue;
+/* Lineage issues are vd_issue (common/issue.h) with source "lineage", kind
+ * a vd_lissue_kind, stensor the single tensor and tensor the parallel tensor
+ * (-1 if none), rank the global rank holding the parallel tensor when the
+ * replica is known.  Diagnosis: BATCH for VD_LISSUE_BATCH, else DATAFLOW. */
+typedef vd_issue vd_lin_issue;
 
 typedef struct vd_lin_table {
   const vd_graph_t *gs, *gp; /* borrowed */
@@ -90,7 +92,11 @@ typedef struct vd_lin_table {
 } vd_lin_table;
 
 /* At most this many issues are stored; the rest are only counted. */
-#define VD_LIN_MAX_ISSUES 4096
+#define VD_LIN_MAX_ISSUES ((size_t)VD_LIM_LIN_MAX_ISSUES) /* reason: common/limits.h */
+
+/* Writes slice [lo, hi) of nd dimensions as "[0:4, 2:8]" into buf (n bytes,
+ * truncated if short): the one notation of slices in every message. */
+void vd_lin_fmt_slice(const int64_t *lo, const int64_t *hi, int32_t nd, char *buf, size_t n);
 
 /* Builds and validates the lineage table of a (single, parallel) graph pair.
  * gp must be built with expand_replicas = 0; replicas are virtual.

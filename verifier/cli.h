@@ -6,6 +6,10 @@
  *   0 equivalent / success, 1 not equivalent, 2 bad input or usage,
  *   3 inconclusive.
  * Only verifier/ prints to stdout/stderr or decides exit codes.
+ *
+ * Layer: verifier/ is the verdict binary: command line, orchestration,
+ * reports, exit codes; it may include every module.  tools/check_layers.sh
+ * (make lint) enforces the order.
  */
 #ifndef VD_CLI_H
 #define VD_CLI_H
@@ -24,6 +28,7 @@ int vd_cmd_gen(int argc, char **argv);    /* generators */
 int vd_cmd_exec(int argc, char **argv);   /* numeric executor */
 int vd_cmd_verify(int argc, char **argv); /* --sm/--pm main form */
 int vd_cmd_mutate(int argc, char **argv); /* bug injection (bugs/) */
+int vd_cmd_limits(int argc, char **argv); /* the table of limits (common/limits.h) */
 
 /* Prints "verdict: <one-line diag>" to stderr and returns the exit code:
  * 2 for bad input, usage or i/o; 3 (inconclusive: no verdict reached) for

@@ -59,13 +59,6 @@ static void piece_facts(const vd_run *r, int32_t piece, piece_info *pi) {
   pi->ndim = t->ndim;
 }
 
-static void fmt_slice(char *buf, size_t n, const int64_t *lo, const int64_t *hi, int ndim) {
-  size_t at = 0;
-  at += (size_t)snprintf(buf + at, n - at, "[");
-  for (int i = 0; i < ndim && at < n; i++)
-    at += (size_t)snprintf(buf + at, n - at, "%s%lld:%lld", i ? ", " : "", (long long)lo[i], (long long)hi[i]);
-  if (at < n) snprintf(buf + at, n - at, "]");
-}
 
 static const vd_node_t *stage_pnode(const vd_run *r, const vd_stage_node *sn, const vd_plan_t **plan) {
   const vd_graph_t *g = sn->side ? &r->pg : &r->sg;
@@ -163,7 +156,7 @@ static void text_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
     const vd_stage_target *t = &st->targets[ti];
     const vd_stage_value *sv = &st->vals[t->svalue];
     const vd_tensor_t *ts = &r->sp.tensors[r->sg.values[sv->value].tensor];
-    fmt_slice(sl, sizeof(sl), t->lo, t->hi, sv->ndim);
+    vd_lin_fmt_slice(t->lo, t->hi, sv->ndim, sl, sizeof(sl));
     int inf = r->inferred && t->n_pieces && r->inferred[r->lt.pieces[st->idx[t->piece_off]].ptensor];
     fprintf(f, "   target: single '%s' %s%s, %u parallel piece(s)%s\n", vd_plan_s(&r->sp, ts->name), sl,
             t->part_n > 1 ? " as a sum of parts" : "", t->n_pieces, inf ? " (inferred lineage)" : "");
@@ -186,7 +179,7 @@ static void text_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
     if (sv->side != 1 || sv->producer >= 0 || sv->leaf_piece < 0) continue;
     piece_info pi;
     piece_facts(r, sv->leaf_piece, &pi);
-    fmt_slice(sl, sizeof(sl), pi.lo, pi.hi, pi.ndim);
+    vd_lin_fmt_slice(pi.lo, pi.hi, pi.ndim, sl, sizeof(sl));
     fprintf(f, "     '%s' (t%lld) rank %lld", pi.tensor, (long long)pi.id, (long long)pi.rank);
     if (pi.mb >= 0) fprintf(f, " mb %d", pi.mb);
     fprintf(f, " = %s", sl);
@@ -279,7 +272,7 @@ static void text_inferred(const vd_run *r, FILE *f) {
     if (!r->inferred[t]) continue;
     const vd_tensor_t *pt = &r->pp.tensors[t];
     int64_t s = vd_plan_find_tensor(&r->sp, pt->lin.full);
-    fmt_slice(sl, sizeof(sl), pt->lin.lo, pt->lin.hi, pt->ndim);
+    vd_lin_fmt_slice(pt->lin.lo, pt->lin.hi, pt->ndim, sl, sizeof(sl));
     fprintf(f, "  inferred: '%s' (t%lld, rank %d) = '%s' %s", vd_plan_s(&r->pp, pt->name), (long long)pt->id, pt->rank,
             s >= 0 ? vd_plan_s(&r->sp, r->sp.tensors[s].name) : "?", sl);
     if (pt->lin.part_n > 1) fprintf(f, " part %lld/%lld", (long long)pt->lin.part_k, (long long)pt->lin.part_n);
@@ -291,7 +284,10 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   fprintf(f, "%s\n", verdict_word(r));
   fprintf(f, "  stages %zu (classes solved %zu, reduced %zu, by normal form %zu): %zu equivalent, %zu not equivalent, %zu inconclusive\n",
           r->set.n_stages, r->n_solved, r->n_reduced, r->n_fast, r->n_equiv, r->n_not_equiv, r->n_inconclusive);
-  if (r->n_issues) fprintf(f, "  structural problems: %zu\n", r->n_issues);
+  if (r->n_issues_dropped)
+    fprintf(f, "  structural problems: %zu (%zu listed)\n", r->n_issues + r->n_issues_dropped, r->n_issues);
+  else if (r->n_issues)
+    fprintf(f, "  structural problems: %zu\n", r->n_issues);
   if (r->infer.n_inferred)
     fprintf(f, "  lineages: %zu annotated, %zu inferred (%zu dropped after a failed proof, %d round(s)), %zu "
                "unannotated left to the stages\n",
@@ -305,8 +301,8 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
     if (o->verbose && r->verdicts) text_slowest(r, f);
   }
   for (size_t i = 0; i < r->n_issues; i++) {
-    const vd_run_issue *is = &r->issues[i];
-    fprintf(f, "\n-- %s (%s %s)", vd_diagnosis_names[is->diagnosis], is->source, is->kind);
+    const vd_issue *is = &r->issues[i];
+    fprintf(f, "\n-- %s (%s %s)", vd_diagnosis_names[is->diagnosis], is->source, is->kind_name);
     if (is->rank >= 0) fprintf(f, " rank %lld", (long long)is->rank);
     if (is->mb >= 0) fprintf(f, " mb %lld", (long long)is->mb);
     fprintf(f, "\n   %s\n", is->detail);
@@ -449,19 +445,19 @@ vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd
   FILE *f = fopen(path, "w");
   if (!f) VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot write the JSON report");
   fprintf(f, "{\"verdict\":\"%s\",\"exit_code\":%d,\n\"summary\":{\"stages\":%zu,\"classes\":%zu,\"reduced\":%zu,"
-             "\"by_normal_form\":%zu,\"equivalent\":%zu,\"not_equivalent\":%zu,\"inconclusive\":%zu,\"structural\":%zu,"
+             "\"by_normal_form\":%zu,\"equivalent\":%zu,\"not_equivalent\":%zu,\"inconclusive\":%zu,\"structural\":%zu,\"structural_not_listed\":%zu,"
              "\"lineages_annotated\":%zu,\"lineages_inferred\":%zu,\"lineages_dropped\":%zu,"
              "\"threads\":%d,\"peak_bytes\":%zu,\"seconds\":{",
           verdict_json(r), vd_run_exit_code(r), r->set.n_stages, r->n_solved, r->n_reduced, r->n_fast, r->n_equiv,
-          r->n_not_equiv, r->n_inconclusive, r->n_issues, r->infer.n_annotated, r->infer.n_inferred - r->n_dropped,
-          r->n_dropped, r->threads_used, r->peak_bytes);
+          r->n_not_equiv, r->n_inconclusive, r->n_issues + r->n_issues_dropped, r->n_issues_dropped,
+          r->infer.n_annotated, r->infer.n_inferred - r->n_dropped, r->n_dropped, r->threads_used, r->peak_bytes);
   for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, "%s\"%s\":%.4f", i ? "," : "", vd_run_phase_names[i], r->phase_s[i]);
   fputs("}},\n\"failures\":[", f);
   int n = 0;
   for (size_t i = 0; i < r->n_issues; i++) {
-    const vd_run_issue *is = &r->issues[i];
+    const vd_issue *is = &r->issues[i];
     fprintf(f, "%s\n{\"kind\":\"structural\",\"diagnosis\":\"%s\",\"source\":\"%s\",\"issue\":\"%s\",\"rank\":%lld,\"mb\":%lld,\"detail\":",
-            n++ ? "," : "", vd_diagnosis_names[is->diagnosis], is->source, is->kind, (long long)is->rank, (long long)is->mb);
+            n++ ? "," : "", vd_diagnosis_names[is->diagnosis], is->source, is->kind_name, (long long)is->rank, (long long)is->mb);
     vd_cli_json_str(f, is->detail);
     fputc('}', f);
   }
@@ -507,8 +503,8 @@ vd_rc vd_report_stages(const vd_run *r, const char *path, vd_diag *d) {
       const vd_stage_target *tg = &st->targets[t];
       const vd_stage_value *sv = &st->vals[tg->svalue];
       const vd_tensor_t *ts = &r->sp.tensors[r->sg.values[sv->value].tensor];
-      fmt_slice(a, sizeof(a), tg->lo, tg->hi, sv->ndim);
-      fmt_slice(b, sizeof(b), tg->rlo, tg->rhi, sv->ndim);
+      vd_lin_fmt_slice(tg->lo, tg->hi, sv->ndim, a, sizeof(a));
+      vd_lin_fmt_slice(tg->rlo, tg->rhi, sv->ndim, b, sizeof(b));
       fprintf(f, "  target '%s' %s (reduced %s) parts %lld, %u piece(s)\n", vd_plan_s(&r->sp, ts->name), a, b,
               (long long)tg->part_n, tg->n_pieces);
     }
