@@ -211,9 +211,9 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   }
   vd_free(sigbuf);
   r->n_classes = n_reps;
-  vd_stage_solve_opts so = {.timeout_ms = o->stage_timeout_ms, .fast_path = !o->no_fast_path,
-                            .max_elems = VD_LIM_STAGE_MAX_ELEMS, .max_cex_elems = VD_LIM_CEX_ELEMS,
-                            .seed = o->seed};
+  vd_stage_solve_opts so = {.timeout_ms = o->stage_timeout_ms, .budget = o->stage_budget,
+                            .fast_path = !o->no_fast_path, .max_elems = VD_LIM_STAGE_MAX_ELEMS,
+                            .max_cex_elems = VD_LIM_CEX_ELEMS, .seed = o->seed};
   size_t done = 0;
   double t0 = vd_clock_s();
   vd_rc first_rc = VD_OK;
@@ -270,6 +270,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     v->verdict = rep->verdict;
     v->diagnosis = rep->diagnosis;
     v->by_fast_path = rep->by_fast_path;
+    v->limit = rep->limit;
     memcpy(v->factor, rep->factor, sizeof(v->factor)); /* v != rep: i is not its class id */
     memcpy(v->reason, rep->reason, sizeof(v->reason));
     r->stage_rc[i] = r->stage_rc[st->canon_class];
