@@ -4,6 +4,7 @@
  * validate: reads the file with full validation; exit 0 or 2.
  * dump:     the whole plan as readable text, or as JSON with --json
  *           (the same content as the file, ids as in the file).
+ * strip:    boundary-only copy of a parallel plan (plans/strip.c).
  * stats:    ranks, nodes by phase and operator, tensors by role, bytes,
  *           executed node instances after microbatch/replica expansion.
  */
@@ -22,13 +23,32 @@ static void plan_usage(FILE *f) {
           "usage: verdict plan validate FILE\n"
           "       verdict plan dump [--json] FILE\n"
           "       verdict plan stats FILE\n"
+          "       verdict plan strip --keep boundary IN OUT\n"
           "\n"
           "validate  read FILE with every check of docs/plan-format.md (exit 0 valid, 2 not)\n"
           "dump      print the whole plan as text, or as JSON with --json\n"
-          "stats     ranks, nodes by phase and operator, tensors by role, bytes\n");
+          "stats     ranks, nodes by phase and operator, tensors by role, bytes\n"
+          "strip     write IN without its intermediate lineage annotations: only the\n"
+          "          boundary (inputs, weights, optimizer state, losses, unwritten tensors)\n"
+          "          keeps them; the verifier infers the rest (docs/verifier.md)\n");
 }
 
 static const char *kind_name(vd_plan_kind k) { return k == VD_PLAN_SINGLE ? "single" : "parallel"; }
+
+typedef unsigned __int128 u128;
+
+/* Decimal text of v into buf (at least 40 bytes); returns buf. */
+static char *u128_str(char *buf, u128 v) {
+  char tmp[48];
+  int n = 0;
+  do {
+    tmp[n++] = (char)('0' + (int)(v % 10));
+    v /= 10;
+  } while (v);
+  for (int i = 0; i < n; i++) buf[i] = tmp[n - 1 - i];
+  buf[n] = '\0';
+  return buf;
+}
 
 static int dtype_bytes(vd_dtype t) {
   switch (t) {
@@ -302,8 +322,9 @@ static int stats(FILE *f, const vd_plan_t *p, const char *path) {
     if (j == n_ops) ops[n_ops++].op = op;
     ops[j].count[n->phase]++;
   }
-  fprintf(f, "nodes:    %zu stored; executed per replica %lld, in all replicas %lld\n", p->n_nodes,
-          executed, executed * w->replicas);
+  char all[48];
+  fprintf(f, "nodes:    %zu stored; executed per replica %lld, in all replicas %s\n", p->n_nodes,
+          executed, u128_str(all, (u128)(uint64_t)executed * (u128)(uint64_t)w->replicas));
   fprintf(f, "          by phase:");
   for (int ph = 0; ph < VD_PHASE__COUNT; ph++) fprintf(f, " %s %ld", vd_phase_names[ph], by_phase[ph]);
   fprintf(f, "\n          by operator:\n");
@@ -314,28 +335,74 @@ static int stats(FILE *f, const vd_plan_t *p, const char *path) {
     fprintf(f, "            %-22s %8ld\n", ops[j].op, tot);
   }
   long by_role[VD_ROLE__COUNT] = {0};
-  long long bytes_role[VD_ROLE__COUNT] = {0};
-  long long bytes = 0;
+  /* A valid plan may hold 2^62-element tensors: byte totals need more than
+   * 64 bits (numel < 2^63, 8 bytes, fewer than 2^32 tensors: < 2^98). */
+  u128 bytes_role[VD_ROLE__COUNT] = {0};
+  u128 bytes = 0;
   long annotated = 0;
   for (size_t i = 0; i < p->n_tensors; i++) {
     const vd_tensor_t *t = &p->tensors[i];
-    long long b = (long long)vd_tensor_numel(t) * dtype_bytes(t->dtype);
+    u128 b = (u128)(uint64_t)vd_tensor_numel(t) * (u128)dtype_bytes(t->dtype);
     by_role[t->role]++;
     bytes_role[t->role] += b;
     bytes += b;
     annotated += t->has_lin;
   }
-  fprintf(f, "tensors:  %zu stored (%ld with lineage), %lld bytes per replica (one microbatch)\n",
-          p->n_tensors, annotated, bytes);
+  char num[48];
+  fprintf(f, "tensors:  %zu stored (%ld with lineage), %s bytes per replica (one microbatch)\n",
+          p->n_tensors, annotated, u128_str(num, bytes));
   for (int r = 0; r < VD_ROLE__COUNT; r++)
-    if (by_role[r]) fprintf(f, "            %-10s %8ld  %14lld bytes\n", vd_role_names[r], by_role[r], bytes_role[r]);
+    if (by_role[r])
+      fprintf(f, "            %-10s %8ld  %14s bytes\n", vd_role_names[r], by_role[r], u128_str(num, bytes_role[r]));
   fprintf(f, "segments: %zu, schedule steps %zu\n", p->n_segments, p->n_steps);
   vd_free(seg_runs);
   vd_free(ops);
   return VD_EXIT_OK;
 }
 
+/* verdict plan strip --keep boundary IN OUT */
+static int cmd_strip(int argc, char **argv) {
+  const char *keep = NULL, *in = NULL, *out = NULL;
+  for (int i = 2; i < argc; i++) {
+    if (strcmp(argv[i], "--keep") == 0 && i + 1 < argc) keep = argv[++i];
+    else if (argv[i][0] == '-' && argv[i][1]) {
+      fprintf(stderr, "verdict: plan strip: unknown option '%s'\n", argv[i]);
+      return VD_EXIT_BAD_INPUT;
+    } else if (!in) in = argv[i];
+    else if (!out) out = argv[i];
+    else {
+      fprintf(stderr, "verdict: plan strip: IN and OUT expected, got also '%s'\n", argv[i]);
+      return VD_EXIT_BAD_INPUT;
+    }
+  }
+  if (!keep || strcmp(keep, "boundary") != 0) {
+    fprintf(stderr, "verdict: plan strip: --keep boundary expected%s%s\n", keep ? ", got " : "", keep ? keep : "");
+    return VD_EXIT_BAD_INPUT;
+  }
+  if (!in || !out) {
+    fprintf(stderr, "verdict: plan strip: missing %s\n", in ? "OUT" : "IN");
+    return VD_EXIT_BAD_INPUT;
+  }
+  vd_plan_t p;
+  vd_diag d;
+  vd_diag_clear(&d);
+  if (vd_plan_read_file(in, &p, &d) != VD_OK) return vd_cli_report_diag(&d);
+  size_t kept = 0, stripped = 0;
+  if (p.kind != VD_PLAN_PARALLEL) {
+    fprintf(stderr, "verdict: plan strip: %s: kind: expected a parallel plan, got a single plan\n", in);
+    vd_plan_free(&p);
+    return VD_EXIT_BAD_INPUT;
+  }
+  vd_rc rc = vd_plan_strip(&p, &kept, &stripped, &d);
+  if (rc == VD_OK) rc = vd_plan_write_file(&p, out, &d);
+  vd_plan_free(&p);
+  if (rc != VD_OK) return vd_cli_report_diag(&d);
+  printf("%s: kept %zu boundary annotations, removed %zu intermediate ones\n", out, kept, stripped);
+  return VD_EXIT_OK;
+}
+
 int vd_cmd_plan(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "strip") == 0) return cmd_strip(argc, argv);
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
     plan_usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? VD_EXIT_BAD_INPUT : VD_EXIT_OK;
@@ -355,7 +422,7 @@ int vd_cmd_plan(int argc, char **argv) {
     }
   }
   if (strcmp(sub, "validate") && strcmp(sub, "dump") && strcmp(sub, "stats")) {
-    fprintf(stderr, "verdict: plan: unknown subcommand '%s' (validate, dump, stats)\n", sub);
+    fprintf(stderr, "verdict: plan: unknown subcommand '%s' (validate, dump, stats, strip)\n", sub);
     return VD_EXIT_BAD_INPUT;
   }
   if (!path) {
