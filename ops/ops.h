@@ -179,19 +179,13 @@ typedef enum {
   VD_RED_EQ,   /* a and b are reduced by the same ratio; num > 0: size(a)*den == size(b)*num
                   must hold (else the stage's constraints contradict each other); num == 0: no
                   fixed factor (concat inputs) */
-  VD_RED_MIN2, /* a is contracted or reduced over: >= 2 elements after reduction.  For the
-                  COUNT rule the summand's factors are the input dims the rule's EQs connect
-                  to a; num == 1: a's operand alone is the summand (a bias gradient); num == 2:
-                  summed alone, for COUNT only (no minimum: sumsq's leading dims) */
+  VD_RED_MIN2, /* a is contracted or reduced over: >= 2 elements after reduction */
   VD_RED_EVEN, /* a stays even and >= 2 (rope's rotated pairs) */
   VD_RED_POS,  /* attribute `attr` (value pos) is a position along a: scaled with it */
   VD_RED_KEEP, /* a keeps its original extent */
   VD_RED_AVG,  /* the node averages over a (mean, the norms): its divisor is the full-size
                 * element count of all its AVG dims, reported as attribute "divisor" when
                 * reduction changes that count (docs/shape-reduction.md, AVG) */
-  VD_RED_BCAST, /* output dim a is a broadcast copy (expand, the re-broadcast of sum_backward /
-                 * mean_backward, a mask of constants): the value may be the same term at every
-                 * index along a; a contraction over such a dim keeps its class (COUNT) */
   VD_RED_PROD, /* product of na dims of a.t starting at a.dim == product of nb dims of b.t
                   starting at b.dim (view/reshape merge or split) */
 } vd_op_red_kind;

@@ -46,13 +46,6 @@ static vd_rc mark(const vd_op_reduce_call *c, vd_op_red_kind k, vd_op_dimref a) 
   return c->emit(c->sink, &r);
 }
 
-/* a's operand alone is summed over a (a bias gradient): MIN2, and the
- * COUNT rule looks at a only (docs/shape-reduction.md). */
-static vd_rc lone_sum(const vd_op_reduce_call *c, vd_op_dimref a) {
-  vd_op_red r = {.kind = VD_RED_MIN2, .a = a, .num = 1};
-  return c->emit(c->sink, &r);
-}
-
 static int has_attr(const vd_op_reduce_call *c, const char *key) {
   return c->plan && c->node && vd_node_attr(c->plan, c->node, key) != NULL;
 }
@@ -127,26 +120,6 @@ static vd_rc same(const vd_op_reduce_call *c, vd_op_dimref a, vd_op_dimref b, in
 
 /* ---- elementwise ---------------------------------------------------------- */
 
-/* Output dims of ref that no input has (extent 1 or absent in every input):
- * the output repeats the same term along them (expand). */
-static vd_rc bcast_out(const vd_op_reduce_call *c, vd_op_dimref ref) {
-  const vd_op_shape *rs = shp(c, ref);
-  for (int32_t j = 0; j < rs->ndim; j++) {
-    if (rs->d[j] <= 1) continue;
-    int from_input = 0;
-    for (uint32_t i = 0; i < c->n_in && !from_input; i++) {
-      const vd_op_shape *xs = &c->in_shape[i];
-      int32_t k = j - (rs->ndim - xs->ndim);
-      from_input = k >= 0 && k < xs->ndim && xs->d[k] != 1;
-    }
-    if (!from_input) {
-      vd_op_red r = {.kind = VD_RED_BCAST, .a = dr(ref.out, ref.t, j)};
-      VD_CHECK(c->emit(c->sink, &r));
-    }
-  }
-  return VD_OK;
-}
-
 /* Every operand broadcasts to the first output (the first input when there
  * is no output: send). */
 static vd_rc red_ew(const vd_op_reduce_call *c, int *norule) {
@@ -155,7 +128,6 @@ static vd_rc red_ew(const vd_op_reduce_call *c, int *norule) {
   for (uint32_t i = 0; i < c->n_in; i++)
     if (ref.out || i) VD_CHECK(bcast(c, dr(0, i, 0), ref, 0, norule));
   for (uint32_t i = 1; i < c->n_out; i++) VD_CHECK(bcast(c, dr(1, i, 0), ref, 0, norule));
-  if (c->n_out && c->n_in) VD_CHECK(bcast_out(c, ref));
   return VD_OK;
 }
 #define red_identity red_ew
@@ -350,13 +322,6 @@ static vd_rc reduction(const vd_op_reduce_call *c, vd_op_dimref full, vd_op_dimr
     VD_CHECK(eq(c, dr(full.out, full.t, j), dr(part.out, part.t, k++)));
   }
   if (k != np && !(np == 1 && k == 0 && shp(c, part)->d[0] == 1)) goto none;
-  /* Backward (full is the output): g is copied along the reduced dims. */
-  if (full.out)
-    for (int32_t j = 0; j < fs->ndim; j++)
-      if (mask[j]) {
-        vd_op_red r = {.kind = VD_RED_BCAST, .a = dr(full.out, full.t, j)};
-        VD_CHECK(c->emit(c->sink, &r));
-      }
   return VD_OK;
 none:
   *norule = 1;
@@ -374,10 +339,6 @@ static vd_rc red_sumsq(const vd_op_reduce_call *c, int *norule) {
   (void)norule;
   const vd_op_shape *x = &c->in_shape[0];
   if (x->ndim > 0) VD_CHECK(mark(c, VD_RED_MIN2, dr(0, 0, x->ndim - 1)));
-  for (int32_t j = 0; j + 1 < x->ndim; j++) { /* summed too: COUNT only */
-    vd_op_red r = {.kind = VD_RED_MIN2, .a = dr(0, 0, j), .num = 2};
-    VD_CHECK(c->emit(c->sink, &r));
-  }
   return VD_OK;
 }
 
@@ -476,10 +437,7 @@ static vd_rc red_linear_backward(const vd_op_reduce_call *c, int *norule) {
   }
   VD_CHECK(same(c, dr(1, 0, 0), dr(0, 0, 0), norule));
   VD_CHECK(same(c, dr(1, 1, 0), dr(0, 1, 0), norule));
-  if (c->n_out == 3) {
-    VD_CHECK(eq(c, dr(1, 2, 0), dr(0, 1, 0)));
-    for (int32_t j = 0; j < last; j++) VD_CHECK(lone_sum(c, dr(0, 2, j))); /* gb = sum of g's rows */
-  }
+  if (c->n_out == 3) VD_CHECK(eq(c, dr(1, 2, 0), dr(0, 1, 0)));
   return VD_OK;
 }
 
@@ -537,10 +495,7 @@ static vd_rc red_norm_backward(const vd_op_reduce_call *c, int *norule) {
   VD_CHECK(eq(c, dr(0, 1, 0), dr(0, 0, h)));
   for (uint32_t i = 1; i < c->n_out; i++) VD_CHECK(eq(c, dr(1, i, 0), dr(0, 0, h)));
   /* means over h (AVG); gw (and gb) sum over the rows */
-  for (int32_t j = 0; j < h; j++) {
-    VD_CHECK(mark(c, VD_RED_MIN2, dr(0, 0, j)));
-    if (c->n_out == 3) VD_CHECK(lone_sum(c, dr(0, 2, j))); /* gb = sum of g's rows */
-  }
+  for (int32_t j = 0; j < h; j++) VD_CHECK(mark(c, VD_RED_MIN2, dr(0, 0, j)));
   return avg(c, dr(0, 0, h));
 }
 #define red_rms_norm_backward red_norm_backward
@@ -593,10 +548,6 @@ static vd_rc red_create_mask(const vd_op_reduce_call *c, int *norule) {
   VD_CHECK(eq(c, dr(1, 0, 3), dr(0, 0, 1)));
   VD_CHECK(mark(c, VD_RED_KEEP, dr(1, 0, 0)));
   VD_CHECK(mark(c, VD_RED_KEEP, dr(1, 0, 1)));
-  /* the mask's entries are constants chosen by position: summing them
-   * counts, so they count as broadcast copies (COUNT) */
-  VD_CHECK(mark(c, VD_RED_BCAST, dr(1, 0, 2)));
-  VD_CHECK(mark(c, VD_RED_BCAST, dr(1, 0, 3)));
   return mark(c, VD_RED_MIN2, dr(0, 0, 1));
 }
 

@@ -58,21 +58,6 @@ typedef struct {
   int64_t pos;
 } pos_rec;
 
-/* A dataflow edge for the COUNT rule: an output dim of a node that the
- * rule relates to an input dim (and: the output repeats one term along it
- * only if every such input does) or to a run / a sibling output (or). */
-typedef struct {
-  uint32_t from, to;
-  uint32_t call; /* the vd_reducer_node call that stated it */
-  uint8_t kind;  /* 0: and-edge, 1: or-edge, 2: an EQ of the call (undirected; for the checks) */
-  uint8_t fin, tin; /* kind 2: from / to is an input dim of the call */
-} bc_edge;
-
-typedef struct {
-  uint32_t var, call; /* an input dim that call contracts or averages over */
-  int alone;          /* its operand alone is the summand */
-} bc_check;
-
 typedef struct {
   uint32_t node;     /* the caller's tag */
   uint32_t n;
@@ -110,9 +95,6 @@ struct vd_reducer {
   pos_rec *pos;  size_t n_pos, cap_pos;
   prod_rec *prod; size_t n_prod, cap_prod;
   avg_rec *avg; size_t n_avg, cap_avg;
-  bc_edge *bce; size_t n_bce, cap_bce;
-  uint8_t *bsrc;    /* per variable: a broadcast copy by the rule (VD_RED_BCAST) */
-  bc_check *bck; size_t n_bck, cap_bck;
   uint32_t cur_call; /* counts vd_reducer_node calls: AVG dims of one call group */
   uint32_t avg_call; /* call of the last avg record */
   cls *cl;          /* per variable, meaningful at roots */
@@ -166,30 +148,6 @@ static void dim_name(vd_reducer *c, vd_op_dimref r, char *buf, size_t n) {
            v == ~0u ? -1LL : (long long)c->size[v]);
 }
 
-static vd_rc bc_push(vd_reducer *c, uint32_t from, uint32_t to, int kind, int fin, int tin) {
-  if (c->n_bce == c->cap_bce) {
-    size_t nc = c->cap_bce ? 2 * c->cap_bce : 64;
-    bc_edge *ne = vd_realloc_array(c->bce, nc, sizeof(*ne));
-    if (!ne) return VD_OOM(c->d);
-    c->bce = ne;
-    c->cap_bce = nc;
-  }
-  c->bce[c->n_bce++] = (bc_edge){from, to, c->cur_call, (uint8_t)kind, (uint8_t)fin, (uint8_t)tin};
-  return VD_OK;
-}
-
-static vd_rc bc_check_push(vd_reducer *c, uint32_t var, int alone) {
-  if (c->n_bck == c->cap_bck) {
-    size_t nc = c->cap_bck ? 2 * c->cap_bck : 32;
-    bc_check *nk = vd_realloc_array(c->bck, nc, sizeof(*nk));
-    if (!nk) return VD_OOM(c->d);
-    c->bck = nk;
-    c->cap_bck = nc;
-  }
-  c->bck[c->n_bck++] = (bc_check){var, c->cur_call, alone};
-  return VD_OK;
-}
-
 static vd_rc emit(void *sink, const vd_op_red *r) {
   vd_reducer *c = sink;
   uint32_t a = var_of(c, r->a);
@@ -213,19 +171,9 @@ static vd_rc emit(void *sink, const vd_op_red *r) {
       }
     }
     unite(c, a, b);
-    VD_CHECK(bc_push(c, a, b, 2, !r->a.out, !r->b.out));
-    if (r->a.out != r->b.out) VD_CHECK(bc_push(c, r->a.out ? b : a, r->a.out ? a : b, 0, 0, 0));
-    else if (r->a.out) {
-      VD_CHECK(bc_push(c, a, b, 1, 0, 0));
-      VD_CHECK(bc_push(c, b, a, 1, 0, 0));
-    }
     return VD_OK;
   }
-  case VD_RED_MIN2:
-    if (r->num != 2) c->flag[a] |= F_MIN2;
-    if (!r->a.out) VD_CHECK(bc_check_push(c, a, r->num != 0));
-    return VD_OK;
-  case VD_RED_BCAST: c->bsrc[a] = 1; return VD_OK;
+  case VD_RED_MIN2: c->flag[a] |= F_MIN2; return VD_OK;
   case VD_RED_EVEN: c->flag[a] |= F_EVEN; return VD_OK;
   case VD_RED_KEEP: c->flag[a] |= F_KEEP; return VD_OK;
   case VD_RED_AVG: {
@@ -244,7 +192,6 @@ static vd_rc emit(void *sink, const vd_op_red *r) {
       c->avg_call = c->cur_call;
     }
     if (last->n < VD_MAX_DIMS) last->var[last->n++] = a;
-    if (!r->a.out) VD_CHECK(bc_check_push(c, a, 0));
     return VD_OK;
   }
   case VD_RED_POS: {
@@ -269,14 +216,6 @@ static vd_rc emit(void *sink, const vd_op_red *r) {
       uint32_t v = var_of(c, x);
       if (v == ~0u) VD_FAIL(c->d, VD_EINTERNAL, NULL, c->rec, "reduce", "PROD run leaves the operand");
       if (k < r->na) pr.a[k] = v; else pr.b[k - r->na] = v;
-    }
-    /* COUNT: a merged dim repeats a term if a factor does, and a factor
-     * if the split dim does (or-edges: an over-approximation). */
-    if (r->a.out != r->b.out) {
-      const uint32_t *from = r->a.out ? pr.b : pr.a, *to = r->a.out ? pr.a : pr.b;
-      uint32_t nf = r->a.out ? pr.nb : pr.na, nt = r->a.out ? pr.na : pr.nb;
-      for (uint32_t i = 0; i < nf; i++)
-        for (uint32_t j = 0; j < nt; j++) VD_CHECK(bc_push(c, from[i], to[j], 1, 0, 0));
     }
     if (r->na > 1 && r->nb > 1) {
       /* Neither a merge nor a split: the element order cannot be kept by
@@ -515,9 +454,7 @@ vd_rc vd_reducer_new(const vd_red_value *vals, uint32_t n, vd_reducer **out, vd_
   c->vmin = vd_calloc(nv, sizeof(int64_t));
   c->next = vd_calloc(nv, sizeof(uint32_t));
   c->cl = vd_calloc(nv, sizeof(cls));
-  c->bsrc = vd_calloc(nv, 1);
-  if (!c->size || !c->parent || !c->flag || !c->vgcd || !c->vmin || !c->next || !c->cl || !c->bsrc)
-    goto oom;
+  if (!c->size || !c->parent || !c->flag || !c->vgcd || !c->vmin || !c->next || !c->cl) goto oom;
   for (uint32_t i = 0; i < n; i++)
     for (int32_t j = 0; j < vals[i].ndim; j++) c->size[c->vbase[i] + (uint32_t)j] = vals[i].shape[j];
   for (uint32_t v = 0; v < c->nvar; v++) c->parent[v] = v;
@@ -542,9 +479,6 @@ void vd_reducer_free(vd_reducer *c) {
   vd_free(c->pos);
   vd_free(c->prod);
   vd_free(c->avg);
-  vd_free(c->bce);
-  vd_free(c->bsrc);
-  vd_free(c->bck);
   vd_free(c->ish);
   vd_free(c->osh);
   vd_free(c);
@@ -723,94 +657,9 @@ static vd_rc order_rule(vd_reducer *c) {
   return VD_OK;
 }
 
-/* COUNT (docs/shape-reduction.md): which dims may hold the same term at
- * every index (least fixpoint of the and/or edges from the broadcast
- * sources; monotone, so the loop ends), and the classes of the dims a node
- * contracts or averages over while every factor of its summand may repeat
- * one term there (the factors: the node's input dims that its own EQ
- * constraints connect to the contracted one, as a matmul's k of a and b):
- * n copies of t sum to n * t, a count that must stay the full-size one, so
- * those classes keep their extent. */
-static vd_rc count_rule(vd_reducer *c) {
-  size_t nv = c->nvar ? c->nvar : 1;
-  uint8_t *p = vd_calloc(nv, 1), *all = vd_calloc(nv, 1), *seen = vd_calloc(nv, 1);
-  size_t *lo = vd_calloc((size_t)c->cur_call + 2, sizeof(size_t)), *hi = vd_calloc((size_t)c->cur_call + 2, sizeof(size_t));
-  vd_rc rc = VD_OK;
-  if (!p || !all || !seen || !lo || !hi) {
-    rc = VD_OOM(c->d);
-    goto done;
-  }
-  memcpy(p, c->bsrc, c->nvar);
-  /* And-edges are grouped by the node that stated them (a value of the
-   * numeric executor can have several producers: versions). */
-  for (int changed = 1; changed;) {
-    changed = 0;
-    for (size_t i = 0, j; i < c->n_bce; i = j) {
-      for (j = i; j < c->n_bce && c->bce[j].call == c->bce[i].call; j++) {
-        all[c->bce[j].to] = 1;
-        seen[c->bce[j].to] = 0;
-      }
-      for (size_t k = i; k < j; k++) {
-        const bc_edge *e = &c->bce[k];
-        if (e->kind != 0) continue;
-        seen[e->to] = 1;
-        if (!p[e->from]) all[e->to] = 0;
-      }
-      for (size_t k = i; k < j; k++) {
-        const bc_edge *e = &c->bce[k];
-        int set = e->kind == 1 ? p[e->from] && !p[e->to] : e->kind == 0 && seen[e->to] && all[e->to] && !p[e->to];
-        if (set) {
-          p[e->to] = 1;
-          changed = 1;
-        }
-      }
-    }
-  }
-  /* Each call's edges are contiguous. */
-  for (size_t i = c->n_bce; i-- > 0;) {
-    uint32_t k = c->bce[i].call;
-    if (k > c->cur_call) continue;
-    if (!hi[k]) hi[k] = i + 1;
-    lo[k] = i;
-  }
-  for (size_t i = 0; i < c->n_bck; i++) {
-    const bc_check *ck = &c->bck[i];
-    if (!p[ck->var]) continue;
-    /* the input dims of the call connected to ck->var by its EQs */
-    enum { CAP = 64 };
-    uint32_t comp[CAP], n = 1;
-    int repeats = 1;
-    comp[0] = ck->var;
-    for (uint32_t q = 0; q < n && repeats && !ck->alone; q++)
-      for (size_t k = ck->call <= c->cur_call ? lo[ck->call] : 0; k < (ck->call <= c->cur_call ? hi[ck->call] : 0); k++) {
-        const bc_edge *e = &c->bce[k];
-        if (e->kind != 2 || (e->from != comp[q] && e->to != comp[q])) continue;
-        uint32_t o = e->from == comp[q] ? e->to : e->from;
-        int o_in = e->from == comp[q] ? e->tin : e->fin;
-        int known = 0;
-        for (uint32_t r = 0; r < n; r++) known |= comp[r] == o;
-        if (known) continue;
-        if (o_in && !p[o]) {
-          repeats = 0; /* a factor that varies: the summand varies */
-          break;
-        }
-        if (n < CAP) comp[n++] = o;
-      }
-    if (repeats) c->flag[ck->var] |= F_KEEP;
-  }
-done:
-  vd_free(p);
-  vd_free(all);
-  vd_free(seen);
-  vd_free(lo);
-  vd_free(hi);
-  return rc;
-}
-
 vd_rc vd_reducer_solve(vd_reducer *c, int *reduced, vd_diag *d) {
   c->d = d;
   *reduced = 0;
-  VD_CHECK(count_rule(c));
   unite_same_splits(c);
   VD_CHECK(order_rule(c));
   /* Two dimensions of one value in one class (a transpose, a square

@@ -440,42 +440,6 @@ static void test_avg_divisor(void **state) {
   }
 }
 
-/* COUNT: the sum of an expanded value repeats one term, n copies of t are
- * n * t, so the summed class keeps its full extent (a rank writing the sum
- * as x * 2 would equal it once 64 shrinks to 2).  A sum of varying terms
- * along the same shapes still reduces. */
-static void test_count_keeps(void **state) {
-  (void)state;
-  for (int expanded = 0; expanded < 2; expanded++) {
-    tb_world w;
-    tb_stage s;
-    tb_world_init(&w);
-    tb_stage_init(&s, 0);
-    uint32_t ge = tb_pnode(&w, 0, expanded ? "expand" : "identity", "bcast");
-    uint32_t gs = tb_pnode(&w, 0, "sum", "count");
-    vd_plan_attr_int(&w.plan[0], w.gnodes[0][gs].pnode, "dims", 1);
-    uint32_t gk = tb_pnode(&w, 1, "scale", "times");
-    vd_plan_attr_float(&w.plan[1], w.gnodes[1][gk].pnode, "factor", 64);
-    uint32_t x = expanded ? TB_V(&s, 0, 8, 1) : TB_V(&s, 0, 8, 64), e = TB_V(&s, 0, 8, 64), y = TB_V(&s, 0, 8);
-    tb_node(&s, &w, 0, ge, TB_L(x), TB_L(e));
-    tb_node(&s, &w, 0, gs, TB_L(e), TB_L(y));
-    int32_t px = tb_piece(&w, 2, (int64_t[]){0, 0}, (int64_t[]){8, expanded ? 1 : 64}, 0, 1);
-    uint32_t hx = tb_hyp(&s, &w, x, px);
-    uint32_t py = expanded ? TB_V(&s, 1, 8, 1) : TB_V(&s, 1, 8, 64);
-    tb_node(&s, &w, 1, gk, TB_L(hx), TB_L(py));
-    vd_diag d;
-    vd_diag_clear(&d);
-    assert_int_equal(vd_stage_reduce(&w.lt, &s.st, &d), VD_OK);
-    assert_int_equal(s.st.reduced, 1);
-    if (expanded)
-      assert_int_equal(s.vals[e].rshape[1], 64);
-    else
-      assert_true(s.vals[e].rshape[1] < 64);
-    vd_free(s.st.ovr);
-    tb_world_free(&w);
-  }
-}
-
 static void test_unknown_op(void **state) {
   (void)state;
   tb_world w;
@@ -616,7 +580,7 @@ int main(void) {
       cmocka_unit_test(test_view_unexpressible), cmocka_unit_test(test_rope_even),
       cmocka_unit_test(test_view_head_shard),    cmocka_unit_test(test_view_coarser_single),
       cmocka_unit_test(test_permutation_guard), cmocka_unit_test(test_interleave_guard),
-      cmocka_unit_test(test_avg_divisor),       cmocka_unit_test(test_count_keeps),
+      cmocka_unit_test(test_avg_divisor),
       cmocka_unit_test(test_unknown_op),        cmocka_unit_test(test_contradiction),
       cmocka_unit_test(test_real_llama3_tp2),   cmocka_unit_test(test_reduce_under_faults),
   };
