@@ -740,6 +740,9 @@ static vd_rc assemble(cctx *c, const vd_lineage *L, uint32_t li, size_t a, size_
       sv->hyp_svalue = (int32_t)sk->v[hmap_get(&sk->vmap, lt->lins[p->lineage].svalue)].loc;
       memcpy(sv->rlo, p->lo, sizeof(sv->rlo));
       memcpy(sv->rhi, p->hi, sizeof(sv->rhi));
+      memcpy(sv->plo, p->lo, sizeof(sv->plo));
+      memcpy(sv->phi, p->hi, sizeof(sv->phi));
+      sv->has_pslice = 1;
     }
   }
   /* Nodes with their operand lists. */
@@ -783,6 +786,9 @@ static vd_rc assemble(cctx *c, const vd_lineage *L, uint32_t li, size_t a, size_
   memcpy(tg->hi, p0->hi, sizeof(tg->hi));
   memcpy(tg->rlo, p0->lo, sizeof(tg->rlo));
   memcpy(tg->rhi, p0->hi, sizeof(tg->rhi));
+  memcpy(tg->blo, p0->lo, sizeof(tg->blo));
+  memcpy(tg->bhi, p0->hi, sizeof(tg->bhi));
+  tg->has_bslice = 1;
   tg->part_n = p0->part_n;
   tg->piece_off = ix;
   for (size_t i = a; i < b; i++) {
@@ -826,6 +832,7 @@ static vd_rc cut_target(cctx *c, uint32_t li, size_t a, size_t b) {
   if (VD_GROW(set->stages, c->cap_stages, set->n_stages + 1)) return VD_OOM(c->d);
   vd_stage *st = &set->stages[set->n_stages];
   vd_rc rc = assemble(c, L, li, a, b, st);
+  if (rc == VD_OK) rc = vd_stage_window(c->lt, st, c->d);
   if (rc) {
     vd_stage_free(st);
     return rc;
