@@ -87,6 +87,8 @@ typedef struct vd_stage {
   vd_stage_target *targets; uint32_t n_targets;
   uint32_t *idx;         uint32_t n_idx;
   vd_attr_override *ovr; uint32_t n_ovr;
+  uint32_t n_rep;        /* DP replicas this stage stands for: 1, or every replica when the
+                            replica-0 stage is literally each replica's (stages/cut.c) */
   uint8_t reduced;       /* shapes were reduced */
   uint64_t canon_hash;   /* canonical form hash (0 = not computed) */
   int32_t canon_class;   /* representative stage id of its class, -1 if none */

@@ -47,6 +47,7 @@ typedef struct vd_run {
   vd_rc *stage_rc;            /* machinery errors per stage */
   vd_run_issue *issues; size_t n_issues;
   size_t n_classes, n_solved, n_fast, n_reduced;
+  size_t n_represented;       /* sum of the stages' n_rep: per-replica stages proven */
   size_t n_equiv, n_not_equiv, n_inconclusive;
   double phase_s[VD_RUN_PHASES];
   size_t peak_bytes;
