@@ -209,6 +209,12 @@ typedef struct {
   vd_op_eqv_kind kind;
   const char *lead_attr; /* LEAD: attribute holding the position dimension, or NULL */
   int32_t lead_def;      /* LEAD: its default (negative: from the end) */
+  /* Backward operators whose output 0 is an input gradient computed row by
+   * row (all dimensions but the last) while the other outputs (weight
+   * gradients) sum over the rows: when a stage uses only output 0, the
+   * inputs in bwd0_rows are row-aligned with it (linked on all dimensions
+   * but the last) and every other input is pinned.  0: no such form. */
+  uint8_t bwd0_rows;
 } vd_op_eqv;
 
 const vd_op_eqv *vd_op_eqv_of(vd_op_id op);

@@ -38,6 +38,13 @@
  *                  attribute holding that dimension (NULL: lead_def counts from
  *                  the end when negative).
  *
+ * bwd0_rows: linear and norm backward compute the input
+ * gradient row by row but the weight gradients as sums over the rows, which
+ * pins the rows of the whole node.  A stage that never uses the weight
+ * gradients (dead outputs: no consumer, no target) may window the rows of
+ * the input gradient; the weight gradients are then sums over the window,
+ * which nothing in the stage reads (stages/window.c).
+ *
  * SOUNDNESS: a wrong VD_EQV_RULE entry could merge stages whose proofs differ,
  * so the default is NONE and every other row is listed explicitly below; the
  * _Static_assert keeps the table complete when ops.def grows.
@@ -47,8 +54,8 @@
 #include <assert.h>
 #include <string.h>
 
-#define R {VD_EQV_RULE, NULL, 0}
-#define N {VD_EQV_NONE, NULL, 0}
+#define R {VD_EQV_RULE, NULL, 0, 0}
+#define N {VD_EQV_NONE, NULL, 0, 0}
 
 /* An entry left out is VD_EQV__UNSET (0); tests/ops checks that none is. */
 
@@ -71,19 +78,23 @@ static const vd_op_eqv eqv_table[VD_OP__COUNT] = {
     [VD_OP_MEAN_BACKWARD] = R,
     [VD_OP_MATMUL] = R, [VD_OP_LINEAR] = R, [VD_OP_EMBEDDING] = R,
     [VD_OP_RMS_NORM] = R, [VD_OP_LAYER_NORM] = R,
-    [VD_OP_ROPE] = {VD_EQV_LEAD, "seq_dim", 1},
-    [VD_OP_CAUSAL_MASK] = {VD_EQV_LEAD, NULL, -2},
+    [VD_OP_ROPE] = {VD_EQV_LEAD, "seq_dim", 1, 0},
+    [VD_OP_CAUSAL_MASK] = {VD_EQV_LEAD, NULL, -2, 0},
     [VD_OP_SOFTMAX] = R,
     [VD_OP_PICK] = R,
-    [VD_OP_MATMUL_BACKWARD] = R, [VD_OP_LINEAR_BACKWARD] = R, [VD_OP_EMBEDDING_BACKWARD] = R,
-    [VD_OP_RMS_NORM_BACKWARD] = R, [VD_OP_LAYER_NORM_BACKWARD] = R,
-    [VD_OP_ROPE_BACKWARD] = {VD_EQV_LEAD, "seq_dim", 1},
-    [VD_OP_CAUSAL_MASK_BACKWARD] = {VD_EQV_LEAD, NULL, -2},
+    /* (x, w, g) -> gx, gw (, gb): gx = g w row by row; x stays row-aligned with g for gw */
+    [VD_OP_LINEAR_BACKWARD] = {VD_EQV_RULE, NULL, 0, (1u << 0) | (1u << 2)},
+    [VD_OP_MATMUL_BACKWARD] = R, [VD_OP_EMBEDDING_BACKWARD] = R,
+    /* (x, w, g) -> gx, gw (, gb): gx normalizes over the last dimension, row by row in x and g */
+    [VD_OP_RMS_NORM_BACKWARD] = {VD_EQV_RULE, NULL, 0, (1u << 0) | (1u << 2)},
+    [VD_OP_LAYER_NORM_BACKWARD] = {VD_EQV_RULE, NULL, 0, (1u << 0) | (1u << 2)},
+    [VD_OP_ROPE_BACKWARD] = {VD_EQV_LEAD, "seq_dim", 1, 0},
+    [VD_OP_CAUSAL_MASK_BACKWARD] = {VD_EQV_LEAD, NULL, -2, 0},
     [VD_OP_SOFTMAX_BACKWARD] = R, [VD_OP_PICK_BACKWARD] = R,
     /* nnScaler's mask and rotary kernels: built from absolute positions */
     [VD_OP_CREATE_MASK] = N, [VD_OP_APPLY_MASK] = R,
-    [VD_OP_APPLY_ROTARY_EMB] = {VD_EQV_LEAD, NULL, 1}, [VD_OP_APPLY_MASK_BACKWARD] = R,
-    [VD_OP_APPLY_ROTARY_EMB_BACKWARD] = {VD_EQV_LEAD, NULL, 1},
+    [VD_OP_APPLY_ROTARY_EMB] = {VD_EQV_LEAD, NULL, 1, 0}, [VD_OP_APPLY_MASK_BACKWARD] = R,
+    [VD_OP_APPLY_ROTARY_EMB_BACKWARD] = {VD_EQV_LEAD, NULL, 1, 0},
     [VD_OP_DROPOUT] = R, [VD_OP_DROPOUT_BACKWARD] = R,
     [VD_OP_TOPK_GATE] = R, [VD_OP_GROUPED_MLP] = R, [VD_OP_TOPK_GATE_BACKWARD] = R,
     [VD_OP_GROUPED_MLP_BACKWARD] = R,

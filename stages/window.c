@@ -108,6 +108,26 @@ static void pin_value(wctx *w, uint32_t v) {
   for (uint32_t j = 0; j < VD_MAX_DIMS; j++) w->pin[DIM(v, j)] = 1;
 }
 
+/* Whether only output 0 of single-side node i is used in the stage: the
+ * other outputs have no consumer in the stage and are no target. */
+static int only_first_live(const vd_stage *st, uint32_t i) {
+  const vd_stage_node *n = &st->nodes[i];
+  for (uint32_t k = 1; k < n->n_out; k++) {
+    uint32_t v = st->idx[n->out_off + k];
+    for (uint32_t t = 0; t < st->n_targets; t++)
+      if (st->targets[t].svalue == (int32_t)v) return 0;
+    for (uint32_t j = 0; j < st->n_vals; j++)
+      if (st->vals[j].hyp_svalue == (int32_t)v) return 0;
+    for (uint32_t m = 0; m < st->n_nodes; m++) {
+      const vd_stage_node *x = &st->nodes[m];
+      if (x->side) continue;
+      for (uint32_t q = 0; q < x->n_in; q++)
+        if (st->idx[x->in_off + q] == v) return 0;
+    }
+  }
+  return 1;
+}
+
 /* Links and pins the dimensions of single-side node i. */
 static vd_rc visit_node(wctx *w, const vd_lin_table *lt, const vd_stage *st, uint32_t i, vd_diag *d) {
   const vd_stage_node *n = &st->nodes[i];
@@ -124,6 +144,27 @@ static vd_rc visit_node(wctx *w, const vd_lin_table *lt, const vd_stage *st, uin
   if (!ok || (e->kind != VD_EQV_RULE && e->kind != VD_EQV_LEAD)) {
     for (uint32_t k = 0; k < n->n_in; k++) pin_value(w, in[k]);
     for (uint32_t k = 0; k < n->n_out; k++) pin_value(w, out[k]);
+    return VD_OK;
+  }
+  if (e->bwd0_rows && n->n_out >= 2 && only_first_live(st, i)) {
+    /* Only the input gradient is used: rows of the inputs in bwd0_rows and
+     * of output 0 are linked (all dimensions but the last); the rest is
+     * pinned.  The dead weight gradients become sums over the window's rows,
+     * which nothing in the stage reads. */
+    const vd_stage_value *o = &st->vals[out[0]];
+    int32_t lead = o->ndim - 1;
+    for (uint32_t k = 0; k < n->n_in; k++) {
+      const vd_stage_value *v = &st->vals[in[k]];
+      if (k < 8 && (e->bwd0_rows >> k & 1) && v->ndim == o->ndim) {
+        for (int32_t j = 0; j < v->ndim; j++) {
+          if (j < lead && v->shape[j] == o->shape[j]) unite(w, DIM(in[k], j), DIM(out[0], j));
+          else w->pin[DIM(in[k], j)] = 1;
+        }
+        continue;
+      }
+      pin_value(w, in[k]);
+    }
+    for (int32_t j = lead; j < o->ndim; j++) w->pin[DIM(out[0], j)] = 1;
     return VD_OK;
   }
   vd_op_shape ish[64], osh[64];
