@@ -24,6 +24,8 @@
 
 #include <stdint.h>
 
+#include "../common/issue.h"
+#include "../common/limits.h"
 #include "../plans/plan.h"
 
 typedef struct {
@@ -63,18 +65,16 @@ typedef enum {
 
 extern const char *const vd_gissue_names[VD_GISSUE__COUNT];
 
-typedef struct {
-  vd_gissue_kind kind;
-  int64_t tensor;   /* plan tensor index or -1 */
-  int64_t pnode;    /* plan node index involved (consumer, writer, participant) or -1 */
-  int32_t replica;
-  int32_t mb;
-  char detail[256]; /* one line, names included */
-  char field[32];   /* operand of pnode involved ("in[0]", "out[1]"), "" if none */
-} vd_graph_issue;
+/* Graph issues are vd_issue (common/issue.h) with source "graph", kind a
+ * vd_gissue_kind, tensor and pnode indices of this graph's plan (-1 if
+ * none), rank the global rank of pnode (else of tensor), and field the
+ * operand of pnode involved ("in[0]", "out[1]").  Their diagnosis is
+ * DATAFLOW, except a READ_EARLY by a DP gradient reducer: SCHEDULE (see
+ * vd_graph_i_issue). */
+typedef vd_issue vd_graph_issue;
 
 /* At most this many issues are stored; the rest are only counted. */
-#define VD_GRAPH_MAX_ISSUES 65536
+#define VD_GRAPH_MAX_ISSUES ((size_t)VD_LIM_GRAPH_MAX_ISSUES) /* reason: common/limits.h */
 
 typedef struct {
   int expand_replicas; /* 1: build every DP replica; 0: replica 0 only, and
@@ -93,7 +93,7 @@ typedef struct vd_graph {
   uint32_t *inst_base; uint32_t *inst_per_replica;
   int32_t *inst_first, *inst_last; /* value index or -1 if never materialised */
   size_t n_inst;
-  vd_graph_issue *issues; size_t n_issues;
+  vd_graph_issue *issues; size_t n_issues, cap_issues;
   size_t n_issues_dropped; /* issues found beyond VD_GRAPH_MAX_ISSUES */
 } vd_graph_t;
 

@@ -92,32 +92,32 @@ typedef struct {
 
 vd_rc vd_graph_i_issue(vd_graph_t *g, vd_gissue_kind kind, int64_t tensor, int64_t pnode,
                        int32_t replica, int32_t mb, const char *field, const char *fmt, ...) {
-  if (g->n_issues >= VD_GRAPH_MAX_ISSUES) {
-    g->n_issues_dropped++;
-    return VD_OK;
+  const vd_plan_t *p = g->plan;
+  /* A DP gradient reducer that reads its gradient before the backward
+   * producing it ran (one microbatch: no accumulator to read yet) is a
+   * schedule error, the same bug as a reducer overtaking the last
+   * microbatch when there are several (stages/cut.c, SCHEDULE). */
+  vd_diagnosis dx = VD_DX_DATAFLOW;
+  if (kind == VD_GISSUE_READ_EARLY && pnode >= 0 && tensor >= 0) {
+    const vd_node_t *n = &p->nodes[pnode];
+    if (n->coll >= 0 && n->span_replicas && p->tensors[tensor].role == VD_ROLE_GRAD) dx = VD_DX_SCHEDULE;
   }
-  /* Capacity is implied by the count: 8, then powers of two. */
-  size_t n = g->n_issues;
-  if (n == 0 || (n >= 8 && (n & (n - 1)) == 0)) {
-    size_t cap = n == 0 ? 8 : n * 2;
-    vd_graph_issue *ni = vd_realloc_array(g->issues, cap, sizeof(*ni));
-    if (!ni) return VD_ENOMEM;
-    g->issues = ni;
-  }
-  vd_graph_issue *is = &g->issues[n];
-  memset(is, 0, sizeof(*is));
-  is->kind = kind;
-  is->tensor = tensor;
-  is->pnode = pnode;
-  is->replica = replica;
-  is->mb = mb;
-  if (field) snprintf(is->field, sizeof(is->field), "%s", field);
+  vd_issue is;
+  vd_issue_init(&is, "graph", (unsigned)kind, vd_gissue_names[kind], dx);
+  is.single = p->kind == VD_PLAN_SINGLE;
+  is.tensor = tensor;
+  is.pnode = pnode;
+  is.replica = replica;
+  is.mb = mb;
+  int32_t rep = replica < 0 ? 0 : replica;
+  if (pnode >= 0) is.rank = vd_graph_rank(g, p->nodes[pnode].rank, rep);
+  else if (tensor >= 0) is.rank = vd_graph_rank(g, p->tensors[tensor].rank, rep);
+  if (field) snprintf(is.field, sizeof(is.field), "%s", field);
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(is->detail, sizeof(is->detail), fmt, ap);
+  vd_issue_vdetail(&is, fmt, ap);
   va_end(ap);
-  g->n_issues++;
-  return VD_OK;
+  return vd_issue_push(&g->issues, &g->n_issues, &g->cap_issues, VD_GRAPH_MAX_ISSUES, &g->n_issues_dropped, &is);
 }
 
 void vd_graph_i_node_label(const vd_graph_t *g, uint32_t pnode, int32_t replica, int32_t mb,

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/limits.h"
 #include "../common/mem.h"
 #include "../plans/idmap.h"
 
@@ -43,7 +44,7 @@ const char *const vd_lissue_names[VD_LISSUE__COUNT] = {"no_single", "out_of_boun
                                                        "batch"};
 
 #define NONE UINT32_MAX
-#define GRID_MAX ((size_t)1 << 22)
+#define GRID_MAX ((size_t)VD_LIM_LIN_GRID_MAX) /* reason: common/limits.h */
 
 typedef struct {
   vd_lin_piece p;
@@ -61,27 +62,30 @@ typedef struct {
 
 /* ---- issues ------------------------------------------------------------ */
 
+/* Global rank holding parallel tensor ptensor in replica d. */
+static long long grank(const lctx *c, uint32_t ptensor, int32_t d) {
+  return (long long)d * c->pp->world.stored_ranks + c->pp->tensors[ptensor].rank;
+}
+
 static vd_rc add_issue(lctx *c, vd_lissue_kind kind, int64_t st, int64_t pt, int32_t rep, int32_t mb,
                        const char *fmt, ...) __attribute__((format(printf, 7, 8)));
 static vd_rc add_issue(lctx *c, vd_lissue_kind kind, int64_t st, int64_t pt, int32_t rep, int32_t mb,
                        const char *fmt, ...) {
   vd_lin_table *t = c->t;
-  if (t->n_issues >= VD_LIN_MAX_ISSUES) {
-    t->n_issues_dropped++;
-    return VD_OK;
-  }
-  if (VD_GROW(t->issues, c->cap_issues, t->n_issues + 1)) return VD_OOM(c->d);
-  vd_lin_issue *is = &t->issues[t->n_issues++];
-  memset(is, 0, sizeof(*is));
-  is->kind = kind;
-  is->stensor = st;
-  is->ptensor = pt;
-  is->replica = rep;
-  is->mb = mb;
+  vd_issue is;
+  vd_issue_init(&is, "lineage", (unsigned)kind, vd_lissue_names[kind],
+                kind == VD_LISSUE_BATCH ? VD_DX_BATCH : VD_DX_DATAFLOW);
+  is.stensor = st;
+  is.tensor = pt;
+  is.replica = rep;
+  is.mb = mb;
+  if (pt >= 0 && rep >= 0) is.rank = grank(c, (uint32_t)pt, rep);
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(is->detail, sizeof(is->detail), fmt, ap);
+  vd_issue_vdetail(&is, fmt, ap);
   va_end(ap);
+  if (vd_issue_push(&t->issues, &t->n_issues, &c->cap_issues, VD_LIN_MAX_ISSUES, &t->n_issues_dropped, &is))
+    return VD_OOM(c->d);
   return VD_OK;
 }
 
@@ -91,7 +95,7 @@ static int issue_cmp(const void *a, const void *b) {
   int kx = x->kind == VD_LISSUE_BATCH ? -1 : (int)x->kind, ky = y->kind == VD_LISSUE_BATCH ? -1 : (int)y->kind;
   if (kx != ky) return kx < ky ? -1 : 1;
   if (x->stensor != y->stensor) return x->stensor < y->stensor ? -1 : 1;
-  if (x->ptensor != y->ptensor) return x->ptensor < y->ptensor ? -1 : 1;
+  if (x->tensor != y->tensor) return x->tensor < y->tensor ? -1 : 1;
   if (x->replica != y->replica) return x->replica < y->replica ? -1 : 1;
   if (x->mb != y->mb) return x->mb < y->mb ? -1 : 1;
   return strcmp(x->detail, y->detail);
@@ -116,9 +120,6 @@ static void fmt_shape(const int64_t *s, int32_t nd, char *buf, size_t n) {
 
 static const char *sname(const lctx *c, uint32_t s) { return vd_plan_s(c->sp, c->sp->tensors[s].name); }
 static const char *pname(const lctx *c, uint32_t p) { return vd_plan_s(c->pp, c->pp->tensors[p].name); }
-static long long grank(const lctx *c, uint32_t ptensor, int32_t d) {
-  return (long long)d * c->pp->world.stored_ranks + c->pp->tensors[ptensor].rank;
-}
 
 /* "'r0.w1' (rank 0, mb 1)" for a piece. */
 static void fmt_piece(const lctx *c, const vd_lin_piece *p, char *buf, size_t n) {

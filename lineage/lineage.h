@@ -69,13 +69,11 @@ typedef enum {
 
 extern const char *const vd_lissue_names[VD_LISSUE__COUNT];
 
-typedef struct {
-  vd_lissue_kind kind;
-  int64_t stensor;  /* single tensor index or -1 */
-  int64_t ptensor;  /* parallel tensor index or -1 */
-  int32_t replica, mb;
-  char detail[200]; /* one line with names, slices and ranks */
-} vd_lin_issue;
+/* Lineage issues are vd_issue (common/issue.h) with source "lineage", kind
+ * a vd_lissue_kind, stensor the single tensor and tensor the parallel tensor
+ * (-1 if none), rank the global rank holding the parallel tensor when the
+ * replica is known.  Diagnosis: BATCH for VD_LISSUE_BATCH, else DATAFLOW. */
+typedef vd_issue vd_lin_issue;
 
 typedef struct vd_lin_table {
   const vd_graph_t *gs, *gp; /* borrowed */
@@ -95,7 +93,7 @@ typedef struct vd_lin_table {
 } vd_lin_table;
 
 /* At most this many issues are stored; the rest are only counted. */
-#define VD_LIN_MAX_ISSUES 4096
+#define VD_LIN_MAX_ISSUES ((size_t)VD_LIM_LIN_MAX_ISSUES) /* reason: common/limits.h */
 
 /* Builds and validates the lineage table of a (single, parallel) graph pair.
  * gp must be built with expand_replicas = 0; replicas are virtual.

@@ -23,7 +23,7 @@
 const vd_op_info vd_op_table[VD_OP__COUNT] = {
 #define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, safety)       \
   [VD_OP_##ID] = {#name, min_in, max_in, min_out, max_out, flags, VD_OP_##bwd,       \
-                  vd_op_i_eval_##name, vd_op_i_shape_##name, safety, NULL},
+                  vd_op_i_eval_##name, vd_op_i_shape_##name, safety},
 #include "ops.def"
 #undef VD_OP
 };
@@ -42,6 +42,35 @@ int64_t vd_op_shape_numel(const vd_op_shape *s) {
   int64_t n = 1;
   for (int32_t i = 0; i < s->ndim; i++) n *= s->d[i];
   return n;
+}
+
+void vd_op_shape_unravel(const vd_op_shape *s, int64_t flat, int64_t *idx) {
+  for (int32_t i = s->ndim - 1; i >= 0; i--) {
+    int64_t e = s->d[i] > 0 ? s->d[i] : 1;
+    idx[i] = flat % e;
+    flat /= e;
+  }
+}
+
+int64_t vd_op_shape_ravel(const vd_op_shape *s, const int64_t *idx) {
+  int64_t f = 0;
+  for (int32_t i = 0; i < s->ndim; i++) f = f * s->d[i] + idx[i];
+  return f;
+}
+
+int vd_op_bcast_to(const vd_op_shape *in, const vd_op_shape *out) {
+  if (in->ndim > out->ndim) return 0;
+  int32_t off = out->ndim - in->ndim;
+  for (int32_t j = 0; j < in->ndim; j++)
+    if (in->d[j] != 1 && in->d[j] != out->d[j + off]) return 0;
+  return 1;
+}
+
+int64_t vd_op_bcast_src(const vd_op_shape *out, const vd_op_shape *in, const int64_t *idx) {
+  int32_t off = out->ndim - in->ndim;
+  int64_t f = 0;
+  for (int32_t j = 0; j < in->ndim; j++) f = f * in->d[j] + (in->d[j] == 1 ? 0 : idx[j + off]);
+  return f;
 }
 
 vd_op_id vd_op_lookup(const char *name) {

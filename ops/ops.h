@@ -15,8 +15,13 @@
  * outputs of all participants in group order, so the executor needs no
  * per-collective code.
  *
- * Not here: the symbolic encoders (slot `encode`, NULL until solver/ fills
- * it; the table shape does not change when it does).
+ * Not here: the symbolic encoders.  ops/ must not depend on solver/ (make
+ * lint), so the encoders cannot be a column of this table without an
+ * opaque slot that nothing here could fill.  solver/smt_encode.c expands
+ * the same ops.def X-macro into its own table (enc_table), one row per
+ * operator with a compile-time count check: ops.def stays the only list of
+ * operators, and every per-operator table (this one, the reduction rules
+ * of ops_reduce.c, the encoders) is an expansion of it.
  */
 #ifndef VD_OPS_H
 #define VD_OPS_H
@@ -63,6 +68,17 @@ typedef struct {
 
 int64_t vd_op_shape_numel(const vd_op_shape *s);
 
+/* Row-major index helpers shared by the numeric evaluators and solver/'s
+ * encoders, so both read an element at the same place.  unravel: flat
+ * index -> per-dimension index (idx has s->ndim entries); ravel: the
+ * inverse.  vd_op_bcast_to: whether `in` broadcasts to `out` (NumPy rules,
+ * trailing dimensions aligned).  vd_op_bcast_src: the flat index in `in` of
+ * the element that broadcasts to out-index idx (in must broadcast to out). */
+void vd_op_shape_unravel(const vd_op_shape *s, int64_t flat, int64_t *idx);
+int64_t vd_op_shape_ravel(const vd_op_shape *s, const int64_t *idx);
+int vd_op_bcast_to(const vd_op_shape *in, const vd_op_shape *out);
+int64_t vd_op_bcast_src(const vd_op_shape *out, const vd_op_shape *in, const int64_t *idx);
+
 /* One evaluation.  All pointers are borrowed.  For a shape check only, the
  * data pointers (in/out) may be NULL.  Attributes are read from plan+node
  * (node may be NULL: every attribute then takes its default).  `record`
@@ -85,11 +101,6 @@ typedef struct vd_op_call {
 typedef vd_rc (*vd_op_eval_fn)(const vd_op_call *c);
 typedef vd_rc (*vd_op_shape_fn)(const vd_op_call *c);
 
-/* Symbolic encoder: opaque here.  solver/ defines struct vd_op_encode_call
- * when it adds encoders; the table slot exists now so the table shape stays. */
-struct vd_op_encode_call;
-typedef vd_rc (*vd_op_encode_fn)(const struct vd_op_encode_call *c);
-
 typedef struct {
   const char *name;
   uint16_t min_in, max_in;   /* VD_OP_MANY = unbounded */
@@ -99,7 +110,6 @@ typedef struct {
   vd_op_eval_fn eval;        /* numeric evaluator (assumes shape checked) */
   vd_op_shape_fn shape;      /* shape and arity check, VD_EINPUT on mismatch */
   const char *reduction_safety; /* why checking on reduced shapes is sound */
-  vd_op_encode_fn encode;    /* NULL until the symbolic encoder lands */
 } vd_op_info;
 
 extern const vd_op_info vd_op_table[VD_OP__COUNT];
@@ -125,6 +135,12 @@ const char *vd_op_safety(vd_op_id op);
  * training iteration); only "False", "false", "0" and a numeric 0 read as
  * false.  One test for the evaluator and the encoder. */
 int vd_op_dropout_active(const vd_plan_t *plan, const vd_node_t *node, double *p);
+
+/* The real function that a symbol of solver/'s encoders stands for (exp,
+ * gelu, rope_cos, topk_gate.k<K>.j<J>, ...; the list is in solver/smt.h,
+ * vd_smt_uf_value), applied to n arguments with the evaluators' own
+ * definitions: 1 and *out, or 0 for a name or arity that is not one. */
+int vd_op_symbol_value(const char *name, size_t n, const double *a, double *out);
 
 /* Checks arity (against the table) and shapes (the op's rule), then
  * evaluates.  Errors are VD_EINPUT with the diag naming c->record and the

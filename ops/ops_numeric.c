@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../common/limits.h"
 #include "../common/mem.h"
 #include "ops.h"
 #include "ops_moe.h"
@@ -146,36 +147,6 @@ static vd_rc get_dims_mask(const vd_op_call *c, int32_t ndim, int *mask) {
   return VD_OK;
 }
 
-static void unravel(const vd_op_shape *s, int64_t flat, int64_t *idx) {
-  for (int32_t i = s->ndim - 1; i >= 0; i--) {
-    int64_t e = s->d[i] > 0 ? s->d[i] : 1;
-    idx[i] = flat % e;
-    flat /= e;
-  }
-}
-
-static int64_t ravel(const vd_op_shape *s, const int64_t *idx) {
-  int64_t f = 0;
-  for (int32_t i = 0; i < s->ndim; i++) f = f * s->d[i] + idx[i];
-  return f;
-}
-
-/* in broadcasts to out (NumPy rules, trailing dims aligned). */
-static int bcasts_to(const vd_op_shape *in, const vd_op_shape *out) {
-  if (in->ndim > out->ndim) return 0;
-  int32_t off = out->ndim - in->ndim;
-  for (int32_t j = 0; j < in->ndim; j++)
-    if (in->d[j] != 1 && in->d[j] != out->d[j + off]) return 0;
-  return 1;
-}
-
-/* Flat index in `in` of the element broadcast to out-index idx. */
-static int64_t bsrc(const vd_op_shape *out, const vd_op_shape *in, const int64_t *idx) {
-  int32_t off = out->ndim - in->ndim;
-  int64_t f = 0;
-  for (int32_t j = 0; j < in->ndim; j++) f = f * in->d[j] + (in->d[j] == 1 ? 0 : idx[j + off]);
-  return f;
-}
 
 /* y (shape ys, broadcastable to gs) = factor * sum of g over broadcast dims. */
 static void sum_to(const double *g, const vd_op_shape *gs, double *y, const vd_op_shape *ys, double factor) {
@@ -183,8 +154,8 @@ static void sum_to(const double *g, const vd_op_shape *gs, double *y, const vd_o
   int64_t idx[VD_MAX_DIMS];
   memset(y, 0, sizeof(double) * (size_t)ny);
   for (int64_t f = 0; f < ng; f++) {
-    unravel(gs, f, idx);
-    y[bsrc(gs, ys, idx)] += factor * g[f];
+    vd_op_shape_unravel(gs, f, idx);
+    y[vd_op_bcast_src(gs, ys, idx)] += factor * g[f];
   }
 }
 
@@ -277,11 +248,11 @@ vd_rc vd_op_i_eval_transpose(const vd_op_call *c) {
   VD_CHECK(get_dim(c, "dim1", 1, c->in_shape[0].ndim, &d1));
   int64_t n = vd_op_shape_numel(&c->in_shape[0]), idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < n; f++) {
-    unravel(&c->in_shape[0], f, idx);
+    vd_op_shape_unravel(&c->in_shape[0], f, idx);
     int64_t t = idx[d0];
     idx[d0] = idx[d1];
     idx[d1] = t;
-    c->out[0][ravel(&c->out_shape[0], idx)] = c->in[0][f];
+    c->out[0][vd_op_shape_ravel(&c->out_shape[0], idx)] = c->in[0][f];
   }
   return VD_OK;
 }
@@ -342,9 +313,9 @@ static void slice_copy(const double *src, double *dst, const vd_op_shape *full, 
                        int32_t dim, int64_t off, int to_part) {
   int64_t n = vd_op_shape_numel(part), idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < n; f++) {
-    unravel(part, f, idx);
+    vd_op_shape_unravel(part, f, idx);
     idx[dim] += off;
-    int64_t g = ravel(full, idx);
+    int64_t g = vd_op_shape_ravel(full, idx);
     if (to_part)
       dst[f] = src[g];
     else
@@ -423,7 +394,7 @@ vd_rc vd_op_i_eval_concat(const vd_op_call *c) {
 
 static vd_rc want_bcast(const vd_op_call *c, const vd_op_shape *small, const vd_op_shape *big,
                         const char *field) {
-  if (bcasts_to(small, big)) return VD_OK;
+  if (vd_op_bcast_to(small, big)) return VD_OK;
   char a[96], b[96];
   shape_str(small, a, sizeof(a));
   shape_str(big, b, sizeof(b));
@@ -437,8 +408,8 @@ vd_rc vd_op_i_shape_expand(const vd_op_call *c) {
 vd_rc vd_op_i_eval_expand(const vd_op_call *c) {
   int64_t n = vd_op_shape_numel(&c->out_shape[0]), idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < n; f++) {
-    unravel(&c->out_shape[0], f, idx);
-    c->out[0][f] = c->in[0][bsrc(&c->out_shape[0], &c->in_shape[0], idx)];
+    vd_op_shape_unravel(&c->out_shape[0], f, idx);
+    c->out[0][f] = c->in[0][vd_op_bcast_src(&c->out_shape[0], &c->in_shape[0], idx)];
   }
   return VD_OK;
 }
@@ -492,8 +463,8 @@ static vd_rc binary(const vd_op_call *c, binary_fn f) {
     return VD_OK;
   }
   for (int64_t i = 0; i < n; i++) {
-    unravel(os, i, idx);
-    c->out[0][i] = f(c->in[0][bsrc(os, &c->in_shape[0], idx)], c->in[1][bsrc(os, &c->in_shape[1], idx)]);
+    vd_op_shape_unravel(os, i, idx);
+    c->out[0][i] = f(c->in[0][vd_op_bcast_src(os, &c->in_shape[0], idx)], c->in[1][vd_op_bcast_src(os, &c->in_shape[1], idx)]);
   }
   return VD_OK;
 }
@@ -569,7 +540,7 @@ static int64_t reduced_index(const vd_op_shape *x, const int *mask, int keep, co
     else if (keep)
       ridx[k++] = 0;
   }
-  return ravel(r, ridx);
+  return vd_op_shape_ravel(r, ridx);
 }
 
 /* Shape rule of sum/mean (x -> y) and of their backward (g -> gx): `full`
@@ -594,7 +565,7 @@ static vd_rc eval_reduce(const vd_op_call *c, int mean) {
   int64_t idx[VD_MAX_DIMS];
   memset(c->out[0], 0, sizeof(double) * (size_t)vd_op_shape_numel(&c->out_shape[0]));
   for (int64_t f = 0; f < n; f++) {
-    unravel(x, f, idx);
+    vd_op_shape_unravel(x, f, idx);
     c->out[0][reduced_index(x, mask, keep, &r, idx)] += c->in[0][f];
   }
   if (mean && cnt > 0)
@@ -611,7 +582,7 @@ static vd_rc eval_reduce_bwd(const vd_op_call *c, int mean) {
   double scale = mean ? (double)nr / (double)(n ? n : 1) : 1.0;
   int64_t idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < n; f++) {
-    unravel(x, f, idx);
+    vd_op_shape_unravel(x, f, idx);
     c->out[0][f] = scale * c->in[0][reduced_index(x, mask, keep, &r, idx)];
   }
   return VD_OK;
@@ -677,8 +648,8 @@ static vd_rc eval_muldiv_bwd(const vd_op_call *c, int div) {
   memset(c->out[0], 0, sizeof(double) * (size_t)vd_op_shape_numel(as));
   memset(c->out[1], 0, sizeof(double) * (size_t)vd_op_shape_numel(bs));
   for (int64_t f = 0; f < n; f++) {
-    unravel(gs, f, idx);
-    int64_t ia = bsrc(gs, as, idx), ib = bsrc(gs, bs, idx);
+    vd_op_shape_unravel(gs, f, idx);
+    int64_t ia = vd_op_bcast_src(gs, as, idx), ib = vd_op_bcast_src(gs, bs, idx);
     double a = c->in[0][ia], b = c->in[1][ib], g = c->in[2][f];
     if (div) {
       c->out[0][ia] += g / b;
@@ -746,7 +717,7 @@ vd_rc vd_op_i_eval_gelu_backward(const vd_op_call *c) { return unary_bwd(c, d_ge
 static int dropout_on(const vd_op_call *c, double *p) { return vd_op_dropout_active(c->plan, c->node, p); }
 
 /* The numeric surrogate of the shared mask symbol dropout_mask(x, p); also
- * smt_encode.c's vd_smt_uf_value meaning of it (kept identical). */
+ * the symbol's meaning for the encoders (vd_op_symbol_value). */
 static double dropout_mask_f(double x, double p) { return p >= 1 ? 0.0 : (1.0 + 0.5 * sin(3.0 * x)) / (1.0 - p); }
 static double u_dropout(double x, double p) { return x * dropout_mask_f(x, p); }
 
@@ -830,9 +801,9 @@ vd_rc vd_op_i_eval_matmul(const vd_op_call *c) {
   mm_geo g = mm_geometry(&c->in_shape[0], &c->in_shape[1], &c->out_shape[0]);
   int64_t idx[VD_MAX_DIMS];
   for (int64_t t = 0; t < g.nbatch; t++) {
-    unravel(&g.ob, t, idx);
-    const double *A = c->in[0] + bsrc(&g.ob, &g.ab, idx) * g.m * g.k;
-    const double *B = c->in[1] + bsrc(&g.ob, &g.bb, idx) * g.k * g.n;
+    vd_op_shape_unravel(&g.ob, t, idx);
+    const double *A = c->in[0] + vd_op_bcast_src(&g.ob, &g.ab, idx) * g.m * g.k;
+    const double *B = c->in[1] + vd_op_bcast_src(&g.ob, &g.bb, idx) * g.k * g.n;
     double *Y = c->out[0] + t * g.m * g.n;
     for (int64_t i = 0; i < g.m; i++)
       for (int64_t j = 0; j < g.n; j++) {
@@ -858,8 +829,8 @@ vd_rc vd_op_i_eval_matmul_backward(const vd_op_call *c) {
   memset(c->out[0], 0, sizeof(double) * (size_t)vd_op_shape_numel(&c->in_shape[0]));
   memset(c->out[1], 0, sizeof(double) * (size_t)vd_op_shape_numel(&c->in_shape[1]));
   for (int64_t t = 0; t < g.nbatch; t++) {
-    unravel(&g.ob, t, idx);
-    int64_t oa = bsrc(&g.ob, &g.ab, idx) * g.m * g.k, ob = bsrc(&g.ob, &g.bb, idx) * g.k * g.n;
+    vd_op_shape_unravel(&g.ob, t, idx);
+    int64_t oa = vd_op_bcast_src(&g.ob, &g.ab, idx) * g.m * g.k, ob = vd_op_bcast_src(&g.ob, &g.bb, idx) * g.k * g.n;
     const double *A = c->in[0] + oa, *B = c->in[1] + ob, *G = c->in[2] + t * g.m * g.n;
     double *GA = c->out[0] + oa, *GB = c->out[1] + ob;
     for (int64_t i = 0; i < g.m; i++)
@@ -1106,22 +1077,26 @@ static vd_rc shape_rope(const vd_op_call *c) {
                (long long)c->in_shape[0].d[c->in_shape[0].ndim - 1]);
   return VD_OK;
 }
+/* Rotation angle of pair i of a head of width d at position pos. */
+static double rope_angle(double pos, double i, double d, double theta) { return pos * pow(theta, -2.0 * i / d); }
+
 static vd_rc eval_rope(const vd_op_call *c, double sign) {
   const vd_op_shape *s = &c->in_shape[0];
   int32_t sd;
   VD_CHECK(get_dim(c, "seq_dim", 1, s->ndim, &sd));
   double theta = aflt(c, "theta", 10000.0);
   int64_t off = aint(c, "pos_offset", 0), d = s->d[s->ndim - 1], half = d / 2;
+  /* rope_angle is also the symbols rope_cos/rope_sin's argument. */
   int64_t rows = d ? vd_op_shape_numel(s) / d : 0, idx[VD_MAX_DIMS];
   vd_op_shape rs = *s;
   rs.d[rs.ndim - 1] = 1;
   for (int64_t r = 0; r < rows; r++) {
-    unravel(&rs, r, idx);
+    vd_op_shape_unravel(&rs, r, idx);
     double pos = (double)(off + idx[sd]);
     const double *x = c->in[0] + r * d;
     double *y = c->out[0] + r * d;
     for (int64_t i = 0; i < half; i++) {
-      double ang = sign * pos * pow(theta, -2.0 * (double)i / (double)d);
+      double ang = sign * rope_angle(pos, (double)i, (double)d, theta);
       double co = cos(ang), si = sin(ang), a = x[i], b = x[i + half];
       y[i] = a * co - b * si;
       y[i + half] = a * si + b * co;
@@ -1191,7 +1166,7 @@ vd_rc vd_op_i_eval_create_mask(const vd_op_call *c) {
 /* mask broadcasts to x; x, (y, g) and the output share x's shape. */
 static vd_rc shape_apply_mask(const vd_op_call *c, uint32_t n_same) {
   VD_CHECK(want_ndim(c, 0, 0, 2, VD_MAX_DIMS));
-  if (!bcasts_to(&c->in_shape[1], &c->in_shape[0])) {
+  if (!vd_op_bcast_to(&c->in_shape[1], &c->in_shape[0])) {
     char a[96], b[96];
     shape_str(&c->in_shape[1], a, sizeof(a));
     shape_str(&c->in_shape[0], b, sizeof(b));
@@ -1552,9 +1527,9 @@ vd_rc vd_op_i_eval_reduce_scatter(const vd_op_call *c) {
   int64_t n = vd_op_shape_numel(os), idx[VD_MAX_DIMS];
   for (uint32_t p = 0; p < c->n_out; p++)
     for (int64_t f = 0; f < n; f++) {
-      unravel(os, f, idx);
+      vd_op_shape_unravel(os, f, idx);
       idx[dim] += (int64_t)p * os->d[dim];
-      int64_t src = ravel(&c->in_shape[0], idx);
+      int64_t src = vd_op_shape_ravel(&c->in_shape[0], idx);
       double s = 0;
       for (uint32_t i = 0; i < c->n_in; i++) s += c->in[i][src];
       c->out[p][f] = s;
@@ -1590,11 +1565,11 @@ vd_rc vd_op_i_eval_all_to_all(const vd_op_call *c) {
   int64_t n = vd_op_shape_numel(ys), idx[VD_MAX_DIMS];
   for (uint32_t i = 0; i < c->n_out; i++)
     for (int64_t f = 0; f < n; f++) {
-      unravel(ys, f, idx);
+      vd_op_shape_unravel(ys, f, idx);
       int64_t j = idx[cd] / cs_cd;
       idx[cd] -= j * cs_cd;
       idx[sd] += (int64_t)i * cs_sd;
-      c->out[i][f] = c->in[j][ravel(xs, idx)];
+      c->out[i][f] = c->in[j][vd_op_shape_ravel(xs, idx)];
     }
   return VD_OK;
 }
@@ -1649,9 +1624,11 @@ vd_rc vd_op_i_shape_clip_coef(const vd_op_call *c) {
   if (vd_op_shape_numel(&c->out_shape[0]) != 1) return bad(c, "outputs[0]", "expected a scalar");
   return VD_OK;
 }
+/* Gradient clipping coefficient from the total squared norm; also the
+ * symbol clip_coef's meaning. */
+static double clip_coef_f(double total_sq, double max_norm) { return fmin(1.0, max_norm / (sqrt(total_sq) + 1e-6)); }
 vd_rc vd_op_i_eval_clip_coef(const vd_op_call *c) {
-  double mn = aflt(c, "max_norm", 1.0);
-  c->out[0][0] = fmin(1.0, mn / (sqrt(c->in[0][0]) + 1e-6));
+  c->out[0][0] = clip_coef_f(c->in[0][0], aflt(c, "max_norm", 1.0));
   return VD_OK;
 }
 vd_rc vd_op_i_shape_sgd_step(const vd_op_call *c) {
@@ -1690,4 +1667,74 @@ vd_rc vd_op_i_eval_adam_step(const vd_op_call *c) {
     c->out[2][i] = v;
   }
   return VD_OK;
+}
+
+/* ---- the real functions behind the encoders' symbols ------------------------
+ *
+ * solver/'s encoders leave transcendental kernels uninterpreted: a term
+ * exp(x) is the application of a symbol "exp".  vd_op_symbol_value says
+ * what each symbol means, with the same functions the evaluators above
+ * use, so the registry's numeric semantics are written once. */
+
+typedef struct {
+  const char *name;
+  double (*f)(double x, double p); /* p unused */
+} sym1_t;
+
+static double s_cos(double x, double p) { (void)p; return cos(x); }
+static double s_sin(double x, double p) { (void)p; return sin(x); }
+
+static const sym1_t sym1[] = {
+    {"exp", u_exp},         {"log", u_log},   {"sqrt", u_sqrt},     {"rsqrt", u_rsqrt},
+    {"sigmoid", u_sigmoid}, {"tanh", u_tanh}, {"rot_cos", s_cos},   {"rot_sin", s_sin},
+    {"gelu", u_gelu},       {"gelu_grad", d_gelu},
+};
+
+int vd_op_symbol_value(const char *name, size_t n, const double *a, double *out) {
+  if (n == 1)
+    for (size_t i = 0; i < sizeof(sym1) / sizeof(sym1[0]); i++)
+      if (!strcmp(name, sym1[i].name)) {
+        *out = sym1[i].f(a[0], 0.0);
+        return 1;
+      }
+  if (n == 2 && !strcmp(name, "pow")) {
+    *out = u_pow(a[0], a[1]);
+    return 1;
+  }
+  if (n == 2 && !strcmp(name, "dropout_mask")) {
+    *out = dropout_mask_f(a[0], a[1]);
+    return 1;
+  }
+  if (n == 2 && !strcmp(name, "clip_coef")) {
+    *out = clip_coef_f(a[0], a[1]);
+    return 1;
+  }
+  if (n == 4 && (!strcmp(name, "rope_cos") || !strcmp(name, "rope_sin"))) {
+    double ang = rope_angle(a[0], a[1], a[2], a[3]);
+    *out = name[5] == 'c' ? cos(ang) : sin(ang);
+    return 1;
+  }
+  /* topk_gate.k<K>.j<J>(row of e logits) = gate J; the backward symbol
+   * takes the row and the gate gradients (2e arguments). */
+  long long k, j;
+  int bwd = 0;
+  if (sscanf(name, "topk_gate.k%lld.j%lld", &k, &j) == 2)
+    bwd = 0;
+  else if (sscanf(name, "topk_gate_backward.k%lld.j%lld", &k, &j) == 2)
+    bwd = 1;
+  else
+    return 0;
+  int64_t e = bwd ? (int64_t)n / 2 : (int64_t)n;
+  if (e < 1 || e > VD_LIM_TOPK_EXPERTS_MAX || k < 1 || k > e || j < 0 || j >= e || (bwd && n % 2)) return 0;
+  unsigned char sel[VD_LIM_TOPK_EXPERTS_MAX];
+  double p[VD_LIM_TOPK_EXPERTS_MAX];
+  topk_row(a, e, k, sel, p);
+  if (!bwd) {
+    *out = p[j];
+    return 1;
+  }
+  double dot = 0;
+  for (int64_t i = 0; i < e; i++) dot += a[e + i] * p[i];
+  *out = sel[j] ? p[j] * (a[e + j] - dot) : 0.0;
+  return 1;
 }

@@ -404,61 +404,76 @@ static void set_first(vd_exec_result *r, const ctx_t *c, const inst_t *I, int64_
   r->has_mismatch = 1;
 }
 
-static vd_rc compare(ctx_t *c, vd_exec_result *r, vd_diag *d) {
+/* The comparison's working state: the annotated parallel instances and,
+ * for those holding partial sums (part_n > 1), their groups (same
+ * annotation of the same single tensor), the sum of each group's parts,
+ * and per group the first instance holding each part k. */
+typedef struct {
+  inst_t *ins;
+  size_t n_ins, cap;
+  size_t n_groups;
+  size_t *goff;       /* per group: offset of its parts in first_of */
+  uint32_t *first_of; /* goff[g] + k -> instance holding part k first, or UINT32_MAX */
+  double **sums;      /* per group: sum of one instance of every part */
+  int *missing;       /* per group: a part no instance holds, or -1 */
+} cmp_t;
+
+static void cmp_free(cmp_t *m) {
+  if (m->sums)
+    for (size_t gi = 0; gi < m->n_groups; gi++) vd_free(m->sums[gi]);
+  vd_free(m->sums);
+  vd_free(m->missing);
+  vd_free(m->first_of);
+  vd_free(m->goff);
+  vd_free(m->ins);
+}
+
+/* 1. Every annotated instance with a value on both sides, in (tensor,
+ * replica, mb) order.  An annotated tensor that never holds a value makes
+ * the result DISAGREE (its claim is not met). */
+static vd_rc collect_instances(ctx_t *c, vd_exec_result *r, cmp_t *m, vd_diag *d) {
   const vd_plan_t *pp = c->q.p;
-  double tol = c->o->tol > 0 ? c->o->tol : 1e-9;
-  vd_rc rc = VD_OK;
-  inst_t *ins = NULL;
-  size_t n_ins = 0, cap = 0;
-  uint32_t *ord = NULL, *first_of = NULL;
-  double **sums = NULL;
-  int *missing = NULL;
-  size_t n_groups = 0;
-  /* 1. Instances in (tensor, replica, mb) order. */
   for (uint32_t t = 0; t < pp->n_tensors; t++) {
     const vd_tensor_t *pt = &pp->tensors[t];
     if (!pt->has_lin) continue;
     int64_t sidx = single_index(c, pt->lin.full);
-    if (sidx < 0) {
-      rc = VD_ERR(d, VD_EINPUT, c->q.file, vd_plan_s(pp, pt->name), "lineage.full",
-                  "expected a tensor id of the single plan, got %lld", (long long)pt->lin.full);
-      goto done;
-    }
+    if (sidx < 0)
+      return VD_ERR(d, VD_EINPUT, c->q.file, vd_plan_s(pp, pt->name), "lineage.full",
+                    "expected a tensor id of the single plan, got %lld", (long long)pt->lin.full);
     int32_t sv = vd_graph_last(&c->s.g, (uint32_t)sidx, 0, -1);
     int32_t nm = (int32_t)(c->q.g.inst_per_replica ? c->q.g.inst_per_replica[t] : 1);
     int counted = 0, any_value = 0;
     for (int32_t dd = 0; dd < c->q.g.replicas; dd++)
-      for (int32_t m = 0; m < (pt->scope == VD_SCOPE_PER_MB ? nm : 1); m++) {
-        int32_t mb = pt->scope == VD_SCOPE_PER_MB ? m : -1;
+      for (int32_t mi = 0; mi < (pt->scope == VD_SCOPE_PER_MB ? nm : 1); mi++) {
+        int32_t mb = pt->scope == VD_SCOPE_PER_MB ? mi : -1;
         int32_t v = vd_graph_last(&c->q.g, t, dd, mb);
         any_value |= v >= 0 && c->q.val[v] != NULL;
         if (v < 0 || sv < 0 || !c->q.val[v] || !c->s.val[sv]) continue;
         inst_t I = {t, dd, mb, (uint32_t)v, sidx, sv, shifted(pt, dd, mb), UINT32_MAX};
-        if ((rc = check_ann(&I.a, pt, &c->s.p->tensors[sidx], pp, c->q.file, dd, mb, d)) != VD_OK) goto done;
-        if (VD_GROW(ins, cap, n_ins + 1)) {
-          rc = VD_OOM(d);
-          goto done;
-        }
-        ins[n_ins++] = I;
+        VD_CHECK(check_ann(&I.a, pt, &c->s.p->tensors[sidx], pp, c->q.file, dd, mb, d));
+        if (VD_GROW(m->ins, m->cap, m->n_ins + 1)) return VD_OOM(d);
+        m->ins[m->n_ins++] = I;
         counted = 1;
       }
     r->n_tensors += (size_t)counted;
     if (!any_value && sv >= 0 && c->s.val[sv] && r->status != VD_EXEC_DISAGREE) {
-      /* The annotation claims a value the parallel plan never computes
-       * (its producer is gone): the claim is not met. */
       snprintf(r->reason, sizeof(r->reason), "'%s' is annotated with single tensor '%s' but never holds a value",
                vd_plan_s(pp, pt->name), vd_plan_s(c->s.p, c->s.p->tensors[sidx].name));
       r->status = VD_EXEC_DISAGREE;
     }
   }
-  /* 2. Groups of partial sums: sort instance indices by (annotation, index). */
-  ord = vd_calloc(n_ins + 1, sizeof(*ord));
-  if (!ord) {
-    rc = VD_OOM(d);
-    goto done;
-  }
+  return VD_OK;
+}
+
+/* 2. Groups of partial sums: instances with part_n > 1 sorted by
+ * (annotation, index); equal annotations of one single tensor share a
+ * group (ins[i].group). */
+static vd_rc group_partials(ctx_t *c, cmp_t *m, vd_diag *d) {
+  uint32_t *ord = vd_calloc(m->n_ins + 1, sizeof(*ord));
+  if (!ord) return VD_OOM(d);
+  inst_t *ins = m->ins;
   size_t n_part = 0;
-  for (size_t i = 0; i < n_ins; i++)
+  for (size_t i = 0; i < m->n_ins; i++)
     if (ins[i].a.part_n > 1) ord[n_part++] = (uint32_t)i;
   /* Insertion sort (stable): instance counts are small in the oracle's use. */
   for (size_t i = 1; i < n_part; i++) {
@@ -476,106 +491,101 @@ static vd_rc compare(ctx_t *c, vd_exec_result *r, vd_diag *d) {
   for (size_t i = 0; i < n_part;) {
     size_t j = i;
     int nd = c->s.p->tensors[ins[ord[i]].sidx].ndim;
-    while (j < n_part && cmp_ann(&ins[ord[i]].a, &ins[ord[j]].a, nd) == 0 &&
-           ins[ord[i]].sidx == ins[ord[j]].sidx)
+    while (j < n_part && cmp_ann(&ins[ord[i]].a, &ins[ord[j]].a, nd) == 0 && ins[ord[i]].sidx == ins[ord[j]].sidx)
       j++;
-    for (size_t k = i; k < j; k++) ins[ord[k]].group = (uint32_t)n_groups;
-    n_groups++;
+    for (size_t k = i; k < j; k++) ins[ord[k]].group = (uint32_t)m->n_groups;
+    m->n_groups++;
     i = j;
   }
-  sums = vd_calloc(n_groups + 1, sizeof(*sums));
-  missing = vd_calloc(n_groups + 1, sizeof(*missing));
-  if (!sums || !missing) {
-    rc = VD_OOM(d);
-    goto done;
-  }
-  /* first_of[group][k] as one array: offsets per group. */
-  size_t tot = 0;
-  {
-    size_t *goff = vd_calloc(n_groups + 1, sizeof(*goff));
-    if (!goff) {
-      rc = VD_OOM(d);
-      goto done;
-    }
-    for (size_t i = 0; i < n_ins; i++)
-      if (ins[i].group != UINT32_MAX) goff[ins[i].group] = (size_t)ins[i].a.part_n;
-    for (size_t gi = 0; gi < n_groups; gi++) {
-      size_t n = goff[gi];
-      goff[gi] = tot;
-      tot += n;
-    }
-    first_of = vd_malloc((tot + 1) * sizeof(*first_of));
-    if (!first_of) {
-      vd_free(goff);
-      rc = VD_OOM(d);
-      goto done;
-    }
-    for (size_t i = 0; i < tot; i++) first_of[i] = UINT32_MAX;
-    for (size_t i = 0; i < n_ins; i++) {
-      inst_t *I = &ins[i];
-      if (I->group == UINT32_MAX) continue;
-      uint32_t *slot = &first_of[goff[I->group] + (size_t)I->a.part_k];
-      if (*slot == UINT32_MAX) *slot = (uint32_t)i;
-    }
-    for (size_t gi = 0; gi < n_groups; gi++) missing[gi] = -1;
-    for (size_t i = 0; i < n_ins && rc == VD_OK; i++) {
-      inst_t *I = &ins[i];
-      uint32_t gi = I->group;
-      if (gi == UINT32_MAX || sums[gi]) continue;
-      int64_t n = vd_tensor_numel(&pp->tensors[I->t]);
-      sums[gi] = vd_calloc((size_t)(n > 0 ? n : 1), sizeof(double));
-      if (!sums[gi]) {
-        rc = VD_OOM(d);
-        break;
-      }
-      for (int64_t k = 0; k < I->a.part_n; k++) {
-        uint32_t f = first_of[goff[gi] + (size_t)k];
-        if (f == UINT32_MAX) {
-          if (missing[gi] < 0) missing[gi] = (int)k;
-          continue;
-        }
-        for (int64_t e = 0; e < n; e++) sums[gi][e] += c->q.val[ins[f].v][e];
-      }
-    }
-    /* 3. Compare every instance, in order. */
-    for (size_t i = 0; i < n_ins && rc == VD_OK; i++) {
-      inst_t *I = &ins[i];
-      const vd_tensor_t *st = &c->s.p->tensors[I->sidx];
-      const double *got = c->q.val[I->v], *full = c->s.val[I->sv];
-      const double *sum = I->group == UINT32_MAX ? NULL : sums[I->group];
-      const double *mine_first =
-          sum ? c->q.val[ins[first_of[goff[I->group] + (size_t)I->a.part_k]].v] : NULL;
-      int64_t n = vd_tensor_numel(&pp->tensors[I->t]), idx[VD_MAX_DIMS];
-      int bad = 0;
-      r->n_instances++;
-      if (sum && missing[I->group] >= 0) {
-        bad = 1;
-        if (!r->has_mismatch) set_first(r, c, I, -1, NAN, NAN, INFINITY, missing[I->group]);
-        r->max_rel_err = INFINITY;
-      }
-      for (int64_t e = 0; e < n && !(sum && missing[I->group] >= 0); e++) {
-        double want = full[slice_index(&I->a, st, e, idx)];
-        double g = sum ? sum[e] - mine_first[e] + got[e] : got[e];
-        double err = rel_err(g, want);
-        r->n_elements++;
-        if (err > r->max_rel_err || isnan(err)) r->max_rel_err = isnan(err) ? INFINITY : err;
-        if (!(err <= tol)) {
-          if (!bad && !r->has_mismatch) set_first(r, c, I, e, want, g, err, -1);
-          bad = 1;
-        }
-      }
-      r->n_bad_instances += (size_t)bad;
-    }
-    vd_free(goff);
-  }
-done:
-  if (sums)
-    for (size_t gi = 0; gi < n_groups; gi++) vd_free(sums[gi]);
-  vd_free(sums);
-  vd_free(missing);
-  vd_free(first_of);
   vd_free(ord);
-  vd_free(ins);
+  return VD_OK;
+}
+
+/* 3. Per group: the first instance of each part, the sum of those parts,
+ * and the first part no instance holds (missing). */
+static vd_rc sum_groups(ctx_t *c, cmp_t *m, vd_diag *d) {
+  size_t ng = m->n_groups;
+  m->sums = vd_calloc(ng + 1, sizeof(*m->sums));
+  m->missing = vd_calloc(ng + 1, sizeof(*m->missing));
+  m->goff = vd_calloc(ng + 1, sizeof(*m->goff));
+  if (!m->sums || !m->missing || !m->goff) return VD_OOM(d);
+  size_t tot = 0;
+  for (size_t i = 0; i < m->n_ins; i++)
+    if (m->ins[i].group != UINT32_MAX) m->goff[m->ins[i].group] = (size_t)m->ins[i].a.part_n;
+  for (size_t gi = 0; gi < ng; gi++) {
+    size_t n = m->goff[gi];
+    m->goff[gi] = tot;
+    tot += n;
+  }
+  m->first_of = vd_malloc((tot + 1) * sizeof(*m->first_of));
+  if (!m->first_of) return VD_OOM(d);
+  for (size_t i = 0; i < tot; i++) m->first_of[i] = UINT32_MAX;
+  for (size_t i = 0; i < m->n_ins; i++) {
+    const inst_t *I = &m->ins[i];
+    if (I->group == UINT32_MAX) continue;
+    uint32_t *slot = &m->first_of[m->goff[I->group] + (size_t)I->a.part_k];
+    if (*slot == UINT32_MAX) *slot = (uint32_t)i;
+  }
+  for (size_t gi = 0; gi < ng; gi++) m->missing[gi] = -1;
+  for (size_t i = 0; i < m->n_ins; i++) {
+    const inst_t *I = &m->ins[i];
+    uint32_t gi = I->group;
+    if (gi == UINT32_MAX || m->sums[gi]) continue;
+    int64_t n = vd_tensor_numel(&c->q.p->tensors[I->t]);
+    m->sums[gi] = vd_calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    if (!m->sums[gi]) return VD_OOM(d);
+    for (int64_t k = 0; k < I->a.part_n; k++) {
+      uint32_t f = m->first_of[m->goff[gi] + (size_t)k];
+      if (f == UINT32_MAX) {
+        if (m->missing[gi] < 0) m->missing[gi] = (int)k;
+        continue;
+      }
+      for (int64_t e = 0; e < n; e++) m->sums[gi][e] += c->q.val[m->ins[f].v][e];
+    }
+  }
+  return VD_OK;
+}
+
+/* 4. One instance against its slice of the single tensor.  A part of a
+ * group is compared as (group sum - the group's copy of this part + this
+ * instance), so each copy of a part is checked on its own. */
+static void compare_instance(ctx_t *c, const cmp_t *m, const inst_t *I, double tol, vd_exec_result *r) {
+  const vd_tensor_t *st = &c->s.p->tensors[I->sidx];
+  const double *got = c->q.val[I->v], *full = c->s.val[I->sv];
+  const double *sum = I->group == UINT32_MAX ? NULL : m->sums[I->group];
+  const double *mine_first = sum ? c->q.val[m->ins[m->first_of[m->goff[I->group] + (size_t)I->a.part_k]].v] : NULL;
+  int64_t n = vd_tensor_numel(&c->q.p->tensors[I->t]), idx[VD_MAX_DIMS];
+  int bad = 0;
+  r->n_instances++;
+  if (sum && m->missing[I->group] >= 0) {
+    if (!r->has_mismatch) set_first(r, c, I, -1, NAN, NAN, INFINITY, m->missing[I->group]);
+    r->max_rel_err = INFINITY;
+    r->n_bad_instances++;
+    return;
+  }
+  for (int64_t e = 0; e < n; e++) {
+    double want = full[slice_index(&I->a, st, e, idx)];
+    double g = sum ? sum[e] - mine_first[e] + got[e] : got[e];
+    double err = rel_err(g, want);
+    r->n_elements++;
+    if (err > r->max_rel_err || isnan(err)) r->max_rel_err = isnan(err) ? INFINITY : err;
+    if (!(err <= tol)) {
+      if (!bad && !r->has_mismatch) set_first(r, c, I, e, want, g, err, -1);
+      bad = 1;
+    }
+  }
+  r->n_bad_instances += (size_t)bad;
+}
+
+static vd_rc compare(ctx_t *c, vd_exec_result *r, vd_diag *d) {
+  double tol = c->o->tol > 0 ? c->o->tol : 1e-9;
+  cmp_t m;
+  memset(&m, 0, sizeof(m));
+  vd_rc rc = collect_instances(c, r, &m, d);
+  if (rc == VD_OK) rc = group_partials(c, &m, d);
+  if (rc == VD_OK) rc = sum_groups(c, &m, d);
+  for (size_t i = 0; i < m.n_ins && rc == VD_OK; i++) compare_instance(c, &m, &m.ins[i], tol, r);
+  cmp_free(&m);
   return rc;
 }
 

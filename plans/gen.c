@@ -139,6 +139,28 @@ static void fail(vd_gen_ctx *g, vd_rc rc, const char *msg, const char *what) {
     }                                              \
   } while (0)
 
+/* The phases (emit_*) return vd_rc; the builders they call return an index
+ * or -1, with the failure recorded in g->failed and the diag (an index
+ * builder that returns -1 without recording anything ran out of memory).
+ * gen_rc turns that record into the phase's vd_rc. */
+static vd_rc gen_rc(vd_gen_ctx *g) {
+  if (!g->failed) fail(g, VD_ENOMEM, "out of memory", NULL);
+  return g->d && g->d->rc ? g->d->rc : (g->failed > 0 ? (vd_rc)g->failed : VD_EINTERNAL);
+}
+/* A plans/ call (vd_rc) inside a phase. */
+#define PLAN_CK(expr)                                                          \
+  do {                                                                         \
+    vd_rc pk_rc_ = (expr);                                                     \
+    if (pk_rc_ != VD_OK) {                                                     \
+      if (!g->failed) fail(g, pk_rc_, "building the plan failed (out of memory)", NULL); \
+      return gen_rc(g);                                                        \
+    }                                                                          \
+  } while (0)
+#define GEN_CK(expr)                                                           \
+  do {                                                                         \
+    if ((expr) < 0) return gen_rc(g);                                          \
+  } while (0)
+
 static uint64_t hash_str(const char *s) {
   uint64_t h = 1469598103934665603ULL;
   for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
@@ -763,12 +785,12 @@ static int take_input(vd_gen_ctx *g, int x, int layer, size_t at) {
   return s->mr_first + s->mr_next++;
 }
 
-static int emit_forward(vd_gen_ctx *g) {
+static vd_rc emit_forward(vd_gen_ctx *g) {
   for (size_t i = 0; i < g->n_ops && !g->failed; i++) {
     vd_gen_op o = g->ops[i];
     for (int k = 0; k < o.nin; k++) {
       o.in[k] = take_input(g, o.in[k], o.layer, i);
-      if (o.in[k] < 0) return -1;
+      GEN_CK(o.in[k]);
     }
     int rc = 0;
     switch (o.kind) {
@@ -783,9 +805,10 @@ static int emit_forward(vd_gen_ctx *g) {
       break;
     case K_MOVE: rc = emit_move(g, o.in[0], o.out[0], o.name, o.layer, g->seg_fwd); break;
     }
-    if (rc < 0 || push_emitted(g, &o) < 0) return -1;
+    GEN_CK(rc);
+    GEN_CK(push_emitted(g, &o));
   }
-  return g->failed ? -1 : 0;
+  return g->failed ? gen_rc(g) : VD_OK;
 }
 
 /* ---- backward --------------------------------------------------------- */
@@ -930,19 +953,18 @@ static int backward_op(vd_gen_ctx *g, const vd_gen_op *o) {
   return 0;
 }
 
-static int emit_backward(vd_gen_ctx *g) {
-  if (g->loss_dt < 0) {
+static vd_rc emit_backward(vd_gen_ctx *g) {
+  if (VD_NEVER(g->loss_dt < 0)) {
     fail(g, VD_EINTERNAL, "generator bug: no loss", NULL);
-    return -1;
+    return gen_rc(g);
   }
   vd_gen_dt *L = &g->dts[g->loss_dt];
   int seed = new_dt(g, L->stage, -1, "loss.grad", VD_DT_F64, VD_ROLE_GRAD, VD_SCOPE_PER_MB, L->ndim, L->gshape,
                     L->gl, 0);
-  if (seed < 0) return -1;
+  GEN_CK(seed);
   g->dts[g->loss_dt].grad = seed;
-  for (size_t i = g->n_emitted; i-- > 0;)
-    if (backward_op(g, &g->emitted[i]) < 0) return -1;
-  return 0;
+  for (size_t i = g->n_emitted; i-- > 0;) GEN_CK(backward_op(g, &g->emitted[i]));
+  return VD_OK;
 }
 
 /* ---- gradient reduction, clipping, optimizer -------------------------- */
@@ -999,20 +1021,12 @@ typedef struct {
   int w, grad, wshard, zmask_used;
 } wstate;
 
-static int emit_optimizer(vd_gen_ctx *g) {
-  const vd_gen_config *c = g->c;
-  size_t nw = g->n_weights;
-  wstate *ws = vd_calloc(nw ? nw : 1, sizeof(*ws));
-  if (!ws) {
-    fail(g, VD_ENOMEM, "out of memory", NULL);
-    return -1;
-  }
-  int rc = -1;
-  /* 0. tied weights (pp > 1): the first and the last stage's copies sum their
-   * gradients by an all_reduce over [first-stage rank, last-stage rank] of
-   * the same (tp, cp, ep) coordinates (Megatron's embedding group), before
-   * the DP reducer; afterwards both hold the same parts of the single grad. */
-  for (size_t i = 0; i < nw; i++) {
+/* 0. Tied weights (pp > 1): the first and the last stage's copies sum their
+ * gradients by an all_reduce over [first-stage rank, last-stage rank] of
+ * the same (tp, cp, ep) coordinates (Megatron's embedding group), before
+ * the DP reducer; afterwards both hold the same parts of the single grad. */
+static vd_rc opt_tied(vd_gen_ctx *g) {
+  for (size_t i = 0; i < g->n_weights; i++) {
     int w = g->weights[i], w2 = g->dts[w].tied;
     if (w2 < 0 || g->dts[w].stage != 0) continue;
     int pair[2] = {w, w2}, out[2];
@@ -1022,7 +1036,7 @@ static int emit_optimizer(vd_gen_ctx *g) {
       gl.tcopy = 0;
       out[k] = new_dt(g, W.stage, W.layer, vd_gen_i_fmt(g, "%s.grad", W.name), VD_DT_F64, VD_ROLE_GRAD,
                       VD_SCOPE_PERSISTENT, W.ndim, W.gshape, gl, 0);
-      if (out[k] < 0) goto done;
+      GEN_CK(out[k]);
     }
     for (int64_t r = 0; r < g->rps; r++) {
       int64_t key = g->next_key + r;
@@ -1030,18 +1044,23 @@ static int emit_optimizer(vd_gen_ctx *g) {
       for (int k = 0; k < 2; k++) {
         vd_gen_dt *W = &g->dts[pair[k]];
         uint32_t ti = g->dts[W->wacc].t[r], to = g->dts[out[k]].t[r];
-        if (emit(g, W->stage, r, g->seg_opt[W->stage], "all_reduce", vd_gen_i_fmt(g, "%s.grad.tied", W->name),
-                 W->layer, VD_PHASE_COMM, &ti, 1, &to, 1, NULL, 0, key, grp, 2, 0) < 0)
-          goto done;
+        GEN_CK(emit(g, W->stage, r, g->seg_opt[W->stage], "all_reduce", vd_gen_i_fmt(g, "%s.grad.tied", W->name),
+                    W->layer, VD_PHASE_COMM, &ti, 1, &to, 1, NULL, 0, key, grp, 2, 0));
       }
     }
     g->next_key += g->rps;
     g->dts[w].tgrad = out[0];
     g->dts[w2].tgrad = out[1];
   }
-  /* 1. reduce gradients: all_reduce (or ZeRO reduce_scatter) over the ranks
-   * that hold value parts, spanning the DP replicas. */
-  for (size_t i = 0; i < nw; i++) {
+  return VD_OK;
+}
+
+/* 1. Gradient reduction: all_reduce (or ZeRO reduce_scatter onto a weight
+ * shard) over the ranks that hold value parts, spanning the DP replicas.
+ * Fills ws[i] (weight, reduced gradient, the weight or its shard). */
+static vd_rc opt_reduce(vd_gen_ctx *g, wstate *ws) {
+  const vd_gen_config *c = g->c;
+  for (size_t i = 0; i < g->n_weights; i++) {
     int w = g->weights[i];
     vd_gen_dt W = g->dts[w];
     int acc = W.tgrad >= 0 ? W.tgrad : W.wacc;
@@ -1060,10 +1079,10 @@ static int emit_optimizer(vd_gen_ctx *g) {
                       VD_SCOPE_PERSISTENT, W.ndim, W.gshape, zl, 0);
       int wsh = new_dt(g, W.stage, W.layer, W.name, VD_DT_F64, VD_ROLE_WEIGHT, VD_SCOPE_PERSISTENT, W.ndim, W.gshape,
                        zl, 0);
-      if (gs < 0 || wsh < 0) goto done;
+      GEN_CK(gs);
+      GEN_CK(wsh);
       vd_gen_attr at = iattr("dim", 0);
-      if (opt_coll(g, "reduce_scatter", vd_gen_i_fmt(g, "%s.grad", W.name), W.layer, acc, gs, mask, g->dp > 1, &at, 1) < 0)
-        goto done;
+      GEN_CK(opt_coll(g, "reduce_scatter", vd_gen_i_fmt(g, "%s.grad", W.name), W.layer, acc, gs, mask, g->dp > 1, &at, 1));
       ws[i].grad = gs;
       ws[i].wshard = wsh;
       ws[i].zmask_used = 1;
@@ -1071,195 +1090,223 @@ static int emit_optimizer(vd_gen_ctx *g) {
       vd_gen_lay fl = grad_default(W.gl);
       int gr = new_dt(g, W.stage, W.layer, vd_gen_i_fmt(g, "%s.grad", W.name), VD_DT_F64, VD_ROLE_GRAD,
                       VD_SCOPE_PERSISTENT, W.ndim, W.gshape, fl, 0);
-      if (gr < 0) goto done;
-      if (opt_coll(g, "all_reduce", vd_gen_i_fmt(g, "%s.grad", W.name), W.layer, acc, gr, mask, g->dp > 1, NULL, 0) < 0)
-        goto done;
+      GEN_CK(gr);
+      GEN_CK(opt_coll(g, "all_reduce", vd_gen_i_fmt(g, "%s.grad", W.name), W.layer, acc, gr, mask, g->dp > 1, NULL, 0));
       ws[i].grad = gr;
     }
   }
-  /* 2. global grad-norm clipping */
-  if (c->grad_clip > 0) {
-    int64_t nstored = g->rps * g->pp;
-    int total_ranks = g->par && (nstored > 1 || g->dp > 1);
-    int *local = vd_calloc((size_t)g->pp, sizeof(int));
-    if (!local) goto done;
-    for (int s = 0; s < g->pp; s++) local[s] = -1;
-    for (size_t i = 0; i < nw; i++) {
-      vd_gen_dt W = g->dts[ws[i].w];
-      int s = W.stage;
-      /* a tied weight's elements are counted once: on the first stage's copy */
-      if (W.tied >= 0 && s != 0) continue;
-      int sq = new_dt(g, s, W.layer, vd_gen_i_fmt(g, "%s.grad.sumsq", W.name), VD_DT_F64, VD_ROLE_ACT,
-                      VD_SCOPE_PERSISTENT, 0, W.gshape, vd_gen_i_lay(LR, LR, LR, -1), total_ranks);
-      if (sq < 0 || opt_node(g, "sumsq", g->dts[sq].name, W.layer, &ws[i].grad, 1, &sq, 1, NULL, 0) < 0) {
-        vd_free(local);
-        goto done;
-      }
-      /* each element counted once: divide by the number of stored ranks (and
-       * replicas, when the all_reduce spans them) holding a copy */
-      int64_t repl = 1;
-      vd_gen_lay gl = g->dts[ws[i].grad].fl;
-      for (int a = 0; a < AX_N; a++)
-        if (gl.ax[a] < 0 && !(gl.zero && (gl.zmask & (1u << a)))) repl *= g->deg[a];
-      if (repl > 1) {
-        int sc = new_dt(g, s, W.layer, vd_gen_i_fmt(g, "%s.grad.sumsq.scaled", W.name), VD_DT_F64, VD_ROLE_ACT,
-                        VD_SCOPE_PERSISTENT, 0, W.gshape, vd_gen_i_lay(LR, LR, LR, -1), 1);
-        vd_gen_attr at = fattr("factor", 1.0 / (double)repl);
-        if (sc < 0 || opt_node(g, "scale", g->dts[sc].name, W.layer, &sq, 1, &sc, 1, &at, 1) < 0) {
-          vd_free(local);
-          goto done;
-        }
-        sq = sc;
-      }
-      if (local[s] < 0) {
-        local[s] = sq;
-      } else {
-        /* the last add of the single plan's chain is the total */
-        int last = !total_ranks && i + 1 == nw;
-        const char *snm = last ? "grad_norm_sq" : vd_gen_i_fmt(g, "grad_norm_sq.partial.%zu", i);
-        int sum = new_dt(g, s, -1, snm, VD_DT_F64, VD_ROLE_ACT, VD_SCOPE_PERSISTENT, 0, W.gshape,
-                         vd_gen_i_lay(LR, LR, LR, -1), 1);
-        int in[2] = {local[s], sq};
-        if (sum < 0 || opt_node(g, "add", "grad_norm_sq", -1, in, 2, &sum, 1, NULL, 0) < 0) {
-          vd_free(local);
-          goto done;
-        }
-        local[s] = sum;
-      }
-    }
-    int64_t noshape[1] = {1};
-    int *total = vd_calloc((size_t)g->pp, sizeof(int));
-    if (!total) {
-      vd_free(local);
-      goto done;
-    }
-    if (total_ranks) {
-      int span = c->zero && g->dp > 1;
-      int64_t key = g->next_key++;
-      int64_t *grp = vd_malloc((size_t)nstored * sizeof(int64_t));
-      for (int64_t r = 0; grp && r < nstored; r++) grp[r] = r;
-      for (int s = 0; s < g->pp && grp; s++) {
-        total[s] = new_dt(g, s, -1, "grad_norm_sq", VD_DT_F64, VD_ROLE_ACT, VD_SCOPE_PERSISTENT, 0, noshape,
-                          vd_gen_i_lay(LR, LR, LR, -1), 0);
-        if (total[s] < 0 || local[s] < 0) break;
-        for (int64_t r = 0; r < g->rps; r++) {
-          uint32_t ti = g->dts[local[s]].t[r], to = g->dts[total[s]].t[r];
-          if (emit(g, s, r, g->seg_opt[s], "all_reduce", "grad_norm_sq", -1, VD_PHASE_COMM, &ti, 1, &to, 1, NULL, 0,
-                   key, grp, (int)nstored, span) < 0)
-            break;
-        }
-      }
-      vd_free(grp);
-      if (!grp && !g->failed) fail(g, VD_ENOMEM, "out of memory", NULL);
-    } else {
-      total[0] = local[0]; /* single plan: the local sum is the total */
-    }
-    vd_free(local);
-    if (g->failed) {
-      vd_free(total);
-      goto done;
-    }
-    for (int s = 0; s < g->pp; s++) {
-      int cc = new_dt(g, s, -1, "clip_coef", VD_DT_F64, VD_ROLE_ACT, VD_SCOPE_PERSISTENT, 0, noshape,
-                      vd_gen_i_lay(LR, LR, LR, -1), 0);
-      vd_gen_attr at = fattr("max_norm", c->grad_clip);
-      if (cc < 0 || opt_node(g, "clip_coef", "clip_coef", -1, &total[s], 1, &cc, 1, &at, 1) < 0) {
-        vd_free(total);
-        goto done;
-      }
-      total[s] = cc;
-    }
-    for (size_t i = 0; i < nw; i++) {
-      vd_gen_dt W = g->dts[ws[i].w];
-      vd_gen_dt G = g->dts[ws[i].grad];
-      int cl = new_dt(g, W.stage, W.layer, vd_gen_i_fmt(g, "%s.grad.clipped", W.name), VD_DT_F64, VD_ROLE_GRAD,
-                      VD_SCOPE_PERSISTENT, W.ndim, W.gshape, G.fl, 0);
-      int in[2] = {ws[i].grad, total[W.stage]};
-      if (cl < 0 || opt_node(g, "mul", vd_gen_i_fmt(g, "%s.clip", W.name), W.layer, in, 2, &cl, 1, NULL, 0) < 0) {
-        vd_free(total);
-        goto done;
-      }
-      ws[i].grad = cl;
-    }
-    vd_free(total);
-  }
-  /* 3. optimizer step (on the ZeRO shard, then all_gather of the parameters) */
+  return VD_OK;
+}
+
+/* 2a. Per stage, the sum of the squares of its gradients' elements, each
+ * element counted once (local[s]; -1 for a stage without weights). */
+static vd_rc clip_local_sums(vd_gen_ctx *g, const wstate *ws, int total_ranks, int *local) {
+  size_t nw = g->n_weights;
+  for (int s = 0; s < g->pp; s++) local[s] = -1;
   for (size_t i = 0; i < nw; i++) {
+    vd_gen_dt W = g->dts[ws[i].w];
+    int s = W.stage;
+    /* a tied weight's elements are counted once: on the first stage's copy */
+    if (W.tied >= 0 && s != 0) continue;
+    int sq = new_dt(g, s, W.layer, vd_gen_i_fmt(g, "%s.grad.sumsq", W.name), VD_DT_F64, VD_ROLE_ACT,
+                    VD_SCOPE_PERSISTENT, 0, W.gshape, vd_gen_i_lay(LR, LR, LR, -1), total_ranks);
+    GEN_CK(sq);
+    GEN_CK(opt_node(g, "sumsq", g->dts[sq].name, W.layer, &ws[i].grad, 1, &sq, 1, NULL, 0));
+    /* each element counted once: divide by the number of stored ranks (and
+     * replicas, when the all_reduce spans them) holding a copy */
+    int64_t repl = 1;
+    vd_gen_lay gl = g->dts[ws[i].grad].fl;
+    for (int a = 0; a < AX_N; a++)
+      if (gl.ax[a] < 0 && !(gl.zero && (gl.zmask & (1u << a)))) repl *= g->deg[a];
+    if (repl > 1) {
+      int sc = new_dt(g, s, W.layer, vd_gen_i_fmt(g, "%s.grad.sumsq.scaled", W.name), VD_DT_F64, VD_ROLE_ACT,
+                      VD_SCOPE_PERSISTENT, 0, W.gshape, vd_gen_i_lay(LR, LR, LR, -1), 1);
+      vd_gen_attr at = fattr("factor", 1.0 / (double)repl);
+      GEN_CK(sc);
+      GEN_CK(opt_node(g, "scale", g->dts[sc].name, W.layer, &sq, 1, &sc, 1, &at, 1));
+      sq = sc;
+    }
+    if (local[s] < 0) {
+      local[s] = sq;
+      continue;
+    }
+    /* the last add of the single plan's chain is the total */
+    int last = !total_ranks && i + 1 == nw;
+    const char *snm = last ? "grad_norm_sq" : vd_gen_i_fmt(g, "grad_norm_sq.partial.%zu", i);
+    int sum = new_dt(g, s, -1, snm, VD_DT_F64, VD_ROLE_ACT, VD_SCOPE_PERSISTENT, 0, W.gshape,
+                     vd_gen_i_lay(LR, LR, LR, -1), 1);
+    int in[2] = {local[s], sq};
+    GEN_CK(sum);
+    GEN_CK(opt_node(g, "add", "grad_norm_sq", -1, in, 2, &sum, 1, NULL, 0));
+    local[s] = sum;
+  }
+  return VD_OK;
+}
+
+/* 2b. The global squared norm on every stage (total[s]): an all_reduce of
+ * the stages' local sums over every stored rank (and the replicas under
+ * ZeRO); the single plan's local sum is already the total. */
+static vd_rc clip_totals(vd_gen_ctx *g, const int *local, int total_ranks, int *total) {
+  if (!total_ranks) {
+    total[0] = local[0];
+    return VD_OK;
+  }
+  int64_t noshape[1] = {1};
+  int64_t nstored = g->rps * g->pp;
+  int span = g->c->zero && g->dp > 1;
+  int64_t key = g->next_key++;
+  int64_t *grp = vd_malloc((size_t)nstored * sizeof(int64_t));
+  if (!grp) {
+    fail(g, VD_ENOMEM, "out of memory", NULL);
+    return gen_rc(g);
+  }
+  for (int64_t r = 0; r < nstored; r++) grp[r] = r;
+  for (int s = 0; s < g->pp; s++) {
+    total[s] = new_dt(g, s, -1, "grad_norm_sq", VD_DT_F64, VD_ROLE_ACT, VD_SCOPE_PERSISTENT, 0, noshape,
+                      vd_gen_i_lay(LR, LR, LR, -1), 0);
+    if (total[s] < 0 || local[s] < 0) break;
+    for (int64_t r = 0; r < g->rps; r++) {
+      uint32_t ti = g->dts[local[s]].t[r], to = g->dts[total[s]].t[r];
+      if (emit(g, s, r, g->seg_opt[s], "all_reduce", "grad_norm_sq", -1, VD_PHASE_COMM, &ti, 1, &to, 1, NULL, 0,
+               key, grp, (int)nstored, span) < 0)
+        break;
+    }
+  }
+  vd_free(grp);
+  return g->failed ? gen_rc(g) : VD_OK;
+}
+
+/* 2. Global gradient-norm clipping: every gradient times clip_coef(norm). */
+static vd_rc opt_clip(vd_gen_ctx *g, wstate *ws) {
+  int64_t noshape[1] = {1};
+  int64_t nstored = g->rps * g->pp;
+  int total_ranks = g->par && (nstored > 1 || g->dp > 1);
+  int *local = vd_calloc((size_t)g->pp, sizeof(int));
+  int *total = vd_calloc((size_t)g->pp, sizeof(int));
+  vd_rc rc = VD_OK;
+  if (!local || !total) {
+    fail(g, VD_ENOMEM, "out of memory", NULL);
+    rc = gen_rc(g);
+    goto done;
+  }
+  if ((rc = clip_local_sums(g, ws, total_ranks, local)) != VD_OK) goto done;
+  if ((rc = clip_totals(g, local, total_ranks, total)) != VD_OK) goto done;
+  for (int s = 0; s < g->pp; s++) {
+    int cc = new_dt(g, s, -1, "clip_coef", VD_DT_F64, VD_ROLE_ACT, VD_SCOPE_PERSISTENT, 0, noshape,
+                    vd_gen_i_lay(LR, LR, LR, -1), 0);
+    vd_gen_attr at = fattr("max_norm", g->c->grad_clip);
+    if (cc < 0 || opt_node(g, "clip_coef", "clip_coef", -1, &total[s], 1, &cc, 1, &at, 1) < 0) {
+      rc = gen_rc(g);
+      goto done;
+    }
+    total[s] = cc;
+  }
+  for (size_t i = 0; i < g->n_weights; i++) {
+    vd_gen_dt W = g->dts[ws[i].w];
+    vd_gen_dt G = g->dts[ws[i].grad];
+    int cl = new_dt(g, W.stage, W.layer, vd_gen_i_fmt(g, "%s.grad.clipped", W.name), VD_DT_F64, VD_ROLE_GRAD,
+                    VD_SCOPE_PERSISTENT, W.ndim, W.gshape, G.fl, 0);
+    int in[2] = {ws[i].grad, total[W.stage]};
+    if (cl < 0 || opt_node(g, "mul", vd_gen_i_fmt(g, "%s.clip", W.name), W.layer, in, 2, &cl, 1, NULL, 0) < 0) {
+      rc = gen_rc(g);
+      goto done;
+    }
+    ws[i].grad = cl;
+  }
+done:
+  vd_free(local);
+  vd_free(total);
+  return rc;
+}
+
+/* 3. Optimizer step on the weight (or its ZeRO shard, then an all_gather
+ * of the shards copied into the parameter). */
+static vd_rc opt_step(vd_gen_ctx *g, const wstate *ws) {
+  for (size_t i = 0; i < g->n_weights; i++) {
     vd_gen_dt W = g->dts[ws[i].w];
     int wsh = ws[i].wshard;
     vd_gen_lay sl = g->dts[wsh].fl;
     const char *nm = vd_gen_i_fmt(g, "%s.step", W.name);
-    if (c->optimizer == VD_GEN_SGD) {
+    if (g->c->optimizer == VD_GEN_SGD) {
       vd_gen_attr at[2] = {fattr("lr", 0.01), fattr("weight_decay", 0.0)};
       int in[2] = {wsh, ws[i].grad};
-      if (opt_node(g, "sgd_step", nm, W.layer, in, 2, &wsh, 1, at, 2) < 0) goto done;
+      GEN_CK(opt_node(g, "sgd_step", nm, W.layer, in, 2, &wsh, 1, at, 2));
     } else {
       int m = new_dt(g, W.stage, W.layer, vd_gen_i_fmt(g, "%s.exp_avg", W.name), VD_DT_F64, VD_ROLE_OPTSTATE,
                      VD_SCOPE_PERSISTENT, W.ndim, W.gshape, sl, 0);
       int v = new_dt(g, W.stage, W.layer, vd_gen_i_fmt(g, "%s.exp_avg_sq", W.name), VD_DT_F64, VD_ROLE_OPTSTATE,
                      VD_SCOPE_PERSISTENT, W.ndim, W.gshape, sl, 0);
-      if (m < 0 || v < 0) goto done;
+      GEN_CK(m);
+      GEN_CK(v);
       vd_gen_attr at[6] = {fattr("lr", 1e-3), fattr("beta1", 0.9), fattr("beta2", 0.95), fattr("eps", 1e-8),
                            iattr("step", 1), fattr("weight_decay", 0.1)};
       int in[4] = {wsh, ws[i].grad, m, v}, out[3] = {wsh, m, v};
-      if (opt_node(g, "adam_step", nm, W.layer, in, 4, out, 3, at, 6) < 0) goto done;
+      GEN_CK(opt_node(g, "adam_step", nm, W.layer, in, 4, out, 3, at, 6));
     }
-    if (ws[i].zmask_used) {
-      /* gather the updated shards, then copy into the parameter (param.copy_
-       * as zero + accumulate: a node that writes a tensor must read it) */
-      vd_gen_attr at = iattr("dim", 0), z = fattr("factor", 0.0);
-      int full = new_dt(g, W.stage, W.layer, W.name, VD_DT_F64, VD_ROLE_WEIGHT, VD_SCOPE_PERSISTENT, W.ndim, W.gshape,
-                        W.fl, 0);
-      if (full < 0) goto done;
-      if (opt_coll(g, "all_gather", W.name, W.layer, wsh, full, sl.zmask, g->dp > 1, &at, 1) < 0) goto done;
-      int in[2] = {ws[i].w, full};
-      if (opt_node(g, "scale", vd_gen_i_fmt(g, "%s.copy", W.name), W.layer, &ws[i].w, 1, &ws[i].w, 1, &z, 1) < 0 ||
-          opt_node(g, "accumulate", vd_gen_i_fmt(g, "%s.copy", W.name), W.layer, in, 2, &ws[i].w, 1, NULL, 0) < 0)
-        goto done;
-    }
+    if (!ws[i].zmask_used) continue;
+    /* gather the updated shards, then copy into the parameter (param.copy_
+     * as zero + accumulate: a node that writes a tensor must read it) */
+    vd_gen_attr at = iattr("dim", 0), z = fattr("factor", 0.0);
+    int full = new_dt(g, W.stage, W.layer, W.name, VD_DT_F64, VD_ROLE_WEIGHT, VD_SCOPE_PERSISTENT, W.ndim, W.gshape,
+                      W.fl, 0);
+    GEN_CK(full);
+    GEN_CK(opt_coll(g, "all_gather", W.name, W.layer, wsh, full, sl.zmask, g->dp > 1, &at, 1));
+    int in[2] = {ws[i].w, full};
+    GEN_CK(opt_node(g, "scale", vd_gen_i_fmt(g, "%s.copy", W.name), W.layer, &ws[i].w, 1, &ws[i].w, 1, &z, 1));
+    GEN_CK(opt_node(g, "accumulate", vd_gen_i_fmt(g, "%s.copy", W.name), W.layer, in, 2, &ws[i].w, 1, NULL, 0));
   }
-  rc = 0;
-done:
-  if (rc < 0 && !g->failed) fail(g, VD_ENOMEM, "out of memory", NULL);
+  return VD_OK;
+}
+
+/* Gradient reduction, clipping and the optimizer step, in the opt segment. */
+static vd_rc emit_optimizer(vd_gen_ctx *g) {
+  wstate *ws = vd_calloc(g->n_weights ? g->n_weights : 1, sizeof(*ws));
+  if (!ws) {
+    fail(g, VD_ENOMEM, "out of memory", NULL);
+    return gen_rc(g);
+  }
+  vd_rc rc = opt_tied(g);
+  if (rc == VD_OK) rc = opt_reduce(g, ws);
+  if (rc == VD_OK && g->c->grad_clip > 0) rc = opt_clip(g, ws);
+  if (rc == VD_OK) rc = opt_step(g, ws);
   vd_free(ws);
   return rc;
 }
 
 /* Zeroes the persistent gradient accumulators once before the microbatches. */
-static int emit_zero(vd_gen_ctx *g) {
-  if (g->nm == 1) return 0;
+static vd_rc emit_zero(vd_gen_ctx *g) {
+  if (g->nm == 1) return VD_OK;
   vd_gen_attr at = fattr("factor", 0.0);
   for (size_t i = 0; i < g->n_weights; i++) {
     vd_gen_dt *W = &g->dts[g->weights[i]];
     int acc = W->wacc;
-    if (emit_spmd(g, "scale", vd_gen_i_fmt(g, "%s.zero_grad", W->name), W->layer, VD_PHASE_OPT, g->seg_zero, &acc, 1,
-                  &acc, 1, &at, 1, -1) < 0)
-      return -1;
+    GEN_CK(emit_spmd(g, "scale", vd_gen_i_fmt(g, "%s.zero_grad", W->name), W->layer, VD_PHASE_OPT, g->seg_zero, &acc,
+                     1, &acc, 1, &at, 1, -1));
   }
-  return 0;
+  return VD_OK;
 }
 
 /* ---- schedule --------------------------------------------------------- */
 
-static int emit_schedule(vd_gen_ctx *g) {
+static vd_rc emit_schedule(vd_gen_ctx *g) {
   for (int s = 0; s < g->pp; s++)
     for (int64_t r = 0; r < g->rps; r++) {
       int32_t rank = (int32_t)rank_of(g, s, r);
-      if (g->seg_init >= 0 && s == g->pp - 1) CK(vd_plan_add_step(g->p, rank, g->seg_init, -1));
-      if (g->nm > 1) CK(vd_plan_add_step(g->p, rank, g->seg_zero[s], -1));
+      if (g->seg_init >= 0 && s == g->pp - 1) PLAN_CK(vd_plan_add_step(g->p, rank, g->seg_init, -1));
+      if (g->nm > 1) PLAN_CK(vd_plan_add_step(g->p, rank, g->seg_zero[s], -1));
       /* 1F1B: warm-up forwards, then one forward / one backward, then cool-down */
       int64_t warm = g->pp - s - 1;
       if (warm > g->nm) warm = g->nm;
       int64_t f = 0, b = 0;
-      for (; f < warm; f++) CK(vd_plan_add_step(g->p, rank, g->seg_fwd[s], (int32_t)f));
+      for (; f < warm; f++) PLAN_CK(vd_plan_add_step(g->p, rank, g->seg_fwd[s], (int32_t)f));
       for (; f < g->nm; f++, b++) {
-        CK(vd_plan_add_step(g->p, rank, g->seg_fwd[s], (int32_t)f));
-        CK(vd_plan_add_step(g->p, rank, g->seg_bwd[s], (int32_t)b));
+        PLAN_CK(vd_plan_add_step(g->p, rank, g->seg_fwd[s], (int32_t)f));
+        PLAN_CK(vd_plan_add_step(g->p, rank, g->seg_bwd[s], (int32_t)b));
       }
-      for (; b < g->nm; b++) CK(vd_plan_add_step(g->p, rank, g->seg_bwd[s], (int32_t)b));
-      CK(vd_plan_add_step(g->p, rank, g->seg_opt[s], -1));
+      for (; b < g->nm; b++) PLAN_CK(vd_plan_add_step(g->p, rank, g->seg_bwd[s], (int32_t)b));
+      PLAN_CK(vd_plan_add_step(g->p, rank, g->seg_opt[s], -1));
     }
-  return 0;
+  return VD_OK;
 }
 
 /* ---- build ------------------------------------------------------------ */
@@ -1375,13 +1422,11 @@ static vd_rc build_one(vd_gen_ctx *g, const vd_gen_config *c, int par, vd_plan_t
   case VD_GEN_LLAMA3: rc = vd_gen_i_llama3(g); break;
   case VD_GEN_MOE: rc = vd_gen_i_moe(g); break;
   }
-  if (!rc && !g->failed) {
-    emit_zero(g);
-    if (!g->failed) emit_forward(g);
-    if (!g->failed) emit_backward(g);
-    if (!g->failed) emit_optimizer(g);
-    if (!g->failed) emit_schedule(g);
-  }
+  if (!rc && !g->failed) rc = emit_zero(g);
+  if (!rc && !g->failed) rc = emit_forward(g);
+  if (!rc && !g->failed) rc = emit_backward(g);
+  if (!rc && !g->failed) rc = emit_optimizer(g);
+  if (!rc && !g->failed) rc = emit_schedule(g);
   if (g->failed) return d && d->rc ? d->rc : VD_EINTERNAL;
   return rc;
 }

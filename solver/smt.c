@@ -25,6 +25,7 @@
 #include <pthread.h>
 #include <z3.h>
 
+#include "../common/limits.h"
 #include "../common/mem.h"
 
 #define RESETS_PER_CONTEXT 64
@@ -36,6 +37,7 @@ struct vd_smt {
   Z3_ast *arena;
   size_t n_arena, cap_arena;
   unsigned timeout_ms;
+  uint64_t seed;   /* of the random witness (smt_check.c) */
   int fast_path;
   int failed;
   char err[256];
@@ -92,7 +94,7 @@ static vd_rc make_context(vd_smt *s, vd_diag *d) {
   s->simp = Z3_mk_params(s->z);
   Z3_params_inc_ref(s->z, s->simp);
   Z3_params_set_bool(s->z, s->simp, Z3_mk_string_symbol(s->z, "som"), true);
-  Z3_params_set_uint(s->z, s->simp, Z3_mk_string_symbol(s->z, "som_blowup"), 10u);
+  Z3_params_set_uint(s->z, s->simp, Z3_mk_string_symbol(s->z, "som_blowup"), (unsigned)VD_LIM_SOM_BLOWUP);
   if (Z3_get_error_code(s->z) != Z3_OK) {
     const char *m = Z3_get_error_msg(s->z, Z3_get_error_code(s->z));
     vd_rc rc = VD_ERR(d, VD_EINTERNAL, NULL, "z3", "params", "%s", m);
@@ -106,7 +108,8 @@ vd_rc vd_smt_new(vd_smt **out, vd_diag *d) {
   *out = NULL;
   vd_smt *s = vd_calloc(1, sizeof(*s));
   if (!s) return VD_OOM(d);
-  s->timeout_ms = 10000;
+  s->timeout_ms = VD_LIM_STAGE_TIMEOUT_MS;
+  s->seed = VD_LIM_SEED;
   s->fast_path = 1;
   vd_rc rc = make_context(s, d);
   if (rc != VD_OK) {
@@ -150,6 +153,7 @@ vd_rc vd_smt_reset(vd_smt *s, vd_diag *d) {
 
 void vd_smt_set_timeout(vd_smt *s, unsigned ms) { s->timeout_ms = ms; }
 void vd_smt_set_fast_path(vd_smt *s, int on) { s->fast_path = on != 0; }
+void vd_smt_set_seed(vd_smt *s, uint64_t seed) { s->seed = seed; }
 
 vd_rc vd_smt_status(const vd_smt *s, vd_diag *d, const char *what) {
   if (!s->failed) return VD_OK;
@@ -172,6 +176,7 @@ int vd_smt_i_is_int(vd_smt *s, vd_term t) {
   return t && Z3_get_sort_kind(s->z, Z3_get_sort(s->z, t)) == Z3_INT_SORT;
 }
 unsigned vd_smt_i_timeout(const vd_smt *s) { return s->timeout_ms; }
+uint64_t vd_smt_i_seed(const vd_smt *s) { return s->seed; }
 int vd_smt_i_fast_path(const vd_smt *s) { return s->fast_path; }
 Z3_params vd_smt_i_simp_params(vd_smt *s) { return s->simp; }
 

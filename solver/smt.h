@@ -59,8 +59,14 @@ void vd_smt_free(vd_smt *s);
  * Z3's internal caches stay bounded as well. */
 vd_rc vd_smt_reset(vd_smt *s, vd_diag *d);
 
-/* Per-check solver timeout in milliseconds (0 = none).  Default 10000. */
+/* Per-check solver timeout in milliseconds (0 = none).  Default
+ * VD_LIM_STAGE_TIMEOUT_MS (common/limits.h). */
 void vd_smt_set_timeout(vd_smt *s, unsigned ms);
+
+/* Seed of the random witness that the check tries before the solver
+ * (smt_check.c; OPTIMIZATION-ONLY: any seed gives the same verdicts).
+ * Default VD_LIM_SEED; `verdict --seed N` sets it. */
+void vd_smt_set_seed(vd_smt *s, uint64_t seed);
 /* Enables (default) or disables the simplifier fast path of vd_smt_check;
  * verdicts must not depend on it (the test suite runs both ways). */
 void vd_smt_set_fast_path(vd_smt *s, int on);
@@ -185,8 +191,13 @@ struct vd_op_encode_call {
   vd_diag *diag;
 };
 
+/* A symbolic encoder.  The encoders are solver/'s expansion of ops/ops.def
+ * (smt_encode.c, enc_table: one per operator, count checked at compile
+ * time), not a column of vd_op_table: ops/ may not depend on solver/. */
+typedef vd_rc (*vd_op_encode_fn)(const struct vd_op_encode_call *c);
+
 /* The encoder of op (every encoder checks arity and shapes with the
- * registry's shape rule first), or NULL if there is none. */
+ * registry's shape rule first), or NULL for an id outside the registry. */
 vd_op_encode_fn vd_smt_encoder(vd_op_id op);
 /* Looks up and runs the encoder; VD_EINPUT "unsupported" when none. */
 vd_rc vd_smt_encode(const struct vd_op_encode_call *c);
@@ -270,6 +281,7 @@ void vd_smt_i_clear_error(vd_smt *s);
 /* 1 when t has sort Int (index-valued inputs). */
 int vd_smt_i_is_int(vd_smt *s, vd_term t);
 unsigned vd_smt_i_timeout(const vd_smt *s);
+uint64_t vd_smt_i_seed(const vd_smt *s);
 int vd_smt_i_fast_path(const vd_smt *s);
 struct _Z3_params *vd_smt_i_simp_params(vd_smt *s);
 

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/limits.h"
 #include "../common/mem.h"
 #include "smt.h"
 #include "../ops/ops_moe.h" /* enc_gate_fw, enc_nnscaler_moe_gmm (+ backward) for the table */
@@ -73,28 +74,6 @@ static void dims_mask(call_t *c, int32_t ndim, int *mask) {
     int64_t d = v < 0 ? v + ndim : v;
     if (d >= 0 && d < ndim) mask[d] = 1;
   }
-}
-
-static void unravel(const vd_op_shape *s, int64_t flat, int64_t *idx) {
-  for (int32_t i = s->ndim - 1; i >= 0; i--) {
-    int64_t e = s->d[i] > 0 ? s->d[i] : 1;
-    idx[i] = flat % e;
-    flat /= e;
-  }
-}
-
-static int64_t ravel(const vd_op_shape *s, const int64_t *idx) {
-  int64_t f = 0;
-  for (int32_t i = 0; i < s->ndim; i++) f = f * s->d[i] + idx[i];
-  return f;
-}
-
-/* Flat index in `in` of the element broadcast to out-index idx. */
-static int64_t bsrc(const vd_op_shape *out, const vd_op_shape *in, const int64_t *idx) {
-  int32_t off = out->ndim - in->ndim;
-  int64_t f = 0;
-  for (int32_t j = 0; j < in->ndim; j++) f = f * in->d[j] + (in->d[j] == 1 ? 0 : idx[j + off]);
-  return f;
 }
 
 static vd_term I(vd_smt *s, int64_t v) { return vd_smt_num_int(s, v); }
@@ -156,9 +135,9 @@ static vd_rc sum_to(vd_smt *s, call_t *c, const vd_smt_tensor *g, vd_smt_tensor 
   VD_CHECK(acc_init(&a, out->numel, each, c->diag));
   int64_t idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < g->numel; f++) {
-    unravel(&g->shape, f, idx);
+    vd_op_shape_unravel(&g->shape, f, idx);
     vd_term t = factor ? vd_smt_mul(s, factor, g->t[f]) : g->t[f];
-    acc_add(&a, bsrc(&g->shape, &out->shape, idx), t);
+    acc_add(&a, vd_op_bcast_src(&g->shape, &out->shape, idx), t);
   }
   acc_done(s, &a, out);
   return VD_OK;
@@ -221,11 +200,11 @@ ENC(transpose) {
   int32_t d0 = adim(c, "dim0", 0, nd), d1 = adim(c, "dim1", 1, nd);
   int64_t idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < IN(0)->numel; f++) {
-    unravel(&IN(0)->shape, f, idx);
+    vd_op_shape_unravel(&IN(0)->shape, f, idx);
     int64_t t = idx[d0];
     idx[d0] = idx[d1];
     idx[d1] = t;
-    OUT(0)->t[ravel(&OUT(0)->shape, idx)] = IN(0)->t[f];
+    OUT(0)->t[vd_op_shape_ravel(&OUT(0)->shape, idx)] = IN(0)->t[f];
   }
   return VD_OK;
 }
@@ -250,9 +229,9 @@ ENC(multiref_backward) {
 /* Element f of `part` sits at index idx (+off along dim) of `full`. */
 static int64_t slice_pos(const vd_op_shape *full, const vd_op_shape *part, int32_t dim, int64_t off, int64_t f) {
   int64_t idx[VD_MAX_DIMS];
-  unravel(part, f, idx);
+  vd_op_shape_unravel(part, f, idx);
   idx[dim] += off;
-  return ravel(full, idx);
+  return vd_op_shape_ravel(full, idx);
 }
 
 ENC(chunk) {
@@ -292,8 +271,8 @@ ENC(expand) {
   (void)s;
   int64_t idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < OUT(0)->numel; f++) {
-    unravel(&OUT(0)->shape, f, idx);
-    OUT(0)->t[f] = IN(0)->t[bsrc(&OUT(0)->shape, &IN(0)->shape, idx)];
+    vd_op_shape_unravel(&OUT(0)->shape, f, idx);
+    OUT(0)->t[f] = IN(0)->t[vd_op_bcast_src(&OUT(0)->shape, &IN(0)->shape, idx)];
   }
   return VD_OK;
 }
@@ -313,8 +292,8 @@ static vd_rc binary(call_t *c, vd_smt *s, bin_fn f) {
   }
   int64_t idx[VD_MAX_DIMS];
   for (int64_t i = 0; i < y->numel; i++) {
-    unravel(&y->shape, i, idx);
-    y->t[i] = f(s, IN(0)->t[bsrc(&y->shape, &IN(0)->shape, idx)], IN(1)->t[bsrc(&y->shape, &IN(1)->shape, idx)]);
+    vd_op_shape_unravel(&y->shape, i, idx);
+    y->t[i] = f(s, IN(0)->t[vd_op_bcast_src(&y->shape, &IN(0)->shape, idx)], IN(1)->t[vd_op_bcast_src(&y->shape, &IN(1)->shape, idx)]);
   }
   return VD_OK;
 }
@@ -482,7 +461,7 @@ static vd_rc reduce(call_t *c, vd_smt *s, int mean) {
   VD_CHECK(acc_init(&a, y->numel, cnt, c->diag));
   int64_t idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < x->numel; f++) {
-    unravel(&x->shape, f, idx);
+    vd_op_shape_unravel(&x->shape, f, idx);
     acc_add(&a, reduced_index(&x->shape, mask, keep, idx), x->t[f]);
   }
   acc_done(s, &a, y);
@@ -505,7 +484,7 @@ static vd_rc reduce_bwd(call_t *c, vd_smt *s, int mean) {
   vd_term k = mean ? vd_smt_div(s, I(s, nr), I(s, n ? n : 1)) : NULL;
   int64_t idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < n; f++) {
-    unravel(&gx->shape, f, idx);
+    vd_op_shape_unravel(&gx->shape, f, idx);
     vd_term t = g->t[reduced_index(&gx->shape, mask, keep, idx)];
     gx->t[f] = k ? vd_smt_mul(s, k, t) : t;
   }
@@ -540,8 +519,8 @@ static vd_rc muldiv_bwd(call_t *c, vd_smt *s, int div) {
   }
   int64_t idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < G->numel; f++) {
-    unravel(&G->shape, f, idx);
-    int64_t ia = bsrc(&G->shape, &A->shape, idx), ib = bsrc(&G->shape, &B->shape, idx);
+    vd_op_shape_unravel(&G->shape, f, idx);
+    int64_t ia = vd_op_bcast_src(&G->shape, &A->shape, idx), ib = vd_op_bcast_src(&G->shape, &B->shape, idx);
     vd_term a = A->t[ia], b = B->t[ib], g = G->t[f];
     if (div) {
       acc_add(&ga, ia, vd_smt_div(s, g, b));
@@ -589,9 +568,9 @@ ENC(matmul) {
   if (!prod) return VD_OOM(c->diag);
   int64_t idx[VD_MAX_DIMS];
   for (int64_t t = 0; t < g.nbatch; t++) {
-    unravel(&g.ob, t, idx);
-    vd_term *A = IN(0)->t + bsrc(&g.ob, &g.ab, idx) * g.m * g.k;
-    vd_term *B = IN(1)->t + bsrc(&g.ob, &g.bb, idx) * g.k * g.n;
+    vd_op_shape_unravel(&g.ob, t, idx);
+    vd_term *A = IN(0)->t + vd_op_bcast_src(&g.ob, &g.ab, idx) * g.m * g.k;
+    vd_term *B = IN(1)->t + vd_op_bcast_src(&g.ob, &g.bb, idx) * g.k * g.n;
     vd_term *Y = OUT(0)->t + t * g.m * g.n;
     for (int64_t i = 0; i < g.m; i++)
       for (int64_t j = 0; j < g.n; j++) {
@@ -615,8 +594,8 @@ ENC(matmul_backward) {
   }
   int64_t idx[VD_MAX_DIMS];
   for (int64_t t = 0; t < g.nbatch; t++) {
-    unravel(&g.ob, t, idx);
-    int64_t oa = bsrc(&g.ob, &g.ab, idx) * g.m * g.k, ob = bsrc(&g.ob, &g.bb, idx) * g.k * g.n;
+    vd_op_shape_unravel(&g.ob, t, idx);
+    int64_t oa = vd_op_bcast_src(&g.ob, &g.ab, idx) * g.m * g.k, ob = vd_op_bcast_src(&g.ob, &g.bb, idx) * g.k * g.n;
     vd_term *A = IN(0)->t + oa, *B = IN(1)->t + ob, *G = IN(2)->t + t * g.m * g.n;
     for (int64_t i = 0; i < g.m; i++)
       for (int64_t j = 0; j < g.n; j++) {
@@ -872,7 +851,7 @@ static vd_rc rope(call_t *c, vd_smt *s, int backward) {
   vd_op_shape rs = *sh;
   rs.d[rs.ndim - 1] = 1;
   for (int64_t r = 0; r < rows; r++) {
-    unravel(&rs, r, idx);
+    vd_op_shape_unravel(&rs, r, idx);
     int64_t pos = off + idx[sd];
     const vd_term *x = IN(0)->t + r * d;
     vd_term *y = OUT(0)->t + r * d;
@@ -990,8 +969,9 @@ ENC(softmax_backward) {
 
 static vd_rc topk(call_t *c, vd_smt *s, int backward) {
   int64_t t = IN(0)->shape.d[0], e = IN(0)->shape.d[1], k = aint(c, "k", 1);
-  if (e > 32) VD_FAIL(c->diag, VD_EINPUT, NULL, rec(c), "inputs[0]", "topk_gate: rows of %lld experts exceed the 32 arguments the symbol takes (reduce the expert dim)", (long long)e);
-  vd_term args[64];
+  if (e > VD_LIM_TOPK_EXPERTS_MAX)
+    VD_FAIL(c->diag, VD_EINPUT, NULL, rec(c), "inputs[0]", "topk_gate: rows of %lld experts exceed the %d arguments the symbol takes (reduce the expert dim; common/limits.h)", (long long)e, VD_LIM_TOPK_EXPERTS_MAX);
+  vd_term args[2 * VD_LIM_TOPK_EXPERTS_MAX];
   char name[96];
   for (int64_t r = 0; r < t; r++) {
     for (int64_t j = 0; j < e; j++) {
@@ -1170,9 +1150,9 @@ ENC(reduce_scatter) {
   int64_t idx[VD_MAX_DIMS];
   for (uint32_t p = 0; p < c->n_out; p++)
     for (int64_t f = 0; f < OUT(p)->numel; f++) {
-      unravel(os, f, idx);
+      vd_op_shape_unravel(os, f, idx);
       idx[dim] += (int64_t)p * os->d[dim];
-      int64_t src = ravel(&IN(0)->shape, idx);
+      int64_t src = vd_op_shape_ravel(&IN(0)->shape, idx);
       for (uint32_t i = 0; i < c->n_in; i++) buf[i] = IN(i)->t[src];
       OUT(p)->t[f] = vd_smt_sum(s, c->n_in, buf);
     }
@@ -1190,11 +1170,11 @@ ENC(all_to_all) {
   int64_t idx[VD_MAX_DIMS];
   for (uint32_t i = 0; i < c->n_out; i++)
     for (int64_t f = 0; f < OUT(i)->numel; f++) {
-      unravel(ys, f, idx);
+      vd_op_shape_unravel(ys, f, idx);
       int64_t j = idx[cd] / cs_cd;
       idx[cd] -= j * cs_cd;
       idx[sd] += (int64_t)i * cs_sd;
-      OUT(i)->t[f] = IN(j)->t[ravel(xs, idx)];
+      OUT(i)->t[f] = IN(j)->t[vd_op_shape_ravel(xs, idx)];
     }
   return VD_OK;
 }
@@ -1262,11 +1242,19 @@ ENC(adam_step) {
 
 /* ---- the table ----------------------------------------------------------- */
 
+/* One row per row of ops/ops.def: a row without an encoder (enc_<name>)
+ * does not compile, and the count check below catches a table that stops
+ * being an expansion of ops.def. */
 static const vd_op_encode_fn enc_table[VD_OP__COUNT] = {
 #define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, safety) [VD_OP_##ID] = enc_##name,
 #include "../ops/ops.def"
 #undef VD_OP
 };
+#define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, safety) +1
+_Static_assert(0
+#include "../ops/ops.def"
+               == sizeof(enc_table) / sizeof(enc_table[0]), "enc_table has one row per ops.def row");
+#undef VD_OP
 
 vd_op_encode_fn vd_smt_encoder(vd_op_id op) {
   if (op < 0 || op >= VD_OP__COUNT) return NULL;
@@ -1282,79 +1270,8 @@ vd_rc vd_smt_encode(const struct vd_op_encode_call *c) {
 
 /* ---- numeric meaning of the symbols -------------------------------------- */
 
-static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
-
-/* Gates of one row (ops_numeric.c's topk_row: softmax over the k largest,
- * ties to the lower index). */
-static void topk_row(const double *x, int64_t e, int64_t k, unsigned char *sel, double *p) {
-  memset(sel, 0, (size_t)e);
-  double mx = 0;
-  for (int64_t t = 0; t < k; t++) {
-    int64_t best = -1;
-    for (int64_t j = 0; j < e; j++)
-      if (!sel[j] && (best < 0 || x[j] > x[best])) best = j;
-    sel[best] = 1;
-    if (t == 0) mx = x[best];
-  }
-  double sum = 0;
-  for (int64_t j = 0; j < e; j++) sum += (p[j] = sel[j] ? exp(x[j] - mx) : 0.0);
-  for (int64_t j = 0; j < e; j++) p[j] /= sum;
-}
-
 int vd_smt_uf_value(const char *name, size_t n, const double *a, double *out) {
-  if (n == 1) {
-    double x = a[0];
-    if (!strcmp(name, "exp")) *out = exp(x);
-    else if (!strcmp(name, "log")) *out = log(x);
-    else if (!strcmp(name, "sqrt")) *out = sqrt(x);
-    else if (!strcmp(name, "rsqrt")) *out = 1.0 / sqrt(x);
-    else if (!strcmp(name, "sigmoid")) *out = sigm(x);
-    else if (!strcmp(name, "tanh")) *out = tanh(x);
-    else if (!strcmp(name, "rot_cos")) *out = cos(x);
-    else if (!strcmp(name, "rot_sin")) *out = sin(x);
-    else if (!strcmp(name, "gelu")) *out = 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
-    else if (!strcmp(name, "gelu_grad"))
-      *out = 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
-    else return 0;
-    return 1;
-  }
-  if (n == 2 && !strcmp(name, "pow")) {
-    *out = pow(a[0], a[1]);
-    return 1;
-  }
-  if (n == 2 && !strcmp(name, "dropout_mask")) { /* ops_numeric.c's surrogate mask */
-    *out = a[1] >= 1 ? 0.0 : (1.0 + 0.5 * sin(3.0 * a[0])) / (1.0 - a[1]);
-    return 1;
-  }
-  if (n == 2 && !strcmp(name, "clip_coef")) {
-    *out = fmin(1.0, a[1] / (sqrt(a[0]) + 1e-6));
-    return 1;
-  }
-  if (n == 4 && (!strcmp(name, "rope_cos") || !strcmp(name, "rope_sin"))) {
-    double ang = a[0] * pow(a[3], -2.0 * a[1] / a[2]);
-    *out = name[5] == 'c' ? cos(ang) : sin(ang);
-    return 1;
-  }
-  if (vd_moe_uf_value(name, n, a, out)) return 1; /* gate_fw.* routing symbols */
-  long long k, j;
-  int bwd = 0;
-  if (sscanf(name, "topk_gate.k%lld.j%lld", &k, &j) == 2)
-    bwd = 0;
-  else if (sscanf(name, "topk_gate_backward.k%lld.j%lld", &k, &j) == 2)
-    bwd = 1;
-  else
-    return 0;
-  int64_t e = bwd ? (int64_t)n / 2 : (int64_t)n;
-  if (e < 1 || e > 32 || k < 1 || k > e || j < 0 || j >= e || (bwd && n % 2)) return 0;
-  unsigned char sel[32];
-  double p[32];
-  topk_row(a, e, k, sel, p);
-  if (!bwd) {
-    *out = p[j];
-    return 1;
-  }
-  double dot = 0;
-  for (int64_t i = 0; i < e; i++) dot += a[e + i] * p[i];
-  *out = sel[j] ? p[j] * (a[e + j] - dot) : 0.0;
-  return 1;
+  /* One definition of each symbol: the registry's (ops_numeric.c), plus
+   * the MoE routing symbols (ops_moe.c). */
+  return vd_op_symbol_value(name, n, a, out) || vd_moe_uf_value(name, n, a, out);
 }

@@ -19,19 +19,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "../common/clock.h"
+#include "../common/limits.h"
 #include "../common/mem.h"
-
-const char *const vd_diagnosis_names[VD_DX__COUNT] = {
-    "NONE", "MISSING_REDUCTION", "EXTRA_REDUCTION", "SCALE", "PERMUTED_SLICES", "WRONG_VALUE",
-    "DATAFLOW", "SCHEDULE", "ALIGNMENT", "SHAPE", "BATCH"};
-
-static double now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
 
 void vd_stage_verdict_free(vd_stage_verdict *v) {
   if (!v) return;
@@ -330,14 +321,19 @@ static vd_rc build_pairs(solve_ctx *c, pair_list *pl) {
 
 /* 1 when a[i] = b[i] for all i is proved (fast path or solver); 0 otherwise
  * (including inconclusive: a diagnosis is only claimed when proved). */
-static int proves_equal(solve_ctx *c, const vd_term *a, const vd_term *b, size_t n) {
+/* *eq = 1 when a == b is proved.  A solver failure other than out of
+ * memory only leaves the hypothesis unproved (the diagnosis is a hint on a
+ * verdict already reached); VD_ENOMEM is returned (with c->d set). */
+static vd_rc proves_equal(solve_ctx *c, const vd_term *a, const vd_term *b, size_t n, int *eq) {
   vd_smt_result r;
   memset(&r, 0, sizeof(r));
   vd_diag scratch;
   vd_diag_clear(&scratch);
-  int ok = vd_smt_check(c->s, a, b, n, &r, &scratch) == VD_OK && r.verdict == VD_SMT_EQUIVALENT;
+  vd_rc rc = vd_smt_check(c->s, a, b, n, &r, &scratch);
+  *eq = rc == VD_OK && r.verdict == VD_SMT_EQUIVALENT;
   vd_smt_result_free(&r);
-  return ok;
+  if (rc == VD_ENOMEM) return VD_OOM(c->d);
+  return VD_OK;
 }
 
 static void unflatten(const int64_t *lo, const int64_t *hi, int ndim, int64_t flat, int64_t *elem) {
@@ -349,19 +345,26 @@ static void unflatten(const int64_t *lo, const int64_t *hi, int ndim, int64_t fl
 }
 
 /* Tries MISSING_REDUCTION, EXTRA_REDUCTION / SCALE and PERMUTED_SLICES on
- * target ti, given one differing element's values (p parallel, s single). */
-static void classify(solve_ctx *c, uint32_t ti, int32_t piece, const vd_smt_diff *df, vd_stage_verdict *v) {
+ * target ti, given one differing element's values (p parallel, s single).
+ * v->diagnosis stays WRONG_VALUE when none is proved.  Errors: VD_ENOMEM
+ * (a failure of the machinery, never a diagnosis), or target_slice's. */
+static vd_rc classify(solve_ctx *c, uint32_t ti, int32_t piece, const vd_smt_diff *df, vd_stage_verdict *v) {
   const vd_stage *st = c->st;
   const vd_stage_target *t = &st->targets[ti];
   const uint32_t *pp = target_pairs(st, t);
   vd_smt_tensor slice = {0};
-  vd_term *acc = NULL, *scaled = NULL;
+  vd_term *acc = NULL, *scaled = NULL, *want = NULL;
+  int eq = 0;
   v->diagnosis = VD_DX_WRONG_VALUE;
-  if (target_slice(c, t, &slice) != VD_OK) goto done;
+  vd_rc rc = target_slice(c, t, &slice);
+  if (rc != VD_OK) goto done;
   size_t n = (size_t)slice.numel;
   acc = vd_calloc(n ? n : 1, sizeof(*acc));
   scaled = vd_calloc(n ? n : 1, sizeof(*scaled));
-  if (!acc || !scaled) goto done;
+  if (!acc || !scaled) {
+    rc = VD_OOM(c->d);
+    goto done;
+  }
 
   /* The candidate tensor: the flagged piece, or the sum of the parts. */
   const vd_smt_tensor *cand = NULL;
@@ -369,7 +372,7 @@ static void classify(solve_ctx *c, uint32_t ti, int32_t piece, const vd_smt_diff
     for (uint32_t j = 0; j < t->n_pieces; j++)
       if ((int32_t)pp[2 * j] == piece) cand = &c->ten[pp[2 * j + 1]];
   if (!cand) {
-    if (parts_sum(c, t, &slice, acc) != VD_OK) goto done;
+    if ((rc = parts_sum(c, t, &slice, acc)) != VD_OK) goto done;
   } else {
     for (size_t e = 0; e < n; e++) acc[e] = cand->t[e];
   }
@@ -382,7 +385,8 @@ static void classify(solve_ctx *c, uint32_t ti, int32_t piece, const vd_smt_diff
     char fexact[96] = "";
     if (f && vd_smt_numeral(c->s, f, &fv, fexact, sizeof(fexact)) && fv != 1.0) {
       for (size_t e = 0; e < n; e++) scaled[e] = vd_smt_mul(c->s, f, slice.t[e]);
-      if (proves_equal(c, acc, scaled, n)) {
+      if ((rc = proves_equal(c, acc, scaled, n, &eq)) != VD_OK) goto done;
+      if (eq) {
         double copies = (double)t->n_pieces;
         v->diagnosis = (t->part_n <= 1 && copies >= 2 && fv == copies) ? VD_DX_EXTRA_REDUCTION : VD_DX_SCALE;
         snprintf(v->factor, sizeof(v->factor), "%s", fexact);
@@ -411,18 +415,21 @@ static void classify(solve_ctx *c, uint32_t ti, int32_t piece, const vd_smt_diff
       for (size_t e = 0; e < n; e++) scaled[e] = scaled[e] ? vd_smt_add(c->s, scaled[e], pt->t[e]) : pt->t[e];
     }
     int64_t cpp = (int64_t)t->n_pieces / parts_seen;
-    vd_term *want = cpp * parts_seen == (int64_t)t->n_pieces ? vd_calloc(n ? n : 1, sizeof(*want)) : NULL;
+    if (cpp * parts_seen == (int64_t)t->n_pieces && !(want = vd_calloc(n ? n : 1, sizeof(*want)))) {
+      rc = VD_OOM(c->d);
+      goto done;
+    }
     for (int64_t g = cpp; want && g >= 2; g--) {
       if (cpp % g) continue;
       vd_term f = vd_smt_num_int(c->s, cpp / g);
       for (size_t e = 0; e < n; e++) want[e] = cpp / g == 1 ? slice.t[e] : vd_smt_mul(c->s, f, slice.t[e]);
-      if (proves_equal(c, scaled, want, n)) {
+      if ((rc = proves_equal(c, scaled, want, n, &eq)) != VD_OK) goto done;
+      if (eq) {
         v->diagnosis = VD_DX_MISSING_REDUCTION;
         if (cpp / g != 1) snprintf(v->factor, sizeof(v->factor), "partial sums over groups of %lld", (long long)g);
         break;
       }
     }
-    vd_free(want);
     if (v->diagnosis == VD_DX_MISSING_REDUCTION) goto done;
   }
 
@@ -442,9 +449,18 @@ static void classify(solve_ctx *c, uint32_t ti, int32_t piece, const vd_smt_diff
       vd_smt_tensor other = {0};
       vd_diag scratch;
       vd_diag_clear(&scratch);
-      if (vd_smt_tensor_slice(&c->ten[t->svalue], lo, hi, &other, &scratch) != VD_OK) break;
-      int eq = (size_t)other.numel == n && proves_equal(c, acc, other.t, n);
+      if ((rc = vd_smt_tensor_slice(&c->ten[t->svalue], lo, hi, &other, &scratch)) != VD_OK) {
+        if (rc == VD_ENOMEM) {
+          rc = VD_OOM(c->d);
+          goto done;
+        }
+        rc = VD_OK; /* a slice outside the value: no candidate here */
+        break;
+      }
+      eq = 0;
+      if ((size_t)other.numel == n) rc = proves_equal(c, acc, other.t, n, &eq);
       vd_smt_tensor_free(&other);
+      if (rc != VD_OK) goto done;
       if (eq) {
         v->diagnosis = VD_DX_PERMUTED_SLICES;
         snprintf(v->factor, sizeof(v->factor), "holds dim %d [%lld:%lld) of the reduced single tensor", dim,
@@ -454,9 +470,11 @@ static void classify(solve_ctx *c, uint32_t ti, int32_t piece, const vd_smt_diff
     }
   }
 done:
+  vd_free(want);
   vd_free(acc);
   vd_free(scaled);
   vd_smt_tensor_free(&slice);
+  return rc;
 }
 
 static int cmp_i32(const void *a, const void *b) {
@@ -468,7 +486,7 @@ static int cmp_i32(const void *a, const void *b) {
  * solver's differing pairs. */
 static vd_rc record_cex(solve_ctx *c, const pair_list *pl, vd_smt_result *r, vd_stage_verdict *v) {
   const vd_stage *st = c->st;
-  size_t max_elems = c->o->max_cex_elems ? c->o->max_cex_elems : 8;
+  size_t max_elems = c->o->max_cex_elems ? c->o->max_cex_elems : VD_LIM_CEX_ELEMS;
   /* Inputs: move them over. */
   v->inputs = r->inputs;
   v->n_inputs = r->n_inputs;
@@ -546,7 +564,7 @@ static vd_rc record_cex(solve_ctx *c, const pair_list *pl, vd_smt_result *r, vd_
 
 vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, const vd_stage_solve_opts *o,
                      vd_stage_verdict *v, vd_diag *d) {
-  double t0 = now_ms();
+  double t0 = vd_clock_ms();
   memset(v, 0, sizeof(*v));
   solve_ctx c = {.s = s, .lt = lt, .st = st, .o = o, .d = d};
   pair_list pl = {0};
@@ -556,6 +574,7 @@ vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, cons
   char unsupported[300] = "";
 
   vd_smt_set_timeout(s, o->timeout_ms);
+  vd_smt_set_seed(s, o->seed ? o->seed : (uint64_t)VD_LIM_SEED);
   vd_smt_set_fast_path(s, o->fast_path);
   for (uint32_t i = 0; i < st->n_vals; i++) {
     int64_t n = 1;
@@ -613,7 +632,7 @@ vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, cons
     if ((rc = record_cex(&c, &pl, &r, v)) != VD_OK) goto done;
     if (r.n_diffs > 0) {
       const pair_meta *m = &pl.meta[r.diffs[0].index];
-      classify(&c, m->target, m->piece, &r.diffs[0], v);
+      if ((rc = classify(&c, m->target, m->piece, &r.diffs[0], v)) != VD_OK) goto done;
     } else {
       v->diagnosis = VD_DX_WRONG_VALUE;
     }
@@ -628,6 +647,6 @@ done:
   vd_diag reset_diag;
   vd_diag_clear(&reset_diag);
   vd_smt_reset(s, &reset_diag);
-  v->ms = now_ms() - t0;
+  v->ms = vd_clock_ms() - t0;
   return rc;
 }

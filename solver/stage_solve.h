@@ -11,25 +11,11 @@
 #ifndef VD_STAGE_SOLVE_H
 #define VD_STAGE_SOLVE_H
 
+#include "../common/issue.h"
 #include "../stages/stage.h"
 #include "smt.h"
 
-typedef enum {
-  VD_DX_NONE = 0,
-  VD_DX_MISSING_REDUCTION, /* the copies sum to Ts while each claims the whole */
-  VD_DX_EXTRA_REDUCTION,   /* a copy is Ts times the number of copies */
-  VD_DX_SCALE,             /* a copy is c * Ts; factor named */
-  VD_DX_PERMUTED_SLICES,   /* a copy holds Ts's values of another slice */
-  VD_DX_WRONG_VALUE,       /* anything else */
-  VD_DX_DATAFLOW,
-  VD_DX_SCHEDULE,
-  VD_DX_ALIGNMENT,
-  VD_DX_SHAPE,
-  VD_DX_BATCH,             /* the plans read different global batches */
-  VD_DX__COUNT
-} vd_diagnosis;
-
-extern const char *const vd_diagnosis_names[VD_DX__COUNT];
+/* vd_diagnosis and its names: common/issue.h (shared with structural issues). */
 
 /* One element of a target that disagrees in the counterexample. */
 typedef struct {
@@ -63,7 +49,8 @@ typedef struct {
   unsigned timeout_ms;   /* per stage; 0 = none */
   int fast_path;         /* simplifier fast path on (default 1) */
   int64_t max_elems;     /* refuse (inconclusive) stages with a value larger than this */
-  size_t max_cex_elems;  /* counterexample elements kept */
+  size_t max_cex_elems;  /* counterexample elements kept; 0 = VD_LIM_CEX_ELEMS */
+  uint64_t seed;         /* of the solver's random witness; 0 = VD_LIM_SEED */
 } vd_stage_solve_opts;
 
 /* Proves or refutes stage st.  s is the calling thread's context; it is reset

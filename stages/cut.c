@@ -5,7 +5,9 @@
  *  1. Structural checks, all reported as vd_stage_issue (never a crash):
  *     SHAPE     every graph node's shapes against the registry's shape rule
  *               (vd_op_check with NULL data; once per plan node);
- *     DATAFLOW  the graph issues of Gp and Gs;
+ *     DATAFLOW  a value that feeds a target without a lineage (the graph
+ *               issues of Gp and Gs are the graphs' own: verifier/run.c
+ *               reports them and cuts no stage while there are any);
  *     SCHEDULE  a DP reducer (collective spanning replicas) reading a version
  *               of a persistent tensor that a per-microbatch node writes
  *               again later (those microbatches' contributions are missed);
@@ -43,11 +45,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/limits.h"
 #include "../common/mem.h"
 #include "../ops/ops.h"
 
 #define NONE UINT32_MAX
-#define CONE_MAX 100000u
+#define CONE_MAX ((uint32_t)VD_LIM_CONE_MAX) /* reason: common/limits.h */
 
 /* ---- a small open-addressing map, reset in O(1) by generation ---------- */
 
@@ -157,7 +160,7 @@ typedef struct {
   int *sop, *pop;        /* registry op id per plan node, -1 if unknown */
   uint32_t *spos, *ppos; /* topological position per graph node */
   uint8_t *nolin;        /* per Gp value: "no lineage" already reported */
-  size_t cap_issues, cap_stages;
+  size_t cap_stages;
   cone_t pc, sc;
   uint32_t *stack;
   size_t n_stack, cap_stack;
@@ -172,20 +175,21 @@ static vd_rc add_issue(cctx *c, vd_sissue_kind kind, int single, int64_t pnode, 
                        int32_t mb, const char *fmt, ...) __attribute__((format(printf, 8, 9)));
 static vd_rc add_issue(cctx *c, vd_sissue_kind kind, int single, int64_t pnode, int64_t ptensor, int32_t rank,
                        int32_t mb, const char *fmt, ...) {
+  /* Each stage issue kind is the diagnosis of the same name. */
+  static const vd_diagnosis dx[VD_SISSUE__COUNT] = {VD_DX_DATAFLOW, VD_DX_SCHEDULE, VD_DX_ALIGNMENT, VD_DX_SHAPE};
   vd_stage_set *s = c->set;
-  if (VD_GROW(s->issues, c->cap_issues, s->n_issues + 1)) return VD_OOM(c->d);
-  vd_stage_issue *is = &s->issues[s->n_issues++];
-  memset(is, 0, sizeof(*is));
-  is->kind = kind;
-  is->single = (uint8_t)single;
-  is->pnode = pnode;
-  is->ptensor = ptensor;
-  is->rank = rank;
-  is->mb = mb;
+  vd_issue is;
+  vd_issue_init(&is, "stages", (unsigned)kind, vd_sissue_names[kind], dx[kind]);
+  is.single = (uint8_t)single;
+  is.pnode = pnode;
+  is.tensor = ptensor;
+  is.rank = rank;
+  is.mb = mb;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(is->detail, sizeof(is->detail), fmt, ap);
+  vd_issue_vdetail(&is, fmt, ap);
   va_end(ap);
+  if (vd_issue_push(&s->issues, &s->n_issues, &s->cap_issues, 0, &s->n_issues_dropped, &is)) return VD_OOM(c->d);
   return VD_OK;
 }
 
@@ -196,7 +200,7 @@ static int issue_cmp(const void *a, const void *b) {
   if (x->pnode != y->pnode) return x->pnode < y->pnode ? -1 : 1;
   if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
   if (x->mb != y->mb) return x->mb < y->mb ? -1 : 1;
-  if (x->ptensor != y->ptensor) return x->ptensor < y->ptensor ? -1 : 1;
+  if (x->tensor != y->tensor) return x->tensor < y->tensor ? -1 : 1;
   return strcmp(x->detail, y->detail);
 }
 
@@ -300,24 +304,6 @@ done:
   vd_free(is);
   vd_free(os);
   return rc;
-}
-
-static vd_rc graph_issues(cctx *c, const vd_graph_t *g, int single) {
-  for (size_t i = 0; i < g->n_issues; i++) {
-    const vd_graph_issue *gi = &g->issues[i];
-    int32_t rk = -1;
-    if (gi->pnode >= 0)
-      rk = (int32_t)vd_graph_rank(g, g->plan->nodes[gi->pnode].rank, gi->replica < 0 ? 0 : gi->replica);
-    else if (gi->tensor >= 0)
-      rk = (int32_t)vd_graph_rank(g, g->plan->tensors[gi->tensor].rank, gi->replica < 0 ? 0 : gi->replica);
-    VD_CHECK(add_issue(c, VD_SISSUE_DATAFLOW, single, gi->pnode, gi->tensor, rk, gi->mb, "%s%s: %s%s%s",
-                       single ? "single plan " : "", vd_gissue_names[gi->kind], gi->detail,
-                       gi->field[0] ? " at " : "", gi->field));
-  }
-  if (g->n_issues_dropped)
-    VD_CHECK(add_issue(c, VD_SISSUE_DATAFLOW, single, -1, -1, -1, -1, "%s%zu more dataflow issues not listed",
-                       single ? "single plan: " : "", g->n_issues_dropped));
-  return VD_OK;
 }
 
 /* SCHEDULE: see the file comment.  next[v] is the next version of v's
@@ -1039,8 +1025,6 @@ vd_rc vd_stage_cut(const vd_lin_table *lt, vd_stage_set *set, vd_diag *d) {
   vd_rc rc = prepare(&c);
   if (!rc) rc = check_shapes(&c, c.gs, c.sop, 1);
   if (!rc) rc = check_shapes(&c, c.gp, c.pop, 0);
-  if (!rc) rc = graph_issues(&c, c.gs, 1);
-  if (!rc) rc = graph_issues(&c, c.gp, 0);
   if (!rc) rc = check_schedule(&c);
   if (!rc) rc = check_alignment(&c);
   if (!rc) rc = cut_all(&c);

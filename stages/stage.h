@@ -100,7 +100,8 @@ typedef struct {
   vd_stage *stages; size_t n_stages;
   /* Structural problems found while cutting (DATAFLOW, SCHEDULE, ALIGNMENT,
    * SHAPE); see vd_stage_issue. */
-  struct vd_stage_issue *issues; size_t n_issues;
+  vd_issue *issues; size_t n_issues, cap_issues;
+  size_t n_issues_dropped; /* always 0: every stage issue is kept */
 } vd_stage_set;
 
 typedef enum {
@@ -113,16 +114,10 @@ typedef enum {
 
 extern const char *const vd_sissue_names[VD_SISSUE__COUNT];
 
-typedef struct vd_stage_issue {
-  vd_sissue_kind kind;
-  int64_t pnode;     /* parallel plan node involved, or -1 */
-  int64_t ptensor;   /* parallel plan tensor involved, or -1 */
-  int32_t rank;      /* global rank, or -1 */
-  int32_t mb;        /* microbatch, or -1 */
-  char detail[240];  /* one line with names, ranks, shapes */
-  uint8_t single;    /* 1: pnode/ptensor index the SINGLE plan (a single-plan
-                        shape or dataflow problem); 0: the parallel plan */
-} vd_stage_issue;
+/* Stage issues are vd_issue (common/issue.h) with source "stages", kind a
+ * vd_sissue_kind whose diagnosis has the same name, pnode/tensor indices of
+ * the plan named by `single`, rank a global rank (-1 if none). */
+typedef vd_issue vd_stage_issue;
 
 /* Cuts stages for every target of the lineage table and reports structural
  * issues.  Stages are in deterministic order.  O(sum of cone sizes). */

@@ -41,7 +41,7 @@ grep '^| .*\.pkl |' "$README" | while IFS='|' read -r _ fam par sm pm _; do
   base=$(printf '%02d_%s' "$i" "${pm%.pkl}")
   s="$OUT/$base.single.plan"; p="$OUT/$base.parallel.plan"
   t0=$(date +%s.%N)
-  if ! msg=$(python3 "$HERE/nnscaler2plan" --sm "$CORPUS/$sm" --pm "$CORPUS/$pm" --single "$s" --parallel "$p" 2>&1); then
+  if ! msg=$(/usr/bin/python3 "$HERE/nnscaler2plan" --sm "$CORPUS/$sm" --pm "$CORPUS/$pm" --single "$s" --parallel "$p" 2>&1); then
     echo "| $i | ${pm%.pkl} | - | - | convert failed: $msg | - | - | - | - | no |"; echo "$i" >>"$FAILED"; continue
   fi
   t1=$(date +%s.%N)

@@ -19,6 +19,7 @@
 
 #include "../plans/plan.h"
 #include "../oracle/exec.h"
+#include "../common/limits.h"
 #include "cli.h"
 
 /* Above this many elements in some tensor, exec reduces by default. */
@@ -32,7 +33,7 @@ static void usage(FILE *f) {
           "Executes both plans numerically (double precision, random inputs derived\n"
           "through the lineage annotations) and compares every annotated parallel\n"
           "tensor with its slice of the single-device tensor.\n"
-          "  --seed N   random seed (default 1)\n"
+          "  --seed N   random seed (default %d)\n"
           "  --tol T    relative tolerance (default 1e-9)\n"
           "  --reduce   run on reduced shapes (the verifier's shape reduction applied\n"
           "             to the whole pair); the default when some tensor has more\n"
@@ -40,7 +41,8 @@ static void usage(FILE *f) {
           "  --no-reduce  run on the plans' own shapes\n"
           "  -q         print only the verdict line\n"
           "exit codes: 0 agree, 1 disagree, 2 bad input or usage,\n"
-          "            3 unsupported operator or a pair that cannot be reduced\n");
+          "            3 unsupported operator or a pair that cannot be reduced\n",
+          VD_LIM_SEED);
 }
 
 static void print_slice(const vd_exec_mismatch *m) {
@@ -55,35 +57,43 @@ static void print_index(const int64_t *idx, int n) {
   printf("]");
 }
 
-int vd_cmd_exec(int argc, char **argv) {
-  const char *sm = NULL, *pm = NULL;
-  vd_exec_opts o = {.seed = 1, .tol = 1e-9};
-  int quiet = 0, reduce = -1; /* -1: by size */
+typedef struct {
+  const char *sm, *pm;
+  vd_exec_opts o;
+  int quiet, reduce; /* reduce -1: by size */
+} exec_args;
+
+/* Returns -1 to go on, else the exit code (help printed, or bad usage). */
+static int parse_args(int argc, char **argv, exec_args *x) {
+  memset(x, 0, sizeof(*x));
+  x->o.seed = VD_LIM_SEED;
+  x->o.tol = 1e-9;
+  x->reduce = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
       usage(stdout);
       return VD_EXIT_OK;
     } else if (strcmp(a, "-q") == 0) {
-      quiet = 1;
+      x->quiet = 1;
     } else if (strcmp(a, "--reduce") == 0) {
-      reduce = 1;
+      x->reduce = 1;
     } else if (strcmp(a, "--no-reduce") == 0) {
-      reduce = 0;
+      x->reduce = 0;
     } else if ((strcmp(a, "--sm") == 0 || strcmp(a, "--pm") == 0 || strcmp(a, "--seed") == 0 ||
                 strcmp(a, "--tol") == 0) && i + 1 < argc) {
       const char *v = argv[++i];
       if (strcmp(a, "--sm") == 0) {
-        sm = v;
+        x->sm = v;
       } else if (strcmp(a, "--pm") == 0) {
-        pm = v;
+        x->pm = v;
       } else if (strcmp(a, "--seed") == 0) {
-        long s = vd_cli_parse_long(v);
-        if (s < 0) {
+        long sd = vd_cli_parse_long(v);
+        if (sd < 0) {
           fprintf(stderr, "verdict exec: --seed: expected a non-negative integer, got '%s'\n", v);
           return VD_EXIT_BAD_INPUT;
         }
-        o.seed = (uint64_t)s;
+        x->o.seed = (uint64_t)sd;
       } else {
         char *end;
         double t = strtod(v, &end);
@@ -91,7 +101,7 @@ int vd_cmd_exec(int argc, char **argv) {
           fprintf(stderr, "verdict exec: --tol: expected a positive number, got '%s'\n", v);
           return VD_EXIT_BAD_INPUT;
         }
-        o.tol = t;
+        x->o.tol = t;
       }
     } else {
       fprintf(stderr, "verdict exec: unknown or incomplete option '%s'\n", a);
@@ -99,28 +109,96 @@ int vd_cmd_exec(int argc, char **argv) {
       return VD_EXIT_BAD_INPUT;
     }
   }
-  if (!sm || !pm) {
+  if (!x->sm || !x->pm) {
     fprintf(stderr, "verdict exec: --sm and --pm are required\n");
     usage(stderr);
     return VD_EXIT_BAD_INPUT;
   }
-  o.single_name = sm;
-  o.parallel_name = pm;
+  x->o.single_name = x->sm;
+  x->o.parallel_name = x->pm;
+  return -1;
+}
 
-  vd_plan_t s, p;
-  memset(&s, 0, sizeof(s));
-  memset(&p, 0, sizeof(p));
-  vd_diag d;
-  vd_diag_clear(&d);
-  int code = VD_EXIT_BAD_INPUT;
-  vd_exec_result r;
-  vd_plan_t rs, rp;
-  memset(&rs, 0, sizeof(rs));
-  memset(&rp, 0, sizeof(rp));
+/* Reduces the pair into (rs, rp).  Returns -1 to go on with the reduced
+ * pair, else the exit code (the reduction's own verdict or an error). */
+static int reduce_pair(const exec_args *x, const vd_plan_t *s, const vd_plan_t *p, vd_plan_t *rs, vd_plan_t *rp) {
   vd_exec_reduce_info ri;
   memset(&ri, 0, sizeof(ri));
-  const char *tag = "";
-  if (vd_plan_read_file(sm, &s, &d) != VD_OK || vd_plan_read_file(pm, &p, &d) != VD_OK) {
+  vd_diag d;
+  vd_diag_clear(&d);
+  if (vd_exec_reduce(s, p, &x->o, rs, rp, &ri, &d) != VD_OK) return vd_cli_report_diag(&d);
+  if (ri.status == VD_EXEC_RED_UNSUPPORTED || ri.status == VD_EXEC_RED_CANNOT) {
+    printf("exec: UNSUPPORTED: %s\n", ri.reason);
+    return VD_EXIT_INCONCLUSIVE;
+  }
+  if (ri.status == VD_EXEC_RED_PARALLEL_SHAPE) {
+    printf("exec: DISAGREE: shape: %s\n", ri.reason);
+    return VD_EXIT_NOT_EQUIV;
+  }
+  if (!x->quiet)
+    printf("exec: running on reduced shapes (largest tensor %lld -> %lld elements); indices below are "
+           "reduced\n",
+           (long long)ri.max_numel, (long long)ri.rmax_numel);
+  return -1;
+}
+
+/* Where the first mismatch is and what it should have been. */
+static void print_first_mismatch(const vd_exec_mismatch *m) {
+  printf("  first: tensor '%s' (id %lld) on rank %lld (stored rank %d, replica %d, mb %d)\n", m->name,
+         (long long)m->tensor_id, (long long)m->rank, m->stored_rank, m->replica, m->mb);
+  printf("  holds: slice ");
+  print_slice(m);
+  printf(" of '%s' (id %lld), part %lld of %lld\n", m->full_name, (long long)m->full_id, (long long)m->part_k,
+         (long long)m->part_n);
+  if (m->missing_part >= 0) {
+    printf("  value part %d of %lld has no instance: the parts cannot sum to the slice\n", m->missing_part,
+           (long long)m->part_n);
+    return;
+  }
+  printf("  at index ");
+  print_index(m->index, m->pndim);
+  printf(" (single ");
+  print_index(m->full_index, m->ndim);
+  printf("): expected %.17g, got %.17g%s (relative error %.3g)\n", m->expected, m->got,
+         m->part_n > 1 ? " (sum of the parts)" : "", m->rel_err);
+}
+
+/* Prints the result and returns its exit code. */
+static int report(const exec_args *x, const vd_exec_result *r, int reduced) {
+  const char *tag = reduced ? "; reduced shapes" : "";
+  if (r->status == VD_EXEC_AGREE) {
+    printf("exec: AGREE (%zu tensors, %zu instances, %zu elements; max relative error %.3g; seed %llu%s)\n",
+           r->n_tensors, r->n_instances, r->n_elements, r->max_rel_err, (unsigned long long)x->o.seed, tag);
+    return VD_EXIT_OK;
+  }
+  if (r->status == VD_EXEC_UNSUPPORTED) {
+    printf("exec: UNSUPPORTED%s: %s\n", reduced ? " (reduced shapes)" : "", r->reason);
+    return VD_EXIT_INCONCLUSIVE;
+  }
+  if (r->reason[0]) {
+    printf("exec: DISAGREE%s: %s\n", reduced ? " (reduced shapes)" : "", r->reason);
+    return VD_EXIT_NOT_EQUIV;
+  }
+  printf("exec: DISAGREE (%zu of %zu instances; max relative error %.3g; seed %llu%s)\n", r->n_bad_instances,
+         r->n_instances, r->max_rel_err, (unsigned long long)x->o.seed, tag);
+  if (!x->quiet) print_first_mismatch(&r->first);
+  return VD_EXIT_NOT_EQUIV;
+}
+
+int vd_cmd_exec(int argc, char **argv) {
+  exec_args x;
+  int code = parse_args(argc, argv, &x);
+  if (code >= 0) return code;
+  vd_plan_t s, p, rs, rp;
+  memset(&s, 0, sizeof(s));
+  memset(&p, 0, sizeof(p));
+  memset(&rs, 0, sizeof(rs));
+  memset(&rp, 0, sizeof(rp));
+  vd_diag d;
+  vd_diag_clear(&d);
+  vd_exec_result r;
+  code = VD_EXIT_BAD_INPUT;
+  if (vd_plan_read_file(x.sm, &s, &d) != VD_OK || vd_plan_read_file(x.pm, &p, &d) != VD_OK) {
     code = vd_cli_report_diag(&d);
     goto done;
   }
@@ -128,71 +206,16 @@ int vd_cmd_exec(int argc, char **argv) {
     fprintf(stderr, "verdict exec: expected a single-device plan for --sm and a parallel plan for --pm\n");
     goto done;
   }
-  if (reduce < 0) {
+  if (x.reduce < 0) {
     int64_t m = vd_exec_max_numel(&s), mp = vd_exec_max_numel(&p);
-    reduce = (m > mp ? m : mp) > EXEC_REDUCE_THRESHOLD;
+    x.reduce = (m > mp ? m : mp) > EXEC_REDUCE_THRESHOLD;
   }
-  if (reduce) {
-    if (vd_exec_reduce(&s, &p, &o, &rs, &rp, &ri, &d) != VD_OK) {
-      code = vd_cli_report_diag(&d);
-      goto done;
-    }
-    if (ri.status == VD_EXEC_RED_UNSUPPORTED || ri.status == VD_EXEC_RED_CANNOT) {
-      printf("exec: UNSUPPORTED: %s\n", ri.reason);
-      code = VD_EXIT_INCONCLUSIVE;
-      goto done;
-    }
-    if (ri.status == VD_EXEC_RED_PARALLEL_SHAPE) {
-      printf("exec: DISAGREE: shape: %s\n", ri.reason);
-      code = VD_EXIT_NOT_EQUIV;
-      goto done;
-    }
-    if (!quiet)
-      printf("exec: running on reduced shapes (largest tensor %lld -> %lld elements); indices below are "
-             "reduced\n",
-             (long long)ri.max_numel, (long long)ri.rmax_numel);
-    tag = "; reduced shapes";
-  }
-  if (vd_exec_compare(reduce ? &rs : &s, reduce ? &rp : &p, &o, &r, &d) != VD_OK) {
+  if (x.reduce && (code = reduce_pair(&x, &s, &p, &rs, &rp)) >= 0) goto done;
+  if (vd_exec_compare(x.reduce ? &rs : &s, x.reduce ? &rp : &p, &x.o, &r, &d) != VD_OK) {
     code = vd_cli_report_diag(&d);
     goto done;
   }
-  if (r.status == VD_EXEC_AGREE) {
-    printf("exec: AGREE (%zu tensors, %zu instances, %zu elements; max relative error %.3g; seed %llu%s)\n",
-           r.n_tensors, r.n_instances, r.n_elements, r.max_rel_err, (unsigned long long)o.seed, tag);
-    code = VD_EXIT_OK;
-  } else if (r.status == VD_EXEC_UNSUPPORTED) {
-    printf("exec: UNSUPPORTED%s: %s\n", reduce ? " (reduced shapes)" : "", r.reason);
-    code = VD_EXIT_INCONCLUSIVE;
-  } else {
-    code = VD_EXIT_NOT_EQUIV;
-    if (r.reason[0]) {
-      printf("exec: DISAGREE%s: %s\n", reduce ? " (reduced shapes)" : "", r.reason);
-    } else {
-      const vd_exec_mismatch *m = &r.first;
-      printf("exec: DISAGREE (%zu of %zu instances; max relative error %.3g; seed %llu%s)\n", r.n_bad_instances,
-             r.n_instances, r.max_rel_err, (unsigned long long)o.seed, tag);
-      if (!quiet) {
-        printf("  first: tensor '%s' (id %lld) on rank %lld (stored rank %d, replica %d, mb %d)\n", m->name,
-               (long long)m->tensor_id, (long long)m->rank, m->stored_rank, m->replica, m->mb);
-        printf("  holds: slice ");
-        print_slice(m);
-        printf(" of '%s' (id %lld), part %lld of %lld\n", m->full_name, (long long)m->full_id,
-               (long long)m->part_k, (long long)m->part_n);
-        if (m->missing_part >= 0) {
-          printf("  value part %d of %lld has no instance: the parts cannot sum to the slice\n", m->missing_part,
-                 (long long)m->part_n);
-        } else {
-          printf("  at index ");
-          print_index(m->index, m->pndim);
-          printf(" (single ");
-          print_index(m->full_index, m->ndim);
-          printf("): expected %.17g, got %.17g%s (relative error %.3g)\n", m->expected, m->got,
-                 m->part_n > 1 ? " (sum of the parts)" : "", m->rel_err);
-        }
-      }
-    }
-  }
+  code = report(&x, &r, x.reduce);
 done:
   vd_plan_free(&rs);
   vd_plan_free(&rp);

@@ -10,10 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/limits.h"
 #include "cli.h"
 #include "run.h"
 
 static void verify_usage(FILE *f) {
+  /* Defaults come from common/limits.h (`verdict limits` says why). */
   fprintf(f,
           "usage: verdict --sm SINGLE.plan --pm PARALLEL.plan [options]\n"
           "\n"
@@ -23,9 +25,9 @@ static void verify_usage(FILE *f) {
           "  --pm FILE            parallel plan (required)\n"
           "  --threads N          solver threads (default: all cores)\n"
           "  --json FILE          also write the report as JSON\n"
-          "  --stage-timeout S    solver time limit per stage in seconds (default 20)\n"
-          "  --max-failures N     failing stages reported in detail (default 10, 0 = all)\n"
-          "  --seed N             seed (reserved for randomized checks; default 1)\n"
+          "  --stage-timeout S    solver time limit per stage in seconds (default %d)\n"
+          "  --max-failures N     failing stages reported in detail (default %d, 0 = all)\n"
+          "  --seed N             seed of the solver's random witness, >= 1 (default %d)\n"
           "  --no-reuse           solve every stage, not one per symmetry class\n"
           "  --no-fast-path       skip the normal-form comparison, always call the solver\n"
           "  --no-reduce          check stages on their original shapes\n"
@@ -34,7 +36,8 @@ static void verify_usage(FILE *f) {
           "  -v                   also list the slowest stages (find them with --dump-stages)\n"
           "  -h, --help           this text\n"
           "\n"
-          "exit codes: 0 equivalent, 1 not equivalent, 2 bad input or usage, 3 inconclusive\n");
+          "exit codes: 0 equivalent, 1 not equivalent, 2 bad input or usage, 3 inconclusive\n",
+          VD_LIM_STAGE_TIMEOUT_MS / 1000, VD_LIM_MAX_FAILURES, VD_LIM_SEED);
 }
 
 static int need_num(const char *opt, const char *val, long *out) {
@@ -48,9 +51,9 @@ static int need_num(const char *opt, const char *val, long *out) {
 
 static int parse(int argc, char **argv, vd_run_opts *o) {
   memset(o, 0, sizeof(*o));
-  o->stage_timeout_ms = 20000;
-  o->max_failures = 10;
-  o->seed = 1;
+  o->stage_timeout_ms = VD_LIM_STAGE_TIMEOUT_MS;
+  o->max_failures = VD_LIM_MAX_FAILURES;
+  o->seed = VD_LIM_SEED;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -84,6 +87,11 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
       o->max_failures = (int)(n > 1000000 ? 1000000 : n);
     } else if (!strcmp(a, "--seed")) {
       if (need_num(a, argv[++i], &n)) return VD_EXIT_BAD_INPUT;
+      if (n < 1) {
+        /* 0 is the solver options' "unset" (vd_stage_solve_opts.seed). */
+        fprintf(stderr, "verdict: --seed: expected a positive integer, got 0\n");
+        return VD_EXIT_BAD_INPUT;
+      }
       o->seed = (uint64_t)n;
     } else if (!strcmp(a, "--no-reuse")) o->no_reuse = 1;
     else if (!strcmp(a, "--no-fast-path")) o->no_fast_path = 1;

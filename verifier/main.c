@@ -18,6 +18,7 @@ static const command_t commands[] = {
     {"gen", vd_cmd_gen, "generate a single-device and a parallel plan for a model"},
     {"exec", vd_cmd_exec, "run both plans numerically and compare (the oracle)"},
     {"mutate", vd_cmd_mutate, "inject a bug class of BUGS.md into a parallel plan"},
+    {"limits", vd_cmd_limits, "every limit and default, with the reason for its value"},
 };
 
 static void usage(FILE *f) {

@@ -276,7 +276,10 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   if (r->n_represented > r->set.n_stages)
     fprintf(f, "  replica symmetry: the %zu stages stand for %zu per-replica stages\n", r->set.n_stages,
             r->n_represented);
-  if (r->n_issues) fprintf(f, "  structural problems: %zu\n", r->n_issues);
+  if (r->n_issues_dropped)
+    fprintf(f, "  structural problems: %zu (%zu listed)\n", r->n_issues + r->n_issues_dropped, r->n_issues);
+  else if (r->n_issues)
+    fprintf(f, "  structural problems: %zu\n", r->n_issues);
   if (!o->quiet) {
     fprintf(f, "  time:");
     for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, " %s %.3fs", vd_run_phase_names[i], r->phase_s[i]);
@@ -284,8 +287,8 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
     if (o->verbose && r->verdicts) text_slowest(r, f);
   }
   for (size_t i = 0; i < r->n_issues; i++) {
-    const vd_run_issue *is = &r->issues[i];
-    fprintf(f, "\n-- %s (%s %s)", vd_diagnosis_names[is->diagnosis], is->source, is->kind);
+    const vd_issue *is = &r->issues[i];
+    fprintf(f, "\n-- %s (%s %s)", vd_diagnosis_names[is->diagnosis], is->source, is->kind_name);
     if (is->rank >= 0) fprintf(f, " rank %lld", (long long)is->rank);
     if (is->mb >= 0) fprintf(f, " mb %lld", (long long)is->mb);
     fprintf(f, "\n   %s\n", is->detail);
@@ -428,17 +431,17 @@ vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd
   FILE *f = fopen(path, "w");
   if (!f) VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot write the JSON report");
   fprintf(f, "{\"verdict\":\"%s\",\"exit_code\":%d,\n\"summary\":{\"stages\":%zu,\"classes\":%zu,\"reduced\":%zu,"
-             "\"by_normal_form\":%zu,\"equivalent\":%zu,\"not_equivalent\":%zu,\"inconclusive\":%zu,\"structural\":%zu,"
+             "\"by_normal_form\":%zu,\"equivalent\":%zu,\"not_equivalent\":%zu,\"inconclusive\":%zu,\"structural\":%zu,\"structural_not_listed\":%zu,"
              "\"threads\":%d,\"peak_bytes\":%zu,\"seconds\":{",
           verdict_json(r), vd_run_exit_code(r), r->set.n_stages, r->n_solved, r->n_reduced, r->n_fast, r->n_equiv,
-          r->n_not_equiv, r->n_inconclusive, r->n_issues, r->threads_used, r->peak_bytes);
+          r->n_not_equiv, r->n_inconclusive, r->n_issues + r->n_issues_dropped, r->n_issues_dropped, r->threads_used, r->peak_bytes);
   for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, "%s\"%s\":%.4f", i ? "," : "", vd_run_phase_names[i], r->phase_s[i]);
   fputs("}},\n\"failures\":[", f);
   int n = 0;
   for (size_t i = 0; i < r->n_issues; i++) {
-    const vd_run_issue *is = &r->issues[i];
+    const vd_issue *is = &r->issues[i];
     fprintf(f, "%s\n{\"kind\":\"structural\",\"diagnosis\":\"%s\",\"source\":\"%s\",\"issue\":\"%s\",\"rank\":%lld,\"mb\":%lld,\"detail\":",
-            n++ ? "," : "", vd_diagnosis_names[is->diagnosis], is->source, is->kind, (long long)is->rank, (long long)is->mb);
+            n++ ? "," : "", vd_diagnosis_names[is->diagnosis], is->source, is->kind_name, (long long)is->rank, (long long)is->mb);
     vd_cli_json_str(f, is->detail);
     fputc('}', f);
   }

@@ -15,18 +15,13 @@
 #include <omp.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "../common/clock.h"
+#include "../common/limits.h"
 #include "../common/mem.h"
 
 const char *const vd_run_phase_names[VD_RUN_PHASES] = {"load", "graph", "lineage", "stages", "solve"};
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void vd_run_free(vd_run *r) {
   if (!r) return;
@@ -45,25 +40,30 @@ void vd_run_free(vd_run *r) {
 }
 
 int vd_run_exit_code(const vd_run *r) {
-  if (r->n_issues > 0 || r->n_not_equiv > 0) return 1;
+  if (r->n_issues > 0 || r->n_issues_dropped > 0 || r->n_not_equiv > 0) return 1;
   if (r->n_inconclusive > 0) return 3;
   return 0;
 }
 
-static vd_rc add_issue(vd_run *r, vd_diagnosis dx, const char *source, const char *kind, int64_t rank,
-                       int64_t mb, const char *detail) {
-  vd_run_issue *n = vd_realloc_array(r->issues, r->n_issues + 1, sizeof(*n));
-  if (!n) return VD_ENOMEM;
-  r->issues = n;
-  vd_run_issue *is = &r->issues[r->n_issues++];
-  memset(is, 0, sizeof(*is));
-  is->diagnosis = dx;
-  snprintf(is->source, sizeof(is->source), "%s", source);
-  snprintf(is->kind, sizeof(is->kind), "%s", kind);
-  is->rank = rank;
-  is->mb = mb;
-  snprintf(is->detail, sizeof(is->detail), "%s", detail);
+/* Appends one module's issues to the run's list: each already carries its
+ * diagnosis (common/issue.h), so nothing is mapped here.  prefix, if not
+ * NULL, goes before each detail ("parallel plan: "). */
+static vd_rc collect_issues(vd_run *r, const vd_issue *v, size_t n, size_t dropped, const char *prefix) {
+  for (size_t i = 0; i < n; i++) {
+    vd_issue is = v[i];
+    if (prefix) snprintf(is.detail, sizeof(is.detail), "%s%s", prefix, v[i].detail);
+    VD_CHECK(vd_issue_push(&r->issues, &r->n_issues, &r->cap_issues, 0, &r->n_issues_dropped, &is));
+  }
+  r->n_issues_dropped += dropped;
   return VD_OK;
+}
+
+/* A stage whose shape constraints contradict each other: SHAPE. */
+static vd_rc add_shape_issue(vd_run *r, const char *detail) {
+  vd_issue is;
+  vd_issue_init(&is, "stages", VD_SISSUE_SHAPE, "shape_constraints", VD_DX_SHAPE);
+  snprintf(is.detail, sizeof(is.detail), "%.*s", (int)sizeof(is.detail) - 1, detail);
+  return vd_issue_push(&r->issues, &r->n_issues, &r->cap_issues, 0, &r->n_issues_dropped, &is);
 }
 
 static vd_rc load_plan(const char *path, vd_plan_kind want, vd_plan_t *p, vd_diag *d) {
@@ -74,53 +74,10 @@ static vd_rc load_plan(const char *path, vd_plan_kind want, vd_plan_t *p, vd_dia
   return VD_OK;
 }
 
-/* Graph issues of either plan are DATAFLOW problems. */
-static vd_rc collect_graph_issues(vd_run *r, const vd_graph_t *g, const char *which) {
-  for (size_t i = 0; i < g->n_issues; i++) {
-    const vd_graph_issue *gi = &g->issues[i];
-    char detail[320];
-    snprintf(detail, sizeof(detail), "%s plan: %s", which, gi->detail);
-    int64_t rank = -1;
-    if (gi->pnode >= 0) rank = vd_graph_rank(g, g->plan->nodes[gi->pnode].rank, gi->replica);
-    /* A DP gradient reducer that reads its gradient before the backward
-     * producing it ran (one microbatch: no accumulator to read yet) is a
-     * schedule error, the same bug as a reducer overtaking the last
-     * microbatch when there are several. */
-    vd_diagnosis dx = VD_DX_DATAFLOW;
-    if (gi->kind == VD_GISSUE_READ_EARLY && gi->pnode >= 0 && gi->tensor >= 0) {
-      const vd_node_t *n = &g->plan->nodes[gi->pnode];
-      if (n->coll >= 0 && n->span_replicas && g->plan->tensors[gi->tensor].role == VD_ROLE_GRAD) dx = VD_DX_SCHEDULE;
-    }
-    VD_CHECK(add_issue(r, dx, "graph", vd_gissue_names[gi->kind], rank, gi->mb, detail));
-  }
-  return VD_OK;
-}
-
-static vd_rc collect_stage_issues(vd_run *r) {
-  static const vd_diagnosis map[VD_SISSUE__COUNT] = {VD_DX_DATAFLOW, VD_DX_SCHEDULE, VD_DX_ALIGNMENT, VD_DX_SHAPE};
-  for (size_t i = 0; i < r->set.n_issues; i++) {
-    const vd_stage_issue *si = &r->set.issues[i];
-    VD_CHECK(add_issue(r, map[si->kind], "stages", vd_sissue_names[si->kind], si->rank, si->mb, si->detail));
-  }
-  return VD_OK;
-}
-
-static vd_rc collect_lineage_issues(vd_run *r) {
-  for (size_t i = 0; i < r->lt.n_issues; i++) {
-    const vd_lin_issue *li = &r->lt.issues[i];
-    int64_t rank = -1;
-    if (li->ptensor >= 0)
-      rank = (int64_t)li->replica * r->pp.world.stored_ranks + r->pp.tensors[li->ptensor].rank;
-    vd_diagnosis dx = li->kind == VD_LISSUE_BATCH ? VD_DX_BATCH : VD_DX_DATAFLOW;
-    VD_CHECK(add_issue(r, dx, "lineage", vd_lissue_names[li->kind], rank, li->mb, li->detail));
-  }
-  return VD_OK;
-}
-
 /* Progress on a terminal only: stages done, rate, ETA. */
 static void progress(const vd_run_opts *o, size_t done, size_t total, double t0) {
   if (o->quiet || !isatty(STDERR_FILENO)) return;
-  double el = now_s() - t0;
+  double el = vd_clock_s() - t0;
   double rate = el > 0 ? (double)done / el : 0;
   double eta = rate > 0 ? (double)(total - done) / rate : 0;
   fprintf(stderr, "\rsolving: %zu/%zu stage classes  %.0f/s  ETA %.0fs   ", done, total, rate, eta);
@@ -143,9 +100,10 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   }
   r->n_classes = n_reps;
   vd_stage_solve_opts so = {.timeout_ms = o->stage_timeout_ms, .fast_path = !o->no_fast_path,
-                            .max_elems = 16384, .max_cex_elems = 4};
+                            .max_elems = VD_LIM_STAGE_MAX_ELEMS, .max_cex_elems = VD_LIM_CEX_ELEMS,
+                            .seed = o->seed};
   size_t done = 0;
-  double t0 = now_s();
+  double t0 = vd_clock_s();
   vd_rc first_rc = VD_OK;
   vd_diag first_diag;
   vd_diag_clear(&first_diag);
@@ -244,12 +202,12 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
 
 vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   memset(r, 0, sizeof(*r));
-  double t = now_s();
+  double t = vd_clock_s();
   VD_CHECK(load_plan(o->sm, VD_PLAN_SINGLE, &r->sp, d));
   VD_CHECK(load_plan(o->pm, VD_PLAN_PARALLEL, &r->pp, d));
-  r->phase_s[VD_RUN_LOAD] = now_s() - t;
+  r->phase_s[VD_RUN_LOAD] = vd_clock_s() - t;
 
-  t = now_s();
+  t = vd_clock_s();
   vd_graph_opts sgo = {.expand_replicas = 1}, pgo = {.expand_replicas = 0};
   vd_rc rc = vd_graph_build(&r->sp, &sgo, &r->sg, d);
   if (rc == VD_EINPUT) {
@@ -265,22 +223,22 @@ vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
     if (d) *d = gd;
     return rc;
   }
-  VD_CHECK(collect_graph_issues(r, &r->pg, "parallel"));
-  r->phase_s[VD_RUN_GRAPH] = now_s() - t;
-  if (r->n_issues) return VD_OK; /* stages need a well-formed graph */
+  VD_CHECK(collect_issues(r, r->pg.issues, r->pg.n_issues, r->pg.n_issues_dropped, "parallel plan: "));
+  r->phase_s[VD_RUN_GRAPH] = vd_clock_s() - t;
+  if (r->n_issues || r->n_issues_dropped) return VD_OK; /* stages need a well-formed graph */
 
-  t = now_s();
+  t = vd_clock_s();
   VD_CHECK(vd_lin_build(&r->sg, &r->pg, &r->lt, d));
-  VD_CHECK(collect_lineage_issues(r));
-  r->phase_s[VD_RUN_LINEAGE] = now_s() - t;
+  VD_CHECK(collect_issues(r, r->lt.issues, r->lt.n_issues, r->lt.n_issues_dropped, NULL));
+  r->phase_s[VD_RUN_LINEAGE] = vd_clock_s() - t;
   /* Different global batches: every stage downstream of the data compares
    * different samples, so solving would only repeat the BATCH diagnosis. */
   for (size_t i = 0; i < r->lt.n_issues; i++)
     if (r->lt.issues[i].kind == VD_LISSUE_BATCH) return VD_OK;
 
-  t = now_s();
+  t = vd_clock_s();
   VD_CHECK(vd_stage_cut(&r->lt, &r->set, d));
-  VD_CHECK(collect_stage_issues(r));
+  VD_CHECK(collect_issues(r, r->set.issues, r->set.n_issues, r->set.n_issues_dropped, NULL));
   for (size_t i = 0; i < r->set.n_stages && !o->no_reduce; i++) {
     vd_diag sd;
     vd_diag_clear(&sd);
@@ -288,7 +246,7 @@ vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
     if (rc == VD_EINPUT) {
       char line[VD_DIAG_TEXT + 200];
       vd_diag_format(&sd, line, sizeof(line));
-      VD_CHECK(add_issue(r, VD_DX_SHAPE, "stages", "shape_constraints", -1, -1, line));
+      VD_CHECK(add_shape_issue(r, line));
     } else if (rc != VD_OK) {
       if (d) *d = sd;
       return rc;
@@ -297,11 +255,11 @@ vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   }
   for (size_t i = 0; i < r->set.n_stages; i++) r->n_represented += r->set.stages[i].n_rep ? r->set.stages[i].n_rep : 1;
   if (!o->no_reuse) VD_CHECK(vd_stage_canon(&r->lt, &r->set, d));
-  r->phase_s[VD_RUN_STAGES] = now_s() - t;
+  r->phase_s[VD_RUN_STAGES] = vd_clock_s() - t;
 
-  t = now_s();
+  t = vd_clock_s();
   rc = solve_stages(r, o, d);
-  r->phase_s[VD_RUN_SOLVE] = now_s() - t;
+  r->phase_s[VD_RUN_SOLVE] = vd_clock_s() - t;
   r->peak_bytes = vd_mem_peak();
   return rc;
 }

@@ -29,15 +29,6 @@ typedef struct {
 typedef enum { VD_RUN_LOAD, VD_RUN_GRAPH, VD_RUN_LINEAGE, VD_RUN_STAGES, VD_RUN_SOLVE, VD_RUN_PHASES } vd_run_phase;
 extern const char *const vd_run_phase_names[VD_RUN_PHASES];
 
-/* A structural problem, from any module, in report form. */
-typedef struct {
-  vd_diagnosis diagnosis; /* DATAFLOW, SCHEDULE, ALIGNMENT, SHAPE */
-  char source[24];        /* "graph", "lineage", "stages" */
-  char kind[32];          /* the module's issue kind name */
-  int64_t rank, mb;       /* -1 if none */
-  char detail[320];
-} vd_run_issue;
-
 typedef struct vd_run {
   vd_plan_t sp, pp;
   vd_graph_t sg, pg;
@@ -45,7 +36,10 @@ typedef struct vd_run {
   vd_stage_set set;
   vd_stage_verdict *verdicts; /* one per stage (members of a class copy the representative's kind) */
   vd_rc *stage_rc;            /* machinery errors per stage */
-  vd_run_issue *issues; size_t n_issues;
+  /* Structural issues of every module (common/issue.h), in pipeline order:
+   * parallel graph, lineage, stages.  n_issues_dropped counts those the
+   * modules found beyond their caps and did not store. */
+  vd_issue *issues; size_t n_issues, cap_issues, n_issues_dropped;
   size_t n_classes, n_solved, n_fast, n_reduced;
   size_t n_represented;       /* sum of the stages' n_rep: per-replica stages proven */
   size_t n_equiv, n_not_equiv, n_inconclusive;

@@ -24,6 +24,7 @@
 #include "../../common/mem.h"
 #include "../../plans/gen.h"
 #include "../../oracle/exec.h"
+#include "../support/fault.h"
 
 typedef enum { CFG_BASE, CFG_SP, CFG_CP, CFG_ZERO, CFG_CLIP, CFG__COUNT } cfg_id;
 
@@ -383,38 +384,31 @@ static void test_no_crash_matrix(void **state) {
 
 /* Allocation failures at every point of a mutation return VD_ENOMEM and
  * leak nothing (ASan's leak checker runs this test too). */
+typedef struct {
+  const fixture *f;
+  const site *st;
+  vd_plan_t out;
+} bug_ctx;
+static vd_rc bug_run(void *ctx, vd_diag *d) {
+  bug_ctx *x = ctx;
+  vd_bug_opts o;
+  vd_bug_opts_default(&o);
+  o.rank = x->st->rank;
+  o.layer = x->st->layer;
+  o.mb = x->st->mb;
+  o.seed = x->st->seed;
+  vd_bug_result r;
+  return vd_bug_apply(&x->f->p[x->st->cfg], x->st->bug, &o, &x->out, &r, d);
+}
+static void bug_after(void *ctx, vd_rc rc, int hit, long nth, const vd_diag *d) {
+  vd_plan_free(&((bug_ctx *)ctx)->out);
+}
+
 static void test_alloc_failures(void **state) {
   fixture *f = *state;
   for (size_t i = 0; i < sizeof(sites) / sizeof(sites[0]); i++) {
-    const site *st = &sites[i];
-    int ok = 0;
-    for (long nth = 1; nth < 400 && !ok; nth++) {
-      vd_bug_opts o;
-      vd_bug_opts_default(&o);
-      o.rank = st->rank;
-      o.layer = st->layer;
-      o.mb = st->mb;
-      o.seed = st->seed;
-      vd_plan_t out;
-      vd_bug_result r;
-      vd_diag d;
-      vd_diag_clear(&d);
-      vd_mem_fail_after(nth);
-      vd_rc rc = vd_bug_apply(&f->p[st->cfg], st->bug, &o, &out, &r, &d);
-      int hit = vd_mem_fault_hit();
-      vd_mem_fail_after(0);
-      if (rc == VD_OK) {
-        if (hit) print_error("bug %d: allocation %ld failed but the mutation succeeded\n", st->bug, nth);
-        assert_false(hit);
-        ok = 1;
-      } else {
-        if (rc != VD_ENOMEM) print_error("bug %d: allocation %ld: %s\n", st->bug, nth, d.msg);
-        assert_int_equal(rc, VD_ENOMEM);
-        assert_int_equal(d.rc, VD_ENOMEM);
-      }
-      vd_plan_free(&out);
-    }
-    assert_true(ok);
+    bug_ctx x = {.f = f, .st = &sites[i]};
+    if (tf_fail_each(bug_run, bug_after, &x, 1, NULL) != VD_OK) fail_msg("bug %d: the mutation failed", sites[i].bug);
   }
 }
 

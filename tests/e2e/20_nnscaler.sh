@@ -9,14 +9,15 @@
 set -e
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 CONV="$ROOT/tools/nnscaler2plan"
+# Debian's python3 has python3-msgpack (make deps); another python3 on PATH may not.
 C="$ROOT/../shared/corpus/nnscaler"
 [ -d "$C" ] || { echo "skip: no corpus at $C"; exit 0; }
-expect_exit 0 python3 "$CONV" --help
+expect_exit 0 /usr/bin/python3 "$CONV" --help
 expect_in "--parallel" "$TMP/out"
-expect_exit 2 python3 "$CONV" --sm x.pkl
+expect_exit 2 /usr/bin/python3 "$CONV" --sm x.pkl
 
 conv() { # conv SINGLE PARALLEL NAME
-  expect_exit 0 python3 "$CONV" --sm "$C/$1" --pm "$C/$2" --single "$TMP/$3.s.plan" --parallel "$TMP/$3.p.plan"
+  expect_exit 0 /usr/bin/python3 "$CONV" --sm "$C/$1" --pm "$C/$2" --single "$TMP/$3.s.plan" --parallel "$TMP/$3.p.plan"
   expect_exit 0 "$VERDICT" plan validate "$TMP/$3.s.plan"
   expect_in "valid single plan" "$TMP/out"
   expect_exit 0 "$VERDICT" plan validate "$TMP/$3.p.plan"
@@ -62,7 +63,7 @@ n_ok=$(grep -c ' ok$' "$TMP/mut.out")
 
 # corrupted pickles: exit 2, one line naming the file, never a traceback
 head -c 3000 "$C/$MLPP" > "$TMP/trunc.pkl"
-expect_exit 2 python3 "$CONV" --sm "$C/$MLP1" --pm "$TMP/trunc.pkl" --single "$TMP/a.plan" --parallel "$TMP/b.plan"
+expect_exit 2 /usr/bin/python3 "$CONV" --sm "$C/$MLP1" --pm "$TMP/trunc.pkl" --single "$TMP/a.plan" --parallel "$TMP/b.plan"
 expect_in "trunc.pkl" "$TMP/err"
 [ "$(wc -l < "$TMP/err")" -eq 1 ] || { cat "$TMP/err"; fail "expected one line"; }
 if grep -q Traceback "$TMP/err"; then fail "traceback on a truncated pickle"; fi
@@ -73,11 +74,11 @@ for i in range(200, len(d), 997):
     d[i] ^= 0x5a
 open(sys.argv[2], "wb").write(bytes(d))
 PY
-expect_exit 2 python3 "$CONV" --sm "$C/$MLP1" --pm "$TMP/flip.pkl" --single "$TMP/a.plan" --parallel "$TMP/b.plan"
+expect_exit 2 /usr/bin/python3 "$CONV" --sm "$C/$MLP1" --pm "$TMP/flip.pkl" --single "$TMP/a.plan" --parallel "$TMP/b.plan"
 expect_in "flip.pkl" "$TMP/err"
 [ "$(wc -l < "$TMP/err")" -eq 1 ] || { cat "$TMP/err"; fail "expected one line"; }
 : > "$TMP/empty.pkl"
-expect_exit 2 python3 "$CONV" --sm "$TMP/empty.pkl" --pm "$C/$MLPP" --single "$TMP/a.plan" --parallel "$TMP/b.plan"
+expect_exit 2 /usr/bin/python3 "$CONV" --sm "$TMP/empty.pkl" --pm "$C/$MLPP" --single "$TMP/a.plan" --parallel "$TMP/b.plan"
 expect_in "empty.pkl" "$TMP/err"
 
 # hostile pickles: GLOBAL os.system / builtins.exec + REDUCE would create a file
@@ -103,7 +104,7 @@ m = ModuleCodeGen(); m.execplan = P(); m.devices = (0,); m.runtime_ndevs = 1
 open(tmp + "/wrapped.pkl", "wb").write(pickle.dumps(m, 4))
 PY
 for f in os exec wrapped; do
-  expect_exit 2 python3 "$CONV" --sm "$TMP/$f.pkl" --pm "$C/$MLPP" --single "$TMP/a.plan" --parallel "$TMP/b.plan"
+  expect_exit 2 /usr/bin/python3 "$CONV" --sm "$TMP/$f.pkl" --pm "$C/$MLPP" --single "$TMP/a.plan" --parallel "$TMP/b.plan"
   expect_in "$f.pkl" "$TMP/err"
   [ "$(wc -l < "$TMP/err")" -eq 1 ] || { cat "$TMP/err"; fail "expected one line for $f.pkl"; }
   [ ! -e "$PWNED" ] || fail "the payload of $f.pkl ran"

@@ -14,6 +14,7 @@
 #include "../../common/mem.h"
 #include "../../graph/graph.h"
 #include "../support/plan_builders.h"
+#include "../support/fault.h"
 
 static uint32_t T(const vd_plan_t *p, const char *name) {
   int64_t t = pb_find_tensor(p, name);
@@ -597,27 +598,21 @@ static void test_issue_order(void **state) {
 
 /* ---- allocation failures ------------------------------------------------- */
 
+typedef struct {
+  const vd_plan_t *p;
+  vd_graph_opts o;
+  vd_graph_t g;
+} fault_ctx;
+static vd_rc graph_run(void *ctx, vd_diag *d) {
+  fault_ctx *f = ctx;
+  return vd_graph_build(f->p, &f->o, &f->g, d);
+}
+static void graph_after(void *ctx, vd_rc rc, int hit, long nth, const vd_diag *d) {
+  vd_graph_free(&((fault_ctx *)ctx)->g);
+}
 static void fault_run(const vd_plan_t *p, int expand, vd_rc want) {
-  int succeeded = 0;
-  for (long n = 1; n < 100000 && !succeeded; n++) {
-    vd_graph_t g;
-    vd_diag d;
-    vd_diag_clear(&d);
-    vd_graph_opts o = {.expand_replicas = expand};
-    vd_mem_fail_after(n);
-    vd_rc rc = vd_graph_build(p, &o, &g, &d);
-    int hit = vd_mem_fault_hit();
-    vd_mem_fail_after(0);
-    if (hit) {
-      assert_int_equal(rc, VD_ENOMEM);
-      assert_int_equal(d.rc, VD_ENOMEM);
-    } else {
-      assert_int_equal(rc, want);
-      succeeded = 1;
-    }
-    vd_graph_free(&g);
-  }
-  assert_true(succeeded);
+  fault_ctx f = {.p = p, .o = {.expand_replicas = expand}};
+  assert_int_equal(tf_fail_each(graph_run, graph_after, &f, 1, NULL), want);
 }
 
 static void test_fault_injection(void **state) {

@@ -17,6 +17,7 @@
 #include "../../lineage/lineage.h"
 #include "../../plans/gen.h"
 #include "../support/plan_builders.h"
+#include "../support/fault.h"
 
 typedef struct {
   vd_plan_t s, p;
@@ -302,7 +303,7 @@ static void test_parts(void **st) {
   for (size_t i = 0; i < x.t.n_issues; i++)
     if (x.t.issues[i].kind == VD_LISSUE_PARTS && strstr(x.t.issues[i].detail, "claims part 2 of 2, outside 0..1")) {
       has(x.t.issues[i].detail, "'r1.y_partial' (rank 1, mb 0)");
-      assert_int_equal(x.t.issues[i].ptensor, T(&x.p, "r1.y_partial"));
+      assert_int_equal(x.t.issues[i].tensor, T(&x.p, "r1.y_partial"));
       seen = 1;
     }
   assert_true(seen);
@@ -317,7 +318,7 @@ static void test_no_single(void **st) {
   build(&x);
   assert_int_equal(count(&x.t, VD_LISSUE_NO_SINGLE), 1);
   const vd_lin_issue *is = issue(&x.t, VD_LISSUE_NO_SINGLE);
-  assert_int_equal(is->ptensor, T(&x.p, "r0.h"));
+  assert_int_equal(is->tensor, T(&x.p, "r0.h"));
   assert_int_equal(is->stensor, -1);
   has(is->detail, "'r0.h' (rank 0) claims single tensor id 999");
   /* and h now has a gap where r0.h was */
@@ -332,7 +333,7 @@ static void test_out_of_bounds(void **st) {
   x.p.tensors[T(&x.p, "r1.w2")].lin.hi[1] = 9;
   build(&x);
   const vd_lin_issue *is = issue(&x.t, VD_LISSUE_OUT_OF_BOUNDS);
-  assert_int_equal(is->ptensor, T(&x.p, "r1.w2"));
+  assert_int_equal(is->tensor, T(&x.p, "r1.w2"));
   has(is->detail, "'r1.w2' (rank 1) claims slice [0:8, 4:9] of 'w2'");
   has(is->detail, "its shape [8, 8]");
   pair_free(&x);
@@ -375,7 +376,7 @@ static void test_no_value(void **st) {
   assert_int_equal(vd_plan_add_tensor(&x.p, &t, "r1.orphan", &idx), VD_OK);
   build(&x);
   const vd_lin_issue *is = issue(&x.t, VD_LISSUE_NO_VALUE);
-  assert_int_equal(is->ptensor, idx);
+  assert_int_equal(is->tensor, idx);
   assert_int_equal(is->mb, 0);
   has(is->detail, "'r1.orphan' (rank 1, mb 0) is annotated with 'y' but never holds a value");
   pair_free(&x);
@@ -428,6 +429,16 @@ static void test_issues_sorted_and_free_null(void **st) {
   pair_free(&x);
 }
 
+static vd_rc lin_run(void *ctx, vd_diag *d) {
+  pair_t *x = ctx;
+  return vd_lin_build(&x->gs, &x->gp, &x->t, d);
+}
+static void lin_after(void *ctx, vd_rc rc, int hit, long nth, const vd_diag *d) {
+  pair_t *x = ctx;
+  if (hit) assert_null(x->t.pieces); /* nothing left behind */
+  vd_lin_free(&x->t);
+}
+
 static void test_alloc_failures(void **st) {
   (void)st;
   pair_t x;
@@ -436,23 +447,7 @@ static void test_alloc_failures(void **st) {
   vd_graph_opts o = {0};
   vd_graph_build(&x.s, &o, &x.gs, &d);
   vd_graph_build(&x.p, &o, &x.gp, &d);
-  int ok = 0;
-  for (long n = 1; n < 200 && !ok; n++) {
-    vd_diag_clear(&d);
-    vd_mem_fail_after(n);
-    vd_rc rc = vd_lin_build(&x.gs, &x.gp, &x.t, &d);
-    int hit = vd_mem_fault_hit();
-    vd_mem_fail_after(0);
-    if (!hit) {
-      assert_int_equal(rc, VD_OK);
-      ok = 1;
-    } else {
-      assert_int_equal(rc, VD_ENOMEM);
-      assert_null(x.t.pieces);
-    }
-    vd_lin_free(&x.t);
-  }
-  assert_true(ok);
+  assert_int_equal(tf_fail_each(lin_run, lin_after, &x, 1, NULL), VD_OK);
   pair_free(&x);
 }
 

@@ -26,6 +26,7 @@
 
 #include "../../common/mem.h"
 #include "../../plans/plan.h"
+#include "../support/fault.h"
 
 /* ---- JSON-like text -> msgpack (test input only; no escapes) ----------- */
 
@@ -712,31 +713,28 @@ static void test_err_huge_counts(void **state) {
 
 /* Every allocation of the reader may fail: the result is ENOMEM (never a
  * crash, a leak under ASan, or a half-built plan). */
-static void test_alloc_failures(void **state) {
+typedef struct {
   msgpack_sbuffer sb;
-  json_to_msgpack(BASE, &sb);
-  size_t before = vd_mem_current();
-  int ok = 0;
-  for (long n = 1; n < 2000 && !ok; n++) {
-    vd_plan_t p;
-    vd_diag d;
-    vd_diag_clear(&d);
-    vd_mem_fail_after(n);
-    vd_rc rc = vd_plan_read_buffer(sb.data, sb.size, "f.plan", &p, &d);
-    int hit = vd_mem_fault_hit();
-    vd_mem_fail_after(0);
-    if (rc == VD_OK) {
-      ok = 1;
-      vd_plan_free(&p);
-    } else {
-      assert_true(hit);
-      assert_int_equal(rc, VD_ENOMEM);
-      assert_null(p.pool);
-    }
-    assert_int_equal(vd_mem_current(), before);
-  }
-  assert_true(ok);
-  msgpack_sbuffer_destroy(&sb);
+  vd_plan_t p;
+  size_t before;
+} read_ctx;
+static vd_rc read_run(void *ctx, vd_diag *d) {
+  read_ctx *x = ctx;
+  return vd_plan_read_buffer(x->sb.data, x->sb.size, "f.plan", &x->p, d);
+}
+static void read_after(void *ctx, vd_rc rc, int hit, long nth, const vd_diag *d) {
+  read_ctx *x = ctx;
+  if (rc == VD_OK) vd_plan_free(&x->p);
+  else assert_null(x->p.pool); /* no half-built plan */
+  assert_int_equal(vd_mem_current(), x->before);
+}
+
+static void test_alloc_failures(void **state) {
+  read_ctx x;
+  json_to_msgpack(BASE, &x.sb);
+  x.before = vd_mem_current();
+  assert_int_equal(tf_fail_each(read_run, read_after, &x, 0, NULL), VD_OK);
+  msgpack_sbuffer_destroy(&x.sb);
 }
 
 int main(void) {

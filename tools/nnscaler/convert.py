@@ -56,10 +56,17 @@ Conventions reproduced (see ../shared/corpus/nnscaler-format.md, section 5):
 10. an operator with no registry equivalent keeps its nnScaler name
     (`<name>_backward` for its backward) and all its attributes.
 """
+import collections
 import re
 
 from . import pickle_safe as ps
 from . import fused
+
+
+# One primitive of an adapter as the lowering sees it: on rank, in segment
+# s, of adapter acid; pc its class name; name the plan node name; kw its
+# keyword arguments; pin/pout its tensor inputs and outputs.
+Prim = collections.namedtuple("Prim", "rank s acid pc name kw pin pout")
 
 
 class ConvertError(Exception):
@@ -221,8 +228,17 @@ class World:
         return False
 
 
-class Conv:
-    """Builds one plan dict from one ModuleCodeGen."""
+# Conv, the converter of one ModuleCodeGen, is four layers, each a class
+# that adds one responsibility to the one before:
+#   ConvState     tensors (keys, records), segments, raw nodes, collectives
+#   Lowering      nnScaler's computation nodes -> registry operators
+#   CommLowering  adapters (by primitive meaning) and reducers -> collectives
+#   Conv          gradient accumulation, lineage annotations, the plan dict
+
+
+class ConvState:
+    """The plan being built: tensor keys and records, segments, raw nodes
+    and collective instances of one ModuleCodeGen."""
 
     def __init__(self, mg, path, kind, single_info=None):
         self.path, self.kind = path, kind
@@ -328,7 +344,10 @@ class Conv:
         c["members"][rank] = order
         return c
 
-    # ---------------- conversion ----------------
+class Lowering(ConvState):
+    """Walks every device's schedule and lowers nnScaler's forward and
+    backward computation nodes to registry operators."""
+
     def run(self):
         seqs = getattr(self.w.ep, "_seq", None)
         need(isinstance(seqs, dict), "execplan._seq: missing")
@@ -566,13 +585,18 @@ class Conv:
             pos = [i for i in range(len(tins)) if g_of_in[i] is not None]
             self.node(rank, s, op + "_backward", name, "bwd", ins, out_keys(pos), attrs, layer=layer, grads=True)
 
+class CommLowering(Lowering):
+    """Lowers adapters (one collective or move per primitive) and reducers
+    (data-parallel gradient all-reduces)."""
+
     def adapter(self, rank, s, a):
+        """Lowers one adapter: each primitive by its meaning (PRIM_MEANING)."""
         prims = getattr(a, "_prims", None) or []
         isfw = bool(getattr(a, "_forward", True))
         acid = as_int(a._id, "adapter id")
         ain = [t for t in a._inputs if is_tensor(t)]
         aout = [t for t in a._outputs if is_tensor(t)]
-        counters = {}
+        counters = {}   # instance counters that keep collective keys distinct
         for p in prims:
             pc = sname(p)
             need(pc in PRIM_MEANING, "adapter %d: unknown primitive %s" % (acid, pc))
@@ -589,82 +613,107 @@ class Conv:
                 # backward all-reduce): named like our generators' ".enter"
                 # adapters so that bug class 5 finds its backward half
                 name += ".enter"
+            prim = Prim(rank, s, acid, pc, name, kw, pin, pout)
             if meaning == "identity":
-                if len(pin) == 1 and len(pout) == 1 and pin[0]._id == pout[0]._id:
-                    continue
-                need(len(pin) == 1 and len(pout) == 1, "adapter %d: identity arity" % acid)
-                self.node(rank, s, "identity", name, "comm", [self.tkey(rank, pin[0])], [self.tkey(rank, pout[0])])
-                continue
-            if meaning == "move":
-                src, dst = as_int(kw.get("src"), "src"), as_int(kw.get("dst"), "dst")
-                c = counters.get((src, dst), 0)
-                counters[(src, dst)] = c + 1
-                ckey = ("move", acid, src, dst, c)
-                if src == dst:
-                    continue
-                if pin and not pout:
-                    need(rank == src, "adapter %d: send on rank %d but src %d" % (acid, rank, src))
-                    n = self.node(rank, s, "send", name, "comm", [self.tkey(rank, pin[0])], [])
-                elif pout and not pin:
-                    need(rank == dst, "adapter %d: recv on rank %d but dst %d" % (acid, rank, dst))
-                    n = self.node(rank, s, "recv", name, "comm", [], [self.tkey(rank, pout[0])])
-                else:
-                    raise ConvertError("adapter %d: move half with both inputs and outputs" % acid)
-                n["_coll"] = self.coll(ckey, rank, [src, dst])
-                continue
-            if meaning == "chunk":
-                need(len(pin) == 1 and len(pout) == 1, "adapter %d: chunk arity" % acid)
-                dim = as_int(kw.get("dim"), "dim")
-                x, y = pin[0], pout[0]
-                nd = len(x._shape)
-                need(-nd <= dim < nd, "adapter %d: chunk dim %d out of range" % (acid, dim))
-                dim %= nd
-                xs, ys = x._shape[dim], y._shape[dim]
-                need(ys > 0 and xs % ys == 0, "adapter %d: chunk of %d into pieces of %d" % (acid, xs, ys))
-                off = y._indmap._indices[dim][0] - x._indmap._indices[dim][0]
-                need(off % ys == 0, "adapter %d: chunk offset %d not a multiple of %d" % (acid, off, ys))
-                xk, yk = self.tkey(rank, x), self.tkey(rank, y)
-                self.node(rank, s, "chunk", name, "comm", [xk], [yk],
-                          {"dim": dim, "index": off // ys, "chunks": xs // ys})
-                continue
-            ranks = int_list(kw.get("ranks", []), "ranks")
-            if meaning == "broadcast":
-                need((len(pin) == 1 and len(pout) <= 1) or (not pin and len(pout) == 1),
-                     "adapter %d: %s arity" % (acid, pc))
+                self.prim_identity(prim)
+            elif meaning == "move":
+                self.prim_move(prim, counters)
+            elif meaning == "chunk":
+                self.prim_chunk(prim)
+            elif meaning == "broadcast":
+                self.prim_broadcast(prim, counters)
             else:
-                need(len(pin) == 1 and len(pout) == 1, "adapter %d: %s arity" % (acid, pc))
-            c = counters.get(pc, 0)
-            counters[pc] = c + 1
-            ckey = (meaning, acid, pc, c, tuple(sorted(ranks)))
-            if meaning == "broadcast":
-                src = as_int(kw.get("src"), "src")
-                group = ranks if src in ranks else [src] + ranks
-                if rank == src:
-                    xk = self.tkey(rank, pin[0])
-                    yk = self.tkey(rank, pout[0]) if pout else self.temp(rank, xk, name="bcast")
-                    n = self.node(rank, s, "broadcast", name, "comm", [xk], [yk], {"root": group.index(src)})
-                else:
-                    n = self.node(rank, s, "broadcast", name, "comm", [], [self.tkey(rank, pout[0])], {"root": group.index(src)})
-                n["_coll"] = self.coll(ckey, rank, group)
-                continue
-            x, y = pin[0], pout[0]
-            xk, yk = self.tkey(rank, x), self.tkey(rank, y)
-            attrs, order = {}, 0
-            if meaning == "all_gather":
-                dim = as_int(kw.get("dim"), "dim") % len(x._shape)
-                attrs["dim"] = dim
-                order = x._indmap._indices[dim][0]
-            elif meaning == "all_to_all":
-                nd = len(x._shape)
-                sd = [d for d in range(nd) if y._shape[d] < x._shape[d]]
-                cd = [d for d in range(nd) if y._shape[d] > x._shape[d]]
-                need(len(sd) == 1 and len(cd) == 1, "adapter %d: all_to_all shapes %s -> %s" % (acid, list(x._shape), list(y._shape)))
-                attrs["split_dim"], attrs["concat_dim"] = sd[0], cd[0]
-                order = x._indmap._indices[cd[0]][0]
-            elif meaning == "all_reduce":
-                order = ranks.index(rank) if rank in ranks else 0
-            n = self.node(rank, s, meaning, name, "comm", [xk], [yk], attrs)
-            n["_coll"] = self.coll(ckey, rank, sorted(ranks), order=order)
+                self.prim_collective(prim, meaning, counters)
+
+    def prim_identity(self, p):
+        if len(p.pin) == 1 and len(p.pout) == 1 and p.pin[0]._id == p.pout[0]._id:
+            return
+        need(len(p.pin) == 1 and len(p.pout) == 1, "adapter %d: identity arity" % p.acid)
+        self.node(p.rank, p.s, "identity", p.name, "comm", [self.tkey(p.rank, p.pin[0])], [self.tkey(p.rank, p.pout[0])])
+
+    def prim_move(self, p, counters):
+        """One half of a point-to-point move: send on src, recv on dst."""
+        rank, acid = p.rank, p.acid
+        src, dst = as_int(p.kw.get("src"), "src"), as_int(p.kw.get("dst"), "dst")
+        c = counters.get((src, dst), 0)
+        counters[(src, dst)] = c + 1
+        ckey = ("move", acid, src, dst, c)
+        if src == dst:
+            return
+        if p.pin and not p.pout:
+            need(rank == src, "adapter %d: send on rank %d but src %d" % (acid, rank, src))
+            n = self.node(rank, p.s, "send", p.name, "comm", [self.tkey(rank, p.pin[0])], [])
+        elif p.pout and not p.pin:
+            need(rank == dst, "adapter %d: recv on rank %d but dst %d" % (acid, rank, dst))
+            n = self.node(rank, p.s, "recv", p.name, "comm", [], [self.tkey(rank, p.pout[0])])
+        else:
+            raise ConvertError("adapter %d: move half with both inputs and outputs" % acid)
+        n["_coll"] = self.coll(ckey, rank, [src, dst])
+
+    def prim_chunk(self, p):
+        """A local chunk: y is piece `index` of `chunks` of x along dim."""
+        acid = p.acid
+        need(len(p.pin) == 1 and len(p.pout) == 1, "adapter %d: chunk arity" % acid)
+        dim = as_int(p.kw.get("dim"), "dim")
+        x, y = p.pin[0], p.pout[0]
+        nd = len(x._shape)
+        need(-nd <= dim < nd, "adapter %d: chunk dim %d out of range" % (acid, dim))
+        dim %= nd
+        xs, ys = x._shape[dim], y._shape[dim]
+        need(ys > 0 and xs % ys == 0, "adapter %d: chunk of %d into pieces of %d" % (acid, xs, ys))
+        off = y._indmap._indices[dim][0] - x._indmap._indices[dim][0]
+        need(off % ys == 0, "adapter %d: chunk offset %d not a multiple of %d" % (acid, off, ys))
+        xk, yk = self.tkey(p.rank, x), self.tkey(p.rank, y)
+        self.node(p.rank, p.s, "chunk", p.name, "comm", [xk], [yk],
+                  {"dim": dim, "index": off // ys, "chunks": xs // ys})
+
+    def coll_key(self, p, meaning, counters):
+        ranks = int_list(p.kw.get("ranks", []), "ranks")
+        c = counters.get(p.pc, 0)
+        counters[p.pc] = c + 1
+        return ranks, (meaning, p.acid, p.pc, c, tuple(sorted(ranks)))
+
+    def prim_broadcast(self, p, counters):
+        """Broadcast from src to ranks (src joins the group if absent)."""
+        rank = p.rank
+        need((len(p.pin) == 1 and len(p.pout) <= 1) or (not p.pin and len(p.pout) == 1),
+             "adapter %d: %s arity" % (p.acid, p.pc))
+        ranks, ckey = self.coll_key(p, "broadcast", counters)
+        src = as_int(p.kw.get("src"), "src")
+        group = ranks if src in ranks else [src] + ranks
+        if rank == src:
+            xk = self.tkey(rank, p.pin[0])
+            yk = self.tkey(rank, p.pout[0]) if p.pout else self.temp(rank, xk, name="bcast")
+            n = self.node(rank, p.s, "broadcast", p.name, "comm", [xk], [yk], {"root": group.index(src)})
+        else:
+            n = self.node(rank, p.s, "broadcast", p.name, "comm", [], [self.tkey(rank, p.pout[0])],
+                          {"root": group.index(src)})
+        n["_coll"] = self.coll(ckey, rank, group)
+
+    def prim_collective(self, p, meaning, counters):
+        """all_gather, all_to_all, all_reduce, reduce_scatter: one input, one
+        output; the member's order in the group comes from its slice."""
+        need(len(p.pin) == 1 and len(p.pout) == 1, "adapter %d: %s arity" % (p.acid, p.pc))
+        ranks, ckey = self.coll_key(p, meaning, counters)
+        x, y = p.pin[0], p.pout[0]
+        xk, yk = self.tkey(p.rank, x), self.tkey(p.rank, y)
+        attrs, order = {}, 0
+        if meaning == "all_gather":
+            dim = as_int(p.kw.get("dim"), "dim") % len(x._shape)
+            attrs["dim"] = dim
+            order = x._indmap._indices[dim][0]
+        elif meaning == "all_to_all":
+            nd = len(x._shape)
+            sd = [d for d in range(nd) if y._shape[d] < x._shape[d]]
+            cd = [d for d in range(nd) if y._shape[d] > x._shape[d]]
+            need(len(sd) == 1 and len(cd) == 1,
+                 "adapter %d: all_to_all shapes %s -> %s" % (p.acid, list(x._shape), list(y._shape)))
+            attrs["split_dim"], attrs["concat_dim"] = sd[0], cd[0]
+            order = x._indmap._indices[cd[0]][0]
+        elif meaning == "all_reduce":
+            order = ranks.index(p.rank) if p.rank in ranks else 0
+        n = self.node(p.rank, p.s, meaning, p.name, "comm", [xk], [yk], attrs)
+        n["_coll"] = self.coll(ckey, p.rank, sorted(ranks), order=order)
 
     def reducer(self, rank, s, r):
         dev = int_list(r._device, "reducer devices")
@@ -681,7 +730,10 @@ class Conv:
             n["_coll"] = self.coll(("red", r._id, w._id), rank, sorted(dev), span=self.w.dp > 1)
             n["_reducer"] = True
 
-    # ---------------- accumulation, lineage, output ----------------
+class Conv(CommLowering):
+    """Builds one plan dict from one ModuleCodeGen: accumulation of
+    gradients, lineage annotations and the output."""
+
     def finish(self):
         byseg = {}
         for i, n in enumerate(self.raw):

@@ -1,0 +1,89 @@
+/*
+ * common/limits.h - every numeric limit and default of verdict, in one
+ * table, each with the reason for its value.
+ *
+ * A limit is used by the module that owns the mechanism (the cone walk of
+ * stages/cut.c, the coverage grid of lineage/lineage.c, the solver's
+ * defaults, ...), but its value is written only here, so that two modules
+ * cannot disagree about a default (the stage timeout was 10 s in the solver
+ * and 20 s on the command line) and a reader finds the reason next to the
+ * number.  `verdict limits` prints the table (verifier/cmd_limits.c).
+ *
+ * VD_LIMITS(X) expands X(ID, value, option, reason) once per limit:
+ *   ID      the constant is VD_LIM_<ID>; its row is vd_limits[VD_LIMI_<ID>];
+ *   value   an integer constant expression (fits in an int);
+ *   option  the command-line option that overrides it, or NULL;
+ *   reason  why this value: what it bounds and what happens beyond it.
+ * Soundness: no limit decides a verdict.  Going beyond one yields
+ * INCONCLUSIVE, a DATAFLOW issue naming the limit, or a slower exact path.
+ */
+#ifndef VD_LIMITS_H
+#define VD_LIMITS_H
+
+#include <stddef.h>
+
+#define VD_LIMITS(X)                                                                                     \
+  X(STAGE_TIMEOUT_MS, 20000, "--stage-timeout",                                                         \
+    "solver time per stage class, in ms.  The slowest stage classes of the corpus (MoE pairs) take a "     \
+    "few seconds on an idle core; 20 s leaves room for a loaded machine (the test suite runs several "   \
+    "verifications at once).  A timeout is INCONCLUSIVE, never a verdict.")                             \
+  X(MAX_FAILURES, 10, "--max-failures",                                                                  \
+    "failing stages reported in detail (0 = all).  Each is re-solved serially for a deterministic "     \
+    "counterexample, so a plan with thousands of failing stages would otherwise re-solve them all.")    \
+  X(SEED, 1, "--seed",                                                                                   \
+    "seed of the solver's random witness (smt_check.c) and of `verdict exec`'s inputs.  Fixed by "      \
+    "default so that output is byte-identical from run to run.")                                        \
+  X(STAGE_MAX_ELEMS, 16384, NULL,                                                                        \
+    "elements of the largest value of a stage the solver will encode; a larger stage is INCONCLUSIVE.  " \
+    "Reduced stages hold a few hundred elements at most; one beyond this was not reduced, and its "     \
+    "terms would take minutes and gigabytes.")                                                           \
+  X(CEX_ELEMS, 4, NULL,                                                                                  \
+    "disagreeing elements kept per failing stage's counterexample: enough to show which copies "       \
+    "disagree and by what factor, few enough that a report with many failures stays readable.")         \
+  X(SOM_BLOWUP, 10, NULL,                                                                                \
+    "Z3 simplifier som_blowup of the fast path: how far expanding a product into a sum of monomials " \
+    "may grow it.  Z3's own default, written down so that a Z3 upgrade cannot change the normal form; " \
+    "a product left unexpanded only sends its stage to the solver (OPTIMIZATION-ONLY).")               \
+  X(CONE_MAX, 100000, NULL,                                                                              \
+    "graph nodes of one stage cone.  A cone this large means the lineage annotations cut nothing (the " \
+    "whole model is one proof obligation, which no stage timeout accommodates); the target is reported " \
+    "as not reachable from proven lineages (DATAFLOW) instead of being solved.")                       \
+  X(TOPK_EXPERTS_MAX, 32, NULL,                                                                          \
+    "experts of one topk_gate row in a stage: the symbol takes the whole row as arguments (twice for " \
+    "the backward) and the encoder and the witness evaluator hold a row on the stack.  More experts "   \
+    "after shape reduction is bad input for the encoder: the stage is INCONCLUSIVE.")                   \
+  X(LIN_GRID_MAX, 1 << 22, NULL,                                                                         \
+    "cells of the coordinate-compressed grid of one lineage coverage check (one byte each: 4 MB).  "   \
+    "Beyond it a sorted sweep counts volume instead, which reports a partial overlap as OVERLAP.")     \
+  X(GRAPH_MAX_ISSUES, 65536, NULL,                                                                       \
+    "graph issues stored per plan (about 420 bytes each: 27 MB); the rest are counted and the count "  \
+    "is reported.  A broken plan repeats one mistake per rank and microbatch.")                        \
+  X(LIN_MAX_ISSUES, 4096, NULL,                                                                          \
+    "lineage issues stored; the rest are counted and the count is reported.  Lineage issues repeat "  \
+    "per replica, and the first few name the wrong annotation.")
+
+/* The values, as constants. */
+enum {
+#define VD_LIM_VALUE(ID, value, option, reason) VD_LIM_##ID = (value),
+  VD_LIMITS(VD_LIM_VALUE)
+#undef VD_LIM_VALUE
+};
+
+/* The rows' indices. */
+typedef enum {
+#define VD_LIM_INDEX(ID, value, option, reason) VD_LIMI_##ID,
+  VD_LIMITS(VD_LIM_INDEX)
+#undef VD_LIM_INDEX
+  VD_LIMI__COUNT
+} vd_limit_id;
+
+typedef struct {
+  const char *name;   /* "STAGE_TIMEOUT_MS" */
+  long long value;
+  const char *option; /* overriding command-line option, or NULL */
+  const char *reason;
+} vd_limit_info;
+
+extern const vd_limit_info vd_limits[VD_LIMI__COUNT];
+
+#endif
