@@ -24,6 +24,9 @@
  * nodes removed by the mutation are named by their id in the input plan),
  * the stored ranks, the layer, and whether the mutated code runs once per
  * microbatch.
+ *
+ * Layer: bugs/ is bug injection (BUGS.md); it may include common/ and plans/
+ * only.  tools/check_layers.sh (make lint) enforces the order.
  */
 #ifndef VD_BUGS_H
 #define VD_BUGS_H

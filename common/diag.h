@@ -12,6 +12,11 @@
  * Only the first failure is kept (later ones are usually consequences).
  * No longjmp anywhere: OpenMP regions and Z3 reference counts do not survive it.
  * A vd_diag is per thread; never share one across OpenMP threads.
+ *
+ * Layer: common/ is the allocator, the error mechanism, the clock,
+ * structural issues and the limits table; it may include nothing else of
+ * verdict (every module includes it).  tools/check_layers.sh (make lint)
+ * enforces the order.
  */
 #ifndef VD_DIAG_H
 #define VD_DIAG_H

@@ -18,6 +18,9 @@
  * names and ranks; the build still succeeds unless the graph cannot be formed
  * at all.  vd_graph_build returns VD_EINPUT when any issue was found and puts
  * the first into the diag.
+ *
+ * Layer: graph/ is the SSA dataflow DAG of one plan; it may include common/,
+ * plans/, ops/.  tools/check_layers.sh (make lint) enforces the order.
  */
 #ifndef VD_GRAPH_H
 #define VD_GRAPH_H

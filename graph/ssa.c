@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/hash.h"
 #include "../common/mem.h"
 
 const char *const vd_gissue_names[VD_GISSUE__COUNT] = {
@@ -168,18 +169,9 @@ static int tensor_initial(const bctx *c, uint32_t t) {
   return x->scope == VD_SCOPE_PERSISTENT && !(c->written[t] & 2);
 }
 
-static uint64_t mix64(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  x ^= x >> 33;
-  return x;
-}
-
 /* Returns the collective instance id of key, inserting it if new. */
 static uint32_t coll_instance(bctx *c, int64_t coll, int32_t mb, int32_t rset) {
-  uint64_t h = mix64((uint64_t)coll ^ mix64(((uint64_t)(uint32_t)mb << 32) | (uint32_t)rset));
+  uint64_t h = vd_hash_mix64((uint64_t)coll ^ vd_hash_mix64(((uint64_t)(uint32_t)mb << 32) | (uint32_t)rset));
   size_t mask = c->map_cap - 1;
   for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
     ckey_t *k = &c->map[i];

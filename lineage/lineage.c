@@ -103,7 +103,7 @@ static int issue_cmp(const void *a, const void *b) {
 
 /* ---- formatting -------------------------------------------------------- */
 
-static void fmt_slice(const int64_t *lo, const int64_t *hi, int32_t nd, char *buf, size_t n) {
+void vd_lin_fmt_slice(const int64_t *lo, const int64_t *hi, int32_t nd, char *buf, size_t n) {
   size_t o = 0;
   o += (size_t)snprintf(buf + o, n - o, "[");
   for (int32_t i = 0; i < nd && o < n; i++)
@@ -356,7 +356,7 @@ static vd_rc check_parts(lctx *c, const vd_lineage *L, size_t a, size_t b) {
   const vd_tensor_t *st = &c->sp->tensors[L->stensor];
   const vd_lin_piece *p0 = &t->pieces[a];
   char sl[96], who[96];
-  fmt_slice(p0->lo, p0->hi, st->ndim, sl, sizeof(sl));
+  vd_lin_fmt_slice(p0->lo, p0->hi, st->ndim, sl, sizeof(sl));
   fmt_piece(c, p0, who, sizeof(who));
   int64_t n = p0->part_n;
   if (n < 1)
@@ -430,8 +430,8 @@ static int64_t box_volume(const vd_lin_piece *x, int32_t nd) {
 static vd_rc report_overlap(lctx *c, const vd_lineage *L, const vd_lin_piece *x, const vd_lin_piece *y) {
   int32_t nd = c->sp->tensors[L->stensor].ndim;
   char a[80], b[80], wa[80], wb[80];
-  fmt_slice(x->lo, x->hi, nd, a, sizeof(a));
-  fmt_slice(y->lo, y->hi, nd, b, sizeof(b));
+  vd_lin_fmt_slice(x->lo, x->hi, nd, a, sizeof(a));
+  vd_lin_fmt_slice(y->lo, y->hi, nd, b, sizeof(b));
   fmt_piece(c, x, wa, sizeof(wa));
   fmt_piece(c, y, wb, sizeof(wb));
   return add_issue(c, VD_LISSUE_OVERLAP, L->stensor, y->ptensor, y->replica, y->mb,
@@ -619,7 +619,7 @@ static vd_rc coverage(lctx *c, const vd_lineage *L, const vd_lin_piece *B, uint3
       hi[i] = co[i][ci + 1];
     }
     char sl_s[96], sh[80];
-    fmt_slice(lo, hi, nd, sl_s, sizeof(sl_s));
+    vd_lin_fmt_slice(lo, hi, nd, sl_s, sizeof(sl_s));
     fmt_shape(st->shape, nd, sh, sizeof(sh));
     rc = add_issue(c, VD_LISSUE_GAP, L->stensor, -1, -1, -1, "'%s' %s: slice %s of %s is not covered%s",
                    sname(c, L->stensor), moment(L->initial), sl_s, sh, n_gap > 1 ? " (nor are other cells)" : "");
@@ -697,7 +697,7 @@ static vd_rc validate(lctx *c) {
       shifted(c->pp, c->D, p0, bad, pb.lo, pb.hi);
       pb.replica = bad;
       char sl_s[96], sh[80], who[96];
-      fmt_slice(p->lo, p->hi, st->ndim, sl_s, sizeof(sl_s));
+      vd_lin_fmt_slice(p->lo, p->hi, st->ndim, sl_s, sizeof(sl_s));
       fmt_shape(st->shape, st->ndim, sh, sizeof(sh));
       fmt_piece(c, p, who, sizeof(who));
       if ((rc = add_issue(c, VD_LISSUE_OUT_OF_BOUNDS, L->stensor, p->ptensor, p->replica, p->mb,

@@ -23,6 +23,10 @@
  * deterministic order.
  *
  * Not here: proving anything (stages/, solver/).
+ *
+ * Layer: lineage/ is lineages between single-device and parallel values; it
+ * may include common/, plans/, ops/, graph/.  tools/check_layers.sh (make
+ * lint) enforces the order.
  */
 #ifndef VD_LINEAGE_H
 #define VD_LINEAGE_H
@@ -94,6 +98,10 @@ typedef struct vd_lin_table {
 
 /* At most this many issues are stored; the rest are only counted. */
 #define VD_LIN_MAX_ISSUES ((size_t)VD_LIM_LIN_MAX_ISSUES) /* reason: common/limits.h */
+
+/* Writes slice [lo, hi) of nd dimensions as "[0:4, 2:8]" into buf (n bytes,
+ * truncated if short): the one notation of slices in every message. */
+void vd_lin_fmt_slice(const int64_t *lo, const int64_t *hi, int32_t nd, char *buf, size_t n);
 
 /* Builds and validates the lineage table of a (single, parallel) graph pair.
  * gp must be built with expand_replicas = 0; replicas are virtual.

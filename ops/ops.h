@@ -22,6 +22,11 @@
  * operator with a compile-time count check: ops.def stays the only list of
  * operators, and every per-operator table (this one, the reduction rules
  * of ops_reduce.c, the encoders) is an expansion of it.
+ *
+ * Layer: ops/ is the operator registry and everything per-operator that is
+ * not SMT; it may include common/ and plans/ (never solver/: the encoders
+ * are solver/'s expansion of ops.def).  tools/check_layers.sh (make lint)
+ * enforces the order.
  */
 #ifndef VD_OPS_H
 #define VD_OPS_H
@@ -78,6 +83,15 @@ void vd_op_shape_unravel(const vd_op_shape *s, int64_t flat, int64_t *idx);
 int64_t vd_op_shape_ravel(const vd_op_shape *s, const int64_t *idx);
 int vd_op_bcast_to(const vd_op_shape *in, const vd_op_shape *out);
 int64_t vd_op_bcast_src(const vd_op_shape *out, const vd_op_shape *in, const int64_t *idx);
+
+/* Batched matmul geometry, shared by the evaluator and the encoder:
+ * a [..., m, k] x b [..., k, n] -> o [..., m, n]; ab, bb, ob are the batch
+ * shapes (all dimensions but the last two; a's and b's broadcast to o's). */
+typedef struct {
+  vd_op_shape ab, bb, ob;
+  int64_t m, k, n, nbatch;
+} vd_op_mm_geo;
+vd_op_mm_geo vd_op_mm_geometry(const vd_op_shape *a, const vd_op_shape *b, const vd_op_shape *o);
 
 /* One evaluation.  All pointers are borrowed.  For a shape check only, the
  * data pointers (in/out) may be NULL.  Attributes are read from plan+node

@@ -780,13 +780,8 @@ vd_rc vd_op_i_shape_matmul(const vd_op_call *c) {
   return want_shape(c, 1, 0, &o);
 }
 
-/* Loops over the output batch: for each, offsets of a, b, y blocks. */
-typedef struct {
-  vd_op_shape ab, bb, ob;
-  int64_t m, k, n, nbatch;
-} mm_geo;
-static mm_geo mm_geometry(const vd_op_shape *a, const vd_op_shape *b, const vd_op_shape *o) {
-  mm_geo g;
+vd_op_mm_geo vd_op_mm_geometry(const vd_op_shape *a, const vd_op_shape *b, const vd_op_shape *o) {
+  vd_op_mm_geo g;
   g.ab = batch_of(a);
   g.bb = batch_of(b);
   g.ob = batch_of(o);
@@ -798,7 +793,7 @@ static mm_geo mm_geometry(const vd_op_shape *a, const vd_op_shape *b, const vd_o
 }
 
 vd_rc vd_op_i_eval_matmul(const vd_op_call *c) {
-  mm_geo g = mm_geometry(&c->in_shape[0], &c->in_shape[1], &c->out_shape[0]);
+  vd_op_mm_geo g = vd_op_mm_geometry(&c->in_shape[0], &c->in_shape[1], &c->out_shape[0]);
   int64_t idx[VD_MAX_DIMS];
   for (int64_t t = 0; t < g.nbatch; t++) {
     vd_op_shape_unravel(&g.ob, t, idx);
@@ -824,7 +819,7 @@ vd_rc vd_op_i_shape_matmul_backward(const vd_op_call *c) {
   return want_shape(c, 1, 1, &c->in_shape[1]);
 }
 vd_rc vd_op_i_eval_matmul_backward(const vd_op_call *c) {
-  mm_geo g = mm_geometry(&c->in_shape[0], &c->in_shape[1], &c->in_shape[2]);
+  vd_op_mm_geo g = vd_op_mm_geometry(&c->in_shape[0], &c->in_shape[1], &c->in_shape[2]);
   int64_t idx[VD_MAX_DIMS];
   memset(c->out[0], 0, sizeof(double) * (size_t)vd_op_shape_numel(&c->in_shape[0]));
   memset(c->out[1], 0, sizeof(double) * (size_t)vd_op_shape_numel(&c->in_shape[1]));

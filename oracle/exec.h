@@ -35,6 +35,11 @@
  *
  * Cost: O(sum of executed node costs) time, one double array per graph
  * value (kept to the end: small shapes are the use case).
+ *
+ * Layer: oracle/ is the numeric executor, an independent judge of
+ * equivalence; it may include common/, plans/, ops/, graph/ (no lineage/,
+ * stages/ or solver/: it shares no symbolic code).  tools/check_layers.sh
+ * (make lint) enforces the order.
  */
 #ifndef VD_EXEC_H
 #define VD_EXEC_H

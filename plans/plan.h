@@ -39,6 +39,10 @@
  * pointers) link records, so arrays may grow while building.
  * Identifiers: tensors and nodes have a file id (any int64, unique per kind)
  * and a dense index (position in the array) used everywhere in memory.
+ *
+ * Layer: plans/ is the plan format: in-memory model, reader/writer,
+ * validation, generators; it may include common/.  tools/check_layers.sh
+ * (make lint) enforces the order.
  */
 #ifndef VD_PLAN_H
 #define VD_PLAN_H

@@ -33,6 +33,10 @@
  * named after the kernel ("exp", "rsqrt", ...), shared by every term of one
  * context, so both graphs of a stage apply the same function (sound under
  * congruence: f(a) = f(b) is only concluded from a = b).
+ *
+ * Layer: solver/ is Z3 encodings of the registry, normal forms, stage
+ * solving; it may include the modules before it (common/ to stages/)
+ * (z3.h only here).  tools/check_layers.sh (make lint) enforces the order.
  */
 #ifndef VD_SMT_H
 #define VD_SMT_H

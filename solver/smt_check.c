@@ -355,7 +355,7 @@ static vd_rc fill_model(vd_smt *s, Z3_model m, const vd_term *par, const vd_term
     if (push(&roots, par[open[i]]) || push(&roots, single[open[i]])) rc = VD_ENOMEM;
   if (rc == VD_OK) rc = collect_uninterpreted(s, roots.v, roots.n, &syms, NULL);
   if (rc == VD_OK && syms.n) {
-    nm = vd_malloc(sizeof(named) * syms.n);
+    nm = vd_calloc(syms.n, sizeof(named)); /* zeroed: the cleanup frees every name, set or not */
     res->inputs = vd_calloc(syms.n, sizeof(vd_smt_value));
     if (!nm || !res->inputs) rc = VD_ENOMEM;
   }

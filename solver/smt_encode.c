@@ -539,31 +539,8 @@ ENC(div_backward) { return muldiv_bwd(c, s, 1); }
 
 /* ---- linear algebra ------------------------------------------------------ */
 
-typedef struct {
-  vd_op_shape ab, bb, ob;
-  int64_t m, k, n, nbatch;
-} mm_geo;
-
-static vd_op_shape batch_of(const vd_op_shape *x) {
-  vd_op_shape b = {.ndim = x->ndim - 2};
-  for (int32_t i = 0; i < b.ndim; i++) b.d[i] = x->d[i];
-  return b;
-}
-
-static mm_geo mm_geometry(const vd_op_shape *a, const vd_op_shape *b, const vd_op_shape *o) {
-  mm_geo g;
-  g.ab = batch_of(a);
-  g.bb = batch_of(b);
-  g.ob = batch_of(o);
-  g.m = a->d[a->ndim - 2];
-  g.k = a->d[a->ndim - 1];
-  g.n = b->d[b->ndim - 1];
-  g.nbatch = vd_op_shape_numel(&g.ob);
-  return g;
-}
-
 ENC(matmul) {
-  mm_geo g = mm_geometry(&IN(0)->shape, &IN(1)->shape, &OUT(0)->shape);
+  vd_op_mm_geo g = vd_op_mm_geometry(&IN(0)->shape, &IN(1)->shape, &OUT(0)->shape);
   vd_term *prod = vd_malloc(sizeof(vd_term) * (size_t)(g.k + 1));
   if (!prod) return VD_OOM(c->diag);
   int64_t idx[VD_MAX_DIMS];
@@ -583,7 +560,7 @@ ENC(matmul) {
 }
 
 ENC(matmul_backward) {
-  mm_geo g = mm_geometry(&IN(0)->shape, &IN(1)->shape, &IN(2)->shape);
+  vd_op_mm_geo g = vd_op_mm_geometry(&IN(0)->shape, &IN(1)->shape, &IN(2)->shape);
   acc_t ga, gb;
   /* per element of A: n terms per output batch mapped onto it; of B: m. */
   VD_CHECK(acc_init(&ga, IN(0)->numel, g.nbatch * g.n, c->diag));

@@ -46,6 +46,7 @@
 #include <string.h>
 
 #include "../common/limits.h"
+#include "../common/hash.h"
 #include "../common/mem.h"
 #include "../ops/ops.h"
 
@@ -66,15 +67,6 @@ typedef struct {
   uint32_t gen;
 } hmap_t;
 
-static uint64_t mix64(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  x ^= x >> 33;
-  return x;
-}
-
 static void hmap_reset(hmap_t *m) {
   m->gen++;
   m->n = 0;
@@ -82,7 +74,7 @@ static void hmap_reset(hmap_t *m) {
 
 static hent_t *hmap_slot(hmap_t *m, uint64_t key) {
   size_t mask = m->cap - 1;
-  for (size_t i = (size_t)mix64(key) & mask;; i = (i + 1) & mask)
+  for (size_t i = (size_t)vd_hash_mix64(key) & mask;; i = (i + 1) & mask)
     if (m->e[i].gen != m->gen || m->e[i].key == key) return &m->e[i];
 }
 
@@ -214,13 +206,6 @@ static void node_label(const vd_graph_t *g, uint32_t pnode, int32_t rep, int32_t
            (long long)x->id, (long long)vd_graph_rank(g, x->rank, rep), mb);
 }
 
-static void fmt_slice(const int64_t *lo, const int64_t *hi, int32_t nd, char *buf, size_t n) {
-  size_t o = 0;
-  o += (size_t)snprintf(buf + o, n - o, "[");
-  for (int32_t i = 0; i < nd && o < n; i++)
-    o += (size_t)snprintf(buf + o, n - o, "%s%lld:%lld", i ? ", " : "", (long long)lo[i], (long long)hi[i]);
-  if (o < n) snprintf(buf + o, n - o, "]");
-}
 
 static int is_span(const cctx *c, const vd_gnode_t *gn) {
   return gn->n_part > 0 && c->pp->nodes[gn->pnode].span_replicas && c->D > 1;
@@ -495,7 +480,7 @@ static vd_rc cone_node(cctx *c, cone_t *k, const vd_graph_t *g, uint32_t gnode, 
 static void target_label(cctx *c, const vd_lineage *L, const vd_lin_piece *p0, char *buf, size_t n) {
   const vd_tensor_t *st = &c->sp->tensors[L->stensor];
   char sl[96];
-  fmt_slice(p0->lo, p0->hi, st->ndim, sl, sizeof(sl));
+  vd_lin_fmt_slice(p0->lo, p0->hi, st->ndim, sl, sizeof(sl));
   snprintf(buf, n, "'%s' %s slice %s", tname(c->sp, L->stensor), L->initial ? "initial" : "final", sl);
 }
 

@@ -21,6 +21,10 @@
  * pieces in reduced single-device coordinates are rlo/rhi.  Attributes that
  * are positions along a reduced dimension are overridden per node
  * (attr_override), everything else is read from the plan node.
+ *
+ * Layer: stages/ is proof obligations: cutting, shape reduction, canonical
+ * classes; it may include common/, plans/, ops/, graph/, lineage/.
+ * tools/check_layers.sh (make lint) enforces the order.
  */
 #ifndef VD_STAGE_H
 #define VD_STAGE_H

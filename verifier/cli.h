@@ -6,6 +6,10 @@
  *   0 equivalent / success, 1 not equivalent, 2 bad input or usage,
  *   3 inconclusive.
  * Only verifier/ prints to stdout/stderr or decides exit codes.
+ *
+ * Layer: verifier/ is the verdict binary: command line, orchestration,
+ * reports, exit codes; it may include every module.  tools/check_layers.sh
+ * (make lint) enforces the order.
  */
 #ifndef VD_CLI_H
 #define VD_CLI_H

@@ -59,13 +59,6 @@ static void piece_facts(const vd_run *r, int32_t piece, piece_info *pi) {
   pi->ndim = t->ndim;
 }
 
-static void fmt_slice(char *buf, size_t n, const int64_t *lo, const int64_t *hi, int ndim) {
-  size_t at = 0;
-  at += (size_t)snprintf(buf + at, n - at, "[");
-  for (int i = 0; i < ndim && at < n; i++)
-    at += (size_t)snprintf(buf + at, n - at, "%s%lld:%lld", i ? ", " : "", (long long)lo[i], (long long)hi[i]);
-  if (at < n) snprintf(buf + at, n - at, "]");
-}
 
 static const vd_node_t *stage_pnode(const vd_run *r, const vd_stage_node *sn, const vd_plan_t **plan) {
   const vd_graph_t *g = sn->side ? &r->pg : &r->sg;
@@ -163,7 +156,7 @@ static void text_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
     const vd_stage_target *t = &st->targets[ti];
     const vd_stage_value *sv = &st->vals[t->svalue];
     const vd_tensor_t *ts = &r->sp.tensors[r->sg.values[sv->value].tensor];
-    fmt_slice(sl, sizeof(sl), t->lo, t->hi, sv->ndim);
+    vd_lin_fmt_slice(t->lo, t->hi, sv->ndim, sl, sizeof(sl));
     fprintf(f, "   target: single '%s' %s%s, %u parallel piece(s)\n", vd_plan_s(&r->sp, ts->name), sl,
             t->part_n > 1 ? " as a sum of parts" : "", t->n_pieces);
   }
@@ -185,7 +178,7 @@ static void text_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
     if (sv->side != 1 || sv->producer >= 0 || sv->leaf_piece < 0) continue;
     piece_info pi;
     piece_facts(r, sv->leaf_piece, &pi);
-    fmt_slice(sl, sizeof(sl), pi.lo, pi.hi, pi.ndim);
+    vd_lin_fmt_slice(pi.lo, pi.hi, pi.ndim, sl, sizeof(sl));
     fprintf(f, "     '%s' (t%lld) rank %lld", pi.tensor, (long long)pi.id, (long long)pi.rank);
     if (pi.mb >= 0) fprintf(f, " mb %d", pi.mb);
     fprintf(f, " = %s", sl);
@@ -489,8 +482,8 @@ vd_rc vd_report_stages(const vd_run *r, const char *path, vd_diag *d) {
       const vd_stage_target *tg = &st->targets[t];
       const vd_stage_value *sv = &st->vals[tg->svalue];
       const vd_tensor_t *ts = &r->sp.tensors[r->sg.values[sv->value].tensor];
-      fmt_slice(a, sizeof(a), tg->lo, tg->hi, sv->ndim);
-      fmt_slice(b, sizeof(b), tg->rlo, tg->rhi, sv->ndim);
+      vd_lin_fmt_slice(tg->lo, tg->hi, sv->ndim, a, sizeof(a));
+      vd_lin_fmt_slice(tg->rlo, tg->rhi, sv->ndim, b, sizeof(b));
       fprintf(f, "  target '%s' %s (reduced %s) parts %lld, %u piece(s)\n", vd_plan_s(&r->sp, ts->name), a, b,
               (long long)tg->part_n, tg->n_pieces);
     }

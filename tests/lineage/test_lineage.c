@@ -18,12 +18,9 @@
 #include "../../plans/gen.h"
 #include "../support/plan_builders.h"
 #include "../support/fault.h"
+#include "../support/pipeline.h"
 
-typedef struct {
-  vd_plan_t s, p;
-  vd_graph_t gs, gp;
-  vd_lin_table t;
-} pair_t;
+typedef tp_pair pair_t;
 
 static uint32_t T(const vd_plan_t *p, const char *name) {
   int64_t t = pb_find_tensor(p, name);
@@ -34,22 +31,11 @@ static uint32_t T(const vd_plan_t *p, const char *name) {
 /* Builds graphs (replica-0 parallel graph) and the table of x->s, x->p. */
 static void build(pair_t *x) {
   vd_diag d;
-  vd_graph_opts o = {.expand_replicas = 0};
   vd_diag_clear(&d);
-  vd_graph_build(&x->s, &o, &x->gs, &d);
-  vd_diag_clear(&d);
-  vd_graph_build(&x->p, &o, &x->gp, &d);
-  vd_diag_clear(&d);
-  assert_int_equal(vd_lin_build(&x->gs, &x->gp, &x->t, &d), VD_OK);
+  assert_int_equal(tp_pair_lineage(x, &d), VD_OK);
 }
 
-static void pair_free(pair_t *x) {
-  vd_lin_free(&x->t);
-  vd_graph_free(&x->gs);
-  vd_graph_free(&x->gp);
-  vd_plan_free(&x->s);
-  vd_plan_free(&x->p);
-}
+static void pair_free(pair_t *x) { tp_pair_free(x); }
 
 static void tp2(pair_t *x) {
   memset(x, 0, sizeof(*x));
@@ -97,48 +83,48 @@ static void test_tp2_points(void **st) {
   pair_t x;
   tp2(&x);
   build(&x);
-  if (x.t.n_issues) dump(&x.t);
-  assert_int_equal(x.t.n_issues, 0);
+  if (x.lt.n_issues) dump(&x.lt);
+  assert_int_equal(x.lt.n_issues, 0);
   /* per rank: 4 initial (x, w1, w2, gloss) + 12 final (every tensor that
    * something produces, w1 and w2 updated by sgd) */
-  assert_int_equal(x.t.n_pieces, 32);
-  assert_int_equal(x.t.n_point_pieces, 32);
+  assert_int_equal(x.lt.n_pieces, 32);
+  assert_int_equal(x.lt.n_point_pieces, 32);
   /* r1.h's final value holds h[0:4, 4:8] */
   int32_t v = vd_graph_last(&x.gp, T(&x.p, "r1.h"), 0, 0);
-  int32_t pi = vd_lin_piece_of(&x.t, (uint32_t)v, 0);
+  int32_t pi = vd_lin_piece_of(&x.lt, (uint32_t)v, 0);
   assert_true(pi >= 0);
-  const vd_lin_piece *p = &x.t.pieces[pi];
+  const vd_lin_piece *p = &x.lt.pieces[pi];
   assert_int_equal(p->lo[0], 0);
   assert_int_equal(p->hi[0], 4);
   assert_int_equal(p->lo[1], 4);
   assert_int_equal(p->hi[1], 8);
   assert_int_equal(p->initial, 0);
-  const vd_lineage *L = &x.t.lins[p->lineage];
+  const vd_lineage *L = &x.lt.lins[p->lineage];
   assert_string_equal(vd_plan_s(&x.s, x.s.tensors[L->stensor].name), "h");
   assert_int_equal(L->svalue, (uint32_t)vd_graph_last(&x.gs, T(&x.s, "h"), 0, 0));
-  assert_int_equal(x.t.lin_of_svalue_final[L->svalue], (int32_t)p->lineage);
-  assert_int_equal(vd_lin_piece_of(&x.t, (uint32_t)v, 1), -1); /* only one replica */
+  assert_int_equal(x.lt.lin_of_svalue_final[L->svalue], (int32_t)p->lineage);
+  assert_int_equal(vd_lin_piece_of(&x.lt, (uint32_t)v, 1), -1); /* only one replica */
   /* pieces are grouped: each lineage's pieces are sorted by slice */
-  for (size_t li = 0; li < x.t.n_lins; li++) {
-    const vd_lineage *l = &x.t.lins[li];
+  for (size_t li = 0; li < x.lt.n_lins; li++) {
+    const vd_lineage *l = &x.lt.lins[li];
     for (uint32_t k = 1; k < l->n_pieces; k++) {
-      const vd_lin_piece *a = &x.t.pieces[l->piece_off + k - 1], *b = &x.t.pieces[l->piece_off + k];
+      const vd_lin_piece *a = &x.lt.pieces[l->piece_off + k - 1], *b = &x.lt.pieces[l->piece_off + k];
       assert_true(a->lo[0] < b->lo[0] || (a->lo[0] == b->lo[0] && a->lo[1] <= b->lo[1]) || a->lo[0] == b->lo[0]);
       assert_int_equal(b->lineage, li);
     }
   }
   /* w1 (updated) and loss are required outputs */
-  int32_t lw = x.t.lin_of_svalue_final[vd_graph_last(&x.gs, T(&x.s, "w1"), 0, -1)];
+  int32_t lw = x.lt.lin_of_svalue_final[vd_graph_last(&x.gs, T(&x.s, "w1"), 0, -1)];
   assert_true(lw >= 0);
-  assert_int_equal(x.t.lins[lw].required, 1);
-  assert_int_equal(x.t.lins[lw].n_pieces, 2);
+  assert_int_equal(x.lt.lins[lw].required, 1);
+  assert_int_equal(x.lt.lins[lw].n_pieces, 2);
   /* y's final lineage holds both copies: y (n = 1, two replicas) and
    * y_partial (n = 2) */
-  int32_t ly = x.t.lin_of_svalue_final[vd_graph_last(&x.gs, T(&x.s, "y"), 0, 0)];
+  int32_t ly = x.lt.lin_of_svalue_final[vd_graph_last(&x.gs, T(&x.s, "y"), 0, 0)];
   assert_true(ly >= 0);
-  assert_int_equal(x.t.lins[ly].n_pieces, 4);
-  assert_int_equal(x.t.pieces[x.t.lins[ly].piece_off].part_n, 1);
-  assert_int_equal(x.t.pieces[x.t.lins[ly].piece_off + 2].part_n, 2);
+  assert_int_equal(x.lt.lins[ly].n_pieces, 4);
+  assert_int_equal(x.lt.pieces[x.lt.lins[ly].piece_off].part_n, 1);
+  assert_int_equal(x.lt.pieces[x.lt.lins[ly].piece_off + 2].part_n, 2);
   pair_free(&x);
 }
 
@@ -186,12 +172,12 @@ static void test_gen_pairs_clean(void **st) {
   for (size_t i = 0; i < sizeof(cfg) / sizeof(cfg[0]); i++) {
     pair_t x;
     gen_pair(&x, (vd_gen_model)cfg[i][0], cfg[i][1], cfg[i][2], cfg[i][3], cfg[i][4], cfg[i][5]);
-    if (x.t.n_issues) dump(&x.t);
-    assert_int_equal(x.t.n_issues, 0);
-    assert_int_equal(x.t.n_pieces, expected_pieces(&x));
+    if (x.lt.n_issues) dump(&x.lt);
+    assert_int_equal(x.lt.n_issues, 0);
+    assert_int_equal(x.lt.n_pieces, expected_pieces(&x));
     /* every required output (updated weights, loss) is covered */
     size_t req = 0;
-    for (size_t li = 0; li < x.t.n_lins; li++) req += x.t.lins[li].required;
+    for (size_t li = 0; li < x.lt.n_lins; li++) req += x.lt.lins[li].required;
     assert_true(req > 0);
     pair_free(&x);
   }
@@ -202,14 +188,14 @@ static void test_mlp_tp2_weight(void **st) {
   (void)st;
   pair_t x;
   gen_pair(&x, VD_GEN_MLP, 1, 2, 1, 1, 0);
-  assert_int_equal(x.t.n_issues, 0);
+  assert_int_equal(x.lt.n_issues, 0);
   int64_t s = pb_find_tensor(&x.s, "layers.0.fc1.weight");
   assert_true(s >= 0);
-  int32_t li = x.t.lin_of_svalue_initial[vd_graph_first(&x.gs, (uint32_t)s, 0, -1)];
+  int32_t li = x.lt.lin_of_svalue_initial[vd_graph_first(&x.gs, (uint32_t)s, 0, -1)];
   assert_true(li >= 0);
-  const vd_lineage *L = &x.t.lins[li];
+  const vd_lineage *L = &x.lt.lins[li];
   assert_int_equal(L->n_pieces, 2); /* one shard per TP rank */
-  const vd_lin_piece *a = &x.t.pieces[L->piece_off], *b = a + 1;
+  const vd_lin_piece *a = &x.lt.pieces[L->piece_off], *b = a + 1;
   assert_int_equal(a->hi[0] - a->lo[0], x.s.tensors[s].shape[0] / 2);
   assert_int_equal(b->lo[0], a->hi[0]);
   assert_int_not_equal(x.p.tensors[a->ptensor].rank, x.p.tensors[b->ptensor].rank);
@@ -222,7 +208,7 @@ static void test_dp_virtual_replicas(void **st) {
   (void)st;
   pair_t x;
   gen_pair(&x, VD_GEN_MLP, 2, 1, 1, 1, 0);
-  assert_int_equal(x.t.n_issues, 0);
+  assert_int_equal(x.lt.n_issues, 0);
   assert_int_equal(x.gp.replicas, 1);
   /* the input's two replicas hold different batch rows of one single value */
   int64_t px = -1;
@@ -232,17 +218,17 @@ static void test_dp_virtual_replicas(void **st) {
       px = (int64_t)i;
   assert_true(px >= 0);
   int32_t v = vd_graph_first(&x.gp, (uint32_t)px, 0, 0);
-  int32_t p0 = vd_lin_piece_of(&x.t, (uint32_t)v, 0), p1 = vd_lin_piece_of(&x.t, (uint32_t)v, 1);
+  int32_t p0 = vd_lin_piece_of(&x.lt, (uint32_t)v, 0), p1 = vd_lin_piece_of(&x.lt, (uint32_t)v, 1);
   assert_true(p0 >= 0 && p1 >= 0);
-  assert_int_equal(vd_lin_piece_of(&x.t, (uint32_t)v, 2), -1);
+  assert_int_equal(vd_lin_piece_of(&x.lt, (uint32_t)v, 2), -1);
   /* one all_rep piece for both replicas; replica 1's slice is its translate */
   assert_int_equal(p0, p1);
-  assert_int_equal(x.t.pieces[p0].all_rep, 1);
-  assert_int_equal(x.t.pieces[p0].replica, 0);
-  assert_true(vd_lin_piece_moves(&x.t, (uint32_t)p0));
+  assert_int_equal(x.lt.pieces[p0].all_rep, 1);
+  assert_int_equal(x.lt.pieces[p0].replica, 0);
+  assert_true(vd_lin_piece_moves(&x.lt, (uint32_t)p0));
   int64_t lo0[VD_MAX_DIMS], hi0[VD_MAX_DIMS], lo1[VD_MAX_DIMS], hi1[VD_MAX_DIMS];
-  vd_lin_piece_at(&x.t, (uint32_t)p0, 0, lo0, hi0);
-  vd_lin_piece_at(&x.t, (uint32_t)p1, 1, lo1, hi1);
+  vd_lin_piece_at(&x.lt, (uint32_t)p0, 0, lo0, hi0);
+  vd_lin_piece_at(&x.lt, (uint32_t)p1, 1, lo1, hi1);
   assert_true(lo0[0] != lo1[0]);
   assert_int_equal(lo1[0] - lo0[0], hi0[0] - lo0[0]); /* the next rows of the batch */
   pair_free(&x);
@@ -256,12 +242,12 @@ static void test_gap(void **st) {
   tp2(&x);
   x.p.tensors[T(&x.p, "r1.w1")].has_lin = 0; /* rows 4:8 of w1 lose their lineage */
   build(&x);
-  assert_int_equal(count(&x.t, VD_LISSUE_GAP), 2); /* initial and final */
-  const vd_lin_issue *is = issue_with(&x.t, VD_LISSUE_GAP, "'w1' initial: slice [4:8, 0:8] of [8, 8] is not covered");
+  assert_int_equal(count(&x.lt, VD_LISSUE_GAP), 2); /* initial and final */
+  const vd_lin_issue *is = issue_with(&x.lt, VD_LISSUE_GAP, "'w1' initial: slice [4:8, 0:8] of [8, 8] is not covered");
   assert_int_equal(is->stensor, T(&x.s, "w1"));
-  is = issue_with(&x.t, VD_LISSUE_GAP, "'w1' final: slice [4:8, 0:8] of [8, 8] is not covered");
+  is = issue_with(&x.lt, VD_LISSUE_GAP, "'w1' final: slice [4:8, 0:8] of [8, 8] is not covered");
   assert_int_equal(is->stensor, T(&x.s, "w1"));
-  assert_int_equal(count(&x.t, VD_LISSUE_OVERLAP), 0);
+  assert_int_equal(count(&x.lt, VD_LISSUE_OVERLAP), 0);
   pair_free(&x);
 }
 
@@ -275,8 +261,8 @@ static void test_overlap(void **st) {
   x.p.tensors[w].lin.lo[0] = 2; /* rank 1 claims rows 2:6 instead of 4:8 */
   x.p.tensors[w].lin.hi[0] = 6;
   build(&x);
-  assert_int_equal(count(&x.t, VD_LISSUE_OVERLAP), 0);
-  const vd_lin_issue *is = issue(&x.t, VD_LISSUE_GAP);
+  assert_int_equal(count(&x.lt, VD_LISSUE_OVERLAP), 0);
+  const vd_lin_issue *is = issue(&x.lt, VD_LISSUE_GAP);
   assert_int_equal(is->stensor, T(&x.s, "w1"));
   has(is->detail, "slice [6:8, 0:8] of [8, 8] is not covered");
   pair_free(&x);
@@ -288,8 +274,8 @@ static void test_parts(void **st) {
   tp2(&x);
   x.p.tensors[T(&x.p, "r1.y_partial")].has_lin = 0; /* part 1 of y's partial sum is gone */
   build(&x);
-  assert_int_equal(count(&x.t, VD_LISSUE_PARTS), 1);
-  const vd_lin_issue *is = issue(&x.t, VD_LISSUE_PARTS);
+  assert_int_equal(count(&x.lt, VD_LISSUE_PARTS), 1);
+  const vd_lin_issue *is = issue(&x.lt, VD_LISSUE_PARTS);
   assert_int_equal(is->stensor, T(&x.s, "y"));
   has(is->detail, "'y' final slice [0:4, 0:8] as 2 parts: part 1 missing");
   has(is->detail, "'r0.y_partial' (rank 0, mb 0)");
@@ -298,12 +284,12 @@ static void test_parts(void **st) {
   tp2(&x);
   x.p.tensors[T(&x.p, "r1.y_partial")].lin.part_k = 2; /* out of range, and part 1 missing */
   build(&x);
-  assert_int_equal(count(&x.t, VD_LISSUE_PARTS), 2);
+  assert_int_equal(count(&x.lt, VD_LISSUE_PARTS), 2);
   int seen = 0;
-  for (size_t i = 0; i < x.t.n_issues; i++)
-    if (x.t.issues[i].kind == VD_LISSUE_PARTS && strstr(x.t.issues[i].detail, "claims part 2 of 2, outside 0..1")) {
-      has(x.t.issues[i].detail, "'r1.y_partial' (rank 1, mb 0)");
-      assert_int_equal(x.t.issues[i].tensor, T(&x.p, "r1.y_partial"));
+  for (size_t i = 0; i < x.lt.n_issues; i++)
+    if (x.lt.issues[i].kind == VD_LISSUE_PARTS && strstr(x.lt.issues[i].detail, "claims part 2 of 2, outside 0..1")) {
+      has(x.lt.issues[i].detail, "'r1.y_partial' (rank 1, mb 0)");
+      assert_int_equal(x.lt.issues[i].tensor, T(&x.p, "r1.y_partial"));
       seen = 1;
     }
   assert_true(seen);
@@ -316,13 +302,13 @@ static void test_no_single(void **st) {
   tp2(&x);
   x.p.tensors[T(&x.p, "r0.h")].lin.full = 999;
   build(&x);
-  assert_int_equal(count(&x.t, VD_LISSUE_NO_SINGLE), 1);
-  const vd_lin_issue *is = issue(&x.t, VD_LISSUE_NO_SINGLE);
+  assert_int_equal(count(&x.lt, VD_LISSUE_NO_SINGLE), 1);
+  const vd_lin_issue *is = issue(&x.lt, VD_LISSUE_NO_SINGLE);
   assert_int_equal(is->tensor, T(&x.p, "r0.h"));
   assert_int_equal(is->stensor, -1);
   has(is->detail, "'r0.h' (rank 0) claims single tensor id 999");
   /* and h now has a gap where r0.h was */
-  has(issue(&x.t, VD_LISSUE_GAP)->detail, "'h' final: slice [0:4, 0:4] of [4, 8] is not covered");
+  has(issue(&x.lt, VD_LISSUE_GAP)->detail, "'h' final: slice [0:4, 0:4] of [4, 8] is not covered");
   pair_free(&x);
 }
 
@@ -332,7 +318,7 @@ static void test_out_of_bounds(void **st) {
   tp2(&x);
   x.p.tensors[T(&x.p, "r1.w2")].lin.hi[1] = 9;
   build(&x);
-  const vd_lin_issue *is = issue(&x.t, VD_LISSUE_OUT_OF_BOUNDS);
+  const vd_lin_issue *is = issue(&x.lt, VD_LISSUE_OUT_OF_BOUNDS);
   assert_int_equal(is->tensor, T(&x.p, "r1.w2"));
   has(is->detail, "'r1.w2' (rank 1) claims slice [0:8, 4:9] of 'w2'");
   has(is->detail, "its shape [8, 8]");
@@ -346,8 +332,8 @@ static void test_uncovered(void **st) {
   x.p.tensors[T(&x.p, "r0.loss")].has_lin = 0;
   x.p.tensors[T(&x.p, "r1.loss")].has_lin = 0;
   build(&x);
-  assert_int_equal(count(&x.t, VD_LISSUE_UNCOVERED), 1);
-  const vd_lin_issue *is = issue(&x.t, VD_LISSUE_UNCOVERED);
+  assert_int_equal(count(&x.lt, VD_LISSUE_UNCOVERED), 1);
+  const vd_lin_issue *is = issue(&x.lt, VD_LISSUE_UNCOVERED);
   assert_int_equal(is->stensor, T(&x.s, "loss"));
   has(is->detail, "single loss 'loss' (final value) has no lineage");
   pair_free(&x);
@@ -375,7 +361,7 @@ static void test_no_value(void **st) {
   uint32_t idx;
   assert_int_equal(vd_plan_add_tensor(&x.p, &t, "r1.orphan", &idx), VD_OK);
   build(&x);
-  const vd_lin_issue *is = issue(&x.t, VD_LISSUE_NO_VALUE);
+  const vd_lin_issue *is = issue(&x.lt, VD_LISSUE_NO_VALUE);
   assert_int_equal(is->tensor, idx);
   assert_int_equal(is->mb, 0);
   has(is->detail, "'r1.orphan' (rank 1, mb 0) is annotated with 'y' but never holds a value");
@@ -389,7 +375,7 @@ static void test_batch_mismatch(void **st) {
   (void)st;
   pair_t x;
   gen_pair(&x, VD_GEN_MLP, 2, 1, 1, 2, 0);
-  assert_int_equal(x.t.n_issues, 0);
+  assert_int_equal(x.lt.n_issues, 0);
   int64_t px = -1;
   for (size_t i = 0; i < x.p.n_tensors && px < 0; i++)
     if (x.p.tensors[i].has_lin && x.p.tensors[i].role == VD_ROLE_INPUT && x.p.tensors[i].scope == VD_SCOPE_PER_MB)
@@ -400,16 +386,16 @@ static void test_batch_mismatch(void **st) {
   assert_int_equal(t->lin.dp_shift[0], 2 * b); /* dp2 x nm2 rows of b */
   /* the two replicas read the same samples: rows [0, 2b) of a 4b batch */
   t->lin.dp_shift[0] = 0;
-  vd_lin_free(&x.t);
+  vd_lin_free(&x.lt);
   vd_graph_free(&x.gs);
   vd_graph_free(&x.gp);
   build(&x);
-  assert_int_equal(count(&x.t, VD_LISSUE_BATCH), 1);
-  assert_int_equal(x.t.issues[0].kind, VD_LISSUE_BATCH);
+  assert_int_equal(count(&x.lt, VD_LISSUE_BATCH), 1);
+  assert_int_equal(x.lt.issues[0].kind, VD_LISSUE_BATCH);
   char want[160];
   snprintf(want, sizeof(want), "dim 0: the parallel plan's 2 replica(s) x 2 microbatch(es) of %lld read [0:%lld), "
            "the single-device plan reads %lld", (long long)b, (long long)(2 * b), (long long)(4 * b));
-  has(x.t.issues[0].detail, want);
+  has(x.lt.issues[0].detail, want);
   pair_free(&x);
 }
 
@@ -420,7 +406,7 @@ static void test_issues_sorted_and_free_null(void **st) {
   x.p.tensors[T(&x.p, "r1.w1")].has_lin = 0;
   x.p.tensors[T(&x.p, "r0.h")].lin.full = 999;
   build(&x);
-  for (size_t i = 1; i < x.t.n_issues; i++) assert_true(x.t.issues[i - 1].kind <= x.t.issues[i].kind);
+  for (size_t i = 1; i < x.lt.n_issues; i++) assert_true(x.lt.issues[i - 1].kind <= x.lt.issues[i].kind);
   vd_lin_free(NULL);
   vd_lin_table z;
   memset(&z, 0, sizeof(z));
@@ -431,12 +417,12 @@ static void test_issues_sorted_and_free_null(void **st) {
 
 static vd_rc lin_run(void *ctx, vd_diag *d) {
   pair_t *x = ctx;
-  return vd_lin_build(&x->gs, &x->gp, &x->t, d);
+  return vd_lin_build(&x->gs, &x->gp, &x->lt, d);
 }
 static void lin_after(void *ctx, vd_rc rc, int hit, long nth, const vd_diag *d) {
   pair_t *x = ctx;
-  if (hit) assert_null(x->t.pieces); /* nothing left behind */
-  vd_lin_free(&x->t);
+  if (hit) assert_null(x->lt.pieces); /* nothing left behind */
+  vd_lin_free(&x->lt);
 }
 
 static void test_alloc_failures(void **st) {

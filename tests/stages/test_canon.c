@@ -14,6 +14,8 @@
 #include "../../lineage/lineage.h"
 #include "../../plans/gen.h"
 #include "stage_builder.h"
+#include "../support/fault.h"
+#include "../support/pipeline.h"
 
 /* One scaled TP shard stage: y = scale(x) on the single side, the parallel
  * side scales a hypothesis piece.  `name`, `gnode`, `replica` vary between
@@ -69,39 +71,16 @@ static void test_classes(void **state) {
 
 /* ---- real cut stages: symmetry across layers ------------------------------ */
 
-typedef struct {
-  vd_plan_t s, p;
-  vd_graph_t gs, gp;
-  vd_lin_table lt;
-  vd_stage_set set;
-} real_t;
+typedef tp_pair real_t;
 
 static vd_rc real_build(real_t *r, int64_t layers, int64_t tp) {
-  memset(r, 0, sizeof(*r));
-  vd_gen_config c;
-  vd_gen_config_default(&c);
-  c.model = VD_GEN_LLAMA3;
-  c.layers = layers;
-  c.tp = tp;
   vd_diag d;
   vd_diag_clear(&d);
-  VD_CHECK(vd_gen_build(&c, &r->s, &r->p, &d));
-  vd_graph_opts o = {.expand_replicas = 0};
-  VD_CHECK(vd_graph_build(&r->s, &o, &r->gs, &d));
-  VD_CHECK(vd_graph_build(&r->p, &o, &r->gp, &d));
-  VD_CHECK(vd_lin_build(&r->gs, &r->gp, &r->lt, &d));
-  VD_CHECK(vd_stage_cut(&r->lt, &r->set, &d));
+  VD_CHECK(tp_pair_llama3(r, layers, tp, &d));
   for (size_t i = 0; i < r->set.n_stages; i++) VD_CHECK(vd_stage_reduce(&r->lt, &r->set.stages[i], &d));
   return vd_stage_canon(&r->lt, &r->set, &d);
 }
-static void real_free(real_t *r) {
-  vd_stage_set_free(&r->set);
-  vd_lin_free(&r->lt);
-  vd_graph_free(&r->gs);
-  vd_graph_free(&r->gp);
-  vd_plan_free(&r->s);
-  vd_plan_free(&r->p);
-}
+static void real_free(real_t *r) { tp_pair_free(r); }
 
 /* Layer of a stage: the one layer all its layered nodes belong to, -1 if
  * none, -2 if several. */
@@ -189,10 +168,52 @@ static void test_real_symmetry(void **state) {
   real_free(&r);
 }
 
+/* ---- allocation failures ---------------------------------------------------- */
+
+static vd_rc canon_run(void *ctx, vd_diag *d) {
+  tp_pair *x = ctx;
+  return vd_stage_canon(&x->lt, &x->set, d);
+}
+
+/* Every allocation of the class assignment may fail: VD_ENOMEM, and the
+ * first run that completes assigns the classes of a run without faults. */
+static void test_canon_under_faults(void **state) {
+  (void)state;
+  tp_pair x;
+  vd_diag d;
+  vd_diag_clear(&d);
+  assert_int_equal(tp_pair_llama3(&x, 1, 2, &d), VD_OK);
+  for (size_t i = 0; i < x.set.n_stages; i++) assert_int_equal(vd_stage_reduce(&x.lt, &x.set.stages[i], &d), VD_OK);
+  assert_int_equal(vd_stage_canon(&x.lt, &x.set, &d), VD_OK);
+  size_t n = x.set.n_stages;
+  int32_t *cls = malloc(n * sizeof(*cls));
+  uint64_t *hash = malloc(n * sizeof(*hash));
+  assert_non_null(cls);
+  assert_non_null(hash);
+  size_t n_classes = 0;
+  for (size_t i = 0; i < n; i++) {
+    cls[i] = x.set.stages[i].canon_class;
+    hash[i] = x.set.stages[i].canon_hash;
+    n_classes += cls[i] == (int32_t)i;
+  }
+  assert_true(n_classes < n); /* some reuse, or the test shows nothing */
+  long allocs = 0;
+  assert_int_equal(tf_fail_each(canon_run, NULL, &x, 0, &allocs), VD_OK);
+  assert_true(allocs > 0);
+  for (size_t i = 0; i < n; i++) {
+    assert_int_equal(x.set.stages[i].canon_class, cls[i]);
+    assert_int_equal(x.set.stages[i].canon_hash, hash[i]);
+  }
+  free(cls);
+  free(hash);
+  tp_pair_free(&x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_classes),
       cmocka_unit_test(test_real_symmetry),
+      cmocka_unit_test(test_canon_under_faults),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,13 +21,9 @@
 #include "../../stages/stage.h"
 #include "../support/plan_builders.h"
 #include "../support/fault.h"
+#include "../support/pipeline.h"
 
-typedef struct {
-  vd_plan_t s, p;
-  vd_graph_t gs, gp;
-  vd_lin_table t;
-  vd_stage_set set;
-} pair_t;
+typedef tp_pair pair_t;
 
 static uint32_t T(const vd_plan_t *p, const char *name) {
   int64_t t = pb_find_tensor(p, name);
@@ -43,25 +39,11 @@ static uint32_t N(const vd_plan_t *p, const char *name) {
 
 static void cut(pair_t *x) {
   vd_diag d;
-  vd_graph_opts o = {.expand_replicas = 0};
   vd_diag_clear(&d);
-  vd_graph_build(&x->s, &o, &x->gs, &d);
-  vd_diag_clear(&d);
-  vd_graph_build(&x->p, &o, &x->gp, &d);
-  vd_diag_clear(&d);
-  assert_int_equal(vd_lin_build(&x->gs, &x->gp, &x->t, &d), VD_OK);
-  vd_diag_clear(&d);
-  assert_int_equal(vd_stage_cut(&x->t, &x->set, &d), VD_OK);
+  assert_int_equal(tp_pair_cut(x, &d), VD_OK);
 }
 
-static void pair_free(pair_t *x) {
-  vd_stage_set_free(&x->set);
-  vd_lin_free(&x->t);
-  vd_graph_free(&x->gs);
-  vd_graph_free(&x->gp);
-  vd_plan_free(&x->s);
-  vd_plan_free(&x->p);
-}
+static void pair_free(pair_t *x) { tp_pair_free(x); }
 
 static void dump(const vd_stage_set *s) {
   for (size_t i = 0; i < s->n_issues; i++)
@@ -101,7 +83,7 @@ static const vd_stage *stage_for(const pair_t *x, const char *sname, int64_t lo0
   for (size_t i = 0; i < x->set.n_stages; i++) {
     const vd_stage *st = &x->set.stages[i];
     const vd_stage_target *tg = &st->targets[0];
-    const vd_lineage *L = &x->t.lins[tg->lineage];
+    const vd_lineage *L = &x->lt.lins[tg->lineage];
     if (!strcmp(vd_plan_s(&x->s, x->s.tensors[L->stensor].name), sname) && tg->lo[0] == lo0 && tg->lo[1] == lo1 &&
         tg->part_n == part_n)
       return st;
@@ -189,7 +171,7 @@ static void test_tp2_linear_stage(void **st_) {
     if (!sv->side || sv->producer >= 0) continue;
     n_leaf++;
     assert_true(sv->leaf_piece >= 0);
-    const vd_lin_piece *p = &x.t.pieces[sv->leaf_piece];
+    const vd_lin_piece *p = &x.lt.pieces[sv->leaf_piece];
     assert_int_equal(p->initial, 1);
     const char *nm = vname(&x, sv);
     if (!strcmp(nm, "r0.x")) {
@@ -213,7 +195,7 @@ static void test_tp2_linear_stage(void **st_) {
   assert_int_equal(st->targets[0].n_pieces, 2);
   int parts = 0;
   for (uint32_t v = 0; v < st->n_vals; v++)
-    if (st->vals[v].side && st->vals[v].producer < 0) parts |= 1 << x.t.pieces[st->vals[v].leaf_piece].part_k;
+    if (st->vals[v].side && st->vals[v].producer < 0) parts |= 1 << x.lt.pieces[st->vals[v].leaf_piece].part_k;
   assert_int_equal(parts, 3);
   pair_free(&x);
 }
@@ -258,15 +240,15 @@ static void test_gen_pairs_clean(void **st_) {
     assert_int_equal(x.set.n_issues, 0);
     assert_true(x.set.n_stages > 0);
     size_t n_targets = 0;
-    for (size_t li = 0; li < x.t.n_lins; li++) {
-      const vd_lineage *L = &x.t.lins[li];
+    for (size_t li = 0; li < x.lt.n_lins; li++) {
+      const vd_lineage *L = &x.lt.lins[li];
       if (L->initial) continue;
       for (uint32_t k = 0; k < L->n_pieces; k++) {
-        const vd_lin_piece *p = &x.t.pieces[L->piece_off + k], *q = k ? p - 1 : NULL;
+        const vd_lin_piece *p = &x.lt.pieces[L->piece_off + k], *q = k ? p - 1 : NULL;
         int32_t nd = x.s.tensors[L->stensor].ndim;
         if (!q || q->part_n != p->part_n || memcmp(q->lo, p->lo, (size_t)nd * 8) || memcmp(q->hi, p->hi, (size_t)nd * 8))
           /* a group of pieces that move with the replica is one target per replica */
-          n_targets += vd_lin_piece_moves(&x.t, L->piece_off + k) ? (size_t)x.p.world.replicas : 1;
+          n_targets += vd_lin_piece_moves(&x.lt, L->piece_off + k) ? (size_t)x.p.world.replicas : 1;
       }
     }
     /* every target is proven once: by its own stage, or by replica 0's stage
@@ -274,7 +256,7 @@ static void test_gen_pairs_clean(void **st_) {
     size_t represented = 0;
     for (size_t s = 0; s < x.set.n_stages; s++) {
       const vd_stage *st = &x.set.stages[s];
-      represented += vd_lin_piece_moves(&x.t, st->idx[st->targets[0].piece_off]) ? st->n_rep : 1;
+      represented += vd_lin_piece_moves(&x.lt, st->idx[st->targets[0].piece_off]) ? st->n_rep : 1;
     }
     assert_int_equal(represented, n_targets);
     for (size_t s = 0; s < x.set.n_stages; s++) check_stage(&x.set.stages[s]);
@@ -340,8 +322,8 @@ static void test_dp2_reducer_stage(void **st_) {
   pair_t x;
   dp2(&x);
   cut(&x);
-  if (x.t.n_issues || x.set.n_issues) dump(&x.set);
-  assert_int_equal(x.t.n_issues, 0);
+  if (x.lt.n_issues || x.set.n_issues) dump(&x.set);
+  assert_int_equal(x.lt.n_issues, 0);
   assert_int_equal(x.set.n_issues, 0);
   const vd_stage *st = stage_for(&x, "w.grad", 0, 0, 1);
   check_stage(st);
@@ -357,9 +339,9 @@ static void test_dp2_reducer_stage(void **st_) {
   assert_int_equal(a->replica, 0);
   assert_int_equal(b->replica, 1);
   assert_int_equal(a->value, b->value); /* one Gp value, two virtual replicas */
-  assert_int_equal(x.t.pieces[a->leaf_piece].part_k, 0);
-  assert_int_equal(x.t.pieces[b->leaf_piece].part_k, 1);
-  assert_int_equal(x.t.pieces[b->leaf_piece].part_n, 2);
+  assert_int_equal(x.lt.pieces[a->leaf_piece].part_k, 0);
+  assert_int_equal(x.lt.pieces[b->leaf_piece].part_k, 1);
+  assert_int_equal(x.lt.pieces[b->leaf_piece].part_n, 2);
   assert_int_equal(a->hyp_svalue, b->hyp_svalue);
   assert_string_equal(vname(&x, &st->vals[a->hyp_svalue]), "w.grad");
   /* target: both replicas' reduced gradient */
@@ -374,7 +356,7 @@ static void test_dp2_reducer_stage(void **st_) {
   assert_string_equal(node_name(&x, &st->nodes[st->n_nodes - 1]), "fc");
   for (size_t i = 0; i < x.set.n_stages; i++) { /* no separate stage for replica 1's rows */
     const vd_stage_target *tg = &x.set.stages[i].targets[0];
-    const vd_lineage *L = &x.t.lins[tg->lineage];
+    const vd_lineage *L = &x.lt.lins[tg->lineage];
     if (!strcmp(vd_plan_s(&x.s, x.s.tensors[L->stensor].name), "y")) assert_int_equal(tg->lo[0], 0);
   }
   pair_free(&x);
@@ -557,7 +539,7 @@ static void test_alignment(void **st_) {
 
 static vd_rc cut_run(void *ctx, vd_diag *d) {
   pair_t *x = ctx;
-  return vd_stage_cut(&x->t, &x->set, d);
+  return vd_stage_cut(&x->lt, &x->set, d);
 }
 static void cut_after(void *ctx, vd_rc rc, int hit, long nth, const vd_diag *d) {
   pair_t *x = ctx;

@@ -13,6 +13,8 @@
 #include "../../lineage/lineage.h"
 #include "../../plans/gen.h"
 #include "stage_builder.h"
+#include "../support/fault.h"
+#include "../support/pipeline.h"
 
 static void assert_shape(const tb_stage *s, uint32_t v, int ndim, const int64_t *want) {
   assert_int_equal(s->vals[v].ndim, ndim);
@@ -375,37 +377,14 @@ static void test_contradiction(void **state) {
 
 /* ---- real cut stages ------------------------------------------------------ */
 
-typedef struct {
-  vd_plan_t s, p;
-  vd_graph_t gs, gp;
-  vd_lin_table lt;
-  vd_stage_set set;
-} real_t;
+typedef tp_pair real_t;
 
 static vd_rc real_build(real_t *r, int64_t layers, int64_t tp) {
-  memset(r, 0, sizeof(*r));
-  vd_gen_config c;
-  vd_gen_config_default(&c);
-  c.model = VD_GEN_LLAMA3;
-  c.layers = layers;
-  c.tp = tp;
   vd_diag d;
   vd_diag_clear(&d);
-  VD_CHECK(vd_gen_build(&c, &r->s, &r->p, &d));
-  vd_graph_opts o = {.expand_replicas = 0};
-  VD_CHECK(vd_graph_build(&r->s, &o, &r->gs, &d));
-  VD_CHECK(vd_graph_build(&r->p, &o, &r->gp, &d));
-  VD_CHECK(vd_lin_build(&r->gs, &r->gp, &r->lt, &d));
-  return vd_stage_cut(&r->lt, &r->set, &d);
+  return tp_pair_llama3(r, layers, tp, &d);
 }
-static void real_free(real_t *r) {
-  vd_stage_set_free(&r->set);
-  vd_lin_free(&r->lt);
-  vd_graph_free(&r->gs);
-  vd_graph_free(&r->gp);
-  vd_plan_free(&r->s);
-  vd_plan_free(&r->p);
-}
+static void real_free(real_t *r) { tp_pair_free(r); }
 
 static void test_real_llama3_tp2(void **state) {
   (void)state;
@@ -448,6 +427,46 @@ static void test_real_llama3_tp2(void **state) {
   real_free(&r);
 }
 
+/* ---- allocation failures ---------------------------------------------------- */
+
+typedef struct {
+  tp_pair *x;
+  vd_stage *st;
+} reduce_ctx;
+static vd_rc reduce_run(void *ctx, vd_diag *d) {
+  reduce_ctx *c = ctx;
+  return vd_stage_reduce(&c->x->lt, c->st, d);
+}
+
+/* Every allocation of the reduction may fail: VD_ENOMEM, and the first run
+ * that completes reduces the stage exactly as a run without faults. */
+static void test_reduce_under_faults(void **state) {
+  (void)state;
+  tp_pair x;
+  vd_diag d;
+  vd_diag_clear(&d);
+  assert_int_equal(tp_pair_llama3(&x, 1, 2, &d), VD_OK);
+  assert_true(x.set.n_stages > 8);
+  size_t picks[4] = {0, x.set.n_stages / 3, 2 * x.set.n_stages / 3, x.set.n_stages - 1};
+  long total = 0;
+  for (int k = 0; k < 4; k++) {
+    vd_stage *st = &x.set.stages[picks[k]];
+    assert_int_equal(vd_stage_reduce(&x.lt, st, &d), VD_OK);
+    uint8_t reduced = st->reduced;
+    int64_t want[64][VD_MAX_DIMS];
+    uint32_t nv = st->n_vals < 64 ? st->n_vals : 64;
+    for (uint32_t v = 0; v < nv; v++) memcpy(want[v], st->vals[v].rshape, sizeof(want[v]));
+    reduce_ctx c = {&x, st};
+    long n = 0;
+    assert_int_equal(tf_fail_each(reduce_run, NULL, &c, 0, &n), VD_OK);
+    total += n;
+    assert_int_equal(st->reduced, reduced);
+    for (uint32_t v = 0; v < nv; v++) assert_memory_equal(want[v], st->vals[v].rshape, sizeof(want[v]));
+  }
+  assert_true(total > 0); /* the reduction allocates: the faults were reached */
+  tp_pair_free(&x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tp_linear),       cmocka_unit_test(test_all_gather),
@@ -455,7 +474,7 @@ int main(void) {
       cmocka_unit_test(test_view_unexpressible), cmocka_unit_test(test_rope_even),
       cmocka_unit_test(test_view_head_shard),    cmocka_unit_test(test_view_coarser_single),
       cmocka_unit_test(test_permutation_guard), cmocka_unit_test(test_unknown_op),      cmocka_unit_test(test_contradiction),
-      cmocka_unit_test(test_real_llama3_tp2),
+      cmocka_unit_test(test_real_llama3_tp2),  cmocka_unit_test(test_reduce_under_faults),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

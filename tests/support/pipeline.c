@@ -1,0 +1,44 @@
+/*
+ * tests/support/pipeline.c - plan pair fixture through graphs, lineage and
+ * stages (pipeline.h).
+ */
+#include "pipeline.h"
+
+#include <string.h>
+
+#include "../../plans/gen.h"
+
+vd_rc tp_pair_lineage(tp_pair *x, vd_diag *d) {
+  vd_graph_opts o = {.expand_replicas = 0};
+  vd_rc rc = vd_graph_build(&x->s, &o, &x->gs, d);
+  if (rc != VD_OK && rc != VD_EINPUT) return rc;
+  rc = vd_graph_build(&x->p, &o, &x->gp, d);
+  if (rc != VD_OK && rc != VD_EINPUT) return rc;
+  vd_diag_clear(d);
+  return vd_lin_build(&x->gs, &x->gp, &x->lt, d);
+}
+
+vd_rc tp_pair_cut(tp_pair *x, vd_diag *d) {
+  VD_CHECK(tp_pair_lineage(x, d));
+  return vd_stage_cut(&x->lt, &x->set, d);
+}
+
+vd_rc tp_pair_llama3(tp_pair *x, int64_t layers, int64_t tp, vd_diag *d) {
+  memset(x, 0, sizeof(*x));
+  vd_gen_config c;
+  vd_gen_config_default(&c);
+  c.model = VD_GEN_LLAMA3;
+  c.layers = layers;
+  c.tp = tp;
+  VD_CHECK(vd_gen_build(&c, &x->s, &x->p, d));
+  return tp_pair_cut(x, d);
+}
+
+void tp_pair_free(tp_pair *x) {
+  vd_stage_set_free(&x->set);
+  vd_lin_free(&x->lt);
+  vd_graph_free(&x->gs);
+  vd_graph_free(&x->gp);
+  vd_plan_free(&x->s);
+  vd_plan_free(&x->p);
+}
