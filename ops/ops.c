@@ -4,7 +4,7 @@
  *
  * The table is const and complete at compile time: a row missing a column
  * does not compile, a row without evaluator or shape check does not link,
- * and tests/solver/test_ops_numeric.c checks that no required column is
+ * and tests/ops/test_ops_numeric.c checks that no required column is
  * NULL or empty and that docs/operators.md and the table name the same
  * operators.
  */

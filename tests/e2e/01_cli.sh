@@ -24,4 +24,12 @@ expect_in "missing.plan" "$TMP/err"
 printf 'not msgpack at all' > "$TMP/garbage.plan"
 expect_exit 2 "$VERDICT" plan validate "$TMP/garbage.plan"
 expect_in "garbage.plan" "$TMP/err"
+# the limits table (common/limits.h): every default with its reason; the
+# verify help quotes the same default
+expect_exit 0 "$VERDICT" limits
+expect_in "STAGE_TIMEOUT_MS *20000  --stage-timeout" "$TMP/out"
+expect_exit 0 "$VERDICT" --sm a --pm b --help
+expect_in "per stage in seconds (default 20)" "$TMP/out"
+expect_exit 2 "$VERDICT" --sm a --pm b --seed 0
+expect_in "positive" "$TMP/err"
 echo ok

@@ -1,5 +1,5 @@
 /*
- * tests/solver/test_ops_numeric.c - the operator registry and its numeric
+ * tests/ops/test_ops_numeric.c - the operator registry and its numeric
  * evaluators.
  *
  *  - every backward evaluator against central finite differences of its
