@@ -18,7 +18,7 @@ EXTRA_LDFLAGS ?=
 CFLAGS  := $(CFLAGS_BASE) $(OPT) $(EXTRA_CFLAGS)
 
 DEB_PACKAGES := libz3-dev libigraph-dev libmsgpack-dev libcmocka-dev python3 python3-msgpack \
-                clang libclang-rt-14-dev valgrind
+                clang libclang-rt-14-dev valgrind python3-torch
 
 LIB_SRC := $(filter-out verifier/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
@@ -27,7 +27,7 @@ TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_SUPPORT := $(wildcard tests/support/*.c)
 E2E     := $(sort $(wildcard tests/e2e/[0-9]*.sh))
 
-.PHONY: all deps test unit e2e asan demo fuzz fuzz-short clean bugs corpus bench valgrind lint
+.PHONY: all deps test unit e2e asan demo fuzz fuzz-short clean bugs corpus bench valgrind lint torch-demo
 all: $(BIN)/verdict
 
 # Installs missing Debian packages (as root, or through sudo); does nothing
@@ -135,6 +135,12 @@ demo: deps
 	  --dp 2 --tp 2 --pp 2 --nm 2 --single $(BUILD)/demo/single.plan --parallel $(BUILD)/demo/tp2pp2dp2.plan
 	$(BIN)/verdict plan stats $(BUILD)/demo/tp2pp2dp2.plan
 	$(BIN)/verdict --sm $(BUILD)/demo/single.plan --pm $(BUILD)/demo/tp2pp2dp2.plan
+
+# PyTorch capture (docs/torch.md): the tiny Llama of examples/torch, single-device and parallel,
+# captured by tools/torch2plan and verified.  CONFIG picks configurations (default all);
+# BUG=name runs one hand-written bug (llama_parallel.py) and expects NOT EQUIVALENT.
+torch-demo: all
+	@sh examples/torch/demo.sh $(CURDIR)/$(BIN)/verdict $(if $(BUG),bug=$(BUG),$(CONFIG))
 
 clean:
 	rm -rf build build-asan bin bin-asan

@@ -716,3 +716,38 @@ done:
   run_free(&c.q);
   return rc;
 }
+
+vd_rc vd_exec_single(const vd_plan_t *single, const vd_exec_opts *o, vd_exec_value_fn fn, void *ctx, vd_diag *d) {
+  vd_exec_opts defo = {0};
+  if (!o) o = &defo;
+  ctx_t c;
+  memset(&c, 0, sizeof(c));
+  c.o = o;
+  const char *sname = o->single_name ? o->single_name : "single plan";
+  int unsupported = 0;
+  char reason[1024] = "";
+  vd_rc rc = build(&c.s, single, sname, d);
+  if (rc != VD_OK) goto done;
+  if ((rc = init_single(&c, d)) != VD_OK) goto done;
+  if ((rc = eval_graph(&c.s, &unsupported, reason, sizeof(reason), d)) != VD_OK) goto done;
+  if (unsupported) {
+    rc = VD_ERR(d, VD_EINPUT, sname, "plan", "op", "%s", reason);
+    goto done;
+  }
+  for (size_t t = 0; t < single->n_tensors; t++) {
+    int32_t v0 = vd_graph_first(&c.s.g, (uint32_t)t, 0, single->tensors[t].scope == VD_SCOPE_PER_MB ? 0 : -1);
+    int32_t v1 = vd_graph_last(&c.s.g, (uint32_t)t, 0, single->tensors[t].scope == VD_SCOPE_PER_MB ? 0 : -1);
+    int64_t n = vd_tensor_numel(&single->tensors[t]);
+    if (v0 >= 0 && c.s.val[v0] && c.s.g.values[v0].is_initial && fn(ctx, single, &single->tensors[t], 0, c.s.val[v0], n)) {
+      rc = VD_ERR(d, VD_EINTERNAL, sname, "plan", "values", "the value consumer stopped");
+      goto done;
+    }
+    if (v1 >= 0 && c.s.val[v1] && fn(ctx, single, &single->tensors[t], 1, c.s.val[v1], n)) {
+      rc = VD_ERR(d, VD_EINTERNAL, sname, "plan", "values", "the value consumer stopped");
+      goto done;
+    }
+  }
+done:
+  run_free(&c.s);
+  return rc;
+}

@@ -98,6 +98,19 @@ typedef struct {
 vd_rc vd_exec_compare(const vd_plan_t *single, const vd_plan_t *parallel, const vd_exec_opts *o,
                       vd_exec_result *r, vd_diag *d);
 
+/* Receives one value of the single plan: tensor t's initial (final = 0) or final (final = 1)
+ * value, n = vd_tensor_numel(t) doubles in row-major order.  Borrowed pointers, valid during
+ * the call.  A nonzero return stops the run (vd_exec_single returns VD_EINTERNAL). */
+typedef int (*vd_exec_value_fn)(void *ctx, const vd_plan_t *p, const vd_tensor_t *t, int final, const double *x,
+                                int64_t n);
+
+/* Runs the single plan alone on the inputs vd_exec_compare gives it (same seed, same values)
+ * and reports the initial and final value of every tensor that has one, in tensor order.
+ * It lets a frontend check its capture against a real run of the framework (tools/torch2plan
+ * --replay).  VD_OK, VD_EINPUT (the plan cannot be executed, or an operator is outside the
+ * registry), VD_ENOMEM; details in d. */
+vd_rc vd_exec_single(const vd_plan_t *single, const vd_exec_opts *o, vd_exec_value_fn fn, void *ctx, vd_diag *d);
+
 /* ---- reduced shapes (oracle/exec_reduce.c) ----------------------------------
  *
  * Real plans are too large to execute in double precision.  vd_exec_reduce

@@ -4,6 +4,7 @@
  *
  *   verdict exec --sm single.plan --pm parallel.plan [--seed N] [--tol T]
  *                [--reduce | --no-reduce] [-q]
+ *   verdict exec --sm single.plan --dump FILE [--seed N]
  *
  * Runs both plans in double precision on random inputs (oracle/exec.h) and
  * prints a short report.  Plans with a tensor of more than 2^22 elements (or
@@ -29,6 +30,7 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: verdict exec --sm SINGLE.plan --pm PARALLEL.plan [--seed N] [--tol T]\n"
           "                    [--reduce | --no-reduce] [-q]\n"
+          "       verdict exec --sm SINGLE.plan --dump FILE [--seed N]\n"
           "\n"
           "Executes both plans numerically (double precision, random inputs derived\n"
           "through the lineage annotations) and compares every annotated parallel\n"
@@ -40,6 +42,9 @@ static void usage(FILE *f) {
           "             than 2^22 elements\n"
           "  --no-reduce  run on the plans' own shapes\n"
           "  -q         print only the verdict line\n"
+          "  --dump FILE  run the single plan alone and write the initial and final value of\n"
+          "             every tensor to FILE, one line each: 'initial|final ID NAME N v1 .. vN'\n"
+          "             (%%.17g; NAME '-' when empty); a frontend compares them with a real run\n"
           "exit codes: 0 agree, 1 disagree, 2 bad input or usage,\n"
           "            3 unsupported operator or a pair that cannot be reduced\n",
           VD_LIM_SEED);
@@ -58,7 +63,7 @@ static void print_index(const int64_t *idx, int n) {
 }
 
 typedef struct {
-  const char *sm, *pm;
+  const char *sm, *pm, *dump;
   vd_exec_opts o;
   int quiet, reduce; /* reduce -1: by size */
 } exec_args;
@@ -81,9 +86,11 @@ static int parse_args(int argc, char **argv, exec_args *x) {
     } else if (strcmp(a, "--no-reduce") == 0) {
       x->reduce = 0;
     } else if ((strcmp(a, "--sm") == 0 || strcmp(a, "--pm") == 0 || strcmp(a, "--seed") == 0 ||
-                strcmp(a, "--tol") == 0) && i + 1 < argc) {
+                strcmp(a, "--tol") == 0 || strcmp(a, "--dump") == 0) && i + 1 < argc) {
       const char *v = argv[++i];
-      if (strcmp(a, "--sm") == 0) {
+      if (strcmp(a, "--dump") == 0) {
+        x->dump = v;
+      } else if (strcmp(a, "--sm") == 0) {
         x->sm = v;
       } else if (strcmp(a, "--pm") == 0) {
         x->pm = v;
@@ -108,6 +115,14 @@ static int parse_args(int argc, char **argv, exec_args *x) {
       usage(stderr);
       return VD_EXIT_BAD_INPUT;
     }
+  }
+  if (x->dump) {
+    if (!x->sm || x->pm) {
+      fprintf(stderr, "verdict exec: --dump takes --sm and no --pm\n");
+      return VD_EXIT_BAD_INPUT;
+    }
+    x->o.single_name = x->sm;
+    return -1;
   }
   if (!x->sm || !x->pm) {
     fprintf(stderr, "verdict exec: --sm and --pm are required\n");
@@ -185,10 +200,57 @@ static int report(const exec_args *x, const vd_exec_result *r, int reduced) {
   return VD_EXIT_NOT_EQUIV;
 }
 
+static int dump_value(void *ctx, const vd_plan_t *p, const vd_tensor_t *t, int final, const double *x, int64_t n) {
+  FILE *f = ctx;
+  const char *name = vd_plan_s(p, t->name);
+  fprintf(f, "%s %lld %s %lld", final ? "final" : "initial", (long long)t->id, name[0] ? name : "-", (long long)n);
+  for (int64_t i = 0; i < n; i++) fprintf(f, " %.17g", x[i]);
+  return fputc('\n', f) == EOF;
+}
+
+/* --dump: the single plan's values for a frontend's faithfulness check. */
+static int exec_dump(const char *sm, const char *path, const vd_exec_opts *o) {
+  vd_plan_t s;
+  memset(&s, 0, sizeof(s));
+  vd_diag d;
+  vd_diag_clear(&d);
+  int code = VD_EXIT_BAD_INPUT;
+  FILE *f = NULL;
+  if (vd_plan_read_file(sm, &s, &d) != VD_OK) {
+    code = vd_cli_report_diag(&d);
+    goto done;
+  }
+  if (s.kind != VD_PLAN_SINGLE) {
+    fprintf(stderr, "verdict exec: --dump expects a single-device plan for --sm\n");
+    goto done;
+  }
+  if (!(f = fopen(path, "w"))) {
+    fprintf(stderr, "verdict exec: %s: cannot open for writing\n", path);
+    goto done;
+  }
+  if (vd_exec_single(&s, o, dump_value, f, &d) != VD_OK) {
+    code = vd_cli_report_diag(&d);
+    goto done;
+  }
+  if (fclose(f) != 0) {
+    f = NULL;
+    fprintf(stderr, "verdict exec: %s: write error\n", path);
+    goto done;
+  }
+  f = NULL;
+  printf("exec: wrote the values of %s (seed %llu) to %s\n", sm, (unsigned long long)o->seed, path);
+  code = VD_EXIT_OK;
+done:
+  if (f) fclose(f);
+  vd_plan_free(&s);
+  return code;
+}
+
 int vd_cmd_exec(int argc, char **argv) {
   exec_args x;
   int code = parse_args(argc, argv, &x);
   if (code >= 0) return code;
+  if (x.dump) return exec_dump(x.sm, x.dump, &x.o);
   vd_plan_t s, p, rs, rp;
   memset(&s, 0, sizeof(s));
   memset(&p, 0, sizeof(p));

@@ -1,0 +1,86 @@
+#!/bin/sh
+# examples/torch/demo.sh - `make torch-demo`: capture the tiny Llama's single-device and parallel
+# programs with tools/torch2plan, verify the pair with verdict and cross-check with verdict exec.
+#
+#   sh examples/torch/demo.sh VERDICT [CONFIG ...]     correct configurations (default: all);
+#                                                      each must be EQUIVALENT and exec AGREE
+#   sh examples/torch/demo.sh VERDICT bug=NAME         one hand-written bug (llama_parallel.py);
+#                                                      must be NOT EQUIVALENT and exec DISAGREE
+# Configurations: tp2 pp2 dp2 sp tp2pp2dp2 tp2pp2dp2sp.  Bugs: no_allreduce grad_scale pp_recv
+# dp_noavg no_sp_gather.  Plans and reports land in ${OUT:-build/torch}.  Exit 0 when every
+# run ends as expected.
+set -u
+VERDICT=${1:?usage: demo.sh VERDICT [CONFIG ...|bug=NAME]}
+shift
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${OUT:-$ROOT/build/torch}
+mkdir -p "$OUT"
+EX=$ROOT/examples/torch
+
+# name -> "nproc settings"
+conf() {
+  case $1 in
+    tp2) echo "2 tp=2" ;;
+    pp2) echo "2 pp=2 nm=2" ;;
+    dp2) echo "2 dp=2 opt=adam" ;;
+    sp) echo "2 tp=2 sp=1" ;;
+    tp2pp2dp2) echo "8 tp=2 pp=2 dp=2 nm=2 opt=adam" ;;
+    tp2pp2dp2sp) echo "8 tp=2 pp=2 dp=2 nm=2 sp=1 bucket=1" ;;
+    *) echo "" ;;
+  esac
+}
+# bug -> configuration it is demonstrated on
+bugconf() {
+  case $1 in
+    no_allreduce|dp_noavg) echo tp2pp2dp2 ;;
+    grad_scale|pp_recv|no_sp_gather) echo tp2pp2dp2sp ;;
+    *) echo "" ;;
+  esac
+}
+
+now() { date +%s.%N; }
+
+# run NAME CONFIG EXPECT(0 equivalent|1 not) [bug]
+run() {
+  name=$1; c=$(conf "$2"); want=$3; bug=${4:-}
+  np=${c%% *}; sets=""
+  for s in ${c#* }; do sets="$sets --set $s"; done
+  [ -n "$bug" ] && sets="$sets --set bug=$bug"
+  t0=$(now)
+  if ! /usr/bin/python3 "$ROOT/tools/torch2plan" --single "$EX/llama_single.py" --parallel "$EX/llama_parallel.py" \
+      --nproc "$np" $sets --out-single "$OUT/$name.single.plan" --out-parallel "$OUT/$name.parallel.plan" \
+      >"$OUT/$name.capture.log" 2>&1; then
+    cat "$OUT/$name.capture.log"
+    echo "$name: capture failed"
+    return 1
+  fi
+  t1=$(now)
+  "$VERDICT" --sm "$OUT/$name.single.plan" --pm "$OUT/$name.parallel.plan" --json "$OUT/$name.json" \
+    >"$OUT/$name.report" 2>&1
+  vrc=$?
+  t2=$(now)
+  "$VERDICT" exec --sm "$OUT/$name.single.plan" --pm "$OUT/$name.parallel.plan" -q >"$OUT/$name.exec" 2>&1
+  erc=$?
+  printf '%s (%s): %s; %s; capture %.1f s, verify %.1f s\n' "$name" "$c" "$(head -1 "$OUT/$name.report")" \
+    "$(head -1 "$OUT/$name.exec")" "$(echo "$t1 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)"
+  if [ "$want" = 1 ]; then
+    # the diagnosis and the Python line of the first diverging operator
+    grep -E "^-- |first diverging|diagnosis" "$OUT/$name.report" | head -6 | sed 's/^/    /'
+  fi
+  [ "$vrc" = "$want" ] && [ "$erc" = "$want" ]
+}
+
+fail=0
+if [ $# -ge 1 ] && [ "${1#bug=}" != "$1" ]; then
+  bug=${1#bug=}
+  c=$(bugconf "$bug")
+  [ -n "$c" ] || { echo "demo.sh: unknown bug '$bug' (no_allreduce grad_scale pp_recv dp_noavg no_sp_gather)"; exit 2; }
+  run "bug_$bug" "$c" 1 "$bug" || fail=1
+else
+  configs=${*:-tp2 pp2 dp2 sp tp2pp2dp2 tp2pp2dp2sp}
+  for c in $configs; do
+    [ -n "$(conf "$c")" ] || { echo "demo.sh: unknown configuration '$c'"; exit 2; }
+    run "$c" "$c" 0 || fail=1
+  done
+fi
+exit $fail

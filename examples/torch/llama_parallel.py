@@ -1,0 +1,316 @@
+"""examples/torch/llama_parallel.py - the same tiny Llama written for N CPU ranks by hand:
+Megatron-style tensor parallelism (column/row-parallel linears with their all_reduces, a
+vocab-parallel head), optional sequence parallelism, a GPipe pipeline (send/recv between
+stages, microbatches) and data parallelism (per-gradient all_reduce or a bucketed reducer),
+with SGD or Adam.  Configured by torch2plan --set tp=2 pp=2 dp=2 nm=2 sp=1 opt=adam bucket=1.
+
+The classic hand-written bugs are one-line changes behind --set bug=NAME (grep BUG):
+  no_allreduce   the row-parallel linear forgets its all_reduce
+  grad_scale     the DP reducer divides by the world size instead of the DP group size
+  pp_recv        pipeline peers crossed: a stage receives from the wrong TP rank
+  dp_noavg       the DP reducer sums without averaging, although the loss is a per-replica mean
+  no_sp_gather   the sequence-parallel all_gather before the column-parallel block is missing
+"""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import (BATCH, EPS, HEAD_DIM, HEADS, HIDDEN, LAYERS, SEQ, VOCAB,  # noqa: E402
+                    batch, config, full_weights, make_optimizer, rope_tables)
+from torchcap import Shard  # noqa: E402
+
+
+class G:
+    """This rank's parallel context (set in step)."""
+    tp = pp = dp = nm = 1
+    t = s = d = 0
+    sp = False
+    bug = ""
+    avg = "grad"
+    tp_group = dp_group = None
+
+
+# ---- tensor-parallel regions ----------------------------------------------------------------
+
+def _gather(x, dim):
+    parts = [torch.zeros_like(x) for _ in range(G.tp)]
+    dist.all_gather(parts, x.contiguous(), group=G.tp_group)
+    return torch.cat(parts, dim=dim)
+
+
+def _reduce_scatter(x, dim):
+    x = x.clone()
+    dist.all_reduce(x, group=G.tp_group)
+    return x.chunk(G.tp, dim=dim)[G.t].contiguous()
+
+
+class CopyToTP(torch.autograd.Function):
+    """Input of a column-parallel block: identity forward, all_reduce of the gradient."""
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        g = g.clone()
+        dist.all_reduce(g, group=G.tp_group)
+        return g
+
+
+class ReduceFromTP(torch.autograd.Function):
+    """Output of a row-parallel linear: all_reduce of the partial sums."""
+    @staticmethod
+    def forward(ctx, x):
+        x = x.clone()
+        if G.bug != "no_allreduce":
+            dist.all_reduce(x, group=G.tp_group)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class GatherFromSP(torch.autograd.Function):
+    """Sequence parallelism: all_gather the sequence before a column-parallel block."""
+    @staticmethod
+    def forward(ctx, x):
+        parts = [torch.zeros_like(x) for _ in range(G.tp)]
+        if G.bug != "no_sp_gather":
+            dist.all_gather(parts, x.contiguous(), group=G.tp_group)
+        return torch.cat(parts, dim=1)
+
+    @staticmethod
+    def backward(ctx, g):
+        return _reduce_scatter(g, 1)
+
+
+class ScatterToSP(torch.autograd.Function):
+    """Sequence parallelism: reduce-scatter the row-parallel output over the sequence."""
+    @staticmethod
+    def forward(ctx, x):
+        return _reduce_scatter(x, 1)
+
+    @staticmethod
+    def backward(ctx, g):
+        return _gather(g, 1)
+
+
+class GatherVocab(torch.autograd.Function):
+    """Vocab-parallel logits: all_gather forward, own slice of the gradient backward."""
+    @staticmethod
+    def forward(ctx, x):
+        return _gather(x, -1)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.chunk(G.tp, dim=-1)[G.t].contiguous()
+
+
+def enter_tp(x):
+    if G.tp == 1:
+        return x
+    return GatherFromSP.apply(x) if G.sp else CopyToTP.apply(x)
+
+
+def leave_tp(x):
+    if G.tp == 1:
+        return x
+    return ScatterToSP.apply(x) if G.sp else ReduceFromTP.apply(x)
+
+
+# ---- the model --------------------------------------------------------------------------------
+
+def rmsnorm(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * w
+
+
+def rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def attention(x, p, W, cos, sin, mask):
+    x = enter_tp(x)
+    b, s, _ = x.shape
+    hl = HEADS // G.tp
+    q = F.linear(x, W[p + "wq.weight"]).view(b, s, hl, HEAD_DIM)
+    k = F.linear(x, W[p + "wk.weight"]).view(b, s, hl, HEAD_DIM)
+    v = F.linear(x, W[p + "wv.weight"]).view(b, s, hl, HEAD_DIM)
+    q = q * cos + rotate_half(q) * sin
+    k = k * cos + rotate_half(k) * sin
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    scores = q @ k.transpose(-2, -1) * (HEAD_DIM ** -0.5) + mask
+    o = torch.softmax(scores, dim=-1) @ v
+    o = o.transpose(1, 2).reshape(b, s, hl * HEAD_DIM)
+    return leave_tp(F.linear(o, W[p + "wo.weight"]))
+
+
+def mlp(x, p, W):
+    x = enter_tp(x)
+    h = F.silu(F.linear(x, W[p + "w1.weight"])) * F.linear(x, W[p + "w3.weight"])
+    return leave_tp(F.linear(h, W[p + "w2.weight"]))
+
+
+def my_layers():
+    per = LAYERS // G.pp
+    return range(G.s * per, (G.s + 1) * per)
+
+
+def stage_forward(W, h, cos, sin, mask):
+    if G.s == 0:
+        h = F.embedding(h, W["tok.weight"])
+    for i in my_layers():
+        p = "layers.%d." % i
+        h = h + attention(rmsnorm(h, W[p + "attn_norm.weight"]), p, W, cos, sin, mask)
+        h = h + mlp(rmsnorm(h, W[p + "mlp_norm.weight"]), p, W)
+    if G.s == G.pp - 1:
+        h = enter_tp(rmsnorm(h, W["norm.weight"]))
+        h = F.linear(h, W["head.weight"])
+        if G.tp > 1:
+            h = GatherVocab.apply(h)
+    return h
+
+
+# ---- placement: which slice of each full weight this rank holds --------------------------------
+
+COLUMN = ("wq", "wk", "wv", "w1", "w3")
+ROW = ("wo", "w2")
+
+
+def owned(name):
+    if name == "tok.weight":
+        return G.s == 0
+    if name in ("norm.weight", "head.weight"):
+        return G.s == G.pp - 1
+    return int(name.split(".")[1]) in my_layers()
+
+
+def placement(name):
+    short = name.split(".")[-2]
+    if short in COLUMN or name == "head.weight":
+        return {"tp": Shard(0)}
+    if short in ROW:
+        return {"tp": Shard(1)}
+    return {}
+
+
+def local_slice(full, pl):
+    if "tp" in pl:
+        return full.chunk(G.tp, dim=pl["tp"].dim)[G.t]
+    return full
+
+
+def sp_partial(name):
+    """Replicated weights whose gradient is a partial sum over TP under sequence parallelism."""
+    return G.sp and G.tp > 1 and (name.endswith("norm.weight") or name == "tok.weight")
+
+
+# ---- one training step ---------------------------------------------------------------------------
+
+def peer(stage):
+    """Global rank of this rank's pipeline peer in `stage` (same TP and DP coordinates)."""
+    t = G.t if G.bug != "pp_recv" else (G.t + 1) % G.tp
+    return G.cap.rank_of(tp=t, pp=stage, dp=G.d)
+
+
+def step(cap):
+    c = config(cap.args)
+    G.tp, G.pp, G.dp, G.nm, G.sp, G.bug = c["tp"], c["pp"], c["dp"], c["nm"], bool(c["sp"]), c["bug"]
+    G.cap = cap
+    G.avg = c["avg"]
+    me = cap.mesh(tp=G.tp, pp=G.pp, dp=G.dp, mb=G.nm)
+    G.t, G.s, G.d = me["tp"], me["pp"], me["dp"]
+    G.tp_group = cap.group("tp")
+    G.dp_group = cap.group("dp")
+    b = BATCH // (G.dp * G.nm)
+    sl = SEQ // G.tp if G.sp else SEQ
+
+    W = {}
+    for n, full in full_weights(0).items():
+        if owned(n):
+            pl = placement(n)
+            W[n] = local_slice(full, pl).clone().requires_grad_()
+            cap.param(W[n], n, **pl)
+    tokens, labels = batch()
+    cos, sin, mask = rope_tables()
+    for t, n in ((cos, "rope.cos"), (sin, "rope.sin"), (mask, "mask")):
+        cap.input(t, n)
+    toks, labs = [], []
+    for m in range(G.nm):
+        rows = slice((G.d * G.nm + m) * b, (G.d * G.nm + m + 1) * b)
+        if G.s == 0:
+            tk = tokens[rows]
+            if G.sp:
+                tk = tk[:, G.t * sl:(G.t + 1) * sl]
+                cap.input(tk.clone(), "tokens", mb_index=m, dp=Shard(0), mb=Shard(0), tp=Shard(1))
+            else:
+                cap.input(tk.clone(), "tokens", mb_index=m, dp=Shard(0), mb=Shard(0))
+            toks.append(cap.decls[-1].tensor)
+        if G.s == G.pp - 1:
+            cap.input(labels[rows].clone(), "labels", mb_index=m, dp=Shard(0), mb=Shard(0))
+            labs.append(cap.decls[-1].tensor)
+    params = list(W.values())
+    opt = make_optimizer(c, params)
+    cap.optimizer(opt)
+
+    with cap.step():
+        ins, outs, losses = [], [], []
+        for m in range(G.nm):                          # forward of every microbatch (GPipe)
+            if G.s == 0:
+                x = toks[m]
+            else:
+                x = torch.empty(b, sl, HIDDEN)
+                dist.recv(x, src=peer(G.s - 1))
+                x.requires_grad_()
+            y = stage_forward(W, x, cos, sin, mask)
+            if G.s == G.pp - 1:
+                y = F.cross_entropy(y.view(-1, VOCAB), labs[m].view(-1)) / (G.nm * (G.dp if G.avg == "loss" else 1))
+                losses.append(y)
+            else:
+                dist.send(y.detach(), dst=peer(G.s + 1))
+            ins.append(x)
+            outs.append(y)
+        for m in range(G.nm):                          # backward of every microbatch
+            if G.s == G.pp - 1:
+                outs[m].backward()
+            else:
+                g = torch.empty(b, sl, HIDDEN)
+                dist.recv(g, src=peer(G.s + 1))
+                torch.autograd.backward(outs[m], g)
+            if G.s > 0:
+                dist.send(ins[m].grad, dst=peer(G.s - 1))
+        for n, p in W.items():                         # sequence-parallel partial gradients
+            if sp_partial(n):
+                dist.all_reduce(p.grad, group=G.tp_group)
+        if G.dp > 1:                                   # data-parallel gradient reducer
+            scale = G.dp if G.avg == "grad" else 1
+            if G.bug == "grad_scale":
+                scale = dist.get_world_size()
+            if c["bucket"]:
+                flat = torch.cat([p.grad.view(-1) for p in params])
+                dist.all_reduce(flat, group=G.dp_group)
+                if G.bug != "dp_noavg":
+                    flat.div_(scale)
+                off = 0
+                for p in params:
+                    p.grad.copy_(flat[off:off + p.numel()].view_as(p.grad))
+                    off += p.numel()
+            else:
+                for p in params:
+                    dist.all_reduce(p.grad, group=G.dp_group)
+                    if G.bug != "dp_noavg":
+                        p.grad.div_(scale)
+        opt.step()
+        if G.s == G.pp - 1:                            # the logged loss: mean over the global batch
+            loss = sum(x.detach() for x in losses)
+            if G.dp > 1:
+                dist.all_reduce(loss, group=G.dp_group)
+                if G.avg == "grad":
+                    loss = loss / G.dp
+    if G.s == G.pp - 1:
+        cap.loss(loss, "loss")

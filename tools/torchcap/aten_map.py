@@ -1,0 +1,603 @@
+"""tools/torchcap/aten_map.py - the table from aten operators to verdict registry operators.
+
+Each entry of TABLE maps an aten overload packet name ("mm", "_softmax", ...) to a handler that
+reads the operator's tensor arguments (their SSA values, through the recorder), emits one or more
+registry operators (ops/ops.def, docs/operators.md) and returns the values of the outputs.
+Operators without a registry row are decomposed into rows that exist (log_softmax into exp, sum,
+log and sub; nll_loss into pick, sum and scale; addcmul into mul, scale and add; permute into
+transposes; an unaligned slice into equal chunks and a concat).  In-place variants ("add_") run
+the out-of-place handler and write the result into the target tensor.  An operator missing from
+the table is a CaptureError naming it and the user's line: nothing is dropped.
+
+Why each decomposition is faithful: every one is an identity on real numbers (the verifier's
+domain); in float64 they agree with torch's fused kernels to rounding, which the faithfulness
+test (tests/e2e/*torch*) measures on a real step.
+"""
+import math
+import numbers
+import os
+import sys
+
+import torch
+
+from .api import CaptureError
+
+_DEBUG = bool(os.environ.get("TORCH2PLAN_DEBUG"))
+_DT = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
+       torch.int64: "i64", torch.int32: "i32", torch.bool: "bool"}
+
+
+def _shape(t):
+    return [int(s) for s in t.shape]
+
+
+def _ndim_norm(d, n):
+    return d + n if d < 0 else d
+
+
+class Emit:
+    """One aten call being recorded: reads inputs, emits registry nodes."""
+
+    def __init__(self, rec, name, src):
+        self.rec = rec
+        self.name = name
+        self.src = src
+
+    def x(self, t):
+        if isinstance(t, numbers.Number):
+            raise CaptureError("%s: aten.%s: a scalar where a tensor was expected" % (self.src, self.name))
+        return self.rec.read(t, self.src, "aten." + self.name)
+
+    def op(self, op, ins, shape, attrs=None, dtype="f64"):
+        pid = self.rec.new_value(shape, dtype)
+        self.rec.emit(op, ins, [pid], attrs, aten="aten." + self.name)
+        return pid
+
+    def fail(self, why):
+        raise CaptureError("%s: aten.%s: %s" % (self.src, self.name, why))
+
+
+# ---- helpers -----------------------------------------------------------------------------------
+
+def _dt(t):
+    return _DT.get(t.dtype, "f32")
+
+
+def _slice(E, pid, shape, dim, start, end, dt):
+    """Elements [start, end) of dim as registry chunks (and a concat when unaligned)."""
+    n = shape[dim]
+    start = max(0, min(n, start))
+    end = max(start, min(n, end))
+    if start == 0 and end == n:
+        return pid
+    ln = end - start
+    if ln == 0:
+        E.fail("an empty slice")
+    out_shape = list(shape)
+    out_shape[dim] = ln
+    if n % ln == 0 and start % ln == 0:
+        return E.op("chunk", [pid], out_shape, {"dim": dim, "index": start // ln, "chunks": n // ln}, dt)
+    g = math.gcd(math.gcd(start, end), n)
+    pieces = []
+    piece_shape = list(shape)
+    piece_shape[dim] = g
+    for i in range(start // g, end // g):
+        pieces.append(E.op("chunk", [pid], piece_shape, {"dim": dim, "index": i, "chunks": n // g}, dt))
+    return E.op("concat", pieces, out_shape, {"dim": dim}, dt)
+
+
+def _const_like(E, t, value, shape, dt):
+    """A tensor of `value` with t's shape: 0 * t + value (exact on reals)."""
+    z = E.op("scale", [E.x(t)], shape, {"factor": 0.0}, dt)
+    if value == 0:
+        return z
+    return E.op("add", [z], shape, {"scalar": float(value)}, dt)
+
+
+def _binary(opname):
+    def h(E, args, kw, out):
+        a, b = args[0], args[1]
+        alpha = kw.get("alpha", args[2] if len(args) > 2 else 1)
+        dt = _dt(out)
+        shape = _shape(out)
+        if isinstance(a, numbers.Number):
+            E.fail("a scalar first operand")
+        if isinstance(b, numbers.Number):
+            s = float(b) * float(alpha)
+            return E.op(opname, [E.x(a)], shape, {"scalar": s}, dt)
+        pb = E.x(b)
+        if alpha != 1:
+            if opname not in ("add", "sub"):
+                E.fail("alpha with %s" % opname)
+            pb = E.op("scale", [pb], _shape(b), {"factor": float(alpha)}, _dt(b))
+        return E.op(opname, [E.x(a), pb], shape, {}, dt)
+    return h
+
+
+def _unary(opname):
+    def h(E, args, kw, out):
+        return E.op(opname, [E.x(args[0])], _shape(out), {}, _dt(out))
+    return h
+
+
+def _dims_arg(d, nd):
+    if d is None:
+        return list(range(nd))
+    if isinstance(d, int):
+        d = [d]
+    d = [_ndim_norm(int(i), nd) for i in d]
+    return d if d else list(range(nd))
+
+
+def _reduce(opname):
+    def h(E, args, kw, out):
+        x = args[0]
+        nd = x.dim()
+        dims = _dims_arg(args[1] if len(args) > 1 else kw.get("dim"), nd)
+        keep = bool(args[2] if len(args) > 2 else kw.get("keepdim", False))
+        if kw.get("dtype") not in (None, x.dtype):
+            E.fail("a dtype argument")
+        return E.op(opname, [E.x(x)], _shape(out), {"dims": dims, "keepdim": int(keep)}, _dt(out))
+    return h
+
+
+def _mean(E, args, kw, out):
+    """mean = sum, then scale by 1/count: the sum form propagates slices and partial sums
+    (a sliced reduced dim makes a partial sum, which the mean form cannot express)."""
+    x = args[0]
+    nd = x.dim()
+    dims = _dims_arg(args[1] if len(args) > 1 else kw.get("dim"), nd)
+    keep = bool(args[2] if len(args) > 2 else kw.get("keepdim", False))
+    if kw.get("dtype") not in (None, x.dtype):
+        E.fail("a dtype argument")
+    count = 1
+    for d in dims:
+        count *= int(x.shape[d])
+    s = E.op("sum", [E.x(x)], _shape(out), {"dims": dims, "keepdim": int(keep)}, _dt(out))
+    return E.op("scale", [s], _shape(out), {"factor": 1.0 / count}, _dt(out))
+
+
+def _view(E, args, kw, out):
+    x = args[0]
+    if _shape(x) == _shape(out):
+        return E.x(x)
+    return E.op("view", [E.x(x)], _shape(out), {}, _dt(out))
+
+
+def _same(E, args, kw, out):
+    return E.x(args[0])
+
+
+def _to_copy(E, args, kw, out):
+    x = args[0]
+    if x.dtype == out.dtype:
+        return E.x(x)
+    return E.op("cast", [E.x(x)], _shape(out), {}, _dt(out))
+
+
+def _transpose(E, args, kw, out):
+    x = args[0]
+    nd = x.dim()
+    d0, d1 = _ndim_norm(int(args[1]), nd), _ndim_norm(int(args[2]), nd)
+    if d0 == d1:
+        return E.x(x)
+    return E.op("transpose", [E.x(x)], _shape(out), {"dim0": d0, "dim1": d1}, _dt(out))
+
+
+def _t(E, args, kw, out):
+    x = args[0]
+    if x.dim() < 2:
+        return E.x(x)
+    return E.op("transpose", [E.x(x)], _shape(out), {"dim0": 0, "dim1": 1}, _dt(out))
+
+
+def _permute(E, args, kw, out):
+    x = args[0]
+    nd = x.dim()
+    perm = [_ndim_norm(int(d), nd) for d in args[1]]
+    cur = list(range(nd))
+    shape = _shape(x)
+    pid = E.x(x)
+    dt = _dt(out)
+    # selection sort by transpositions: position i receives source dim perm[i]
+    for i in range(nd):
+        j = cur.index(perm[i])
+        if j != i:
+            cur[i], cur[j] = cur[j], cur[i]
+            shape[i], shape[j] = shape[j], shape[i]
+            pid = E.op("transpose", [pid], list(shape), {"dim0": i, "dim1": j}, dt)
+    return pid
+
+
+def _expand(E, args, kw, out):
+    x = args[0]
+    if _shape(x) == _shape(out):
+        return E.x(x)
+    return E.op("expand", [E.x(x)], _shape(out), {}, _dt(out))
+
+
+def _slice_op(E, args, kw, out):
+    x = args[0]
+    nd = x.dim()
+    dim = _ndim_norm(int(args[1]) if len(args) > 1 else 0, nd)
+    n = x.shape[dim]
+    start = args[2] if len(args) > 2 and args[2] is not None else 0
+    end = args[3] if len(args) > 3 and args[3] is not None else n
+    step = args[4] if len(args) > 4 else 1
+    if step != 1:
+        E.fail("a strided slice (step %d)" % step)
+    if start < 0:
+        start += n
+    if end < 0:
+        end += n
+    return _slice(E, E.x(x), _shape(x), dim, int(start), int(min(end, n)), _dt(out))
+
+
+def _split(E, args, kw, outs):
+    x = args[0]
+    nd = x.dim()
+    dim = _ndim_norm(int(args[2]) if len(args) > 2 else int(kw.get("dim", 0)), nd)
+    pid = E.x(x)
+    res = []
+    start = 0
+    for o in outs:
+        ln = o.shape[dim]
+        res.append(_slice(E, pid, _shape(x), dim, start, start + ln, _dt(o)))
+        start += ln
+    return res
+
+
+def _select(E, args, kw, out):
+    x = args[0]
+    nd = x.dim()
+    dim = _ndim_norm(int(args[1]), nd)
+    idx = int(args[2])
+    n = x.shape[dim]
+    if idx < 0:
+        idx += n
+    kept = _shape(x)
+    kept[dim] = 1
+    c = _slice(E, E.x(x), _shape(x), dim, idx, idx + 1, _dt(out))
+    return E.op("view", [c], _shape(out), {}, _dt(out)) if kept != _shape(out) else c
+
+
+def _select_backward(E, args, kw, out):
+    g, sizes, dim, idx = args[0], [int(s) for s in args[1]], int(args[2]), int(args[3])
+    dim = _ndim_norm(dim, len(sizes))
+    if idx < 0:
+        idx += sizes[dim]
+    kept = list(sizes)
+    kept[dim] = 1
+    v = E.op("view", [E.x(g)], kept, {}, _dt(out))
+    return E.op("chunk_backward", [v], sizes, {"dim": dim, "index": idx, "chunks": sizes[dim]}, _dt(out))
+
+
+def _slice_backward(E, args, kw, out):
+    g, sizes, dim, start, end, step = args[0], [int(s) for s in args[1]], int(args[2]), args[3], args[4], args[5]
+    dim = _ndim_norm(dim, len(sizes))
+    n = sizes[dim]
+    start = start + n if start < 0 else start
+    end = min(n, end + n if end < 0 else end)
+    ln = end - start
+    if step != 1 or ln <= 0 or n % ln or start % ln:
+        E.fail("the backward of an unaligned slice [%d:%d] of %d" % (start, end, n))
+    return E.op("chunk_backward", [E.x(g)], sizes, {"dim": dim, "index": start // ln, "chunks": n // ln}, _dt(out))
+
+
+def _cat(E, args, kw, out):
+    ts = [t for t in args[0] if t.numel() > 0]
+    nd = out.dim()
+    dim = _ndim_norm(int(args[1]) if len(args) > 1 else int(kw.get("dim", 0)), nd)
+    if len(ts) == 1:
+        return E.x(ts[0])
+    return E.op("concat", [E.x(t) for t in ts], _shape(out), {"dim": dim}, _dt(out))
+
+
+def _mm(E, args, kw, out):
+    return E.op("matmul", [E.x(args[0]), E.x(args[1])], _shape(out), {}, _dt(out))
+
+
+def _addmm(E, args, kw, out):
+    if kw.get("beta", 1) != 1 or kw.get("alpha", 1) != 1:
+        E.fail("beta/alpha other than 1")
+    m = E.op("matmul", [E.x(args[1]), E.x(args[2])], _shape(out), {}, _dt(out))
+    return E.op("add", [m, E.x(args[0])], _shape(out), {}, _dt(out))
+
+
+def _pow(E, args, kw, out):
+    e = args[1]
+    if not isinstance(e, numbers.Number):
+        E.fail("a tensor exponent")
+    if e == 1:
+        return E.x(args[0])
+    return E.op("pow", [E.x(args[0])], _shape(out), {"exponent": float(e)}, _dt(out))
+
+
+def _rsub(E, args, kw, out):
+    a, b = args[0], args[1]
+    alpha = kw.get("alpha", 1)
+    t = E.op("scale", [E.x(a)], _shape(a), {"factor": -float(alpha)}, _dt(a))
+    if isinstance(b, numbers.Number):
+        return E.op("add", [t], _shape(out), {"scalar": float(b)}, _dt(out))
+    return E.op("add", [t, E.x(b)], _shape(out), {}, _dt(out))
+
+
+def _addc(opname):
+    def h(E, args, kw, out):
+        value = kw.get("value", args[3] if len(args) > 3 else 1)
+        m = E.op(opname, [E.x(args[1]), E.x(args[2])], _shape(out), {}, _dt(out))
+        if value != 1:
+            m = E.op("scale", [m], _shape(out), {"factor": float(value)}, _dt(out))
+        return E.op("add", [E.x(args[0]), m], _shape(out), {}, _dt(out))
+    return h
+
+
+def _embedding(E, args, kw, out):
+    w, ids = args[0], args[1]
+    pad = args[2] if len(args) > 2 else -1
+    if pad not in (-1, None) or (len(args) > 3 and args[3]) or (len(args) > 4 and args[4]):
+        E.fail("padding_idx, scale_grad_by_freq and sparse are not supported")
+    return E.op("embedding", [E.x(ids), E.x(w)], _shape(out), {}, _dt(out))
+
+
+def _embedding_bwd(E, args, kw, out):
+    g, ids = args[0], args[1]
+    if (len(args) > 3 and args[3] not in (-1, None)) or (len(args) > 4 and args[4]):
+        E.fail("padding_idx and scale_grad_by_freq are not supported")
+    return E.op("embedding_backward", [E.x(ids), E.x(g)], _shape(out), {}, _dt(out))
+
+
+def _softmax(E, args, kw, out):
+    dim = _ndim_norm(int(args[1]), args[0].dim())
+    return E.op("softmax", [E.x(args[0])], _shape(out), {"dim": dim}, _dt(out))
+
+
+def _softmax_bwd(E, args, kw, out):
+    g, y, dim = args[0], args[1], _ndim_norm(int(args[2]), args[1].dim())
+    return E.op("softmax_backward", [E.x(y), E.x(g)], _shape(out), {"dim": dim}, _dt(out))
+
+
+def _log_softmax(E, args, kw, out):
+    x = args[0]
+    dim = _ndim_norm(int(args[1]), x.dim())
+    dt = _dt(out)
+    sh = _shape(x)
+    red = list(sh)
+    red[dim] = 1
+    e = E.op("exp", [E.x(x)], sh, {}, dt)
+    s = E.op("sum", [e], red, {"dims": [dim], "keepdim": 1}, dt)
+    lg = E.op("log", [s], red, {}, dt)
+    return E.op("sub", [E.x(x), lg], sh, {}, dt)
+
+
+def _log_softmax_bwd(E, args, kw, out):
+    g, y = args[0], args[1]
+    dim = _ndim_norm(int(args[2]), y.dim())
+    dt = _dt(out)
+    sh = _shape(y)
+    red = list(sh)
+    red[dim] = 1
+    s = E.op("sum", [E.x(g)], red, {"dims": [dim], "keepdim": 1}, dt)
+    e = E.op("exp", [E.x(y)], sh, {}, dt)
+    m = E.op("mul", [e, s], sh, {}, dt)
+    return E.op("sub", [E.x(g), m], sh, {}, dt)
+
+
+def _nll_check(E, x, target, weight, ignore_index):
+    if weight is not None:
+        E.fail("class weights are not supported")
+    if x.dim() != 2:
+        E.fail("input of %d dims (flatten the logits to [tokens, vocab])" % x.dim())
+    if bool((target == ignore_index).any()):
+        E.fail("a target equal to ignore_index (%d) is not supported" % ignore_index)
+
+
+def _nll_fwd(E, args, kw, outs):
+    x, target, weight, reduction, ignore_index = args[:5]
+    _nll_check(E, x, target, weight, ignore_index)
+    n = x.shape[0]
+    dt = _dt(outs[0])
+    p = E.op("pick", [E.x(x), E.x(target)], [n], {}, dt)
+    if reduction == 0:
+        loss = E.op("neg", [p], [n], {}, dt)
+    else:
+        s = E.op("sum", [p], [], {"dims": [0], "keepdim": 0}, dt)
+        loss = E.op("scale", [s], [], {"factor": -1.0 / n if reduction == 1 else -1.0}, dt)
+    # total_weight is the token count, a constant of the shapes: it must only reach the backward
+    E.rec.bind(outs[1], None, "const").src = E.src
+    return [loss, None]
+
+
+def _nll_bwd(E, args, kw, out):
+    g, x, target, weight, reduction, ignore_index = args[:6]
+    _nll_check(E, x, target, weight, ignore_index)
+    n = x.shape[0]
+    dt = _dt(out)
+    pg = E.x(g)
+    if reduction != 0:
+        pg = E.op("expand", [pg], [n], {}, dt)
+    f = E.op("scale", [pg], [n], {"factor": -1.0 / n if reduction == 1 else -1.0}, dt)
+    return E.op("pick_backward", [E.x(target), f], _shape(out), {}, dt)
+
+
+def _silu_bwd(E, args, kw, out):
+    return E.op("silu_backward", [E.x(args[1]), E.x(args[0])], _shape(out), {}, _dt(out))
+
+
+def _gelu(E, args, kw, out):
+    if kw.get("approximate", args[1] if len(args) > 1 else "none") != "none":
+        E.fail("approximate gelu")
+    return E.op("gelu", [E.x(args[0])], _shape(out), {}, _dt(out))
+
+
+def _gelu_bwd(E, args, kw, out):
+    if kw.get("approximate", args[2] if len(args) > 2 else "none") != "none":
+        E.fail("approximate gelu")
+    return E.op("gelu_backward", [E.x(args[1]), E.x(args[0])], _shape(out), {}, _dt(out))
+
+
+def _sigmoid_bwd(E, args, kw, out):
+    E.fail("sigmoid_backward takes the output, not the input; not mapped")
+
+
+def _like(value):
+    def h(E, args, kw, out):
+        v = value if value is not None else float(args[1])
+        return _const_like(E, args[0], v, _shape(out), _dt(out))
+    return h
+
+
+def _unsupported(why):
+    def h(E, args, kw, out):
+        E.fail(why)
+    return h
+
+
+# Packet name -> handler.  Handlers of multi-output operators take and return lists.
+TABLE = {
+    # aliases and copies
+    "clone": _same, "lift_fresh_copy": _same, "contiguous": _same,
+    "_to_copy": _to_copy,
+    # views and layout
+    "view": _view, "_unsafe_view": _view, "_reshape_alias": _view, "reshape": _view,
+    "unsqueeze": _view, "squeeze": _view, "flatten": _view,
+    "expand": _expand, "t": _t, "transpose": _transpose, "permute": _permute,
+    "slice": _slice_op, "select": _select, "cat": _cat,
+    "slice_backward": _slice_backward, "select_backward": _select_backward,
+    # arithmetic
+    "add": _binary("add"), "sub": _binary("sub"), "mul": _binary("mul"), "div": _binary("div"),
+    "rsub": _rsub, "neg": _unary("neg"), "pow": _pow,
+    "rsqrt": _unary("rsqrt"), "sqrt": _unary("sqrt"), "exp": _unary("exp"), "log": _unary("log"),
+    "sigmoid": _unary("sigmoid"), "tanh": _unary("tanh"), "silu": _unary("silu"),
+    "gelu": _gelu, "gelu_backward": _gelu_bwd, "silu_backward": _silu_bwd,
+    "sum": _reduce("sum"), "mean": _mean,
+    "addcmul": _addc("mul"), "addcdiv": _addc("div"),
+    "ones_like": _like(1.0), "zeros_like": _like(0.0), "full_like": _like(None),
+    # linear algebra and layers
+    "mm": _mm, "bmm": _mm, "addmm": _addmm,
+    "embedding": _embedding, "embedding_dense_backward": _embedding_bwd,
+    "_softmax": _softmax, "_softmax_backward_data": _softmax_bwd,
+    "_log_softmax": _log_softmax, "_log_softmax_backward_data": _log_softmax_bwd,
+}
+MULTI = {"split": _split, "split_with_sizes": _split, "unsafe_split": _split,
+         "nll_loss_forward": _nll_fwd}
+TABLE["nll_loss_backward"] = _nll_bwd
+
+ALIASES = {"detach", "alias", "lift_fresh"}
+CREATION_EMPTY = {"empty", "empty_strided", "new_empty", "new_empty_strided", "empty_like"}
+
+
+def _flat_tensors(x, acc):
+    if isinstance(x, torch.Tensor):
+        acc.append(x)
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            _flat_tensors(y, acc)
+    return acc
+
+
+def record(rec, func, args, kwargs, out):
+    """Records one executed aten call (the dispatch mode's hook)."""
+    full = str(func)                      # "aten.mm.default"
+    parts = full.split(".")
+    ns, name = parts[0], parts[1] if len(parts) > 1 else full
+    if ns == "profiler":
+        return
+    if ns == "c10d":
+        # torch.distributed's own dispatch of a call the wrapped dist.* functions record
+        if rec.in_coll:
+            return
+        raise CaptureError("%s: %s was called outside the wrapped torch.distributed functions "
+                           "(supported: dist.all_reduce, all_gather, send, recv, isend, irecv)"
+                           % (rec.src_here()[0], full))
+    if _DEBUG:
+        sys.stderr.write("[rank %d %s] %s %s\n" % (rec.rank, rec.phase, full, rec.src_here()[0]))
+    tensors = _flat_tensors(args, []) + _flat_tensors(list(kwargs.values()), [])
+    outs = _flat_tensors(out, [])
+    src = None
+
+    def where():
+        return rec.src_here()[0]
+
+    cells = [rec.cell_of(t) for t in tensors]
+    # host bookkeeping (optimizer step counters) never becomes data
+    if tensors and all(c is not None and c.kind == "host" for c in cells):
+        for o in outs:
+            if rec.cell_of(o) is None or rec.cell_of(o).kind == "host":
+                rec.bind(o, None, "host")
+        return
+    if any(c is not None and c.kind == "host" for c in cells):
+        raise CaptureError("%s: aten.%s mixes optimizer step counters with data" % (where(), name))
+    if not tensors:
+        kind = "empty" if name in CREATION_EMPTY else "const"
+        for o in outs:
+            rec.bind(o, None, kind).src = where()
+        return
+    if name == "_local_scalar_dense":
+        raise CaptureError("%s: .item() / Python control flow on a data value (aten._local_scalar_dense) "
+                           "cannot be captured" % where())
+    if not outs and not name.endswith("_"):
+        return  # metadata queries (is_same_size, ...): no value is produced
+    if kwargs.get("out") is not None:
+        raise CaptureError("%s: %s with out= is not supported" % (where(), full))
+    if name in CREATION_EMPTY:
+        for o in outs:
+            rec.bind(o, None, "empty").src = where()
+        return
+    src = where()
+    E = Emit(rec, name, src)
+    if name in ALIASES:
+        # an alias holds whatever its source holds (data, empty, constant); reads check it later
+        if rec.cell_of(args[0]) is not None:
+            rec.share(args[0], out)
+        return
+    if name in ("copy_",):
+        dst, s = args[0], args[1]
+        p = E.x(s)
+        if _shape(s) != _shape(dst):
+            p = E.op("expand", [p], _shape(dst), {}, _dt(dst))
+        elif s.dtype != dst.dtype:
+            p = E.op("cast", [p], _shape(dst), {}, _dt(dst))
+        rec.write(dst, p, src)
+        _note_fwd(rec, [dst], src)
+        return
+    if name == "zero_":
+        rec.write(args[0], _const_like(E, args[0], 0.0, _shape(args[0]), _dt(args[0])), src)
+        return
+    if name == "fill_":
+        if not isinstance(args[1], numbers.Number):
+            E.fail("fill_ with a tensor value")
+        rec.write(args[0], _const_like(E, args[0], float(args[1]), _shape(args[0]), _dt(args[0])), src)
+        return
+    inplace = name.endswith("_") and not name.startswith("_") and name[:-1] in TABLE
+    base = name[:-1] if inplace else name
+    if base in MULTI:
+        pids = MULTI[base](E, args, kwargs, list(out) if isinstance(out, (list, tuple)) else [out])
+        for o, p in zip(outs, pids):
+            if p is not None:
+                rec.bind(o, p)
+        _note_fwd(rec, outs, src)
+        return
+    h = TABLE.get(base)
+    if h is None:
+        raise CaptureError("%s: %s has no mapping to a verdict operator (tools/torchcap/aten_map.py)"
+                           % (src, full))
+    if inplace:
+        pid = h(E, args, kwargs, args[0])
+        rec.write(args[0], pid, src)
+        _note_fwd(rec, [args[0]], src)
+        return
+    if len(outs) != 1:
+        E.fail("%d outputs" % len(outs))
+    pid = h(E, args, kwargs, outs[0])
+    c = rec.cell_of(outs[0])
+    if c is not None and c.pid == pid and c.kind == "data":
+        return
+    rec.bind(outs[0], pid)
+    _note_fwd(rec, outs, src)
+
+
+def _note_fwd(rec, ts, src):
+    if rec.phase == "fwd":
+        for t in ts:
+            rec.fwd_src.append((t, src))

@@ -1,0 +1,601 @@
+"""tools/torchcap/capture.py - records one rank's training step at the aten level.
+
+What it implements: the `Capture` handle a user's `step(cap)` receives (boundary declarations,
+mesh, the step context) and the recorder behind it.  Inside `with cap.step():` a
+TorchDispatchMode sees every aten operator that runs (forward, autograd backward, optimizer),
+executes it for real, and appends registry operators to the rank's trace through the mapping
+table (aten_map.py).  torch.distributed collectives and point-to-point calls are not dispatched
+in torch 1.13, so the recorder wraps the torch.distributed functions for the duration of the step
+and records each call with its group's global ranks and its order within that group.
+
+Values.  Each torch tensor the step touches has a *cell* holding the id of the SSA value it
+currently holds (a "pid").  Every recorded operator output is a fresh pid; an in-place operator
+or a collective writes a fresh pid into the target's cell.  Aliases (detach, alias) share a cell;
+copies (clone, contiguous) get their own cell with the same pid.  When an in-place write hits a
+storage that other cells view, those cells become stale, and reading a stale cell is an error
+(the capture would otherwise record an old value).  Every tensor seen is kept alive until the
+end of the capture, so Python ids are never reused.
+
+Nothing is dropped silently: an aten operator without a mapping, a tensor that was neither
+declared nor produced in the step, a constant created inside the step and then used as data,
+Python control flow on a data value (.item()), or an unsupported collective each raise
+CaptureError naming the operator and the user's source line.  Optimizer step counters are the
+one declared exception: they are host-side bookkeeping (their value only feeds Python floats
+such as Adam's bias correction), recorded as constants of the step, never as data.
+"""
+import os
+import sys
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from .api import CaptureError, Partial, Placement, Replicate, Shard
+from . import aten_map
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_TOOL_DIR = os.path.dirname(os.path.abspath(__file__))
+
+DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
+          torch.int64: "i64", torch.int32: "i32", torch.bool: "bool"}
+
+
+def user_frame():
+    """The innermost frame outside torch and this tool: the user's line."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not (fn.startswith(_TORCH_DIR) or fn.startswith(_TOOL_DIR) or fn.startswith("<")):
+            return fn, f.f_lineno
+        f = f.f_back
+    return "?", 0
+
+
+class Cell:
+    __slots__ = ("pid", "kind", "storage", "stale", "tensor", "src")
+
+    def __init__(self, pid, kind, tensor, src=None):
+        self.pid = pid          # SSA value id, None for empty / host / const cells
+        self.kind = kind        # "data", "empty", "const", "host"
+        self.tensor = tensor    # kept alive: ids must not be reused
+        self.stale = None       # source line of the in-place write that made it stale
+        self.src = src
+        try:
+            self.storage = tensor.storage().data_ptr()
+        except Exception:  # pragma: no cover - tensors without storage
+            self.storage = None
+
+
+class Recorder:
+    def __init__(self, rank, world):
+        self.rank = rank
+        self.world = world
+        self.cells = {}          # id(tensor) -> Cell
+        self.values = {}         # pid -> {"shape": [...], "dtype": str}
+        self.nodes = []
+        self.next_pid = 1
+        self.phase = "fwd"
+        self.seen_backward = False
+        self.coll_seq = {}       # group tuple -> calls so far
+        self.p2p_seq = {}        # (src, dst) -> messages so far
+        self.fwd_src = []        # (tensor, src) of forward outputs, for backward attribution
+        self.pending_bwd = []    # node indices waiting for their autograd node's forward line
+        self.bwd_caller = None
+        self.active = False
+        self.in_coll = 0         # inside a wrapped torch.distributed call
+
+    # ---- values and cells ----------------------------------------------------------------
+    def new_value(self, shape, dtype):
+        pid = self.next_pid
+        self.next_pid += 1
+        self.values[pid] = {"shape": [int(s) for s in shape], "dtype": dtype}
+        return pid
+
+    def cell_of(self, t):
+        return self.cells.get(id(t))
+
+    def bind(self, t, pid, kind="data"):
+        c = Cell(pid, kind, t)
+        self.cells[id(t)] = c
+        return c
+
+    def share(self, src_t, dst_t):
+        self.cells[id(dst_t)] = self.cells[id(src_t)]
+
+    def write(self, t, pid, where):
+        """An in-place write of value pid into tensor t: other views of its storage go stale."""
+        c = self.cells.get(id(t))
+        if c is None:
+            c = self.bind(t, pid)
+        else:
+            c.pid = pid
+            c.kind = "data"
+        st = c.storage
+        if st is not None:
+            for other in self.cells.values():
+                if other is not c and other.storage == st and other.kind == "data":
+                    other.stale = where
+        c.stale = None
+
+    def read(self, t, where, what):
+        """The pid a tensor holds, or CaptureError when it holds no recordable value."""
+        c = self.cells.get(id(t))
+        if c is None:
+            raise CaptureError("%s: %s reads a tensor of shape %s that was neither declared "
+                               "(cap.param / cap.input / cap.optimizer) nor produced inside the step"
+                               % (where, what, list(t.shape)))
+        if c.stale:
+            raise CaptureError("%s: %s reads a view whose storage was written in place at %s; "
+                               "views of an updated tensor are not tracked" % (where, what, c.stale))
+        if c.kind == "empty":
+            raise CaptureError("%s: %s reads an uninitialised tensor (torch.empty) created at %s"
+                               % (where, what, c.src))
+        if c.kind == "const":
+            raise CaptureError("%s: %s reads a constant tensor created inside the step at %s; "
+                               "create it before the step and declare it with cap.input"
+                               % (where, what, c.src))
+        return c.pid
+
+    # ---- nodes -------------------------------------------------------------------------------
+    def src_here(self):
+        fn, line = user_frame()
+        return "%s:%d" % (os.path.basename(fn), line), (fn, line)
+
+    def emit(self, op, ins, outs, attrs=None, aten="", phase=None, coll=None, src=None):
+        node = {"op": op, "in": list(ins), "out": list(outs), "attrs": dict(attrs or {}),
+                "phase": phase or self.phase, "ctx": self.phase, "aten": aten, "coll": coll}
+        if src is None:
+            s, frame = self.src_here()
+            if self.phase == "bwd" and coll is None and frame == self.bwd_caller:
+                node["src"] = None
+                self.pending_bwd.append(len(self.nodes))
+            else:
+                node["src"] = s
+        else:
+            node["src"] = src
+        self.nodes.append(node)
+        return node
+
+    def backward_node_done(self, src):
+        # a backward operator is named by its forward operator's line, as frameworks name a
+        # backward node after its forward node (the phase says which is which)
+        for i in self.pending_bwd:
+            self.nodes[i]["src"] = src
+        self.pending_bwd = []
+
+
+class _Mode(TorchDispatchMode):
+    def __init__(self, rec):
+        super().__init__()
+        self.rec = rec
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        aten_map.record(self.rec, func, args, kwargs, out)
+        return out
+
+
+def _dims(x):
+    return [int(s) for s in x.shape]
+
+
+class Decl:
+    def __init__(self, kind, name, tensor, pid, placements, mb_index, src):
+        self.kind = kind
+        self.name = name
+        self.tensor = tensor
+        self.pid = pid
+        self.placements = placements
+        self.mb_index = mb_index
+        self.src = src
+
+    def to_dict(self, final_pid):
+        return {"kind": self.kind, "name": self.name, "pid": self.pid, "final": final_pid,
+                "placements": [(k, p.kind, getattr(p, "dim", None)) for k, p in self.placements],
+                "mb_index": self.mb_index, "src": self.src}
+
+
+class Capture:
+    """The handle passed to the user's step(cap)."""
+
+    def __init__(self, rank, world, args, parallel):
+        self.rank = rank
+        self.world = world
+        self.args = dict(args)
+        self.parallel = parallel
+        self.rec = Recorder(rank, world)
+        self.decls = []
+        self.mesh_dims = []      # [(name, size)], fastest first
+        self.nm = 1
+        self.host_tensors = []   # host-side tensors (optimizer step counters)
+        self.stepped = False
+        self.replay = None       # {name: initial values} in --replay mode (verdict exec --dump)
+
+    # ---- mesh ------------------------------------------------------------------------------
+    def mesh(self, **dims):
+        """Declares the device mesh: cap.mesh(tp=2, pp=2, dp=2, mb=2); first dim fastest."""
+        self.mesh_dims = []
+        total = 1
+        for k, v in dims.items():
+            if k == "mb":
+                self.nm = int(v)
+                continue
+            self.mesh_dims.append((k, int(v)))
+            total *= int(v)
+        if total != self.world:
+            raise CaptureError("cap.mesh(%s): the mesh has %d devices but the run has %d ranks"
+                               % (dims, total, self.world))
+        names = [k for k, _ in self.mesh_dims]
+        if "dp" in names and names[-1] != "dp":
+            raise CaptureError("cap.mesh: dp must be the last (slowest-varying) mesh dim")
+        return self.coords()
+
+    def coords(self, rank=None):
+        r = self.rank if rank is None else rank
+        out = {}
+        for k, n in self.mesh_dims:
+            out[k] = r % n
+            r //= n
+        return out
+
+    def rank_of(self, **coords):
+        r, stride = 0, 1
+        for k, n in self.mesh_dims:
+            r += coords.get(k, 0) * stride
+            stride *= n
+        return r
+
+    def group(self, *dims):
+        """The torch process group of this rank's peers along the named mesh dims."""
+        mine = self.coords()
+        cache = getattr(self, "_groups", None)
+        if cache is None:
+            cache = self._groups = {}
+        key = tuple(dims)
+        if key not in cache:
+            # every rank must create every group in the same order (torch.distributed rule)
+            result = None
+            others = [k for k, _ in self.mesh_dims if k not in dims]
+            sizes = dict(self.mesh_dims)
+            import itertools
+            fixed = list(itertools.product(*[range(sizes[k]) for k in others]))
+            for f in fixed:
+                base = dict(zip(others, f))
+                ranks = []
+                for v in itertools.product(*[range(sizes[k]) for k in dims]):
+                    c = dict(base)
+                    c.update(zip(dims, v))
+                    ranks.append(self.rank_of(**c))
+                g = dist.new_group(sorted(ranks))
+                if all(base[k] == mine[k] for k in others):
+                    result = g
+            cache[key] = result
+        return cache[key]
+
+    # ---- declarations ------------------------------------------------------------------------
+    def _placements(self, kw):
+        pl = []
+        names = [k for k, _ in self.mesh_dims] + ["mb"]
+        for k, p in kw.items():
+            if k not in names:
+                raise CaptureError("placement over unknown mesh dim %r (mesh: %s)" % (k, names))
+            if not isinstance(p, Placement):
+                raise CaptureError("placement for %r must be Shard(d), Replicate() or Partial()" % k)
+            pl.append((k, p))
+        return pl
+
+    def _declare(self, kind, t, name, mb_index, kw):
+        if not isinstance(t, torch.Tensor):
+            raise CaptureError("cap.%s(%r): expected a tensor" % (kind, name))
+        if self.stepped and kind != "loss":
+            raise CaptureError("cap.%s(%r): declare inputs before the step" % (kind, name))
+        if not self.parallel and kw:
+            raise CaptureError("cap.%s(%r): the single-device program takes no placements" % (kind, name))
+        src = self.rec.src_here()[0]
+        if kind == "loss":
+            pid = self.rec.read(t, src, "cap.loss(%r)" % name)
+        else:
+            c = self.rec.cell_of(t)
+            if c is not None:
+                raise CaptureError("%s: cap.%s(%r): this tensor is already declared" % (src, kind, name))
+            pid = self.rec.new_value(_dims(t), DTYPES.get(t.dtype, "f32"))
+            self.rec.bind(t, pid)
+            self._replay_init(t, name)
+        d = Decl(kind, name, t, pid, self._placements(kw), mb_index, src)
+        self.decls.append(d)
+        return t
+
+    def _replay_init(self, t, name):
+        """--replay: the tensor starts from the value verdict's executor gave it."""
+        if self.replay is None:
+            return
+        v = self.replay.get(name)
+        if v is None:
+            raise CaptureError("replay: the plan's values hold no initial value of %r" % name)
+        with torch.no_grad():
+            t.copy_(torch.tensor(v, dtype=torch.float64).view(t.shape).to(t.dtype))
+
+    def param(self, t, name, **placements):
+        return self._declare("param", t, name, -1, placements)
+
+    def input(self, t, name, mb_index=0, **placements):
+        return self._declare("input", t, name, mb_index, placements)
+
+    def loss(self, t, name="loss", mb_index=0, **placements):
+        return self._declare("loss", t, name, mb_index, placements)
+
+    def params(self, module, prefix="", **placements):
+        """Declares every parameter of a module under its own (prefixed) name."""
+        for n, p in module.named_parameters():
+            self.param(p, prefix + n, **placements)
+
+    def optimizer(self, opt, step=1, seed=0):
+        """Declares the state of a torch.optim.SGD (momentum 0) or Adam optimizer.
+
+        Adam's state is created here (torch creates it lazily), with nonzero values so that the
+        captured step is a steady-state step: exp_avg and exp_avg_sq get the parameter's name
+        plus ".exp_avg" / ".exp_avg_sq" and its placements; the step counter is host state."""
+        by_id = {id(d.tensor): d for d in self.decls if d.kind == "param"}
+        gen = torch.Generator().manual_seed(seed)
+        if isinstance(opt, torch.optim.SGD):
+            for g in opt.param_groups:
+                if g.get("momentum", 0) != 0:
+                    raise CaptureError("cap.optimizer: SGD with momentum is not supported")
+                g["foreach"] = False
+            self._wrap_step(opt)
+            return
+        if not isinstance(opt, torch.optim.Adam):
+            raise CaptureError("cap.optimizer: only torch.optim.SGD and torch.optim.Adam are supported, got %s"
+                               % type(opt).__name__)
+        for g in opt.param_groups:
+            g["foreach"] = False
+            if g.get("amsgrad") or g.get("capturable") or g.get("maximize"):
+                raise CaptureError("cap.optimizer: Adam with amsgrad/capturable/maximize is not supported")
+            for p in g["params"]:
+                d = by_id.get(id(p))
+                if d is None:
+                    raise CaptureError("cap.optimizer: a parameter of the optimizer is not declared (cap.param)")
+                st = opt.state[p]
+                st["step"] = torch.tensor(float(step))
+                self.host_tensors.append(st["step"])
+                st["exp_avg"] = torch.rand(p.shape, generator=gen, dtype=p.dtype) * 0.1
+                st["exp_avg_sq"] = torch.rand(p.shape, generator=gen, dtype=p.dtype) * 0.1 + 0.01
+                for key in ("exp_avg", "exp_avg_sq"):
+                    t = st[key]
+                    pid = self.rec.new_value(_dims(t), DTYPES.get(t.dtype, "f32"))
+                    self.rec.bind(t, pid)
+                    self._replay_init(t, d.name + "." + key)
+                    self.decls.append(Decl("optstate", d.name + "." + key, t, pid, d.placements, -1, d.src))
+        self._wrap_step(opt)
+
+    def _wrap_step(self, opt):
+        inner = opt.step
+        rec = self.rec
+
+        def step(*a, **k):
+            old = rec.phase
+            rec.phase = "opt"
+            try:
+                return inner(*a, **k)
+            finally:
+                rec.phase = old
+        opt.step = step
+
+    # ---- the step ----------------------------------------------------------------------------
+    @contextmanager
+    def step(self):
+        if self.stepped:
+            raise CaptureError("cap.step() may run once")
+        self.stepped = True
+        rec = self.rec
+        patches = _patch_dist(rec, self) if self.parallel else []
+        real_backward = torch.autograd.backward
+
+        def backward(tensors, grad_tensors=None, *a, **k):
+            rec.phase = "bwd"
+            rec.seen_backward = True
+            _, rec.bwd_caller = rec.src_here()
+            hooks = _hook_graph(rec, tensors)
+            try:
+                return real_backward(tensors, grad_tensors, *a, **k)
+            finally:
+                for h in hooks:
+                    h.remove()
+                rec.backward_node_done(rec.src_here()[0])
+                rec.phase = "bwd"
+                rec.bwd_caller = None
+        torch.autograd.backward = backward
+        for t in self.host_tensors:
+            rec.bind(t, None, "host")
+        rec.active = True
+        try:
+            with _Mode(rec):
+                yield self
+        finally:
+            rec.active = False
+            torch.autograd.backward = real_backward
+            for mod, name, fn in patches:
+                setattr(mod, name, fn)
+
+    # ---- result ------------------------------------------------------------------------------
+    def trace(self):
+        """The rank's trace: values, nodes and declarations, final versions resolved."""
+        rec = self.rec
+        decls = []
+        for d in self.decls:
+            final = None
+            if d.kind in ("param", "optstate"):
+                c = rec.cell_of(d.tensor)
+                final = c.pid if c is not None else d.pid
+            decls.append(d.to_dict(final))
+        return {"rank": self.rank, "world": self.world, "mesh": self.mesh_dims, "nm": self.nm,
+                "values": rec.values, "nodes": rec.nodes, "decls": decls}
+
+
+def _hook_graph(rec, tensors):
+    """Post-hooks on every autograd node reachable from the roots: the recorder attributes the
+    aten operators run since the previous hook to the node whose hook fires next."""
+    if isinstance(tensors, torch.Tensor):
+        tensors = [tensors]
+    line_of = {}
+    for t, src in rec.fwd_src:
+        fn = t.grad_fn
+        if fn is not None:
+            line_of[fn] = src
+    hooks = []
+    seen = set()
+    stack = [t.grad_fn for t in tensors if t.grad_fn is not None]
+    while stack:
+        fn = stack.pop()
+        if fn in seen:
+            continue
+        seen.add(fn)
+        src = line_of.get(fn)
+
+        def hook(gi, go, src=src):
+            if src is not None:
+                rec.backward_node_done(src)
+        try:
+            hooks.append(fn.register_hook(hook))
+        except Exception:
+            pass
+        for nxt, _ in fn.next_functions:
+            if nxt is not None:
+                stack.append(nxt)
+    return hooks
+
+
+# ---- torch.distributed ---------------------------------------------------------------------
+
+def _group_ranks(group):
+    if group is None or group is dist.group.WORLD:
+        return tuple(range(dist.get_world_size()))
+    return tuple(dist.get_process_group_ranks(group))
+
+
+def _patch_dist(rec, cap):
+    import torch.distributed.distributed_c10d as c10d
+    real = {n: getattr(dist, n) for n in ("all_reduce", "all_gather", "send", "recv", "isend", "irecv",
+                                          "broadcast", "reduce_scatter", "all_to_all", "all_gather_into_tensor",
+                                          "_all_gather_base", "reduce_scatter_tensor", "_reduce_scatter_base",
+                                          "reduce", "gather", "scatter", "all_to_all_single")}
+
+    def coll_info(kind, group):
+        ranks = _group_ranks(group)
+        seq = rec.coll_seq.get(ranks, 0)
+        rec.coll_seq[ranks] = seq + 1
+        return {"kind": kind, "group": list(ranks), "seq": seq}
+
+    def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        where = rec.src_here()[0]
+        pin = rec.read(tensor, where, "dist.all_reduce")
+        if op == dist.ReduceOp.SUM:
+            red = "sum"
+        elif op == dist.ReduceOp.MAX:
+            red = "max"
+        else:
+            raise CaptureError("%s: dist.all_reduce with op %s is not supported (SUM, MAX)" % (where, op))
+        w = real["all_reduce"](tensor, op=op, group=group, async_op=async_op)
+        pout = rec.new_value(_dims(tensor), DTYPES.get(tensor.dtype, "f32"))
+        attrs = {} if red == "sum" else {"reduce": red}
+        rec.emit("all_reduce", [pin], [pout], attrs, aten="dist.all_reduce", phase="comm",
+                 coll=coll_info("all_reduce", group), src=where)
+        rec.write(tensor, pout, where)
+        return w
+
+    def all_gather(tensor_list, tensor, group=None, async_op=False):
+        where = rec.src_here()[0]
+        pin = rec.read(tensor, where, "dist.all_gather")
+        w = real["all_gather"](tensor_list, tensor, group=group, async_op=async_op)
+        n = len(tensor_list)
+        shape = _dims(tensor)
+        dt = DTYPES.get(tensor.dtype, "f32")
+        x = pin
+        if not shape:
+            shape = [1]
+            x = rec.new_value(shape, dt)
+            rec.emit("view", [pin], [x], aten="dist.all_gather", src=where)
+        gshape = [shape[0] * n] + shape[1:]
+        g = rec.new_value(gshape, dt)
+        rec.emit("all_gather", [x], [g], {"dim": 0}, aten="dist.all_gather", phase="comm",
+                 coll=coll_info("all_gather", group), src=where)
+        for i, t in enumerate(tensor_list):
+            p = rec.new_value(shape, dt)
+            rec.emit("chunk", [g], [p], {"dim": 0, "index": i, "chunks": n}, aten="dist.all_gather", src=where)
+            if list(t.shape) != shape:
+                q = rec.new_value(_dims(t), dt)
+                rec.emit("view", [p], [q], aten="dist.all_gather", src=where)
+                p = q
+            rec.write(t, p, where)
+        return w
+
+    def send(tensor, dst, group=None, tag=0, _fn="send"):
+        where = rec.src_here()[0]
+        if group is not None and group is not dist.group.WORLD:
+            raise CaptureError("%s: dist.send with a group is not supported (use global ranks)" % where)
+        pin = rec.read(tensor, where, "dist.send")
+        key = (rec.rank, int(dst))
+        seq = rec.p2p_seq.get(key, 0)
+        rec.p2p_seq[key] = seq + 1
+        rec.emit("send", [pin], [], aten="dist.send", phase="comm",
+                 coll={"kind": "p2p", "group": [rec.rank, int(dst)], "seq": seq}, src=where)
+        return real[_fn](tensor, dst, group=group, tag=tag)
+
+    def recv(tensor, src=None, group=None, tag=0, _fn="recv"):
+        where = rec.src_here()[0]
+        if src is None or (group is not None and group is not dist.group.WORLD):
+            raise CaptureError("%s: dist.recv needs an explicit source rank and no group" % where)
+        r = real[_fn](tensor, src=src, group=group, tag=tag)
+        if _fn == "irecv":
+            r.wait()
+        key = (int(src), rec.rank)
+        seq = rec.p2p_seq.get(key, 0)
+        rec.p2p_seq[key] = seq + 1
+        pout = rec.new_value(_dims(tensor), DTYPES.get(tensor.dtype, "f32"))
+        rec.emit("recv", [], [pout], aten="dist.recv", phase="comm",
+                 coll={"kind": "p2p", "group": [int(src), rec.rank], "seq": seq}, src=where)
+        rec.write(tensor, pout, where)
+        return r
+
+    def isend(tensor, dst, group=None, tag=0):
+        return send(tensor, dst, group=group, tag=tag, _fn="isend")
+
+    def irecv(tensor, src=None, group=None, tag=0):
+        recv(tensor, src=src, group=group, tag=tag, _fn="irecv")
+        return _Done()
+
+    def unsupported(name):
+        def f(*a, **k):
+            raise CaptureError("%s: dist.%s is not supported by torch2plan (supported: all_reduce, "
+                               "all_gather, send, recv, isend, irecv)" % (rec.src_here()[0], name))
+        return f
+
+    def guarded(fn):
+        def g(*a, **k):
+            rec.in_coll += 1
+            try:
+                return fn(*a, **k)
+            finally:
+                rec.in_coll -= 1
+        return g
+
+    mine = {"all_reduce": all_reduce, "all_gather": all_gather, "send": send, "recv": recv,
+            "isend": isend, "irecv": irecv}
+    patches = []
+    for n, fn in real.items():
+        new = guarded(mine[n]) if n in mine else unsupported(n)
+        for mod in (dist, c10d):
+            if hasattr(mod, n):
+                patches.append((mod, n, getattr(mod, n)))
+                setattr(mod, n, new)
+    return patches
+
+
+class _Done:
+    def wait(self):
+        return True
+
+    def is_completed(self):
+        return True

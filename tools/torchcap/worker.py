@@ -1,0 +1,77 @@
+"""tools/torchcap/worker.py - one captured process: a rank of the parallel program, or the
+single-device program.
+
+Forked by tools/torch2plan, which calls main([PROG, RANK, WORLD, PORT, OUT, ARGS_JSON,
+single|parallel]) (or, by hand, python3 -m torchcap.worker with the same arguments).  Loads PROG, calls its step(cap), and pickles the rank's trace to OUT.  A CaptureError is
+written to OUT + ".err" (one line) and the exit code is 2; any other exception prints its
+traceback and exits 3.  Parallel ranks join a gloo process group on 127.0.0.1:PORT.
+"""
+import json
+import os
+import pickle
+import runpy
+import sys
+import traceback
+
+
+def read_values(path, which):
+    """name -> list of floats, from `verdict exec --dump` lines 'initial|final ID NAME N v..'."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            w = line.split()
+            if len(w) >= 4 and w[0] == which and w[2] != "-":
+                out[w[2]] = [float(x) for x in w[4:]]
+    return out
+
+
+def main(argv):
+    prog, rank, world, port, out, args_json, mode = argv
+    rank, world = int(rank), int(world)
+    import torch
+    torch.set_num_threads(1)
+    from .api import CaptureError
+    from .capture import Capture
+    parallel = mode == "parallel"
+    try:
+        if parallel:
+            import torch.distributed as dist
+            dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%s" % port,
+                                    rank=rank, world_size=world)
+        sys.path.insert(0, os.path.dirname(os.path.abspath(prog)))  # as `python3 prog.py` would
+        ns = runpy.run_path(prog, run_name="torch2plan_program")
+        if "step" not in ns:
+            raise CaptureError("%s: defines no step(cap) function" % prog)
+        cap = Capture(rank, world, json.loads(args_json), parallel)
+        replay = os.environ.get("TORCH2PLAN_REPLAY")
+        if replay:
+            cap.replay = read_values(replay, "initial")
+        ns["step"](cap)
+        if not cap.stepped:
+            raise CaptureError("%s: step(cap) never entered `with cap.step():`" % prog)
+        tr = cap.trace()
+        tr["prog"] = os.path.basename(prog)
+        if replay:
+            tr["replay"] = [(d.name, d.tensor.detach().double().reshape(-1).tolist())
+                            for d in cap.decls if d.kind in ("param", "optstate", "loss")]
+        with open(out + ".tmp", "wb") as f:
+            pickle.dump(tr, f)
+        os.replace(out + ".tmp", out)
+        if parallel:
+            import torch.distributed as dist
+            dist.destroy_process_group()
+        return 0
+    except CaptureError as e:
+        with open(out + ".err", "w") as f:
+            f.write("%s (rank %d)\n" % (e, rank) if parallel else "%s\n" % e)
+        return 2
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except SystemExit:
+        raise
+    except BaseException:
+        traceback.print_exc()
+        sys.exit(3)
