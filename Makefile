@@ -10,14 +10,14 @@ MODULES := common plans ops graph oracle lineage stages solver verifier bugs
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
                -I/usr/include/igraph -fopenmp
 OPT     ?= -O2 -g
-LIBS    := -ligraph -lmsgpackc -lz3 -lm -fopenmp
+LIBS    := -ligraph -lmsgpackc -lz3 -lgmp -lm -fopenmp
 BUILD   ?= build
 BIN     ?= bin
 EXTRA_CFLAGS ?=
 EXTRA_LDFLAGS ?=
 CFLAGS  := $(CFLAGS_BASE) $(OPT) $(EXTRA_CFLAGS)
 
-DEB_PACKAGES := libz3-dev libigraph-dev libmsgpack-dev libcmocka-dev python3 python3-msgpack \
+DEB_PACKAGES := libz3-dev libgmp-dev libigraph-dev libmsgpack-dev libcmocka-dev python3 python3-msgpack \
                 clang libclang-rt-14-dev valgrind python3-torch
 
 LIB_SRC := $(filter-out verifier/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))

@@ -23,10 +23,19 @@
 #include <stddef.h>
 
 #define VD_LIMITS(X)                                                                                     \
-  X(STAGE_TIMEOUT_MS, 20000, "--stage-timeout",                                                         \
-    "solver time per stage class, in ms.  The slowest stage classes of the corpus (MoE pairs) take a "     \
-    "few seconds on an idle core; 20 s leaves room for a loaded machine (the test suite runs several "   \
-    "verifications at once).  A timeout is INCONCLUSIVE, never a verdict.")                             \
+  X(STAGE_TIMEOUT_MS, 30000, "--stage-timeout",                                                         \
+    "wall-clock backstop per solver check, in ms.  The deterministic STAGE_BUDGET decides first; this " \
+    "only bounds Z3 code paths that do not charge its resource limit.  At the limit Z3 is interrupted "  \
+    "and, if it does not return within a grace period, abandoned on its own thread.  INCONCLUSIVE, "    \
+    "never a verdict; 0 is refused on the command line ('none' = no limit).")                            \
+  X(STAGE_BUDGET, 5000000, "--stage-budget",                                                             \
+    "deterministic work per solver check: steps of the polynomial normal form (solver/smt_poly.c) and " \
+    "Z3 resource units (rlimit).  The same stage stops at the same point on any machine and load.  "   \
+    "The hardest correct MoE stage needs about 10^5 steps; 5 * 10^6 is about 1 s of normal form here.  " \
+    "On the command line in millions (--stage-budget 5).")                                              \
+  X(SIMP_MAX_STEPS, 5000000, NULL,                                                                       \
+    "rewrite steps of Z3's simplifier normal form (the job's fast path, smt_check.c): a deterministic " \
+    "bound; past it the simplification fails and the pairs stay open for the solver.")                 \
   X(MAX_FAILURES, 10, "--max-failures",                                                                  \
     "failing stages reported in detail (0 = all).  Each is re-solved serially for a deterministic "     \
     "counterexample, so a plan with thousands of failing stages would otherwise re-solve them all.")    \

@@ -37,6 +37,7 @@ struct vd_smt {
   Z3_ast *arena;
   size_t n_arena, cap_arena;
   unsigned timeout_ms;
+  uint64_t nf_steps, rlimit;
   uint64_t seed;   /* of the random witness (smt_check.c) */
   int fast_path;
   int failed;
@@ -94,6 +95,9 @@ static vd_rc make_context(vd_smt *s, vd_diag *d) {
   s->simp = Z3_mk_params(s->z);
   Z3_params_inc_ref(s->z, s->simp);
   Z3_params_set_bool(s->z, s->simp, Z3_mk_string_symbol(s->z, "som"), true);
+  /* A deterministic bound on the simplifier's work (rewrite steps); past it
+   * the simplification fails and the pairs stay open. */
+  Z3_params_set_uint(s->z, s->simp, Z3_mk_string_symbol(s->z, "max_steps"), (unsigned)VD_LIM_SIMP_MAX_STEPS);
   Z3_params_set_uint(s->z, s->simp, Z3_mk_string_symbol(s->z, "som_blowup"), (unsigned)VD_LIM_SOM_BLOWUP);
   if (Z3_get_error_code(s->z) != Z3_OK) {
     const char *m = Z3_get_error_msg(s->z, Z3_get_error_code(s->z));
@@ -109,6 +113,8 @@ vd_rc vd_smt_new(vd_smt **out, vd_diag *d) {
   vd_smt *s = vd_calloc(1, sizeof(*s));
   if (!s) return VD_OOM(d);
   s->timeout_ms = VD_LIM_STAGE_TIMEOUT_MS;
+  s->nf_steps = VD_SMT_DEFAULT_NF_STEPS;
+  s->rlimit = VD_SMT_DEFAULT_RLIMIT;
   s->seed = VD_LIM_SEED;
   s->fast_path = 1;
   vd_rc rc = make_context(s, d);
@@ -153,6 +159,19 @@ vd_rc vd_smt_reset(vd_smt *s, vd_diag *d) {
 
 void vd_smt_set_timeout(vd_smt *s, unsigned ms) { s->timeout_ms = ms; }
 void vd_smt_set_fast_path(vd_smt *s, int on) { s->fast_path = on != 0; }
+void vd_smt_set_budget(vd_smt *s, uint64_t nf_steps, uint64_t rlimit) {
+  s->nf_steps = nf_steps;
+  s->rlimit = rlimit;
+}
+
+/* The one process-wide counter of this module: abandoned checks are
+ * process state by nature (their threads outlive every context). */
+static size_t orphan_count;
+void vd_smt_i_orphan_add(int delta) {
+  if (delta > 0) __atomic_add_fetch(&orphan_count, (size_t)delta, __ATOMIC_SEQ_CST);
+  else __atomic_sub_fetch(&orphan_count, (size_t)-delta, __ATOMIC_SEQ_CST);
+}
+size_t vd_smt_orphans(void) { return __atomic_load_n(&orphan_count, __ATOMIC_SEQ_CST); }
 void vd_smt_set_seed(vd_smt *s, uint64_t seed) { s->seed = seed; }
 
 vd_rc vd_smt_status(const vd_smt *s, vd_diag *d, const char *what) {
@@ -176,6 +195,8 @@ int vd_smt_i_is_int(vd_smt *s, vd_term t) {
   return t && Z3_get_sort_kind(s->z, Z3_get_sort(s->z, t)) == Z3_INT_SORT;
 }
 unsigned vd_smt_i_timeout(const vd_smt *s) { return s->timeout_ms; }
+uint64_t vd_smt_i_nf_budget(const vd_smt *s) { return s->nf_steps; }
+uint64_t vd_smt_i_rlimit(const vd_smt *s) { return s->rlimit; }
 uint64_t vd_smt_i_seed(const vd_smt *s) { return s->seed; }
 int vd_smt_i_fast_path(const vd_smt *s) { return s->fast_path; }
 Z3_params vd_smt_i_simp_params(vd_smt *s) { return s->simp; }

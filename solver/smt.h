@@ -45,6 +45,7 @@
 #include <stdint.h>
 
 #include "../common/diag.h"
+#include "../common/limits.h"
 #include "../ops/ops.h"
 
 struct _Z3_ast;
@@ -63,10 +64,24 @@ void vd_smt_free(vd_smt *s);
  * Z3's internal caches stay bounded as well. */
 vd_rc vd_smt_reset(vd_smt *s, vd_diag *d);
 
-/* Per-check solver timeout in milliseconds (0 = none).  Default
- * VD_LIM_STAGE_TIMEOUT_MS (common/limits.h). */
+/* Per-check wall-clock limit in milliseconds (0 = none).  Default
+ * VD_LIM_STAGE_TIMEOUT_MS (common/limits.h).
+ * At the limit the solver is interrupted; if Z3 does not return within a
+ * grace period its check is abandoned on its own thread (with its own
+ * context), so the limit really ends the check.  Load-dependent by nature:
+ * the budget below is the limit that decides, this one is the backstop. */
 void vd_smt_set_timeout(vd_smt *s, unsigned ms);
-
+/* Deterministic work budget per check (0 = unlimited): nf_steps bounds the
+ * polynomial normal form (smt_poly.c), rlimit is Z3's resource limit for
+ * the solver (and the simplifier's step limit).  Defaults
+ * VD_SMT_DEFAULT_NF_STEPS and VD_SMT_DEFAULT_RLIMIT. */
+#define VD_SMT_DEFAULT_NF_STEPS ((uint64_t)VD_LIM_STAGE_BUDGET)
+#define VD_SMT_DEFAULT_RLIMIT ((uint64_t)VD_LIM_STAGE_BUDGET)
+void vd_smt_set_budget(vd_smt *s, uint64_t nf_steps, uint64_t rlimit);
+/* Checks abandoned at their wall-clock limit whose Z3 call has not returned
+ * yet (process-wide).  A CLI that exits while this is non-zero must use
+ * _exit: the abandoned threads are still inside Z3. */
+size_t vd_smt_orphans(void);
 /* Seed of the random witness that the check tries before the solver
  * (smt_check.c; OPTIMIZATION-ONLY: any seed gives the same verdicts).
  * Default VD_LIM_SEED; `verdict --seed N` sets it. */
@@ -243,8 +258,21 @@ typedef struct {
   vd_smt_value single;    /* name = NULL */
 } vd_smt_diff;
 
+/* Which limit made a check inconclusive. */
+typedef enum {
+  VD_SMT_LIMIT_NONE = 0,
+  VD_SMT_LIMIT_BUDGET, /* deterministic: Z3's rlimit (the normal form's budget only makes pairs undecided) */
+  VD_SMT_LIMIT_WALL,   /* the wall-clock backstop */
+} vd_smt_limit;
+
+extern const char *const vd_smt_limit_names[3];
+
 typedef struct {
   vd_smt_verdict verdict;
+  vd_smt_limit limit;     /* inconclusive: the limit hit, if any */
+  uint64_t nf_steps;      /* normal-form steps used */
+  int nf_gave_up;         /* the normal form ran out of budget */
+  uint64_t rlimit_used;   /* Z3 resource units used by the solver path */
   int by_fast_path;       /* 1 when the simplifier alone proved every pair */
   size_t n_fast;          /* pairs proved by the fast path */
   char reason[160];       /* inconclusive: "timeout", "unknown: ..." */
@@ -285,6 +313,21 @@ void vd_smt_i_clear_error(vd_smt *s);
 /* 1 when t has sort Int (index-valued inputs). */
 int vd_smt_i_is_int(vd_smt *s, vd_term t);
 unsigned vd_smt_i_timeout(const vd_smt *s);
+uint64_t vd_smt_i_nf_budget(const vd_smt *s);
+uint64_t vd_smt_i_rlimit(const vd_smt *s);
+void vd_smt_i_orphan_add(int delta);
+
+/* The polynomial normal form (smt_poly.c): one per check, over the terms
+ * of s.  budget: steps (0 = unlimited).  vd_smt_nf_of gives the interned
+ * id of t's normal form, or -1 once the budget (or the coefficient size
+ * bound) is exhausted, which is sticky; VD_ENOMEM.  Equal ids prove equal
+ * terms (see SOUNDNESS in smt_poly.c). */
+typedef struct vd_smt_nf vd_smt_nf;
+vd_rc vd_smt_nf_new(vd_smt_nf **out, vd_smt *s, uint64_t budget);
+void vd_smt_nf_free(vd_smt_nf *nf);
+vd_rc vd_smt_nf_of(vd_smt_nf *nf, vd_term t, int64_t *id);
+uint64_t vd_smt_nf_steps(const vd_smt_nf *nf);
+int vd_smt_nf_gave_up(const vd_smt_nf *nf);
 uint64_t vd_smt_i_seed(const vd_smt *s);
 int vd_smt_i_fast_path(const vd_smt *s);
 struct _Z3_params *vd_smt_i_simp_params(vd_smt *s);

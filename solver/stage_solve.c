@@ -560,6 +560,39 @@ static vd_rc record_cex(solve_ctx *c, const pair_list *pl, vd_smt_result *r, vd_
   return VD_OK;
 }
 
+/* "target 'name' [lo:hi,..] parts N; operators: grouped_mlp x5, view x15":
+ * where a limit was hit (the stage id is the report's), so the reader can
+ * tell which lineage and which operator mix is hard. */
+static void stage_where(const solve_ctx *c, char *buf, size_t n) {
+  const vd_stage *st = c->st;
+  size_t at = 0;
+  buf[0] = '\0';
+  for (uint32_t ti = 0; ti < st->n_targets && ti < 2 && at < n; ti++) {
+    const vd_stage_target *t = &st->targets[ti];
+    const vd_stage_value *sv = &st->vals[t->svalue];
+    at += (size_t)snprintf(buf + at, n - at, "%starget '%s' [", ti ? ", " : "", vd_plan_s(c->lt->gs->plan, tensor_of(c, sv)->name));
+    for (int k = 0; k < sv->ndim && at < n; k++)
+      at += (size_t)snprintf(buf + at, n - at, "%s%lld:%lld", k ? "," : "", (long long)t->lo[k], (long long)t->hi[k]);
+    if (at < n) at += (size_t)snprintf(buf + at, n - at, "]");
+    if (t->part_n > 1 && at < n) at += (size_t)snprintf(buf + at, n - at, " parts %lld", (long long)t->part_n);
+  }
+  if (st->n_targets > 2 && at < n) at += (size_t)snprintf(buf + at, n - at, " (+%u targets)", st->n_targets - 2);
+  /* Operator mix, in registry order (deterministic). */
+  uint32_t count[VD_OP__COUNT] = {0}, other = 0;
+  for (uint32_t i = 0; i < st->n_nodes; i++) {
+    if (st->nodes[i].op >= 0 && st->nodes[i].op < VD_OP__COUNT) count[st->nodes[i].op]++;
+    else other++;
+  }
+  if (at < n) at += (size_t)snprintf(buf + at, n - at, "; operators:");
+  int first = 1;
+  for (int op = 0; op < VD_OP__COUNT && at < n; op++)
+    if (count[op]) {
+      at += (size_t)snprintf(buf + at, n - at, "%s %s x%u", first ? "" : ",", vd_op_name((vd_op_id)op), count[op]);
+      first = 0;
+    }
+  if (other && at < n) snprintf(buf + at, n - at, "%s other x%u", first ? "" : ",", other);
+}
+
 /* ---- entry ------------------------------------------------------------------ */
 
 vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, const vd_stage_solve_opts *o,
@@ -576,6 +609,9 @@ vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, cons
   vd_smt_set_timeout(s, o->timeout_ms);
   vd_smt_set_seed(s, o->seed ? o->seed : (uint64_t)VD_LIM_SEED);
   vd_smt_set_fast_path(s, o->fast_path);
+  if (o->budget == UINT64_MAX) vd_smt_set_budget(s, 0, 0);
+  else if (o->budget) vd_smt_set_budget(s, o->budget, o->budget);
+  else vd_smt_set_budget(s, VD_SMT_DEFAULT_NF_STEPS, VD_SMT_DEFAULT_RLIMIT);
   for (uint32_t i = 0; i < st->n_vals; i++) {
     int64_t n = 1;
     for (int k = 0; k < st->vals[i].ndim; k++) n *= st->vals[i].rshape[k];
@@ -626,8 +662,23 @@ vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, cons
   if ((rc = vd_smt_check(s, pl.par, pl.single, pl.n, &r, d)) != VD_OK) goto done;
   v->verdict = r.verdict;
   v->by_fast_path = r.by_fast_path;
+  v->limit = r.limit;
+  v->work = r.nf_steps + r.rlimit_used;
   if (r.verdict == VD_SMT_INCONCLUSIVE) {
-    snprintf(v->reason, sizeof(v->reason), "solver: %s", r.reason[0] ? r.reason : "unknown");
+    char where[500];
+    stage_where(&c, where, sizeof(where));
+    if (r.limit == VD_SMT_LIMIT_BUDGET && r.rlimit_used == 0)
+      snprintf(v->reason, sizeof(v->reason), "budget exhausted: %s; %s", r.reason, where);
+    else if (r.limit == VD_SMT_LIMIT_BUDGET)
+      snprintf(v->reason, sizeof(v->reason),
+               "budget exhausted: solver: %s (%llu Z3 resource units; normal form %llu steps%s); %s",
+               r.reason, (unsigned long long)r.rlimit_used, (unsigned long long)r.nf_steps,
+               r.nf_gave_up ? ", gave up" : "", where);
+    else if (r.limit == VD_SMT_LIMIT_WALL)
+      snprintf(v->reason, sizeof(v->reason), "%s (normal form %llu steps%s); %s", r.reason,
+               (unsigned long long)r.nf_steps, r.nf_gave_up ? ", gave up" : "", where);
+    else
+      snprintf(v->reason, sizeof(v->reason), "solver: %s; %s", r.reason[0] ? r.reason : "unknown", where);
   } else if (r.verdict == VD_SMT_NOT_EQUIVALENT) {
     if ((rc = record_cex(&c, &pl, &r, v)) != VD_OK) goto done;
     if (r.n_diffs > 0) {

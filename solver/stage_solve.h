@@ -38,6 +38,8 @@ typedef struct {
   char factor[96];       /* SCALE: the factor c (exact), else "" */
   char reason[800];      /* inconclusive: why; not equivalent: one-line summary */
   int by_fast_path;
+  vd_smt_limit limit;    /* inconclusive: which limit was hit (reason says where) */
+  uint64_t work;         /* deterministic work of the main check: normal-form steps + Z3 resource units */
   double ms;             /* wall time of encoding + checking */
   vd_smt_value *inputs; size_t n_inputs; /* counterexample inputs */
   vd_stage_cex_elem *elems; size_t n_elems;
@@ -46,7 +48,9 @@ typedef struct {
 } vd_stage_verdict;
 
 typedef struct {
-  unsigned timeout_ms;   /* per stage; 0 = none */
+  unsigned timeout_ms;   /* wall-clock backstop per solver check; 0 = none */
+  uint64_t budget;       /* deterministic work budget per check (normal-form steps and Z3
+                          * resource units); 0 = VD_SMT_DEFAULT_*, UINT64_MAX = unlimited */
   int fast_path;         /* simplifier fast path on (default 1) */
   int64_t max_elems;     /* refuse (inconclusive) stages with a value larger than this */
   size_t max_cex_elems;  /* counterexample elements kept; 0 = VD_LIM_CEX_ELEMS */

@@ -6,9 +6,12 @@
  * to the exit code: 0 equivalent, 1 not equivalent, 2 bad input or usage,
  * 3 inconclusive.
  */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../common/limits.h"
 #include "cli.h"
@@ -25,7 +28,13 @@ static void verify_usage(FILE *f) {
           "  --pm FILE            parallel plan (required)\n"
           "  --threads N          solver threads (default: all cores)\n"
           "  --json FILE          also write the report as JSON\n"
-          "  --stage-timeout S    solver time limit per stage in seconds (default %d)\n"
+          "  --stage-budget N     deterministic work limit per stage, in millions of steps of\n"
+          "                       the normal form and of Z3 resource units (default %g;\n"
+          "                       fractions allowed; 'none' = unlimited; 0 is refused).\n"
+          "                       Decides the same way on any machine and load.\n"
+          "  --stage-timeout S    wall-clock backstop per stage in seconds, fractions allowed\n"
+          "                       (default %d; 'none' = no limit; 0 is refused).  Load-\n"
+          "                       dependent: a stage it stops is INCONCLUSIVE (wall-clock)\n"
           "  --max-failures N     failing stages reported in detail (default %d, 0 = all)\n"
           "  --seed N             seed of the solver's random witness, >= 1 (default %d)\n"
           "  --no-reuse           solve every stage, not one per symmetry class\n"
@@ -37,7 +46,7 @@ static void verify_usage(FILE *f) {
           "  -h, --help           this text\n"
           "\n"
           "exit codes: 0 equivalent, 1 not equivalent, 2 bad input or usage, 3 inconclusive\n",
-          VD_LIM_STAGE_TIMEOUT_MS / 1000, VD_LIM_MAX_FAILURES, VD_LIM_SEED);
+          VD_LIM_STAGE_BUDGET / 1e6, VD_LIM_STAGE_TIMEOUT_MS / 1000, VD_LIM_MAX_FAILURES, VD_LIM_SEED);
 }
 
 static int need_num(const char *opt, const char *val, long *out) {
@@ -49,9 +58,47 @@ static int need_num(const char *opt, const char *val, long *out) {
   return 0;
 }
 
+/* A positive number of seconds (fractions allowed) or "none".  0 is refused
+ * rather than silently meaning "no limit". */
+static int parse_seconds(const char *opt, const char *val, unsigned *ms) {
+  if (val && strcmp(val, "none") == 0) {
+    *ms = 0;
+    return 0;
+  }
+  char *end = NULL;
+  double v = val ? strtod(val, &end) : NAN;
+  if (!val || end == val || *end || !isfinite(v) || v <= 0 || v > 4000000) {
+    fprintf(stderr, "verdict: %s: expected seconds > 0 (e.g. 2.5) or 'none', got '%s'\n", opt, val ? val : "");
+    return -1;
+  }
+  double m = ceil(v * 1000.0);
+  *ms = (unsigned)(m < 1 ? 1 : m);
+  return 0;
+}
+
+/* A positive number of millions of work units (fractions allowed) or
+ * "none" (UINT64_MAX: unlimited). */
+static int parse_budget(const char *opt, const char *val, uint64_t *units) {
+  if (val && strcmp(val, "none") == 0) {
+    *units = UINT64_MAX;
+    return 0;
+  }
+  char *end = NULL;
+  double v = val ? strtod(val, &end) : NAN;
+  if (!val || end == val || *end || !isfinite(v) || v <= 0 || v > 4000) {
+    fprintf(stderr, "verdict: %s: expected millions of steps in (0, 4000] (e.g. 20 or 0.5) or 'none', got '%s'\n",
+            opt, val ? val : "");
+    return -1;
+  }
+  double u = ceil(v * 1e6);
+  *units = (uint64_t)(u < 1 ? 1 : u);
+  return 0;
+}
+
 static int parse(int argc, char **argv, vd_run_opts *o) {
   memset(o, 0, sizeof(*o));
   o->stage_timeout_ms = VD_LIM_STAGE_TIMEOUT_MS;
+  o->stage_budget = 0; /* VD_LIM_STAGE_BUDGET */
   o->max_failures = VD_LIM_MAX_FAILURES;
   o->seed = VD_LIM_SEED;
   for (int i = 1; i < argc; i++) {
@@ -63,7 +110,7 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
       return -1;
     }
     int takes = !strcmp(a, "--sm") || !strcmp(a, "--pm") || !strcmp(a, "--json") || !strcmp(a, "--threads") ||
-                !strcmp(a, "--stage-timeout") || !strcmp(a, "--max-failures") || !strcmp(a, "--seed") ||
+                !strcmp(a, "--stage-timeout") || !strcmp(a, "--stage-budget") || !strcmp(a, "--max-failures") || !strcmp(a, "--seed") ||
                 !strcmp(a, "--dump-stages");
     if (takes && !val) {
       fprintf(stderr, "verdict: missing value for option '%s'\n", a);
@@ -80,8 +127,9 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
       }
       o->threads = (int)n;
     } else if (!strcmp(a, "--stage-timeout")) {
-      if (need_num(a, argv[++i], &n)) return VD_EXIT_BAD_INPUT;
-      o->stage_timeout_ms = (unsigned)(n > 4000000 ? 4000000000u : (unsigned)n * 1000u);
+      if (parse_seconds(a, argv[++i], &o->stage_timeout_ms)) return VD_EXIT_BAD_INPUT;
+    } else if (!strcmp(a, "--stage-budget")) {
+      if (parse_budget(a, argv[++i], &o->stage_budget)) return VD_EXIT_BAD_INPUT;
     } else if (!strcmp(a, "--max-failures")) {
       if (need_num(a, argv[++i], &n)) return VD_EXIT_BAD_INPUT;
       o->max_failures = (int)(n > 1000000 ? 1000000 : n);
@@ -127,5 +175,13 @@ int vd_cmd_verify(int argc, char **argv) {
   if (o.json_path && vd_report_json(&r, &o, o.json_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
   if (o.dump_stages && vd_report_stages(&r, o.dump_stages, &d) != VD_OK) code = vd_cli_report_diag(&d);
   vd_run_free(&r);
+  if (vd_smt_orphans()) {
+    /* Checks abandoned at their wall-clock limit are still inside Z3 on
+     * their own threads: exiting through exit() would run Z3's static
+     * destructors under them.  The reports are written; leave now. */
+    fflush(stdout);
+    fflush(stderr);
+    _exit(code);
+  }
   return code;
 }

@@ -233,33 +233,45 @@ static void text_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
   }
 }
 
-/* -v: the stages that took longest to solve (representatives of their
- * class only; members copy their verdict), with their sizes, so a slow
- * run can be traced to its stages (then --dump-stages shows them). */
-static void text_slowest(const vd_run *r, FILE *f) {
+/* -v: the stages that took longest to solve, and the stages that did the
+ * most deterministic work (normal-form steps + Z3 resource units: the
+ * measure that --stage-budget limits, the same on every machine);
+ * representatives of their class only (members copy their verdict), with
+ * their sizes, so a slow run can be traced to its stages (then
+ * --dump-stages shows them). */
+static double key_ms(const vd_stage_verdict *v) { return v->ms; }
+static double key_work(const vd_stage_verdict *v) { return (double)v->work; }
+
+static void text_top(const vd_run *r, FILE *f, double (*key)(const vd_stage_verdict *), const char *title) {
   enum { TOP = 5 };
   size_t top[TOP], n = 0;
   for (size_t i = 0; i < r->set.n_stages; i++) {
     const vd_stage *st = &r->set.stages[i];
     if (st->canon_class >= 0 && (uint32_t)st->canon_class != st->id) continue;
-    double ms = r->verdicts[i].ms;
+    double ms = key(&r->verdicts[i]);
     size_t k = n < TOP ? n++ : TOP;
-    if (k == TOP && ms <= r->verdicts[top[TOP - 1]].ms) continue;
+    if (k == TOP && ms <= key(&r->verdicts[top[TOP - 1]])) continue;
     if (k == TOP) k = TOP - 1;
-    while (k > 0 && r->verdicts[top[k - 1]].ms < ms) {
+    while (k > 0 && key(&r->verdicts[top[k - 1]]) < ms) {
       top[k] = top[k - 1];
       k--;
     }
     top[k] = i;
   }
   if (!n) return;
-  fprintf(f, "  slowest stages:");
+  fprintf(f, "  %s:", title);
   for (size_t k = 0; k < n; k++) {
     const vd_stage *st = &r->set.stages[top[k]];
-    fprintf(f, "%s %u (%.3fs, %u nodes, %u values)", k ? "," : "", st->id, r->verdicts[top[k]].ms / 1e3,
-            st->n_nodes, st->n_vals);
+    const vd_stage_verdict *v = &r->verdicts[top[k]];
+    fprintf(f, "%s %u (%.3fs, work %llu, %u nodes, %u values)", k ? "," : "", st->id, v->ms / 1e3,
+            (unsigned long long)v->work, st->n_nodes, st->n_vals);
   }
   fputc('\n', f);
+}
+
+static void text_slowest(const vd_run *r, FILE *f) {
+  text_top(r, f, key_ms, "slowest stages");
+  text_top(r, f, key_work, "hardest stages by work");
 }
 
 void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
@@ -450,7 +462,8 @@ vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd
   n = 0;
   for (size_t i = 0; i < r->set.n_stages; i++) {
     if (r->verdicts[i].verdict != VD_SMT_INCONCLUSIVE) continue;
-    fprintf(f, "%s\n{\"stage\":%zu,\"reason\":", n++ ? "," : "", i);
+    fprintf(f, "%s\n{\"stage\":%zu,\"limit\":\"%s\",\"work\":%llu,\"reason\":", n++ ? "," : "", i,
+            vd_smt_limit_names[r->verdicts[i].limit], (unsigned long long)r->verdicts[i].work);
     vd_cli_json_str(f, r->verdicts[i].reason);
     fputc('}', f);
   }

@@ -99,9 +99,9 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     if (o->no_reuse || st->canon_class < 0 || (size_t)st->canon_class == i) reps[n_reps++] = (uint32_t)i;
   }
   r->n_classes = n_reps;
-  vd_stage_solve_opts so = {.timeout_ms = o->stage_timeout_ms, .fast_path = !o->no_fast_path,
-                            .max_elems = VD_LIM_STAGE_MAX_ELEMS, .max_cex_elems = VD_LIM_CEX_ELEMS,
-                            .seed = o->seed};
+  vd_stage_solve_opts so = {.timeout_ms = o->stage_timeout_ms, .budget = o->stage_budget,
+                            .fast_path = !o->no_fast_path, .max_elems = VD_LIM_STAGE_MAX_ELEMS,
+                            .max_cex_elems = VD_LIM_CEX_ELEMS, .seed = o->seed};
   size_t done = 0;
   double t0 = vd_clock_s();
   vd_rc first_rc = VD_OK;
@@ -158,6 +158,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     v->verdict = rep->verdict;
     v->diagnosis = rep->diagnosis;
     v->by_fast_path = rep->by_fast_path;
+    v->limit = rep->limit;
     memcpy(v->factor, rep->factor, sizeof(v->factor)); /* v != rep: i is not its class id */
     memcpy(v->reason, rep->reason, sizeof(v->reason));
     r->stage_rc[i] = r->stage_rc[st->canon_class];

@@ -17,7 +17,8 @@ typedef struct {
   const char *json_path;   /* --json FILE, or NULL */
   const char *dump_stages; /* --dump-stages FILE, or NULL */
   int threads;             /* 0 = OpenMP default */
-  unsigned stage_timeout_ms;
+  unsigned stage_timeout_ms;  /* wall-clock backstop per solver check; 0 = none */
+  uint64_t stage_budget;      /* work units per check; 0 = default, UINT64_MAX = unlimited */
   int max_failures;        /* failing stages reported in detail */
   uint64_t seed;
   int quiet, verbose;

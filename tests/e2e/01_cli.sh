@@ -27,9 +27,11 @@ expect_in "garbage.plan" "$TMP/err"
 # the limits table (common/limits.h): every default with its reason; the
 # verify help quotes the same default
 expect_exit 0 "$VERDICT" limits
-expect_in "STAGE_TIMEOUT_MS *20000  --stage-timeout" "$TMP/out"
+expect_in "STAGE_TIMEOUT_MS *30000  --stage-timeout" "$TMP/out"
+expect_in "STAGE_BUDGET *5000000  --stage-budget" "$TMP/out"
 expect_exit 0 "$VERDICT" --sm a --pm b --help
-expect_in "per stage in seconds (default 20)" "$TMP/out"
+expect_in "(default 30; 'none' = no limit; 0 is refused)" "$TMP/out"
+expect_in "Z3 resource units (default 5;" "$TMP/out"
 expect_exit 2 "$VERDICT" --sm a --pm b --seed 0
 expect_in "positive" "$TMP/err"
 echo ok

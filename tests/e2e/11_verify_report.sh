@@ -54,7 +54,8 @@ for f in "$TMP/run.threads2noreuse" "$TMP/run.threads2nofastpath"; do
 done
 # -v lists the slowest stages (at most five), each with its time and size
 expect_exit 0 "$VERDICT" -v --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "^  slowest stages: [0-9]* ([0-9.]*s, [0-9]* nodes, [0-9]* values)" "$TMP/out"
-n=$(grep '^  slowest stages:' "$TMP/out" | grep -o '[0-9.]*s, [0-9]* nodes' | wc -l)
+expect_in "^  slowest stages: [0-9]* ([0-9.]*s, work [0-9]*, [0-9]* nodes, [0-9]* values)" "$TMP/out"
+expect_in "^  hardest stages by work: [0-9]* ([0-9.]*s, work [0-9]*, [0-9]* nodes" "$TMP/out"
+n=$(grep '^  slowest stages:' "$TMP/out" | grep -o 's, work [0-9]*, [0-9]* nodes' | wc -l)
 [ "$n" -ge 1 ] && [ "$n" -le 5 ] || fail "expected 1 to 5 slowest stages, got $n"
 echo ok

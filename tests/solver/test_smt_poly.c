@@ -1,0 +1,271 @@
+/*
+ * tests/solver/test_smt_poly.c - the polynomial normal form (solver/smt_poly.c)
+ * and the deterministic limits of the check (solver/smt_check.c): ring
+ * identities proved by the normal form alone, congruence through
+ * uninterpreted applications, numerals and division by numerals, the TP
+ * partial grouped-MLP identity of issue 14, non-identities never proved,
+ * step counts independent of the context's history, the budget and the
+ * wall clock each reported as the limit hit, and never EQUIVALENT.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "../../common/mem.h"
+#include "../../solver/smt.h"
+
+static vd_smt *new_smt(void) {
+  vd_smt *s = NULL;
+  assert_int_equal(vd_smt_new(&s, NULL), VD_OK);
+  return s;
+}
+
+static vd_term var(vd_smt *s, const char *fmt, int i, int j) {
+  char nm[64];
+  snprintf(nm, sizeof(nm), fmt, i, j);
+  return vd_smt_var(s, nm);
+}
+
+/* Normal-form ids of a and b (must not run out of budget). */
+static void nf_ids(vd_smt *s, vd_term a, vd_term b, int64_t *ia, int64_t *ib) {
+  vd_smt_nf *nf = NULL;
+  assert_int_equal(vd_smt_nf_new(&nf, s, 0), VD_OK);
+  assert_int_equal(vd_smt_nf_of(nf, a, ia), VD_OK);
+  assert_int_equal(vd_smt_nf_of(nf, b, ib), VD_OK);
+  assert_true(*ia >= 0 && *ib >= 0);
+  vd_smt_nf_free(nf);
+}
+
+static void test_ring_identities(void **state) {
+  (void)state;
+  vd_smt *s = new_smt();
+  vd_term a = vd_smt_var(s, "a"), b = vd_smt_var(s, "b"), c = vd_smt_var(s, "c");
+  int64_t x, y;
+  /* (a + b)(a - b) = a^2 - b^2 */
+  nf_ids(s, vd_smt_mul(s, vd_smt_add(s, a, b), vd_smt_sub(s, a, b)),
+         vd_smt_sub(s, vd_smt_mul(s, a, a), vd_smt_mul(s, b, b)), &x, &y);
+  assert_int_equal(x, y);
+  /* c (a + b) + 0 = b c + c a */
+  nf_ids(s, vd_smt_add(s, vd_smt_mul(s, c, vd_smt_add(s, a, b)), vd_smt_num_int(s, 0)),
+         vd_smt_add(s, vd_smt_mul(s, b, c), vd_smt_mul(s, c, a)), &x, &y);
+  assert_int_equal(x, y);
+  /* a / 4 = 0.25 a, and -(-a) = a */
+  nf_ids(s, vd_smt_div(s, a, vd_smt_num_int(s, 4)), vd_smt_mul(s, vd_smt_num_double(s, 0.25), a), &x, &y);
+  assert_int_equal(x, y);
+  nf_ids(s, vd_smt_neg(s, vd_smt_neg(s, a)), a, &x, &y);
+  assert_int_equal(x, y);
+  /* congruence: exp(a + b) = exp(b + a), keyed by the argument's normal form */
+  vd_term ab = vd_smt_add(s, a, b), ba = vd_smt_add(s, b, a);
+  nf_ids(s, vd_smt_uf(s, "exp", 1, &ab), vd_smt_uf(s, "exp", 1, &ba), &x, &y);
+  assert_int_equal(x, y);
+  /* ite with equal branches, comparisons folded on numerals */
+  nf_ids(s, vd_smt_ite(s, vd_smt_le(s, a, b), vd_smt_add(s, a, c), vd_smt_add(s, c, a)), vd_smt_add(s, a, c), &x, &y);
+  assert_int_equal(x, y);
+  vd_smt_free(s);
+}
+
+static void test_non_identities_differ(void **state) {
+  (void)state;
+  vd_smt *s = new_smt();
+  vd_term a = vd_smt_var(s, "a"), b = vd_smt_var(s, "b");
+  int64_t x, y;
+  /* (a + b)^2 != a^2 + b^2: different normal forms, and the check refutes it */
+  vd_term l = vd_smt_pow_int(s, vd_smt_add(s, a, b), 2), r = vd_smt_add(s, vd_smt_mul(s, a, a), vd_smt_mul(s, b, b));
+  nf_ids(s, l, r, &x, &y);
+  assert_true(x != y);
+  vd_smt_result res;
+  assert_int_equal(vd_smt_check(s, &l, &r, 1, &res, NULL), VD_OK);
+  assert_int_equal(res.verdict, VD_SMT_NOT_EQUIVALENT);
+  vd_smt_result_free(&res);
+  /* exp(a) vs exp(b): different atoms */
+  nf_ids(s, vd_smt_uf(s, "exp", 1, &a), vd_smt_uf(s, "exp", 1, &b), &x, &y);
+  assert_true(x != y);
+  /* 2a vs a + a + 1e-300: exact coefficients, no rounding */
+  nf_ids(s, vd_smt_mul(s, vd_smt_num_int(s, 2), a), vd_smt_add(s, vd_smt_add(s, a, a), vd_smt_num_double(s, 1e-300)),
+         &x, &y);
+  assert_true(x != y);
+  vd_smt_free(s);
+}
+
+/* The stage of issue 14: y = sum_e g_e sum_j w2[e,j] silu(w1[e,j] . x) (w3[e,j] . x)
+ * over F hidden units, against the sum of P partial results each over F/P of
+ * them (TP partial grouped MLP).  silu is uninterpreted here. */
+static void moe_pair(vd_smt *s, int E, int F, int P, int H, vd_term *par, vd_term *single) {
+  vd_term x[8];
+  for (int h = 0; h < H; h++) x[h] = var(s, "x%d", h, 0);
+  vd_term parts[8] = {0};
+  vd_term total = NULL;
+  for (int p = 0; p < P; p++) {
+    vd_term acc = NULL;
+    for (int e = 0; e < E; e++) {
+      vd_term inner = NULL;
+      for (int j = p * (F / P); j < (p + 1) * (F / P); j++) {
+        vd_term a = NULL, b = NULL;
+        for (int h = 0; h < H; h++) {
+          vd_term t1 = vd_smt_mul(s, var(s, "w1_%d_%d", e * 64 + j, h), x[h]);
+          vd_term t3 = vd_smt_mul(s, var(s, "w3_%d_%d", e * 64 + j, h), x[h]);
+          a = a ? vd_smt_add(s, a, t1) : t1;
+          b = b ? vd_smt_add(s, b, t3) : t3;
+        }
+        vd_term hd = vd_smt_mul(s, vd_smt_uf(s, "silu", 1, &a), b);
+        vd_term t = vd_smt_mul(s, var(s, "w2_%d_%d", e, j), hd);
+        inner = inner ? vd_smt_add(s, inner, t) : t;
+      }
+      vd_term t = vd_smt_mul(s, var(s, "g%d_%d", e, 0), inner);
+      acc = acc ? vd_smt_add(s, acc, t) : t;
+    }
+    parts[p] = acc;
+  }
+  for (int p = 0; p < P; p++) total = total ? vd_smt_add(s, total, parts[p]) : parts[p];
+  *par = total;
+  /* single: the same with one shard */
+  vd_term acc = NULL;
+  for (int e = 0; e < E; e++) {
+    vd_term inner = NULL;
+    for (int j = 0; j < F; j++) {
+      vd_term a = NULL, b = NULL;
+      for (int h = 0; h < H; h++) {
+        vd_term t1 = vd_smt_mul(s, var(s, "w1_%d_%d", e * 64 + j, h), x[h]);
+        vd_term t3 = vd_smt_mul(s, var(s, "w3_%d_%d", e * 64 + j, h), x[h]);
+        a = a ? vd_smt_add(s, a, t1) : t1;
+        b = b ? vd_smt_add(s, b, t3) : t3;
+      }
+      vd_term hd = vd_smt_mul(s, vd_smt_uf(s, "silu", 1, &a), b);
+      vd_term t = vd_smt_mul(s, var(s, "w2_%d_%d", e, j), hd);
+      inner = inner ? vd_smt_add(s, inner, t) : t;
+    }
+    vd_term t = vd_smt_mul(s, var(s, "g%d_%d", e, 0), inner);
+    acc = acc ? vd_smt_add(s, acc, t) : t;
+  }
+  *single = acc;
+}
+
+static void test_tp_partial_grouped_mlp(void **state) {
+  (void)state;
+  vd_smt *s = new_smt();
+  vd_term par, single;
+  moe_pair(s, 4, 8, 4, 2, &par, &single);
+  vd_smt_result r;
+  assert_int_equal(vd_smt_check(s, &par, &single, 1, &r, NULL), VD_OK);
+  assert_int_equal(r.verdict, VD_SMT_EQUIVALENT);
+  assert_int_equal(r.by_fast_path, 1); /* the normal form alone, no solver */
+  assert_true(r.nf_steps > 0 && !r.nf_gave_up);
+  uint64_t steps = r.nf_steps;
+  vd_smt_result_free(&r);
+  /* Deterministic work: another context, with a different history of
+   * terms (other ids), counts the same steps. */
+  vd_smt *s2 = new_smt();
+  for (int i = 0; i < 100; i++) (void)var(s2, "noise%d_%d", i, 0);
+  moe_pair(s2, 4, 8, 4, 2, &par, &single);
+  assert_int_equal(vd_smt_check(s2, &par, &single, 1, &r, NULL), VD_OK);
+  assert_int_equal(r.verdict, VD_SMT_EQUIVALENT);
+  assert_true(r.nf_steps == steps);
+  vd_smt_result_free(&r);
+  /* A dropped shard (one partial result missing) is refuted. */
+  vd_smt_reset(s2, NULL);
+  moe_pair(s2, 4, 8, 4, 2, &par, &single);
+  vd_term wrong = vd_smt_sub(s2, par, vd_smt_mul(s2, var(s2, "g%d_%d", 0, 0), var(s2, "w2_%d_%d", 0, 0)));
+  assert_int_equal(vd_smt_check(s2, &wrong, &single, 1, &r, NULL), VD_OK);
+  assert_int_equal(r.verdict, VD_SMT_NOT_EQUIVALENT);
+  vd_smt_result_free(&r);
+  vd_smt_free(s2);
+  vd_smt_free(s);
+}
+
+/* Motzkin-based hard identity (see test_smt_check.c): true, but beyond Z3. */
+static void motzkin(vd_smt *s, vd_term *lhs, vd_term *rhs) {
+  vd_term x[6], terms[2];
+  for (int i = 0; i < 6; i++) x[i] = var(s, "m%d_%d", i, 0);
+  for (int k = 0; k < 2; k++) {
+    vd_term X = k ? vd_smt_add(s, x[3], x[2]) : x[0], Y = x[3 * k + 1], Z = x[3 * k + 2];
+    vd_term X2 = vd_smt_mul(s, X, X), Y2 = vd_smt_mul(s, Y, Y), Z2 = vd_smt_mul(s, Z, Z);
+    vd_term f1[3] = {X2, X2, Y2}, f2[3] = {X2, Y2, Y2}, f3[3] = {Z2, Z2, Z2}, f4[4] = {vd_smt_num_int(s, -3), X2, Y2, Z2};
+    vd_term t4[4] = {vd_smt_prod(s, 3, f1), vd_smt_prod(s, 3, f2), vd_smt_prod(s, 3, f3), vd_smt_prod(s, 4, f4)};
+    terms[k] = vd_smt_sum(s, 4, t4);
+  }
+  vd_term poly = vd_smt_sum(s, 2, terms);
+  vd_term a = vd_smt_var(s, "a"), b = vd_smt_var(s, "b");
+  *lhs = vd_smt_ite(s, vd_smt_le(s, poly, vd_smt_num_int(s, -1)), b, a);
+  *rhs = a;
+}
+
+static void test_budget_is_the_limit(void **state) {
+  (void)state;
+  uint64_t used[2];
+  for (int run = 0; run < 2; run++) {
+    vd_smt *s = new_smt();
+    vd_smt_set_timeout(s, 0);          /* no wall clock: the budget alone must stop it */
+    vd_smt_set_budget(s, 0, 20000);    /* Z3: 20000 resource units */
+    vd_term l, r;
+    motzkin(s, &l, &r);
+    vd_smt_result res;
+    assert_int_equal(vd_smt_check(s, &l, &r, 1, &res, NULL), VD_OK);
+    assert_int_equal(res.verdict, VD_SMT_INCONCLUSIVE);
+    assert_int_equal(res.limit, VD_SMT_LIMIT_BUDGET);
+    assert_true(res.rlimit_used >= 20000);
+    used[run] = res.rlimit_used;
+    vd_smt_result_free(&res);
+    vd_smt_free(s);
+  }
+  /* The same question stops at the same count (fresh context per check). */
+  assert_true(used[0] == used[1]);
+  /* A normal-form budget too small for the terms stops the check there
+   * (inconclusive, the budget named); without the normal form, the solver
+   * decides (here: proves) the same pair. */
+  vd_smt *s = new_smt();
+  vd_smt_set_budget(s, 5, 0);
+  vd_term a = vd_smt_var(s, "a"), b = vd_smt_var(s, "b");
+  vd_term l = vd_smt_mul(s, vd_smt_add(s, a, b), vd_smt_add(s, a, b));
+  vd_term r = vd_smt_add(s, vd_smt_add(s, vd_smt_mul(s, a, a), vd_smt_mul(s, vd_smt_num_int(s, 2), vd_smt_mul(s, a, b))),
+                         vd_smt_mul(s, b, b));
+  vd_smt_result res;
+  assert_int_equal(vd_smt_check(s, &l, &r, 1, &res, NULL), VD_OK);
+  assert_int_equal(res.nf_gave_up, 1);
+  assert_int_equal(res.verdict, VD_SMT_INCONCLUSIVE);
+  assert_int_equal(res.limit, VD_SMT_LIMIT_BUDGET);
+  assert_non_null(strstr(res.reason, "normal form out of budget"));
+  vd_smt_result_free(&res);
+  vd_smt_set_fast_path(s, 0);
+  assert_int_equal(vd_smt_check(s, &l, &r, 1, &res, NULL), VD_OK);
+  assert_int_equal(res.verdict, VD_SMT_EQUIVALENT);
+  vd_smt_result_free(&res);
+  vd_smt_free(s);
+}
+
+static void test_wall_clock_is_the_limit(void **state) {
+  (void)state;
+  vd_smt *s = new_smt();
+  vd_smt_set_budget(s, 0, 0); /* unlimited: only the wall clock stops it */
+  vd_smt_set_timeout(s, 50);
+  vd_term l, r;
+  motzkin(s, &l, &r);
+  vd_smt_result res;
+  assert_int_equal(vd_smt_check(s, &l, &r, 1, &res, NULL), VD_OK);
+  assert_int_equal(res.verdict, VD_SMT_INCONCLUSIVE);
+  assert_int_equal(res.limit, VD_SMT_LIMIT_WALL);
+  assert_non_null(strstr(res.reason, "wall-clock"));
+  vd_smt_result_free(&res);
+  /* The context is usable afterwards (the job had its own). */
+  vd_term a = vd_smt_var(s, "a");
+  vd_term y = vd_smt_add(s, a, a), z = vd_smt_mul(s, vd_smt_num_int(s, 2), a);
+  assert_int_equal(vd_smt_check(s, &y, &z, 1, &res, NULL), VD_OK);
+  assert_int_equal(res.verdict, VD_SMT_EQUIVALENT);
+  vd_smt_result_free(&res);
+  vd_smt_free(s);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_ring_identities),
+      cmocka_unit_test(test_non_identities_differ),
+      cmocka_unit_test(test_tp_partial_grouped_mlp),
+      cmocka_unit_test(test_budget_is_the_limit),
+      cmocka_unit_test(test_wall_clock_is_the_limit),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
