@@ -27,7 +27,7 @@ TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_SUPPORT := $(wildcard tests/support/*.c)
 E2E     := $(sort $(wildcard tests/e2e/[0-9]*.sh))
 
-.PHONY: all deps test unit e2e asan demo fuzz fuzz-short clean bugs corpus bench valgrind lint torch-demo
+.PHONY: all deps test unit e2e asan demo fuzz fuzz-short clean bugs corpus bench valgrind lint torch-demo soundness
 all: $(BIN)/verdict
 
 # Installs missing Debian packages (as root, or through sudo); does nothing
@@ -87,6 +87,17 @@ lint:
 # unmutated plan equivalent.  Prints the table of docs/bugs.md.
 bugs: $(BIN)/verdict
 	VERIFY=1 sh tests/bugs/run_suite.sh $(BIN)/verdict
+
+# The soundness fuzzer (tests/soundness/soundness.c): random mutations of
+# generated plans judged by the verifier and by the oracle on unreduced
+# shapes; fails on any EQUIVALENT the oracle contradicts.  N mutants (default
+# 400, about a minute; N=10000 for the long run), fixed seed.
+N ?= 400
+$(BUILD)/soundness: tests/soundness/soundness.c $(BUILD)/libverdict.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(EXTRA_LDFLAGS) -o $@ $< $(BUILD)/libverdict.a $(LIBS)
+soundness: $(BUILD)/soundness
+	$(BUILD)/soundness -n $(N) --out $(BUILD)/soundness.d
 
 # The nnScaler corpus (../shared/corpus): convert every pair, verify it and
 # run the oracle on it; the table (docs/corpus.md) also lands in $(BUILD)/corpus.md.

@@ -561,6 +561,34 @@ static int ce_cmp(const void *a, const void *b) {
   return x->exec < y->exec ? -1 : x->exec > y->exec;
 }
 
+/* SOUNDNESS: the merged node computes with ONE member's attributes (the
+ * first participant's), so members that disagree (one all_reduce says
+ * reduce=max, one all_to_all member splits along another dim) would be
+ * silently reconciled.  Every member is compared with the first, in both
+ * directions (an attribute only one of them has counts), so a mismatch is
+ * found whichever member is the odd one.  Writes the first differing key and
+ * both values ("<absent>" for a missing one) and returns 1. */
+static int coll_attr_mismatch(const vd_plan_t *p, const vd_node_t *n, const vd_node_t *ref, char *key,
+                              size_t ksz, char *mine, char *theirs, size_t vsz) {
+  for (int pass = 0; pass < 2; pass++) {
+    const vd_node_t *a = pass ? ref : n, *b = pass ? n : ref;
+    for (uint32_t i = 0; i < a->n_attr; i++) {
+      const vd_attr_t *x = &p->attrs[a->attr_off + i];
+      const vd_attr_t *y = vd_node_attr(p, b, vd_plan_s(p, x->key));
+      if (y && vd_attr_equal(p, x, p, y)) continue;
+      snprintf(key, ksz, "%s", vd_plan_s(p, x->key));
+      char *xa = pass ? theirs : mine, *ya = pass ? mine : theirs;
+      vd_attr_format(p, x, xa, vsz);
+      if (y)
+        vd_attr_format(p, y, ya, vsz);
+      else
+        snprintf(ya, vsz, "<absent>");
+      return 1;
+    }
+  }
+  return 0;
+}
+
 /* Checks one collective instance (participants sorted by position) and
  * records COLL_MISMATCH issues. */
 static vd_rc check_coll(bctx *c, const cexec_t *ps, uint32_t np) {
@@ -589,10 +617,23 @@ static vd_rc check_coll(bctx *c, const cexec_t *ps, uint32_t np) {
                (n->group_off != rn->group_off &&
                 memcmp(vd_node_group(p, n), rg, n->n_group * sizeof(*rg)) != 0))
         why = "group";
-      if (why)
+      if (why) {
         VD_CHECK(vd_graph_i_issue(g, VD_GISSUE_COLL_MISMATCH, -1, pn, x->replica, mb, why,
                                   "%s: %s '%s' on rank %lld disagrees in %s with %s '%s'", key,
                                   nop(p, pn), nname(p, pn), rk, why, nop(p, ref), nname(p, ref)));
+      } else if (!p2p) {
+        char ak[64], mine[96], theirs[96], field[80];
+        if (coll_attr_mismatch(p, n, rn, ak, sizeof(ak), mine, theirs, sizeof(mine))) {
+          const exec_t *r0 = &c->ex[ps[0].exec];
+          snprintf(field, sizeof(field), "attrs.%s", ak);
+          VD_CHECK(vd_graph_i_issue(g, VD_GISSUE_COLL_MISMATCH, -1, pn, x->replica, mb, field,
+                                    "%s: %s '%s' on rank %lld (group position %d) has attrs.%s = %s, but %s "
+                                    "'%s' on rank %lld (group position %d) has %s",
+                                    key, nop(p, pn), nname(p, pn), rk, ps[i].pos, ak, mine, nop(p, ref),
+                                    nname(p, ref), (long long)vd_graph_rank(g, rn->rank, r0->replica),
+                                    ps[0].pos, theirs));
+        }
+      }
     }
     int32_t pos = ps[i].pos;
     if (pos < 0 || pos >= exp) {

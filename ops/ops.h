@@ -252,4 +252,55 @@ const vd_op_eqv *vd_op_eqv_of(vd_op_id op);
  * dimension may be linked): the position dimension of LEAD operators. */
 int32_t vd_op_eqv_lead(vd_op_id op, const vd_plan_t *plan, const vd_node_t *node, int32_t ndim);
 
+/* ---- attribute schema (ops/attrs.c) --------------------------------------
+ *
+ * Per operator: every attribute it takes (name, type, range, required or
+ * optional) and, for collectives, the arity of one member node.  Plans are
+ * checked against it on load (vd_op_check_plan), so that no attribute of the
+ * wrong kind silently reads as its default. */
+
+typedef enum {
+  VD_AT_INT,        /* int (booleans are ints 0/1) in [lo, hi] */
+  VD_AT_NUM,        /* int or float in [lo, hi] (a real constant; an int converts exactly) */
+  VD_AT_STR,        /* string; one of `choices` ("a|b") unless NULL */
+  VD_AT_DIM,        /* int: a dimension index, negative from the end */
+  VD_AT_DIMS,       /* int or list of ints: dimension indices */
+  VD_AT_INT_OR_STR, /* int or string (dropout's `training`, which may be "self.training") */
+} vd_op_attr_type;
+
+typedef enum {
+  VD_AT_OPTIONAL,
+  VD_AT_REQUIRED,
+  VD_AT_UNARY, /* required in the one-input form, not allowed with two inputs (scalar operands) */
+} vd_op_attr_req;
+
+typedef struct {
+  const char *name; /* NULL ends a list */
+  vd_op_attr_type type;
+  vd_op_attr_req req;
+  double lo, hi;       /* range (NUM, INT, DIM, DIMS elements) */
+  const char *choices; /* STR: '|'-separated accepted values, NULL = any */
+} vd_op_attr_spec;
+
+typedef struct {
+  const vd_op_attr_spec *attrs; /* terminated by a NULL name; never NULL for a complete row */
+  int member_arity;             /* 1: the arity below is one member's (collectives) */
+  uint32_t in_lo, in_hi, out_lo, out_hi;
+} vd_op_schema;
+
+/* The schema of op, or NULL if op is out of range or its row is missing
+ * (tests/ops/test_attrs.c checks that no row is missing). */
+const vd_op_schema *vd_op_attr_schema(vd_op_id op);
+
+/* Inputs and outputs one node of op may have (hi = UINT32_MAX: unbounded). */
+void vd_op_node_arity(vd_op_id op, uint32_t *in_lo, uint32_t *in_hi, uint32_t *out_lo, uint32_t *out_hi);
+
+/* Checks every node of p whose operator is in the registry against its
+ * schema: input and output counts, attribute names (unknown keys are
+ * errors), kinds, ranges, required attributes.  Operators outside the
+ * registry are left to the verifier (unsupported).  VD_EINPUT with the diag
+ * naming file, node ("node 12 'name' (softmax)") and field ("attrs.dim",
+ * "in"); O(nodes x attributes). */
+vd_rc vd_op_check_plan(const vd_plan_t *p, const char *file, vd_diag *d);
+
 #endif

@@ -499,6 +499,12 @@ static vd_rc red_rope(const vd_op_reduce_call *c, int *norule) {
   }
   VD_CHECK(same(c, dr(1, 0, 0), dr(0, 0, 0), norule));
   VD_CHECK(mark(c, VD_RED_EVEN, dr(0, 0, x->ndim - 1)));
+  /* SOUNDNESS: the angle depends on the index along seq_dim; reduced to one
+   * position, every row gets the same angle and a rope that reads its
+   * positions along another dimension (seq_dim 0 or 2 instead of 1: found by
+   * the soundness fuzzer) computes the same reduced values.  Two positions
+   * keep the dependence visible. */
+  VD_CHECK(mark(c, VD_RED_MIN2, dr(0, 0, sd)));
   return pos(c, dr(0, 0, sd), "pos_offset");
 }
 #define red_rope_backward red_rope

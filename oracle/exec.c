@@ -456,6 +456,16 @@ static vd_rc collect_instances(ctx_t *c, vd_exec_result *r, cmp_t *m, vd_diag *d
         counted = 1;
       }
     r->n_tensors += (size_t)counted;
+    if ((sv < 0 || !c->s.val[sv]) && r->status != VD_EXEC_DISAGREE) {
+      /* The counterpart the annotation names has no value in the single plan
+       * (nothing produces or reads it): there is nothing to compare with, so
+       * the claim cannot be confirmed; skipping it would let a plan agree on
+       * nothing (an empty single plan). */
+      snprintf(r->reason, sizeof(r->reason),
+               "'%s' is annotated with single tensor '%s', which the single plan never produces or reads",
+               vd_plan_s(pp, pt->name), vd_plan_s(c->s.p, c->s.p->tensors[sidx].name));
+      r->status = VD_EXEC_DISAGREE;
+    }
     if (!any_value && sv >= 0 && c->s.val[sv] && r->status != VD_EXEC_DISAGREE) {
       snprintf(r->reason, sizeof(r->reason), "'%s' is annotated with single tensor '%s' but never holds a value",
                vd_plan_s(pp, pt->name), vd_plan_s(c->s.p, c->s.p->tensors[sidx].name));
@@ -637,6 +647,12 @@ static int batch_mismatch(ctx_t *c, const vd_plan_t *pp, vd_exec_result *r) {
   return 0;
 }
 
+static size_t count_annotated(const vd_plan_t *p) {
+  size_t n = 0;
+  for (size_t i = 0; i < p->n_tensors; i++) n += p->tensors[i].has_lin != 0;
+  return n;
+}
+
 vd_rc vd_exec_compare(const vd_plan_t *single, const vd_plan_t *parallel, const vd_exec_opts *o,
                       vd_exec_result *r, vd_diag *d) {
   vd_exec_opts defo = {0};
@@ -709,6 +725,15 @@ vd_rc vd_exec_compare(const vd_plan_t *single, const vd_plan_t *parallel, const 
     goto done;
   }
   if ((rc = compare(&c, r, d)) != VD_OK) goto done;
+  if (r->status != VD_EXEC_DISAGREE && r->n_elements == 0) {
+    /* AGREE means every annotated tensor was compared and matched; a pair
+     * with nothing to compare (no lineage, no values) proves nothing. */
+    snprintf(r->reason, sizeof(r->reason),
+             "nothing to compare: %s has no lineage-annotated tensor with a value (%zu annotated tensors, %zu "
+             "compared instances)",
+             pname, count_annotated(parallel), r->n_instances);
+    r->status = VD_EXEC_DISAGREE;
+  }
   if (r->status != VD_EXEC_DISAGREE) r->status = r->n_bad_instances ? VD_EXEC_DISAGREE : VD_EXEC_AGREE;
 done:
   vd_free(c.ids);

@@ -28,7 +28,11 @@
  * instance with a final value; part 0 of 1 must equal the slice, parts of
  * n > 1 must sum to it (one copy of each part, every copy checked).  Error is
  * |got - expected| / max(1, |expected|); the instance agrees when every
- * element is within tol.  A dataflow problem of the parallel graph, a shape
+ * element is within tol.  AGREE needs every annotated tensor compared: an
+ * annotation whose single tensor has no value in the single plan, an
+ * annotated tensor that never holds a value, or a pair with no element
+ * compared at all (no lineage, an empty plan) is DISAGREE with a reason.
+ * A dataflow problem of the parallel graph, a shape
  * or attribute error of a parallel node, or an unknown operator are reported
  * as DISAGREE (or UNSUPPORTED for an operator outside the registry) with a
  * reason; the same problems in the single plan are bad input (VD_EINPUT).

@@ -6,6 +6,8 @@
  */
 #include "plan.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../common/mem.h"
@@ -252,6 +254,86 @@ double vd_node_attr_float(const vd_plan_t *p, const vd_node_t *n, const char *ke
 const char *vd_node_attr_str(const vd_plan_t *p, const vd_node_t *n, const char *key, const char *def) {
   const vd_attr_t *a = vd_node_attr(p, n, key);
   return a && a->kind == VD_ATTR_STR ? p->pool + a->v.s : def;
+}
+
+const char *const vd_attr_kind_names[5] = {"int", "float", "string", "ints", "floats"};
+
+void vd_plan_fmt_double(double v, char *buf, size_t size) {
+  if (size == 0) return;
+  int n = snprintf(buf, size, "%.17g", v);
+  /* An integral finite value prints without a point: add ".0" so that the
+   * printout keeps the kind (a float 2.0 is not the int 2). */
+  if (n > 0 && (size_t)n + 2 < size && isfinite(v) && !strpbrk(buf, ".e")) memcpy(buf + n, ".0", 3);
+}
+
+char *vd_attr_format(const vd_plan_t *p, const vd_attr_t *a, char *buf, size_t size) {
+  size_t used = 0;
+  char tmp[64];
+  if (size == 0) return buf;
+  buf[0] = '\0';
+#define PUT(s_)                                                   \
+  do {                                                            \
+    const char *s__ = (s_);                                       \
+    size_t l__ = strlen(s__);                                     \
+    if (used + l__ + 4 >= size) {                                 \
+      if (used + 4 < size) memcpy(buf + used, "...", 4);          \
+      return buf;                                                 \
+    }                                                             \
+    memcpy(buf + used, s__, l__ + 1);                             \
+    used += l__;                                                  \
+  } while (0)
+  switch (a->kind) {
+  case VD_ATTR_INT:
+    snprintf(tmp, sizeof(tmp), "%lld", (long long)a->v.i);
+    PUT(tmp);
+    break;
+  case VD_ATTR_FLOAT:
+    vd_plan_fmt_double(a->v.f, tmp, sizeof(tmp));
+    PUT(tmp);
+    break;
+  case VD_ATTR_STR:
+    PUT("\"");
+    PUT(p->pool + a->v.s);
+    PUT("\"");
+    break;
+  case VD_ATTR_INTS:
+  case VD_ATTR_FLOATS:
+    PUT("[");
+    for (uint32_t i = 0; i < a->len; i++) {
+      if (i) PUT(",");
+      if (a->kind == VD_ATTR_INTS)
+        snprintf(tmp, sizeof(tmp), "%lld", (long long)p->ints[a->v.off + i]);
+      else
+        vd_plan_fmt_double(p->floats[a->v.off + i], tmp, sizeof(tmp));
+      PUT(tmp);
+    }
+    PUT("]");
+    break;
+  }
+#undef PUT
+  return buf;
+}
+
+static int same_double(double x, double y) { return x == y || (isnan(x) && isnan(y)); }
+
+int vd_attr_equal(const vd_plan_t *pa, const vd_attr_t *a, const vd_plan_t *pb, const vd_attr_t *b) {
+  if (a->kind != b->kind) return 0;
+  switch (a->kind) {
+  case VD_ATTR_INT: return a->v.i == b->v.i;
+  case VD_ATTR_FLOAT: return same_double(a->v.f, b->v.f);
+  case VD_ATTR_STR: return strcmp(pa->pool + a->v.s, pb->pool + b->v.s) == 0;
+  case VD_ATTR_INTS:
+    if (a->len != b->len) return 0;
+    for (uint32_t i = 0; i < a->len; i++)
+      if (pa->ints[a->v.off + i] != pb->ints[b->v.off + i]) return 0;
+    return 1;
+  case VD_ATTR_FLOATS:
+    if (a->len != b->len) return 0;
+    for (uint32_t i = 0; i < a->len; i++)
+      if (!same_double(pa->floats[a->v.off + i], pb->floats[b->v.off + i])) return 0;
+    return 1;
+  }
+  return 0;
 }
 
 void vd_tensor_lineage_at(const vd_tensor_t *t, int32_t replica, int32_t mb, int64_t lo[VD_MAX_DIMS],

@@ -235,6 +235,21 @@ int64_t vd_node_attr_int(const vd_plan_t *p, const vd_node_t *n, const char *key
 double vd_node_attr_float(const vd_plan_t *p, const vd_node_t *n, const char *key, double def);
 const char *vd_node_attr_str(const vd_plan_t *p, const vd_node_t *n, const char *key, const char *def);
 
+/* Names of the attribute kinds ("int", "float", "string", "ints", "floats"). */
+extern const char *const vd_attr_kind_names[5];
+
+/* Writes attribute a's value as stored, in JSON syntax, into buf (always
+ * NUL-terminated; truncated with "..." past size): a float keeps a decimal
+ * point even when integral ("2.0", not "2"), so a printout tells a float 2.0
+ * from the int 2.  Returns buf. */
+char *vd_attr_format(const vd_plan_t *p, const vd_attr_t *a, char *buf, size_t size);
+/* Formats a double as vd_attr_format does ("%.17g", plus ".0" when integral). */
+void vd_plan_fmt_double(double v, char *buf, size_t size);
+
+/* 1 when attributes a (of plan pa) and b (of plan pb) have the same kind and
+ * value (floats compare equal, or both NaN). */
+int vd_attr_equal(const vd_plan_t *pa, const vd_attr_t *a, const vd_plan_t *pb, const vd_attr_t *b);
+
 /* The lineage annotation of tensor t for replica `replica` and microbatch
  * `mb` (mb < 0 for persistent tensors: no microbatch shift): the slice
  * [lo, hi) in single-device coordinates and the part index k (of

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "../plans/plan.h"
+#include "../ops/ops.h"
 #include "../oracle/exec.h"
 #include "../common/limits.h"
 #include "cli.h"
@@ -192,10 +193,14 @@ static int report(const exec_args *x, const vd_exec_result *r, int reduced) {
   }
   if (r->reason[0]) {
     printf("exec: DISAGREE%s: %s\n", reduced ? " (reduced shapes)" : "", r->reason);
+    if (!x->quiet)
+      printf("  compared: %zu tensors, %zu instances, %zu elements\n", r->n_tensors, r->n_instances, r->n_elements);
     return VD_EXIT_NOT_EQUIV;
   }
-  printf("exec: DISAGREE (%zu of %zu instances; max relative error %.3g; seed %llu%s)\n", r->n_bad_instances,
-         r->n_instances, r->max_rel_err, (unsigned long long)x->o.seed, tag);
+  printf("exec: DISAGREE (%zu of %zu instances of %zu tensors, %zu elements compared; max relative error %.3g; "
+         "seed %llu%s)\n",
+         r->n_bad_instances, r->n_instances, r->n_tensors, r->n_elements, r->max_rel_err,
+         (unsigned long long)x->o.seed, tag);
   if (!x->quiet) print_first_mismatch(&r->first);
   return VD_EXIT_NOT_EQUIV;
 }
@@ -260,7 +265,8 @@ int vd_cmd_exec(int argc, char **argv) {
   vd_diag_clear(&d);
   vd_exec_result r;
   code = VD_EXIT_BAD_INPUT;
-  if (vd_plan_read_file(x.sm, &s, &d) != VD_OK || vd_plan_read_file(x.pm, &p, &d) != VD_OK) {
+  if (vd_plan_read_file(x.sm, &s, &d) != VD_OK || vd_plan_read_file(x.pm, &p, &d) != VD_OK ||
+      vd_op_check_plan(&s, x.sm, &d) != VD_OK || vd_op_check_plan(&p, x.pm, &d) != VD_OK) {
     code = vd_cli_report_diag(&d);
     goto done;
   }

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "../common/mem.h"
+#include "../ops/ops.h"
 #include "../plans/plan.h"
 #include "cli.h"
 
@@ -47,7 +48,12 @@ static void json_ints(FILE *f, const int64_t *v, int n) {
   fputc(']', f);
 }
 
-static void json_double(FILE *f, double v) { fprintf(f, "%.17g", v); }
+/* Floats keep a decimal point ("2.0"): the dump shows what is stored. */
+static void json_double(FILE *f, double v) {
+  char b[64];
+  vd_plan_fmt_double(v, b, sizeof(b));
+  fputs(b, f);
+}
 
 static void json_attr_value(FILE *f, const vd_plan_t *p, const vd_attr_t *a) {
   switch (a->kind) {
@@ -361,6 +367,13 @@ int vd_cmd_plan(int argc, char **argv) {
   vd_diag_clear(&d);
   if (vd_plan_read_file(path, &p, &d) != VD_OK) return vd_cli_report_diag(&d);
   int rc = VD_EXIT_OK;
+  /* validate also checks operator arity and attributes against the registry
+   * (ops/attrs.c); dump and stats print any readable plan. */
+  if (strcmp(sub, "validate") == 0 && vd_op_check_plan(&p, path, &d) != VD_OK) {
+    rc = vd_cli_report_diag(&d);
+    vd_plan_free(&p);
+    return rc;
+  }
   if (strcmp(sub, "validate") == 0)
     printf("%s: valid %s plan, %zu tensors, %zu nodes, %d stored ranks x %d replicas\n", path,
            kind_name(p.kind), p.n_tensors, p.n_nodes, p.world.stored_ranks, p.world.replicas);

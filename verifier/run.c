@@ -20,6 +20,7 @@
 #include "../common/clock.h"
 #include "../common/limits.h"
 #include "../common/mem.h"
+#include "../ops/ops.h"
 
 const char *const vd_run_phase_names[VD_RUN_PHASES] = {"load", "graph", "lineage", "stages", "solve"};
 
@@ -68,6 +69,7 @@ static vd_rc add_shape_issue(vd_run *r, const char *detail) {
 
 static vd_rc load_plan(const char *path, vd_plan_kind want, vd_plan_t *p, vd_diag *d) {
   VD_CHECK(vd_plan_read_file(path, p, d));
+  VD_CHECK(vd_op_check_plan(p, path, d)); /* arity and attributes: exit 2, not a default */
   if (p->kind != want)
     VD_FAIL(d, VD_EINPUT, path, NULL, "kind", "expected a %s plan, got a %s plan",
             want == VD_PLAN_SINGLE ? "single" : "parallel", p->kind == VD_PLAN_SINGLE ? "single" : "parallel");

@@ -502,6 +502,93 @@ static void test_coll_inconsistent(void **state) {
   vd_plan_free(&p);
 }
 
+/* Cause 3 of issue 11: members of one collective that disagree in an
+ * attribute (reduce=max on one all_reduce member, another split dim on one
+ * all_to_all member) are a COLL_MISMATCH naming the member's rank, the
+ * attribute and both values, whichever member is the odd one. */
+static void coll_attr_plan(vd_plan_t *p, const char *op, int odd, int absent) {
+  pb_ctx c;
+  pb_begin(&c, p, VD_PLAN_PARALLEL, 2, 1, 1);
+  int32_t fwd = pb_segment(&c, "fwd");
+  uint32_t x[2], y[2];
+  for (int r = 0; r < 2; r++) {
+    char n[16];
+    snprintf(n, sizeof(n), "r%d.x", r);
+    x[r] = pb_tensor(&c, n, r, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 4, 4);
+    snprintf(n, sizeof(n), "r%d.y", r);
+    y[r] = pb_tensor(&c, n, r, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 4);
+  }
+  for (int r = 0; r < 2; r++) {
+    char n[16];
+    snprintf(n, sizeof(n), "r%d.c", r);
+    uint32_t k = pb_coll(&c, op, n, r, fwd, PB_T(x[r]), PB_T(y[r]), 5, PB_G(0, 1), 0);
+    if (c.rc != VD_OK) break;
+    if (strcmp(op, "all_reduce") == 0) {
+      if (!(absent && r != odd)) c.rc = vd_plan_attr_str(p, k, "reduce", r == odd ? "max" : "sum");
+    } else {
+      c.rc = vd_plan_attr_int(p, k, "split_dim", r == odd ? 1 : 0);
+      if (c.rc == VD_OK) c.rc = vd_plan_attr_int(p, k, "concat_dim", 0);
+    }
+  }
+  pb_step(&c, 0, fwd, 0);
+  pb_step(&c, 1, fwd, 0);
+  assert_int_equal(c.rc, VD_OK);
+}
+
+static void test_coll_attr_mismatch(void **state) {
+  static const struct {
+    const char *op;
+    int absent;
+    const char *want[2]; /* detail fragments for odd member 0 and 1 */
+  } cases[] = {
+      {"all_reduce", 0,
+       {"all_reduce 'r1.c' on rank 1 (group position 1) has attrs.reduce = \"sum\", but all_reduce 'r0.c' on rank 0 (group position 0) has \"max\"",
+        "all_reduce 'r1.c' on rank 1 (group position 1) has attrs.reduce = \"max\", but all_reduce 'r0.c' on rank 0 (group position 0) has \"sum\""}},
+      {"all_reduce", 1,
+       {"has attrs.reduce = <absent>, but all_reduce 'r0.c' on rank 0 (group position 0) has \"max\"",
+        "all_reduce 'r1.c' on rank 1 (group position 1) has attrs.reduce = \"max\", but all_reduce 'r0.c' on rank 0 (group position 0) has <absent>"}},
+      {"all_to_all", 0,
+       {"has attrs.split_dim = 0, but all_to_all 'r0.c' on rank 0 (group position 0) has 1",
+        "has attrs.split_dim = 1, but all_to_all 'r0.c' on rank 0 (group position 0) has 0"}},
+  };
+  (void)state;
+  for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
+    for (int odd = 0; odd < 2; odd++) {
+      vd_plan_t p;
+      coll_attr_plan(&p, cases[k].op, odd, cases[k].absent);
+      vd_graph_t g;
+      vd_diag d;
+      build_bad(&p, 0, &g, &d);
+      assert_int_equal(g.n_issues, 1);
+      assert_int_equal(g.issues[0].kind, VD_GISSUE_COLL_MISMATCH);
+      assert_true(strncmp(g.issues[0].field, "attrs.", 6) == 0);
+      if (!strstr(g.issues[0].detail, cases[k].want[odd])) print_error("detail: %s\n", g.issues[0].detail);
+      assert_non_null(strstr(g.issues[0].detail, cases[k].want[odd]));
+      vd_graph_free(&g);
+      vd_plan_free(&p);
+    }
+  /* Members that agree are not an issue. */
+  vd_plan_t p;
+  pb_ctx c;
+  pb_begin(&c, &p, VD_PLAN_PARALLEL, 2, 1, 1);
+  int32_t fwd = pb_segment(&c, "fwd");
+  uint32_t x0 = pb_tensor(&c, "r0.x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 1, 4, 0);
+  uint32_t y0 = pb_tensor(&c, "r0.y", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
+  uint32_t x1 = pb_tensor(&c, "r1.x", 1, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 1, 4, 0);
+  uint32_t y1 = pb_tensor(&c, "r1.y", 1, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
+  uint32_t a = pb_coll(&c, "all_reduce", "a", 0, fwd, PB_T(x0), PB_T(y0), 3, PB_G(0, 1), 0);
+  assert_int_equal(vd_plan_attr_str(&p, a, "reduce", "max"), VD_OK);
+  uint32_t b = pb_coll(&c, "all_reduce", "b", 1, fwd, PB_T(x1), PB_T(y1), 3, PB_G(0, 1), 0);
+  assert_int_equal(vd_plan_attr_str(&p, b, "reduce", "max"), VD_OK);
+  pb_step(&c, 0, fwd, 0);
+  pb_step(&c, 1, fwd, 0);
+  assert_int_equal(c.rc, VD_OK);
+  vd_graph_t g;
+  build_ok(&p, 0, &g);
+  vd_graph_free(&g);
+  vd_plan_free(&p);
+}
+
 static void test_mb_scope(void **state) {
   pb_ctx c;
   vd_plan_t p;
@@ -656,6 +743,7 @@ int main(void) {
       cmocka_unit_test(test_double_write),
       cmocka_unit_test(test_coll_missing_participant),
       cmocka_unit_test(test_coll_inconsistent),
+      cmocka_unit_test(test_coll_attr_mismatch),
       cmocka_unit_test(test_mb_scope),
       cmocka_unit_test(test_initial_rules),
       cmocka_unit_test(test_issue_order),

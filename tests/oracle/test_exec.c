@@ -94,6 +94,37 @@ static void test_annotated_without_value_disagrees(void **state) {
   vd_plan_free(&p);
 }
 
+/* Issue 11, the oracle case: AGREE needs every annotated tensor compared.
+ * A single plan without nodes never produces the tensors the parallel plan
+ * claims to hold; a parallel plan without lineage gives nothing to compare.
+ * Both used to AGREE on 0 tensors. */
+static void test_empty_single_plan_disagrees(void **state) {
+  (void)state;
+  vd_plan_t s, p;
+  assert_int_equal(pb_plan_linear2(&s), VD_OK);
+  assert_int_equal(pb_plan_tp2(&p), VD_OK);
+  s.n_nodes = 0;
+  vd_exec_result r = run_pair(&s, &p, 1);
+  assert_int_equal(r.status, VD_EXEC_DISAGREE);
+  assert_non_null(strstr(r.reason, "which the single plan never produces or reads"));
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+static void test_no_lineage_disagrees(void **state) {
+  (void)state;
+  vd_plan_t s, p;
+  assert_int_equal(pb_plan_linear2(&s), VD_OK);
+  assert_int_equal(pb_plan_tp2(&p), VD_OK);
+  for (size_t i = 0; i < p.n_tensors; i++) p.tensors[i].has_lin = 0;
+  vd_exec_result r = run_pair(&s, &p, 1);
+  assert_int_equal(r.status, VD_EXEC_DISAGREE);
+  assert_int_equal(r.n_elements, 0);
+  assert_non_null(strstr(r.reason, "nothing to compare"));
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
 static void test_tp2_missing_all_reduce_disagrees(void **state) {
   (void)state;
   vd_plan_t s, p;
@@ -405,6 +436,8 @@ static void test_parallel_shape_error_disagrees(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tp2_agrees),
+      cmocka_unit_test(test_empty_single_plan_disagrees),
+      cmocka_unit_test(test_no_lineage_disagrees),
       cmocka_unit_test(test_tp2_missing_all_reduce_disagrees),
       cmocka_unit_test(test_annotated_without_value_disagrees),
       cmocka_unit_test(test_pp2_agrees),
