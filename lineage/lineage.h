@@ -126,4 +126,65 @@ void vd_lin_piece_at(const vd_lin_table *t, uint32_t piece, int32_t replica, int
  * is not zero); 0 for any other piece. */
 int vd_lin_piece_moves(const vd_lin_table *t, uint32_t piece);
 
+/* ---- lineage inference (lineage/infer.c) --------------------------------
+ *
+ * Infers CANDIDATE lineage annotations for the unannotated parallel tensors
+ * of a boundary-only plan by propagating the annotated ones through the
+ * operators (one rule per registry operator, vd_lin_prop_rule) and the
+ * collectives, matching each parallel node with the single node that
+ * computes the same operator on the single values its inputs hold.  A
+ * candidate is written into the parallel plan as an ordinary annotation
+ * (has_lin) and flagged in `inferred`; stages then take it as a TARGET to
+ * prove, like an annotated final value.  A candidate never claims an initial
+ * value (only tensors whose every instance is produced get one), so it is
+ * never a hypothesis that nothing proves.  docs/verifier.md section 1b. */
+
+typedef enum {
+  VD_PROP_NONE,     /* no rule: the stage grows past the value */
+  VD_PROP_COPY,     /* output = input 0 (identity, contiguous, multiref, broadcast, send/recv) */
+  VD_PROP_MAP,      /* dimension map from the operator's reduction rule, single node matched */
+  VD_PROP_ACCUM,    /* accumulate / add: sum of adjacent parts, zero + x = x, else MAP */
+  VD_PROP_SCALE,    /* factor 0: a zero value; otherwise MAP */
+  VD_PROP_CHUNK,    /* narrows input 0 along `dim` to chunk `index` of `chunks` */
+  VD_PROP_VIEW,     /* view/reshape: the single node's reshape groups carry the box */
+  VD_PROP_ALL_REDUCE,     /* partial sums -> the whole slice */
+  VD_PROP_ALL_GATHER,     /* slices concatenated along `dim` */
+  VD_PROP_REDUCE_SCATTER, /* partial sums -> slice j along `dim` of the whole */
+  VD_PROP__COUNT
+} vd_lin_prop_kind;
+
+/* How partial sums pass an operator (MAP): NONE no partial input allowed
+ * and no sliced contraction; SUM all inputs the same part (add); MULTI at
+ * most one partial input, the output is linear in each input separately
+ * (matmul, mul, scale); SEP no partial input, but the output is a sum of
+ * independent terms over a contracted dimension, so slicing it gives parts
+ * (an expert MLP sliced along its hidden dimension). */
+typedef enum { VD_PLIN_NONE, VD_PLIN_SUM, VD_PLIN_MULTI, VD_PLIN_SEP } vd_lin_prop_lin;
+
+typedef struct {
+  uint8_t set;       /* 1 for every row (completeness test) */
+  uint8_t kind;      /* vd_lin_prop_kind */
+  uint8_t lin;       /* vd_lin_prop_lin */
+  uint8_t bwd_pair;  /* dims no input determines come from the forward node's input */
+} vd_lin_prop_rule;
+
+/* Rule of operator op (a vd_op_id, asserted valid). */
+const vd_lin_prop_rule *vd_lin_prop_rule_of(int op);
+
+typedef struct {
+  size_t n_annotated;   /* parallel tensors annotated in the plan */
+  size_t n_inferred;    /* candidates written */
+  size_t n_values;      /* Gp values whose lineage propagation decided */
+  size_t n_unknown;     /* unannotated, non-boundary tensors left without a candidate */
+} vd_lin_infer_stats;
+
+/* Infers candidates for every parallel tensor of pp (the plan gp was built
+ * from; modified in place: has_lin and lin of the inferred tensors) that has
+ * no annotation.  *inferred (taken: vd_free it) gets one byte per parallel
+ * tensor, 1 for a candidate.  gp must be built with expand_replicas = 0.
+ * VD_ENOMEM only; tensors where propagation cannot decide stay unannotated.
+ * Cost: O(Gp nodes x single consumers of their first input). */
+vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, uint8_t **inferred,
+                   vd_lin_infer_stats *st, vd_diag *d);
+
 #endif

@@ -610,7 +610,12 @@ int vd_gen_i_move(vd_gen_ctx *g, int x, int to, int layer) {
 
 void vd_gen_i_loss(vd_gen_ctx *g, int loss) {
   g->loss_dt = loss;
-  if (loss >= 0) g->dts[loss].role = VD_ROLE_LOSS;
+  if (loss < 0) return;
+  /* The plan tensors were created with the role the value had then (an
+   * activation): they are the loss, which a boundary-only plan keeps
+   * annotated (plans/strip.c) and the verifier requires. */
+  g->dts[loss].role = VD_ROLE_LOSS;
+  for (int64_t r = 0; r < g->rps; r++) g->p->tensors[g->dts[loss].t[r]].role = VD_ROLE_LOSS;
 }
 
 /* ---- node emission ---------------------------------------------------- */

@@ -270,6 +270,18 @@ static inline int64_t vd_plan_world_size(const vd_plan_t *p) {
   return (int64_t)p->world.replicas * p->world.stored_ranks;
 }
 
+/* ---- boundary-only plans (plans/strip.c) ------------------------------ */
+
+/* *written (taken: vd_free it) gets one byte per tensor: 1 when some node
+ * writes the tensor.  O(tensors + node outputs). */
+vd_rc vd_plan_written(const vd_plan_t *p, uint8_t **written, vd_diag *d);
+/* Whether tensor t is on the plan's boundary: role input, weight, optimizer
+ * state or loss, or written by no node (written from vd_plan_written). */
+int vd_plan_is_boundary(const vd_plan_t *p, const uint8_t *written, uint32_t t);
+/* Removes every lineage annotation that is not on the boundary (in place);
+ * counts of kept and removed annotations to the out-params (may be NULL). */
+vd_rc vd_plan_strip(vd_plan_t *p, size_t *n_kept, size_t *n_stripped, vd_diag *d);
+
 /* ---- file I/O (plans/io.c) -------------------------------------------- */
 
 /* Reads and fully validates a plan file.  On failure the diag names the

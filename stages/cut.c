@@ -518,7 +518,12 @@ static vd_rc parallel_cone(cctx *c, const vd_lineage *L, int *ok) {
        * single plan does not have (see lineage.c): a free leaf, no issue.
        * An unannotated initial value is a DATAFLOW issue.  Placeholders
        * (unproduced reads) are graph issues already. */
-      if (g->values[v].is_initial && !c->pp->tensors[g->values[v].tensor].has_lin && !c->nolin[v]) {
+      /* An unannotated initial value that a later version overwrites (an
+       * accumulator before zero_grad in a boundary-only plan) is such state
+       * too: a free leaf. */
+      const vd_value_t *x0 = &g->values[v];
+      if (x0->is_initial && !c->pp->tensors[x0->tensor].has_lin && !c->nolin[v] &&
+          vd_graph_last(g, x0->tensor, x0->replica, x0->mb) == (int32_t)v) {
         c->nolin[v] = 1;
         char tl[160];
         target_label(c, L, &lt->pieces[a], tl, sizeof(tl));

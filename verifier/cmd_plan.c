@@ -4,6 +4,7 @@
  * validate: reads the file with full validation; exit 0 or 2.
  * dump:     the whole plan as readable text, or as JSON with --json
  *           (the same content as the file, ids as in the file).
+ * strip:    boundary-only copy of a parallel plan (plans/strip.c).
  * stats:    ranks, nodes by phase and operator, tensors by role, bytes,
  *           executed node instances after microbatch/replica expansion.
  */
@@ -22,10 +23,14 @@ static void plan_usage(FILE *f) {
           "usage: verdict plan validate FILE\n"
           "       verdict plan dump [--json] FILE\n"
           "       verdict plan stats FILE\n"
+          "       verdict plan strip --keep boundary IN OUT\n"
           "\n"
           "validate  read FILE with every check of docs/plan-format.md (exit 0 valid, 2 not)\n"
           "dump      print the whole plan as text, or as JSON with --json\n"
-          "stats     ranks, nodes by phase and operator, tensors by role, bytes\n");
+          "stats     ranks, nodes by phase and operator, tensors by role, bytes\n"
+          "strip     write IN without its intermediate lineage annotations: only the\n"
+          "          boundary (inputs, weights, optimizer state, losses, unwritten tensors)\n"
+          "          keeps them; the verifier infers the rest (docs/verifier.md)\n");
 }
 
 static const char *kind_name(vd_plan_kind k) { return k == VD_PLAN_SINGLE ? "single" : "parallel"; }
@@ -335,7 +340,49 @@ static int stats(FILE *f, const vd_plan_t *p, const char *path) {
   return VD_EXIT_OK;
 }
 
+/* verdict plan strip --keep boundary IN OUT */
+static int cmd_strip(int argc, char **argv) {
+  const char *keep = NULL, *in = NULL, *out = NULL;
+  for (int i = 2; i < argc; i++) {
+    if (strcmp(argv[i], "--keep") == 0 && i + 1 < argc) keep = argv[++i];
+    else if (argv[i][0] == '-' && argv[i][1]) {
+      fprintf(stderr, "verdict: plan strip: unknown option '%s'\n", argv[i]);
+      return VD_EXIT_BAD_INPUT;
+    } else if (!in) in = argv[i];
+    else if (!out) out = argv[i];
+    else {
+      fprintf(stderr, "verdict: plan strip: IN and OUT expected, got also '%s'\n", argv[i]);
+      return VD_EXIT_BAD_INPUT;
+    }
+  }
+  if (!keep || strcmp(keep, "boundary") != 0) {
+    fprintf(stderr, "verdict: plan strip: --keep boundary expected%s%s\n", keep ? ", got " : "", keep ? keep : "");
+    return VD_EXIT_BAD_INPUT;
+  }
+  if (!in || !out) {
+    fprintf(stderr, "verdict: plan strip: missing %s\n", in ? "OUT" : "IN");
+    return VD_EXIT_BAD_INPUT;
+  }
+  vd_plan_t p;
+  vd_diag d;
+  vd_diag_clear(&d);
+  if (vd_plan_read_file(in, &p, &d) != VD_OK) return vd_cli_report_diag(&d);
+  size_t kept = 0, stripped = 0;
+  if (p.kind != VD_PLAN_PARALLEL) {
+    fprintf(stderr, "verdict: plan strip: %s: kind: expected a parallel plan, got a single plan\n", in);
+    vd_plan_free(&p);
+    return VD_EXIT_BAD_INPUT;
+  }
+  vd_rc rc = vd_plan_strip(&p, &kept, &stripped, &d);
+  if (rc == VD_OK) rc = vd_plan_write_file(&p, out, &d);
+  vd_plan_free(&p);
+  if (rc != VD_OK) return vd_cli_report_diag(&d);
+  printf("%s: kept %zu boundary annotations, removed %zu intermediate ones\n", out, kept, stripped);
+  return VD_EXIT_OK;
+}
+
 int vd_cmd_plan(int argc, char **argv) {
+  if (argc >= 2 && strcmp(argv[1], "strip") == 0) return cmd_strip(argc, argv);
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
     plan_usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? VD_EXIT_BAD_INPUT : VD_EXIT_OK;
@@ -355,7 +402,7 @@ int vd_cmd_plan(int argc, char **argv) {
     }
   }
   if (strcmp(sub, "validate") && strcmp(sub, "dump") && strcmp(sub, "stats")) {
-    fprintf(stderr, "verdict: plan: unknown subcommand '%s' (validate, dump, stats)\n", sub);
+    fprintf(stderr, "verdict: plan: unknown subcommand '%s' (validate, dump, stats, strip)\n", sub);
     return VD_EXIT_BAD_INPUT;
   }
   if (!path) {

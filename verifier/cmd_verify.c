@@ -40,6 +40,7 @@ static void verify_usage(FILE *f) {
           "  --no-reuse           solve every stage, not one per symmetry class\n"
           "  --no-fast-path       skip the normal-form comparison, always call the solver\n"
           "  --no-reduce          check stages on their original shapes\n"
+          "  --no-infer           do not infer lineages of unannotated tensors (docs/verifier.md 1b)\n"
           "  --dump-stages FILE   write every stage (class, targets, shapes, nodes) to FILE\n"
           "  -q                   no progress or timings, only the verdict and failures\n"
           "  -v                   also list the slowest stages (find them with --dump-stages)\n"
@@ -144,6 +145,7 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
     } else if (!strcmp(a, "--no-reuse")) o->no_reuse = 1;
     else if (!strcmp(a, "--no-fast-path")) o->no_fast_path = 1;
     else if (!strcmp(a, "--no-reduce")) o->no_reduce = 1;
+    else if (!strcmp(a, "--no-infer")) o->no_infer = 1;
     else if (!strcmp(a, "-q")) o->quiet = 1;
     else if (!strcmp(a, "-v")) o->verbose = 1;
     else {

@@ -157,8 +157,9 @@ static void text_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
     const vd_stage_value *sv = &st->vals[t->svalue];
     const vd_tensor_t *ts = &r->sp.tensors[r->sg.values[sv->value].tensor];
     vd_lin_fmt_slice(t->lo, t->hi, sv->ndim, sl, sizeof(sl));
-    fprintf(f, "   target: single '%s' %s%s, %u parallel piece(s)\n", vd_plan_s(&r->sp, ts->name), sl,
-            t->part_n > 1 ? " as a sum of parts" : "", t->n_pieces);
+    int inf = r->inferred && t->n_pieces && r->inferred[r->lt.pieces[st->idx[t->piece_off]].ptensor];
+    fprintf(f, "   target: single '%s' %s%s, %u parallel piece(s)%s\n", vd_plan_s(&r->sp, ts->name), sl,
+            t->part_n > 1 ? " as a sum of parts" : "", t->n_pieces, inf ? " (inferred lineage)" : "");
   }
   uint32_t n_single = 0, n_par = 0;
   for (uint32_t i = 0; i < st->n_nodes; i++) n_single += st->nodes[i].side == 0;
@@ -183,6 +184,7 @@ static void text_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
     if (pi.mb >= 0) fprintf(f, " mb %d", pi.mb);
     fprintf(f, " = %s", sl);
     if (pi.part_n > 1) fprintf(f, " part %lld/%lld", (long long)pi.part_k, (long long)pi.part_n);
+    if (r->inferred && r->inferred[r->lt.pieces[sv->leaf_piece].ptensor]) fputs(" (inferred, proven)", f);
     fputc('\n', f);
   }
   if (v->n_inputs) {
@@ -269,6 +271,22 @@ static void text_top(const vd_run *r, FILE *f, double (*key)(const vd_stage_verd
   fputc('\n', f);
 }
 
+/* -v: every inferred lineage still standing (proven when the verdict is
+ * EQUIVALENT), one line per parallel tensor. */
+static void text_inferred(const vd_run *r, FILE *f) {
+  char sl[256];
+  for (size_t t = 0; t < r->pp.n_tensors; t++) {
+    if (!r->inferred[t]) continue;
+    const vd_tensor_t *pt = &r->pp.tensors[t];
+    int64_t s = vd_plan_find_tensor(&r->sp, pt->lin.full);
+    vd_lin_fmt_slice(pt->lin.lo, pt->lin.hi, pt->ndim, sl, sizeof(sl));
+    fprintf(f, "  inferred: '%s' (t%lld, rank %d) = '%s' %s", vd_plan_s(&r->pp, pt->name), (long long)pt->id, pt->rank,
+            s >= 0 ? vd_plan_s(&r->sp, r->sp.tensors[s].name) : "?", sl);
+    if (pt->lin.part_n > 1) fprintf(f, " part %lld/%lld", (long long)pt->lin.part_k, (long long)pt->lin.part_n);
+    fputc('\n', f);
+  }
+}
+
 static void text_slowest(const vd_run *r, FILE *f) {
   text_top(r, f, key_ms, "slowest stages");
   text_top(r, f, key_work, "hardest stages by work");
@@ -285,6 +303,12 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
     fprintf(f, "  structural problems: %zu (%zu listed)\n", r->n_issues + r->n_issues_dropped, r->n_issues);
   else if (r->n_issues)
     fprintf(f, "  structural problems: %zu\n", r->n_issues);
+  if (r->infer.n_inferred)
+    fprintf(f, "  lineages: %zu annotated, %zu inferred (%zu dropped after a failed proof, %d round(s)), %zu "
+               "unannotated left to the stages\n",
+            r->infer.n_annotated, r->infer.n_inferred - r->n_dropped, r->n_dropped, r->infer_rounds,
+            r->infer.n_unknown + r->n_dropped);
+  if (o->verbose && r->inferred) text_inferred(r, f);
   if (!o->quiet) {
     fprintf(f, "  time:");
     for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, " %s %.3fs", vd_run_phase_names[i], r->phase_s[i]);
@@ -437,9 +461,11 @@ vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd
   if (!f) VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot write the JSON report");
   fprintf(f, "{\"verdict\":\"%s\",\"exit_code\":%d,\n\"summary\":{\"stages\":%zu,\"classes\":%zu,\"reduced\":%zu,"
              "\"by_normal_form\":%zu,\"equivalent\":%zu,\"not_equivalent\":%zu,\"inconclusive\":%zu,\"structural\":%zu,\"structural_not_listed\":%zu,"
+             "\"lineages_annotated\":%zu,\"lineages_inferred\":%zu,\"lineages_dropped\":%zu,"
              "\"threads\":%d,\"peak_bytes\":%zu,\"seconds\":{",
           verdict_json(r), vd_run_exit_code(r), r->set.n_stages, r->n_solved, r->n_reduced, r->n_fast, r->n_equiv,
-          r->n_not_equiv, r->n_inconclusive, r->n_issues + r->n_issues_dropped, r->n_issues_dropped, r->threads_used, r->peak_bytes);
+          r->n_not_equiv, r->n_inconclusive, r->n_issues + r->n_issues_dropped, r->n_issues_dropped,
+          r->infer.n_annotated, r->infer.n_inferred - r->n_dropped, r->n_dropped, r->threads_used, r->peak_bytes);
   for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, "%s\"%s\":%.4f", i ? "," : "", vd_run_phase_names[i], r->phase_s[i]);
   fputs("}},\n\"failures\":[", f);
   int n = 0;

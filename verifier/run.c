@@ -31,6 +31,9 @@ void vd_run_free(vd_run *r) {
   vd_free(r->verdicts);
   vd_free(r->stage_rc);
   vd_free(r->issues);
+  vd_free(r->inferred);
+  vd_free(r->pv_pool);
+  vd_free(r->pv);
   vd_stage_set_free(&r->set);
   vd_lin_free(&r->lt);
   vd_graph_free(&r->pg);
@@ -86,6 +89,97 @@ static void progress(const vd_run_opts *o, size_t done, size_t total, double t0)
   if (done == total) fputc('\n', stderr);
 }
 
+/* ---- stages proven in an earlier round --------------------------------
+ *
+ * OPTIMIZATION-ONLY: a stage's proof obligation is a function of its nodes
+ * (graph node, side, replica), its leaves (value, replica, and whether it
+ * is a hypothesis) and its targets' points, given the annotations of the
+ * tensors involved; dropping a candidate only removes annotations, and a
+ * stage whose leaves and targets are all still points has the same
+ * annotations.  So a stage of a later round with exactly the same content
+ * (compared in full, not by hash) asks the same question. */
+
+struct vd_run_sig {
+  uint64_t h;
+  size_t off, len;
+};
+
+static vd_rc stage_sig(const vd_run *r, const vd_stage *st, uint64_t **buf, size_t *cap, size_t *n) {
+  size_t need = 1 + st->n_nodes + st->n_vals + st->n_targets;
+  for (uint32_t k = 0; k < st->n_targets; k++) need += st->targets[k].n_pieces;
+  if (need > *cap) {
+    uint64_t *nb = vd_realloc_array(*buf, need, sizeof(**buf));
+    if (!nb) return VD_ENOMEM;
+    *buf = nb;
+    *cap = need;
+  }
+  uint64_t *b = *buf;
+  size_t i = 0;
+  b[i++] = ((uint64_t)st->n_nodes << 32) | st->n_vals;
+  for (uint32_t k = 0; k < st->n_nodes; k++)
+    b[i++] = ((uint64_t)st->nodes[k].side << 63) | ((uint64_t)st->nodes[k].gnode << 24) | (uint32_t)st->nodes[k].replica;
+  for (uint32_t k = 0; k < st->n_vals; k++)
+    b[i++] = ((uint64_t)st->vals[k].side << 63) | ((uint64_t)(st->vals[k].leaf_piece >= 0) << 62) |
+             ((uint64_t)st->vals[k].value << 24) | (uint32_t)st->vals[k].replica;
+  for (uint32_t k = 0; k < st->n_targets; k++) {
+    const vd_stage_target *tg = &st->targets[k];
+    b[i++] = tg->n_pieces;
+    for (uint32_t j = 0; j < tg->n_pieces; j++) {
+      const vd_lin_piece *pc = &r->lt.pieces[st->idx[tg->piece_off + 2 * j]];
+      b[i++] = ((uint64_t)pc->value << 24) | (uint32_t)pc->replica;
+    }
+  }
+  *n = i;
+  return VD_OK;
+}
+
+static uint64_t sig_hash(const uint64_t *b, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+static int sig_known(const vd_run *r, const uint64_t *b, size_t n) {
+  uint64_t h = sig_hash(b, n);
+  size_t lo = 0, hi = r->n_pv;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (r->pv[mid].h < h) lo = mid + 1;
+    else hi = mid;
+  }
+  for (; lo < r->n_pv && r->pv[lo].h == h; lo++)
+    if (r->pv[lo].len == n && !memcmp(r->pv_pool + r->pv[lo].off, b, n * sizeof(*b))) return 1;
+  return 0;
+}
+
+/* Records the proven stages of this round (only when candidates exist:
+ * without them there is no next round). */
+static vd_rc remember_proven(vd_run *r) {
+  uint64_t *b = NULL;
+  size_t cap = 0, n = 0;
+  vd_rc rc = VD_OK;
+  for (size_t i = 0; i < r->set.n_stages && rc == VD_OK; i++) {
+    if (r->verdicts[i].verdict != VD_SMT_EQUIVALENT) continue;
+    if ((rc = stage_sig(r, &r->set.stages[i], &b, &cap, &n)) != VD_OK) break;
+    if (sig_known(r, b, n)) continue;
+    if (VD_GROW(r->pv_pool, r->cap_pv_pool, r->n_pv_pool + n) || VD_GROW(r->pv, r->cap_pv, r->n_pv + 1)) {
+      rc = VD_ENOMEM;
+      break;
+    }
+    memcpy(r->pv_pool + r->n_pv_pool, b, n * sizeof(*b));
+    r->pv[r->n_pv++] = (struct vd_run_sig){sig_hash(b, n), r->n_pv_pool, n};
+    r->n_pv_pool += n;
+    /* keep sorted by hash for sig_known (insertion: rounds are few) */
+    for (size_t k = r->n_pv - 1; k > 0 && r->pv[k - 1].h > r->pv[k].h; k--) {
+      struct vd_run_sig t = r->pv[k];
+      r->pv[k] = r->pv[k - 1];
+      r->pv[k - 1] = t;
+    }
+  }
+  vd_free(b);
+  return rc;
+}
+
 static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   size_t n = r->set.n_stages;
   r->verdicts = vd_calloc(n ? n : 1, sizeof(*r->verdicts));
@@ -96,10 +190,28 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     return VD_OOM(d);
   }
   size_t n_reps = 0;
+  uint64_t *sigbuf = NULL;
+  size_t sigcap = 0;
   for (size_t i = 0; i < n; i++) {
     const vd_stage *st = &r->set.stages[i];
-    if (o->no_reuse || st->canon_class < 0 || (size_t)st->canon_class == i) reps[n_reps++] = (uint32_t)i;
+    if (!(o->no_reuse || st->canon_class < 0 || (size_t)st->canon_class == i)) continue;
+    if (r->n_pv) {
+      size_t ns = 0;
+      if (stage_sig(r, st, &sigbuf, &sigcap, &ns) != VD_OK) {
+        vd_free(reps);
+        vd_free(sigbuf);
+        return VD_OOM(d);
+      }
+      if (sig_known(r, sigbuf, ns)) {
+        r->verdicts[i].verdict = VD_SMT_EQUIVALENT;
+        snprintf(r->verdicts[i].reason, sizeof(r->verdicts[i].reason), "proven in an earlier round");
+        r->n_reused_rounds++;
+        continue;
+      }
+    }
+    reps[n_reps++] = (uint32_t)i;
   }
+  vd_free(sigbuf);
   r->n_classes = n_reps;
   vd_stage_solve_opts so = {.timeout_ms = o->stage_timeout_ms, .budget = o->stage_budget,
                             .fast_path = !o->no_fast_path, .max_elems = VD_LIM_STAGE_MAX_ELEMS,
@@ -203,6 +315,130 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   return rc;
 }
 
+/* Rounds of cut-and-solve when candidates are dropped (each round drops at
+ * least one, so this bounds the work, not the outcome's soundness). */
+#define VD_RUN_MAX_INFER_ROUNDS 16
+
+/* One round: lineage table, stages, solving (with the current candidates). */
+static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
+  double t = vd_clock_s();
+  vd_rc rc;
+  VD_CHECK(vd_lin_build(&r->sg, &r->pg, &r->lt, d));
+  VD_CHECK(collect_issues(r, r->lt.issues, r->lt.n_issues, r->lt.n_issues_dropped, NULL));
+  r->phase_s[VD_RUN_LINEAGE] += vd_clock_s() - t;
+  /* Different global batches: every stage downstream of the data compares
+   * different samples, so solving would only repeat the BATCH diagnosis. */
+  for (size_t i = 0; i < r->lt.n_issues; i++)
+    if (r->lt.issues[i].kind == VD_LISSUE_BATCH) return VD_OK;
+
+  t = vd_clock_s();
+  VD_CHECK(vd_stage_cut(&r->lt, &r->set, d));
+  VD_CHECK(collect_issues(r, r->set.issues, r->set.n_issues, r->set.n_issues_dropped, NULL));
+  for (size_t i = 0; i < r->set.n_stages && !o->no_reduce; i++) {
+    vd_diag sd;
+    vd_diag_clear(&sd);
+    rc = vd_stage_reduce(&r->lt, &r->set.stages[i], &sd);
+    if (rc == VD_EINPUT) {
+      char line[VD_DIAG_TEXT + 200];
+      vd_diag_format(&sd, line, sizeof(line));
+      VD_CHECK(add_shape_issue(r, line));
+    } else if (rc != VD_OK) {
+      if (d) *d = sd;
+      return rc;
+    }
+    r->n_reduced += r->set.stages[i].reduced;
+  }
+  r->n_represented = 0;
+  for (size_t i = 0; i < r->set.n_stages; i++) r->n_represented += r->set.stages[i].n_rep ? r->set.stages[i].n_rep : 1;
+  if (!o->no_reuse) VD_CHECK(vd_stage_canon(&r->lt, &r->set, d));
+  r->phase_s[VD_RUN_STAGES] += vd_clock_s() - t;
+
+  t = vd_clock_s();
+  rc = solve_stages(r, o, d);
+  r->phase_s[VD_RUN_SOLVE] += vd_clock_s() - t;
+  return rc;
+}
+
+static void reset_round(vd_run *r, size_t n_graph_issues, size_t n_graph_dropped) {
+  if (r->verdicts)
+    for (size_t i = 0; i < r->set.n_stages; i++) vd_stage_verdict_free(&r->verdicts[i]);
+  vd_free(r->verdicts);
+  vd_free(r->stage_rc);
+  r->verdicts = NULL;
+  r->stage_rc = NULL;
+  vd_stage_set_free(&r->set);
+  memset(&r->set, 0, sizeof(r->set));
+  vd_lin_free(&r->lt);
+  memset(&r->lt, 0, sizeof(r->lt));
+  r->n_issues = n_graph_issues;
+  r->n_issues_dropped = n_graph_dropped;
+  r->n_classes = r->n_solved = r->n_fast = r->n_reduced = 0;
+  r->n_equiv = r->n_not_equiv = r->n_inconclusive = 0;
+}
+
+/* Whether one of stage st's target pieces is a candidate. */
+static int targets_candidate(const vd_run *r, const vd_stage *st) {
+  for (uint32_t k = 0; k < st->n_targets; k++) {
+    const vd_stage_target *tg = &st->targets[k];
+    for (uint32_t j = 0; j < tg->n_pieces; j++)
+      if (r->inferred[r->lt.pieces[st->idx[tg->piece_off + 2 * j]].ptensor]) return 1;
+  }
+  return 0;
+}
+
+/* SOUNDNESS (docs/verifier.md 1b): a candidate is implicated when its own
+ * lineage is inconsistent (a lineage issue names it or its single tensor),
+ * when a structural problem names it, or when a stage TARGETING it did not
+ * hold.  Implicated candidates are dropped (their annotation removed); a
+ * failing stage whose targets are all annotated stays a failure of the plan. */
+static vd_rc drop_failed_candidates(vd_run *r, size_t *n_drop, vd_diag *d) {
+  size_t n = 0;
+  uint8_t *kill = vd_calloc(r->pp.n_tensors ? r->pp.n_tensors : 1, 1);
+  if (!kill) return VD_OOM(d);
+  for (size_t i = 0; i < r->lt.n_issues; i++) {
+    const vd_issue *li = &r->lt.issues[i];
+    if (!li->single && li->tensor >= 0) kill[li->tensor] = 1;
+    else if (li->stensor >= 0)
+      for (size_t t = 0; t < r->pp.n_tensors; t++)
+        if (r->inferred[t] && r->pp.tensors[t].lin.full == r->sp.tensors[li->stensor].id) kill[t] = 1;
+  }
+  for (size_t i = 0; i < r->set.n_issues; i++) {
+    const vd_issue *si = &r->set.issues[i];
+    if (!si->single && si->tensor >= 0) kill[si->tensor] = 1;
+  }
+  for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
+    if (r->verdicts[i].verdict == VD_SMT_EQUIVALENT) continue;
+    const vd_stage *st = &r->set.stages[i];
+    for (uint32_t k = 0; k < st->n_targets; k++) {
+      const vd_stage_target *tg = &st->targets[k];
+      for (uint32_t j = 0; j < tg->n_pieces; j++) kill[r->lt.pieces[st->idx[tg->piece_off + 2 * j]].ptensor] = 1;
+    }
+  }
+  for (size_t t = 0; t < r->pp.n_tensors; t++) {
+    if (!kill[t] || !r->inferred[t]) continue;
+    r->inferred[t] = 0;
+    r->pp.tensors[t].has_lin = 0;
+    memset(&r->pp.tensors[t].lin, 0, sizeof(r->pp.tensors[t].lin));
+    n++;
+  }
+  vd_free(kill);
+  *n_drop = n;
+  return VD_OK;
+}
+
+/* After the last round: failures that still target candidates say nothing
+ * about the plan (the candidate may be wrong), so they are inconclusive. */
+static void candidates_inconclusive(vd_run *r) {
+  for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
+    if (r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT || !targets_candidate(r, &r->set.stages[i])) continue;
+    r->verdicts[i].verdict = VD_SMT_INCONCLUSIVE;
+    snprintf(r->verdicts[i].reason, sizeof(r->verdicts[i].reason),
+             "target is an inferred lineage still failing after %d rounds", VD_RUN_MAX_INFER_ROUNDS);
+    r->n_not_equiv--;
+    r->n_inconclusive++;
+  }
+}
+
 vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   memset(r, 0, sizeof(*r));
   double t = vd_clock_s();
@@ -230,39 +466,28 @@ vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   r->phase_s[VD_RUN_GRAPH] = vd_clock_s() - t;
   if (r->n_issues || r->n_issues_dropped) return VD_OK; /* stages need a well-formed graph */
 
-  t = vd_clock_s();
-  VD_CHECK(vd_lin_build(&r->sg, &r->pg, &r->lt, d));
-  VD_CHECK(collect_issues(r, r->lt.issues, r->lt.n_issues, r->lt.n_issues_dropped, NULL));
-  r->phase_s[VD_RUN_LINEAGE] = vd_clock_s() - t;
-  /* Different global batches: every stage downstream of the data compares
-   * different samples, so solving would only repeat the BATCH diagnosis. */
-  for (size_t i = 0; i < r->lt.n_issues; i++)
-    if (r->lt.issues[i].kind == VD_LISSUE_BATCH) return VD_OK;
-
-  t = vd_clock_s();
-  VD_CHECK(vd_stage_cut(&r->lt, &r->set, d));
-  VD_CHECK(collect_issues(r, r->set.issues, r->set.n_issues, r->set.n_issues_dropped, NULL));
-  for (size_t i = 0; i < r->set.n_stages && !o->no_reduce; i++) {
-    vd_diag sd;
-    vd_diag_clear(&sd);
-    rc = vd_stage_reduce(&r->lt, &r->set.stages[i], &sd);
-    if (rc == VD_EINPUT) {
-      char line[VD_DIAG_TEXT + 200];
-      vd_diag_format(&sd, line, sizeof(line));
-      VD_CHECK(add_shape_issue(r, line));
-    } else if (rc != VD_OK) {
-      if (d) *d = sd;
-      return rc;
-    }
-    r->n_reduced += r->set.stages[i].reduced;
+  if (!o->no_infer) {
+    t = vd_clock_s();
+    VD_CHECK(vd_lin_infer(&r->sg, &r->pg, &r->pp, &r->inferred, &r->infer, d));
+    r->phase_s[VD_RUN_LINEAGE] += vd_clock_s() - t;
   }
-  for (size_t i = 0; i < r->set.n_stages; i++) r->n_represented += r->set.stages[i].n_rep ? r->set.stages[i].n_rep : 1;
-  if (!o->no_reuse) VD_CHECK(vd_stage_canon(&r->lt, &r->set, d));
-  r->phase_s[VD_RUN_STAGES] = vd_clock_s() - t;
-
-  t = vd_clock_s();
-  rc = solve_stages(r, o, d);
-  r->phase_s[VD_RUN_SOLVE] = vd_clock_s() - t;
+  size_t n_graph_issues = r->n_issues, n_graph_dropped = r->n_issues_dropped;
+  for (;;) {
+    r->infer_rounds++;
+    VD_CHECK(analyse(r, o, d));
+    size_t n_drop = 0;
+    if (r->infer.n_inferred) VD_CHECK(drop_failed_candidates(r, &n_drop, d));
+    if (n_drop && r->verdicts && remember_proven(r) != VD_OK) return VD_OOM(d);
+    if (!n_drop) break;
+    if (r->infer_rounds >= VD_RUN_MAX_INFER_ROUNDS) {
+      candidates_inconclusive(r);
+      break;
+    }
+    /* SOUNDNESS: the next round re-cuts without the dropped candidates:
+     * every stage that took one as a hypothesis grows past it. */
+    r->n_dropped += n_drop;
+    reset_round(r, n_graph_issues, n_graph_dropped);
+  }
   r->peak_bytes = vd_mem_peak();
   return rc;
 }

@@ -25,6 +25,7 @@ typedef struct {
   int no_reuse;            /* solve every stage, not one per class */
   int no_fast_path;        /* skip the simplifier normal-form comparison */
   int no_reduce;           /* check stages on their original shapes */
+  int no_infer;            /* do not infer lineages of unannotated tensors */
 } vd_run_opts;
 
 typedef enum { VD_RUN_LOAD, VD_RUN_GRAPH, VD_RUN_LINEAGE, VD_RUN_STAGES, VD_RUN_SOLVE, VD_RUN_PHASES } vd_run_phase;
@@ -34,6 +35,17 @@ typedef struct vd_run {
   vd_plan_t sp, pp;
   vd_graph_t sg, pg;
   vd_lin_table lt;
+  /* Lineage inference (lineage/infer.c): candidates still standing in the
+   * final round are flagged in inferred[] (per parallel tensor). */
+  uint8_t *inferred;
+  vd_lin_infer_stats infer;
+  size_t n_dropped;       /* candidates dropped because their proof failed */
+  int infer_rounds;       /* cut-and-solve rounds run (1 without drops) */
+  /* Stages proven in earlier rounds, by exact content (run.c, stage_sig):
+   * a later round takes their verdict instead of solving them again. */
+  uint64_t *pv_pool; size_t n_pv_pool, cap_pv_pool;
+  struct vd_run_sig *pv; size_t n_pv, cap_pv;
+  size_t n_reused_rounds; /* stages not solved again thanks to that */
   vd_stage_set set;
   vd_stage_verdict *verdicts; /* one per stage (members of a class copy the representative's kind) */
   vd_rc *stage_rc;            /* machinery errors per stage */

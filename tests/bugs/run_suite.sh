@@ -18,7 +18,11 @@
 # timeout is a failure), EXTRA=0 (skip the extra
 # configurations: cp, moe/ep), ALLOW_NA="N ..." (bugs allowed not to apply:
 # they need a generator feature that does not exist yet; none today), KEEP=dir (keep
-# the plans and reports there), SEED=N (executor seed, default 1).
+# the plans and reports there), SEED=N (executor seed, default 1), STRIP=1
+# (the verifier gets every parallel plan stripped to its boundary,
+# `verdict plan strip --keep boundary`, and infers the rest; a caught bug
+# with another diagnosis than the table's is then "ok (coarser)"; the
+# executor keeps checking the fully annotated plan).
 # The table (bug, class, configuration, verdict, diagnosis, stages, time) goes
 # to stdout; the exit code is 0 when every row passed.
 
@@ -29,6 +33,7 @@ ALLOW_NA=${ALLOW_NA:-}
 SEED=${SEED:-1}
 BUGS=${BUGS:-}
 VERIFY_TIMEOUT=${VERIFY_TIMEOUT:-120}
+STRIP=${STRIP:-0}
 TIMEOUT=""
 command -v timeout >/dev/null 2>&1 && TIMEOUT="timeout -k 5 $VERIFY_TIMEOUT"
 [ -x "$VERDICT" ] || { echo "run_suite: no verdict binary at '$VERDICT'" >&2; exit 2; }
@@ -46,6 +51,17 @@ FAILS=0
 ROWS=0
 
 now_ms() { date +%s%3N; }
+
+# vplan PLAN -> the parallel plan the verifier reads: PLAN itself, or with
+# STRIP=1 its boundary-only copy (PLAN.b.plan, written once).
+vplan() {
+  if [ "$STRIP" = 1 ]; then
+    [ -f "$1.b.plan" ] || "$VERDICT" plan strip --keep boundary "$1" "$1.b.plan" >/dev/null 2>&1
+    echo "$1.b.plan"
+  else
+    echo "$1"
+  fi
+}
 
 # first_diag REPORT.json -> "DIAG STAGES": the "diagnosis" of the first
 # entry of "failures" (else the first "diagnosis" anywhere, in document
@@ -83,7 +99,7 @@ EOF
 row() { # bug class config verdict diagnosis stages time status
   ROWS=$((ROWS + 1))
   printf '%-4s %-15s %-56s %-10s %-18s %-6s %6s  %s\n' "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8"
-  [ "$8" = ok ] || [ "$8" = n/a ] || FAILS=$((FAILS + 1))
+  case "$8" in ok|"ok (coarser"*|n/a) ;; *) FAILS=$((FAILS + 1)) ;; esac
 }
 
 # gen_config OPTS -> sets CFG (directory name); generates once per configuration.
@@ -111,7 +127,7 @@ check_correct() {
   verdict=AGREE; status=ok; diag=-; stages=-
   [ $erc = 0 ] || { verdict="exec=$erc"; status="FALSE ALARM (exec): $(head -c 120 "$WORK/$CFG/exec.log")"; }
   if [ "$VERIFY" = 1 ] && [ $erc = 0 ]; then
-    $TIMEOUT "$VERDICT" --sm "$WORK/$CFG/s.plan" --pm "$WORK/$CFG/p.plan" --json "$WORK/$CFG/report.json" \
+    $TIMEOUT "$VERDICT" --sm "$WORK/$CFG/s.plan" --pm "$(vplan "$WORK/$CFG/p.plan")" --json "$WORK/$CFG/report.json" \
       >"$WORK/$CFG/verify.log" 2>&1
     vrc=$?
     if [ $vrc = 0 ]; then verdict=EQUIV; else verdict="verdict=$vrc"; status="FALSE ALARM (verdict exit $vrc)"; fi
@@ -175,7 +191,7 @@ run_bug() {
     status="MISSED (exec): $(head -c 120 "$m.exec.log")"
   fi
   if [ "$VERIFY" = 1 ]; then
-    $TIMEOUT "$VERDICT" --sm "$WORK/$CFG/s.plan" --pm "$m.plan" --json "$m.report.json" >"$m.verify.log" 2>&1
+    $TIMEOUT "$VERDICT" --sm "$WORK/$CFG/s.plan" --pm "$(vplan "$m.plan")" --json "$m.report.json" >"$m.verify.log" 2>&1
     vrc=$?
     if [ $vrc = 1 ] && [ -f "$m.report.json" ]; then
       set -- $(first_diag "$m.report.json")
@@ -183,7 +199,8 @@ run_bug() {
       verdict=NOT_EQUIV
       case "|$accept|" in
         *"|$diag|"*) ;;
-        *) [ "$status" = ok ] && status="WRONG DIAGNOSIS (expected $accept)" ;;
+        *) if [ "$STRIP" = 1 ]; then [ "$status" = ok ] && status="ok (coarser; table: $accept)"
+           else [ "$status" = ok ] && status="WRONG DIAGNOSIS (expected $accept)"; fi ;;
       esac
     else
       verdict="verdict=$vrc"

@@ -1,0 +1,873 @@
+/*
+ * lineage/infer.c - candidate lineages for the unannotated tensors of a
+ * parallel plan (docs/verifier.md section 1b).
+ *
+ * Propagation runs once over Gp (replica-0 graph) in topological order.  A
+ * value's lineage is "(Gs value sv) slice [lo, hi) (single coordinates),
+ * parts [k0, k0 + cnt) of n", plus its per-replica shift (dlo, dk): replica d
+ * holds slice lo + d*dlo and parts from k0 + d*dk, as the plan's affine
+ * annotations do.  A special lineage "zero" stands for a value known to be 0
+ * (a zero_grad scale), so that an accumulator's first addition copies its
+ * addend.  Seeds are the annotated tensors' initial values and final
+ * versions.  Each operator's rule (vd_lin_prop_rule, one row per registry
+ * operator, checked complete at compile time) says how a node maps its
+ * inputs' lineages to its outputs:
+ *  - COPY: output = input (no single node needed: the output holds the same
+ *    single value as the input);
+ *  - MAP: the single node computing the same operator on the single values
+ *    the inputs hold is found; the operator's reduction rule (ops/reduce.h)
+ *    links input and output dimensions, so an output dimension takes the
+ *    slice of a linked input dimension, a dimension held whole stays whole,
+ *    and a sliced dimension that no output keeps (a contraction) makes the
+ *    output a partial sum, its part index the slice's position;
+ *  - collectives: all_reduce makes partial sums whole, all_gather
+ *    concatenates slices, reduce_scatter sums and slices, send/recv move.
+ * Where a rule cannot decide, the value has no lineage, and neither has
+ * anything computed from it: its stage grows to the next lineage.
+ *
+ * SOUNDNESS: nothing here is trusted.  A candidate is written as an
+ * annotation of the tensor's FINAL value only (tensors with an initial
+ * value get none), so it becomes a stage target that must be proven before
+ * anything may use it as a hypothesis (verifier/run.c drops candidates whose
+ * proof fails and re-cuts; see docs/verifier.md).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lineage.h"
+
+#include "../common/mem.h"
+#include "../ops/ops.h"
+
+/* ---- the rule table ------------------------------------------------------ */
+
+#define R(kind, lin, bwd) {1, VD_PROP_##kind, VD_PLIN_##lin, bwd}
+static const vd_lin_prop_rule rules[VD_OP__COUNT] = {
+    [VD_OP_IDENTITY] = R(COPY, NONE, 0),
+    [VD_OP_CONTIGUOUS] = R(COPY, NONE, 0),
+    [VD_OP_CAST] = R(COPY, NONE, 0),
+    [VD_OP_VIEW] = R(VIEW, NONE, 0),
+    [VD_OP_RESHAPE] = R(VIEW, NONE, 0),
+    [VD_OP_TRANSPOSE] = R(MAP, MULTI, 0),
+    [VD_OP_MULTIREF] = R(COPY, NONE, 0),
+    [VD_OP_MULTIREF_BACKWARD] = R(MAP, SUM, 0),
+    [VD_OP_CHUNK] = R(CHUNK, NONE, 0),
+    [VD_OP_CHUNK_BACKWARD] = R(NONE, NONE, 0), /* zero-padded slice: no lineage form */
+    [VD_OP_CONCAT] = R(MAP, SUM, 0),
+    [VD_OP_EXPAND] = R(MAP, MULTI, 0),
+    [VD_OP_ADD] = R(ACCUM, SUM, 0),
+    [VD_OP_SUB] = R(MAP, SUM, 0),
+    [VD_OP_MUL] = R(MAP, MULTI, 0),
+    [VD_OP_DIV] = R(MAP, NONE, 0),
+    [VD_OP_NEG] = R(MAP, MULTI, 0),
+    [VD_OP_POW] = R(MAP, NONE, 0),
+    [VD_OP_SQRT] = R(MAP, NONE, 0),
+    [VD_OP_RSQRT] = R(MAP, NONE, 0),
+    [VD_OP_EXP] = R(MAP, NONE, 0),
+    [VD_OP_LOG] = R(MAP, NONE, 0),
+    [VD_OP_SIGMOID] = R(MAP, NONE, 0),
+    [VD_OP_TANH] = R(MAP, NONE, 0),
+    [VD_OP_SILU] = R(MAP, NONE, 0),
+    [VD_OP_GELU] = R(MAP, NONE, 0),
+    [VD_OP_SUM] = R(MAP, MULTI, 0),
+    [VD_OP_MEAN] = R(NONE, NONE, 0), /* a mean over a slice is not a part of the mean */
+    [VD_OP_SUM_TO] = R(MAP, MULTI, 0),
+    [VD_OP_ACCUMULATE] = R(ACCUM, SUM, 0),
+    [VD_OP_SCALE] = R(SCALE, MULTI, 0),
+    [VD_OP_ADD_BACKWARD] = R(MAP, MULTI, 1),
+    [VD_OP_SUB_BACKWARD] = R(MAP, MULTI, 1),
+    [VD_OP_MUL_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_DIV_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_NEG_BACKWARD] = R(MAP, MULTI, 1),
+    [VD_OP_SCALE_BACKWARD] = R(MAP, MULTI, 1),
+    [VD_OP_POW_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_SQRT_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_RSQRT_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_EXP_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_LOG_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_SIGMOID_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_TANH_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_SILU_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_GELU_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_SUM_BACKWARD] = R(MAP, MULTI, 1),
+    [VD_OP_MEAN_BACKWARD] = R(MAP, MULTI, 1),
+    [VD_OP_MATMUL] = R(MAP, MULTI, 0),
+    [VD_OP_LINEAR] = R(MAP, MULTI, 0),
+    [VD_OP_EMBEDDING] = R(MAP, MULTI, 0),
+    [VD_OP_RMS_NORM] = R(MAP, NONE, 0),
+    [VD_OP_LAYER_NORM] = R(MAP, NONE, 0),
+    [VD_OP_ROPE] = R(MAP, NONE, 0),
+    [VD_OP_CAUSAL_MASK] = R(MAP, NONE, 0),
+    [VD_OP_SOFTMAX] = R(MAP, NONE, 0),
+    [VD_OP_PICK] = R(MAP, MULTI, 0),
+    [VD_OP_MATMUL_BACKWARD] = R(MAP, MULTI, 1),
+    [VD_OP_LINEAR_BACKWARD] = R(MAP, MULTI, 1),
+    [VD_OP_EMBEDDING_BACKWARD] = R(MAP, MULTI, 1),
+    [VD_OP_RMS_NORM_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_LAYER_NORM_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_ROPE_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_CAUSAL_MASK_BACKWARD] = R(MAP, MULTI, 1),
+    [VD_OP_SOFTMAX_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_PICK_BACKWARD] = R(MAP, MULTI, 1),
+    [VD_OP_CREATE_MASK] = R(MAP, NONE, 0),
+    [VD_OP_APPLY_MASK] = R(MAP, NONE, 0),
+    [VD_OP_APPLY_ROTARY_EMB] = R(MAP, NONE, 0),
+    [VD_OP_APPLY_MASK_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_APPLY_ROTARY_EMB_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_DROPOUT] = R(MAP, NONE, 0),
+    [VD_OP_DROPOUT_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_TOPK_GATE] = R(MAP, NONE, 0),
+    [VD_OP_GROUPED_MLP] = R(MAP, SEP, 0),
+    [VD_OP_TOPK_GATE_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_GROUPED_MLP_BACKWARD] = R(MAP, SEP, 1),
+    [VD_OP_GATE_FW] = R(MAP, NONE, 0),
+    [VD_OP_NNSCALER_MOE_GMM] = R(MAP, SEP, 0),
+    [VD_OP_GATE_FW_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_NNSCALER_MOE_GMM_BACKWARD] = R(MAP, SEP, 1),
+    [VD_OP_ALL_REDUCE] = R(ALL_REDUCE, NONE, 0),
+    [VD_OP_ALL_GATHER] = R(ALL_GATHER, NONE, 0),
+    [VD_OP_REDUCE_SCATTER] = R(REDUCE_SCATTER, NONE, 0),
+    [VD_OP_ALL_TO_ALL] = R(NONE, NONE, 0), /* token routing: the stage grows past it */
+    [VD_OP_BROADCAST] = R(COPY, NONE, 0),
+    [VD_OP_SEND] = R(COPY, NONE, 0),
+    [VD_OP_RECV] = R(COPY, NONE, 0),
+    [VD_OP_SUMSQ] = R(MAP, NONE, 0),
+    [VD_OP_CLIP_COEF] = R(MAP, NONE, 0),
+    [VD_OP_SGD_STEP] = R(MAP, NONE, 0),
+    [VD_OP_ADAM_STEP] = R(MAP, NONE, 0),
+};
+#undef R
+_Static_assert(sizeof(rules) / sizeof(rules[0]) == VD_OP__COUNT, "one propagation rule per operator");
+
+const vd_lin_prop_rule *vd_lin_prop_rule_of(int op) { return &rules[op]; }
+
+/* ---- value lineages ---------------------------------------------------- */
+
+typedef struct {
+  uint8_t known, zero;
+  int32_t sv; /* Gs value */
+  int32_t nd; /* single ndim */
+  int64_t lo[VD_MAX_DIMS], hi[VD_MAX_DIMS], dlo[VD_MAX_DIMS];
+  int64_t k0, cnt, n, dk; /* parts [k0 + d*dk, + cnt) of n */
+} vlin;
+
+typedef struct {
+  const vd_graph_t *gs, *gp;
+  const vd_plan_t *sp, *pp;
+  vlin *vl;      /* per Gp value */
+  int *pop;      /* per parallel plan node: vd_op_id */
+  int *sop;      /* per single plan node */
+  int32_t *fwd_of; /* per Gp node: forward partner Gp node or -1 (computed lazily: -2 unknown) */
+  uint32_t *byname; /* parallel plan nodes sorted by (rank, name) */
+  int32_t *gfirst, *gnext; /* Gp nodes of each plan node, as a list */
+  uint32_t *sroot, *rv_off, *rv; /* single copy roots (single_roots) */
+  uint32_t *sbyname;             /* single plan nodes sorted by name */
+  int32_t *sgfirst, *sgnext;     /* Gs nodes of each single plan node */
+} ictx;
+
+static const vd_tensor_t *ptens(const ictx *c, uint32_t v) { return &c->pp->tensors[c->gp->values[v].tensor]; }
+static const vd_tensor_t *stens(const ictx *c, int32_t sv) { return &c->sp->tensors[c->gs->values[sv].tensor]; }
+
+/* Normalized part: parts [k0, k0+cnt) of n as part k of n/cnt.  0 if not aligned. */
+static int norm_part(const vlin *l, int64_t *k, int64_t *n, int64_t *dk) {
+  if (l->cnt < 1 || l->k0 % l->cnt || l->n % l->cnt || l->dk % l->cnt) return 0;
+  *k = l->k0 / l->cnt;
+  *n = l->n / l->cnt;
+  *dk = l->dk / l->cnt;
+  return 1;
+}
+
+/* The parallel tensor of v holds its slice dimension by dimension (same
+ * rank, widths equal to the shape): the form every rule below assumes. */
+static int aligned(const ictx *c, uint32_t v) {
+  const vlin *l = &c->vl[v];
+  const vd_tensor_t *t = ptens(c, v);
+  if (!l->known || l->zero || t->ndim != l->nd) return 0;
+  for (int32_t i = 0; i < t->ndim; i++)
+    if (l->hi[i] - l->lo[i] != t->shape[i]) return 0;
+  return 1;
+}
+
+static void seed(ictx *c) {
+  const vd_graph_t *gp = c->gp, *gs = c->gs;
+  for (size_t ti = 0; ti < c->pp->n_tensors; ti++) {
+    const vd_tensor_t *pt = &c->pp->tensors[ti];
+    if (!pt->has_lin) continue;
+    int64_t s = vd_plan_find_tensor(c->sp, pt->lin.full);
+    if (s < 0) continue;
+    const vd_tensor_t *st = &c->sp->tensors[s];
+    if (st->ndim != pt->ndim) continue;
+    int32_t smb = st->scope == VD_SCOPE_PER_MB ? 0 : -1;
+    uint32_t per = pt->scope == VD_SCOPE_PER_MB ? gp->inst_per_replica[ti] : 1;
+    for (uint32_t m = 0; m < per; m++) {
+      int32_t mb = pt->scope == VD_SCOPE_PER_MB ? (int32_t)m : -1;
+      int32_t vv[2] = {vd_graph_first(gp, (uint32_t)ti, 0, mb), vd_graph_last(gp, (uint32_t)ti, 0, mb)};
+      int32_t ss[2] = {vd_graph_first(gs, (uint32_t)s, 0, smb), vd_graph_last(gs, (uint32_t)s, 0, smb)};
+      for (int k = 0; k < 2; k++) {
+        if (vv[k] < 0 || ss[k] < 0) continue;
+        if (k == 0 && !(gp->values[vv[k]].is_initial && gs->values[ss[k]].is_initial)) continue;
+        vlin *l = &c->vl[vv[k]];
+        memset(l, 0, sizeof(*l));
+        l->known = 1;
+        l->sv = ss[k];
+        l->nd = st->ndim;
+        vd_tensor_lineage_at(pt, 0, mb, l->lo, l->hi, &l->k0);
+        for (int32_t i = 0; i < st->ndim; i++) l->dlo[i] = pt->lin.dp_shift[i];
+        l->cnt = 1;
+        l->n = pt->lin.part_n;
+        l->dk = pt->lin.dp_part;
+      }
+    }
+  }
+}
+
+/* ---- MAP: single node match and dimension links ------------------------ */
+
+/* The single node with operator op whose inputs are the single values the
+ * parallel inputs hold; -1 if none or ambiguous (ties broken by name). */
+static int32_t match_single(const ictx *c, const vd_gnode_t *pn, int op) {
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn);
+  if (pn->n_in == 0) return -1;
+  for (uint32_t i = 0; i < pn->n_in; i++)
+    if (!c->vl[in[i]].known || c->vl[in[i]].zero) return -1;
+  /* Copies (multiref, identity) are seen through on the single side: the
+   * parallel plan may fan a value out differently. */
+  uint32_t root = c->sroot[c->vl[in[0]].sv];
+  int32_t found = -1, n_found = 0, named = -1;
+  const char *pname = vd_plan_s(c->pp, c->pp->nodes[pn->pnode].name);
+  for (uint32_t q = c->rv_off[root]; q < c->rv_off[root + 1]; q++) {
+    const vd_value_t *sv0 = &c->gs->values[c->rv[q]];
+    const uint32_t *cons = vd_value_consumers(c->gs, sv0);
+    for (uint32_t k = 0; k < sv0->n_cons; k++) {
+      const vd_gnode_t *sn = &c->gs->nodes[cons[k]];
+      if (c->sop[sn->pnode] != op || sn->n_in != pn->n_in || sn->n_out != pn->n_out) continue;
+      const uint32_t *sin = vd_gnode_inputs(c->gs, sn);
+      int ok = 1;
+      for (uint32_t i = 0; i < pn->n_in && ok; i++) ok = c->sroot[sin[i]] == c->sroot[c->vl[in[i]].sv];
+      if (!ok || (int32_t)cons[k] == found) continue;
+      found = (int32_t)cons[k];
+      n_found++;
+      if (strcmp(vd_plan_s(c->sp, c->sp->nodes[sn->pnode].name), pname) == 0) named = found;
+    }
+  }
+  if (n_found == 1) return found;
+  return named;
+}
+
+/* The single node with operator op and the same source name, when exactly
+ * one exists (sbyname: single plan nodes sorted by name).  The fallback
+ * for a gradient sum whose parallel fan-in differs from the single one
+ * (a multiref_backward over an extra TP-entry branch): its inputs are then
+ * not the single node's, but the candidate it yields is proven like any. */
+static int32_t match_by_name(const ictx *c, const vd_gnode_t *pn, int op) {
+  const char *name = vd_plan_s(c->pp, c->pp->nodes[pn->pnode].name);
+  if (!*name) return -1;
+  size_t lo = 0, hi = c->sp->n_nodes;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (strcmp(vd_plan_s(c->sp, c->sp->nodes[c->sbyname[mid]].name), name) < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  int32_t found = -1, n_found = 0;
+  for (; lo < c->sp->n_nodes && !strcmp(vd_plan_s(c->sp, c->sp->nodes[c->sbyname[lo]].name), name); lo++) {
+    uint32_t p = c->sbyname[lo];
+    if (c->sop[p] != op) continue;
+    for (int32_t g = c->sgfirst[p]; g >= 0; g = c->sgnext[g]) {
+      found = g;
+      n_found++;
+    }
+  }
+  return n_found == 1 ? found : -1;
+}
+
+/* Copy roots of the single graph: a value produced by identity,
+ * contiguous, cast or multiref has its input's root.  rv lists the values
+ * of each root (counting sort), so match_single finds every consumer of a
+ * copy. */
+static vd_rc single_roots(ictx *c, vd_diag *d) {
+  const vd_graph_t *gs = c->gs;
+  size_t nv = gs->n_values;
+  c->sroot = vd_calloc(nv ? nv : 1, sizeof(*c->sroot));
+  c->rv_off = vd_calloc(nv + 1, sizeof(*c->rv_off));
+  c->rv = vd_calloc(nv ? nv : 1, sizeof(*c->rv));
+  if (!c->sroot || !c->rv_off || !c->rv) return VD_OOM(d);
+  for (size_t v = 0; v < nv; v++) c->sroot[v] = (uint32_t)v;
+  for (size_t t = 0; t < gs->n_nodes; t++) {
+    const vd_gnode_t *n = &gs->nodes[gs->topo[t]];
+    int op = c->sop[n->pnode];
+    if (op < 0 || rules[op].kind != VD_PROP_COPY || n->n_part || n->n_in != 1) continue;
+    const uint32_t *in = vd_gnode_inputs(gs, n), *out = vd_gnode_outputs(gs, n);
+    for (uint32_t o = 0; o < n->n_out; o++) c->sroot[out[o]] = c->sroot[in[0]];
+  }
+  for (size_t v = 0; v < nv; v++) c->rv_off[c->sroot[v] + 1]++;
+  for (size_t v = 0; v < nv; v++) c->rv_off[v + 1] += c->rv_off[v];
+  uint32_t *fill = vd_calloc(nv ? nv : 1, sizeof(*fill));
+  if (!fill) return VD_OOM(d);
+  for (size_t v = 0; v < nv; v++) c->rv[c->rv_off[c->sroot[v]] + fill[c->sroot[v]]++] = (uint32_t)v;
+  vd_free(fill);
+  return VD_OK;
+}
+
+/* Union-find over the operand dimensions of one call. */
+#define MAXOPD 16
+typedef struct {
+  int n_in, n_out;
+  int par[2 * MAXOPD * VD_MAX_DIMS];
+} dsu;
+
+static int dix(const dsu *u, int out, int t, int dim) { return ((out ? u->n_in : 0) + t) * VD_MAX_DIMS + dim; }
+static int dfind(dsu *u, int x) {
+  while (u->par[x] != x) x = u->par[x] = u->par[u->par[x]];
+  return x;
+}
+
+static vd_rc link_dims(void *sink, const vd_op_red *r) {
+  dsu *u = sink;
+  if (r->kind != VD_RED_EQ || r->num == 0 || r->num != r->den) return VD_OK;
+  if (r->a.dim >= VD_MAX_DIMS || r->b.dim >= VD_MAX_DIMS) return VD_OK;
+  int a = dfind(u, dix(u, r->a.out, r->a.t, r->a.dim)), b = dfind(u, dix(u, r->b.out, r->b.t, r->b.dim));
+  u->par[a] = b;
+  return VD_OK;
+}
+
+/* Forward partner of backward node gi: the parallel node of the same name,
+ * rank, layer and microbatch whose operator's backward is op; -1 if none or
+ * ambiguous.  Plan nodes are sorted by (rank, name) once (c->byname). */
+static int cmp_sname(const void *a, const void *b, void *arg) {
+  const vd_plan_t *sp = arg;
+  int r = strcmp(vd_plan_s(sp, sp->nodes[*(const uint32_t *)a].name), vd_plan_s(sp, sp->nodes[*(const uint32_t *)b].name));
+  if (r) return r;
+  return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
+}
+
+static int cmp_byname(const void *a, const void *b, void *arg) {
+  const vd_plan_t *sort_plan = arg;
+  const vd_node_t *x = &sort_plan->nodes[*(const uint32_t *)a], *y = &sort_plan->nodes[*(const uint32_t *)b];
+  if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+  int r = strcmp(vd_plan_s(sort_plan, x->name), vd_plan_s(sort_plan, y->name));
+  if (r) return r;
+  return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
+}
+
+static int32_t forward_partner(ictx *c, uint32_t gi, int op) {
+  if (c->fwd_of[gi] != -2) return c->fwd_of[gi];
+  const vd_gnode_t *pn = &c->gp->nodes[gi];
+  const vd_node_t *nd = &c->pp->nodes[pn->pnode];
+  const char *name = vd_plan_s(c->pp, nd->name);
+  /* lower bound of (rank, name) */
+  size_t lo = 0, hi = c->pp->n_nodes;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    const vd_node_t *m = &c->pp->nodes[c->byname[mid]];
+    int r = m->rank != nd->rank ? (m->rank < nd->rank ? -1 : 1) : strcmp(vd_plan_s(c->pp, m->name), name);
+    if (r < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  int32_t best = -1, n_best = 0;
+  for (size_t i = lo; i < c->pp->n_nodes; i++) {
+    uint32_t p = c->byname[i];
+    const vd_node_t *fd = &c->pp->nodes[p];
+    if (fd->rank != nd->rank || strcmp(vd_plan_s(c->pp, fd->name), name)) break;
+    if (c->pop[p] < 0 || vd_op_backward((vd_op_id)c->pop[p]) != op || fd->layer != nd->layer) continue;
+    for (int32_t g = c->gfirst[p]; g >= 0; g = c->gnext[g])
+      if (c->gp->nodes[g].mb == pn->mb) {
+        best = g;
+        n_best++;
+      }
+  }
+  c->fwd_of[gi] = n_best == 1 ? best : -1;
+  return c->fwd_of[gi];
+}
+
+static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
+  const vd_gnode_t *pn = &c->gp->nodes[gi];
+  if (pn->n_in + pn->n_out > MAXOPD) return;
+  int32_t sm = match_single(c, pn, op);
+  if (sm < 0 && op == VD_OP_MULTIREF_BACKWARD) sm = match_by_name(c, pn, op);
+  if (sm < 0) return;
+  const vd_gnode_t *sn = &c->gs->nodes[sm];
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
+  const uint32_t *sout = vd_gnode_outputs(c->gs, sn);
+  /* Parts of the inputs. */
+  int64_t pk = 0, pnn = 1, pdk = 0;
+  int n_partial = 0;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    if (!aligned(c, in[i])) return;
+    int64_t k, n, dk;
+    if (!norm_part(&c->vl[in[i]], &k, &n, &dk)) return;
+    if (n == 1) continue;
+    if (ru->lin == VD_PLIN_NONE || ru->lin == VD_PLIN_SEP) return;
+    if (n_partial && (ru->lin == VD_PLIN_MULTI || k != pk || n != pnn || dk != pdk)) return;
+    pk = k, pnn = n, pdk = dk;
+    n_partial++;
+  }
+  if (ru->lin == VD_PLIN_SUM && n_partial && (uint32_t)n_partial != pn->n_in) return;
+  /* Dimension links from the reduction rule, on the parallel shapes. */
+  dsu u;
+  u.n_in = (int)pn->n_in;
+  u.n_out = (int)pn->n_out;
+  for (int i = 0; i < 2 * MAXOPD * VD_MAX_DIMS; i++) u.par[i] = i;
+  vd_op_shape ish[MAXOPD], osh[MAXOPD];
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    const vd_tensor_t *t = ptens(c, in[i]);
+    ish[i].ndim = t->ndim;
+    memcpy(ish[i].d, t->shape, sizeof(ish[i].d));
+  }
+  for (uint32_t i = 0; i < pn->n_out; i++) {
+    const vd_tensor_t *t = ptens(c, out[i]);
+    osh[i].ndim = t->ndim;
+    memcpy(osh[i].d, t->shape, sizeof(osh[i].d));
+  }
+  vd_op_reduce_call rc = {.op = op, .plan = c->pp, .node = &c->pp->nodes[pn->pnode], .n_in = pn->n_in,
+                          .n_out = pn->n_out, .in_shape = ish, .out_shape = osh, .emit = link_dims, .sink = &u};
+  int norule = 0;
+  if (vd_op_reduce_rule((vd_op_id)op)(&rc, &norule) != VD_OK || norule) return;
+  int32_t fw = ru->bwd_pair ? forward_partner(c, gi, op) : -1;
+  for (uint32_t o = 0; o < pn->n_out; o++) {
+    const vd_tensor_t *pt = ptens(c, out[o]);
+    const vd_tensor_t *st = stens(c, (int32_t)sout[o]);
+    if (st->ndim != pt->ndim) continue;
+    vlin l;
+    memset(&l, 0, sizeof(l));
+    l.known = 1;
+    l.sv = (int32_t)sout[o];
+    l.nd = st->ndim;
+    int ok = 1;
+    uint8_t cls_used[2 * MAXOPD * VD_MAX_DIMS];
+    memset(cls_used, 0, sizeof(cls_used));
+    for (int32_t j = 0; j < pt->ndim && ok; j++) {
+      int cj = dfind(&u, dix(&u, 1, (int)o, j));
+      cls_used[cj] = 1;
+      if (pt->shape[j] == st->shape[j]) {
+        l.lo[j] = 0, l.hi[j] = st->shape[j];
+        continue;
+      }
+      int done = 0;
+      for (uint32_t i = 0; i < pn->n_in && !done; i++) {
+        const vlin *x = &c->vl[in[i]];
+        for (int32_t k = 0; k < x->nd && !done; k++) {
+          if (dfind(&u, dix(&u, 0, (int)i, k)) != cj) continue;
+          const vd_tensor_t *xs = stens(c, x->sv);
+          if (xs->shape[k] != st->shape[j] || x->hi[k] - x->lo[k] != pt->shape[j]) continue;
+          l.lo[j] = x->lo[k], l.hi[j] = x->hi[k], l.dlo[j] = x->dlo[k];
+          done = 1;
+        }
+      }
+      if (!done && fw >= 0 && o < c->gp->nodes[fw].n_in) {
+        uint32_t fv = vd_gnode_inputs(c->gp, &c->gp->nodes[fw])[o];
+        const vlin *x = &c->vl[fv];
+        if (x->known && !x->zero && x->nd == st->ndim && stens(c, x->sv)->shape[j] == st->shape[j] &&
+            x->hi[j] - x->lo[j] == pt->shape[j]) {
+          l.lo[j] = x->lo[j], l.hi[j] = x->hi[j], l.dlo[j] = x->dlo[j];
+          done = 1;
+        }
+      }
+      ok = done;
+    }
+    if (!ok) continue;
+    /* Contractions: a sliced input dimension that no output dimension keeps
+     * makes the output a partial sum over its slices (linear operators only). */
+    int64_t k = pk, n = pnn, dk = pdk;
+    for (uint32_t i = 0; i < pn->n_in && ok; i++) {
+      const vlin *x = &c->vl[in[i]];
+      const vd_tensor_t *xs = stens(c, x->sv);
+      for (int32_t kd = 0; kd < x->nd && ok; kd++) {
+        int ck = dfind(&u, dix(&u, 0, (int)i, kd));
+        int64_t w = x->hi[kd] - x->lo[kd];
+        if (cls_used[ck] || w == xs->shape[kd]) continue;
+        cls_used[ck] = 1; /* one contraction per class (x.b and dy.b sliced alike) */
+        if (ru->lin == VD_PLIN_NONE || w <= 0 || xs->shape[kd] % w || x->lo[kd] % w || x->dlo[kd] % w) {
+          ok = 0;
+          break;
+        }
+        int64_t m = xs->shape[kd] / w;
+        k = k * m + x->lo[kd] / w;
+        dk = dk * m + x->dlo[kd] / w;
+        n = n * m;
+      }
+    }
+    if (!ok) continue;
+    l.k0 = k, l.cnt = 1, l.n = n, l.dk = dk;
+    c->vl[out[o]] = l;
+  }
+}
+
+/* ---- view / reshape ------------------------------------------------------ */
+
+typedef struct {
+  vd_op_red g[VD_MAX_DIMS];
+  int n;
+} vgroups;
+
+static vd_rc view_group(void *sink, const vd_op_red *r) {
+  vgroups *v = sink;
+  if (v->n >= VD_MAX_DIMS) return VD_OK;
+  if (r->kind == VD_RED_EQ) {
+    vd_op_red e = *r;
+    e.kind = VD_RED_PROD;
+    e.na = e.nb = 1;
+    v->g[v->n++] = e;
+  } else if (r->kind == VD_RED_PROD) {
+    v->g[v->n++] = *r;
+  }
+  return VD_OK;
+}
+
+/* A view maps single coordinates to single coordinates.  The single node's
+ * reshape groups (a run of input dims whose product is a run of output
+ * dims, from the reduction rule on the SINGLE shapes) carry a box to a box
+ * when, in each group, every dim but the first is held whole on the input
+ * side, and the flat range then splits into a slice of the first output dim
+ * times whole inner dims.  Dims of size 1 are outside every group. */
+static void view_node(ictx *c, uint32_t gi, int op) {
+  const vd_gnode_t *pn = &c->gp->nodes[gi];
+  if (pn->n_in != 1 || pn->n_out != 1) return;
+  int32_t sm = match_single(c, pn, op);
+  uint32_t in = vd_gnode_inputs(c->gp, pn)[0], out = vd_gnode_outputs(c->gp, pn)[0];
+  if (sm < 0 || !aligned(c, in)) return;
+  const vlin *x = &c->vl[in];
+  int32_t so = (int32_t)vd_gnode_outputs(c->gs, &c->gs->nodes[sm])[0];
+  const vd_tensor_t *xs = stens(c, x->sv), *ys = stens(c, so), *pt = ptens(c, out);
+  if (ys->ndim != pt->ndim) return;
+  vd_op_shape ish, osh;
+  ish.ndim = xs->ndim;
+  memcpy(ish.d, xs->shape, sizeof(ish.d));
+  osh.ndim = ys->ndim;
+  memcpy(osh.d, ys->shape, sizeof(osh.d));
+  vgroups v;
+  v.n = 0;
+  vd_op_reduce_call rc = {.op = op, .plan = c->sp, .node = &c->sp->nodes[c->gs->nodes[sm].pnode], .n_in = 1,
+                          .n_out = 1, .in_shape = &ish, .out_shape = &osh, .emit = view_group, .sink = &v};
+  int norule = 0;
+  if (vd_op_reduce_rule((vd_op_id)op)(&rc, &norule) != VD_OK || norule) return;
+  vlin l = *x;
+  l.sv = so;
+  l.nd = ys->ndim;
+  uint8_t set[VD_MAX_DIMS] = {0};
+  for (int32_t j = 0; j < ys->ndim; j++) {
+    l.lo[j] = 0, l.hi[j] = ys->shape[j], l.dlo[j] = 0;
+    if (ys->shape[j] == 1) set[j] = 1;
+  }
+  for (int q = 0; q < v.n; q++) {
+    const vd_op_red *g = &v.g[q];
+    int32_t a0 = g->a.dim, b0 = g->b.dim;
+    if (a0 + g->na > xs->ndim || b0 + g->nb > ys->ndim) return;
+    int64_t inner_i = 1, inner_o = 1;
+    for (int e = 1; e < g->na; e++) {
+      if (x->hi[a0 + e] - x->lo[a0 + e] != xs->shape[a0 + e]) return;
+      inner_i *= xs->shape[a0 + e];
+    }
+    for (int e = 1; e < g->nb; e++) inner_o *= ys->shape[b0 + e];
+    int64_t lo = x->lo[a0] * inner_i, w = (x->hi[a0] - x->lo[a0]) * inner_i, dl = x->dlo[a0] * inner_i;
+    if (lo % inner_o || w % inner_o || dl % inner_o) return;
+    l.lo[b0] = lo / inner_o, l.hi[b0] = (lo + w) / inner_o, l.dlo[b0] = dl / inner_o;
+    set[b0] = 1;
+    for (int e = 1; e < g->nb; e++) set[b0 + e] = 1;
+  }
+  for (int32_t j = 0; j < ys->ndim; j++)
+    if (!set[j]) return;
+  c->vl[out] = l;
+}
+
+/* ---- the other rule kinds --------------------------------------------- */
+
+static void copy_node(ictx *c, const vd_gnode_t *pn, int op) {
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
+  if (pn->n_part) {
+    /* send/recv, broadcast: the merged instance's outputs take the source's lineage. */
+    if (pn->n_in < 1 || !c->vl[in[0]].known) return;
+    for (uint32_t i = 0; i < pn->n_in; i++)
+      if (!c->vl[in[i]].known) return;
+    for (uint32_t o = 0; o < pn->n_out; o++) c->vl[out[o]] = c->vl[in[pn->n_in == pn->n_out ? o : 0]];
+    return;
+  }
+  if (pn->n_in < 1 || !c->vl[in[0]].known) return;
+  /* When the single plan runs the same operator on the same value (a
+   * multiref the single plan has too), the outputs name ITS outputs, so
+   * that single consumers downstream match; otherwise the output holds the
+   * input's single value. */
+  int32_t sm = c->vl[in[0]].zero ? -1 : match_single(c, pn, op);
+  for (uint32_t o = 0; o < pn->n_out; o++) {
+    c->vl[out[o]] = c->vl[in[0]];
+    if (sm >= 0) c->vl[out[o]].sv = (int32_t)vd_gnode_outputs(c->gs, &c->gs->nodes[sm])[o];
+  }
+}
+
+static int same_slice(const vlin *a, const vlin *b) {
+  if (a->sv != b->sv || a->nd != b->nd) return 0;
+  for (int32_t i = 0; i < a->nd; i++)
+    if (a->lo[i] != b->lo[i] || a->hi[i] != b->hi[i] || a->dlo[i] != b->dlo[i]) return 0;
+  return 1;
+}
+
+/* accumulate / add: 0 + x = x; parts [a, a+p) + [a+p, a+p+q) of one slice
+ * are parts [a, a+p+q).  Returns 1 when decided. */
+static int accum_node(ictx *c, const vd_gnode_t *pn) {
+  if (pn->n_in != 2 || pn->n_out != 1) return 0;
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn);
+  uint32_t out = vd_gnode_outputs(c->gp, pn)[0];
+  const vlin *a = &c->vl[in[0]], *b = &c->vl[in[1]];
+  if (!a->known || !b->known) return 0;
+  if (a->zero || b->zero) {
+    c->vl[out] = a->zero ? *b : *a;
+    return 1;
+  }
+  if (!same_slice(a, b) || a->n != b->n || a->dk != b->dk || a->n < 2) return 0;
+  const vlin *lo = a->k0 < b->k0 ? a : b, *hi = a->k0 < b->k0 ? b : a;
+  if (lo->k0 + lo->cnt != hi->k0) return 0;
+  vlin l = *lo;
+  l.cnt = lo->cnt + hi->cnt;
+  c->vl[out] = l;
+  return 1;
+}
+
+static int attr_dim(const ictx *c, const vd_gnode_t *pn, int32_t nd, int32_t *dim) {
+  int64_t d = vd_node_attr_int(c->pp, &c->pp->nodes[pn->pnode], "dim", 0);
+  if (d < 0) d += nd;
+  if (d < 0 || d >= nd) return 0;
+  *dim = (int32_t)d;
+  return 1;
+}
+
+static void chunk_node(ictx *c, const vd_gnode_t *pn) {
+  uint32_t in = vd_gnode_inputs(c->gp, pn)[0], out = vd_gnode_outputs(c->gp, pn)[0];
+  if (!aligned(c, in)) return;
+  const vlin *x = &c->vl[in];
+  int32_t dim;
+  if (!attr_dim(c, pn, x->nd, &dim)) return;
+  const vd_node_t *nd = &c->pp->nodes[pn->pnode];
+  int64_t chunks = vd_node_attr_int(c->pp, nd, "chunks", 1), index = vd_node_attr_int(c->pp, nd, "index", 0);
+  int64_t w = x->hi[dim] - x->lo[dim];
+  if (chunks < 1 || w % chunks || index < 0 || index >= chunks) return;
+  vlin l = *x;
+  l.lo[dim] = x->lo[dim] + index * (w / chunks);
+  l.hi[dim] = l.lo[dim] + w / chunks;
+  /* Replica shifts along dim scale with the chunk only when the replicas
+   * chunk alike, which they do (one program); the shift itself is kept. */
+  c->vl[out] = l;
+}
+
+static void coll_node(ictx *c, const vd_gnode_t *pn, int kind) {
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
+  if (pn->n_in == 0 || pn->n_in != pn->n_out) return;
+  for (uint32_t i = 0; i < pn->n_in; i++)
+    if (!aligned(c, in[i])) return;
+  const vlin *x0 = &c->vl[in[0]];
+  if (kind == VD_PROP_ALL_REDUCE || kind == VD_PROP_REDUCE_SCATTER) {
+    /* Every participant holds a part of one slice. */
+    for (uint32_t i = 0; i < pn->n_in; i++) {
+      const vlin *x = &c->vl[in[i]];
+      if (!same_slice(x0, x) || x->n != x0->n || x->n < 2) return;
+    }
+    vlin l = *x0;
+    l.k0 = 0, l.cnt = 1, l.n = 1, l.dk = 0;
+    if (kind == VD_PROP_ALL_REDUCE) {
+      for (uint32_t o = 0; o < pn->n_out; o++) c->vl[out[o]] = l;
+      return;
+    }
+    int32_t dim;
+    if (!attr_dim(c, pn, x0->nd, &dim)) return;
+    int64_t w = x0->hi[dim] - x0->lo[dim], p = pn->n_out;
+    if (w % p) return;
+    for (uint32_t o = 0; o < pn->n_out; o++) {
+      vlin y = l;
+      y.lo[dim] = x0->lo[dim] + (int64_t)o * (w / p);
+      y.hi[dim] = y.lo[dim] + w / p;
+      c->vl[out[o]] = y;
+    }
+    return;
+  }
+  /* all_gather: whole parts, contiguous along dim in group order. */
+  int32_t dim;
+  if (!attr_dim(c, pn, x0->nd, &dim)) return;
+  vlin l = *x0;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    const vlin *x = &c->vl[in[i]];
+    if (x->sv != x0->sv || x->n != 1 || x->cnt != 1) return;
+    for (int32_t j = 0; j < x->nd; j++) {
+      if (j == dim) continue;
+      if (x->lo[j] != x0->lo[j] || x->hi[j] != x0->hi[j] || x->dlo[j] != x0->dlo[j]) return;
+    }
+    if (i > 0 && (x->lo[dim] != l.hi[dim] || x->dlo[dim] != x0->dlo[dim])) return;
+    l.hi[dim] = x->hi[dim];
+  }
+  for (uint32_t o = 0; o < pn->n_out; o++) c->vl[out[o]] = l;
+}
+
+/* One pass in topological order.  A backward node can precede its forward
+ * partner in that order (a loss gradient seed depends on nothing), so
+ * vd_lin_infer repeats passes while they decide new values. */
+static void propagate(ictx *c) {
+  for (size_t t = 0; t < c->gp->n_nodes; t++) {
+    uint32_t gi = c->gp->topo[t];
+    const vd_gnode_t *pn = &c->gp->nodes[gi];
+    int op = c->pop[pn->pnode];
+    if (op < 0) continue;
+    const vd_lin_prop_rule *ru = &rules[op];
+    const uint32_t *out = vd_gnode_outputs(c->gp, pn);
+    /* Outputs already seeded (annotated final versions) keep their annotation. */
+    int seeded = 0;
+    for (uint32_t o = 0; o < pn->n_out; o++) seeded |= c->vl[out[o]].known;
+    if (seeded) continue;
+    switch (ru->kind) {
+    case VD_PROP_COPY: copy_node(c, pn, op); break;
+    case VD_PROP_MAP: map_node(c, gi, op, ru); break;
+    case VD_PROP_ACCUM:
+      if (!accum_node(c, pn)) map_node(c, gi, op, ru);
+      break;
+    case VD_PROP_SCALE:
+      if (vd_node_attr_float(c->pp, &c->pp->nodes[pn->pnode], "factor", 1.0) == 0.0 && pn->n_out == 1) {
+        vlin *l = &c->vl[out[0]];
+        memset(l, 0, sizeof(*l));
+        l->known = l->zero = 1;
+      } else {
+        map_node(c, gi, op, ru);
+      }
+      break;
+    case VD_PROP_CHUNK: chunk_node(c, pn); break;
+    case VD_PROP_VIEW: view_node(c, gi, op); break;
+    case VD_PROP_ALL_REDUCE:
+    case VD_PROP_ALL_GATHER:
+    case VD_PROP_REDUCE_SCATTER: coll_node(c, pn, ru->kind); break;
+    default: break;
+    }
+  }
+}
+
+/* ---- emission ------------------------------------------------------------ */
+
+/* Writes the candidate of tensor ti when every instance's final value has a
+ * lineage that fits the plan's affine annotation form; 1 if written. */
+static int emit(ictx *c, uint32_t ti, vd_plan_t *pp) {
+  const vd_graph_t *gp = c->gp, *gs = c->gs;
+  vd_tensor_t *pt = &pp->tensors[ti];
+  uint32_t per = pt->scope == VD_SCOPE_PER_MB ? gp->inst_per_replica[ti] : 1;
+  vd_lineage_ann a;
+  memset(&a, 0, sizeof(a));
+  int64_t k_first = 0;
+  int32_t stensor = -1;
+  for (uint32_t m = 0; m < per; m++) {
+    int32_t mb = pt->scope == VD_SCOPE_PER_MB ? (int32_t)m : -1;
+    int32_t first = vd_graph_first(gp, ti, 0, mb), last = vd_graph_last(gp, ti, 0, mb);
+    if (first < 0 || last < 0) return 0;
+    /* SOUNDNESS: a candidate must not state an initial value (that would
+     * be a hypothesis nothing proves). */
+    if (gp->values[first].is_initial || gp->values[first].producer < 0) return 0;
+    const vlin *l = &c->vl[last];
+    if (!aligned(c, (uint32_t)last)) return 0;
+    int64_t k, n, dk;
+    if (!norm_part(l, &k, &n, &dk)) return 0;
+    uint32_t s = gs->values[l->sv].tensor;
+    const vd_tensor_t *st = &c->sp->tensors[s];
+    int32_t smb = st->scope == VD_SCOPE_PER_MB ? 0 : -1;
+    if (vd_graph_last(gs, s, 0, smb) != l->sv) return 0; /* the annotation names the final single value */
+    if (m == 0) {
+      stensor = (int32_t)s;
+      a.full = st->id;
+      memcpy(a.lo, l->lo, sizeof(a.lo));
+      memcpy(a.hi, l->hi, sizeof(a.hi));
+      memcpy(a.dp_shift, l->dlo, sizeof(a.dp_shift));
+      a.part_k = k, a.part_n = n, a.dp_part = dk;
+      k_first = k;
+    } else {
+      if ((int32_t)s != stensor || n != a.part_n || dk != a.dp_part) return 0;
+      for (int32_t i = 0; i < l->nd; i++) {
+        if (l->dlo[i] != a.dp_shift[i]) return 0;
+        int64_t sh = l->lo[i] - a.lo[i];
+        if (m == 1) a.mb_shift[i] = sh;
+        else if (sh != (int64_t)m * a.mb_shift[i]) return 0;
+      }
+      int64_t kp = k - k_first;
+      if (m == 1) a.mb_part = kp;
+      else if (kp != (int64_t)m * a.mb_part) return 0;
+    }
+  }
+  if (stensor < 0) return 0;
+  pt->lin = a;
+  pt->has_lin = 1;
+  return 1;
+}
+
+vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, uint8_t **inferred,
+                   vd_lin_infer_stats *st, vd_diag *d) {
+  ictx c;
+  memset(&c, 0, sizeof(c));
+  c.gs = gs, c.gp = gp, c.sp = gs->plan, c.pp = pp;
+  vd_rc rc = VD_OK;
+  uint8_t *inf = vd_calloc(pp->n_tensors ? pp->n_tensors : 1, 1);
+  uint8_t *written = NULL;
+  c.vl = vd_calloc(gp->n_values ? gp->n_values : 1, sizeof(*c.vl));
+  c.pop = vd_calloc(pp->n_nodes ? pp->n_nodes : 1, sizeof(*c.pop));
+  c.sop = vd_calloc(c.sp->n_nodes ? c.sp->n_nodes : 1, sizeof(*c.sop));
+  c.fwd_of = vd_calloc(gp->n_nodes ? gp->n_nodes : 1, sizeof(*c.fwd_of));
+  c.byname = vd_calloc(pp->n_nodes ? pp->n_nodes : 1, sizeof(*c.byname));
+  c.gfirst = vd_calloc(pp->n_nodes ? pp->n_nodes : 1, sizeof(*c.gfirst));
+  c.gnext = vd_calloc(gp->n_nodes ? gp->n_nodes : 1, sizeof(*c.gnext));
+  c.sbyname = vd_calloc(c.sp->n_nodes ? c.sp->n_nodes : 1, sizeof(*c.sbyname));
+  c.sgfirst = vd_calloc(c.sp->n_nodes ? c.sp->n_nodes : 1, sizeof(*c.sgfirst));
+  c.sgnext = vd_calloc(gs->n_nodes ? gs->n_nodes : 1, sizeof(*c.sgnext));
+  if (!inf || !c.vl || !c.pop || !c.sop || !c.fwd_of || !c.byname || !c.gfirst || !c.gnext || !c.sbyname ||
+      !c.sgfirst || !c.sgnext) {
+    rc = VD_OOM(d);
+    goto done;
+  }
+  if ((rc = vd_plan_written(pp, &written, d)) != VD_OK) goto done;
+  for (size_t i = 0; i < pp->n_nodes; i++) c.pop[i] = vd_op_lookup(vd_node_op(pp, &pp->nodes[i]));
+  for (size_t i = 0; i < c.sp->n_nodes; i++) c.sop[i] = vd_op_lookup(vd_node_op(c.sp, &c.sp->nodes[i]));
+  for (size_t i = 0; i < gp->n_nodes; i++) c.fwd_of[i] = -2;
+  for (size_t i = 0; i < pp->n_nodes; i++) c.byname[i] = (uint32_t)i, c.gfirst[i] = -1;
+  qsort_r(c.byname, pp->n_nodes, sizeof(*c.byname), cmp_byname, pp);
+  for (size_t i = 0; i < c.sp->n_nodes; i++) c.sbyname[i] = (uint32_t)i, c.sgfirst[i] = -1;
+  qsort_r(c.sbyname, c.sp->n_nodes, sizeof(*c.sbyname), cmp_sname, (void *)c.sp);
+  for (size_t i = gs->n_nodes; i-- > 0;) {
+    c.sgnext[i] = c.sgfirst[gs->nodes[i].pnode];
+    c.sgfirst[gs->nodes[i].pnode] = (int32_t)i;
+  }
+  for (size_t i = gp->n_nodes; i-- > 0;) {
+    c.gnext[i] = c.gfirst[gp->nodes[i].pnode];
+    c.gfirst[gp->nodes[i].pnode] = (int32_t)i;
+  }
+  if ((rc = single_roots(&c, d)) != VD_OK) goto done;
+  vd_lin_infer_stats s;
+  memset(&s, 0, sizeof(s));
+  for (size_t t = 0; t < pp->n_tensors; t++) s.n_annotated += pp->tensors[t].has_lin != 0;
+  seed(&c);
+  for (int pass = 0; pass < 8; pass++) {
+    size_t known = 0;
+    propagate(&c);
+    for (size_t v = 0; v < gp->n_values; v++) known += c.vl[v].known;
+    if (known == s.n_values) break;
+    s.n_values = known;
+    /* partners that were undecided may be decided now */
+    for (size_t i = 0; i < gp->n_nodes; i++) c.fwd_of[i] = -2;
+  }
+  for (size_t t = 0; t < pp->n_tensors; t++) {
+    if (pp->tensors[t].has_lin || vd_plan_is_boundary(pp, written, (uint32_t)t)) continue;
+    if (emit(&c, (uint32_t)t, pp)) {
+      inf[t] = 1;
+      s.n_inferred++;
+    } else {
+      s.n_unknown++;
+    }
+  }
+  if (st) *st = s;
+  *inferred = inf;
+  inf = NULL;
+done:
+  vd_free(written);
+  vd_free(inf);
+  vd_free(c.vl);
+  vd_free(c.pop);
+  vd_free(c.sop);
+  vd_free(c.fwd_of);
+  vd_free(c.byname);
+  vd_free(c.gfirst);
+  vd_free(c.gnext);
+  vd_free(c.sroot);
+  vd_free(c.sbyname);
+  vd_free(c.sgfirst);
+  vd_free(c.sgnext);
+  vd_free(c.rv_off);
+  vd_free(c.rv);
+  return rc;
+}
