@@ -1,7 +1,8 @@
 #!/bin/sh
 # Benchmark: the MoE matrix of issue 14 (4 layers, DeepSeek-style MoE of
 # docs/models.md): tp 1 2 4 8, ep 1 2 4 8, dp 1..8, sp, zero + adam, and
-# mixes of them.  For each configuration: the verdict, wall time, stages,
+# mixes of them (dp * ep * nm must divide the batch: 8, or 24/40/56 for
+# dp 3/5/7).  For each configuration: the verdict, wall time, stages,
 # classes solved, the hardest stage's deterministic work (normal-form steps
 # + Z3 resource units, from -v) and whether `verdict exec` agrees.  Not part
 # of `make test`: run `sh bench/moe_matrix.sh` after `make`.
@@ -15,10 +16,11 @@ TH=${THREADS:-}
 mkdir -p "$OUT"
 # --heads 8 so that tp 8 divides the heads; --experts 8 so that ep 8 does.
 BASE="--model moe --layers 4 --heads 8 --experts 8"
-DEFAULT_CONFIGS="--tp 1;--tp 2;--tp 4;--tp 8;--ep 2;--ep 4;--ep 8;--dp 2;--dp 3;--dp 4;--dp 5;--dp 6;--dp 7;--dp 8;\
---tp 2 --sp;--tp 4 --sp;--dp 2 --zero 1 --optimizer adam;--dp 4 --zero 1 --optimizer adam;\
---dp 2 --tp 2 --ep 2;--dp 2 --tp 4 --ep 2 --sp;--dp 4 --tp 2 --ep 4 --sp --zero 1 --optimizer adam;\
---dp 8 --tp 8 --ep 8 --sp --zero 1 --optimizer adam;--dp 2 --tp 2 --pp 2 --nm 2 --ep 2"
+DEFAULT_CONFIGS="--tp 1;--tp 2;--tp 4;--tp 8;--ep 2;--ep 4;--ep 8;--dp 2;--dp 3 --batch 24;--dp 4;\
+--dp 5 --batch 40;--dp 6 --batch 24;--dp 7 --batch 56;--dp 8;--tp 2 --sp;--tp 4 --sp;--tp 8 --sp;\
+--dp 2 --zero 1 --optimizer adam;--dp 4 --zero 1 --optimizer adam;--dp 8 --zero 1 --optimizer adam;\
+--dp 2 --tp 2 --ep 2;--dp 2 --tp 4 --ep 2 --sp;--dp 2 --ep 2 --zero 1 --optimizer adam;\
+--dp 2 --tp 2 --sp --zero 1 --optimizer adam;--dp 2 --tp 2 --pp 2 --nm 2 --ep 2"
 CONFIGS=${CONFIGS:-$DEFAULT_CONFIGS}
 bad=0
 printf '%-58s %-14s %7s %7s %7s %12s  %s\n' "configuration" "verdict" "wall s" "stages" "classes" "max work" "exec"

@@ -69,7 +69,20 @@
     "is reported.  A broken plan repeats one mistake per rank and microbatch.")                        \
   X(LIN_MAX_ISSUES, 4096, NULL,                                                                          \
     "lineage issues stored; the rest are counted and the count is reported.  Lineage issues repeat "  \
-    "per replica, and the first few name the wrong annotation.")
+    "per replica, and the first few name the wrong annotation.")                                        \
+  X(NODE_REFS_MAX, 65535, NULL,                                                                          \
+    "inputs, or outputs, of one plan node (the registry's variadic bound).  A longer list is bad "     \
+    "input (exit 2) before the graph and the stages multiply it: 10^7 inputs on one node took 1.8 GB.") \
+  X(EXEC_PER_BYTE, 4, NULL,                                                                              \
+    "node executions (a node runs once per step of its segment) per byte of plan file, plus "         \
+    "EXEC_SLACK.  A generated Llama-3 plan with 16 microbatches runs 0.06 per byte; a schedule that "  \
+    "asks for more is bad input, so verify memory (about 150 bytes per execution) follows the file.") \
+  X(EXEC_SLACK, 1 << 20, NULL,                                                                           \
+    "node executions allowed to any plan on top of EXEC_PER_BYTE per byte (small files).")             \
+  X(Z3_MEMORY_MB, 6144, NULL,                                                                            \
+    "Z3's memory ceiling (memory_max_size, all contexts of the process), lowered to two thirds of "    \
+    "the address space left under ulimit -v.  Past it Z3 reports out of memory and the run ends in "   \
+    "exit 3 (solver/smt.c); VERDICT_Z3_MEMORY_MB overrides it for tests.")
 
 /* The values, as constants. */
 enum {

@@ -6,9 +6,11 @@
  */
 #include "mem.h"
 
+#include <malloc.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 typedef union {
   size_t size;
@@ -108,4 +110,17 @@ int vd_grow(void **arr, size_t *cap, size_t need, size_t elem) {
   *arr = n;
   *cap = ncap;
   return 0;
+}
+
+/* glibc gives each thread that allocates its own malloc arena and reserves
+ * 64 MB of address space for it.  Under a small `ulimit -v` those
+ * reservations, not the data, exhaust the limit, and an allocation then
+ * fails inside a library that does not survive it (Z3's context
+ * constructor).  Below 4 GiB every thread shares the main arena; above,
+ * the reservations (at most 8 arenas per core) are a small fraction and
+ * per-thread arenas avoid lock contention. */
+void vd_mem_setup(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < ((rlim_t)4 << 30))
+    mallopt(M_ARENA_MAX, 1);
 }

@@ -42,6 +42,10 @@ int vd_mem_fault_hit(void);
  * array is left as it was). */
 int vd_grow(void **arr, size_t *cap, size_t need, size_t elem);
 
+/* One-time process setup, called first in main (malloc arenas under a
+ * finite address-space limit; see mem.c). */
+void vd_mem_setup(void);
+
 #define VD_GROW(arr, cap, need) \
   vd_grow((void **)&(arr), &(cap), (need), sizeof(*(arr)))
 

@@ -34,6 +34,7 @@
 #include "plan.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <msgpack.h>
 #include <stdio.h>
@@ -42,11 +43,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../common/limits.h"
 #include "../common/mem.h"
 #include "idmap.h"
 
 #define MAX_FILE_BYTES ((uint64_t)4 << 30) /* 4 GiB */
 #define MAX_DEPTH 24                         /* msgpack-c's own stack is 32 */
+/* Memory bounded by the file size (common/limits.h says why): inputs or
+ * outputs of one node, and node executions per byte of file.  The schedule
+ * is what lets a small file ask for a huge graph: one step listed 10^6
+ * times costs 3 MB and multiplies every node of its segment by 10^6
+ * (validate.c refuses repeated steps as well). */
+#define MAX_NODE_REFS VD_LIM_NODE_REFS_MAX
+#define MAX_EXEC_PER_BYTE VD_LIM_EXEC_PER_BYTE
+#define MAX_EXEC_SLACK ((uint64_t)VD_LIM_EXEC_SLACK)
 
 /* ======================================================================
  * Pass 1: bounded scan of the raw encoding.
@@ -227,10 +237,43 @@ static vd_rc get_i32(rctx *c, mobj *o, const char *field, int32_t *v) {
   return VD_OK;
 }
 
+/* Length of the valid UTF-8 prefix of s[0..n): strict (no overlong forms,
+ * no surrogates, nothing above U+10FFFF), so that a name printed in a
+ * report or an error message is text and never raw terminal bytes. */
+static size_t utf8_valid_prefix(const uint8_t *s, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    uint8_t b = s[i];
+    size_t k;
+    uint32_t cp, min;
+    if (b < 0x80) {
+      i++;
+      continue;
+    } else if ((b & 0xe0) == 0xc0) k = 1, cp = b & 0x1f, min = 0x80;
+    else if ((b & 0xf0) == 0xe0) k = 2, cp = b & 0x0f, min = 0x800;
+    else if ((b & 0xf8) == 0xf0) k = 3, cp = b & 0x07, min = 0x10000;
+    else return i;
+    if (n - i <= k) return i;
+    for (size_t j = 1; j <= k; j++) {
+      if ((s[i + j] & 0xc0) != 0x80) return i;
+      cp = (cp << 6) | (s[i + j] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return i;
+    i += k + 1;
+  }
+  return n;
+}
+
+static int utf8_ok(const char *s, size_t n) { return utf8_valid_prefix((const uint8_t *)s, n) == n; }
+
 static vd_rc get_str(rctx *c, mobj *o, const char *field, const char **s, uint32_t *n) {
   if (o->type != MSGPACK_OBJECT_STR) RFAIL(c, field, "expected a string, got %s", tname(o));
   if (o->via.str.size && memchr(o->via.str.ptr, 0, o->via.str.size))
     RFAIL(c, field, "expected a string without NUL bytes");
+  size_t ok = utf8_valid_prefix((const uint8_t *)o->via.str.ptr, o->via.str.size);
+  if (ok != o->via.str.size)
+    RFAIL(c, field, "expected a UTF-8 string, got an invalid byte 0x%02x at offset %zu",
+          (unsigned)(uint8_t)o->via.str.ptr[ok], ok);
   *s = o->via.str.ptr;
   *n = o->via.str.size;
   return VD_OK;
@@ -369,7 +412,10 @@ static void peek_rec(rctx *c, mobj *o, const char *kind, const char *arr, uint32
     return;
   c->has_id = 1;
   c->rec_id = id->via.i64;
-  if (name && name->type == MSGPACK_OBJECT_STR && !memchr(name->via.str.ptr, 0, name->via.str.size)) {
+  /* An invalid name is reported by its field later; the record is then
+   * named by id only, so that its bytes are never echoed. */
+  if (name && name->type == MSGPACK_OBJECT_STR && !memchr(name->via.str.ptr, 0, name->via.str.size) &&
+      utf8_ok(name->via.str.ptr, name->via.str.size)) {
     c->rec_name = name->via.str.ptr;
     c->rec_name_len = name->via.str.size;
   }
@@ -482,6 +528,10 @@ static const char *const node_keys[N__N] = {"id", "op", "name", "rank", "segment
 
 static vd_rc read_refs(rctx *c, mobj *o, const char *field, int slot, uint32_t *n) {
   char f[32];
+  /* No operator takes more (ops.h, VD_OP_MANY): a longer list is refused
+   * here, before the graph and the stages multiply it. */
+  if (o->type == MSGPACK_OBJECT_ARRAY && o->via.array.size > MAX_NODE_REFS)
+    RFAIL(c, field, "expected at most %d tensors, got %" PRIu32, MAX_NODE_REFS, o->via.array.size);
   VD_CHECK(get_ints(c, o, field, n));
   if (VD_GROW(c->refs[slot], c->cap_refs[slot], *n ? *n : 1)) ROOM(c);
   for (uint32_t i = 0; i < *n; i++) {
@@ -721,6 +771,41 @@ static vd_rc build(rctx *c, mobj *top) {
   return VD_OK;
 }
 
+/* Counts node executions (each node once per step of its rank that runs
+ * its segment) against MAX_EXEC_PER_BYTE * len.  O(steps + nodes). */
+static vd_rc check_expansion(const vd_plan_t *p, size_t len, const char *file, vd_diag *d) {
+  uint64_t budget = MAX_EXEC_SLACK + (uint64_t)MAX_EXEC_PER_BYTE * len;
+  vd_idmap_t runs; /* rank * n_segments + segment -> steps that run it */
+  if (vd_idmap_init(&runs, p->n_steps) != VD_OK) return VD_OOM(d);
+  vd_rc rc = VD_OK;
+  uint32_t *count = vd_calloc(p->n_steps ? p->n_steps : 1, sizeof(*count));
+  if (!count) rc = VD_OOM(d);
+  uint32_t used = 0;
+  for (int32_t r = 0; r < p->world.stored_ranks && rc == VD_OK; r++) {
+    const vd_program_t *pr = &p->programs[r];
+    for (uint32_t i = 0; i < pr->n_steps && rc == VD_OK; i++) {
+      int64_t key = (int64_t)r * (int64_t)p->n_segments + p->steps[pr->step_off + i].segment;
+      uint32_t at;
+      int put = vd_idmap_put(&runs, key, used, &at);
+      if (put < 0) rc = VD_OOM(d);
+      else if (put == 0) count[used++] = 1;
+      else count[at]++;
+    }
+  }
+  uint64_t exec = 0;
+  for (size_t i = 0; i < p->n_nodes && rc == VD_OK; i++) {
+    const vd_node_t *n = &p->nodes[i];
+    uint32_t at;
+    if (vd_idmap_get(&runs, (int64_t)n->rank * (int64_t)p->n_segments + n->segment, &at)) exec += count[at];
+    if (exec > budget)
+      rc = VD_ERR(d, VD_EINPUT, file, "schedule", NULL,
+                  "the schedule runs more than %" PRIu64 " node executions (%d per byte of a %zu-byte plan)", budget, MAX_EXEC_PER_BYTE, len);
+  }
+  vd_free(count);
+  vd_idmap_free(&runs);
+  return rc;
+}
+
 vd_rc vd_plan_read_buffer(const char *buf, size_t len, const char *name, vd_plan_t *p, vd_diag *d) {
   rctx c;
   memset(&c, 0, sizeof(c));
@@ -750,18 +835,27 @@ vd_rc vd_plan_read_buffer(const char *buf, size_t len, const char *name, vd_plan
   vd_free(c.refs[1]);
   vd_idmap_free(&c.tmap);
   if (rc == VD_OK) rc = vd_plan_validate(p, c.file, d);
+  if (rc == VD_OK) rc = check_expansion(p, len, c.file, d);
   if (rc != VD_OK) vd_plan_free(p);
   return rc;
 }
 
 vd_rc vd_plan_read_file(const char *path, vd_plan_t *p, vd_diag *d) {
   memset(p, 0, sizeof(*p));
-  FILE *fp = fopen(path, "rb");
-  if (!fp) VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot open: %s", strerror(errno));
+  /* O_NONBLOCK: opening a FIFO for reading blocks until a writer appears;
+   * with it the open returns at once and fstat refuses the FIFO.  A
+   * regular file ignores the flag. */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot open: %s", strerror(errno));
   struct stat st;
-  if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
-    fclose(fp);
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
     VD_FAIL(d, VD_EIO, path, NULL, NULL, "not a regular file");
+  }
+  FILE *fp = fdopen(fd, "rb");
+  if (!fp) {
+    close(fd);
+    VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot open: %s", strerror(errno));
   }
   if ((uint64_t)st.st_size > MAX_FILE_BYTES) {
     fclose(fp);

@@ -112,6 +112,33 @@ static vd_rc check_world(vctx *c) {
   return check_layout(c, p->pool + w->layout);
 }
 
+/* A rank runs a segment at most once per microbatch (and once for mb -1):
+ * a repeated (segment, mb) step would re-run the same computation on the
+ * same data, and it is how a 3 MB file could ask for a graph of 10^8 node
+ * executions.  O(steps of the rank). */
+static vd_rc check_repeats(vctx *c, const vd_program_t *pr) {
+  const vd_plan_t *p = c->p;
+  vd_idmap_t seen;
+  if (vd_idmap_init(&seen, pr->n_steps) != VD_OK) return VD_OOM(c->d);
+  vd_rc rc = VD_OK;
+  for (uint32_t i = 0; i < pr->n_steps && rc == VD_OK; i++) {
+    const vd_step_t *st = &p->steps[pr->step_off + i];
+    int64_t key = (int64_t)st->segment * ((int64_t)p->world.nm + 1) + (st->mb + 1);
+    uint32_t first;
+    int put = vd_idmap_put(&seen, key, i, &first);
+    if (put < 0) rc = VD_OOM(c->d);
+    else if (put > 0) {
+      char f[48];
+      snprintf(f, sizeof(f), "step[%" PRIu32 "]", i);
+      rc = VD_ERR(c->d, VD_EINPUT, c->file, rec_of(c), f,
+                  "expected each (segment, microbatch) once, got segment %" PRId32 " mb %" PRId32
+                  " again (first at step[%" PRIu32 "])", st->segment, st->mb, first);
+    }
+  }
+  vd_idmap_free(&seen);
+  return rc;
+}
+
 static vd_rc check_schedule(vctx *c) {
   const vd_plan_t *p = c->p;
   set_rec_text(c, "segments", 0);
@@ -138,6 +165,7 @@ static vd_rc check_schedule(vctx *c) {
             st->mb);
       }
     }
+    VD_CHECK(check_repeats(c, pr));
   }
   return VD_OK;
 }

@@ -23,6 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <z3.h>
 
 #include "../common/limits.h"
@@ -43,13 +46,51 @@ struct vd_smt {
   int failed;
   char err[256];
   unsigned resets;
+  int oom; /* Z3 ran out of memory in this context: it is never touched again */
 };
 
-/* Z3 calls this on every error; the default handler exits.  We record the
- * error after each call instead (vd_smt_i_keep), so there is nothing to do. */
-static void ignore_error(Z3_context c, Z3_error_code e) {
+/* ---- out of memory ------------------------------------------------------------
+ * Z3 reports an allocation failure by throwing out_of_memory_error from its
+ * allocator (memory_manager.cpp), wherever the allocation happens: in the
+ * middle of inserting a node into the AST table, of deleting a node during
+ * Z3_dec_ref, of growing a hash table.  Z3 is not exception-safe there: the
+ * API catches the exception (error code Z3_MEMOUT_FAIL) but the context can
+ * be left half-updated, and the next call into it (our arena's Z3_dec_ref in
+ * vd_smt_reset, a Z3_mk_const) frees an invalid pointer or faults.  Worse,
+ * several of our paths cleared the error code (Z3_set_error(z, Z3_OK)) and
+ * kept using the context.  So:
+ *  - the error handler records Z3_MEMOUT_FAIL on the calling thread (a
+ *    context is only ever used by the thread that owns it) and in a
+ *    process-wide flag; the vd_smt picks it up at its next wrapper call;
+ *  - a context that ran out of memory is never called again, not even to
+ *    release it: it is parked, still reachable, in `graveyard` (the process
+ *    is about to end with "out of memory"; a leak report would be noise);
+ *  - once any context ran out of memory every vd_smt refuses to build terms
+ *    (vd_smt_out_of_memory), so the other threads stop at their next
+ *    wrapper call and the run ends in exit 3 instead of racing on;
+ *  - Z3's own ceiling (memory_max_size, counted over all contexts) is set
+ *    below the address-space limit of the process, so that Z3's accounting
+ *    trips before malloc fails: a failing malloc inside libstdc++ (operator
+ *    new in Z3's std:: containers) throws std::bad_alloc, which Z3's API
+ *    does not catch and which aborts the process. */
+static _Thread_local int tls_memout;
+static atomic_int any_memout;
+/* Set (never cleared) when Z3's estimated use nears its ceiling: no
+ * exception happened, every context is whole, but the run must stop before
+ * Z3 throws (see z3_near_ceiling). */
+static atomic_int near_memout;
+static unsigned long long z3_ceiling_bytes; /* written once, under z3_global_once */
+
+#define GRAVEYARD_MAX 256
+static Z3_context graveyard[GRAVEYARD_MAX];
+static atomic_size_t n_graveyard;
+
+static void on_error(Z3_context c, Z3_error_code e) {
   (void)c;
-  (void)e;
+  if (e == Z3_MEMOUT_FAIL) {
+    tls_memout = 1;
+    atomic_store(&any_memout, 1);
+  }
 }
 
 static void set_err(vd_smt *s, const char *msg) {
@@ -58,7 +99,50 @@ static void set_err(vd_smt *s, const char *msg) {
   snprintf(s->err, sizeof(s->err), "%s", msg ? msg : "unknown Z3 error");
 }
 
+/* Folds a memory failure reported by Z3 on this thread, or by any other
+ * context, into s.  Returns s->oom. */
+static int note_memout(vd_smt *s) {
+  if (tls_memout || (atomic_load(&any_memout) && s->z)) {
+    tls_memout = 0;
+    if (!s->oom) {
+      s->failed = 0;
+      set_err(s, "out of memory (Z3)");
+    }
+    s->oom = 1;
+  }
+  return s->oom;
+}
+
+int vd_smt_out_of_memory(void) { return atomic_load(&any_memout) || atomic_load(&near_memout); }
+
+/* Z3's allocator throws at its ceiling wherever the allocation happens,
+ * and Z3 is not exception-safe everywhere (a context constructor that
+ * throws half-way was seen to fault).  So we stop short of the ceiling:
+ * a new context (about 20 MB of Z3's tables) is only made, and a stage only
+ * started, while Z3's estimated use plus `reserve` stays below 90% of it. */
+static int z3_near_ceiling(unsigned long long reserve) {
+  unsigned long long used = Z3_get_estimated_alloc_size();
+  if (used + reserve <= z3_ceiling_bytes / 10 * 9) return 0;
+  atomic_store(&near_memout, 1);
+  return 1;
+}
+
+/* Abandons a context that ran out of memory: no Z3 call may touch it. */
+static void park_context(vd_smt *s) {
+  if (!s->z) return;
+  size_t k = atomic_fetch_add(&n_graveyard, 1);
+  if (k < GRAVEYARD_MAX) graveyard[k] = s->z;
+  s->z = NULL;
+  s->n_arena = 0;
+  s->simp = NULL;
+  s->real = s->integer = NULL;
+}
+
 static void drop_context(vd_smt *s) {
+  if (note_memout(s)) {
+    park_context(s);
+    return;
+  }
   if (!s->z) return;
   for (size_t i = 0; i < s->n_arena; i++) Z3_dec_ref(s->z, s->arena[i]);
   s->n_arena = 0;
@@ -71,20 +155,68 @@ static void drop_context(vd_smt *s) {
   s->real = s->integer = NULL;
 }
 
-/* Z3's memory ceiling, process-wide: past it Z3 reports an error (the stage
- * becomes inconclusive) instead of the kernel killing the process. */
+/* Address space left under `ulimit -v` (RLIMIT_AS), or ULLONG_MAX. */
+static unsigned long long address_space_left(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return ~0ull;
+  unsigned long long used = 0, pages;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f && fscanf(f, "%llu", &pages) == 1) used = pages * (unsigned long long)sysconf(_SC_PAGESIZE);
+  if (f) fclose(f);
+  return (unsigned long long)rl.rlim_cur > used ? (unsigned long long)rl.rlim_cur - used : 0;
+}
+
 static pthread_once_t z3_global_once = PTHREAD_ONCE_INIT;
-static void z3_global_setup(void) { Z3_global_param_set("memory_max_size", "6144"); }
+static void z3_global_setup(void) {
+  /* 6 GB, or two thirds of the address space left under `ulimit -v` (the
+   * rest is our own data, thread stacks and the libraries), whichever is
+   * smaller; see "out of memory" above. */
+  unsigned long long mb = VD_LIM_Z3_MEMORY_MB;
+  unsigned long long left = address_space_left();
+  if (left != ~0ull) {
+    /* 16 MB for the watchdog threads' stacks, then two thirds for Z3. */
+    left = left > (16ull << 20) ? left - (16ull << 20) : 0;
+    unsigned long long cap = left / 3 * 2 / (1024 * 1024);
+    if (cap < 4) cap = 4;
+    if (cap < mb) mb = cap;
+  }
+  char text[32];
+  snprintf(text, sizeof(text), "%llu", mb);
+  /* Test hook: VERDICT_Z3_MEMORY_MB overrides the ceiling, so that a test
+   * can let malloc fail inside Z3 first (the parking path above). */
+  const char *env = getenv("VERDICT_Z3_MEMORY_MB");
+  if (env && strspn(env, "0123456789") == strlen(env) && strlen(env) > 0 && strlen(env) < 10)
+    snprintf(text, sizeof(text), "%s", env);
+  Z3_global_param_set("memory_max_size", text);
+  z3_ceiling_bytes = strtoull(text, NULL, 10) << 20;
+}
+
+/* Context creation is serialized: two constructors racing near the
+ * ceiling would both pass the check below. */
+static pthread_mutex_t make_mu = PTHREAD_MUTEX_INITIALIZER;
+#define CONTEXT_RESERVE (24ull << 20)
 
 static vd_rc make_context(vd_smt *s, vd_diag *d) {
   pthread_once(&z3_global_once, z3_global_setup);
+  if (vd_smt_out_of_memory()) return VD_OOM(d);
+  pthread_mutex_lock(&make_mu);
+  /* The constructor is where a failing malloc was seen to fault: it is only
+   * entered with room for it in the address space as well. */
+  if (z3_near_ceiling(CONTEXT_RESERVE) || address_space_left() < 2 * CONTEXT_RESERVE) {
+    atomic_store(&near_memout, 1);
+    pthread_mutex_unlock(&make_mu);
+    return VD_ERR(d, VD_ENOMEM, NULL, "z3", NULL, "out of memory (Z3 memory ceiling reached)");
+  }
   Z3_config cfg = Z3_mk_config();
-  if (!cfg) return VD_ERR(d, VD_EINTERNAL, NULL, "z3", NULL, "Z3_mk_config failed");
-  Z3_set_param_value(cfg, "model", "true");
-  s->z = Z3_mk_context_rc(cfg);
-  Z3_del_config(cfg);
-  if (!s->z) return VD_ERR(d, VD_EINTERNAL, NULL, "z3", NULL, "Z3_mk_context_rc failed");
-  Z3_set_error_handler(s->z, ignore_error);
+  if (cfg) {
+    Z3_set_param_value(cfg, "model", "true");
+    s->z = Z3_mk_context_rc(cfg);
+    Z3_del_config(cfg);
+  }
+  pthread_mutex_unlock(&make_mu);
+  /* Z3_mk_context_rc fails only when it cannot allocate the context. */
+  if (!s->z) return VD_ERR(d, VD_ENOMEM, NULL, "z3", NULL, "out of memory (Z3_mk_context_rc failed)");
+  Z3_set_error_handler(s->z, on_error);
   s->real = Z3_mk_real_sort(s->z);
   s->integer = Z3_mk_int_sort(s->z);
   Z3_inc_ref(s->z, Z3_sort_to_ast(s->z, s->real));
@@ -99,9 +231,10 @@ static vd_rc make_context(vd_smt *s, vd_diag *d) {
    * the simplification fails and the pairs stay open. */
   Z3_params_set_uint(s->z, s->simp, Z3_mk_string_symbol(s->z, "max_steps"), (unsigned)VD_LIM_SIMP_MAX_STEPS);
   Z3_params_set_uint(s->z, s->simp, Z3_mk_string_symbol(s->z, "som_blowup"), (unsigned)VD_LIM_SOM_BLOWUP);
-  if (Z3_get_error_code(s->z) != Z3_OK) {
-    const char *m = Z3_get_error_msg(s->z, Z3_get_error_code(s->z));
-    vd_rc rc = VD_ERR(d, VD_EINTERNAL, NULL, "z3", "params", "%s", m);
+  if (Z3_get_error_code(s->z) != Z3_OK || note_memout(s)) {
+    vd_rc rc = s->oom ? VD_OOM(d)
+                      : VD_ERR(d, VD_EINTERNAL, NULL, "z3", "params", "%s",
+                               Z3_get_error_msg(s->z, Z3_get_error_code(s->z)));
     drop_context(s);
     return rc;
   }
@@ -134,6 +267,12 @@ void vd_smt_free(vd_smt *s) {
 }
 
 vd_rc vd_smt_reset(vd_smt *s, vd_diag *d) {
+  if (note_memout(s)) {
+    /* The context may be half-updated: never call into it again.  The run
+     * ends (vd_smt_out_of_memory), so no new context is made either. */
+    park_context(s);
+    return VD_OOM(d);
+  }
   if (!s->z) {
     /* A previous recreation failed: try again. */
     s->failed = 0;
@@ -142,10 +281,19 @@ vd_rc vd_smt_reset(vd_smt *s, vd_diag *d) {
     if (rc != VD_OK) set_err(s, "could not recreate the Z3 context");
     return rc;
   }
-  for (size_t i = 0; i < s->n_arena; i++) Z3_dec_ref(s->z, s->arena[i]);
+  /* Z3_dec_ref may delete nodes and so allocate (its deletion worklist):
+   * stop at the first failure instead of walking a damaged context. */
+  for (size_t i = 0; i < s->n_arena; i++) {
+    Z3_dec_ref(s->z, s->arena[i]);
+    if (note_memout(s)) {
+      park_context(s);
+      return VD_OOM(d);
+    }
+  }
   s->n_arena = 0;
   s->failed = 0;
   s->err[0] = '\0';
+  if (z3_near_ceiling(0)) return VD_ERR(d, VD_ENOMEM, NULL, "z3", NULL, "out of memory (Z3 memory ceiling reached)");
   if (++s->resets % RESETS_PER_CONTEXT == 0) {
     drop_context(s);
     vd_rc rc = make_context(s, d);
@@ -174,7 +322,8 @@ void vd_smt_i_orphan_add(int delta) {
 size_t vd_smt_orphans(void) { return __atomic_load_n(&orphan_count, __ATOMIC_SEQ_CST); }
 void vd_smt_set_seed(vd_smt *s, uint64_t seed) { s->seed = seed; }
 
-vd_rc vd_smt_status(const vd_smt *s, vd_diag *d, const char *what) {
+vd_rc vd_smt_status(vd_smt *s, vd_diag *d, const char *what) {
+  if (note_memout(s)) return vd_diag_set(d, VD_ENOMEM, __FILE__, __LINE__, NULL, what, NULL, "out of memory (Z3)");
   if (!s->failed) return VD_OK;
   return vd_diag_set(d, VD_EINTERNAL, __FILE__, __LINE__, NULL, what, NULL, "Z3: %s", s->err);
 }
@@ -185,8 +334,11 @@ size_t vd_smt_term_count(const vd_smt *s) { return s->n_arena; }
 /* ---- internal ------------------------------------------------------------ */
 
 Z3_context vd_smt_i_z3(vd_smt *s) { return s->z; }
-int vd_smt_i_failed(const vd_smt *s) { return s->failed; }
+int vd_smt_i_failed(vd_smt *s) { return note_memout(s) || s->failed; }
+int vd_smt_i_oom(vd_smt *s) { return note_memout(s); }
 void vd_smt_i_clear_error(vd_smt *s) {
+  /* An allocation failure is never cleared: the context is finished. */
+  if (note_memout(s)) return;
   if (Z3_get_error_code(s->z) != Z3_OK) Z3_set_error(s->z, Z3_OK);
   s->failed = 0;
   s->err[0] = '\0';
@@ -207,6 +359,7 @@ vd_term vd_smt_i_fail(vd_smt *s, const char *msg) {
 }
 
 vd_term vd_smt_i_keep(vd_smt *s, vd_term r) {
+  if (note_memout(s)) return NULL;
   Z3_error_code e = Z3_get_error_code(s->z);
   if (e != Z3_OK) {
     set_err(s, Z3_get_error_msg(s->z, e));
@@ -221,32 +374,32 @@ vd_term vd_smt_i_keep(vd_smt *s, vd_term r) {
 }
 
 #define KEEP(expr) vd_smt_i_keep(s, (expr))
-#define LIVE(x) (!s->failed && (x) != NULL)
+#define LIVE(x) (!vd_smt_i_failed(s) && (x) != NULL)
 
 /* ---- numerals ------------------------------------------------------------ */
 
 vd_term vd_smt_var(vd_smt *s, const char *name) {
-  if (s->failed) return NULL;
+  if (vd_smt_i_failed(s)) return NULL;
   return KEEP(Z3_mk_const(s->z, Z3_mk_string_symbol(s->z, name), s->real));
 }
 
 vd_term vd_smt_int_var(vd_smt *s, const char *name) {
-  if (s->failed) return NULL;
+  if (vd_smt_i_failed(s)) return NULL;
   return KEEP(Z3_mk_const(s->z, Z3_mk_string_symbol(s->z, name), s->integer));
 }
 
 vd_term vd_smt_num_int(vd_smt *s, int64_t v) {
-  if (s->failed) return NULL;
+  if (vd_smt_i_failed(s)) return NULL;
   return KEEP(Z3_mk_int64(s->z, v, s->real));
 }
 
 vd_term vd_smt_int_num(vd_smt *s, int64_t v) {
-  if (s->failed) return NULL;
+  if (vd_smt_i_failed(s)) return NULL;
   return KEEP(Z3_mk_int64(s->z, v, s->integer));
 }
 
 vd_term vd_smt_num_rat(vd_smt *s, const char *pq) {
-  if (s->failed) return NULL;
+  if (vd_smt_i_failed(s)) return NULL;
   return KEEP(Z3_mk_numeral(s->z, pq, s->real));
 }
 
@@ -278,7 +431,7 @@ static void big_dec(uint64_t m, int e, char *buf, size_t size) {
 }
 
 vd_term vd_smt_num_double(vd_smt *s, double d) {
-  if (s->failed) return NULL;
+  if (vd_smt_i_failed(s)) return NULL;
   if (!isfinite(d)) return vd_smt_i_fail(s, "a constant is NaN or infinite (no real value)");
   if (d == 0) return vd_smt_num_int(s, 0);
   /* d = f * 2^e with 0.5 <= |f| < 1; f * 2^53 is an integer exactly. */
@@ -333,7 +486,7 @@ vd_term vd_smt_neg(vd_smt *s, vd_term a) {
 }
 
 static int all_live(const vd_smt *s, size_t n, const vd_term *t) {
-  if (s->failed) return 0;
+  if (vd_smt_i_failed((vd_smt *)s)) return 0;
   for (size_t i = 0; i < n; i++)
     if (!t[i]) return 0;
   return 1;

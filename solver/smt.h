@@ -92,7 +92,10 @@ void vd_smt_set_fast_path(vd_smt *s, int on);
 
 /* The sticky Z3 error: VD_OK, or VD_EINTERNAL recorded into d with Z3's
  * message and `what` as the record. */
-vd_rc vd_smt_status(const vd_smt *s, vd_diag *d, const char *what);
+vd_rc vd_smt_status(vd_smt *s, vd_diag *d, const char *what);
+/* Nonzero once Z3 ran out of memory in any context of the process: every
+ * context then refuses work (VD_ENOMEM) and the run must end; see smt.c. */
+int vd_smt_out_of_memory(void);
 /* Z3's message of the first error since the last reset, "" if none. */
 const char *vd_smt_error(const vd_smt *s);
 /* Terms currently held by the arena (for memory figures and tests). */
@@ -306,7 +309,9 @@ struct _Z3_context *vd_smt_i_z3(vd_smt *s);
 vd_term vd_smt_i_keep(vd_smt *s, vd_term r);
 /* Records a sticky error of ours (e.g. a NaN constant); returns NULL. */
 vd_term vd_smt_i_fail(vd_smt *s, const char *msg);
-int vd_smt_i_failed(const vd_smt *s);
+int vd_smt_i_failed(vd_smt *s);
+/* Z3 ran out of memory in this context (or in any: the run must end). */
+int vd_smt_i_oom(vd_smt *s);
 /* Forgets a sticky error (after a deliberate interruption: the terms made
  * before it are intact). */
 void vd_smt_i_clear_error(vd_smt *s);

@@ -403,6 +403,9 @@ static vd_rc solve(vd_smt *s, const vd_term *par, const vd_term *single, const s
     rc = VD_EINTERNAL;
   } else {
     r = Z3_solver_check(z, sv);
+    /* Out of memory inside the check: the context must not be called again
+     * (smt.c, "out of memory"), not even to release the solver. */
+    if (vd_smt_i_oom(s)) return VD_ENOMEM;
     /* A check interrupted or out of resources is not an error: it is "unknown". */
     if (r == Z3_L_UNDEF && Z3_get_error_code(z) != Z3_OK) Z3_set_error(z, Z3_OK);
     res->rlimit_used = rlimit_count(z, sv);
@@ -759,6 +762,7 @@ static void add_app_entries(vd_smt *s, Z3_model m, const termvec *apps, uint64_t
     }
     Z3_ast_vector_dec_ref(z, args);
     Z3_func_interp_dec_ref(z, fi);
+    if (vd_smt_i_oom(s)) return;
     if (Z3_get_error_code(z) != Z3_OK) Z3_set_error(z, Z3_OK);
   }
 }
@@ -805,6 +809,10 @@ static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const
         if (v) Z3_add_func_interp(z, m, f, v);
       }
     }
+    if (vd_smt_i_oom(s)) {
+      rc = VD_ENOMEM;
+      break;
+    }
     if (Z3_get_error_code(z) != Z3_OK) {
       Z3_set_error(z, Z3_OK);
       Z3_model_dec_ref(z, m);
@@ -831,9 +839,14 @@ static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const
         res->verdict = VD_SMT_INCONCLUSIVE;
       }
     }
+    if (vd_smt_i_oom(s)) {
+      rc = VD_ENOMEM;
+      break;
+    }
     Z3_model_dec_ref(z, m);
   }
-  if (Z3_get_error_code(z) != Z3_OK) Z3_set_error(z, Z3_OK);
+  if (!vd_smt_i_oom(s) && Z3_get_error_code(z) != Z3_OK) Z3_set_error(z, Z3_OK);
+  else if (vd_smt_i_oom(s)) rc = VD_ENOMEM;
   vd_free(roots.v);
   vd_free(syms.v);
   vd_free(funcs.v);
@@ -892,6 +905,10 @@ vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
   double t0 = vd_clock_ms();
   if (vd_smt_i_fast_path(s)) {
     rc = nf_path(s, par, single, n, proved, res);
+    if (vd_smt_i_oom(s)) {
+      rc = VD_OOM(d);
+      goto done;
+    }
     res->ms_fast = vd_clock_ms() - t0;
     if (rc == VD_ENOMEM) {
       rc = VD_OOM(d);

@@ -35,6 +35,21 @@ static void plan_usage(FILE *f) {
 
 static const char *kind_name(vd_plan_kind k) { return k == VD_PLAN_SINGLE ? "single" : "parallel"; }
 
+typedef unsigned __int128 u128;
+
+/* Decimal text of v into buf (at least 40 bytes); returns buf. */
+static char *u128_str(char *buf, u128 v) {
+  char tmp[48];
+  int n = 0;
+  do {
+    tmp[n++] = (char)('0' + (int)(v % 10));
+    v /= 10;
+  } while (v);
+  for (int i = 0; i < n; i++) buf[i] = tmp[n - 1 - i];
+  buf[n] = '\0';
+  return buf;
+}
+
 static int dtype_bytes(vd_dtype t) {
   switch (t) {
   case VD_DT_F64: case VD_DT_I64: return 8;
@@ -307,8 +322,9 @@ static int stats(FILE *f, const vd_plan_t *p, const char *path) {
     if (j == n_ops) ops[n_ops++].op = op;
     ops[j].count[n->phase]++;
   }
-  fprintf(f, "nodes:    %zu stored; executed per replica %lld, in all replicas %lld\n", p->n_nodes,
-          executed, executed * w->replicas);
+  char all[48];
+  fprintf(f, "nodes:    %zu stored; executed per replica %lld, in all replicas %s\n", p->n_nodes,
+          executed, u128_str(all, (u128)(uint64_t)executed * (u128)(uint64_t)w->replicas));
   fprintf(f, "          by phase:");
   for (int ph = 0; ph < VD_PHASE__COUNT; ph++) fprintf(f, " %s %ld", vd_phase_names[ph], by_phase[ph]);
   fprintf(f, "\n          by operator:\n");
@@ -319,21 +335,25 @@ static int stats(FILE *f, const vd_plan_t *p, const char *path) {
     fprintf(f, "            %-22s %8ld\n", ops[j].op, tot);
   }
   long by_role[VD_ROLE__COUNT] = {0};
-  long long bytes_role[VD_ROLE__COUNT] = {0};
-  long long bytes = 0;
+  /* A valid plan may hold 2^62-element tensors: byte totals need more than
+   * 64 bits (numel < 2^63, 8 bytes, fewer than 2^32 tensors: < 2^98). */
+  u128 bytes_role[VD_ROLE__COUNT] = {0};
+  u128 bytes = 0;
   long annotated = 0;
   for (size_t i = 0; i < p->n_tensors; i++) {
     const vd_tensor_t *t = &p->tensors[i];
-    long long b = (long long)vd_tensor_numel(t) * dtype_bytes(t->dtype);
+    u128 b = (u128)(uint64_t)vd_tensor_numel(t) * (u128)dtype_bytes(t->dtype);
     by_role[t->role]++;
     bytes_role[t->role] += b;
     bytes += b;
     annotated += t->has_lin;
   }
-  fprintf(f, "tensors:  %zu stored (%ld with lineage), %lld bytes per replica (one microbatch)\n",
-          p->n_tensors, annotated, bytes);
+  char num[48];
+  fprintf(f, "tensors:  %zu stored (%ld with lineage), %s bytes per replica (one microbatch)\n",
+          p->n_tensors, annotated, u128_str(num, bytes));
   for (int r = 0; r < VD_ROLE__COUNT; r++)
-    if (by_role[r]) fprintf(f, "            %-10s %8ld  %14lld bytes\n", vd_role_names[r], by_role[r], bytes_role[r]);
+    if (by_role[r])
+      fprintf(f, "            %-10s %8ld  %14s bytes\n", vd_role_names[r], by_role[r], u128_str(num, bytes_role[r]));
   fprintf(f, "segments: %zu, schedule steps %zu\n", p->n_segments, p->n_steps);
   vd_free(seg_runs);
   vd_free(ops);

@@ -2,9 +2,12 @@
  * verifier/main.c - entry point of the verdict binary: global options and
  * dispatch to subcommands (verifier/cmd_*.c).
  */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "../common/mem.h"
 #include "cli.h"
 
 typedef struct {
@@ -45,7 +48,48 @@ static void usage(FILE *f) {
           "Run 'verdict <command> --help' for a command's options.\n");
 }
 
+/* A full disk or a closed pipe must not end in exit 0 with a truncated
+ * report: every command's output goes through stdout (or files that their
+ * writers check), so its buffered errors are checked once, here. */
+static int finish(int rc) {
+  errno = 0;
+  int bad = fflush(stdout) != 0 || ferror(stdout);
+  int err = errno;
+  if (fclose(stdout) != 0 && !bad) {
+    bad = 1;
+    err = errno;
+  }
+  if (bad) {
+    fprintf(stderr, "verdict: error writing standard output: %s\n", err ? strerror(err) : "write failed");
+    return VD_EXIT_BAD_INPUT;
+  }
+  return rc;
+}
+
+static int run(int argc, char **argv);
+
+/* Test hook (tests/e2e/14_reliability.sh): VERDICT_FAIL_ALLOC=N makes the
+ * Nth allocation of the run fail, to reach every out-of-memory path from
+ * the command line; the run says on stderr when the failure fired. */
+static long fault_hook(void) {
+  const char *e = getenv("VERDICT_FAIL_ALLOC");
+  if (!e || !*e) return 0;
+  char *end;
+  long n = strtol(e, &end, 10);
+  if (*end || n <= 0) return 0;
+  vd_mem_fail_after(n);
+  return n;
+}
+
 int main(int argc, char **argv) {
+  vd_mem_setup();
+  long nth = fault_hook();
+  int rc = finish(run(argc, argv));
+  if (nth && vd_mem_fault_hit()) fprintf(stderr, "verdict: injected failure of allocation %ld fired\n", nth);
+  return rc;
+}
+
+static int run(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
     return VD_EXIT_BAD_INPUT;

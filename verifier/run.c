@@ -234,7 +234,12 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
       uint32_t i = reps[k];
       vd_diag sd;
       vd_diag_clear(&sd);
-      vd_rc rc = trc != VD_OK ? trc : vd_stage_solve(s, &r->lt, &r->set.stages[i], &so, &r->verdicts[i], &sd);
+      /* Once Z3 ran out of memory anywhere, no stage is started: the run
+       * ends in "out of memory" (solver/smt.c, "out of memory"). */
+      vd_rc rc = trc != VD_OK            ? trc
+                 : vd_smt_out_of_memory() ? vd_diag_set(&sd, VD_ENOMEM, __FILE__, __LINE__, NULL, NULL, NULL,
+                                                        "out of memory (Z3)")
+                                          : vd_stage_solve(s, &r->lt, &r->set.stages[i], &so, &r->verdicts[i], &sd);
       r->stage_rc[i] = rc;
       if (rc != VD_OK) {
         /* The machinery failed on this stage: inconclusive, with the reason. */
@@ -245,7 +250,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
 #pragma omp critical(vd_run_err)
         if (first_rc == VD_OK && rc == VD_ENOMEM) {
           first_rc = rc;
-          first_diag = sd;
+          first_diag = trc != VD_OK ? td : sd;
         }
       }
       size_t now;

@@ -109,4 +109,13 @@ for f in os exec wrapped; do
   [ "$(wc -l < "$TMP/err")" -eq 1 ] || { cat "$TMP/err"; fail "expected one line for $f.pkl"; }
   [ ! -e "$PWNED" ] || fail "the payload of $f.pkl ran"
 done
+
+# Issue 13: a chunk that writes back into a gradient the piece it gave to an
+# all_gather is a round trip, not a second contribution (the real pair
+# llama3_default dp2 pp16 tp2 nm2 was NOT EQUIVALENT, SCALE x2).
+(cd "$ROOT" && python3 -m unittest tools.nnscaler.test_roundtrip) >"$TMP/out" 2>&1 || { cat "$TMP/out"; fail "test_roundtrip"; }
+conv llama3_default_dp1_pp1_tp1_nm1_gbs512_ly2_h32_hi4096_sq128.pkl \
+     llama3_default_dp2_pp16_tp2_nm2_gbs512_ly2_h32_hi4096_sq128.pkl l16
+expect_exit 0 "$VERDICT" -q --sm "$TMP/l16.s.plan" --pm "$TMP/l16.p.plan"
+expect_exit 0 "$VERDICT" exec -q --sm "$TMP/l16.s.plan" --pm "$TMP/l16.p.plan"
 echo ok

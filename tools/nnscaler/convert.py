@@ -258,6 +258,7 @@ class ConvState:
         self.mref_grads = set()  # ftids of gradients of multiref outputs (parallel plan)
         self.data_keys = set()
         self.dropped = 0
+        self.round_trips = 0  # chunk(all_gather(k)) -> k writes dropped (round_trip)
         self.unmapped = {}
         self.gs = {}         # (rank, key) -> produced at least once (for multiref_backward)
 
@@ -743,6 +744,7 @@ class Conv(CommLowering):
         zero = {}        # rank -> [persistent keys to zero]
         for rank, steps in self.schedule.items():
             pwrites, written = {}, set()
+            last_w, wtime, nseq = {}, {}, {}   # key -> last writer; key -> its time; node -> time
             first_mb = [st for st in steps if st[1] in (0, -1)]
             for s, mb in steps:
                 for i in byseg.get((rank, s), []):
@@ -763,6 +765,13 @@ class Conv(CommLowering):
                     # a re-write that reads the tensor itself is an in-place update (broadcast root)
                     again = [j for j, k in enumerate(outs)
                              if self.tinfo[k]["scope"] == "mb" and k in written and k not in n["in"]]
+                    if again and self.round_trip(rank, i, n, last_w, wtime, nseq):
+                        # chunk(all_gather(k)) -> k on the piece k itself gave: k is rewritten
+                        # with its own value, whether k is a gradient or not (rule 6).
+                        drop.add(i)
+                        self.dropped += 1
+                        self.round_trips += 1
+                        continue
                     if again:
                         if n["op"] == "chunk" and len(again) == len(outs) and \
                                 all(self.tinfo[outs[j]]["role"] != "grad" for j in again):
@@ -776,8 +785,10 @@ class Conv(CommLowering):
                             raise ConvertError("rank %d: node %s writes non-gradient tensor %s twice in one microbatch"
                                                % (rank, n["name"], self.tinfo[outs[again[0]]]["name"]))
                         acc_of.setdefault(i, set()).update(again)
+                    nseq[i] = len(nseq)
                     for k in outs:
                         written.add(k)
+                        last_w[k], wtime[k] = i, nseq[i]
             for k, c in pwrites.items():
                 if c > 1:
                     zero.setdefault(rank, []).append(k)
@@ -809,6 +820,33 @@ class Conv(CommLowering):
             nodes.append(n)
             nodes.extend(post)
         return nodes
+
+    def round_trip(self, rank, i, n, last_w, wtime, nseq):
+        """True when node i is a chunk that writes back into k exactly the piece
+        k contributed to the all_gather it reads, k unchanged since: nnScaler's
+        fused adapters do this (a forward that sends a chunk of an all-gather
+        of x as x; its backward all-gathers x's gradient and chunks it back
+        into the same gradient).  The write is then k := k, not a second
+        contribution to sum.  Decided from the plan's own structure: the
+        all_gather's input is the chunk's output tensor, same dim, as many
+        chunks as members, and the chunk index is this rank's position in the
+        gather order (the order convert writes the group in, see plan())."""
+        if n["op"] != "chunk" or len(n["in"]) != 1 or len(n["out"]) != 1:
+            return False
+        k, x = n["out"][0], n["in"][0]
+        p = last_w.get(x)
+        if p is None:
+            return False
+        g = self.raw[p]
+        if g["op"] != "all_gather" or g["rank"] != rank or g["in"] != [k] or wtime.get(k, -1) >= nseq[p]:
+            return False
+        if g["attrs"].get("dim") != n["attrs"].get("dim"):
+            return False
+        c = g.get("_coll")
+        if c is None or set(c["members"]) != set(c["group"]) or any(v is None for v in c["members"].values()):
+            return False
+        order = sorted(c["group"], key=lambda r: (c["members"][r], r))
+        return n["attrs"].get("chunks") == len(order) and n["attrs"].get("index") == order.index(rank)
 
     def lineage(self, key, rec):
         sub = rec.get("_sub")

@@ -14,14 +14,51 @@ How: SafeUnpickler.find_class never imports.  It returns
     state in __dict__.  Calling a stub instance also only records.  So a
     GLOBAL 'os system' + REDUCE yields a Stub('posix.system') object holding
     its argument; nothing runs.
-Limits: a file-size cap, and every failure becomes PickleError(file, what).
+Limits: a file-size cap; memory bounded by the file size while unpickling
+(see _memory_cap); nothing may follow the STOP opcode; every failure becomes
+PickleError(file, what).
 """
 import io
 import pickle
+import resource
 import struct
 import sys
 
 MAX_FILE_BYTES = 512 << 20
+# Unpickling a real plan takes about 12 bytes of memory per pickle byte.  A
+# hostile pickle can ask for much more from a few bytes: LONG_BINPUT with
+# index 2^27 makes the C unpickler size its memo array to 2^28 slots (2 GB
+# from a 10-byte file).  So the address space grows by at most this many
+# bytes per file byte, plus a fixed allowance, while the pickle is read.
+MEMORY_PER_BYTE = 64
+MEMORY_SLACK = 128 << 20
+
+
+def _vm_bytes():
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[0]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _memory_cap(size):
+    """Lowers RLIMIT_AS to what `size` bytes of pickle may need; returns the
+    limits to restore, or None when nothing was changed."""
+    now = _vm_bytes()
+    if now is None:
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = now + MEMORY_PER_BYTE * size + MEMORY_SLACK
+    if soft != resource.RLIM_INFINITY and soft <= cap:
+        return None
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    except (ValueError, OSError):
+        return None
+    return (soft, hard)
 
 
 class PickleError(Exception):
@@ -262,21 +299,31 @@ def load(path):
     except OSError as e:
         raise PickleError("cannot read: %s" % (e.strerror or e))
     old = sys.getrecursionlimit()
+    limits = None
     try:
         sys.setrecursionlimit(max(old, 20000))
-        u = SafeUnpickler(io.BytesIO(data))
+        stream = io.BytesIO(data)
+        u = SafeUnpickler(stream)
+        limits = _memory_cap(len(data))
         obj = u.load()
-        # trailing bytes after STOP are ignored by pickle; refuse them
-        # (a truncated or concatenated file is not what the producer wrote)
+        # pickle ignores the bytes after STOP; refuse them (a concatenated
+        # or padded file is not what the producer wrote).  The C unpickler
+        # reads a BytesIO exactly up to STOP, so tell() is where it stopped.
+        end = stream.tell()
+        if end != len(data):
+            raise PickleError("%d trailing bytes after the STOP opcode at byte %d" % (len(data) - end, end - 1))
         return obj
     except PickleError:
         raise
     except RecursionError:
         raise PickleError("nesting too deep")
     except MemoryError:
-        raise PickleError("out of memory while unpickling")
+        raise PickleError("the pickle needs more memory than a %d-byte file may (%d bytes per byte + %d MB); "
+                          "refused" % (len(data), MEMORY_PER_BYTE, MEMORY_SLACK >> 20))
     except Exception as e:  # UnpicklingError, EOFError, TypeError from a bad opcode, ...
         msg = str(e).splitlines()[0] if str(e) else ""
         raise PickleError("unpickling failed: %s%s" % (type(e).__name__, ": " + msg if msg else ""))
     finally:
+        if limits is not None:
+            resource.setrlimit(resource.RLIMIT_AS, limits)
         sys.setrecursionlimit(old)
