@@ -229,7 +229,11 @@ static vd_rc collect(lctx *c, tpiece_t **out, size_t *n_out, size_t *n_points) {
           rc = VD_OOM(c->d);
           goto done;
         }
-        for (int32_t d = 0; d < c->D; d++) {
+        /* Replicas whose part index does not move share one piece: their
+         * slices are translates (vd_lin_piece_at), so the table stays
+         * O(points), not O(points x replicas). */
+        int compact = c->D > 1 && pt->lin.dp_part == 0;
+        for (int32_t d = 0; d < (compact ? 1 : c->D); d++) {
           tpiece_t *x = &tp[n++];
           memset(x, 0, sizeof(*x));
           x->p.value = (uint32_t)v;
@@ -237,6 +241,7 @@ static vd_rc collect(lctx *c, tpiece_t **out, size_t *n_out, size_t *n_points) {
           x->p.ptensor = (uint32_t)ti;
           x->p.mb = mb;
           x->p.initial = (uint8_t)initial;
+          x->p.all_rep = (uint8_t)compact;
           vd_tensor_lineage_at(pt, d, mb, x->p.lo, x->p.hi, &x->p.part_k);
           x->p.part_n = pt->lin.part_n;
           x->stensor = s;
@@ -297,13 +302,17 @@ static vd_rc group(lctx *c, tpiece_t *tp, size_t n, size_t n_points) {
   t->n_lins = nl;
   t->n_pieces = n;
   /* Point lookup: points in order of first appearance among the pieces. */
-  size_t np = 0;
+  size_t np = 0, slots = 0;
   for (size_t i = 0; i < n; i++) {
     const vd_lin_piece *p = &t->pieces[i];
-    if (t->point_first[p->value] < 0) t->point_first[p->value] = (int32_t)(np++ * (size_t)c->D);
-    t->point_pieces[(size_t)t->point_first[p->value] + (size_t)p->replica] = (uint32_t)i;
+    if (t->point_first[p->value] < 0) {
+      t->point_first[p->value] = (int32_t)slots;
+      slots += p->all_rep ? 1 : (size_t)c->D;
+      np++;
+    }
+    t->point_pieces[(size_t)t->point_first[p->value] + (p->all_rep ? 0 : (size_t)p->replica)] = (uint32_t)i;
   }
-  if (VD_NEVER(np != n_points || np * (size_t)c->D != n))
+  if (VD_NEVER(np != n_points || slots != n))
     return VD_ERR(c->d, VD_EINTERNAL, NULL, "lineage", "points", "expected %zu points, got %zu", n_points, np);
   t->n_point_pieces = n;
   return VD_OK;
@@ -311,10 +320,34 @@ static vd_rc group(lctx *c, tpiece_t *tp, size_t n, size_t n_points) {
 
 /* ---- step 4: validation ------------------------------------------------- */
 
-static int piece_oob(const vd_lin_piece *p, const vd_tensor_t *st) {
+/* Slice of piece p in replica d (see vd_lin_piece_at). */
+static void shifted(const vd_plan_t *pp, int32_t D, const vd_lin_piece *p, int32_t d, int64_t *lo, int64_t *hi) {
+  memcpy(lo, p->lo, sizeof(p->lo));
+  memcpy(hi, p->hi, sizeof(p->hi));
+  if (!p->all_rep || d <= 0 || d >= D) return;
+  const int64_t *sh = pp->tensors[p->ptensor].lin.dp_shift;
+  for (int32_t i = 0; i < VD_MAX_DIMS; i++) {
+    lo[i] += (int64_t)d * sh[i];
+    hi[i] += (int64_t)d * sh[i];
+  }
+}
+
+static int box_oob(const int64_t *lo, const int64_t *hi, const vd_tensor_t *st) {
   for (int32_t i = 0; i < st->ndim; i++)
-    if (p->lo[i] < 0 || p->hi[i] > st->shape[i] || p->lo[i] >= p->hi[i]) return 1;
+    if (lo[i] < 0 || hi[i] > st->shape[i] || lo[i] >= hi[i]) return 1;
   return 0;
+}
+
+/* Out of bounds in some replica: the shift is affine in d, so replica 0 and
+ * the last replica bound every other.  *bad gets the replica found. */
+static int piece_oob(const lctx *c, const vd_lin_piece *p, const vd_tensor_t *st, int32_t *bad) {
+  int64_t lo[VD_MAX_DIMS], hi[VD_MAX_DIMS];
+  *bad = p->replica;
+  if (box_oob(p->lo, p->hi, st)) return 1;
+  if (!p->all_rep) return 0;
+  shifted(c->pp, c->D, p, c->D - 1, lo, hi);
+  *bad = c->D - 1;
+  return box_oob(lo, hi, st);
 }
 
 /* Part completeness of the pieces [a, b) of one (slice, part_n) group. */
@@ -415,15 +448,14 @@ static int boxes_meet(const vd_lin_piece *x, const vd_lin_piece *y, int32_t nd) 
 /* Fallback for very fine grids: pairwise among slices sorted by lo[0],
  * pruned once a later slice starts past the current one's end; then the
  * volume count decides GAP. */
-static vd_rc coverage_sweep(lctx *c, const vd_lineage *L, uint32_t *sl, size_t k) {
-  const vd_lin_table *t = c->t;
+static vd_rc coverage_sweep(lctx *c, const vd_lineage *L, const vd_lin_piece *B, uint32_t *sl, size_t k) {
   const vd_tensor_t *st = &c->sp->tensors[L->stensor];
   int32_t nd = st->ndim;
   /* sort (lo[0], piece index) pairs; the comparator reads the first */
   int64_t *key = vd_malloc(k * 2 * sizeof(*key));
   if (!key) return VD_OOM(c->d);
   for (size_t i = 0; i < k; i++) {
-    key[2 * i] = t->pieces[sl[i]].lo[0];
+    key[2 * i] = B[sl[i]].lo[0];
     key[2 * i + 1] = (int64_t)sl[i];
   }
   qsort(key, k, 2 * sizeof(*key), cmp_pair);
@@ -436,9 +468,9 @@ static vd_rc coverage_sweep(lctx *c, const vd_lineage *L, uint32_t *sl, size_t k
     return VD_OOM(c->d);
   }
   for (size_t i = 0; i < k; i++) {
-    const vd_lin_piece *x = &t->pieces[key[2 * i + 1]];
+    const vd_lin_piece *x = &B[key[2 * i + 1]];
     for (size_t j = i + 1; j < k; j++) {
-      const vd_lin_piece *y = &t->pieces[key[2 * j + 1]];
+      const vd_lin_piece *y = &B[key[2 * j + 1]];
       if (y->lo[0] >= x->hi[0]) break;
       if (!boxes_meet(x, y, nd)) continue;
       if (box_contains(x, y, nd)) nested[j] = 1;
@@ -456,7 +488,7 @@ static vd_rc coverage_sweep(lctx *c, const vd_lineage *L, uint32_t *sl, size_t k
   }
   for (size_t i = 0; i < k; i++) {
     if (nested[i]) continue;
-    int64_t v = box_volume(&t->pieces[key[2 * i + 1]], nd);
+    int64_t v = box_volume(&B[key[2 * i + 1]], nd);
     vol = vol > INT64_MAX - v ? INT64_MAX : vol + v;
   }
   vd_free(nested);
@@ -468,9 +500,8 @@ static vd_rc coverage_sweep(lctx *c, const vd_lineage *L, uint32_t *sl, size_t k
                    sname(c, L->stensor), moment(L->initial), (long long)vol, (long long)numel, sh);
 }
 
-/* Coverage of one moment: sl lists one piece per distinct slice (k > 0). */
-static vd_rc coverage(lctx *c, const vd_lineage *L, uint32_t *sl, size_t k) {
-  const vd_lin_table *t = c->t;
+/* Coverage of one moment: sl lists one piece of B per distinct slice (k > 0). */
+static vd_rc coverage(lctx *c, const vd_lineage *L, const vd_lin_piece *B, uint32_t *sl, size_t k) {
   const vd_tensor_t *st = &c->sp->tensors[L->stensor];
   int32_t nd = st->ndim;
   int64_t *co[VD_MAX_DIMS] = {0};
@@ -489,8 +520,8 @@ static vd_rc coverage(lctx *c, const vd_lineage *L, uint32_t *sl, size_t k) {
     co[i][m++] = 0;
     co[i][m++] = st->shape[i];
     for (size_t j = 0; j < k; j++) {
-      co[i][m++] = t->pieces[sl[j]].lo[i];
-      co[i][m++] = t->pieces[sl[j]].hi[i];
+      co[i][m++] = B[sl[j]].lo[i];
+      co[i][m++] = B[sl[j]].hi[i];
     }
     qsort(co[i], m, sizeof(int64_t), cmp_i64p);
     size_t u = 0;
@@ -501,7 +532,7 @@ static vd_rc coverage(lctx *c, const vd_lineage *L, uint32_t *sl, size_t k) {
     else cells *= u - 1;
   }
   if (big) {
-    rc = coverage_sweep(c, L, sl, k);
+    rc = coverage_sweep(c, L, B, sl, k);
     goto done;
   }
   /* Row-major strides over cells. */
@@ -522,7 +553,7 @@ static vd_rc coverage(lctx *c, const vd_lineage *L, uint32_t *sl, size_t k) {
       goto done;
     }
     for (size_t j = 0; j < k; j++) {
-      key[2 * j] = -box_volume(&t->pieces[sl[j]], nd);
+      key[2 * j] = -box_volume(&B[sl[j]], nd);
       key[2 * j + 1] = (int64_t)j;
     }
     qsort(key, k, 2 * sizeof(*key), cmp_pair);
@@ -548,7 +579,7 @@ static vd_rc coverage(lctx *c, const vd_lineage *L, uint32_t *sl, size_t k) {
    * coverage verdict is already "bad". */
   size_t visits = 0, max_visits = 4 * cells + 4 * k + 1024;
   for (size_t j = 0; j < k && visits <= max_visits; j++) {
-    const vd_lin_piece *x = &t->pieces[sl[j]];
+    const vd_lin_piece *x = &B[sl[j]];
     size_t a[VD_MAX_DIMS], b[VD_MAX_DIMS], cur[VD_MAX_DIMS];
     for (int32_t i = 0; i < nd; i++) {
       a[i] = lower_i64(co[i], nc[i], x->lo[i]);
@@ -615,8 +646,12 @@ static int batch_mismatch(lctx *c, const vd_lineage *L, vd_rc *rc) {
     lo[i] = INT64_MAX;
     hi[i] = INT64_MIN;
     for (size_t k = a; k < e; k++) {
-      if (t->pieces[k].lo[i] < lo[i]) lo[i] = t->pieces[k].lo[i];
-      if (t->pieces[k].hi[i] > hi[i]) hi[i] = t->pieces[k].hi[i];
+      int64_t l1[VD_MAX_DIMS], h1[VD_MAX_DIMS];
+      shifted(c->pp, c->D, &t->pieces[k], c->D - 1, l1, h1); /* the last replica's translate */
+      int64_t l = t->pieces[k].lo[i] < l1[i] ? t->pieces[k].lo[i] : l1[i];
+      int64_t h = t->pieces[k].hi[i] > h1[i] ? t->pieces[k].hi[i] : h1[i];
+      if (l < lo[i]) lo[i] = l;
+      if (h > hi[i]) hi[i] = h;
     }
   }
   int32_t dim = -1;
@@ -640,8 +675,9 @@ static int batch_mismatch(lctx *c, const vd_lineage *L, vd_rc *rc) {
 
 static vd_rc validate(lctx *c) {
   const vd_lin_table *t = c->t;
-  uint32_t *sl = NULL;
-  size_t cap = 0;
+  uint32_t *sl = NULL, *vsl = NULL;
+  vd_lin_piece *vp = NULL;
+  size_t cap = 0, cap_vp = 0;
   vd_rc rc = VD_OK;
   for (size_t li = 0; li < t->n_lins; li++) {
     const vd_lineage *L = &t->lins[li];
@@ -653,9 +689,13 @@ static vd_rc validate(lctx *c) {
       continue;
     }
     for (size_t i = a; i < e; i++) {
-      const vd_lin_piece *p = &t->pieces[i];
-      if (!piece_oob(p, st)) continue;
+      const vd_lin_piece *p0 = &t->pieces[i];
+      int32_t bad;
+      if (!piece_oob(c, p0, st, &bad)) continue;
       any_oob = 1;
+      vd_lin_piece pb = *p0, *p = &pb;
+      shifted(c->pp, c->D, p0, bad, pb.lo, pb.hi);
+      pb.replica = bad;
       char sl_s[96], sh[80], who[96];
       vd_lin_fmt_slice(p->lo, p->hi, st->ndim, sl_s, sizeof(sl_s));
       fmt_shape(st->shape, st->ndim, sh, sizeof(sh));
@@ -682,9 +722,39 @@ static vd_rc validate(lctx *c) {
       }
       i = j;
     }
-    if (!any_oob && k > 0 && (rc = coverage(c, L, sl, k))) goto done;
+    if (!any_oob && k > 0) {
+      /* Every replica's translate of a moving all_rep piece is a slice of
+       * its own: coverage is over all of them. */
+      size_t m = 0;
+      for (size_t j = 0; j < k; j++) m += vd_lin_piece_moves(t, sl[j]) ? (size_t)c->D : 1;
+      if (m > cap_vp) {
+        vd_free(vp);
+        vd_free(vsl);
+        cap_vp = m;
+        vp = vd_malloc(m * sizeof(*vp));
+        vsl = vd_malloc(m * sizeof(*vsl));
+        if (!vp || !vsl) {
+          rc = VD_OOM(c->d);
+          goto done;
+        }
+      }
+      size_t q = 0;
+      for (size_t j = 0; j < k; j++) {
+        const vd_lin_piece *p = &t->pieces[sl[j]];
+        int32_t nrep = vd_lin_piece_moves(t, sl[j]) ? c->D : 1;
+        for (int32_t d = 0; d < nrep; d++, q++) {
+          vp[q] = *p;
+          shifted(c->pp, c->D, p, d, vp[q].lo, vp[q].hi);
+          vp[q].replica = d;
+          vsl[q] = (uint32_t)q;
+        }
+      }
+      if ((rc = coverage(c, L, vp, vsl, m))) goto done;
+    }
   }
 done:
+  vd_free(vp);
+  vd_free(vsl);
   vd_free(sl);
   return rc;
 }
@@ -731,6 +801,7 @@ vd_rc vd_lin_build(const vd_graph_t *gs, const vd_graph_t *gp, vd_lin_table *t, 
   c.sp = gs->plan;
   c.pp = gp->plan;
   c.D = c.pp->world.replicas > 0 ? c.pp->world.replicas : 1;
+  t->replicas = c.D;
   tpiece_t *tp = NULL;
   size_t n = 0, np = 0;
   vd_rc rc = collect(&c, &tp, &n, &np);
@@ -764,5 +835,27 @@ int32_t vd_lin_piece_of(const vd_lin_table *t, uint32_t v, int32_t replica) {
   if (f < 0) return -1;
   int32_t D = t->gp->plan->world.replicas > 0 ? t->gp->plan->world.replicas : 1;
   if (replica >= D) return -1;
+  uint32_t p0 = t->point_pieces[f];
+  if (t->pieces[p0].all_rep) return (int32_t)p0;
   return (int32_t)t->point_pieces[(size_t)f + (size_t)replica];
+}
+
+void vd_lin_piece_at(const vd_lin_table *t, uint32_t piece, int32_t replica, int64_t lo[VD_MAX_DIMS],
+                     int64_t hi[VD_MAX_DIMS]) {
+  const vd_lin_piece *p = &t->pieces[piece];
+  if (!p->all_rep || !t->gp || !t->gp->plan) {
+    memcpy(lo, p->lo, sizeof(p->lo));
+    memcpy(hi, p->hi, sizeof(p->hi));
+    return;
+  }
+  shifted(t->gp->plan, t->replicas > 0 ? t->replicas : 1, p, replica, lo, hi);
+}
+
+int vd_lin_piece_moves(const vd_lin_table *t, uint32_t piece) {
+  const vd_lin_piece *p = &t->pieces[piece];
+  if (!p->all_rep || !t->gp || !t->gp->plan) return 0;
+  const int64_t *sh = t->gp->plan->tensors[p->ptensor].lin.dp_shift;
+  for (int32_t i = 0; i < VD_MAX_DIMS; i++)
+    if (sh[i]) return 1;
+  return 0;
 }

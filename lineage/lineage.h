@@ -44,6 +44,10 @@ typedef struct {
   int64_t lo[VD_MAX_DIMS], hi[VD_MAX_DIMS]; /* slice, single-device coordinates */
   int64_t part_k, part_n;
   uint8_t initial;   /* 1: the initial value (a hypothesis given by the plan) */
+  uint8_t all_rep;   /* 1: one piece for every replica d of the point (replica = 0
+                        here): its slice in replica d is lo/hi shifted by d times
+                        the tensor's dp_shift, its part k is the same (dp_part = 0);
+                        vd_lin_piece_at gives the shifted slice */
 } vd_lin_piece;
 
 typedef struct {
@@ -77,11 +81,12 @@ typedef vd_issue vd_lin_issue;
 
 typedef struct vd_lin_table {
   const vd_graph_t *gs, *gp; /* borrowed */
+  int32_t replicas;     /* DP replicas of the parallel plan (>= 1) */
   vd_lineage *lins;     size_t n_lins;
   vd_lin_piece *pieces; size_t n_pieces;
-  /* Point lookup: piece index of (Gp value v, replica d) is
-   * point_first[v] + d when point_first[v] >= 0 (a point's replicas are
-   * listed in point_pieces consecutively); -1 when v is not a point. */
+  /* Point lookup: point_pieces[point_first[v]] is the piece of (Gp value v,
+   * replica 0) when point_first[v] >= 0; a point whose piece is all_rep has
+   * only that one, otherwise its replicas follow consecutively. */
   int32_t *point_first;      /* n = gp->n_values */
   uint32_t *point_pieces;    /* piece indices */
   size_t n_point_pieces;
@@ -106,8 +111,20 @@ void vd_lin_fmt_slice(const int64_t *lo, const int64_t *hi, int32_t nd, char *bu
 vd_rc vd_lin_build(const vd_graph_t *gs, const vd_graph_t *gp, vd_lin_table *t, vd_diag *d);
 void vd_lin_free(vd_lin_table *t); /* accepts NULL and zeroed tables */
 
-/* Piece index of point (v, replica), or -1 if (v, replica) is not a point. */
+/* Piece index of point (v, replica), or -1 if (v, replica) is not a point.
+ * For an all_rep piece every replica gets the same index: read its slice in
+ * that replica with vd_lin_piece_at. */
 int32_t vd_lin_piece_of(const vd_lin_table *t, uint32_t v, int32_t replica);
+
+/* The slice of piece `piece` in replica `replica` (single-device
+ * coordinates): the piece's own slice unless it is all_rep, then shifted by
+ * replica * dp_shift of its parallel tensor. */
+void vd_lin_piece_at(const vd_lin_table *t, uint32_t piece, int32_t replica, int64_t lo[VD_MAX_DIMS],
+                     int64_t hi[VD_MAX_DIMS]);
+
+/* Whether an all_rep piece's slice moves with the replica (some dp_shift
+ * is not zero); 0 for any other piece. */
+int vd_lin_piece_moves(const vd_lin_table *t, uint32_t piece);
 
 /* ---- lineage inference (lineage/infer.c) --------------------------------
  *

@@ -221,6 +221,40 @@ typedef vd_rc (*vd_op_reduce_fn)(const vd_op_reduce_call *c, int *norule);
  * compile time).  op must be a valid id. */
 vd_op_reduce_fn vd_op_reduce_rule(vd_op_id op);
 
+/* ---- translation equivariance (ops/ops_eqv.c) ---------------------------
+ *
+ * Whether the links of an operator's reduction rule (EQ between operand
+ * dimensions) are also translation equivariances: rows [lo, hi) of the
+ * output along a linked dimension are the operator applied to rows [lo, hi)
+ * of the inputs.  stages/window.c restricts a stage's single-device side to
+ * the rows its hypotheses and targets touch along such dimensions (so
+ * replicas and microbatches that differ only by their batch offset share one
+ * canonical form).  ops_eqv.c says which operators qualify and why. */
+
+typedef enum {
+  VD_EQV__UNSET = 0, /* not reviewed: a table row left out (a test rejects it) */
+  VD_EQV_NONE,       /* pins every dimension of every operand */
+  VD_EQV_RULE,       /* 1:1 EQ links of the reduction rule are equivariances */
+  VD_EQV_LEAD,       /* same, for dimensions before the position dimension only */
+} vd_op_eqv_kind;
+
+typedef struct {
+  vd_op_eqv_kind kind;
+  const char *lead_attr; /* LEAD: attribute holding the position dimension, or NULL */
+  int32_t lead_def;      /* LEAD: its default (negative: from the end) */
+  /* Backward operators whose output 0 is an input gradient computed row by
+   * row (all dimensions but the last) while the other outputs (weight
+   * gradients) sum over the rows: when a stage uses only output 0, the
+   * inputs in bwd0_rows are row-aligned with it (linked on all dimensions
+   * but the last) and every other input is pinned.  0: no such form. */
+  uint8_t bwd0_rows;
+} vd_op_eqv;
+
+const vd_op_eqv *vd_op_eqv_of(vd_op_id op);
+/* First pinned dimension of an operand of rank ndim (ndim when every
+ * dimension may be linked): the position dimension of LEAD operators. */
+int32_t vd_op_eqv_lead(vd_op_id op, const vd_plan_t *plan, const vd_node_t *node, int32_t ndim);
+
 /* ---- attribute schema (ops/attrs.c) --------------------------------------
  *
  * Per operator: every attribute it takes (name, type, range, required or

@@ -156,6 +156,9 @@ typedef struct {
   cone_t pc, sc;
   uint32_t *stack;
   size_t n_stack, cap_stack;
+  uint32_t *mp;          /* target members of the stage being cut: piece mp[i] in replica mr[i] */
+  int32_t *mr;
+  size_t n_mem, cap_mem, cap_mr;
   size_t s_reached;      /* hypothesis values met by the last single walk */
   int32_t s_unrelated;   /* piece of a hypothesis the target's computation never uses, or -1 */
 } cctx;
@@ -482,18 +485,19 @@ static void target_label(cctx *c, const vd_lineage *L, const vd_lin_piece *p0, c
 }
 
 /* Parallel cone of the target pieces [a, b).  *ok = 0 when it is too big. */
-static vd_rc parallel_cone(cctx *c, const vd_lineage *L, size_t a, size_t b, int *ok) {
+static vd_rc parallel_cone(cctx *c, const vd_lineage *L, int *ok) {
   const vd_lin_table *lt = c->lt;
   const vd_graph_t *g = c->gp;
   cone_t *k = &c->pc;
   uint32_t D = c->D;
+  size_t a = c->mp[0];
   c->n_stack = 0;
   *ok = 1;
-  for (size_t i = a; i < b; i++) {
-    const vd_lin_piece *p = &lt->pieces[i];
+  for (size_t i = 0; i < c->n_mem; i++) {
+    const vd_lin_piece *p = &lt->pieces[c->mp[i]];
     uint32_t vi;
     int fresh;
-    VD_CHECK(cone_value(c, k, (uint64_t)p->value * D + (uint32_t)p->replica, &vi, &fresh));
+    VD_CHECK(cone_value(c, k, (uint64_t)p->value * D + (uint32_t)c->mr[i], &vi, &fresh));
     k->v[vi].target = 1;
     if (fresh) VD_CHECK(push(c, vi));
   }
@@ -658,7 +662,7 @@ static void fill_value(cctx *c, vd_stage_value *sv, int side, uint32_t value, in
 }
 
 /* Builds the stage from the two cones. */
-static vd_rc assemble(cctx *c, const vd_lineage *L, uint32_t li, size_t a, size_t b, vd_stage *st) {
+static vd_rc assemble(cctx *c, const vd_lineage *L, uint32_t li, vd_stage *st) {
   const vd_lin_table *lt = c->lt;
   cone_t *sk = &c->sc, *pk = &c->pc;
   uint32_t D = c->D;
@@ -672,7 +676,7 @@ static vd_rc assemble(cctx *c, const vd_lineage *L, uint32_t li, size_t a, size_
    * parallel node outputs. */
   uint32_t nv = 0;
   VD_CHECK(number_leaves(c, sk, &nv));
-  size_t n_idx = 2 * (b - a);
+  size_t n_idx = 2 * c->n_mem;
   for (size_t i = 0; i < sk->n_nd; i++) {
     const vd_gnode_t *gn = &c->gs->nodes[sk->nd[i].gnode];
     const uint32_t *ov = vd_gnode_outputs(c->gs, gn);
@@ -714,8 +718,10 @@ static vd_rc assemble(cctx *c, const vd_lineage *L, uint32_t li, size_t a, size_
       const vd_lin_piece *p = &lt->pieces[x->piece];
       sv->leaf_piece = x->piece;
       sv->hyp_svalue = (int32_t)sk->v[hmap_get(&sk->vmap, lt->lins[p->lineage].svalue)].loc;
-      memcpy(sv->rlo, p->lo, sizeof(sv->rlo));
-      memcpy(sv->rhi, p->hi, sizeof(sv->rhi));
+      vd_lin_piece_at(lt, (uint32_t)x->piece, sv->replica, sv->plo, sv->phi);
+      memcpy(sv->rlo, sv->plo, sizeof(sv->rlo));
+      memcpy(sv->rhi, sv->phi, sizeof(sv->rhi));
+      sv->has_pslice = 1;
     }
   }
   /* Nodes with their operand lists. */
@@ -752,32 +758,39 @@ static vd_rc assemble(cctx *c, const vd_lineage *L, uint32_t li, size_t a, size_
   }
   /* The target. */
   vd_stage_target *tg = &st->targets[0];
-  const vd_lin_piece *p0 = &lt->pieces[a];
+  const vd_lin_piece *p0 = &lt->pieces[c->mp[0]];
   tg->svalue = (int32_t)sk->v[hmap_get(&sk->vmap, L->svalue)].loc;
   tg->lineage = li;
-  memcpy(tg->lo, p0->lo, sizeof(tg->lo));
-  memcpy(tg->hi, p0->hi, sizeof(tg->hi));
-  memcpy(tg->rlo, p0->lo, sizeof(tg->rlo));
-  memcpy(tg->rhi, p0->hi, sizeof(tg->rhi));
+  vd_lin_piece_at(lt, c->mp[0], c->mr[0], tg->lo, tg->hi);
+  memcpy(tg->rlo, tg->lo, sizeof(tg->rlo));
+  memcpy(tg->rhi, tg->hi, sizeof(tg->rhi));
+  memcpy(tg->blo, tg->lo, sizeof(tg->blo));
+  memcpy(tg->bhi, tg->hi, sizeof(tg->bhi));
+  tg->has_bslice = 1;
   tg->part_n = p0->part_n;
   tg->piece_off = ix;
-  for (size_t i = a; i < b; i++) {
-    const vd_lin_piece *p = &lt->pieces[i];
-    st->idx[ix++] = (uint32_t)i;
-    st->idx[ix++] = pk->v[hmap_get(&pk->vmap, (uint64_t)p->value * D + (uint32_t)p->replica)].loc;
+  for (size_t i = 0; i < c->n_mem; i++) {
+    const vd_lin_piece *p = &lt->pieces[c->mp[i]];
+    st->idx[ix++] = c->mp[i];
+    st->idx[ix++] = pk->v[hmap_get(&pk->vmap, (uint64_t)p->value * D + (uint32_t)c->mr[i])].loc;
   }
-  tg->n_pieces = (uint32_t)(b - a);
+  tg->n_pieces = (uint32_t)c->n_mem;
+  st->n_rep = 1;
   st->n_targets = 1;
   st->n_idx = ix;
   return VD_OK;
 }
 
-static vd_rc cut_target(cctx *c, uint32_t li, size_t a, size_t b) {
+/* Cuts the stage of the current members (c->mp/mr).  *out gets the new
+ * stage's index, or -1 when a structural issue was recorded instead. */
+static vd_rc cut_target(cctx *c, uint32_t li, int64_t *out) {
   const vd_lineage *L = &c->lt->lins[li];
+  size_t a = c->mp[0];
+  *out = -1;
   cone_reset(&c->pc);
   cone_reset(&c->sc);
   int ok = 1;
-  VD_CHECK(parallel_cone(c, L, a, b, &ok));
+  VD_CHECK(parallel_cone(c, L, &ok));
   if (ok) VD_CHECK(single_cone(c, L->svalue, &ok));
   if (!ok) {
     char tl[160];
@@ -791,7 +804,7 @@ static vd_rc cut_target(cctx *c, uint32_t li, size_t a, size_t b) {
     target_label(c, L, &c->lt->pieces[a], tl, sizeof(tl));
     const vd_lin_piece *p = &c->lt->pieces[a], *h = &c->lt->pieces[c->s_unrelated];
     const vd_lineage *HL = &c->lt->lins[h->lineage];
-    int64_t rank = (int64_t)p->replica * c->pp->world.stored_ranks + c->pp->tensors[p->ptensor].rank;
+    int64_t rank = (int64_t)c->mr[0] * c->pp->world.stored_ranks + c->pp->tensors[p->ptensor].rank;
     return add_issue(c, VD_SISSUE_DATAFLOW, 0, -1, (int64_t)p->ptensor, (int32_t)rank, p->mb,
                      "target %s on rank %lld is computed from '%s' (rank %lld), which the single-device computation "
                      "of the target does not use",
@@ -801,12 +814,149 @@ static vd_rc cut_target(cctx *c, uint32_t li, size_t a, size_t b) {
   vd_stage_set *set = c->set;
   if (VD_GROW(set->stages, c->cap_stages, set->n_stages + 1)) return VD_OOM(c->d);
   vd_stage *st = &set->stages[set->n_stages];
-  vd_rc rc = assemble(c, L, li, a, b, st);
+  vd_rc rc = assemble(c, L, li, st);
   if (rc) {
     vd_stage_free(st);
     return rc;
   }
   st->id = (uint32_t)set->n_stages++;
+  *out = (int64_t)st->id;
+  return VD_OK;
+}
+
+static vd_rc add_member(cctx *c, uint32_t piece, int32_t rep) {
+  if (VD_GROW(c->mp, c->cap_mem, c->n_mem + 1) || VD_GROW(c->mr, c->cap_mr, c->n_mem + 1)) return VD_OOM(c->d);
+  c->mp[c->n_mem] = piece;
+  c->mr[c->n_mem++] = rep;
+  return VD_OK;
+}
+
+/* Whether the stage cut for replica 0 is literally the stage of every other
+ * replica after windowing, so it stands for all of them (docs/verifier.md
+ * section 5).  Conditions: no collective spanning replicas in it (its
+ * operands would change with the replica); every hypothesis is a piece for
+ * all replicas (all_rep: same part index in every replica); and the windowed
+ * slices of replica 1 (slices moved by dp_shift) equal those of replica 0.
+ * The shift is affine in the replica, and windows are hulls, so equality at
+ * replica 1 means every slice of a window class moves by one common amount
+ * and slices of pinned classes do not move: then the same holds at every
+ * replica.  A partial-sum target (n > 1) that does not move also needs the
+ * replicas of a part to be equal to each other across replicas, which is
+ * only literal when nothing moves; a moving target's group is its own
+ * replica's (another slice per replica). */
+static vd_rc replica_uniform(cctx *c, vd_stage *st, int *uniform) {
+  const vd_lin_table *lt = c->lt;
+  vd_stage t1 = *st;
+  vd_rc rc = VD_OK;
+  int moves = 0;
+  *uniform = 0;
+  for (uint32_t i = 0; i < st->n_nodes; i++)
+    if (st->nodes[i].side && is_span(c, &c->gp->nodes[st->nodes[i].gnode])) return VD_OK;
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    const vd_stage_value *v = &st->vals[i];
+    if (!v->side || v->producer >= 0 || v->leaf_piece < 0) continue;
+    if (!lt->pieces[v->leaf_piece].all_rep) return VD_OK;
+    moves |= vd_lin_piece_moves(lt, (uint32_t)v->leaf_piece);
+  }
+  int tmoves = 0;
+  for (uint32_t k = 0; k < st->targets[0].n_pieces; k++)
+    tmoves |= vd_lin_piece_moves(lt, st->idx[st->targets[0].piece_off + 2 * k]);
+  if (!moves && !tmoves) {
+    *uniform = 1;
+    return VD_OK;
+  }
+  /* A target that stays put while its inputs move: its copies in different
+   * replicas form one group whose parts must equal each other across
+   * replicas, which no single replica's stage states. */
+  if (st->targets[0].part_n > 1 && !tmoves) return VD_OK;
+  t1.vals = vd_malloc(st->n_vals * sizeof(*t1.vals));
+  t1.targets = vd_malloc(st->n_targets * sizeof(*t1.targets));
+  if (!t1.vals || !t1.targets) {
+    rc = VD_OOM(c->d);
+    goto done;
+  }
+  memcpy(t1.vals, st->vals, st->n_vals * sizeof(*t1.vals));
+  memcpy(t1.targets, st->targets, st->n_targets * sizeof(*t1.targets));
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    vd_stage_value *v = &t1.vals[i];
+    if (!v->side || v->producer >= 0 || v->leaf_piece < 0) continue;
+    vd_lin_piece_at(lt, (uint32_t)v->leaf_piece, 1, v->plo, v->phi);
+  }
+  vd_stage_target *tg = &t1.targets[0];
+  vd_lin_piece_at(lt, st->idx[tg->piece_off], 1, tg->blo, tg->bhi);
+  for (uint32_t k = 1; k < tg->n_pieces; k++) { /* every copy of the target moves alike */
+    int64_t lo[VD_MAX_DIMS], hi[VD_MAX_DIMS];
+    vd_lin_piece_at(lt, st->idx[tg->piece_off + 2 * k], 1, lo, hi);
+    if (memcmp(lo, tg->blo, sizeof(lo)) || memcmp(hi, tg->bhi, sizeof(hi))) goto done;
+  }
+  if ((rc = vd_stage_window(lt, st, c->d)) != VD_OK || (rc = vd_stage_window(lt, &t1, c->d)) != VD_OK) goto done;
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    const vd_stage_value *a = &st->vals[i], *b = &t1.vals[i];
+    if (memcmp(a->shape, b->shape, sizeof(a->shape)) || memcmp(a->plo, b->plo, sizeof(a->plo)) ||
+        memcmp(a->phi, b->phi, sizeof(a->phi)))
+      goto done;
+  }
+  if (memcmp(st->targets[0].blo, tg->blo, sizeof(tg->blo)) || memcmp(st->targets[0].bhi, tg->bhi, sizeof(tg->bhi)))
+    goto done;
+  *uniform = 2; /* windowed already */
+done:
+  vd_free(t1.vals);
+  vd_free(t1.targets);
+  return rc;
+}
+
+/* Drops the last stage of the set (a replica-0 stage that does not stand for
+ * the other replicas). */
+static void drop_last(cctx *c) {
+  vd_stage_set *set = c->set;
+  vd_stage_free(&set->stages[--set->n_stages]);
+}
+
+/* One slice group [a, b) of lineage li.  Pieces for every replica (all_rep)
+ * are cut once, for replica 0, when that stage stands for all replicas
+ * (replica_uniform); otherwise, and for groups listing replicas one by one,
+ * every replica is materialized: one stage holding all replicas when the
+ * target slice does not move with the replica, one per replica when it does. */
+static vd_rc cut_group(cctx *c, uint32_t li, size_t a, size_t b) {
+  const vd_lin_table *lt = c->lt;
+  int all = c->D > 1, moving = 0;
+  for (size_t i = a; i < b; i++) {
+    all &= lt->pieces[i].all_rep;
+    moving |= vd_lin_piece_moves(lt, (uint32_t)i);
+  }
+  int64_t sid;
+  if (all) {
+    c->n_mem = 0;
+    for (size_t i = a; i < b; i++) VD_CHECK(add_member(c, (uint32_t)i, 0));
+    VD_CHECK(cut_target(c, li, &sid));
+    if (sid < 0) return VD_OK;
+    vd_stage *st = &c->set->stages[sid];
+    int uniform;
+    VD_CHECK(replica_uniform(c, st, &uniform));
+    if (uniform) {
+      if (uniform == 1) VD_CHECK(vd_stage_window(lt, st, c->d));
+      st->n_rep = c->D;
+      return VD_OK;
+    }
+    drop_last(c);
+  }
+  for (int32_t d = 0; d < (int32_t)c->D; d++) {
+    if (d > 0 && !moving) break;
+    c->n_mem = 0;
+    for (size_t i = a; i < b; i++) {
+      const vd_lin_piece *p = &lt->pieces[i];
+      if (!p->all_rep) {
+        if (d == 0) VD_CHECK(add_member(c, (uint32_t)i, p->replica));
+      } else if (moving) {
+        VD_CHECK(add_member(c, (uint32_t)i, d));
+      } else {
+        for (int32_t r = 0; r < (int32_t)c->D; r++) VD_CHECK(add_member(c, (uint32_t)i, r));
+      }
+    }
+    if (!c->n_mem) continue;
+    VD_CHECK(cut_target(c, li, &sid));
+    if (sid >= 0) VD_CHECK(vd_stage_window(lt, &c->set->stages[sid], c->d));
+  }
   return VD_OK;
 }
 
@@ -824,7 +974,7 @@ static vd_rc cut_all(cctx *c) {
              !memcmp(lt->pieces[b].lo, p->lo, (size_t)nd * sizeof(int64_t)) &&
              !memcmp(lt->pieces[b].hi, p->hi, (size_t)nd * sizeof(int64_t)))
         b++;
-      VD_CHECK(cut_target(c, li, a, b));
+      VD_CHECK(cut_group(c, li, a, b));
       a = b;
     }
   }
@@ -874,6 +1024,8 @@ vd_rc vd_stage_cut(const vd_lin_table *lt, vd_stage_set *set, vd_diag *d) {
   vd_free(c.ppos);
   vd_free(c.nolin);
   vd_free(c.stack);
+  vd_free(c.mp);
+  vd_free(c.mr);
   cone_free(&c.pc);
   cone_free(&c.sc);
   if (rc) {

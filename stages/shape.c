@@ -50,15 +50,36 @@ static void node_record(const vd_lin_table *lt, const vd_stage *st, uint32_t i, 
     snprintf(rec, rsz, "stage %u node %u (op %s)", st->id, i, op);
 }
 
-static void leave_unreduced(vd_stage *st) {
+/* A hypothesis' slice in its single value's (windowed) coordinates. */
+static void hyp_slice(const vd_lin_table *lt, const vd_stage_value *v, const int64_t **lo, const int64_t **hi) {
+  if (v->has_pslice) {
+    *lo = v->plo;
+    *hi = v->phi;
+  } else {
+    *lo = lt->pieces[v->leaf_piece].lo;
+    *hi = lt->pieces[v->leaf_piece].hi;
+  }
+}
+
+/* A target's slice in its single value's (windowed) coordinates. */
+static const int64_t *tg_lo(const vd_stage_target *t) { return t->has_bslice ? t->blo : t->lo; }
+static const int64_t *tg_hi(const vd_stage_target *t) { return t->has_bslice ? t->bhi : t->hi; }
+
+static void leave_unreduced(const vd_lin_table *lt, vd_stage *st) {
   st->reduced = 0;
   for (uint32_t i = 0; i < st->n_vals; i++) {
     vd_stage_value *v = &st->vals[i];
     memcpy(v->rshape, v->shape, sizeof(v->rshape));
+    if (v->leaf_piece >= 0 && (v->has_pslice || (lt && (size_t)v->leaf_piece < lt->n_pieces))) {
+      const int64_t *lo, *hi;
+      hyp_slice(lt, v, &lo, &hi);
+      memcpy(v->rlo, lo, sizeof(v->rlo));
+      memcpy(v->rhi, hi, sizeof(v->rhi));
+    }
   }
   for (uint32_t i = 0; i < st->n_targets; i++) {
-    memcpy(st->targets[i].rlo, st->targets[i].lo, sizeof(st->targets[i].rlo));
-    memcpy(st->targets[i].rhi, st->targets[i].hi, sizeof(st->targets[i].rhi));
+    memcpy(st->targets[i].rlo, tg_lo(&st->targets[i]), sizeof(st->targets[i].rlo));
+    memcpy(st->targets[i].rhi, tg_hi(&st->targets[i]), sizeof(st->targets[i].rhi));
   }
   for (uint32_t i = 0; i < st->n_nodes; i++) st->nodes[i].n_ovr = 0;
   vd_free(st->ovr);
@@ -71,11 +92,13 @@ static vd_rc apply(vd_reducer *c, const vd_lin_table *lt, vd_stage *st, vd_diag 
   for (uint32_t i = 0; i < st->n_vals; i++) {
     vd_stage_value *v = &st->vals[i];
     for (int32_t j = 0; j < v->ndim; j++) v->rshape[j] = vd_reducer_scale(c, i, j, v->shape[j]);
-    if (v->leaf_piece >= 0 && lt && (size_t)v->leaf_piece < lt->n_pieces && v->hyp_svalue >= 0) {
-      const vd_lin_piece *p = &lt->pieces[v->leaf_piece];
+    if (v->leaf_piece >= 0 && (v->has_pslice || (lt && (size_t)v->leaf_piece < lt->n_pieces)) &&
+        v->hyp_svalue >= 0) {
+      const int64_t *lo, *hi;
+      hyp_slice(lt, v, &lo, &hi);
       for (int32_t j = 0; j < v->ndim; j++) {
-        v->rlo[j] = vd_reducer_scale(c, (uint32_t)v->hyp_svalue, j, p->lo[j]);
-        v->rhi[j] = vd_reducer_scale(c, (uint32_t)v->hyp_svalue, j, p->hi[j]);
+        v->rlo[j] = vd_reducer_scale(c, (uint32_t)v->hyp_svalue, j, lo[j]);
+        v->rhi[j] = vd_reducer_scale(c, (uint32_t)v->hyp_svalue, j, hi[j]);
       }
     }
   }
@@ -83,8 +106,8 @@ static vd_rc apply(vd_reducer *c, const vd_lin_table *lt, vd_stage *st, vd_diag 
     vd_stage_target *tg = &st->targets[t];
     const vd_stage_value *s = &st->vals[tg->svalue];
     for (int32_t j = 0; j < s->ndim; j++) {
-      tg->rlo[j] = vd_reducer_scale(c, (uint32_t)tg->svalue, j, tg->lo[j]);
-      tg->rhi[j] = vd_reducer_scale(c, (uint32_t)tg->svalue, j, tg->hi[j]);
+      tg->rlo[j] = vd_reducer_scale(c, (uint32_t)tg->svalue, j, tg_lo(tg)[j]);
+      tg->rhi[j] = vd_reducer_scale(c, (uint32_t)tg->svalue, j, tg_hi(tg)[j]);
     }
   }
   /* Overrides, in node order (POS and AVG records were emitted node by
@@ -147,16 +170,18 @@ vd_rc vd_stage_reduce(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
   /* Parallel leaves' reduced slices default to their original slices. */
   for (uint32_t i = 0; i < st->n_vals; i++) {
     vd_stage_value *v = &st->vals[i];
-    if (v->leaf_piece >= 0 && lt && (size_t)v->leaf_piece < lt->n_pieces) {
-      memcpy(v->rlo, lt->pieces[v->leaf_piece].lo, sizeof(v->rlo));
-      memcpy(v->rhi, lt->pieces[v->leaf_piece].hi, sizeof(v->rhi));
+    if (v->leaf_piece >= 0 && (v->has_pslice || (lt && (size_t)v->leaf_piece < lt->n_pieces))) {
+      const int64_t *lo, *hi;
+      hyp_slice(lt, v, &lo, &hi);
+      memcpy(v->rlo, lo, sizeof(v->rlo));
+      memcpy(v->rhi, hi, sizeof(v->rhi));
     }
   }
   /* Unknown operators: no reduction at all. */
   for (uint32_t i = 0; i < st->n_nodes; i++)
     if (st->nodes[i].op < 0 || st->nodes[i].op >= VD_OP__COUNT) {
       st->noreduce_node = (int32_t)i;
-      leave_unreduced(st);
+      leave_unreduced(lt, st);
       return VD_OK;
     }
 
@@ -179,7 +204,7 @@ vd_rc vd_stage_reduce(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
     if (rc != VD_OK) goto done;
     if (norule) {
       st->noreduce_node = (int32_t)i;
-      leave_unreduced(st);
+      leave_unreduced(lt, st);
       goto done;
     }
   }
@@ -193,8 +218,9 @@ vd_rc vd_stage_reduce(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
       rc = VD_ERR(d, VD_EINTERNAL, NULL, rec, "vals", "value %u: hypothesis without a lineage piece", i);
       goto done;
     }
-    const vd_lin_piece *p = &lt->pieces[v->leaf_piece];
-    rc = vd_reducer_relate(c, i, (uint32_t)v->hyp_svalue, p->lo, p->hi, rec, d);
+    const int64_t *plo, *phi;
+    hyp_slice(lt, v, &plo, &phi);
+    rc = vd_reducer_relate(c, i, (uint32_t)v->hyp_svalue, plo, phi, rec, d);
     if (rc != VD_OK) goto done;
   }
   for (uint32_t t = 0; t < st->n_targets; t++) {
@@ -209,7 +235,7 @@ vd_rc vd_stage_reduce(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
         rc = VD_ERR(d, VD_EINTERNAL, NULL, rec, "targets", "target %u: bad piece value", t);
         goto done;
       }
-      rc = vd_reducer_relate(c, pv, (uint32_t)tg->svalue, tg->lo, tg->hi, rec, d);
+      rc = vd_reducer_relate(c, pv, (uint32_t)tg->svalue, tg_lo(tg), tg_hi(tg), rec, d);
       if (rc != VD_OK) goto done;
     }
   }
@@ -217,7 +243,7 @@ vd_rc vd_stage_reduce(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
   int reduced = 0;
   if ((rc = vd_reducer_solve(c, &reduced, d)) != VD_OK) goto done;
   if (!reduced) {
-    leave_unreduced(st);
+    leave_unreduced(lt, st);
     goto done;
   }
   rc = apply(c, lt, st, d);

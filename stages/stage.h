@@ -44,6 +44,13 @@ typedef struct {
   int32_t leaf_piece;  /* parallel leaf: lineage piece (hypothesis), else -1 */
   int32_t hyp_svalue;  /* parallel leaf: stage-local single value of its lineage */
   int64_t rlo[VD_MAX_DIMS], rhi[VD_MAX_DIMS]; /* parallel leaf: reduced slice */
+  /* Windows (stages/window.c): a single value's `shape` is the extent of its
+   * window and woff its offset in the single tensor (0 when not windowed); a
+   * hypothesis' slice in its single value's windowed coordinates is
+   * plo/phi (valid when has_pslice; otherwise the lineage piece's slice). */
+  int64_t woff[VD_MAX_DIMS];
+  int64_t plo[VD_MAX_DIMS], phi[VD_MAX_DIMS];
+  uint8_t has_pslice;
 } vd_stage_value;
 
 typedef struct {
@@ -78,6 +85,10 @@ typedef struct {
   int64_t rlo[VD_MAX_DIMS], rhi[VD_MAX_DIMS]; /* slice, reduced coordinates */
   int64_t part_n;
   uint32_t piece_off, n_pieces; /* (piece index, stage-local parallel value) pairs in st->idx */
+  /* The slice in the single value's windowed coordinates (lo - woff), valid
+   * when has_bslice; lo/hi stay in tensor coordinates for reports. */
+  int64_t blo[VD_MAX_DIMS], bhi[VD_MAX_DIMS];
+  uint8_t has_bslice;
 } vd_stage_target;
 
 typedef struct vd_stage {
@@ -87,6 +98,8 @@ typedef struct vd_stage {
   vd_stage_target *targets; uint32_t n_targets;
   uint32_t *idx;         uint32_t n_idx;
   vd_attr_override *ovr; uint32_t n_ovr;
+  uint32_t n_rep;        /* DP replicas this stage stands for: 1, or every replica when the
+                            replica-0 stage is literally each replica's (stages/cut.c) */
   uint8_t reduced;       /* shapes were reduced */
   uint64_t canon_hash;   /* canonical form hash (0 = not computed) */
   int32_t canon_class;   /* representative stage id of its class, -1 if none */
@@ -120,6 +133,14 @@ typedef vd_issue vd_stage_issue;
 /* Cuts stages for every target of the lineage table and reports structural
  * issues.  Stages are in deterministic order.  O(sum of cone sizes). */
 vd_rc vd_stage_cut(const vd_lin_table *lt, vd_stage_set *set, vd_diag *d);
+
+/* Restricts the single-device side of a stage to windows: along every
+ * dimension class that each single-side operator treats equivariantly
+ * (ops/ops.h, vd_op_eqv), a single value keeps only the hull of the rows its
+ * hypotheses and targets touch, and slices are rebased to that hull
+ * (docs/verifier.md section 5).  Called by vd_stage_cut on every stage;
+ * public for tests.  O(stage size). */
+vd_rc vd_stage_window(const vd_lin_table *lt, vd_stage *st, vd_diag *d);
 
 /* Computes reduced shapes of one stage in closed form (docs/verifier.md
  * section 3).  Leaves the stage unreduced (reduced = 0, rshape = shape) when

@@ -130,21 +130,24 @@ static void test_tp2_points(void **st) {
 
 /* Independent count: a Gp value of an annotated tensor is a point if it is
  * produced and final, or initial with an initial single counterpart. */
+/* One piece per point, times the replicas for points whose part index moves
+ * with the replica (dp_part != 0); other points have one all_rep piece. */
 static size_t expected_pieces(const pair_t *x) {
   size_t n = 0;
   for (size_t v = 0; v < x->gp.n_values; v++) {
     const vd_value_t *val = &x->gp.values[v];
     const vd_tensor_t *t = &x->p.tensors[val->tensor];
     if (!t->has_lin) continue;
-    if (val->producer >= 0 && val->is_final) n++;
+    size_t per = x->p.world.replicas > 1 && t->lin.dp_part != 0 ? (size_t)x->p.world.replicas : 1;
+    if (val->producer >= 0 && val->is_final) n += per;
     if (val->is_initial) {
       int64_t s = vd_plan_find_tensor(&x->s, t->lin.full);
       assert_true(s >= 0);
       int32_t sv = vd_graph_first(&x->gs, (uint32_t)s, 0, x->s.tensors[s].scope == VD_SCOPE_PER_MB ? 0 : -1);
-      if (sv >= 0 && x->gs.values[sv].is_initial) n++;
+      if (sv >= 0 && x->gs.values[sv].is_initial) n += per;
     }
   }
-  return n * (size_t)x->p.world.replicas;
+  return n;
 }
 
 static void gen_pair(pair_t *x, vd_gen_model m, int dp, int tp, int pp, int nm, int zero) {
@@ -218,10 +221,16 @@ static void test_dp_virtual_replicas(void **st) {
   int32_t p0 = vd_lin_piece_of(&x.lt, (uint32_t)v, 0), p1 = vd_lin_piece_of(&x.lt, (uint32_t)v, 1);
   assert_true(p0 >= 0 && p1 >= 0);
   assert_int_equal(vd_lin_piece_of(&x.lt, (uint32_t)v, 2), -1);
-  assert_int_equal(x.lt.pieces[p0].lineage, x.lt.pieces[p1].lineage);
+  /* one all_rep piece for both replicas; replica 1's slice is its translate */
+  assert_int_equal(p0, p1);
+  assert_int_equal(x.lt.pieces[p0].all_rep, 1);
   assert_int_equal(x.lt.pieces[p0].replica, 0);
-  assert_int_equal(x.lt.pieces[p1].replica, 1);
-  assert_true(x.lt.pieces[p0].lo[0] != x.lt.pieces[p1].lo[0]);
+  assert_true(vd_lin_piece_moves(&x.lt, (uint32_t)p0));
+  int64_t lo0[VD_MAX_DIMS], hi0[VD_MAX_DIMS], lo1[VD_MAX_DIMS], hi1[VD_MAX_DIMS];
+  vd_lin_piece_at(&x.lt, (uint32_t)p0, 0, lo0, hi0);
+  vd_lin_piece_at(&x.lt, (uint32_t)p1, 1, lo1, hi1);
+  assert_true(lo0[0] != lo1[0]);
+  assert_int_equal(lo1[0] - lo0[0], hi0[0] - lo0[0]); /* the next rows of the batch */
   pair_free(&x);
 }
 

@@ -1,0 +1,288 @@
+/*
+ * stages/window.c - restricts the single-device side of a stage to the rows
+ * its parallel side touches (vd_stage_window; docs/verifier.md section 5).
+ *
+ * A stage's single values enter whole: a replica's or a microbatch's stage
+ * holds every batch row of the single tensors although its hypotheses and
+ * targets touch only its own rows.  That makes stages of different replicas
+ * and microbatches differ (their slices sit at other offsets) and the solver
+ * work on rows nobody asked about.
+ *
+ * Dimension classes: every dimension of every single value is a node of a
+ * union-find; each single-side operator links the dimensions its reduction
+ * rule equates 1:1 (ops/ops_reduce.c) when its equivariance entry allows it
+ * (ops/ops_eqv.c), and pins the rest of its operands' dimensions (contracted,
+ * reduced, kept, positional, merged, unlinked).  A class is pinned when any
+ * member is.  For an unpinned class, the window is the hull of the slices of
+ * the stage's hypotheses and targets along its members; every member value is
+ * cut to that window and slices are rebased to it.
+ *
+ * SOUNDNESS: along an unpinned class every single-side operator is row-local
+ * and translation-invariant, so the windowed computation yields exactly the
+ * target rows of the full one from exactly the hypothesis rows of the full
+ * one (rows outside the hull are read by no target); the stage's query is
+ * unchanged, up to renaming the free symbols of the single leaves.  Two
+ * stages that become byte-identical after windowing (stages/canon.c) are
+ * therefore the same query: in particular the stages of DP replicas and
+ * microbatches that run one program on other rows of the batch.  Parallel
+ * values are not touched: their terms never depend on where their slice lies
+ * except through the hypotheses, which are rebased with the window.
+ * Position-dependent operators on the parallel side (a rope with an offset)
+ * stay what they are; the single side they are compared with has its
+ * positional dimensions pinned, so a wrong offset is still a wrong value.
+ *
+ * Not here: which operator qualifies (ops/ops_eqv.c); shape reduction, which
+ * runs afterwards on the windowed shapes (shape.c).
+ */
+#include "stage.h"
+
+#include <string.h>
+
+#include "../common/mem.h"
+#include "../ops/ops.h"
+
+typedef struct {
+  uint32_t *par;
+  uint8_t *pin;
+  uint32_t *lk;   /* generation of the node that last linked the dimension */
+  uint32_t gen;
+  const vd_stage *st;
+  const uint32_t *in, *out;
+} wctx;
+
+#define DIM(v, j) ((v) * (uint32_t)VD_MAX_DIMS + (uint32_t)(j))
+
+static uint32_t find(wctx *w, uint32_t x) {
+  while (w->par[x] != x) {
+    w->par[x] = w->par[w->par[x]];
+    x = w->par[x];
+  }
+  return x;
+}
+
+static void unite(wctx *w, uint32_t a, uint32_t b) {
+  a = find(w, a);
+  b = find(w, b);
+  if (a == b) return;
+  if (a < b) w->par[b] = a;
+  else w->par[a] = b;
+}
+
+static uint32_t ref_value(const wctx *w, vd_op_dimref r) { return r.out ? w->out[r.t] : w->in[r.t]; }
+
+static void pin_ref(wctx *w, vd_op_dimref r, uint32_t n) {
+  uint32_t v = ref_value(w, r);
+  for (uint32_t k = 0; k < n && r.dim + k < VD_MAX_DIMS; k++) w->pin[DIM(v, r.dim + k)] = 1;
+}
+
+/* Sink of the reduction rule's constraints. */
+static vd_rc sink(void *p, const vd_op_red *r) {
+  wctx *w = p;
+  switch (r->kind) {
+  case VD_RED_EQ: {
+    uint32_t va = ref_value(w, r->a), vb = ref_value(w, r->b);
+    const vd_stage_value *a = &w->st->vals[va], *b = &w->st->vals[vb];
+    if (r->num > 0 && r->num == r->den && r->a.dim < a->ndim && r->b.dim < b->ndim &&
+        a->shape[r->a.dim] == b->shape[r->b.dim]) {
+      unite(w, DIM(va, r->a.dim), DIM(vb, r->b.dim));
+      w->lk[DIM(va, r->a.dim)] = w->gen;
+      w->lk[DIM(vb, r->b.dim)] = w->gen;
+    } else {
+      pin_ref(w, r->a, 1);
+      pin_ref(w, r->b, 1);
+    }
+    break;
+  }
+  case VD_RED_PROD:
+    pin_ref(w, r->a, r->na);
+    pin_ref(w, r->b, r->nb);
+    break;
+  default: /* MIN2, EVEN, POS, KEEP */
+    pin_ref(w, r->a, 1);
+    break;
+  }
+  return VD_OK;
+}
+
+static void pin_value(wctx *w, uint32_t v) {
+  for (uint32_t j = 0; j < VD_MAX_DIMS; j++) w->pin[DIM(v, j)] = 1;
+}
+
+/* Whether only output 0 of single-side node i is used in the stage: the
+ * other outputs have no consumer in the stage and are no target. */
+static int only_first_live(const vd_stage *st, uint32_t i) {
+  const vd_stage_node *n = &st->nodes[i];
+  for (uint32_t k = 1; k < n->n_out; k++) {
+    uint32_t v = st->idx[n->out_off + k];
+    for (uint32_t t = 0; t < st->n_targets; t++)
+      if (st->targets[t].svalue == (int32_t)v) return 0;
+    for (uint32_t j = 0; j < st->n_vals; j++)
+      if (st->vals[j].hyp_svalue == (int32_t)v) return 0;
+    for (uint32_t m = 0; m < st->n_nodes; m++) {
+      const vd_stage_node *x = &st->nodes[m];
+      if (x->side) continue;
+      for (uint32_t q = 0; q < x->n_in; q++)
+        if (st->idx[x->in_off + q] == v) return 0;
+    }
+  }
+  return 1;
+}
+
+/* Links and pins the dimensions of single-side node i. */
+static vd_rc visit_node(wctx *w, const vd_lin_table *lt, const vd_stage *st, uint32_t i, vd_diag *d) {
+  const vd_stage_node *n = &st->nodes[i];
+  const uint32_t *in = st->idx + n->in_off, *out = st->idx + n->out_off;
+  const vd_plan_t *plan = NULL;
+  const vd_node_t *pn = NULL;
+  if (lt && lt->gs && lt->gs->plan && n->gnode < lt->gs->n_nodes) {
+    plan = lt->gs->plan;
+    uint32_t k = lt->gs->nodes[n->gnode].pnode;
+    pn = k < plan->n_nodes ? &plan->nodes[k] : NULL;
+  }
+  int ok = n->op >= 0 && n->op < VD_OP__COUNT && n->n_in <= 64 && n->n_out <= 64;
+  const vd_op_eqv *e = ok ? vd_op_eqv_of((vd_op_id)n->op) : NULL;
+  if (!ok || (e->kind != VD_EQV_RULE && e->kind != VD_EQV_LEAD)) {
+    for (uint32_t k = 0; k < n->n_in; k++) pin_value(w, in[k]);
+    for (uint32_t k = 0; k < n->n_out; k++) pin_value(w, out[k]);
+    return VD_OK;
+  }
+  if (e->bwd0_rows && n->n_out >= 2 && only_first_live(st, i)) {
+    /* Only the input gradient is used: rows of the inputs in bwd0_rows and
+     * of output 0 are linked (all dimensions but the last); the rest is
+     * pinned.  The dead weight gradients become sums over the window's rows,
+     * which nothing in the stage reads. */
+    const vd_stage_value *o = &st->vals[out[0]];
+    int32_t lead = o->ndim - 1;
+    for (uint32_t k = 0; k < n->n_in; k++) {
+      const vd_stage_value *v = &st->vals[in[k]];
+      if (k < 8 && (e->bwd0_rows >> k & 1) && v->ndim == o->ndim) {
+        for (int32_t j = 0; j < v->ndim; j++) {
+          if (j < lead && v->shape[j] == o->shape[j]) unite(w, DIM(in[k], j), DIM(out[0], j));
+          else w->pin[DIM(in[k], j)] = 1;
+        }
+        continue;
+      }
+      pin_value(w, in[k]);
+    }
+    for (int32_t j = lead; j < o->ndim; j++) w->pin[DIM(out[0], j)] = 1;
+    return VD_OK;
+  }
+  vd_op_shape ish[64], osh[64];
+  for (uint32_t k = 0; k < n->n_in; k++) {
+    ish[k].ndim = st->vals[in[k]].ndim;
+    memcpy(ish[k].d, st->vals[in[k]].shape, sizeof(ish[k].d));
+  }
+  for (uint32_t k = 0; k < n->n_out; k++) {
+    osh[k].ndim = st->vals[out[k]].ndim;
+    memcpy(osh[k].d, st->vals[out[k]].shape, sizeof(osh[k].d));
+  }
+  w->gen++;
+  w->in = in;
+  w->out = out;
+  vd_op_reduce_call rc = {.op = n->op, .plan = plan, .node = pn, .n_in = n->n_in, .n_out = n->n_out,
+                          .in_shape = ish, .out_shape = osh, .emit = sink, .sink = w};
+  int norule = 0;
+  VD_CHECK(vd_op_reduce_rule((vd_op_id)n->op)(&rc, &norule));
+  (void)d;
+  for (int side = 0; side < 2; side++) {
+    const uint32_t *vs = side ? out : in;
+    uint32_t nv = side ? n->n_out : n->n_in;
+    for (uint32_t k = 0; k < nv; k++) {
+      const vd_stage_value *v = &st->vals[vs[k]];
+      int32_t lead = vd_op_eqv_lead((vd_op_id)n->op, plan, pn, v->ndim);
+      for (int32_t j = 0; j < v->ndim; j++)
+        if (norule || j >= lead || w->lk[DIM(vs[k], j)] != w->gen) w->pin[DIM(vs[k], j)] = 1;
+    }
+  }
+  return VD_OK;
+}
+
+static void hull(int64_t *lo, int64_t *hi, uint8_t *any, uint32_t r, int64_t a, int64_t b) {
+  if (!any[r] || a < lo[r]) lo[r] = a;
+  if (!any[r] || b > hi[r]) hi[r] = b;
+  any[r] = 1;
+}
+
+vd_rc vd_stage_window(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
+  uint32_t nd = st->n_vals * (uint32_t)VD_MAX_DIMS;
+  wctx w = {0};
+  int64_t *lo = NULL, *hi = NULL;
+  uint8_t *any = NULL;
+  vd_rc rc = VD_OK;
+  w.st = st;
+  w.par = vd_malloc((nd ? nd : 1) * sizeof(*w.par));
+  w.lk = vd_calloc(nd ? nd : 1, sizeof(*w.lk));
+  w.pin = vd_calloc(nd ? nd : 1, 1);
+  lo = vd_malloc((nd ? nd : 1) * sizeof(*lo));
+  hi = vd_malloc((nd ? nd : 1) * sizeof(*hi));
+  any = vd_calloc(nd ? nd : 1, 1);
+  if (!w.par || !w.lk || !w.pin || !lo || !hi || !any) {
+    rc = VD_OOM(d);
+    goto done;
+  }
+  for (uint32_t i = 0; i < nd; i++) w.par[i] = i;
+  for (uint32_t i = 0; i < st->n_nodes; i++)
+    if (st->nodes[i].side == 0 && (rc = visit_node(&w, lt, st, i, d)) != VD_OK) goto done;
+  for (uint32_t i = 0; i < nd; i++)
+    if (w.pin[i]) w.pin[find(&w, i)] = 1;
+  /* Hulls of the slices along every class. */
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    const vd_stage_value *v = &st->vals[i];
+    if (!v->side || v->producer >= 0 || v->hyp_svalue < 0 || !v->has_pslice) continue;
+    for (int32_t j = 0; j < st->vals[v->hyp_svalue].ndim; j++)
+      hull(lo, hi, any, find(&w, DIM((uint32_t)v->hyp_svalue, j)), v->plo[j], v->phi[j]);
+  }
+  for (uint32_t t = 0; t < st->n_targets; t++) {
+    const vd_stage_target *tg = &st->targets[t];
+    if (tg->svalue < 0 || !tg->has_bslice) continue;
+    for (int32_t j = 0; j < st->vals[tg->svalue].ndim; j++)
+      hull(lo, hi, any, find(&w, DIM((uint32_t)tg->svalue, j)), tg->blo[j], tg->bhi[j]);
+  }
+  /* Cut every single value of an unpinned class with a slice to the hull. */
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    vd_stage_value *v = &st->vals[i];
+    if (v->side) continue;
+    for (int32_t j = 0; j < v->ndim; j++) {
+      uint32_t r = find(&w, DIM(i, j));
+      if (w.pin[r] || !any[r] || (lo[r] == 0 && hi[r] == v->shape[j])) continue;
+      if (VD_NEVER(lo[r] < 0 || hi[r] > v->shape[j] || lo[r] >= hi[r])) {
+        rc = VD_ERR(d, VD_EINTERNAL, NULL, "stage", "window", "window [%lld, %lld) outside extent %lld",
+                    (long long)lo[r], (long long)hi[r], (long long)v->shape[j]);
+        goto done;
+      }
+      v->woff[j] = lo[r];
+      v->shape[j] = hi[r] - lo[r];
+      v->rshape[j] = v->shape[j];
+    }
+  }
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    vd_stage_value *v = &st->vals[i];
+    if (!v->side || v->producer >= 0 || v->hyp_svalue < 0 || !v->has_pslice) continue;
+    const vd_stage_value *s = &st->vals[v->hyp_svalue];
+    for (int32_t j = 0; j < s->ndim; j++) {
+      v->plo[j] -= s->woff[j];
+      v->phi[j] -= s->woff[j];
+      v->rlo[j] = v->plo[j];
+      v->rhi[j] = v->phi[j];
+    }
+  }
+  for (uint32_t t = 0; t < st->n_targets; t++) {
+    vd_stage_target *tg = &st->targets[t];
+    if (tg->svalue < 0 || !tg->has_bslice) continue;
+    const vd_stage_value *s = &st->vals[tg->svalue];
+    for (int32_t j = 0; j < s->ndim; j++) {
+      tg->blo[j] -= s->woff[j];
+      tg->bhi[j] -= s->woff[j];
+      tg->rlo[j] = tg->blo[j];
+      tg->rhi[j] = tg->bhi[j];
+    }
+  }
+done:
+  vd_free(w.par);
+  vd_free(w.lk);
+  vd_free(w.pin);
+  vd_free(lo);
+  vd_free(hi);
+  vd_free(any);
+  return rc;
+}

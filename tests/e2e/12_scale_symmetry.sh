@@ -1,0 +1,35 @@
+# Issue 15: replica and microbatch symmetry at dp64 nm16.  Replica 0's stages
+# stand for all 64 replicas (one class per program, not per replica), and a
+# bug on a late stored rank or a late microbatch is still caught and reported
+# with that rank and that microbatch.  (A stored rank's program is every
+# replica's copy of that rank: the compact plan format cannot hold a bug in
+# one replica only; docs/verifier.md, Limits.)
+. "$(dirname "$0")/lib.sh"
+set -e
+"$VERDICT" gen --model llama3 --layers 2 --hidden 16 --heads 4 --seq 8 --batch 1024 \
+  --dp 64 --tp 2 --pp 2 --nm 16 --single "$TMP/s.plan" --parallel "$TMP/p.plan" >/dev/null
+json() { python3 -c "import json,sys; d=json.load(open('$TMP/r.json')); print(eval(sys.argv[1]))" "$1"; }
+expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+expect_in "^EQUIVALENT" "$TMP/out"
+expect_in "replica symmetry: the [0-9]* stages stand for" "$TMP/out"
+cut=$(sed -n 's/.*replica symmetry: the \([0-9]*\) stages stand for \([0-9]*\).*/\1/p' "$TMP/out")
+rep=$(sed -n 's/.*replica symmetry: the \([0-9]*\) stages stand for \([0-9]*\).*/\2/p' "$TMP/out")
+# replica 0's stages stand for the other 63 replicas: far fewer stages are cut than proven
+[ "$rep" -ge $((cut * 16)) ] || fail "dp64: $cut stages cut for $rep per-replica stages"
+bug() { # number mutate-options... ; leaves the JSON report in $TMP/r.json
+  n=$1; shift
+  expect_exit 0 "$VERDICT" mutate -q --bug "$n" "$@" "$TMP/p.plan" "$TMP/b.plan"
+  expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/b.plan" --json "$TMP/r.json"
+  expect_in "^NOT EQUIVALENT" "$TMP/out"
+}
+# A different constant on the last stored rank (3): only rank 3's copies flagged.
+bug 7 --rank 3 --layer 1
+[ "$(json "d['failures'][0]['diagnosis']")" = WRONG_VALUE ] || fail "bug 7 diagnosis"
+[ "$(json "d['failures'][0]['ranks']")" = "[3]" ] || fail "bug 7 ranks: $(json "d['failures'][0]['ranks']")"
+# The DP reducer overtakes the last microbatch's backward: SCHEDULE naming mb 15.
+bug 14 --rank 0 --microbatch 15
+expect_in "SCHEDULE" "$TMP/out"
+expect_in "15" "$TMP/out"
+[ "$(json "[i['mb'] for i in d['failures'] if i['diagnosis'] == 'SCHEDULE'][0]")" = 15 ] || \
+  fail "bug 14 microbatch: $(json "[i for i in d['failures'] if i['diagnosis'] == 'SCHEDULE'][:1]")"
+echo "ok dp64 nm16: $cut stages for $rep per-replica stages; late rank and late microbatch bugs named"

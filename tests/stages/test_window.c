@@ -1,0 +1,120 @@
+/*
+ * tests/stages/test_window.c - windows on the single-device side of a stage
+ * (stages/window.c) and the operator equivariance table (ops/ops_eqv.c).
+ *
+ *  - every operator has a reviewed equivariance entry;
+ *  - rows of an elementwise/linear chain are cut to the rows the pieces
+ *    touch, and two stages that differ only by that row offset (two DP
+ *    replicas) get one canonical class;
+ *  - a dimension that an operator reduces over (sum), indexes (pick) or
+ *    reads as a position (rope) is never windowed, so stages at other
+ *    offsets stay different classes.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "stage_builder.h"
+
+static void test_table_complete(void **state) {
+  (void)state;
+  for (int op = 0; op < VD_OP__COUNT; op++) {
+    const vd_op_eqv *e = vd_op_eqv_of((vd_op_id)op);
+    if (e->kind == VD_EQV__UNSET) fail_msg("operator %s has no equivariance entry", vd_op_name((vd_op_id)op));
+  }
+  assert_int_equal(vd_op_eqv_of(VD_OP_ROPE)->kind, VD_EQV_LEAD);
+  assert_int_equal(vd_op_eqv_of(VD_OP_CHUNK)->kind, VD_EQV_NONE);
+  assert_int_equal(vd_op_eqv_of(VD_OP_ALL_GATHER)->kind, VD_EQV_NONE);
+  assert_int_equal(vd_op_eqv_lead(VD_OP_CAUSAL_MASK, NULL, NULL, 4), 2);
+  assert_int_equal(vd_op_eqv_lead(VD_OP_ADD, NULL, NULL, 3), 3);
+}
+
+/* Single y = op(x) (x, y [8, 4]); the parallel side holds rows [r, r + 2) of
+ * x as a hypothesis and y's rows [r, r + 2) as the target, computed by the
+ * same op.  Returns the single x value. */
+static uint32_t build_rows(tb_world *w, tb_stage *s, const char *op, int64_t r) {
+  uint32_t gs = tb_pnode(w, 0, op, "f"), gp = tb_pnode(w, 1, op, "f");
+  uint32_t x = TB_V(s, 0, 8, 4), y = TB_V(s, 0, 8, 4);
+  tb_node(s, w, 0, gs, TB_L(x), TB_L(y));
+  int32_t px = tb_piece(w, 2, (int64_t[]){r, 0}, (int64_t[]){r + 2, 4}, 0, 1);
+  uint32_t hx = tb_hyp(s, w, x, px);
+  s->vals[hx].has_pslice = 1;
+  memcpy(s->vals[hx].plo, w->pieces[px].lo, sizeof(s->vals[hx].plo));
+  memcpy(s->vals[hx].phi, w->pieces[px].hi, sizeof(s->vals[hx].phi));
+  uint32_t py = TB_V(s, 1, 2, 4);
+  tb_node(s, w, 1, gp, TB_L(hx), TB_L(py));
+  int32_t pt = tb_piece(w, 2, (int64_t[]){r, 0}, (int64_t[]){r + 2, 4}, 0, 1);
+  tb_target(s, y, (int64_t[]){r, 0}, (int64_t[]){r + 2, 4}, 1, (uint32_t[]){(uint32_t)pt}, (uint32_t[]){py}, 1);
+  vd_stage_target *t = &s->targets[0];
+  t->has_bslice = 1;
+  memcpy(t->blo, t->lo, sizeof(t->blo));
+  memcpy(t->bhi, t->hi, sizeof(t->bhi));
+  return x;
+}
+
+/* Windows, reduces and classifies two stages at row offsets r0 and r1.
+ * Returns 1 when they share a class. */
+static int same_class(const char *op, int64_t r0, int64_t r1, int64_t *x_rows) {
+  tb_world w;
+  tb_world_init(&w);
+  tb_stage s[2];
+  vd_diag d;
+  vd_diag_clear(&d);
+  int64_t r[2] = {r0, r1};
+  for (int i = 0; i < 2; i++) {
+    tb_stage_init(&s[i], (uint32_t)i);
+    uint32_t x = build_rows(&w, &s[i], op, r[i]);
+    assert_int_equal(vd_stage_window(&w.lt, &s[i].st, &d), VD_OK);
+    x_rows[i] = s[i].vals[x].shape[0];
+    assert_int_equal(vd_stage_reduce(&w.lt, &s[i].st, &d), VD_OK);
+  }
+  vd_stage set_st[2] = {s[0].st, s[1].st};
+  vd_stage_set set = {.stages = set_st, .n_stages = 2};
+  assert_int_equal(vd_stage_canon(&w.lt, &set, &d), VD_OK);
+  int same = set_st[1].canon_class == 0;
+  /* canon allocates nothing the stages own; free the plans only */
+  tb_world_free(&w);
+  return same;
+}
+
+static void test_rows_windowed_and_merged(void **state) {
+  (void)state;
+  int64_t rows[2];
+  assert_true(same_class("silu", 2, 6, rows));
+  assert_int_equal(rows[0], 2); /* x [8, 4] cut to the 2 rows the pieces touch */
+  assert_int_equal(rows[1], 2);
+  assert_true(same_class("identity", 0, 4, rows));
+}
+
+static void test_softmax_dim_pinned(void **state) {
+  (void)state;
+  int64_t rows[2];
+  /* softmax over the last dimension: rows are still independent */
+  assert_true(same_class("softmax", 2, 6, rows));
+  assert_int_equal(rows[0], 2);
+}
+
+static void test_positions_pinned(void **state) {
+  (void)state;
+  int64_t rows[2];
+  /* rope with seq_dim 1 (default) on [8, 4]: dimension 0 is before the
+   * sequence dimension, so rows still window; the rotated dim 1 stays whole */
+  assert_true(same_class("rope", 2, 6, rows));
+  /* causal_mask on [8, 4]: both dims are positions: nothing windows, the
+   * two offsets are different queries */
+  assert_false(same_class("causal_mask", 2, 6, rows));
+  assert_int_equal(rows[0], 8);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_table_complete),
+      cmocka_unit_test(test_rows_windowed_and_merged),
+      cmocka_unit_test(test_softmax_dim_pinned),
+      cmocka_unit_test(test_positions_pinned),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
