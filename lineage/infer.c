@@ -31,6 +31,7 @@
  * anything may use it as a hypothesis (verifier/run.c drops candidates whose
  * proof fails and re-cuts; see docs/verifier.md).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -149,6 +150,7 @@ typedef struct {
   int32_t nd; /* single ndim */
   int64_t lo[VD_MAX_DIMS], hi[VD_MAX_DIMS], dlo[VD_MAX_DIMS];
   int64_t k0, cnt, n, dk; /* parts [k0 + d*dk, + cnt) of n */
+  double f;               /* the value is f times the lineage's (1 for a candidate) */
 } vlin;
 
 typedef struct {
@@ -209,6 +211,7 @@ static void seed(ictx *c) {
         vlin *l = &c->vl[vv[k]];
         memset(l, 0, sizeof(*l));
         l->known = 1;
+        l->f = 1.0;
         l->sv = ss[k];
         l->nd = st->ndim;
         vd_tensor_lineage_at(pt, 0, mb, l->lo, l->hi, &l->k0);
@@ -223,13 +226,21 @@ static void seed(ictx *c) {
 
 /* ---- MAP: single node match and dimension links ------------------------ */
 
+/* 1 when single nodes a and b have outputs of the same roots (equal values). */
+static int same_outputs(const ictx *c, const vd_gnode_t *a, const vd_gnode_t *b) {
+  const uint32_t *oa = vd_gnode_outputs(c->gs, a), *ob = vd_gnode_outputs(c->gs, b);
+  for (uint32_t o = 0; o < a->n_out; o++)
+    if (c->sroot[oa[o]] != c->sroot[ob[o]]) return 0;
+  return 1;
+}
+
 /* The single node with operator op whose inputs are the single values the
  * parallel inputs hold; -1 if none or ambiguous (ties broken by name). */
 static int32_t match_single(const ictx *c, const vd_gnode_t *pn, int op) {
   const uint32_t *in = vd_gnode_inputs(c->gp, pn);
   if (pn->n_in == 0) return -1;
   for (uint32_t i = 0; i < pn->n_in; i++)
-    if (!c->vl[in[i]].known || c->vl[in[i]].zero) return -1;
+    if (!c->vl[in[i]].known || c->vl[in[i]].sv < 0) return -1;
   /* Copies (multiref, identity) are seen through on the single side: the
    * parallel plan may fan a value out differently. */
   uint32_t root = c->sroot[c->vl[in[0]].sv];
@@ -245,6 +256,7 @@ static int32_t match_single(const ictx *c, const vd_gnode_t *pn, int op) {
       int ok = 1;
       for (uint32_t i = 0; i < pn->n_in && ok; i++) ok = c->sroot[sin[i]] == c->sroot[c->vl[in[i]].sv];
       if (!ok || (int32_t)cons[k] == found) continue;
+      if (found >= 0 && same_outputs(c, &c->gs->nodes[found], sn)) continue; /* one value, computed twice */
       found = (int32_t)cons[k];
       n_found++;
       if (strcmp(vd_plan_s(c->sp, c->sp->nodes[sn->pnode].name), pname) == 0) named = found;
@@ -379,6 +391,63 @@ static int32_t forward_partner(ictx *c, uint32_t gi, int op) {
   return c->fwd_of[gi];
 }
 
+/* 1 when node nd (operator op) multiplies its one input by a constant:
+ * scale (factor), mul by a scalar, div by a scalar (1/scalar); *s is it. */
+static int scaling(const vd_plan_t *p, const vd_node_t *nd, int op, double *s) {
+  if (nd->n_in != 1) return 0;
+  if (op == VD_OP_SCALE) {
+    *s = vd_node_attr_float(p, nd, "factor", 1.0);
+    return 1;
+  }
+  if ((op != VD_OP_MUL && op != VD_OP_DIV) || !vd_node_attr(p, nd, "scalar")) return 0;
+  double v = vd_node_attr_float(p, nd, "scalar", 1.0);
+  if (op == VD_OP_DIV) {
+    if (v == 0.0) return 0;
+    v = 1.0 / v;
+  }
+  *s = v;
+  return 1;
+}
+
+/* Factor of the output of node pn (operator op, rule ru, single twin sn)
+ * from its inputs' factors; 0 when it has none (the value is not a multiple
+ * of the twin's).  A linear rule passes factors (SUM: all equal; MULTI:
+ * their product, for one output); a constant scaling contributes the ratio
+ * of its constant to the twin's (the program that divides the loss by the
+ * microbatch count where the single one does not, or scales a mean over a
+ * microbatch's tokens). */
+static int out_factor(const ictx *c, const vd_gnode_t *pn, const vd_gnode_t *sn, int op, const vd_lin_prop_rule *ru,
+                      double *fo) {
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn);
+  const vd_node_t *nd = &c->pp->nodes[pn->pnode];
+  double f = 1.0;
+  int all_one = 1;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    double fi = c->vl[in[i]].f;
+    all_one &= fi == 1.0;
+    if (ru->lin == VD_PLIN_SUM) {
+      if (i == 0) f = fi;
+      else if (fi != f) return 0;
+    } else {
+      f *= fi;
+    }
+  }
+  if (!all_one && (ru->lin == VD_PLIN_NONE || ru->lin == VD_PLIN_SEP || (ru->lin == VD_PLIN_MULTI && pn->n_out != 1)))
+    return 0;
+  /* x + c is not a multiple of anything: add/sub of a scalar needs factor 1 */
+  if ((op == VD_OP_ADD || op == VD_OP_SUB) && vd_node_attr(c->pp, nd, "scalar") && !all_one) return 0;
+  double sp, ss;
+  if (scaling(c->pp, nd, op, &sp) && scaling(c->sp, &c->sp->nodes[sn->pnode], op, &ss)) {
+    if (ss == 0.0) {
+      if (sp != 0.0) return 0;
+    } else {
+      f *= sp / ss;
+    }
+  }
+  *fo = f;
+  return 1;
+}
+
 static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
   const vd_gnode_t *pn = &c->gp->nodes[gi];
   if (pn->n_in + pn->n_out > MAXOPD) return;
@@ -388,6 +457,8 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
   const vd_gnode_t *sn = &c->gs->nodes[sm];
   const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
   const uint32_t *sout = vd_gnode_outputs(c->gs, sn);
+  double fo;
+  if (!out_factor(c, pn, sn, op, ru, &fo)) return;
   /* Parts of the inputs. */
   int64_t pk = 0, pnn = 1, pdk = 0;
   int n_partial = 0;
@@ -397,6 +468,8 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
     if (!norm_part(&c->vl[in[i]], &k, &n, &dk)) return;
     if (n == 1) continue;
     if (ru->lin == VD_PLIN_NONE || ru->lin == VD_PLIN_SEP) return;
+    /* the parts of x + c do not sum to x + c */
+    if ((op == VD_OP_ADD || op == VD_OP_SUB) && vd_node_attr(c->pp, &c->pp->nodes[pn->pnode], "scalar")) return;
     if (n_partial && (ru->lin == VD_PLIN_MULTI || k != pk || n != pnn || dk != pdk)) return;
     pk = k, pnn = n, pdk = dk;
     n_partial++;
@@ -430,6 +503,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
     vlin l;
     memset(&l, 0, sizeof(l));
     l.known = 1;
+    l.f = fo;
     l.sv = (int32_t)sout[o];
     l.nd = st->ndim;
     int ok = 1;
@@ -612,7 +686,7 @@ static int accum_node(ictx *c, const vd_gnode_t *pn) {
     c->vl[out] = a->zero ? *b : *a;
     return 1;
   }
-  if (!same_slice(a, b) || a->n != b->n || a->dk != b->dk || a->n < 2) return 0;
+  if (!same_slice(a, b) || a->n != b->n || a->dk != b->dk || a->n < 2 || a->f != b->f) return 0;
   const vlin *lo = a->k0 < b->k0 ? a : b, *hi = a->k0 < b->k0 ? b : a;
   if (lo->k0 + lo->cnt != hi->k0) return 0;
   vlin l = *lo;
@@ -627,6 +701,35 @@ static int attr_dim(const ictx *c, const vd_gnode_t *pn, int32_t nd, int32_t *di
   if (d < 0 || d >= nd) return 0;
   *dim = (int32_t)d;
   return 1;
+}
+
+/* When the single plan chunks the same value along the same dim and one of
+ * its chunks contains slice l (rotate_half's x[..., :h] on a head-sharded
+ * x), l is rewritten as a slice of that chunk's output, so that the single
+ * consumers of the chunk (rotate_half's neg and cat) match downstream. */
+static void rebase_on_single_chunk(const ictx *c, vlin *l, int32_t dim) {
+  uint32_t root = c->sroot[l->sv];
+  int64_t w = stens(c, l->sv)->shape[dim];
+  for (uint32_t q = c->rv_off[root]; q < c->rv_off[root + 1]; q++) {
+    const vd_value_t *sv0 = &c->gs->values[c->rv[q]];
+    const uint32_t *cons = vd_value_consumers(c->gs, sv0);
+    for (uint32_t k = 0; k < sv0->n_cons; k++) {
+      const vd_gnode_t *sn = &c->gs->nodes[cons[k]];
+      if (c->sop[sn->pnode] != VD_OP_CHUNK || sn->n_in != 1 || sn->n_out != 1) continue;
+      const vd_node_t *nd = &c->sp->nodes[sn->pnode];
+      int64_t d = vd_node_attr_int(c->sp, nd, "dim", 0);
+      if (d < 0) d += l->nd;
+      int64_t chunks = vd_node_attr_int(c->sp, nd, "chunks", 1), index = vd_node_attr_int(c->sp, nd, "index", 0);
+      if (d != dim || chunks < 1 || w % chunks || index < 0 || index >= chunks) continue;
+      int64_t lo = index * (w / chunks), hi = lo + w / chunks;
+      int32_t so = (int32_t)vd_gnode_outputs(c->gs, sn)[0];
+      if (l->lo[dim] < lo || l->hi[dim] > hi || stens(c, so)->ndim != l->nd) continue;
+      l->sv = so;
+      l->lo[dim] -= lo;
+      l->hi[dim] -= lo;
+      return;
+    }
+  }
 }
 
 static void chunk_node(ictx *c, const vd_gnode_t *pn) {
@@ -644,6 +747,7 @@ static void chunk_node(ictx *c, const vd_gnode_t *pn) {
   l.hi[dim] = l.lo[dim] + w / chunks;
   /* Replica shifts along dim scale with the chunk only when the replicas
    * chunk alike, which they do (one program); the shift itself is kept. */
+  if (l.dlo[dim] == 0) rebase_on_single_chunk(c, &l, dim);
   c->vl[out] = l;
 }
 
@@ -657,7 +761,7 @@ static void coll_node(ictx *c, const vd_gnode_t *pn, int kind) {
     /* Every participant holds a part of one slice. */
     for (uint32_t i = 0; i < pn->n_in; i++) {
       const vlin *x = &c->vl[in[i]];
-      if (!same_slice(x0, x) || x->n != x0->n || x->n < 2) return;
+      if (!same_slice(x0, x) || x->n != x0->n || x->n < 2 || x->f != x0->f) return;
     }
     vlin l = *x0;
     l.k0 = 0, l.cnt = 1, l.n = 1, l.dk = 0;
@@ -683,7 +787,7 @@ static void coll_node(ictx *c, const vd_gnode_t *pn, int kind) {
   vlin l = *x0;
   for (uint32_t i = 0; i < pn->n_in; i++) {
     const vlin *x = &c->vl[in[i]];
-    if (x->sv != x0->sv || x->n != 1 || x->cnt != 1) return;
+    if (x->sv != x0->sv || x->n != 1 || x->cnt != 1 || x->f != x0->f) return;
     for (int32_t j = 0; j < x->nd; j++) {
       if (j == dim) continue;
       if (x->lo[j] != x0->lo[j] || x->hi[j] != x0->hi[j] || x->dlo[j] != x0->dlo[j]) return;
@@ -692,6 +796,38 @@ static void coll_node(ictx *c, const vd_gnode_t *pn, int kind) {
     l.hi[dim] = x->hi[dim];
   }
   for (uint32_t o = 0; o < pn->n_out; o++) c->vl[out[o]] = l;
+}
+
+/* After the operator's own rule: a constant scaling without a single twin
+ * (x / 1, a loss divided by the microbatch count) keeps its input's lineage
+ * with the factor multiplied; a scalar added to a known zero whose twin the
+ * single plan adds the same scalar to is that twin's constant (the ones of
+ * a loss gradient seed, written 0*x + 1). */
+static void scale_through(ictx *c, const vd_gnode_t *pn, int op) {
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
+  if (pn->n_in != 1) return;
+  const vlin *x = &c->vl[in[0]];
+  const vd_node_t *nd = &c->pp->nodes[pn->pnode];
+  double s;
+  if (x->known && !x->zero && scaling(c->pp, nd, op, &s) && s != 0.0) {
+    vlin l = *x;
+    l.f *= s;
+    c->vl[out[0]] = l;
+    return;
+  }
+  if (!x->known || !x->zero || x->sv < 0 || (op != VD_OP_ADD && op != VD_OP_SUB)) return;
+  const vd_attr_t *a = vd_node_attr(c->pp, nd, "scalar");
+  int32_t sm = a ? match_single(c, pn, op) : -1;
+  if (sm < 0) return;
+  const vd_gnode_t *sn = &c->gs->nodes[sm];
+  const vd_attr_t *b = vd_node_attr(c->sp, &c->sp->nodes[sn->pnode], "scalar");
+  if (!b || !vd_attr_equal(c->pp, a, c->sp, b)) return;
+  vlin l = *x;
+  l.zero = 0;
+  l.sv = (int32_t)vd_gnode_outputs(c->gs, sn)[0];
+  l.k0 = 0, l.cnt = 1, l.n = 1, l.dk = 0, l.f = 1.0;
+  if (stens(c, l.sv)->ndim != l.nd) return;
+  c->vl[out[0]] = l;
 }
 
 /* One pass in topological order.  A backward node can precede its forward
@@ -716,12 +852,16 @@ static void propagate(ictx *c) {
       if (!accum_node(c, pn)) map_node(c, gi, op, ru);
       break;
     case VD_PROP_SCALE:
+      map_node(c, gi, op, ru);
       if (vd_node_attr_float(c->pp, &c->pp->nodes[pn->pnode], "factor", 1.0) == 0.0 && pn->n_out == 1) {
+        /* a known zero, named after the single twin's zero when there is one */
         vlin *l = &c->vl[out[0]];
-        memset(l, 0, sizeof(*l));
+        if (!l->known) {
+          memset(l, 0, sizeof(*l));
+          l->sv = -1;
+        }
         l->known = l->zero = 1;
-      } else {
-        map_node(c, gi, op, ru);
+        l->f = 1.0;
       }
       break;
     case VD_PROP_CHUNK: chunk_node(c, pn); break;
@@ -731,6 +871,7 @@ static void propagate(ictx *c) {
     case VD_PROP_REDUCE_SCATTER: coll_node(c, pn, ru->kind); break;
     default: break;
     }
+    if (pn->n_out == 1 && !c->vl[out[0]].known) scale_through(c, pn, op);
   }
 }
 
@@ -754,7 +895,7 @@ static int emit(ictx *c, uint32_t ti, vd_plan_t *pp) {
      * be a hypothesis nothing proves). */
     if (gp->values[first].is_initial || gp->values[first].producer < 0) return 0;
     const vlin *l = &c->vl[last];
-    if (!aligned(c, (uint32_t)last)) return 0;
+    if (!aligned(c, (uint32_t)last) || fabs(l->f - 1.0) > 1e-12) return 0;
     int64_t k, n, dk;
     if (!norm_part(l, &k, &n, &dk)) return 0;
     uint32_t s = gs->values[l->sv].tensor;

@@ -109,6 +109,178 @@ def _fuse_linear(tr):
     return tr
 
 
+def _fuse_bmm(tr):
+    """Rewrites torch's lowering of a batched matmul on [B.., m, k] operands back to one operator:
+
+        a3 = view(A [B.., m, k] -> [b, m, k])  (or transpose(view(A), 1, 2))
+        b3 = view(Bt [B.., k, n] -> [b, k, n]) (or transpose(view(Bt), 1, 2))
+        y3 = matmul(a3, b3);  y = view(y3 -> [B.., m, n])
+        ==>  y = matmul(A', B'), A' = A or transpose(A, -2, -1), likewise B'
+
+    torch.matmul on 4-D attention operands runs as view, bmm, view, and its backward multiplies
+    the saved 3-D views, transposed.  The 3-D forms merge the batch and head dims into one, so
+    a rank that holds some heads (TP) holds rows of the merged dim that are not one slice of
+    the single-device tensor; the batched form keeps the dims apart and their slices
+    propagate (lineage inference).  Identity on values (row-major merge and split); applied
+    only when y3 is read by nothing but the final view.  A transposed operand gets a new 4-D
+    transpose node, inserted just before the rewritten view."""
+    nodes = tr["nodes"]
+    vals = tr["values"]
+    prod, readers = {}, {}
+    for i, n in enumerate(nodes):
+        for o in n["out"]:
+            prod[o] = i
+        for x in n["in"]:
+            readers.setdefault(x, []).append(i)
+    next_pid = [max(vals) + 1 if vals else 1]
+
+    def merged_view(p, batch):
+        """The [B.., r, c] tensor that value p ([b, r, c]) is a view of, or None."""
+        i = prod.get(p)
+        if i is None or nodes[i]["op"] != "view":
+            return None
+        x = nodes[i]["in"][0]
+        xs = vals[x]["shape"]
+        return x if xs[:-2] == batch and xs[-2:] == vals[p]["shape"][-2:] else None
+
+    def operand(p, batch):
+        """(source, transposed) for a 3-D matmul operand, or None."""
+        x = merged_view(p, batch)
+        if x is not None:
+            return x, None
+        i = prod.get(p)
+        if i is None or nodes[i]["op"] != "transpose":
+            return None
+        n = nodes[i]
+        if sorted([n["attrs"].get("dim0"), n["attrs"].get("dim1")]) != [1, 2]:
+            return None
+        x = merged_view(n["in"][0], batch)
+        return (x, n) if x is not None else None
+
+    inserts = {}
+    for m in nodes:
+        if m["op"] != "matmul" or len(m["in"]) != 2 or m["coll"] is not None:
+            continue
+        a, b = m["in"]
+        y3 = m["out"][0]
+        if any(len(vals[p]["shape"]) != 3 for p in (a, b, y3)):
+            continue
+        ra = readers.get(y3, [])
+        if len(ra) != 1 or nodes[ra[0]]["op"] != "view":
+            continue
+        v = nodes[ra[0]]
+        ys = vals[v["out"][0]]["shape"]
+        batch = ys[:-2]
+        if len(batch) < 2 or ys[-2:] != vals[y3]["shape"][-2:]:
+            continue
+        oa, ob = operand(a, batch), operand(b, batch)
+        if oa is None or ob is None:
+            continue
+        new_in = []
+        for x, tnode in (oa, ob):
+            if tnode is None:
+                new_in.append(x)
+                continue
+            xs = list(vals[x]["shape"])
+            nd = len(xs)
+            xs[-2], xs[-1] = xs[-1], xs[-2]
+            pid = next_pid[0]
+            next_pid[0] += 1
+            vals[pid] = {"shape": xs, "dtype": vals[x]["dtype"]}
+            inserts.setdefault(ra[0], []).append(
+                {"op": "transpose", "in": [x], "out": [pid], "attrs": {"dim0": nd - 2, "dim1": nd - 1},
+                 "phase": tnode["phase"], "ctx": tnode.get("ctx"), "aten": tnode["aten"], "coll": None,
+                 "src": tnode["src"]})
+            new_in.append(pid)
+        v["op"] = "matmul"
+        v["in"] = new_in
+        v["attrs"] = {}
+        v["aten"] = m["aten"]
+        v["src"] = m["src"]
+    if inserts:
+        out = []
+        for i, n in enumerate(nodes):
+            out.extend(inserts.get(i, []))
+            out.append(n)
+        tr["nodes"] = out
+    return tr
+
+
+def _fuse_gather_cat(tr):
+    """Rewrites the list form of an all_gather followed by a concatenation of the whole list,
+
+        g = all_gather(x, dim=0);  p_i = chunk(g, dim=0, index=i);  y = cat(p_0, .., p_n-1, dim=d)
+        ==>  y = all_gather(x, dim=d)
+
+    (dist.all_gather fills a list; torch.cat(parts, dim=d) is how a program gathers along d).
+    Equal values: member i's tensor lands at position i along d either way.  Gathering along
+    the dim the members are sliced on keeps the result one slice of the single-device tensor;
+    the stacked form along dim 0 is not one (lineage inference).  Applied only when every p_i
+    is read by the cat alone; the chunks are then dead (_prune_dead)."""
+    nodes = tr["nodes"]
+    prod, readers = {}, {}
+    for i, n in enumerate(nodes):
+        for o in n["out"]:
+            prod[o] = i
+        for x in n["in"]:
+            readers.setdefault(x, []).append(i)
+    for ci, cat in enumerate(nodes):
+        if cat["op"] != "concat" or cat["coll"] is not None or not cat["in"]:
+            continue
+        first = prod.get(cat["in"][0])
+        if first is None or nodes[first]["op"] != "chunk":
+            continue
+        g = nodes[first]["in"][0]
+        gi = prod.get(g)
+        if gi is None or nodes[gi]["op"] != "all_gather" or nodes[gi]["attrs"].get("dim") != 0:
+            continue
+        n = len(cat["in"])
+        ok = True
+        for i, p in enumerate(cat["in"]):
+            pi = prod.get(p)
+            ch = nodes[pi] if pi is not None else None
+            if ch is None or ch["op"] != "chunk" or ch["in"] != [g] or ch["attrs"] != \
+                    {"dim": 0, "index": i, "chunks": n} or readers.get(p, []) != [ci]:
+                ok = False
+                break
+        if not ok or len(readers.get(g, [])) != n:
+            continue
+        ag = nodes[gi]
+        ag["attrs"] = dict(ag["attrs"], dim=cat["attrs"].get("dim", 0))
+        ag["out"] = list(cat["out"])
+        cat["op"] = None  # dropped below; the chunks die with g
+    tr["nodes"] = [n for n in nodes if n["op"] is not None]
+    return tr
+
+
+def _cse(tr):
+    """Merges repeated computations: an operator that repeats an earlier one (same operator,
+    attributes, inputs and output shapes) is dropped and its outputs are read from the
+    earlier one.  torch's autograd saves one view of an activation per linear layer that reads
+    it (q, k and v each save view(x)), and how many it saves differs between the single-device
+    and the parallel program; one value per computation lets lineage inference pair each
+    parallel value with the single value its consumers read.  Identity on values: every
+    operator here is a function of its inputs and attributes.  Collectives, operators without
+    inputs and boundary values are kept."""
+    keep = {d["pid"] for d in tr["decls"]} | {d.get("final") for d in tr["decls"]}
+    vals = tr["values"]
+    alias, seen, out = {}, {}, []
+    for n in tr["nodes"]:
+        n["in"] = [alias.get(x, x) for x in n["in"]]
+        if n["coll"] is None and n["in"] and n["out"] and not any(o in keep for o in n["out"]):
+            key = (n["op"], tuple(n["in"]), repr(sorted(n["attrs"].items())),
+                   tuple((tuple(vals[o]["shape"]), vals[o]["dtype"]) for o in n["out"]))
+            prev = seen.get(key)
+            if prev is not None:
+                for o, p in zip(n["out"], prev["out"]):
+                    alias[o] = p
+                continue
+            seen[key] = n
+        out.append(n)
+    tr["nodes"] = out
+    return tr
+
+
 def _prune_dead(tr):
     """Drops operators whose results nothing reads: buffers a program fills before a collective
     overwrites them (torch.zeros_like before dist.all_gather), values computed and discarded.
@@ -125,6 +297,14 @@ def _prune_dead(tr):
             break
         nodes = live
     tr["nodes"] = nodes
+    return tr
+
+
+def _normalize(tr, who):
+    """The rewrites every trace goes through before it becomes a plan, in this order."""
+    tr = _resolve_finals(tr, who)
+    for rewrite in (_fuse_linear, _fuse_bmm, _fuse_gather_cat, _cse, _prune_dead):
+        tr = rewrite(tr)
     return tr
 
 
@@ -219,7 +399,7 @@ def _tensor(tid, name, rank, v, role, persistent=False):
 
 
 def single_plan(tr, model):
-    tr = _prune_dead(_fuse_linear(_resolve_finals(tr, tr.get("prog", "single"))))
+    tr = _normalize(tr, tr.get("prog", "single"))
     decl = {d["pid"]: d for d in tr["decls"]}
     used = _used(tr)
     tensors = []
@@ -324,7 +504,7 @@ def parallel_plan(single_tr, trs, model):
     R = sizes.get("dp", 1)
     S = world // R
     for tr in trs:
-        _prune_dead(_fuse_linear(_resolve_finals(tr, "rank %d" % tr["rank"])))
+        _normalize(tr, "rank %d" % tr["rank"])
     # ---- every replica ran replica 0's program ----
     for g in range(S, world):
         d, r = divmod(g, S)
