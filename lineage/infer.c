@@ -151,6 +151,8 @@ typedef struct {
   int64_t lo[VD_MAX_DIMS], hi[VD_MAX_DIMS], dlo[VD_MAX_DIMS];
   int64_t k0, cnt, n, dk; /* parts [k0 + d*dk, + cnt) of n */
   double f;               /* the value is f times the lineage's (1 for a candidate) */
+  uint32_t uni;           /* dims along which the single value is constant (a broadcast):
+                             there the slice's position is free */
 } vlin;
 
 typedef struct {
@@ -432,6 +434,16 @@ static int out_factor(const ictx *c, const vd_gnode_t *pn, const vd_gnode_t *sn,
       f *= fi;
     }
   }
+  if (!all_one && ru->lin == VD_PLIN_NONE && vd_op_has((vd_op_id)op, VD_OPF_BACKWARD) &&
+      op != VD_OP_APPLY_ROTARY_EMB_BACKWARD) {
+    /* A backward operator is linear in the incoming gradient (its last
+     * input; a vector-Jacobian product): the factor of g passes when the
+     * saved forward values have none. */
+    for (uint32_t i = 0; i + 1 < pn->n_in; i++)
+      if (c->vl[in[i]].f != 1.0) return 0;
+    f = c->vl[in[pn->n_in - 1]].f;
+    all_one = 1;
+  }
   if (!all_one && (ru->lin == VD_PLIN_NONE || ru->lin == VD_PLIN_SEP || (ru->lin == VD_PLIN_MULTI && pn->n_out != 1)))
     return 0;
   /* x + c is not a multiple of anything: add/sub of a scalar needs factor 1 */
@@ -512,20 +524,33 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
     for (int32_t j = 0; j < pt->ndim && ok; j++) {
       int cj = dfind(&u, dix(&u, 1, (int)o, j));
       cls_used[cj] = 1;
+      /* The input dims linked to j: a slice from one that is not uniform
+       * (a broadcast) wins; j is uniform when every linked dim is. */
+      const vlin *from = NULL;
+      int32_t fk = 0;
+      int n_link = 0, n_uni = 0;
+      for (uint32_t i = 0; i < pn->n_in; i++) {
+        const vlin *x = &c->vl[in[i]];
+        for (int32_t k = 0; k < x->nd; k++) {
+          if (dfind(&u, dix(&u, 0, (int)i, k)) != cj) continue;
+          const vd_tensor_t *xs = stens(c, x->sv);
+          if (xs->shape[k] != st->shape[j]) continue;
+          n_link++;
+          int un = (x->uni >> k) & 1;
+          n_uni += un;
+          if (x->hi[k] - x->lo[k] != pt->shape[j]) continue;
+          if (!from || (((from->uni >> fk) & 1) && !un)) from = x, fk = k;
+        }
+      }
+      if (n_link && n_link == n_uni) l.uni |= 1u << j;
       if (pt->shape[j] == st->shape[j]) {
         l.lo[j] = 0, l.hi[j] = st->shape[j];
         continue;
       }
       int done = 0;
-      for (uint32_t i = 0; i < pn->n_in && !done; i++) {
-        const vlin *x = &c->vl[in[i]];
-        for (int32_t k = 0; k < x->nd && !done; k++) {
-          if (dfind(&u, dix(&u, 0, (int)i, k)) != cj) continue;
-          const vd_tensor_t *xs = stens(c, x->sv);
-          if (xs->shape[k] != st->shape[j] || x->hi[k] - x->lo[k] != pt->shape[j]) continue;
-          l.lo[j] = x->lo[k], l.hi[j] = x->hi[k], l.dlo[j] = x->dlo[k];
-          done = 1;
-        }
+      if (from) {
+        l.lo[j] = from->lo[fk], l.hi[j] = from->hi[fk], l.dlo[j] = from->dlo[fk];
+        done = 1;
       }
       if (!done && fw >= 0 && o < c->gp->nodes[fw].n_in) {
         uint32_t fv = vd_gnode_inputs(c->gp, &c->gp->nodes[fw])[o];
@@ -535,6 +560,12 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
           l.lo[j] = x->lo[j], l.hi[j] = x->hi[j], l.dlo[j] = x->dlo[j];
           done = 1;
         }
+      }
+      if (!done && !n_link && op == VD_OP_EXPAND) {
+        /* a broadcast dim: every slice of it holds the same values */
+        l.lo[j] = 0, l.hi[j] = pt->shape[j];
+        l.uni |= 1u << j;
+        done = 1;
       }
       ok = done;
     }
@@ -550,7 +581,8 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
         int64_t w = x->hi[kd] - x->lo[kd];
         if (cls_used[ck] || w == xs->shape[kd]) continue;
         cls_used[ck] = 1; /* one contraction per class (x.b and dy.b sliced alike) */
-        if (ru->lin == VD_PLIN_NONE || w <= 0 || xs->shape[kd] % w || x->lo[kd] % w || x->dlo[kd] % w) {
+        if (ru->lin == VD_PLIN_NONE || w <= 0 || xs->shape[kd] % w || x->lo[kd] % w || x->dlo[kd] % w ||
+            ((x->uni >> kd) & 1)) {
           ok = 0;
           break;
         }
@@ -617,6 +649,7 @@ static void view_node(ictx *c, uint32_t gi, int op) {
   vlin l = *x;
   l.sv = so;
   l.nd = ys->ndim;
+  l.uni = 0;
   uint8_t set[VD_MAX_DIMS] = {0};
   for (int32_t j = 0; j < ys->ndim; j++) {
     l.lo[j] = 0, l.hi[j] = ys->shape[j], l.dlo[j] = 0;
@@ -635,6 +668,7 @@ static void view_node(ictx *c, uint32_t gi, int op) {
     int64_t lo = x->lo[a0] * inner_i, w = (x->hi[a0] - x->lo[a0]) * inner_i, dl = x->dlo[a0] * inner_i;
     if (lo % inner_o || w % inner_o || dl % inner_o) return;
     l.lo[b0] = lo / inner_o, l.hi[b0] = (lo + w) / inner_o, l.dlo[b0] = dl / inner_o;
+    if (g->na == 1 && g->nb == 1 && ((x->uni >> a0) & 1)) l.uni |= 1u << b0;
     set[b0] = 1;
     for (int e = 1; e < g->nb; e++) set[b0 + e] = 1;
   }
@@ -896,6 +930,11 @@ static int emit(ictx *c, uint32_t ti, vd_plan_t *pp) {
     if (gp->values[first].is_initial || gp->values[first].producer < 0) return 0;
     const vlin *l = &c->vl[last];
     if (!aligned(c, (uint32_t)last) || fabs(l->f - 1.0) > 1e-12) return 0;
+    /* A slice of a broadcast dim is right wherever it sits, but the copies
+     * of one claim must cover the single tensor: no candidate; the stages
+     * that read it grow to its producers. */
+    for (int32_t i = 0; i < l->nd; i++)
+      if (((l->uni >> i) & 1) && l->hi[i] - l->lo[i] != stens(c, l->sv)->shape[i]) return 0;
     int64_t k, n, dk;
     if (!norm_part(l, &k, &n, &dk)) return 0;
     uint32_t s = gs->values[l->sv].tensor;

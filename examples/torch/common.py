@@ -20,7 +20,7 @@ LR = 0.05
 
 def config(args):
     """Run configuration from torch2plan --set KEY=VALUE (strings)."""
-    c = {"tp": 1, "pp": 1, "dp": 1, "nm": 1, "sp": 0, "opt": "sgd", "tie": 0, "bucket": 0, "bug": "", "avg": "grad"}
+    c = {"tp": 1, "pp": 1, "dp": 1, "nm": 1, "sp": 0, "opt": "sgd", "tie": 0, "bucket": 0, "bug": "", "avg": "loss"}
     for k, v in args.items():
         c[k] = v if k in ("opt", "bug", "avg") else int(v)
     return c

@@ -6,9 +6,12 @@ with SGD or Adam.  Configured by torch2plan --set tp=2 pp=2 dp=2 nm=2 sp=1 opt=a
 
 The classic hand-written bugs are one-line changes behind --set bug=NAME (grep BUG):
   no_allreduce   the row-parallel linear forgets its all_reduce
-  grad_scale     the DP reducer divides by the world size instead of the DP group size
+  grad_scale     the gradient is scaled by the world size instead of the DP group size (the loss
+                 divisor with avg=loss, the default; the reducer's divisor with avg=grad)
   pp_recv        pipeline peers crossed: a stage receives from the wrong TP rank
-  dp_noavg       the DP reducer sums without averaging, although the loss is a per-replica mean
+  dp_noavg       the DP reducer sums without averaging, although each replica's loss is its own
+                 mean (avg=loss: the loss is divided by nm, not nm * dp; avg=grad: the reducer
+                 does not divide)
   no_sp_gather   the sequence-parallel all_gather before the column-parallel block is missing
 """
 import os
@@ -212,6 +215,19 @@ def sp_partial(name):
 
 # ---- one training step ---------------------------------------------------------------------------
 
+def loss_divisor():
+    """Each microbatch's loss is a mean over its tokens; avg=loss (the default) divides it by
+    nm * dp so that the summed gradients are the global mean's, avg=grad divides by nm only and
+    the DP reducer averages (DDP's way)."""
+    if G.avg != "loss":
+        return G.nm
+    if G.bug == "dp_noavg":
+        return G.nm                                   # BUG: the replica's own mean, summed by the reducer
+    if G.bug == "grad_scale":
+        return G.nm * dist.get_world_size()           # BUG: the world size, not the DP group size
+    return G.nm * G.dp
+
+
 def peer(stage):
     """Global rank of this rank's pipeline peer in `stage` (same TP and DP coordinates)."""
     t = G.t if G.bug != "pp_recv" else (G.t + 1) % G.tp
@@ -269,7 +285,7 @@ def step(cap):
                 x.requires_grad_()
             y = stage_forward(W, x, cos, sin, mask)
             if G.s == G.pp - 1:
-                y = F.cross_entropy(y.view(-1, VOCAB), labs[m].view(-1)) / (G.nm * (G.dp if G.avg == "loss" else 1))
+                y = F.cross_entropy(y.view(-1, VOCAB), labs[m].view(-1)) / loss_divisor()
                 losses.append(y)
             else:
                 dist.send(y.detach(), dst=peer(G.s + 1))
@@ -289,12 +305,12 @@ def step(cap):
                 dist.all_reduce(p.grad, group=G.tp_group)
         if G.dp > 1:                                   # data-parallel gradient reducer
             scale = G.dp if G.avg == "grad" else 1
-            if G.bug == "grad_scale":
-                scale = dist.get_world_size()
+            if G.bug == "grad_scale" and G.avg == "grad":
+                scale = dist.get_world_size()         # BUG: the world size, not the DP group size
             if c["bucket"]:
                 flat = torch.cat([p.grad.view(-1) for p in params])
                 dist.all_reduce(flat, group=G.dp_group)
-                if G.bug != "dp_noavg":
+                if G.bug != "dp_noavg" or G.avg != "grad":
                     flat.div_(scale)
                 off = 0
                 for p in params:
@@ -303,7 +319,7 @@ def step(cap):
             else:
                 for p in params:
                     dist.all_reduce(p.grad, group=G.dp_group)
-                    if G.bug != "dp_noavg":
+                    if G.bug != "dp_noavg" or G.avg != "grad":
                         p.grad.div_(scale)
         opt.step()
         if G.s == G.pp - 1:                            # the logged loss: mean over the global batch
