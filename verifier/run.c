@@ -62,10 +62,20 @@ static vd_rc collect_issues(vd_run *r, const vd_issue *v, size_t n, size_t dropp
   return VD_OK;
 }
 
-/* A stage whose shape constraints contradict each other: SHAPE. */
-static vd_rc add_shape_issue(vd_run *r, const char *detail) {
+/* A stage whose shape constraints contradict each other: SHAPE.  The
+ * node comes from the reducer's record ("stage S node K ..."), so that the
+ * report can group the entry with the SHAPE issue of the same node. */
+static vd_rc add_shape_issue(vd_run *r, const vd_stage *st, const char *record, const char *detail) {
   vd_issue is;
   vd_issue_init(&is, "stages", VD_SISSUE_SHAPE, "shape_constraints", VD_DX_SHAPE);
+  unsigned sid, k;
+  if (record && sscanf(record, "stage %u node %u", &sid, &k) == 2 && k < st->n_nodes && st->nodes[k].side) {
+    const vd_gnode_t *gn = &r->pg.nodes[st->nodes[k].gnode];
+    is.pnode = gn->pnode;
+    is.mb = gn->mb;
+    is.replica = st->nodes[k].replica;
+    is.rank = vd_graph_rank(&r->pg, r->pp.nodes[gn->pnode].rank, st->nodes[k].replica);
+  }
   snprintf(is.detail, sizeof(is.detail), "%.*s", (int)sizeof(is.detail) - 1, detail);
   return vd_issue_push(&r->issues, &r->n_issues, &r->cap_issues, 0, &r->n_issues_dropped, &is);
 }
@@ -180,6 +190,11 @@ static vd_rc remember_proven(vd_run *r) {
   return rc;
 }
 
+/* Failing class representatives whose counterexamples are recomputed
+ * serially (deterministic) beyond the --max-failures first failing stages;
+ * past it, a representative keeps the counterexample its thread found. */
+#define VD_RUN_MAX_RESOLVED_REPS 256
+
 static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   size_t n = r->set.n_stages;
   r->verdicts = vd_calloc(n ? n : 1, sizeof(*r->verdicts));
@@ -286,11 +301,17 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
    * solved before), so the counterexamples that are reported are
    * recomputed serially, each in a fresh context: the report is then
    * byte-identical at any thread count. */
-  int reported = 0;
+  /* Also the failing class representatives (up to a cap): the findings
+   * (verifier/findings.c) take their counterexamples and diverging nodes. */
+  int reported = 0, reps_done = 0;
   for (size_t i = 0; i < n && rc == VD_OK; i++) {
     if (r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT) continue;
-    if (o->max_failures > 0 && reported >= o->max_failures) break;
-    reported++;
+    const vd_stage *st = &r->set.stages[i];
+    int is_rep = o->no_reuse || st->canon_class < 0 || (size_t)st->canon_class == i;
+    int want = o->max_failures <= 0 || reported < o->max_failures;
+    if (!want && !(is_rep && reps_done < VD_RUN_MAX_RESOLVED_REPS)) continue;
+    reported += want;
+    reps_done += is_rep;
     vd_diag sd;
     vd_diag_clear(&sd);
     if ((rc = vd_smt_new(&s, d)) != VD_OK) break;
@@ -346,7 +367,7 @@ static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     if (rc == VD_EINPUT) {
       char line[VD_DIAG_TEXT + 200];
       vd_diag_format(&sd, line, sizeof(line));
-      VD_CHECK(add_shape_issue(r, line));
+      VD_CHECK(add_shape_issue(r, &r->set.stages[i], sd.record, line));
     } else if (rc != VD_OK) {
       if (d) *d = sd;
       return rc;
