@@ -18,7 +18,7 @@ EXTRA_LDFLAGS ?=
 CFLAGS  := $(CFLAGS_BASE) $(OPT) $(EXTRA_CFLAGS)
 
 DEB_PACKAGES := libz3-dev libgmp-dev libigraph-dev libmsgpack-dev libcmocka-dev python3 python3-msgpack \
-                clang libclang-rt-14-dev valgrind python3-torch
+                clang libclang-rt-14-dev valgrind python3-torch graphviz
 
 LIB_SRC := $(filter-out verifier/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))

@@ -627,6 +627,16 @@ done:
   return rc;
 }
 
+void vd_rep_class_counts(const vd_run *r, size_t *n_equiv, size_t *n_inconclusive) {
+  *n_equiv = *n_inconclusive = 0;
+  for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
+    const vd_stage *st = &r->set.stages[i];
+    if (st->canon_class >= 0 && (size_t)st->canon_class != i) continue; /* counted with its representative */
+    if (r->verdicts[i].verdict == VD_SMT_EQUIVALENT) (*n_equiv)++;
+    else if (r->verdicts[i].verdict == VD_SMT_INCONCLUSIVE) (*n_inconclusive)++;
+  }
+}
+
 /* ---- one-line texts ------------------------------------------------------ */
 
 static size_t put_list_i64(char *b, size_t n, size_t at, const int64_t *v, size_t k) {

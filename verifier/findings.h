@@ -56,6 +56,11 @@ void vd_findings_free(vd_findings *f);
  * training code (docs/reading-a-report.md). */
 const char *vd_findings_hint(vd_diagnosis dx);
 
+/* Stage class groups (stages/canon.c; a stage without a class is its own
+ * group) by the verdict of their representative: equivalent and
+ * inconclusive ones (failing ones are in the findings). */
+void vd_rep_class_counts(const vd_run *r, size_t *n_equiv, size_t *n_inconclusive);
+
 /* ---- facts shared by the report formats (verifier/findings.c) ---------- */
 
 /* Plan node of a stage node, and the plan it belongs to. */

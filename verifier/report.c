@@ -272,11 +272,11 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   vd_diag_clear(&d);
   int have_fs = vd_findings_build(r, &fs, &d) == VD_OK;
   fprintf(f, "%s\n", verdict_word(r));
+  fprintf(f, "  stages %zu (classes solved %zu, reduced %zu, by normal form %zu): %zu equivalent, %zu not equivalent, %zu inconclusive\n",
+          r->set.n_stages, r->n_solved, r->n_reduced, r->n_fast, r->n_equiv, r->n_not_equiv, r->n_inconclusive);
   if (have_fs && fs.n)
     fprintf(f, "  findings: %zu (failures grouped by root cause; %zu failing stages, %zu structural entries)\n", fs.n,
             r->n_not_equiv, r->n_issues + r->n_issues_dropped);
-  fprintf(f, "  stages %zu (classes solved %zu, reduced %zu, by normal form %zu): %zu equivalent, %zu not equivalent, %zu inconclusive\n",
-          r->set.n_stages, r->n_solved, r->n_reduced, r->n_fast, r->n_equiv, r->n_not_equiv, r->n_inconclusive);
   if (r->n_represented > r->set.n_stages)
     fprintf(f, "  replica symmetry: the %zu stages stand for %zu per-replica stages\n", r->set.n_stages,
             r->n_represented);
@@ -293,7 +293,8 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   if (!o->quiet) {
     fprintf(f, "  time:");
     for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, " %s %.3fs", vd_run_phase_names[i], r->phase_s[i]);
-    fprintf(f, "; peak %.1f MB; %d thread(s)\n", (double)r->peak_bytes / 1e6, r->threads_used);
+    fprintf(f, "; peak %.1f MB (process; verdict's own allocations %.1f MB); %d thread(s)\n", (double)r->peak_bytes / 1e6,
+            (double)r->peak_tracked_bytes / 1e6, r->threads_used);
     if (o->verbose && r->verdicts) text_slowest(r, f);
   }
   if (have_fs) {
@@ -335,10 +336,10 @@ static void jint(FILE *f, int64_t x) {
 }
 
 /* A plan node as a record: {"node","plan","op","name","rank","mb","layer"}. */
-static void jplan_node(FILE *f, const vd_run *r, int side, int64_t pnode, int64_t rank, int64_t mb) {
+static void jplan_node_fields(FILE *f, const vd_run *r, int side, int64_t pnode, int64_t rank, int64_t mb) {
   const vd_plan_t *p = side ? &r->pp : &r->sp;
   const vd_node_t *pn = &p->nodes[pnode];
-  fprintf(f, "{\"node\":%lld,\"plan\":\"%s\",\"op\":", (long long)pn->id, side ? "parallel" : "single");
+  fprintf(f, "\"node\":%lld,\"plan\":\"%s\",\"op\":", (long long)pn->id, side ? "parallel" : "single");
   vd_cli_json_str(f, vd_node_op(p, pn));
   fputs(",\"name\":", f);
   vd_cli_json_str(f, vd_plan_s(p, pn->name));
@@ -348,6 +349,11 @@ static void jplan_node(FILE *f, const vd_run *r, int side, int64_t pnode, int64_
   jint(f, mb);
   fputs(",\"layer\":", f);
   jint(f, pn->layer);
+}
+
+static void jplan_node(FILE *f, const vd_run *r, int side, int64_t pnode, int64_t rank, int64_t mb) {
+  fputc('{', f);
+  jplan_node_fields(f, r, side, pnode, rank, mb);
   fputc('}', f);
 }
 
@@ -419,9 +425,12 @@ static void json_stage_failure(const vd_run *r, size_t stage, FILE *f) {
   char why[256];
   int32_t dn = vd_rep_diverging(r, stage, why, sizeof(why));
   if (dn >= 0) {
-    fputs("{\"stage_node\":", f);
-    fprintf(f, "%d,\"record\":", dn);
-    jstage_node(f, r, &st->nodes[dn]);
+    const vd_stage_node *sn = &st->nodes[dn];
+    const vd_graph_t *g = sn->side ? &r->pg : &r->sg;
+    uint32_t pn = g->nodes[sn->gnode].pnode;
+    fprintf(f, "{\"stage_node\":%d,", dn);
+    jplan_node_fields(f, r, sn->side, pn, sn->side ? vd_graph_rank(g, g->plan->nodes[pn].rank, sn->replica) : -1,
+                      g->nodes[sn->gnode].mb);
     fputs(",\"why\":", f);
     vd_cli_json_str(f, why);
     fputc('}', f);
@@ -526,6 +535,8 @@ static void json_finding(FILE *f, const vd_run *r, const vd_finding *fd) {
 vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd_diag *d) {
   vd_findings fs;
   VD_CHECK(vd_findings_build(r, &fs, d));
+  size_t cg_eq, cg_inc;
+  vd_rep_class_counts(r, &cg_eq, &cg_inc);
   int to_stdout = !strcmp(path, "-");
   FILE *f = to_stdout ? stdout : fopen(path, "w");
   if (!f) {
@@ -540,13 +551,13 @@ vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd
   fputs("},\n", f);
   fprintf(f, "\"verdict\":\"%s\",\"exit_code\":%d,\n\"summary\":{\"stages\":%zu,\"classes\":%zu,\"reduced\":%zu,"
              "\"by_normal_form\":%zu,\"equivalent\":%zu,\"not_equivalent\":%zu,\"inconclusive\":%zu,\"structural\":%zu,\"structural_not_listed\":%zu,"
-             "\"findings\":%zu,\"per_replica_stages\":%zu,"
+             "\"findings\":%zu,\"per_replica_stages\":%zu,\"class_groups_equivalent\":%zu,\"class_groups_inconclusive\":%zu,"
              "\"lineages_annotated\":%zu,\"lineages_inferred\":%zu,\"lineages_dropped\":%zu,"
-             "\"threads\":%d,\"peak_bytes\":%zu,\"seconds\":{",
+             "\"threads\":%d,\"peak_bytes\":%zu,\"peak_tracked_bytes\":%zu,\"seconds\":{",
           verdict_json(r), vd_run_exit_code(r), r->set.n_stages, r->n_solved, r->n_reduced, r->n_fast, r->n_equiv,
           r->n_not_equiv, r->n_inconclusive, r->n_issues + r->n_issues_dropped, r->n_issues_dropped, fs.n,
-          r->n_represented, r->infer.n_annotated, r->infer.n_inferred - r->n_dropped, r->n_dropped, r->threads_used,
-          r->peak_bytes);
+          r->n_represented, cg_eq, cg_inc, r->infer.n_annotated, r->infer.n_inferred - r->n_dropped, r->n_dropped, r->threads_used,
+          r->peak_bytes, r->peak_tracked_bytes);
   for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, "%s\"%s\":%.4f", i ? "," : "", vd_run_phase_names[i], r->phase_s[i]);
   fputs("}},\n\"findings\":[", f);
   for (size_t k = 0; k < fs.n; k++) {

@@ -50,12 +50,9 @@ vd_rc vd_report_junit(const vd_run *r, const vd_run_opts *o, const char *path, v
   size_t n_pass = 0, n_err = 0;
   for (size_t i = 0; i < n; i++) {
     const vd_stage *st = &r->set.stages[i];
-    size_t c = st->canon_class >= 0 ? (size_t)st->canon_class : i;
-    if (count[c]++ == 0 && r->verdicts[c].verdict != VD_SMT_NOT_EQUIVALENT) {
-      if (r->verdicts[c].verdict == VD_SMT_EQUIVALENT) n_pass++;
-      else n_err++;
-    }
+    count[st->canon_class >= 0 ? (size_t)st->canon_class : i]++;
   }
+  vd_rep_class_counts(r, &n_pass, &n_err);
   FILE *f = fopen(path, "w");
   if (!f) {
     vd_free(count);
@@ -99,7 +96,8 @@ vd_rc vd_report_junit(const vd_run *r, const vd_run_opts *o, const char *path, v
   }
   char line[512];
   for (size_t c = 0; c < n; c++) {
-    if (!count[c] || r->verdicts[c].verdict == VD_SMT_NOT_EQUIVALENT) continue;
+    const vd_stage *cs = &r->set.stages[c];
+    if ((cs->canon_class >= 0 && (size_t)cs->canon_class != c) || r->verdicts[c].verdict == VD_SMT_NOT_EQUIVALENT) continue;
     const vd_stage *st = &r->set.stages[c];
     const vd_stage_target *tg = st->n_targets ? &st->targets[0] : NULL;
     const char *tname = "";

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "../solver/stage_solve.h"
+#include "progress.h"
 
 typedef struct {
   const char *sm, *pm;
@@ -61,7 +62,9 @@ typedef struct vd_run {
   size_t n_represented;       /* sum of the stages' n_rep: per-replica stages proven */
   size_t n_equiv, n_not_equiv, n_inconclusive;
   double phase_s[VD_RUN_PHASES];
-  size_t peak_bytes;
+  size_t peak_bytes;          /* the process's peak resident set (getrusage), everything included */
+  size_t peak_tracked_bytes;  /* peak of verdict's own allocations (common/mem.h) */
+  vd_progress prog;
   int threads_used;
 } vd_run;
 
