@@ -138,6 +138,19 @@ static int32_t attr_diverging(const vd_run *r, const vd_stage *st, char *why, si
   return -1;
 }
 
+static const char *stage_op(const vd_run *r, const vd_stage *st, int32_t k) {
+  const vd_plan_t *p;
+  const vd_node_t *pn = vd_rep_pnode(r, &st->nodes[k], &p);
+  return vd_node_op(p, pn);
+}
+static int is_move(const vd_run *r, const vd_stage *st, int32_t k) {
+  const char *op = stage_op(r, st, k);
+  return st->nodes[k].side && (!strcmp(op, "send") || !strcmp(op, "recv") || !strcmp(op, "move"));
+}
+static int is_move_or_identity(const vd_run *r, const vd_stage *st, int32_t k) {
+  return is_move(r, st, k) || !strcmp(stage_op(r, st, k), "identity");
+}
+
 int32_t vd_rep_diverging(const vd_run *r, size_t i, char *why, size_t n_why) {
   const vd_stage *st = &r->set.stages[i];
   why[0] = '\0';
@@ -150,8 +163,22 @@ int32_t vd_rep_diverging(const vd_run *r, size_t i, char *why, size_t n_why) {
   for (size_t k = 0; k < nf; k++)
     if (st->vals[fv[k]].producer >= 0 && (best < 0 || fv[k] < (uint32_t)best)) best = (int32_t)fv[k];
   if (best >= 0) {
+    int32_t k = st->vals[best].producer;
     snprintf(why, n_why, "produces the first disagreeing copy");
-    return st->vals[best].producer;
+    /* A send/recv only moves what it is given: when what it moves comes
+     * from an identity or another move in the stage, name that node (an
+     * all_reduce replaced by identity, then sent to the next pipeline
+     * stage, is the identity's fault, not the send's).  Moves fed by a
+     * computation stay named: a crossed send/recv is the move's fault. */
+    for (int steps = 0; steps < 8 && is_move(r, st, k); steps++) {
+      const vd_stage_node *sn = &st->nodes[k];
+      if (!sn->n_in) break;
+      int32_t q = st->vals[st->idx[sn->in_off]].producer;
+      if (q < 0 || !st->nodes[q].side || !is_move_or_identity(r, st, q)) break;
+      k = q;
+      snprintf(why, n_why, "its value reaches the first disagreeing copy through data movement only");
+    }
+    return k;
   }
   return -1;
 }
