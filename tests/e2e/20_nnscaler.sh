@@ -2,7 +2,7 @@
 # plans that `verdict plan validate` accepts, that the verifier proves
 # EQUIVALENT (MLP and Llama-3 under DP x PP x TP x microbatches), that get a
 # BATCH diagnosis when the parallel plan runs another global batch, and whose
-# injected bugs (BUGS.md classes that apply) are all caught; corrupted or
+# injected bugs (docs/bugs.md classes that apply) are all caught; corrupted or
 # hostile pickles are refused with exit 2 and one line, without running
 # anything from them.
 . "$(dirname "$0")/lib.sh"
@@ -54,7 +54,7 @@ expect_in "data input 'input_ids.f245' dim 0: the parallel plan's 8 replica(s) x
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["failures"][0]["diagnosis"]=="BATCH", r["failures"][0]' "$TMP/b.json" ||
   fail "the JSON report's first failure is not BATCH"
 
-# injected bugs: every BUGS.md class that applies to the imported plans is caught
+# injected bugs: every docs/bugs.md class that applies to the imported plans is caught
 BUGS=${CORPUS_BUGS:-} sh "$ROOT/tests/bugs/corpus_mutations.sh" "$VERDICT" \
   "$TMP/mlp.s.plan" "$TMP/mlp.p.plan" "$TMP/llama.s.plan" "$TMP/llama.p.plan" >"$TMP/mut.out" 2>&1 ||
   { cat "$TMP/mut.out"; fail "a bug injected into an imported plan was missed"; }
