@@ -36,6 +36,13 @@ conv llama3adpt_mgener_dp1_pp1_tp1_nm1_gbs16_ly1_h32_hi4096_sq128.pkl \
      llama3adpt_mgener_dp2_pp2_tp2_nm2_gbs16_ly1_h32_hi4096_sq128.pkl llama
 conv llama3adpt_mgener_dp1_pp1_tp1_nm1_gbs16_ly1_h32_hi4096_sq128.pkl \
      llama3adpt_mgener_dp1_pp2_tp1_nm2_gbs16_ly1_h32_hi4096_sq128.pkl llamapp
+# a pair of two models (GPT single, Llama parallel) is refused up front, in
+# one line naming what differs; the verifier refuses such converted plans too
+expect_exit 2 /usr/bin/python3 "$CONV" --sm "$C/gpt_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly1_h2_hi1024_sq2048.pkl" \
+  --pm "$C/llama3adpt_mgener_dp2_pp2_tp2_nm2_gbs16_ly1_h32_hi4096_sq128.pkl" --single "$TMP/x.s" --parallel "$TMP/x.p"
+expect_in "do not belong together" "$TMP/err"
+expect_exit 2 "$VERDICT" --sm "$TMP/gpt.s.plan" --pm "$TMP/llama.p.plan"
+[ "$(wc -l <"$TMP/err")" = 1 ] || fail "GPT vs Llama: expected one line"
 
 # the verifier: real plans are equivalent, in well under a second each
 for pr in mlp llama llamapp; do
