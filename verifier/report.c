@@ -14,6 +14,7 @@
  * stage in "failures" and adds "findings"; docs/report-format.md is its
  * contract.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,8 +257,10 @@ static void text_findings(const vd_run *r, const vd_run_opts *o, const vd_findin
     vd_rep_fmt_title(title, sizeof(title), r, fd);
     vd_rep_fmt_footprint(fp, sizeof(fp), fd);
     if (o->max_failures > 0 && k >= (size_t)o->max_failures) {
+      /* Past the cap, the titles of as many more; --json lists them all. */
       if (k == (size_t)o->max_failures)
-        fprintf(f, "\n(%zu findings in all; --max-failures %d: the rest in one line each)\n", fs->n, o->max_failures);
+        fprintf(f, "\n(%zu findings in all; --max-failures %d; --json lists every one)\n", fs->n, o->max_failures);
+      if (k >= 2 * (size_t)o->max_failures) break;
       fprintf(f, "== finding %zu: %s; %s\n", k + 1, title, fp);
       continue;
     }
@@ -297,15 +300,24 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
             (double)r->peak_tracked_bytes / 1e6, r->threads_used);
     if (o->verbose && r->verdicts) text_slowest(r, f);
   }
+  /* --max-failures caps the findings printed in detail (the rest get one
+   * line each) and the inconclusive stages listed. */
+  size_t cap = o->max_failures > 0 ? (size_t)o->max_failures : SIZE_MAX;
   if (have_fs) {
     text_findings(r, o, &fs, f);
     vd_findings_free(&fs);
   } else {
     fprintf(f, "\n(out of memory while grouping the failures into findings)\n");
   }
+  size_t inconclusive = 0;
   for (size_t i = 0; i < r->set.n_stages; i++) {
     const vd_stage_verdict *v = &r->verdicts[i];
-    if (v->verdict == VD_SMT_INCONCLUSIVE) fprintf(f, "\n-- stage %zu: INCONCLUSIVE: %s\n", i, v->reason);
+    if (v->verdict != VD_SMT_INCONCLUSIVE) continue;
+    if (inconclusive++ >= cap) {
+      fprintf(f, "\n(%zu inconclusive stages in all; --max-failures %d)\n", r->n_inconclusive, o->max_failures);
+      break;
+    }
+    fprintf(f, "\n-- stage %zu: INCONCLUSIVE: %s\n", i, v->reason);
   }
 }
 
