@@ -411,6 +411,14 @@ static int scaling(const vd_plan_t *p, const vd_node_t *nd, int op, double *s) {
   return 1;
 }
 
+/* 1 when node nd adds (or subtracts) a nonzero scalar: x + c is neither
+ * linear in x (parts, factors) nor the identity (python's sum() starts
+ * with 0 + x, which is). */
+static int adds_constant(const vd_plan_t *p, const vd_node_t *nd, int op) {
+  return (op == VD_OP_ADD || op == VD_OP_SUB) && vd_node_attr(p, nd, "scalar") &&
+         vd_node_attr_float(p, nd, "scalar", 0.0) != 0.0;
+}
+
 /* Factor of the output of node pn (operator op, rule ru, single twin sn)
  * from its inputs' factors; 0 when it has none (the value is not a multiple
  * of the twin's).  A linear rule passes factors (SUM: all equal; MULTI:
@@ -447,7 +455,7 @@ static int out_factor(const ictx *c, const vd_gnode_t *pn, const vd_gnode_t *sn,
   if (!all_one && (ru->lin == VD_PLIN_NONE || ru->lin == VD_PLIN_SEP || (ru->lin == VD_PLIN_MULTI && pn->n_out != 1)))
     return 0;
   /* x + c is not a multiple of anything: add/sub of a scalar needs factor 1 */
-  if ((op == VD_OP_ADD || op == VD_OP_SUB) && vd_node_attr(c->pp, nd, "scalar") && !all_one) return 0;
+  if (adds_constant(c->pp, nd, op) && !all_one) return 0;
   double sp, ss;
   if (scaling(c->pp, nd, op, &sp) && scaling(c->sp, &c->sp->nodes[sn->pnode], op, &ss)) {
     if (ss == 0.0) {
@@ -481,7 +489,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
     if (n == 1) continue;
     if (ru->lin == VD_PLIN_NONE || ru->lin == VD_PLIN_SEP) return;
     /* the parts of x + c do not sum to x + c */
-    if ((op == VD_OP_ADD || op == VD_OP_SUB) && vd_node_attr(c->pp, &c->pp->nodes[pn->pnode], "scalar")) return;
+    if (adds_constant(c->pp, &c->pp->nodes[pn->pnode], op)) return;
     if (n_partial && (ru->lin == VD_PLIN_MULTI || k != pk || n != pnn || dk != pdk)) return;
     pk = k, pnn = n, pdk = dk;
     n_partial++;
@@ -834,7 +842,7 @@ static void coll_node(ictx *c, const vd_gnode_t *pn, int kind) {
 
 /* After the operator's own rule: a constant scaling without a single twin
  * (x / 1, a loss divided by the microbatch count) keeps its input's lineage
- * with the factor multiplied; a scalar added to a known zero whose twin the
+ * with the factor multiplied, and so does x + 0; a scalar added to a known zero whose twin the
  * single plan adds the same scalar to is that twin's constant (the ones of
  * a loss gradient seed, written 0*x + 1). */
 static void scale_through(ictx *c, const vd_gnode_t *pn, int op) {
@@ -847,6 +855,11 @@ static void scale_through(ictx *c, const vd_gnode_t *pn, int op) {
     vlin l = *x;
     l.f *= s;
     c->vl[out[0]] = l;
+    return;
+  }
+  if (x->known && (op == VD_OP_ADD || op == VD_OP_SUB) && vd_node_attr(c->pp, nd, "scalar") &&
+      !adds_constant(c->pp, nd, op)) {
+    c->vl[out[0]] = *x; /* x + 0 (python's sum() starts with 0 + x) */
     return;
   }
   if (!x->known || !x->zero || x->sv < 0 || (op != VD_OP_ADD && op != VD_OP_SUB)) return;
@@ -968,6 +981,58 @@ static int emit(ictx *c, uint32_t ti, vd_plan_t *pp) {
   return 1;
 }
 
+const char *const vd_lin_stuck_text[VD_LIN_STUCK__COUNT] = {
+    [VD_LIN_STUCK_PARTIAL] = "reads a partial sum where the single-device operator reads the whole value "
+                             "(a missing reduction?)",
+    [VD_LIN_STUCK_FACTOR] = "reads a value scaled by a constant the single-device computation does not apply "
+                            "(a scaling bug?)",
+    [VD_LIN_STUCK_ZERO] = "reads a known zero (a buffer a missing collective should have filled?)",
+    [VD_LIN_STUCK_NO_TWIN] = "computes what the single-device plan never computes from the values it reads "
+                             "(wrong operands, e.g. a value from the wrong rank?)",
+    [VD_LIN_STUCK_SLICE] = "reads slices that do not combine into a slice of the single-device result",
+};
+
+/* The first node (topological order) whose inputs all have lineages and
+ * whose outputs got none, and why (see vd_lin_infer_stats). */
+static void find_stuck(ictx *c, vd_lin_infer_stats *s) {
+  s->stuck_node = -1;
+  for (size_t t = 0; t < c->gp->n_nodes; t++) {
+    const vd_gnode_t *pn = &c->gp->nodes[c->gp->topo[t]];
+    int op = c->pop[pn->pnode];
+    if (op < 0 || rules[op].kind == VD_PROP_NONE || pn->n_in == 0 || pn->n_out == 0) continue;
+    const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
+    int all_in = 1, any_out = 0;
+    for (uint32_t i = 0; i < pn->n_in; i++) all_in &= c->vl[in[i]].known;
+    for (uint32_t o = 0; o < pn->n_out; o++) any_out |= c->vl[out[o]].known;
+    if (!all_in || any_out) continue;
+    int why = VD_LIN_STUCK_SLICE;
+    uint32_t at = 0;
+    int32_t sm = -1;
+    for (uint32_t i = 0; i < pn->n_in && why == VD_LIN_STUCK_SLICE; i++)
+      if (c->vl[in[i]].zero) why = VD_LIN_STUCK_ZERO, at = i;
+    if (why == VD_LIN_STUCK_SLICE && rules[op].kind != VD_PROP_COPY) sm = match_single(c, pn, op);
+    double fo;
+    if (why == VD_LIN_STUCK_SLICE && sm >= 0 && !out_factor(c, pn, &c->gs->nodes[sm], op, &rules[op], &fo)) {
+      why = VD_LIN_STUCK_FACTOR;
+      for (uint32_t i = pn->n_in; i-- > 0;)
+        if (c->vl[in[i]].f != 1.0) at = i;
+    }
+    for (uint32_t i = 0; i < pn->n_in && why == VD_LIN_STUCK_SLICE; i++) {
+      const vlin *x = &c->vl[in[i]];
+      if (x->n / (x->cnt ? x->cnt : 1) > 1) why = VD_LIN_STUCK_PARTIAL, at = i;
+    }
+    if (why == VD_LIN_STUCK_SLICE && rules[op].kind == VD_PROP_MAP && sm < 0) why = VD_LIN_STUCK_NO_TWIN;
+    s->stuck_node = pn->pnode;
+    s->stuck_mb = pn->mb;
+    s->stuck_why = why;
+    s->stuck_input = at;
+    s->stuck_k = c->vl[in[at]].k0;
+    s->stuck_n = c->vl[in[at]].n;
+    s->stuck_f = c->vl[in[at]].f;
+    return;
+  }
+}
+
 vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, uint8_t **inferred,
                    vd_lin_infer_stats *st, vd_diag *d) {
   ictx c;
@@ -1021,6 +1086,7 @@ vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, ui
     /* partners that were undecided may be decided now */
     for (size_t i = 0; i < gp->n_nodes; i++) c.fwd_of[i] = -2;
   }
+  find_stuck(&c, &s);
   for (size_t t = 0; t < pp->n_tensors; t++) {
     if (pp->tensors[t].has_lin || vd_plan_is_boundary(pp, written, (uint32_t)t)) continue;
     if (emit(&c, (uint32_t)t, pp)) {

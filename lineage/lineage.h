@@ -183,7 +183,30 @@ typedef struct {
   size_t n_inferred;    /* candidates written */
   size_t n_values;      /* Gp values whose lineage propagation decided */
   size_t n_unknown;     /* unannotated, non-boundary tensors left without a candidate */
+  /* Where propagation first stopped (Gp topological order): a node all of
+   * whose inputs have lineages but whose output got none.  Informational
+   * only (a legitimate rule gap looks the same); the report shows it next
+   * to a NOT EQUIVALENT verdict, where it is usually the faulty operator's
+   * first consumer.  stuck_node -1 when propagation never stopped so. */
+  int64_t stuck_node;   /* parallel plan node index */
+  int32_t stuck_mb;     /* its microbatch instance, -1 if none */
+  int stuck_why;        /* vd_lin_stuck */
+  uint32_t stuck_input; /* the input the reason is about */
+  int64_t stuck_k, stuck_n; /* PARTIAL: that input is part k of n */
+  double stuck_f;       /* FACTOR: that input's factor */
 } vd_lin_infer_stats;
+
+typedef enum {
+  VD_LIN_STUCK_PARTIAL, /* an input is a partial sum the operator cannot pass (a missing reduction?) */
+  VD_LIN_STUCK_FACTOR,  /* an input is a constant multiple of its single value (a scaling bug?) */
+  VD_LIN_STUCK_ZERO,    /* an input is a known zero (a buffer nothing filled?) */
+  VD_LIN_STUCK_NO_TWIN, /* the single plan computes no such operator on those values */
+  VD_LIN_STUCK_SLICE,   /* a twin exists but the slices do not combine */
+  VD_LIN_STUCK__COUNT
+} vd_lin_stuck;
+
+/* One line per vd_lin_stuck, for reports. */
+extern const char *const vd_lin_stuck_text[VD_LIN_STUCK__COUNT];
 
 /* Infers candidates for every parallel tensor of pp (the plan gp was built
  * from; modified in place: has_lin and lin of the inferred tensors) that has

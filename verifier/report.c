@@ -292,6 +292,24 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
                "unannotated left to the stages\n",
             r->infer.n_annotated, r->infer.n_inferred - r->n_dropped, r->n_dropped, r->infer_rounds,
             r->infer.n_unknown + r->n_dropped);
+  if (r->inferred && r->infer.stuck_node >= 0 && vd_run_exit_code(r) != 0) {
+    /* A hint, not evidence: where propagation first stopped is usually the
+     * faulty operator's first consumer (a bug makes the parallel values
+     * stop matching the single ones there). */
+    const vd_node_t *sn = &r->pp.nodes[r->infer.stuck_node];
+    const vd_lin_infer_stats *is = &r->infer;
+    fprintf(f, "  lineage inference stopped first at rank %d", sn->rank);
+    if (is->stuck_mb >= 0) fprintf(f, " mb %d", is->stuck_mb);
+    fprintf(f, " %s '%s' (node %lld): input %u ", vd_node_op(&r->pp, sn), vd_plan_s(&r->pp, sn->name),
+            (long long)sn->id, is->stuck_input);
+    if (is->stuck_why == VD_LIN_STUCK_PARTIAL)
+      fprintf(f, "is part %lld of %lld and the operator ", (long long)is->stuck_k, (long long)is->stuck_n);
+    else if (is->stuck_why == VD_LIN_STUCK_FACTOR)
+      fprintf(f, "is %g x its single-device value and the operator ", is->stuck_f);
+    else
+      fprintf(f, "and the operator ");
+    fprintf(f, "%s\n", vd_lin_stuck_text[is->stuck_why]);
+  }
   if (o->verbose && r->inferred) text_inferred(r, f);
   if (!o->quiet) {
     fprintf(f, "  time:");

@@ -21,14 +21,28 @@ for conf in "--set opt=adam" "--set sp=1 --set bucket=1"; do
   expect_exit 0 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
   expect_in "AGREE" "$TMP/out"
 done
+# line LABEL: the line of llama_parallel.py holding the code the diagnosis must name
+line() { grep -n "$1" "$EX/llama_parallel.py" | head -1 | cut -d: -f1; }
 for bug in no_allreduce dp_noavg; do
   cap --set bug=$bug
   expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
   expect_in "DISAGREE" "$TMP/out"
+  if [ $bug = no_allreduce ]; then
+    # the residual add reads the row-parallel linear's partial sum
+    expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+    expect_in "^NOT EQUIVALENT" "$TMP/out"
+    expect_in "inference stopped first at .* add 'llama_parallel.py:$(line 'h = h + attention').*part 0 of 2.*partial sum" "$TMP/out"
+  fi
 done
 for bug in grad_scale pp_recv no_sp_gather; do
   cap --set sp=1 --set bug=$bug
   expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
   expect_in "DISAGREE" "$TMP/out"
+  if [ $bug = no_sp_gather ]; then
+    # the cat of the gather's (never filled) buffers
+    expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+    expect_in "^NOT EQUIVALENT" "$TMP/out"
+    expect_in "inference stopped first at .* concat 'llama_parallel.py:$(line 'return torch.cat(parts, dim=1)').*known zero" "$TMP/out"
+  fi
 done
 echo ok
