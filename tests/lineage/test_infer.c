@@ -2,7 +2,12 @@
  * tests/lineage/test_infer.c - lineage inference (lineage/infer.c): the
  * rule table is complete, and on a generated mlp pair stripped to its
  * boundary the candidates are exactly the annotations the generator wrote
- * (same single tensor, slice, part and shifts), never on an initial value.
+ * (same single tensor, slice, part and shifts), never on an initial value;
+ * and the rules captured PyTorch programs need, each on a two-plan case: a
+ * chunk of a sliced value rebased on the single plan's chunk, constant
+ * factors that cancel (a mean over a part, then a division without a single
+ * twin), and a factor that does not cancel (no candidate, and the first
+ * stuck node is reported).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +21,7 @@
 #include "../../lineage/lineage.h"
 #include "../../ops/ops.h"
 #include "../../plans/gen.h"
+#include "../support/plan_builders.h"
 
 static void test_rules_complete(void **st) {
   (void)st;
@@ -92,10 +98,136 @@ static void test_infer_mlp(void **st) {
   infer_mlp(2, 1, 2);
 }
 
+/* Builds graphs for s and p, runs inference; *inf per parallel tensor. */
+static void run_infer(vd_plan_t *s, vd_plan_t *p, uint8_t **inf, vd_lin_infer_stats *is) {
+  vd_graph_t gs, gp;
+  vd_diag d;
+  vd_diag_clear(&d);
+  vd_graph_opts o = {.expand_replicas = 0};
+  assert_int_equal(vd_graph_build(s, &o, &gs, &d), VD_OK);
+  assert_int_equal(vd_graph_build(p, &o, &gp, &d), VD_OK);
+  assert_int_equal(vd_lin_infer(&gs, &gp, p, inf, is, &d), VD_OK);
+  vd_graph_free(&gs);
+  vd_graph_free(&gp);
+}
+
+/* single: c1 = chunk(x [2,4], dim 1, 1 of 2); n = neg(c1).  parallel: x'
+ * = rows [0,1) of x; c1' = chunk(x', dim 1, 1 of 2); n' = neg(c1').  n' is
+ * rows [0,1) of n: only if c1' is named as a slice of c1, not of x. */
+static void test_infer_chunk_rebase(void **st) {
+  (void)st;
+  vd_plan_t s, p;
+  pb_ctx c;
+  pb_begin(&c, &s, VD_PLAN_SINGLE, 1, 1, 1);
+  int32_t f = pb_segment(&c, "fwd");
+  uint32_t x = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 2, 4);    /* id 1 */
+  uint32_t c0 = pb_tensor(&c, "c0", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);    /* id 2 */
+  uint32_t c1 = pb_tensor(&c, "c1", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);    /* id 3 */
+  uint32_t n = pb_tensor(&c, "n", 0, VD_ROLE_LOSS, VD_SCOPE_PER_MB, 2, 2, 2);     /* id 4 */
+  for (int i = 0; i < 2; i++) { /* attributes go on the node added last */
+    uint32_t k = pb_node(&c, "chunk", i ? "c1" : "c0", 0, f, VD_PHASE_FWD, PB_T(x), PB_T(i ? c1 : c0));
+    assert_int_equal(c.rc, VD_OK);
+    assert_int_equal(vd_plan_attr_int(&s, k, "dim", 1), VD_OK);
+    assert_int_equal(vd_plan_attr_int(&s, k, "index", i), VD_OK);
+    assert_int_equal(vd_plan_attr_int(&s, k, "chunks", 2), VD_OK);
+  }
+  pb_node(&c, "neg", "n", 0, f, VD_PHASE_FWD, PB_T(c1), PB_T(n));
+  pb_step(&c, 0, f, 0);
+  assert_int_equal(c.rc, VD_OK);
+  pb_begin(&c, &p, VD_PLAN_PARALLEL, 1, 1, 1);
+  f = pb_segment(&c, "fwd");
+  uint32_t px = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 1, 4);
+  pb_lin(&c, px, 1, 0, 1, 0, 4, 0, 1);
+  uint32_t pc1 = pb_tensor(&c, "c1", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 1, 2);
+  uint32_t pn = pb_tensor(&c, "n", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 1, 2);
+  uint32_t pk = pb_node(&c, "chunk", "pc1", 0, f, VD_PHASE_FWD, PB_T(px), PB_T(pc1));
+  assert_int_equal(c.rc, VD_OK);
+  assert_int_equal(vd_plan_attr_int(&p, pk, "dim", 1), VD_OK);
+  assert_int_equal(vd_plan_attr_int(&p, pk, "index", 1), VD_OK);
+  assert_int_equal(vd_plan_attr_int(&p, pk, "chunks", 2), VD_OK);
+  pb_node(&c, "neg", "pn", 0, f, VD_PHASE_FWD, PB_T(pc1), PB_T(pn));
+  pb_step(&c, 0, f, 0);
+  assert_int_equal(c.rc, VD_OK);
+  uint8_t *inf = NULL;
+  vd_lin_infer_stats is;
+  run_infer(&s, &p, &inf, &is);
+  assert_true(inf[pc1] && inf[pn]);
+  assert_int_equal(p.tensors[pc1].lin.full, 3); /* c1, not x */
+  assert_int_equal(p.tensors[pn].lin.full, 4);
+  assert_int_equal(p.tensors[pn].lin.lo[0], 0);
+  assert_int_equal(p.tensors[pn].lin.hi[0], 1);
+  assert_int_equal(p.tensors[pn].lin.lo[1], 0);
+  assert_int_equal(p.tensors[pn].lin.hi[1], 2);
+  vd_free(inf);
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+/* single: a = scale(x [4,2], 0.25); b = exp(a).  parallel: x' = rows
+ * [0,2) of x; a' = scale(x', fa); b0' = div(a', scalar dv) (no single
+ * twin); b' = exp(b0').  fa = 0.5, dv = 2: a' is 2 x a's rows, b0' is a's
+ * rows again, b' is b's rows.  dv = 1: the factor 2 stays and exp (not
+ * linear) stops; the first stuck node is that exp, for FACTOR. */
+static void factor_case(double dv, int cancels) {
+  vd_plan_t s, p;
+  pb_ctx c;
+  pb_begin(&c, &s, VD_PLAN_SINGLE, 1, 1, 1);
+  int32_t f = pb_segment(&c, "fwd");
+  uint32_t x = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 4, 2); /* id 1 */
+  uint32_t a = pb_tensor(&c, "a", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 2);   /* id 2 */
+  uint32_t b = pb_tensor(&c, "b", 0, VD_ROLE_LOSS, VD_SCOPE_PER_MB, 2, 4, 2);  /* id 3 */
+  uint32_t sc = pb_node(&c, "scale", "a", 0, f, VD_PHASE_FWD, PB_T(x), PB_T(a));
+  pb_attr_float(&c, sc, "factor", 0.25);
+  pb_node(&c, "exp", "b", 0, f, VD_PHASE_FWD, PB_T(a), PB_T(b));
+  pb_step(&c, 0, f, 0);
+  assert_int_equal(c.rc, VD_OK);
+  pb_begin(&c, &p, VD_PLAN_PARALLEL, 1, 1, 1);
+  f = pb_segment(&c, "fwd");
+  uint32_t px = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 2, 2);
+  pb_lin(&c, px, 1, 0, 2, 0, 2, 0, 1);
+  uint32_t pa = pb_tensor(&c, "a", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  uint32_t pb0 = pb_tensor(&c, "b0", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  uint32_t pbb = pb_tensor(&c, "b", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  uint32_t psc = pb_node(&c, "scale", "pa", 0, f, VD_PHASE_FWD, PB_T(px), PB_T(pa));
+  pb_attr_float(&c, psc, "factor", 0.5);
+  uint32_t pdv = pb_node(&c, "div", "pb0", 0, f, VD_PHASE_FWD, PB_T(pa), PB_T(pb0));
+  pb_attr_float(&c, pdv, "scalar", dv);
+  uint32_t pex = pb_node(&c, "exp", "pb", 0, f, VD_PHASE_FWD, PB_T(pb0), PB_T(pbb));
+  pb_step(&c, 0, f, 0);
+  assert_int_equal(c.rc, VD_OK);
+  uint8_t *inf = NULL;
+  vd_lin_infer_stats is;
+  run_infer(&s, &p, &inf, &is);
+  assert_false(inf[pa]); /* 2 x a slice: no annotation states it */
+  assert_int_equal(inf[pb0], cancels);
+  assert_int_equal(inf[pbb], cancels);
+  if (cancels) {
+    assert_int_equal(p.tensors[pb0].lin.full, 2);
+    assert_int_equal(p.tensors[pbb].lin.full, 3);
+    assert_int_equal(p.tensors[pbb].lin.hi[0], 2);
+    assert_int_equal(is.stuck_node, -1);
+  } else {
+    assert_int_equal(is.stuck_node, (int64_t)pex);
+    assert_int_equal(is.stuck_why, VD_LIN_STUCK_FACTOR);
+    assert_true(is.stuck_f == 2.0);
+  }
+  vd_free(inf);
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+static void test_infer_factors(void **st) {
+  (void)st;
+  factor_case(2.0, 1);
+  factor_case(1.0, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rules_complete),
       cmocka_unit_test(test_infer_mlp),
+      cmocka_unit_test(test_infer_chunk_rebase),
+      cmocka_unit_test(test_infer_factors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
