@@ -430,7 +430,18 @@ static int out_factor(const ictx *c, const vd_gnode_t *pn, const vd_gnode_t *sn,
                       double *fo) {
   const uint32_t *in = vd_gnode_inputs(c->gp, pn);
   const vd_node_t *nd = &c->pp->nodes[pn->pnode];
-  double f = 1.0;
+  double f = 1.0, sp, ss;
+  if (scaling(c->pp, nd, op, &sp)) {
+    /* x * s (div by a scalar too, whose rule is NONE for its 2-input form) */
+    if (!scaling(c->sp, &c->sp->nodes[sn->pnode], op, &ss)) return 0;
+    if (ss == 0.0) {
+      if (sp != 0.0) return 0;
+      *fo = c->vl[in[0]].f;
+    } else {
+      *fo = c->vl[in[0]].f * sp / ss;
+    }
+    return 1;
+  }
   int all_one = 1;
   for (uint32_t i = 0; i < pn->n_in; i++) {
     double fi = c->vl[in[i]].f;
@@ -456,14 +467,6 @@ static int out_factor(const ictx *c, const vd_gnode_t *pn, const vd_gnode_t *sn,
     return 0;
   /* x + c is not a multiple of anything: add/sub of a scalar needs factor 1 */
   if (adds_constant(c->pp, nd, op) && !all_one) return 0;
-  double sp, ss;
-  if (scaling(c->pp, nd, op, &sp) && scaling(c->sp, &c->sp->nodes[sn->pnode], op, &ss)) {
-    if (ss == 0.0) {
-      if (sp != 0.0) return 0;
-    } else {
-      f *= sp / ss;
-    }
-  }
   *fo = f;
   return 1;
 }
