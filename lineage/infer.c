@@ -76,7 +76,7 @@ static const vd_lin_prop_rule rules[VD_OP__COUNT] = {
     [VD_OP_SCALE] = R(SCALE, MULTI, 0),
     [VD_OP_ADD_BACKWARD] = R(MAP, MULTI, 1),
     [VD_OP_SUB_BACKWARD] = R(MAP, MULTI, 1),
-    [VD_OP_MUL_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_MUL_BACKWARD] = R(MAP, OTHER, 1),
     [VD_OP_DIV_BACKWARD] = R(MAP, NONE, 1),
     [VD_OP_NEG_BACKWARD] = R(MAP, MULTI, 1),
     [VD_OP_SCALE_BACKWARD] = R(MAP, MULTI, 1),
@@ -131,7 +131,7 @@ static const vd_lin_prop_rule rules[VD_OP__COUNT] = {
     [VD_OP_BROADCAST] = R(COPY, NONE, 0),
     [VD_OP_SEND] = R(COPY, NONE, 0),
     [VD_OP_RECV] = R(COPY, NONE, 0),
-    [VD_OP_SUMSQ] = R(MAP, NONE, 0),
+    [VD_OP_SUMSQ] = R(MAP, SEP, 0),
     [VD_OP_CLIP_COEF] = R(MAP, NONE, 0),
     [VD_OP_SGD_STEP] = R(MAP, NONE, 0),
     [VD_OP_ADAM_STEP] = R(MAP, NONE, 0),
@@ -379,6 +379,27 @@ static int32_t forward_partner(ictx *c, uint32_t gi, int op) {
   return c->fwd_of[gi];
 }
 
+/* The part that the partial inputs of a MAP node give output o (k of n,
+ * replica shift dk); 0 when the rule admits no such combination. */
+static int input_parts(const ictx *c, const vd_gnode_t *pn, const vd_lin_prop_rule *ru, uint32_t o, int64_t *pk,
+                       int64_t *pnn, int64_t *pdk) {
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn);
+  int n_partial = 0;
+  uint32_t n_read = 0;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    if (ru->lin == VD_PLIN_OTHER && i == o) continue; /* not read by output o */
+    n_read++;
+    int64_t k, n, dk;
+    if (!norm_part(&c->vl[in[i]], &k, &n, &dk)) return 0;
+    if (n == 1) continue;
+    if (ru->lin == VD_PLIN_NONE || ru->lin == VD_PLIN_SEP) return 0;
+    if (n_partial && (ru->lin != VD_PLIN_SUM || k != *pk || n != *pnn || dk != *pdk)) return 0;
+    *pk = k, *pnn = n, *pdk = dk;
+    n_partial++;
+  }
+  return !(ru->lin == VD_PLIN_SUM && n_partial && (uint32_t)n_partial != n_read);
+}
+
 static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
   const vd_gnode_t *pn = &c->gp->nodes[gi];
   if (pn->n_in + pn->n_out > MAXOPD) return;
@@ -388,20 +409,8 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
   const vd_gnode_t *sn = &c->gs->nodes[sm];
   const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
   const uint32_t *sout = vd_gnode_outputs(c->gs, sn);
-  /* Parts of the inputs. */
-  int64_t pk = 0, pnn = 1, pdk = 0;
-  int n_partial = 0;
-  for (uint32_t i = 0; i < pn->n_in; i++) {
+  for (uint32_t i = 0; i < pn->n_in; i++)
     if (!aligned(c, in[i])) return;
-    int64_t k, n, dk;
-    if (!norm_part(&c->vl[in[i]], &k, &n, &dk)) return;
-    if (n == 1) continue;
-    if (ru->lin == VD_PLIN_NONE || ru->lin == VD_PLIN_SEP) return;
-    if (n_partial && (ru->lin == VD_PLIN_MULTI || k != pk || n != pnn || dk != pdk)) return;
-    pk = k, pnn = n, pdk = dk;
-    n_partial++;
-  }
-  if (ru->lin == VD_PLIN_SUM && n_partial && (uint32_t)n_partial != pn->n_in) return;
   /* Dimension links from the reduction rule, on the parallel shapes. */
   dsu u;
   u.n_in = (int)pn->n_in;
@@ -427,6 +436,9 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
     const vd_tensor_t *pt = ptens(c, out[o]);
     const vd_tensor_t *st = stens(c, (int32_t)sout[o]);
     if (st->ndim != pt->ndim) continue;
+    /* Parts of the inputs output o reads. */
+    int64_t pk = 0, pnn = 1, pdk = 0;
+    if (!input_parts(c, pn, ru, o, &pk, &pnn, &pdk)) continue;
     vlin l;
     memset(&l, 0, sizeof(l));
     l.known = 1;
@@ -453,11 +465,18 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
           done = 1;
         }
       }
-      if (!done && fw >= 0 && o < c->gp->nodes[fw].n_in) {
-        uint32_t fv = vd_gnode_inputs(c->gp, &c->gp->nodes[fw])[o];
-        const vlin *x = &c->vl[fv];
-        if (x->known && !x->zero && x->nd == st->ndim && stens(c, x->sv)->shape[j] == st->shape[j] &&
-            x->hi[j] - x->lo[j] == pt->shape[j]) {
+      /* the forward input this output is the gradient of: input o when its
+       * single shape is the output's, else the first input that has it
+       * (embedding_backward's table is input 1) */
+      for (uint32_t q = 0; !done && fw >= 0 && q <= c->gp->nodes[fw].n_in; q++) {
+        uint32_t fi = q == 0 ? o : q - 1;
+        if (fi >= c->gp->nodes[fw].n_in || (q > 0 && fi == o)) continue;
+        const vlin *x = &c->vl[vd_gnode_inputs(c->gp, &c->gp->nodes[fw])[fi]];
+        if (!x->known || x->zero || x->nd != st->ndim) continue;
+        const vd_tensor_t *xs = stens(c, x->sv);
+        int same = 1;
+        for (int32_t e = 0; e < st->ndim; e++) same &= xs->shape[e] == st->shape[e];
+        if (same && x->hi[j] - x->lo[j] == pt->shape[j]) {
           l.lo[j] = x->lo[j], l.hi[j] = x->hi[j], l.dlo[j] = x->dlo[j];
           done = 1;
         }
@@ -469,6 +488,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
      * makes the output a partial sum over its slices (linear operators only). */
     int64_t k = pk, n = pnn, dk = pdk;
     for (uint32_t i = 0; i < pn->n_in && ok; i++) {
+      if (ru->lin == VD_PLIN_OTHER && i == o) continue;
       const vlin *x = &c->vl[in[i]];
       const vd_tensor_t *xs = stens(c, x->sv);
       for (int32_t kd = 0; kd < x->nd && ok; kd++) {

@@ -158,8 +158,10 @@ typedef enum {
  * most one partial input, the output is linear in each input separately
  * (matmul, mul, scale); SEP no partial input, but the output is a sum of
  * independent terms over a contracted dimension, so slicing it gives parts
- * (an expert MLP sliced along its hidden dimension). */
-typedef enum { VD_PLIN_NONE, VD_PLIN_SUM, VD_PLIN_MULTI, VD_PLIN_SEP } vd_lin_prop_lin;
+ * (an expert MLP sliced along its hidden dimension); OTHER: output o is
+ * MULTI in the inputs other than input o, which it does not read
+ * (mul_backward: the gradient of a in a*b is dy*b). */
+typedef enum { VD_PLIN_NONE, VD_PLIN_SUM, VD_PLIN_MULTI, VD_PLIN_SEP, VD_PLIN_OTHER } vd_lin_prop_lin;
 
 typedef struct {
   uint8_t set;       /* 1 for every row (completeness test) */
