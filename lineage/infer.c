@@ -149,6 +149,14 @@ typedef struct {
   int32_t nd; /* single ndim */
   int64_t lo[VD_MAX_DIMS], hi[VD_MAX_DIMS], dlo[VD_MAX_DIMS];
   int64_t k0, cnt, n, dk; /* parts [k0 + d*dk, + cnt) of n */
+  /* A split dim (a [b*s] flattening of a sequence-sliced [b, s]): when
+   * split = j + 1, single dim j is read as [shape[j] / si, si] and the
+   * value holds the box [lo[j], hi[j]) x [ilo, ihi) of that pair (replica
+   * shifts dlo[j], dil), row-major, which is no slice of dim j.  Only MAP
+   * (a dim linked to the split one keeps it) and views (which merge it or
+   * take it apart again) accept such a value; it is never emitted. */
+  int32_t split;
+  int64_t si, ilo, ihi, dil;
 } vlin;
 
 typedef struct {
@@ -177,16 +185,25 @@ static int norm_part(const vlin *l, int64_t *k, int64_t *n, int64_t *dk) {
   return 1;
 }
 
+/* Width of lineage l along single dim i (a split dim: the box's size). */
+static int64_t lwidth(const vlin *l, int32_t i) {
+  int64_t w = l->hi[i] - l->lo[i];
+  return l->split == i + 1 ? w * (l->ihi - l->ilo) : w;
+}
+
 /* The parallel tensor of v holds its slice dimension by dimension (same
- * rank, widths equal to the shape): the form every rule below assumes. */
-static int aligned(const ictx *c, uint32_t v) {
+ * rank, widths equal to the shape), split dims allowed. */
+static int aligned_any(const ictx *c, uint32_t v) {
   const vlin *l = &c->vl[v];
   const vd_tensor_t *t = ptens(c, v);
   if (!l->known || l->zero || t->ndim != l->nd) return 0;
   for (int32_t i = 0; i < t->ndim; i++)
-    if (l->hi[i] - l->lo[i] != t->shape[i]) return 0;
+    if (lwidth(l, i) != t->shape[i]) return 0;
   return 1;
 }
+
+/* The same without split dims: the form every rule but MAP and views assumes. */
+static int aligned(const ictx *c, uint32_t v) { return !c->vl[v].split && aligned_any(c, v); }
 
 static void seed(ictx *c) {
   const vd_graph_t *gp = c->gp, *gs = c->gs;
@@ -410,7 +427,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
   const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
   const uint32_t *sout = vd_gnode_outputs(c->gs, sn);
   for (uint32_t i = 0; i < pn->n_in; i++)
-    if (!aligned(c, in[i])) return;
+    if (!aligned_any(c, in[i])) return;
   /* Dimension links from the reduction rule, on the parallel shapes. */
   dsu u;
   u.n_in = (int)pn->n_in;
@@ -460,8 +477,10 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
         for (int32_t k = 0; k < x->nd && !done; k++) {
           if (dfind(&u, dix(&u, 0, (int)i, k)) != cj) continue;
           const vd_tensor_t *xs = stens(c, x->sv);
-          if (xs->shape[k] != st->shape[j] || x->hi[k] - x->lo[k] != pt->shape[j]) continue;
+          if (xs->shape[k] != st->shape[j] || lwidth(x, k) != pt->shape[j]) continue;
+          if (x->split == k + 1 && l.split) continue; /* one split dim per value */
           l.lo[j] = x->lo[k], l.hi[j] = x->hi[k], l.dlo[j] = x->dlo[k];
+          if (x->split == k + 1) l.split = j + 1, l.si = x->si, l.ilo = x->ilo, l.ihi = x->ihi, l.dil = x->dil;
           done = 1;
         }
       }
@@ -472,7 +491,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
         uint32_t fi = q == 0 ? o : q - 1;
         if (fi >= c->gp->nodes[fw].n_in || (q > 0 && fi == o)) continue;
         const vlin *x = &c->vl[vd_gnode_inputs(c->gp, &c->gp->nodes[fw])[fi]];
-        if (!x->known || x->zero || x->nd != st->ndim) continue;
+        if (!x->known || x->zero || x->split || x->nd != st->ndim) continue;
         const vd_tensor_t *xs = stens(c, x->sv);
         int same = 1;
         for (int32_t e = 0; e < st->ndim; e++) same &= xs->shape[e] == st->shape[e];
@@ -494,6 +513,10 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
       for (int32_t kd = 0; kd < x->nd && ok; kd++) {
         int ck = dfind(&u, dix(&u, 0, (int)i, kd));
         int64_t w = x->hi[kd] - x->lo[kd];
+        if (!cls_used[ck] && x->split == kd + 1) { /* a split dim contracted: no part form */
+          ok = 0;
+          break;
+        }
         if (cls_used[ck] || w == xs->shape[kd]) continue;
         cls_used[ck] = 1; /* one contraction per class (x.b and dy.b sliced alike) */
         if (ru->lin == VD_PLIN_NONE || w <= 0 || xs->shape[kd] % w || x->lo[kd] % w || x->dlo[kd] % w) {
@@ -544,7 +567,7 @@ static void view_node(ictx *c, uint32_t gi, int op) {
   if (pn->n_in != 1 || pn->n_out != 1) return;
   int32_t sm = match_single(c, pn, op);
   uint32_t in = vd_gnode_inputs(c->gp, pn)[0], out = vd_gnode_outputs(c->gp, pn)[0];
-  if (sm < 0 || !aligned(c, in)) return;
+  if (sm < 0 || !aligned_any(c, in)) return;
   const vlin *x = &c->vl[in];
   int32_t so = (int32_t)vd_gnode_outputs(c->gs, &c->gs->nodes[sm])[0];
   const vd_tensor_t *xs = stens(c, x->sv), *ys = stens(c, so), *pt = ptens(c, out);
@@ -563,6 +586,7 @@ static void view_node(ictx *c, uint32_t gi, int op) {
   vlin l = *x;
   l.sv = so;
   l.nd = ys->ndim;
+  l.split = 0, l.si = l.ilo = l.ihi = l.dil = 0;
   uint8_t set[VD_MAX_DIMS] = {0};
   for (int32_t j = 0; j < ys->ndim; j++) {
     l.lo[j] = 0, l.hi[j] = ys->shape[j], l.dlo[j] = 0;
@@ -572,6 +596,31 @@ static void view_node(ictx *c, uint32_t gi, int op) {
     const vd_op_red *g = &v.g[q];
     int32_t a0 = g->a.dim, b0 = g->b.dim;
     if (a0 + g->na > xs->ndim || b0 + g->nb > ys->ndim) return;
+    if (x->split > a0 && x->split <= a0 + g->na) {
+      /* A split input dim: kept by a 1-1 group, or taken apart into its
+       * [outer, inner] pair, which is a box again. */
+      if (g->na != 1) return;
+      if (g->nb == 1) {
+        l.lo[b0] = x->lo[a0], l.hi[b0] = x->hi[a0], l.dlo[b0] = x->dlo[a0];
+        l.split = b0 + 1, l.si = x->si, l.ilo = x->ilo, l.ihi = x->ihi, l.dil = x->dil;
+      } else if (g->nb == 2 && ys->shape[b0 + 1] == x->si) {
+        l.lo[b0] = x->lo[a0], l.hi[b0] = x->hi[a0], l.dlo[b0] = x->dlo[a0];
+        l.lo[b0 + 1] = x->ilo, l.hi[b0 + 1] = x->ihi, l.dlo[b0 + 1] = x->dil;
+      } else {
+        return;
+      }
+      for (int e = 0; e < g->nb; e++) set[b0 + e] = 1;
+      continue;
+    }
+    if (g->na == 2 && g->nb == 1 && x->hi[a0 + 1] - x->lo[a0 + 1] != xs->shape[a0 + 1] && !l.split) {
+      /* [b, s] merged with s sliced: the rows are no range of [b*s], but
+       * a box of the split pair. */
+      l.lo[b0] = x->lo[a0], l.hi[b0] = x->hi[a0], l.dlo[b0] = x->dlo[a0];
+      l.split = b0 + 1, l.si = xs->shape[a0 + 1];
+      l.ilo = x->lo[a0 + 1], l.ihi = x->hi[a0 + 1], l.dil = x->dlo[a0 + 1];
+      set[b0] = 1;
+      continue;
+    }
     int64_t inner_i = 1, inner_o = 1;
     for (int e = 1; e < g->na; e++) {
       if (x->hi[a0 + e] - x->lo[a0 + e] != xs->shape[a0 + e]) return;
@@ -614,7 +663,7 @@ static void copy_node(ictx *c, const vd_gnode_t *pn, int op) {
 }
 
 static int same_slice(const vlin *a, const vlin *b) {
-  if (a->sv != b->sv || a->nd != b->nd) return 0;
+  if (a->sv != b->sv || a->nd != b->nd || a->split || b->split) return 0;
   for (int32_t i = 0; i < a->nd; i++)
     if (a->lo[i] != b->lo[i] || a->hi[i] != b->hi[i] || a->dlo[i] != b->dlo[i]) return 0;
   return 1;
