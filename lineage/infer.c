@@ -491,7 +491,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
         uint32_t fi = q == 0 ? o : q - 1;
         if (fi >= c->gp->nodes[fw].n_in || (q > 0 && fi == o)) continue;
         const vlin *x = &c->vl[vd_gnode_inputs(c->gp, &c->gp->nodes[fw])[fi]];
-        if (!x->known || x->zero || x->split || x->nd != st->ndim) continue;
+        if (!x->known || x->zero || x->split == j + 1 || x->nd != st->ndim) continue;
         const vd_tensor_t *xs = stens(c, x->sv);
         int same = 1;
         for (int32_t e = 0; e < st->ndim; e++) same &= xs->shape[e] == st->shape[e];
