@@ -70,7 +70,7 @@ static const vd_lin_prop_rule rules[VD_OP__COUNT] = {
     [VD_OP_SILU] = R(MAP, NONE, 0),
     [VD_OP_GELU] = R(MAP, NONE, 0),
     [VD_OP_SUM] = R(MAP, MULTI, 0),
-    [VD_OP_MEAN] = R(NONE, NONE, 0), /* a mean over a slice is not a part of the mean */
+    [VD_OP_MEAN] = R(MAP, NONE, 0), /* NONE: a mean over a slice is not a part of the mean */
     [VD_OP_SUM_TO] = R(MAP, MULTI, 0),
     [VD_OP_ACCUMULATE] = R(ACCUM, SUM, 0),
     [VD_OP_SCALE] = R(SCALE, MULTI, 0),
@@ -109,11 +109,11 @@ static const vd_lin_prop_rule rules[VD_OP__COUNT] = {
     [VD_OP_CAUSAL_MASK_BACKWARD] = R(MAP, MULTI, 1),
     [VD_OP_SOFTMAX_BACKWARD] = R(MAP, NONE, 1),
     [VD_OP_PICK_BACKWARD] = R(MAP, MULTI, 1),
-    [VD_OP_CREATE_MASK] = R(MAP, NONE, 0),
+    [VD_OP_CREATE_MASK] = R(MAP, CONST, 0),
     [VD_OP_APPLY_MASK] = R(MAP, NONE, 0),
-    [VD_OP_APPLY_ROTARY_EMB] = R(MAP, NONE, 0),
+    [VD_OP_APPLY_ROTARY_EMB] = R(MAP, PAIRED, 0),
     [VD_OP_APPLY_MASK_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_APPLY_ROTARY_EMB_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_APPLY_ROTARY_EMB_BACKWARD] = R(MAP, PAIRED, 1),
     [VD_OP_DROPOUT] = R(MAP, NONE, 0),
     [VD_OP_DROPOUT_BACKWARD] = R(MAP, NONE, 1),
     [VD_OP_TOPK_GATE] = R(MAP, NONE, 0),
@@ -127,7 +127,7 @@ static const vd_lin_prop_rule rules[VD_OP__COUNT] = {
     [VD_OP_ALL_REDUCE] = R(ALL_REDUCE, NONE, 0),
     [VD_OP_ALL_GATHER] = R(ALL_GATHER, NONE, 0),
     [VD_OP_REDUCE_SCATTER] = R(REDUCE_SCATTER, NONE, 0),
-    [VD_OP_ALL_TO_ALL] = R(NONE, NONE, 0), /* token routing: the stage grows past it */
+    [VD_OP_ALL_TO_ALL] = R(ALL_TO_ALL, NONE, 0),
     [VD_OP_BROADCAST] = R(COPY, NONE, 0),
     [VD_OP_SEND] = R(COPY, NONE, 0),
     [VD_OP_RECV] = R(COPY, NONE, 0),
@@ -396,6 +396,16 @@ static int32_t forward_partner(ictx *c, uint32_t gi, int op) {
   return c->fwd_of[gi];
 }
 
+/* Whether output o of a MAP node reads input i (lin OTHER, CONST, PAIRED). */
+static int reads(const vd_lin_prop_rule *ru, uint32_t o, uint32_t i) {
+  switch (ru->lin) {
+  case VD_PLIN_OTHER: return i != o;
+  case VD_PLIN_CONST: return 0;
+  case VD_PLIN_PAIRED: return i == 2 || (i < 2 ? i : i - 1) % 2 == o;
+  default: return 1;
+  }
+}
+
 /* The part that the partial inputs of a MAP node give output o (k of n,
  * replica shift dk); 0 when the rule admits no such combination. */
 static int input_parts(const ictx *c, const vd_gnode_t *pn, const vd_lin_prop_rule *ru, uint32_t o, int64_t *pk,
@@ -404,12 +414,12 @@ static int input_parts(const ictx *c, const vd_gnode_t *pn, const vd_lin_prop_ru
   int n_partial = 0;
   uint32_t n_read = 0;
   for (uint32_t i = 0; i < pn->n_in; i++) {
-    if (ru->lin == VD_PLIN_OTHER && i == o) continue; /* not read by output o */
+    if (!reads(ru, o, i)) continue;
     n_read++;
     int64_t k, n, dk;
     if (!norm_part(&c->vl[in[i]], &k, &n, &dk)) return 0;
     if (n == 1) continue;
-    if (ru->lin == VD_PLIN_NONE || ru->lin == VD_PLIN_SEP) return 0;
+    if (ru->lin == VD_PLIN_NONE || ru->lin == VD_PLIN_SEP || ru->lin == VD_PLIN_PAIRED) return 0;
     if (n_partial && (ru->lin != VD_PLIN_SUM || k != *pk || n != *pnn || dk != *pdk)) return 0;
     *pk = k, *pnn = n, *pdk = dk;
     n_partial++;
@@ -447,7 +457,6 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
   vd_op_reduce_call rc = {.op = op, .plan = c->pp, .node = &c->pp->nodes[pn->pnode], .n_in = pn->n_in,
                           .n_out = pn->n_out, .in_shape = ish, .out_shape = osh, .emit = link_dims, .sink = &u};
   int norule = 0;
-  if (vd_op_reduce_rule((vd_op_id)op)(&rc, &norule) != VD_OK || norule) return;
   int32_t fw = ru->bwd_pair ? forward_partner(c, gi, op) : -1;
   for (uint32_t o = 0; o < pn->n_out; o++) {
     const vd_tensor_t *pt = ptens(c, out[o]);
@@ -500,14 +509,13 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
           done = 1;
         }
       }
-      ok = done;
     }
     if (!ok) continue;
     /* Contractions: a sliced input dimension that no output dimension keeps
      * makes the output a partial sum over its slices (linear operators only). */
     int64_t k = pk, n = pnn, dk = pdk;
     for (uint32_t i = 0; i < pn->n_in && ok; i++) {
-      if (ru->lin == VD_PLIN_OTHER && i == o) continue;
+      if (!reads(ru, o, i)) continue;
       const vlin *x = &c->vl[in[i]];
       const vd_tensor_t *xs = stens(c, x->sv);
       for (int32_t kd = 0; kd < x->nd && ok; kd++) {
@@ -519,8 +527,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
         }
         if (cls_used[ck] || w == xs->shape[kd]) continue;
         cls_used[ck] = 1; /* one contraction per class (x.b and dy.b sliced alike) */
-        if (ru->lin == VD_PLIN_NONE || w <= 0 || xs->shape[kd] % w || x->lo[kd] % w || x->dlo[kd] % w) {
-          ok = 0;
+        if (ru->lin == VD_PLIN_NONE || ru->lin == VD_PLIN_PAIRED || w <= 0 || xs->shape[kd] % w || x->lo[kd] % w || x->dlo[kd] % w) {
           break;
         }
         int64_t m = xs->shape[kd] / w;
@@ -763,6 +770,43 @@ static void coll_node(ictx *c, const vd_gnode_t *pn, int kind) {
   for (uint32_t o = 0; o < pn->n_out; o++) c->vl[out[o]] = l;
 }
 
+/* all_to_all (split_dim s, concat_dim t, group order): output j is chunk j
+ * along s of every input, concatenated along t.  A box when the inputs are
+ * whole slices of one value, equal except along t, where they follow each
+ * other in group order (as all_gather's), and their common s slice splits
+ * evenly.  s == t (a pure permutation of chunks) is left undecided. */
+static void a2a_node(ictx *c, const vd_gnode_t *pn) {
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
+  if (pn->n_in == 0 || pn->n_in != pn->n_out) return;
+  for (uint32_t i = 0; i < pn->n_in; i++)
+    if (!aligned(c, in[i])) return;
+  const vlin *x0 = &c->vl[in[0]];
+  const vd_node_t *nd = &c->pp->nodes[pn->pnode];
+  int64_t sd = vd_node_attr_int(c->pp, nd, "split_dim", -1), td = vd_node_attr_int(c->pp, nd, "concat_dim", -1);
+  if (sd < 0) sd += x0->nd;
+  if (td < 0) td += x0->nd;
+  if (sd < 0 || sd >= x0->nd || td < 0 || td >= x0->nd || sd == td) return;
+  int64_t p = pn->n_in, w = x0->hi[sd] - x0->lo[sd];
+  if (w % p) return;
+  vlin l = *x0;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    const vlin *x = &c->vl[in[i]];
+    if (x->sv != x0->sv || x->n != 1 || x->cnt != 1) return;
+    for (int32_t j = 0; j < x->nd; j++) {
+      if (j == td) continue;
+      if (x->lo[j] != x0->lo[j] || x->hi[j] != x0->hi[j] || x->dlo[j] != x0->dlo[j]) return;
+    }
+    if (i > 0 && (x->lo[td] != l.hi[td] || x->dlo[td] != x0->dlo[td])) return;
+    l.hi[td] = x->hi[td];
+  }
+  for (uint32_t o = 0; o < pn->n_out; o++) {
+    vlin y = l;
+    y.lo[sd] = x0->lo[sd] + (int64_t)o * (w / p);
+    y.hi[sd] = y.lo[sd] + w / p;
+    c->vl[out[o]] = y;
+  }
+}
+
 /* One pass in topological order.  A backward node can precede its forward
  * partner in that order (a loss gradient seed depends on nothing), so
  * vd_lin_infer repeats passes while they decide new values. */
@@ -798,6 +842,7 @@ static void propagate(ictx *c) {
     case VD_PROP_ALL_REDUCE:
     case VD_PROP_ALL_GATHER:
     case VD_PROP_REDUCE_SCATTER: coll_node(c, pn, ru->kind); break;
+    case VD_PROP_ALL_TO_ALL: a2a_node(c, pn); break;
     default: break;
     }
   }
