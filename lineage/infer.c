@@ -457,6 +457,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
   vd_op_reduce_call rc = {.op = op, .plan = c->pp, .node = &c->pp->nodes[pn->pnode], .n_in = pn->n_in,
                           .n_out = pn->n_out, .in_shape = ish, .out_shape = osh, .emit = link_dims, .sink = &u};
   int norule = 0;
+  if (vd_op_reduce_rule((vd_op_id)op)(&rc, &norule) != VD_OK || norule) return;
   int32_t fw = ru->bwd_pair ? forward_partner(c, gi, op) : -1;
   for (uint32_t o = 0; o < pn->n_out; o++) {
     const vd_tensor_t *pt = ptens(c, out[o]);
@@ -509,6 +510,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
           done = 1;
         }
       }
+      ok = done;
     }
     if (!ok) continue;
     /* Contractions: a sliced input dimension that no output dimension keeps
@@ -528,6 +530,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
         if (cls_used[ck] || w == xs->shape[kd]) continue;
         cls_used[ck] = 1; /* one contraction per class (x.b and dy.b sliced alike) */
         if (ru->lin == VD_PLIN_NONE || ru->lin == VD_PLIN_PAIRED || w <= 0 || xs->shape[kd] % w || x->lo[kd] % w || x->dlo[kd] % w) {
+          ok = 0;
           break;
         }
         int64_t m = xs->shape[kd] / w;
