@@ -157,6 +157,12 @@ typedef struct {
    * take it apart again) accept such a value; it is never emitted. */
   int32_t split;
   int64_t si, ilo, ihi, dil;
+  /* Propagated but never written as a candidate: the sum of a subset of a
+   * gradient fan-in (a multiref_backward matched by name with fewer inputs
+   * than the single one), and what copies or collectives make of it.  It
+   * lets the node that completes the sum match; as a candidate it would
+   * fail its proof and cost a round. */
+  uint8_t noemit;
 } vlin;
 
 typedef struct {
@@ -431,7 +437,13 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
   const vd_gnode_t *pn = &c->gp->nodes[gi];
   if (pn->n_in + pn->n_out > MAXOPD) return;
   int32_t sm = match_single(c, pn, op);
-  if (sm < 0 && op == VD_OP_MULTIREF_BACKWARD) sm = match_by_name(c, pn, op);
+  int subset = 0;
+  if (sm < 0 && op == VD_OP_MULTIREF_BACKWARD) {
+    sm = match_by_name(c, pn, op);
+    const uint32_t *pin = vd_gnode_inputs(c->gp, pn);
+    subset = sm >= 0 && c->gs->nodes[sm].n_in > pn->n_in;
+    for (uint32_t i = 0; i < pn->n_in && subset; i++) subset = !c->vl[pin[i]].noemit;
+  }
   if (sm < 0) return;
   const vd_gnode_t *sn = &c->gs->nodes[sm];
   const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
@@ -541,6 +553,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
     }
     if (!ok) continue;
     l.k0 = k, l.cnt = 1, l.n = n, l.dk = dk;
+    l.noemit = (uint8_t)subset;
     c->vl[out[o]] = l;
   }
 }
@@ -871,7 +884,7 @@ static int emit(ictx *c, uint32_t ti, vd_plan_t *pp) {
      * be a hypothesis nothing proves). */
     if (gp->values[first].is_initial || gp->values[first].producer < 0) return 0;
     const vlin *l = &c->vl[last];
-    if (!aligned(c, (uint32_t)last)) return 0;
+    if (!aligned(c, (uint32_t)last) || l->noemit) return 0;
     int64_t k, n, dk;
     if (!norm_part(l, &k, &n, &dk)) return 0;
     uint32_t s = gs->values[l->sv].tensor;

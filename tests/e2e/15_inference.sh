@@ -15,6 +15,9 @@ both() { # gen args...: full and stripped plans give the same verdict
 }
 both --model llama3 $SIZES --dp 2 --tp 2 --pp 2 --nm 2
 both --model moe $SIZES --tp 2
+# the TP-entry branch sums part of the gradient fan-in first: that sub-sum is
+# propagated but never a candidate (it would fail and cost a round)
+expect_in "(0 dropped after a failed proof, 1 round(s))" "$TMP/out"
 # context parallelism (the loss's [b*s] view of a sequence slice), the masked
 # loss (a partial numerator through mul_backward), gradient clipping (the
 # squared norm of sharded gradients): each was a false alarm before its rule
