@@ -58,6 +58,21 @@ for pr in mlp llama llamapp; do
   expect_in " 0 not equivalent, 0 inconclusive" "$TMP/out"
 done
 
+# stripped to their boundary (issue 17): the same verdict with inferred
+# lineages (create_mask reads no value, mean over a whole dim, rotary
+# embedding per tensor, nnScaler's all_to_all between TP layouts)
+conv llama3adpt_mgener_dp1_pp1_tp1_nm1_gbs16_ly1_h32_hi4096_sq128.pkl \
+     llama3adpt_mgener_dp1_pp1_tp2_nm1_gbs16_ly1_h32_hi4096_sq128.pkl llamatp
+for pr in mlp llama llamatp; do
+  expect_exit 0 "$VERDICT" plan strip --keep boundary "$TMP/$pr.p.plan" "$TMP/$pr.b.plan"
+  expect_exit 0 "$VERDICT" -q --sm "$TMP/$pr.s.plan" --pm "$TMP/$pr.b.plan"
+  expect_in "^EQUIVALENT" "$TMP/out"
+  expect_in " inferred (" "$TMP/out"
+done
+expect_exit 0 "$VERDICT" -v --sm "$TMP/llamatp.s.plan" --pm "$TMP/llamatp.b.plan"
+expect_in "inferred: 'embedding.t930'" "$TMP/out"
+expect_in "inferred: 'create_mask" "$TMP/out"
+
 # a parallel plan that reads dp x nm x its batch != the single batch: a BATCH
 # diagnosis naming the data input and dimension 0, not a crash or a flood
 conv gpt_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2_h16_hi1024_sq1024.pkl \
