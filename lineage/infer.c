@@ -165,6 +165,7 @@ typedef struct {
    * fail its proof and cost a round. */
   uint8_t noemit;
   double f;               /* the value is f times the lineage's (1 for a candidate) */
+  int32_t fsrc;           /* Gp node that last changed f (f != 1), else -1 */
   uint32_t uni;           /* dims along which the single value is constant (a broadcast):
                              there the slice's position is free */
 } vlin;
@@ -173,6 +174,7 @@ typedef struct {
   const vd_graph_t *gs, *gp;
   const vd_plan_t *sp, *pp;
   vlin *vl;      /* per Gp value */
+  uint8_t *seeded; /* per Gp value: an annotated initial or final value */
   int *pop;      /* per parallel plan node: vd_op_id */
   int *sop;      /* per single plan node */
   int32_t *fwd_of; /* per Gp node: forward partner Gp node or -1 (computed lazily: -2 unknown) */
@@ -234,9 +236,11 @@ static void seed(ictx *c) {
         if (vv[k] < 0 || ss[k] < 0) continue;
         if (k == 0 && !(gp->values[vv[k]].is_initial && gs->values[ss[k]].is_initial)) continue;
         vlin *l = &c->vl[vv[k]];
+        c->seeded[vv[k]] = 1;
         memset(l, 0, sizeof(*l));
         l->known = 1;
         l->f = 1.0;
+        l->fsrc = -1;
         l->sv = ss[k];
         l->nd = st->ndim;
         vd_tensor_lineage_at(pt, 0, mb, l->lo, l->hi, &l->k0);
@@ -580,6 +584,16 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
     memset(&l, 0, sizeof(l));
     l.known = 1;
     l.f = fo;
+    l.fsrc = -1;
+    if (fo != 1.0) {
+      /* from a read input with that factor, else this node changed it */
+      l.fsrc = (int32_t)gi;
+      for (uint32_t i = 0; i < pn->n_in; i++)
+        if (reads(ru, o, i) && c->vl[in[i]].f == fo && c->vl[in[i]].fsrc >= 0) {
+          l.fsrc = c->vl[in[i]].fsrc;
+          break;
+        }
+    }
     l.sv = (int32_t)sout[o];
     l.nd = st->ndim;
     int ok = 1;
@@ -995,6 +1009,7 @@ static void scale_through(ictx *c, const vd_gnode_t *pn, int op) {
   if (x->known && !x->zero && scaling(c->pp, nd, op, &s) && s != 0.0) {
     vlin l = *x;
     l.f *= s;
+    if (s != 1.0) l.fsrc = l.f != 1.0 ? (int32_t)(pn - c->gp->nodes) : -1;
     c->vl[out[0]] = l;
     return;
   }
@@ -1013,7 +1028,7 @@ static void scale_through(ictx *c, const vd_gnode_t *pn, int op) {
   vlin l = *x;
   l.zero = 0;
   l.sv = (int32_t)vd_gnode_outputs(c->gs, sn)[0];
-  l.k0 = 0, l.cnt = 1, l.n = 1, l.dk = 0, l.f = 1.0;
+  l.k0 = 0, l.cnt = 1, l.n = 1, l.dk = 0, l.f = 1.0, l.fsrc = -1;
   if (stens(c, l.sv)->ndim != l.nd) return;
   c->vl[out[0]] = l;
 }
@@ -1050,6 +1065,7 @@ static void propagate(ictx *c) {
         }
         l->known = l->zero = 1;
         l->f = 1.0;
+        l->fsrc = -1;
       }
       break;
     case VD_PROP_CHUNK: chunk_node(c, pn); break;
@@ -1138,14 +1154,31 @@ const char *const vd_lin_stuck_text[VD_LIN_STUCK__COUNT] = {
  * whose outputs got none, and why (see vd_lin_infer_stats). */
 static void find_stuck(ictx *c, vd_lin_infer_stats *s) {
   s->stuck_node = -1;
+  s->stuck_origin = -1;
   for (size_t t = 0; t < c->gp->n_nodes; t++) {
     const vd_gnode_t *pn = &c->gp->nodes[c->gp->topo[t]];
     int op = c->pop[pn->pnode];
     if (op < 0 || rules[op].kind == VD_PROP_NONE || pn->n_in == 0 || pn->n_out == 0) continue;
     const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
-    int all_in = 1, any_out = 0;
+    int all_in = 1, any_out = 0, seeded = 0;
     for (uint32_t i = 0; i < pn->n_in; i++) all_in &= c->vl[in[i]].known;
     for (uint32_t o = 0; o < pn->n_out; o++) any_out |= c->vl[out[o]].known;
+    for (uint32_t o = 0; o < pn->n_out; o++) seeded |= c->seeded[out[o]];
+    if (all_in && seeded) {
+      /* an annotated result (an updated weight, the loss) computed from a
+       * value that is a constant multiple of its single-device value */
+      for (uint32_t i = 0; i < pn->n_in; i++) {
+        const vlin *x = &c->vl[in[i]];
+        if (x->zero || x->f == 1.0) continue;
+        s->stuck_node = pn->pnode;
+        s->stuck_mb = pn->mb;
+        s->stuck_why = VD_LIN_STUCK_FACTOR;
+        s->stuck_input = i;
+        s->stuck_k = x->k0, s->stuck_n = x->n, s->stuck_f = x->f;
+        s->stuck_origin = x->fsrc >= 0 ? (int64_t)c->gp->nodes[x->fsrc].pnode : -1;
+        return;
+      }
+    }
     if (!all_in || any_out) continue;
     int why = VD_LIN_STUCK_SLICE;
     uint32_t at = 0;
@@ -1171,6 +1204,8 @@ static void find_stuck(ictx *c, vd_lin_infer_stats *s) {
     s->stuck_k = c->vl[in[at]].k0;
     s->stuck_n = c->vl[in[at]].n;
     s->stuck_f = c->vl[in[at]].f;
+    s->stuck_origin = why == VD_LIN_STUCK_FACTOR && c->vl[in[at]].fsrc >= 0
+                          ? (int64_t)c->gp->nodes[c->vl[in[at]].fsrc].pnode : -1;
     return;
   }
 }
@@ -1184,6 +1219,7 @@ vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, ui
   uint8_t *inf = vd_calloc(pp->n_tensors ? pp->n_tensors : 1, 1);
   uint8_t *written = NULL;
   c.vl = vd_calloc(gp->n_values ? gp->n_values : 1, sizeof(*c.vl));
+  c.seeded = vd_calloc(gp->n_values ? gp->n_values : 1, 1);
   c.pop = vd_calloc(pp->n_nodes ? pp->n_nodes : 1, sizeof(*c.pop));
   c.sop = vd_calloc(c.sp->n_nodes ? c.sp->n_nodes : 1, sizeof(*c.sop));
   c.fwd_of = vd_calloc(gp->n_nodes ? gp->n_nodes : 1, sizeof(*c.fwd_of));
@@ -1193,7 +1229,7 @@ vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, ui
   c.sbyname = vd_calloc(c.sp->n_nodes ? c.sp->n_nodes : 1, sizeof(*c.sbyname));
   c.sgfirst = vd_calloc(c.sp->n_nodes ? c.sp->n_nodes : 1, sizeof(*c.sgfirst));
   c.sgnext = vd_calloc(gs->n_nodes ? gs->n_nodes : 1, sizeof(*c.sgnext));
-  if (!inf || !c.vl || !c.pop || !c.sop || !c.fwd_of || !c.byname || !c.gfirst || !c.gnext || !c.sbyname ||
+  if (!inf || !c.vl || !c.seeded || !c.pop || !c.sop || !c.fwd_of || !c.byname || !c.gfirst || !c.gnext || !c.sbyname ||
       !c.sgfirst || !c.sgnext) {
     rc = VD_OOM(d);
     goto done;
@@ -1245,6 +1281,7 @@ done:
   vd_free(written);
   vd_free(inf);
   vd_free(c.vl);
+  vd_free(c.seeded);
   vd_free(c.pop);
   vd_free(c.sop);
   vd_free(c.fwd_of);

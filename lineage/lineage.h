@@ -200,7 +200,9 @@ typedef struct {
   size_t n_values;      /* Gp values whose lineage propagation decided */
   size_t n_unknown;     /* unannotated, non-boundary tensors left without a candidate */
   /* Where propagation first stopped (Gp topological order): a node all of
-   * whose inputs have lineages but whose output got none.  Informational
+   * whose inputs have lineages but whose output got none, or an annotated
+   * result computed from a value that is a constant multiple of its
+   * single-device value (FACTOR, with the node that made it so).  Informational
    * only (a legitimate rule gap looks the same); the report shows it next
    * to a NOT EQUIVALENT verdict, where it is usually the faulty operator's
    * first consumer.  stuck_node -1 when propagation never stopped so. */
@@ -210,6 +212,7 @@ typedef struct {
   uint32_t stuck_input; /* the input the reason is about */
   int64_t stuck_k, stuck_n; /* PARTIAL: that input is part k of n */
   double stuck_f;       /* FACTOR: that input's factor */
+  int64_t stuck_origin; /* FACTOR: plan node where the factor last changed, -1 unknown */
 } vd_lin_infer_stats;
 
 typedef enum {

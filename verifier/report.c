@@ -308,7 +308,13 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
       fprintf(f, "is %g x its single-device value and the operator ", is->stuck_f);
     else
       fprintf(f, "and the operator ");
-    fprintf(f, "%s\n", vd_lin_stuck_text[is->stuck_why]);
+    fprintf(f, "%s", vd_lin_stuck_text[is->stuck_why]);
+    if (is->stuck_origin >= 0) {
+      const vd_node_t *on = &r->pp.nodes[is->stuck_origin];
+      fprintf(f, "; the factor comes from rank %d %s '%s' (node %lld)", on->rank, vd_node_op(&r->pp, on),
+              vd_plan_s(&r->pp, on->name), (long long)on->id);
+    }
+    fprintf(f, "\n");
   }
   if (o->verbose && r->inferred) text_inferred(r, f);
   if (!o->quiet) {

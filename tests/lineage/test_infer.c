@@ -228,6 +228,7 @@ static void factor_case(double dv, int cancels) {
     assert_int_equal(is.stuck_node, (int64_t)pex);
     assert_int_equal(is.stuck_why, VD_LIN_STUCK_FACTOR);
     assert_true(is.stuck_f == 2.0);
+    assert_int_equal(is.stuck_origin, (int64_t)psc); /* the scale, not the division by 1 */
   }
   vd_free(inf);
   vd_plan_free(&s);
