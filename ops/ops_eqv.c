@@ -98,9 +98,27 @@ static const vd_op_eqv eqv_table[VD_OP__COUNT] = {
     [VD_OP_DROPOUT] = R, [VD_OP_DROPOUT_BACKWARD] = R,
     [VD_OP_TOPK_GATE] = R, [VD_OP_GROUPED_MLP] = R, [VD_OP_TOPK_GATE_BACKWARD] = R,
     [VD_OP_GROUPED_MLP_BACKWARD] = R,
-    /* nnScaler's fused gate and expert kernels: not reviewed */
-    [VD_OP_GATE_FW] = N, [VD_OP_NNSCALER_MOE_GMM] = N, [VD_OP_GATE_FW_BACKWARD] = N,
-    [VD_OP_NNSCALER_MOE_GMM_BACKWARD] = N,
+    /* nnScaler's fused gate and expert kernels (ops/ops_moe.c, encoders in
+     * solver/smt_moe.c), reviewed along the token rows T:
+     * gate_fw: row t of both outputs is the routing symbols applied to the
+     *   logits row x[t] w^T (+ bias): the same function of x[t] for every t;
+     *   the rule links only T (H is MIN2, E and the slots are KEEP).
+     * nnscaler_moe_gmm: y[t] = sum_j sum_e [idx[t,j] == e] weight[t,j]
+     *   expert_e(x[t]): row t of y from rows t of x, idx, weight; the expert
+     *   dims are POS and H, F are MIN2, so only T is linked.
+     * gate_fw_backward (x, w, [bias,] weight, idx, gy) -> gx, gw [, gbias]:
+     *   gx[t] = sum_e w[e] rs sum_j J_ej(logits row t) gy[t,j], row by row in
+     *   x and gy (weight and idx are not read); gw sums over t, so only the
+     *   bwd0 form applies: bits 0, 2-5 (bias, 1-D, never matches gx's rank).
+     * nnscaler_moe_gmm_backward (x, idx, weight, w1, w3, w2, y, gy) -> gx,
+     *   gweight, gw1, gw3, gw2: gx[t] and gweight[t] (<gy[t], expert_e(x[t])>
+     *   per routed slot) are row by row in x, idx, weight, gy (y is not read),
+     *   so output 1 is a row output too; the expert weight gradients sum
+     *   over t and must be dead. */
+    [VD_OP_GATE_FW] = R, [VD_OP_NNSCALER_MOE_GMM] = R,
+    [VD_OP_GATE_FW_BACKWARD] = {VD_EQV_RULE, NULL, 0, (1u << 0) | (1u << 2) | (1u << 3) | (1u << 4) | (1u << 5), 0},
+    [VD_OP_NNSCALER_MOE_GMM_BACKWARD] = {VD_EQV_RULE, NULL, 0,
+                                         (1u << 0) | (1u << 1) | (1u << 2) | (1u << 6) | (1u << 7), 1u << 1},
     [VD_OP_ALL_REDUCE] = N, [VD_OP_ALL_GATHER] = N, [VD_OP_REDUCE_SCATTER] = N, [VD_OP_ALL_TO_ALL] = N,
     [VD_OP_BROADCAST] = N, [VD_OP_SEND] = N, [VD_OP_RECV] = N,
     [VD_OP_SUMSQ] = N, [VD_OP_CLIP_COEF] = N, [VD_OP_SGD_STEP] = N, [VD_OP_ADAM_STEP] = N,

@@ -108,11 +108,13 @@ static void pin_value(wctx *w, uint32_t v) {
   for (uint32_t j = 0; j < VD_MAX_DIMS; j++) w->pin[DIM(v, j)] = 1;
 }
 
-/* Whether only output 0 of single-side node i is used in the stage: the
- * other outputs have no consumer in the stage and are no target. */
-static int only_first_live(const vd_stage *st, uint32_t i) {
+/* Whether only output 0 and the row outputs (bit k of rows: output k) of
+ * single-side node i are used in the stage: the other outputs have no
+ * consumer in the stage and are no target. */
+static int only_rows_live(const vd_stage *st, uint32_t i, uint8_t rows) {
   const vd_stage_node *n = &st->nodes[i];
   for (uint32_t k = 1; k < n->n_out; k++) {
+    if (k < 8 && (rows >> k & 1)) continue;
     uint32_t v = st->idx[n->out_off + k];
     for (uint32_t t = 0; t < st->n_targets; t++)
       if (st->targets[t].svalue == (int32_t)v) return 0;
@@ -146,11 +148,12 @@ static vd_rc visit_node(wctx *w, const vd_lin_table *lt, const vd_stage *st, uin
     for (uint32_t k = 0; k < n->n_out; k++) pin_value(w, out[k]);
     return VD_OK;
   }
-  if (e->bwd0_rows && n->n_out >= 2 && only_first_live(st, i)) {
-    /* Only the input gradient is used: rows of the inputs in bwd0_rows and
-     * of output 0 are linked (all dimensions but the last); the rest is
-     * pinned.  The dead weight gradients become sums over the window's rows,
-     * which nothing in the stage reads. */
+  if (e->bwd0_rows && n->n_out >= 2 && only_rows_live(st, i, e->row_outs)) {
+    /* Only the input gradient (and the row outputs) are used: rows of the
+     * inputs in bwd0_rows, of output 0 and of the row outputs are linked
+     * (all dimensions but the last); the rest is pinned.  The dead weight
+     * gradients become sums over the window's rows, which nothing in the
+     * stage reads. */
     const vd_stage_value *o = &st->vals[out[0]];
     int32_t lead = o->ndim - 1;
     for (uint32_t k = 0; k < n->n_in; k++) {
@@ -163,6 +166,14 @@ static vd_rc visit_node(wctx *w, const vd_lin_table *lt, const vd_stage *st, uin
         continue;
       }
       pin_value(w, in[k]);
+    }
+    for (uint32_t k = 1; k < n->n_out && k < 8; k++) {
+      if (!(e->row_outs >> k & 1)) continue;
+      const vd_stage_value *v = &st->vals[out[k]];
+      for (int32_t j = 0; j < v->ndim; j++) {
+        if (v->ndim == o->ndim && j < lead && v->shape[j] == o->shape[j]) unite(w, DIM(out[k], j), DIM(out[0], j));
+        else w->pin[DIM(out[k], j)] = 1;
+      }
     }
     for (int32_t j = lead; j < o->ndim; j++) w->pin[DIM(out[0], j)] = 1;
     return VD_OK;
