@@ -703,7 +703,8 @@ static int leaf_push(vd_smt_nf *nf, Z3_ast a, const mpq_t q) {
   return 0;
 }
 
-/* The summands of sum head a, through inlined sums and scalings, into
+/* The summands of a (a sum head, a numeral scaling, or else a itself),
+ * through inlined sums and scalings (every one when all), into
  * nf->lf / nf->lq (in a deterministic order).  One step per node walked.
  * -1 on budget or memory. */
 static int gather(vd_smt_nf *nf, Z3_ast a, int all) {
@@ -749,12 +750,12 @@ static int gather(vd_smt_nf *nf, Z3_ast a, int all) {
       rc = leaf_push(nf, x, q) ? (nf->oom = 1, -1) : 0;
       continue;
     }
-    if (x != a && scaling(nf, x, &y, k)) {
+    if (scaling(nf, x, &y, k)) {
       mpq_mul(q, q, k);
       PUSH(y, q);
       continue;
     }
-    if (x != a && !sum_head(nf, x)) {
+    if (!sum_head(nf, x)) {
       rc = leaf_push(nf, x, q) ? (nf->oom = 1, -1) : 0;
       continue;
     }
@@ -811,14 +812,7 @@ vd_rc vd_smt_nf_same_sum(vd_smt_nf *nf, vd_term a, vd_term b, int *eq) {
   mpq_init(neg);
   int rc = 0;
   for (int side = 0; side < 2 && rc == 0; side++) {
-    Z3_ast r = side ? b : a;
-    if (sum_head(nf, r)) {
-      rc = gather(nf, r, 1);
-    } else {
-      mpq_set_ui(neg, 1, 1);
-      nf->n_lf = 0;
-      rc = leaf_push(nf, r, neg) ? (nf->oom = 1, -1) : 0;
-    }
+    rc = gather(nf, side ? b : a, 1);
     if (rc == 0 && charge(nf, nf->n_lf)) rc = -1;
     for (size_t i = 0; i < nf->n_lf && rc == 0; i++) {
       if (side) mpq_neg(neg, nf->lq[i]);
