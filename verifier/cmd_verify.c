@@ -35,7 +35,8 @@ static void verify_usage(FILE *f) {
           "  --stage-timeout S    wall-clock backstop per stage in seconds, fractions allowed\n"
           "                       (default %d; 'none' = no limit; 0 is refused).  Load-\n"
           "                       dependent: a stage it stops is INCONCLUSIVE (wall-clock)\n"
-          "  --max-failures N     failing stages reported in detail (default %d, 0 = all)\n"
+          "  --max-failures N     entries of each list printed (failing stages, structural\n"
+          "                       problems, inconclusive stages; default %d, 0 = all)\n"
           "  --seed N             seed of the solver's random witness, >= 1 (default %d)\n"
           "  --no-reuse           solve every stage, not one per symmetry class\n"
           "  --no-fast-path       skip the normal-form comparison, always call the solver\n"
@@ -149,8 +150,10 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
     else if (!strcmp(a, "-q")) o->quiet = 1;
     else if (!strcmp(a, "-v")) o->verbose = 1;
     else {
-      fprintf(stderr, "verdict: unknown option '%s' (see verdict --sm S --pm P --help)\n", a);
-      return VD_EXIT_BAD_INPUT;
+      if (a[0] != '-')
+        return fprintf(stderr, "verdict: unexpected argument '%s': plans are given as --sm SINGLE.plan --pm "
+                               "PARALLEL.plan\n", a), VD_EXIT_BAD_INPUT;
+      return vd_cli_unknown_option("verdict", a, verify_usage, "verdict --sm S --pm P --help");
     }
   }
   if (!o->sm || !o->pm) {

@@ -8,6 +8,7 @@
  * the disagreeing copies flagged, the first diverging parallel node and the
  * diagnosis; then inconclusive stages with their reasons.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -315,8 +316,16 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
     fprintf(f, "; peak %.1f MB; %d thread(s)\n", (double)r->peak_bytes / 1e6, r->threads_used);
     if (o->verbose && r->verdicts) text_slowest(r, f);
   }
+  /* --max-failures caps each list: structural problems, failing stages,
+   * inconclusive stages (a mismatched pair must not print thousands). */
+  size_t cap = o->max_failures > 0 ? (size_t)o->max_failures : SIZE_MAX;
   for (size_t i = 0; i < r->n_issues; i++) {
     const vd_issue *is = &r->issues[i];
+    if (i >= cap) {
+      fprintf(f, "\n(%zu structural problems in all; --max-failures %d)\n", r->n_issues + r->n_issues_dropped,
+              o->max_failures);
+      break;
+    }
     fprintf(f, "\n-- %s (%s %s)", vd_diagnosis_names[is->diagnosis], is->source, is->kind_name);
     if (is->rank >= 0) fprintf(f, " rank %lld", (long long)is->rank);
     if (is->mb >= 0) fprintf(f, " mb %lld", (long long)is->mb);
@@ -333,9 +342,15 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
     text_stage_failure(r, &r->set.stages[i], v, f);
     shown++;
   }
+  size_t inconclusive = 0;
   for (size_t i = 0; i < r->set.n_stages; i++) {
     const vd_stage_verdict *v = &r->verdicts[i];
-    if (v->verdict == VD_SMT_INCONCLUSIVE) fprintf(f, "\n-- stage %zu: INCONCLUSIVE: %s\n", i, v->reason);
+    if (v->verdict != VD_SMT_INCONCLUSIVE) continue;
+    if (inconclusive++ >= cap) {
+      fprintf(f, "\n(%zu inconclusive stages in all; --max-failures %d)\n", r->n_inconclusive, o->max_failures);
+      break;
+    }
+    fprintf(f, "\n-- stage %zu: INCONCLUSIVE: %s\n", i, v->reason);
   }
 }
 

@@ -74,8 +74,10 @@ static vd_rc load_plan(const char *path, vd_plan_kind want, vd_plan_t *p, vd_dia
   VD_CHECK(vd_plan_read_file(path, p, d));
   VD_CHECK(vd_op_check_plan(p, path, d)); /* arity and attributes: exit 2, not a default */
   if (p->kind != want)
-    VD_FAIL(d, VD_EINPUT, path, NULL, "kind", "expected a %s plan, got a %s plan",
-            want == VD_PLAN_SINGLE ? "single" : "parallel", p->kind == VD_PLAN_SINGLE ? "single" : "parallel");
+    VD_FAIL(d, VD_EINPUT, path, NULL, "kind", "expected a %s plan for %s, got a %s plan%s",
+            want == VD_PLAN_SINGLE ? "single-device" : "parallel", want == VD_PLAN_SINGLE ? "--sm" : "--pm",
+            p->kind == VD_PLAN_SINGLE ? "single-device" : "parallel",
+            want == VD_PLAN_SINGLE ? " (were --sm and --pm swapped?)" : "");
   return VD_OK;
 }
 
@@ -449,6 +451,7 @@ vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   double t = vd_clock_s();
   VD_CHECK(load_plan(o->sm, VD_PLAN_SINGLE, &r->sp, d));
   VD_CHECK(load_plan(o->pm, VD_PLAN_PARALLEL, &r->pp, d));
+  VD_CHECK(vd_lin_check_pair(&r->sp, o->sm, &r->pp, o->pm, d));
   r->phase_s[VD_RUN_LOAD] = vd_clock_s() - t;
 
   t = vd_clock_s();

@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/bugs/run_suite.sh - the bug-injection suite (BUGS.md): every bug
+# tests/bugs/run_suite.sh - the bug-injection suite (docs/bugs.md): every bug
 # class is injected into generated Llama-3 style plans (dp2 tp2 pp2 nm2, plus
 # sp / cp / zero / clipping / ep where the class needs them) at two sites,
 # and must be caught; every unmutated plan of the same configurations must
@@ -221,7 +221,7 @@ printf '%-4s %-15s %-56s %-10s %-18s %-6s %6s  %s\n' bug class configuration ver
 TAB=$(printf '\t')
 echo "$LIST" | while IFS="$TAB" read -r num cls name diag accept needs gopts sites every desc; do
   [ "$gopts" = "-" ] && gopts=""
-  # 17 (local token count) in its BUGS.md form: uneven token counts per rank
+  # 17 (local token count) in its docs/bugs.md form: uneven token counts per rank
   # and microbatch (--loss-mask); the fixed-count form runs as an extra row.
   [ "$num" = 17 ] && gopts="--loss-mask"
   if [ -n "$BUGS" ]; then
