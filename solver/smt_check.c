@@ -898,9 +898,9 @@ static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const
  * side, from the very same per-token terms) is proved without normalising
  * those subterms.  Pairs with the same two terms are decided once. */
 static vd_rc sum_pass(vd_smt *s, const vd_term *par, const vd_term *single, size_t n, int *proved,
-                      vd_smt_result *res) {
+                      vd_smt_result *res, uint64_t budget) {
   vd_smt_nf *nf = NULL;
-  vd_rc rc = vd_smt_nf_new(&nf, s, vd_smt_i_nf_budget(s));
+  vd_rc rc = vd_smt_nf_new(&nf, s, budget);
   Z3_context z = vd_smt_i_z3(s);
   /* first pair index + 1 per (par id, single id), open addressing */
   size_t cap = 64;
@@ -937,9 +937,9 @@ static vd_rc sum_pass(vd_smt *s, const vd_term *par, const vd_term *single, size
 /* One pass of the normal form over the pairs not yet proved, in pair order
  * (so an exhausted budget leaves the same pairs open everywhere). */
 static vd_rc nf_pass(vd_smt *s, int structural, const vd_term *par, const vd_term *single, size_t n, int *proved,
-                     vd_smt_result *res) {
+                     vd_smt_result *res, uint64_t budget) {
   vd_smt_nf *nf = NULL;
-  vd_rc rc = vd_smt_nf_new(&nf, s, vd_smt_i_nf_budget(s));
+  vd_rc rc = vd_smt_nf_new(&nf, s, budget);
   if (rc == VD_OK) vd_smt_nf_set_structural(nf, structural);
   if (rc == VD_OK) {
     vd_term *roots = vd_malloc(sizeof(vd_term) * (2 * n + 1));
@@ -978,12 +978,14 @@ static vd_rc nf_pass(vd_smt *s, int structural, const vd_term *par, const vd_ter
  * reduced over replicas), then the full polynomial form on the pairs still
  * open.  Each pass has the whole budget; both counts are reported. */
 static vd_rc nf_path(vd_smt *s, const vd_term *par, const vd_term *single, size_t n, int *proved,
-                     vd_smt_result *res) {
-  vd_rc rc = sum_pass(s, par, single, n, proved, res);
-  if (rc == VD_OK) rc = nf_pass(s, 1, par, single, n, proved, res);
+                     vd_smt_result *res, uint64_t budget) {
+  res->nf_steps = 0;
+  res->nf_gave_up = 0;
+  vd_rc rc = sum_pass(s, par, single, n, proved, res, budget);
+  if (rc == VD_OK) rc = nf_pass(s, 1, par, single, n, proved, res, budget);
   size_t open = 0;
   for (size_t i = 0; i < n; i++) open += !proved[i];
-  if (rc == VD_OK && open) rc = nf_pass(s, 0, par, single, n, proved, res);
+  if (rc == VD_OK && open) rc = nf_pass(s, 0, par, single, n, proved, res, budget);
   res->n_fast = 0;
   for (size_t i = 0; i < n; i++) res->n_fast += (size_t)proved[i];
   return rc;
@@ -1011,7 +1013,45 @@ vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
   }
   double t0 = vd_clock_ms();
   if (vd_smt_i_fast_path(s)) {
-    rc = nf_path(s, par, single, n, proved, res);
+    /* OPTIMIZATION-ONLY: a probe at an eighth of the budget first.  When
+     * it gives up (a stage the size of a model: a bug upstream of the
+     * inferred lineages of a boundary-only plan grows them so), the random
+     * witness runs before the rest of the budget is spent: a real bug is
+     * then found in a fraction of the normal form's work.  A probe that
+     * finishes is the normal form's result; one that gives up without a
+     * witness is discarded and the full budget runs as before.  Both are
+     * step budgets, so the path taken depends on the terms only. */
+    uint64_t full = vd_smt_i_nf_budget(s);
+    uint64_t probe = (full ? full : VD_SMT_DEFAULT_NF_STEPS) / 8;
+    int decided = 0;
+    if (probe && (full == 0 || probe < full)) {
+      rc = nf_path(s, par, single, n, proved, res, probe);
+      if (rc == VD_OK && !vd_smt_i_oom(s) && !res->nf_gave_up) {
+        decided = 1;
+      } else if (rc == VD_OK && !vd_smt_i_oom(s)) {
+        size_t n_open = 0, n_fast = res->n_fast;
+        for (size_t i = 0; i < n; i++)
+          if (!proved[i]) open[n_open++] = i;
+        int found = 0;
+        rc = witness(s, par, single, open, n_open, res, &found);
+        if (rc == VD_OK && found) {
+          res->n_fast = n_fast;
+          res->ms_fast = vd_clock_ms() - t0;
+          goto done;
+        }
+        if (rc == VD_OK) {
+          vd_smt_result_free(res);
+          memset(res, 0, sizeof(*res));
+          res->verdict = VD_SMT_INCONCLUSIVE;
+          memset(proved, 0, n * sizeof(*proved));
+        }
+      }
+      if (rc == VD_ENOMEM || vd_smt_i_oom(s)) {
+        rc = VD_OOM(d);
+        goto done;
+      }
+    }
+    if (rc == VD_OK && !decided) rc = nf_path(s, par, single, n, proved, res, full);
     if (vd_smt_i_oom(s)) {
       rc = VD_OOM(d);
       goto done;
