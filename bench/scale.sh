@@ -48,7 +48,7 @@ run() {
   word=$(head -1 "$log")
   [ "$rc" = 124 ] && word="TIMEOUT (${TO}s)"
   stages=$(sed -n 's/^  stages \([0-9]*\) (classes solved \([0-9]*\).*/\1 \2/p' "$log")
-  rep=$(sed -n 's/^  replica symmetry: the [0-9]* stages stand for \([0-9]*\) .*/\1/p' "$log")
+  rep=$(sed -n 's/^  replica and microbatch symmetry: the [0-9]* stages stand for \([0-9]*\) .*/\1/p' "$log")
   set -- $stages
   n=${1:--}; c=${2:--}
   [ -n "$rep" ] || rep=$n

@@ -100,6 +100,8 @@ typedef struct vd_stage {
   vd_attr_override *ovr; uint32_t n_ovr;
   uint32_t n_rep;        /* DP replicas this stage stands for: 1, or every replica when the
                             replica-0 stage is literally each replica's (stages/cut.c) */
+  uint32_t n_mb;         /* microbatches it stands for: 1, or more when the stage of the
+                            same group in other microbatches is literally this one */
   uint8_t reduced;       /* shapes were reduced */
   uint64_t canon_hash;   /* canonical form hash (0 = not computed) */
   int32_t canon_class;   /* representative stage id of its class, -1 if none */

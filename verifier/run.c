@@ -354,7 +354,10 @@ static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     r->n_reduced += r->set.stages[i].reduced;
   }
   r->n_represented = 0;
-  for (size_t i = 0; i < r->set.n_stages; i++) r->n_represented += r->set.stages[i].n_rep ? r->set.stages[i].n_rep : 1;
+  for (size_t i = 0; i < r->set.n_stages; i++) {
+    const vd_stage *st = &r->set.stages[i];
+    r->n_represented += (size_t)(st->n_rep ? st->n_rep : 1) * (st->n_mb ? st->n_mb : 1);
+  }
   if (!o->no_reuse) VD_CHECK(vd_stage_canon(&r->lt, &r->set, d));
   r->phase_s[VD_RUN_STAGES] += vd_clock_s() - t;
 
