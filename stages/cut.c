@@ -169,6 +169,8 @@ typedef struct {
   uint8_t *done;         /* per group (first piece): cut, or covered by another mb's stage */
   uint32_t *tp;          /* scratch: translated piece per stage value */
   size_t cap_tp;
+  vd_stage_hook hook;    /* called on every finished stage, or NULL */
+  void *hook_ctx;
 } cctx;
 
 static vd_rc add_issue(cctx *c, vd_sissue_kind kind, int single, int64_t pnode, int64_t ptensor, int32_t rank,
@@ -977,6 +979,37 @@ static void drop_last(cctx *c) {
  * (replica_uniform); otherwise, and for groups listing replicas one by one,
  * every replica is materialized: one stage holding all replicas when the
  * target slice does not move with the replica, one per replica when it does. */
+/* Members of slice group [a, b) for one way of cutting it (mode): -2 every
+ * piece for replica 0 (a stage standing for all replicas); -1 every replica
+ * of every piece (a target slice that does not move); d >= 0 replica d's
+ * copies of the pieces that move (and the per-replica pieces at d = 0). */
+static vd_rc group_members(cctx *c, size_t a, size_t b, int32_t mode) {
+  const vd_lin_table *lt = c->lt;
+  c->n_mem = 0;
+  for (size_t i = a; i < b; i++) {
+    const vd_lin_piece *p = &lt->pieces[i];
+    if (mode == -2) {
+      VD_CHECK(add_member(c, (uint32_t)i, 0));
+    } else if (!p->all_rep) {
+      if (mode <= 0) VD_CHECK(add_member(c, (uint32_t)i, p->replica));
+    } else if (mode >= 0) {
+      VD_CHECK(add_member(c, (uint32_t)i, mode));
+    } else {
+      for (int32_t r = 0; r < (int32_t)c->D; r++) VD_CHECK(add_member(c, (uint32_t)i, r));
+    }
+  }
+  return VD_OK;
+}
+
+/* Records how stage sid was cut, so that vd_stage_recut can cut it again. */
+static void note_cut(cctx *c, int64_t sid, uint32_t li, size_t a, size_t b, int32_t mode) {
+  vd_stage *st = &c->set->stages[sid];
+  st->cut_lin = li;
+  st->cut_a = (uint32_t)a;
+  st->cut_b = (uint32_t)b;
+  st->cut_mode = mode;
+}
+
 static vd_rc cut_group(cctx *c, uint32_t li, size_t a, size_t b) {
   const vd_lin_table *lt = c->lt;
   int all = c->D > 1, moving = 0;
@@ -986,8 +1019,7 @@ static vd_rc cut_group(cctx *c, uint32_t li, size_t a, size_t b) {
   }
   int64_t sid;
   if (all) {
-    c->n_mem = 0;
-    for (size_t i = a; i < b; i++) VD_CHECK(add_member(c, (uint32_t)i, 0));
+    VD_CHECK(group_members(c, a, b, -2));
     VD_CHECK(cut_target(c, li, &sid));
     if (sid < 0) return VD_OK;
     vd_stage *st = &c->set->stages[sid];
@@ -996,26 +1028,21 @@ static vd_rc cut_group(cctx *c, uint32_t li, size_t a, size_t b) {
     if (uniform) {
       if (uniform == 1) VD_CHECK(vd_stage_window(lt, st, c->d));
       st->n_rep = c->D;
+      note_cut(c, sid, li, a, b, -2);
       return VD_OK;
     }
     drop_last(c);
   }
   for (int32_t d = 0; d < (int32_t)c->D; d++) {
     if (d > 0 && !moving) break;
-    c->n_mem = 0;
-    for (size_t i = a; i < b; i++) {
-      const vd_lin_piece *p = &lt->pieces[i];
-      if (!p->all_rep) {
-        if (d == 0) VD_CHECK(add_member(c, (uint32_t)i, p->replica));
-      } else if (moving) {
-        VD_CHECK(add_member(c, (uint32_t)i, d));
-      } else {
-        for (int32_t r = 0; r < (int32_t)c->D; r++) VD_CHECK(add_member(c, (uint32_t)i, r));
-      }
-    }
+    int32_t mode = moving ? d : -1;
+    VD_CHECK(group_members(c, a, b, mode));
     if (!c->n_mem) continue;
     VD_CHECK(cut_target(c, li, &sid));
-    if (sid >= 0) VD_CHECK(vd_stage_window(lt, &c->set->stages[sid], c->d));
+    if (sid >= 0) {
+      VD_CHECK(vd_stage_window(lt, &c->set->stages[sid], c->d));
+      note_cut(c, sid, li, a, b, mode);
+    }
   }
   return VD_OK;
 }
@@ -1292,6 +1319,7 @@ static vd_rc cut_all(cctx *c) {
         c->done[a] = 1;
         VD_CHECK(cut_group(c, li, a, b));
         VD_CHECK(mb_family(c, a, b, s0));
+        for (size_t k = s0; c->hook && k < c->set->n_stages; k++) VD_CHECK(c->hook(c->hook_ctx, c->set, k, c->d));
       }
       a = b;
     }
@@ -1316,28 +1344,52 @@ static vd_rc prepare(cctx *c) {
   return VD_OK;
 }
 
-vd_rc vd_stage_cut(const vd_lin_table *lt, vd_stage_set *set, vd_diag *d) {
+static void ctx_init(cctx *c, const vd_lin_table *lt, vd_stage_set *set, vd_diag *d) {
+  memset(c, 0, sizeof(*c));
+  c->lt = lt;
+  c->set = set;
+  c->d = d;
+  c->gs = lt->gs;
+  c->gp = lt->gp;
+  c->sp = c->gs->plan;
+  c->pp = c->gp->plan;
+  c->D = c->pp->world.replicas > 0 ? (uint32_t)c->pp->world.replicas : 1;
+}
+
+static void ctx_free(cctx *c) {
+  vd_free(c->sop);
+  vd_free(c->pop);
+  vd_free(c->spos);
+  vd_free(c->ppos);
+  vd_free(c->nolin);
+  vd_free(c->stack);
+  vd_free(c->mp);
+  vd_free(c->mr);
+  vd_free(c->inst);
+  vd_free(c->grp);
+  vd_free(c->done);
+  vd_free(c->tp);
+  cone_free(&c->pc);
+  cone_free(&c->sc);
+}
+
+vd_rc vd_stage_cut_hook(const vd_lin_table *lt, vd_stage_set *set, vd_stage_hook hook, void *hook_ctx, vd_diag *d) {
   memset(set, 0, sizeof(*set));
   if (VD_NEVER(!lt || !lt->gs || !lt->gp || !lt->gp->topo || !lt->gs->topo))
     return VD_ERR(d, VD_EINTERNAL, NULL, "stages", "lineage", "expected a built lineage table");
   cctx c;
-  memset(&c, 0, sizeof(c));
-  c.lt = lt;
-  c.set = set;
-  c.d = d;
-  c.gs = lt->gs;
-  c.gp = lt->gp;
-  c.sp = c.gs->plan;
-  c.pp = c.gp->plan;
-  c.D = c.pp->world.replicas > 0 ? (uint32_t)c.pp->world.replicas : 1;
+  ctx_init(&c, lt, set, d);
+  c.hook = hook;
+  c.hook_ctx = hook_ctx;
   vd_rc rc = prepare(&c);
   if (!rc) rc = check_shapes(&c, c.gs, c.sop, 1);
   if (!rc) rc = check_shapes(&c, c.gp, c.pop, 0);
   if (!rc) rc = check_schedule(&c);
   if (!rc) rc = check_alignment(&c);
   if (!rc) {
-    /* SOUNDNESS: microbatch classes need every per-microbatch segment to run
-     * once per microbatch; with an ALIGNMENT issue every stage is cut. */
+    /* Microbatch classes are formed only when every per-microbatch segment
+     * runs once per microbatch (or its variants do together); with an
+     * ALIGNMENT issue every stage is cut. */
     c.nm = c.pp->world.nm > 1 ? (uint32_t)c.pp->world.nm : 1;
     c.mb_ok = c.nm > 1;
     for (size_t i = 0; i < set->n_issues; i++)
@@ -1345,24 +1397,68 @@ vd_rc vd_stage_cut(const vd_lin_table *lt, vd_stage_set *set, vd_diag *d) {
     rc = prepare_groups(&c);
   }
   if (!rc) rc = cut_all(&c);
-  vd_free(c.sop);
-  vd_free(c.pop);
-  vd_free(c.spos);
-  vd_free(c.ppos);
-  vd_free(c.nolin);
-  vd_free(c.stack);
-  vd_free(c.mp);
-  vd_free(c.mr);
-  vd_free(c.inst);
-  vd_free(c.grp);
-  vd_free(c.done);
-  vd_free(c.tp);
-  cone_free(&c.pc);
-  cone_free(&c.sc);
+  ctx_free(&c);
   if (rc) {
     vd_stage_set_free(set);
     return rc;
   }
   if (set->n_issues > 1) qsort(set->issues, set->n_issues, sizeof(*set->issues), issue_cmp);
   return VD_OK;
+}
+
+vd_rc vd_stage_cut(const vd_lin_table *lt, vd_stage_set *set, vd_diag *d) {
+  return vd_stage_cut_hook(lt, set, NULL, NULL, d);
+}
+
+void vd_stage_compact(vd_stage *st) {
+  if (st->compact || st->n_targets != 1) return;
+  vd_stage_target *tg = &st->targets[0];
+  /* keep the target's (piece, value) pairs at the front of idx */
+  memmove(st->idx, st->idx + tg->piece_off, (size_t)tg->n_pieces * 2 * sizeof(*st->idx));
+  uint32_t *ni = vd_realloc_array(st->idx, (size_t)tg->n_pieces * 2 + 1, sizeof(*ni));
+  if (ni) st->idx = ni;
+  tg->piece_off = 0;
+  st->n_idx = tg->n_pieces * 2;
+  vd_free(st->vals);
+  vd_free(st->nodes);
+  vd_free(st->ovr);
+  st->vals = NULL;
+  st->nodes = NULL;
+  st->ovr = NULL;
+  st->n_vals = st->n_nodes = st->n_ovr = 0;
+  st->compact = 1;
+}
+
+vd_rc vd_stage_recut(const vd_lin_table *lt, vd_stage_set *set, size_t i, vd_diag *d) {
+  vd_stage *st = &set->stages[i];
+  if (!st->compact) return VD_OK;
+  vd_stage_set tmp;
+  memset(&tmp, 0, sizeof(tmp));
+  cctx c;
+  ctx_init(&c, lt, &tmp, d);
+  int64_t sid = -1;
+  vd_rc rc = prepare(&c);
+  if (!rc) rc = group_members(&c, st->cut_a, st->cut_b, st->cut_mode);
+  if (!rc) rc = cut_target(&c, st->cut_lin, &sid);
+  if (!rc && sid != 0)
+    rc = VD_ERR(d, VD_EINTERNAL, NULL, "stage", "recut", "stage %u could not be cut again", st->id);
+  if (!rc) rc = vd_stage_window(lt, &tmp.stages[0], d);
+  if (!rc) {
+    vd_stage *n = &tmp.stages[0];
+    n->id = st->id;
+    n->n_rep = st->n_rep;
+    n->n_mb = st->n_mb;
+    n->canon_hash = st->canon_hash;
+    n->canon_class = st->canon_class;
+    n->cut_lin = st->cut_lin;
+    n->cut_a = st->cut_a;
+    n->cut_b = st->cut_b;
+    n->cut_mode = st->cut_mode;
+    vd_stage_free(st);
+    *st = *n;
+    memset(n, 0, sizeof(*n));
+  }
+  ctx_free(&c);
+  vd_stage_set_free(&tmp);
+  return rc;
 }
