@@ -110,9 +110,10 @@ if want 405b; then
     --vocab 1024 --dp 64 --tp 8 --pp 16 --nm 16
 fi
 if want dsv3; then
-  gen_run "DeepSeek-V3-like 61L dp32 tp8 pp8 nm16 ep8" "$(ref verdict_stats_large.csv 61 32 8 8 16 256)" \
-    --model moe --layers 61 --hidden 512 --heads 128 --seq 128 --batch 512 --vocab 1024 --experts 256 \
-    --topk 8 --dp 32 --tp 8 --pp 8 --nm 16 --ep 8
+  # dp32 with ep8 inside it: --dp 4 --ep 8 (bench/gendsv3.sh), 2048 ranks
+  gen_run "DeepSeek-V3-like 61L dp32(4x ep8) tp8 pp8 nm16" "$(ref verdict_stats_large.csv 61 32 8 8 16 256)" \
+    --model moe --layers 61 --hidden 512 --heads 128 --seq 128 --batch 1024 --vocab 1024 --experts 256 \
+    --topk 8 --dp 4 --tp 8 --pp 8 --nm 16 --ep 8
 fi
 if want corpus && [ -d "$CORPUS" ]; then
   conv() { # tag single.pkl parallel.pkl
