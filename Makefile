@@ -17,8 +17,13 @@ EXTRA_CFLAGS ?=
 EXTRA_LDFLAGS ?=
 CFLAGS  := $(CFLAGS_BASE) $(OPT) $(EXTRA_CFLAGS)
 
-DEB_PACKAGES := libz3-dev libgmp-dev libigraph-dev libmsgpack-dev libcmocka-dev python3 python3-msgpack \
-                clang libclang-rt-14-dev valgrind python3-torch
+# What `make demo` needs (build and run), and what the tests add: unit tests
+# (cmocka), the Python tools and their tests (msgpack, torch), the fuzz target
+# (clang with its libFuzzer runtime), the leak check (valgrind) and the
+# pictures of the HTML report (graphviz's dot).
+DEMO_PACKAGES := libz3-dev libgmp-dev libigraph-dev libmsgpack-dev
+DEB_PACKAGES := $(DEMO_PACKAGES) libcmocka-dev python3 python3-msgpack \
+                clang libclang-rt-dev valgrind python3-torch graphviz
 
 LIB_SRC := $(filter-out verifier/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
@@ -27,13 +32,15 @@ TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_SUPPORT := $(wildcard tests/support/*.c)
 E2E     := $(sort $(wildcard tests/e2e/[0-9]*.sh))
 
-.PHONY: all deps test unit e2e asan demo fuzz fuzz-short clean bugs corpus bench valgrind lint torch-demo soundness
+.PHONY: all deps deps-demo test unit e2e asan demo fuzz fuzz-short clean bugs corpus bench valgrind lint torch-demo soundness
 all: $(BIN)/verdict
 
 # Installs missing Debian packages (as root, or through sudo); does nothing
 # when all are present.
-deps:
-	@missing=""; for p in $(DEB_PACKAGES); do \
+deps: PKGS = $(DEB_PACKAGES)
+deps-demo: PKGS = $(DEMO_PACKAGES)
+deps deps-demo:
+	@missing=""; for p in $(PKGS); do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
@@ -76,13 +83,14 @@ test: deps
 	$(MAKE) unit
 	$(MAKE) e2e
 	$(MAKE) bugs
+	$(MAKE) soundness
 	$(MAKE) fuzz-short
 
 # No module includes a header of a module above it (order in the script).
 lint:
 	@sh tools/check_layers.sh
 
-# The bug-injection suite (BUGS.md): every class injected, caught by the
+# The bug-injection suite (docs/bugs.md): every class injected, caught by the
 # numeric executor and by the verifier with the expected diagnosis; every
 # unmutated plan equivalent.  Prints the table of docs/bugs.md.
 bugs: $(BIN)/verdict
@@ -139,7 +147,7 @@ fuzz: $(FUZZ_BIN)
 	$(FUZZ_BIN) -max_total_time=600 -max_len=65536 -dict=tests/fuzz/plan.dict -artifact_prefix=tests/fuzz/regressions/ \
 	  $(BUILD)/fuzz/corpus tests/fuzz/seeds tests/fuzz/regressions
 
-demo: deps
+demo: deps-demo
 	$(MAKE) all
 	@mkdir -p $(BUILD)/demo
 	$(BIN)/verdict gen --model llama3 --layers 2 --hidden 64 --heads 4 --seq 16 --batch 8 \

@@ -340,7 +340,7 @@ static int wrong_group_a2a(const vd_plan_t *p, const vd_node_t *n) {
 
 vd_rc vd_bug_i_21(vd_bug_ctx *c) {
   vd_bug_list l = {0};
-  vd_rc rc = candidates(c, wrong_group_a2a, &l); /* an EP exchange first, as in BUGS.md */
+  vd_rc rc = candidates(c, wrong_group_a2a, &l); /* an EP exchange first, as in docs/bugs.md */
   node_pred pred = l.n ? wrong_group_a2a : group_shape_ok;
   vd_bug_i_list_free(&l);
   if (rc != VD_OK) return rc;

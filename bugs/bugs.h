@@ -1,5 +1,5 @@
 /*
- * bugs/bugs.h - the mutation engine: the 25 bug classes of BUGS.md as
+ * bugs/bugs.h - the mutation engine: the 25 bug classes of docs/bugs.md as
  * mutations of a correct parallel plan.
  *
  * A mutation turns a correct parallel plan (from the generators, or any plan
@@ -14,7 +14,7 @@
  * Site selection.  Every bug has a list of candidate sites (nodes that match
  * its pattern).  opts.rank and opts.layer filter them (-1: any); "one-site"
  * bugs then take the (seed mod count)-th candidate, "every-site" bugs (the
- * ones BUGS.md phrases as "on several ranks" or that a framework would make
+ * ones docs/bugs.md phrases as "on several ranks" or that a framework would make
  * everywhere) take all candidates that pass the filters.  opts.mb is
  * used by bug 14 (which microbatch's backward the reducer overtakes; default
  * the last); for every other bug opts.mb confines the mutation to that
@@ -28,7 +28,7 @@
  * the stored ranks, the layer, and whether the mutated code runs once per
  * microbatch.
  *
- * Layer: bugs/ is bug injection (BUGS.md); it may include common/ and plans/
+ * Layer: bugs/ is bug injection (docs/bugs.md); it may include common/ and plans/
  * only.  tools/check_layers.sh (make lint) enforces the order.
  */
 #ifndef VD_BUGS_H
@@ -69,7 +69,7 @@ enum {
 };
 
 typedef struct {
-  int number;            /* 1..25, the row of BUGS.md */
+  int number;            /* 1..25, the row of docs/bugs.md */
   vd_bug_class cls;
   const char *name;      /* short identifier, e.g. "fwd-allreduce-identity" */
   const char *desc;      /* one line: what the mutation does */

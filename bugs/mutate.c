@@ -91,7 +91,7 @@ const vd_bug_info vd_bug_table[VD_BUG_COUNT] = {
      "--layer 0;--layer 1", 0},
     {22, VD_BUG_GROUP, "allgather-group-order",
      "an all_gather concatenates in a permuted process-group order instead of slice order", "PERMUTED_SLICES",
-     "PERMUTED_SLICES|WRONG_VALUE", VD_BUG_NEED_GATHER, "an all_gather over >= 2 stored ranks (sp or cp)", "--sp",
+     "PERMUTED_SLICES", VD_BUG_NEED_GATHER, "an all_gather over >= 2 stored ranks (sp or cp)", "--sp",
      "--layer 0;--layer 1", 0},
     {23, VD_BUG_OPTIMIZER, "gradnorm-unreduced",
      "the squared grad norm for clipping is not all-reduced: each rank clips with its local norm", "WRONG_VALUE",

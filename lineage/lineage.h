@@ -103,6 +103,13 @@ typedef struct vd_lin_table {
  * truncated if short): the one notation of slices in every message. */
 void vd_lin_fmt_slice(const int64_t *lo, const int64_t *hi, int32_t nd, char *buf, size_t n);
 
+/* Up-front check that the parallel plan's annotations name tensors of this
+ * single plan (lineage/pair.c): VD_EINPUT with one line naming what differs
+ * when an annotation's rank differs from its single tensor's, or when most
+ * annotations do not fit (another model or configuration). */
+vd_rc vd_lin_check_pair(const vd_plan_t *sp, const char *sm_path, const vd_plan_t *pp, const char *pm_path,
+                        vd_diag *d);
+
 /* Builds and validates the lineage table of a (single, parallel) graph pair.
  * gp must be built with expand_replicas = 0; replicas are virtual.
  * Returns VD_OK even when issues were found (read t->issues); VD_ENOMEM or

@@ -62,11 +62,15 @@ static void complete(const vd_gen_config *in, vd_gen_config *c) {
 }
 
 #define BAD(...) VD_FAIL(d, VD_EUSAGE, NULL, NULL, NULL, __VA_ARGS__)
-#define NEED_DIV(a, an, b, bn)                                                               \
-  do {                                                                                       \
-    if ((b) % (a) != 0)                                                                      \
-      BAD("%s %lld does not divide %s %lld", an, (long long)(a), bn, (long long)(b));        \
+/* note: where b was not given, what it defaulted to (the user must not be
+ * blamed for an option they never wrote). */
+#define NEED_DIV_NOTE(a, an, b, bn, note)                                                      \
+  do {                                                                                         \
+    if ((b) % (a) != 0)                                                                        \
+      BAD("%s %lld does not divide %s %lld%s", an, (long long)(a), bn, (long long)(b), note);  \
   } while (0)
+#define NEED_DIV(a, an, b, bn) NEED_DIV_NOTE(a, an, b, bn, "")
+#define DEFAULTED(field, what) (in->field ? "" : " (" what ")")
 
 vd_rc vd_gen_check(const vd_gen_config *in, vd_diag *d) {
   vd_gen_config cc, *c = &cc;
@@ -94,7 +98,7 @@ vd_rc vd_gen_check(const vd_gen_config *in, vd_diag *d) {
     if (c->ep > 1) BAD("--ep applies to moe only");
     if (c->sp) BAD("--sp applies to llama3 and moe, not mlp");
     if (c->loss == VD_GEN_LOSS_CE) BAD("--loss ce needs a vocabulary: use --loss sum with --model mlp");
-    NEED_DIV(c->tp, "--tp", c->ffn, "--ffn");
+    NEED_DIV_NOTE(c->tp, "--tp", c->ffn, "--ffn", DEFAULTED(ffn, "not given: it defaults to 4 x --hidden"));
     return VD_OK;
   }
   if (c->ep > 1 && c->model != VD_GEN_MOE) BAD("--ep applies to moe only");
@@ -102,14 +106,14 @@ vd_rc vd_gen_check(const vd_gen_config *in, vd_diag *d) {
   NEED_DIV(c->heads, "--heads", c->hidden, "--hidden");
   if ((c->hidden / c->heads) % 2) BAD("head dim --hidden/--heads = %lld must be even (rope pairs)", (long long)(c->hidden / c->heads));
   NEED_DIV(c->kv_heads, "--kv-heads", c->heads, "--heads");
-  NEED_DIV(c->tp, "--tp", c->kv_heads, "--kv-heads");
-  NEED_DIV(c->tp, "--tp", c->ffn, "--ffn");
-  NEED_DIV(c->tp, "--tp", c->vocab, "--vocab");
+  NEED_DIV_NOTE(c->tp, "--tp", c->kv_heads, "--kv-heads", DEFAULTED(kv_heads, "not given: it defaults to --heads"));
+  NEED_DIV_NOTE(c->tp, "--tp", c->ffn, "--ffn", DEFAULTED(ffn, "not given: it defaults to 2 x --hidden"));
+  NEED_DIV_NOTE(c->tp, "--tp", c->vocab, "--vocab", DEFAULTED(vocab, "not given: it defaults to 128"));
   NEED_DIV(c->cp, "--cp", c->seq, "--seq");
   if (c->sp && (c->seq / c->cp) % c->tp)
     BAD("--sp needs --seq/--cp = %lld divisible by --tp %lld", (long long)(c->seq / c->cp), (long long)c->tp);
   if (c->model == VD_GEN_MOE) {
-    NEED_DIV(c->ep, "--ep", c->experts, "--experts");
+    NEED_DIV_NOTE(c->ep, "--ep", c->experts, "--experts", DEFAULTED(experts, "not given: it defaults to 4"));
     if (c->topk > c->experts) BAD("--topk %lld exceeds --experts %lld", (long long)c->topk, (long long)c->experts);
   }
   return VD_OK;

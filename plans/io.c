@@ -816,6 +816,12 @@ vd_rc vd_plan_read_buffer(const char *buf, size_t len, const char *name, vd_plan
   if ((uint64_t)len > MAX_FILE_BYTES)
     VD_FAIL(d, VD_EINPUT, c.file, NULL, NULL, "plan of %zu bytes refused (limit 4 GiB)", len);
   if (len == 0) VD_FAIL(d, VD_EINPUT, c.file, NULL, NULL, "empty file (expected a msgpack map)");
+  /* A pickle starts with PROTO (0x80) and its version: nnScaler writes its
+   * execution plans so, and users pass them here first. */
+  if (len >= 2 && (uint8_t)buf[0] == 0x80 && (uint8_t)buf[1] >= 2 && (uint8_t)buf[1] <= 5)
+    VD_FAIL(d, VD_EINPUT, c.file, NULL, NULL,
+            "a Python pickle, not a verdict plan (msgpack); convert nnScaler plans first: "
+            "tools/nnscaler2plan --sm SINGLE.pkl --pm PARALLEL.pkl --single S.plan --parallel P.plan");
   VD_CHECK(scan((const uint8_t *)buf, len, c.file, d));
 
   msgpack_unpacked u;

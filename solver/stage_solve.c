@@ -348,6 +348,79 @@ static void unflatten(const int64_t *lo, const int64_t *hi, int ndim, int64_t fl
   }
 }
 
+/* Gathers block `blk` (of size b along dimension dim) of a row-major
+ * tensor of extents ext[] (flat terms src) into dst, in row-major order. */
+static size_t gather_block(const vd_term *src, const int64_t *ext, int ndim, int dim, int64_t b, int64_t blk,
+                           vd_term *dst) {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= ext[i];
+  int64_t inner = 1;
+  for (int i = dim + 1; i < ndim; i++) inner *= ext[i];
+  size_t k = 0;
+  for (int64_t e = 0; e < n; e++) {
+    int64_t at = (e / inner) % ext[dim];
+    if (at / b == blk) dst[k++] = src[e];
+  }
+  return k;
+}
+
+/* PERMUTED_SLICES inside a target slice: tries k = 2..8 equal blocks along
+ * each dimension; when every block of the candidate equals a distinct block
+ * of the single slice, and the order is not the identity, the diagnosis is
+ * PERMUTED_SLICES with the order in v->factor.  At most 64 equality checks
+ * per dimension and k (small: shapes are reduced). */
+static vd_rc block_permutation(solve_ctx *c, const vd_stage_target *t, const vd_smt_tensor *slice, const vd_term *acc,
+                               vd_stage_verdict *v) {
+  const vd_stage_value *sv = &c->st->vals[t->svalue];
+  int nd = sv->ndim;
+  int64_t ext[VD_MAX_DIMS], n = 1;
+  for (int i = 0; i < nd; i++) {
+    ext[i] = t->rhi[i] - t->rlo[i];
+    n *= ext[i];
+  }
+  if ((size_t)slice->numel != (size_t)n || n <= 1) return VD_OK;
+  vd_term *a = vd_calloc((size_t)n, sizeof(*a)), *b = vd_calloc((size_t)n, sizeof(*b));
+  if (!a || !b) {
+    vd_free(a);
+    vd_free(b);
+    return VD_OOM(c->d);
+  }
+  vd_rc rc = VD_OK;
+  for (int dim = 0; dim < nd && v->diagnosis == VD_DX_WRONG_VALUE; dim++) {
+    for (int64_t k = 2; k <= 8 && k <= ext[dim] && v->diagnosis == VD_DX_WRONG_VALUE; k++) {
+      if (ext[dim] % k) continue;
+      int64_t bs = ext[dim] / k, perm[8];
+      int used[8] = {0}, ok = 1, ident = 1;
+      for (int64_t i = 0; i < k && ok; i++) {
+        size_t m = gather_block(acc, ext, nd, dim, bs, i, a);
+        perm[i] = -1;
+        for (int64_t j = 0; j < k && perm[i] < 0; j++) {
+          if (used[j]) continue;
+          gather_block(slice->t, ext, nd, dim, bs, j, b);
+          int eq = 0;
+          if ((rc = proves_equal(c, a, b, m, &eq)) != VD_OK) goto out;
+          if (eq) {
+            perm[i] = j;
+            used[j] = 1;
+          }
+        }
+        ok = perm[i] >= 0;
+        ident &= perm[i] == i;
+      }
+      if (!ok || ident) continue;
+      v->diagnosis = VD_DX_PERMUTED_SLICES;
+      size_t at = (size_t)snprintf(v->factor, sizeof(v->factor), "the %lld blocks of dim %d hold blocks [", (long long)k, dim);
+      for (int64_t i = 0; i < k && at < sizeof(v->factor); i++)
+        at += (size_t)snprintf(v->factor + at, sizeof(v->factor) - at, "%s%lld", i ? "," : "", (long long)perm[i]);
+      if (at < sizeof(v->factor)) snprintf(v->factor + at, sizeof(v->factor) - at, "]");
+    }
+  }
+out:
+  vd_free(a);
+  vd_free(b);
+  return rc;
+}
+
 /* Tries MISSING_REDUCTION, EXTRA_REDUCTION / SCALE and PERMUTED_SLICES on
  * target ti, given one differing element's values (p parallel, s single).
  * v->diagnosis stays WRONG_VALUE when none is proved.  Errors: VD_ENOMEM
@@ -473,6 +546,10 @@ static vd_rc classify(solve_ctx *c, uint32_t ti, int32_t piece, const vd_smt_dif
       }
     }
   }
+  /* PERMUTED_SLICES within the slice: the candidate's k equal blocks along
+   * one dimension are the slice's blocks in another order (an all_gather
+   * that concatenates in process-group order instead of slice order). */
+  if (v->diagnosis == VD_DX_WRONG_VALUE && rc == VD_OK) rc = block_permutation(c, t, &slice, acc, v);
 done:
   vd_free(want);
   vd_free(acc);

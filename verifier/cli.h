@@ -38,6 +38,14 @@ int vd_cli_report_diag(const vd_diag *d);
 /* Writes s as a JSON string literal (quoted, escaped). */
 void vd_cli_json_str(FILE *f, const char *s);
 
+/* Prints "WHO: unknown option 'ARG'; did you mean '--x'? (see HELP)" to
+ * stderr, the suggestion being the closest option that `usage` prints, and
+ * returns the exit code of a usage error. */
+int vd_cli_unknown_option(const char *who, const char *arg, void (*usage)(FILE *), const char *help);
+
+/* Levenshtein distance of two short strings (over 64 bytes: 99). */
+int vd_cli_edit_distance(const char *a, size_t na, const char *b, size_t nb);
+
 /* Parses a non-negative decimal integer option value; returns -1 on error. */
 long vd_cli_parse_long(const char *s);
 

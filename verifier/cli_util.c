@@ -1,9 +1,12 @@
 /*
  * verifier/cli_util.c - helpers shared by the subcommands.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
 
 #include "cli.h"
 
@@ -34,4 +37,67 @@ void vd_cli_json_str(FILE *f, const char *s) {
     else fputc(c, f);
   }
   fputc('"', f);
+}
+
+int vd_cli_edit_distance(const char *a, size_t na, const char *b, size_t nb) {
+  if (na > 64 || nb > 64) return 99;
+  int row[65];
+  for (size_t j = 0; j <= nb; j++) row[j] = (int)j;
+  for (size_t i = 1; i <= na; i++) {
+    int diag = row[0];
+    row[0] = (int)i;
+    for (size_t j = 1; j <= nb; j++) {
+      int up = row[j];
+      int best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[nb];
+}
+
+/* The options a command knows are the ones its usage text lists: reading
+ * them from there keeps one list per command (no second table to forget). */
+static void closest_option(const char *arg, void (*usage)(FILE *), char *out, size_t n) {
+  out[0] = '\0';
+  char *text = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream(&text, &len);
+  if (!m) return;
+  usage(m);
+  if (fclose(m) != 0 || !text) {
+    free(text);
+    return;
+  }
+  size_t na = strlen(arg);
+  int best = 99;
+  for (const char *p = text; *p; p++) {
+    if (*p != '-' || (p > text && !isspace((unsigned char)p[-1]) && p[-1] != ',')) continue;
+    size_t k = 0;
+    while (p[k] && (isalnum((unsigned char)p[k]) || p[k] == '-' || p[k] == '_')) k++;
+    if (k < 2 || (k == na && !strncmp(p, arg, k))) {
+      p += k ? k - 1 : 0;
+      continue;
+    }
+    int dist = vd_cli_edit_distance(arg, na, p, k);
+    /* a unique-looking prefix counts as close (--thread for --threads) */
+    if (na >= 4 && k > na && !strncmp(p, arg, na)) dist = 1;
+    if (dist < best) {
+      best = dist;
+      snprintf(out, n, "%.*s", (int)k, p);
+    }
+    p += k - 1;
+  }
+  free(text); /* open_memstream's buffer comes from malloc */
+  if (best > 2 && best * 3 > (int)na) out[0] = '\0';
+}
+
+int vd_cli_unknown_option(const char *who, const char *arg, void (*usage)(FILE *), const char *help) {
+  char near[64];
+  closest_option(arg, usage, near, sizeof(near));
+  if (near[0]) fprintf(stderr, "%s: unknown option '%s'; did you mean '%s'? (see %s)\n", who, arg, near, help);
+  else fprintf(stderr, "%s: unknown option '%s' (see %s)\n", who, arg, help);
+  return VD_EXIT_BAD_INPUT;
 }

@@ -111,10 +111,12 @@ static int parse_args(int argc, char **argv, exec_args *x) {
         }
         x->o.tol = t;
       }
-    } else {
-      fprintf(stderr, "verdict exec: unknown or incomplete option '%s'\n", a);
-      usage(stderr);
+    } else if (i + 1 == argc && (!strcmp(a, "--sm") || !strcmp(a, "--pm") || !strcmp(a, "--seed") ||
+                                   !strcmp(a, "--tol") || !strcmp(a, "--dump"))) {
+      fprintf(stderr, "verdict exec: missing value for option '%s'\n", a);
       return VD_EXIT_BAD_INPUT;
+    } else {
+      return vd_cli_unknown_option("verdict exec", a, usage, "verdict exec --help");
     }
   }
   if (x->dump) {

@@ -147,7 +147,7 @@ int vd_cmd_gen(int argc, char **argv) {
     } else if (!strcmp(a, "--parallel")) {
       parallel = v;
     } else {
-      return bad("unknown option", a);
+      return vd_cli_unknown_option("verdict gen", a, usage, "verdict gen --help");
     }
   }
   if (!single || !parallel) return bad("both --single FILE and --parallel FILE are required", NULL);

@@ -1,5 +1,5 @@
 /*
- * verifier/cmd_mutate.c - `verdict mutate`: inject one bug class of BUGS.md
+ * verifier/cmd_mutate.c - `verdict mutate`: inject one bug class of docs/bugs.md
  * into a correct parallel plan (bugs/bugs.h).
  *
  *   verdict mutate --list [--tsv]
@@ -26,7 +26,7 @@ static void usage(FILE *f) {
           "usage: verdict mutate --list [--tsv]\n"
           "       verdict mutate --bug N [--rank R] [--layer L] [--microbatch M] [--seed S] [-q] IN.plan OUT.plan\n"
           "\n"
-          "Injects bug class N of BUGS.md into the correct parallel plan IN and writes OUT,\n"
+          "Injects bug class N of docs/bugs.md into the correct parallel plan IN and writes OUT,\n"
           "a well-formed plan that computes something else.\n"
           "  --rank R        mutate at stored rank R (default: any)\n"
           "  --layer L       mutate in layer L (default: any)\n"
@@ -87,10 +87,15 @@ int vd_cmd_mutate(int argc, char **argv) {
       else o.seed = (uint64_t)v;
     } else if (a[0] != '-' && nfiles < 2) {
       files[nfiles++] = a;
-    } else {
-      fprintf(stderr, "verdict mutate: unknown or incomplete option '%s'\n", a);
-      usage(stderr);
+    } else if (a[0] != '-') {
+      fprintf(stderr, "verdict mutate: IN and OUT expected, got also '%s'\n", a);
       return VD_EXIT_BAD_INPUT;
+    } else if (i + 1 == argc && (!strcmp(a, "--bug") || !strcmp(a, "--rank") || !strcmp(a, "--layer") ||
+                                 !strcmp(a, "--microbatch") || !strcmp(a, "--seed"))) {
+      fprintf(stderr, "verdict mutate: missing value for option '%s'\n", a);
+      return VD_EXIT_BAD_INPUT;
+    } else {
+      return vd_cli_unknown_option("verdict mutate", a, usage, "verdict mutate --help");
     }
   }
   if (do_list) return list(tsv);

@@ -364,10 +364,13 @@ static int stats(FILE *f, const vd_plan_t *p, const char *path) {
 static int cmd_strip(int argc, char **argv) {
   const char *keep = NULL, *in = NULL, *out = NULL;
   for (int i = 2; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      plan_usage(stdout);
+      return VD_EXIT_OK;
+    }
     if (strcmp(argv[i], "--keep") == 0 && i + 1 < argc) keep = argv[++i];
     else if (argv[i][0] == '-' && argv[i][1]) {
-      fprintf(stderr, "verdict: plan strip: unknown option '%s'\n", argv[i]);
-      return VD_EXIT_BAD_INPUT;
+      return vd_cli_unknown_option("verdict plan strip", argv[i], plan_usage, "verdict plan --help");
     } else if (!in) in = argv[i];
     else if (!out) out = argv[i];
     else {
@@ -411,10 +414,15 @@ int vd_cmd_plan(int argc, char **argv) {
   int json = 0;
   const char *path = NULL;
   for (int i = 2; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      plan_usage(stdout);
+      return VD_EXIT_OK;
+    }
     if (strcmp(argv[i], "--json") == 0 && strcmp(sub, "dump") == 0) json = 1;
     else if (argv[i][0] == '-' && argv[i][1]) {
-      fprintf(stderr, "verdict: plan %s: unknown option '%s'\n", sub, argv[i]);
-      return VD_EXIT_BAD_INPUT;
+      char who[64];
+      snprintf(who, sizeof(who), "verdict plan %s", sub);
+      return vd_cli_unknown_option(who, argv[i], plan_usage, "verdict plan --help");
     } else if (!path) path = argv[i];
     else {
       fprintf(stderr, "verdict: plan %s: one FILE expected, got also '%s'\n", sub, argv[i]);

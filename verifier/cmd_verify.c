@@ -15,6 +15,7 @@
 
 #include "../common/limits.h"
 #include "cli.h"
+#include "report.h"
 #include "run.h"
 
 static void verify_usage(FILE *f) {
@@ -27,7 +28,12 @@ static void verify_usage(FILE *f) {
           "  --sm FILE            single-device plan (required)\n"
           "  --pm FILE            parallel plan (required)\n"
           "  --threads N          solver threads (default: all cores)\n"
-          "  --json FILE          also write the report as JSON\n"
+          "  --json FILE          also write the report as JSON (docs/report-format.md);\n"
+          "                       '-' writes it to stdout (the text report then goes to stderr)\n"
+          "  --html FILE          also write a self-contained HTML page with a Graphviz picture\n"
+          "                       of each finding's representative stage\n"
+          "  --junit FILE         also write JUnit XML: a failing test case per finding\n"
+          "  --dot-stage N FILE   write stage N's graph (any verdict) in Graphviz dot\n"
           "  --stage-budget N     deterministic work limit per stage, in millions of steps of\n"
           "                       the normal form and of Z3 resource units (default %g;\n"
           "                       fractions allowed; 'none' = unlimited; 0 is refused).\n"
@@ -35,7 +41,8 @@ static void verify_usage(FILE *f) {
           "  --stage-timeout S    wall-clock backstop per stage in seconds, fractions allowed\n"
           "                       (default %d; 'none' = no limit; 0 is refused).  Load-\n"
           "                       dependent: a stage it stops is INCONCLUSIVE (wall-clock)\n"
-          "  --max-failures N     failing stages reported in detail (default %d, 0 = all)\n"
+          "  --max-failures N     entries of each list printed (failing stages, structural\n"
+          "                       problems, inconclusive stages; default %d, 0 = all)\n"
           "  --seed N             seed of the solver's random witness, >= 1 (default %d)\n"
           "  --no-reuse           solve every stage, not one per symmetry class\n"
           "  --no-fast-path       skip the normal-form comparison, always call the solver\n"
@@ -96,6 +103,31 @@ static int parse_budget(const char *opt, const char *val, uint64_t *units) {
   return 0;
 }
 
+/* Whether an output file can be written: it exists and is writable, or its
+ * directory exists and is writable.  "-" (stdout) only where allowed. */
+static int writable(const char *opt, const char *path, int dash_ok) {
+  if (!strcmp(path, "-")) {
+    if (dash_ok) return 1;
+    fprintf(stderr, "verdict: %s: '-' (stdout) is only accepted by --json; give a file name\n", opt);
+    return 0;
+  }
+  if (access(path, F_OK) == 0) {
+    if (access(path, W_OK) == 0) return 1;
+    fprintf(stderr, "verdict: %s %s: the file is not writable\n", opt, path);
+    return 0;
+  }
+  char dir[4096];
+  snprintf(dir, sizeof(dir), "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash) snprintf(dir, sizeof(dir), ".");
+  else if (slash == dir) dir[1] = '\0';
+  else *slash = '\0';
+  if (access(dir, W_OK) == 0) return 1;
+  fprintf(stderr, "verdict: %s %s: cannot create the file (directory '%s' %s)\n", opt, path, dir,
+          access(dir, F_OK) == 0 ? "is not writable" : "does not exist");
+  return 0;
+}
+
 static int parse(int argc, char **argv, vd_run_opts *o) {
   memset(o, 0, sizeof(*o));
   o->stage_timeout_ms = VD_LIM_STAGE_TIMEOUT_MS;
@@ -112,7 +144,7 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
     }
     int takes = !strcmp(a, "--sm") || !strcmp(a, "--pm") || !strcmp(a, "--json") || !strcmp(a, "--threads") ||
                 !strcmp(a, "--stage-timeout") || !strcmp(a, "--stage-budget") || !strcmp(a, "--max-failures") || !strcmp(a, "--seed") ||
-                !strcmp(a, "--dump-stages");
+                !strcmp(a, "--dump-stages") || !strcmp(a, "--html") || !strcmp(a, "--junit") || !strcmp(a, "--dot-stage");
     if (takes && !val) {
       fprintf(stderr, "verdict: missing value for option '%s'\n", a);
       return VD_EXIT_BAD_INPUT;
@@ -121,6 +153,16 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
     else if (!strcmp(a, "--pm")) o->pm = argv[++i];
     else if (!strcmp(a, "--json")) o->json_path = argv[++i];
     else if (!strcmp(a, "--dump-stages")) o->dump_stages = argv[++i];
+    else if (!strcmp(a, "--html")) o->html_path = argv[++i];
+    else if (!strcmp(a, "--junit")) o->junit_path = argv[++i];
+    else if (!strcmp(a, "--dot-stage")) {
+      if (need_num(a, argv[++i], &n) || i + 1 >= argc) {
+        if (n >= 0) fprintf(stderr, "verdict: --dot-stage N FILE: missing FILE\n");
+        return VD_EXIT_BAD_INPUT;
+      }
+      o->dot_stage = n;
+      o->dot_path = argv[++i];
+    }
     else if (!strcmp(a, "--threads")) {
       if (need_num(a, argv[++i], &n) || n < 1 || n > 1024) {
         if (n >= 0) fprintf(stderr, "verdict: --threads: expected 1..1024, got %ld\n", n);
@@ -149,14 +191,22 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
     else if (!strcmp(a, "-q")) o->quiet = 1;
     else if (!strcmp(a, "-v")) o->verbose = 1;
     else {
-      fprintf(stderr, "verdict: unknown option '%s' (see verdict --sm S --pm P --help)\n", a);
-      return VD_EXIT_BAD_INPUT;
+      if (a[0] != '-')
+        return fprintf(stderr, "verdict: unexpected argument '%s': plans are given as --sm SINGLE.plan --pm "
+                               "PARALLEL.plan\n", a), VD_EXIT_BAD_INPUT;
+      return vd_cli_unknown_option("verdict", a, verify_usage, "verdict --sm S --pm P --help");
     }
   }
   if (!o->sm || !o->pm) {
     fprintf(stderr, "verdict: both --sm SINGLE and --pm PARALLEL are required\n");
     return VD_EXIT_BAD_INPUT;
   }
+  /* An output that cannot be written is a usage error found now, not after
+   * a full run. */
+  const char *outs[][2] = {{"--json", o->json_path}, {"--html", o->html_path}, {"--junit", o->junit_path},
+                           {"--dump-stages", o->dump_stages}, {"--dot-stage", o->dot_path}};
+  for (size_t k = 0; k < sizeof(outs) / sizeof(outs[0]); k++)
+    if (outs[k][1] && !writable(outs[k][0], outs[k][1], !strcmp(outs[k][0], "--json"))) return VD_EXIT_BAD_INPUT;
   return 0;
 }
 
@@ -172,9 +222,13 @@ int vd_cmd_verify(int argc, char **argv) {
     vd_run_free(&r);
     return vd_cli_report_diag(&d);
   }
-  vd_report_text(&r, &o, stdout);
+  /* With --json - the JSON owns stdout and the text report goes to stderr. */
+  vd_report_text(&r, &o, o.json_path && !strcmp(o.json_path, "-") ? stderr : stdout);
   int code = vd_run_exit_code(&r);
   if (o.json_path && vd_report_json(&r, &o, o.json_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
+  if (o.html_path && vd_report_html(&r, &o, o.html_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
+  if (o.junit_path && vd_report_junit(&r, &o, o.junit_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
+  if (o.dot_path && vd_report_dot_stage(&r, (size_t)o.dot_stage, o.dot_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
   if (o.dump_stages && vd_report_stages(&r, o.dump_stages, &d) != VD_OK) code = vd_cli_report_diag(&d);
   vd_run_free(&r);
   if (vd_smt_orphans()) {

@@ -20,7 +20,7 @@ static const command_t commands[] = {
     {"plan", vd_cmd_plan, "plan validate|dump|stats FILE: inspect a plan file"},
     {"gen", vd_cmd_gen, "generate a single-device and a parallel plan for a model"},
     {"exec", vd_cmd_exec, "run both plans numerically and compare (the oracle)"},
-    {"mutate", vd_cmd_mutate, "inject a bug class of BUGS.md into a parallel plan"},
+    {"mutate", vd_cmd_mutate, "inject a bug class of docs/bugs.md into a parallel plan"},
     {"limits", vd_cmd_limits, "every limit and default, with the reason for its value"},
 };
 
@@ -106,6 +106,19 @@ static int run(int argc, char **argv) {
   for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
     if (strcmp(a, commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
   if (a[0] == '-') return vd_cmd_verify(argc, argv);
-  fprintf(stderr, "verdict: unknown command '%s' (see verdict --help)\n", a);
+  /* `verdict single.plan tp2.plan`: the main form names its plans. */
+  if (strchr(a, '.') || strchr(a, '/')) {
+    fprintf(stderr, "verdict: '%s' is not a command; to verify a pair of plans: verdict --sm SINGLE.plan --pm "
+                    "PARALLEL.plan (see verdict --help)\n", a);
+    return VD_EXIT_BAD_INPUT;
+  }
+  const char *near = NULL;
+  int best = 3;
+  for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++) {
+    int dist = vd_cli_edit_distance(a, strlen(a), commands[i].name, strlen(commands[i].name));
+    if (dist < best) best = dist, near = commands[i].name;
+  }
+  if (near) fprintf(stderr, "verdict: unknown command '%s'; did you mean '%s'? (see verdict --help)\n", a, near);
+  else fprintf(stderr, "verdict: unknown command '%s' (see verdict --help)\n", a);
   return VD_EXIT_BAD_INPUT;
 }

@@ -7,13 +7,22 @@
  * target lineage, nodes, hypotheses, the counterexample's exact values with
  * the disagreeing copies flagged, the first diverging parallel node and the
  * diagnosis; then inconclusive stages with their reasons.
+ *
+ * Failures are reported as findings (verifier/findings.c): one block per
+ * root cause with its footprint, a hint, and one representative stage or
+ * structural entry printed in full.  The JSON report keeps every failing
+ * stage in "failures" and adds "findings"; docs/report-format.md is its
+ * contract.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../common/mem.h"
 #include "cli.h"
+#include "findings.h"
+#include "report.h"
 #include "run.h"
 
 static const char *verdict_word(const vd_run *r) {
@@ -60,95 +69,12 @@ static void piece_facts(const vd_run *r, int32_t piece, piece_info *pi) {
 }
 
 
-static const vd_node_t *stage_pnode(const vd_run *r, const vd_stage_node *sn, const vd_plan_t **plan) {
-  const vd_graph_t *g = sn->side ? &r->pg : &r->sg;
-  *plan = g->plan;
-  return &g->plan->nodes[g->nodes[sn->gnode].pnode];
-}
-
-static int attr_equal(const vd_plan_t *a, const vd_attr_t *x, const vd_plan_t *b, const vd_attr_t *y) {
-  if (x->kind != y->kind || x->len != y->len) return 0;
-  switch (x->kind) {
-  case VD_ATTR_INT: return x->v.i == y->v.i;
-  case VD_ATTR_FLOAT: return x->v.f == y->v.f;
-  case VD_ATTR_STR: return strcmp(vd_plan_s(a, x->v.s), vd_plan_s(b, y->v.s)) == 0;
-  case VD_ATTR_INTS: return memcmp(a->ints + x->v.off, b->ints + y->v.off, x->len * sizeof(int64_t)) == 0;
-  case VD_ATTR_FLOATS: return memcmp(a->floats + x->v.off, b->floats + y->v.off, x->len * sizeof(double)) == 0;
-  }
-  return 0;
-}
-
-static void fmt_attr(char *buf, size_t n, const vd_plan_t *p, const vd_attr_t *a) {
-  switch (a->kind) {
-  case VD_ATTR_INT: snprintf(buf, n, "%lld", (long long)a->v.i); break;
-  case VD_ATTR_FLOAT: snprintf(buf, n, "%.17g", a->v.f); break;
-  case VD_ATTR_STR: snprintf(buf, n, "'%s'", vd_plan_s(p, a->v.s)); break;
-  default: snprintf(buf, n, "[%u values]", a->len); break;
-  }
-}
-
-/* First diverging parallel node of a failing stage: the first parallel node
- * (stage order) whose attributes differ from the single plan's node of the
- * same source name and operator; else the producer of the first flagged
- * piece.  Writes a one-line description; returns the stage node or -1. */
-static int32_t first_diverging(const vd_run *r, const vd_stage *st, const vd_stage_verdict *v, char *why,
-                               size_t n_why) {
-  why[0] = '\0';
-  for (uint32_t i = 0; i < st->n_nodes; i++) {
-    const vd_stage_node *sn = &st->nodes[i];
-    if (!sn->side) continue;
-    const vd_plan_t *pp;
-    const vd_node_t *pn = stage_pnode(r, sn, &pp);
-    const char *name = vd_plan_s(pp, pn->name);
-    if (!name[0]) continue;
-    for (size_t k = 0; k < r->sp.n_nodes; k++) {
-      const vd_node_t *sn2 = &r->sp.nodes[k];
-      if (strcmp(vd_plan_s(&r->sp, sn2->name), name) || strcmp(vd_node_op(&r->sp, sn2), vd_node_op(pp, pn))) continue;
-      for (uint32_t a = 0; a < pn->n_attr; a++) {
-        const vd_attr_t *pa = &pp->attrs[pn->attr_off + a];
-        const vd_attr_t *sa = vd_node_attr(&r->sp, sn2, vd_plan_s(pp, pa->key));
-        if (sa && !attr_equal(pp, pa, &r->sp, sa)) {
-          char x[64], y[64];
-          fmt_attr(x, sizeof(x), pp, pa);
-          fmt_attr(y, sizeof(y), &r->sp, sa);
-          snprintf(why, n_why, "attribute '%s' is %s here, %s in the single-device plan", vd_plan_s(pp, pa->key), x, y);
-          return (int32_t)i;
-        }
-      }
-      break;
-    }
-  }
-  if (v->n_flagged > 0) {
-    const vd_lin_piece *pc = &r->lt.pieces[v->flagged_pieces[0]];
-    for (uint32_t i = 0; i < st->n_vals; i++) {
-      const vd_stage_value *sv = &st->vals[i];
-      if (sv->side == 1 && sv->value == pc->value && sv->replica == pc->replica && sv->producer >= 0) {
-        snprintf(why, n_why, "produces the first disagreeing copy");
-        return sv->producer;
-      }
-    }
-  }
-  return -1;
-}
-
-static void fmt_node(char *buf, size_t n, const vd_run *r, const vd_stage_node *sn) {
-  const vd_plan_t *p;
-  const vd_node_t *pn = stage_pnode(r, sn, &p);
-  const vd_graph_t *g = sn->side ? &r->pg : &r->sg;
-  int32_t mb = g->nodes[sn->gnode].mb;
-  char mbs[24] = "";
-  if (mb >= 0) snprintf(mbs, sizeof(mbs), " mb %d", mb);
-  if (sn->side)
-    snprintf(buf, n, "rank %lld%s %s '%s' (node %lld)", (long long)vd_graph_rank(g, pn->rank, sn->replica), mbs,
-             vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id);
-  else
-    snprintf(buf, n, "single %s '%s' (node %lld)", vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id);
-}
-
 /* ---- text -------------------------------------------------------------------- */
 
-static void text_stage_failure(const vd_run *r, const vd_stage *st, const vd_stage_verdict *v, FILE *f) {
-  fprintf(f, "\n-- stage %u: NOT EQUIVALENT -- diagnosis %s", st->id, vd_diagnosis_names[v->diagnosis]);
+void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
+  const vd_stage *st = &r->set.stages[stage];
+  const vd_stage_verdict *v = &r->verdicts[stage];
+  fprintf(f, "-- stage %u: NOT EQUIVALENT -- diagnosis %s", st->id, vd_diagnosis_names[v->diagnosis]);
   if (v->factor[0]) fprintf(f, " (%s%s)", v->diagnosis == VD_DX_SCALE || v->diagnosis == VD_DX_EXTRA_REDUCTION ? "factor " : "", v->factor);
   fputc('\n', f);
   char sl[256], line[512];
@@ -170,7 +96,7 @@ static void text_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
       fprintf(f, "     ... (%u parallel nodes in all)\n", st->n_nodes - n_single);
       break;
     }
-    fmt_node(line, sizeof(line), r, &st->nodes[i]);
+    vd_rep_fmt_node(line, sizeof(line), r, &st->nodes[i]);
     fprintf(f, "     %s\n", line);
   }
   fprintf(f, "   hypotheses (proven or initial lineages):\n");
@@ -218,9 +144,9 @@ static void text_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
   if (v->diagnosis == VD_DX_MISSING_REDUCTION)
     fprintf(f, "   Ts = sum of the Tp copies, while each copy claims the whole value: a reduction is missing\n");
   char why[256];
-  int32_t dn = first_diverging(r, st, v, why, sizeof(why));
+  int32_t dn = vd_rep_diverging(r, stage, why, sizeof(why));
   if (dn >= 0) {
-    fmt_node(line, sizeof(line), r, &st->nodes[dn]);
+    vd_rep_fmt_node(line, sizeof(line), r, &st->nodes[dn]);
     fprintf(f, "   first diverging parallel node: %s: %s\n", line, why);
   }
   if (v->n_flagged) {
@@ -292,10 +218,68 @@ static void text_slowest(const vd_run *r, FILE *f) {
   text_top(r, f, key_work, "hardest stages by work");
 }
 
+void vd_report_text_issue(const vd_run *r, const vd_issue *is, FILE *f) {
+  (void)r;
+  fprintf(f, "-- %s (%s %s)", vd_diagnosis_names[is->diagnosis], is->source, is->kind_name);
+  if (is->rank >= 0) fprintf(f, " rank %lld", (long long)is->rank);
+  if (is->mb >= 0) fprintf(f, " mb %lld", (long long)is->mb);
+  fprintf(f, "\n   %s\n", is->detail);
+}
+
+void vd_report_text_finding(const vd_run *r, const vd_finding *fd, FILE *f) {
+  char title[512], fp[1024];
+  vd_rep_fmt_title(title, sizeof(title), r, fd);
+  vd_rep_fmt_footprint(fp, sizeof(fp), fd);
+  fprintf(f, "%s\n", title);
+  fprintf(f, "   footprint: %s\n", fp);
+  if (fd->n_stages > 1 || (fd->structural && fd->n_stages)) {
+    fprintf(f, "   %s:", fd->structural ? "failing stages that follow from it" : "stages");
+    for (size_t j = 0; j < fd->n_stages && j < 24; j++) fprintf(f, " %zu", fd->stages[j]);
+    if (fd->n_stages > 24) fprintf(f, " ... (%zu in all)", fd->n_stages);
+    fputc('\n', f);
+  }
+  fprintf(f, "   hint: %s\n", vd_findings_hint(fd->diagnosis));
+  if (fd->structural) {
+    fprintf(f, "   representative entry%s:\n", fd->n_issues > 1 ? " (the others differ in rank, microbatch or layer)" : "");
+    vd_report_text_issue(r, &r->issues[fd->rep], f);
+  } else {
+    fprintf(f, "   representative stage:\n");
+    vd_report_text_stage(r, fd->rep, f);
+  }
+}
+
+/* One block per finding: title, footprint, hint, and its representative in
+ * full; beyond --max-failures, one line per finding. */
+static void text_findings(const vd_run *r, const vd_run_opts *o, const vd_findings *fs, FILE *f) {
+  char title[512], fp[1024];
+  for (size_t k = 0; k < fs->n; k++) {
+    const vd_finding *fd = &fs->v[k];
+    vd_rep_fmt_title(title, sizeof(title), r, fd);
+    vd_rep_fmt_footprint(fp, sizeof(fp), fd);
+    if (o->max_failures > 0 && k >= (size_t)o->max_failures) {
+      /* Past the cap, the titles of as many more; --json lists them all. */
+      if (k == (size_t)o->max_failures)
+        fprintf(f, "\n(%zu findings in all; --max-failures %d; --json lists every one)\n", fs->n, o->max_failures);
+      if (k >= 2 * (size_t)o->max_failures) break;
+      fprintf(f, "== finding %zu: %s; %s\n", k + 1, title, fp);
+      continue;
+    }
+    fprintf(f, "\n== finding %zu of %zu: ", k + 1, fs->n);
+    vd_report_text_finding(r, fd, f);
+  }
+}
+
 void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
+  vd_findings fs;
+  vd_diag d;
+  vd_diag_clear(&d);
+  int have_fs = vd_findings_build(r, &fs, &d) == VD_OK;
   fprintf(f, "%s\n", verdict_word(r));
   fprintf(f, "  stages %zu (classes solved %zu, reduced %zu, by normal form %zu): %zu equivalent, %zu not equivalent, %zu inconclusive\n",
           r->set.n_stages, r->n_solved, r->n_reduced, r->n_fast, r->n_equiv, r->n_not_equiv, r->n_inconclusive);
+  if (have_fs && fs.n)
+    fprintf(f, "  findings: %zu (failures grouped by root cause; %zu failing stages, %zu structural entries)\n", fs.n,
+            r->n_not_equiv, r->n_issues + r->n_issues_dropped);
   if (r->n_represented > r->set.n_stages)
     fprintf(f, "  replica and microbatch symmetry: the %zu stages stand for %zu per-replica, per-microbatch stages\n", r->set.n_stages,
             r->n_represented);
@@ -312,30 +296,28 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   if (!o->quiet) {
     fprintf(f, "  time:");
     for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, " %s %.3fs", vd_run_phase_names[i], r->phase_s[i]);
-    fprintf(f, "; peak %.1f MB; %d thread(s)\n", (double)r->peak_bytes / 1e6, r->threads_used);
+    fprintf(f, "; peak %.1f MB (process; verdict's own allocations %.1f MB); %d thread(s)\n", (double)r->peak_bytes / 1e6,
+            (double)r->peak_tracked_bytes / 1e6, r->threads_used);
     if (o->verbose && r->verdicts) text_slowest(r, f);
   }
-  for (size_t i = 0; i < r->n_issues; i++) {
-    const vd_issue *is = &r->issues[i];
-    fprintf(f, "\n-- %s (%s %s)", vd_diagnosis_names[is->diagnosis], is->source, is->kind_name);
-    if (is->rank >= 0) fprintf(f, " rank %lld", (long long)is->rank);
-    if (is->mb >= 0) fprintf(f, " mb %lld", (long long)is->mb);
-    fprintf(f, "\n   %s\n", is->detail);
+  /* --max-failures caps the findings printed in detail (the rest get one
+   * line each) and the inconclusive stages listed. */
+  size_t cap = o->max_failures > 0 ? (size_t)o->max_failures : SIZE_MAX;
+  if (have_fs) {
+    text_findings(r, o, &fs, f);
+    vd_findings_free(&fs);
+  } else {
+    fprintf(f, "\n(out of memory while grouping the failures into findings)\n");
   }
-  int shown = 0;
+  size_t inconclusive = 0;
   for (size_t i = 0; i < r->set.n_stages; i++) {
     const vd_stage_verdict *v = &r->verdicts[i];
-    if (v->verdict != VD_SMT_NOT_EQUIVALENT) continue;
-    if (o->max_failures > 0 && shown >= o->max_failures) {
-      fprintf(f, "\n(%zu failing stages in all; --max-failures %d)\n", r->n_not_equiv, o->max_failures);
+    if (v->verdict != VD_SMT_INCONCLUSIVE) continue;
+    if (inconclusive++ >= cap) {
+      fprintf(f, "\n(%zu inconclusive stages in all; --max-failures %d)\n", r->n_inconclusive, o->max_failures);
       break;
     }
-    text_stage_failure(r, &r->set.stages[i], v, f);
-    shown++;
-  }
-  for (size_t i = 0; i < r->set.n_stages; i++) {
-    const vd_stage_verdict *v = &r->verdicts[i];
-    if (v->verdict == VD_SMT_INCONCLUSIVE) fprintf(f, "\n-- stage %zu: INCONCLUSIVE: %s\n", i, v->reason);
+    fprintf(f, "\n-- stage %zu: INCONCLUSIVE: %s\n", i, v->reason);
   }
 }
 
@@ -359,19 +341,59 @@ static void jpiece(FILE *f, const vd_run *r, int32_t piece) {
   fputc('}', f);
 }
 
-static void json_stage_failure(const vd_run *r, const vd_stage *st, const vd_stage_verdict *v, FILE *f) {
-  fprintf(f, "{\"kind\":\"stage\",\"stage\":%u,\"diagnosis\":\"%s\",\"factor\":", st->id, vd_diagnosis_names[v->diagnosis]);
+/* An integer or null (for "none", i.e. negative). */
+static void jint(FILE *f, int64_t x) {
+  if (x < 0) fputs("null", f);
+  else fprintf(f, "%lld", (long long)x);
+}
+
+/* A plan node as a record: {"node","plan","op","name","rank","mb","layer"}. */
+static void jplan_node_fields(FILE *f, const vd_run *r, int side, int64_t pnode, int64_t rank, int64_t mb) {
+  const vd_plan_t *p = side ? &r->pp : &r->sp;
+  const vd_node_t *pn = &p->nodes[pnode];
+  fprintf(f, "\"node\":%lld,\"plan\":\"%s\",\"op\":", (long long)pn->id, side ? "parallel" : "single");
+  vd_cli_json_str(f, vd_node_op(p, pn));
+  fputs(",\"name\":", f);
+  vd_cli_json_str(f, vd_plan_s(p, pn->name));
+  fputs(",\"rank\":", f);
+  jint(f, rank);
+  fputs(",\"mb\":", f);
+  jint(f, mb);
+  fputs(",\"layer\":", f);
+  jint(f, pn->layer);
+}
+
+static void jplan_node(FILE *f, const vd_run *r, int side, int64_t pnode, int64_t rank, int64_t mb) {
+  fputc('{', f);
+  jplan_node_fields(f, r, side, pnode, rank, mb);
+  fputc('}', f);
+}
+
+static void jstage_node(FILE *f, const vd_run *r, const vd_stage_node *sn) {
+  const vd_graph_t *g = sn->side ? &r->pg : &r->sg;
+  uint32_t pn = g->nodes[sn->gnode].pnode;
+  jplan_node(f, r, sn->side, pn, sn->side ? vd_graph_rank(g, g->plan->nodes[pn].rank, sn->replica) : -1,
+             g->nodes[sn->gnode].mb);
+}
+
+static void json_stage_failure(const vd_run *r, size_t stage, FILE *f) {
+  const vd_stage *st = &r->set.stages[stage];
+  const vd_stage_verdict *v = &r->verdicts[stage];
+  fprintf(f, "{\"kind\":\"stage\",\"stage\":%u,\"class\":", st->id);
+  jint(f, st->canon_class);
+  fprintf(f, ",\"replicas\":%u,\"diagnosis\":\"%s\",\"factor\":", st->n_rep ? st->n_rep : 1, vd_diagnosis_names[v->diagnosis]);
   vd_cli_json_str(f, v->factor);
-  fputs(",\"targets\":[", f);
+  fprintf(f, ",\"has_counterexample\":%s,\"targets\":[", v->n_elems ? "true" : "false");
   for (uint32_t ti = 0; ti < st->n_targets; ti++) {
     const vd_stage_target *t = &st->targets[ti];
     const vd_stage_value *sv = &st->vals[t->svalue];
     const vd_tensor_t *ts = &r->sp.tensors[r->sg.values[sv->value].tensor];
+    int inf = r->inferred && t->n_pieces && r->inferred[r->lt.pieces[st->idx[t->piece_off]].ptensor];
     fprintf(f, "%s{\"single\":", ti ? "," : "");
     vd_cli_json_str(f, vd_plan_s(&r->sp, ts->name));
     fputs(",\"slice\":", f);
     jslice(f, t->lo, t->hi, sv->ndim);
-    fprintf(f, ",\"parts\":%lld}", (long long)t->part_n);
+    fprintf(f, ",\"parts\":%lld,\"pieces\":%u,\"inferred\":%s}", (long long)t->part_n, t->n_pieces, inf ? "true" : "false");
   }
   fputs("],\"flagged\":[", f);
   for (size_t i = 0; i < v->n_flagged; i++) {
@@ -399,25 +421,28 @@ static void json_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
     if (pass == 0) fputs("],\"microbatches\":[", f);
   }
   fputs("],\"nodes\":[", f);
-  char line[512];
   for (uint32_t i = 0; i < st->n_nodes; i++) {
-    fmt_node(line, sizeof(line), r, &st->nodes[i]);
     if (i) fputc(',', f);
-    vd_cli_json_str(f, line);
+    jstage_node(f, r, &st->nodes[i]);
+  }
+  fputs("],\"hypotheses\":[", f);
+  int nh = 0;
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    const vd_stage_value *sv = &st->vals[i];
+    if (sv->side != 1 || sv->producer >= 0 || sv->leaf_piece < 0) continue;
+    if (nh++) fputc(',', f);
+    jpiece(f, r, sv->leaf_piece);
   }
   fputs("],\"first_diverging_node\":", f);
   char why[256];
-  int32_t dn = first_diverging(r, st, v, why, sizeof(why));
+  int32_t dn = vd_rep_diverging(r, stage, why, sizeof(why));
   if (dn >= 0) {
-    const vd_plan_t *p;
     const vd_stage_node *sn = &st->nodes[dn];
-    const vd_node_t *pn = stage_pnode(r, sn, &p);
     const vd_graph_t *g = sn->side ? &r->pg : &r->sg;
-    fprintf(f, "{\"node\":%lld,\"rank\":%lld,\"mb\":%d,\"op\":", (long long)pn->id,
-            (long long)vd_graph_rank(g, pn->rank, sn->replica), g->nodes[sn->gnode].mb);
-    vd_cli_json_str(f, vd_node_op(p, pn));
-    fputs(",\"name\":", f);
-    vd_cli_json_str(f, vd_plan_s(p, pn->name));
+    uint32_t pn = g->nodes[sn->gnode].pnode;
+    fprintf(f, "{\"stage_node\":%d,", dn);
+    jplan_node_fields(f, r, sn->side, pn, sn->side ? vd_graph_rank(g, g->plan->nodes[pn].rank, sn->replica) : -1,
+                      g->nodes[sn->gnode].mb);
     fputs(",\"why\":", f);
     vd_cli_json_str(f, why);
     fputc('}', f);
@@ -446,8 +471,8 @@ static void json_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
       fputs(k ? ",{" : "{", f);
       fputs("\"piece\":", f);
       if (cp->piece >= 0) jpiece(f, r, cp->piece);
-      else fputs("\"sum of parts\"", f);
-      fputs(",\"value\":", f);
+      else fputs("null", f);
+      fprintf(f, ",\"sum_of_parts\":%s,\"value\":", cp->piece >= 0 ? "false" : "true");
       vd_cli_json_str(f, cp->exact);
       fprintf(f, ",\"differs\":%s}", cp->disagrees ? "true" : "false");
     }
@@ -456,37 +481,118 @@ static void json_stage_failure(const vd_run *r, const vd_stage *st, const vd_sta
   fputs("]}", f);
 }
 
+/* A structural entry with structured fields: plan, node record, tensor
+ * record, rank/replica/mb (null when none), operand field, detail. */
+static void json_issue(FILE *f, const vd_run *r, const vd_issue *is) {
+  const vd_plan_t *p = is->single ? &r->sp : &r->pp;
+  fprintf(f, "{\"kind\":\"structural\",\"diagnosis\":\"%s\",\"source\":\"%s\",\"issue\":\"%s\",\"plan\":\"%s\",\"node\":",
+          vd_diagnosis_names[is->diagnosis], is->source, is->kind_name, is->single ? "single" : "parallel");
+  if (is->pnode >= 0 && (size_t)is->pnode < p->n_nodes) jplan_node(f, r, !is->single, is->pnode, is->rank, is->mb);
+  else fputs("null", f);
+  fputs(",\"tensor\":", f);
+  if (is->tensor >= 0 && (size_t)is->tensor < p->n_tensors) {
+    const vd_tensor_t *t = &p->tensors[is->tensor];
+    fprintf(f, "{\"tensor_id\":%lld,\"name\":", (long long)t->id);
+    vd_cli_json_str(f, vd_plan_s(p, t->name));
+    fputs("}", f);
+  } else {
+    fputs("null", f);
+  }
+  fputs(",\"single_tensor\":", f);
+  if (is->stensor >= 0 && (size_t)is->stensor < r->sp.n_tensors) vd_cli_json_str(f, vd_plan_s(&r->sp, r->sp.tensors[is->stensor].name));
+  else fputs("null", f);
+  fputs(",\"rank\":", f);
+  jint(f, is->rank);
+  fputs(",\"replica\":", f);
+  jint(f, is->replica);
+  fputs(",\"mb\":", f);
+  jint(f, is->mb);
+  fputs(",\"field\":", f);
+  if (is->field[0]) vd_cli_json_str(f, is->field);
+  else fputs("null", f);
+  fputs(",\"detail\":", f);
+  vd_cli_json_str(f, is->detail);
+  fputc('}', f);
+}
+
+static void json_finding(FILE *f, const vd_run *r, const vd_finding *fd) {
+  char title[512];
+  vd_rep_fmt_title(title, sizeof(title), r, fd);
+  fprintf(f, "{\"diagnosis\":\"%s\",\"title\":", vd_diagnosis_names[fd->diagnosis]);
+  vd_cli_json_str(f, title);
+  fputs(",\"factor\":", f);
+  vd_cli_json_str(f, fd->structural ? "" : r->verdicts[fd->rep].factor);
+  fputs(",\"node\":", f);
+  if (fd->pnode >= 0) jplan_node(f, r, fd->side, fd->pnode, fd->node_rank, fd->node_mb);
+  else fputs("null", f);
+  fputs(",\"why\":", f);
+  vd_cli_json_str(f, fd->why);
+  fputs(",\"hint\":", f);
+  vd_cli_json_str(f, vd_findings_hint(fd->diagnosis));
+  fputs(",\"ranks\":[", f);
+  for (size_t i = 0; i < fd->n_ranks; i++) fprintf(f, "%s%lld", i ? "," : "", (long long)fd->ranks[i]);
+  fputs("],\"microbatches\":[", f);
+  for (size_t i = 0; i < fd->n_mbs; i++) fprintf(f, "%s%d", i ? "," : "", fd->mbs[i]);
+  fputs("],\"layers\":[", f);
+  for (size_t i = 0; i < fd->n_layers; i++) fprintf(f, "%s%d", i ? "," : "", fd->layers[i]);
+  fputs("],\"stages\":[", f);
+  for (size_t i = 0; i < fd->n_stages; i++) fprintf(f, "%s%zu", i ? "," : "", fd->stages[i]);
+  fprintf(f, "],\"stage_count\":%zu,\"per_replica_stages\":%zu,\"structural_entries\":%zu,\"representative\":",
+          fd->n_stages, fd->n_instances, fd->n_issues);
+  if (fd->structural) json_issue(f, r, &r->issues[fd->rep]);
+  else json_stage_failure(r, fd->rep, f);
+  fputc('}', f);
+}
+
 vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd_diag *d) {
-  FILE *f = fopen(path, "w");
-  if (!f) VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot write the JSON report");
-  fprintf(f, "{\"verdict\":\"%s\",\"exit_code\":%d,\n\"summary\":{\"stages\":%zu,\"classes\":%zu,\"reduced\":%zu,"
+  vd_findings fs;
+  VD_CHECK(vd_findings_build(r, &fs, d));
+  size_t cg_eq, cg_inc;
+  vd_rep_class_counts(r, &cg_eq, &cg_inc);
+  int to_stdout = !strcmp(path, "-");
+  FILE *f = to_stdout ? stdout : fopen(path, "w");
+  if (!f) {
+    vd_findings_free(&fs);
+    VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot write the JSON report");
+  }
+  fprintf(f, "{\"schema_version\":%d,\"tool\":{\"name\":\"verdict\",\"version\":\"%s\"},\"inputs\":{\"single\":",
+          VD_REPORT_SCHEMA_VERSION, VD_VERSION_STRING);
+  vd_cli_json_str(f, o->sm);
+  fputs(",\"parallel\":", f);
+  vd_cli_json_str(f, o->pm);
+  fputs("},\n", f);
+  fprintf(f, "\"verdict\":\"%s\",\"exit_code\":%d,\n\"summary\":{\"stages\":%zu,\"classes\":%zu,\"reduced\":%zu,"
              "\"by_normal_form\":%zu,\"equivalent\":%zu,\"not_equivalent\":%zu,\"inconclusive\":%zu,\"structural\":%zu,\"structural_not_listed\":%zu,"
+             "\"findings\":%zu,\"per_replica_stages\":%zu,\"class_groups_equivalent\":%zu,\"class_groups_inconclusive\":%zu,"
              "\"lineages_annotated\":%zu,\"lineages_inferred\":%zu,\"lineages_dropped\":%zu,"
-             "\"threads\":%d,\"peak_bytes\":%zu,\"seconds\":{",
+             "\"threads\":%d,\"peak_bytes\":%zu,\"peak_tracked_bytes\":%zu,\"seconds\":{",
           verdict_json(r), vd_run_exit_code(r), r->set.n_stages, r->n_solved, r->n_reduced, r->n_fast, r->n_equiv,
-          r->n_not_equiv, r->n_inconclusive, r->n_issues + r->n_issues_dropped, r->n_issues_dropped,
-          r->infer.n_annotated, r->infer.n_inferred - r->n_dropped, r->n_dropped, r->threads_used, r->peak_bytes);
+          r->n_not_equiv, r->n_inconclusive, r->n_issues + r->n_issues_dropped, r->n_issues_dropped, fs.n,
+          r->n_represented, cg_eq, cg_inc, r->infer.n_annotated, r->infer.n_inferred - r->n_dropped, r->n_dropped, r->threads_used,
+          r->peak_bytes, r->peak_tracked_bytes);
   for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, "%s\"%s\":%.4f", i ? "," : "", vd_run_phase_names[i], r->phase_s[i]);
-  fputs("}},\n\"failures\":[", f);
+  fputs("}},\n\"findings\":[", f);
+  for (size_t k = 0; k < fs.n; k++) {
+    fputs(k ? ",\n" : "\n", f);
+    json_finding(f, r, &fs.v[k]);
+  }
+  fputs("],\n\"failures\":[", f);
   int n = 0;
   for (size_t i = 0; i < r->n_issues; i++) {
-    const vd_issue *is = &r->issues[i];
-    fprintf(f, "%s\n{\"kind\":\"structural\",\"diagnosis\":\"%s\",\"source\":\"%s\",\"issue\":\"%s\",\"rank\":%lld,\"mb\":%lld,\"detail\":",
-            n++ ? "," : "", vd_diagnosis_names[is->diagnosis], is->source, is->kind_name, (long long)is->rank, (long long)is->mb);
-    vd_cli_json_str(f, is->detail);
-    fputc('}', f);
+    fputs(n++ ? ",\n" : "\n", f);
+    json_issue(f, r, &r->issues[i]);
   }
   int shown = 0;
-  for (size_t i = 0; i < r->set.n_stages; i++) {
+  for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
     if (r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT) continue;
     if (o->max_failures > 0 && shown >= o->max_failures) break;
     fputs(n++ ? ",\n" : "\n", f);
-    json_stage_failure(r, &r->set.stages[i], &r->verdicts[i], f);
+    json_stage_failure(r, i, f);
     shown++;
   }
   fputs("],\n\"inconclusive\":[", f);
   n = 0;
-  for (size_t i = 0; i < r->set.n_stages; i++) {
+  for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
     if (r->verdicts[i].verdict != VD_SMT_INCONCLUSIVE) continue;
     fprintf(f, "%s\n{\"stage\":%zu,\"limit\":\"%s\",\"work\":%llu,\"reason\":", n++ ? "," : "", i,
             vd_smt_limit_names[r->verdicts[i].limit], (unsigned long long)r->verdicts[i].work);
@@ -494,7 +600,12 @@ vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd
     fputc('}', f);
   }
   fputs("]}\n", f);
-  if (fclose(f) != 0) VD_FAIL(d, VD_EIO, path, NULL, NULL, "writing the JSON report failed");
+  vd_findings_free(&fs);
+  if (to_stdout) {
+    if (fflush(f) != 0) VD_FAIL(d, VD_EIO, path, NULL, NULL, "writing the JSON report to stdout failed");
+  } else if (fclose(f) != 0) {
+    VD_FAIL(d, VD_EIO, path, NULL, NULL, "writing the JSON report failed");
+  }
   return VD_OK;
 }
 
@@ -537,7 +648,7 @@ vd_rc vd_report_stages(const vd_run *r, const char *path, vd_diag *d) {
               sv->producer < 0 ? (sv->leaf_piece >= 0 ? " hypothesis" : " leaf") : "");
     }
     for (uint32_t k = 0; k < st->n_nodes; k++) {
-      fmt_node(line, sizeof(line), r, &st->nodes[k]);
+      vd_rep_fmt_node(line, sizeof(line), r, &st->nodes[k]);
       fprintf(f, "  n%u %s\n", k, line);
     }
   }

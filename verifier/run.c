@@ -15,6 +15,7 @@
 #include <omp.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "../common/clock.h"
@@ -62,23 +63,33 @@ static vd_rc collect_issues(vd_run *r, const vd_issue *v, size_t n, size_t dropp
   return VD_OK;
 }
 
+/* A stage whose shape constraints contradict each other: SHAPE.  The
+ * node comes from the reducer's record ("stage S node K ..."), so that the
+ * report can group the entry with the SHAPE issue of the same node. */
+static void shape_issue(const vd_run *r, const vd_stage *st, const char *record, const char *detail, vd_issue *out) {
+  vd_issue is;
+  vd_issue_init(&is, "stages", VD_SISSUE_SHAPE, "shape_constraints", VD_DX_SHAPE);
+  unsigned sid, k;
+  if (record && sscanf(record, "stage %u node %u", &sid, &k) == 2 && k < st->n_nodes && st->nodes[k].side) {
+    const vd_gnode_t *gn = &r->pg.nodes[st->nodes[k].gnode];
+    is.pnode = gn->pnode;
+    is.mb = gn->mb;
+    is.replica = st->nodes[k].replica;
+    is.rank = vd_graph_rank(&r->pg, r->pp.nodes[gn->pnode].rank, st->nodes[k].replica);
+  }
+  snprintf(is.detail, sizeof(is.detail), "%.*s", (int)sizeof(is.detail) - 1, detail);
+  *out = is;
+}
+
 static vd_rc load_plan(const char *path, vd_plan_kind want, vd_plan_t *p, vd_diag *d) {
   VD_CHECK(vd_plan_read_file(path, p, d));
   VD_CHECK(vd_op_check_plan(p, path, d)); /* arity and attributes: exit 2, not a default */
   if (p->kind != want)
-    VD_FAIL(d, VD_EINPUT, path, NULL, "kind", "expected a %s plan, got a %s plan",
-            want == VD_PLAN_SINGLE ? "single" : "parallel", p->kind == VD_PLAN_SINGLE ? "single" : "parallel");
+    VD_FAIL(d, VD_EINPUT, path, NULL, "kind", "expected a %s plan for %s, got a %s plan%s",
+            want == VD_PLAN_SINGLE ? "single-device" : "parallel", want == VD_PLAN_SINGLE ? "--sm" : "--pm",
+            p->kind == VD_PLAN_SINGLE ? "single-device" : "parallel",
+            want == VD_PLAN_SINGLE ? " (were --sm and --pm swapped?)" : "");
   return VD_OK;
-}
-
-/* Progress on a terminal only: stages done, rate, ETA. */
-static void progress(const vd_run_opts *o, size_t done, size_t total, double t0) {
-  if (o->quiet || !isatty(STDERR_FILENO)) return;
-  double el = vd_clock_s() - t0;
-  double rate = el > 0 ? (double)done / el : 0;
-  double eta = rate > 0 ? (double)(total - done) / rate : 0;
-  fprintf(stderr, "\rsolving: %zu/%zu stage classes  %.0f/s  ETA %.0fs   ", done, total, rate, eta);
-  if (done == total) fputc('\n', stderr);
 }
 
 /* ---- stages proven in an earlier round --------------------------------
@@ -174,6 +185,11 @@ static vd_rc remember_proven(vd_run *r) {
 
 static vd_rc recut_reported(vd_run *r, const vd_run_opts *o, vd_diag *d);
 
+/* Failing class representatives whose counterexamples are recomputed
+ * serially (deterministic) beyond the --max-failures first failing stages;
+ * past it, a representative keeps the counterexample its thread found. */
+#define VD_RUN_MAX_RESOLVED_REPS 256
+
 static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   size_t n = r->set.n_stages;
   r->verdicts = vd_calloc(n ? n : 1, sizeof(*r->verdicts));
@@ -250,10 +266,8 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
       size_t now;
 #pragma omp atomic capture
       now = ++done;
-      if (omp_get_thread_num() == 0 || now == n_reps) {
 #pragma omp critical(vd_run_progress)
-        progress(o, now, n_reps, t0);
-      }
+      vd_progress_solve(&r->prog, now, n_reps, t0);
     }
     vd_smt_free(s);
   }
@@ -276,16 +290,23 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     memcpy(v->reason, rep->reason, sizeof(v->reason));
     r->stage_rc[i] = r->stage_rc[st->canon_class];
   }
+  vd_progress_phase(&r->prog, "counterexamples of the failing stages");
   /* A Z3 model depends on the context's history (which stages the thread
    * solved before), so the counterexamples that are reported are
    * recomputed serially, each in a fresh context: the report is then
    * byte-identical at any thread count. */
   if (rc == VD_OK) rc = recut_reported(r, o, d);
-  int reported = 0;
+  /* Also the failing class representatives (up to a cap): the findings
+   * (verifier/findings.c) take their counterexamples and diverging nodes. */
+  int reported = 0, reps_done = 0;
   for (size_t i = 0; i < n && rc == VD_OK; i++) {
     if (r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT) continue;
-    if (o->max_failures > 0 && reported >= o->max_failures) break;
-    reported++;
+    const vd_stage *st = &r->set.stages[i];
+    int is_rep = o->no_reuse || st->canon_class < 0 || (size_t)st->canon_class == i;
+    int want = o->max_failures <= 0 || reported < o->max_failures;
+    if (!want && !(is_rep && reps_done < VD_RUN_MAX_RESOLVED_REPS)) continue;
+    reported += want;
+    reps_done += is_rep;
     vd_diag sd;
     vd_diag_clear(&sd);
     if ((rc = vd_smt_new(&s, d)) != VD_OK) break;
@@ -344,8 +365,7 @@ static vd_rc stage_hook(void *p, vd_stage_set *set, size_t i, vd_diag *d) {
       char line[VD_DIAG_TEXT + 200];
       vd_diag_format(&sd, line, sizeof(line));
       vd_issue is;
-      vd_issue_init(&is, "stages", VD_SISSUE_SHAPE, "shape_constraints", VD_DX_SHAPE);
-      snprintf(is.detail, sizeof(is.detail), "%.*s", (int)sizeof(is.detail) - 1, line);
+      shape_issue(h->r, st, sd.record, line, &is);
       VD_CHECK(vd_issue_push(&h->shape, &h->n_shape, &h->cap_shape, 0, &h->n_shape_dropped, &is));
     } else if (rc != VD_OK) {
       if (d) *d = sd;
@@ -359,17 +379,20 @@ static vd_rc stage_hook(void *p, vd_stage_set *set, size_t i, vd_diag *d) {
   return VD_OK;
 }
 
-/* Restores the bodies of the compact stages that a report shows: failing
- * ones (up to --max-failures) and inconclusive ones. */
+/* Compact stages restored for reports, at most (each restored stage is as
+ * large as its class representative). */
+#define VD_RUN_MAX_RECUT 4096
+
+/* Restores the bodies of the compact stages that reports and findings read:
+ * failing and inconclusive ones, in stage order, up to VD_RUN_MAX_RECUT
+ * (past it, findings see those members without their own values). */
 static vd_rc recut_reported(vd_run *r, const vd_run_opts *o, vd_diag *d) {
-  int shown = 0;
-  for (size_t i = 0; i < r->set.n_stages; i++) {
-    int v = r->verdicts[i].verdict;
-    if (v == VD_SMT_EQUIVALENT) continue;
-    if (v == VD_SMT_NOT_EQUIVALENT && o->max_failures > 0 && shown++ >= o->max_failures) continue;
+  size_t done = 0;
+  for (size_t i = 0; i < r->set.n_stages && done < VD_RUN_MAX_RECUT; i++) {
     vd_stage *st = &r->set.stages[i];
-    if (!st->compact) continue;
+    if (r->verdicts[i].verdict == VD_SMT_EQUIVALENT || !st->compact) continue;
     VD_CHECK(vd_stage_recut(&r->lt, &r->set, i, d));
+    done++;
     if (!o->no_reduce) {
       vd_diag sd;
       vd_diag_clear(&sd);
@@ -387,6 +410,7 @@ static vd_rc recut_reported(vd_run *r, const vd_run_opts *o, vd_diag *d) {
 static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   double t = vd_clock_s();
   vd_rc rc;
+  vd_progress_phase(&r->prog, "lineage table");
   VD_CHECK(vd_lin_build(&r->sg, &r->pg, &r->lt, d));
   VD_CHECK(collect_issues(r, r->lt.issues, r->lt.n_issues, r->lt.n_issues_dropped, NULL));
   r->phase_s[VD_RUN_LINEAGE] += vd_clock_s() - t;
@@ -399,6 +423,7 @@ static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   /* Each stage is reduced and classified as soon as it is cut; a class
    * member's body is freed at once (OPTIMIZATION-ONLY: memory follows the
    * classes, not the stages; vd_stage_recut restores it for reports). */
+  vd_progress_phase(&r->prog, "cutting stages");
   struct stage_hook h = {.r = r, .o = o};
   if (!o->no_reuse) VD_CHECK(vd_stage_canon_new(&h.tab, d));
   rc = vd_stage_cut_hook(&r->lt, &r->set, stage_hook, &h, d);
@@ -408,6 +433,7 @@ static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     rc = vd_issue_push(&r->issues, &r->n_issues, &r->cap_issues, 0, &r->n_issues_dropped, &h.shape[i]);
   vd_free(h.shape);
   if (rc != VD_OK) return rc;
+  vd_progress_phase(&r->prog, "symmetry classes");
   r->n_represented = 0;
   for (size_t i = 0; i < r->set.n_stages; i++) {
     const vd_stage *st = &r->set.stages[i];
@@ -417,6 +443,7 @@ static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   r->phase_s[VD_RUN_STAGES] += vd_clock_s() - t;
 
   t = vd_clock_s();
+  vd_progress_phase(&r->prog, "solving");
   rc = solve_stages(r, o, d);
   r->phase_s[VD_RUN_SOLVE] += vd_clock_s() - t;
   return rc;
@@ -502,14 +529,35 @@ static void candidates_inconclusive(vd_run *r) {
   }
 }
 
+/* The process's peak resident set size in bytes (Linux: ru_maxrss in KiB). */
+static size_t process_peak(void) {
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+  return (size_t)ru.ru_maxrss * 1024u;
+}
+
+static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d);
+
 vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   memset(r, 0, sizeof(*r));
+  vd_progress_init(&r->prog, o->quiet);
+  vd_rc rc = run_verify(o, r, d);
+  vd_progress_end(&r->prog);
+  r->peak_tracked_bytes = vd_mem_peak();
+  r->peak_bytes = process_peak();
+  return rc;
+}
+
+static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   double t = vd_clock_s();
+  vd_progress_phase(&r->prog, "loading the plans");
   VD_CHECK(load_plan(o->sm, VD_PLAN_SINGLE, &r->sp, d));
   VD_CHECK(load_plan(o->pm, VD_PLAN_PARALLEL, &r->pp, d));
+  VD_CHECK(vd_lin_check_pair(&r->sp, o->sm, &r->pp, o->pm, d));
   r->phase_s[VD_RUN_LOAD] = vd_clock_s() - t;
 
   t = vd_clock_s();
+  vd_progress_phase(&r->prog, "building the graphs");
   vd_graph_opts sgo = {.expand_replicas = 1}, pgo = {.expand_replicas = 0};
   vd_rc rc = vd_graph_build(&r->sp, &sgo, &r->sg, d);
   if (rc == VD_EINPUT) {
@@ -531,6 +579,7 @@ vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
 
   if (!o->no_infer) {
     t = vd_clock_s();
+    vd_progress_phase(&r->prog, "inferring lineages");
     VD_CHECK(vd_lin_infer(&r->sg, &r->pg, &r->pp, &r->inferred, &r->infer, d));
     r->phase_s[VD_RUN_LINEAGE] += vd_clock_s() - t;
   }
@@ -551,6 +600,5 @@ vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
     r->n_dropped += n_drop;
     reset_round(r, n_graph_issues, n_graph_dropped);
   }
-  r->peak_bytes = vd_mem_peak();
   return rc;
 }

@@ -11,11 +11,16 @@
 #include <stdio.h>
 
 #include "../solver/stage_solve.h"
+#include "progress.h"
 
 typedef struct {
   const char *sm, *pm;
   const char *json_path;   /* --json FILE, or NULL */
   const char *dump_stages; /* --dump-stages FILE, or NULL */
+  const char *html_path;   /* --html FILE, or NULL (verifier/report_html.c) */
+  const char *junit_path;  /* --junit FILE, or NULL (verifier/report_junit.c) */
+  const char *dot_path;    /* --dot-stage N FILE: FILE, or NULL */
+  long dot_stage;          /* --dot-stage N FILE: N */
   int threads;             /* 0 = OpenMP default */
   unsigned stage_timeout_ms;  /* wall-clock backstop per solver check; 0 = none */
   uint64_t stage_budget;      /* work units per check; 0 = default, UINT64_MAX = unlimited */
@@ -57,7 +62,9 @@ typedef struct vd_run {
   size_t n_represented;       /* sum of the stages' n_rep x n_mb: per-replica, per-microbatch stages proven */
   size_t n_equiv, n_not_equiv, n_inconclusive;
   double phase_s[VD_RUN_PHASES];
-  size_t peak_bytes;
+  size_t peak_bytes;          /* the process's peak resident set (getrusage), everything included */
+  size_t peak_tracked_bytes;  /* peak of verdict's own allocations (common/mem.h) */
+  vd_progress prog;
   int threads_used;
 } vd_run;
 
@@ -70,11 +77,6 @@ void vd_run_free(vd_run *r);
 /* Exit code of a finished run: 0 equivalent, 1 not equivalent, 3 inconclusive. */
 int vd_run_exit_code(const vd_run *r);
 
-/* Reports (verifier/report.c). */
-void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f);
-vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd_diag *d);
-/* --dump-stages: every stage with its class, targets, values (original and
- * reduced shapes) and nodes, in stage order. */
-vd_rc vd_report_stages(const vd_run *r, const char *path, vd_diag *d);
+/* Reports: verifier/report.h. */
 
 #endif

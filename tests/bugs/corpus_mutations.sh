@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/bugs/corpus_mutations.sh - BUGS.md classes injected into imported
+# tests/bugs/corpus_mutations.sh - docs/bugs.md classes injected into imported
 # (nnScaler) plans: every class that applies to a converted parallel plan is
 # injected (`verdict mutate --bug N`, seed 0) and must be caught by the
 # verifier with a diagnosis the class accepts (`verdict mutate --list --tsv`),

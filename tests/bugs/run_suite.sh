@@ -1,5 +1,5 @@
 #!/bin/sh
-# tests/bugs/run_suite.sh - the bug-injection suite (BUGS.md): every bug
+# tests/bugs/run_suite.sh - the bug-injection suite (docs/bugs.md): every bug
 # class is injected into generated Llama-3 style plans (dp2 tp2 pp2 nm2, plus
 # sp / cp / zero / clipping / ep where the class needs them) at two sites,
 # and must be caught; every unmutated plan of the same configurations must
@@ -23,6 +23,11 @@
 # `verdict plan strip --keep boundary`, and infers the rest; a caught bug
 # with another diagnosis than the table's is then "ok (coarser)"; the
 # executor keeps checking the fully annotated plan).
+# With VERIFY=1 the findings are checked too (check_findings below): every
+# mutated plan yields exactly one finding whose node is a mutated node (or,
+# for the bugs in FIRST_DIVERGENCE, the documented first divergence), whose
+# layers contain the mutated layer and whose ranks include one the mutation
+# changed (the "ranks" of `verdict mutate`'s log).
 # The table (bug, class, configuration, verdict, diagnosis, stages, time) goes
 # to stdout; the exit code is 0 when every row passed.
 
@@ -93,6 +98,54 @@ if isinstance(s, dict) and "stages" in s:
     bad = s.get("not_equivalent", 0) + s.get("structural", 0)
     st = "%s/%s" % (bad, s["stages"])
 print(diag or "?", st)
+EOF
+}
+
+# Bugs whose finding names the documented first divergence instead of a
+# mutated node (docs/report-format.md, "Findings of the bug suite"):
+#  2  DATAFLOW: the consumer that reads the tensor nothing produces;
+#  10 the multiref_backward of the same layer on the rank whose copy shows it first;
+#  11 DATAFLOW: the two gradients computed from each other's tensor, named by tensor, no node;
+#  21 the expert MLP that first consumes the wrongly grouped all_to_all;
+#  24 DATAFLOW (seed even): the stale parameter tensor, no node.
+FIRST_DIVERGENCE=" 2 10 11 21 24 "
+# Bugs with more than one finding, each explained there:
+#  16 accumulate-rescale: every accumulator of the layer is rescaled; the
+#     rescale nodes are one finding, a sum of parts whose first flagged copy
+#     is the unmutated rank's accumulate another.
+MULTI_FINDING=" 16 "
+
+# check_findings REPORT.json MUTATE.log BUG SITE -> "ok" or what is wrong.
+check_findings() {
+  python3 - "$@" <<'EOF' 2>/dev/null || echo "findings unreadable"
+import json, re, sys
+r = json.load(open(sys.argv[1]))
+log = open(sys.argv[2]).read()
+bug, site = sys.argv[3], sys.argv[4]
+fd = r.get("findings")
+if not isinstance(fd, list):
+    print("no findings array"); sys.exit()
+multi = " %s " % bug in sys.argv[5]
+first = " %s " % bug in sys.argv[6]
+if len(fd) != 1 and not (multi and len(fd) >= 1):
+    print("%d findings (expected 1)" % len(fd)); sys.exit()
+m = re.search(r"nodes ([0-9,]+)", log)
+mut = set(int(x) for x in m.group(1).split(",")) if m else set()
+ids = [f["node"]["node"] for f in fd if f.get("node")]
+if not any(i in mut for i in ids) and not first:
+    print("finding node %s is not a mutated node %s" % (ids, sorted(mut)[:8])); sys.exit()
+f = fd[0]
+lm = re.search(r"--layer (\d+)", site)
+if lm and f["layers"] and int(lm.group(1)) not in f["layers"]:
+    print("layers %s lack the mutated layer %s" % (f["layers"], lm.group(1))); sys.exit()
+rm = re.search(r"; ranks ([0-9,]+);", log)
+mranks = set(int(x) for x in rm.group(1).split(",")) if rm else set()
+if mranks and f["ranks"] and not mranks & set(f["ranks"]) and not first:
+    print("ranks %s miss every mutated rank %s" % (f["ranks"], sorted(mranks))); sys.exit()
+for k in ("diagnosis", "node", "ranks", "microbatches", "layers", "stages"):
+    if k not in f:
+        print("finding lacks '%s'" % k); sys.exit()
+print("ok")
 EOF
 }
 
@@ -197,6 +250,8 @@ run_bug() {
       set -- $(first_diag "$m.report.json")
       diag=$1; stages=$2
       verdict=NOT_EQUIV
+      fc=$(check_findings "$m.report.json" "$m.mutate.log" "$bug" "$site" "$MULTI_FINDING" "$FIRST_DIVERGENCE")
+      [ "$fc" = ok ] || status="FINDINGS: $fc"
       case "|$accept|" in
         *"|$diag|"*) ;;
         *) if [ "$STRIP" = 1 ]; then [ "$status" = ok ] && status="ok (coarser; table: $accept)"
@@ -221,7 +276,7 @@ printf '%-4s %-15s %-56s %-10s %-18s %-6s %6s  %s\n' bug class configuration ver
 TAB=$(printf '\t')
 echo "$LIST" | while IFS="$TAB" read -r num cls name diag accept needs gopts sites every desc; do
   [ "$gopts" = "-" ] && gopts=""
-  # 17 (local token count) in its BUGS.md form: uneven token counts per rank
+  # 17 (local token count) in its docs/bugs.md form: uneven token counts per rank
   # and microbatch (--loss-mask); the fixed-count form runs as an extra row.
   [ "$num" = 17 ] && gopts="--loss-mask"
   if [ -n "$BUGS" ]; then

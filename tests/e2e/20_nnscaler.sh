@@ -2,7 +2,7 @@
 # plans that `verdict plan validate` accepts, that the verifier proves
 # EQUIVALENT (MLP and Llama-3 under DP x PP x TP x microbatches), that get a
 # BATCH diagnosis when the parallel plan runs another global batch, and whose
-# injected bugs (BUGS.md classes that apply) are all caught; corrupted or
+# injected bugs (docs/bugs.md classes that apply) are all caught; corrupted or
 # hostile pickles are refused with exit 2 and one line, without running
 # anything from them.
 . "$(dirname "$0")/lib.sh"
@@ -36,6 +36,13 @@ conv llama3adpt_mgener_dp1_pp1_tp1_nm1_gbs16_ly1_h32_hi4096_sq128.pkl \
      llama3adpt_mgener_dp2_pp2_tp2_nm2_gbs16_ly1_h32_hi4096_sq128.pkl llama
 conv llama3adpt_mgener_dp1_pp1_tp1_nm1_gbs16_ly1_h32_hi4096_sq128.pkl \
      llama3adpt_mgener_dp1_pp2_tp1_nm2_gbs16_ly1_h32_hi4096_sq128.pkl llamapp
+# a pair of two models (GPT single, Llama parallel) is refused up front, in
+# one line naming what differs; the verifier refuses such converted plans too
+expect_exit 2 /usr/bin/python3 "$CONV" --sm "$C/gpt_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly1_h2_hi1024_sq2048.pkl" \
+  --pm "$C/llama3adpt_mgener_dp2_pp2_tp2_nm2_gbs16_ly1_h32_hi4096_sq128.pkl" --single "$TMP/x.s" --parallel "$TMP/x.p"
+expect_in "do not belong together" "$TMP/err"
+expect_exit 2 "$VERDICT" --sm "$TMP/gpt.s.plan" --pm "$TMP/llama.p.plan"
+[ "$(wc -l <"$TMP/err")" = 1 ] || fail "GPT vs Llama: expected one line"
 
 # the verifier: real plans are equivalent, in well under a second each
 for pr in mlp llama llamapp; do
@@ -54,7 +61,7 @@ expect_in "data input 'input_ids.f245' dim 0: the parallel plan's 8 replica(s) x
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["failures"][0]["diagnosis"]=="BATCH", r["failures"][0]' "$TMP/b.json" ||
   fail "the JSON report's first failure is not BATCH"
 
-# injected bugs: every BUGS.md class that applies to the imported plans is caught
+# injected bugs: every docs/bugs.md class that applies to the imported plans is caught
 BUGS=${CORPUS_BUGS:-} sh "$ROOT/tests/bugs/corpus_mutations.sh" "$VERDICT" \
   "$TMP/mlp.s.plan" "$TMP/mlp.p.plan" "$TMP/llama.s.plan" "$TMP/llama.p.plan" >"$TMP/mut.out" 2>&1 ||
   { cat "$TMP/mut.out"; fail "a bug injected into an imported plan was missed"; }

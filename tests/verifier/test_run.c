@@ -21,6 +21,7 @@
 
 #include "../../bugs/bugs.h"
 #include "../../plans/gen.h"
+#include "../../verifier/report.h"
 #include "../../verifier/run.h"
 
 static char s_path[64], p_path[64], m_path[64];

@@ -1060,10 +1060,25 @@ def single_info(mg, path):
     return c, info
 
 
+def check_pair(pplan):
+    """Parameters are traced tensors: in a pair of one model each parallel
+    parameter shares its full tensor (id and name) with the single plan, so
+    it gets a lineage.  When most do not, the pickles come from different
+    models or configurations: say so instead of writing a plan whose
+    verification would print thousands of structural problems."""
+    weights = [t for t in pplan["tensors"] if t.get("role") == "weight"]
+    lost = [t for t in weights if "lin" not in t]
+    if weights and 2 * len(lost) > len(weights):
+        raise ConvertError("the pickles do not belong together: %d of %d parameters of the parallel plan have "
+                           "no counterpart (same full-tensor id and name) in the single-device plan, first '%s'; "
+                           "check that both come from the same model" % (len(lost), len(weights), lost[0]["name"]))
+
+
 def convert_pair(sm, smpath, pm, pmpath, model=""):
     cs, info = single_info(sm, smpath)
     sp = cs.plan(model)
     cp = Conv(pm, pmpath, "parallel", info)
     cp.run()
     pp = cp.plan(model)
+    check_pair(pp)
     return sp, pp

@@ -1,0 +1,711 @@
+/*
+ * verifier/findings.c - failures grouped by root cause (findings.h), and
+ * the stage and node facts that the report formats share.
+ *
+ * Grouping is a union-find over the run's structural issues and failing
+ * stages, joined by string keys (sorted, equal neighbours united):
+ *   - two failing stages with the same diagnosis and the same diverging
+ *     node up to renaming: same symmetry class and same stage-local node
+ *     (stages/canon.c: a class is the same stage up to rank, microbatch and
+ *     layer renaming), or the same side, operator and source name once
+ *     numeric path components ("layers.1.") are taken out (a backward
+ *     operator counts as its forward: one changed operator, both passes);
+ *   - two failing stages with the same diagnosis and the same factor at
+ *     nodes of one operator whose names end alike ("*.grad.average");
+ *   - two structural issues of the same diagnosis and kind at the same node
+ *     or the same tensor, up to the same renaming, or (without a node) on
+ *     one rank in one module (first three name components);
+ *   - a failing stage whose diverging node is, up to renaming, the node of
+ *     a structural issue follows from that issue (SCHEDULE then WRONG_VALUE
+ *     at the reducer that ran early): one finding, the issue's;
+ *   - every DATAFLOW issue joins the first BATCH issue: when the plans read
+ *     different global batches, the missing values follow from it.
+ * Nothing here changes a verdict: findings only regroup what the run found.
+ */
+#include "findings.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/mem.h"
+
+/* ---- stage and node facts ---------------------------------------------- */
+
+const vd_node_t *vd_rep_pnode(const vd_run *r, const vd_stage_node *sn, const vd_plan_t **plan) {
+  const vd_graph_t *g = sn->side ? &r->pg : &r->sg;
+  *plan = g->plan;
+  return &g->plan->nodes[g->nodes[sn->gnode].pnode];
+}
+
+void vd_rep_fmt_node(char *buf, size_t n, const vd_run *r, const vd_stage_node *sn) {
+  const vd_plan_t *p;
+  const vd_node_t *pn = vd_rep_pnode(r, sn, &p);
+  const vd_graph_t *g = sn->side ? &r->pg : &r->sg;
+  int32_t mb = g->nodes[sn->gnode].mb;
+  char mbs[24] = "";
+  if (mb >= 0) snprintf(mbs, sizeof(mbs), " mb %d", mb);
+  if (sn->side)
+    snprintf(buf, n, "rank %lld%s %s '%s' (node %lld)", (long long)vd_graph_rank(g, pn->rank, sn->replica), mbs,
+             vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id);
+  else
+    snprintf(buf, n, "single %s '%s' (node %lld)", vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id);
+}
+
+static int attr_equal(const vd_plan_t *a, const vd_attr_t *x, const vd_plan_t *b, const vd_attr_t *y) {
+  if (x->kind != y->kind || x->len != y->len) return 0;
+  switch (x->kind) {
+  case VD_ATTR_INT: return x->v.i == y->v.i;
+  case VD_ATTR_FLOAT: return x->v.f == y->v.f;
+  case VD_ATTR_STR: return strcmp(vd_plan_s(a, x->v.s), vd_plan_s(b, y->v.s)) == 0;
+  case VD_ATTR_INTS: return memcmp(a->ints + x->v.off, b->ints + y->v.off, x->len * sizeof(int64_t)) == 0;
+  case VD_ATTR_FLOATS: return memcmp(a->floats + x->v.off, b->floats + y->v.off, x->len * sizeof(double)) == 0;
+  }
+  return 0;
+}
+
+static void fmt_attr(char *buf, size_t n, const vd_plan_t *p, const vd_attr_t *a) {
+  switch (a->kind) {
+  case VD_ATTR_INT: snprintf(buf, n, "%lld", (long long)a->v.i); break;
+  case VD_ATTR_FLOAT: snprintf(buf, n, "%.17g", a->v.f); break;
+  case VD_ATTR_STR: snprintf(buf, n, "'%s'", vd_plan_s(p, a->v.s)); break;
+  default: snprintf(buf, n, "[%u values]", a->len); break;
+  }
+}
+
+/* Local values of a verdict's flagged pieces in stage st (the target's
+ * (piece, local value) pairs). */
+static size_t pieces_to_values(const vd_stage *st, const vd_stage_verdict *v, uint32_t *out, size_t cap) {
+  size_t n = 0;
+  for (size_t f = 0; f < v->n_flagged && n < cap; f++)
+    for (uint32_t t = 0; t < st->n_targets; t++) {
+      const vd_stage_target *tg = &st->targets[t];
+      for (uint32_t j = 0; j < tg->n_pieces; j++)
+        if ((int32_t)st->idx[tg->piece_off + 2 * j] == v->flagged_pieces[f]) {
+          uint32_t lv = st->idx[tg->piece_off + 2 * j + 1];
+          int dup = 0;
+          for (size_t k = 0; k < n; k++) dup |= out[k] == lv;
+          if (!dup && n < cap) out[n++] = lv;
+        }
+    }
+  return n;
+}
+
+size_t vd_rep_flagged_values(const vd_run *r, size_t i, uint32_t *out, size_t cap) {
+  const vd_stage *st = &r->set.stages[i];
+  const vd_stage_verdict *v = &r->verdicts[i];
+  if (v->n_flagged) return pieces_to_values(st, v, out, cap);
+  /* A class member without its own counterexample: its representative's
+   * flagged values, at the same stage-local positions (the canonical forms
+   * are byte-identical, stages/canon.c). */
+  if (st->canon_class >= 0 && (size_t)st->canon_class != i) {
+    size_t c = (size_t)st->canon_class;
+    size_t n = pieces_to_values(&r->set.stages[c], &r->verdicts[c], out, cap);
+    size_t k = 0;
+    for (size_t j = 0; j < n; j++)
+      if (out[j] < st->n_vals) out[k++] = out[j];
+    return k;
+  }
+  return 0;
+}
+
+/* The attribute scan: first parallel node (stage order) whose attributes
+ * differ from the single plan's node of the same source name and operator. */
+static int32_t attr_diverging(const vd_run *r, const vd_stage *st, char *why, size_t n_why) {
+  for (uint32_t i = 0; i < st->n_nodes; i++) {
+    const vd_stage_node *sn = &st->nodes[i];
+    if (!sn->side) continue;
+    const vd_plan_t *pp;
+    const vd_node_t *pn = vd_rep_pnode(r, sn, &pp);
+    const char *name = vd_plan_s(pp, pn->name);
+    if (!name[0]) continue;
+    for (size_t k = 0; k < r->sp.n_nodes; k++) {
+      const vd_node_t *sn2 = &r->sp.nodes[k];
+      if (strcmp(vd_plan_s(&r->sp, sn2->name), name) || strcmp(vd_node_op(&r->sp, sn2), vd_node_op(pp, pn))) continue;
+      for (uint32_t a = 0; a < pn->n_attr; a++) {
+        const vd_attr_t *pa = &pp->attrs[pn->attr_off + a];
+        const vd_attr_t *sa = vd_node_attr(&r->sp, sn2, vd_plan_s(pp, pa->key));
+        if (sa && !attr_equal(pp, pa, &r->sp, sa)) {
+          char x[64], y[64];
+          fmt_attr(x, sizeof(x), pp, pa);
+          fmt_attr(y, sizeof(y), &r->sp, sa);
+          snprintf(why, n_why, "attribute '%s' is %s here, %s in the single-device plan", vd_plan_s(pp, pa->key), x, y);
+          return (int32_t)i;
+        }
+      }
+      break;
+    }
+  }
+  return -1;
+}
+
+static const char *stage_op(const vd_run *r, const vd_stage *st, int32_t k) {
+  const vd_plan_t *p;
+  const vd_node_t *pn = vd_rep_pnode(r, &st->nodes[k], &p);
+  return vd_node_op(p, pn);
+}
+static int is_move(const vd_run *r, const vd_stage *st, int32_t k) {
+  const char *op = stage_op(r, st, k);
+  return st->nodes[k].side && (!strcmp(op, "send") || !strcmp(op, "recv") || !strcmp(op, "move"));
+}
+static int is_move_or_identity(const vd_run *r, const vd_stage *st, int32_t k) {
+  return is_move(r, st, k) || !strcmp(stage_op(r, st, k), "identity");
+}
+
+int32_t vd_rep_diverging(const vd_run *r, size_t i, char *why, size_t n_why) {
+  const vd_stage *st = &r->set.stages[i];
+  why[0] = '\0';
+  int32_t dn = attr_diverging(r, st, why, n_why);
+  if (dn >= 0) return dn;
+  uint32_t fv[64];
+  size_t nf = vd_rep_flagged_values(r, i, fv, 64);
+  /* The producer of the first flagged copy (lowest stage-local value). */
+  int32_t best = -1;
+  for (size_t k = 0; k < nf; k++)
+    if (st->vals[fv[k]].producer >= 0 && (best < 0 || fv[k] < (uint32_t)best)) best = (int32_t)fv[k];
+  if (best >= 0) {
+    int32_t k = st->vals[best].producer;
+    snprintf(why, n_why, "produces the first disagreeing copy");
+    /* A send/recv only moves what it is given: when what it moves comes
+     * from an identity or another move in the stage, name that node (an
+     * all_reduce replaced by identity, then sent to the next pipeline
+     * stage, is the identity's fault, not the send's).  Moves fed by a
+     * computation stay named: a crossed send/recv is the move's fault. */
+    for (int steps = 0; steps < 8 && is_move(r, st, k); steps++) {
+      const vd_stage_node *sn = &st->nodes[k];
+      if (!sn->n_in) break;
+      int32_t q = st->vals[st->idx[sn->in_off]].producer;
+      if (q < 0 || !st->nodes[q].side || !is_move_or_identity(r, st, q)) break;
+      k = q;
+      snprintf(why, n_why, "its value reaches the first disagreeing copy through data movement only");
+    }
+    return k;
+  }
+  return -1;
+}
+
+/* ---- hints ------------------------------------------------------------- */
+
+static const char *const hints[VD_DX__COUNT] = {
+    [VD_DX_NONE] = "",
+    [VD_DX_MISSING_REDUCTION] =
+        "the copies add up to the right value: a sum over ranks is missing; look for a dropped all_reduce or "
+        "reduce_scatter after a row-parallel matmul, or a gradient not reduced over its TP, DP or tied-weight group",
+    [VD_DX_EXTRA_REDUCTION] =
+        "each copy is the value times the number of copies: a reduction runs twice, or over a value that was "
+        "already whole (all_reduce of a replicated tensor)",
+    [VD_DX_SCALE] =
+        "each copy is the right value times a constant factor (named): look for a scaling constant, an average "
+        "instead of a sum (or the reverse) in a gradient reducer, a loss normalized by a local count",
+    [VD_DX_PERMUTED_SLICES] =
+        "a copy holds the right values of another slice: look for an all_gather or concat in process-group "
+        "order instead of slice order, or crossed send/recv endpoints",
+    [VD_DX_WRONG_VALUE] =
+        "the copy differs in a way that is not a sum, a factor or a permutation: look at the named node's "
+        "constants and inputs on the flagged ranks (a changed epsilon, exponent, offset, a duplicated input)",
+    [VD_DX_DATAFLOW] =
+        "a value is read that nothing produces, or comes from the wrong rank: look for a removed collective "
+        "whose consumers remain, a send/recv pair with the wrong peer, or a ZeRO parameter all_gather missing "
+        "after the optimizer step",
+    [VD_DX_SCHEDULE] =
+        "an operation runs before its inputs are complete: look for a gradient reducer (DDP bucket hook, "
+        "ZeRO reduce) launched before the last microbatch's backward",
+    [VD_DX_ALIGNMENT] =
+        "microbatches run different programs, or a per-microbatch value is used once per iteration: look at "
+        "the pipeline schedule and at state kept across microbatches",
+    [VD_DX_SHAPE] =
+        "a node's output shape does not follow from its inputs: look for a collective replaced by another "
+        "(all_reduce vs all_gather vs reduce_scatter) or a wrong split dimension",
+    [VD_DX_BATCH] =
+        "the two plans read different global batches (sample count or order): compare the data loader, "
+        "global batch size and microbatch count of the two configurations",
+};
+
+const char *vd_findings_hint(vd_diagnosis dx) { return dx < VD_DX__COUNT && hints[dx] ? hints[dx] : ""; }
+
+/* ---- grouping ---------------------------------------------------------- */
+
+/* Name with its numeric path components ("layers.1.attn" -> "layers.*.attn")
+ * taken out: the renaming of layers (and experts) that symmetry allows. */
+static void norm_name(char *out, size_t n, const char *s) {
+  size_t o = 0;
+  for (size_t i = 0; s[i] && o + 2 < n;) {
+    int start = i == 0 || s[i - 1] == '.' || s[i - 1] == '_';
+    size_t j = i;
+    while (s[j] >= '0' && s[j] <= '9') j++;
+    if (start && j > i && (s[j] == '\0' || s[j] == '.' || s[j] == '_')) {
+      out[o++] = '*';
+      i = j;
+    } else {
+      out[o++] = s[i++];
+    }
+  }
+  out[o] = '\0';
+}
+
+/* Side, operator and renamed source name of a plan node.  A backward
+ * operator is keyed as its forward ("rope_backward" as "rope"): a changed
+ * operator of the model changes both passes, and that is one cause. */
+static void node_sig(char *out, size_t n, const vd_plan_t *p, int64_t pnode, int side) {
+  char nm[200], op[96];
+  const vd_node_t *pn = &p->nodes[pnode];
+  norm_name(nm, sizeof(nm), vd_plan_s(p, pn->name));
+  if (!nm[0]) snprintf(nm, sizeof(nm), "#%lld", (long long)pn->id); /* unnamed: only itself */
+  snprintf(op, sizeof(op), "%s", vd_node_op(p, pn));
+  size_t l = strlen(op), b = strlen("_backward");
+  if (l > b && !strcmp(op + l - b, "_backward")) op[l - b] = '\0';
+  snprintf(out, n, "%d|%s|%s", side, op, nm);
+}
+
+/* The first k dot-separated components of s (renamed): the module. */
+static void prefix_comps(char *out, size_t n, const char *s, int k) {
+  norm_name(out, n, s);
+  for (char *c = out; *c; c++)
+    if (*c == '.' && --k == 0) {
+      *c = '\0';
+      break;
+    }
+}
+
+/* The last dot-separated component of s, or NULL when s has only one. */
+static const char *last_comp(const char *s) {
+  const char *d = strrchr(s, '.');
+  return d ? d + 1 : NULL;
+}
+
+typedef struct {
+  char *key;
+  size_t item;
+} kv;
+
+typedef struct {
+  kv *v;
+  size_t n, cap;
+  int oom;
+} kvs;
+
+static void add_key(kvs *k, size_t item, const char *fmt_key) {
+  if (k->oom) return;
+  if (VD_GROW(k->v, k->cap, k->n + 1)) {
+    k->oom = 1;
+    return;
+  }
+  char *s = vd_strdup(fmt_key);
+  if (!s) {
+    k->oom = 1;
+    return;
+  }
+  k->v[k->n++] = (kv){s, item};
+}
+
+static int kv_cmp(const void *a, const void *b) {
+  const kv *x = a, *y = b;
+  int c = strcmp(x->key, y->key);
+  return c ? c : (x->item > y->item) - (x->item < y->item);
+}
+
+static size_t uf_find(size_t *p, size_t x) {
+  while (p[x] != x) x = p[x] = p[p[x]];
+  return x;
+}
+static void uf_union(size_t *p, size_t a, size_t b) {
+  a = uf_find(p, a);
+  b = uf_find(p, b);
+  if (a == b) return;
+  /* the smaller index stays the root: issues before stages, lower first */
+  if (a < b) p[b] = a;
+  else p[a] = b;
+}
+
+/* Topological positions: per graph node, and per plan node (its earliest
+ * instance, collective participants included). */
+static vd_rc topo_positions(const vd_graph_t *g, uint32_t **gpos, uint32_t **ppos) {
+  *gpos = vd_malloc((g->n_nodes ? g->n_nodes : 1) * sizeof(uint32_t));
+  *ppos = vd_malloc((g->plan->n_nodes ? g->plan->n_nodes : 1) * sizeof(uint32_t));
+  if (!*gpos || !*ppos) return VD_ENOMEM;
+  for (size_t i = 0; i < g->plan->n_nodes; i++) (*ppos)[i] = UINT32_MAX;
+  for (size_t k = 0; k < g->n_nodes; k++) {
+    uint32_t gi = g->topo ? g->topo[k] : (uint32_t)k;
+    const vd_gnode_t *gn = &g->nodes[gi];
+    (*gpos)[gi] = (uint32_t)k;
+    if ((*ppos)[gn->pnode] == UINT32_MAX) (*ppos)[gn->pnode] = (uint32_t)k;
+    for (uint32_t j = 0; j < gn->n_part; j++) {
+      uint32_t pn = g->idx[gn->part_off + 2 * j];
+      if (pn < g->plan->n_nodes && (*ppos)[pn] == UINT32_MAX) (*ppos)[pn] = (uint32_t)k;
+    }
+  }
+  return VD_OK;
+}
+
+typedef struct {
+  int64_t *r; size_t nr, cr;
+  int32_t *m; size_t nm, cm;
+  int32_t *l; size_t nl, cl;
+  int oom;
+} foot;
+
+static void foot_rank(foot *f, int64_t x) {
+  if (x < 0 || f->oom) return;
+  if (VD_GROW(f->r, f->cr, f->nr + 1)) f->oom = 1;
+  else f->r[f->nr++] = x;
+}
+static void foot_i32(foot *f, int32_t **v, size_t *n, size_t *c, int32_t x) {
+  if (x < 0 || f->oom) return;
+  if (vd_grow((void **)v, c, *n + 1, sizeof(**v))) f->oom = 1;
+  else (*v)[(*n)++] = x;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+static int cmp_i32(const void *a, const void *b) {
+  int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+  return (x > y) - (x < y);
+}
+static size_t uniq_i64(int64_t *v, size_t n) {
+  if (!n) return 0;
+  qsort(v, n, sizeof(*v), cmp_i64);
+  size_t k = 1;
+  for (size_t i = 1; i < n; i++)
+    if (v[i] != v[k - 1]) v[k++] = v[i];
+  return k;
+}
+static size_t uniq_i32(int32_t *v, size_t n) {
+  if (!n) return 0;
+  qsort(v, n, sizeof(*v), cmp_i32);
+  size_t k = 1;
+  for (size_t i = 1; i < n; i++)
+    if (v[i] != v[k - 1]) v[k++] = v[i];
+  return k;
+}
+
+/* Ranks of a stage-local parallel value: every replica the stage stands for. */
+static void foot_value(foot *f, const vd_run *r, const vd_stage *st, uint32_t lv) {
+  const vd_stage_value *sv = &st->vals[lv];
+  if (!sv->side) return;
+  const vd_value_t *gv = &r->pg.values[sv->value];
+  int32_t rank = r->pp.tensors[gv->tensor].rank;
+  if (st->n_rep > 1)
+    for (uint32_t k = 0; k < st->n_rep; k++) foot_rank(f, vd_graph_rank(&r->pg, rank, (int32_t)k));
+  else
+    foot_rank(f, vd_graph_rank(&r->pg, rank, sv->replica));
+  foot_i32(f, &f->m, &f->nm, &f->cm, gv->mb);
+}
+
+static void foot_node(foot *f, const vd_run *r, const vd_stage *st, int32_t ln, int ranks) {
+  const vd_stage_node *sn = &st->nodes[ln];
+  if (!sn->side) return;
+  const vd_gnode_t *gn = &r->pg.nodes[sn->gnode];
+  const vd_node_t *pn = &r->pp.nodes[gn->pnode];
+  foot_i32(f, &f->l, &f->nl, &f->cl, pn->layer);
+  if (!ranks) return;
+  if (st->n_rep > 1)
+    for (uint32_t k = 0; k < st->n_rep; k++) foot_rank(f, vd_graph_rank(&r->pg, pn->rank, (int32_t)k));
+  else
+    foot_rank(f, vd_graph_rank(&r->pg, pn->rank, sn->replica));
+  foot_i32(f, &f->m, &f->nm, &f->cm, gn->mb);
+}
+
+void vd_findings_free(vd_findings *fs) {
+  if (!fs) return;
+  for (size_t i = 0; i < fs->n; i++) {
+    vd_free(fs->v[i].stages);
+    vd_free(fs->v[i].issues);
+    vd_free(fs->v[i].ranks);
+    vd_free(fs->v[i].mbs);
+    vd_free(fs->v[i].layers);
+  }
+  vd_free(fs->v);
+  fs->v = NULL;
+  fs->n = 0;
+}
+
+static int cmp_finding(const void *a, const void *b) {
+  const vd_finding *x = a, *y = b;
+  if (x->topo != y->topo) return x->topo < y->topo ? -1 : 1;
+  if (x->structural != y->structural) return y->structural - x->structural;
+  return (x->rep > y->rep) - (x->rep < y->rep);
+}
+
+/* Plan of an issue's node or tensor, or NULL. */
+static const vd_plan_t *issue_plan(const vd_run *r, const vd_issue *is) { return is->single ? &r->sp : &r->pp; }
+
+vd_rc vd_findings_build(const vd_run *r, vd_findings *out, vd_diag *d) {
+  memset(out, 0, sizeof(*out));
+  size_t ni = r->n_issues, ns = r->verdicts ? r->set.n_stages : 0;
+  size_t n = ni + ns;
+  size_t *parent = vd_malloc((n ? n : 1) * sizeof(size_t));
+  int32_t *dn = vd_malloc((ns ? ns : 1) * sizeof(int32_t));
+  uint32_t *sgpos = NULL, *sppos = NULL, *pgpos = NULL, *pppos = NULL;
+  size_t *root_of = NULL;
+  kvs keys = {0};
+  size_t cap_f = 0;
+  vd_rc rc = VD_OK;
+  char key[512], sig[400], why[256];
+  if (!parent || !dn) goto oom;
+  if (topo_positions(&r->pg, &pgpos, &pppos) != VD_OK) goto oom;
+  if (topo_positions(&r->sg, &sgpos, &sppos) != VD_OK) goto oom;
+  for (size_t i = 0; i < n; i++) parent[i] = i;
+
+  /* Issues: by node and by tensor; BATCH absorbs DATAFLOW. */
+  size_t batch = SIZE_MAX;
+  for (size_t i = 0; i < ni; i++)
+    if (r->issues[i].diagnosis == VD_DX_BATCH && batch == SIZE_MAX) batch = i;
+  for (size_t i = 0; i < ni; i++) {
+    const vd_issue *is = &r->issues[i];
+    const vd_plan_t *p = issue_plan(r, is);
+    if (batch != SIZE_MAX && is->diagnosis == VD_DX_DATAFLOW) uf_union(parent, batch, i);
+    if (is->pnode >= 0 && (size_t)is->pnode < p->n_nodes) {
+      node_sig(sig, sizeof(sig), p, is->pnode, !is->single);
+      snprintf(key, sizeof(key), "I|%d|%s|%s|%s", (int)is->diagnosis, is->source, is->kind_name, sig);
+      add_key(&keys, i, key);
+      snprintf(key, sizeof(key), "C|%s", sig);
+      add_key(&keys, i, key);
+    }
+    if (is->tensor >= 0 && (size_t)is->tensor < p->n_tensors) {
+      char nm[200];
+      norm_name(nm, sizeof(nm), vd_plan_s(p, p->tensors[is->tensor].name));
+      snprintf(key, sizeof(key), "T|%d|%s|%s|%d|%s", (int)is->diagnosis, is->source, is->kind_name, !is->single, nm);
+      add_key(&keys, i, key);
+      if (is->pnode < 0) {
+        /* No node: the same kind of problem in one module on one rank
+         * (two swapped gradients are two such entries, one cause). */
+        prefix_comps(nm, sizeof(nm), vd_plan_s(p, p->tensors[is->tensor].name), 3);
+        snprintf(key, sizeof(key), "M|%d|%s|%s|%d|%lld|%s", (int)is->diagnosis, is->source, is->kind_name, !is->single,
+                 (long long)is->rank, nm);
+        add_key(&keys, i, key);
+      }
+    }
+  }
+  /* Failing stages: diverging node of class representatives (members use
+   * the same stage-local node). */
+  for (size_t i = 0; i < ns; i++) {
+    dn[i] = -1;
+    const vd_stage *st = &r->set.stages[i];
+    const vd_stage_verdict *v = &r->verdicts[i];
+    if (v->verdict != VD_SMT_NOT_EQUIVALENT) continue;
+    size_t c = st->canon_class >= 0 ? (size_t)st->canon_class : i;
+    if (c < i && r->verdicts[c].verdict == VD_SMT_NOT_EQUIVALENT && dn[c] >= 0 && (uint32_t)dn[c] < st->n_nodes)
+      dn[i] = dn[c];
+    else
+      dn[i] = vd_rep_diverging(r, i, why, sizeof(why));
+    snprintf(key, sizeof(key), "S|%d|%zu|%d", (int)v->diagnosis, c, dn[i]);
+    add_key(&keys, ni + i, key);
+    if (dn[i] >= 0 && st->nodes[dn[i]].side) {
+      uint32_t pn = r->pg.nodes[st->nodes[dn[i]].gnode].pnode;
+      node_sig(sig, sizeof(sig), &r->pp, pn, 1);
+      snprintf(key, sizeof(key), "N|%s", sig);
+      add_key(&keys, ni + i, key);
+      /* A factor applied by the same kind of node under many names (every
+       * DP reducer of a rank averaging): one cause. */
+      const char *lc = last_comp(vd_plan_s(&r->pp, r->pp.nodes[pn].name));
+      if (v->factor[0] && lc) {
+        snprintf(key, sizeof(key), "R|%d|%s|%s|%s", (int)v->diagnosis, v->factor, vd_node_op(&r->pp, &r->pp.nodes[pn]), lc);
+        add_key(&keys, ni + i, key);
+      }
+      snprintf(key, sizeof(key), "C|%s", sig);
+      add_key(&keys, ni + i, key);
+    }
+  }
+  if (keys.oom) goto oom;
+  qsort(keys.v, keys.n, sizeof(*keys.v), kv_cmp);
+  for (size_t k = 1; k < keys.n; k++)
+    if (!strcmp(keys.v[k].key, keys.v[k - 1].key)) {
+      /* C| keys join a stage to an issue only (two stages need N| or S|). */
+      if (keys.v[k].key[0] == 'C' && keys.v[k - 1].item >= ni) continue;
+      uf_union(parent, keys.v[k - 1].item, keys.v[k].item);
+    }
+
+  /* Findings, one per root (roots are each group's lowest item). */
+  root_of = vd_malloc((n ? n : 1) * sizeof(size_t));
+  if (!root_of) goto oom;
+  for (size_t i = 0; i < n; i++) root_of[i] = SIZE_MAX;
+  for (size_t i = 0; i < n; i++) {
+    if (i >= ni && r->verdicts[i - ni].verdict != VD_SMT_NOT_EQUIVALENT) continue;
+    size_t root = uf_find(parent, i);
+    if (root_of[root] == SIZE_MAX) {
+      if (VD_GROW(out->v, cap_f, out->n + 1)) goto oom;
+      memset(&out->v[out->n], 0, sizeof(out->v[0]));
+      root_of[root] = out->n++;
+    }
+    vd_finding *f = &out->v[root_of[root]];
+    if (i < ni) {
+      if (VD_GROW(f->issues, f->n_ranks, f->n_issues + 1)) goto oom;
+      f->issues[f->n_issues++] = i;
+    } else {
+      if (VD_GROW(f->stages, f->n_mbs, f->n_stages + 1)) goto oom;
+      f->stages[f->n_stages++] = i - ni;
+    }
+  }
+  /* (n_ranks / n_mbs served as capacities above.) */
+  for (size_t k = 0; k < out->n; k++) {
+    vd_finding *f = &out->v[k];
+    f->n_ranks = f->n_mbs = 0;
+    foot ft = {0};
+    f->structural = f->n_issues > 0;
+    f->local_node = -1;
+    f->pnode = -1;
+    f->node_rank = -1;
+    f->node_mb = -1;
+    if (f->structural) {
+      /* The representative issue: a BATCH one when there is one, else the
+       * earliest by node position, else the first listed. */
+      size_t best = f->issues[0];
+      uint64_t bpos = UINT64_MAX;
+      for (size_t j = 0; j < f->n_issues; j++) {
+        const vd_issue *is = &r->issues[f->issues[j]];
+        uint64_t pos = UINT64_MAX - 1;
+        if (is->pnode >= 0)
+          pos = is->single ? sppos[is->pnode] : (uint64_t)1 << 32 | pppos[is->pnode];
+        if (is->diagnosis == VD_DX_BATCH) pos = 0;
+        if (pos < bpos) {
+          bpos = pos;
+          best = f->issues[j];
+        }
+      }
+      const vd_issue *is = &r->issues[best];
+      f->rep = best;
+      f->diagnosis = is->diagnosis;
+      f->topo = bpos;
+      f->pnode = is->pnode;
+      f->side = !is->single;
+      f->node_rank = is->rank;
+      f->node_mb = is->mb;
+      snprintf(f->why, sizeof(f->why), "%s %s", is->source, is->kind_name);
+      for (size_t j = 0; j < f->n_issues; j++) {
+        const vd_issue *js = &r->issues[f->issues[j]];
+        foot_rank(&ft, js->rank);
+        foot_i32(&ft, &ft.m, &ft.nm, &ft.cm, (int32_t)js->mb);
+        if (!js->single && js->pnode >= 0) foot_i32(&ft, &ft.l, &ft.nl, &ft.cl, r->pp.nodes[js->pnode].layer);
+      }
+    } else {
+      /* The representative stage: among those with their own
+       * counterexample, the one whose diverging node comes first. */
+      size_t rep = f->stages[0];
+      uint64_t rpos = UINT64_MAX;
+      int rcex = 0;
+      for (size_t j = 0; j < f->n_stages; j++) {
+        size_t i = f->stages[j];
+        int cex = r->verdicts[i].n_elems > 0;
+        uint64_t pos = UINT64_MAX - 1;
+        if (dn[i] >= 0) {
+          const vd_stage_node *sn = &r->set.stages[i].nodes[dn[i]];
+          pos = sn->side ? (uint64_t)1 << 32 | pgpos[sn->gnode] : sgpos[sn->gnode];
+        }
+        if ((cex && !rcex) || (cex == rcex && pos < rpos)) {
+          rep = i;
+          rpos = pos;
+          rcex = cex;
+        }
+      }
+      f->rep = rep;
+      f->diagnosis = r->verdicts[rep].diagnosis;
+      f->local_node = vd_rep_diverging(r, rep, f->why, sizeof(f->why));
+      f->topo = UINT64_MAX - 1;
+      if (f->local_node >= 0) {
+        const vd_stage_node *sn = &r->set.stages[rep].nodes[f->local_node];
+        const vd_graph_t *g = sn->side ? &r->pg : &r->sg;
+        f->side = sn->side;
+        f->pnode = g->nodes[sn->gnode].pnode;
+        f->node_rank = sn->side ? vd_graph_rank(g, g->plan->nodes[f->pnode].rank, sn->replica) : -1;
+        f->node_mb = g->nodes[sn->gnode].mb;
+        f->topo = sn->side ? (uint64_t)1 << 32 | pgpos[sn->gnode] : sgpos[sn->gnode];
+      }
+    }
+    /* Footprint of the failing stages (also those that follow from an issue). */
+    for (size_t j = 0; j < f->n_stages; j++) {
+      size_t i = f->stages[j];
+      const vd_stage *st = &r->set.stages[i];
+      f->n_instances += (size_t)(st->n_rep ? st->n_rep : 1) * (st->n_mb ? st->n_mb : 1);
+      if (f->structural) continue;
+      uint32_t fv[64];
+      size_t nf = vd_rep_flagged_values(r, i, fv, 64);
+      for (size_t q = 0; q < nf; q++) foot_value(&ft, r, st, fv[q]);
+      if (dn[i] >= 0) foot_node(&ft, r, st, dn[i], nf == 0);
+    }
+    if (ft.oom) {
+      vd_free(ft.r);
+      vd_free(ft.m);
+      vd_free(ft.l);
+      goto oom;
+    }
+    f->ranks = ft.r;
+    f->n_ranks = uniq_i64(ft.r, ft.nr);
+    f->mbs = ft.m;
+    f->n_mbs = uniq_i32(ft.m, ft.nm);
+    f->layers = ft.l;
+    f->n_layers = uniq_i32(ft.l, ft.nl);
+  }
+  qsort(out->v, out->n, sizeof(*out->v), cmp_finding);
+  goto done;
+oom:
+  rc = VD_OOM(d);
+  vd_findings_free(out);
+done:
+  for (size_t k = 0; k < keys.n; k++) vd_free(keys.v[k].key);
+  vd_free(keys.v);
+  vd_free(root_of);
+  vd_free(parent);
+  vd_free(dn);
+  vd_free(sgpos);
+  vd_free(sppos);
+  vd_free(pgpos);
+  vd_free(pppos);
+  return rc;
+}
+
+void vd_rep_class_counts(const vd_run *r, size_t *n_equiv, size_t *n_inconclusive) {
+  *n_equiv = *n_inconclusive = 0;
+  for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
+    const vd_stage *st = &r->set.stages[i];
+    if (st->canon_class >= 0 && (size_t)st->canon_class != i) continue; /* counted with its representative */
+    if (r->verdicts[i].verdict == VD_SMT_EQUIVALENT) (*n_equiv)++;
+    else if (r->verdicts[i].verdict == VD_SMT_INCONCLUSIVE) (*n_inconclusive)++;
+  }
+}
+
+/* ---- one-line texts ------------------------------------------------------ */
+
+static size_t put_list_i64(char *b, size_t n, size_t at, const int64_t *v, size_t k) {
+  for (size_t i = 0; i < k && at < n; i++) {
+    if (i == 16 && k > 20) {
+      at += (size_t)snprintf(b + at, n - at, ",... (%zu in all)", k);
+      break;
+    }
+    at += (size_t)snprintf(b + at, n - at, "%s%lld", i ? "," : "", (long long)v[i]);
+  }
+  return at;
+}
+
+void vd_rep_fmt_footprint(char *buf, size_t n, const vd_finding *f) {
+  int64_t tmp[64];
+  size_t at = (size_t)snprintf(buf, n, "ranks ");
+  if (!f->n_ranks) at += (size_t)snprintf(buf + at, at < n ? n - at : 0, "-");
+  at = put_list_i64(buf, n, at, f->ranks, f->n_ranks);
+  if (at < n) at += (size_t)snprintf(buf + at, n - at, "; microbatches ");
+  if (!f->n_mbs && at < n) at += (size_t)snprintf(buf + at, n - at, "- (once per iteration)");
+  size_t k = f->n_mbs < 64 ? f->n_mbs : 64;
+  for (size_t i = 0; i < k; i++) tmp[i] = f->mbs[i];
+  at = put_list_i64(buf, n, at, tmp, k);
+  if (at < n) at += (size_t)snprintf(buf + at, n - at, "; layers ");
+  if (!f->n_layers && at < n) at += (size_t)snprintf(buf + at, n - at, "-");
+  k = f->n_layers < 64 ? f->n_layers : 64;
+  for (size_t i = 0; i < k; i++) tmp[i] = f->layers[i];
+  at = put_list_i64(buf, n, at, tmp, k);
+  if (at < n && f->n_stages)
+    at += (size_t)snprintf(buf + at, n - at, "; %zu failing stage%s (%zu per replica)", f->n_stages,
+                           f->n_stages == 1 ? "" : "s", f->n_instances);
+  if (at < n && f->n_issues)
+    snprintf(buf + at, n - at, "; %zu structural entr%s", f->n_issues, f->n_issues == 1 ? "y" : "ies");
+}
+
+void vd_rep_fmt_title(char *buf, size_t n, const vd_run *r, const vd_finding *f) {
+  if (f->pnode < 0) {
+    snprintf(buf, n, "%s (%s)", vd_diagnosis_names[f->diagnosis], f->why[0] ? f->why : "no single node");
+    return;
+  }
+  const vd_plan_t *p = f->side ? &r->pp : &r->sp;
+  const vd_node_t *pn = &p->nodes[f->pnode];
+  snprintf(buf, n, "%s at %s%s '%s' (node %lld)", vd_diagnosis_names[f->diagnosis], f->side ? "" : "single ",
+           vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id);
+}

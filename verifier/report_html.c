@@ -1,0 +1,234 @@
+/*
+ * verifier/report_html.c - the run as one self-contained HTML page
+ * (--html FILE): summary, findings, and for each finding a picture of its
+ * representative stage drawn by Graphviz.
+ *
+ * The page needs no network: the style sheet is inline and the pictures
+ * are inline SVG.  Each picture is the stage's dot text
+ * (verifier/report_dot.c) rendered by running Graphviz's `dot -Tsvg` as a
+ * child process (posix_spawnp, no shell) on temporary files; without
+ * Graphviz the page says so where the picture would be and the run goes on.
+ * The page is well-formed XML (XHTML served as HTML), so tests and tools
+ * can parse it with an XML parser.
+ */
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../common/mem.h"
+#include "cli.h"
+#include "report.h"
+
+extern char **environ;
+
+static void hesc(FILE *f, const char *s, size_t n) {
+  for (size_t i = 0; i < n && s[i]; i++) {
+    unsigned char c = (unsigned char)s[i];
+    switch (c) {
+    case '<': fputs("&lt;", f); break;
+    case '>': fputs("&gt;", f); break;
+    case '&': fputs("&amp;", f); break;
+    case '"': fputs("&quot;", f); break;
+    default:
+      if (c < 0x20 && c != '\n' && c != '\t') fputc('?', f);
+      else fputc(c, f);
+    }
+  }
+}
+static void hs(FILE *f, const char *s) { hesc(f, s, strlen(s)); }
+
+/* Runs dot -Tsvg on stage i and copies the <svg> element into f.  Returns 0
+ * on success; otherwise writes why into why. */
+static int inline_svg(const vd_run *r, size_t i, int32_t hl, FILE *f, char *why, size_t n_why) {
+  char in[] = "/tmp/verdict-dot-XXXXXX", out[] = "/tmp/verdict-svg-XXXXXX";
+  int fi = mkstemp(in), fo = -1, ok = -1;
+  if (fi < 0) {
+    snprintf(why, n_why, "cannot create a temporary file");
+    return -1;
+  }
+  fo = mkstemp(out);
+  FILE *df = fdopen(fi, "w");
+  if (fo < 0 || !df) {
+    snprintf(why, n_why, "cannot create a temporary file");
+    if (df) fclose(df);
+    else close(fi);
+    if (fo >= 0) close(fo);
+    unlink(in);
+    if (fo >= 0) unlink(out);
+    return -1;
+  }
+  vd_report_dot(r, i, hl, df);
+  fclose(df);
+  close(fo);
+  char *argv[] = {"dot", "-Tsvg", "-o", out, in, NULL};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
+  pid_t pid;
+  int sp = posix_spawnp(&pid, "dot", &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  int st = 0;
+  if (sp != 0) {
+    snprintf(why, n_why, "Graphviz 'dot' could not be run (install the graphviz package)");
+  } else if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    snprintf(why, n_why, "Graphviz 'dot' failed on the stage graph (exit status %d)", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+  } else {
+    FILE *sf = fopen(out, "r");
+    if (!sf) {
+      snprintf(why, n_why, "cannot read Graphviz's output");
+    } else {
+      /* Skip the XML declaration, doctype and comments before <svg. */
+      char buf[8192];
+      size_t nr;
+      int started = 0;
+      while ((nr = fread(buf, 1, sizeof(buf) - 1, sf)) > 0) {
+        buf[nr] = '\0';
+        if (!started) {
+          char *at = strstr(buf, "<svg");
+          if (!at) continue; /* the prologue is far shorter than a buffer */
+          started = 1;
+          fwrite(at, 1, nr - (size_t)(at - buf), f);
+        } else {
+          fwrite(buf, 1, nr, f);
+        }
+      }
+      fclose(sf);
+      ok = started ? 0 : -1;
+      if (!started) snprintf(why, n_why, "Graphviz wrote no <svg> element");
+    }
+  }
+  unlink(in);
+  unlink(out);
+  return ok;
+}
+
+static const char *const CSS =
+    "body{font-family:Helvetica,Arial,sans-serif;margin:2em;color:#222;max-width:1400px}"
+    "h1{font-size:1.6em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ccc}"
+    ".v{display:inline-block;padding:.2em .6em;border-radius:4px;color:#fff;font-weight:bold}"
+    ".v0{background:#2b7a2b}.v1{background:#c00000}.v3{background:#b07000}"
+    "table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;vertical-align:top}"
+    ".hint{background:#fff8e0;border-left:4px solid #e0b000;padding:.5em 1em}"
+    ".pic{overflow:auto;border:1px solid #ddd;padding:.5em;margin:.5em 0}"
+    "pre{background:#f6f6f6;padding:.8em;overflow:auto;font-size:.85em}"
+    ".finding{margin-bottom:2em}";
+
+vd_rc vd_report_html(const vd_run *r, const vd_run_opts *o, const char *path, vd_diag *d) {
+  vd_findings fs;
+  VD_CHECK(vd_findings_build(r, &fs, d));
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    vd_findings_free(&fs);
+    VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot write the HTML report");
+  }
+  int code = vd_run_exit_code(r);
+  const char *word = code == 0 ? "EQUIVALENT" : code == 1 ? "NOT EQUIVALENT" : "INCONCLUSIVE";
+  fputs("<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n"
+        "<title>verdict report</title>\n<style>",
+        f);
+  fputs(CSS, f);
+  fputs("</style>\n</head>\n<body>\n<h1>verdict report</h1>\n", f);
+  fprintf(f, "<p><span class=\"v v%d\" id=\"verdict\">%s</span></p>\n", code, word);
+  fputs("<table class=\"summary\">\n<tr><th>single-device plan</th><td>", f);
+  hs(f, o->sm);
+  fputs("</td></tr>\n<tr><th>parallel plan</th><td>", f);
+  hs(f, o->pm);
+  fprintf(f, "</td></tr>\n<tr><th>findings</th><td id=\"n-findings\">%zu</td></tr>\n", fs.n);
+  fprintf(f, "<tr><th>stages</th><td>%zu (%zu classes solved): %zu equivalent, %zu not equivalent, %zu inconclusive",
+          r->set.n_stages, r->n_solved, r->n_equiv, r->n_not_equiv, r->n_inconclusive);
+  if (r->n_represented > r->set.n_stages) fprintf(f, "; they stand for %zu per-replica stages", r->n_represented);
+  fprintf(f, "</td></tr>\n<tr><th>structural entries</th><td>%zu</td></tr>\n", r->n_issues + r->n_issues_dropped);
+  fputs("<tr><th>time</th><td>", f);
+  for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, "%s%s %.3f s", i ? ", " : "", vd_run_phase_names[i], r->phase_s[i]);
+  fprintf(f, "; peak memory %.1f MB; %d thread(s)</td></tr>\n", (double)r->peak_bytes / 1e6, r->threads_used);
+  fprintf(f, "<tr><th>tool</th><td>verdict %s</td></tr>\n</table>\n", VD_VERSION_STRING);
+  if (fs.n) {
+    fputs("<h2>Findings</h2>\n<p>Failures grouped by root cause, earliest first (topological order of the diverging "
+          "node).  In each picture the single-device subgraph is on the left, the parallel one on the right; dashed "
+          "edges are lineages; the diverging node is filled red, the copies that disagree are outlined red, and the "
+          "target edges carry the counterexample's exact values.</p>\n<ol>\n",
+          f);
+    char title[512], fp[1024];
+    for (size_t k = 0; k < fs.n; k++) {
+      vd_rep_fmt_title(title, sizeof(title), r, &fs.v[k]);
+      fprintf(f, "<li><a href=\"#finding-%zu\">", k + 1);
+      hs(f, title);
+      fputs("</a></li>\n", f);
+    }
+    fputs("</ol>\n", f);
+    for (size_t k = 0; k < fs.n; k++) {
+      const vd_finding *fd = &fs.v[k];
+      vd_rep_fmt_title(title, sizeof(title), r, fd);
+      vd_rep_fmt_footprint(fp, sizeof(fp), fd);
+      fprintf(f, "<div class=\"finding\" id=\"finding-%zu\">\n<h2>Finding %zu: ", k + 1, k + 1);
+      hs(f, title);
+      fputs("</h2>\n<table>\n<tr><th>diagnosis</th><td class=\"diagnosis\">", f);
+      hs(f, vd_diagnosis_names[fd->diagnosis]);
+      if (!fd->structural && r->verdicts[fd->rep].factor[0]) {
+        fputs(" (", f);
+        hs(f, r->verdicts[fd->rep].factor);
+        fputs(")", f);
+      }
+      fputs("</td></tr>\n<tr><th>node</th><td class=\"node\">", f);
+      if (fd->pnode >= 0) {
+        const vd_plan_t *p = fd->side ? &r->pp : &r->sp;
+        const vd_node_t *pn = &p->nodes[fd->pnode];
+        fprintf(f, "%s ", fd->side ? "parallel" : "single");
+        hs(f, vd_node_op(p, pn));
+        fputs(" '", f);
+        hs(f, vd_plan_s(p, pn->name));
+        fprintf(f, "' (node %lld)", (long long)pn->id);
+        if (fd->why[0]) {
+          fputs(": ", f);
+          hs(f, fd->why);
+        }
+      } else {
+        fputs("-", f);
+      }
+      fputs("</td></tr>\n<tr><th>footprint</th><td>", f);
+      hs(f, fp);
+      fputs("</td></tr>\n</table>\n<p class=\"hint\">", f);
+      hs(f, vd_findings_hint(fd->diagnosis));
+      fputs("</p>\n", f);
+      if (!fd->structural) {
+        char why[256];
+        fprintf(f, "<h3>Stage %zu</h3>\n<div class=\"pic\">\n", fd->rep);
+        if (inline_svg(r, fd->rep, fd->local_node, f, why, sizeof(why)) != 0) {
+          fputs("<p><em>", f);
+          hs(f, why);
+          fputs("</em></p>", f);
+          fprintf(stderr, "verdict: --html: stage %zu: %s\n", fd->rep, why);
+        }
+        fputs("\n</div>\n", f);
+      }
+      char *text = NULL;
+      size_t len = 0;
+      FILE *m = open_memstream(&text, &len);
+      if (m) {
+        vd_report_text_finding(r, fd, m);
+        fclose(m);
+      }
+      fputs("<details><summary>the representative in text</summary>\n<pre>", f);
+      if (text) hesc(f, text, len);
+      fputs("</pre></details>\n</div>\n", f);
+      free(text); /* open_memstream's buffer comes from the C library */
+    }
+  }
+  if (r->n_inconclusive) {
+    fputs("<h2>Inconclusive stages</h2>\n<ul>\n", f);
+    for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
+      if (r->verdicts[i].verdict != VD_SMT_INCONCLUSIVE) continue;
+      fprintf(f, "<li>stage %zu: ", i);
+      hs(f, r->verdicts[i].reason);
+      fputs("</li>\n", f);
+    }
+    fputs("</ul>\n", f);
+  }
+  fputs("</body>\n</html>\n", f);
+  vd_findings_free(&fs);
+  if (fclose(f) != 0) VD_FAIL(d, VD_EIO, path, NULL, NULL, "writing the HTML report failed");
+  return VD_OK;
+}
