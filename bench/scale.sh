@@ -78,6 +78,7 @@ if want nm; then
   for nm in 1 16; do
     gen_run "llama3 2L dp1 tp2 pp2 nm$nm" - $L --layers 2 --tp 2 --pp 2 --dp 1 --nm $nm --batch $((nm * 2))
   done
+  gen_run "llama3 2L dp64 tp2 pp2 nm16" - $L --layers 2 --tp 2 --pp 2 --dp 64 --nm 16 --batch 2048
 fi
 if want layers; then
   for ly in 2 32 128; do
@@ -101,7 +102,7 @@ M="--model moe --hidden 64 --heads 4 --seq 16 --vocab 128"
 if want ep; then
   for ep in 1 4; do
     gen_run "moe 2L dp4 tp1 pp2 nm2 ep$ep 8x2 experts" - $M --layers 2 --dp 4 --tp 1 --pp 2 --nm 2 --ep "$ep" \
-      --experts 8 --topk 2 --batch 16
+      --experts 8 --topk 2 --batch $((4 * ep * 2 * 2))
   done
 fi
 if want 405b; then
