@@ -1236,6 +1236,9 @@ static vd_rc mb_family(cctx *c, size_t a, size_t b, size_t s0) {
     if (lt->pieces[i].mb != m0) return VD_OK;
   int windows_checked = 0;
   uint32_t covered = 0;
+  int32_t *list = vd_malloc((c->nm + 1) * sizeof(*list));
+  if (!list) return VD_OOM(c->d);
+  list[0] = m0;
   for (int32_t m = 0; m < (int32_t)c->nm; m++) {
     if (m == m0) continue;
     uint32_t g = tr_group(c, a, b, m0, m);
@@ -1243,21 +1246,37 @@ static vd_rc mb_family(cctx *c, size_t a, size_t b, size_t s0) {
     int ok = 1;
     for (size_t s = s0; s < set->n_stages && ok; s++) {
       const vd_stage *st = &set->stages[s];
-      if (VD_GROW(c->tp, c->cap_tp, st->n_vals + 1)) return VD_OOM(c->d);
+      if (VD_GROW(c->tp, c->cap_tp, st->n_vals + 1)) {
+        vd_free(list);
+        return VD_OOM(c->d);
+      }
       ok = stage_translates(c, st, m0, m);
       if (ok && !windows_checked) {
         const vd_lin_piece *p = &lt->pieces[st->idx[st->targets[0].piece_off]];
         int32_t q = vd_lin_piece_of(lt, tr_value(c, p->value, m0, m), p->replica);
-        VD_CHECK(window_same(c, st, (uint32_t)q, &ok));
-        if (!ok) return VD_OK; /* the slices move inside a window: at every m */
+        vd_rc rc = window_same(c, st, (uint32_t)q, &ok);
+        if (rc != VD_OK || !ok) { /* !ok: the slices move inside a window, at every m */
+          vd_free(list);
+          return rc;
+        }
       }
     }
     if (!ok) continue;
     windows_checked = 1;
     c->done[g] = 1;
-    covered++;
+    list[++covered] = m;
   }
-  for (size_t s = s0; s < set->n_stages; s++) set->stages[s].n_mb = 1 + covered;
+  for (size_t s = s0; s < set->n_stages && covered; s++) {
+    vd_stage *st = &set->stages[s];
+    st->n_mb = 1 + covered;
+    st->mb_list = vd_malloc((size_t)st->n_mb * sizeof(*st->mb_list));
+    if (!st->mb_list) {
+      vd_free(list);
+      return VD_OOM(c->d);
+    }
+    memcpy(st->mb_list, list, (size_t)st->n_mb * sizeof(*list));
+  }
+  vd_free(list);
   return VD_OK;
 }
 
@@ -1448,6 +1467,8 @@ vd_rc vd_stage_recut(const vd_lin_table *lt, vd_stage_set *set, size_t i, vd_dia
     n->id = st->id;
     n->n_rep = st->n_rep;
     n->n_mb = st->n_mb;
+    n->mb_list = st->mb_list;
+    st->mb_list = NULL;
     n->canon_hash = st->canon_hash;
     n->canon_class = st->canon_class;
     n->cut_lin = st->cut_lin;

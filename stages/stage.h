@@ -102,6 +102,7 @@ typedef struct vd_stage {
                             replica-0 stage is literally each replica's (stages/cut.c) */
   uint32_t n_mb;         /* microbatches it stands for: 1, or more when the stage of the
                             same group in other microbatches is literally this one */
+  int32_t *mb_list;      /* n_mb > 1: those microbatches, its own first (owned), else NULL */
   uint8_t reduced;       /* shapes were reduced */
   uint64_t canon_hash;   /* canonical form hash (0 = not computed) */
   int32_t canon_class;   /* representative stage id of its class, -1 if none */

@@ -390,6 +390,8 @@ static void foot_value(foot *f, const vd_run *r, const vd_stage *st, uint32_t lv
   else
     foot_rank(f, vd_graph_rank(&r->pg, rank, sv->replica));
   foot_i32(f, &f->m, &f->nm, &f->cm, gv->mb);
+  /* a stage standing for other microbatches fails in each of them */
+  for (uint32_t k = 1; gv->mb >= 0 && st->mb_list && k < st->n_mb; k++) foot_i32(f, &f->m, &f->nm, &f->cm, st->mb_list[k]);
 }
 
 static void foot_node(foot *f, const vd_run *r, const vd_stage *st, int32_t ln, int ranks) {
@@ -404,6 +406,7 @@ static void foot_node(foot *f, const vd_run *r, const vd_stage *st, int32_t ln, 
   else
     foot_rank(f, vd_graph_rank(&r->pg, pn->rank, sn->replica));
   foot_i32(f, &f->m, &f->nm, &f->cm, gn->mb);
+  for (uint32_t k = 1; gn->mb >= 0 && st->mb_list && k < st->n_mb; k++) foot_i32(f, &f->m, &f->nm, &f->cm, st->mb_list[k]);
 }
 
 void vd_findings_free(vd_findings *fs) {
