@@ -379,20 +379,16 @@ static vd_rc stage_hook(void *p, vd_stage_set *set, size_t i, vd_diag *d) {
   return VD_OK;
 }
 
-/* Compact stages restored for reports, at most (each restored stage is as
- * large as its class representative). */
-#define VD_RUN_MAX_RECUT 4096
-
 /* Restores the bodies of the compact stages that reports and findings read:
- * failing and inconclusive ones, in stage order, up to VD_RUN_MAX_RECUT
- * (past it, findings see those members without their own values). */
+ * every failing one (inconclusive ones are reported by their reason only).
+ * A restored stage is as large as its class representative; a run failing
+ * in thousands of large stages can run out of memory here (exit 3), never
+ * report a stage without its body. */
 static vd_rc recut_reported(vd_run *r, const vd_run_opts *o, vd_diag *d) {
-  size_t done = 0;
-  for (size_t i = 0; i < r->set.n_stages && done < VD_RUN_MAX_RECUT; i++) {
+  for (size_t i = 0; i < r->set.n_stages; i++) {
     vd_stage *st = &r->set.stages[i];
-    if (r->verdicts[i].verdict == VD_SMT_EQUIVALENT || !st->compact) continue;
+    if (r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT || !st->compact) continue;
     VD_CHECK(vd_stage_recut(&r->lt, &r->set, i, d));
-    done++;
     if (!o->no_reduce) {
       vd_diag sd;
       vd_diag_clear(&sd);
