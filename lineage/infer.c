@@ -70,13 +70,13 @@ static const vd_lin_prop_rule rules[VD_OP__COUNT] = {
     [VD_OP_SILU] = R(MAP, NONE, 0),
     [VD_OP_GELU] = R(MAP, NONE, 0),
     [VD_OP_SUM] = R(MAP, MULTI, 0),
-    [VD_OP_MEAN] = R(NONE, NONE, 0), /* a mean over a slice is not a part of the mean */
+    [VD_OP_MEAN] = R(MAP, NONE, 0), /* NONE: a mean over a slice is not a part of the mean */
     [VD_OP_SUM_TO] = R(MAP, MULTI, 0),
     [VD_OP_ACCUMULATE] = R(ACCUM, SUM, 0),
     [VD_OP_SCALE] = R(SCALE, MULTI, 0),
     [VD_OP_ADD_BACKWARD] = R(MAP, MULTI, 1),
     [VD_OP_SUB_BACKWARD] = R(MAP, MULTI, 1),
-    [VD_OP_MUL_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_MUL_BACKWARD] = R(MAP, OTHER, 1),
     [VD_OP_DIV_BACKWARD] = R(MAP, NONE, 1),
     [VD_OP_NEG_BACKWARD] = R(MAP, MULTI, 1),
     [VD_OP_SCALE_BACKWARD] = R(MAP, MULTI, 1),
@@ -109,11 +109,11 @@ static const vd_lin_prop_rule rules[VD_OP__COUNT] = {
     [VD_OP_CAUSAL_MASK_BACKWARD] = R(MAP, MULTI, 1),
     [VD_OP_SOFTMAX_BACKWARD] = R(MAP, NONE, 1),
     [VD_OP_PICK_BACKWARD] = R(MAP, MULTI, 1),
-    [VD_OP_CREATE_MASK] = R(MAP, NONE, 0),
+    [VD_OP_CREATE_MASK] = R(MAP, CONST, 0),
     [VD_OP_APPLY_MASK] = R(MAP, NONE, 0),
-    [VD_OP_APPLY_ROTARY_EMB] = R(MAP, NONE, 0),
+    [VD_OP_APPLY_ROTARY_EMB] = R(MAP, PAIRED, 0),
     [VD_OP_APPLY_MASK_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_APPLY_ROTARY_EMB_BACKWARD] = R(MAP, NONE, 1),
+    [VD_OP_APPLY_ROTARY_EMB_BACKWARD] = R(MAP, PAIRED, 1),
     [VD_OP_DROPOUT] = R(MAP, NONE, 0),
     [VD_OP_DROPOUT_BACKWARD] = R(MAP, NONE, 1),
     [VD_OP_TOPK_GATE] = R(MAP, NONE, 0),
@@ -127,11 +127,11 @@ static const vd_lin_prop_rule rules[VD_OP__COUNT] = {
     [VD_OP_ALL_REDUCE] = R(ALL_REDUCE, NONE, 0),
     [VD_OP_ALL_GATHER] = R(ALL_GATHER, NONE, 0),
     [VD_OP_REDUCE_SCATTER] = R(REDUCE_SCATTER, NONE, 0),
-    [VD_OP_ALL_TO_ALL] = R(NONE, NONE, 0), /* token routing: the stage grows past it */
+    [VD_OP_ALL_TO_ALL] = R(ALL_TO_ALL, NONE, 0),
     [VD_OP_BROADCAST] = R(COPY, NONE, 0),
     [VD_OP_SEND] = R(COPY, NONE, 0),
     [VD_OP_RECV] = R(COPY, NONE, 0),
-    [VD_OP_SUMSQ] = R(MAP, NONE, 0),
+    [VD_OP_SUMSQ] = R(MAP, SEP, 0),
     [VD_OP_CLIP_COEF] = R(MAP, NONE, 0),
     [VD_OP_SGD_STEP] = R(MAP, NONE, 0),
     [VD_OP_ADAM_STEP] = R(MAP, NONE, 0),
@@ -149,6 +149,20 @@ typedef struct {
   int32_t nd; /* single ndim */
   int64_t lo[VD_MAX_DIMS], hi[VD_MAX_DIMS], dlo[VD_MAX_DIMS];
   int64_t k0, cnt, n, dk; /* parts [k0 + d*dk, + cnt) of n */
+  /* A split dim (a [b*s] flattening of a sequence-sliced [b, s]): when
+   * split = j + 1, single dim j is read as [shape[j] / si, si] and the
+   * value holds the box [lo[j], hi[j]) x [ilo, ihi) of that pair (replica
+   * shifts dlo[j], dil), row-major, which is no slice of dim j.  Only MAP
+   * (a dim linked to the split one keeps it) and views (which merge it or
+   * take it apart again) accept such a value; it is never emitted. */
+  int32_t split;
+  int64_t si, ilo, ihi, dil;
+  /* Propagated but never written as a candidate: the sum of a subset of a
+   * gradient fan-in (a multiref_backward matched by name with fewer inputs
+   * than the single one), and what copies or collectives make of it.  It
+   * lets the node that completes the sum match; as a candidate it would
+   * fail its proof and cost a round. */
+  uint8_t noemit;
 } vlin;
 
 typedef struct {
@@ -177,16 +191,25 @@ static int norm_part(const vlin *l, int64_t *k, int64_t *n, int64_t *dk) {
   return 1;
 }
 
+/* Width of lineage l along single dim i (a split dim: the box's size). */
+static int64_t lwidth(const vlin *l, int32_t i) {
+  int64_t w = l->hi[i] - l->lo[i];
+  return l->split == i + 1 ? w * (l->ihi - l->ilo) : w;
+}
+
 /* The parallel tensor of v holds its slice dimension by dimension (same
- * rank, widths equal to the shape): the form every rule below assumes. */
-static int aligned(const ictx *c, uint32_t v) {
+ * rank, widths equal to the shape), split dims allowed. */
+static int aligned_any(const ictx *c, uint32_t v) {
   const vlin *l = &c->vl[v];
   const vd_tensor_t *t = ptens(c, v);
   if (!l->known || l->zero || t->ndim != l->nd) return 0;
   for (int32_t i = 0; i < t->ndim; i++)
-    if (l->hi[i] - l->lo[i] != t->shape[i]) return 0;
+    if (lwidth(l, i) != t->shape[i]) return 0;
   return 1;
 }
+
+/* The same without split dims: the form every rule but MAP and views assumes. */
+static int aligned(const ictx *c, uint32_t v) { return !c->vl[v].split && aligned_any(c, v); }
 
 static void seed(ictx *c) {
   const vd_graph_t *gp = c->gp, *gs = c->gs;
@@ -379,29 +402,54 @@ static int32_t forward_partner(ictx *c, uint32_t gi, int op) {
   return c->fwd_of[gi];
 }
 
+/* Whether output o of a MAP node reads input i (lin OTHER, CONST, PAIRED). */
+static int reads(const vd_lin_prop_rule *ru, uint32_t o, uint32_t i) {
+  switch (ru->lin) {
+  case VD_PLIN_OTHER: return i != o;
+  case VD_PLIN_CONST: return 0;
+  case VD_PLIN_PAIRED: return i == 2 || (i < 2 ? i : i - 1) % 2 == o;
+  default: return 1;
+  }
+}
+
+/* The part that the partial inputs of a MAP node give output o (k of n,
+ * replica shift dk); 0 when the rule admits no such combination. */
+static int input_parts(const ictx *c, const vd_gnode_t *pn, const vd_lin_prop_rule *ru, uint32_t o, int64_t *pk,
+                       int64_t *pnn, int64_t *pdk) {
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn);
+  int n_partial = 0;
+  uint32_t n_read = 0;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    if (!reads(ru, o, i)) continue;
+    n_read++;
+    int64_t k, n, dk;
+    if (!norm_part(&c->vl[in[i]], &k, &n, &dk)) return 0;
+    if (n == 1) continue;
+    if (ru->lin == VD_PLIN_NONE || ru->lin == VD_PLIN_SEP || ru->lin == VD_PLIN_PAIRED) return 0;
+    if (n_partial && (ru->lin != VD_PLIN_SUM || k != *pk || n != *pnn || dk != *pdk)) return 0;
+    *pk = k, *pnn = n, *pdk = dk;
+    n_partial++;
+  }
+  return !(ru->lin == VD_PLIN_SUM && n_partial && (uint32_t)n_partial != n_read);
+}
+
 static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
   const vd_gnode_t *pn = &c->gp->nodes[gi];
   if (pn->n_in + pn->n_out > MAXOPD) return;
   int32_t sm = match_single(c, pn, op);
-  if (sm < 0 && op == VD_OP_MULTIREF_BACKWARD) sm = match_by_name(c, pn, op);
+  int subset = 0;
+  if (sm < 0 && op == VD_OP_MULTIREF_BACKWARD) {
+    sm = match_by_name(c, pn, op);
+    const uint32_t *pin = vd_gnode_inputs(c->gp, pn);
+    subset = sm >= 0 && c->gs->nodes[sm].n_in > pn->n_in;
+    for (uint32_t i = 0; i < pn->n_in && subset; i++) subset = !c->vl[pin[i]].noemit;
+  }
   if (sm < 0) return;
   const vd_gnode_t *sn = &c->gs->nodes[sm];
   const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
   const uint32_t *sout = vd_gnode_outputs(c->gs, sn);
-  /* Parts of the inputs. */
-  int64_t pk = 0, pnn = 1, pdk = 0;
-  int n_partial = 0;
-  for (uint32_t i = 0; i < pn->n_in; i++) {
-    if (!aligned(c, in[i])) return;
-    int64_t k, n, dk;
-    if (!norm_part(&c->vl[in[i]], &k, &n, &dk)) return;
-    if (n == 1) continue;
-    if (ru->lin == VD_PLIN_NONE || ru->lin == VD_PLIN_SEP) return;
-    if (n_partial && (ru->lin == VD_PLIN_MULTI || k != pk || n != pnn || dk != pdk)) return;
-    pk = k, pnn = n, pdk = dk;
-    n_partial++;
-  }
-  if (ru->lin == VD_PLIN_SUM && n_partial && (uint32_t)n_partial != pn->n_in) return;
+  for (uint32_t i = 0; i < pn->n_in; i++)
+    if (!aligned_any(c, in[i])) return;
   /* Dimension links from the reduction rule, on the parallel shapes. */
   dsu u;
   u.n_in = (int)pn->n_in;
@@ -427,6 +475,9 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
     const vd_tensor_t *pt = ptens(c, out[o]);
     const vd_tensor_t *st = stens(c, (int32_t)sout[o]);
     if (st->ndim != pt->ndim) continue;
+    /* Parts of the inputs output o reads. */
+    int64_t pk = 0, pnn = 1, pdk = 0;
+    if (!input_parts(c, pn, ru, o, &pk, &pnn, &pdk)) continue;
     vlin l;
     memset(&l, 0, sizeof(l));
     l.known = 1;
@@ -448,16 +499,25 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
         for (int32_t k = 0; k < x->nd && !done; k++) {
           if (dfind(&u, dix(&u, 0, (int)i, k)) != cj) continue;
           const vd_tensor_t *xs = stens(c, x->sv);
-          if (xs->shape[k] != st->shape[j] || x->hi[k] - x->lo[k] != pt->shape[j]) continue;
+          if (xs->shape[k] != st->shape[j] || lwidth(x, k) != pt->shape[j]) continue;
+          if (x->split == k + 1 && l.split) continue; /* one split dim per value */
           l.lo[j] = x->lo[k], l.hi[j] = x->hi[k], l.dlo[j] = x->dlo[k];
+          if (x->split == k + 1) l.split = j + 1, l.si = x->si, l.ilo = x->ilo, l.ihi = x->ihi, l.dil = x->dil;
           done = 1;
         }
       }
-      if (!done && fw >= 0 && o < c->gp->nodes[fw].n_in) {
-        uint32_t fv = vd_gnode_inputs(c->gp, &c->gp->nodes[fw])[o];
-        const vlin *x = &c->vl[fv];
-        if (x->known && !x->zero && x->nd == st->ndim && stens(c, x->sv)->shape[j] == st->shape[j] &&
-            x->hi[j] - x->lo[j] == pt->shape[j]) {
+      /* the forward input this output is the gradient of: input o when its
+       * single shape is the output's, else the first input that has it
+       * (embedding_backward's table is input 1) */
+      for (uint32_t q = 0; !done && fw >= 0 && q <= c->gp->nodes[fw].n_in; q++) {
+        uint32_t fi = q == 0 ? o : q - 1;
+        if (fi >= c->gp->nodes[fw].n_in || (q > 0 && fi == o)) continue;
+        const vlin *x = &c->vl[vd_gnode_inputs(c->gp, &c->gp->nodes[fw])[fi]];
+        if (!x->known || x->zero || x->split == j + 1 || x->nd != st->ndim) continue;
+        const vd_tensor_t *xs = stens(c, x->sv);
+        int same = 1;
+        for (int32_t e = 0; e < st->ndim; e++) same &= xs->shape[e] == st->shape[e];
+        if (same && x->hi[j] - x->lo[j] == pt->shape[j]) {
           l.lo[j] = x->lo[j], l.hi[j] = x->hi[j], l.dlo[j] = x->dlo[j];
           done = 1;
         }
@@ -469,14 +529,19 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
      * makes the output a partial sum over its slices (linear operators only). */
     int64_t k = pk, n = pnn, dk = pdk;
     for (uint32_t i = 0; i < pn->n_in && ok; i++) {
+      if (!reads(ru, o, i)) continue;
       const vlin *x = &c->vl[in[i]];
       const vd_tensor_t *xs = stens(c, x->sv);
       for (int32_t kd = 0; kd < x->nd && ok; kd++) {
         int ck = dfind(&u, dix(&u, 0, (int)i, kd));
         int64_t w = x->hi[kd] - x->lo[kd];
+        if (!cls_used[ck] && x->split == kd + 1) { /* a split dim contracted: no part form */
+          ok = 0;
+          break;
+        }
         if (cls_used[ck] || w == xs->shape[kd]) continue;
         cls_used[ck] = 1; /* one contraction per class (x.b and dy.b sliced alike) */
-        if (ru->lin == VD_PLIN_NONE || w <= 0 || xs->shape[kd] % w || x->lo[kd] % w || x->dlo[kd] % w) {
+        if (ru->lin == VD_PLIN_NONE || ru->lin == VD_PLIN_PAIRED || w <= 0 || xs->shape[kd] % w || x->lo[kd] % w || x->dlo[kd] % w) {
           ok = 0;
           break;
         }
@@ -488,6 +553,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
     }
     if (!ok) continue;
     l.k0 = k, l.cnt = 1, l.n = n, l.dk = dk;
+    l.noemit = (uint8_t)subset;
     c->vl[out[o]] = l;
   }
 }
@@ -524,7 +590,7 @@ static void view_node(ictx *c, uint32_t gi, int op) {
   if (pn->n_in != 1 || pn->n_out != 1) return;
   int32_t sm = match_single(c, pn, op);
   uint32_t in = vd_gnode_inputs(c->gp, pn)[0], out = vd_gnode_outputs(c->gp, pn)[0];
-  if (sm < 0 || !aligned(c, in)) return;
+  if (sm < 0 || !aligned_any(c, in)) return;
   const vlin *x = &c->vl[in];
   int32_t so = (int32_t)vd_gnode_outputs(c->gs, &c->gs->nodes[sm])[0];
   const vd_tensor_t *xs = stens(c, x->sv), *ys = stens(c, so), *pt = ptens(c, out);
@@ -543,6 +609,7 @@ static void view_node(ictx *c, uint32_t gi, int op) {
   vlin l = *x;
   l.sv = so;
   l.nd = ys->ndim;
+  l.split = 0, l.si = l.ilo = l.ihi = l.dil = 0;
   uint8_t set[VD_MAX_DIMS] = {0};
   for (int32_t j = 0; j < ys->ndim; j++) {
     l.lo[j] = 0, l.hi[j] = ys->shape[j], l.dlo[j] = 0;
@@ -552,6 +619,31 @@ static void view_node(ictx *c, uint32_t gi, int op) {
     const vd_op_red *g = &v.g[q];
     int32_t a0 = g->a.dim, b0 = g->b.dim;
     if (a0 + g->na > xs->ndim || b0 + g->nb > ys->ndim) return;
+    if (x->split > a0 && x->split <= a0 + g->na) {
+      /* A split input dim: kept by a 1-1 group, or taken apart into its
+       * [outer, inner] pair, which is a box again. */
+      if (g->na != 1) return;
+      if (g->nb == 1) {
+        l.lo[b0] = x->lo[a0], l.hi[b0] = x->hi[a0], l.dlo[b0] = x->dlo[a0];
+        l.split = b0 + 1, l.si = x->si, l.ilo = x->ilo, l.ihi = x->ihi, l.dil = x->dil;
+      } else if (g->nb == 2 && ys->shape[b0 + 1] == x->si) {
+        l.lo[b0] = x->lo[a0], l.hi[b0] = x->hi[a0], l.dlo[b0] = x->dlo[a0];
+        l.lo[b0 + 1] = x->ilo, l.hi[b0 + 1] = x->ihi, l.dlo[b0 + 1] = x->dil;
+      } else {
+        return;
+      }
+      for (int e = 0; e < g->nb; e++) set[b0 + e] = 1;
+      continue;
+    }
+    if (g->na == 2 && g->nb == 1 && x->hi[a0 + 1] - x->lo[a0 + 1] != xs->shape[a0 + 1] && !l.split) {
+      /* [b, s] merged with s sliced: the rows are no range of [b*s], but
+       * a box of the split pair. */
+      l.lo[b0] = x->lo[a0], l.hi[b0] = x->hi[a0], l.dlo[b0] = x->dlo[a0];
+      l.split = b0 + 1, l.si = xs->shape[a0 + 1];
+      l.ilo = x->lo[a0 + 1], l.ihi = x->hi[a0 + 1], l.dil = x->dlo[a0 + 1];
+      set[b0] = 1;
+      continue;
+    }
     int64_t inner_i = 1, inner_o = 1;
     for (int e = 1; e < g->na; e++) {
       if (x->hi[a0 + e] - x->lo[a0 + e] != xs->shape[a0 + e]) return;
@@ -594,7 +686,7 @@ static void copy_node(ictx *c, const vd_gnode_t *pn, int op) {
 }
 
 static int same_slice(const vlin *a, const vlin *b) {
-  if (a->sv != b->sv || a->nd != b->nd) return 0;
+  if (a->sv != b->sv || a->nd != b->nd || a->split || b->split) return 0;
   for (int32_t i = 0; i < a->nd; i++)
     if (a->lo[i] != b->lo[i] || a->hi[i] != b->hi[i] || a->dlo[i] != b->dlo[i]) return 0;
   return 1;
@@ -694,6 +786,43 @@ static void coll_node(ictx *c, const vd_gnode_t *pn, int kind) {
   for (uint32_t o = 0; o < pn->n_out; o++) c->vl[out[o]] = l;
 }
 
+/* all_to_all (split_dim s, concat_dim t, group order): output j is chunk j
+ * along s of every input, concatenated along t.  A box when the inputs are
+ * whole slices of one value, equal except along t, where they follow each
+ * other in group order (as all_gather's), and their common s slice splits
+ * evenly.  s == t (a pure permutation of chunks) is left undecided. */
+static void a2a_node(ictx *c, const vd_gnode_t *pn) {
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
+  if (pn->n_in == 0 || pn->n_in != pn->n_out) return;
+  for (uint32_t i = 0; i < pn->n_in; i++)
+    if (!aligned(c, in[i])) return;
+  const vlin *x0 = &c->vl[in[0]];
+  const vd_node_t *nd = &c->pp->nodes[pn->pnode];
+  int64_t sd = vd_node_attr_int(c->pp, nd, "split_dim", -1), td = vd_node_attr_int(c->pp, nd, "concat_dim", -1);
+  if (sd < 0) sd += x0->nd;
+  if (td < 0) td += x0->nd;
+  if (sd < 0 || sd >= x0->nd || td < 0 || td >= x0->nd || sd == td) return;
+  int64_t p = pn->n_in, w = x0->hi[sd] - x0->lo[sd];
+  if (w % p) return;
+  vlin l = *x0;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    const vlin *x = &c->vl[in[i]];
+    if (x->sv != x0->sv || x->n != 1 || x->cnt != 1) return;
+    for (int32_t j = 0; j < x->nd; j++) {
+      if (j == td) continue;
+      if (x->lo[j] != x0->lo[j] || x->hi[j] != x0->hi[j] || x->dlo[j] != x0->dlo[j]) return;
+    }
+    if (i > 0 && (x->lo[td] != l.hi[td] || x->dlo[td] != x0->dlo[td])) return;
+    l.hi[td] = x->hi[td];
+  }
+  for (uint32_t o = 0; o < pn->n_out; o++) {
+    vlin y = l;
+    y.lo[sd] = x0->lo[sd] + (int64_t)o * (w / p);
+    y.hi[sd] = y.lo[sd] + w / p;
+    c->vl[out[o]] = y;
+  }
+}
+
 /* One pass in topological order.  A backward node can precede its forward
  * partner in that order (a loss gradient seed depends on nothing), so
  * vd_lin_infer repeats passes while they decide new values. */
@@ -729,6 +858,7 @@ static void propagate(ictx *c) {
     case VD_PROP_ALL_REDUCE:
     case VD_PROP_ALL_GATHER:
     case VD_PROP_REDUCE_SCATTER: coll_node(c, pn, ru->kind); break;
+    case VD_PROP_ALL_TO_ALL: a2a_node(c, pn); break;
     default: break;
     }
   }
@@ -754,7 +884,7 @@ static int emit(ictx *c, uint32_t ti, vd_plan_t *pp) {
      * be a hypothesis nothing proves). */
     if (gp->values[first].is_initial || gp->values[first].producer < 0) return 0;
     const vlin *l = &c->vl[last];
-    if (!aligned(c, (uint32_t)last)) return 0;
+    if (!aligned(c, (uint32_t)last) || l->noemit) return 0;
     int64_t k, n, dk;
     if (!norm_part(l, &k, &n, &dk)) return 0;
     uint32_t s = gs->values[l->sv].tensor;

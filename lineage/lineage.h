@@ -157,6 +157,7 @@ typedef enum {
   VD_PROP_ALL_REDUCE,     /* partial sums -> the whole slice */
   VD_PROP_ALL_GATHER,     /* slices concatenated along `dim` */
   VD_PROP_REDUCE_SCATTER, /* partial sums -> slice j along `dim` of the whole */
+  VD_PROP_ALL_TO_ALL,     /* chunk j along split_dim of every slice, concatenated along concat_dim */
   VD_PROP__COUNT
 } vd_lin_prop_kind;
 
@@ -165,8 +166,23 @@ typedef enum {
  * most one partial input, the output is linear in each input separately
  * (matmul, mul, scale); SEP no partial input, but the output is a sum of
  * independent terms over a contracted dimension, so slicing it gives parts
- * (an expert MLP sliced along its hidden dimension). */
-typedef enum { VD_PLIN_NONE, VD_PLIN_SUM, VD_PLIN_MULTI, VD_PLIN_SEP } vd_lin_prop_lin;
+ * (an expert MLP sliced along its hidden dimension); OTHER: output o is
+ * MULTI in the inputs other than input o, which it does not read
+ * (mul_backward: the gradient of a in a*b is dy*b); CONST: the output
+ * reads no input value, only shapes (create_mask), so partial inputs and
+ * sliced dims that no output keeps change nothing; PAIRED: as NONE, but
+ * the inputs other than input 2 come in (output 0, output 1) pairs and
+ * output o reads input 2 and its own of each pair (apply_rotary_emb: q and
+ * k rotate independently with shared frequencies). */
+typedef enum {
+  VD_PLIN_NONE,
+  VD_PLIN_SUM,
+  VD_PLIN_MULTI,
+  VD_PLIN_SEP,
+  VD_PLIN_OTHER,
+  VD_PLIN_CONST,
+  VD_PLIN_PAIRED
+} vd_lin_prop_lin;
 
 typedef struct {
   uint8_t set;       /* 1 for every row (completeness test) */

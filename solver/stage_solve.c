@@ -425,6 +425,10 @@ out:
  * target ti, given one differing element's values (p parallel, s single).
  * v->diagnosis stays WRONG_VALUE when none is proved.  Errors: VD_ENOMEM
  * (a failure of the machinery, never a diagnosis), or target_slice's. */
+/* Stages above this many nodes get WRONG_VALUE without the refinements of
+ * classify (docs/verifier.md section 4). */
+#define VD_STAGE_CLASSIFY_MAX_NODES 400u
+
 static vd_rc classify(solve_ctx *c, uint32_t ti, int32_t piece, const vd_smt_diff *df, vd_stage_verdict *v) {
   const vd_stage *st = c->st;
   const vd_stage_target *t = &st->targets[ti];
@@ -762,7 +766,13 @@ vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, cons
       snprintf(v->reason, sizeof(v->reason), "solver: %s; %s", r.reason[0] ? r.reason : "unknown", where);
   } else if (r.verdict == VD_SMT_NOT_EQUIVALENT) {
     if ((rc = record_cex(&c, &pl, &r, v)) != VD_OK) goto done;
-    if (r.n_diffs > 0) {
+    if (r.n_diffs > 0 && st->n_nodes > VD_STAGE_CLASSIFY_MAX_NODES) {
+      /* OPTIMIZATION-ONLY: a stage the size of a model (a bug upstream of
+       * the inferred lineages of a boundary-only plan) keeps the generic
+       * diagnosis: each refinement below is another check of model-sized
+       * terms.  The verdict is the counterexample's, unchanged. */
+      v->diagnosis = VD_DX_WRONG_VALUE;
+    } else if (r.n_diffs > 0) {
       const pair_meta *m = &pl.meta[r.diffs[0].index];
       if ((rc = classify(&c, m->target, m->piece, &r.diffs[0], v)) != VD_OK) goto done;
     } else {

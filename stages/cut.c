@@ -654,6 +654,17 @@ static vd_rc single_walk(cctx *c, uint32_t svalue, int target_is_leaf, int *ok) 
       return VD_OK;
     }
   }
+  /* Hypothesis values the walk met as node inputs: they were in the cone
+   * before the walk, so cone_node never pushes them and the pop above only
+   * sees the target's own. */
+  for (size_t i = 0; i < k->n_nd; i++) {
+    const vd_gnode_t *gn = &g->nodes[k->nd[i].gnode];
+    const uint32_t *iv = vd_gnode_inputs(g, gn);
+    for (uint32_t u = 0; u < gn->n_in; u++) {
+      const cval_t *x = &k->v[hmap_get(&k->vmap, iv[u])];
+      c->s_reached += x->piece >= 0 && !x->target;
+    }
+  }
   return VD_OK;
 }
 

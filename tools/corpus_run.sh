@@ -12,7 +12,10 @@
 # (the numeric oracle: agree / DISAGREE / unsupported), each under a time
 # limit (TIMEOUT seconds, default 900: the dp16 x nm16 MoE pair needs over
 # 200) and a memory limit (MEM_KB, default 12 GiB).  ROWS="1 20 72" runs
-# only those rows.  A killed run is reported
+# only those rows.  STRIP=1 also verifies the parallel plan stripped to its
+# boundary (`verdict plan strip --keep boundary`, lineages inferred) and adds
+# its verdict and time; a row is then as expected only when both verdicts
+# agree (docs/verifier.md section 1b).  A killed run is reported
 # as such, never as a verdict.  The last column says whether the row is as
 # expected: the same global batch EQUIVALENT and exec agreeing, a different
 # global batch a BATCH diagnosis and exec disagreeing.  Exit 0 when every
@@ -27,12 +30,29 @@ README=$(dirname "$CORPUS")/README.md
 TO=${TIMEOUT:-900}
 MEM=${MEM_KB:-12582912}
 ROWS=${ROWS:-}
+STRIP=${STRIP:-0}
 mkdir -p "$OUT"
 FAILED="$OUT/.unexpected"
 rm -f "$FAILED"
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
-echo "| # | parallel plan | ranks | convert s | verdict | stages (classes) | verify s | exec | exec s | expected |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+if [ "$STRIP" = 1 ]; then
+  echo "| # | parallel plan | ranks | convert s | verdict | stages (classes) | verify s | stripped verdict | stripped s | exec | exec s | expected |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+else
+  echo "| # | parallel plan | ranks | convert s | verdict | stages (classes) | verify s | exec | exec s | expected |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
+fi
+# verdict_of RC OUTPUT -> the verdict column
+verdict_of() {
+  case $1 in
+    0) echo "EQUIVALENT" ;;
+    1) echo "NOT EQUIVALENT: $(echo "$2" | grep -m1 -E '^-- ' | sed 's/^-- //; s/ (.*//' | cut -c1-60)" ;;
+    3) echo "INCONCLUSIVE: $(echo "$2" | grep -m1 -E '^-- ' | sed 's/^-- //' | cut -c1-60)" ;;
+    124|137) echo "timeout (${TO}s)" ;;
+    2) echo "error: $(echo "$2" | head -1 | cut -c1-80)" ;;
+    *) echo "killed (rc $1)" ;;
+  esac
+}
 i=0
 grep '^| .*\.pkl |' "$README" | while IFS='|' read -r _ fam par sm pm _; do
   sm=$(echo "$sm" | tr -d ' '); pm=$(echo "$pm" | tr -d ' ')
@@ -52,14 +72,17 @@ grep '^| .*\.pkl |' "$README" | while IFS='|' read -r _ fam par sm pm _; do
   vo=$( (ulimit -v "$MEM"; timeout -k 5 "$TO" "$VERDICT" -q --sm "$s" --pm "$p") 2>&1 ); vr=$?
   t3=$(date +%s.%N)
   st=$(echo "$vo" | sed -n 's/.*stages \([0-9]*\) (classes solved \([0-9]*\).*/\1 (\2)/p' | head -1)
-  case $vr in
-    0) vd="EQUIVALENT" ;;
-    1) vd="NOT EQUIVALENT: $(echo "$vo" | grep -m1 -E '^-- ' | sed 's/^-- //; s/ (.*//' | cut -c1-60)" ;;
-    3) vd="INCONCLUSIVE: $(echo "$vo" | grep -m1 -E '^-- ' | sed 's/^-- //' | cut -c1-60)" ;;
-    124|137) vd="timeout (${TO}s)" ;;
-    2) vd="error: $(echo "$vo" | head -1 | cut -c1-80)" ;;
-    *) vd="killed (rc $vr)" ;;
-  esac
+  vd=$(verdict_of "$vr" "$vo")
+  scol=""
+  if [ "$STRIP" = 1 ]; then
+    b="$OUT/$base.boundary.plan"
+    "$VERDICT" plan strip --keep boundary "$p" "$b" >/dev/null 2>&1
+    t6=$(date +%s.%N)
+    so=$( (ulimit -v "$MEM"; timeout -k 5 "$TO" "$VERDICT" -q --sm "$s" --pm "$b") 2>&1 ); sr=$?
+    t7=$(date +%s.%N)
+    svd=$(verdict_of "$sr" "$so")
+    scol=" $svd | $(secs "$t6" "$t7") |"
+  fi
   # the numeric oracle
   t4=$(date +%s.%N)
   ex=$( (ulimit -v "$MEM"; timeout -k 5 "$TO" "$VERDICT" exec -q --sm "$s" --pm "$p") 2>&1 ); er=$?
@@ -76,7 +99,8 @@ grep '^| .*\.pkl |' "$README" | while IFS='|' read -r _ fam par sm pm _; do
     EQUIVALENT) [ "$res" = agree ] && exp=yes ;;
     "NOT EQUIVALENT: BATCH"*) [ "$res" = DISAGREE ] && exp=yes ;;
   esac
-  echo "| $i | ${pm%.pkl} | ${rk:--} | $(secs "$t0" "$t1") | $vd | ${st:--} | $(secs "$t2" "$t3") | $res | $(secs "$t4" "$t5") | $exp |"
+  if [ "$STRIP" = 1 ] && [ "$svd" != "$vd" ]; then exp=no; fi
+  echo "| $i | ${pm%.pkl} | ${rk:--} | $(secs "$t0" "$t1") | $vd | ${st:--} | $(secs "$t2" "$t3") |$scol $res | $(secs "$t4" "$t5") | $exp |"
   [ "$exp" = yes ] || echo "$i" >>"$FAILED"
 done
 if [ -s "$FAILED" ]; then

@@ -10,8 +10,9 @@
  *     layer renaming), or the same side, operator and source name once
  *     numeric path components ("layers.1.") are taken out (a backward
  *     operator counts as its forward: one changed operator, both passes);
- *   - two failing stages with the same diagnosis and the same factor at
- *     nodes of one operator whose names end alike ("*.grad.average");
+ *   - two failing stages with the same diagnosis and the same factor (or
+ *     none) at nodes of one operator whose names end alike
+ *     ("*.grad.average", "*.rescale");
  *   - two structural issues of the same diagnosis and kind at the same node
  *     or the same tensor, up to the same renaming, or (without a node) on
  *     one rank in one module (first three name components);
@@ -44,11 +45,13 @@ void vd_rep_fmt_node(char *buf, size_t n, const vd_run *r, const vd_stage_node *
   int32_t mb = g->nodes[sn->gnode].mb;
   char mbs[24] = "";
   if (mb >= 0) snprintf(mbs, sizeof(mbs), " mb %d", mb);
+  char src[160] = "";
+  if (pn->src) snprintf(src, sizeof(src), ", %s", vd_plan_s(p, pn->src));
   if (sn->side)
-    snprintf(buf, n, "rank %lld%s %s '%s' (node %lld)", (long long)vd_graph_rank(g, pn->rank, sn->replica), mbs,
-             vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id);
+    snprintf(buf, n, "rank %lld%s %s '%s' (node %lld%s)", (long long)vd_graph_rank(g, pn->rank, sn->replica), mbs,
+             vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id, src);
   else
-    snprintf(buf, n, "single %s '%s' (node %lld)", vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id);
+    snprintf(buf, n, "single %s '%s' (node %lld%s)", vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id, src);
 }
 
 static int attr_equal(const vd_plan_t *a, const vd_attr_t *x, const vd_plan_t *b, const vd_attr_t *y) {
@@ -138,6 +141,69 @@ static int32_t attr_diverging(const vd_run *r, const vd_stage *st, char *why, si
   return -1;
 }
 
+/* Whether the single plan has a node of this source name and operator. */
+static int in_single(const vd_run *r, const vd_plan_t *p, const vd_node_t *pn) {
+  const char *name = vd_plan_s(p, pn->name), *op = vd_node_op(p, pn);
+  for (size_t k = 0; k < r->sp.n_nodes; k++)
+    if (!strcmp(vd_plan_s(&r->sp, r->sp.nodes[k].name), name) && !strcmp(vd_node_op(&r->sp, &r->sp.nodes[k]), op))
+      return 1;
+  return 0;
+}
+
+/* Order-insensitive shape of the parallel cone that computes stage-local
+ * value v: node count and the operators (registry ids) it uses; *extra
+ * gets the number of its non-collective nodes the single plan lacks. */
+static uint64_t cone_shape(const vd_run *r, const vd_stage *st, uint32_t v, size_t *extra) {
+  uint32_t stack[256];
+  size_t top = 0, seen = 0;
+  uint64_t h = 0;
+  uint8_t mark[1024] = {0};
+  *extra = 0;
+  if (st->vals[v].producer >= 0) stack[top++] = (uint32_t)st->vals[v].producer;
+  while (top && seen < 4096) {
+    uint32_t k = stack[--top];
+    if (k < sizeof(mark) * 8) {
+      if (mark[k / 8] & (1u << (k % 8))) continue;
+      mark[k / 8] |= (uint8_t)(1u << (k % 8));
+    }
+    const vd_stage_node *sn = &st->nodes[k];
+    seen++;
+    if (sn->side && !r->pg.nodes[sn->gnode].n_part) {
+      const vd_plan_t *p;
+      const vd_node_t *pn = vd_rep_pnode(r, sn, &p);
+      *extra += !in_single(r, p, pn);
+    }
+    uint64_t x = (uint64_t)(sn->op + 2) * 0x9E3779B97F4A7C15ull;
+    h += x ^ (x >> 29);
+    for (uint32_t j = 0; j < sn->n_in && top < 256; j++) {
+      int32_t q = st->vals[st->idx[sn->in_off + j]].producer;
+      if (q >= 0 && st->nodes[q].side) stack[top++] = (uint32_t)q;
+    }
+  }
+  return h * 31 + seen;
+}
+
+/* Whether the cone of flagged value fv[k] contains the producer of another
+ * flagged value: the disagreement then arrives from upstream. */
+static int downstream_of_flagged(const vd_stage *st, const uint32_t *fv, size_t nf, size_t k) {
+  uint32_t stack[256];
+  size_t top = 0, seen = 0;
+  int32_t pk = st->vals[fv[k]].producer;
+  if (pk < 0) return 0;
+  stack[top++] = (uint32_t)pk;
+  while (top && seen++ < 4096) {
+    uint32_t n = stack[--top];
+    for (size_t j = 0; j < nf; j++)
+      if (j != k && st->vals[fv[j]].producer == (int32_t)n && (int32_t)n != pk) return 1;
+    const vd_stage_node *sn = &st->nodes[n];
+    for (uint32_t i = 0; i < sn->n_in && top < 256; i++) {
+      int32_t q = st->vals[st->idx[sn->in_off + i]].producer;
+      if (q >= 0) stack[top++] = (uint32_t)q;
+    }
+  }
+  return 0;
+}
+
 static const char *stage_op(const vd_run *r, const vd_stage *st, int32_t k) {
   const vd_plan_t *p;
   const vd_node_t *pn = vd_rep_pnode(r, &st->nodes[k], &p);
@@ -158,10 +224,28 @@ int32_t vd_rep_diverging(const vd_run *r, size_t i, char *why, size_t n_why) {
   if (dn >= 0) return dn;
   uint32_t fv[64];
   size_t nf = vd_rep_flagged_values(r, i, fv, 64);
-  /* The producer of the first flagged copy (lowest stage-local value). */
+  /* The producer of the first flagged copy (lowest stage-local value); when
+   * the flagged copies were computed by differently shaped cones (a sum of
+   * parts is wrong as a whole, every part flagged, one rank computed its
+   * part with extra nodes), from the rarest cone shape: the odd one out. */
+  uint64_t sig[64];
+  size_t extra[64];
+  for (size_t k = 0; k < nf; k++) sig[k] = cone_shape(r, st, fv[k], &extra[k]);
   int32_t best = -1;
-  for (size_t k = 0; k < nf; k++)
-    if (st->vals[fv[k]].producer >= 0 && (best < 0 || fv[k] < (uint32_t)best)) best = (int32_t)fv[k];
+  size_t best_n = SIZE_MAX, best_x = 0;
+  for (size_t k = 0; k < nf; k++) {
+    if (st->vals[fv[k]].producer < 0 || downstream_of_flagged(st, fv, nf, k)) continue;
+    size_t same = 0;
+    for (size_t j = 0; j < nf; j++) same += sig[j] == sig[k];
+    /* Rarest shape first; among equally rare ones (replicas make every
+     * shape come twice), the cone with more nodes that the single plan
+     * does not have (an inserted rescale); then the lowest value. */
+    if (same < best_n || (same == best_n && (extra[k] > best_x || (extra[k] == best_x && fv[k] < (uint32_t)best)))) {
+      best = (int32_t)fv[k];
+      best_n = same;
+      best_x = extra[k];
+    }
+  }
   if (best >= 0) {
     int32_t k = st->vals[best].producer;
     snprintf(why, n_why, "produces the first disagreeing copy");
@@ -499,10 +583,11 @@ vd_rc vd_findings_build(const vd_run *r, vd_findings *out, vd_diag *d) {
       node_sig(sig, sizeof(sig), &r->pp, pn, 1);
       snprintf(key, sizeof(key), "N|%s", sig);
       add_key(&keys, ni + i, key);
-      /* A factor applied by the same kind of node under many names (every
-       * DP reducer of a rank averaging): one cause. */
+      /* The same kind of node under many names with the same diagnosis and
+       * factor (every DP reducer of a rank averaging, every accumulator of a
+       * layer rescaled): one cause. */
       const char *lc = last_comp(vd_plan_s(&r->pp, r->pp.nodes[pn].name));
-      if (v->factor[0] && lc) {
+      if (lc) {
         snprintf(key, sizeof(key), "R|%d|%s|%s|%s", (int)v->diagnosis, v->factor, vd_node_op(&r->pp, &r->pp.nodes[pn]), lc);
         add_key(&keys, ni + i, key);
       }
@@ -709,6 +794,8 @@ void vd_rep_fmt_title(char *buf, size_t n, const vd_run *r, const vd_finding *f)
   }
   const vd_plan_t *p = f->side ? &r->pp : &r->sp;
   const vd_node_t *pn = &p->nodes[f->pnode];
-  snprintf(buf, n, "%s at %s%s '%s' (node %lld)", vd_diagnosis_names[f->diagnosis], f->side ? "" : "single ",
-           vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id);
+  char src[160] = "";
+  if (pn->src) snprintf(src, sizeof(src), ", %s", vd_plan_s(p, pn->src));
+  snprintf(buf, n, "%s at %s%s '%s' (node %lld%s)", vd_diagnosis_names[f->diagnosis], f->side ? "" : "single ",
+           vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id, src);
 }

@@ -290,7 +290,11 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     memcpy(v->reason, rep->reason, sizeof(v->reason));
     r->stage_rc[i] = r->stage_rc[st->canon_class];
   }
-  vd_progress_phase(&r->prog, "counterexamples of the failing stages");
+  for (size_t i = 0; i < n; i++)
+    if (r->verdicts[i].verdict == VD_SMT_NOT_EQUIVALENT) {
+      vd_progress_phase(&r->prog, "counterexamples of the failing stages");
+      break;
+    }
   /* A Z3 model depends on the context's history (which stages the thread
    * solved before), so the counterexamples that are reported are
    * recomputed serially, each in a fresh context: the report is then

@@ -109,11 +109,9 @@ EOF
 #  21 the expert MLP that first consumes the wrongly grouped all_to_all;
 #  24 DATAFLOW (seed even): the stale parameter tensor, no node.
 FIRST_DIVERGENCE=" 2 10 11 21 24 "
-# Bugs with more than one finding, each explained there:
-#  16 accumulate-rescale: every accumulator of the layer is rescaled; the
-#     rescale nodes are one finding, a sum of parts whose first flagged copy
-#     is the unmutated rank's accumulate another.
-MULTI_FINDING=" 16 "
+# Bugs allowed more than one finding (none today; each would be explained
+# in docs/report-format.md).
+MULTI_FINDING=" "
 
 # check_findings REPORT.json MUTATE.log BUG SITE -> "ok" or what is wrong.
 check_findings() {

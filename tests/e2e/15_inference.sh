@@ -15,6 +15,15 @@ both() { # gen args...: full and stripped plans give the same verdict
 }
 both --model llama3 $SIZES --dp 2 --tp 2 --pp 2 --nm 2
 both --model moe $SIZES --tp 2
+# the TP-entry branch sums part of the gradient fan-in first: that sub-sum is
+# propagated but never a candidate (it would fail and cost a round)
+expect_in "(0 dropped after a failed proof, 1 round(s))" "$TMP/out"
+# context parallelism (the loss's [b*s] view of a sequence slice), the masked
+# loss (a partial numerator through mul_backward), gradient clipping (the
+# squared norm of sharded gradients): each was a false alarm before its rule
+both --model llama3 $SIZES --cp 2
+both --model llama3 $SIZES --dp 2 --tp 2 --pp 2 --nm 2 --loss-mask
+both --model llama3 $SIZES --dp 2 --tp 2 --grad-clip 1.0 --loss sum
 both --model mlp $SIZES --dp 2 --tp 2 --nm 2
 both --model mlp $SIZES --dp 2 --tp 1 --pp 2 --nm 2
 
@@ -30,7 +39,8 @@ expect_exit 2 "$VERDICT" plan strip --keep all "$TMP/p.plan" "$TMP/x.plan"
 expect_exit 2 "$VERDICT" plan strip --keep boundary "$TMP/s.plan" "$TMP/x.plan"
 
 # -v lists the inferred lineages; --no-infer turns inference off (stages
-# then grow from the weights to the boundary: fewer, larger stages)
+# then grow from the weights to the boundary: fewer, larger stages; on the
+# mlp, whose stages stay small enough to prove)
 expect_exit 0 "$VERDICT" -v --sm "$TMP/s.plan" --pm "$TMP/b.plan"
 expect_in "inferred: '" "$TMP/out"
 with=$(sed -n 's/^  stages \([0-9]*\) .*/\1/p' "$TMP/out")

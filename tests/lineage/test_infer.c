@@ -31,12 +31,12 @@ static void test_rules_complete(void **st) {
   assert_int_equal(vd_lin_prop_rule_of(VD_OP_SILU)->lin, VD_PLIN_NONE);
 }
 
-static void infer_mlp(int dp, int tp, int nm) {
-  vd_gen_config c;
-  vd_gen_config_default(&c);
-  c.model = VD_GEN_MLP;
-  c.layers = 1;
-  c.dp = dp, c.tp = tp, c.nm = nm;
+/* Infers on config c stripped; every candidate agrees with the generator's
+ * annotation where it wrote one.  Each name in want (NULL-terminated) must
+ * get a candidate on every rank that holds it. */
+static void infer_check(const vd_gen_config *cfg, const char *const *want) {
+  vd_gen_config c = *cfg;
+  int64_t dp = c.dp, nm = c.nm;
   vd_plan_t s, p, full;
   vd_diag d;
   vd_diag_clear(&d);
@@ -77,12 +77,30 @@ static void infer_mlp(int dp, int tp, int nm) {
     checked++;
   }
   assert_true(checked > 0);
+  for (size_t w = 0; want && want[w]; w++) {
+    size_t n = 0;
+    for (size_t t = 0; t < p.n_tensors; t++) {
+      if (strcmp(vd_plan_s(&p, p.tensors[t].name), want[w])) continue;
+      n++;
+      if (!inf[t]) fail_msg("no candidate for '%s' (tensor %zu)", want[w], t);
+    }
+    if (!n) fail_msg("no tensor '%s'", want[w]);
+  }
   vd_free(inf);
   vd_graph_free(&gs);
   vd_graph_free(&gp);
   vd_plan_free(&s);
   vd_plan_free(&p);
   vd_plan_free(&full);
+}
+
+static void infer_mlp(int64_t dp, int64_t tp, int64_t nm) {
+  vd_gen_config c;
+  vd_gen_config_default(&c);
+  c.model = VD_GEN_MLP;
+  c.layers = 1;
+  c.dp = dp, c.tp = tp, c.nm = nm;
+  infer_check(&c, NULL);
 }
 
 static void test_infer_mlp(void **st) {
@@ -92,10 +110,59 @@ static void test_infer_mlp(void **st) {
   infer_mlp(2, 1, 2);
 }
 
+static void small_llama(vd_gen_config *c) {
+  vd_gen_config_default(c);
+  c->model = VD_GEN_LLAMA3;
+  c->layers = 1, c->hidden = 32, c->heads = 4, c->seq = 8, c->batch = 4;
+}
+
+/* cp: the loss flattens [b, s] with s sliced (a split dim), picks the
+ * labels' logits and views back; ce.target is a box again. */
+static void test_infer_cp_split_view(void **st) {
+  (void)st;
+  vd_gen_config c;
+  small_llama(&c);
+  c.cp = 2;
+  const char *want[] = {"ce.target", "ce.token_loss", "lm_head@ce.logits.flat.grad", NULL};
+  infer_check(&c, want);
+  /* with tp the vocab is sliced too: pick_backward takes it from the
+   * forward pick's logits, whose other dim is the split one */
+  c.tp = 2;
+  infer_check(&c, want);
+}
+
+/* loss = sum(mask * tok) * (1 / count): mul_backward's gradient of the
+ * partial numerator reads only the replicated other factor (OTHER). */
+static void test_infer_loss_mask(void **st) {
+  (void)st;
+  vd_gen_config c;
+  small_llama(&c);
+  c.dp = 2, c.tp = 2, c.pp = 2, c.nm = 2, c.layers = 2;
+  c.loss_mask = 1;
+  const char *want[] = {"ce.masked.grad", "ce.token_loss.grad", NULL};
+  infer_check(&c, want);
+  assert_int_equal(vd_lin_prop_rule_of(VD_OP_MUL_BACKWARD)->lin, VD_PLIN_OTHER);
+}
+
+/* grad clip: the squared norm of a sharded gradient is a sum of parts. */
+static void test_infer_grad_clip(void **st) {
+  (void)st;
+  vd_gen_config c;
+  small_llama(&c);
+  c.dp = 2, c.tp = 2;
+  c.grad_clip = 1.0;
+  c.loss = VD_GEN_LOSS_SUM;
+  const char *want[] = {"layers.0.attn.q.weight.grad.sumsq", NULL};
+  infer_check(&c, want);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rules_complete),
       cmocka_unit_test(test_infer_mlp),
+      cmocka_unit_test(test_infer_cp_split_view),
+      cmocka_unit_test(test_infer_loss_mask),
+      cmocka_unit_test(test_infer_grad_clip),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
