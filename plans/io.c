@@ -161,8 +161,8 @@ typedef struct {
   int64_t rec_id;
   const char *rec_name;
   uint32_t rec_name_len;
-  char *sbuf[2];
-  size_t scap[2];
+  char *sbuf[3]; /* scratch strings: 0 op/name/model, 1 node name, 2 node src */
+  size_t scap[3];
   int64_t *ints;
   size_t cap_ints;
   uint32_t *refs[2];
@@ -522,9 +522,9 @@ static vd_rc read_tensor(rctx *c, mobj *o, uint32_t pos) {
 
 /* ---- nodes ------------------------------------------------------------- */
 
-enum { N_ID, N_OP, N_NAME, N_RANK, N_SEG, N_LAYER, N_PHASE, N_IN, N_OUT, N_ATTRS, N_COLL, N_GROUP, N_SPAN, N__N };
+enum { N_ID, N_OP, N_NAME, N_RANK, N_SEG, N_LAYER, N_PHASE, N_IN, N_OUT, N_ATTRS, N_COLL, N_GROUP, N_SPAN, N_SRC, N__N };
 static const char *const node_keys[N__N] = {"id", "op", "name", "rank", "segment", "layer", "phase",
-                                            "in", "out", "attrs", "coll", "group", "span_replicas"};
+                                            "in", "out", "attrs", "coll", "group", "span_replicas", "src"};
 
 static vd_rc read_refs(rctx *c, mobj *o, const char *field, int slot, uint32_t *n) {
   char f[32];
@@ -631,13 +631,14 @@ static vd_rc read_node(rctx *c, mobj *o, uint32_t pos) {
   mobj *f[N__N];
   vd_node_t n;
   memset(&n, 0, sizeof(n));
-  const char *op, *name = "";
+  const char *op, *name = "", *src = "";
   int e = 0;
   peek_rec(c, o, "node", "nodes", pos);
   VD_CHECK(get_fields(c, o, "nodes", node_keys, N__N, f, ""));
   VD_CHECK(need(c, f[N_ID], "id"));
   VD_CHECK(get_int(c, f[N_ID], "id", &n.id));
   if (f[N_NAME]) VD_CHECK(get_cstr(c, f[N_NAME], "name", 1, &name));
+  if (f[N_SRC]) VD_CHECK(get_cstr(c, f[N_SRC], "src", 2, &src));
   VD_CHECK(need(c, f[N_OP], "op"));
   VD_CHECK(get_cstr(c, f[N_OP], "op", 0, &op));
   if (!*op) RFAIL(c, "op", "expected an operator name, got \"\"");
@@ -663,7 +664,8 @@ static vd_rc read_node(rctx *c, mobj *o, uint32_t pos) {
   /* The group goes last into c->ints: read_refs and attrs reuse it. */
   if (f[N_GROUP]) VD_CHECK(get_ints(c, f[N_GROUP], "group", &n_group));
   uint32_t idx;
-  if (vd_plan_add_node(c->p, &n, op, name, c->refs[0], n_in, c->refs[1], n_out, c->ints, n_group, &idx) != VD_OK)
+  if (vd_plan_add_node(c->p, &n, op, name, c->refs[0], n_in, c->refs[1], n_out, c->ints, n_group, &idx) != VD_OK ||
+      vd_plan_set_node_src(c->p, idx, src) != VD_OK)
     ROOM(c);
   if (f[N_ATTRS]) {
     mobj *a = f[N_ATTRS];
@@ -836,6 +838,7 @@ vd_rc vd_plan_read_buffer(const char *buf, size_t len, const char *name, vd_plan
   msgpack_unpacked_destroy(&u);
   vd_free(c.sbuf[0]);
   vd_free(c.sbuf[1]);
+  vd_free(c.sbuf[2]);
   vd_free(c.ints);
   vd_free(c.refs[0]);
   vd_free(c.refs[1]);
@@ -955,13 +958,14 @@ static void pack_refs(msgpack_packer *pk, const vd_plan_t *p, const char *key, c
 }
 
 static void pack_node(msgpack_packer *pk, const vd_plan_t *p, const vd_node_t *n) {
-  const char *name = vd_plan_s(p, n->name);
-  size_t nk = 4 + (*name != 0) + (n->rank != 0) + (n->layer != -1) + (n->n_in != 0) + (n->n_out != 0) +
+  const char *name = vd_plan_s(p, n->name), *src = vd_plan_s(p, n->src);
+  size_t nk = 4 + (*name != 0) + (*src != 0) + (n->rank != 0) + (n->layer != -1) + (n->n_in != 0) + (n->n_out != 0) +
               (n->n_attr != 0) + (n->coll >= 0) + (n->n_group != 0) + (n->span_replicas != 0);
   msgpack_pack_map(pk, nk);
   pack_kv_int(pk, "id", n->id);
   pack_kv_str(pk, "op", vd_plan_s(p, n->op));
   if (*name) pack_kv_str(pk, "name", name);
+  if (*src) pack_kv_str(pk, "src", src);
   if (n->rank) pack_kv_int(pk, "rank", n->rank);
   pack_kv_int(pk, "segment", n->segment);
   if (n->layer != -1) pack_kv_int(pk, "layer", n->layer);

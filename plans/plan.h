@@ -127,6 +127,8 @@ typedef struct {
   int64_t id;         /* file id */
   uint32_t op;        /* operator name, string pool offset */
   uint32_t name;      /* source name ("layers.3.attn.wq"), string pool offset */
+  uint32_t src;       /* where the user's code calls it ("gpt.py:84 torch.sum"), pool offset; ""
+                         when unknown.  Set with vd_plan_set_node_src (add_node clears it) */
   int32_t rank;       /* stored rank */
   int32_t segment;    /* index into segments */
   int32_t layer;      /* model layer, -1 if none */
@@ -210,6 +212,9 @@ vd_rc vd_plan_add_tensor(vd_plan_t *p, const vd_tensor_t *t, const char *name, u
 vd_rc vd_plan_add_node(vd_plan_t *p, const vd_node_t *n, const char *op, const char *name,
                        const uint32_t *in, uint32_t n_in, const uint32_t *out, uint32_t n_out,
                        const int64_t *group, uint32_t n_group, uint32_t *idx);
+
+/* Sets node idx's source location (docs/plan-format.md `src`); "" clears it. */
+vd_rc vd_plan_set_node_src(vd_plan_t *p, uint32_t idx, const char *src);
 
 vd_rc vd_plan_attr_int(vd_plan_t *p, uint32_t node, const char *key, int64_t v);
 vd_rc vd_plan_attr_float(vd_plan_t *p, uint32_t node, const char *key, double v);

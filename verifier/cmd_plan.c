@@ -125,6 +125,10 @@ static void json_node(FILE *f, const vd_plan_t *p, const vd_node_t *n) {
   vd_cli_json_str(f, vd_node_op(p, n));
   fputs(",\"name\":", f);
   vd_cli_json_str(f, vd_plan_s(p, n->name));
+  if (n->src) {
+    fputs(",\"src\":", f);
+    vd_cli_json_str(f, vd_plan_s(p, n->src));
+  }
   fprintf(f, ",\"rank\":%d,\"segment\":%d,\"layer\":%d,\"phase\":\"%s\",\"in\":", n->rank, n->segment,
           n->layer, vd_phase_names[n->phase]);
   json_tensor_ids(f, p, vd_node_inputs(p, n), n->n_in);
@@ -245,6 +249,7 @@ static void text_node(FILE *f, const vd_plan_t *p, const vd_node_t *n) {
   fprintf(f, "  seg=%s", vd_plan_s(p, p->segments[n->segment]));
   if (n->layer >= 0) fprintf(f, " layer=%d", n->layer);
   if (n->name) fprintf(f, "  %s", vd_plan_s(p, n->name));
+  if (n->src) fprintf(f, "  (%s)", vd_plan_s(p, n->src));
   fputc('\n', f);
 }
 

@@ -45,11 +45,13 @@ void vd_rep_fmt_node(char *buf, size_t n, const vd_run *r, const vd_stage_node *
   int32_t mb = g->nodes[sn->gnode].mb;
   char mbs[24] = "";
   if (mb >= 0) snprintf(mbs, sizeof(mbs), " mb %d", mb);
+  char src[160] = "";
+  if (pn->src) snprintf(src, sizeof(src), ", %s", vd_plan_s(p, pn->src));
   if (sn->side)
-    snprintf(buf, n, "rank %lld%s %s '%s' (node %lld)", (long long)vd_graph_rank(g, pn->rank, sn->replica), mbs,
-             vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id);
+    snprintf(buf, n, "rank %lld%s %s '%s' (node %lld%s)", (long long)vd_graph_rank(g, pn->rank, sn->replica), mbs,
+             vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id, src);
   else
-    snprintf(buf, n, "single %s '%s' (node %lld)", vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id);
+    snprintf(buf, n, "single %s '%s' (node %lld%s)", vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id, src);
 }
 
 static int attr_equal(const vd_plan_t *a, const vd_attr_t *x, const vd_plan_t *b, const vd_attr_t *y) {
@@ -789,6 +791,8 @@ void vd_rep_fmt_title(char *buf, size_t n, const vd_run *r, const vd_finding *f)
   }
   const vd_plan_t *p = f->side ? &r->pp : &r->sp;
   const vd_node_t *pn = &p->nodes[f->pnode];
-  snprintf(buf, n, "%s at %s%s '%s' (node %lld)", vd_diagnosis_names[f->diagnosis], f->side ? "" : "single ",
-           vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id);
+  char src[160] = "";
+  if (pn->src) snprintf(src, sizeof(src), ", %s", vd_plan_s(p, pn->src));
+  snprintf(buf, n, "%s at %s%s '%s' (node %lld%s)", vd_diagnosis_names[f->diagnosis], f->side ? "" : "single ",
+           vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id, src);
 }

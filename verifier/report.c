@@ -347,7 +347,8 @@ static void jint(FILE *f, int64_t x) {
   else fprintf(f, "%lld", (long long)x);
 }
 
-/* A plan node as a record: {"node","plan","op","name","rank","mb","layer"}. */
+/* A plan node as a record: {"node","plan","op","name","src","rank","mb","layer"}; src is null when
+ * the plan does not say where the user's code calls the operator. */
 static void jplan_node_fields(FILE *f, const vd_run *r, int side, int64_t pnode, int64_t rank, int64_t mb) {
   const vd_plan_t *p = side ? &r->pp : &r->sp;
   const vd_node_t *pn = &p->nodes[pnode];
@@ -355,6 +356,9 @@ static void jplan_node_fields(FILE *f, const vd_run *r, int side, int64_t pnode,
   vd_cli_json_str(f, vd_node_op(p, pn));
   fputs(",\"name\":", f);
   vd_cli_json_str(f, vd_plan_s(p, pn->name));
+  fputs(",\"src\":", f);
+  if (pn->src) vd_cli_json_str(f, vd_plan_s(p, pn->src));
+  else fputs("null", f);
   fputs(",\"rank\":", f);
   jint(f, rank);
   fputs(",\"mb\":", f);

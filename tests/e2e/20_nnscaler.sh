@@ -36,6 +36,13 @@ conv llama3adpt_mgener_dp1_pp1_tp1_nm1_gbs16_ly1_h32_hi4096_sq128.pkl \
      llama3adpt_mgener_dp2_pp2_tp2_nm2_gbs16_ly1_h32_hi4096_sq128.pkl llama
 conv llama3adpt_mgener_dp1_pp1_tp1_nm1_gbs16_ly1_h32_hi4096_sq128.pkl \
      llama3adpt_mgener_dp1_pp2_tp1_nm2_gbs16_ly1_h32_hi4096_sq128.pkl llamapp
+# a finding names the user's source line (nnScaler's node comments, `src`):
+# bug 1 drops an all_reduce that nnScaler inserted after the user's operator
+expect_exit 0 "$VERDICT" mutate --bug 1 "$TMP/gpt.p.plan" "$TMP/gpt.b1.plan"
+expect_exit 1 "$VERDICT" --sm "$TMP/gpt.s.plan" --pm "$TMP/gpt.b1.plan"
+grep '^== finding 1' "$TMP/out" | grep -q 'after gpt.py:[0-9]' || { cat "$TMP/out"; fail "finding without its source line"; }
+expect_exit 0 "$VERDICT" plan dump "$TMP/gpt.p.plan"
+expect_in "(gpt.py:[0-9]* torch" "$TMP/out"
 # a pair of two models (GPT single, Llama parallel) is refused up front, in
 # one line naming what differs; the verifier refuses such converted plans too
 expect_exit 2 /usr/bin/python3 "$CONV" --sm "$C/gpt_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly1_h2_hi1024_sq2048.pkl" \

@@ -302,7 +302,10 @@ static void build_rich(vd_plan_t *p) {
   for (int r = 0; r < 2; r++) {
     vd_node_t n = {.id = 1000 + r, .rank = r, .segment = 0, .layer = 3, .phase = VD_PHASE_FWD, .coll = -1};
     uint32_t in[2] = {t[4 * r], t[4 * r]}, out[2] = {t[4 * r + 2], t[4 * r + 3]};
+    n.src = 12345; /* a foreign pool offset: add_node must not keep it */
     assert_int_equal(vd_plan_add_node(p, &n, "mul", "layers.3.mul", in, 2, out, 2, NULL, 0, &ni), VD_OK);
+    assert_int_equal(p->nodes[ni].src, 0);
+    if (r) assert_int_equal(vd_plan_set_node_src(p, ni, "model.py:42 torch.mul"), VD_OK);
     assert_int_equal(vd_plan_attr_int(p, ni, "i", -42), VD_OK);
     assert_int_equal(vd_plan_attr_int(p, ni, "big", INT64_MIN), VD_OK);
     assert_int_equal(vd_plan_attr_float(p, ni, "f", 1e-5), VD_OK);
@@ -394,6 +397,7 @@ static void compare_plans(const vd_plan_t *a, const vd_plan_t *b) {
     assert_int_equal(x->id, y->id);
     same_str(a, x->op, b, y->op);
     same_str(a, x->name, b, y->name);
+    same_str(a, x->src, b, y->src);
     assert_int_equal(x->rank, y->rank);
     assert_int_equal(x->segment, y->segment);
     assert_int_equal(x->layer, y->layer);

@@ -57,6 +57,7 @@ Conventions reproduced (see ../shared/corpus/nnscaler-format.md, section 5):
     (`<name>_backward` for its backward) and all its attributes.
 """
 import collections
+import os
 import re
 
 from . import pickle_safe as ps
@@ -71,6 +72,19 @@ Prim = collections.namedtuple("Prim", "rank s acid pc name kw pin pout")
 
 class ConvertError(Exception):
     """A plan whose structure the converter cannot map; str() is one line."""
+
+
+SRC_RE = re.compile(r'File "([^"]*)", line (\d+)')
+
+
+def source_of(n):
+    """'gpt.py:84 torch.sum' from an nnScaler node's comment (the user's
+    file and line) and signature; "" when it has neither."""
+    m = SRC_RE.search(str(getattr(n, "_comment", "") or ""))
+    sig = getattr(n, "signature", None)
+    sig = sig if isinstance(sig, str) else ""
+    where = "%s:%s" % (os.path.basename(m.group(1)), m.group(2)) if m else ""
+    return (where + " " + sig).strip() if where else ""
 
 
 def sname(o):
@@ -255,6 +269,7 @@ class ConvState:
         self.ncoll, self.collkey = 0, {}
         self.wgrad = {}      # (rank, weight tid) -> grad key
         self.alias = {}      # (rank, multiref output tid) -> input sub-tensor
+        self.cur_src = ""   # source line of the cell being written (source_of)
         self.mref_grads = set()  # ftids of gradients of multiref outputs (parallel plan)
         self.data_keys = set()
         self.dropped = 0
@@ -332,6 +347,8 @@ class ConvState:
     def node(self, rank, seg, op, name, phase, ins, outs, attrs=None, coll=None, layer=-1, grads=False):
         n = {"rank": rank, "segment": seg, "op": op, "name": name, "phase": phase, "in": ins, "out": outs,
              "attrs": attrs or {}, "layer": layer}
+        if self.cur_src:
+            n["src"] = self.cur_src
         if coll is not None:
             n["_coll"] = coll
         self.raw.append(n)
@@ -394,6 +411,23 @@ class Lowering(ConvState):
 
     def cell(self, rank, s, n):
         k = sname(n)
+        # nodes written for this cell carry the user's source line
+        self.cur_src = source_of(n._mirror if k == "IRBpOperation" else n)
+        if k == "IRAdapter":
+            # communication nnScaler inserted: name the user's operator that
+            # produced what it moves
+            for t in n._inputs:
+                if is_tensor(t):
+                    cell = getattr(t._full_tensor, "_cell", None)
+                    where = source_of(cell) if cell is not None else ""
+                    self.cur_src = "after " + where if where else ""
+                    break
+        try:
+            self.cell_body(rank, s, n, k)
+        finally:
+            self.cur_src = ""
+
+    def cell_body(self, rank, s, n, k):
         if k == "IRDimops":
             self.fwop(rank, s, n)
         elif k == "IRBpOperation":
@@ -1007,6 +1041,8 @@ class Conv(CommLowering):
         out_nodes = []
         for i, n in enumerate(nodes):
             o = {"id": i + 1, "op": n["op"], "name": n["name"]}
+            if n.get("src"):
+                o["src"] = n["src"]
             if n["rank"]:
                 o["rank"] = n["rank"]
             o["segment"] = n["segment"]
