@@ -10,7 +10,9 @@
  *    reads as a position (rope) is never windowed, so stages at other
  *    offsets stay different classes;
  *  - nnScaler's gate backward windows its token rows only while its weight
- *    gradient (a sum over the rows) is dead.
+ *    gradient (a sum over the rows) is dead;
+ *  - a view that merges [rows, cols] into tokens windows the tokens by whole
+ *    rows (scaled link), and a slice that splits a row pins the class.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -187,6 +189,57 @@ static void test_moe_gate_rows(void **state) {
   assert_int_equal(rows[0], 8);
 }
 
+/* Single y = view(x), x [8, 4] -> y [32]; the hypothesis is x's rows
+ * [r, r + 2), the target y's tokens [t0, t0 + 8) computed by a parallel view
+ * [2, 4] -> [8].  Returns the windowed extents of x rows and y tokens. */
+static void view_window(int64_t r, int64_t t0, int64_t *xr, int64_t *yt) {
+  tb_world w;
+  tb_world_init(&w);
+  tb_stage s;
+  tb_stage_init(&s, 0);
+  vd_diag d;
+  vd_diag_clear(&d);
+  uint32_t gs = tb_pnode(&w, 0, "view", "flat"), gp = tb_pnode(&w, 1, "view", "flat");
+  uint32_t x = TB_V(&s, 0, 8, 4), y = TB_V(&s, 0, 32);
+  tb_node(&s, &w, 0, gs, TB_L(x), TB_L(y));
+  int32_t px = tb_piece(&w, 2, (int64_t[]){r, 0}, (int64_t[]){r + 2, 4}, 0, 1);
+  uint32_t hx = tb_hyp(&s, &w, x, px);
+  s.vals[hx].has_pslice = 1;
+  memcpy(s.vals[hx].plo, w.pieces[px].lo, sizeof(s.vals[hx].plo));
+  memcpy(s.vals[hx].phi, w.pieces[px].hi, sizeof(s.vals[hx].phi));
+  uint32_t py = TB_V(&s, 1, 8);
+  tb_node(&s, &w, 1, gp, TB_L(hx), TB_L(py));
+  int32_t pt = tb_piece(&w, 1, (int64_t[]){t0}, (int64_t[]){t0 + 8}, 0, 1);
+  tb_target(&s, y, (int64_t[]){t0}, (int64_t[]){t0 + 8}, 1, (uint32_t[]){(uint32_t)pt}, (uint32_t[]){py}, 1);
+  vd_stage_target *t = &s.targets[0];
+  t->has_bslice = 1;
+  memcpy(t->blo, t->lo, sizeof(t->blo));
+  memcpy(t->bhi, t->hi, sizeof(t->bhi));
+  assert_int_equal(vd_stage_window(&w.lt, &s.st, &d), VD_OK);
+  *xr = s.vals[x].shape[0];
+  *yt = s.vals[y].shape[0];
+  if (*xr < 8) {
+    assert_int_equal(s.vals[x].woff[0], r);
+    assert_int_equal(s.vals[y].woff[0], 4 * r);
+    assert_int_equal(s.targets[0].blo[0], t0 - 4 * r);
+  }
+  tb_world_free(&w);
+}
+
+static void test_view_merge_windowed(void **state) {
+  (void)state;
+  int64_t xr, yt;
+  view_window(2, 8, &xr, &yt); /* rows 2..3 are tokens 8..15 */
+  assert_int_equal(xr, 2);
+  assert_int_equal(yt, 8);
+  view_window(4, 16, &xr, &yt);
+  assert_int_equal(xr, 2);
+  assert_int_equal(yt, 8);
+  view_window(2, 6, &xr, &yt); /* tokens 6..13 split rows 1 and 3: pinned */
+  assert_int_equal(xr, 8);
+  assert_int_equal(yt, 32);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_table_complete),
@@ -194,6 +247,7 @@ int main(void) {
       cmocka_unit_test(test_softmax_dim_pinned),
       cmocka_unit_test(test_positions_pinned),
       cmocka_unit_test(test_moe_gate_rows),
+      cmocka_unit_test(test_view_merge_windowed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
