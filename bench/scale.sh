@@ -48,7 +48,7 @@ run() {
   word=$(head -1 "$log")
   [ "$rc" = 124 ] && word="TIMEOUT (${TO}s)"
   stages=$(sed -n 's/^  stages \([0-9]*\) (classes solved \([0-9]*\).*/\1 \2/p' "$log")
-  rep=$(sed -n 's/^  replica symmetry: the [0-9]* stages stand for \([0-9]*\) .*/\1/p' "$log")
+  rep=$(sed -n 's/^  replica and microbatch symmetry: the [0-9]* stages stand for \([0-9]*\) .*/\1/p' "$log")
   set -- $stages
   n=${1:--}; c=${2:--}
   [ -n "$rep" ] || rep=$n
@@ -78,6 +78,7 @@ if want nm; then
   for nm in 1 16; do
     gen_run "llama3 2L dp1 tp2 pp2 nm$nm" - $L --layers 2 --tp 2 --pp 2 --dp 1 --nm $nm --batch $((nm * 2))
   done
+  gen_run "llama3 2L dp64 tp2 pp2 nm16" - $L --layers 2 --tp 2 --pp 2 --dp 64 --nm 16 --batch 2048
 fi
 if want layers; then
   for ly in 2 32 128; do
@@ -101,7 +102,7 @@ M="--model moe --hidden 64 --heads 4 --seq 16 --vocab 128"
 if want ep; then
   for ep in 1 4; do
     gen_run "moe 2L dp4 tp1 pp2 nm2 ep$ep 8x2 experts" - $M --layers 2 --dp 4 --tp 1 --pp 2 --nm 2 --ep "$ep" \
-      --experts 8 --topk 2 --batch 16
+      --experts 8 --topk 2 --batch $((4 * ep * 2 * 2))
   done
 fi
 if want 405b; then
@@ -110,9 +111,10 @@ if want 405b; then
     --vocab 1024 --dp 64 --tp 8 --pp 16 --nm 16
 fi
 if want dsv3; then
-  gen_run "DeepSeek-V3-like 61L dp32 tp8 pp8 nm16 ep8" "$(ref verdict_stats_large.csv 61 32 8 8 16 256)" \
-    --model moe --layers 61 --hidden 512 --heads 128 --seq 128 --batch 512 --vocab 1024 --experts 256 \
-    --topk 8 --dp 32 --tp 8 --pp 8 --nm 16 --ep 8
+  # dp32 with ep8 inside it: --dp 4 --ep 8 (bench/gendsv3.sh), 2048 ranks
+  gen_run "DeepSeek-V3-like 61L dp32(4x ep8) tp8 pp8 nm16" "$(ref verdict_stats_large.csv 61 32 8 8 16 256)" \
+    --model moe --layers 61 --hidden 512 --heads 128 --seq 128 --batch 1024 --vocab 1024 --experts 256 \
+    --topk 8 --dp 4 --tp 8 --pp 8 --nm 16 --ep 8
 fi
 if want corpus && [ -d "$CORPUS" ]; then
   conv() { # tag single.pkl parallel.pkl

@@ -69,6 +69,11 @@ vd_rc vd_bug_i_coll_nodes(const vd_plan_t *p, int64_t k, vd_bug_list *out);
 int64_t vd_bug_i_find(const vd_plan_t *p, int32_t rank, const char *op, const char *name, int32_t seg);
 /* New unique ids. */
 int64_t vd_bug_i_new_node_id(const vd_plan_t *p);
+/* Confines the mutation made in c->p (against c->in) to microbatch mb: each
+ * changed node runs in a variant segment for mb only, the original node for
+ * the other microbatches (mutate_mb.c).  VD_EUSAGE when a changed node is a
+ * collective or runs once, or the bug added or removed nodes or steps. */
+vd_rc vd_bug_i_confine_mb(vd_bug_ctx *c, int32_t mb);
 int64_t vd_bug_i_new_tensor_id(const vd_plan_t *p);
 int64_t vd_bug_i_new_coll(const vd_plan_t *p);
 

@@ -15,10 +15,13 @@
  * its pattern).  opts.rank and opts.layer filter them (-1: any); "one-site"
  * bugs then take the (seed mod count)-th candidate, "every-site" bugs (the
  * ones docs/bugs.md phrases as "on several ranks" or that a framework would make
- * everywhere) take all candidates that pass the filters.  opts.mb is only
+ * everywhere) take all candidates that pass the filters.  opts.mb is
  * used by bug 14 (which microbatch's backward the reducer overtakes; default
- * the last).  A plan without a candidate is not an error of the plan: the
- * mutation "does not apply" (VD_EUSAGE, one-line reason in the diag).
+ * the last); for every other bug opts.mb confines the mutation to that
+ * microbatch (the changed nodes run in a variant segment for that microbatch
+ * only; collectives and nodes that run once cannot be confined).  A plan
+ * without a candidate is not an error of the plan: the mutation "does not
+ * apply" (VD_EUSAGE, one-line reason in the diag).
  *
  * The result names what was changed: node file ids (of the output plan;
  * nodes removed by the mutation are named by their id in the input plan),
@@ -89,7 +92,7 @@ const vd_bug_info *vd_bug_info_get(int bug);
 typedef struct {
   int32_t rank;  /* stored rank filter, -1: any */
   int32_t layer; /* layer filter, -1: any */
-  int32_t mb;    /* microbatch (bug 14), -1: default */
+  int32_t mb;    /* bug 14: the overtaken microbatch; others: confine to it; -1: default */
   uint64_t seed; /* picks among candidates and variants; 0 is fine */
 } vd_bug_opts;
 

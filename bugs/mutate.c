@@ -547,6 +547,9 @@ vd_rc vd_bug_apply(const vd_plan_t *in, int bug, const vd_bug_opts *o, vd_plan_t
   if (vd_bug_i_copy(in, out) != VD_OK) return VD_OOM(d);
   vd_bug_ctx c = {.p = out, .in = in, .o = o, .r = r, .d = d, .bug = bug};
   vd_rc rc = bug_fns[bug - 1](&c);
+  /* Bug 14's microbatch is the one its reducer overtakes; for the others
+   * --microbatch confines the mutation to that microbatch (mutate_mb.c). */
+  if (rc == VD_OK && o->mb >= 0 && bug != 14) rc = vd_bug_i_confine_mb(&c, o->mb);
   if (r->layer == -2) r->layer = -1;
   if (rc == VD_ENOMEM) return VD_OOM(d);
   if (rc != VD_OK) return rc;

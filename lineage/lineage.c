@@ -266,39 +266,51 @@ done:
 
 /* ---- step 3: grouping --------------------------------------------------- */
 
-static vd_rc group(lctx *c, tpiece_t *tp, size_t n, size_t n_points) {
+/* Takes *tpp (set to NULL once the pieces live in its memory). */
+static vd_rc group(lctx *c, tpiece_t **tpp, size_t n, size_t n_points) {
   vd_lin_table *t = c->t;
+  tpiece_t *tp = *tpp;
   const vd_graph_t *gs = t->gs, *gp = t->gp;
   if (n) qsort(tp, n, sizeof(*tp), tpiece_cmp);
   size_t nl = 0;
   for (size_t i = 0; i < n; i++)
     if (i == 0 || tp[i].stensor != tp[i - 1].stensor || tp[i].p.initial != tp[i - 1].p.initial) nl++;
-  t->pieces = vd_malloc((n ? n : 1) * sizeof(*t->pieces));
   t->lins = vd_calloc(nl ? nl : 1, sizeof(*t->lins));
   t->point_first = vd_malloc((gp->n_values ? gp->n_values : 1) * sizeof(*t->point_first));
   t->point_pieces = vd_malloc((n ? n : 1) * sizeof(*t->point_pieces));
   t->lin_of_svalue_initial = vd_malloc((gs->n_values ? gs->n_values : 1) * sizeof(int32_t));
   t->lin_of_svalue_final = vd_malloc((gs->n_values ? gs->n_values : 1) * sizeof(int32_t));
-  if (!t->pieces || !t->lins || !t->point_first || !t->point_pieces || !t->lin_of_svalue_initial ||
-      !t->lin_of_svalue_final)
+  if (!t->lins || !t->point_first || !t->point_pieces || !t->lin_of_svalue_initial || !t->lin_of_svalue_final)
     return VD_OOM(c->d);
   for (size_t v = 0; v < gp->n_values; v++) t->point_first[v] = -1;
   for (size_t v = 0; v < gs->n_values; v++) t->lin_of_svalue_initial[v] = t->lin_of_svalue_final[v] = -1;
+  /* The pieces are moved to the front of tp's own memory (piece i lands at
+   * or before tp[i], so each move reads an element not yet overwritten):
+   * the table never holds both arrays, which at dp64 nm16 are gigabytes. */
+  vd_lin_piece *pieces = (vd_lin_piece *)(void *)tp;
   size_t li = 0;
+  uint32_t prev_st = 0, prev_init = 0;
   for (size_t i = 0; i < n; i++) {
-    if (i > 0 && (tp[i].stensor != tp[i - 1].stensor || tp[i].p.initial != tp[i - 1].p.initial)) li++;
+    uint32_t stensor = tp[i].stensor, svalue = tp[i].svalue, initial = tp[i].p.initial;
+    if (i > 0 && (stensor != prev_st || initial != prev_init)) li++;
+    prev_st = stensor;
+    prev_init = initial;
     vd_lineage *L = &t->lins[li];
     if (L->n_pieces == 0) {
-      L->svalue = tp[i].svalue;
-      L->stensor = tp[i].stensor;
-      L->initial = tp[i].p.initial;
+      L->svalue = svalue;
+      L->stensor = stensor;
+      L->initial = (uint8_t)initial;
       L->piece_off = (uint32_t)i;
       (L->initial ? t->lin_of_svalue_initial : t->lin_of_svalue_final)[L->svalue] = (int32_t)li;
     }
     L->n_pieces++;
-    t->pieces[i] = tp[i].p;
-    t->pieces[i].lineage = (uint32_t)li;
+    memmove(&pieces[i], &tp[i].p, sizeof(*pieces));
+    pieces[i].lineage = (uint32_t)li;
   }
+  vd_lin_piece *shrunk = vd_realloc_array(tp, n ? n : 1, sizeof(*shrunk));
+  t->pieces = shrunk ? shrunk : pieces;
+  *tpp = NULL;
+  if (!shrunk) return VD_OOM(c->d);
   t->n_lins = nl;
   t->n_pieces = n;
   /* Point lookup: points in order of first appearance among the pieces. */
@@ -805,7 +817,7 @@ vd_rc vd_lin_build(const vd_graph_t *gs, const vd_graph_t *gp, vd_lin_table *t, 
   tpiece_t *tp = NULL;
   size_t n = 0, np = 0;
   vd_rc rc = collect(&c, &tp, &n, &np);
-  if (rc == VD_OK) rc = group(&c, tp, n, np);
+  if (rc == VD_OK) rc = group(&c, &tp, n, np);
   vd_free(tp);
   if (rc == VD_OK) rc = validate(&c);
   if (rc == VD_OK) rc = required(&c);

@@ -248,6 +248,14 @@ typedef struct {
    * inputs in bwd0_rows are row-aligned with it (linked on all dimensions
    * but the last) and every other input is pinned.  0: no such form. */
   uint8_t bwd0_rows;
+  /* The dimensions of the outputs that the rule marks MIN2 are broadcasts:
+   * every element along them is the same value, whatever its position
+   * (sum_backward spreads the gradient of a sum).  They are not pinned. */
+  uint8_t bcast_out;
+  /* Further outputs computed row by row like output 0 (bit k: output k),
+   * e.g. the routing-weight gradient of the MoE expert kernel: they may be
+   * live too, and are row-aligned with output 0 the same way. */
+  uint8_t row_outs;
 } vd_op_eqv;
 
 const vd_op_eqv *vd_op_eqv_of(vd_op_id op);

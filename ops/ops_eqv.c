@@ -45,6 +45,11 @@
  * the input gradient; the weight gradients are then sums over the window,
  * which nothing in the stage reads (stages/window.c).
  *
+ * bcast_out: sum_backward copies the output gradient to every position of
+ * the summed dimensions, so its output is constant along them; windowing
+ * them keeps the same value on fewer rows (the rule marks them MIN2 for
+ * shape reduction, which is not a contraction here).
+ *
  * SOUNDNESS: a wrong VD_EQV_RULE entry could merge stages whose proofs differ,
  * so the default is NONE and every other row is listed explicitly below; the
  * _Static_assert keeps the table complete when ops.def grows.
@@ -54,8 +59,8 @@
 #include <assert.h>
 #include <string.h>
 
-#define R {VD_EQV_RULE, NULL, 0, 0}
-#define N {VD_EQV_NONE, NULL, 0, 0}
+#define R {VD_EQV_RULE, NULL, 0, 0, 0}
+#define N {VD_EQV_NONE, NULL, 0, 0, 0}
 
 /* An entry left out is VD_EQV__UNSET (0); tests/ops checks that none is. */
 
@@ -74,33 +79,57 @@ static const vd_op_eqv eqv_table[VD_OP__COUNT] = {
     [VD_OP_NEG_BACKWARD] = R, [VD_OP_SCALE_BACKWARD] = R, [VD_OP_POW_BACKWARD] = R,
     [VD_OP_SQRT_BACKWARD] = R, [VD_OP_RSQRT_BACKWARD] = R, [VD_OP_EXP_BACKWARD] = R,
     [VD_OP_LOG_BACKWARD] = R, [VD_OP_SIGMOID_BACKWARD] = R, [VD_OP_TANH_BACKWARD] = R,
-    [VD_OP_SILU_BACKWARD] = R, [VD_OP_GELU_BACKWARD] = R, [VD_OP_SUM_BACKWARD] = R,
+    [VD_OP_SILU_BACKWARD] = R, [VD_OP_GELU_BACKWARD] = R,
+    /* the gradient of a sum is the output gradient copied to every summed
+     * position: constant along those dimensions (not mean_backward, whose
+     * value divides by the extent) */
+    [VD_OP_SUM_BACKWARD] = {VD_EQV_RULE, NULL, 0, 0, 1},
     [VD_OP_MEAN_BACKWARD] = R,
     [VD_OP_MATMUL] = R, [VD_OP_LINEAR] = R, [VD_OP_EMBEDDING] = R,
     [VD_OP_RMS_NORM] = R, [VD_OP_LAYER_NORM] = R,
-    [VD_OP_ROPE] = {VD_EQV_LEAD, "seq_dim", 1, 0},
-    [VD_OP_CAUSAL_MASK] = {VD_EQV_LEAD, NULL, -2, 0},
+    [VD_OP_ROPE] = {VD_EQV_LEAD, "seq_dim", 1, 0, 0},
+    [VD_OP_CAUSAL_MASK] = {VD_EQV_LEAD, NULL, -2, 0, 0},
     [VD_OP_SOFTMAX] = R,
     [VD_OP_PICK] = R,
     /* (x, w, g) -> gx, gw (, gb): gx = g w row by row; x stays row-aligned with g for gw */
-    [VD_OP_LINEAR_BACKWARD] = {VD_EQV_RULE, NULL, 0, (1u << 0) | (1u << 2)},
+    [VD_OP_LINEAR_BACKWARD] = {VD_EQV_RULE, NULL, 0, (1u << 0) | (1u << 2), 0},
     [VD_OP_MATMUL_BACKWARD] = R, [VD_OP_EMBEDDING_BACKWARD] = R,
     /* (x, w, g) -> gx, gw (, gb): gx normalizes over the last dimension, row by row in x and g */
-    [VD_OP_RMS_NORM_BACKWARD] = {VD_EQV_RULE, NULL, 0, (1u << 0) | (1u << 2)},
-    [VD_OP_LAYER_NORM_BACKWARD] = {VD_EQV_RULE, NULL, 0, (1u << 0) | (1u << 2)},
-    [VD_OP_ROPE_BACKWARD] = {VD_EQV_LEAD, "seq_dim", 1, 0},
-    [VD_OP_CAUSAL_MASK_BACKWARD] = {VD_EQV_LEAD, NULL, -2, 0},
+    [VD_OP_RMS_NORM_BACKWARD] = {VD_EQV_RULE, NULL, 0, (1u << 0) | (1u << 2), 0},
+    [VD_OP_LAYER_NORM_BACKWARD] = {VD_EQV_RULE, NULL, 0, (1u << 0) | (1u << 2), 0},
+    [VD_OP_ROPE_BACKWARD] = {VD_EQV_LEAD, "seq_dim", 1, 0, 0},
+    [VD_OP_CAUSAL_MASK_BACKWARD] = {VD_EQV_LEAD, NULL, -2, 0, 0},
     [VD_OP_SOFTMAX_BACKWARD] = R, [VD_OP_PICK_BACKWARD] = R,
     /* nnScaler's mask and rotary kernels: built from absolute positions */
     [VD_OP_CREATE_MASK] = N, [VD_OP_APPLY_MASK] = R,
-    [VD_OP_APPLY_ROTARY_EMB] = {VD_EQV_LEAD, NULL, 1, 0}, [VD_OP_APPLY_MASK_BACKWARD] = R,
-    [VD_OP_APPLY_ROTARY_EMB_BACKWARD] = {VD_EQV_LEAD, NULL, 1, 0},
+    [VD_OP_APPLY_ROTARY_EMB] = {VD_EQV_LEAD, NULL, 1, 0, 0}, [VD_OP_APPLY_MASK_BACKWARD] = R,
+    [VD_OP_APPLY_ROTARY_EMB_BACKWARD] = {VD_EQV_LEAD, NULL, 1, 0, 0},
     [VD_OP_DROPOUT] = R, [VD_OP_DROPOUT_BACKWARD] = R,
     [VD_OP_TOPK_GATE] = R, [VD_OP_GROUPED_MLP] = R, [VD_OP_TOPK_GATE_BACKWARD] = R,
     [VD_OP_GROUPED_MLP_BACKWARD] = R,
-    /* nnScaler's fused gate and expert kernels: not reviewed */
-    [VD_OP_GATE_FW] = N, [VD_OP_NNSCALER_MOE_GMM] = N, [VD_OP_GATE_FW_BACKWARD] = N,
-    [VD_OP_NNSCALER_MOE_GMM_BACKWARD] = N,
+    /* nnScaler's fused gate and expert kernels (ops/ops_moe.c, encoders in
+     * solver/smt_moe.c), reviewed along the token rows T:
+     * gate_fw: row t of both outputs is the routing symbols applied to the
+     *   logits row x[t] w^T (+ bias): the same function of x[t] for every t;
+     *   the rule links only T (H is MIN2, E and the slots are KEEP).
+     * nnscaler_moe_gmm: y[t] = sum_j sum_e [idx[t,j] == e] weight[t,j]
+     *   expert_e(x[t]): row t of y from rows t of x, idx, weight; the expert
+     *   dims are POS and H, F are MIN2, so only T is linked.
+     * gate_fw_backward (x, w, [bias,] weight, idx, gy) -> gx, gw [, gbias]:
+     *   gx[t] = sum_e w[e] rs sum_j J_ej(logits row t) gy[t,j], row by row in
+     *   x and gy (weight and idx are not read); gw sums over t, so only the
+     *   bwd0 form applies: bits 0, 2-5 (bias, 1-D, never matches gx's rank).
+     * nnscaler_moe_gmm_backward (x, idx, weight, w1, w3, w2, y, gy) -> gx,
+     *   gweight, gw1, gw3, gw2: gx[t] and gweight[t] (<gy[t], expert_e(x[t])>
+     *   per routed slot) are row by row in x, idx, weight, gy (y is not read),
+     *   so output 1 is a row output too; the expert weight gradients sum
+     *   over t and must be dead. */
+    [VD_OP_GATE_FW] = R, [VD_OP_NNSCALER_MOE_GMM] = R,
+    [VD_OP_GATE_FW_BACKWARD] = {.kind = VD_EQV_RULE,
+                                .bwd0_rows = (1u << 0) | (1u << 2) | (1u << 3) | (1u << 4) | (1u << 5)},
+    [VD_OP_NNSCALER_MOE_GMM_BACKWARD] = {.kind = VD_EQV_RULE,
+                                         .bwd0_rows = (1u << 0) | (1u << 1) | (1u << 2) | (1u << 6) | (1u << 7),
+                                         .row_outs = 1u << 1},
     [VD_OP_ALL_REDUCE] = N, [VD_OP_ALL_GATHER] = N, [VD_OP_REDUCE_SCATTER] = N, [VD_OP_ALL_TO_ALL] = N,
     [VD_OP_BROADCAST] = N, [VD_OP_SEND] = N, [VD_OP_RECV] = N,
     [VD_OP_SUMSQ] = N, [VD_OP_CLIP_COEF] = N, [VD_OP_SGD_STEP] = N, [VD_OP_ADAM_STEP] = N,

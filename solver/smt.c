@@ -47,6 +47,18 @@ struct vd_smt {
   char err[256];
   unsigned resets;
   int oom; /* Z3 ran out of memory in this context: it is never touched again */
+  /* Function declarations by (name, argument sorts), referenced, for the
+   * life of the context: an MoE gate backward applies hundreds of symbols
+   * of 64 arguments per token, and rebuilding each declaration (name
+   * symbol, domain) per application was most of its encoding time. */
+  struct decl_entry {
+    uint64_t hash;
+    char *name;
+    unsigned n;
+    Z3_sort *dom;
+    Z3_func_decl f;
+  } *decls;
+  size_t n_decls, cap_decls; /* open addressing, cap a power of two */
 };
 
 /* ---- out of memory ------------------------------------------------------------
@@ -128,7 +140,9 @@ static int z3_near_ceiling(unsigned long long reserve) {
 }
 
 /* Abandons a context that ran out of memory: no Z3 call may touch it. */
+static void decls_clear(vd_smt *s, int release);
 static void park_context(vd_smt *s) {
+  decls_clear(s, 0);
   if (!s->z) return;
   size_t k = atomic_fetch_add(&n_graveyard, 1);
   if (k < GRAVEYARD_MAX) graveyard[k] = s->z;
@@ -138,11 +152,28 @@ static void park_context(vd_smt *s) {
   s->real = s->integer = NULL;
 }
 
+/* Forgets the declaration cache; with release, drops our references
+ * (never on a parked context: no Z3 call may touch it). */
+static void decls_clear(vd_smt *s, int release) {
+  for (size_t i = 0; i < s->cap_decls; i++) {
+    struct decl_entry *e = &s->decls[i];
+    if (!e->name) continue;
+    if (release && s->z) Z3_dec_ref(s->z, Z3_func_decl_to_ast(s->z, e->f));
+    vd_free(e->name);
+    vd_free(e->dom);
+  }
+  vd_free(s->decls);
+  s->decls = NULL;
+  s->n_decls = s->cap_decls = 0;
+}
+
 static void drop_context(vd_smt *s) {
   if (note_memout(s)) {
+    decls_clear(s, 0);
     park_context(s);
     return;
   }
+  decls_clear(s, 1);
   if (!s->z) return;
   for (size_t i = 0; i < s->n_arena; i++) Z3_dec_ref(s->z, s->arena[i]);
   s->n_arena = 0;
@@ -538,21 +569,71 @@ vd_term vd_smt_max(vd_smt *s, vd_term a, vd_term b) {
   return vd_smt_ite(s, vd_smt_le(s, b, a), a, b);
 }
 
+/* The declaration of name over dom[0..n) -> Real, from the cache or made
+ * (and referenced by the cache).  Declarations are hash-consed by Z3 by
+ * (name, signature): the same name and sorts give the same function in
+ * every call, which is what makes the symbol shared by both graphs; the
+ * cache only saves rebuilding it.  NULL on a Z3 error. */
+static Z3_func_decl decl_of(vd_smt *s, const char *name, unsigned n, const Z3_sort *dom, int *owned) {
+  *owned = 0;
+  uint64_t h = 1469598103934665603ull;
+  for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
+  for (unsigned i = 0; i < n; i++) h = (h ^ (uint64_t)(uintptr_t)dom[i]) * 1099511628211ull;
+  h ^= n;
+  if (s->cap_decls) {
+    size_t j = (size_t)(h * 0x9e3779b97f4a7c15ull >> 20) & (s->cap_decls - 1);
+    for (; s->decls[j].name; j = (j + 1) & (s->cap_decls - 1)) {
+      const struct decl_entry *e = &s->decls[j];
+      if (e->hash == h && e->n == n && strcmp(e->name, name) == 0 && memcmp(e->dom, dom, n * sizeof(Z3_sort)) == 0)
+        return e->f;
+    }
+  }
+  Z3_func_decl f = Z3_mk_func_decl(s->z, Z3_mk_string_symbol(s->z, name), n, dom, s->real);
+  if (!f || Z3_get_error_code(s->z) != Z3_OK) return NULL;
+  Z3_inc_ref(s->z, Z3_func_decl_to_ast(s->z, f));
+  /* Cache it; a failed allocation only skips the cache, and the caller
+   * then drops the reference after use (*owned). */
+  *owned = 1;
+  if (2 * (s->n_decls + 1) > s->cap_decls) {
+    size_t nc = s->cap_decls ? 2 * s->cap_decls : 64;
+    struct decl_entry *nd = vd_calloc(nc, sizeof(*nd));
+    if (!nd) return f;
+    for (size_t i = 0; i < s->cap_decls; i++)
+      if (s->decls[i].name) {
+        size_t j = (size_t)(s->decls[i].hash * 0x9e3779b97f4a7c15ull >> 20) & (nc - 1);
+        while (nd[j].name) j = (j + 1) & (nc - 1);
+        nd[j] = s->decls[i];
+      }
+    vd_free(s->decls);
+    s->decls = nd;
+    s->cap_decls = nc;
+  }
+  char *nm = vd_strdup(name);
+  Z3_sort *d = vd_malloc(sizeof(Z3_sort) * (n + 1));
+  if (!nm || !d) {
+    vd_free(nm);
+    vd_free(d);
+    return f;
+  }
+  memcpy(d, dom, n * sizeof(Z3_sort));
+  size_t j = (size_t)(h * 0x9e3779b97f4a7c15ull >> 20) & (s->cap_decls - 1);
+  while (s->decls[j].name) j = (j + 1) & (s->cap_decls - 1);
+  s->decls[j] = (struct decl_entry){.hash = h, .name = nm, .n = n, .dom = d, .f = f};
+  s->n_decls++;
+  *owned = 0; /* the cache holds the reference */
+  return f;
+}
+
 vd_term vd_smt_uf(vd_smt *s, const char *name, size_t n, const vd_term *args) {
   if (!all_live(s, n, args)) return NULL;
   Z3_sort dom[64];
   if (n > 64) return vd_smt_i_fail(s, "uninterpreted function of more than 64 arguments");
   for (size_t i = 0; i < n; i++) dom[i] = Z3_get_sort(s->z, args[i]);
-  /* Declarations are hash-consed by (name, signature): the same name and
-   * sorts give the same function in every call, which is what makes the
-   * symbol shared by both graphs.  The decl itself needs no reference of
-   * ours: the application holds it. */
-  Z3_func_decl f = Z3_mk_func_decl(s->z, Z3_mk_string_symbol(s->z, name), (unsigned)n, dom, s->real);
-  if (!f || Z3_get_error_code(s->z) != Z3_OK) return KEEP(NULL);
-  Z3_inc_ref(s->z, Z3_func_decl_to_ast(s->z, f));
-  Z3_ast r = Z3_mk_app(s->z, f, (unsigned)n, (Z3_ast *)args);
-  vd_term out = KEEP(r);
-  Z3_dec_ref(s->z, Z3_func_decl_to_ast(s->z, f));
+  int owned = 0;
+  Z3_func_decl f = decl_of(s, name, (unsigned)n, dom, &owned);
+  if (!f) return KEEP(NULL);
+  vd_term out = KEEP(Z3_mk_app(s->z, f, (unsigned)n, (Z3_ast *)args));
+  if (owned) Z3_dec_ref(s->z, Z3_func_decl_to_ast(s->z, f));
   return out;
 }
 

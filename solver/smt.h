@@ -331,6 +331,22 @@ typedef struct vd_smt_nf vd_smt_nf;
 vd_rc vd_smt_nf_new(vd_smt_nf **out, vd_smt *s, uint64_t budget);
 void vd_smt_nf_free(vd_smt_nf *nf);
 vd_rc vd_smt_nf_of(vd_smt_nf *nf, vd_term t, int64_t *id);
+/* Structural mode: a product of two sums of several terms is never
+ * distributed (it stays an atom keyed by its factors' normal forms), so no
+ * product grows past the sum of its factors' sizes; it proves the pairs
+ * that differ by regrouping sums (accumulations, reductions) of the same
+ * products, and by distributing monomials. */
+void vd_smt_nf_set_structural(vd_smt_nf *nf, int on);
+/* Counts the uses of every node under roots (the terms about to be
+ * normalised), so that a sum used by one sum only is added into it
+ * directly instead of being normalised on its own (same forms, less work:
+ * accumulation chains cost linear instead of quadratic time).  Optional. */
+vd_rc vd_smt_nf_prepare(vd_smt_nf *nf, const vd_term *roots, size_t n_roots);
+/* *eq = 1 when a and b are the same linear combination (numeral
+ * coefficients) of the same subterms, seen through every sum and numeral
+ * scaling; the subterms themselves are not normalised.  Charges the walk
+ * to the budget; 0 on a difference or an exhausted budget. */
+vd_rc vd_smt_nf_same_sum(vd_smt_nf *nf, vd_term a, vd_term b, int *eq);
 uint64_t vd_smt_nf_steps(const vd_smt_nf *nf);
 int vd_smt_nf_gave_up(const vd_smt_nf *nf);
 uint64_t vd_smt_i_seed(const vd_smt *s);

@@ -208,6 +208,7 @@ struct vd_smt_nf {
   vd_smt *s;
   Z3_context z;
   uint64_t budget, steps;
+  uint64_t lazy_terms; /* products of sums with more terms stay atoms */
   int gave_up;       /* budget or coefficient size exceeded: sticky */
   int oom;
   seqtab atoms, monos, polys;
@@ -218,6 +219,12 @@ struct vd_smt_nf {
   uint32_t *qslot;
   size_t n_qslot;
   u64map memo;       /* Z3 ast id -> poly id */
+  u64map parents;    /* after vd_smt_nf_prepare: ast id -> uses (1, or 2 = more) */
+  int prepared;
+  /* gather scratch: leaves of a flattened sum and their coefficients */
+  Z3_ast *lf;
+  mpq_t *lq;
+  size_t n_lf, cap_lf, init_lq;
   u64map mono_mul;   /* (m1, m2) -> product monomial */
   /* accumulator: monomial -> rational */
   uint32_t *acc_mono;
@@ -481,7 +488,7 @@ static int64_t poly_mul(vd_smt_nf *nf, uint32_t a, uint32_t b) {
   if (lb == 0) return b;
   if (a == nf->one_poly) return b;
   if (b == nf->one_poly) return a;
-  if (la > 1 && lb > 1 && la * lb > LAZY_PRODUCT_TERMS) {
+  if (la > 1 && lb > 1 && la * lb > nf->lazy_terms) {
     /* OPTIMIZATION-ONLY (completeness traded for size): see LAZY_PRODUCT_TERMS. */
     if (charge(nf, 1)) return -1;
     nf->steps++;
@@ -581,6 +588,7 @@ vd_rc vd_smt_nf_new(vd_smt_nf **out, vd_smt *s, uint64_t budget) {
   nf->s = s;
   nf->z = vd_smt_i_z3(s);
   nf->budget = budget ? budget : UINT64_MAX;
+  nf->lazy_terms = LAZY_PRODUCT_TERMS;
   mpq_init(nf->t1);
   mpq_init(nf->t2);
   nf->gen = 1;
@@ -611,7 +619,11 @@ void vd_smt_nf_free(vd_smt_nf *nf) {
   vd_free(nf->qhash);
   vd_free(nf->qslot);
   u64map_free(&nf->memo);
+  u64map_free(&nf->parents);
   u64map_free(&nf->mono_mul);
+  for (size_t i = 0; i < nf->init_lq; i++) mpq_clear(nf->lq[i]);
+  vd_free(nf->lq);
+  vd_free(nf->lf);
   for (size_t i = 0; i < nf->acc_init; i++) mpq_clear(nf->acc_val[i]);
   vd_free(nf->acc_mono);
   vd_free(nf->acc_val);
@@ -624,10 +636,236 @@ void vd_smt_nf_free(vd_smt_nf *nf) {
   vd_free(nf);
 }
 
+void vd_smt_nf_set_structural(vd_smt_nf *nf, int on) { nf->lazy_terms = on ? 1 : LAZY_PRODUCT_TERMS; }
 uint64_t vd_smt_nf_steps(const vd_smt_nf *nf) { return nf->steps; }
 int vd_smt_nf_gave_up(const vd_smt_nf *nf) { return nf->gave_up; }
 
 static int64_t memo_of(vd_smt_nf *nf, Z3_ast a) { return u64map_get(&nf->memo, Z3_get_ast_id(nf->z, a)); }
+
+/* ---- flattened sums -----------------------------------------------------------
+ * OPTIMIZATION-ONLY.  A chain of sums (a gradient accumulated over k
+ * microbatches, then reduced over replicas) normalised node by node costs
+ * the sum of the intermediate sizes, quadratic in k.  A sum node used by one
+ * sum only (counted over every root of the check by vd_smt_nf_prepare) is
+ * not normalised on its own: its parent adds its summands directly, with
+ * their coefficients (numeral scalings on the way are folded in).  The
+ * polynomial is the same (the form is canonical), only the work changes. */
+
+static int uses_one(vd_smt_nf *nf, Z3_ast a) {
+  return nf->prepared && u64map_get(&nf->parents, Z3_get_ast_id(nf->z, a)) == 1;
+}
+
+/* a's numeral value into q (1 when a is one) */
+static int numeral_q(vd_smt_nf *nf, Z3_ast a, mpq_t q) {
+  if (Z3_get_ast_kind(nf->z, a) != Z3_NUMERAL_AST) return 0;
+  Z3_string str = Z3_get_numeral_string(nf->z, a);
+  if (!str || mpq_set_str(q, str, 10) != 0) return 0;
+  mpq_canonicalize(q);
+  return 1;
+}
+
+/* Sum heads: +, -, unary minus.  A scaling by a numeral (c * x) is a sum of
+ * one summand, flattened only when it is itself inlined. */
+static int sum_head(vd_smt_nf *nf, Z3_ast a) {
+  if (Z3_get_ast_kind(nf->z, a) != Z3_APP_AST) return 0;
+  Z3_decl_kind k = Z3_get_decl_kind(nf->z, Z3_get_app_decl(nf->z, Z3_to_app(nf->z, a)));
+  return k == Z3_OP_ADD || k == Z3_OP_SUB || k == Z3_OP_UMINUS;
+}
+
+static int scaling(vd_smt_nf *nf, Z3_ast a, Z3_ast *x, mpq_t q) {
+  if (Z3_get_ast_kind(nf->z, a) != Z3_APP_AST) return 0;
+  Z3_app app = Z3_to_app(nf->z, a);
+  if (Z3_get_decl_kind(nf->z, Z3_get_app_decl(nf->z, app)) != Z3_OP_MUL || Z3_get_app_num_args(nf->z, app) != 2)
+    return 0;
+  for (unsigned i = 0; i < 2; i++)
+    if (numeral_q(nf, Z3_get_app_arg(nf->z, app, i), q)) {
+      *x = Z3_get_app_arg(nf->z, app, 1 - i);
+      return 1;
+    }
+  return 0;
+}
+
+static int leaf_push(vd_smt_nf *nf, Z3_ast a, const mpq_t q) {
+  if (nf->n_lf == nf->cap_lf) {
+    size_t nc = nf->cap_lf ? 2 * nf->cap_lf : 64;
+    Z3_ast *na = vd_realloc_array(nf->lf, nc, sizeof(Z3_ast));
+    if (!na) return -1;
+    nf->lf = na;
+    mpq_t *nq = vd_realloc_array(nf->lq, nc, sizeof(mpq_t));
+    if (!nq) return -1;
+    nf->lq = nq;
+    nf->cap_lf = nc;
+  }
+  if (nf->n_lf == nf->init_lq) mpq_init(nf->lq[nf->init_lq++]);
+  nf->lf[nf->n_lf] = a;
+  mpq_set(nf->lq[nf->n_lf], q);
+  nf->n_lf++;
+  return 0;
+}
+
+/* The summands of a (a sum head, a numeral scaling, or else a itself),
+ * through inlined sums and scalings (every one when all), into
+ * nf->lf / nf->lq (in a deterministic order).  One step per node walked.
+ * -1 on budget or memory. */
+static int gather(vd_smt_nf *nf, Z3_ast a, int all) {
+  Z3_context z = nf->z;
+  nf->n_lf = 0;
+  /* work stack of (node, coefficient) */
+  Z3_ast *st = NULL;
+  mpq_t *sq = NULL;
+  size_t n = 0, cap = 0, init = 0;
+  int rc = 0;
+  mpq_t q, k;
+  mpq_init(q);
+  mpq_init(k);
+#define PUSH(node, coef)                                                                   \
+  do {                                                                                     \
+    if (n == cap) {                                                                        \
+      size_t nc_ = cap ? 2 * cap : 32;                                                     \
+      Z3_ast *ns_ = vd_realloc_array(st, nc_, sizeof(Z3_ast));                             \
+      mpq_t *nq_ = ns_ ? vd_realloc_array(sq, nc_, sizeof(mpq_t)) : NULL;                  \
+      if (ns_) st = ns_;                                                                   \
+      if (nq_) sq = nq_;                                                                   \
+      if (!ns_ || !nq_) { rc = -1; nf->oom = 1; break; }                                   \
+      cap = nc_;                                                                           \
+    }                                                                                      \
+    if (n == init) mpq_init(sq[init++]);                                                   \
+    st[n] = (node);                                                                        \
+    mpq_set(sq[n], (coef));                                                                \
+    n++;                                                                                   \
+  } while (0)
+  mpq_set_ui(q, 1, 1);
+  PUSH(a, q);
+  while (n && rc == 0) {
+    if (charge(nf, 1)) {
+      rc = -1;
+      break;
+    }
+    nf->steps++;
+    n--;
+    Z3_ast x = st[n];
+    mpq_set(q, sq[n]);
+    Z3_ast y = NULL;
+    if (x != a && !all && !uses_one(nf, x)) {
+      rc = leaf_push(nf, x, q) ? (nf->oom = 1, -1) : 0;
+      continue;
+    }
+    if (scaling(nf, x, &y, k)) {
+      mpq_mul(q, q, k);
+      PUSH(y, q);
+      continue;
+    }
+    if (!sum_head(nf, x)) {
+      rc = leaf_push(nf, x, q) ? (nf->oom = 1, -1) : 0;
+      continue;
+    }
+    Z3_app app = Z3_to_app(z, x);
+    Z3_decl_kind dk = Z3_get_decl_kind(z, Z3_get_app_decl(z, app));
+    unsigned na = Z3_get_app_num_args(z, app);
+    /* pushed in reverse so that summands come out in argument order */
+    for (unsigned i = na; i-- > 0 && rc == 0;) {
+      mpq_set(k, q);
+      if (dk == Z3_OP_UMINUS || (dk == Z3_OP_SUB && i > 0)) mpq_neg(k, k);
+      PUSH(Z3_get_app_arg(z, app, i), k);
+    }
+  }
+#undef PUSH
+  for (size_t i = 0; i < init; i++) mpq_clear(sq[i]);
+  vd_free(st);
+  vd_free(sq);
+  mpq_clear(q);
+  mpq_clear(k);
+  return rc;
+}
+
+/* sum of nf->lq[i] * nf(nf->lf[i]) (every leaf memoised). */
+static int64_t leaves_sum(vd_smt_nf *nf) {
+  uint64_t work = 0;
+  for (size_t i = 0; i < nf->n_lf; i++) {
+    int64_t p = u64map_get(&nf->memo, Z3_get_ast_id(nf->z, nf->lf[i]));
+    if (p < 0) return -1;
+    work += poly_len(nf, (uint32_t)p);
+  }
+  if (charge(nf, work)) return -1;
+  acc_reset(nf);
+  for (size_t i = 0; i < nf->n_lf; i++) {
+    uint32_t n;
+    int64_t p = u64map_get(&nf->memo, Z3_get_ast_id(nf->z, nf->lf[i]));
+    const uint32_t *x = seq_at(&nf->polys, (uint32_t)p, &n);
+    for (uint32_t j = 0; j < n; j += 2)
+      if (acc_add(nf, x[j], nf->q[x[j + 1]], nf->lq[i])) return -1;
+  }
+  return acc_finish(nf);
+}
+
+/* The sum of coefficient * leaf over every summand of a (through every sum
+ * and numeral scaling) minus the same for b, accumulated by leaf ast id;
+ * *eq = 1 when every coefficient cancels.  SOUNDNESS: a and b are then the
+ * same linear combination of the same terms (associativity, commutativity,
+ * distributivity of numerals), so equal under every interpretation. */
+vd_rc vd_smt_nf_same_sum(vd_smt_nf *nf, vd_term a, vd_term b, int *eq) {
+  *eq = 0;
+  if (nf->gave_up) return VD_OK;
+  if (nf->oom) return VD_ENOMEM;
+  acc_reset(nf);
+  mpq_t neg;
+  mpq_init(neg);
+  int rc = 0;
+  for (int side = 0; side < 2 && rc == 0; side++) {
+    rc = gather(nf, side ? b : a, 1);
+    if (rc == 0 && charge(nf, nf->n_lf)) rc = -1;
+    for (size_t i = 0; i < nf->n_lf && rc == 0; i++) {
+      if (side) mpq_neg(neg, nf->lq[i]);
+      else mpq_set(neg, nf->lq[i]);
+      rc = acc_add(nf, Z3_get_ast_id(nf->z, nf->lf[i]), neg, NULL);
+    }
+  }
+  mpq_clear(neg);
+  if (nf->oom) return VD_ENOMEM;
+  if (rc) return VD_OK;
+  *eq = 1;
+  for (size_t i = 0; i < nf->acc_n && *eq; i++) *eq = mpq_sgn(nf->acc_val[i]) == 0;
+  return VD_OK;
+}
+
+vd_rc vd_smt_nf_prepare(vd_smt_nf *nf, const vd_term *roots, size_t n_roots) {
+  Z3_context z = nf->z;
+  u64map seen = {0};
+  Z3_ast *stack = NULL;
+  size_t n = 0, cap = 0;
+  vd_rc rc = VD_OK;
+  /* A root counts as a use: its own normal form is needed. */
+  for (size_t i = 0; i < n_roots && rc == VD_OK; i++) {
+    if (!roots[i]) continue;
+    uint64_t id = Z3_get_ast_id(z, roots[i]);
+    int64_t c = u64map_get(&nf->parents, id);
+    if (u64map_put(&nf->parents, id, c < 0 ? 1 : 2)) rc = VD_ENOMEM;
+    if (u64map_get(&seen, id) < 0) {
+      if (u64map_put(&seen, id, 0) || VD_GROW(stack, cap, n + 1)) rc = VD_ENOMEM;
+      else stack[n++] = roots[i];
+    }
+  }
+  while (n && rc == VD_OK) {
+    Z3_ast a = stack[--n];
+    if (Z3_get_ast_kind(z, a) != Z3_APP_AST) continue;
+    Z3_app app = Z3_to_app(z, a);
+    unsigned na = Z3_get_app_num_args(z, app);
+    for (unsigned i = 0; i < na && rc == VD_OK; i++) {
+      Z3_ast c = Z3_get_app_arg(z, app, i);
+      uint64_t id = Z3_get_ast_id(z, c);
+      int64_t k = u64map_get(&nf->parents, id);
+      if (k < 2 && u64map_put(&nf->parents, id, k < 0 ? 1 : 2)) rc = VD_ENOMEM;
+      if (rc == VD_OK && u64map_get(&seen, id) < 0) {
+        if (u64map_put(&seen, id, 0) || VD_GROW(stack, cap, n + 1)) rc = VD_ENOMEM;
+        else stack[n++] = c;
+      }
+    }
+  }
+  u64map_free(&seen);
+  vd_free(stack);
+  if (rc == VD_OK) nf->prepared = 1;
+  return rc;
+}
 
 /* Normal form of node a whose arguments are all memoised. */
 static int64_t node_nf(vd_smt_nf *nf, Z3_ast a) {
@@ -652,6 +890,10 @@ static int64_t node_nf(vd_smt_nf *nf, Z3_ast a) {
   if (kind != Z3_APP_AST) {
     uint32_t key[2] = {A_CONST, Z3_get_ast_id(z, a)};
     return atom_poly(nf, key, 2);
+  }
+  if (nf->prepared && sum_head(nf, a)) {
+    if (gather(nf, a, 0)) return -1;
+    return leaves_sum(nf);
   }
   Z3_app app = Z3_to_app(z, a);
   Z3_func_decl f = Z3_get_app_decl(z, app);
@@ -809,7 +1051,20 @@ vd_rc vd_smt_nf_of(vd_smt_nf *nf, vd_term t, int64_t *id) {
       continue;
     }
     int ready = 1;
-    if (Z3_get_ast_kind(z, a) == Z3_APP_AST) {
+    if (nf->prepared && sum_head(nf, a)) {
+      /* the summands of the flattened sum are its children */
+      if (gather(nf, a, 0)) break;
+      for (size_t i = 0; i < nf->n_lf; i++) {
+        Z3_ast c = nf->lf[i];
+        if (memo_of(nf, c) >= 0) continue;
+        ready = 0;
+        if (VD_GROW(stack, cap, n + 1)) {
+          nf->oom = 1;
+          break;
+        }
+        stack[n++] = c;
+      }
+    } else if (Z3_get_ast_kind(z, a) == Z3_APP_AST) {
       Z3_app app = Z3_to_app(z, a);
       unsigned na = Z3_get_app_num_args(z, app);
       for (unsigned i = 0; i < na; i++) {

@@ -220,54 +220,90 @@ static uint64_t fnv1a(const uint8_t *p, size_t n) {
 
 typedef struct {
   uint64_t hash;
-  size_t stage;   /* representative's index in the set */
-  uint8_t *bytes; /* its serialization (owned) */
+  uint32_t rep;   /* representative's stage id */
+  uint8_t *bytes; /* its serialization (owned); NULL: empty slot */
   size_t n;
 } slot_t;
 
-vd_rc vd_stage_canon(const vd_lin_table *lt, vd_stage_set *set, vd_diag *d) {
-  vd_rc rc = VD_OK;
-  size_t cap = 16;
-  while (cap < 2 * set->n_stages) cap *= 2;
-  slot_t *tab = vd_calloc(cap, sizeof(*tab));
-  buf_t b = {0};
-  if (!tab) return VD_OOM(d);
-  for (size_t s = 0; s < set->n_stages; s++) {
-    vd_stage *st = &set->stages[s];
-    b.n = 0;
-    serialize(lt, st, &b);
-    if (b.oom) {
-      rc = VD_OOM(d);
-      goto done;
+struct vd_stage_canon_tab {
+  slot_t *tab;
+  size_t cap, n;
+  buf_t b;
+};
+
+vd_rc vd_stage_canon_new(vd_stage_canon_tab **t, vd_diag *d) {
+  *t = vd_calloc(1, sizeof(**t));
+  if (!*t) return VD_OOM(d);
+  (*t)->cap = 1024;
+  (*t)->tab = vd_calloc((*t)->cap, sizeof(slot_t));
+  if (!(*t)->tab) {
+    vd_free(*t);
+    *t = NULL;
+    return VD_OOM(d);
+  }
+  return VD_OK;
+}
+
+void vd_stage_canon_free(vd_stage_canon_tab *t) {
+  if (!t) return;
+  for (size_t i = 0; i < t->cap; i++) vd_free(t->tab[i].bytes);
+  vd_free(t->tab);
+  vd_free(t->b.b);
+  vd_free(t);
+}
+
+static int grow(vd_stage_canon_tab *t) {
+  size_t nc = t->cap * 2;
+  slot_t *nt = vd_calloc(nc, sizeof(*nt));
+  if (!nt) return -1;
+  for (size_t i = 0; i < t->cap; i++) {
+    if (!t->tab[i].bytes) continue;
+    size_t j = (size_t)t->tab[i].hash & (nc - 1);
+    while (nt[j].bytes) j = (j + 1) & (nc - 1);
+    nt[j] = t->tab[i];
+  }
+  vd_free(t->tab);
+  t->tab = nt;
+  t->cap = nc;
+  return 0;
+}
+
+vd_rc vd_stage_canon_add(vd_stage_canon_tab *t, const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
+  if ((t->n + 1) * 2 > t->cap && grow(t)) return VD_OOM(d);
+  t->b.n = 0;
+  serialize(lt, st, &t->b);
+  if (t->b.oom) {
+    t->b.oom = 0;
+    return VD_OOM(d);
+  }
+  uint64_t h = fnv1a(t->b.b, t->b.n);
+  st->canon_hash = h;
+  for (size_t i = (size_t)h & (t->cap - 1);; i = (i + 1) & (t->cap - 1)) {
+    slot_t *sl = &t->tab[i];
+    if (!sl->bytes) {
+      sl->bytes = vd_malloc(t->b.n ? t->b.n : 1);
+      if (!sl->bytes) return VD_OOM(d);
+      memcpy(sl->bytes, t->b.b, t->b.n);
+      sl->n = t->b.n;
+      sl->hash = h;
+      sl->rep = st->id;
+      t->n++;
+      st->canon_class = (int32_t)st->id;
+      return VD_OK;
     }
-    uint64_t h = fnv1a(b.b, b.n);
-    st->canon_hash = h;
-    size_t i = (size_t)h & (cap - 1);
-    for (;; i = (i + 1) & (cap - 1)) {
-      slot_t *sl = &tab[i];
-      if (!sl->bytes) {
-        sl->bytes = vd_malloc(b.n ? b.n : 1);
-        if (!sl->bytes) {
-          rc = VD_OOM(d);
-          goto done;
-        }
-        memcpy(sl->bytes, b.b, b.n);
-        sl->n = b.n;
-        sl->hash = h;
-        sl->stage = s;
-        st->canon_class = (int32_t)st->id;
-        break;
-      }
-      /* Never trust the hash alone. */
-      if (sl->hash == h && sl->n == b.n && memcmp(sl->bytes, b.b, b.n) == 0) {
-        st->canon_class = (int32_t)set->stages[sl->stage].id;
-        break;
-      }
+    /* Never trust the hash alone. */
+    if (sl->hash == h && sl->n == t->b.n && memcmp(sl->bytes, t->b.b, t->b.n) == 0) {
+      st->canon_class = (int32_t)sl->rep;
+      return VD_OK;
     }
   }
-done:
-  for (size_t i = 0; i < cap; i++) vd_free(tab[i].bytes);
-  vd_free(tab);
-  vd_free(b.b);
+}
+
+vd_rc vd_stage_canon(const vd_lin_table *lt, vd_stage_set *set, vd_diag *d) {
+  vd_stage_canon_tab *t = NULL;
+  VD_CHECK(vd_stage_canon_new(&t, d));
+  vd_rc rc = VD_OK;
+  for (size_t s = 0; s < set->n_stages && rc == VD_OK; s++) rc = vd_stage_canon_add(t, lt, &set->stages[s], d);
+  vd_stage_canon_free(t);
   return rc;
 }

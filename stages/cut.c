@@ -161,6 +161,16 @@ typedef struct {
   size_t n_mem, cap_mem, cap_mr;
   size_t s_reached;      /* hypothesis values met by the last single walk */
   int32_t s_unrelated;   /* piece of a hypothesis the target's computation never uses, or -1 */
+  /* Microbatch classes (mb_family): nm > 1 and no ALIGNMENT issue. */
+  uint32_t nm;
+  int mb_ok;
+  uint32_t *inst;        /* Gp node of (plan node p, microbatch m) at p * nm + m, or NONE */
+  uint32_t *grp;         /* per piece: first piece of its slice group */
+  uint8_t *done;         /* per group (first piece): cut, or covered by another mb's stage */
+  uint32_t *tp;          /* scratch: translated piece per stage value */
+  size_t cap_tp;
+  vd_stage_hook hook;    /* called on every finished stage, or NULL */
+  void *hook_ctx;
 } cctx;
 
 static vd_rc add_issue(cctx *c, vd_sissue_kind kind, int single, int64_t pnode, int64_t ptensor, int32_t rank,
@@ -357,17 +367,48 @@ done:
   return rc;
 }
 
+/* Signature of the code a segment runs on a rank: the operators, source
+ * names and layers of its nodes there, in order (0 when it has none). */
+static vd_rc segment_signatures(cctx *c, uint64_t **sig) {
+  const vd_plan_t *p = c->pp;
+  size_t ns = p->n_segments, nr = (size_t)p->world.stored_ranks;
+  *sig = NULL;
+  if (!ns || nr * ns > ((size_t)1 << 26)) return VD_OK; /* no variants recognised */
+  uint64_t *h = vd_calloc(nr * ns, sizeof(*h));
+  if (!h) return VD_OOM(c->d);
+  for (size_t i = 0; i < p->n_nodes; i++) {
+    const vd_node_t *n = &p->nodes[i];
+    if (n->rank < 0 || (size_t)n->rank >= nr || n->segment < 0 || (size_t)n->segment >= ns) continue;
+    uint64_t x = 1469598103934665603ull;
+    for (const char *q = nop(p, (uint32_t)i); *q; q++) x = (x ^ (uint8_t)*q) * 1099511628211ull;
+    x = (x ^ 0xff) * 1099511628211ull;
+    for (const char *q = vd_plan_s(p, n->name); *q; q++) x = (x ^ (uint8_t)*q) * 1099511628211ull;
+    uint64_t *slot = &h[(size_t)n->rank * ns + (size_t)n->segment];
+    *slot = vd_hash_mix64(*slot * 31 + x + (uint64_t)(uint32_t)n->layer + 1);
+  }
+  *sig = h;
+  return VD_OK;
+}
+
+/* ALIGNMENT.  A segment that does not run once per microbatch on its own may
+ * be one of several variants of the same code (same operators, names and
+ * layers on the rank: `verdict mutate --microbatch` writes a bug that way);
+ * then the variants together must run once per microbatch.  The values each
+ * variant computes are the stages' business. */
 static vd_rc check_alignment(cctx *c) {
   const vd_plan_t *p = c->pp;
   int32_t nm = p->world.nm > 0 ? p->world.nm : 1;
   size_t ns = p->n_segments;
   uint32_t *cnt = vd_calloc(ns * (size_t)(nm + 1) + 1, sizeof(*cnt)); /* slot nm: mb >= nm */
   uint8_t *per = vd_calloc(ns + 1, 1);
+  uint32_t *rep = vd_malloc((ns + 1) * sizeof(*rep));
+  uint64_t *sig = NULL;
   vd_rc rc = VD_OK;
-  if (!cnt || !per) {
+  if (!cnt || !per || !rep) {
     rc = VD_OOM(c->d);
     goto done;
   }
+  if ((rc = segment_signatures(c, &sig)) != VD_OK) goto done;
   for (int32_t r = 0; r < p->world.stored_ranks; r++) {
     const vd_program_t *pr = &p->programs[r];
     memset(cnt, 0, ns * (size_t)(nm + 1) * sizeof(*cnt));
@@ -378,8 +419,26 @@ static vd_rc check_alignment(cctx *c) {
       per[st->segment] = 1;
       cnt[(size_t)st->segment * (size_t)(nm + 1) + (size_t)(st->mb < nm ? st->mb : nm)]++;
     }
+    /* Misaligned segments with one signature count together, under the
+     * first of them. */
     for (size_t sg = 0; sg < ns; sg++) {
-      if (!per[sg]) continue;
+      rep[sg] = (uint32_t)sg;
+      if (!per[sg] || !sig) continue;
+      const uint32_t *k = cnt + sg * (size_t)(nm + 1);
+      int aligned = k[nm] == 0;
+      for (int32_t m = 0; m < nm && aligned; m++) aligned = k[m] == 1;
+      uint64_t h = sig[(size_t)r * ns + sg];
+      if (aligned || !h) continue;
+      for (size_t s2 = 0; s2 < sg; s2++)
+        if (per[s2] && rep[s2] == s2 && sig[(size_t)r * ns + s2] == h) {
+          rep[sg] = (uint32_t)s2;
+          uint32_t *dst = cnt + s2 * (size_t)(nm + 1);
+          for (int32_t m = 0; m <= nm; m++) dst[m] += k[m];
+          break;
+        }
+    }
+    for (size_t sg = 0; sg < ns; sg++) {
+      if (!per[sg] || rep[sg] != sg) continue;
       const uint32_t *k = cnt + sg * (size_t)(nm + 1);
       char miss[64] = "", dup[64] = "";
       size_t mo = 0, dpo = 0;
@@ -406,6 +465,8 @@ static vd_rc check_alignment(cctx *c) {
 done:
   vd_free(cnt);
   vd_free(per);
+  vd_free(rep);
+  vd_free(sig);
   return rc;
 }
 
@@ -787,6 +848,7 @@ static vd_rc assemble(cctx *c, const vd_lineage *L, uint32_t li, vd_stage *st) {
   }
   tg->n_pieces = (uint32_t)c->n_mem;
   st->n_rep = 1;
+  st->n_mb = 1;
   st->n_targets = 1;
   st->n_idx = ix;
   return VD_OK;
@@ -928,6 +990,37 @@ static void drop_last(cctx *c) {
  * (replica_uniform); otherwise, and for groups listing replicas one by one,
  * every replica is materialized: one stage holding all replicas when the
  * target slice does not move with the replica, one per replica when it does. */
+/* Members of slice group [a, b) for one way of cutting it (mode): -2 every
+ * piece for replica 0 (a stage standing for all replicas); -1 every replica
+ * of every piece (a target slice that does not move); d >= 0 replica d's
+ * copies of the pieces that move (and the per-replica pieces at d = 0). */
+static vd_rc group_members(cctx *c, size_t a, size_t b, int32_t mode) {
+  const vd_lin_table *lt = c->lt;
+  c->n_mem = 0;
+  for (size_t i = a; i < b; i++) {
+    const vd_lin_piece *p = &lt->pieces[i];
+    if (mode == -2) {
+      VD_CHECK(add_member(c, (uint32_t)i, 0));
+    } else if (!p->all_rep) {
+      if (mode <= 0) VD_CHECK(add_member(c, (uint32_t)i, p->replica));
+    } else if (mode >= 0) {
+      VD_CHECK(add_member(c, (uint32_t)i, mode));
+    } else {
+      for (int32_t r = 0; r < (int32_t)c->D; r++) VD_CHECK(add_member(c, (uint32_t)i, r));
+    }
+  }
+  return VD_OK;
+}
+
+/* Records how stage sid was cut, so that vd_stage_recut can cut it again. */
+static void note_cut(cctx *c, int64_t sid, uint32_t li, size_t a, size_t b, int32_t mode) {
+  vd_stage *st = &c->set->stages[sid];
+  st->cut_lin = li;
+  st->cut_a = (uint32_t)a;
+  st->cut_b = (uint32_t)b;
+  st->cut_mode = mode;
+}
+
 static vd_rc cut_group(cctx *c, uint32_t li, size_t a, size_t b) {
   const vd_lin_table *lt = c->lt;
   int all = c->D > 1, moving = 0;
@@ -937,8 +1030,7 @@ static vd_rc cut_group(cctx *c, uint32_t li, size_t a, size_t b) {
   }
   int64_t sid;
   if (all) {
-    c->n_mem = 0;
-    for (size_t i = a; i < b; i++) VD_CHECK(add_member(c, (uint32_t)i, 0));
+    VD_CHECK(group_members(c, a, b, -2));
     VD_CHECK(cut_target(c, li, &sid));
     if (sid < 0) return VD_OK;
     vd_stage *st = &c->set->stages[sid];
@@ -947,27 +1039,294 @@ static vd_rc cut_group(cctx *c, uint32_t li, size_t a, size_t b) {
     if (uniform) {
       if (uniform == 1) VD_CHECK(vd_stage_window(lt, st, c->d));
       st->n_rep = c->D;
+      note_cut(c, sid, li, a, b, -2);
       return VD_OK;
     }
     drop_last(c);
   }
   for (int32_t d = 0; d < (int32_t)c->D; d++) {
     if (d > 0 && !moving) break;
-    c->n_mem = 0;
-    for (size_t i = a; i < b; i++) {
-      const vd_lin_piece *p = &lt->pieces[i];
-      if (!p->all_rep) {
-        if (d == 0) VD_CHECK(add_member(c, (uint32_t)i, p->replica));
-      } else if (moving) {
-        VD_CHECK(add_member(c, (uint32_t)i, d));
-      } else {
-        for (int32_t r = 0; r < (int32_t)c->D; r++) VD_CHECK(add_member(c, (uint32_t)i, r));
-      }
-    }
+    int32_t mode = moving ? d : -1;
+    VD_CHECK(group_members(c, a, b, mode));
     if (!c->n_mem) continue;
     VD_CHECK(cut_target(c, li, &sid));
-    if (sid >= 0) VD_CHECK(vd_stage_window(lt, &c->set->stages[sid], c->d));
+    if (sid >= 0) {
+      VD_CHECK(vd_stage_window(lt, &c->set->stages[sid], c->d));
+      note_cut(c, sid, li, a, b, mode);
+    }
   }
+  return VD_OK;
+}
+
+/* ---- microbatch classes by construction ------------------------------------
+ *
+ * A slice group whose pieces all belong to microbatch m0 is cut for m0 only
+ * when its stages are literally the stages of the same group in microbatch
+ * m (docs/verifier.md section 2, "Microbatch classes").  The translation
+ * tau_m maps a Gp node of microbatch m0 to the instance of the same plan node
+ * in microbatch m, a per-microbatch value to the value of the same tensor,
+ * version and output slot in microbatch m, and a persistent value to itself.
+ * A stage stands for microbatch m when tau_m maps every parallel node to a
+ * node with exactly the translated operands, every leaf to a leaf that is a
+ * point with the same lineage, part and replica structure, every produced
+ * non-target value to a value that is no point, and the target group onto a
+ * whole slice group of microbatch m that is not cut yet; and when its
+ * windowed slices do not move (checked at one m, which suffices because the
+ * slices are affine in m; see window_same). */
+
+/* Instance of Gp node g (microbatch m0) in microbatch m, or NONE. */
+static uint32_t tr_node(const cctx *c, uint32_t g, int32_t m0, int32_t m) {
+  const vd_gnode_t *gn = &c->gp->nodes[g];
+  if (gn->mb != m0 || gn->pnode >= c->pp->n_nodes) return NONE;
+  uint32_t t = c->inst[(size_t)gn->pnode * c->nm + (uint32_t)m];
+  if (t == NONE) return NONE;
+  const vd_gnode_t *tn = &c->gp->nodes[t];
+  if (tn->pnode != gn->pnode || tn->mb != m || tn->replica != gn->replica || tn->n_in != gn->n_in ||
+      tn->n_out != gn->n_out || tn->n_part != gn->n_part)
+    return NONE;
+  return t;
+}
+
+/* tau_m of Gp value u, or NONE. */
+static uint32_t tr_value(const cctx *c, uint32_t u, int32_t m0, int32_t m) {
+  const vd_graph_t *g = c->gp;
+  const vd_value_t *x = &g->values[u];
+  if (x->mb < 0) return u;
+  if (x->mb != m0) return NONE;
+  if (x->producer < 0) {
+    int32_t f = vd_graph_first(g, x->tensor, x->replica, m);
+    if (f < 0 || g->values[f].producer >= 0 || g->values[f].version != x->version) return NONE;
+    return (uint32_t)f;
+  }
+  uint32_t t = tr_node(c, (uint32_t)x->producer, m0, m);
+  if (t == NONE) return NONE;
+  const vd_gnode_t *gn = &g->nodes[x->producer];
+  const uint32_t *ov = vd_gnode_outputs(g, gn), *tv = vd_gnode_outputs(g, &g->nodes[t]);
+  for (uint32_t o = 0; o < gn->n_out; o++)
+    if (ov[o] == u) {
+      const vd_value_t *y = &g->values[tv[o]];
+      return y->tensor == x->tensor && y->version == x->version && y->mb == m ? tv[o] : NONE;
+    }
+  return NONE;
+}
+
+/* Whether two pieces make the same claim up to their slice (same lineage,
+ * part, part count and replica structure). */
+static int piece_like(const vd_lin_table *lt, uint32_t a, uint32_t b) {
+  const vd_lin_piece *p = &lt->pieces[a], *q = &lt->pieces[b];
+  return p->lineage == q->lineage && p->part_k == q->part_k && p->part_n == q->part_n && p->all_rep == q->all_rep &&
+         p->replica == q->replica && p->initial == q->initial;
+}
+
+/* Whether stage st translates to microbatch m (structure only); fills
+ * c->tp[value] with the translated piece of every hypothesis leaf. */
+static int stage_translates(cctx *c, const vd_stage *st, int32_t m0, int32_t m) {
+  const vd_lin_table *lt = c->lt;
+  const vd_graph_t *g = c->gp;
+  for (uint32_t k = 0; k < st->n_nodes; k++) {
+    const vd_stage_node *sn = &st->nodes[k];
+    if (!sn->side) continue;
+    uint32_t t = tr_node(c, sn->gnode, m0, m);
+    if (t == NONE) return 0;
+    const vd_gnode_t *gn = &g->nodes[sn->gnode], *tn = &g->nodes[t];
+    const uint32_t *iv = vd_gnode_inputs(g, gn), *tiv = vd_gnode_inputs(g, tn);
+    const uint32_t *ov = vd_gnode_outputs(g, gn), *tov = vd_gnode_outputs(g, tn);
+    for (uint32_t i = 0; i < gn->n_in; i++)
+      if (tr_value(c, iv[i], m0, m) != tiv[i]) return 0;
+    for (uint32_t o = 0; o < gn->n_out; o++)
+      if (tr_value(c, ov[o], m0, m) != tov[o]) return 0;
+  }
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    const vd_stage_value *v = &st->vals[i];
+    c->tp[i] = NONE;
+    if (!v->side) continue;
+    uint32_t tu = tr_value(c, v->value, m0, m);
+    if (tu == NONE) return 0;
+    int32_t pc = vd_lin_piece_of(lt, tu, v->replica);
+    if (v->producer >= 0) {
+      /* a produced value: a point only if it is a target (checked by the
+       * caller through the group), never a hypothesis in microbatch m */
+      if (pc >= 0 && vd_lin_piece_of(lt, v->value, v->replica) < 0) return 0;
+      continue;
+    }
+    if (v->leaf_piece < 0 || pc < 0 || !piece_like(lt, (uint32_t)v->leaf_piece, (uint32_t)pc)) return 0;
+    c->tp[i] = (uint32_t)pc;
+  }
+  return 1;
+}
+
+/* Copies the values and targets of st with unwindowed shapes and the slices
+ * of its hypotheses and target taken from pieces tp (NONE: the stage's own
+ * piece) and target piece tpiece, then windows the copy. */
+static vd_rc window_copy(cctx *c, const vd_stage *st, const uint32_t *tp, uint32_t tpiece, vd_stage *w) {
+  const vd_lin_table *lt = c->lt;
+  *w = *st;
+  w->vals = vd_malloc((st->n_vals ? st->n_vals : 1) * sizeof(*w->vals));
+  w->targets = vd_malloc(sizeof(*w->targets));
+  if (!w->vals || !w->targets) return VD_OOM(c->d);
+  memcpy(w->vals, st->vals, st->n_vals * sizeof(*w->vals));
+  w->targets[0] = st->targets[0];
+  w->n_targets = 1;
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    vd_stage_value *v = &w->vals[i];
+    if (!v->side) {
+      memcpy(v->shape, c->sp->tensors[c->gs->values[v->value].tensor].shape, sizeof(v->shape));
+      memcpy(v->rshape, v->shape, sizeof(v->rshape));
+      memset(v->woff, 0, sizeof(v->woff));
+      continue;
+    }
+    if (v->producer >= 0 || v->leaf_piece < 0) continue;
+    vd_lin_piece_at(lt, tp && tp[i] != NONE ? tp[i] : (uint32_t)v->leaf_piece, v->replica, v->plo, v->phi);
+  }
+  vd_stage_target *tg = &w->targets[0];
+  const vd_stage_value *tv = &st->vals[st->idx[tg->piece_off + 1]];
+  vd_lin_piece_at(lt, tpiece, tv->replica, tg->blo, tg->bhi);
+  tg->has_bslice = 1;
+  return vd_stage_window(lt, w, c->d);
+}
+
+/* Whether the windowed slices and shapes of st are the same with the
+ * translated pieces (c->tp, target piece tpiece) as with its own.  Slices are
+ * affine in the microbatch (lo + m * mb_shift per tensor), and a window is
+ * the hull of a class's slices: equality at one m != m0 means every slice of
+ * a window class moves by one common amount and slices of pinned classes do
+ * not move, hence equality at every m (as for replicas, replica_uniform). */
+static vd_rc window_same(cctx *c, const vd_stage *st, uint32_t tpiece, int *same) {
+  vd_stage a = {0}, b = {0};
+  vd_rc rc;
+  *same = 0;
+  if ((rc = window_copy(c, st, NULL, st->idx[st->targets[0].piece_off], &a)) == VD_OK &&
+      (rc = window_copy(c, st, c->tp, tpiece, &b)) == VD_OK) {
+    int eq = !memcmp(a.targets[0].blo, b.targets[0].blo, sizeof(a.targets[0].blo)) &&
+             !memcmp(a.targets[0].bhi, b.targets[0].bhi, sizeof(a.targets[0].bhi));
+    for (uint32_t i = 0; i < st->n_vals && eq; i++) {
+      const vd_stage_value *x = &a.vals[i], *y = &b.vals[i];
+      eq = !memcmp(x->shape, y->shape, sizeof(x->shape)) && !memcmp(x->plo, y->plo, sizeof(x->plo)) &&
+           !memcmp(x->phi, y->phi, sizeof(x->phi));
+    }
+    *same = eq;
+  }
+  vd_free(a.vals);
+  vd_free(a.targets);
+  vd_free(b.vals);
+  vd_free(b.targets);
+  return rc;
+}
+
+/* Translates the slice group [a, b) (microbatch m0) to microbatch m: the
+ * first piece of the translated group, or NONE when the translation is not
+ * a whole slice group of microbatch m that is still to be cut. */
+static uint32_t tr_group(cctx *c, size_t a, size_t b, int32_t m0, int32_t m) {
+  const vd_lin_table *lt = c->lt;
+  uint32_t g0 = NONE;
+  for (size_t i = a; i < b; i++) {
+    const vd_lin_piece *p = &lt->pieces[i];
+    uint32_t tv = tr_value(c, p->value, m0, m);
+    if (tv == NONE) return NONE;
+    int32_t q = vd_lin_piece_of(lt, tv, p->replica);
+    if (q < 0 || !piece_like(lt, (uint32_t)i, (uint32_t)q) || lt->pieces[q].mb != m) return NONE;
+    if (g0 == NONE) g0 = c->grp[q];
+    if (c->grp[q] != g0) return NONE;
+  }
+  size_t n = 0;
+  for (size_t j = g0; j < lt->n_pieces && c->grp[j] == g0; j++) n++;
+  return n == b - a && !c->done[g0] ? g0 : NONE;
+}
+
+/* After cutting the stages [s0, n_stages) of slice group [a, b): the other
+ * microbatches' groups these stages stand for are marked done, and the
+ * stages count them (n_mb).  Only what really differs (a microbatch whose
+ * program, wiring or lineage differs, the accumulation that reads several
+ * microbatches) is left to be cut on its own. */
+static vd_rc mb_family(cctx *c, size_t a, size_t b, size_t s0) {
+  const vd_lin_table *lt = c->lt;
+  vd_stage_set *set = c->set;
+  int32_t m0 = lt->pieces[a].mb;
+  if (!c->mb_ok || m0 < 0 || s0 >= set->n_stages) return VD_OK;
+  for (size_t i = a; i < b; i++)
+    if (lt->pieces[i].mb != m0) return VD_OK;
+  int windows_checked = 0;
+  uint32_t covered = 0;
+  int32_t *list = vd_malloc((c->nm + 1) * sizeof(*list));
+  if (!list) return VD_OOM(c->d);
+  list[0] = m0;
+  for (int32_t m = 0; m < (int32_t)c->nm; m++) {
+    if (m == m0) continue;
+    uint32_t g = tr_group(c, a, b, m0, m);
+    if (g == NONE) continue;
+    int ok = 1;
+    for (size_t s = s0; s < set->n_stages && ok; s++) {
+      const vd_stage *st = &set->stages[s];
+      if (VD_GROW(c->tp, c->cap_tp, st->n_vals + 1)) {
+        vd_free(list);
+        return VD_OOM(c->d);
+      }
+      ok = stage_translates(c, st, m0, m);
+      if (ok && !windows_checked) {
+        const vd_lin_piece *p = &lt->pieces[st->idx[st->targets[0].piece_off]];
+        int32_t q = vd_lin_piece_of(lt, tr_value(c, p->value, m0, m), p->replica);
+        vd_rc rc = window_same(c, st, (uint32_t)q, &ok);
+        if (rc != VD_OK || !ok) { /* !ok: the slices move inside a window, at every m */
+          vd_free(list);
+          return rc;
+        }
+      }
+    }
+    if (!ok) continue;
+    windows_checked = 1;
+    c->done[g] = 1;
+    list[++covered] = m;
+  }
+  for (size_t s = s0; s < set->n_stages && covered; s++) {
+    vd_stage *st = &set->stages[s];
+    st->n_mb = 1 + covered;
+    st->mb_list = vd_malloc((size_t)st->n_mb * sizeof(*st->mb_list));
+    if (!st->mb_list) {
+      vd_free(list);
+      return VD_OOM(c->d);
+    }
+    memcpy(st->mb_list, list, (size_t)st->n_mb * sizeof(*list));
+  }
+  vd_free(list);
+  return VD_OK;
+}
+
+/* Slice groups (first piece per piece) and, with microbatches, the Gp
+ * instance of every plan node per microbatch. */
+static vd_rc prepare_groups(cctx *c) {
+  const vd_lin_table *lt = c->lt;
+  c->grp = vd_malloc((lt->n_pieces ? lt->n_pieces : 1) * sizeof(*c->grp));
+  c->done = vd_calloc(lt->n_pieces ? lt->n_pieces : 1, 1);
+  if (!c->grp || !c->done) return VD_OOM(c->d);
+  for (uint32_t li = 0; li < lt->n_lins; li++) {
+    const vd_lineage *L = &lt->lins[li];
+    int32_t nd = c->sp->tensors[L->stensor].ndim;
+    size_t e = L->piece_off + L->n_pieces;
+    for (size_t a = L->piece_off; a < e;) {
+      size_t b = a + 1;
+      const vd_lin_piece *p = &lt->pieces[a];
+      while (b < e && lt->pieces[b].part_n == p->part_n &&
+             !memcmp(lt->pieces[b].lo, p->lo, (size_t)nd * sizeof(int64_t)) &&
+             !memcmp(lt->pieces[b].hi, p->hi, (size_t)nd * sizeof(int64_t)))
+        b++;
+      for (size_t i = a; i < b; i++) c->grp[i] = (uint32_t)a;
+      a = b;
+    }
+  }
+  if (!c->mb_ok) return VD_OK;
+  size_t n = c->pp->n_nodes * (size_t)c->nm;
+  c->inst = vd_malloc((n ? n : 1) * sizeof(*c->inst));
+  if (!c->inst) return VD_OOM(c->d);
+  for (size_t i = 0; i < n; i++) c->inst[i] = NONE;
+  for (size_t ni = 0; ni < c->gp->n_nodes; ni++) {
+    const vd_gnode_t *gn = &c->gp->nodes[ni];
+    if (gn->mb < 0 || (uint32_t)gn->mb >= c->nm || gn->replica != 0) continue;
+    uint32_t *slot = &c->inst[(size_t)gn->pnode * c->nm + (uint32_t)gn->mb];
+    /* two instances of one plan node in one microbatch: not a translation */
+    *slot = *slot == NONE ? (uint32_t)ni : NONE - 1;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (c->inst[i] == NONE - 1) c->inst[i] = NONE;
   return VD_OK;
 }
 
@@ -985,7 +1344,13 @@ static vd_rc cut_all(cctx *c) {
              !memcmp(lt->pieces[b].lo, p->lo, (size_t)nd * sizeof(int64_t)) &&
              !memcmp(lt->pieces[b].hi, p->hi, (size_t)nd * sizeof(int64_t)))
         b++;
-      VD_CHECK(cut_group(c, li, a, b));
+      if (!c->done[a]) {
+        size_t s0 = c->set->n_stages;
+        c->done[a] = 1;
+        VD_CHECK(cut_group(c, li, a, b));
+        VD_CHECK(mb_family(c, a, b, s0));
+        for (size_t k = s0; c->hook && k < c->set->n_stages; k++) VD_CHECK(c->hook(c->hook_ctx, c->set, k, c->d));
+      }
       a = b;
     }
   }
@@ -1009,40 +1374,123 @@ static vd_rc prepare(cctx *c) {
   return VD_OK;
 }
 
-vd_rc vd_stage_cut(const vd_lin_table *lt, vd_stage_set *set, vd_diag *d) {
+static void ctx_init(cctx *c, const vd_lin_table *lt, vd_stage_set *set, vd_diag *d) {
+  memset(c, 0, sizeof(*c));
+  c->lt = lt;
+  c->set = set;
+  c->d = d;
+  c->gs = lt->gs;
+  c->gp = lt->gp;
+  c->sp = c->gs->plan;
+  c->pp = c->gp->plan;
+  c->D = c->pp->world.replicas > 0 ? (uint32_t)c->pp->world.replicas : 1;
+}
+
+static void ctx_free(cctx *c) {
+  vd_free(c->sop);
+  vd_free(c->pop);
+  vd_free(c->spos);
+  vd_free(c->ppos);
+  vd_free(c->nolin);
+  vd_free(c->stack);
+  vd_free(c->mp);
+  vd_free(c->mr);
+  vd_free(c->inst);
+  vd_free(c->grp);
+  vd_free(c->done);
+  vd_free(c->tp);
+  cone_free(&c->pc);
+  cone_free(&c->sc);
+}
+
+vd_rc vd_stage_cut_hook(const vd_lin_table *lt, vd_stage_set *set, vd_stage_hook hook, void *hook_ctx, vd_diag *d) {
   memset(set, 0, sizeof(*set));
   if (VD_NEVER(!lt || !lt->gs || !lt->gp || !lt->gp->topo || !lt->gs->topo))
     return VD_ERR(d, VD_EINTERNAL, NULL, "stages", "lineage", "expected a built lineage table");
   cctx c;
-  memset(&c, 0, sizeof(c));
-  c.lt = lt;
-  c.set = set;
-  c.d = d;
-  c.gs = lt->gs;
-  c.gp = lt->gp;
-  c.sp = c.gs->plan;
-  c.pp = c.gp->plan;
-  c.D = c.pp->world.replicas > 0 ? (uint32_t)c.pp->world.replicas : 1;
+  ctx_init(&c, lt, set, d);
+  c.hook = hook;
+  c.hook_ctx = hook_ctx;
   vd_rc rc = prepare(&c);
   if (!rc) rc = check_shapes(&c, c.gs, c.sop, 1);
   if (!rc) rc = check_shapes(&c, c.gp, c.pop, 0);
   if (!rc) rc = check_schedule(&c);
   if (!rc) rc = check_alignment(&c);
+  if (!rc) {
+    /* Microbatch classes are formed only when every per-microbatch segment
+     * runs once per microbatch (or its variants do together); with an
+     * ALIGNMENT issue every stage is cut. */
+    c.nm = c.pp->world.nm > 1 ? (uint32_t)c.pp->world.nm : 1;
+    c.mb_ok = c.nm > 1;
+    for (size_t i = 0; i < set->n_issues; i++)
+      if (set->issues[i].kind == VD_SISSUE_ALIGNMENT) c.mb_ok = 0;
+    rc = prepare_groups(&c);
+  }
   if (!rc) rc = cut_all(&c);
-  vd_free(c.sop);
-  vd_free(c.pop);
-  vd_free(c.spos);
-  vd_free(c.ppos);
-  vd_free(c.nolin);
-  vd_free(c.stack);
-  vd_free(c.mp);
-  vd_free(c.mr);
-  cone_free(&c.pc);
-  cone_free(&c.sc);
+  ctx_free(&c);
   if (rc) {
     vd_stage_set_free(set);
     return rc;
   }
   if (set->n_issues > 1) qsort(set->issues, set->n_issues, sizeof(*set->issues), issue_cmp);
   return VD_OK;
+}
+
+vd_rc vd_stage_cut(const vd_lin_table *lt, vd_stage_set *set, vd_diag *d) {
+  return vd_stage_cut_hook(lt, set, NULL, NULL, d);
+}
+
+void vd_stage_compact(vd_stage *st) {
+  if (st->compact || st->n_targets != 1) return;
+  vd_stage_target *tg = &st->targets[0];
+  /* keep the target's (piece, value) pairs at the front of idx */
+  memmove(st->idx, st->idx + tg->piece_off, (size_t)tg->n_pieces * 2 * sizeof(*st->idx));
+  uint32_t *ni = vd_realloc_array(st->idx, (size_t)tg->n_pieces * 2 + 1, sizeof(*ni));
+  if (ni) st->idx = ni;
+  tg->piece_off = 0;
+  st->n_idx = tg->n_pieces * 2;
+  vd_free(st->vals);
+  vd_free(st->nodes);
+  vd_free(st->ovr);
+  st->vals = NULL;
+  st->nodes = NULL;
+  st->ovr = NULL;
+  st->n_vals = st->n_nodes = st->n_ovr = 0;
+  st->compact = 1;
+}
+
+vd_rc vd_stage_recut(const vd_lin_table *lt, vd_stage_set *set, size_t i, vd_diag *d) {
+  vd_stage *st = &set->stages[i];
+  if (!st->compact) return VD_OK;
+  vd_stage_set tmp;
+  memset(&tmp, 0, sizeof(tmp));
+  cctx c;
+  ctx_init(&c, lt, &tmp, d);
+  int64_t sid = -1;
+  vd_rc rc = prepare(&c);
+  if (!rc) rc = group_members(&c, st->cut_a, st->cut_b, st->cut_mode);
+  if (!rc) rc = cut_target(&c, st->cut_lin, &sid);
+  if (!rc && sid != 0)
+    rc = VD_ERR(d, VD_EINTERNAL, NULL, "stage", "recut", "stage %u could not be cut again", st->id);
+  if (!rc) rc = vd_stage_window(lt, &tmp.stages[0], d);
+  if (!rc) {
+    vd_stage *n = &tmp.stages[0];
+    n->id = st->id;
+    n->n_rep = st->n_rep;
+    n->n_mb = st->n_mb;
+    n->mb_list = st->mb_list;
+    st->mb_list = NULL;
+    n->canon_hash = st->canon_hash;
+    n->canon_class = st->canon_class;
+    n->cut_lin = st->cut_lin;
+    n->cut_a = st->cut_a;
+    n->cut_b = st->cut_b;
+    n->cut_mode = st->cut_mode;
+    vd_stage_free(st);
+    *st = *n;
+    memset(n, 0, sizeof(*n));
+  }
+  ctx_free(&c);
+  vd_stage_set_free(&tmp);
+  return rc;
 }

@@ -19,6 +19,7 @@ void vd_stage_free(vd_stage *st) {
   vd_free(st->targets);
   vd_free(st->idx);
   vd_free(st->ovr);
+  vd_free(st->mb_list);
   memset(st, 0, sizeof(*st));
 }
 

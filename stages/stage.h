@@ -100,11 +100,21 @@ typedef struct vd_stage {
   vd_attr_override *ovr; uint32_t n_ovr;
   uint32_t n_rep;        /* DP replicas this stage stands for: 1, or every replica when the
                             replica-0 stage is literally each replica's (stages/cut.c) */
+  uint32_t n_mb;         /* microbatches it stands for: 1, or more when the stage of the
+                            same group in other microbatches is literally this one */
+  int32_t *mb_list;      /* n_mb > 1: those microbatches, its own first (owned), else NULL */
   uint8_t reduced;       /* shapes were reduced */
   uint64_t canon_hash;   /* canonical form hash (0 = not computed) */
   int32_t canon_class;   /* representative stage id of its class, -1 if none */
   int32_t noreduce_node; /* set by vd_stage_reduce: stage-local node whose operator has no
                             reduction rule (the stage is then unreduced), -1 if none */
+  /* How it was cut (vd_stage_recut): lineage, slice group [cut_a, cut_b) of
+   * the table's pieces, and the replica mode (-2 replica 0 for all, -1 all
+   * replicas in one stage, d: replica d). */
+  uint32_t cut_lin, cut_a, cut_b;
+  int32_t cut_mode;
+  uint8_t compact;       /* body freed by vd_stage_compact: only the target (with its
+                            pieces at idx[0..]) and the counts are left */
 } vd_stage;
 
 typedef struct {
@@ -134,6 +144,24 @@ typedef vd_issue vd_stage_issue;
  * issues.  Stages are in deterministic order.  O(sum of cone sizes). */
 vd_rc vd_stage_cut(const vd_lin_table *lt, vd_stage_set *set, vd_diag *d);
 
+/* The same, calling hook(hook_ctx, set, i, d) on every stage i as soon as it
+ * is final (windowed, replica and microbatch counts set), in stage order, so
+ * that the caller can reduce, classify and compact it while the rest is
+ * cut: memory then follows the classes, not the stages.  A hook error ends
+ * the cut with that code. */
+typedef vd_rc (*vd_stage_hook)(void *hook_ctx, vd_stage_set *set, size_t i, vd_diag *d);
+vd_rc vd_stage_cut_hook(const vd_lin_table *lt, vd_stage_set *set, vd_stage_hook hook, void *hook_ctx, vd_diag *d);
+
+/* Frees the body (values, nodes, overrides, operand lists) of a stage whose
+ * proof is another stage's (a class member); keeps its target and pieces
+ * (idx[0..2*n_pieces)) and its counts.  OPTIMIZATION-ONLY: a compact stage is
+ * never solved; vd_stage_recut restores the body when a report needs it. */
+void vd_stage_compact(vd_stage *st);
+
+/* Cuts compact stage i again (the same members, windowed, unreduced: call
+ * vd_stage_reduce after it); no-op for a full stage.  Cost O(plan) + O(cone). */
+vd_rc vd_stage_recut(const vd_lin_table *lt, vd_stage_set *set, size_t i, vd_diag *d);
+
 /* Restricts the single-device side of a stage to windows: along every
  * dimension class that each single-side operator treats equivariantly
  * (ops/ops.h, vd_op_eqv), a single value keeps only the hull of the rows its
@@ -150,6 +178,13 @@ vd_rc vd_stage_reduce(const vd_lin_table *lt, vd_stage *st, vd_diag *d);
 /* Canonical form hash of a (reduced) stage, and class assignment over a set:
  * stages with byte-identical canonical serializations share a class. */
 vd_rc vd_stage_canon(const vd_lin_table *lt, vd_stage_set *set, vd_diag *d);
+
+/* The same one stage at a time (stages added in id order get the classes
+ * vd_stage_canon gives): st->canon_hash and canon_class are set. */
+typedef struct vd_stage_canon_tab vd_stage_canon_tab;
+vd_rc vd_stage_canon_new(vd_stage_canon_tab **t, vd_diag *d);
+vd_rc vd_stage_canon_add(vd_stage_canon_tab *t, const vd_lin_table *lt, vd_stage *st, vd_diag *d);
+void vd_stage_canon_free(vd_stage_canon_tab *t); /* accepts NULL */
 
 void vd_stage_free(vd_stage *st);
 void vd_stage_set_free(vd_stage_set *set);

@@ -43,30 +43,77 @@
 
 typedef struct {
   uint32_t *par;
+  int64_t *k;     /* coordinate along this dimension = k * coordinate along its parent */
   uint8_t *pin;
   uint32_t *lk;   /* generation of the node that last linked the dimension */
   uint32_t gen;
+  uint8_t bcast_out; /* the node's MIN2 output dimensions are broadcasts (vd_op_eqv) */
   const vd_stage *st;
   const uint32_t *in, *out;
 } wctx;
 
 #define DIM(v, j) ((v) * (uint32_t)VD_MAX_DIMS + (uint32_t)(j))
 
-static uint32_t find(wctx *w, uint32_t x) {
-  while (w->par[x] != x) {
-    w->par[x] = w->par[w->par[x]];
-    x = w->par[x];
+/* Root of x's class, and in *kx the factor of x's coordinates over the
+ * root's (an integer >= 1: the root is the coarsest dimension of its class;
+ * 1 everywhere except across a view's merge, docs/verifier.md section 5). */
+static uint32_t find_k(wctx *w, uint32_t x, int64_t *kx) {
+  int64_t f = 1;
+  uint32_t y = x;
+  while (w->par[y] != y) {
+    f *= w->k[y];
+    y = w->par[y];
   }
-  return x;
+  /* path compression, keeping the factors */
+  int64_t g = f;
+  for (uint32_t z = x; w->par[z] != y;) {
+    uint32_t nz = w->par[z];
+    int64_t kz = w->k[z];
+    w->par[z] = y;
+    w->k[z] = g;
+    g /= kz;
+    z = nz;
+  }
+  *kx = f;
+  return y;
 }
 
-static void unite(wctx *w, uint32_t a, uint32_t b) {
-  a = find(w, a);
-  b = find(w, b);
-  if (a == b) return;
-  if (a < b) w->par[b] = a;
-  else w->par[a] = b;
+static uint32_t find(wctx *w, uint32_t x) {
+  int64_t k;
+  return find_k(w, x, &k);
 }
+
+/* Links dimensions a and b with coordinate(b) = f * coordinate(a).  Links
+ * whose factors contradict or do not divide each other pin both classes
+ * (windows are then not used there: sound, only less reuse). */
+static void unite_k(wctx *w, uint32_t a, uint32_t b, int64_t f) {
+  int64_t ka, kb;
+  uint32_t ra = find_k(w, a, &ka), rb = find_k(w, b, &kb);
+  /* coordinate(rb) = f * ka / kb * coordinate(ra) */
+  if (ka > INT64_MAX / f) {
+    w->pin[ra] = w->pin[rb] = 1;
+    return;
+  }
+  int64_t num = f * ka;
+  if (ra == rb) {
+    if (num != kb) w->pin[ra] = 1;
+    return;
+  }
+  if (num == kb) {
+    if (ra < rb) w->par[rb] = ra, w->k[rb] = 1;
+    else w->par[ra] = rb, w->k[ra] = 1;
+  } else if (num % kb == 0) {
+    w->par[rb] = ra;
+    w->k[rb] = num / kb;
+  } else if (kb % num == 0) {
+    w->par[ra] = rb;
+    w->k[ra] = kb / num;
+  } else {
+    w->pin[ra] = w->pin[rb] = 1;
+  }
+}
+
+static void unite(wctx *w, uint32_t a, uint32_t b) { unite_k(w, a, b, 1); }
 
 static uint32_t ref_value(const wctx *w, vd_op_dimref r) { return r.out ? w->out[r.t] : w->in[r.t]; }
 
@@ -93,11 +140,46 @@ static vd_rc sink(void *p, const vd_op_red *r) {
     }
     break;
   }
-  case VD_RED_PROD:
-    pin_ref(w, r->a, r->na);
-    pin_ref(w, r->b, r->nb);
+  case VD_RED_PROD: {
+    /* A view merging dims [d0, d1..dk] into one (or splitting one into
+     * them), row-major: index = d0 * (extent of d1..dk) + inner.  With the
+     * inner dims whole (pinned here), rows [b0, b1) of d0 are exactly rows
+     * [b0 f, b1 f) of the merged dim, f the inner extent: a scaled link. */
+    vd_op_dimref m = r->a, one = r->b;
+    uint8_t nm = r->na;
+    if (r->na == 1 && r->nb > 1) {
+      m = r->b;
+      one = r->a;
+      nm = r->nb;
+    } else if (r->nb != 1) {
+      nm = 0;
+    }
+    uint32_t vm = ref_value(w, m), vo = ref_value(w, one);
+    const vd_stage_value *M = &w->st->vals[vm], *O = &w->st->vals[vo];
+    int64_t f = 1;
+    int ok = nm > 1 && m.dim + nm <= M->ndim && one.dim < O->ndim;
+    for (uint8_t q = 1; ok && q < nm; q++) {
+      if (M->shape[m.dim + q] <= 0 || f > INT64_MAX / M->shape[m.dim + q]) ok = 0;
+      else f *= M->shape[m.dim + q];
+    }
+    if (ok && M->shape[m.dim] <= INT64_MAX / f && M->shape[m.dim] * f == O->shape[one.dim]) {
+      unite_k(w, DIM(vm, m.dim), DIM(vo, one.dim), f);
+      w->lk[DIM(vm, m.dim)] = w->gen;
+      w->lk[DIM(vo, one.dim)] = w->gen;
+      for (uint8_t q = 1; q < nm; q++) w->pin[DIM(vm, m.dim + q)] = 1;
+    } else {
+      pin_ref(w, r->a, r->na);
+      pin_ref(w, r->b, r->nb);
+    }
     break;
+  }
   default: /* MIN2, EVEN, POS, KEEP */
+    if (r->kind == VD_RED_MIN2 && r->a.out && w->bcast_out) {
+      /* a broadcast output dimension: constant along it, a class of its own */
+      uint32_t v = ref_value(w, r->a);
+      if (r->a.dim < w->st->vals[v].ndim) w->lk[DIM(v, r->a.dim)] = w->gen;
+      break;
+    }
     pin_ref(w, r->a, 1);
     break;
   }
@@ -108,11 +190,13 @@ static void pin_value(wctx *w, uint32_t v) {
   for (uint32_t j = 0; j < VD_MAX_DIMS; j++) w->pin[DIM(v, j)] = 1;
 }
 
-/* Whether only output 0 of single-side node i is used in the stage: the
- * other outputs have no consumer in the stage and are no target. */
-static int only_first_live(const vd_stage *st, uint32_t i) {
+/* Whether only output 0 and the row outputs (bit k of rows: output k) of
+ * single-side node i are used in the stage: the other outputs have no
+ * consumer in the stage and are no target. */
+static int only_rows_live(const vd_stage *st, uint32_t i, uint8_t rows) {
   const vd_stage_node *n = &st->nodes[i];
   for (uint32_t k = 1; k < n->n_out; k++) {
+    if (k < 8 && (rows >> k & 1)) continue;
     uint32_t v = st->idx[n->out_off + k];
     for (uint32_t t = 0; t < st->n_targets; t++)
       if (st->targets[t].svalue == (int32_t)v) return 0;
@@ -146,11 +230,12 @@ static vd_rc visit_node(wctx *w, const vd_lin_table *lt, const vd_stage *st, uin
     for (uint32_t k = 0; k < n->n_out; k++) pin_value(w, out[k]);
     return VD_OK;
   }
-  if (e->bwd0_rows && n->n_out >= 2 && only_first_live(st, i)) {
-    /* Only the input gradient is used: rows of the inputs in bwd0_rows and
-     * of output 0 are linked (all dimensions but the last); the rest is
-     * pinned.  The dead weight gradients become sums over the window's rows,
-     * which nothing in the stage reads. */
+  if (e->bwd0_rows && n->n_out >= 2 && only_rows_live(st, i, e->row_outs)) {
+    /* Only the input gradient (and the row outputs) are used: rows of the
+     * inputs in bwd0_rows, of output 0 and of the row outputs are linked
+     * (all dimensions but the last); the rest is pinned.  The dead weight
+     * gradients become sums over the window's rows, which nothing in the
+     * stage reads. */
     const vd_stage_value *o = &st->vals[out[0]];
     int32_t lead = o->ndim - 1;
     for (uint32_t k = 0; k < n->n_in; k++) {
@@ -163,6 +248,14 @@ static vd_rc visit_node(wctx *w, const vd_lin_table *lt, const vd_stage *st, uin
         continue;
       }
       pin_value(w, in[k]);
+    }
+    for (uint32_t k = 1; k < n->n_out && k < 8; k++) {
+      if (!(e->row_outs >> k & 1)) continue;
+      const vd_stage_value *v = &st->vals[out[k]];
+      for (int32_t j = 0; j < v->ndim; j++) {
+        if (v->ndim == o->ndim && j < lead && v->shape[j] == o->shape[j]) unite(w, DIM(out[k], j), DIM(out[0], j));
+        else w->pin[DIM(out[k], j)] = 1;
+      }
     }
     for (int32_t j = lead; j < o->ndim; j++) w->pin[DIM(out[0], j)] = 1;
     return VD_OK;
@@ -179,6 +272,7 @@ static vd_rc visit_node(wctx *w, const vd_lin_table *lt, const vd_stage *st, uin
   w->gen++;
   w->in = in;
   w->out = out;
+  w->bcast_out = e->bcast_out;
   vd_op_reduce_call rc = {.op = n->op, .plan = plan, .node = pn, .n_in = n->n_in, .n_out = n->n_out,
                           .in_shape = ish, .out_shape = osh, .emit = sink, .sink = w};
   int norule = 0;
@@ -203,6 +297,18 @@ static void hull(int64_t *lo, int64_t *hi, uint8_t *any, uint32_t r, int64_t a, 
   any[r] = 1;
 }
 
+/* Hull of slice [a, b) of dimension x, in its root's coordinates; a slice
+ * that does not fall on whole root rows pins the class. */
+static void hull_k(wctx *w, int64_t *lo, int64_t *hi, uint8_t *any, uint32_t x, int64_t a, int64_t b) {
+  int64_t k;
+  uint32_t r = find_k(w, x, &k);
+  if (a % k || b % k) {
+    w->pin[r] = 1;
+    return;
+  }
+  hull(lo, hi, any, r, a / k, b / k);
+}
+
 vd_rc vd_stage_window(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
   uint32_t nd = st->n_vals * (uint32_t)VD_MAX_DIMS;
   wctx w = {0};
@@ -211,16 +317,17 @@ vd_rc vd_stage_window(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
   vd_rc rc = VD_OK;
   w.st = st;
   w.par = vd_malloc((nd ? nd : 1) * sizeof(*w.par));
+  w.k = vd_malloc((nd ? nd : 1) * sizeof(*w.k));
   w.lk = vd_calloc(nd ? nd : 1, sizeof(*w.lk));
   w.pin = vd_calloc(nd ? nd : 1, 1);
   lo = vd_malloc((nd ? nd : 1) * sizeof(*lo));
   hi = vd_malloc((nd ? nd : 1) * sizeof(*hi));
   any = vd_calloc(nd ? nd : 1, 1);
-  if (!w.par || !w.lk || !w.pin || !lo || !hi || !any) {
+  if (!w.par || !w.k || !w.lk || !w.pin || !lo || !hi || !any) {
     rc = VD_OOM(d);
     goto done;
   }
-  for (uint32_t i = 0; i < nd; i++) w.par[i] = i;
+  for (uint32_t i = 0; i < nd; i++) w.par[i] = i, w.k[i] = 1;
   for (uint32_t i = 0; i < st->n_nodes; i++)
     if (st->nodes[i].side == 0 && (rc = visit_node(&w, lt, st, i, d)) != VD_OK) goto done;
   for (uint32_t i = 0; i < nd; i++)
@@ -230,28 +337,31 @@ vd_rc vd_stage_window(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
     const vd_stage_value *v = &st->vals[i];
     if (!v->side || v->producer >= 0 || v->hyp_svalue < 0 || !v->has_pslice) continue;
     for (int32_t j = 0; j < st->vals[v->hyp_svalue].ndim; j++)
-      hull(lo, hi, any, find(&w, DIM((uint32_t)v->hyp_svalue, j)), v->plo[j], v->phi[j]);
+      hull_k(&w, lo, hi, any, DIM((uint32_t)v->hyp_svalue, j), v->plo[j], v->phi[j]);
   }
   for (uint32_t t = 0; t < st->n_targets; t++) {
     const vd_stage_target *tg = &st->targets[t];
     if (tg->svalue < 0 || !tg->has_bslice) continue;
     for (int32_t j = 0; j < st->vals[tg->svalue].ndim; j++)
-      hull(lo, hi, any, find(&w, DIM((uint32_t)tg->svalue, j)), tg->blo[j], tg->bhi[j]);
+      hull_k(&w, lo, hi, any, DIM((uint32_t)tg->svalue, j), tg->blo[j], tg->bhi[j]);
   }
   /* Cut every single value of an unpinned class with a slice to the hull. */
   for (uint32_t i = 0; i < st->n_vals; i++) {
     vd_stage_value *v = &st->vals[i];
     if (v->side) continue;
     for (int32_t j = 0; j < v->ndim; j++) {
-      uint32_t r = find(&w, DIM(i, j));
-      if (w.pin[r] || !any[r] || (lo[r] == 0 && hi[r] == v->shape[j])) continue;
-      if (VD_NEVER(lo[r] < 0 || hi[r] > v->shape[j] || lo[r] >= hi[r])) {
+      int64_t k;
+      uint32_t r = find_k(&w, DIM(i, j), &k);
+      if (w.pin[r] || !any[r]) continue;
+      int64_t a = lo[r] * k, b = hi[r] * k;
+      if (a == 0 && b == v->shape[j]) continue;
+      if (VD_NEVER(a < 0 || b > v->shape[j] || a >= b)) {
         rc = VD_ERR(d, VD_EINTERNAL, NULL, "stage", "window", "window [%lld, %lld) outside extent %lld",
-                    (long long)lo[r], (long long)hi[r], (long long)v->shape[j]);
+                    (long long)a, (long long)b, (long long)v->shape[j]);
         goto done;
       }
-      v->woff[j] = lo[r];
-      v->shape[j] = hi[r] - lo[r];
+      v->woff[j] = a;
+      v->shape[j] = b - a;
       v->rshape[j] = v->shape[j];
     }
   }
@@ -279,6 +389,7 @@ vd_rc vd_stage_window(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
   }
 done:
   vd_free(w.par);
+  vd_free(w.k);
   vd_free(w.lk);
   vd_free(w.pin);
   vd_free(lo);

@@ -30,7 +30,8 @@ static void usage(FILE *f) {
           "a well-formed plan that computes something else.\n"
           "  --rank R        mutate at stored rank R (default: any)\n"
           "  --layer L       mutate in layer L (default: any)\n"
-          "  --microbatch M  bug 14: the microbatch whose backward the reducer overtakes (default: last)\n"
+          "  --microbatch M  bug 14: the microbatch whose backward the reducer overtakes (default: last);\n"
+          "                  other bugs: mutate microbatch M only (not collectives or code that runs once)\n"
           "  --seed S        picks among the matching sites and variants (default 0)\n"
           "  -q              no description line\n"
           "exit codes: 0 mutated, 2 bad input or usage, or the bug does not apply to the plan\n");

@@ -474,6 +474,8 @@ static void foot_value(foot *f, const vd_run *r, const vd_stage *st, uint32_t lv
   else
     foot_rank(f, vd_graph_rank(&r->pg, rank, sv->replica));
   foot_i32(f, &f->m, &f->nm, &f->cm, gv->mb);
+  /* a stage standing for other microbatches fails in each of them */
+  for (uint32_t k = 1; gv->mb >= 0 && st->mb_list && k < st->n_mb; k++) foot_i32(f, &f->m, &f->nm, &f->cm, st->mb_list[k]);
 }
 
 static void foot_node(foot *f, const vd_run *r, const vd_stage *st, int32_t ln, int ranks) {
@@ -488,6 +490,7 @@ static void foot_node(foot *f, const vd_run *r, const vd_stage *st, int32_t ln, 
   else
     foot_rank(f, vd_graph_rank(&r->pg, pn->rank, sn->replica));
   foot_i32(f, &f->m, &f->nm, &f->cm, gn->mb);
+  for (uint32_t k = 1; gn->mb >= 0 && st->mb_list && k < st->n_mb; k++) foot_i32(f, &f->m, &f->nm, &f->cm, st->mb_list[k]);
 }
 
 void vd_findings_free(vd_findings *fs) {
@@ -701,7 +704,7 @@ vd_rc vd_findings_build(const vd_run *r, vd_findings *out, vd_diag *d) {
     for (size_t j = 0; j < f->n_stages; j++) {
       size_t i = f->stages[j];
       const vd_stage *st = &r->set.stages[i];
-      f->n_instances += st->n_rep ? st->n_rep : 1;
+      f->n_instances += (size_t)(st->n_rep ? st->n_rep : 1) * (st->n_mb ? st->n_mb : 1);
       if (f->structural) continue;
       uint32_t fv[64];
       size_t nf = vd_rep_flagged_values(r, i, fv, 64);

@@ -281,7 +281,7 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
     fprintf(f, "  findings: %zu (failures grouped by root cause; %zu failing stages, %zu structural entries)\n", fs.n,
             r->n_not_equiv, r->n_issues + r->n_issues_dropped);
   if (r->n_represented > r->set.n_stages)
-    fprintf(f, "  replica symmetry: the %zu stages stand for %zu per-replica stages\n", r->set.n_stages,
+    fprintf(f, "  replica and microbatch symmetry: the %zu stages stand for %zu per-replica, per-microbatch stages\n", r->set.n_stages,
             r->n_represented);
   if (r->n_issues_dropped)
     fprintf(f, "  structural problems: %zu (%zu listed)\n", r->n_issues + r->n_issues_dropped, r->n_issues);
@@ -655,6 +655,7 @@ vd_rc vd_report_stages(const vd_run *r, const char *path, vd_diag *d) {
     fprintf(f, "stage %u class %d %s%s", st->id, st->canon_class, st->reduced ? "reduced" : "unreduced",
             v ? (v->verdict == VD_SMT_EQUIVALENT ? " equivalent" : v->verdict == VD_SMT_NOT_EQUIVALENT ? " NOT-EQUIVALENT" : " inconclusive") : "");
     if (st->n_rep > 1) fprintf(f, " (stands for %u replicas)", st->n_rep);
+    if (st->n_mb > 1) fprintf(f, " (stands for %u microbatches)", st->n_mb);
     fputc('\n', f);
     for (uint32_t t = 0; t < st->n_targets; t++) {
       const vd_stage_target *tg = &st->targets[t];

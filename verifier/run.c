@@ -66,7 +66,7 @@ static vd_rc collect_issues(vd_run *r, const vd_issue *v, size_t n, size_t dropp
 /* A stage whose shape constraints contradict each other: SHAPE.  The
  * node comes from the reducer's record ("stage S node K ..."), so that the
  * report can group the entry with the SHAPE issue of the same node. */
-static vd_rc add_shape_issue(vd_run *r, const vd_stage *st, const char *record, const char *detail) {
+static void shape_issue(const vd_run *r, const vd_stage *st, const char *record, const char *detail, vd_issue *out) {
   vd_issue is;
   vd_issue_init(&is, "stages", VD_SISSUE_SHAPE, "shape_constraints", VD_DX_SHAPE);
   unsigned sid, k;
@@ -78,7 +78,7 @@ static vd_rc add_shape_issue(vd_run *r, const vd_stage *st, const char *record, 
     is.rank = vd_graph_rank(&r->pg, r->pp.nodes[gn->pnode].rank, st->nodes[k].replica);
   }
   snprintf(is.detail, sizeof(is.detail), "%.*s", (int)sizeof(is.detail) - 1, detail);
-  return vd_issue_push(&r->issues, &r->n_issues, &r->cap_issues, 0, &r->n_issues_dropped, &is);
+  *out = is;
 }
 
 static vd_rc load_plan(const char *path, vd_plan_kind want, vd_plan_t *p, vd_diag *d) {
@@ -162,7 +162,7 @@ static vd_rc remember_proven(vd_run *r) {
   size_t cap = 0, n = 0;
   vd_rc rc = VD_OK;
   for (size_t i = 0; i < r->set.n_stages && rc == VD_OK; i++) {
-    if (r->verdicts[i].verdict != VD_SMT_EQUIVALENT) continue;
+    if (r->verdicts[i].verdict != VD_SMT_EQUIVALENT || r->set.stages[i].compact) continue;
     if ((rc = stage_sig(r, &r->set.stages[i], &b, &cap, &n)) != VD_OK) break;
     if (sig_known(r, b, n)) continue;
     if (VD_GROW(r->pv_pool, r->cap_pv_pool, r->n_pv_pool + n) || VD_GROW(r->pv, r->cap_pv, r->n_pv + 1)) {
@@ -182,6 +182,8 @@ static vd_rc remember_proven(vd_run *r) {
   vd_free(b);
   return rc;
 }
+
+static vd_rc recut_reported(vd_run *r, const vd_run_opts *o, vd_diag *d);
 
 /* Failing class representatives whose counterexamples are recomputed
  * serially (deterministic) beyond the --max-failures first failing stages;
@@ -297,6 +299,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
    * solved before), so the counterexamples that are reported are
    * recomputed serially, each in a fresh context: the report is then
    * byte-identical at any thread count. */
+  if (rc == VD_OK) rc = recut_reported(r, o, d);
   /* Also the failing class representatives (up to a cap): the findings
    * (verifier/findings.c) take their counterexamples and diverging nodes. */
   int reported = 0, reps_done = 0;
@@ -341,6 +344,68 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
  * least one, so this bounds the work, not the outcome's soundness). */
 #define VD_RUN_MAX_INFER_ROUNDS 16
 
+/* Stages smaller than this keep their body when they join a class: freeing
+ * it saves little, and they are cheap to keep for reports. */
+#define VD_RUN_COMPACT_MIN_VALUES 32
+
+struct stage_hook {
+  vd_run *r;
+  const vd_run_opts *o;
+  vd_stage_canon_tab *tab;
+  vd_issue *shape; /* SHAPE issues of contradicting constraints, reported after the cut's */
+  size_t n_shape, cap_shape, n_shape_dropped;
+};
+
+/* Called by the cut on every finished stage: reduce, classify, and free the
+ * body of a large class member (its class representative is solved). */
+static vd_rc stage_hook(void *p, vd_stage_set *set, size_t i, vd_diag *d) {
+  struct stage_hook *h = p;
+  vd_stage *st = &set->stages[i];
+  if (!h->o->no_reduce) {
+    vd_diag sd;
+    vd_diag_clear(&sd);
+    vd_rc rc = vd_stage_reduce(&h->r->lt, st, &sd);
+    if (rc == VD_EINPUT) {
+      char line[VD_DIAG_TEXT + 200];
+      vd_diag_format(&sd, line, sizeof(line));
+      vd_issue is;
+      shape_issue(h->r, st, sd.record, line, &is);
+      VD_CHECK(vd_issue_push(&h->shape, &h->n_shape, &h->cap_shape, 0, &h->n_shape_dropped, &is));
+    } else if (rc != VD_OK) {
+      if (d) *d = sd;
+      return rc;
+    }
+  }
+  if (!h->tab) return VD_OK;
+  VD_CHECK(vd_stage_canon_add(h->tab, &h->r->lt, st, d));
+  if (!h->o->dump_stages && (uint32_t)st->canon_class != st->id && st->n_vals >= VD_RUN_COMPACT_MIN_VALUES)
+    vd_stage_compact(st);
+  return VD_OK;
+}
+
+/* Restores the bodies of the compact stages that reports and findings read:
+ * every failing one (inconclusive ones are reported by their reason only).
+ * A restored stage is as large as its class representative; a run failing
+ * in thousands of large stages can run out of memory here (exit 3), never
+ * report a stage without its body. */
+static vd_rc recut_reported(vd_run *r, const vd_run_opts *o, vd_diag *d) {
+  for (size_t i = 0; i < r->set.n_stages; i++) {
+    vd_stage *st = &r->set.stages[i];
+    if (r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT || !st->compact) continue;
+    VD_CHECK(vd_stage_recut(&r->lt, &r->set, i, d));
+    if (!o->no_reduce) {
+      vd_diag sd;
+      vd_diag_clear(&sd);
+      vd_rc rc = vd_stage_reduce(&r->lt, st, &sd);
+      if (rc != VD_OK && rc != VD_EINPUT) {
+        if (d) *d = sd;
+        return rc;
+      }
+    }
+  }
+  return VD_OK;
+}
+
 /* One round: lineage table, stages, solving (with the current candidates). */
 static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   double t = vd_clock_s();
@@ -355,27 +420,26 @@ static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     if (r->lt.issues[i].kind == VD_LISSUE_BATCH) return VD_OK;
 
   t = vd_clock_s();
+  /* Each stage is reduced and classified as soon as it is cut; a class
+   * member's body is freed at once (OPTIMIZATION-ONLY: memory follows the
+   * classes, not the stages; vd_stage_recut restores it for reports). */
   vd_progress_phase(&r->prog, "cutting stages");
-  VD_CHECK(vd_stage_cut(&r->lt, &r->set, d));
-  VD_CHECK(collect_issues(r, r->set.issues, r->set.n_issues, r->set.n_issues_dropped, NULL));
-  for (size_t i = 0; i < r->set.n_stages && !o->no_reduce; i++) {
-    vd_diag sd;
-    vd_diag_clear(&sd);
-    rc = vd_stage_reduce(&r->lt, &r->set.stages[i], &sd);
-    if (rc == VD_EINPUT) {
-      char line[VD_DIAG_TEXT + 200];
-      vd_diag_format(&sd, line, sizeof(line));
-      VD_CHECK(add_shape_issue(r, &r->set.stages[i], sd.record, line));
-    } else if (rc != VD_OK) {
-      if (d) *d = sd;
-      return rc;
-    }
-    r->n_reduced += r->set.stages[i].reduced;
-  }
+  struct stage_hook h = {.r = r, .o = o};
+  if (!o->no_reuse) VD_CHECK(vd_stage_canon_new(&h.tab, d));
+  rc = vd_stage_cut_hook(&r->lt, &r->set, stage_hook, &h, d);
+  vd_stage_canon_free(h.tab);
+  if (rc == VD_OK) rc = collect_issues(r, r->set.issues, r->set.n_issues, r->set.n_issues_dropped, NULL);
+  for (size_t i = 0; i < h.n_shape && rc == VD_OK; i++)
+    rc = vd_issue_push(&r->issues, &r->n_issues, &r->cap_issues, 0, &r->n_issues_dropped, &h.shape[i]);
+  vd_free(h.shape);
+  if (rc != VD_OK) return rc;
   vd_progress_phase(&r->prog, "symmetry classes");
   r->n_represented = 0;
-  for (size_t i = 0; i < r->set.n_stages; i++) r->n_represented += r->set.stages[i].n_rep ? r->set.stages[i].n_rep : 1;
-  if (!o->no_reuse) VD_CHECK(vd_stage_canon(&r->lt, &r->set, d));
+  for (size_t i = 0; i < r->set.n_stages; i++) {
+    const vd_stage *st = &r->set.stages[i];
+    r->n_represented += (size_t)(st->n_rep ? st->n_rep : 1) * (st->n_mb ? st->n_mb : 1);
+    r->n_reduced += st->reduced;
+  }
   r->phase_s[VD_RUN_STAGES] += vd_clock_s() - t;
 
   t = vd_clock_s();

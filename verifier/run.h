@@ -59,7 +59,7 @@ typedef struct vd_run {
    * modules found beyond their caps and did not store. */
   vd_issue *issues; size_t n_issues, cap_issues, n_issues_dropped;
   size_t n_classes, n_solved, n_fast, n_reduced;
-  size_t n_represented;       /* sum of the stages' n_rep: per-replica stages proven */
+  size_t n_represented;       /* sum of the stages' n_rep x n_mb: per-replica, per-microbatch stages proven */
   size_t n_equiv, n_not_equiv, n_inconclusive;
   double phase_s[VD_RUN_PHASES];
   size_t peak_bytes;          /* the process's peak resident set (getrusage), everything included */

@@ -252,12 +252,17 @@ static void test_gen_pairs_clean(void **st_) {
       }
     }
     /* every target is proven once: by its own stage, or by replica 0's stage
-     * standing for all replicas (n_rep) */
-    size_t represented = 0;
+     * standing for all replicas (n_rep), or by microbatch m0's stage standing
+     * for the same group in other microbatches (n_mb) */
+    size_t represented = 0, n_mb_stages = 0;
     for (size_t s = 0; s < x.set.n_stages; s++) {
       const vd_stage *st = &x.set.stages[s];
-      represented += vd_lin_piece_moves(&x.lt, st->idx[st->targets[0].piece_off]) ? st->n_rep : 1;
+      represented += (vd_lin_piece_moves(&x.lt, st->idx[st->targets[0].piece_off]) ? st->n_rep : 1) * st->n_mb;
+      assert_true(st->n_mb >= 1 && st->n_mb <= (uint32_t)x.p.world.nm);
+      n_mb_stages += st->n_mb > 1;
     }
+    /* nm 2: the per-microbatch activations' stages are cut once */
+    assert_true(n_mb_stages > 0);
     assert_int_equal(represented, n_targets);
     for (size_t s = 0; s < x.set.n_stages; s++) check_stage(&x.set.stages[s]);
     pair_free(&x);

@@ -8,7 +8,11 @@
  *    replicas) get one canonical class;
  *  - a dimension that an operator reduces over (sum), indexes (pick) or
  *    reads as a position (rope) is never windowed, so stages at other
- *    offsets stay different classes.
+ *    offsets stay different classes;
+ *  - nnScaler's gate backward windows its token rows only while its weight
+ *    gradient (a sum over the rows) is dead;
+ *  - a view that merges [rows, cols] into tokens windows the tokens by whole
+ *    rows (scaled link), and a slice that splits a row pins the class.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -109,12 +113,141 @@ static void test_positions_pinned(void **state) {
   assert_int_equal(rows[0], 8);
 }
 
+/* A parallel hypothesis of single value sv: rows [r, r + 2) of a [8, c]
+ * value (whole when whole != 0). */
+static uint32_t hyp_rows(tb_world *w, tb_stage *s, uint32_t sv, int64_t r, int whole) {
+  int64_t c = s->vals[sv].shape[1], n = s->vals[sv].shape[0];
+  int64_t lo[2] = {whole ? 0 : r, 0}, hi[2] = {whole ? n : r + 2, c};
+  int32_t pc = tb_piece(w, 2, lo, hi, 0, 1);
+  uint32_t h = tb_hyp(s, w, sv, pc);
+  s->vals[h].has_pslice = 1;
+  memcpy(s->vals[h].plo, w->pieces[pc].lo, sizeof(s->vals[h].plo));
+  memcpy(s->vals[h].phi, w->pieces[pc].hi, sizeof(s->vals[h].phi));
+  return h;
+}
+
+/* nnScaler's gate_fw_backward (x [8, 4], w [4, 4], weight, idx, gy [8, 2])
+ * -> (gx [8, 4], gw [4, 4]) on both sides; the parallel side holds rows
+ * [r, r + 2).  The target is gx's rows (gw dead: the row form applies), or
+ * with gw_live also the whole gw, a sum over every row.  Returns 1 when the
+ * stages at r0 and r1 share a class; x_rows gets x's windowed rows. */
+static int gate_same_class(int64_t r0, int64_t r1, int gw_live, int64_t *x_rows) {
+  tb_world w;
+  tb_world_init(&w);
+  tb_stage s[2];
+  vd_diag d;
+  vd_diag_clear(&d);
+  int64_t r[2] = {r0, r1};
+  for (int i = 0; i < 2; i++) {
+    tb_stage_init(&s[i], (uint32_t)i);
+    uint32_t gs = tb_pnode(&w, 0, "gate_fw_backward", "g"), gp = tb_pnode(&w, 1, "gate_fw_backward", "g");
+    uint32_t x = TB_V(&s[i], 0, 8, 4), wt = TB_V(&s[i], 0, 4, 4), tw = TB_V(&s[i], 0, 8, 2),
+             ti = TB_V(&s[i], 0, 8, 2), gy = TB_V(&s[i], 0, 8, 2), gx = TB_V(&s[i], 0, 8, 4),
+             gw = TB_V(&s[i], 0, 4, 4);
+    tb_node(&s[i], &w, 0, gs, TB_L(x, wt, tw, ti, gy), TB_L(gx, gw));
+    uint32_t hx = hyp_rows(&w, &s[i], x, r[i], 0), hw = hyp_rows(&w, &s[i], wt, 0, 1),
+             htw = hyp_rows(&w, &s[i], tw, r[i], 0), hti = hyp_rows(&w, &s[i], ti, r[i], 0),
+             hgy = hyp_rows(&w, &s[i], gy, r[i], 0);
+    uint32_t pgx = TB_V(&s[i], 1, 2, 4), pgw = TB_V(&s[i], 1, 4, 4);
+    tb_node(&s[i], &w, 1, gp, TB_L(hx, hw, htw, hti, hgy), TB_L(pgx, pgw));
+    int32_t pt = tb_piece(&w, 2, (int64_t[]){r[i], 0}, (int64_t[]){r[i] + 2, 4}, 0, 1);
+    tb_target(&s[i], gx, (int64_t[]){r[i], 0}, (int64_t[]){r[i] + 2, 4}, 1, (uint32_t[]){(uint32_t)pt},
+              (uint32_t[]){pgx}, 1);
+    if (gw_live) {
+      /* a partial gw (this rank's rows) as part 0 of 4 of the whole gw */
+      int32_t pw = tb_piece(&w, 2, (int64_t[]){0, 0}, (int64_t[]){4, 4}, 0, 4);
+      tb_target(&s[i], gw, (int64_t[]){0, 0}, (int64_t[]){4, 4}, 4, (uint32_t[]){(uint32_t)pw},
+                (uint32_t[]){pgw}, 1);
+    }
+    for (uint32_t t = 0; t < s[i].st.n_targets; t++) {
+      vd_stage_target *tg = &s[i].targets[t];
+      tg->has_bslice = 1;
+      memcpy(tg->blo, tg->lo, sizeof(tg->blo));
+      memcpy(tg->bhi, tg->hi, sizeof(tg->bhi));
+    }
+    assert_int_equal(vd_stage_window(&w.lt, &s[i].st, &d), VD_OK);
+    x_rows[i] = s[i].vals[x].shape[0];
+  }
+  vd_stage set_st[2] = {s[0].st, s[1].st};
+  vd_stage_set set = {.stages = set_st, .n_stages = 2};
+  assert_int_equal(vd_stage_canon(&w.lt, &set, &d), VD_OK);
+  int same = set_st[1].canon_class == 0;
+  tb_world_free(&w);
+  return same;
+}
+
+static void test_moe_gate_rows(void **state) {
+  (void)state;
+  int64_t rows[2];
+  /* only the input gradient is used: gx[t] is row t of x and gy, so the
+   * token rows window and two replicas' stages are one class */
+  assert_true(gate_same_class(2, 6, 0, rows));
+  assert_int_equal(rows[0], 2);
+  assert_int_equal(rows[1], 2);
+  /* the gate weight gradient sums over every token row: nothing windows */
+  assert_false(gate_same_class(2, 6, 1, rows));
+  assert_int_equal(rows[0], 8);
+}
+
+/* Single y = view(x), x [8, 4] -> y [32]; the hypothesis is x's rows
+ * [r, r + 2), the target y's tokens [t0, t0 + 8) computed by a parallel view
+ * [2, 4] -> [8].  Returns the windowed extents of x rows and y tokens. */
+static void view_window(int64_t r, int64_t t0, int64_t *xr, int64_t *yt) {
+  tb_world w;
+  tb_world_init(&w);
+  tb_stage s;
+  tb_stage_init(&s, 0);
+  vd_diag d;
+  vd_diag_clear(&d);
+  uint32_t gs = tb_pnode(&w, 0, "view", "flat"), gp = tb_pnode(&w, 1, "view", "flat");
+  uint32_t x = TB_V(&s, 0, 8, 4), y = TB_V(&s, 0, 32);
+  tb_node(&s, &w, 0, gs, TB_L(x), TB_L(y));
+  int32_t px = tb_piece(&w, 2, (int64_t[]){r, 0}, (int64_t[]){r + 2, 4}, 0, 1);
+  uint32_t hx = tb_hyp(&s, &w, x, px);
+  s.vals[hx].has_pslice = 1;
+  memcpy(s.vals[hx].plo, w.pieces[px].lo, sizeof(s.vals[hx].plo));
+  memcpy(s.vals[hx].phi, w.pieces[px].hi, sizeof(s.vals[hx].phi));
+  uint32_t py = TB_V(&s, 1, 8);
+  tb_node(&s, &w, 1, gp, TB_L(hx), TB_L(py));
+  int32_t pt = tb_piece(&w, 1, (int64_t[]){t0}, (int64_t[]){t0 + 8}, 0, 1);
+  tb_target(&s, y, (int64_t[]){t0}, (int64_t[]){t0 + 8}, 1, (uint32_t[]){(uint32_t)pt}, (uint32_t[]){py}, 1);
+  vd_stage_target *t = &s.targets[0];
+  t->has_bslice = 1;
+  memcpy(t->blo, t->lo, sizeof(t->blo));
+  memcpy(t->bhi, t->hi, sizeof(t->bhi));
+  assert_int_equal(vd_stage_window(&w.lt, &s.st, &d), VD_OK);
+  *xr = s.vals[x].shape[0];
+  *yt = s.vals[y].shape[0];
+  if (*xr < 8) {
+    assert_int_equal(s.vals[x].woff[0], r);
+    assert_int_equal(s.vals[y].woff[0], 4 * r);
+    assert_int_equal(s.targets[0].blo[0], t0 - 4 * r);
+  }
+  tb_world_free(&w);
+}
+
+static void test_view_merge_windowed(void **state) {
+  (void)state;
+  int64_t xr, yt;
+  view_window(2, 8, &xr, &yt); /* rows 2..3 are tokens 8..15 */
+  assert_int_equal(xr, 2);
+  assert_int_equal(yt, 8);
+  view_window(4, 16, &xr, &yt);
+  assert_int_equal(xr, 2);
+  assert_int_equal(yt, 8);
+  view_window(2, 6, &xr, &yt); /* tokens 6..13 split rows 1 and 3: pinned */
+  assert_int_equal(xr, 8);
+  assert_int_equal(yt, 32);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_table_complete),
       cmocka_unit_test(test_rows_windowed_and_merged),
       cmocka_unit_test(test_softmax_dim_pinned),
       cmocka_unit_test(test_positions_pinned),
+      cmocka_unit_test(test_moe_gate_rows),
+      cmocka_unit_test(test_view_merge_windowed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
