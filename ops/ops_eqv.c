@@ -45,6 +45,12 @@
  * the input gradient; the weight gradients are then sums over the window,
  * which nothing in the stage reads (stages/window.c).
  *
+ * sum_outs: those weight gradients (and bias gradients) are sums over the
+ * rows of a term computed from row r of the bwd0_rows inputs and the
+ * other inputs whole, the same function for every r; computed on a window
+ * of rows they are the sum over that window.  stages/cut.c proves a sum of
+ * per-replica, per-microbatch gradients part by part on that basis.
+ *
  * bcast_out: sum_backward copies the output gradient to every position of
  * the summed dimensions, so its output is constant along them; windowing
  * them keeps the same value on fewer rows (the rule marks them MIN2 for

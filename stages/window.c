@@ -31,6 +31,13 @@
  * stay what they are; the single side they are compared with has its
  * positional dimensions pinned, so a wrong offset is still a wrong value.
  *
+ * Sums by part (st->sum_mode, stages/cut.c): the node producing the target
+ * is a row sum (vd_op_eqv.sum_outs); its row dimensions are linked like the
+ * bwd0 form, its summed output pinned whole, and the window of its row input
+ * is reported (sum_ok, sum_lo/hi/ext) when exactly one row dimension is cut:
+ * the target is then the sum over the window's rows only, which is what
+ * such a stage claims; cut.c checks that the parts' windows tile the rows.
+ *
  * Not here: which operator qualifies (ops/ops_eqv.c); shape reduction, which
  * runs afterwards on the windowed shapes (shape.c).
  */
