@@ -209,7 +209,9 @@ static void serialize(const vd_lin_table *lt, const vd_stage *st, buf_t *b) {
     put_i64(b, tg->n_pieces);
     for (uint32_t k = 0; k < tg->n_pieces; k++) {
       uint32_t piece = st->idx[tg->piece_off + 2 * k];
-      put_i64(b, lt && piece < lt->n_pieces ? lt->pieces[piece].part_k : -1);
+      /* A piece's part index is part of the claim only for a sum target
+       * (part_n > 1); one part of a sum by part claims the piece whole. */
+      if (tg->part_n > 1) put_i64(b, lt && piece < lt->n_pieces ? lt->pieces[piece].part_k : -1);
       put_i64(b, st->idx[tg->piece_off + 2 * k + 1]);
     }
   }
