@@ -300,6 +300,42 @@ static double interpret(vd_smt *s, vd_term t, const char *op) {
 
 /* ---- one case --------------------------------------------------------------------- */
 
+/* A plan of one node of operator op with attributes attrs; its index. */
+static uint32_t one_node_plan(vd_plan_t *plan, const char *op, const char *attrs) {
+  assert_int_equal(vd_plan_init(plan, VD_PLAN_SINGLE), VD_OK);
+  vd_node_t nd = {.id = 1, .layer = -1, .coll = -1};
+  uint32_t node;
+  assert_int_equal(vd_plan_add_node(plan, &nd, op, "n", NULL, 0, NULL, 0, NULL, 0, &node), VD_OK);
+  add_attrs(plan, node, attrs);
+  return node;
+}
+
+/* Random values for an input of shape sh (integers 0..5 for ids and labels)
+ * bound as numerals in t. */
+static double *bind_random(vd_smt *s, vd_smt_tensor *t, const vd_op_shape *sh, int is_int, int positive, vd_diag *d) {
+  int64_t n = vd_op_shape_numel(sh);
+  double *v = vd_calloc((size_t)n + 1, sizeof(double));
+  for (int64_t e = 0; e < n; e++) v[e] = is_int ? (double)(next_u32() % 6u) : dyadic(positive);
+  if (is_int)
+    assert_int_equal(vd_smt_tensor_int_consts(s, t, sh, v, d), VD_OK);
+  else
+    assert_int_equal(vd_smt_tensor_consts(s, t, sh, v, d), VD_OK);
+  return v;
+}
+
+static void free_case(vd_smt_tensor *tin, double **in, uint32_t n_in, vd_smt_tensor *tout, double **out,
+                      uint32_t n_out, vd_plan_t *plan) {
+  for (uint32_t i = 0; i < n_in; i++) {
+    vd_smt_tensor_free(&tin[i]);
+    vd_free(in[i]);
+  }
+  for (uint32_t i = 0; i < n_out; i++) {
+    vd_smt_tensor_free(&tout[i]);
+    vd_free(out[i]);
+  }
+  vd_plan_free(plan);
+}
+
 static void run_case(vd_smt *s, const tcase *tc, int rep) {
   vd_op_id op = vd_op_lookup(tc->op);
   assert_int_not_equal(op, VD_OP__UNKNOWN);
@@ -307,11 +343,7 @@ static void run_case(vd_smt *s, const tcase *tc, int rep) {
   int iint[16], oint[16];
   uint32_t n_in = parse_shapes(tc->in, ish, iint), n_out = parse_shapes(tc->out, osh, oint);
   vd_plan_t plan;
-  assert_int_equal(vd_plan_init(&plan, VD_PLAN_SINGLE), VD_OK);
-  vd_node_t nd = {.id = 1, .layer = -1, .coll = -1};
-  uint32_t node;
-  assert_int_equal(vd_plan_add_node(&plan, &nd, tc->op, "n", NULL, 0, NULL, 0, NULL, 0, &node), VD_OK);
-  add_attrs(&plan, node, tc->attrs);
+  uint32_t node = one_node_plan(&plan, tc->op, tc->attrs);
 
   double *in[16], *out[16];
   vd_smt_tensor tin[16], tout[16];
@@ -320,13 +352,7 @@ static void run_case(vd_smt *s, const tcase *tc, int rep) {
   vd_diag d;
   vd_diag_clear(&d);
   for (uint32_t i = 0; i < n_in; i++) {
-    int64_t n = vd_op_shape_numel(&ish[i]);
-    in[i] = vd_calloc((size_t)n + 1, sizeof(double));
-    for (int64_t e = 0; e < n; e++) in[i][e] = iint[i] ? (double)(next_u32() % 6u) : dyadic(tc->positive);
-    if (iint[i])
-      assert_int_equal(vd_smt_tensor_int_consts(s, &tin[i], &ish[i], in[i], &d), VD_OK);
-    else
-      assert_int_equal(vd_smt_tensor_consts(s, &tin[i], &ish[i], in[i], &d), VD_OK);
+    in[i] = bind_random(s, &tin[i], &ish[i], iint[i], tc->positive, &d);
     pin[i] = &tin[i];
   }
   for (uint32_t i = 0; i < n_out; i++) {
@@ -354,15 +380,7 @@ static void run_case(vd_smt *s, const tcase *tc, int rep) {
         fail_msg("%s (attrs %s) output %u element %lld: symbolic %.17g, numeric %.17g", tc->op, tc->attrs, i,
                  (long long)e, sym, num);
     }
-  for (uint32_t i = 0; i < n_in; i++) {
-    vd_smt_tensor_free(&tin[i]);
-    vd_free(in[i]);
-  }
-  for (uint32_t i = 0; i < n_out; i++) {
-    vd_smt_tensor_free(&tout[i]);
-    vd_free(out[i]);
-  }
-  vd_plan_free(&plan);
+  free_case(tin, in, n_in, tout, out, n_out, &plan);
 }
 
 static void test_every_encoder_matches_numeric(void **state) {
@@ -440,11 +458,7 @@ static void run_rcase(vd_smt *s, const rcase *rc) {
   assert_int_equal(parse_shapes(rc->in_full, fsh, fint), n_in);
   assert_int_equal(parse_shapes(rc->out_full, fosh, oint), n_out);
   vd_plan_t plan;
-  assert_int_equal(vd_plan_init(&plan, VD_PLAN_SINGLE), VD_OK);
-  vd_node_t nd = {.id = 1, .layer = -1, .coll = -1};
-  uint32_t node;
-  assert_int_equal(vd_plan_add_node(&plan, &nd, rc->op, "n", NULL, 0, NULL, 0, NULL, 0, &node), VD_OK);
-  add_attrs(&plan, node, rc->attrs);
+  uint32_t node = one_node_plan(&plan, rc->op, rc->attrs);
   vd_diag d;
   vd_diag_clear(&d);
   double *in[16], *full[16], *out[16];
@@ -452,15 +466,10 @@ static void run_rcase(vd_smt *s, const rcase *rc) {
   const vd_smt_tensor *pin[16];
   vd_smt_tensor *pout[16];
   for (uint32_t i = 0; i < n_in; i++) {
-    int64_t n = vd_op_shape_numel(&ish[i]), nf = vd_op_shape_numel(&fsh[i]);
-    in[i] = vd_calloc((size_t)n + 1, sizeof(double));
+    int64_t nf = vd_op_shape_numel(&fsh[i]);
+    in[i] = bind_random(s, &tin[i], &ish[i], iint[i], 0, &d);
     full[i] = vd_calloc((size_t)nf + 1, sizeof(double));
-    for (int64_t e = 0; e < n; e++) in[i][e] = iint[i] ? (double)(next_u32() % 6u) : dyadic(0);
     for (int64_t e = 0; e < nf; e++) full[i][e] = in[i][block_index(&fsh[i], &ish[i], e)];
-    if (iint[i])
-      assert_int_equal(vd_smt_tensor_int_consts(s, &tin[i], &ish[i], in[i], &d), VD_OK);
-    else
-      assert_int_equal(vd_smt_tensor_consts(s, &tin[i], &ish[i], in[i], &d), VD_OK);
     pin[i] = &tin[i];
   }
   for (uint32_t i = 0; i < n_out; i++) {
@@ -483,16 +492,8 @@ static void run_rcase(vd_smt *s, const rcase *rc) {
         fail_msg("%s output %u element %lld: reduced with count scales %.17g, full size on replicated inputs %.17g",
                  rc->op, i, (long long)e, sym, num);
     }
-  for (uint32_t i = 0; i < n_in; i++) {
-    vd_smt_tensor_free(&tin[i]);
-    vd_free(in[i]);
-    vd_free(full[i]);
-  }
-  for (uint32_t i = 0; i < n_out; i++) {
-    vd_smt_tensor_free(&tout[i]);
-    vd_free(out[i]);
-  }
-  vd_plan_free(&plan);
+  for (uint32_t i = 0; i < n_in; i++) vd_free(full[i]);
+  free_case(tin, in, n_in, tout, out, n_out, &plan);
 }
 
 static void test_reduced_contractions_scale(void **state) {
