@@ -65,8 +65,7 @@ static void test_builders_validate(void **state) {
 static void test_initial_weights_and_update(void **state) {
   vd_plan_t p;
   vd_graph_t g;
-  assert_int_equal(pb_plan_linear2(&p), VD_OK);
-  gb_build_ok(&p, 0, &g);
+  gb_plan_graph(pb_plan_linear2, 0, &p, &g);
   assert_int_equal(g.n_nodes, p.n_nodes);
   assert_int_equal(g.replicas, 1);
 
@@ -128,8 +127,7 @@ static void test_initial_weights_and_update(void **state) {
 static void test_gradient_accumulation_versions(void **state) {
   vd_plan_t p;
   vd_graph_t g;
-  assert_int_equal(pb_plan_mb2_accum(&p), VD_OK);
-  gb_build_ok(&p, 0, &g);
+  gb_plan_graph(pb_plan_mb2_accum, 0, &p, &g);
   uint32_t ga = T(&p, "w.grad");
   int32_t f = vd_graph_first(&g, ga, 0, -1), l = vd_graph_last(&g, ga, 0, -1);
   assert_true(f >= 0 && l >= 0 && f != l);
@@ -176,8 +174,7 @@ static void test_gradient_accumulation_versions(void **state) {
 static void test_allreduce_merged(void **state) {
   vd_plan_t p;
   vd_graph_t g;
-  assert_int_equal(pb_plan_tp2(&p), VD_OK);
-  gb_build_ok(&p, 0, &g);
+  gb_plan_graph(pb_plan_tp2, 0, &p, &g);
   assert_int_equal(g.n_nodes, p.n_nodes - 2); /* two all_reduces merge pairwise */
   uint32_t a0 = N(&p, "r0.l2.ar"), a1 = N(&p, "r1.l2.ar");
   const vd_gnode_t *n = gnode_of(&g, a0, 0, 0);
@@ -208,8 +205,7 @@ static void test_allreduce_merged(void **state) {
 static void test_send_recv_merged(void **state) {
   vd_plan_t p;
   vd_graph_t g;
-  assert_int_equal(pb_plan_pp2(&p), VD_OK);
-  gb_build_ok(&p, 0, &g);
+  gb_plan_graph(pb_plan_pp2, 0, &p, &g);
   assert_int_equal(g.n_nodes, p.n_nodes - 2);
   uint32_t s = N(&p, "r0.h.send"), r = N(&p, "r1.h.recv");
   const vd_gnode_t *n = gnode_of(&g, s, 0, 0);
@@ -644,15 +640,15 @@ static void fault_run(const vd_plan_t *p, int expand, vd_rc want) {
 static void test_fault_injection(void **state) {
   vd_plan_t p;
   size_t before = vd_mem_current();
-  assert_int_equal(pb_plan_tp2(&p), VD_OK);
-  fault_run(&p, 0, VD_OK);
-  vd_plan_free(&p);
-  assert_int_equal(pb_plan_dp2(&p), VD_OK);
-  fault_run(&p, 1, VD_OK);
-  vd_plan_free(&p);
-  assert_int_equal(pb_plan_mb2_accum(&p), VD_OK);
-  fault_run(&p, 0, VD_OK);
-  vd_plan_free(&p);
+  static const struct {
+    pb_plan_fn build;
+    int expand;
+  } plans[] = {{pb_plan_tp2, 0}, {pb_plan_dp2, 1}, {pb_plan_mb2_accum, 0}};
+  for (size_t i = 0; i < sizeof(plans) / sizeof(plans[0]); i++) {
+    assert_int_equal(plans[i].build(&p), VD_OK);
+    fault_run(&p, plans[i].expand, VD_OK);
+    vd_plan_free(&p);
+  }
   /* a plan with issues: the issue array's growth fails too */
   pb_ctx c;
   pb_begin(&c, &p, VD_PLAN_SINGLE, 1, 1, 12);
