@@ -86,6 +86,17 @@ const vd_op_info *vd_op_get(vd_op_id op) {
 }
 
 const char *vd_op_name(vd_op_id op) { return vd_op_get(op)->name; }
+
+int vd_op_copies_elements(int op) {
+  switch (op) {
+  case VD_OP_IDENTITY: case VD_OP_CONTIGUOUS: case VD_OP_CAST: case VD_OP_VIEW: case VD_OP_RESHAPE:
+  case VD_OP_TRANSPOSE: case VD_OP_MULTIREF: case VD_OP_CHUNK: case VD_OP_CONCAT: case VD_OP_EXPAND:
+  case VD_OP_ALL_GATHER: case VD_OP_ALL_TO_ALL: case VD_OP_BROADCAST: case VD_OP_SEND: case VD_OP_RECV:
+    return 1;
+  default:
+    return 0;
+  }
+}
 uint32_t vd_op_flags(vd_op_id op) { return vd_op_get(op)->flags; }
 int vd_op_has(vd_op_id op, uint32_t flag) { return (vd_op_get(op)->flags & flag) != 0; }
 vd_op_id vd_op_backward(vd_op_id op) { return (vd_op_id)vd_op_get(op)->backward; }

@@ -138,6 +138,10 @@ vd_op_id vd_op_lookup(const char *name);
 /* Accessors; op must be a valid id (asserted). */
 const vd_op_info *vd_op_get(vd_op_id op);
 const char *vd_op_name(vd_op_id op);
+/* 1 when every output element of op is a copy of an input element (views,
+ * transposes, chunks, concatenation, expand, gathers, moves): the values
+ * are rearranged, never computed. */
+int vd_op_copies_elements(int op);
 uint32_t vd_op_flags(vd_op_id op);
 int vd_op_has(vd_op_id op, uint32_t flag);
 vd_op_id vd_op_backward(vd_op_id op);

@@ -628,12 +628,6 @@ static vd_rc parallel_cone(cctx *c, const vd_lineage *L, int *ok) {
  * free symbol, so the proof holds for the real values. */
 #define SINGLE_SOFT 64u
 
-/* Operators whose output only rearranges the elements of their one input. */
-static int moves_elements(int op) {
-  return op == VD_OP_VIEW || op == VD_OP_RESHAPE || op == VD_OP_TRANSPOSE || op == VD_OP_CONTIGUOUS ||
-         op == VD_OP_IDENTITY || op == VD_OP_CAST || op == VD_OP_MULTIREF;
-}
-
 /* When the single value of stop value vi is a rearrangement (a chain of at
  * most 4 view-like nodes) of another stop value's single value, adds that
  * chain to cone k.  Without it the two would be unrelated free symbols in
@@ -648,7 +642,7 @@ static vd_rc bridge_stop(cctx *c, cone_t *k, uint32_t vi) {
     int32_t pr = g->values[v].producer;
     if (pr < 0) return VD_OK;
     const vd_gnode_t *gn = &g->nodes[pr];
-    if (gn->n_in != 1 || !moves_elements(c->sop[gn->pnode])) return VD_OK;
+    if (gn->n_in != 1 || !vd_op_copies_elements(c->sop[gn->pnode])) return VD_OK;
     chain[n++] = (uint32_t)pr;
     v = vd_gnode_inputs(g, gn)[0];
     uint32_t at = hmap_get(&k->vmap, v);

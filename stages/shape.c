@@ -161,6 +161,30 @@ static vd_rc apply(vd_reducer *c, const vd_lin_table *lt, vd_stage *st, vd_diag 
   return VD_OK;
 }
 
+/* The stage-local node that computes (not copies) the index values that
+ * node i looks rows up with (embedding ids, pick labels), or -1.  Reduction
+ * scales the rows an index selects, never the index values: that is
+ * uniform while both sides compare the same id terms, but a computed index
+ * (ids * 2 on one rank) can select rows that only the full row count tells
+ * apart (id and 2 * id pick the same row once a vocabulary shard is one
+ * row).  Such a stage is not reduced. */
+static int32_t index_computed_by(const vd_stage *st, uint32_t i) {
+  const vd_stage_node *n = &st->nodes[i];
+  int32_t slot = n->op == VD_OP_EMBEDDING || n->op == VD_OP_EMBEDDING_BACKWARD || n->op == VD_OP_PICK_BACKWARD ? 0
+                 : n->op == VD_OP_PICK                                                                        ? 1
+                                                                                                               : -1;
+  if (slot < 0 || (uint32_t)slot >= n->n_in) return -1;
+  uint32_t v = st->idx[n->in_off + (uint32_t)slot];
+  for (uint32_t hops = 0; hops <= st->n_nodes; hops++) {
+    int32_t pr = st->vals[v].producer;
+    if (pr < 0) return -1;
+    const vd_stage_node *p = &st->nodes[pr];
+    if (!vd_op_copies_elements(p->op) || p->n_in == 0) return pr;
+    v = st->idx[p->in_off];
+  }
+  return -1;
+}
+
 vd_rc vd_stage_reduce(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
   vd_rc rc = VD_OK;
   vd_reducer *c = NULL;
@@ -177,13 +201,16 @@ vd_rc vd_stage_reduce(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
       memcpy(v->rhi, hi, sizeof(v->rhi));
     }
   }
-  /* Unknown operators: no reduction at all. */
-  for (uint32_t i = 0; i < st->n_nodes; i++)
-    if (st->nodes[i].op < 0 || st->nodes[i].op >= VD_OP__COUNT) {
-      st->noreduce_node = (int32_t)i;
+  /* Unknown operators, and index values computed in the stage: no
+   * reduction at all. */
+  for (uint32_t i = 0; i < st->n_nodes; i++) {
+    int32_t by = st->nodes[i].op < 0 || st->nodes[i].op >= VD_OP__COUNT ? (int32_t)i : index_computed_by(st, i);
+    if (by >= 0) {
+      st->noreduce_node = by;
       leave_unreduced(lt, st);
       return VD_OK;
     }
+  }
 
   rv = vd_calloc((size_t)st->n_vals + 1, sizeof(*rv));
   if (!rv) return VD_OOM(d);

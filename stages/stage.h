@@ -107,7 +107,8 @@ typedef struct vd_stage {
   uint64_t canon_hash;   /* canonical form hash (0 = not computed) */
   int32_t canon_class;   /* representative stage id of its class, -1 if none */
   int32_t noreduce_node; /* set by vd_stage_reduce: stage-local node whose operator has no
-                            reduction rule (the stage is then unreduced), -1 if none */
+                            reduction rule, or that computes the index values a lookup
+                            reads (the stage is then unreduced), -1 if none */
   /* How it was cut (vd_stage_recut): lineage, slice group [cut_a, cut_b) of
    * the table's pieces, and the replica mode (-2 replica 0 for all, -1 all
    * replicas in one stage, d: replica d). */

@@ -45,4 +45,8 @@ correct count_inv
 # flattened view): the stage computes one from the other (it used to take
 # them as unrelated symbols: NOT EQUIVALENT, a false alarm).
 correct labels_tpose_ok
+# Index values computed in a stage (2 * ids before an embedding lookup):
+# reduction scales rows, not ids, so such a stage is not reduced
+# (EQUIVALENT before: a one-row vocabulary shard cannot tell id from 2 id).
+buggy ids_double
 echo ok

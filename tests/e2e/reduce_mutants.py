@@ -25,6 +25,10 @@ usage: reduce_mutants.py MUTATION IN.plan OUT.plan
                   sum of 64 copies of x is 64 x, so this is 32 x (wrong), yet
                   it equals x when the copies' extent is reduced to 2.
   count_inv       the same times 1/64: x again, equivalent.
+  ids_double      rank 0's first forward embedding looks up 2 * ids: other
+                  rows, yet the same row once a vocabulary shard is reduced
+                  to one row (the index values are computed in the stage, so
+                  it is not reduced).
   labels_tpose_ok the first rank's labels reach its ce.labels.flat view
                   through transpose -> transpose (the identity): equivalent
                   (the stage relates that rank's labels to the other rank's
@@ -186,6 +190,15 @@ def count(p, factor):
     p.d["nodes"][i:i] = new
 
 
+def ids_double(p):
+    i, emb = p.first("embedding")
+    x = p.tensors[emb["in"][0]]
+    y = p.tensor(x, "ids.doubled", x["shape"])
+    new = [p.node(emb, "scale", "ids.double", [x["id"]], [y], {"factor": 2.0})]
+    emb["in"] = [y] + emb["in"][1:]
+    p.d["nodes"][i:i] = new
+
+
 def labels_tpose(p):
     for i, n in enumerate(p.d["nodes"]):
         if n["name"] == "ce.labels.flat" and n["op"] == "view":
@@ -214,6 +227,7 @@ MUTATIONS = {
     "count_half": lambda p: count(p, 0.5),
     "count_inv": lambda p: count(p, 1.0 / 64),
     "labels_tpose_ok": labels_tpose,
+    "ids_double": ids_double,
 }
 
 
