@@ -264,8 +264,27 @@ static int same_outputs(const ictx *c, const vd_gnode_t *a, const vd_gnode_t *b)
   return 1;
 }
 
+/* Names equal up to their instance numbers ("#141" in an nnScaler block
+ * name): a recomputed block (the backward of a checkpointed attention runs
+ * its forward again) computes the same value from the same inputs as the
+ * forward in both plans, under the block's own names. */
+static int same_block_name(const char *a, const char *b) {
+  for (;;) {
+    if (*a == '#' && *b == '#') {
+      a++, b++;
+      while (*a >= '0' && *a <= '9') a++;
+      while (*b >= '0' && *b <= '9') b++;
+      continue;
+    }
+    if (*a != *b) return 0;
+    if (!*a) return 1;
+    a++, b++;
+  }
+}
+
 /* The single node with operator op whose inputs are the single values the
- * parallel inputs hold; -1 if none or ambiguous (ties broken by name). */
+ * parallel inputs hold; -1 if none or ambiguous (ties broken by name, then
+ * by the name up to instance numbers). */
 static int32_t match_single_in(const ictx *c, const vd_gnode_t *pn, int op, int partial) {
   const uint32_t *in = vd_gnode_inputs(c->gp, pn);
   if (pn->n_in == 0) return -1;
@@ -279,7 +298,7 @@ static int32_t match_single_in(const ictx *c, const vd_gnode_t *pn, int op, int 
   /* Copies (multiref, identity) are seen through on the single side: the
    * parallel plan may fan a value out differently. */
   uint32_t root = c->sroot[c->vl[in[first]].sv];
-  int32_t found = -1, n_found = 0, named = -1;
+  int32_t found = -1, n_found = 0, named = -1, block = -1, n_block = 0;
   const char *pname = vd_plan_s(c->pp, c->pp->nodes[pn->pnode].name);
   for (uint32_t q = c->rv_off[root]; q < c->rv_off[root + 1]; q++) {
     const vd_value_t *sv0 = &c->gs->values[c->rv[q]];
@@ -296,11 +315,14 @@ static int32_t match_single_in(const ictx *c, const vd_gnode_t *pn, int op, int 
       if (found >= 0 && same_outputs(c, &c->gs->nodes[found], sn)) continue; /* one value, computed twice */
       found = (int32_t)cons[k];
       n_found++;
-      if (strcmp(vd_plan_s(c->sp, c->sp->nodes[sn->pnode].name), pname) == 0) named = found;
+      const char *sname = vd_plan_s(c->sp, c->sp->nodes[sn->pnode].name);
+      if (strcmp(sname, pname) == 0) named = found;
+      if (same_block_name(sname, pname)) block = found, n_block++;
     }
   }
   if (n_found == 1) return found;
-  return named;
+  if (named >= 0) return named;
+  return n_block == 1 ? block : -1;
 }
 
 static int32_t match_single(const ictx *c, const vd_gnode_t *pn, int op) { return match_single_in(c, pn, op, 0); }
