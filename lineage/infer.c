@@ -824,17 +824,90 @@ static int guess_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) 
   return guessed;
 }
 
-/* One pass of guesses over Gp (topological order); the number made. */
+/* The other guess: a MAP or ACCUM node whose inputs all have lineages but
+ * whose rule cannot combine them (a partial sum or a constant factor where
+ * the operator needs the whole value: a missing reduction or a wrong scale
+ * upstream, or a legitimate rule gap) is guessed to compute its single
+ * twin's output, whole and unscaled, sliced along the linked dimensions like
+ * its inputs.  When the inputs are wrong, the guess fails its proof in a
+ * stage as small as the node, instead of leaving the rest of the model to
+ * one stage (the bug is then reported at the first annotated value after
+ * it, docs/bugs.md); when the rule was only too weak, the guess is right.
+ * SOUNDNESS as for guess_node: a candidate only. */
+static int guess_outputs(ictx *c, uint32_t gi, int op) {
+  const vd_gnode_t *pn = &c->gp->nodes[gi];
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
+  if (pn->n_in == 0 || pn->n_out == 0) return 0;
+  /* forward computation only: partial sums and factors legitimately meet
+   * in the backward and the optimizer (a gradient norm adds the squared
+   * norms of sharded and replicated gradients), where a guess would only
+   * fail and cost a round */
+  if (c->pp->nodes[pn->pnode].phase != VD_PHASE_FWD || vd_op_has((vd_op_id)op, VD_OPF_BACKWARD)) return 0;
+  int odd = 0;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    const vlin *x = &c->vl[in[i]];
+    if (!x->known || x->zero || x->sv < 0 || x->split || x->noemit) return 0;
+    int64_t k, n, dk;
+    if (!norm_part(x, &k, &n, &dk)) return 0;
+    odd |= n > 1 || x->f != 1.0;
+  }
+  if (!odd) return 0; /* only partial sums and factors: other gaps stay gaps */
+  for (uint32_t o = 0; o < pn->n_out; o++)
+    if (c->vl[out[o]].known || c->seeded[out[o]]) return 0;
+  int32_t sm = match_single(c, pn, op);
+  if (sm < 0) return 0;
+  dsu u;
+  if (!node_links(c, pn, op, &u)) return 0;
+  const uint32_t *sout = vd_gnode_outputs(c->gs, &c->gs->nodes[sm]);
+  int guessed = 0;
+  for (uint32_t o = 0; o < pn->n_out; o++) {
+    const vd_tensor_t *pt = ptens(c, out[o]), *st = stens(c, (int32_t)sout[o]);
+    if (pt->ndim != st->ndim) continue;
+    vlin l;
+    memset(&l, 0, sizeof(l));
+    l.known = 1, l.guess = 1;
+    l.sv = (int32_t)sout[o];
+    l.nd = st->ndim;
+    l.f = 1.0, l.fsrc = -1;
+    l.k0 = 0, l.cnt = 1, l.n = 1, l.dk = 0;
+    int ok = 1;
+    for (int32_t j = 0; j < pt->ndim && ok; j++) {
+      l.lo[j] = 0, l.hi[j] = st->shape[j];
+      if (pt->shape[j] == st->shape[j]) continue;
+      int cj = dfind(&u, dix(&u, 1, (int)o, j)), done = 0;
+      for (uint32_t i = 0; i < pn->n_in && !done; i++) {
+        const vlin *x = &c->vl[in[i]];
+        for (int32_t k2 = 0; k2 < x->nd && !done; k2++) {
+          if (dfind(&u, dix(&u, 0, (int)i, k2)) != cj || stens(c, x->sv)->shape[k2] != st->shape[j] ||
+              x->hi[k2] - x->lo[k2] != pt->shape[j] || ((x->uni >> k2) & 1))
+            continue;
+          l.lo[j] = x->lo[k2], l.hi[j] = x->hi[k2], l.dlo[j] = x->dlo[k2];
+          done = 1;
+        }
+      }
+      ok = done;
+    }
+    if (!ok) continue;
+    c->vl[out[o]] = l;
+    guessed++;
+  }
+  return guessed;
+}
+
+/* One pass of guesses over Gp (topological order); the number made.  Output
+ * guesses only when no input was guessed: a guessed input must first be
+ * propagated (its consumer's own rule may then decide). */
 static int guess_pass(ictx *c) {
   int n = 0;
-  for (size_t t = 0; t < c->gp->n_nodes; t++) {
-    uint32_t gi = c->gp->topo[t];
-    int op = c->pop[c->gp->nodes[gi].pnode];
-    if (op < 0) continue;
-    const vd_lin_prop_rule *ru = &rules[op];
-    if (ru->kind != VD_PROP_MAP && ru->kind != VD_PROP_ACCUM) continue;
-    n += guess_node(c, gi, op, ru);
-  }
+  for (int outputs = 0; outputs < 2 && !n; outputs++)
+    for (size_t t = 0; t < c->gp->n_nodes; t++) {
+      uint32_t gi = c->gp->topo[t];
+      int op = c->pop[c->gp->nodes[gi].pnode];
+      if (op < 0) continue;
+      const vd_lin_prop_rule *ru = &rules[op];
+      if (ru->kind != VD_PROP_MAP && ru->kind != VD_PROP_ACCUM) continue;
+      n += outputs ? guess_outputs(c, gi, op) : guess_node(c, gi, op, ru);
+    }
   return n;
 }
 
@@ -1397,7 +1470,7 @@ vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, ui
   seed(&c);
   /* Propagation to a fixpoint, then guesses from consumers where it left
    * values undecided, then propagation from the guesses, and so on. */
-  for (int guesses = 0; guesses < 8; guesses++) {
+  for (int guesses = 0; guesses < 16; guesses++) {
     for (int pass = 0; pass < 8; pass++) {
       size_t known = 0;
       propagate(&c);

@@ -227,7 +227,10 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   r->n_classes = n_reps;
   vd_stage_solve_opts so = {.timeout_ms = o->stage_timeout_ms, .budget = o->stage_budget,
                             .fast_path = !o->no_fast_path, .max_elems = VD_LIM_STAGE_MAX_ELEMS,
-                            .max_cex_elems = VD_LIM_CEX_ELEMS, .seed = o->seed};
+                            .max_cex_elems = VD_LIM_CEX_ELEMS, .seed = o->seed,
+                            /* from the second round of a boundary-only plan, a large
+                             * stage has grown over a dropped candidate: probably a bug */
+                            .witness_first = r->infer_rounds >= 2};
   size_t done = 0;
   double t0 = vd_clock_s();
   vd_rc first_rc = VD_OK;
