@@ -183,6 +183,10 @@ static vd_rc remember_proven(vd_run *r) {
   return rc;
 }
 
+/* The round from which a failing candidate takes its descendants with it
+ * (taint_descendants) and large stages try the witness first. */
+#define VD_RUN_TAINT_ROUND 3
+
 static vd_rc recut_reported(vd_run *r, const vd_run_opts *o, vd_diag *d);
 static int targets_candidate(const vd_run *r, const vd_stage *st);
 static int round_drops(const vd_run *r);
@@ -228,9 +232,9 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   vd_stage_solve_opts so = {.timeout_ms = o->stage_timeout_ms, .budget = o->stage_budget,
                             .fast_path = !o->no_fast_path, .max_elems = VD_LIM_STAGE_MAX_ELEMS,
                             .max_cex_elems = VD_LIM_CEX_ELEMS, .seed = o->seed,
-                            /* from the second round of a boundary-only plan, a large
-                             * stage has grown over a dropped candidate: probably a bug */
-                            .witness_first = r->infer_rounds >= 2};
+                            /* once candidates failed in a chain (taint_descendants),
+                             * a large stage probably fails: a bug upstream */
+                            .witness_first = r->infer_rounds > VD_RUN_TAINT_ROUND};
   size_t done = 0;
   double t0 = vd_clock_s();
   vd_rc first_rc = VD_OK;
@@ -496,11 +500,12 @@ static int targets_candidate(const vd_run *r, const vd_stage *st) {
   return 0;
 }
 
-/* From the second round on, a candidate that still fails is downstream of
- * one dropped before: its stage grew over the dropped candidate and fails
- * again, the signature of a bug upstream (a wrong guess has the same
- * signature), and every candidate computed from it was inferred from the
- * same wrong lineage.  Those are killed too (kill[t] = 1 for every tensor
+/* From round VD_RUN_TAINT_ROUND on, a candidate that still fails is downstream
+ * of ones dropped before: its stage grew over two rounds of dropped
+ * candidates and fails again, the signature of a bug upstream (a chain of
+ * wrong guesses has the same signature; one round of it is common in
+ * correct plans, nnScaler's llama pairs drop candidates in two rounds), and
+ * every candidate computed from it was inferred from the same wrong lineage.  Those are killed too (kill[t] = 1 for every tensor
  * with a Gp value downstream of a killed candidate's values), so that the
  * next round cuts straight to the given annotations after the failure
  * instead of growing one candidate per round.  Dropping only removes
@@ -571,7 +576,7 @@ static vd_rc drop_failed_candidates(vd_run *r, size_t *n_drop, vd_diag *d) {
   uint8_t *kill = vd_calloc(r->pp.n_tensors ? r->pp.n_tensors : 1, 1);
   if (!kill) return VD_OOM(d);
   implicated(r, kill);
-  if (r->infer_rounds >= 2) taint_descendants(r, kill);
+  if (r->infer_rounds >= VD_RUN_TAINT_ROUND) taint_descendants(r, kill);
   for (size_t t = 0; t < r->pp.n_tensors; t++) {
     if (!kill[t] || !r->inferred[t]) continue;
     r->inferred[t] = 0;
