@@ -767,6 +767,14 @@ static int guess_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) 
     }
     const vd_value_t *v = &c->gp->values[in[i]];
     if (c->seeded[in[i]] || v->is_initial || v->producer < 0) return 0;
+    /* only values a reshaping or a collective produced (the dispatch and
+     * combine chains): where a computing operator's rule stopped, its
+     * stage decides better than a guess (nnScaler's written-out norms
+     * would otherwise get a guess per gradient, doubling the stages) */
+    int pop = c->pop[c->gp->nodes[v->producer].pnode];
+    if (pop < 0 || rules[pop].kind == VD_PROP_MAP || rules[pop].kind == VD_PROP_ACCUM ||
+        rules[pop].kind == VD_PROP_SCALE)
+      return 0;
     n_open++;
   }
   if (!n_known || !n_open) return 0;
