@@ -41,4 +41,8 @@ correct norm_tp_inv_h
 # is x (NOT EQUIVALENT before: the reduced sum was 2 x).
 buggy count_half
 correct count_inv
+# Two ranks' hypotheses on related single values (the labels and their
+# flattened view): the stage computes one from the other (it used to take
+# them as unrelated symbols: NOT EQUIVALENT, a false alarm).
+correct labels_tpose_ok
 echo ok

@@ -25,6 +25,10 @@ usage: reduce_mutants.py MUTATION IN.plan OUT.plan
                   sum of 64 copies of x is 64 x, so this is 32 x (wrong), yet
                   it equals x when the copies' extent is reduced to 2.
   count_inv       the same times 1/64: x again, equivalent.
+  labels_tpose_ok the first rank's labels reach its ce.labels.flat view
+                  through transpose -> transpose (the identity): equivalent
+                  (the stage relates that rank's labels to the other rank's
+                  flattened labels through the single plan's view).
 
 New tensors get fresh ids; new nodes are inserted right before the node
 they feed, in its segment, so file order stays a valid program order.
@@ -182,6 +186,22 @@ def count(p, factor):
     p.d["nodes"][i:i] = new
 
 
+def labels_tpose(p):
+    for i, n in enumerate(p.d["nodes"]):
+        if n["name"] == "ce.labels.flat" and n["op"] == "view":
+            break
+    else:
+        raise SystemExit("no ce.labels.flat view")
+    x = p.tensors[n["in"][0]]
+    shp = list(x["shape"])
+    a = p.tensor(x, "labels.t", shp[::-1])
+    b = p.tensor(x, "labels.tt", shp)
+    new = [p.node(n, "transpose", "labels.swap", [x["id"]], [a], {"dim0": 0, "dim1": 1}),
+           p.node(n, "transpose", "labels.swap_back", [a], [b], {"dim0": 0, "dim1": 1})]
+    n["in"] = [b]
+    p.d["nodes"][i:i] = new
+
+
 MUTATIONS = {
     "interleave": lambda p: interleave(p, False),
     "interleave_ok": lambda p: interleave(p, True),
@@ -193,6 +213,7 @@ MUTATIONS = {
     "norm_tp_inv_h": lambda p: norm_tp(p, lambda h: 1.0 / h),
     "count_half": lambda p: count(p, 0.5),
     "count_inv": lambda p: count(p, 1.0 / 64),
+    "labels_tpose_ok": labels_tpose,
 }
 
 
