@@ -277,6 +277,9 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   fprintf(f, "%s\n", verdict_word(r));
   fprintf(f, "  stages %zu (classes solved %zu, reduced %zu, by normal form %zu): %zu equivalent, %zu not equivalent, %zu inconclusive\n",
           r->set.n_stages, r->n_solved, r->n_reduced, r->n_fast, r->n_equiv, r->n_not_equiv, r->n_inconclusive);
+  if (r->n_skipped_large)
+    fprintf(f, "  not solved: %zu of the inconclusive stages, larger than a failing one (they lie past the failure; "
+               "docs/verifier.md 6)\n", r->n_skipped_large);
   if (have_fs && fs.n)
     fprintf(f, "  findings: %zu (failures grouped by root cause; %zu failing stages, %zu structural entries)\n", fs.n,
             r->n_not_equiv, r->n_issues + r->n_issues_dropped);
@@ -337,8 +340,10 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   for (size_t i = 0; i < r->set.n_stages; i++) {
     const vd_stage_verdict *v = &r->verdicts[i];
     if (v->verdict != VD_SMT_INCONCLUSIVE) continue;
+    if (r->skipped && r->skipped[i]) continue; /* counted in the "not solved" line above */
     if (inconclusive++ >= cap) {
-      fprintf(f, "\n(%zu inconclusive stages in all; --max-failures %d)\n", r->n_inconclusive, o->max_failures);
+      fprintf(f, "\n(%zu inconclusive stages in all; --max-failures %d)\n", r->n_inconclusive - r->n_skipped_large,
+              o->max_failures);
       break;
     }
     fprintf(f, "\n-- stage %zu: INCONCLUSIVE: %s\n", i, v->reason);
