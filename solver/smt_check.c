@@ -248,6 +248,13 @@ static int by_name(const void *a, const void *b) {
 
 /* ---- model values ----------------------------------------------------------- */
 
+/* Whether s failed for lack of memory: Z3's, or the term arena's (a
+ * failed allocation of ours, common/mem.h).  Never cleared: the check ends
+ * in VD_ENOMEM. */
+static int out_of_memory(vd_smt *s) {
+  return vd_smt_i_oom(s) || (vd_smt_i_failed(s) && strstr(vd_smt_error(s), "out of memory") != NULL);
+}
+
 /* The text and number of an evaluated term v (a numeral when the model
  * interprets every symbol under it). */
 static vd_rc value_text(vd_smt *s, vd_term v, vd_smt_value *out) {
@@ -305,7 +312,7 @@ static vd_rc complete_model(vd_smt *s, Z3_model m, const termvec *syms, const te
     vd_term zero = vd_smt_i_keep(s, Z3_mk_int(z, 0, so));
     if (zero) Z3_add_func_interp(z, m, f, zero);
   }
-  if (vd_smt_i_oom(s)) return VD_ENOMEM;
+  if (out_of_memory(s)) return VD_ENOMEM;
   if (vd_smt_i_failed(s) || Z3_get_error_code(z) != Z3_OK) {
     vd_smt_i_clear_error(s);
     Z3_set_error(z, Z3_OK);
@@ -336,6 +343,8 @@ static vd_rc eval_many(vd_smt *s, Z3_model m, const vd_term *t, size_t n, vd_ter
         Z3_mk_func_decl(z, Z3_mk_string_symbol(z, "vd!eval"), (unsigned)k, dom, Z3_mk_bool_sort(z));
     vd_free(dom);
     if (!pack || Z3_get_error_code(z) != Z3_OK) {
+      if (out_of_memory(s)) return VD_ENOMEM;
+      vd_smt_i_clear_error(s);
       *ok = 0;
       break;
     }
@@ -357,7 +366,7 @@ static vd_rc eval_many(vd_smt *s, Z3_model m, const vd_term *t, size_t n, vd_ter
     }
     if (v) Z3_dec_ref(z, v);
     Z3_dec_ref(z, Z3_func_decl_to_ast(z, pack));
-    if (vd_smt_i_oom(s)) return VD_ENOMEM;
+    if (out_of_memory(s)) return VD_ENOMEM;
     if (vd_smt_i_failed(s) || Z3_get_error_code(z) != Z3_OK) {
       vd_smt_i_clear_error(s);
       Z3_set_error(z, Z3_OK);
@@ -769,7 +778,7 @@ static vd_rc run_job(vd_smt *s, const vd_term *par, const vd_term *single, const
   }
   if (vd_smt_i_failed(j->js)) {
     vd_smt_i_fail(s, vd_smt_error(j->js)); /* the error is the stage's, sticky on s */
-    rc = vd_smt_status(j->js, d, "check (translate)");
+    rc = out_of_memory(j->js) ? VD_OOM(d) : vd_smt_status(j->js, d, "check (translate)");
     job_free(j);
     return rc;
   }
@@ -997,13 +1006,14 @@ static vd_rc collect_apps(vd_smt *s, const vd_term *roots, size_t n, size_t cap,
  * The random values are drawn in post-order (an else value when a function
  * is first met, then the entry's), and the arguments of one level are
  * evaluated in one call (eval_many): one call per application walked the
- * stage's DAG once per application.  Returns 0 when an evaluation failed
- * (the model then holds the entries of the levels below). */
-static int add_app_entries(vd_smt *s, Z3_model m, const termvec *apps, const unsigned *level, uint64_t *st) {
+ * stage's DAG once per application.  VD_ENOMEM when an allocation failed;
+ * an evaluation cut short (its limit, an interruption) leaves the entries
+ * of the levels below, still a legal interpretation. */
+static vd_rc add_app_entries(vd_smt *s, Z3_model m, const termvec *apps, const unsigned *level, uint64_t *st) {
   Z3_context z = vd_smt_i_z3(s);
   vd_term *val = vd_calloc(apps->n + 1, sizeof(vd_term));
   unsigned top = 0;
-  int ok = val != NULL;
+  int ok = val != NULL, oom = val == NULL;
   for (size_t i = 0; i < apps->n && ok; i++) {
     Z3_func_decl f = Z3_get_app_decl(z, Z3_to_app(z, apps->v[i]));
     if (!Z3_model_has_interp(z, m, f)) Z3_add_func_interp(z, m, f, random_value(s, Z3_get_range(z, f), st));
@@ -1019,7 +1029,7 @@ static int add_app_entries(vd_smt *s, Z3_model m, const termvec *apps, const uns
       if (level[i] != lv) continue;
       Z3_app a = Z3_to_app(z, apps->v[i]);
       for (unsigned k = 0; k < Z3_get_app_num_args(z, a) && ok; k++)
-        if (push(&args, Z3_get_app_arg(z, a, k))) ok = 0;
+        if (push(&args, Z3_get_app_arg(z, a, k))) ok = 0, oom = 1;
     }
     if (!ok) break;
     if (args.n > argcap) {
@@ -1027,12 +1037,13 @@ static int add_app_entries(vd_smt *s, Z3_model m, const termvec *apps, const uns
       argcap = args.n;
       argv = vd_malloc(sizeof(vd_term) * argcap);
       if (!argv) {
-        ok = 0;
+        ok = 0, oom = 1;
         break;
       }
     }
     int eok = 0;
-    if (eval_many(s, m, args.v, args.n, argv, &eok) != VD_OK || !eok) {
+    if (eval_many(s, m, args.v, args.n, argv, &eok) != VD_OK) oom = 1;
+    if (oom || !eok) {
       ok = 0;
       break;
     }
@@ -1055,14 +1066,14 @@ static int add_app_entries(vd_smt *s, Z3_model m, const termvec *apps, const uns
       Z3_func_interp_add_entry(z, fi, av, val[i]);
       Z3_ast_vector_dec_ref(z, av);
       Z3_func_interp_dec_ref(z, fi);
-      if (vd_smt_i_oom(s)) ok = 0;
+      if (out_of_memory(s)) ok = 0, oom = 1;
       if (Z3_get_error_code(z) != Z3_OK) Z3_set_error(z, Z3_OK);
     }
   }
   vd_free(args.v);
   vd_free(argv);
   vd_free(val);
-  return ok;
+  return oom || out_of_memory(s) ? VD_ENOMEM : VD_OK;
 }
 
 /* sum_i r_i (par_i - single_i) over the open pairs, r_i random integers in
@@ -1136,7 +1147,7 @@ static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const
     if (trial % 2 == 1 && apps.n) {
       /* An evaluation cut short leaves a partial table: still a legal
        * interpretation (every function has its else value). */
-      (void)add_app_entries(s, m, &apps, level, &st);
+      if (add_app_entries(s, m, &apps, level, &st) != VD_OK) rc = VD_ENOMEM;
     } else {
       for (size_t i = 0; i < funcs.n; i++) {
         Z3_func_decl f = Z3_to_func_decl(z, funcs.v[i]);
@@ -1144,7 +1155,7 @@ static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const
         if (v) Z3_add_func_interp(z, m, f, v);
       }
     }
-    if (vd_smt_i_oom(s)) {
+    if (rc != VD_OK || out_of_memory(s)) {
       rc = VD_ENOMEM;
       break;
     }
@@ -1171,7 +1182,9 @@ static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const
         /* The evaluation limit or an interruption: the other trials
          * would walk the same DAG. */
         failed = 1;
-        if (!vd_smt_i_oom(s)) {
+        if (out_of_memory(s)) {
+          rc = VD_ENOMEM;
+        } else {
           Z3_set_error(z, Z3_OK);
           vd_smt_i_clear_error(s);
         }
@@ -1197,7 +1210,7 @@ static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const
                  "a random interpretation differs; its values were not computed within the evaluation limit");
       }
     }
-    if (vd_smt_i_oom(s)) {
+    if (rc == VD_ENOMEM || out_of_memory(s)) {
       rc = VD_ENOMEM;
       break;
     }
