@@ -269,6 +269,37 @@ static void text_findings(const vd_run *r, const vd_run_opts *o, const vd_findin
   }
 }
 
+/* The plan node that produced input stuck_input of the stuck node (replica
+ * 0, its microbatch instance), for the hint line: for a send/recv, the
+ * participant on the stuck node's rank (the recv), and *from the rank it
+ * receives from.  -1 when the stuck node is a collective (its inputs are
+ * per participant) or the input is an initial value. */
+static int64_t stuck_producer(const vd_run *r, int32_t *from) {
+  const vd_lin_infer_stats *is = &r->infer;
+  const vd_graph_t *g = &r->pg;
+  *from = -1;
+  if (is->stuck_node < 0 || (size_t)is->stuck_node >= r->pp.n_nodes) return -1;
+  int32_t rank = r->pp.nodes[is->stuck_node].rank;
+  for (size_t k = 0; k < g->n_nodes; k++) {
+    const vd_gnode_t *gn = &g->nodes[k];
+    if (gn->pnode != (uint32_t)is->stuck_node || gn->replica != 0 || gn->mb != is->stuck_mb) continue;
+    if (gn->n_part || is->stuck_input >= gn->n_in) return -1;
+    int32_t pk = g->values[g->idx[gn->in_off + is->stuck_input]].producer;
+    if (pk < 0) return -1;
+    const vd_gnode_t *pg = &g->nodes[pk];
+    if (!pg->n_part) return pg->pnode;
+    int64_t mine = -1;
+    for (uint32_t j = 0; j < pg->n_part; j++) {
+      uint32_t q = g->idx[pg->part_off + 2 * j];
+      if (q >= r->pp.n_nodes) continue;
+      if (r->pp.nodes[q].rank == rank && mine < 0) mine = q;
+      else if (*from < 0) *from = r->pp.nodes[q].rank;
+    }
+    return mine >= 0 ? mine : pg->pnode;
+  }
+  return -1;
+}
+
 void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   vd_findings fs;
   vd_diag d;
@@ -316,6 +347,15 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
       const vd_node_t *on = &r->pp.nodes[is->stuck_origin];
       fprintf(f, "; the factor comes from rank %d %s '%s' (node %lld)", on->rank, vd_node_op(&r->pp, on),
               vd_plan_s(&r->pp, on->name), (long long)on->id);
+    } else {
+      int32_t from = -1;
+      int64_t pk = stuck_producer(r, &from);
+      if (pk >= 0) {
+        const vd_node_t *qn = &r->pp.nodes[pk];
+        fprintf(f, "; input %u comes from rank %d %s '%s' (node %lld)", is->stuck_input, qn->rank, vd_node_op(&r->pp, qn),
+                vd_plan_s(&r->pp, qn->name), (long long)qn->id);
+        if (from >= 0) fprintf(f, ", sent by rank %d", from);
+      }
     }
     fprintf(f, "\n");
   }
