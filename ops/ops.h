@@ -256,6 +256,14 @@ typedef struct {
    * e.g. the routing-weight gradient of the MoE expert kernel: they may be
    * live too, and are row-aligned with output 0 the same way. */
   uint8_t row_outs;
+  /* Outputs that are sums over the rows (all dimensions but the last of
+   * output 0) of a term computed from row r of the bwd0_rows inputs alone
+   * and the other inputs whole, by the same function for every r (bit k:
+   * output k; the weight and bias gradients of linear and norm backward).
+   * The weight gradient computed on a window of rows is then the sum over
+   * those rows only: stages/cut.c proves a sum of per-part gradients part by
+   * part (docs/verifier.md section 2, "Sums by part"). */
+  uint8_t sum_outs;
 } vd_op_eqv;
 
 const vd_op_eqv *vd_op_eqv_of(vd_op_id op);

@@ -45,6 +45,12 @@
  * the input gradient; the weight gradients are then sums over the window,
  * which nothing in the stage reads (stages/window.c).
  *
+ * sum_outs: those weight gradients (and bias gradients) are sums over the
+ * rows of a term computed from row r of the bwd0_rows inputs and the
+ * other inputs whole, the same function for every r; computed on a window
+ * of rows they are the sum over that window.  stages/cut.c proves a sum of
+ * per-replica, per-microbatch gradients part by part on that basis.
+ *
  * bcast_out: sum_backward copies the output gradient to every position of
  * the summed dimensions, so its output is constant along them; windowing
  * them keeps the same value on fewer rows (the rule marks them MIN2 for
@@ -92,11 +98,11 @@ static const vd_op_eqv eqv_table[VD_OP__COUNT] = {
     [VD_OP_SOFTMAX] = R,
     [VD_OP_PICK] = R,
     /* (x, w, g) -> gx, gw (, gb): gx = g w row by row; x stays row-aligned with g for gw */
-    [VD_OP_LINEAR_BACKWARD] = {VD_EQV_RULE, NULL, 0, (1u << 0) | (1u << 2), 0},
+    [VD_OP_LINEAR_BACKWARD] = {.kind = VD_EQV_RULE, .bwd0_rows = (1u << 0) | (1u << 2), .sum_outs = (1u << 1) | (1u << 2)},
     [VD_OP_MATMUL_BACKWARD] = R, [VD_OP_EMBEDDING_BACKWARD] = R,
     /* (x, w, g) -> gx, gw (, gb): gx normalizes over the last dimension, row by row in x and g */
-    [VD_OP_RMS_NORM_BACKWARD] = {VD_EQV_RULE, NULL, 0, (1u << 0) | (1u << 2), 0},
-    [VD_OP_LAYER_NORM_BACKWARD] = {VD_EQV_RULE, NULL, 0, (1u << 0) | (1u << 2), 0},
+    [VD_OP_RMS_NORM_BACKWARD] = {.kind = VD_EQV_RULE, .bwd0_rows = (1u << 0) | (1u << 2), .sum_outs = 1u << 1},
+    [VD_OP_LAYER_NORM_BACKWARD] = {.kind = VD_EQV_RULE, .bwd0_rows = (1u << 0) | (1u << 2), .sum_outs = (1u << 1) | (1u << 2)},
     [VD_OP_ROPE_BACKWARD] = {VD_EQV_LEAD, "seq_dim", 1, 0, 0},
     [VD_OP_CAUSAL_MASK_BACKWARD] = {VD_EQV_LEAD, NULL, -2, 0, 0},
     [VD_OP_SOFTMAX_BACKWARD] = R, [VD_OP_PICK_BACKWARD] = R,
@@ -126,10 +132,12 @@ static const vd_op_eqv eqv_table[VD_OP__COUNT] = {
      *   over t and must be dead. */
     [VD_OP_GATE_FW] = R, [VD_OP_NNSCALER_MOE_GMM] = R,
     [VD_OP_GATE_FW_BACKWARD] = {.kind = VD_EQV_RULE,
-                                .bwd0_rows = (1u << 0) | (1u << 2) | (1u << 3) | (1u << 4) | (1u << 5)},
+                                .bwd0_rows = (1u << 0) | (1u << 2) | (1u << 3) | (1u << 4) | (1u << 5),
+                                .sum_outs = (1u << 1) | (1u << 2)},
     [VD_OP_NNSCALER_MOE_GMM_BACKWARD] = {.kind = VD_EQV_RULE,
                                          .bwd0_rows = (1u << 0) | (1u << 1) | (1u << 2) | (1u << 6) | (1u << 7),
-                                         .row_outs = 1u << 1},
+                                         .row_outs = 1u << 1,
+                                         .sum_outs = (1u << 2) | (1u << 3) | (1u << 4)},
     [VD_OP_ALL_REDUCE] = N, [VD_OP_ALL_GATHER] = N, [VD_OP_REDUCE_SCATTER] = N, [VD_OP_ALL_TO_ALL] = N,
     [VD_OP_BROADCAST] = N, [VD_OP_SEND] = N, [VD_OP_RECV] = N,
     [VD_OP_SUMSQ] = N, [VD_OP_CLIP_COEF] = N, [VD_OP_SGD_STEP] = N, [VD_OP_ADAM_STEP] = N,

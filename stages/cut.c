@@ -171,6 +171,11 @@ typedef struct {
   size_t cap_tp;
   vd_stage_hook hook;    /* called on every finished stage, or NULL */
   void *hook_ctx;
+  /* Sums by part: values whose nolin flag was set while a sum was tried
+   * (cleared again when the try is rolled back). */
+  uint32_t *nolin_log;
+  size_t n_nolin_log, cap_nolin_log;
+  int log_nolin;
 } cctx;
 
 static vd_rc add_issue(cctx *c, vd_sissue_kind kind, int single, int64_t pnode, int64_t ptensor, int32_t rank,
@@ -586,6 +591,10 @@ static vd_rc parallel_cone(cctx *c, const vd_lineage *L, int *ok) {
       if (x0->is_initial && !c->pp->tensors[x0->tensor].has_lin && !c->nolin[v] &&
           vd_graph_last(g, x0->tensor, x0->replica, x0->mb) == (int32_t)v) {
         c->nolin[v] = 1;
+        if (c->log_nolin) {
+          if (VD_GROW(c->nolin_log, c->cap_nolin_log, c->n_nolin_log + 1)) return VD_OOM(c->d);
+          c->nolin_log[c->n_nolin_log++] = v;
+        }
         char tl[160];
         target_label(c, L, &lt->pieces[a], tl, sizeof(tl));
         const vd_value_t *x = &g->values[v];
@@ -618,6 +627,39 @@ static vd_rc parallel_cone(cctx *c, const vd_lineage *L, int *ok) {
  * target is a leaf instead.  SOUNDNESS: either way every single leaf is a
  * free symbol, so the proof holds for the real values. */
 #define SINGLE_SOFT 64u
+
+/* Operators whose output only rearranges the elements of their one input. */
+static int moves_elements(int op) {
+  return op == VD_OP_VIEW || op == VD_OP_RESHAPE || op == VD_OP_TRANSPOSE || op == VD_OP_CONTIGUOUS ||
+         op == VD_OP_IDENTITY || op == VD_OP_CAST || op == VD_OP_MULTIREF;
+}
+
+/* When the single value of stop value vi is a rearrangement (a chain of at
+ * most 4 view-like nodes) of another stop value's single value, adds that
+ * chain to cone k.  Without it the two would be unrelated free symbols in
+ * the stage (a rank reading the labels and another reading their flattened
+ * view): sound, but a false alarm once one rank's inferred lineage stops at
+ * an inserted view and the other's does not. */
+static vd_rc bridge_stop(cctx *c, cone_t *k, uint32_t vi) {
+  const vd_graph_t *g = c->gs;
+  uint32_t chain[4], n = 0;
+  uint64_t v = k->v[vi].key;
+  while (n < 4) {
+    int32_t pr = g->values[v].producer;
+    if (pr < 0) return VD_OK;
+    const vd_gnode_t *gn = &g->nodes[pr];
+    if (gn->n_in != 1 || !moves_elements(c->sop[gn->pnode])) return VD_OK;
+    chain[n++] = (uint32_t)pr;
+    v = vd_gnode_inputs(g, gn)[0];
+    uint32_t at = hmap_get(&k->vmap, v);
+    if (at != NONE && k->v[at].piece >= 0 && !k->v[at].target) {
+      for (uint32_t i = 0; i < n; i++) VD_CHECK(cone_node(c, k, g, chain[i], 0, 1, c->spos, 0));
+      return VD_OK;
+    }
+  }
+  return VD_OK;
+}
+
 static vd_rc single_walk(cctx *c, uint32_t svalue, int target_is_leaf, int *ok) {
   const vd_lin_table *lt = c->lt;
   const vd_graph_t *g = c->gs;
@@ -656,7 +698,16 @@ static vd_rc single_walk(cctx *c, uint32_t svalue, int target_is_leaf, int *ok) 
   }
   /* Hypothesis values the walk met as node inputs: they were in the cone
    * before the walk, so cone_node never pushes them and the pop above only
-   * sees the target's own. */
+   * sees the target's own.  Each is first related to the other stop values
+   * it rearranges (bridge_stop; the nodes it adds come after the walk's). */
+  size_t n_walked = k->n_nd;
+  for (size_t i = 0; i < n_walked; i++) {
+    const vd_gnode_t *gn = &g->nodes[k->nd[i].gnode];
+    for (uint32_t u = 0; u < gn->n_in; u++) {
+      uint32_t xi = hmap_get(&k->vmap, vd_gnode_inputs(g, gn)[u]);
+      if (k->v[xi].piece >= 0 && !k->v[xi].target && !k->v[xi].produced) VD_CHECK(bridge_stop(c, k, xi));
+    }
+  }
   for (size_t i = 0; i < k->n_nd; i++) {
     const vd_gnode_t *gn = &g->nodes[k->nd[i].gnode];
     const uint32_t *iv = vd_gnode_inputs(g, gn);
@@ -1158,7 +1209,15 @@ static int stage_translates(cctx *c, const vd_stage *st, int32_t m0, int32_t m) 
 /* Copies the values and targets of st with unwindowed shapes and the slices
  * of its hypotheses and target taken from pieces tp (NONE: the stage's own
  * piece) and target piece tpiece, then windows the copy. */
+static vd_rc window_copy_r(cctx *c, const vd_stage *st, const uint32_t *tp, uint32_t tpiece, int32_t dr,
+                           vd_stage *w);
 static vd_rc window_copy(cctx *c, const vd_stage *st, const uint32_t *tp, uint32_t tpiece, vd_stage *w) {
+  return window_copy_r(c, st, tp, tpiece, 0, w);
+}
+
+/* The same with every hypothesis taken in replica (its replica + dr). */
+static vd_rc window_copy_r(cctx *c, const vd_stage *st, const uint32_t *tp, uint32_t tpiece, int32_t dr,
+                           vd_stage *w) {
   const vd_lin_table *lt = c->lt;
   *w = *st;
   w->vals = vd_malloc((st->n_vals ? st->n_vals : 1) * sizeof(*w->vals));
@@ -1176,7 +1235,7 @@ static vd_rc window_copy(cctx *c, const vd_stage *st, const uint32_t *tp, uint32
       continue;
     }
     if (v->producer >= 0 || v->leaf_piece < 0) continue;
-    vd_lin_piece_at(lt, tp && tp[i] != NONE ? tp[i] : (uint32_t)v->leaf_piece, v->replica, v->plo, v->phi);
+    vd_lin_piece_at(lt, tp && tp[i] != NONE ? tp[i] : (uint32_t)v->leaf_piece, v->replica + dr, v->plo, v->phi);
   }
   vd_stage_target *tg = &w->targets[0];
   const vd_stage_value *tv = &st->vals[st->idx[tg->piece_off + 1]];
@@ -1291,6 +1350,322 @@ static vd_rc mb_family(cctx *c, size_t a, size_t b, size_t s0) {
   return VD_OK;
 }
 
+/* ---- sums by part ------------------------------------------------------------
+ *
+ * A target that is a sum of n parts, one per (replica, microbatch) that ran
+ * the same backward on other batch rows (a weight gradient annotated per
+ * replica and microbatch), is proven part by part instead of in one stage
+ * holding all n contributions (docs/verifier.md section 2, "Sums by part").
+ * The members of the slice group are bucketed by (replica d, microbatch m);
+ * each bucket must hold exactly one part index and every part one bucket.
+ * A bucket's stage claims that each of its pieces equals the single target
+ * computed on the bucket's rows only: the node producing the single target
+ * sums over rows (vd_op_eqv.sum_outs), and vd_stage_window (sum_mode) cuts
+ * its row input to the rows the bucket's hypotheses hold along exactly one
+ * row dimension, [lo, hi).  One bucket's stage stands for the buckets it
+ * translates to (other replicas when no collective spans replicas and every
+ * hypothesis is a piece for all replicas; other microbatches by tau_m, as in
+ * mb_family), whose windows move by a common amount per replica (A) and per
+ * microbatch (B); any other bucket is cut on its own.  Then the windows of
+ * all buckets must tile the row dimension exactly once.
+ *
+ * SOUNDNESS: every piece of part k equals S_W(k) = sum over the rows of W(k)
+ * of phi(row) (the node's summed output on those rows; the windowed single
+ * side computes exactly the rows of the whole computation, section 5), and
+ * the W(k) partition the rows, so the sum over k of one piece per part is
+ * sum over all rows of phi(row) = the single target, and pieces of one part
+ * equal each other.  Parts and buckets correspond one to one, so no part is
+ * missed or counted twice.  Whatever fails (a bucket that does not window,
+ * windows that overlap or leave a gap, a structural issue) rolls the group
+ * back to the one stage holding every part. */
+
+typedef struct {
+  int64_t k;          /* part index, -1 before the first member */
+  uint32_t first, n;  /* members sm[first .. first+n) */
+  int64_t lo, hi;     /* row window, once covered */
+  uint8_t covered;
+} sbucket_t;
+
+typedef struct {
+  uint32_t piece;
+  int32_t rep;
+} smember_t;
+
+static int smember_cmp(const void *a, const void *b) {
+  const smember_t *x = a, *y = b;
+  if (x->piece != y->piece) return x->piece < y->piece ? -1 : 1;
+  return (x->rep > y->rep) - (x->rep < y->rep);
+}
+
+/* Whether bucket (d, m) holds exactly the translates of the members of the
+ * representative bucket (at replica d0, microbatch m0): the piece of the
+ * translated value in replica d for each of them. */
+static int bucket_is_translate(cctx *c, const smember_t *sm, const sbucket_t *rb, const sbucket_t *tb, int32_t d,
+                               int32_t m0, int32_t m, smember_t *tmp, size_t a, size_t b) {
+  const vd_lin_table *lt = c->lt;
+  if (tb->n != rb->n || tb->covered) return 0;
+  for (uint32_t i = 0; i < rb->n; i++) {
+    const vd_lin_piece *p = &lt->pieces[sm[rb->first + i].piece];
+    uint32_t tv = m == m0 ? p->value : tr_value(c, p->value, m0, m);
+    if (tv == NONE) return 0;
+    int32_t q = vd_lin_piece_of(lt, tv, d);
+    if (q < 0 || (size_t)q < a || (size_t)q >= b) return 0;
+    tmp[i] = (smember_t){(uint32_t)q, d};
+  }
+  qsort(tmp, rb->n, sizeof(*tmp), smember_cmp);
+  for (uint32_t i = 0; i < rb->n; i++)
+    if (tmp[i].piece != sm[tb->first + i].piece || tmp[i].rep != sm[tb->first + i].rep) return 0;
+  return 1;
+}
+
+/* Window of st's sum with its hypotheses translated (c->tp when tp, replica
+ * + dr): *same when every windowed shape and slice equals st's, and *lo the
+ * translated window's start. */
+static vd_rc sum_window_at(cctx *c, const vd_stage *st, const uint32_t *tp, int32_t dr, int *same, int64_t *lo) {
+  vd_stage w = {0};
+  vd_rc rc = window_copy_r(c, st, tp, st->idx[st->targets[0].piece_off], dr, &w);
+  *same = 0;
+  if (rc == VD_OK && w.sum_ok && w.sum_dim == st->sum_dim && w.sum_svalue == st->sum_svalue &&
+      w.sum_hi - w.sum_lo == st->sum_hi - st->sum_lo) {
+    int eq = !memcmp(w.targets[0].blo, st->targets[0].blo, sizeof(w.targets[0].blo)) &&
+             !memcmp(w.targets[0].bhi, st->targets[0].bhi, sizeof(w.targets[0].bhi));
+    for (uint32_t i = 0; i < st->n_vals && eq; i++) {
+      const vd_stage_value *x = &st->vals[i], *y = &w.vals[i];
+      eq = !memcmp(x->shape, y->shape, sizeof(x->shape)) && !memcmp(x->plo, y->plo, sizeof(x->plo)) &&
+           !memcmp(x->phi, y->phi, sizeof(x->phi));
+    }
+    *same = eq;
+    *lo = w.sum_lo;
+  }
+  vd_free(w.vals);
+  vd_free(w.targets);
+  return rc;
+}
+
+/* Whether the stage of replica d0 is literally the stage of every replica up
+ * to where its slices sit (replica_uniform's conditions (a) and (b)). */
+static int sum_rep_ok(const cctx *c, const vd_stage *st) {
+  if (c->D < 2) return 0;
+  for (uint32_t i = 0; i < st->n_nodes; i++)
+    if (st->nodes[i].side && is_span(c, &c->gp->nodes[st->nodes[i].gnode])) return 0;
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    const vd_stage_value *v = &st->vals[i];
+    if (v->side && v->producer < 0 && v->leaf_piece >= 0 && !c->lt->pieces[v->leaf_piece].all_rep) return 0;
+  }
+  return 1;
+}
+
+static int i64_pair_cmp(const void *a, const void *b) {
+  const int64_t *x = a, *y = b;
+  if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
+  return (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+typedef struct {
+  smember_t *sm;
+  sbucket_t *bk;
+  smember_t *tmp;
+  int32_t *mset;
+  int64_t *win;
+  uint8_t *seen;
+} sum_scratch;
+
+static void sum_scratch_free(sum_scratch *x) {
+  vd_free(x->sm);
+  vd_free(x->bk);
+  vd_free(x->tmp);
+  vd_free(x->mset);
+  vd_free(x->win);
+  vd_free(x->seen);
+}
+
+/* Cuts the representative of bucket rb (replica d0, microbatch m0) and
+ * covers the buckets it stands for.  *ok = 0: roll the group back. */
+static vd_rc sum_bucket(cctx *c, uint32_t li, size_t a, size_t b, sum_scratch *x, uint32_t nmk, int32_t d0,
+                        int32_t m0, int64_t n, int *ok) {
+  const vd_lin_table *lt = c->lt;
+  sbucket_t *bk = x->bk;
+  sbucket_t *rb = &bk[(size_t)d0 * nmk + (uint32_t)(m0 + 1)];
+  int64_t sid;
+  *ok = 0;
+  c->n_mem = 0;
+  for (uint32_t i = 0; i < rb->n; i++) VD_CHECK(add_member(c, x->sm[rb->first + i].piece, x->sm[rb->first + i].rep));
+  VD_CHECK(cut_target(c, li, &sid));
+  if (sid < 0) return VD_OK;
+  vd_stage *st = &c->set->stages[sid];
+  st->sum_mode = 1;
+  VD_CHECK(vd_stage_window(lt, st, c->d));
+  if (!st->sum_ok) return VD_OK;
+  st->targets[0].part_n = 1;
+  st->sum_parts = n;
+  st->cut_part = rb->k;
+  note_cut(c, sid, li, a, b, -3);
+  /* Replicas: all of them, or d0 alone; a step of one replica moves the
+   * window by A. */
+  int32_t nd = 1, dstep = 0;
+  int64_t A = 0, B = 0;
+  if (sum_rep_ok(c, st)) {
+    int32_t d1 = d0 + 1 < (int32_t)c->D ? d0 + 1 : d0 - 1;
+    int same;
+    int64_t lo1;
+    VD_CHECK(sum_window_at(c, st, NULL, d1 - d0, &same, &lo1));
+    if (same && (lo1 - st->sum_lo) % (d1 - d0) == 0) {
+      A = (lo1 - st->sum_lo) / (d1 - d0);
+      nd = (int32_t)c->D;
+      dstep = 1;
+    }
+  }
+  int32_t dlo = dstep ? 0 : d0;
+  /* Microbatches: m0 and every m whose buckets (in every replica covered)
+   * are translates; the first one fixes B (the window moves by a common
+   * amount per microbatch, checked once as in mb_family). */
+  uint32_t nms = 0;
+  x->mset[nms++] = m0;
+  int windows_checked = 0;
+  for (int32_t m = 0; c->mb_ok && m0 >= 0 && m < (int32_t)c->nm; m++) {
+    if (m == m0) continue;
+    if (VD_GROW(c->tp, c->cap_tp, st->n_vals + 1)) return VD_OOM(c->d);
+    if (!stage_translates(c, st, m0, m)) continue;
+    int all = 1;
+    for (int32_t d = dlo; d < dlo + nd && all; d++)
+      all = bucket_is_translate(c, x->sm, rb, &bk[(size_t)d * nmk + (uint32_t)(m + 1)], d, m0, m, x->tmp, a, b);
+    if (!all) continue;
+    if (!windows_checked) {
+      int same;
+      int64_t lom;
+      VD_CHECK(sum_window_at(c, st, c->tp, 0, &same, &lom));
+      if (!same || (lom - st->sum_lo) % (m - m0)) break; /* the slices move inside a window, at every m */
+      B = (lom - st->sum_lo) / (m - m0);
+      windows_checked = 1;
+    }
+    x->mset[nms++] = m;
+  }
+  /* The replicas' own buckets at m0. */
+  for (int32_t d = dlo; d < dlo + nd; d++)
+    if (d != d0 && !bucket_is_translate(c, x->sm, rb, &bk[(size_t)d * nmk + (uint32_t)(m0 + 1)], d, m0, m0, x->tmp, a, b))
+      return VD_OK;
+  int64_t w = st->sum_hi - st->sum_lo;
+  for (uint32_t q = 0; q < nms; q++)
+    for (int32_t d = dlo; d < dlo + nd; d++) {
+      sbucket_t *t = &bk[(size_t)d * nmk + (uint32_t)(x->mset[q] + 1)];
+      t->covered = 1;
+      t->lo = st->sum_lo + (int64_t)(d - d0) * A + (int64_t)(x->mset[q] - m0) * B;
+      t->hi = t->lo + w;
+    }
+  st->n_rep = (uint32_t)nd;
+  if (nms > 1) {
+    st->n_mb = nms;
+    st->mb_list = vd_malloc(nms * sizeof(*st->mb_list));
+    if (!st->mb_list) return VD_OOM(c->d);
+    memcpy(st->mb_list, x->mset, nms * sizeof(*x->mset));
+  }
+  *ok = 1;
+  return VD_OK;
+}
+
+/* Tries slice group [a, b) of lineage li as a sum by part; *done = 1 when it
+ * was cut that way, 0 when nothing was left behind (the caller cuts it as
+ * one stage). */
+static vd_rc cut_sum_group(cctx *c, uint32_t li, size_t a, size_t b, int *done) {
+  const vd_lin_table *lt = c->lt;
+  vd_stage_set *set = c->set;
+  int64_t n = lt->pieces[a].part_n;
+  uint32_t D = c->D, nmk = c->nm + 1;
+  *done = 0;
+  if (n < 2 || n > (int64_t)D * nmk) return VD_OK;
+  size_t cnt = 0;
+  for (size_t i = a; i < b; i++) {
+    if (vd_lin_piece_moves(lt, (uint32_t)i) || lt->pieces[i].mb >= (int32_t)c->nm) return VD_OK;
+    cnt += lt->pieces[i].all_rep ? D : 1;
+  }
+  sum_scratch x = {0};
+  size_t nb = (size_t)D * nmk;
+  vd_rc rc = VD_OK;
+  x.sm = vd_malloc(cnt * sizeof(*x.sm));
+  x.bk = vd_calloc(nb, sizeof(*x.bk));
+  x.tmp = vd_malloc(cnt * sizeof(*x.tmp));
+  x.mset = vd_malloc(nmk * sizeof(*x.mset));
+  x.win = vd_malloc(2 * (size_t)n * sizeof(*x.win));
+  x.seen = vd_calloc((size_t)n, 1);
+  if (!x.sm || !x.bk || !x.tmp || !x.mset || !x.win || !x.seen) {
+    sum_scratch_free(&x);
+    return VD_OOM(c->d);
+  }
+  /* Buckets by (replica, microbatch), members sorted by (piece, replica). */
+  for (size_t i = 0; i < nb; i++) x.bk[i].k = -1;
+  int good = 1;
+  for (size_t i = a; i < b && good; i++) {
+    const vd_lin_piece *p = &lt->pieces[i];
+    for (uint32_t r = p->all_rep ? 0 : (uint32_t)p->replica; r < (p->all_rep ? D : (uint32_t)p->replica + 1); r++) {
+      sbucket_t *t = &x.bk[(size_t)r * nmk + (uint32_t)(p->mb + 1)];
+      if (t->k >= 0 && t->k != p->part_k) good = 0;
+      t->k = p->part_k;
+      t->n++;
+    }
+  }
+  size_t nfull = 0, off = 0;
+  for (size_t i = 0; i < nb && good; i++) {
+    if (!x.bk[i].n) continue;
+    int64_t k = x.bk[i].k;
+    if (k < 0 || k >= n || x.seen[k]) good = 0;
+    else x.seen[k] = 1;
+    x.bk[i].first = (uint32_t)off;
+    off += x.bk[i].n;
+    x.bk[i].n = 0;
+    nfull++;
+  }
+  if (!good || nfull != (size_t)n) {
+    sum_scratch_free(&x);
+    return VD_OK;
+  }
+  for (size_t i = a; i < b; i++) {
+    const vd_lin_piece *p = &lt->pieces[i];
+    for (uint32_t r = p->all_rep ? 0 : (uint32_t)p->replica; r < (p->all_rep ? D : (uint32_t)p->replica + 1); r++) {
+      sbucket_t *t = &x.bk[(size_t)r * nmk + (uint32_t)(p->mb + 1)];
+      x.sm[t->first + t->n++] = (smember_t){(uint32_t)i, (int32_t)r};
+    }
+  }
+  /* (pieces come in order, so each bucket is sorted by (piece, replica)) */
+  size_t s0 = set->n_stages, i0 = set->n_issues;
+  c->log_nolin = 1;
+  c->n_nolin_log = 0;
+  int ok = 1;
+  for (size_t i = 0; i < nb && ok && rc == VD_OK; i++) {
+    if (!x.bk[i].n || x.bk[i].covered) continue;
+    rc = sum_bucket(c, li, a, b, &x, nmk, (int32_t)(i / nmk), (int32_t)(i % nmk) - 1, n, &ok);
+  }
+  if (rc == VD_OK && ok) {
+    /* every representative windows the same single value and dimension */
+    for (size_t s = s0 + 1; s < set->n_stages && ok; s++)
+      ok = set->stages[s].sum_svalue == set->stages[s0].sum_svalue &&
+           set->stages[s].sum_dim == set->stages[s0].sum_dim;
+    size_t q = 0;
+    for (size_t i = 0; i < nb; i++)
+      if (x.bk[i].n) {
+        x.win[2 * q] = x.bk[i].lo;
+        x.win[2 * q + 1] = x.bk[i].hi;
+        q++;
+      }
+    qsort(x.win, q, 2 * sizeof(*x.win), i64_pair_cmp);
+    int64_t at = 0;
+    for (size_t i = 0; i < q && ok; i++) {
+      ok = x.win[2 * i] == at && x.win[2 * i + 1] > at;
+      at = x.win[2 * i + 1];
+    }
+    ok = ok && set->n_stages > s0 && at == set->stages[s0].sum_ext;
+  }
+  c->log_nolin = 0;
+  if (rc == VD_OK && !ok) {
+    /* roll back: no stage, no issue, no nolin mark of the try survives */
+    while (set->n_stages > s0) drop_last(c);
+    set->n_issues = i0;
+    for (size_t i = 0; i < c->n_nolin_log; i++) c->nolin[c->nolin_log[i]] = 0;
+  }
+  *done = rc == VD_OK && ok;
+  sum_scratch_free(&x);
+  return rc;
+}
+
 /* Slice groups (first piece per piece) and, with microbatches, the Gp
  * instance of every plan node per microbatch. */
 static vd_rc prepare_groups(cctx *c) {
@@ -1346,9 +1721,13 @@ static vd_rc cut_all(cctx *c) {
         b++;
       if (!c->done[a]) {
         size_t s0 = c->set->n_stages;
+        int sum = 0;
         c->done[a] = 1;
-        VD_CHECK(cut_group(c, li, a, b));
-        VD_CHECK(mb_family(c, a, b, s0));
+        VD_CHECK(cut_sum_group(c, li, a, b, &sum));
+        if (!sum) {
+          VD_CHECK(cut_group(c, li, a, b));
+          VD_CHECK(mb_family(c, a, b, s0));
+        }
         for (size_t k = s0; c->hook && k < c->set->n_stages; k++) VD_CHECK(c->hook(c->hook_ctx, c->set, k, c->d));
       }
       a = b;
@@ -1399,6 +1778,7 @@ static void ctx_free(cctx *c) {
   vd_free(c->grp);
   vd_free(c->done);
   vd_free(c->tp);
+  vd_free(c->nolin_log);
   cone_free(&c->pc);
   cone_free(&c->sc);
 }
@@ -1468,13 +1848,31 @@ vd_rc vd_stage_recut(const vd_lin_table *lt, vd_stage_set *set, size_t i, vd_dia
   ctx_init(&c, lt, &tmp, d);
   int64_t sid = -1;
   vd_rc rc = prepare(&c);
-  if (!rc) rc = group_members(&c, st->cut_a, st->cut_b, st->cut_mode);
+  if (!rc && st->cut_mode == -3) { /* one part of a sum by part: its pieces in every replica they name */
+    for (size_t k = st->cut_a; k < st->cut_b && !rc; k++) {
+      const vd_lin_piece *p = &lt->pieces[k];
+      if (p->part_k != st->cut_part) continue;
+      for (uint32_t r = p->all_rep ? 0 : (uint32_t)p->replica; r < (p->all_rep ? c.D : (uint32_t)p->replica + 1) && !rc;
+           r++)
+        rc = add_member(&c, (uint32_t)k, (int32_t)r);
+    }
+  } else if (!rc) {
+    rc = group_members(&c, st->cut_a, st->cut_b, st->cut_mode);
+  }
   if (!rc) rc = cut_target(&c, st->cut_lin, &sid);
   if (!rc && sid != 0)
     rc = VD_ERR(d, VD_EINTERNAL, NULL, "stage", "recut", "stage %u could not be cut again", st->id);
-  if (!rc) rc = vd_stage_window(lt, &tmp.stages[0], d);
+  if (!rc) {
+    tmp.stages[0].sum_mode = st->sum_mode;
+    rc = vd_stage_window(lt, &tmp.stages[0], d);
+  }
+  if (!rc && st->sum_mode && !tmp.stages[0].sum_ok)
+    rc = VD_ERR(d, VD_EINTERNAL, NULL, "stage", "recut", "stage %u: the sum by part did not window again", st->id);
   if (!rc) {
     vd_stage *n = &tmp.stages[0];
+    if (st->sum_mode) n->targets[0].part_n = 1;
+    n->sum_parts = st->sum_parts;
+    n->cut_part = st->cut_part;
     n->id = st->id;
     n->n_rep = st->n_rep;
     n->n_mb = st->n_mb;

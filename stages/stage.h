@@ -115,6 +115,19 @@ typedef struct vd_stage {
   int32_t cut_mode;
   uint8_t compact;       /* body freed by vd_stage_compact: only the target (with its
                             pieces at idx[0..]) and the counts are left */
+  /* Sums by part (stages/cut.c, docs/verifier.md section 2): the stage proves
+   * that every piece of ONE part of a sum target equals the single target
+   * computed on that part's rows only (its target's part_n is 1; sum_parts
+   * is the sum's part count, cut_part the part).  sum_mode asks
+   * vd_stage_window for the row window of the node producing the target
+   * (a sum over rows, vd_op_eqv.sum_outs); it sets sum_ok and the window
+   * [sum_lo, sum_hi) of dimension sum_dim of Gs value sum_svalue, whose full
+   * extent is sum_ext (the only row dimension not taken whole). */
+  uint8_t sum_mode, sum_ok;
+  int32_t sum_dim;
+  uint32_t sum_svalue;
+  int64_t sum_lo, sum_hi, sum_ext;
+  int64_t sum_parts, cut_part;
 } vd_stage;
 
 typedef struct {

@@ -31,6 +31,13 @@
  * stay what they are; the single side they are compared with has its
  * positional dimensions pinned, so a wrong offset is still a wrong value.
  *
+ * Sums by part (st->sum_mode, stages/cut.c): the node producing the target
+ * is a row sum (vd_op_eqv.sum_outs); its row dimensions are linked like the
+ * bwd0 form, its summed output pinned whole, and the window of its row input
+ * is reported (sum_ok, sum_lo/hi/ext) when exactly one row dimension is cut:
+ * the target is then the sum over the window's rows only, which is what
+ * such a stage claims; cut.c checks that the parts' windows tile the rows.
+ *
  * Not here: which operator qualifies (ops/ops_eqv.c); shape reduction, which
  * runs afterwards on the windowed shapes (shape.c).
  */
@@ -50,6 +57,10 @@ typedef struct {
   uint8_t bcast_out; /* the node's MIN2 output dimensions are broadcasts (vd_op_eqv) */
   const vd_stage *st;
   const uint32_t *in, *out;
+  int64_t sum_node;  /* sum by part: the single node producing the target, or -1 */
+  uint32_t sum_out;  /* its summed output (the target) */
+  uint32_t sum_v;    /* its first row input (stage-local), UINT32_MAX if none */
+  int32_t sum_lead;  /* the row dimensions of sum_v: 0..sum_lead-1 */
 } wctx;
 
 #define DIM(v, j) ((v) * (uint32_t)VD_MAX_DIMS + (uint32_t)(j))
@@ -230,12 +241,16 @@ static vd_rc visit_node(wctx *w, const vd_lin_table *lt, const vd_stage *st, uin
     for (uint32_t k = 0; k < n->n_out; k++) pin_value(w, out[k]);
     return VD_OK;
   }
-  if (e->bwd0_rows && n->n_out >= 2 && only_rows_live(st, i, e->row_outs)) {
+  int sum_here = w->sum_node == (int64_t)i;
+  if (e->bwd0_rows && n->n_out >= 2 &&
+      (sum_here || only_rows_live(st, i, e->row_outs))) {
     /* Only the input gradient (and the row outputs) are used: rows of the
      * inputs in bwd0_rows, of output 0 and of the row outputs are linked
      * (all dimensions but the last); the rest is pinned.  The dead weight
      * gradients become sums over the window's rows, which nothing in the
-     * stage reads. */
+     * stage reads.  The node of a sum by part (sum_here) has its summed
+     * output live as the target: it is pinned whole and is the sum over the
+     * window's rows, which is what that stage claims (cut.c). */
     const vd_stage_value *o = &st->vals[out[0]];
     int32_t lead = o->ndim - 1;
     for (uint32_t k = 0; k < n->n_in; k++) {
@@ -245,10 +260,15 @@ static vd_rc visit_node(wctx *w, const vd_lin_table *lt, const vd_stage *st, uin
           if (j < lead && v->shape[j] == o->shape[j]) unite(w, DIM(in[k], j), DIM(out[0], j));
           else w->pin[DIM(in[k], j)] = 1;
         }
+        if (sum_here && w->sum_v == UINT32_MAX) {
+          w->sum_v = in[k];
+          w->sum_lead = lead;
+        }
         continue;
       }
       pin_value(w, in[k]);
     }
+    if (sum_here) pin_value(w, out[w->sum_out]);
     for (uint32_t k = 1; k < n->n_out && k < 8; k++) {
       if (!(e->row_outs >> k & 1)) continue;
       const vd_stage_value *v = &st->vals[out[k]];
@@ -309,6 +329,53 @@ static void hull_k(wctx *w, int64_t *lo, int64_t *hi, uint8_t *any, uint32_t x, 
   hull(lo, hi, any, r, a / k, b / k);
 }
 
+/* Sum by part: the single node producing the stage's one target when that
+ * target is a summed output (vd_op_eqv.sum_outs) of a node with row inputs
+ * and no other summed output is used in the stage.  Otherwise none: the
+ * stage is windowed as usual and sum_ok stays 0. */
+static void sum_node(wctx *w, const vd_stage *st) {
+  if (st->n_targets != 1 || st->targets[0].svalue < 0) return;
+  const vd_stage_value *t = &st->vals[st->targets[0].svalue];
+  if (t->side || t->producer < 0) return;
+  uint32_t i = (uint32_t)t->producer;
+  const vd_stage_node *n = &st->nodes[i];
+  if (n->side || n->op < 0 || n->op >= VD_OP__COUNT || n->n_in > 64 || n->n_out > 64 || n->n_out < 2) return;
+  const vd_op_eqv *e = vd_op_eqv_of((vd_op_id)n->op);
+  if (e->kind != VD_EQV_RULE || !e->bwd0_rows || !e->sum_outs) return;
+  for (uint32_t o = 1; o < n->n_out && o < 8; o++) {
+    if (st->idx[n->out_off + o] != (uint32_t)st->targets[0].svalue) continue;
+    if (!(e->sum_outs >> o & 1) || !only_rows_live(st, i, (uint8_t)(e->row_outs | 1u << o))) return;
+    w->sum_node = i;
+    w->sum_out = o;
+    return;
+  }
+}
+
+/* After windowing: the window of the sum's row input.  Exactly one row
+ * dimension may be cut (the others are whole), and no two row dimensions
+ * may share a class; then the target is the sum over the rows of that
+ * window (times the whole other row dimensions) and sum_ok is set. */
+static void sum_window(wctx *w, const vd_lin_table *lt, vd_stage *st) {
+  const vd_stage_value *v = &st->vals[w->sum_v];
+  if (!lt || !lt->gs || !lt->gs->plan || v->value >= lt->gs->n_values) return;
+  const vd_tensor_t *t = &lt->gs->plan->tensors[lt->gs->values[v->value].tensor];
+  int32_t cut = -1;
+  for (int32_t j = 0; j < w->sum_lead && j < v->ndim; j++) {
+    for (int32_t q = 0; q < j; q++)
+      if (find(w, DIM(w->sum_v, j)) == find(w, DIM(w->sum_v, q))) return;
+    if (v->woff[j] == 0 && v->shape[j] == t->shape[j]) continue;
+    if (cut >= 0) return;
+    cut = j;
+  }
+  if (cut < 0) return;
+  st->sum_ok = 1;
+  st->sum_dim = cut;
+  st->sum_svalue = v->value;
+  st->sum_lo = v->woff[cut];
+  st->sum_hi = v->woff[cut] + v->shape[cut];
+  st->sum_ext = t->shape[cut];
+}
+
 vd_rc vd_stage_window(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
   uint32_t nd = st->n_vals * (uint32_t)VD_MAX_DIMS;
   wctx w = {0};
@@ -328,6 +395,10 @@ vd_rc vd_stage_window(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
     goto done;
   }
   for (uint32_t i = 0; i < nd; i++) w.par[i] = i, w.k[i] = 1;
+  w.sum_node = -1;
+  w.sum_v = UINT32_MAX;
+  st->sum_ok = 0;
+  if (st->sum_mode) sum_node(&w, st);
   for (uint32_t i = 0; i < st->n_nodes; i++)
     if (st->nodes[i].side == 0 && (rc = visit_node(&w, lt, st, i, d)) != VD_OK) goto done;
   for (uint32_t i = 0; i < nd; i++)
@@ -365,6 +436,7 @@ vd_rc vd_stage_window(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
       v->rshape[j] = v->shape[j];
     }
   }
+  if (w.sum_v != UINT32_MAX) sum_window(&w, lt, st);
   for (uint32_t i = 0; i < st->n_vals; i++) {
     vd_stage_value *v = &st->vals[i];
     if (!v->side || v->producer >= 0 || v->hyp_svalue < 0 || !v->has_pslice) continue;

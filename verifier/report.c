@@ -317,6 +317,9 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   if (r->n_represented > r->set.n_stages)
     fprintf(f, "  replica and microbatch symmetry: the %zu stages stand for %zu per-replica, per-microbatch stages\n", r->set.n_stages,
             r->n_represented);
+  if (r->n_sum_stages)
+    fprintf(f, "  sums by part: %zu stages prove %zu parts of gradient sums, each on its own batch rows\n", r->n_sum_stages,
+            r->n_sum_parts);
   if (r->n_issues_dropped)
     fprintf(f, "  structural problems: %zu (%zu listed)\n", r->n_issues + r->n_issues_dropped, r->n_issues);
   else if (r->n_issues)
@@ -701,6 +704,9 @@ vd_rc vd_report_stages(const vd_run *r, const char *path, vd_diag *d) {
             v ? (v->verdict == VD_SMT_EQUIVALENT ? " equivalent" : v->verdict == VD_SMT_NOT_EQUIVALENT ? " NOT-EQUIVALENT" : " inconclusive") : "");
     if (st->n_rep > 1) fprintf(f, " (stands for %u replicas)", st->n_rep);
     if (st->n_mb > 1) fprintf(f, " (stands for %u microbatches)", st->n_mb);
+    if (st->sum_parts)
+      fprintf(f, " (part %lld of a sum of %lld by part, rows [%lld, %lld) of %lld)", (long long)st->cut_part,
+              (long long)st->sum_parts, (long long)st->sum_lo, (long long)st->sum_hi, (long long)st->sum_ext);
     fputc('\n', f);
     for (uint32_t t = 0; t < st->n_targets; t++) {
       const vd_stage_target *tg = &st->targets[t];

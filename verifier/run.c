@@ -507,10 +507,15 @@ static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   if (rc != VD_OK) return rc;
   vd_progress_phase(&r->prog, "symmetry classes");
   r->n_represented = 0;
+  r->n_sum_stages = r->n_sum_parts = 0;
   for (size_t i = 0; i < r->set.n_stages; i++) {
     const vd_stage *st = &r->set.stages[i];
     r->n_represented += (size_t)(st->n_rep ? st->n_rep : 1) * (st->n_mb ? st->n_mb : 1);
     r->n_reduced += st->reduced;
+    if (st->sum_parts) {
+      r->n_sum_stages++;
+      r->n_sum_parts += (size_t)(st->n_rep ? st->n_rep : 1) * (st->n_mb ? st->n_mb : 1);
+    }
   }
   r->phase_s[VD_RUN_STAGES] += vd_clock_s() - t;
 

@@ -254,9 +254,26 @@ static void test_gen_pairs_clean(void **st_) {
     /* every target is proven once: by its own stage, or by replica 0's stage
      * standing for all replicas (n_rep), or by microbatch m0's stage standing
      * for the same group in other microbatches (n_mb) */
-    size_t represented = 0, n_mb_stages = 0;
+    /* A sum by part stands for n_rep x n_mb of its group's parts; the
+     * group's stages together stand for every part once, and the group is
+     * one target. */
+    size_t represented = 0, n_mb_stages = 0, parts = 0, parts_needed = 0;
     for (size_t s = 0; s < x.set.n_stages; s++) {
       const vd_stage *st = &x.set.stages[s];
+      if (st->sum_parts) {
+        assert_int_equal(st->targets[0].part_n, 1);
+        parts += (size_t)st->n_rep * st->n_mb;
+        int first = 1;
+        for (size_t q = 0; q < s; q++)
+          if (x.set.stages[q].sum_parts && x.set.stages[q].cut_lin == st->cut_lin && x.set.stages[q].cut_a == st->cut_a)
+            first = 0;
+        if (first) {
+          parts_needed += (size_t)st->sum_parts;
+          represented++;
+        }
+        n_mb_stages += st->n_mb > 1;
+        continue;
+      }
       represented += (vd_lin_piece_moves(&x.lt, st->idx[st->targets[0].piece_off]) ? st->n_rep : 1) * st->n_mb;
       assert_true(st->n_mb >= 1 && st->n_mb <= (uint32_t)x.p.world.nm);
       n_mb_stages += st->n_mb > 1;
@@ -264,6 +281,7 @@ static void test_gen_pairs_clean(void **st_) {
     /* nm 2: the per-microbatch activations' stages are cut once */
     assert_true(n_mb_stages > 0);
     assert_int_equal(represented, n_targets);
+    assert_int_equal(parts, parts_needed);
     for (size_t s = 0; s < x.set.n_stages; s++) check_stage(&x.set.stages[s]);
     pair_free(&x);
   }

@@ -1,0 +1,37 @@
+# Issue 15: a weight gradient annotated per replica and microbatch (a sum of
+# dp x nm parts) is proven part by part (docs/verifier.md section 2, "Sums by
+# part"): each part's stage on its own batch rows, one stage per class of
+# parts, plus the check that the parts' rows tile the batch.  A bug confined
+# to the weight-gradient contribution of one late microbatch on one late
+# stored rank (a stale saved activation: the input gradient is unchanged) is
+# seen only by that part's proof; it must be caught and reported with that
+# rank and microbatch.  If the odd part were taken as a translate of part 0
+# (its proof skipped), the plan would pass and this test fail.
+. "$(dirname "$0")/lib.sh"
+set -e
+"$VERDICT" gen --model llama3 --layers 2 --hidden 16 --heads 4 --seq 8 --batch 1024 \
+  --dp 64 --tp 2 --pp 2 --nm 16 --single "$TMP/s.plan" --parallel "$TMP/p.plan" >/dev/null
+json() { python3 -c "import json,sys; d=json.load(open('$TMP/r.json')); print(eval(sys.argv[1]))" "$1"; }
+expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan" --dump-stages "$TMP/stages.txt"
+expect_in "^EQUIVALENT" "$TMP/out"
+expect_in "sums by part: [0-9]* stages prove [0-9]* parts" "$TMP/out"
+# every weight gradient of the FFN down projection is a sum of 1024 parts,
+# proven by one stage per (rank, slice) standing for all 64 replicas and 16
+# microbatches, on one batch row of 1024
+grep -A1 "part 0 of a sum of 1024 by part, rows \[0, 1) of 1024" "$TMP/stages.txt" | \
+  grep -q "target 'layers.1.ffn.down.weight.grad'" || fail "ffn.down weight gradient not proven by part"
+grep "layers.1.ffn.down.weight.grad" "$TMP/stages.txt" | grep -q "parts 1024" && \
+  fail "ffn.down weight gradient still proven as one stage of 1024 parts"
+# the stale activation in microbatch 15 on stored rank 3 (every replica's rank 3)
+/usr/bin/python3 "$(dirname "$0")/stale_wgrad_mutant.py" "$TMP/p.plan" "$TMP/b.plan" 3 1 15 || fail "mutant"
+expect_exit 0 "$VERDICT" plan validate "$TMP/b.plan"
+expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/b.plan" --json "$TMP/r.json"
+expect_in "^NOT EQUIVALENT" "$TMP/out"
+[ "$(json "len(d['failures'])")" = 1 ] || fail "stale wgrad: $(json "len(d['failures'])") failures"
+[ "$(json "d['failures'][0]['microbatches']")" = "[15]" ] || \
+  fail "stale wgrad microbatch: $(json "d['failures'][0]['microbatches']")"
+[ "$(json "d['failures'][0]['ranks']")" = "[3]" ] || fail "stale wgrad ranks: $(json "d['failures'][0]['ranks']")"
+[ "$(json "d['failures'][0]['replicas']")" = 64 ] || fail "stale wgrad: not every replica's rank 3"
+expect_in "target: single 'layers.1.ffn.down.weight.grad'" "$TMP/out"
+expect_in "rank 3 mb 15 linear_backward 'layers.1.ffn.down'" "$TMP/out"
+echo "ok dp64 nm16: weight gradients proven by part; a stale activation in mb 15 on rank 3 caught there"
