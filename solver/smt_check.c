@@ -1373,6 +1373,22 @@ vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
     uint64_t full = vd_smt_i_nf_budget(s);
     uint64_t probe = (full ? full : VD_SMT_DEFAULT_NF_STEPS) / 8;
     int decided = 0;
+    if (vd_smt_i_witness_first(s)) {
+      /* A stage that is probably failing: the witness before any normal
+       * form.  Found: a genuine counterexample (see witness); not found:
+       * nothing is concluded and the check goes on as usual. */
+      for (size_t i = 0; i < n; i++) open[i] = i;
+      rc = run_job(s, par, single, open, n, JOB_WITNESS, left_ms(wall, t_end), res, d);
+      if (rc == VD_OK && (res->verdict == VD_SMT_NOT_EQUIVALENT || res->limit == VD_SMT_LIMIT_WALL)) {
+        /* A difference, or the wall clock spent: the check ends here. */
+        res->ms_fast = vd_clock_ms() - t0;
+        goto done;
+      }
+      if (rc != VD_OK) goto done;
+      vd_smt_result_free(res);
+      memset(res, 0, sizeof(*res));
+      res->verdict = VD_SMT_INCONCLUSIVE;
+    }
     /* Pass 0 (linear combinations of shared subterms: a walk of the sum
      * trees, no normalisation) first, on the full budget: a large correct
      * stage it proves (the MoE gate weight gradient over 256 microbatch
