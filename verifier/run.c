@@ -555,6 +555,9 @@ vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
 
 static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   double t = vd_clock_s();
+  /* The phases before solving (lineage validation) use OpenMP's default
+   * team: the solver's thread count. */
+  if (o->threads > 0) omp_set_num_threads(o->threads);
   vd_progress_phase(&r->prog, "loading the plans");
   VD_CHECK(load_plan(o->sm, VD_PLAN_SINGLE, &r->sp, d));
   VD_CHECK(load_plan(o->pm, VD_PLAN_PARALLEL, &r->pp, d));
