@@ -86,9 +86,11 @@ test: deps
 	$(MAKE) soundness
 	$(MAKE) fuzz-short
 
-# No module includes a header of a module above it (order in the script).
+# No module includes a header of a module above it (order in the script),
+# and no file keeps the markers of an unresolved merge.
 lint:
 	@sh tools/check_layers.sh
+	@sh tools/check_merge_markers.sh
 
 # The bug-injection suite (docs/bugs.md): every class injected, caught by the
 # numeric executor and by the verifier with the expected diagnosis; every

@@ -211,7 +211,24 @@ struct vd_op_encode_call {
   const vd_smt_tensor *const *in;
   vd_smt_tensor *const *out;
   vd_diag *diag;
+  /* The full-size shapes of the operands when the stage is reduced, NULL
+   * otherwise: a contraction of n reduced terms that stand for N full-size
+   * terms is multiplied by N/n (docs/shape-reduction.md, COUNT), so a sum
+   * of a repeated term carries the full-size count. */
+  const vd_op_shape *in_full, *out_full;
 };
+
+/* COUNT (docs/shape-reduction.md): a contraction whose reduced instance adds
+ * `red` terms per output element where the full-size one adds `full` is
+ * multiplied by full/red.  vd_smt_count_scale returns that rational, NULL
+ * when they agree; vd_smt_csum is k * (t_0 + .. + t_{n-1}) (k NULL: 1). */
+vd_term vd_smt_count_scale(vd_smt *s, int64_t full, int64_t red);
+vd_term vd_smt_csum(vd_smt *s, vd_term k, size_t n, const vd_term *t);
+/* The full-size extent of dim d of input i of an encoder call (the terms'
+ * extent when the stage is not reduced). */
+static inline int64_t vd_enc_full_dim(const struct vd_op_encode_call *c, uint32_t i, int32_t d) {
+  return c->in_full ? c->in_full[i].d[d] : c->in[i]->shape.d[d];
+}
 
 /* A symbolic encoder.  The encoders are solver/'s expansion of ops/ops.def
  * (smt_encode.c, enc_table: one per operator, count checked at compile

@@ -88,6 +88,49 @@ static int64_t divisor(call_t *c, int64_t count) {
   return v > 0 ? v : count;
 }
 
+/* ---- COUNT: contractions on reduced shapes (docs/shape-reduction.md) ----- */
+
+/* Full-size shape of input i / output i: the terms' shape when the stage is
+ * not reduced. */
+static const vd_op_shape *full_in(call_t *c, uint32_t i) { return c->in_full ? &c->in_full[i] : &c->in[i]->shape; }
+static const vd_op_shape *full_out(call_t *c, uint32_t i) {
+  return c->out_full ? &c->out_full[i] : &c->out[i]->shape;
+}
+static int64_t ratio_of(int64_t num, int64_t den) { return den > 0 ? num / den : 0; }
+
+/* A contraction whose reduced instance adds `red` terms per output element
+ * where the full-size one adds `full` is multiplied by full/red: a sum of
+ * n copies of one term is then N times it on both scales, and a plan
+ * literal cannot equal a reduced count by accident (smt.h). */
+vd_term vd_smt_count_scale(vd_smt *s, int64_t full, int64_t red) {
+  if (full == red || full <= 0 || red <= 0) return NULL;
+  char pq[48];
+  snprintf(pq, sizeof(pq), "%lld/%lld", (long long)full, (long long)red);
+  return vd_smt_num_rat(s, pq);
+}
+
+vd_term vd_smt_csum(vd_smt *s, vd_term k, size_t n, const vd_term *t) {
+  vd_term r = vd_smt_sum(s, n, t);
+  return k ? vd_smt_mul(s, k, r) : r;
+}
+
+/* The count scale of a contraction that maps the full-size `src` onto
+ * `dst` (numel(src)/numel(dst) terms per element) and adds `red` terms per
+ * element on the reduced shapes. */
+static vd_term onto_scale(vd_smt *s, const vd_op_shape *src, const vd_op_shape *dst, int64_t red) {
+  return vd_smt_count_scale(s, ratio_of(vd_op_shape_numel(src), vd_op_shape_numel(dst)), red);
+}
+
+/* The count scale of a contraction over dims [d0, d1) of input i. */
+static vd_term dims_scale(vd_smt *s, call_t *c, uint32_t i, int32_t d0, int32_t d1) {
+  int64_t full = 1, red = 1;
+  for (int32_t j = d0; j < d1; j++) {
+    full *= full_in(c, i)->d[j];
+    red *= c->in[i]->shape.d[j];
+  }
+  return vd_smt_count_scale(s, full, red);
+}
+
 /* A numeral of the sort of index term `id` (Int or Real). */
 static vd_term idx_num(vd_smt *s, vd_term id, int64_t v) {
   return vd_smt_i_is_int(s, id) ? vd_smt_int_num(s, v) : vd_smt_num_int(s, v);
@@ -123,8 +166,10 @@ static void acc_add(acc_t *a, int64_t i, vd_term t) {
   a->buf[i * a->each + a->cnt[i]++] = t;
 }
 
-static void acc_done(vd_smt *s, acc_t *a, vd_smt_tensor *out) {
-  for (int64_t i = 0; i < a->n && i < out->numel; i++) out->t[i] = vd_smt_sum(s, (size_t)a->cnt[i], a->buf + i * a->each);
+/* k: the count scale of the contraction (NULL: 1). */
+static void acc_done(vd_smt *s, acc_t *a, vd_smt_tensor *out, vd_term k) {
+  for (int64_t i = 0; i < a->n && i < out->numel; i++)
+    out->t[i] = vd_smt_csum(s, k, (size_t)a->cnt[i], a->buf + i * a->each);
   vd_free(a->buf);
   vd_free(a->cnt);
   a->buf = NULL;
@@ -137,9 +182,13 @@ static void acc_drop(acc_t *a) {
 }
 
 /* out = factor * (g summed over the broadcast dims of out); factor NULL = 1. */
-static vd_rc sum_to(vd_smt *s, call_t *c, const vd_smt_tensor *g, vd_smt_tensor *out, vd_term factor) {
+/* out = input 0 summed onto output o's shape (times factor). */
+static vd_rc sum_to(vd_smt *s, call_t *c, uint32_t o, vd_term factor) {
+  const vd_smt_tensor *g = c->in[0];
+  vd_smt_tensor *out = c->out[o];
   acc_t a;
   int64_t each = out->numel ? g->numel / out->numel : 1;
+  vd_term k = onto_scale(s, full_in(c, 0), full_out(c, o), each);
   VD_CHECK(acc_init(&a, out->numel, each, c->diag));
   int64_t idx[VD_MAX_DIMS];
   for (int64_t f = 0; f < g->numel; f++) {
@@ -147,7 +196,7 @@ static vd_rc sum_to(vd_smt *s, call_t *c, const vd_smt_tensor *g, vd_smt_tensor 
     vd_term t = factor ? vd_smt_mul(s, factor, g->t[f]) : g->t[f];
     acc_add(&a, vd_op_bcast_src(&g->shape, &out->shape, idx), t);
   }
-  acc_done(s, &a, out);
+  acc_done(s, &a, out, k);
   return VD_OK;
 }
 
@@ -285,7 +334,7 @@ ENC(expand) {
   return VD_OK;
 }
 
-ENC(sum_to) { return sum_to(s, c, IN(0), OUT(0), NULL); }
+ENC(sum_to) { return sum_to(s, c, 0, NULL); }
 
 /* ---- arithmetic ---------------------------------------------------------- */
 
@@ -472,7 +521,7 @@ static vd_rc reduce(call_t *c, vd_smt *s, int mean) {
     vd_op_shape_unravel(&x->shape, f, idx);
     acc_add(&a, reduced_index(&x->shape, mask, keep, idx), x->t[f]);
   }
-  acc_done(s, &a, y);
+  acc_done(s, &a, y, onto_scale(s, full_in(c, 0), full_out(c, 0), cnt));
   if (mean && cnt > 0) {
     vd_term n = I(s, divisor(c, cnt));
     for (int64_t i = 0; i < y->numel; i++) y->t[i] = vd_smt_div(s, y->t[i], n);
@@ -503,11 +552,11 @@ ENC(sum_backward) { return reduce_bwd(c, s, 0); }
 ENC(mean_backward) { return reduce_bwd(c, s, 1); }
 
 ENC(add_backward) {
-  for (uint32_t i = 0; i < c->n_out; i++) VD_CHECK(sum_to(s, c, IN(0), OUT(i), NULL));
+  for (uint32_t i = 0; i < c->n_out; i++) VD_CHECK(sum_to(s, c, i, NULL));
   return VD_OK;
 }
 ENC(sub_backward) {
-  for (uint32_t i = 0; i < c->n_out; i++) VD_CHECK(sum_to(s, c, IN(0), OUT(i), i == 0 ? NULL : I(s, -1)));
+  for (uint32_t i = 0; i < c->n_out; i++) VD_CHECK(sum_to(s, c, i, i == 0 ? NULL : I(s, -1)));
   return VD_OK;
 }
 
@@ -539,8 +588,8 @@ static vd_rc muldiv_bwd(call_t *c, vd_smt *s, int div) {
       acc_add(&gb, ib, vd_smt_mul(s, g, a));
     }
   }
-  acc_done(s, &ga, OUT(0));
-  acc_done(s, &gb, OUT(1));
+  acc_done(s, &ga, OUT(0), onto_scale(s, full_in(c, 2), full_in(c, 0), ratio_of(G->numel, A->numel)));
+  acc_done(s, &gb, OUT(1), onto_scale(s, full_in(c, 2), full_in(c, 1), ratio_of(G->numel, B->numel)));
   return VD_OK;
 }
 ENC(mul_backward) { return muldiv_bwd(c, s, 0); }
@@ -550,6 +599,8 @@ ENC(div_backward) { return muldiv_bwd(c, s, 1); }
 
 ENC(matmul) {
   vd_op_mm_geo g = vd_op_mm_geometry(&IN(0)->shape, &IN(1)->shape, &OUT(0)->shape);
+  vd_op_mm_geo fg = vd_op_mm_geometry(full_in(c, 0), full_in(c, 1), full_out(c, 0));
+  vd_term k = vd_smt_count_scale(s, fg.k, g.k);
   vd_term *prod = vd_malloc(sizeof(vd_term) * (size_t)(g.k + 1));
   if (!prod) return VD_OOM(c->diag);
   int64_t idx[VD_MAX_DIMS];
@@ -561,7 +612,7 @@ ENC(matmul) {
     for (int64_t i = 0; i < g.m; i++)
       for (int64_t j = 0; j < g.n; j++) {
         for (int64_t l = 0; l < g.k; l++) prod[l] = vd_smt_mul(s, A[i * g.k + l], B[l * g.n + j]);
-        Y[i * g.n + j] = vd_smt_sum(s, (size_t)g.k, prod);
+        Y[i * g.n + j] = vd_smt_csum(s, k, (size_t)g.k, prod);
       }
   }
   vd_free(prod);
@@ -592,22 +643,27 @@ ENC(matmul_backward) {
         }
       }
   }
-  acc_done(s, &ga, OUT(0));
-  acc_done(s, &gb, OUT(1));
+  /* terms per element of A: n per output batch element mapped onto it */
+  vd_op_mm_geo fg = vd_op_mm_geometry(full_in(c, 0), full_in(c, 1), full_in(c, 2));
+  int64_t fa = ratio_of(vd_op_shape_numel(full_in(c, 2)) * fg.k, vd_op_shape_numel(full_in(c, 0)));
+  int64_t fb = ratio_of(vd_op_shape_numel(full_in(c, 2)) * fg.k, vd_op_shape_numel(full_in(c, 1)));
+  int64_t ra = ratio_of(IN(2)->numel * g.k, IN(0)->numel), rb = ratio_of(IN(2)->numel * g.k, IN(1)->numel);
+  acc_done(s, &ga, OUT(0), vd_smt_count_scale(s, fa, ra));
+  acc_done(s, &gb, OUT(1), vd_smt_count_scale(s, fb, rb));
   return VD_OK;
 }
 
 ENC(linear) {
   int64_t in = IN(1)->shape.d[1], out = IN(1)->shape.d[0];
   int64_t rows = out ? OUT(0)->numel / out : 0;
+  vd_term k = vd_smt_count_scale(s, full_in(c, 1)->d[1], in);
   vd_term *prod = vd_malloc(sizeof(vd_term) * (size_t)(in + 2));
   if (!prod) return VD_OOM(c->diag);
   for (int64_t r = 0; r < rows; r++)
     for (int64_t o = 0; o < out; o++) {
-      size_t n = 0;
-      if (c->n_in == 3) prod[n++] = IN(2)->t[o];
-      for (int64_t i = 0; i < in; i++) prod[n++] = vd_smt_mul(s, IN(0)->t[r * in + i], IN(1)->t[o * in + i]);
-      OUT(0)->t[r * out + o] = vd_smt_sum(s, n, prod);
+      for (int64_t i = 0; i < in; i++) prod[i] = vd_smt_mul(s, IN(0)->t[r * in + i], IN(1)->t[o * in + i]);
+      vd_term y = vd_smt_csum(s, k, (size_t)in, prod);
+      OUT(0)->t[r * out + o] = c->n_in == 3 ? vd_smt_add(s, IN(2)->t[o], y) : y;
     }
   vd_free(prod);
   return VD_OK;
@@ -617,22 +673,25 @@ ENC(linear_backward) {
   int64_t in = IN(1)->shape.d[1], out = IN(1)->shape.d[0];
   int64_t rows = out ? IN(2)->numel / out : 0;
   const vd_smt_tensor *X = IN(0), *W = IN(1), *G = IN(2);
+  int64_t fout = full_in(c, 1)->d[0];
+  vd_term kout = vd_smt_count_scale(s, fout, out);
+  vd_term krows = vd_smt_count_scale(s, ratio_of(vd_op_shape_numel(full_in(c, 2)), fout), rows);
   vd_term *buf = vd_malloc(sizeof(vd_term) * (size_t)(in + out + rows + 1));
   if (!buf) return VD_OOM(c->diag);
   for (int64_t r = 0; r < rows; r++)
     for (int64_t i = 0; i < in; i++) {
       for (int64_t o = 0; o < out; o++) buf[o] = vd_smt_mul(s, G->t[r * out + o], W->t[o * in + i]);
-      OUT(0)->t[r * in + i] = vd_smt_sum(s, (size_t)out, buf);
+      OUT(0)->t[r * in + i] = vd_smt_csum(s, kout, (size_t)out, buf);
     }
   for (int64_t o = 0; o < out; o++)
     for (int64_t i = 0; i < in; i++) {
       for (int64_t r = 0; r < rows; r++) buf[r] = vd_smt_mul(s, G->t[r * out + o], X->t[r * in + i]);
-      OUT(1)->t[o * in + i] = vd_smt_sum(s, (size_t)rows, buf);
+      OUT(1)->t[o * in + i] = vd_smt_csum(s, krows, (size_t)rows, buf);
     }
   if (c->n_out == 3)
     for (int64_t o = 0; o < out; o++) {
       for (int64_t r = 0; r < rows; r++) buf[r] = G->t[r * out + o];
-      OUT(2)->t[o] = vd_smt_sum(s, (size_t)rows, buf);
+      OUT(2)->t[o] = vd_smt_csum(s, krows, (size_t)rows, buf);
     }
   vd_free(buf);
   return VD_OK;
@@ -658,6 +717,7 @@ ENC(embedding) {
 ENC(embedding_backward) {
   int64_t rows = OUT(0)->shape.d[0], h = OUT(0)->shape.d[1], start = aint(c, "start", 0);
   int64_t n = IN(0)->numel;
+  vd_term k = vd_smt_count_scale(s, vd_op_shape_numel(full_in(c, 0)), n);
   vd_term *buf = vd_malloc(sizeof(vd_term) * (size_t)(n + 1));
   if (!buf) return VD_OOM(c->diag);
   vd_term zero = I(s, 0);
@@ -667,7 +727,7 @@ ENC(embedding_backward) {
         vd_term id = IN(0)->t[p];
         buf[p] = vd_smt_ite(s, vd_smt_eq(s, id, idx_num(s, id, start + r)), IN(1)->t[p * h + j], zero);
       }
-      OUT(0)->t[r * h + j] = vd_smt_sum(s, (size_t)n, buf);
+      OUT(0)->t[r * h + j] = vd_smt_csum(s, k, (size_t)n, buf);
     }
   vd_free(buf);
   return VD_OK;
@@ -692,21 +752,32 @@ ENC(pick_backward) {
 
 /* ---- normalization ------------------------------------------------------- */
 
-/* rsqrt(sum(v_i) / dv + eps) for one row of h elements (dv: divisor()) */
-static vd_term inv_norm(vd_smt *s, vd_term *v, int64_t h, int64_t dv, double eps) {
-  vd_term mean = vd_smt_div(s, vd_smt_sum(s, (size_t)h, v), I(s, dv));
+/* rsqrt(kh sum(v_i) / dv + eps) for one row of h elements (dv: divisor(),
+ * kh: the count scale of h) */
+static vd_term inv_norm(vd_smt *s, vd_term kh, vd_term *v, int64_t h, int64_t dv, double eps) {
+  vd_term mean = vd_smt_div(s, vd_smt_csum(s, kh, (size_t)h, v), I(s, dv));
   return uf1(s, "rsqrt", vd_smt_add(s, mean, D(s, eps)));
+}
+
+/* Count scales of a norm over h (the weight's length) and over its rows. */
+static void norm_scales(call_t *c, vd_smt *s, int64_t h, int64_t rows, vd_term *kh, vd_term *krows) {
+  int64_t fh = full_in(c, 1)->d[0];
+  *kh = vd_smt_count_scale(s, fh, h);
+  *krows = vd_smt_count_scale(s, ratio_of(vd_op_shape_numel(full_in(c, 0)), fh), rows);
 }
 
 ENC(rms_norm) {
   int64_t h = IN(1)->shape.d[0], rows = h ? IN(0)->numel / h : 0;
+  vd_term kh, krows;
+  norm_scales(c, s, h, rows, &kh, &krows);
+  (void)krows;
   double eps = aflt(c, "eps", 1e-6);
   vd_term *sq = vd_malloc(sizeof(vd_term) * (size_t)(h + 1));
   if (!sq) return VD_OOM(c->diag);
   for (int64_t r = 0; r < rows; r++) {
     vd_term *x = IN(0)->t + r * h;
     for (int64_t i = 0; i < h; i++) sq[i] = vd_smt_mul(s, x[i], x[i]);
-    vd_term inv = inv_norm(s, sq, h, divisor(c, h), eps);
+    vd_term inv = inv_norm(s, kh, sq, h, divisor(c, h), eps);
     for (int64_t i = 0; i < h; i++) {
       vd_term f[3] = {x[i], inv, IN(1)->t[i]};
       OUT(0)->t[r * h + i] = vd_smt_prod(s, 3, f);
@@ -718,6 +789,8 @@ ENC(rms_norm) {
 
 ENC(rms_norm_backward) {
   int64_t h = IN(1)->shape.d[0], rows = h ? IN(0)->numel / h : 0;
+  vd_term kh, krows;
+  norm_scales(c, s, h, rows, &kh, &krows);
   double eps = aflt(c, "eps", 1e-6);
   const vd_term *w = IN(1)->t;
   acc_t gw;
@@ -735,8 +808,8 @@ ENC(rms_norm_backward) {
       vd_term f[3] = {g[i], w[i], x[i]};
       dt[i] = vd_smt_prod(s, 3, f);
     }
-    vd_term inv = inv_norm(s, sq, h, divisor(c, h), eps);
-    vd_term dot = vd_smt_sum(s, (size_t)h, dt);
+    vd_term inv = inv_norm(s, kh, sq, h, divisor(c, h), eps);
+    vd_term dot = vd_smt_csum(s, kh, (size_t)h, dt);
     /* gx_i = inv w_i g_i - x_i inv^3 dot / h */
     vd_term k = vd_smt_div(s, vd_smt_mul(s, vd_smt_pow_int(s, inv, 3), dot), I(s, divisor(c, h)));
     for (int64_t i = 0; i < h; i++) {
@@ -747,28 +820,32 @@ ENC(rms_norm_backward) {
     }
   }
   vd_free(buf);
-  acc_done(s, &gw, OUT(1));
+  acc_done(s, &gw, OUT(1), krows);
   return VD_OK;
 }
 
 /* Row statistics of layer_norm: xc_i = x_i - mean, inv = rsqrt(var + eps). */
-static vd_term ln_row(vd_smt *s, const vd_term *x, int64_t h, int64_t dv, double eps, vd_term *xc, vd_term *sq) {
-  vd_term mu = vd_smt_div(s, vd_smt_sum(s, (size_t)h, x), I(s, dv));
+static vd_term ln_row(vd_smt *s, vd_term kh, const vd_term *x, int64_t h, int64_t dv, double eps, vd_term *xc,
+                      vd_term *sq) {
+  vd_term mu = vd_smt_div(s, vd_smt_csum(s, kh, (size_t)h, x), I(s, dv));
   for (int64_t i = 0; i < h; i++) {
     xc[i] = vd_smt_sub(s, x[i], mu);
     sq[i] = vd_smt_mul(s, xc[i], xc[i]);
   }
-  return inv_norm(s, sq, h, dv, eps);
+  return inv_norm(s, kh, sq, h, dv, eps);
 }
 
 ENC(layer_norm) {
   int64_t h = IN(1)->shape.d[0], rows = h ? IN(0)->numel / h : 0;
+  vd_term kh, krows;
+  norm_scales(c, s, h, rows, &kh, &krows);
+  (void)krows;
   double eps = aflt(c, "eps", 1e-5);
   vd_term *buf = vd_malloc(sizeof(vd_term) * (size_t)(2 * h + 1));
   if (!buf) return VD_OOM(c->diag);
   vd_term *xc = buf, *sq = buf + h;
   for (int64_t r = 0; r < rows; r++) {
-    vd_term inv = ln_row(s, IN(0)->t + r * h, h, divisor(c, h), eps, xc, sq);
+    vd_term inv = ln_row(s, kh, IN(0)->t + r * h, h, divisor(c, h), eps, xc, sq);
     for (int64_t i = 0; i < h; i++) {
       vd_term f[3] = {xc[i], inv, IN(1)->t[i]};
       OUT(0)->t[r * h + i] = vd_smt_add(s, vd_smt_prod(s, 3, f), IN(2)->t[i]);
@@ -780,6 +857,8 @@ ENC(layer_norm) {
 
 ENC(layer_norm_backward) {
   int64_t h = IN(1)->shape.d[0], rows = h ? IN(0)->numel / h : 0;
+  vd_term kh, krows;
+  norm_scales(c, s, h, rows, &kh, &krows);
   double eps = aflt(c, "eps", 1e-5);
   const vd_term *w = IN(1)->t;
   acc_t gw, gb;
@@ -798,7 +877,7 @@ ENC(layer_norm_backward) {
   vd_term *xc = buf, *sq = buf + h, *xh = buf + 2 * h, *gh = buf + 3 * h, *ghx = buf + 4 * h;
   for (int64_t r = 0; r < rows; r++) {
     const vd_term *g = IN(2)->t + r * h;
-    vd_term inv = ln_row(s, IN(0)->t + r * h, h, divisor(c, h), eps, xc, sq);
+    vd_term inv = ln_row(s, kh, IN(0)->t + r * h, h, divisor(c, h), eps, xc, sq);
     for (int64_t i = 0; i < h; i++) {
       xh[i] = vd_smt_mul(s, xc[i], inv);
       gh[i] = vd_smt_mul(s, g[i], w[i]);
@@ -806,16 +885,16 @@ ENC(layer_norm_backward) {
       acc_add(&gw, i, vd_smt_mul(s, g[i], xh[i]));
       acc_add(&gb, i, g[i]);
     }
-    vd_term m1 = vd_smt_div(s, vd_smt_sum(s, (size_t)h, gh), I(s, divisor(c, h)));
-    vd_term m2 = vd_smt_div(s, vd_smt_sum(s, (size_t)h, ghx), I(s, divisor(c, h)));
+    vd_term m1 = vd_smt_div(s, vd_smt_csum(s, kh, (size_t)h, gh), I(s, divisor(c, h)));
+    vd_term m2 = vd_smt_div(s, vd_smt_csum(s, kh, (size_t)h, ghx), I(s, divisor(c, h)));
     /* gx_i = inv (g_i w_i - m1 - xh_i m2) */
     for (int64_t i = 0; i < h; i++)
       OUT(0)->t[r * h + i] =
           vd_smt_mul(s, inv, vd_smt_sub(s, vd_smt_sub(s, gh[i], m1), vd_smt_mul(s, xh[i], m2)));
   }
   vd_free(buf);
-  acc_done(s, &gw, OUT(1));
-  acc_done(s, &gb, OUT(2));
+  acc_done(s, &gw, OUT(1), krows);
+  acc_done(s, &gb, OUT(2), krows);
   return VD_OK;
 }
 
@@ -920,14 +999,16 @@ static lines_t lines_of(const vd_op_shape *sh, int32_t dim) {
 }
 
 ENC(softmax) {
-  lines_t l = lines_of(&IN(0)->shape, adim(c, "dim", -1, IN(0)->shape.ndim));
+  int32_t dim = adim(c, "dim", -1, IN(0)->shape.ndim);
+  lines_t l = lines_of(&IN(0)->shape, dim);
+  vd_term k = dims_scale(s, c, 0, dim, dim + 1);
   vd_term *e = vd_malloc(sizeof(vd_term) * (size_t)(l.len + 1));
   if (!e) return VD_OOM(c->diag);
   for (int64_t o = 0; o < l.outer; o++)
     for (int64_t i = 0; i < l.inner; i++) {
       int64_t base = o * l.len * l.inner + i;
       for (int64_t j = 0; j < l.len; j++) e[j] = uf1(s, "exp", IN(0)->t[base + j * l.inner]);
-      vd_term z = vd_smt_sum(s, (size_t)l.len, e);
+      vd_term z = vd_smt_csum(s, k, (size_t)l.len, e);
       for (int64_t j = 0; j < l.len; j++) OUT(0)->t[base + j * l.inner] = vd_smt_div(s, e[j], z);
     }
   vd_free(e);
@@ -935,7 +1016,9 @@ ENC(softmax) {
 }
 
 ENC(softmax_backward) {
-  lines_t l = lines_of(&IN(0)->shape, adim(c, "dim", -1, IN(0)->shape.ndim));
+  int32_t dim = adim(c, "dim", -1, IN(0)->shape.ndim);
+  lines_t l = lines_of(&IN(0)->shape, dim);
+  vd_term k = dims_scale(s, c, 0, dim, dim + 1);
   vd_term *p = vd_malloc(sizeof(vd_term) * (size_t)(l.len + 1));
   if (!p) return VD_OOM(c->diag);
   for (int64_t o = 0; o < l.outer; o++)
@@ -943,7 +1026,7 @@ ENC(softmax_backward) {
       int64_t base = o * l.len * l.inner + i;
       const vd_term *y = IN(0)->t + base, *g = IN(1)->t + base;
       for (int64_t j = 0; j < l.len; j++) p[j] = vd_smt_mul(s, g[j * l.inner], y[j * l.inner]);
-      vd_term dot = vd_smt_sum(s, (size_t)l.len, p);
+      vd_term dot = vd_smt_csum(s, k, (size_t)l.len, p);
       for (int64_t j = 0; j < l.len; j++)
         OUT(0)->t[base + j * l.inner] = vd_smt_mul(s, y[j * l.inner], vd_smt_sub(s, g[j * l.inner], dot));
     }
@@ -990,20 +1073,32 @@ static gmlp_geo gmlp_geometry(call_t *c) {
   return g;
 }
 
+/* Count scales of the grouped MLP's contractions (t: token rows, h, f, el). */
+typedef struct {
+  vd_term t, h, f, el;
+} gmlp_scale;
+
+static gmlp_scale gmlp_scales(call_t *c, vd_smt *s, const gmlp_geo *g) {
+  gmlp_scale k = {vd_smt_count_scale(s, full_in(c, 0)->d[0], g->t), vd_smt_count_scale(s, full_in(c, 0)->d[1], g->h),
+                  vd_smt_count_scale(s, full_in(c, 2)->d[1], g->f), vd_smt_count_scale(s, full_in(c, 2)->d[0], g->el)};
+  return k;
+}
+
 /* a_j = w1[e,j,:] . x, b_j = w3[e,j,:] . x, hd_j = silu(a_j) b_j */
-static void gmlp_hidden(vd_smt *s, const gmlp_geo *g, const vd_term *x, const vd_term *w1, const vd_term *w3,
-                        int64_t e, vd_term *a, vd_term *b, vd_term *hd, vd_term *tmp) {
+static void gmlp_hidden(vd_smt *s, const gmlp_geo *g, vd_term kh, const vd_term *x, const vd_term *w1,
+                        const vd_term *w3, int64_t e, vd_term *a, vd_term *b, vd_term *hd, vd_term *tmp) {
   for (int64_t j = 0; j < g->f; j++) {
     for (int64_t i = 0; i < g->h; i++) tmp[i] = vd_smt_mul(s, w1[(e * g->f + j) * g->h + i], x[i]);
-    a[j] = vd_smt_sum(s, (size_t)g->h, tmp);
+    a[j] = vd_smt_csum(s, kh, (size_t)g->h, tmp);
     for (int64_t i = 0; i < g->h; i++) tmp[i] = vd_smt_mul(s, w3[(e * g->f + j) * g->h + i], x[i]);
-    b[j] = vd_smt_sum(s, (size_t)g->h, tmp);
+    b[j] = vd_smt_csum(s, kh, (size_t)g->h, tmp);
     hd[j] = vd_smt_mul(s, silu_t(s, a[j]), b[j]);
   }
 }
 
 ENC(grouped_mlp) {
   gmlp_geo g = gmlp_geometry(c);
+  gmlp_scale k = gmlp_scales(c, s, &g);
   int64_t nb = 3 * g.f + g.h + g.f + g.el + 1;
   vd_term *buf = vd_malloc(sizeof(vd_term) * (size_t)nb);
   if (!buf) return VD_OOM(c->diag);
@@ -1017,16 +1112,16 @@ ENC(grouped_mlp) {
       return VD_OOM(c->diag);
     }
     for (int64_t e = 0; e < g.el; e++) {
-      gmlp_hidden(s, &g, IN(0)->t + t * g.h, IN(2)->t, IN(3)->t, e, a, b, hd, tmp);
+      gmlp_hidden(s, &g, k.h, IN(0)->t + t * g.h, IN(2)->t, IN(3)->t, e, a, b, hd, tmp);
       vd_term gate = IN(1)->t[t * g.G + g.col0 + e];
       for (int64_t i = 0; i < g.h; i++) {
         for (int64_t j = 0; j < g.f; j++) tmp[j] = vd_smt_mul(s, w2[(e * g.h + i) * g.f + j], hd[j]);
-        oe[e * g.h + i] = vd_smt_mul(s, gate, vd_smt_sum(s, (size_t)g.f, tmp));
+        oe[e * g.h + i] = vd_smt_mul(s, gate, vd_smt_csum(s, k.f, (size_t)g.f, tmp));
       }
     }
     for (int64_t i = 0; i < g.h; i++) {
       for (int64_t e = 0; e < g.el; e++) terms[e] = oe[e * g.h + i];
-      OUT(0)->t[t * g.h + i] = vd_smt_sum(s, (size_t)g.el, terms);
+      OUT(0)->t[t * g.h + i] = vd_smt_csum(s, k.el, (size_t)g.el, terms);
     }
     vd_free(oe);
   }
@@ -1036,6 +1131,7 @@ ENC(grouped_mlp) {
 
 ENC(grouped_mlp_backward) {
   gmlp_geo g = gmlp_geometry(c);
+  gmlp_scale k = gmlp_scales(c, s, &g);
   const vd_term *w1 = IN(2)->t, *w3 = IN(3)->t, *w2 = IN(4)->t;
   acc_t gx, gg, gw1, gw3, gw2;
   acc_t *accs[5] = {&gx, &gg, &gw1, &gw3, &gw2};
@@ -1043,7 +1139,7 @@ ENC(grouped_mlp_backward) {
   for (int i = 0; i < 5; i++) {
     vd_rc rc = acc_init(accs[i], IN(i)->numel, each[i], c->diag);
     if (rc != VD_OK) {
-      for (int k = 0; k < i; k++) acc_drop(accs[k]);
+      for (int q = 0; q < i; q++) acc_drop(accs[q]);
       return rc;
     }
   }
@@ -1058,7 +1154,7 @@ ENC(grouped_mlp_backward) {
     const vd_term *x = IN(0)->t + t * g.h, *gy = IN(5)->t + t * g.h;
     for (int64_t e = 0; e < g.el; e++) {
       vd_term gate = IN(1)->t[t * g.G + g.col0 + e];
-      gmlp_hidden(s, &g, x, w1, w3, e, a, b, hd, tmp);
+      gmlp_hidden(s, &g, k.h, x, w1, w3, e, a, b, hd, tmp);
       /* ggate = sum_i gy_i o_i,  o_i = sum_j w2[e,i,j] hd_j;  go = gate gy */
       vd_term *gs = vd_malloc(sizeof(vd_term) * (size_t)(g.h + 1));
       if (!gs) {
@@ -1068,17 +1164,17 @@ ENC(grouped_mlp_backward) {
       }
       for (int64_t i = 0; i < g.h; i++) {
         for (int64_t j = 0; j < g.f; j++) tmp[j] = vd_smt_mul(s, w2[(e * g.h + i) * g.f + j], hd[j]);
-        gs[i] = vd_smt_mul(s, gy[i], vd_smt_sum(s, (size_t)g.f, tmp));
+        gs[i] = vd_smt_mul(s, gy[i], vd_smt_csum(s, k.f, (size_t)g.f, tmp));
         go[i] = vd_smt_mul(s, gate, gy[i]);
       }
-      acc_add(&gg, t * g.G + g.col0 + e, vd_smt_sum(s, (size_t)g.h, gs));
+      acc_add(&gg, t * g.G + g.col0 + e, vd_smt_csum(s, k.h, (size_t)g.h, gs));
       vd_free(gs);
       for (int64_t j = 0; j < g.f; j++) {
         for (int64_t i = 0; i < g.h; i++) {
           tmp[i] = vd_smt_mul(s, w2[(e * g.h + i) * g.f + j], go[i]);
           acc_add(&gw2, (e * g.h + i) * g.f + j, vd_smt_mul(s, go[i], hd[j]));
         }
-        vd_term gh = vd_smt_sum(s, (size_t)g.h, tmp);
+        vd_term gh = vd_smt_csum(s, k.h, (size_t)g.h, tmp);
         vd_term f3[3] = {gh, b[j], silu_grad_t(s, a[j])};
         ga[j] = vd_smt_prod(s, 3, f3);
         gbv[j] = vd_smt_mul(s, gh, silu_t(s, a[j]));
@@ -1094,7 +1190,10 @@ ENC(grouped_mlp_backward) {
     }
   }
   vd_free(buf);
-  for (int i = 0; i < 5; i++) acc_done(s, accs[i], OUT(i));
+  /* gx: over el experts and f; gg: one term; gw1, gw3, gw2: over t rows */
+  vd_term kx = k.el && k.f ? vd_smt_mul(s, k.el, k.f) : k.el ? k.el : k.f;
+  vd_term kacc[5] = {kx, NULL, k.t, k.t, k.t};
+  for (int i = 0; i < 5; i++) acc_done(s, accs[i], OUT(i), kacc[i]);
   return VD_OK;
 }
 
@@ -1184,7 +1283,7 @@ ENC(sumsq) {
   vd_term *sq = vd_malloc(sizeof(vd_term) * (size_t)(IN(0)->numel + 1));
   if (!sq) return VD_OOM(c->diag);
   for (int64_t i = 0; i < IN(0)->numel; i++) sq[i] = vd_smt_mul(s, IN(0)->t[i], IN(0)->t[i]);
-  OUT(0)->t[0] = vd_smt_sum(s, (size_t)IN(0)->numel, sq);
+  OUT(0)->t[0] = vd_smt_csum(s, vd_smt_count_scale(s, vd_op_shape_numel(full_in(c, 0)), IN(0)->numel), (size_t)IN(0)->numel, sq);
   vd_free(sq);
   return VD_OK;
 }

@@ -70,12 +70,18 @@ static void gate_cfg_enc(call_t *c, int bias, gate_cfg *g) {
   (void)vd_moe_gate_attrs(c->plan, c->node, g, msg, sizeof(msg));
 }
 
+/* The count scale of a contraction over dim d of input i (smt.h, COUNT). */
+static vd_term dim_scale(vd_smt *s, call_t *c, uint32_t i, int32_t d) {
+  return vd_smt_count_scale(s, vd_enc_full_dim(c, i, d), IN(i)->shape.d[d]);
+}
+
 /* args[0..E) = logits of row t (x[t] . w[e]), args[E..2E) = bias. */
 static void gate_args(vd_smt *s, call_t *c, const gate_cfg *g, int64_t t, vd_term *args, vd_term *tmp) {
   const vd_term *x = IN(0)->t + t * g->H, *w = IN(1)->t;
+  vd_term kh = dim_scale(s, c, 0, 1);
   for (int64_t e = 0; e < g->E; e++) {
     for (int64_t h = 0; h < g->H; h++) tmp[h] = vd_smt_mul(s, x[h], w[e * g->H + h]);
-    args[e] = vd_smt_sum(s, (size_t)g->H, tmp);
+    args[e] = vd_smt_csum(s, kh, (size_t)g->H, tmp);
   }
   if (g->bias)
     for (int64_t e = 0; e < g->E; e++) args[g->E + e] = IN(2)->t[e];
@@ -128,18 +134,19 @@ vd_rc vd_moe_enc_gate_fw_backward(const struct vd_op_encode_call *c) {
         vd_moe_gate_sym(name, sizeof(name), &g, "jac", e, j);
         tmp[j] = vd_smt_mul(s, vd_smt_uf(s, name, na, args), gy[t * g.k + j]);
       }
-      dl[t * g.E + e] = vd_smt_mul(s, rs, vd_smt_sum(s, (size_t)g.k, tmp));
+      dl[t * g.E + e] = vd_smt_mul(s, rs, vd_smt_csum(s, dim_scale(s, c, c->n_in - 1, 1), (size_t)g.k, tmp));
     }
   }
+  vd_term ke = dim_scale(s, c, 1, 0), kt = dim_scale(s, c, 0, 0);
   for (int64_t t = 0; t < g.T; t++)
     for (int64_t h = 0; h < g.H; h++) {
       for (int64_t e = 0; e < g.E; e++) tmp[e] = vd_smt_mul(s, dl[t * g.E + e], w[e * g.H + h]);
-      OUT(0)->t[t * g.H + h] = vd_smt_sum(s, (size_t)g.E, tmp);
+      OUT(0)->t[t * g.H + h] = vd_smt_csum(s, ke, (size_t)g.E, tmp);
     }
   for (int64_t e = 0; e < g.E; e++)
     for (int64_t h = 0; h < g.H; h++) {
       for (int64_t t = 0; t < g.T; t++) tmp[t] = vd_smt_mul(s, dl[t * g.E + e], x[t * g.H + h]);
-      OUT(1)->t[e * g.H + h] = vd_smt_sum(s, (size_t)g.T, tmp);
+      OUT(1)->t[e * g.H + h] = vd_smt_csum(s, kt, (size_t)g.T, tmp);
     }
   if (bias)
     for (int64_t e = 0; e < g.E; e++) OUT(2)->t[e] = vd_smt_num_int(s, 0);
@@ -164,21 +171,22 @@ static vd_term silu_grad_t(vd_smt *s, vd_term x) {
 static void gmm_expert_t(vd_smt *s, call_t *c, const gmm_cfg *g, int64_t t, int64_t e, vd_term *ind, vd_term *gate,
                          vd_term *a, vd_term *b, vd_term *hd, vd_term *o, vd_term *tmp) {
   const vd_term *x = IN(0)->t + t * g->H, *w1 = IN(3)->t, *w3 = IN(4)->t, *w2 = IN(5)->t;
+  vd_term kk = dim_scale(s, c, 1, 1), kh = dim_scale(s, c, 0, 1), kf = dim_scale(s, c, 3, 1);
   for (int64_t j = 0; j < g->K; j++) {
     ind[j] = routed(s, IN(1)->t[t * g->K + j], g->start + e);
     tmp[j] = vd_smt_mul(s, ind[j], IN(2)->t[t * g->K + j]);
   }
-  *gate = vd_smt_sum(s, (size_t)g->K, tmp);
+  *gate = vd_smt_csum(s, kk, (size_t)g->K, tmp);
   for (int64_t f = 0; f < g->F; f++) {
     for (int64_t h = 0; h < g->H; h++) tmp[h] = vd_smt_mul(s, w1[(e * g->F + f) * g->H + h], x[h]);
-    a[f] = vd_smt_sum(s, (size_t)g->H, tmp);
+    a[f] = vd_smt_csum(s, kh, (size_t)g->H, tmp);
     for (int64_t h = 0; h < g->H; h++) tmp[h] = vd_smt_mul(s, w3[(e * g->F + f) * g->H + h], x[h]);
-    b[f] = vd_smt_sum(s, (size_t)g->H, tmp);
+    b[f] = vd_smt_csum(s, kh, (size_t)g->H, tmp);
     hd[f] = vd_smt_mul(s, silu_t(s, a[f]), b[f]);
   }
   for (int64_t h = 0; h < g->H; h++) {
     for (int64_t f = 0; f < g->F; f++) tmp[f] = vd_smt_mul(s, w2[(e * g->H + h) * g->F + f], hd[f]);
-    o[h] = vd_smt_sum(s, (size_t)g->F, tmp);
+    o[h] = vd_smt_csum(s, kf, (size_t)g->F, tmp);
   }
 }
 
@@ -199,6 +207,7 @@ vd_rc vd_moe_enc_nnscaler_moe_gmm(const struct vd_op_encode_call *c) {
   if (!buf) return VD_OOM(c->diag);
   vd_term *ind = buf, *a = ind + g.K, *b = a + g.F, *hd = b + g.F, *o = hd + g.F, *tmp = o + g.H;
   vd_term *ye = tmp + g.H + g.F + g.K, *terms = ye + g.El * g.H;
+  vd_term kel = dim_scale(s, c, 3, 0);
   for (int64_t t = 0; t < g.T; t++) {
     for (int64_t e = 0; e < g.El; e++) {
       vd_term gate;
@@ -207,7 +216,7 @@ vd_rc vd_moe_enc_nnscaler_moe_gmm(const struct vd_op_encode_call *c) {
     }
     for (int64_t h = 0; h < g.H; h++) {
       for (int64_t e = 0; e < g.El; e++) terms[e] = ye[e * g.H + h];
-      OUT(0)->t[t * g.H + h] = vd_smt_sum(s, (size_t)g.El, terms);
+      OUT(0)->t[t * g.H + h] = vd_smt_csum(s, kel, (size_t)g.El, terms);
     }
   }
   vd_free(buf);
@@ -231,6 +240,8 @@ vd_rc vd_moe_enc_nnscaler_moe_gmm_backward(const struct vd_op_encode_call *c) {
   vd_term *dots = GO + TE * g.H, *a = dots + g.K * g.El, *b = a + g.F, *o = b + g.F, *ind = o + g.H;
   vd_term *tmp = ind + g.K, *hd = NULL;
   const vd_term *w1 = IN(3)->t, *w3 = IN(4)->t, *w2 = IN(5)->t;
+  vd_term kh = dim_scale(s, c, 0, 1), kel = dim_scale(s, c, 3, 0), kt = dim_scale(s, c, 0, 0);
+  vd_term kf = dim_scale(s, c, 3, 1), kx = kel && kf ? vd_smt_mul(s, kel, kf) : kel ? kel : kf;
   for (int64_t t = 0; t < g.T; t++) {
     const vd_term *gy = IN(7)->t + t * g.H;
     for (int64_t e = 0; e < g.El; e++) {
@@ -242,18 +253,18 @@ vd_rc vd_moe_enc_nnscaler_moe_gmm_backward(const struct vd_op_encode_call *c) {
         tmp[h] = vd_smt_mul(s, gy[h], o[h]);
         GO[te * g.H + h] = vd_smt_mul(s, gate, gy[h]);
       }
-      vd_term dot = vd_smt_sum(s, (size_t)g.H, tmp);
+      vd_term dot = vd_smt_csum(s, kh, (size_t)g.H, tmp);
       for (int64_t j = 0; j < g.K; j++) dots[j * g.El + e] = vd_smt_mul(s, ind[j], dot);
       for (int64_t f = 0; f < g.F; f++) {
         for (int64_t h = 0; h < g.H; h++) tmp[h] = vd_smt_mul(s, w2[(e * g.H + h) * g.F + f], GO[te * g.H + h]);
-        vd_term gh = vd_smt_sum(s, (size_t)g.H, tmp);
+        vd_term gh = vd_smt_csum(s, kh, (size_t)g.H, tmp);
         vd_term f3[3] = {gh, b[f], silu_grad_t(s, a[f])};
         GA[te * g.F + f] = vd_smt_prod(s, 3, f3);
         GB[te * g.F + f] = vd_smt_mul(s, gh, silu_t(s, a[f]));
       }
     }
     /* gweight[t,j] = sum_e [routed] <gy, o_e> */
-    for (int64_t j = 0; j < g.K; j++) OUT(1)->t[t * g.K + j] = vd_smt_sum(s, (size_t)g.El, dots + j * g.El);
+    for (int64_t j = 0; j < g.K; j++) OUT(1)->t[t * g.K + j] = vd_smt_csum(s, kel, (size_t)g.El, dots + j * g.El);
     /* gx[t,h] = sum_e sum_f ga w1 + gb w3 */
     for (int64_t h = 0; h < g.H; h++) {
       int64_t n = 0;
@@ -263,7 +274,7 @@ vd_rc vd_moe_enc_nnscaler_moe_gmm_backward(const struct vd_op_encode_call *c) {
           tmp[n++] = vd_smt_mul(s, GA[te * g.F + f], w1[w]);
           tmp[n++] = vd_smt_mul(s, GB[te * g.F + f], w3[w]);
         }
-      OUT(0)->t[t * g.H + h] = vd_smt_sum(s, (size_t)n, tmp);
+      OUT(0)->t[t * g.H + h] = vd_smt_csum(s, kx, (size_t)n, tmp);
     }
   }
   /* weight gradients: contractions over the tokens */
@@ -272,16 +283,16 @@ vd_rc vd_moe_enc_nnscaler_moe_gmm_backward(const struct vd_op_encode_call *c) {
       for (int64_t h = 0; h < g.H; h++) {
         int64_t w = (e * g.F + f) * g.H + h;
         for (int64_t t = 0; t < g.T; t++) tmp[t] = vd_smt_mul(s, GA[(t * g.El + e) * g.F + f], IN(0)->t[t * g.H + h]);
-        OUT(2)->t[w] = vd_smt_sum(s, (size_t)g.T, tmp);
+        OUT(2)->t[w] = vd_smt_csum(s, kt, (size_t)g.T, tmp);
         for (int64_t t = 0; t < g.T; t++) tmp[t] = vd_smt_mul(s, GB[(t * g.El + e) * g.F + f], IN(0)->t[t * g.H + h]);
-        OUT(3)->t[w] = vd_smt_sum(s, (size_t)g.T, tmp);
+        OUT(3)->t[w] = vd_smt_csum(s, kt, (size_t)g.T, tmp);
       }
   for (int64_t e = 0; e < g.El; e++)
     for (int64_t h = 0; h < g.H; h++)
       for (int64_t f = 0; f < g.F; f++) {
         for (int64_t t = 0; t < g.T; t++)
           tmp[t] = vd_smt_mul(s, GO[(t * g.El + e) * g.H + h], HD[(t * g.El + e) * g.F + f]);
-        OUT(4)->t[(e * g.H + h) * g.F + f] = vd_smt_sum(s, (size_t)g.T, tmp);
+        OUT(4)->t[(e * g.H + h) * g.F + f] = vd_smt_csum(s, kt, (size_t)g.T, tmp);
       }
   vd_free(buf);
   return enc_done(c);

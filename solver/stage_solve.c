@@ -165,6 +165,7 @@ static vd_rc encode_node(solve_ctx *c, uint32_t ni, char *unsupported, size_t n_
   const vd_smt_tensor **in = vd_calloc(sn->n_in ? sn->n_in : 1, sizeof(*in));
   vd_smt_tensor **out = vd_calloc(sn->n_out ? sn->n_out : 1, sizeof(*out));
   vd_plan_t scratch = {0};
+  vd_op_shape *full = NULL;
   vd_rc rc = VD_OK;
   if (!in || !out) {
     rc = VD_OOM(c->d);
@@ -194,13 +195,29 @@ static vd_rc encode_node(solve_ctx *c, uint32_t ni, char *unsupported, size_t n_
     ap = &scratch;
     an = &scratch.nodes[0];
   }
+  /* Full-size operand shapes of a reduced stage: contractions scale by
+   * full/reduced counts (docs/shape-reduction.md, COUNT). */
+  if (st->reduced) {
+    full = vd_malloc(sizeof(vd_op_shape) * ((size_t)sn->n_in + sn->n_out + 1));
+    if (!full) {
+      rc = VD_OOM(c->d);
+      goto done;
+    }
+    for (uint32_t k = 0; k < sn->n_in + sn->n_out; k++) {
+      const vd_stage_value *v = &st->vals[st->idx[(k < sn->n_in ? sn->in_off + k : sn->out_off + k - sn->n_in)]];
+      full[k].ndim = v->ndim;
+      for (int32_t j = 0; j < v->ndim; j++) full[k].d[j] = v->shape[j];
+    }
+  }
   struct vd_op_encode_call call = {
       .op = sn->op, .smt = c->s, .plan = ap, .node = an, .record = record,
       .n_in = sn->n_in, .n_out = sn->n_out, .n_part = n_part,
-      .in = in, .out = out, .diag = c->d};
+      .in = in, .out = out, .diag = c->d,
+      .in_full = full, .out_full = full ? full + sn->n_in : NULL};
   rc = vd_smt_encode(&call);
 done:
   vd_plan_free(&scratch);
+  vd_free(full);
   vd_free(in);
   vd_free(out);
   return rc;

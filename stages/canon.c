@@ -4,7 +4,9 @@
  *
  * A stage is serialized into bytes that hold everything its proof depends
  * on, and nothing that names where it came from:
- *   - values in stage order: side, integer-valued or real, reduced shape,
+ *   - values in stage order: side, integer-valued or real, reduced shape
+ *     (and the original shape when reduced: contractions scale by the ratio
+ *     of full to reduced counts, docs/shape-reduction.md COUNT),
  *     producer (stage-local node), leaf kind: free single symbol, or
  *     hypothesis with its single value (stage-local), reduced slice and
  *     part k of n;
@@ -15,13 +17,14 @@
  *   - targets: single value, reduced slice, part count, pieces (part k and
  *     stage-local value) in stage order.
  * Left out on purpose: plan node and tensor ids, graph indices, ranks,
- * replicas, microbatches, layers, source names, original shapes.
+ * replicas, microbatches, layers, source names, original shapes of an
+ * unreduced stage (they are the reduced ones).
  *
  * SOUNDNESS: two stages share a class only if their serializations are
  * byte-identical (the 64-bit FNV-1a hash only picks the bucket; bytes are
  * always compared), so the solver would be asked the same query for both:
  * the encoders read exactly the serialized data (operator, attributes after
- * overrides, reduced shapes, lineage structure, wiring).  Uninterpreted
+ * overrides, reduced and full shapes, lineage structure, wiring).  Uninterpreted
  * function symbols and rope/causal positions depend only on attribute values
  * and reduced shapes, which are serialized; integer-valued inputs (token ids,
  * labels) are marked per value.  Serialization is canonical only up to the
@@ -154,6 +157,9 @@ static void serialize(const vd_lin_table *lt, const vd_stage *st, buf_t *b) {
     put_i64(b, value_is_int(lt, v));
     put_i64(b, v->ndim);
     for (int32_t j = 0; j < v->ndim; j++) put_i64(b, v->rshape[j]);
+    /* a reduced stage's contractions scale by full/reduced counts (COUNT) */
+    if (st->reduced)
+      for (int32_t j = 0; j < v->ndim; j++) put_i64(b, v->shape[j]);
     put_i64(b, v->producer);
     if (v->producer >= 0) continue;
     if (v->leaf_piece < 0) {

@@ -627,6 +627,39 @@ static vd_rc parallel_cone(cctx *c, const vd_lineage *L, int *ok) {
  * target is a leaf instead.  SOUNDNESS: either way every single leaf is a
  * free symbol, so the proof holds for the real values. */
 #define SINGLE_SOFT 64u
+
+/* Operators whose output only rearranges the elements of their one input. */
+static int moves_elements(int op) {
+  return op == VD_OP_VIEW || op == VD_OP_RESHAPE || op == VD_OP_TRANSPOSE || op == VD_OP_CONTIGUOUS ||
+         op == VD_OP_IDENTITY || op == VD_OP_CAST || op == VD_OP_MULTIREF;
+}
+
+/* When the single value of stop value vi is a rearrangement (a chain of at
+ * most 4 view-like nodes) of another stop value's single value, adds that
+ * chain to cone k.  Without it the two would be unrelated free symbols in
+ * the stage (a rank reading the labels and another reading their flattened
+ * view): sound, but a false alarm once one rank's inferred lineage stops at
+ * an inserted view and the other's does not. */
+static vd_rc bridge_stop(cctx *c, cone_t *k, uint32_t vi) {
+  const vd_graph_t *g = c->gs;
+  uint32_t chain[4], n = 0;
+  uint64_t v = k->v[vi].key;
+  while (n < 4) {
+    int32_t pr = g->values[v].producer;
+    if (pr < 0) return VD_OK;
+    const vd_gnode_t *gn = &g->nodes[pr];
+    if (gn->n_in != 1 || !moves_elements(c->sop[gn->pnode])) return VD_OK;
+    chain[n++] = (uint32_t)pr;
+    v = vd_gnode_inputs(g, gn)[0];
+    uint32_t at = hmap_get(&k->vmap, v);
+    if (at != NONE && k->v[at].piece >= 0 && !k->v[at].target) {
+      for (uint32_t i = 0; i < n; i++) VD_CHECK(cone_node(c, k, g, chain[i], 0, 1, c->spos, 0));
+      return VD_OK;
+    }
+  }
+  return VD_OK;
+}
+
 static vd_rc single_walk(cctx *c, uint32_t svalue, int target_is_leaf, int *ok) {
   const vd_lin_table *lt = c->lt;
   const vd_graph_t *g = c->gs;
@@ -665,7 +698,16 @@ static vd_rc single_walk(cctx *c, uint32_t svalue, int target_is_leaf, int *ok) 
   }
   /* Hypothesis values the walk met as node inputs: they were in the cone
    * before the walk, so cone_node never pushes them and the pop above only
-   * sees the target's own. */
+   * sees the target's own.  Each is first related to the other stop values
+   * it rearranges (bridge_stop; the nodes it adds come after the walk's). */
+  size_t n_walked = k->n_nd;
+  for (size_t i = 0; i < n_walked; i++) {
+    const vd_gnode_t *gn = &g->nodes[k->nd[i].gnode];
+    for (uint32_t u = 0; u < gn->n_in; u++) {
+      uint32_t xi = hmap_get(&k->vmap, vd_gnode_inputs(g, gn)[u]);
+      if (k->v[xi].piece >= 0 && !k->v[xi].target && !k->v[xi].produced) VD_CHECK(bridge_stop(c, k, xi));
+    }
+  }
   for (size_t i = 0; i < k->n_nd; i++) {
     const vd_gnode_t *gn = &g->nodes[k->nd[i].gnode];
     const uint32_t *iv = vd_gnode_inputs(g, gn);

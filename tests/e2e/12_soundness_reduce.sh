@@ -36,4 +36,13 @@ buggy norm_half
 buggy norm_tp_half
 correct norm_inv_h
 correct norm_tp_inv_h
+# Counts: a sum of 64 copies of x is 64 x.  Times 0.5 it equals x only once
+# the copies' extent is reduced to 2 (EQUIVALENT before COUNT); times 1/64 it
+# is x (NOT EQUIVALENT before: the reduced sum was 2 x).
+buggy count_half
+correct count_inv
+# Two ranks' hypotheses on related single values (the labels and their
+# flattened view): the stage computes one from the other (it used to take
+# them as unrelated symbols: NOT EQUIVALENT, a false alarm).
+correct labels_tpose_ok
 echo ok

@@ -20,6 +20,15 @@ usage: reduce_mutants.py MUTATION IN.plan OUT.plan
   norm_tp_half, norm_tp_inv_h: the first forward rms_norm of stored ranks 0
                   and 1 (a TP pair) with its statistic split over h:
                   all_reduce(sum(x_half^2)) * 0.5 (wrong) or * 1/h (right).
+  count_half      rank 0's first forward linear reads its input through
+                  view [.., h, 1] -> expand [.., h, 64] -> sum(-1) * 0.5: a
+                  sum of 64 copies of x is 64 x, so this is 32 x (wrong), yet
+                  it equals x when the copies' extent is reduced to 2.
+  count_inv       the same times 1/64: x again, equivalent.
+  labels_tpose_ok the first rank's labels reach its ce.labels.flat view
+                  through transpose -> transpose (the identity): equivalent
+                  (the stage relates that rank's labels to the other rank's
+                  flattened labels through the single plan's view).
 
 New tensors get fresh ids; new nodes are inserted right before the node
 they feed, in its segment, so file order stays a valid program order.
@@ -160,6 +169,39 @@ def norm_tp(p, factor_of_h):
         p.d["nodes"][i:i + 1] = new
 
 
+def count(p, factor):
+    i, nrm = p.first("linear")
+    x = p.tensors[nrm["in"][0]]
+    shp = list(x["shape"])
+    base = nrm["name"] + ".count"
+    col = p.tensor(x, base + ".col", shp + [1])
+    rep = p.tensor(x, base + ".copies", shp + [64])
+    s = p.tensor(x, base + ".sum", shp)
+    y = p.tensor(x, base + ".scaled", shp)
+    new = [p.node(nrm, "view", base + ".col", [x["id"]], [col]),
+           p.node(nrm, "expand", base + ".expand", [col], [rep]),
+           p.node(nrm, "sum", base + ".sum", [rep], [s], {"dims": [-1]}),
+           p.node(nrm, "scale", base + ".scale", [s], [y], {"factor": factor})]
+    nrm["in"] = [y] + nrm["in"][1:]
+    p.d["nodes"][i:i] = new
+
+
+def labels_tpose(p):
+    for i, n in enumerate(p.d["nodes"]):
+        if n["name"] == "ce.labels.flat" and n["op"] == "view":
+            break
+    else:
+        raise SystemExit("no ce.labels.flat view")
+    x = p.tensors[n["in"][0]]
+    shp = list(x["shape"])
+    a = p.tensor(x, "labels.t", shp[::-1])
+    b = p.tensor(x, "labels.tt", shp)
+    new = [p.node(n, "transpose", "labels.swap", [x["id"]], [a], {"dim0": 0, "dim1": 1}),
+           p.node(n, "transpose", "labels.swap_back", [a], [b], {"dim0": 0, "dim1": 1})]
+    n["in"] = [b]
+    p.d["nodes"][i:i] = new
+
+
 MUTATIONS = {
     "interleave": lambda p: interleave(p, False),
     "interleave_ok": lambda p: interleave(p, True),
@@ -169,6 +211,9 @@ MUTATIONS = {
     "norm_inv_h": lambda p: norm(p, lambda h: 1.0 / h),
     "norm_tp_half": lambda p: norm_tp(p, lambda h: 0.5),
     "norm_tp_inv_h": lambda p: norm_tp(p, lambda h: 1.0 / h),
+    "count_half": lambda p: count(p, 0.5),
+    "count_inv": lambda p: count(p, 1.0 / 64),
+    "labels_tpose_ok": labels_tpose,
 }
 
 

@@ -300,6 +300,42 @@ static double interpret(vd_smt *s, vd_term t, const char *op) {
 
 /* ---- one case --------------------------------------------------------------------- */
 
+/* A plan of one node of operator op with attributes attrs; its index. */
+static uint32_t one_node_plan(vd_plan_t *plan, const char *op, const char *attrs) {
+  assert_int_equal(vd_plan_init(plan, VD_PLAN_SINGLE), VD_OK);
+  vd_node_t nd = {.id = 1, .layer = -1, .coll = -1};
+  uint32_t node;
+  assert_int_equal(vd_plan_add_node(plan, &nd, op, "n", NULL, 0, NULL, 0, NULL, 0, &node), VD_OK);
+  add_attrs(plan, node, attrs);
+  return node;
+}
+
+/* Random values for an input of shape sh (integers 0..5 for ids and labels)
+ * bound as numerals in t. */
+static double *bind_random(vd_smt *s, vd_smt_tensor *t, const vd_op_shape *sh, int is_int, int positive, vd_diag *d) {
+  int64_t n = vd_op_shape_numel(sh);
+  double *v = vd_calloc((size_t)n + 1, sizeof(double));
+  for (int64_t e = 0; e < n; e++) v[e] = is_int ? (double)(next_u32() % 6u) : dyadic(positive);
+  if (is_int)
+    assert_int_equal(vd_smt_tensor_int_consts(s, t, sh, v, d), VD_OK);
+  else
+    assert_int_equal(vd_smt_tensor_consts(s, t, sh, v, d), VD_OK);
+  return v;
+}
+
+static void free_case(vd_smt_tensor *tin, double **in, uint32_t n_in, vd_smt_tensor *tout, double **out,
+                      uint32_t n_out, vd_plan_t *plan) {
+  for (uint32_t i = 0; i < n_in; i++) {
+    vd_smt_tensor_free(&tin[i]);
+    vd_free(in[i]);
+  }
+  for (uint32_t i = 0; i < n_out; i++) {
+    vd_smt_tensor_free(&tout[i]);
+    vd_free(out[i]);
+  }
+  vd_plan_free(plan);
+}
+
 static void run_case(vd_smt *s, const tcase *tc, int rep) {
   vd_op_id op = vd_op_lookup(tc->op);
   assert_int_not_equal(op, VD_OP__UNKNOWN);
@@ -307,11 +343,7 @@ static void run_case(vd_smt *s, const tcase *tc, int rep) {
   int iint[16], oint[16];
   uint32_t n_in = parse_shapes(tc->in, ish, iint), n_out = parse_shapes(tc->out, osh, oint);
   vd_plan_t plan;
-  assert_int_equal(vd_plan_init(&plan, VD_PLAN_SINGLE), VD_OK);
-  vd_node_t nd = {.id = 1, .layer = -1, .coll = -1};
-  uint32_t node;
-  assert_int_equal(vd_plan_add_node(&plan, &nd, tc->op, "n", NULL, 0, NULL, 0, NULL, 0, &node), VD_OK);
-  add_attrs(&plan, node, tc->attrs);
+  uint32_t node = one_node_plan(&plan, tc->op, tc->attrs);
 
   double *in[16], *out[16];
   vd_smt_tensor tin[16], tout[16];
@@ -320,13 +352,7 @@ static void run_case(vd_smt *s, const tcase *tc, int rep) {
   vd_diag d;
   vd_diag_clear(&d);
   for (uint32_t i = 0; i < n_in; i++) {
-    int64_t n = vd_op_shape_numel(&ish[i]);
-    in[i] = vd_calloc((size_t)n + 1, sizeof(double));
-    for (int64_t e = 0; e < n; e++) in[i][e] = iint[i] ? (double)(next_u32() % 6u) : dyadic(tc->positive);
-    if (iint[i])
-      assert_int_equal(vd_smt_tensor_int_consts(s, &tin[i], &ish[i], in[i], &d), VD_OK);
-    else
-      assert_int_equal(vd_smt_tensor_consts(s, &tin[i], &ish[i], in[i], &d), VD_OK);
+    in[i] = bind_random(s, &tin[i], &ish[i], iint[i], tc->positive, &d);
     pin[i] = &tin[i];
   }
   for (uint32_t i = 0; i < n_out; i++) {
@@ -354,15 +380,7 @@ static void run_case(vd_smt *s, const tcase *tc, int rep) {
         fail_msg("%s (attrs %s) output %u element %lld: symbolic %.17g, numeric %.17g", tc->op, tc->attrs, i,
                  (long long)e, sym, num);
     }
-  for (uint32_t i = 0; i < n_in; i++) {
-    vd_smt_tensor_free(&tin[i]);
-    vd_free(in[i]);
-  }
-  for (uint32_t i = 0; i < n_out; i++) {
-    vd_smt_tensor_free(&tout[i]);
-    vd_free(out[i]);
-  }
-  vd_plan_free(&plan);
+  free_case(tin, in, n_in, tout, out, n_out, &plan);
 }
 
 static void test_every_encoder_matches_numeric(void **state) {
@@ -380,6 +398,112 @@ static void test_every_encoder_matches_numeric(void **state) {
       run_case(s, &cases[c], rep);
       assert_int_equal(vd_smt_reset(s, NULL), VD_OK);
       assert_int_equal(vd_smt_term_count(s), 0);
+    }
+  }
+  vd_smt_free(s);
+}
+
+/* ---- COUNT: a reduced contraction is the full one on replicated inputs ---------- */
+
+/* Shape reduction keeps every index pattern of a stage's non-positional
+ * operators and scales each contraction by its full/reduced count
+ * (docs/shape-reduction.md, COUNT).  Then the encoder on the reduced shapes
+ * computes exactly what the full-size operator computes on inputs that
+ * repeat each reduced element over a block (x_full[i] = x_red[i * r / f]
+ * per dim), at the first element of each output block.  A missing scale (a
+ * reduced sum of 64 copies that is 2 copies) fails this. */
+typedef struct {
+  const char *op, *in, *in_full, *out, *out_full, *attrs;
+} rcase;
+
+static const rcase rcases[] = {
+    {"sum", "2x3x4", "2x6x4", "2x4", "2x4", "dims=I:1"},
+    {"sum", "2x3", "4x6", "1", "1", ""},
+    {"mean", "2x3x4", "4x3x8", "3", "3", "dims=I:0,2;divisor=32"},
+    {"sum_to", "2x3", "8x3", "1x3", "1x3", ""},
+    {"add_backward", "2x3", "4x3", "2x3,1x3", "4x3,1x3", ""},
+    {"mul_backward", "2x3,1x3,2x3", "4x6,1x6,4x6", "2x3,1x3", "4x6,1x6", ""},
+    {"matmul", "2x3,3x2", "4x6,6x2", "2x2", "4x2", ""},
+    {"matmul_backward", "2x3,3x2,2x2", "4x6,6x4,4x4", "2x3,3x2", "4x6,6x4", ""},
+    {"linear", "2x2x3,4x3,4", "2x4x6,4x6,4", "2x2x4", "2x4x4", ""},
+    {"linear_backward", "2x3,4x3,2x4", "4x6,8x6,4x8", "2x3,4x3,4", "4x6,8x6,8", ""},
+    {"embedding_backward", "i2x2,2x2x3", "i2x4,2x4x6", "4x3", "4x6", "start=1"},
+    {"rms_norm", "2x4,4", "2x8,8", "2x4", "2x8", "eps=1e-6;divisor=8"},
+    {"rms_norm_backward", "2x4,4,2x4", "4x8,8,4x8", "2x4,4", "4x8,8", "eps=1e-6;divisor=8"},
+    {"layer_norm", "2x4,4,4", "2x8,8,8", "2x4", "2x8", "eps=1e-5;divisor=8"},
+    {"layer_norm_backward", "2x4,4,2x4", "4x8,8,4x8", "2x4,4,4", "4x8,8,8", "eps=1e-5;divisor=8"},
+    {"softmax", "2x3", "2x6", "2x3", "2x6", ""},
+    {"softmax_backward", "2x3,2x3", "2x6,2x6", "2x3", "2x6", ""},
+    {"sumsq", "2x3", "4x6", "1", "1", ""},
+    {"grouped_mlp", "3x4,3x2,2x3x4,2x3x4,2x4x3", "6x8,6x2,2x6x8,2x6x8,2x8x6", "3x4", "6x8", ""},
+    {"grouped_mlp_backward", "3x4,3x2,2x3x4,2x3x4,2x4x3,3x4", "6x8,6x2,2x6x8,2x6x8,2x8x6,6x8",
+     "3x4,3x2,2x3x4,2x3x4,2x4x3", "6x8,6x2,2x6x8,2x6x8,2x8x6", ""},
+};
+
+/* Flat index in `to` of the element that the block map sends flat index f
+ * of `from` to (idx * to.d / from.d per dim). */
+static int64_t block_index(const vd_op_shape *from, const vd_op_shape *to, int64_t f) {
+  int64_t idx[VD_MAX_DIMS];
+  vd_op_shape_unravel(from, f, idx);
+  for (int32_t j = 0; j < from->ndim; j++) idx[j] = idx[j] * to->d[j] / from->d[j];
+  return vd_op_shape_ravel(to, idx);
+}
+
+static void run_rcase(vd_smt *s, const rcase *rc) {
+  vd_op_id op = vd_op_lookup(rc->op);
+  assert_int_not_equal(op, VD_OP__UNKNOWN);
+  vd_op_shape ish[16], fsh[16], osh[16], fosh[16];
+  int iint[16], fint[16], oint[16];
+  uint32_t n_in = parse_shapes(rc->in, ish, iint), n_out = parse_shapes(rc->out, osh, oint);
+  assert_int_equal(parse_shapes(rc->in_full, fsh, fint), n_in);
+  assert_int_equal(parse_shapes(rc->out_full, fosh, oint), n_out);
+  vd_plan_t plan;
+  uint32_t node = one_node_plan(&plan, rc->op, rc->attrs);
+  vd_diag d;
+  vd_diag_clear(&d);
+  double *in[16], *full[16], *out[16];
+  vd_smt_tensor tin[16], tout[16];
+  const vd_smt_tensor *pin[16];
+  vd_smt_tensor *pout[16];
+  for (uint32_t i = 0; i < n_in; i++) {
+    int64_t nf = vd_op_shape_numel(&fsh[i]);
+    in[i] = bind_random(s, &tin[i], &ish[i], iint[i], 0, &d);
+    full[i] = vd_calloc((size_t)nf + 1, sizeof(double));
+    for (int64_t e = 0; e < nf; e++) full[i][e] = in[i][block_index(&fsh[i], &ish[i], e)];
+    pin[i] = &tin[i];
+  }
+  for (uint32_t i = 0; i < n_out; i++) {
+    out[i] = vd_calloc((size_t)vd_op_shape_numel(&fosh[i]) + 1, sizeof(double));
+    assert_int_equal(vd_smt_tensor_init(&tout[i], &osh[i]), VD_OK);
+    pout[i] = &tout[i];
+  }
+  vd_op_call nc = {.op = op, .plan = &plan, .node = &plan.nodes[node], .record = rc->op, .n_in = n_in,
+                   .n_out = n_out, .in = (const double *const *)full, .in_shape = fsh, .out = out,
+                   .out_shape = fosh, .diag = &d};
+  if (vd_op_eval(&nc) != VD_OK) fail_msg("%s: numeric eval at full size failed: %s", rc->op, d.msg);
+  struct vd_op_encode_call ec = {.op = op, .smt = s, .plan = &plan, .node = &plan.nodes[node], .record = rc->op,
+                                 .n_in = n_in, .n_out = n_out, .in = pin, .out = pout, .diag = &d,
+                                 .in_full = fsh, .out_full = fosh};
+  if (vd_smt_encode(&ec) != VD_OK) fail_msg("%s: encode failed: %s", rc->op, d.msg);
+  for (uint32_t i = 0; i < n_out; i++)
+    for (int64_t e = 0; e < tout[i].numel; e++) {
+      double sym = interpret(s, tout[i].t[e], rc->op), num = out[i][block_index(&osh[i], &fosh[i], e)];
+      if (!(fabs(sym - num) <= 1e-9 * fmax(1.0, fmax(fabs(sym), fabs(num)))))
+        fail_msg("%s output %u element %lld: reduced with count scales %.17g, full size on replicated inputs %.17g",
+                 rc->op, i, (long long)e, sym, num);
+    }
+  for (uint32_t i = 0; i < n_in; i++) vd_free(full[i]);
+  free_case(tin, in, n_in, tout, out, n_out, &plan);
+}
+
+static void test_reduced_contractions_scale(void **state) {
+  (void)state;
+  vd_smt *s = NULL;
+  assert_int_equal(vd_smt_new(&s, NULL), VD_OK);
+  for (size_t c = 0; c < sizeof(rcases) / sizeof(rcases[0]); c++) {
+    for (int rep = 0; rep < 2; rep++) {
+      run_rcase(s, &rcases[c]);
+      assert_int_equal(vd_smt_reset(s, NULL), VD_OK);
     }
   }
   vd_smt_free(s);
@@ -454,6 +578,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_registry_covered),
       cmocka_unit_test(test_every_encoder_matches_numeric),
+      cmocka_unit_test(test_reduced_contractions_scale),
       cmocka_unit_test(test_uf_structure),
       cmocka_unit_test(test_encode_rejects_bad_shapes),
   };

@@ -282,12 +282,14 @@ enum {
   M_SCHEDULE,   /* two steps of one rank's program swapped */
   M_OP_SWAP,    /* an operator replaced by a sibling of the same arity (add/sub, sum/mean, silu/gelu, ...) */
   M_SUM_MEAN,   /* sum over dims rewritten as mean * c, with c the element count (exact) or another value */
+  M_COUNT,      /* input read through view [.., 1] -> expand [.., K] -> sum -> scale c: c = 1/K keeps the
+                   value; any other c (1/2: the reduced count's inverse) changes it */
   M__COUNT
 };
 static const char *const mname[M__COUNT] = {"const",     "attr",   "operand-order", "view-pair",
                                             "tpose-pair", "permute", "drop",          "duplicate",
                                             "neutral",   "coll-group", "coll-member", "schedule",
-                                            "op-swap",   "sum-as-mean"};
+                                            "op-swap",   "sum-as-mean", "count"};
 
 static int is_op(const vd_plan_t *p, const vd_node_t *n, const char *op) { return strcmp(vd_node_op(p, n), op) == 0; }
 
@@ -425,7 +427,8 @@ static int mutate(const vd_plan_t *p, int k, rng_t *r, edit_t *e, int32_t *act) 
   case M_VIEW_PAIR:
   case M_TPOSE_PAIR:
   case M_PERMUTE:
-  case M_NEUTRAL: {
+  case M_NEUTRAL:
+  case M_COUNT: {
     int64_t ni = pick_node(p, r, has_view_input, NULL);
     if (ni < 0) return 0;
     const vd_node_t *n = &p->nodes[ni];
@@ -448,6 +451,33 @@ static int mutate(const vd_plan_t *p, int k, rng_t *r, edit_t *e, int32_t *act) 
       redirect_input(p, e, ni, 0, nt0);
       snprintf(e->desc, sizeof(e->desc), "scale by 1.0 inserted before input 0 of node %lld '%s' (%s, rank %d)",
                (long long)n->id, vd_plan_s(p, n->name), vd_node_op(p, n), n->rank);
+      return 1;
+    }
+    if (k == M_COUNT) {
+      /* K copies of x summed: K x, times c */
+      enum { K = 8 };
+      static const double alt[] = {0.5, 0.25, 1.0, 2.0 / K};
+      double c = rbelow(r, 2) == 0 ? 1.0 / K : alt[rbelow(r, 4)];
+      e->n_new = 4;
+      e->proto[2] = e->proto[3] = x;
+      e->new_ndim[0] = e->new_ndim[1] = nd + 1;
+      memcpy(e->new_shape[0], t->shape, sizeof(t->shape));
+      memcpy(e->new_shape[1], t->shape, sizeof(t->shape));
+      e->new_shape[0][nd] = 1;
+      e->new_shape[1][nd] = K;
+      e->new_ndim[2] = e->new_ndim[3] = nd;
+      memcpy(e->new_shape[2], t->shape, sizeof(t->shape));
+      memcpy(e->new_shape[3], t->shape, sizeof(t->shape));
+      e->ins[0] = (newnode_t){"view", {x}, 1, {nt0}, 1, -1, NULL, 0, 0, -1, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
+      e->ins[1] = (newnode_t){"expand", {nt0}, 1, {nt0 + 1}, 1, -1, NULL, 0, 0, -1, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
+      e->ins[2] = (newnode_t){"sum", {nt0 + 1}, 1, {nt0 + 2}, 1, -1, NULL, 0, 0, -1, "dims", VD_ATTR_INT, -1, 0, NULL,
+                              NULL, NULL, 0};
+      e->ins[3] = (newnode_t){"scale", {nt0 + 2}, 1, {nt0 + 3}, 1, -1, NULL, 0, 0, -1, "factor", VD_ATTR_FLOAT, 0, c,
+                              NULL, NULL, NULL, 0};
+      e->n_ins = 4;
+      redirect_input(p, e, ni, 0, nt0 + 3);
+      snprintf(e->desc, sizeof(e->desc), "input 0 of node %lld '%s' (%s, rank %d) read as sum of %d copies * %.17g",
+               (long long)n->id, vd_plan_s(p, n->name), vd_node_op(p, n), n->rank, K, c);
       return 1;
     }
     e->n_new = 2;
