@@ -965,6 +965,30 @@ static vd_rc shape_norm(const vd_op_call *c, uint32_t n_vec) {
   for (uint32_t i = 1; i <= n_vec; i++) VD_CHECK(want_shape(c, 0, i, &v));
   return VD_OK;
 }
+/* A norm backward reads (x, w, grad) and writes grad x plus one gradient per
+ * per-h vector (n_vec of them: rms_norm has w, layer_norm has w and b). */
+static vd_rc shape_norm_backward(const vd_op_call *c, uint32_t n_vec) {
+  VD_CHECK(want_count(c, 3, 1 + n_vec));
+  VD_CHECK(shape_norm(c, 1));
+  VD_CHECK(want_shape(c, 0, 2, &c->in_shape[0]));
+  VD_CHECK(want_shape(c, 1, 0, &c->in_shape[0]));
+  for (uint32_t k = 1; k <= n_vec; k++) VD_CHECK(want_shape(c, 1, k, &c->in_shape[1]));
+  return VD_OK;
+}
+/* The row layout all four norm evaluators share: in[0] is rows x h, in[1] the
+ * per-h weight; dv is the mean's divisor.  Computed once so every evaluator
+ * reads the same values in the same order (the numerics depend on it). */
+typedef struct {
+  int64_t h, rows, dv;
+  double eps;
+} norm_rows;
+static norm_rows norm_rows_of(const vd_op_call *c, double eps_default) {
+  norm_rows n = {.h = c->in_shape[1].d[0]};
+  n.rows = n.h ? vd_op_shape_numel(&c->in_shape[0]) / n.h : 0;
+  n.dv = divisor(c, n.h);
+  n.eps = aflt(c, "eps", eps_default);
+  return n;
+}
 vd_rc vd_op_i_shape_rms_norm(const vd_op_call *c) {
   VD_CHECK(want_count(c, 2, 1));
   VD_CHECK(shape_norm(c, 1));
@@ -977,33 +1001,27 @@ static double rms_inv(const double *x, int64_t h, int64_t dv, double eps) {
   return 1.0 / sqrt(ms / (double)dv + eps);
 }
 vd_rc vd_op_i_eval_rms_norm(const vd_op_call *c) {
-  int64_t h = c->in_shape[1].d[0], rows = h ? vd_op_shape_numel(&c->in_shape[0]) / h : 0;
-  double eps = aflt(c, "eps", 1e-6);
-  for (int64_t r = 0; r < rows; r++) {
+  norm_rows n = norm_rows_of(c, 1e-6);
+  int64_t h = n.h;
+  for (int64_t r = 0; r < n.rows; r++) {
     const double *x = c->in[0] + r * h;
-    double inv = rms_inv(x, h, divisor(c, h), eps);
+    double inv = rms_inv(x, h, n.dv, n.eps);
     for (int64_t i = 0; i < h; i++) c->out[0][r * h + i] = x[i] * inv * c->in[1][i];
   }
   return VD_OK;
 }
-vd_rc vd_op_i_shape_rms_norm_backward(const vd_op_call *c) {
-  VD_CHECK(want_count(c, 3, 2));
-  VD_CHECK(shape_norm(c, 1));
-  VD_CHECK(want_shape(c, 0, 2, &c->in_shape[0]));
-  VD_CHECK(want_shape(c, 1, 0, &c->in_shape[0]));
-  return want_shape(c, 1, 1, &c->in_shape[1]);
-}
+vd_rc vd_op_i_shape_rms_norm_backward(const vd_op_call *c) { return shape_norm_backward(c, 1); }
 vd_rc vd_op_i_eval_rms_norm_backward(const vd_op_call *c) {
-  int64_t h = c->in_shape[1].d[0], rows = h ? vd_op_shape_numel(&c->in_shape[0]) / h : 0;
-  double eps = aflt(c, "eps", 1e-6);
+  norm_rows n = norm_rows_of(c, 1e-6);
+  int64_t h = n.h;
   const double *w = c->in[1];
   memset(c->out[1], 0, sizeof(double) * (size_t)h);
-  for (int64_t r = 0; r < rows; r++) {
+  for (int64_t r = 0; r < n.rows; r++) {
     const double *x = c->in[0] + r * h, *g = c->in[2] + r * h;
-    double dot = 0, inv = rms_inv(x, h, divisor(c, h), eps);
+    double dot = 0, inv = rms_inv(x, h, n.dv, n.eps);
     for (int64_t i = 0; i < h; i++) dot += g[i] * w[i] * x[i];
     for (int64_t i = 0; i < h; i++) {
-      c->out[0][r * h + i] = inv * w[i] * g[i] - x[i] * inv * inv * inv * dot / (double)divisor(c, h);
+      c->out[0][r * h + i] = inv * w[i] * g[i] - x[i] * inv * inv * inv * dot / (double)n.dv;
       c->out[1][i] += g[i] * x[i] * inv;
     }
   }
@@ -1024,34 +1042,27 @@ static void ln_row(const double *x, int64_t h, int64_t dv, double eps, double *m
   *inv = 1.0 / sqrt(v / (double)dv + eps);
 }
 vd_rc vd_op_i_eval_layer_norm(const vd_op_call *c) {
-  int64_t h = c->in_shape[1].d[0], rows = h ? vd_op_shape_numel(&c->in_shape[0]) / h : 0;
-  double eps = aflt(c, "eps", 1e-5);
-  for (int64_t r = 0; r < rows; r++) {
+  norm_rows n = norm_rows_of(c, 1e-5);
+  int64_t h = n.h;
+  for (int64_t r = 0; r < n.rows; r++) {
     const double *x = c->in[0] + r * h;
     double mu, inv;
-    ln_row(x, h, divisor(c, h), eps, &mu, &inv);
+    ln_row(x, h, n.dv, n.eps, &mu, &inv);
     for (int64_t i = 0; i < h; i++) c->out[0][r * h + i] = (x[i] - mu) * inv * c->in[1][i] + c->in[2][i];
   }
   return VD_OK;
 }
-vd_rc vd_op_i_shape_layer_norm_backward(const vd_op_call *c) {
-  VD_CHECK(want_count(c, 3, 3));
-  VD_CHECK(shape_norm(c, 1));
-  VD_CHECK(want_shape(c, 0, 2, &c->in_shape[0]));
-  VD_CHECK(want_shape(c, 1, 0, &c->in_shape[0]));
-  VD_CHECK(want_shape(c, 1, 1, &c->in_shape[1]));
-  return want_shape(c, 1, 2, &c->in_shape[1]);
-}
+vd_rc vd_op_i_shape_layer_norm_backward(const vd_op_call *c) { return shape_norm_backward(c, 2); }
 vd_rc vd_op_i_eval_layer_norm_backward(const vd_op_call *c) {
-  int64_t h = c->in_shape[1].d[0], rows = h ? vd_op_shape_numel(&c->in_shape[0]) / h : 0;
-  double eps = aflt(c, "eps", 1e-5);
+  norm_rows n = norm_rows_of(c, 1e-5);
+  int64_t h = n.h;
   const double *w = c->in[1];
   memset(c->out[1], 0, sizeof(double) * (size_t)h);
   memset(c->out[2], 0, sizeof(double) * (size_t)h);
-  for (int64_t r = 0; r < rows; r++) {
+  for (int64_t r = 0; r < n.rows; r++) {
     const double *x = c->in[0] + r * h, *g = c->in[2] + r * h;
     double mu, inv, m1 = 0, m2 = 0;
-    ln_row(x, h, divisor(c, h), eps, &mu, &inv);
+    ln_row(x, h, n.dv, n.eps, &mu, &inv);
     for (int64_t i = 0; i < h; i++) {
       double xh = (x[i] - mu) * inv, gh = g[i] * w[i];
       m1 += gh;
@@ -1059,8 +1070,8 @@ vd_rc vd_op_i_eval_layer_norm_backward(const vd_op_call *c) {
       c->out[1][i] += g[i] * xh;
       c->out[2][i] += g[i];
     }
-    m1 /= (double)divisor(c, h);
-    m2 /= (double)divisor(c, h);
+    m1 /= (double)n.dv;
+    m2 /= (double)n.dv;
     for (int64_t i = 0; i < h; i++) {
       double xh = (x[i] - mu) * inv;
       c->out[0][r * h + i] = inv * (g[i] * w[i] - m1 - xh * m2);

@@ -37,6 +37,10 @@ int vd_cli_report_diag(const vd_diag *d);
 
 /* Writes s as a JSON string literal (quoted, escaped). */
 void vd_cli_json_str(FILE *f, const char *s);
+/* Writes at most n bytes of s (stopping at a NUL) escaped for XML text and
+ * attribute values; vd_cli_xml_str writes all of s. */
+void vd_cli_xml_text(FILE *f, const char *s, size_t n);
+void vd_cli_xml_str(FILE *f, const char *s);
 
 /* Prints "WHO: unknown option 'ARG'; did you mean '--x'? (see HELP)" to
  * stderr, the suggestion being the closest option that `usage` prints, and

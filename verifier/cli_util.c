@@ -101,3 +101,22 @@ int vd_cli_unknown_option(const char *who, const char *arg, void (*usage)(FILE *
   else fprintf(stderr, "%s: unknown option '%s' (see %s)\n", who, arg, help);
   return VD_EXIT_BAD_INPUT;
 }
+
+/* One escaper for both XML reports (report_html.c writes XHTML,
+ * report_junit.c JUnit XML), so they cannot drift apart.  Control characters
+ * other than tab and newline are not allowed in XML 1.0: they become '?'. */
+void vd_cli_xml_text(FILE *f, const char *s, size_t n) {
+  for (size_t i = 0; i < n && s[i]; i++) {
+    unsigned char c = (unsigned char)s[i];
+    switch (c) {
+    case '<': fputs("&lt;", f); break;
+    case '>': fputs("&gt;", f); break;
+    case '&': fputs("&amp;", f); break;
+    case '"': fputs("&quot;", f); break;
+    default:
+      if (c < 0x20 && c != '\n' && c != '\t') fputc('?', f);
+      else fputc(c, f);
+    }
+  }
+}
+void vd_cli_xml_str(FILE *f, const char *s) { vd_cli_xml_text(f, s, strlen(s)); }

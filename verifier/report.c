@@ -248,6 +248,18 @@ void vd_report_text_finding(const vd_run *r, const vd_finding *fd, FILE *f) {
   }
 }
 
+void vd_report_xml_text_finding(const vd_run *r, const vd_finding *fd, FILE *f) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream(&text, &len);
+  if (m) {
+    vd_report_text_finding(r, fd, m);
+    fclose(m);
+  }
+  if (text) vd_cli_xml_text(f, text, len);
+  free(text); /* open_memstream's buffer comes from the C library */
+}
+
 /* One block per finding: title, footprint, hint, and its representative in
  * full; beyond --max-failures, one line per finding. */
 static void text_findings(const vd_run *r, const vd_run_opts *o, const vd_findings *fs, FILE *f) {

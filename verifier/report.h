@@ -43,5 +43,8 @@ void vd_report_text_stage(const vd_run *r, size_t i, FILE *f);
 void vd_report_text_issue(const vd_run *r, const vd_issue *is, FILE *f);
 /* A finding's block: title, footprint, stages, hint, representative. */
 void vd_report_text_finding(const vd_run *r, const vd_finding *fd, FILE *f);
+/* The same block escaped for XML text, as the HTML and JUnit reports embed
+ * it; nothing when its buffer cannot be allocated. */
+void vd_report_xml_text_finding(const vd_run *r, const vd_finding *fd, FILE *f);
 
 #endif

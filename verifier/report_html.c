@@ -24,22 +24,6 @@
 
 extern char **environ;
 
-static void hesc(FILE *f, const char *s, size_t n) {
-  for (size_t i = 0; i < n && s[i]; i++) {
-    unsigned char c = (unsigned char)s[i];
-    switch (c) {
-    case '<': fputs("&lt;", f); break;
-    case '>': fputs("&gt;", f); break;
-    case '&': fputs("&amp;", f); break;
-    case '"': fputs("&quot;", f); break;
-    default:
-      if (c < 0x20 && c != '\n' && c != '\t') fputc('?', f);
-      else fputc(c, f);
-    }
-  }
-}
-static void hs(FILE *f, const char *s) { hesc(f, s, strlen(s)); }
-
 /* Runs dot -Tsvg on stage i and copies the <svg> element into f.  Returns 0
  * on success; otherwise writes why into why. */
 static int inline_svg(const vd_run *r, size_t i, int32_t hl, FILE *f, char *why, size_t n_why) {
@@ -133,9 +117,9 @@ vd_rc vd_report_html(const vd_run *r, const vd_run_opts *o, const char *path, vd
   fputs("</style>\n</head>\n<body>\n<h1>verdict report</h1>\n", f);
   fprintf(f, "<p><span class=\"v v%d\" id=\"verdict\">%s</span></p>\n", code, word);
   fputs("<table class=\"summary\">\n<tr><th>single-device plan</th><td>", f);
-  hs(f, o->sm);
+  vd_cli_xml_str(f, o->sm);
   fputs("</td></tr>\n<tr><th>parallel plan</th><td>", f);
-  hs(f, o->pm);
+  vd_cli_xml_str(f, o->pm);
   fprintf(f, "</td></tr>\n<tr><th>findings</th><td id=\"n-findings\">%zu</td></tr>\n", fs.n);
   fprintf(f, "<tr><th>stages</th><td>%zu (%zu classes solved): %zu equivalent, %zu not equivalent, %zu inconclusive",
           r->set.n_stages, r->n_solved, r->n_equiv, r->n_not_equiv, r->n_inconclusive);
@@ -155,7 +139,7 @@ vd_rc vd_report_html(const vd_run *r, const vd_run_opts *o, const char *path, vd
     for (size_t k = 0; k < fs.n; k++) {
       vd_rep_fmt_title(title, sizeof(title), r, &fs.v[k]);
       fprintf(f, "<li><a href=\"#finding-%zu\">", k + 1);
-      hs(f, title);
+      vd_cli_xml_str(f, title);
       fputs("</a></li>\n", f);
     }
     fputs("</ol>\n", f);
@@ -164,12 +148,12 @@ vd_rc vd_report_html(const vd_run *r, const vd_run_opts *o, const char *path, vd
       vd_rep_fmt_title(title, sizeof(title), r, fd);
       vd_rep_fmt_footprint(fp, sizeof(fp), fd);
       fprintf(f, "<div class=\"finding\" id=\"finding-%zu\">\n<h2>Finding %zu: ", k + 1, k + 1);
-      hs(f, title);
+      vd_cli_xml_str(f, title);
       fputs("</h2>\n<table>\n<tr><th>diagnosis</th><td class=\"diagnosis\">", f);
-      hs(f, vd_diagnosis_names[fd->diagnosis]);
+      vd_cli_xml_str(f, vd_diagnosis_names[fd->diagnosis]);
       if (!fd->structural && r->verdicts[fd->rep].factor[0]) {
         fputs(" (", f);
-        hs(f, r->verdicts[fd->rep].factor);
+        vd_cli_xml_str(f, r->verdicts[fd->rep].factor);
         fputs(")", f);
       }
       fputs("</td></tr>\n<tr><th>node</th><td class=\"node\">", f);
@@ -177,44 +161,36 @@ vd_rc vd_report_html(const vd_run *r, const vd_run_opts *o, const char *path, vd
         const vd_plan_t *p = fd->side ? &r->pp : &r->sp;
         const vd_node_t *pn = &p->nodes[fd->pnode];
         fprintf(f, "%s ", fd->side ? "parallel" : "single");
-        hs(f, vd_node_op(p, pn));
+        vd_cli_xml_str(f, vd_node_op(p, pn));
         fputs(" '", f);
-        hs(f, vd_plan_s(p, pn->name));
+        vd_cli_xml_str(f, vd_plan_s(p, pn->name));
         fprintf(f, "' (node %lld)", (long long)pn->id);
         if (fd->why[0]) {
           fputs(": ", f);
-          hs(f, fd->why);
+          vd_cli_xml_str(f, fd->why);
         }
       } else {
         fputs("-", f);
       }
       fputs("</td></tr>\n<tr><th>footprint</th><td>", f);
-      hs(f, fp);
+      vd_cli_xml_str(f, fp);
       fputs("</td></tr>\n</table>\n<p class=\"hint\">", f);
-      hs(f, vd_findings_hint(fd->diagnosis));
+      vd_cli_xml_str(f, vd_findings_hint(fd->diagnosis));
       fputs("</p>\n", f);
       if (!fd->structural) {
         char why[256];
         fprintf(f, "<h3>Stage %zu</h3>\n<div class=\"pic\">\n", fd->rep);
         if (inline_svg(r, fd->rep, fd->local_node, f, why, sizeof(why)) != 0) {
           fputs("<p><em>", f);
-          hs(f, why);
+          vd_cli_xml_str(f, why);
           fputs("</em></p>", f);
           fprintf(stderr, "verdict: --html: stage %zu: %s\n", fd->rep, why);
         }
         fputs("\n</div>\n", f);
       }
-      char *text = NULL;
-      size_t len = 0;
-      FILE *m = open_memstream(&text, &len);
-      if (m) {
-        vd_report_text_finding(r, fd, m);
-        fclose(m);
-      }
       fputs("<details><summary>the representative in text</summary>\n<pre>", f);
-      if (text) hesc(f, text, len);
+      vd_report_xml_text_finding(r, fd, f);
       fputs("</pre></details>\n</div>\n", f);
-      free(text); /* open_memstream's buffer comes from the C library */
     }
   }
   if (r->n_inconclusive) {
@@ -222,7 +198,7 @@ vd_rc vd_report_html(const vd_run *r, const vd_run_opts *o, const char *path, vd
     for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
       if (r->verdicts[i].verdict != VD_SMT_INCONCLUSIVE) continue;
       fprintf(f, "<li>stage %zu: ", i);
-      hs(f, r->verdicts[i].reason);
+      vd_cli_xml_str(f, r->verdicts[i].reason);
       fputs("</li>\n", f);
     }
     fputs("</ul>\n", f);

@@ -18,25 +18,6 @@
 #include "cli.h"
 #include "report.h"
 
-/* Writes s escaped for XML text and attribute values; control characters
- * other than tab and newline (not allowed in XML 1.0) become '?'. */
-static void xesc(FILE *f, const char *s, size_t n) {
-  for (size_t i = 0; i < n && s[i]; i++) {
-    unsigned char c = (unsigned char)s[i];
-    switch (c) {
-    case '<': fputs("&lt;", f); break;
-    case '>': fputs("&gt;", f); break;
-    case '&': fputs("&amp;", f); break;
-    case '"': fputs("&quot;", f); break;
-    default:
-      if (c < 0x20 && c != '\n' && c != '\t') fputc('?', f);
-      else fputc(c, f);
-    }
-  }
-}
-
-static void xs(FILE *f, const char *s) { xesc(f, s, strlen(s)); }
-
 vd_rc vd_report_junit(const vd_run *r, const vd_run_opts *o, const char *path, vd_diag *d) {
   vd_findings fs;
   VD_CHECK(vd_findings_build(r, &fs, d));
@@ -66,9 +47,9 @@ vd_rc vd_report_junit(const vd_run *r, const vd_run_opts *o, const char *path, v
   fprintf(f, "<testsuites name=\"verdict\" tests=\"%zu\" failures=\"%zu\" errors=\"%zu\" time=\"%.3f\">\n", tests, fs.n,
           n_err, secs);
   fprintf(f, "  <testsuite name=\"");
-  xs(f, o->pm);
+  vd_cli_xml_str(f, o->pm);
   fprintf(f, " against ");
-  xs(f, o->sm);
+  vd_cli_xml_str(f, o->sm);
   fprintf(f, "\" tests=\"%zu\" failures=\"%zu\" errors=\"%zu\" skipped=\"0\" time=\"%.3f\">\n", tests, fs.n, n_err, secs);
   fprintf(f, "    <properties><property name=\"verdict\" value=\"%s\"/><property name=\"tool_version\" value=\"%s\"/>"
              "<property name=\"stages\" value=\"%zu\"/></properties>\n",
@@ -78,21 +59,13 @@ vd_rc vd_report_junit(const vd_run *r, const vd_run_opts *o, const char *path, v
   for (size_t k = 0; k < fs.n; k++) {
     const vd_finding *fd = &fs.v[k];
     vd_rep_fmt_title(title, sizeof(title), r, fd);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&text, &len);
-    if (m) {
-      vd_report_text_finding(r, fd, m);
-      fclose(m);
-    }
     fprintf(f, "    <testcase classname=\"verdict.findings\" name=\"finding %zu: ", k + 1);
-    xs(f, title);
+    vd_cli_xml_str(f, title);
     fprintf(f, "\" time=\"0\">\n      <failure type=\"%s\" message=\"", vd_diagnosis_names[fd->diagnosis]);
-    xs(f, title);
+    vd_cli_xml_str(f, title);
     fputs("\">", f);
-    if (text) xesc(f, text, len);
+    vd_report_xml_text_finding(r, fd, f);
     fputs("</failure>\n    </testcase>\n", f);
-    free(text); /* open_memstream's buffer comes from the C library */
   }
   char line[512];
   for (size_t c = 0; c < n; c++) {
@@ -105,13 +78,13 @@ vd_rc vd_report_junit(const vd_run *r, const vd_run_opts *o, const char *path, v
     snprintf(line, sizeof(line), "class of stage %zu (%zu stage%s; first target '%s')", c, count[c],
              count[c] == 1 ? "" : "s", tname);
     fprintf(f, "    <testcase classname=\"verdict.stages\" name=\"");
-    xs(f, line);
+    vd_cli_xml_str(f, line);
     fprintf(f, "\" time=\"%.3f\"", r->verdicts[c].ms / 1e3);
     if (r->verdicts[c].verdict == VD_SMT_EQUIVALENT) {
       fputs("/>\n", f);
     } else {
       fputs(">\n      <error type=\"INCONCLUSIVE\" message=\"", f);
-      xs(f, r->verdicts[c].reason);
+      vd_cli_xml_str(f, r->verdicts[c].reason);
       fputs("\"/>\n    </testcase>\n", f);
     }
   }

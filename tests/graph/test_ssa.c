@@ -15,6 +15,7 @@
 #include "../../graph/graph.h"
 #include "../support/plan_builders.h"
 #include "../support/fault.h"
+#include "../support/graph_build.h"
 
 static uint32_t T(const vd_plan_t *p, const char *name) {
   int64_t t = pb_find_tensor(p, name);
@@ -46,36 +47,15 @@ static const vd_gnode_t *gnode_of(const vd_graph_t *g, uint32_t pn, int32_t d, i
 
 static uint32_t gidx(const vd_graph_t *g, const vd_gnode_t *n) { return (uint32_t)(n - g->nodes); }
 
-static void build_ok(const vd_plan_t *p, int expand, vd_graph_t *g) {
-  vd_graph_opts o = {.expand_replicas = expand};
-  vd_diag d;
-  vd_diag_clear(&d);
-  vd_rc rc = vd_graph_build(p, &o, g, &d);
-  if (rc != VD_OK) {
-    char buf[1024];
-    vd_diag_format(&d, buf, sizeof(buf));
-    print_error("unexpected: %s\n", buf);
-  }
-  assert_int_equal(rc, VD_OK);
-  assert_int_equal(g->n_issues, 0);
-}
-
 /* ---- builders ---------------------------------------------------------- */
 
 static void test_builders_validate(void **state) {
-  vd_rc (*fns[])(vd_plan_t *) = {pb_plan_linear2, pb_plan_tp2, pb_plan_pp2, pb_plan_mb2_accum, pb_plan_dp2};
-  for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
+  for (size_t i = 0; i < pb_n_ready_plans; i++) {
     vd_plan_t p;
     vd_diag d;
     vd_diag_clear(&d);
-    assert_int_equal(fns[i](&p), VD_OK);
-    vd_rc rc = vd_plan_validate(&p, "builder", &d);
-    if (rc != VD_OK) {
-      char buf[1024];
-      vd_diag_format(&d, buf, sizeof(buf));
-      print_error("builder %zu: %s\n", i, buf);
-    }
-    assert_int_equal(rc, VD_OK);
+    assert_int_equal(pb_ready_plans[i](&p), VD_OK);
+    gb_assert_ok(vd_plan_validate(&p, "builder", &d), &d, "vd_plan_validate");
     vd_plan_free(&p);
   }
 }
@@ -86,7 +66,7 @@ static void test_initial_weights_and_update(void **state) {
   vd_plan_t p;
   vd_graph_t g;
   assert_int_equal(pb_plan_linear2(&p), VD_OK);
-  build_ok(&p, 0, &g);
+  gb_build_ok(&p, 0, &g);
   assert_int_equal(g.n_nodes, p.n_nodes);
   assert_int_equal(g.replicas, 1);
 
@@ -149,7 +129,7 @@ static void test_gradient_accumulation_versions(void **state) {
   vd_plan_t p;
   vd_graph_t g;
   assert_int_equal(pb_plan_mb2_accum(&p), VD_OK);
-  build_ok(&p, 0, &g);
+  gb_build_ok(&p, 0, &g);
   uint32_t ga = T(&p, "w.grad");
   int32_t f = vd_graph_first(&g, ga, 0, -1), l = vd_graph_last(&g, ga, 0, -1);
   assert_true(f >= 0 && l >= 0 && f != l);
@@ -197,7 +177,7 @@ static void test_allreduce_merged(void **state) {
   vd_plan_t p;
   vd_graph_t g;
   assert_int_equal(pb_plan_tp2(&p), VD_OK);
-  build_ok(&p, 0, &g);
+  gb_build_ok(&p, 0, &g);
   assert_int_equal(g.n_nodes, p.n_nodes - 2); /* two all_reduces merge pairwise */
   uint32_t a0 = N(&p, "r0.l2.ar"), a1 = N(&p, "r1.l2.ar");
   const vd_gnode_t *n = gnode_of(&g, a0, 0, 0);
@@ -229,7 +209,7 @@ static void test_send_recv_merged(void **state) {
   vd_plan_t p;
   vd_graph_t g;
   assert_int_equal(pb_plan_pp2(&p), VD_OK);
-  build_ok(&p, 0, &g);
+  gb_build_ok(&p, 0, &g);
   assert_int_equal(g.n_nodes, p.n_nodes - 2);
   uint32_t s = N(&p, "r0.h.send"), r = N(&p, "r1.h.recv");
   const vd_gnode_t *n = gnode_of(&g, s, 0, 0);
@@ -259,7 +239,7 @@ static void test_span_replicas(void **state) {
   assert_int_equal(pb_plan_dp2(&p), VD_OK);
   uint32_t ar = N(&p, "dp.ar");
 
-  build_ok(&p, 1, &g);
+  gb_build_ok(&p, 1, &g);
   assert_int_equal(g.replicas, 2);
   assert_int_equal(g.n_nodes, 2 * p.n_nodes - 1);
   const vd_gnode_t *n = gnode_of(&g, ar, 0, -1);
@@ -281,7 +261,7 @@ static void test_span_replicas(void **state) {
   assert_int_equal(g.nodes[g.values[w1].producer].replica, 1);
   vd_graph_free(&g);
 
-  build_ok(&p, 0, &g); /* replica 0 only: a one-participant node, no issue */
+  gb_build_ok(&p, 0, &g); /* replica 0 only: a one-participant node, no issue */
   assert_int_equal(g.replicas, 1);
   assert_int_equal(g.n_nodes, p.n_nodes);
   n = gnode_of(&g, ar, 0, -1);
@@ -295,15 +275,6 @@ static void test_span_replicas(void **state) {
 
 /* ---- issues -------------------------------------------------------------- */
 
-static vd_rc build_bad(const vd_plan_t *p, int expand, vd_graph_t *g, vd_diag *d) {
-  vd_graph_opts o = {.expand_replicas = expand};
-  vd_diag_clear(d);
-  vd_rc rc = vd_graph_build(p, &o, g, d);
-  assert_int_equal(rc, VD_EINPUT);
-  assert_true(g->n_issues >= 1);
-  return rc;
-}
-
 /* tp2 without rank 1's forward all_reduce (as if removed): r1.y is read by
  * r1.loss but nothing writes it, and the all_reduce misses a participant. */
 static void test_unproduced(void **state) {
@@ -312,10 +283,10 @@ static void test_unproduced(void **state) {
   pb_begin(&c, &p, VD_PLAN_PARALLEL, 2, 1, 1);
   int32_t fwd = pb_segment(&c, "fwd");
   for (int32_t r = 0; r < 2; r++) {
-    uint32_t x = pb_tensor(&c, r ? "r1.x" : "r0.x", r, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 4, 8);
-    uint32_t yp = pb_tensor(&c, r ? "r1.yp" : "r0.yp", r, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 8);
-    uint32_t y = pb_tensor(&c, r ? "r1.y" : "r0.y", r, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 8);
-    uint32_t l = pb_tensor(&c, r ? "r1.l" : "r0.l", r, VD_ROLE_LOSS, VD_SCOPE_PER_MB, 0, 0, 0);
+    uint32_t x = pb_rank_tensor(&c, "x", r, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 4, 8);
+    uint32_t yp = pb_rank_tensor(&c, "yp", r, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 8);
+    uint32_t y = pb_rank_tensor(&c, "y", r, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 8);
+    uint32_t l = pb_rank_tensor(&c, "l", r, VD_ROLE_LOSS, VD_SCOPE_PER_MB, 0, 0, 0);
     pb_node(&c, "identity", r ? "r1.id" : "r0.id", r, fwd, VD_PHASE_FWD, PB_T(x), PB_T(yp));
     if (r == 0) pb_coll(&c, "all_reduce", "r0.ar", 0, fwd, PB_T(yp), PB_T(y), 7, PB_G(0, 1), 0);
     pb_node(&c, "sum", r ? "r1.sum" : "r0.sum", r, fwd, VD_PHASE_FWD, PB_T(y), PB_T(l));
@@ -325,7 +296,7 @@ static void test_unproduced(void **state) {
   assert_int_equal(c.rc, VD_OK);
   vd_graph_t g;
   vd_diag d;
-  build_bad(&p, 0, &g, &d);
+  gb_build_bad(&p, &g, &d);
   assert_int_equal(g.n_issues, 2);
   const vd_graph_issue *is = &g.issues[0]; /* UNPRODUCED sorts first */
   assert_int_equal(is->kind, VD_GISSUE_UNPRODUCED);
@@ -367,11 +338,8 @@ static void test_read_early(void **state) {
   vd_plan_t p;
   pb_begin(&c, &p, VD_PLAN_SINGLE, 1, 1, 2);
   int32_t a = pb_segment(&c, "a"), b = pb_segment(&c, "b");
-  uint32_t x = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 1, 4, 0);
-  uint32_t h = pb_tensor(&c, "h", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
-  uint32_t y = pb_tensor(&c, "y", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
-  pb_node(&c, "neg", "use_h", 0, a, VD_PHASE_FWD, PB_T(h), PB_T(y));
-  pb_node(&c, "neg", "make_h", 0, b, VD_PHASE_FWD, PB_T(x), PB_T(h));
+  uint32_t h;
+  pb_use_make(&c, a, b, NULL, &h, NULL);
   pb_step(&c, 0, b, 0); /* mb 0: right order */
   pb_step(&c, 0, a, 0);
   pb_step(&c, 0, a, 1); /* mb 1: consumer first */
@@ -379,24 +347,21 @@ static void test_read_early(void **state) {
   assert_int_equal(c.rc, VD_OK);
   vd_graph_t g;
   vd_diag d;
-  build_bad(&p, 0, &g, &d);
-  assert_int_equal(g.n_issues, 1);
-  const vd_graph_issue *is = &g.issues[0];
-  assert_int_equal(is->kind, VD_GISSUE_READ_EARLY);
+  const vd_graph_issue *is = gb_build_one_issue(&p, &g, &d, VD_GISSUE_READ_EARLY);
   assert_int_equal(is->tensor, h);
-  assert_int_equal(is->pnode, N(&p, "use_h"));
+  assert_int_equal(is->pnode, N(&p, "use"));
   assert_int_equal(is->mb, 1);
   assert_string_equal(is->field, "in[0]");
   assert_non_null(strstr(is->detail, "'h'"));
-  assert_non_null(strstr(is->detail, "neg 'use_h'"));
+  assert_non_null(strstr(is->detail, "neg 'use'"));
   assert_non_null(strstr(is->detail, "mb 1"));
   assert_non_null(strstr(d.msg, "read_early"));
-  assert_non_null(strstr(d.record, "'use_h' (rank 0, mb 1)"));
-  /* mb 1's h is still produced (version 0) by make_h */
+  assert_non_null(strstr(d.record, "'use' (rank 0, mb 1)"));
+  /* mb 1's h is still produced (version 0) by make */
   int32_t h1 = vd_graph_first(&g, h, 0, 1);
   assert_true(h1 >= 0);
   assert_int_equal(g.values[h1].version, 0);
-  assert_int_equal(g.nodes[g.values[h1].producer].pnode, N(&p, "make_h"));
+  assert_int_equal(g.nodes[g.values[h1].producer].pnode, N(&p, "make"));
   vd_graph_free(&g);
   vd_plan_free(&p);
 }
@@ -414,10 +379,7 @@ static void test_double_write(void **state) {
   assert_int_equal(c.rc, VD_OK);
   vd_graph_t g;
   vd_diag d;
-  build_bad(&p, 0, &g, &d);
-  assert_int_equal(g.n_issues, 1);
-  const vd_graph_issue *is = &g.issues[0];
-  assert_int_equal(is->kind, VD_GISSUE_DOUBLE_WRITE);
+  const vd_graph_issue *is = gb_build_one_issue(&p, &g, &d, VD_GISSUE_DOUBLE_WRITE);
   assert_int_equal(is->tensor, gw);
   assert_int_equal(is->pnode, N(&p, "second"));
   assert_string_equal(is->field, "out[0]");
@@ -439,11 +401,10 @@ static void test_coll_missing_participant(void **state) {
   vd_plan_t p;
   pb_begin(&c, &p, VD_PLAN_PARALLEL, 2, 1, 2);
   int32_t fwd = pb_segment(&c, "fwd");
-  for (int32_t r = 0; r < 2; r++) {
-    uint32_t x = pb_tensor(&c, r ? "r1.x" : "r0.x", r, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 1, 4, 0);
-    uint32_t y = pb_tensor(&c, r ? "r1.y" : "r0.y", r, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
-    pb_coll(&c, "all_reduce", r ? "r1.ar" : "r0.ar", r, fwd, PB_T(x), PB_T(y), 3, PB_G(0, 1), 0);
-  }
+  uint32_t x[2], y[2];
+  pb_rank_xy(&c, 2, 1, 4, 0, x, y);
+  for (int32_t r = 0; r < 2; r++)
+    pb_coll(&c, "all_reduce", r ? "r1.ar" : "r0.ar", r, fwd, PB_T(x[r]), PB_T(y[r]), 3, PB_G(0, 1), 0);
   pb_step(&c, 0, fwd, 0);
   pb_step(&c, 0, fwd, 1);
   pb_step(&c, 1, fwd, 0);
@@ -452,10 +413,7 @@ static void test_coll_missing_participant(void **state) {
   vd_diag_clear(&d);
   assert_int_equal(vd_plan_validate(&p, "t", &d), VD_OK); /* statically fine */
   vd_graph_t g;
-  build_bad(&p, 0, &g, &d);
-  assert_int_equal(g.n_issues, 1);
-  const vd_graph_issue *is = &g.issues[0];
-  assert_int_equal(is->kind, VD_GISSUE_COLL_MISMATCH);
+  const vd_graph_issue *is = gb_build_one_issue(&p, &g, &d, VD_GISSUE_COLL_MISMATCH);
   assert_int_equal(is->pnode, N(&p, "r0.ar"));
   assert_int_equal(is->mb, 1);
   assert_non_null(strstr(is->detail, "coll 3 (mb 1"));
@@ -475,20 +433,18 @@ static void test_coll_inconsistent(void **state) {
   vd_plan_t p;
   pb_begin(&c, &p, VD_PLAN_PARALLEL, 2, 1, 1);
   int32_t fwd = pb_segment(&c, "fwd");
-  uint32_t x0 = pb_tensor(&c, "r0.x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 1, 4, 0);
-  uint32_t y0 = pb_tensor(&c, "r0.y", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
+  uint32_t x[2], y[2];
+  pb_rank_xy(&c, 2, 1, 4, 0, x, y);
   uint32_t z0 = pb_tensor(&c, "r0.z", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
-  uint32_t x1 = pb_tensor(&c, "r1.x", 1, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 1, 4, 0);
-  uint32_t y1 = pb_tensor(&c, "r1.y", 1, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
-  pb_coll(&c, "all_reduce", "r0.ar", 0, fwd, PB_T(x0), PB_T(y0), 3, PB_G(0, 1), 0);
-  pb_coll(&c, "all_reduce", "r0.ar.again", 0, fwd, PB_T(x0), PB_T(z0), 3, PB_G(0, 1), 0);
-  pb_coll(&c, "all_gather", "r1.ag", 1, fwd, PB_T(x1), PB_T(y1), 3, PB_G(0, 1), 0);
+  pb_coll(&c, "all_reduce", "r0.ar", 0, fwd, PB_T(x[0]), PB_T(y[0]), 3, PB_G(0, 1), 0);
+  pb_coll(&c, "all_reduce", "r0.ar.again", 0, fwd, PB_T(x[0]), PB_T(z0), 3, PB_G(0, 1), 0);
+  pb_coll(&c, "all_gather", "r1.ag", 1, fwd, PB_T(x[1]), PB_T(y[1]), 3, PB_G(0, 1), 0);
   pb_step(&c, 0, fwd, 0);
   pb_step(&c, 1, fwd, 0);
   assert_int_equal(c.rc, VD_OK);
   vd_graph_t g;
   vd_diag d;
-  build_bad(&p, 0, &g, &d);
+  gb_build_bad(&p, &g, &d);
   assert_int_equal(g.n_issues, 2);
   int extra = 0, op = 0;
   for (size_t i = 0; i < g.n_issues; i++) {
@@ -511,13 +467,7 @@ static void coll_attr_plan(vd_plan_t *p, const char *op, int odd, int absent) {
   pb_begin(&c, p, VD_PLAN_PARALLEL, 2, 1, 1);
   int32_t fwd = pb_segment(&c, "fwd");
   uint32_t x[2], y[2];
-  for (int r = 0; r < 2; r++) {
-    char n[16];
-    snprintf(n, sizeof(n), "r%d.x", r);
-    x[r] = pb_tensor(&c, n, r, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 4, 4);
-    snprintf(n, sizeof(n), "r%d.y", r);
-    y[r] = pb_tensor(&c, n, r, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 4);
-  }
+  pb_rank_xy(&c, 2, 2, 4, 4, x, y);
   for (int r = 0; r < 2; r++) {
     char n[16];
     snprintf(n, sizeof(n), "r%d.c", r);
@@ -558,9 +508,7 @@ static void test_coll_attr_mismatch(void **state) {
       coll_attr_plan(&p, cases[k].op, odd, cases[k].absent);
       vd_graph_t g;
       vd_diag d;
-      build_bad(&p, 0, &g, &d);
-      assert_int_equal(g.n_issues, 1);
-      assert_int_equal(g.issues[0].kind, VD_GISSUE_COLL_MISMATCH);
+      gb_build_one_issue(&p, &g, &d, VD_GISSUE_COLL_MISMATCH);
       assert_true(strncmp(g.issues[0].field, "attrs.", 6) == 0);
       if (!strstr(g.issues[0].detail, cases[k].want[odd])) print_error("detail: %s\n", g.issues[0].detail);
       assert_non_null(strstr(g.issues[0].detail, cases[k].want[odd]));
@@ -572,19 +520,17 @@ static void test_coll_attr_mismatch(void **state) {
   pb_ctx c;
   pb_begin(&c, &p, VD_PLAN_PARALLEL, 2, 1, 1);
   int32_t fwd = pb_segment(&c, "fwd");
-  uint32_t x0 = pb_tensor(&c, "r0.x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 1, 4, 0);
-  uint32_t y0 = pb_tensor(&c, "r0.y", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
-  uint32_t x1 = pb_tensor(&c, "r1.x", 1, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 1, 4, 0);
-  uint32_t y1 = pb_tensor(&c, "r1.y", 1, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
-  uint32_t a = pb_coll(&c, "all_reduce", "a", 0, fwd, PB_T(x0), PB_T(y0), 3, PB_G(0, 1), 0);
-  assert_int_equal(vd_plan_attr_str(&p, a, "reduce", "max"), VD_OK);
-  uint32_t b = pb_coll(&c, "all_reduce", "b", 1, fwd, PB_T(x1), PB_T(y1), 3, PB_G(0, 1), 0);
-  assert_int_equal(vd_plan_attr_str(&p, b, "reduce", "max"), VD_OK);
+  uint32_t x[2], y[2];
+  pb_rank_xy(&c, 2, 1, 4, 0, x, y);
+  for (int32_t r = 0; r < 2; r++) {
+    uint32_t k = pb_coll(&c, "all_reduce", r ? "b" : "a", r, fwd, PB_T(x[r]), PB_T(y[r]), 3, PB_G(0, 1), 0);
+    assert_int_equal(vd_plan_attr_str(&p, k, "reduce", "max"), VD_OK);
+  }
   pb_step(&c, 0, fwd, 0);
   pb_step(&c, 1, fwd, 0);
   assert_int_equal(c.rc, VD_OK);
   vd_graph_t g;
-  build_ok(&p, 0, &g);
+  gb_build_ok(&p, 0, &g);
   vd_graph_free(&g);
   vd_plan_free(&p);
 }
@@ -601,9 +547,7 @@ static void test_mb_scope(void **state) {
   assert_int_equal(c.rc, VD_OK);
   vd_graph_t g;
   vd_diag d;
-  build_bad(&p, 0, &g, &d);
-  assert_int_equal(g.n_issues, 1);
-  assert_int_equal(g.issues[0].kind, VD_GISSUE_MB_SCOPE);
+  gb_build_one_issue(&p, &g, &d, VD_GISSUE_MB_SCOPE);
   assert_int_equal(g.issues[0].tensor, x);
   assert_string_equal(g.issues[0].field, "in[0]");
   assert_non_null(strstr(g.issues[0].detail, "'x'"));
@@ -637,9 +581,7 @@ static void test_initial_rules(void **state) {
   assert_int_equal(c.rc, VD_OK);
   vd_graph_t g;
   vd_diag d;
-  build_bad(&p, 0, &g, &d);
-  assert_int_equal(g.n_issues, 1); /* only gr */
-  assert_int_equal(g.issues[0].kind, VD_GISSUE_READ_EARLY);
+  gb_build_one_issue(&p, &g, &d, VD_GISSUE_READ_EARLY); /* only gr */
   assert_int_equal(g.issues[0].tensor, gr);
   assert_int_equal(g.issues[0].pnode, N(&p, "use_gr"));
   const vd_value_t *a0 = &g.values[vd_graph_first(&g, acc, 0, -1)];
@@ -659,18 +601,15 @@ static void test_issue_order(void **state) {
   vd_plan_t p;
   pb_begin(&c, &p, VD_PLAN_SINGLE, 1, 1, 3);
   int32_t s = pb_segment(&c, "s");
-  uint32_t x = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 1, 4, 0);
-  uint32_t h = pb_tensor(&c, "h", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
-  uint32_t y = pb_tensor(&c, "y", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
+  uint32_t x;
+  pb_use_make(&c, s, s, &x, NULL, NULL);
   uint32_t gw = pb_tensor(&c, "gw", 0, VD_ROLE_GRAD, VD_SCOPE_PERSISTENT, 1, 4, 0);
-  pb_node(&c, "neg", "use", 0, s, VD_PHASE_FWD, PB_T(h), PB_T(y));
-  pb_node(&c, "neg", "make", 0, s, VD_PHASE_FWD, PB_T(x), PB_T(h));
   pb_node(&c, "neg", "grad", 0, s, VD_PHASE_FWD, PB_T(x), PB_T(gw));
   for (int m = 2; m >= 0; m--) pb_step(&c, 0, s, m);
   assert_int_equal(c.rc, VD_OK);
   vd_graph_t g;
   vd_diag d;
-  build_bad(&p, 0, &g, &d);
+  gb_build_bad(&p, &g, &d);
   assert_int_equal(g.n_issues, 5); /* 3 read_early, 2 double_write */
   for (size_t i = 0; i < 3; i++) {
     assert_int_equal(g.issues[i].kind, VD_GISSUE_READ_EARLY);
@@ -718,11 +657,7 @@ static void test_fault_injection(void **state) {
   pb_ctx c;
   pb_begin(&c, &p, VD_PLAN_SINGLE, 1, 1, 12);
   int32_t s = pb_segment(&c, "s");
-  uint32_t x = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 1, 4, 0);
-  uint32_t h = pb_tensor(&c, "h", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
-  uint32_t y = pb_tensor(&c, "y", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
-  pb_node(&c, "neg", "use", 0, s, VD_PHASE_FWD, PB_T(h), PB_T(y));
-  pb_node(&c, "neg", "make", 0, s, VD_PHASE_FWD, PB_T(x), PB_T(h));
+  pb_use_make(&c, s, s, NULL, NULL, NULL);
   for (int m = 0; m < 12; m++) pb_step(&c, 0, s, m);
   assert_int_equal(c.rc, VD_OK);
   fault_run(&p, 0, VD_EINPUT);

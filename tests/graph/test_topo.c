@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "../../graph/graph.h"
+#include "../support/graph_build.h"
 #include "../support/plan_builders.h"
 
 /* topo is a permutation and every producer comes before its consumers. */
@@ -47,16 +48,12 @@ static void assert_topo_valid(const vd_graph_t *g) {
 }
 
 static void test_builders_ordered(void **state) {
-  vd_rc (*fns[])(vd_plan_t *) = {pb_plan_linear2, pb_plan_tp2, pb_plan_pp2, pb_plan_mb2_accum, pb_plan_dp2};
-  for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
+  for (size_t i = 0; i < pb_n_ready_plans; i++)
     for (int expand = 0; expand < 2; expand++) {
       vd_plan_t p;
       vd_graph_t g;
-      vd_diag d;
-      vd_diag_clear(&d);
-      assert_int_equal(fns[i](&p), VD_OK);
-      vd_graph_opts o = {.expand_replicas = expand};
-      assert_int_equal(vd_graph_build(&p, &o, &g, &d), VD_OK);
+      assert_int_equal(pb_ready_plans[i](&p), VD_OK);
+      gb_build_ok(&p, expand, &g);
       assert_topo_valid(&g);
       vd_graph_free(&g);
       vd_plan_free(&p);
@@ -70,28 +67,20 @@ static void test_cycle_between_collectives(void **state) {
   vd_plan_t p;
   pb_begin(&c, &p, VD_PLAN_PARALLEL, 2, 1, 1);
   int32_t s = pb_segment(&c, "fwd");
-  uint32_t x0 = pb_tensor(&c, "r0.x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 1, 4, 0);
-  uint32_t y0 = pb_tensor(&c, "r0.y", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
-  uint32_t z0 = pb_tensor(&c, "r0.z", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
-  uint32_t x1 = pb_tensor(&c, "r1.x", 1, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 1, 4, 0);
-  uint32_t y1 = pb_tensor(&c, "r1.y", 1, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
-  uint32_t z1 = pb_tensor(&c, "r1.z", 1, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
-  pb_coll(&c, "all_reduce", "r0.A", 0, s, PB_T(x0), PB_T(y0), 1, PB_G(0, 1), 0);
-  pb_coll(&c, "all_reduce", "r0.B", 0, s, PB_T(y0), PB_T(z0), 2, PB_G(0, 1), 0);
-  pb_coll(&c, "all_reduce", "r1.B", 1, s, PB_T(x1), PB_T(z1), 2, PB_G(0, 1), 0);
-  pb_coll(&c, "all_reduce", "r1.A", 1, s, PB_T(z1), PB_T(y1), 1, PB_G(0, 1), 0);
+  uint32_t x[2], y[2], z[2];
+  pb_rank_xy(&c, 2, 1, 4, 0, x, y);
+  for (int32_t r = 0; r < 2; r++) z[r] = pb_rank_tensor(&c, "z", r, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
+  pb_coll(&c, "all_reduce", "r0.A", 0, s, PB_T(x[0]), PB_T(y[0]), 1, PB_G(0, 1), 0);
+  pb_coll(&c, "all_reduce", "r0.B", 0, s, PB_T(y[0]), PB_T(z[0]), 2, PB_G(0, 1), 0);
+  pb_coll(&c, "all_reduce", "r1.B", 1, s, PB_T(x[1]), PB_T(z[1]), 2, PB_G(0, 1), 0);
+  pb_coll(&c, "all_reduce", "r1.A", 1, s, PB_T(z[1]), PB_T(y[1]), 1, PB_G(0, 1), 0);
   pb_step(&c, 0, s, 0);
   pb_step(&c, 1, s, 0);
   assert_int_equal(c.rc, VD_OK);
   vd_graph_t g;
   vd_diag d;
-  vd_diag_clear(&d);
-  vd_graph_opts o = {0};
-  assert_int_equal(vd_graph_build(&p, &o, &g, &d), VD_EINPUT);
+  const vd_graph_issue *is = gb_build_one_issue(&p, &g, &d, VD_GISSUE_CYCLE);
   assert_int_equal(g.n_nodes, 2);
-  assert_int_equal(g.n_issues, 1);
-  const vd_graph_issue *is = &g.issues[0];
-  assert_int_equal(is->kind, VD_GISSUE_CYCLE);
   /* the node named is one of the two merged collectives (first participant on rank 0) */
   assert_true(is->pnode == pb_find_node(&p, "r0.A") || is->pnode == pb_find_node(&p, "r0.B"));
   assert_non_null(strstr(is->detail, "cycle of 2 nodes"));
@@ -128,12 +117,8 @@ static void test_self_loop(void **state) {
   assert_int_equal(c.rc, VD_OK);
   vd_graph_t g;
   vd_diag d;
-  vd_diag_clear(&d);
-  vd_graph_opts o = {0};
-  assert_int_equal(vd_graph_build(&p, &o, &g, &d), VD_EINPUT);
+  gb_build_one_issue(&p, &g, &d, VD_GISSUE_CYCLE);
   assert_int_equal(g.n_nodes, 3);
-  assert_int_equal(g.n_issues, 1);
-  assert_int_equal(g.issues[0].kind, VD_GISSUE_CYCLE);
   /* the merged node is named by its first participant: the send */
   assert_int_equal(g.issues[0].pnode, pb_find_node(&p, "loop.send"));
   assert_non_null(strstr(g.issues[0].detail, "'loop.send'"));
@@ -220,16 +205,7 @@ static void test_pipeline_order(void **state) {
   }
   assert_int_equal(c.rc, VD_OK);
   vd_graph_t g;
-  vd_diag d;
-  vd_diag_clear(&d);
-  vd_graph_opts o = {0};
-  vd_rc rc = vd_graph_build(&p, &o, &g, &d);
-  if (rc != VD_OK) {
-    char buf[1024];
-    vd_diag_format(&d, buf, sizeof(buf));
-    print_error("%s\n", buf);
-  }
-  assert_int_equal(rc, VD_OK);
+  gb_build_ok(&p, 0, &g);
   /* per rank and mb: L mul + L ar halves + recv/send halves + bwd nodes; merged pairwise */
   size_t plain = (size_t)S * TP * (L * M + 1 + M); /* mul, zero, acc */
   plain += (size_t)TP * M;                         /* loss_bwd on the last stage */

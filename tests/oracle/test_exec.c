@@ -16,6 +16,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -51,47 +52,63 @@ static void expect_agree(const vd_exec_result *r) {
   assert_true(r->max_rel_err <= 1e-9);
 }
 
-/* Turns every node named n0/n1 into a plain identity (drops the collective). */
-static void to_identity(vd_plan_t *p, const char *name) {
+/* Gives node `name` operator op (nothing else changes); returns its index. */
+static int64_t set_op(vd_plan_t *p, const char *name, const char *op) {
   int64_t i = pb_find_node(p, name);
   assert_true(i >= 0);
   uint32_t off;
-  assert_int_equal(vd_plan_str(p, "identity", &off), VD_OK);
+  assert_int_equal(vd_plan_str(p, op, &off), VD_OK);
   p->nodes[i].op = off;
+  return i;
+}
+
+/* Turns node `name` into a plain identity (drops the collective). */
+static void to_identity(vd_plan_t *p, const char *name) {
+  int64_t i = set_op(p, name, "identity");
   p->nodes[i].coll = -1;
   p->nodes[i].n_group = 0;
   p->nodes[i].span_replicas = 0;
   p->nodes[i].phase = VD_PHASE_FWD;
 }
 
-static void test_tp2_agrees(void **state) {
-  (void)state;
+/* Most tests start from the linear2 / tp2 pair of tests/support, which a
+ * cmocka setup builds and the teardown frees (also when a test fails). */
+typedef struct {
   vd_plan_t s, p;
-  assert_int_equal(pb_plan_linear2(&s), VD_OK);
-  assert_int_equal(pb_plan_tp2(&p), VD_OK);
-  vd_exec_result r = run_pair(&s, &p, 1);
+} plan_pair;
+static int tp2_pair_setup(void **state) {
+  plan_pair *x = test_calloc(1, sizeof(*x));
+  if (!x) return -1;
+  *state = x;
+  if (pb_plan_linear2(&x->s) != VD_OK) return -1;
+  return pb_plan_tp2(&x->p) == VD_OK ? 0 : -1;
+}
+static int pair_teardown(void **state) {
+  plan_pair *x = *state;
+  vd_plan_free(&x->s);
+  vd_plan_free(&x->p);
+  test_free(x);
+  return 0;
+}
+
+static void test_tp2_agrees(void **state) {
+  plan_pair *x = *state;
+  vd_exec_result r = run_pair(&x->s, &x->p, 1);
   expect_agree(&r);
   assert_int_equal(r.n_tensors, 28); /* 14 annotated tensors per rank */
-  vd_plan_free(&s);
-  vd_plan_free(&p);
 }
 
 /* An annotated tensor nothing computes (its producer was removed, as bug 2
  * does to the loss all-reduce of a real plan) breaks its claim. */
 static void test_annotated_without_value_disagrees(void **state) {
-  (void)state;
-  vd_plan_t s, p;
-  assert_int_equal(pb_plan_linear2(&s), VD_OK);
-  assert_int_equal(pb_plan_tp2(&p), VD_OK);
-  vd_tensor_t t = p.tensors[pb_find_tensor(&p, "r0.h")];
+  plan_pair *x = *state;
+  vd_tensor_t t = x->p.tensors[pb_find_tensor(&x->p, "r0.h")];
   uint32_t idx;
-  assert_int_equal(vd_plan_add_tensor(&p, &t, "orphan", &idx), VD_OK);
-  p.tensors[idx].id = 9999;
-  vd_exec_result r = run_pair(&s, &p, 1);
+  assert_int_equal(vd_plan_add_tensor(&x->p, &t, "orphan", &idx), VD_OK);
+  x->p.tensors[idx].id = 9999;
+  vd_exec_result r = run_pair(&x->s, &x->p, 1);
   assert_int_equal(r.status, VD_EXEC_DISAGREE);
   assert_non_null(strstr(r.reason, "'orphan' is annotated with single tensor 'h' but never holds a value"));
-  vd_plan_free(&s);
-  vd_plan_free(&p);
 }
 
 /* Issue 11, the oracle case: AGREE needs every annotated tensor compared.
@@ -99,40 +116,27 @@ static void test_annotated_without_value_disagrees(void **state) {
  * claims to hold; a parallel plan without lineage gives nothing to compare.
  * Both used to AGREE on 0 tensors. */
 static void test_empty_single_plan_disagrees(void **state) {
-  (void)state;
-  vd_plan_t s, p;
-  assert_int_equal(pb_plan_linear2(&s), VD_OK);
-  assert_int_equal(pb_plan_tp2(&p), VD_OK);
-  s.n_nodes = 0;
-  vd_exec_result r = run_pair(&s, &p, 1);
+  plan_pair *x = *state;
+  x->s.n_nodes = 0;
+  vd_exec_result r = run_pair(&x->s, &x->p, 1);
   assert_int_equal(r.status, VD_EXEC_DISAGREE);
   assert_non_null(strstr(r.reason, "which the single plan never produces or reads"));
-  vd_plan_free(&s);
-  vd_plan_free(&p);
 }
 
 static void test_no_lineage_disagrees(void **state) {
-  (void)state;
-  vd_plan_t s, p;
-  assert_int_equal(pb_plan_linear2(&s), VD_OK);
-  assert_int_equal(pb_plan_tp2(&p), VD_OK);
-  for (size_t i = 0; i < p.n_tensors; i++) p.tensors[i].has_lin = 0;
-  vd_exec_result r = run_pair(&s, &p, 1);
+  plan_pair *x = *state;
+  for (size_t i = 0; i < x->p.n_tensors; i++) x->p.tensors[i].has_lin = 0;
+  vd_exec_result r = run_pair(&x->s, &x->p, 1);
   assert_int_equal(r.status, VD_EXEC_DISAGREE);
   assert_int_equal(r.n_elements, 0);
   assert_non_null(strstr(r.reason, "nothing to compare"));
-  vd_plan_free(&s);
-  vd_plan_free(&p);
 }
 
 static void test_tp2_missing_all_reduce_disagrees(void **state) {
-  (void)state;
-  vd_plan_t s, p;
-  assert_int_equal(pb_plan_linear2(&s), VD_OK);
-  assert_int_equal(pb_plan_tp2(&p), VD_OK);
-  to_identity(&p, "r0.l2.ar");
-  to_identity(&p, "r1.l2.ar");
-  vd_exec_result r = run_pair(&s, &p, 7);
+  plan_pair *x = *state;
+  to_identity(&x->p, "r0.l2.ar");
+  to_identity(&x->p, "r1.l2.ar");
+  vd_exec_result r = run_pair(&x->s, &x->p, 7);
   assert_int_equal(r.status, VD_EXEC_DISAGREE);
   assert_true(r.has_mismatch);
   assert_string_equal(r.first.name, "r0.y");
@@ -144,8 +148,6 @@ static void test_tp2_missing_all_reduce_disagrees(void **state) {
   assert_true(r.first.rel_err > 1e-6);
   assert_true(fabs(r.first.expected - r.first.got) > 1e-9);
   assert_true(r.max_rel_err > 1e-6);
-  vd_plan_free(&s);
-  vd_plan_free(&p);
 }
 
 static void test_pp2_agrees(void **state) {
@@ -159,7 +161,31 @@ static void test_pp2_agrees(void **state) {
   vd_plan_free(&p);
 }
 
-/* ---- one linear layer: single plan -------------------------------------- *
+/* ---- one linear layer ---------------------------------------------------- */
+
+/* y = linear(x, w); s = sum(y); loss = scale(s, factor): every fc plan's
+ * forward. */
+static void fc_forward(pb_ctx *c, int32_t seg, uint32_t x, uint32_t w, uint32_t y, uint32_t s, uint32_t loss,
+                       double factor) {
+  pb_node(c, "linear", "fc", 0, seg, VD_PHASE_FWD, PB_T(x, w), PB_T(y));
+  pb_node(c, "sum", "sum", 0, seg, VD_PHASE_FWD, PB_T(y), PB_T(s));
+  uint32_t n = pb_node(c, "scale", "mean", 0, seg, VD_PHASE_FWD, PB_T(s), PB_T(loss));
+  pb_attr_float(c, n, "factor", factor);
+}
+
+/* gs = scale_backward(gl, factor); gy = sum_backward(gs), the nodes named
+ * "mean.bwd<sfx>" and "sum.bwd<sfx>". */
+static void fc_loss_backward(pb_ctx *c, int32_t seg, const char *sfx, uint32_t gl, uint32_t gs, uint32_t gy,
+                             double factor) {
+  char nm[32];
+  snprintf(nm, sizeof(nm), "mean.bwd%s", sfx);
+  uint32_t n = pb_node(c, "scale_backward", nm, 0, seg, VD_PHASE_BWD, PB_T(gl), PB_T(gs));
+  pb_attr_float(c, n, "factor", factor);
+  snprintf(nm, sizeof(nm), "sum.bwd%s", sfx);
+  pb_node(c, "sum_backward", nm, 0, seg, VD_PHASE_BWD, PB_T(gs), PB_T(gy));
+}
+
+/* ---- single plan ---------------------------------------------------------- *
  * x [4,3], w [2,3]; y = linear(x, w); s = sum(y); loss = scale(s, 1/4)
  * backward from the seed gl: gs = scale_backward(gl), gy = sum_backward(gs),
  * (gx, gw) = linear_backward(x, w, gy); w = sgd(w, gw).
@@ -178,16 +204,10 @@ static void single_fc(vd_plan_t *p) {
   uint32_t gy = pb_tensor(&c, "gy", 0, VD_ROLE_GRAD, MB, 2, 4, 2);
   uint32_t gx = pb_tensor(&c, "gx", 0, VD_ROLE_GRAD, MB, 2, 4, 3);
   uint32_t gw = pb_tensor(&c, "w.grad", 0, VD_ROLE_GRAD, PERS, 2, 2, 3);
-  pb_node(&c, "linear", "fc", 0, fwd, VD_PHASE_FWD, PB_T(x, w), PB_T(y));
-  pb_node(&c, "sum", "sum", 0, fwd, VD_PHASE_FWD, PB_T(y), PB_T(s));
-  uint32_t n = pb_node(&c, "scale", "mean", 0, fwd, VD_PHASE_FWD, PB_T(s), PB_T(loss));
-  pb_attr_float(&c, n, "factor", 0.25);
-  n = pb_node(&c, "scale_backward", "mean.bwd", 0, bwd, VD_PHASE_BWD, PB_T(gl), PB_T(gs));
-  pb_attr_float(&c, n, "factor", 0.25);
-  pb_node(&c, "sum_backward", "sum.bwd", 0, bwd, VD_PHASE_BWD, PB_T(gs), PB_T(gy));
+  fc_forward(&c, fwd, x, w, y, s, loss, 0.25);
+  fc_loss_backward(&c, bwd, "", gl, gs, gy, 0.25);
   pb_node(&c, "linear_backward", "fc.bwd", 0, bwd, VD_PHASE_BWD, PB_T(x, w, gy), PB_T(gx, gw));
-  n = pb_node(&c, "sgd_step", "opt.w", 0, opt, VD_PHASE_OPT, PB_T(w, gw), PB_T(w));
-  pb_attr_float(&c, n, "lr", 0.1);
+  pb_sgd(&c, "opt.w", 0, opt, w, gw);
   pb_step(&c, 0, fwd, 0);
   pb_step(&c, 0, bwd, 0);
   pb_step(&c, 0, opt, -1);
@@ -202,26 +222,18 @@ static void mb2_fc(vd_plan_t *p, int accumulate) {
   pb_begin(&c, p, VD_PLAN_PARALLEL, 1, 1, 2);
   int32_t fwd = pb_segment(&c, "fwd"), bwd0 = pb_segment(&c, "bwd0"), bwd = pb_segment(&c, "bwd");
   int32_t opt = pb_segment(&c, "opt");
-  uint32_t x = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, MB, 2, 2, 3);
-  pb_lin(&c, x, 1, 0, 2, 0, 3, 0, 1);
-  uint32_t w = pb_tensor(&c, "w", 0, VD_ROLE_WEIGHT, PERS, 2, 2, 3);
-  pb_lin(&c, w, 2, 0, 2, 0, 3, 0, 1);
-  uint32_t y = pb_tensor(&c, "y", 0, VD_ROLE_ACT, MB, 2, 2, 2);
-  pb_lin(&c, y, 3, 0, 2, 0, 2, 0, 1);
+  uint32_t x = pb_tensor_whole(&c, "x", 0, VD_ROLE_INPUT, MB, 2, 2, 3, 1);
+  uint32_t w = pb_tensor_whole(&c, "w", 0, VD_ROLE_WEIGHT, PERS, 2, 2, 3, 2);
+  uint32_t y = pb_tensor_whole(&c, "y", 0, VD_ROLE_ACT, MB, 2, 2, 2, 3);
   uint32_t s = pb_tensor(&c, "s", 0, VD_ROLE_ACT, MB, 0, 0, 0);
   pb_lin(&c, s, 4, 0, 0, 0, 0, 0, 2);
   uint32_t loss = pb_tensor(&c, "loss", 0, VD_ROLE_LOSS, MB, 0, 0, 0);
   pb_lin(&c, loss, 5, 0, 0, 0, 0, 0, 2);
-  uint32_t gl = pb_tensor(&c, "gloss", 0, VD_ROLE_INPUT, MB, 0, 0, 0);
-  pb_lin(&c, gl, 6, 0, 0, 0, 0, 0, 1);
-  uint32_t gs = pb_tensor(&c, "gs", 0, VD_ROLE_GRAD, MB, 0, 0, 0);
-  pb_lin(&c, gs, 7, 0, 0, 0, 0, 0, 1);
-  uint32_t gy = pb_tensor(&c, "gy", 0, VD_ROLE_GRAD, MB, 2, 2, 2);
-  pb_lin(&c, gy, 8, 0, 2, 0, 2, 0, 1);
-  uint32_t gx = pb_tensor(&c, "gx", 0, VD_ROLE_GRAD, MB, 2, 2, 3);
-  pb_lin(&c, gx, 9, 0, 2, 0, 3, 0, 1);
-  uint32_t gacc = pb_tensor(&c, "w.grad", 0, VD_ROLE_GRAD, PERS, 2, 2, 3);
-  pb_lin(&c, gacc, 10, 0, 2, 0, 3, 0, 1);
+  uint32_t gl = pb_tensor_whole(&c, "gloss", 0, VD_ROLE_INPUT, MB, 0, 0, 0, 6);
+  uint32_t gs = pb_tensor_whole(&c, "gs", 0, VD_ROLE_GRAD, MB, 0, 0, 0, 7);
+  uint32_t gy = pb_tensor_whole(&c, "gy", 0, VD_ROLE_GRAD, MB, 2, 2, 2, 8);
+  uint32_t gx = pb_tensor_whole(&c, "gx", 0, VD_ROLE_GRAD, MB, 2, 2, 3, 9);
+  uint32_t gacc = pb_tensor_whole(&c, "w.grad", 0, VD_ROLE_GRAD, PERS, 2, 2, 3, 10);
   uint32_t gmb = pb_tensor(&c, "w.grad_mb", 0, VD_ROLE_GRAD, MB, 2, 2, 3);
   assert_int_equal(c.rc, VD_OK);
   /* microbatch m holds rows [2m, 2m+2); its loss and sum are part m of 2 */
@@ -231,21 +243,13 @@ static void mb2_fc(vd_plan_t *p, int accumulate) {
   p->tensors[gx].lin.mb_shift[0] = 2;
   p->tensors[s].lin.mb_part = 1;
   p->tensors[loss].lin.mb_part = 1;
-  pb_node(&c, "linear", "fc", 0, fwd, VD_PHASE_FWD, PB_T(x, w), PB_T(y));
-  pb_node(&c, "sum", "sum", 0, fwd, VD_PHASE_FWD, PB_T(y), PB_T(s));
-  uint32_t n = pb_node(&c, "scale", "mean", 0, fwd, VD_PHASE_FWD, PB_T(s), PB_T(loss));
-  pb_attr_float(&c, n, "factor", 0.25);
-  for (int k = 0; k < 2; k++) {
-    int32_t sg = k ? bwd : bwd0;
-    n = pb_node(&c, "scale_backward", k ? "mean.bwd" : "mean.bwd0", 0, sg, VD_PHASE_BWD, PB_T(gl), PB_T(gs));
-    pb_attr_float(&c, n, "factor", 0.25);
-    pb_node(&c, "sum_backward", k ? "sum.bwd" : "sum.bwd0", 0, sg, VD_PHASE_BWD, PB_T(gs), PB_T(gy));
-  }
+  fc_forward(&c, fwd, x, w, y, s, loss, 0.25);
+  fc_loss_backward(&c, bwd0, "0", gl, gs, gy, 0.25);
+  fc_loss_backward(&c, bwd, "", gl, gs, gy, 0.25);
   pb_node(&c, "linear_backward", "fc.bwd0", 0, bwd0, VD_PHASE_BWD, PB_T(x, w, gy), PB_T(gx, gacc));
   pb_node(&c, "linear_backward", "fc.bwd", 0, bwd, VD_PHASE_BWD, PB_T(x, w, gy), PB_T(gx, gmb));
   if (accumulate) pb_node(&c, "accumulate", "fc.acc", 0, bwd, VD_PHASE_BWD, PB_T(gacc, gmb), PB_T(gacc));
-  n = pb_node(&c, "sgd_step", "opt.w", 0, opt, VD_PHASE_OPT, PB_T(w, gacc), PB_T(w));
-  pb_attr_float(&c, n, "lr", 0.1);
+  pb_sgd(&c, "opt.w", 0, opt, w, gacc);
   pb_step(&c, 0, fwd, 0);
   pb_step(&c, 0, bwd0, 0);
   pb_step(&c, 0, fwd, 1);
@@ -282,41 +286,30 @@ static void dp2_fc(vd_plan_t *p, double factor) {
   pb_ctx c;
   pb_begin(&c, p, VD_PLAN_PARALLEL, 1, 2, 1);
   int32_t fwd = pb_segment(&c, "fwd"), bwd = pb_segment(&c, "bwd"), opt = pb_segment(&c, "opt");
-  uint32_t x = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, MB, 2, 2, 3);
-  pb_lin(&c, x, 1, 0, 2, 0, 3, 0, 1);
-  uint32_t w = pb_tensor(&c, "w", 0, VD_ROLE_WEIGHT, PERS, 2, 2, 3);
-  pb_lin(&c, w, 2, 0, 2, 0, 3, 0, 1);
-  uint32_t y = pb_tensor(&c, "y", 0, VD_ROLE_ACT, MB, 2, 2, 2);
-  pb_lin(&c, y, 3, 0, 2, 0, 2, 0, 1);
+  uint32_t x = pb_tensor_whole(&c, "x", 0, VD_ROLE_INPUT, MB, 2, 2, 3, 1);
+  uint32_t w = pb_tensor_whole(&c, "w", 0, VD_ROLE_WEIGHT, PERS, 2, 2, 3, 2);
+  uint32_t y = pb_tensor_whole(&c, "y", 0, VD_ROLE_ACT, MB, 2, 2, 2, 3);
   uint32_t s = pb_tensor(&c, "s", 0, VD_ROLE_ACT, MB, 0, 0, 0);
   pb_lin(&c, s, 4, 0, 0, 0, 0, 0, 2);
   uint32_t loss = pb_tensor(&c, "loss_local", 0, VD_ROLE_LOSS, MB, 0, 0, 0);
-  uint32_t gl = pb_tensor(&c, "gloss", 0, VD_ROLE_INPUT, MB, 0, 0, 0);
-  pb_lin(&c, gl, 6, 0, 0, 0, 0, 0, 1);
+  uint32_t gl = pb_tensor_whole(&c, "gloss", 0, VD_ROLE_INPUT, MB, 0, 0, 0, 6);
   uint32_t gs = pb_tensor(&c, "gs_local", 0, VD_ROLE_GRAD, MB, 0, 0, 0);
   uint32_t gy = pb_tensor(&c, "gy_local", 0, VD_ROLE_GRAD, MB, 2, 2, 2);
   uint32_t gx = pb_tensor(&c, "gx_local", 0, VD_ROLE_GRAD, MB, 2, 2, 3);
   uint32_t gw = pb_tensor(&c, "w.grad_local", 0, VD_ROLE_GRAD, PERS, 2, 2, 3);
   uint32_t gr = pb_tensor(&c, "w.grad_sum", 0, VD_ROLE_GRAD, PERS, 2, 2, 3);
-  uint32_t ga = pb_tensor(&c, "w.grad", 0, VD_ROLE_GRAD, PERS, 2, 2, 3);
-  pb_lin(&c, ga, 10, 0, 2, 0, 3, 0, 1);
+  uint32_t ga = pb_tensor_whole(&c, "w.grad", 0, VD_ROLE_GRAD, PERS, 2, 2, 3, 10);
   assert_int_equal(c.rc, VD_OK);
   p->tensors[x].lin.dp_shift[0] = 2;
   p->tensors[y].lin.dp_shift[0] = 2;
   p->tensors[s].lin.dp_part = 1;
-  pb_node(&c, "linear", "fc", 0, fwd, VD_PHASE_FWD, PB_T(x, w), PB_T(y));
-  pb_node(&c, "sum", "sum", 0, fwd, VD_PHASE_FWD, PB_T(y), PB_T(s));
-  uint32_t n = pb_node(&c, "scale", "mean", 0, fwd, VD_PHASE_FWD, PB_T(s), PB_T(loss));
-  pb_attr_float(&c, n, "factor", 0.5);
-  n = pb_node(&c, "scale_backward", "mean.bwd", 0, bwd, VD_PHASE_BWD, PB_T(gl), PB_T(gs));
-  pb_attr_float(&c, n, "factor", 0.5);
-  pb_node(&c, "sum_backward", "sum.bwd", 0, bwd, VD_PHASE_BWD, PB_T(gs), PB_T(gy));
+  fc_forward(&c, fwd, x, w, y, s, loss, 0.5);
+  fc_loss_backward(&c, bwd, "", gl, gs, gy, 0.5);
   pb_node(&c, "linear_backward", "fc.bwd", 0, bwd, VD_PHASE_BWD, PB_T(x, w, gy), PB_T(gx, gw));
   pb_coll(&c, "all_reduce", "dp.ar", 0, opt, PB_T(gw), PB_T(gr), 1, PB_G(0), 1);
-  n = pb_node(&c, "scale", "dp.avg", 0, opt, VD_PHASE_OPT, PB_T(gr), PB_T(ga));
+  uint32_t n = pb_node(&c, "scale", "dp.avg", 0, opt, VD_PHASE_OPT, PB_T(gr), PB_T(ga));
   pb_attr_float(&c, n, "factor", factor);
-  n = pb_node(&c, "sgd_step", "opt.w", 0, opt, VD_PHASE_OPT, PB_T(w, ga), PB_T(w));
-  pb_attr_float(&c, n, "lr", 0.1);
+  pb_sgd(&c, "opt.w", 0, opt, w, ga);
   pb_step(&c, 0, fwd, 0);
   pb_step(&c, 0, bwd, 0);
   pb_step(&c, 0, opt, -1);
@@ -360,94 +353,66 @@ static void test_batch_mismatch_disagrees(void **state) {
 }
 
 static void test_deterministic_and_seed_matters(void **state) {
-  (void)state;
-  vd_plan_t s, p;
-  assert_int_equal(pb_plan_linear2(&s), VD_OK);
-  assert_int_equal(pb_plan_tp2(&p), VD_OK);
-  to_identity(&p, "r0.l2.ar");
-  to_identity(&p, "r1.l2.ar");
-  vd_exec_result a = run_pair(&s, &p, 42), b = run_pair(&s, &p, 42), c = run_pair(&s, &p, 43);
+  plan_pair *x = *state;
+  to_identity(&x->p, "r0.l2.ar");
+  to_identity(&x->p, "r1.l2.ar");
+  vd_exec_result a = run_pair(&x->s, &x->p, 42), b = run_pair(&x->s, &x->p, 42), c = run_pair(&x->s, &x->p, 43);
   assert_true(a.first.expected == b.first.expected && a.first.got == b.first.got);
   assert_true(a.max_rel_err == b.max_rel_err);
   assert_true(a.first.expected != c.first.expected);
-  vd_plan_free(&s);
-  vd_plan_free(&p);
 }
 
 static void test_unknown_operator_is_unsupported(void **state) {
-  (void)state;
-  vd_plan_t s, p;
-  assert_int_equal(pb_plan_linear2(&s), VD_OK);
-  assert_int_equal(pb_plan_tp2(&p), VD_OK);
-  int64_t i = pb_find_node(&p, "r1.l1");
-  assert_true(i >= 0);
-  uint32_t off;
-  assert_int_equal(vd_plan_str(&p, "fancy_linear", &off), VD_OK);
-  p.nodes[i].op = off;
-  vd_exec_result r = run_pair(&s, &p, 1);
+  plan_pair *x = *state;
+  set_op(&x->p, "r1.l1", "fancy_linear");
+  vd_exec_result r = run_pair(&x->s, &x->p, 1);
   assert_int_equal(r.status, VD_EXEC_UNSUPPORTED);
   assert_non_null(strstr(r.reason, "fancy_linear"));
   assert_non_null(strstr(r.reason, "r1.l1"));
-  vd_plan_free(&s);
-  vd_plan_free(&p);
 }
 
 /* The registry check runs before any tensor is allocated: a plan with an
  * unknown operator and tensors far too large to hold is still "unsupported"
  * (it used to run out of memory on the nodes before the unknown one). */
 static void test_unknown_operator_checked_before_allocation(void **state) {
-  (void)state;
-  vd_plan_t s, p;
-  assert_int_equal(pb_plan_linear2(&s), VD_OK);
-  assert_int_equal(pb_plan_tp2(&p), VD_OK);
-  int64_t i = pb_find_node(&p, "r0.l2");
-  assert_true(i >= 0);
-  uint32_t off;
-  assert_int_equal(vd_plan_str(&p, "mystery_op", &off), VD_OK);
-  p.nodes[i].op = off;
-  for (size_t t = 0; t < s.n_tensors; t++) /* 2^46 doubles each: no allocator can */
-    for (int k = 0; k < s.tensors[t].ndim; k++) s.tensors[t].shape[k] = (int64_t)1 << 23;
-  vd_exec_result r = run_pair(&s, &p, 1);
+  plan_pair *x = *state;
+  set_op(&x->p, "r0.l2", "mystery_op");
+  for (size_t t = 0; t < x->s.n_tensors; t++) /* 2^46 doubles each: no allocator can */
+    for (int k = 0; k < x->s.tensors[t].ndim; k++) x->s.tensors[t].shape[k] = (int64_t)1 << 23;
+  vd_exec_result r = run_pair(&x->s, &x->p, 1);
   assert_int_equal(r.status, VD_EXEC_UNSUPPORTED);
   assert_non_null(strstr(r.reason, "unsupported operator 'mystery_op'"));
   assert_non_null(strstr(r.reason, "r0.l2"));
-  vd_plan_free(&s);
-  vd_plan_free(&p);
 }
 
 /* A parallel node whose shapes do not fit is a disagreement naming the node. */
 static void test_parallel_shape_error_disagrees(void **state) {
-  (void)state;
-  vd_plan_t s, p;
-  assert_int_equal(pb_plan_linear2(&s), VD_OK);
-  assert_int_equal(pb_plan_tp2(&p), VD_OK);
-  int64_t i = pb_find_node(&p, "r0.l2");
+  plan_pair *x = *state;
+  int64_t i = pb_find_node(&x->p, "r0.l2");
   assert_true(i >= 0);
   /* l2 reads x [4,8] instead of h [4,4]: w2 [8,4] no longer fits */
-  p.refs[p.nodes[i].in_off] = (uint32_t)pb_find_tensor(&p, "r0.x");
-  vd_exec_result r = run_pair(&s, &p, 1);
+  x->p.refs[x->p.nodes[i].in_off] = (uint32_t)pb_find_tensor(&x->p, "r0.x");
+  vd_exec_result r = run_pair(&x->s, &x->p, 1);
   assert_int_equal(r.status, VD_EXEC_DISAGREE);
   assert_non_null(strstr(r.reason, "r0.l2"));
   assert_non_null(strstr(r.reason, "inputs[1]"));
-  vd_plan_free(&s);
-  vd_plan_free(&p);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_tp2_agrees),
-      cmocka_unit_test(test_empty_single_plan_disagrees),
-      cmocka_unit_test(test_no_lineage_disagrees),
-      cmocka_unit_test(test_tp2_missing_all_reduce_disagrees),
-      cmocka_unit_test(test_annotated_without_value_disagrees),
+      cmocka_unit_test_setup_teardown(test_tp2_agrees, tp2_pair_setup, pair_teardown),
+      cmocka_unit_test_setup_teardown(test_empty_single_plan_disagrees, tp2_pair_setup, pair_teardown),
+      cmocka_unit_test_setup_teardown(test_no_lineage_disagrees, tp2_pair_setup, pair_teardown),
+      cmocka_unit_test_setup_teardown(test_tp2_missing_all_reduce_disagrees, tp2_pair_setup, pair_teardown),
+      cmocka_unit_test_setup_teardown(test_annotated_without_value_disagrees, tp2_pair_setup, pair_teardown),
       cmocka_unit_test(test_pp2_agrees),
       cmocka_unit_test(test_mb2_accumulation_agrees),
       cmocka_unit_test(test_dp2_replicas_agree),
       cmocka_unit_test(test_batch_mismatch_disagrees),
-      cmocka_unit_test(test_deterministic_and_seed_matters),
-      cmocka_unit_test(test_unknown_operator_is_unsupported),
-      cmocka_unit_test(test_unknown_operator_checked_before_allocation),
-      cmocka_unit_test(test_parallel_shape_error_disagrees),
+      cmocka_unit_test_setup_teardown(test_deterministic_and_seed_matters, tp2_pair_setup, pair_teardown),
+      cmocka_unit_test_setup_teardown(test_unknown_operator_is_unsupported, tp2_pair_setup, pair_teardown),
+      cmocka_unit_test_setup_teardown(test_unknown_operator_checked_before_allocation, tp2_pair_setup, pair_teardown),
+      cmocka_unit_test_setup_teardown(test_parallel_shape_error_disagrees, tp2_pair_setup, pair_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -96,39 +96,11 @@ static void test_non_identities_differ(void **state) {
 /* The stage of issue 14: y = sum_e g_e sum_j w2[e,j] silu(w1[e,j] . x) (w3[e,j] . x)
  * over F hidden units, against the sum of P partial results each over F/P of
  * them (TP partial grouped MLP).  silu is uninterpreted here. */
-static void moe_pair(vd_smt *s, int E, int F, int P, int H, vd_term *par, vd_term *single) {
-  vd_term x[8];
-  for (int h = 0; h < H; h++) x[h] = var(s, "x%d", h, 0);
-  vd_term parts[8] = {0};
-  vd_term total = NULL;
-  for (int p = 0; p < P; p++) {
-    vd_term acc = NULL;
-    for (int e = 0; e < E; e++) {
-      vd_term inner = NULL;
-      for (int j = p * (F / P); j < (p + 1) * (F / P); j++) {
-        vd_term a = NULL, b = NULL;
-        for (int h = 0; h < H; h++) {
-          vd_term t1 = vd_smt_mul(s, var(s, "w1_%d_%d", e * 64 + j, h), x[h]);
-          vd_term t3 = vd_smt_mul(s, var(s, "w3_%d_%d", e * 64 + j, h), x[h]);
-          a = a ? vd_smt_add(s, a, t1) : t1;
-          b = b ? vd_smt_add(s, b, t3) : t3;
-        }
-        vd_term hd = vd_smt_mul(s, vd_smt_uf(s, "silu", 1, &a), b);
-        vd_term t = vd_smt_mul(s, var(s, "w2_%d_%d", e, j), hd);
-        inner = inner ? vd_smt_add(s, inner, t) : t;
-      }
-      vd_term t = vd_smt_mul(s, var(s, "g%d_%d", e, 0), inner);
-      acc = acc ? vd_smt_add(s, acc, t) : t;
-    }
-    parts[p] = acc;
-  }
-  for (int p = 0; p < P; p++) total = total ? vd_smt_add(s, total, parts[p]) : parts[p];
-  *par = total;
-  /* single: the same with one shard */
+static vd_term grouped_mlp(vd_smt *s, int E, int j_lo, int j_hi, int H, const vd_term *x) {
   vd_term acc = NULL;
   for (int e = 0; e < E; e++) {
     vd_term inner = NULL;
-    for (int j = 0; j < F; j++) {
+    for (int j = j_lo; j < j_hi; j++) {
       vd_term a = NULL, b = NULL;
       for (int h = 0; h < H; h++) {
         vd_term t1 = vd_smt_mul(s, var(s, "w1_%d_%d", e * 64 + j, h), x[h]);
@@ -143,7 +115,17 @@ static void moe_pair(vd_smt *s, int E, int F, int P, int H, vd_term *par, vd_ter
     vd_term t = vd_smt_mul(s, var(s, "g%d_%d", e, 0), inner);
     acc = acc ? vd_smt_add(s, acc, t) : t;
   }
-  *single = acc;
+  return acc;
+}
+static void moe_pair(vd_smt *s, int E, int F, int P, int H, vd_term *par, vd_term *single) {
+  vd_term x[8];
+  for (int h = 0; h < H; h++) x[h] = var(s, "x%d", h, 0);
+  vd_term parts[8] = {0};
+  vd_term total = NULL;
+  for (int p = 0; p < P; p++) parts[p] = grouped_mlp(s, E, p * (F / P), (p + 1) * (F / P), H, x);
+  for (int p = 0; p < P; p++) total = total ? vd_smt_add(s, total, parts[p]) : parts[p];
+  *par = total;
+  *single = grouped_mlp(s, E, 0, F, H, x); /* the same with one shard */
 }
 
 static void test_tp_partial_grouped_mlp(void **state) {

@@ -55,6 +55,26 @@ uint32_t pb_coll(pb_ctx *c, const char *op, const char *name, int32_t rank, int3
                  const int64_t *group, uint32_t n_group, int span_replicas);
 void pb_attr_float(pb_ctx *c, uint32_t node, const char *key, double v);
 
+/* Shorthands for what many test plans repeat. */
+/* pb_tensor plus a lineage annotation saying it is the whole of single
+ * tensor `full` (slice [0, d0) x [0, d1), part 0 of 1). */
+uint32_t pb_tensor_whole(pb_ctx *c, const char *name, int32_t rank, vd_role role, vd_scope scope, int ndim,
+                         int64_t d0, int64_t d1, int64_t full);
+/* pb_tensor named "r<rank>.<base>", the parallel plans' naming. */
+uint32_t pb_rank_tensor(pb_ctx *c, const char *base, int32_t rank, vd_role role, vd_scope scope, int ndim,
+                        int64_t d0, int64_t d1);
+/* For each stored rank r < ranks: per-microbatch input "r<r>.x" then
+ * activation "r<r>.y" (ndim, d0 x d1) into x[r], y[r]: the operands of the
+ * small collective plans. */
+void pb_rank_xy(pb_ctx *c, int32_t ranks, int ndim, int64_t d0, int64_t d1, uint32_t *x, uint32_t *y);
+/* w = sgd_step(w, g) with lr 0.1 in optimizer segment seg; returns the node. */
+uint32_t pb_sgd(pb_ctx *c, const char *name, int32_t rank, int32_t seg, uint32_t w, uint32_t g);
+/* Per-microbatch 1x4 tensors x (input), h, y and two neg nodes, the reader
+ * of h added first: "use" (h -> y) in segment use_seg, then "make"
+ * (x -> h) in make_seg.  The steps decide whether h is read before it is
+ * written.  x, h, y may be NULL. */
+void pb_use_make(pb_ctx *c, int32_t use_seg, int32_t make_seg, uint32_t *x, uint32_t *h, uint32_t *y);
+
 /* List helpers: PB_T(a, b) expands to "(const uint32_t[]){a, b}, 2". */
 #define PB_NARGS_(...) (uint32_t)(sizeof((const uint32_t[]){__VA_ARGS__}) / sizeof(uint32_t))
 #define PB_T(...) (const uint32_t[]){__VA_ARGS__}, PB_NARGS_(__VA_ARGS__)
@@ -67,6 +87,10 @@ vd_rc pb_plan_tp2(vd_plan_t *p);
 vd_rc pb_plan_pp2(vd_plan_t *p);
 vd_rc pb_plan_mb2_accum(vd_plan_t *p);
 vd_rc pb_plan_dp2(vd_plan_t *p);
+/* All of the above, for tests that run every ready-made plan. */
+typedef vd_rc (*pb_plan_fn)(vd_plan_t *p);
+extern const pb_plan_fn pb_ready_plans[];
+extern const size_t pb_n_ready_plans;
 
 /* Index of the tensor / node named name, or -1. */
 int64_t pb_find_tensor(const vd_plan_t *p, const char *name);
