@@ -164,6 +164,7 @@ typedef struct {
    * lets the node that completes the sum match; as a candidate it would
    * fail its proof and cost a round. */
   uint8_t noemit;
+  uint8_t guess; /* guessed from a consumer (guess_node), not propagated */
   double f;               /* the value is f times the lineage's (1 for a candidate) */
   int32_t fsrc;           /* Gp node that last changed f (f != 1), else -1 */
   uint32_t uni;           /* dims along which the single value is constant (a broadcast):
@@ -263,17 +264,41 @@ static int same_outputs(const ictx *c, const vd_gnode_t *a, const vd_gnode_t *b)
   return 1;
 }
 
+/* Names equal up to their instance numbers ("#141" in an nnScaler block
+ * name): a recomputed block (the backward of a checkpointed attention runs
+ * its forward again) computes the same value from the same inputs as the
+ * forward in both plans, under the block's own names. */
+static int same_block_name(const char *a, const char *b) {
+  for (;;) {
+    if (*a == '#' && *b == '#') {
+      a++, b++;
+      while (*a >= '0' && *a <= '9') a++;
+      while (*b >= '0' && *b <= '9') b++;
+      continue;
+    }
+    if (*a != *b) return 0;
+    if (!*a) return 1;
+    a++, b++;
+  }
+}
+
 /* The single node with operator op whose inputs are the single values the
- * parallel inputs hold; -1 if none or ambiguous (ties broken by name). */
-static int32_t match_single(const ictx *c, const vd_gnode_t *pn, int op) {
+ * parallel inputs hold; -1 if none or ambiguous (ties broken by name, then
+ * by the name up to instance numbers). */
+static int32_t match_single_in(const ictx *c, const vd_gnode_t *pn, int op, int partial) {
   const uint32_t *in = vd_gnode_inputs(c->gp, pn);
   if (pn->n_in == 0) return -1;
-  for (uint32_t i = 0; i < pn->n_in; i++)
-    if (!c->vl[in[i]].known || c->vl[in[i]].sv < 0) return -1;
+  uint32_t first = pn->n_in;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    int has = c->vl[in[i]].known && c->vl[in[i]].sv >= 0;
+    if (!has && !partial) return -1;
+    if (has && first == pn->n_in) first = i;
+  }
+  if (first == pn->n_in) return -1;
   /* Copies (multiref, identity) are seen through on the single side: the
    * parallel plan may fan a value out differently. */
-  uint32_t root = c->sroot[c->vl[in[0]].sv];
-  int32_t found = -1, n_found = 0, named = -1;
+  uint32_t root = c->sroot[c->vl[in[first]].sv];
+  int32_t found = -1, n_found = 0, named = -1, block = -1, n_block = 0;
   const char *pname = vd_plan_s(c->pp, c->pp->nodes[pn->pnode].name);
   for (uint32_t q = c->rv_off[root]; q < c->rv_off[root + 1]; q++) {
     const vd_value_t *sv0 = &c->gs->values[c->rv[q]];
@@ -283,17 +308,24 @@ static int32_t match_single(const ictx *c, const vd_gnode_t *pn, int op) {
       if (c->sop[sn->pnode] != op || sn->n_in != pn->n_in || sn->n_out != pn->n_out) continue;
       const uint32_t *sin = vd_gnode_inputs(c->gs, sn);
       int ok = 1;
-      for (uint32_t i = 0; i < pn->n_in && ok; i++) ok = c->sroot[sin[i]] == c->sroot[c->vl[in[i]].sv];
+      for (uint32_t i = 0; i < pn->n_in && ok; i++)
+        ok = (partial && (!c->vl[in[i]].known || c->vl[in[i]].sv < 0)) ||
+             c->sroot[sin[i]] == c->sroot[c->vl[in[i]].sv];
       if (!ok || (int32_t)cons[k] == found) continue;
       if (found >= 0 && same_outputs(c, &c->gs->nodes[found], sn)) continue; /* one value, computed twice */
       found = (int32_t)cons[k];
       n_found++;
-      if (strcmp(vd_plan_s(c->sp, c->sp->nodes[sn->pnode].name), pname) == 0) named = found;
+      const char *sname = vd_plan_s(c->sp, c->sp->nodes[sn->pnode].name);
+      if (strcmp(sname, pname) == 0) named = found;
+      if (same_block_name(sname, pname)) block = found, n_block++;
     }
   }
   if (n_found == 1) return found;
-  return named;
+  if (named >= 0) return named;
+  return n_block == 1 ? block : -1;
 }
+
+static int32_t match_single(const ictx *c, const vd_gnode_t *pn, int op) { return match_single_in(c, pn, op, 0); }
 
 /* The single node with operator op and the same source name, when exactly
  * one exists (sbyname: single plan nodes sorted by name).  The fallback
@@ -533,6 +565,31 @@ static int out_factor(const ictx *c, const vd_gnode_t *pn, const vd_gnode_t *sn,
   return 1;
 }
 
+/* Dimension links of node pn (operator op) from its reduction rule, on the
+ * parallel shapes; 0 when the operator has none or the node is too wide. */
+static int node_links(const ictx *c, const vd_gnode_t *pn, int op, dsu *u) {
+  if (pn->n_in + pn->n_out > MAXOPD) return 0;
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
+  u->n_in = (int)pn->n_in;
+  u->n_out = (int)pn->n_out;
+  for (int i = 0; i < 2 * MAXOPD * VD_MAX_DIMS; i++) u->par[i] = i;
+  vd_op_shape ish[MAXOPD], osh[MAXOPD];
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    const vd_tensor_t *t = ptens(c, in[i]);
+    ish[i].ndim = t->ndim;
+    memcpy(ish[i].d, t->shape, sizeof(ish[i].d));
+  }
+  for (uint32_t i = 0; i < pn->n_out; i++) {
+    const vd_tensor_t *t = ptens(c, out[i]);
+    osh[i].ndim = t->ndim;
+    memcpy(osh[i].d, t->shape, sizeof(osh[i].d));
+  }
+  vd_op_reduce_call rc = {.op = op, .plan = c->pp, .node = &c->pp->nodes[pn->pnode], .n_in = pn->n_in,
+                          .n_out = pn->n_out, .in_shape = ish, .out_shape = osh, .emit = link_dims, .sink = u};
+  int norule = 0;
+  return vd_op_reduce_rule((vd_op_id)op)(&rc, &norule) == VD_OK && !norule;
+}
+
 static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
   const vd_gnode_t *pn = &c->gp->nodes[gi];
   if (pn->n_in + pn->n_out > MAXOPD) return;
@@ -550,26 +607,8 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
   const uint32_t *sout = vd_gnode_outputs(c->gs, sn);
   for (uint32_t i = 0; i < pn->n_in; i++)
     if (!aligned_any(c, in[i])) return;
-  /* Dimension links from the reduction rule, on the parallel shapes. */
   dsu u;
-  u.n_in = (int)pn->n_in;
-  u.n_out = (int)pn->n_out;
-  for (int i = 0; i < 2 * MAXOPD * VD_MAX_DIMS; i++) u.par[i] = i;
-  vd_op_shape ish[MAXOPD], osh[MAXOPD];
-  for (uint32_t i = 0; i < pn->n_in; i++) {
-    const vd_tensor_t *t = ptens(c, in[i]);
-    ish[i].ndim = t->ndim;
-    memcpy(ish[i].d, t->shape, sizeof(ish[i].d));
-  }
-  for (uint32_t i = 0; i < pn->n_out; i++) {
-    const vd_tensor_t *t = ptens(c, out[i]);
-    osh[i].ndim = t->ndim;
-    memcpy(osh[i].d, t->shape, sizeof(osh[i].d));
-  }
-  vd_op_reduce_call rc = {.op = op, .plan = c->pp, .node = &c->pp->nodes[pn->pnode], .n_in = pn->n_in,
-                          .n_out = pn->n_out, .in_shape = ish, .out_shape = osh, .emit = link_dims, .sink = &u};
-  int norule = 0;
-  if (vd_op_reduce_rule((vd_op_id)op)(&rc, &norule) != VD_OK || norule) return;
+  if (!node_links(c, pn, op, &u)) return;
   int32_t fw = ru->bwd_pair ? forward_partner(c, gi, op) : -1;
   for (uint32_t o = 0; o < pn->n_out; o++) {
     const vd_tensor_t *pt = ptens(c, out[o]);
@@ -696,6 +735,188 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
     l.noemit = (uint8_t)subset;
     c->vl[out[o]] = l;
   }
+}
+
+/* ---- guesses from a consumer -------------------------------------------- */
+
+/* A value that propagation left undecided (its producers have no rule that
+ * decides it: the expert-parallel dispatch, whose unsqueeze, expand,
+ * all_to_all and view chain has no single twin) gets a GUESS from one of
+ * its consumers: a MAP or ACCUM node whose other inputs are known and that
+ * matches a single node on them (the residual add of the routed MoE output
+ * and the shared expert's, the gradient sum of a normalised input, the
+ * grouped expert MLP on annotated expert weights).  The undecided input is
+ * then taken to hold the single node's corresponding input, sliced like
+ * the known inputs along the dimensions the operator links, whole where
+ * its parallel width is the single one; under a SUM rule it is the same
+ * part as the known inputs.  SOUNDNESS: nothing follows from the guess
+ * but a candidate (a stage target, proven or dropped like any other); it
+ * only splits the undecided region into stages that end at it.  Returns
+ * the number of values guessed. */
+static int guess_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
+  const vd_gnode_t *pn = &c->gp->nodes[gi];
+  if (pn->n_in < 2) return 0;
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn);
+  int n_known = 0, n_open = 0;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    const vlin *x = &c->vl[in[i]];
+    if (x->known && (x->zero || x->sv < 0 || x->split)) return 0;
+    if (x->known) {
+      n_known++;
+      continue;
+    }
+    const vd_value_t *v = &c->gp->values[in[i]];
+    if (c->seeded[in[i]] || v->is_initial || v->producer < 0) return 0;
+    /* only values a reshaping or a collective produced (the dispatch and
+     * combine chains): where a computing operator's rule stopped, its
+     * stage decides better than a guess (nnScaler's written-out norms
+     * would otherwise get a guess per gradient, doubling the stages) */
+    int pop = c->pop[c->gp->nodes[v->producer].pnode];
+    if (pop < 0 || rules[pop].kind == VD_PROP_MAP || rules[pop].kind == VD_PROP_ACCUM ||
+        rules[pop].kind == VD_PROP_SCALE)
+      return 0;
+    n_open++;
+  }
+  if (!n_known || !n_open) return 0;
+  int32_t sm = match_single_in(c, pn, op, 1);
+  if (sm < 0) return 0;
+  dsu u;
+  if (!node_links(c, pn, op, &u)) return 0;
+  const uint32_t *sin = vd_gnode_inputs(c->gs, &c->gs->nodes[sm]);
+  /* the part the known inputs are (a SUM rule adds parts of one slice) */
+  int64_t k = 0, n = 1, dk = 0;
+  if (ru->lin == VD_PLIN_SUM) {
+    int first = 1;
+    for (uint32_t i = 0; i < pn->n_in; i++) {
+      if (!c->vl[in[i]].known) continue;
+      int64_t ki, ni, dki;
+      if (!norm_part(&c->vl[in[i]], &ki, &ni, &dki)) return 0;
+      if (!first && (ki != k || ni != n || dki != dk)) return 0;
+      k = ki, n = ni, dk = dki, first = 0;
+    }
+  }
+  int guessed = 0;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    if (c->vl[in[i]].known) continue;
+    const vd_tensor_t *pt = ptens(c, in[i]), *st = stens(c, (int32_t)sin[i]);
+    if (pt->ndim != st->ndim) continue;
+    vlin l;
+    memset(&l, 0, sizeof(l));
+    l.known = 1, l.guess = 1;
+    l.sv = (int32_t)sin[i];
+    l.nd = st->ndim;
+    l.f = 1.0, l.fsrc = -1;
+    l.k0 = k, l.cnt = 1, l.n = n, l.dk = dk;
+    int ok = 1;
+    for (int32_t j = 0; j < pt->ndim && ok; j++) {
+      l.lo[j] = 0, l.hi[j] = st->shape[j];
+      if (pt->shape[j] == st->shape[j]) continue;
+      int cj = dfind(&u, dix(&u, 0, (int)i, j)), done = 0;
+      for (uint32_t i2 = 0; i2 < pn->n_in && !done; i2++) {
+        const vlin *x = &c->vl[in[i2]];
+        if (!x->known) continue;
+        for (int32_t k2 = 0; k2 < x->nd && !done; k2++) {
+          if (dfind(&u, dix(&u, 0, (int)i2, k2)) != cj || stens(c, x->sv)->shape[k2] != st->shape[j] ||
+              x->hi[k2] - x->lo[k2] != pt->shape[j])
+            continue;
+          l.lo[j] = x->lo[k2], l.hi[j] = x->hi[k2], l.dlo[j] = x->dlo[k2];
+          done = 1;
+        }
+      }
+      ok = done;
+    }
+    if (!ok) continue;
+    c->vl[in[i]] = l;
+    guessed++;
+  }
+  return guessed;
+}
+
+/* The other guess: a MAP or ACCUM node whose inputs all have lineages but
+ * whose rule cannot combine them (a partial sum or a constant factor where
+ * the operator needs the whole value: a missing reduction or a wrong scale
+ * upstream, or a legitimate rule gap) is guessed to compute its single
+ * twin's output, whole and unscaled, sliced along the linked dimensions like
+ * its inputs.  When the inputs are wrong, the guess fails its proof in a
+ * stage as small as the node, instead of leaving the rest of the model to
+ * one stage (the bug is then reported at the first annotated value after
+ * it, docs/bugs.md); when the rule was only too weak, the guess is right.
+ * SOUNDNESS as for guess_node: a candidate only. */
+static int guess_outputs(ictx *c, uint32_t gi, int op) {
+  const vd_gnode_t *pn = &c->gp->nodes[gi];
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
+  if (pn->n_in == 0 || pn->n_out == 0) return 0;
+  /* forward computation only: partial sums and factors legitimately meet
+   * in the backward and the optimizer (a gradient norm adds the squared
+   * norms of sharded and replicated gradients), where a guess would only
+   * fail and cost a round */
+  if (c->pp->nodes[pn->pnode].phase != VD_PHASE_FWD || vd_op_has((vd_op_id)op, VD_OPF_BACKWARD)) return 0;
+  int odd = 0;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    const vlin *x = &c->vl[in[i]];
+    if (!x->known || x->zero || x->sv < 0 || x->split || x->noemit) return 0;
+    int64_t k, n, dk;
+    if (!norm_part(x, &k, &n, &dk)) return 0;
+    odd |= n > 1 || x->f != 1.0;
+  }
+  if (!odd) return 0; /* only partial sums and factors: other gaps stay gaps */
+  for (uint32_t o = 0; o < pn->n_out; o++)
+    if (c->vl[out[o]].known || c->seeded[out[o]]) return 0;
+  int32_t sm = match_single(c, pn, op);
+  if (sm < 0) return 0;
+  dsu u;
+  if (!node_links(c, pn, op, &u)) return 0;
+  const uint32_t *sout = vd_gnode_outputs(c->gs, &c->gs->nodes[sm]);
+  int guessed = 0;
+  for (uint32_t o = 0; o < pn->n_out; o++) {
+    const vd_tensor_t *pt = ptens(c, out[o]), *st = stens(c, (int32_t)sout[o]);
+    if (pt->ndim != st->ndim) continue;
+    vlin l;
+    memset(&l, 0, sizeof(l));
+    l.known = 1, l.guess = 1;
+    l.sv = (int32_t)sout[o];
+    l.nd = st->ndim;
+    l.f = 1.0, l.fsrc = -1;
+    l.k0 = 0, l.cnt = 1, l.n = 1, l.dk = 0;
+    int ok = 1;
+    for (int32_t j = 0; j < pt->ndim && ok; j++) {
+      l.lo[j] = 0, l.hi[j] = st->shape[j];
+      if (pt->shape[j] == st->shape[j]) continue;
+      int cj = dfind(&u, dix(&u, 1, (int)o, j)), done = 0;
+      for (uint32_t i = 0; i < pn->n_in && !done; i++) {
+        const vlin *x = &c->vl[in[i]];
+        for (int32_t k2 = 0; k2 < x->nd && !done; k2++) {
+          if (dfind(&u, dix(&u, 0, (int)i, k2)) != cj || stens(c, x->sv)->shape[k2] != st->shape[j] ||
+              x->hi[k2] - x->lo[k2] != pt->shape[j] || ((x->uni >> k2) & 1))
+            continue;
+          l.lo[j] = x->lo[k2], l.hi[j] = x->hi[k2], l.dlo[j] = x->dlo[k2];
+          done = 1;
+        }
+      }
+      ok = done;
+    }
+    if (!ok) continue;
+    c->vl[out[o]] = l;
+    guessed++;
+  }
+  return guessed;
+}
+
+/* One pass of guesses over Gp (topological order); the number made.  Output
+ * guesses only when no input was guessed: a guessed input must first be
+ * propagated (its consumer's own rule may then decide). */
+static int guess_pass(ictx *c) {
+  int n = 0;
+  for (int outputs = 0; outputs < 2 && !n; outputs++)
+    for (size_t t = 0; t < c->gp->n_nodes; t++) {
+      uint32_t gi = c->gp->topo[t];
+      int op = c->pop[c->gp->nodes[gi].pnode];
+      if (op < 0) continue;
+      const vd_lin_prop_rule *ru = &rules[op];
+      if (ru->kind != VD_PROP_MAP && ru->kind != VD_PROP_ACCUM) continue;
+      n += outputs ? guess_outputs(c, gi, op) : guess_node(c, gi, op, ru);
+    }
+  return n;
 }
 
 /* ---- view / reshape ------------------------------------------------------ */
@@ -1255,16 +1476,25 @@ vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, ui
   memset(&s, 0, sizeof(s));
   for (size_t t = 0; t < pp->n_tensors; t++) s.n_annotated += pp->tensors[t].has_lin != 0;
   seed(&c);
-  for (int pass = 0; pass < 8; pass++) {
-    size_t known = 0;
-    propagate(&c);
-    for (size_t v = 0; v < gp->n_values; v++) known += c.vl[v].known;
-    if (known == s.n_values) break;
-    s.n_values = known;
-    /* partners that were undecided may be decided now */
+  /* Propagation to a fixpoint, then guesses from consumers where it left
+   * values undecided, then propagation from the guesses, and so on. */
+  for (int guesses = 0; guesses < 16; guesses++) {
+    for (int pass = 0; pass < 8; pass++) {
+      size_t known = 0;
+      propagate(&c);
+      for (size_t v = 0; v < gp->n_values; v++) known += c.vl[v].known;
+      if (known == s.n_values) break;
+      s.n_values = known;
+      /* partners that were undecided may be decided now */
+      for (size_t i = 0; i < gp->n_nodes; i++) c.fwd_of[i] = -2;
+    }
+    /* the hint names where propagation itself stopped, before any guess */
+    if (guesses == 0) find_stuck(&c, &s);
+    int n_guess = guess_pass(&c);
+    if (!n_guess) break;
+    s.n_values += (size_t)n_guess;
     for (size_t i = 0; i < gp->n_nodes; i++) c.fwd_of[i] = -2;
   }
-  find_stuck(&c, &s);
   for (size_t t = 0; t < pp->n_tensors; t++) {
     if (pp->tensors[t].has_lin || vd_plan_is_boundary(pp, written, (uint32_t)t)) continue;
     if (emit(&c, (uint32_t)t, pp)) {

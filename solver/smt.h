@@ -89,6 +89,10 @@ void vd_smt_set_seed(vd_smt *s, uint64_t seed);
 /* Enables (default) or disables the simplifier fast path of vd_smt_check;
  * verdicts must not depend on it (the test suite runs both ways). */
 void vd_smt_set_fast_path(vd_smt *s, int on);
+/* OPTIMIZATION-ONLY: when on, vd_smt_check tries the random witness before
+ * the normal form (a stage that is probably failing: a boundary-only plan's
+ * model-sized stage downstream of a dropped candidate); off by default. */
+void vd_smt_set_witness_first(vd_smt *s, int on);
 
 /* The sticky Z3 error: VD_OK, or VD_EINTERNAL recorded into d with Z3's
  * message and `what` as the record. */
@@ -368,6 +372,7 @@ uint64_t vd_smt_nf_steps(const vd_smt_nf *nf);
 int vd_smt_nf_gave_up(const vd_smt_nf *nf);
 uint64_t vd_smt_i_seed(const vd_smt *s);
 int vd_smt_i_fast_path(const vd_smt *s);
+int vd_smt_i_witness_first(const vd_smt *s);
 struct _Z3_params *vd_smt_i_simp_params(vd_smt *s);
 
 #endif

@@ -248,11 +248,11 @@ static int by_name(const void *a, const void *b) {
 
 /* ---- model values ----------------------------------------------------------- */
 
-static vd_rc value_of(vd_smt *s, Z3_model m, vd_term t, vd_smt_value *out) {
+/* The value of a term already evaluated in the model (v NULL: unknown). */
+static vd_rc value_from(vd_smt *s, Z3_ast v, vd_smt_value *out) {
   Z3_context z = vd_smt_i_z3(s);
-  Z3_ast v = NULL;
   memset(out, 0, sizeof(*out));
-  if (!Z3_model_eval(z, m, t, true, &v) || !v) {
+  if (!v) {
     out->exact = vd_strdup("?");
     out->value = 0;
     return out->exact ? VD_OK : VD_ENOMEM;
@@ -276,6 +276,49 @@ static vd_rc value_of(vd_smt *s, Z3_model m, vd_term t, vd_smt_value *out) {
     out->value = 0;
   }
   return Z3_get_error_code(z) == Z3_OK ? VD_OK : (vd_smt_i_keep(s, NULL), VD_EINTERNAL);
+}
+
+static vd_rc value_of(vd_smt *s, Z3_model m, vd_term t, vd_smt_value *out) {
+  Z3_ast v = NULL;
+  if (!Z3_model_eval(vd_smt_i_z3(s), m, t, true, &v)) v = NULL;
+  return value_from(s, v, out);
+}
+
+/* OPTIMIZATION-ONLY: evaluates the n terms t in ONE call, as the arguments
+ * of a fresh uninterpreted function the model does not interpret (so the
+ * evaluator, without completion, returns that application with every
+ * argument evaluated).  Z3's evaluator caches shared subterms within a call
+ * only, so one call per term walked a model-sized stage's DAG once per pair
+ * (the counterexample of a boundary-only plan's whole-model stage: 80% of
+ * its time).  Returns the evaluated application (its arguments in order)
+ * or NULL when the evaluator gave anything else: the caller then
+ * evaluates term by term as before. */
+static Z3_ast eval_all(vd_smt *s, Z3_model m, const Z3_ast *t, size_t n, int *oom) {
+  Z3_context z = vd_smt_i_z3(s);
+  if (n == 0 || n > 100000) return NULL;
+  Z3_sort *dom = vd_malloc(sizeof(Z3_sort) * n);
+  if (!dom) return *oom = 1, NULL;
+  for (size_t i = 0; i < n; i++) dom[i] = Z3_get_sort(z, t[i]);
+  Z3_func_decl f = Z3_mk_fresh_func_decl(z, "vd_eval", (unsigned)n, dom, Z3_get_sort(z, t[0]));
+  vd_free(dom);
+  if (!f) {
+    Z3_set_error(z, Z3_OK);
+    return NULL;
+  }
+  Z3_ast app = vd_smt_i_keep(s, Z3_mk_app(z, f, (unsigned)n, t));
+  Z3_ast v = NULL;
+  if (!app || !Z3_model_eval(z, m, app, false, &v) || !v || Z3_get_ast_kind(z, v) != Z3_APP_AST) {
+    if (Z3_get_error_code(z) != Z3_OK) Z3_set_error(z, Z3_OK);
+    return NULL;
+  }
+  v = vd_smt_i_keep(s, v);
+  Z3_app a = v ? Z3_to_app(z, v) : NULL;
+  if (!a || !Z3_is_eq_func_decl(z, Z3_get_app_decl(z, a), f) || Z3_get_app_num_args(z, a) != n) return NULL;
+  for (size_t i = 0; i < n; i++) {
+    Z3_ast x = Z3_get_app_arg(z, a, (unsigned)i);
+    if (!Z3_is_numeral_ast(z, x) && !Z3_is_algebraic_number(z, x)) return NULL;
+  }
+  return v;
 }
 
 static vd_rc fill_model(vd_smt *s, Z3_model m, const vd_term *par, const vd_term *single, const size_t *open,
@@ -315,11 +358,27 @@ static vd_rc fill_model(vd_smt *s, Z3_model m, const vd_term *par, const vd_term
     res->diffs = vd_calloc(n_open, sizeof(vd_smt_diff));
     if (!res->diffs) rc = VD_ENOMEM;
   }
+  Z3_ast all = NULL;
+  if (rc == VD_OK && n_open) {
+    Z3_ast *sides = vd_malloc(sizeof(Z3_ast) * 2 * n_open);
+    if (!sides) rc = VD_ENOMEM;
+    for (size_t i = 0; sides && i < n_open; i++) sides[2 * i] = par[open[i]], sides[2 * i + 1] = single[open[i]];
+    int oom = 0;
+    if (sides) all = eval_all(s, m, sides, 2 * n_open, &oom);
+    vd_free(sides);
+    if (oom || vd_smt_i_oom(s)) rc = VD_ENOMEM;
+  }
   for (size_t i = 0; i < n_open && rc == VD_OK; i++) {
     vd_smt_diff *df = &res->diffs[res->n_diffs];
     df->index = open[i];
-    rc = value_of(s, m, par[open[i]], &df->parallel);
-    if (rc == VD_OK) rc = value_of(s, m, single[open[i]], &df->single);
+    if (all) {
+      Z3_app a = Z3_to_app(z, all);
+      rc = value_from(s, Z3_get_app_arg(z, a, (unsigned)(2 * i)), &df->parallel);
+      if (rc == VD_OK) rc = value_from(s, Z3_get_app_arg(z, a, (unsigned)(2 * i + 1)), &df->single);
+    } else {
+      rc = value_of(s, m, par[open[i]], &df->parallel);
+      if (rc == VD_OK) rc = value_of(s, m, single[open[i]], &df->single);
+    }
     if (rc != VD_OK) {
       value_free(&df->parallel);
       value_free(&df->single);
@@ -1024,6 +1083,26 @@ vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
     uint64_t full = vd_smt_i_nf_budget(s);
     uint64_t probe = (full ? full : VD_SMT_DEFAULT_NF_STEPS) / 8;
     int decided = 0;
+    if (vd_smt_i_witness_first(s)) {
+      /* A stage that is probably failing: the witness before any normal
+       * form.  Found: a genuine counterexample (see witness); not found:
+       * nothing is concluded and the check goes on as usual. */
+      for (size_t i = 0; i < n; i++) open[i] = i;
+      int found = 0;
+      rc = witness(s, par, single, open, n, res, &found);
+      if (rc == VD_OK && found) {
+        res->ms_fast = vd_clock_ms() - t0;
+        goto done;
+      }
+      if (rc == VD_ENOMEM || vd_smt_i_oom(s)) {
+        rc = VD_OOM(d);
+        goto done;
+      }
+      if (rc != VD_OK) goto done;
+      vd_smt_result_free(res);
+      memset(res, 0, sizeof(*res));
+      res->verdict = VD_SMT_INCONCLUSIVE;
+    }
     /* Pass 0 (linear combinations of shared subterms: a walk of the sum
      * trees, no normalisation) first, on the full budget: a large correct
      * stage it proves (the MoE gate weight gradient over 256 microbatch

@@ -758,6 +758,7 @@ vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, cons
   vd_smt_set_timeout(s, o->timeout_ms);
   vd_smt_set_seed(s, o->seed ? o->seed : (uint64_t)VD_LIM_SEED);
   vd_smt_set_fast_path(s, o->fast_path);
+  vd_smt_set_witness_first(s, o->witness_first && st->n_nodes > VD_STAGE_WITNESS_FIRST_NODES);
   if (o->budget == UINT64_MAX) vd_smt_set_budget(s, 0, 0);
   else if (o->budget) vd_smt_set_budget(s, o->budget, o->budget);
   else vd_smt_set_budget(s, VD_SMT_DEFAULT_NF_STEPS, VD_SMT_DEFAULT_RLIMIT);

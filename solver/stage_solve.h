@@ -55,7 +55,14 @@ typedef struct {
   int64_t max_elems;     /* refuse (inconclusive) stages with a value larger than this */
   size_t max_cex_elems;  /* counterexample elements kept; 0 = VD_LIM_CEX_ELEMS */
   uint64_t seed;         /* of the solver's random witness; 0 = VD_LIM_SEED */
+  int witness_first;     /* OPTIMIZATION-ONLY: stages of more than VD_STAGE_WITNESS_FIRST_NODES
+                          * nodes try the random witness first (they are probably failing) */
 } vd_stage_solve_opts;
+
+/* A stage this large whose caller expects a failure (witness_first) pays
+ * one evaluation of its terms before the normal form; smaller ones are
+ * cheap either way. */
+#define VD_STAGE_WITNESS_FIRST_NODES 200
 
 /* Proves or refutes stage st.  s is the calling thread's context; it is reset
  * before returning.  gs/gp are the graphs of the lineage table.  Errors

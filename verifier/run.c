@@ -183,7 +183,13 @@ static vd_rc remember_proven(vd_run *r) {
   return rc;
 }
 
+/* The round from which a failing candidate takes its descendants with it
+ * (taint_descendants) and large stages try the witness first. */
+#define VD_RUN_TAINT_ROUND 3
+
 static vd_rc recut_reported(vd_run *r, const vd_run_opts *o, vd_diag *d);
+static int targets_candidate(const vd_run *r, const vd_stage *st);
+static int round_drops(const vd_run *r);
 
 /* Failing class representatives whose counterexamples are recomputed
  * serially (deterministic) beyond the --max-failures first failing stages;
@@ -225,7 +231,10 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   r->n_classes = n_reps;
   vd_stage_solve_opts so = {.timeout_ms = o->stage_timeout_ms, .budget = o->stage_budget,
                             .fast_path = !o->no_fast_path, .max_elems = VD_LIM_STAGE_MAX_ELEMS,
-                            .max_cex_elems = VD_LIM_CEX_ELEMS, .seed = o->seed};
+                            .max_cex_elems = VD_LIM_CEX_ELEMS, .seed = o->seed,
+                            /* once candidates failed in a chain (taint_descendants),
+                             * a large stage probably fails: a bug upstream */
+                            .witness_first = r->infer_rounds > VD_RUN_TAINT_ROUND};
   size_t done = 0;
   double t0 = vd_clock_s();
   vd_rc first_rc = VD_OK;
@@ -290,7 +299,12 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     memcpy(v->reason, rep->reason, sizeof(v->reason));
     r->stage_rc[i] = r->stage_rc[st->canon_class];
   }
-  for (size_t i = 0; i < n; i++)
+  /* OPTIMIZATION-ONLY: a round that drops candidates is followed by
+   * another; its failures are never reported, so they need no
+   * counterexamples (a boundary-only plan with a bug: several rounds of
+   * model-sized failing stages). */
+  int last_round = !round_drops(r);
+  for (size_t i = 0; i < n && last_round; i++)
     if (r->verdicts[i].verdict == VD_SMT_NOT_EQUIVALENT) {
       vd_progress_phase(&r->prog, "counterexamples of the failing stages");
       break;
@@ -299,13 +313,17 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
    * solved before), so the counterexamples that are reported are
    * recomputed serially, each in a fresh context: the report is then
    * byte-identical at any thread count. */
-  if (rc == VD_OK) rc = recut_reported(r, o, d);
+  if (rc == VD_OK && last_round) rc = recut_reported(r, o, d);
   /* Also the failing class representatives (up to a cap): the findings
    * (verifier/findings.c) take their counterexamples and diverging nodes. */
   int reported = 0, reps_done = 0;
-  for (size_t i = 0; i < n && rc == VD_OK; i++) {
+  for (size_t i = 0; i < n && rc == VD_OK && last_round; i++) {
     if (r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT) continue;
     const vd_stage *st = &r->set.stages[i];
+    /* OPTIMIZATION-ONLY: a failure targeting a candidate is never reported
+     * as such (the candidate is dropped, or the failure becomes
+     * INCONCLUSIVE after the last round): no counterexample is needed. */
+    if (r->inferred && targets_candidate(r, st)) continue;
     int is_rep = o->no_reuse || st->canon_class < 0 || (size_t)st->canon_class == i;
     int want = o->max_failures <= 0 || reported < o->max_failures;
     if (!want && !(is_rep && reps_done < VD_RUN_MAX_RESOLVED_REPS)) continue;
@@ -428,6 +446,7 @@ static vd_rc recut_reported(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   for (size_t i = 0; i < r->set.n_stages; i++) {
     vd_stage *st = &r->set.stages[i];
     if (r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT || !st->compact) continue;
+    if (r->inferred && targets_candidate(r, st)) continue; /* not reported (solve_stages) */
     VD_CHECK(vd_stage_recut(&r->lt, &r->set, i, d));
     if (!o->no_reduce) {
       vd_diag sd;
@@ -523,15 +542,42 @@ static int targets_candidate(const vd_run *r, const vd_stage *st) {
   return 0;
 }
 
+/* From round VD_RUN_TAINT_ROUND on, a candidate that still fails is downstream
+ * of ones dropped before: its stage grew over two rounds of dropped
+ * candidates and fails again, the signature of a bug upstream (a chain of
+ * wrong guesses has the same signature; one round of it is common in
+ * correct plans, nnScaler's llama pairs drop candidates in two rounds), and
+ * every candidate computed from it was inferred from the same wrong lineage.  Those are killed too (kill[t] = 1 for every tensor
+ * with a Gp value downstream of a killed candidate's values), so that the
+ * next round cuts straight to the given annotations after the failure
+ * instead of growing one candidate per round.  Dropping only removes
+ * candidates: it cannot change a verdict's soundness (docs/verifier.md 1b). */
+static void taint_descendants(vd_run *r, uint8_t *kill) {
+  const vd_graph_t *g = &r->pg;
+  uint8_t *bad = vd_calloc(g->n_values ? g->n_values : 1, 1);
+  if (!bad) return; /* OPTIMIZATION-ONLY: without memory, drop as before */
+  for (size_t v = 0; v < g->n_values; v++) {
+    uint32_t t = g->values[v].tensor;
+    bad[v] = kill[t] && r->inferred[t];
+  }
+  for (size_t k = 0; k < g->n_nodes; k++) {
+    const vd_gnode_t *n = &g->nodes[g->topo[k]];
+    const uint32_t *in = vd_gnode_inputs(g, n), *out = vd_gnode_outputs(g, n);
+    int b = 0;
+    for (uint32_t i = 0; i < n->n_in && !b; i++) b = bad[in[i]];
+    for (uint32_t o = 0; b && o < n->n_out; o++) bad[out[o]] = 1;
+  }
+  for (size_t v = 0; v < g->n_values; v++)
+    if (bad[v]) kill[g->values[v].tensor] = 1;
+  vd_free(bad);
+}
+
 /* SOUNDNESS (docs/verifier.md 1b): a candidate is implicated when its own
  * lineage is inconsistent (a lineage issue names it or its single tensor),
  * when a structural problem names it, or when a stage TARGETING it did not
  * hold.  Implicated candidates are dropped (their annotation removed); a
  * failing stage whose targets are all annotated stays a failure of the plan. */
-static vd_rc drop_failed_candidates(vd_run *r, size_t *n_drop, vd_diag *d) {
-  size_t n = 0;
-  uint8_t *kill = vd_calloc(r->pp.n_tensors ? r->pp.n_tensors : 1, 1);
-  if (!kill) return VD_OOM(d);
+static void implicated(const vd_run *r, uint8_t *kill) {
   for (size_t i = 0; i < r->lt.n_issues; i++) {
     const vd_issue *li = &r->lt.issues[i];
     if (!li->single && li->tensor >= 0) kill[li->tensor] = 1;
@@ -551,6 +597,28 @@ static vd_rc drop_failed_candidates(vd_run *r, size_t *n_drop, vd_diag *d) {
       for (uint32_t j = 0; j < tg->n_pieces; j++) kill[r->lt.pieces[st->idx[tg->piece_off + 2 * j]].ptensor] = 1;
     }
   }
+}
+
+/* Whether this round ends by dropping candidates (and so is not the last:
+ * its failures are not reported).  Without memory: 0 (counterexamples are
+ * computed as for a last round). */
+static int round_drops(const vd_run *r) {
+  if (!r->inferred || !r->infer.n_inferred || r->infer_rounds >= VD_RUN_MAX_INFER_ROUNDS) return 0;
+  uint8_t *kill = vd_calloc(r->pp.n_tensors ? r->pp.n_tensors : 1, 1);
+  if (!kill) return 0;
+  implicated(r, kill);
+  int any = 0;
+  for (size_t t = 0; t < r->pp.n_tensors && !any; t++) any = kill[t] && r->inferred[t];
+  vd_free(kill);
+  return any;
+}
+
+static vd_rc drop_failed_candidates(vd_run *r, size_t *n_drop, vd_diag *d) {
+  size_t n = 0;
+  uint8_t *kill = vd_calloc(r->pp.n_tensors ? r->pp.n_tensors : 1, 1);
+  if (!kill) return VD_OOM(d);
+  implicated(r, kill);
+  if (r->infer_rounds >= VD_RUN_TAINT_ROUND) taint_descendants(r, kill);
   for (size_t t = 0; t < r->pp.n_tensors; t++) {
     if (!kill[t] || !r->inferred[t]) continue;
     r->inferred[t] = 0;

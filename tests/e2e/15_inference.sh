@@ -25,6 +25,13 @@ both --model llama3 $SIZES --cp 2
 both --model llama3 $SIZES --dp 2 --tp 2 --pp 2 --nm 2 --loss-mask
 both --model llama3 $SIZES --dp 2 --tp 2 --grad-clip 1.0 --loss sum
 both --model mlp $SIZES --dp 2 --tp 2 --nm 2
+# expert parallelism: the dispatch and combine chains have no single twin;
+# guesses from their consumers (the grouped MLP on the expert weights, the
+# residual add, the gradient sum) bound them, and every guess is proven
+both --model moe $SIZES --ep 2
+expect_in "(0 dropped after a failed proof, 1 round(s))" "$TMP/out"
+both --model moe $SIZES --ep 2 --tp 2
+expect_in "(0 dropped after a failed proof, 1 round(s))" "$TMP/out"
 both --model mlp $SIZES --dp 2 --tp 1 --pp 2 --nm 2
 
 # strip keeps the boundary: weights and data inputs stay annotated

@@ -47,6 +47,19 @@ static const vd_gnode_t *gnode_of(const vd_graph_t *g, uint32_t pn, int32_t d, i
 
 static uint32_t gidx(const vd_graph_t *g, const vd_gnode_t *n) { return (uint32_t)(n - g->nodes); }
 
+/* The one graph node (replica 0, mb 0) that merges plan nodes a and b, in
+ * that participant order and named by a: asserted, then returned. */
+static const vd_gnode_t *merged_pair(const vd_graph_t *g, uint32_t a, uint32_t b) {
+  const vd_gnode_t *n = gnode_of(g, a, 0, 0);
+  assert_non_null(n);
+  assert_ptr_equal(n, gnode_of(g, b, 0, 0));
+  assert_int_equal(n->pnode, a);
+  assert_int_equal(n->n_part, 2);
+  assert_int_equal(g->idx[n->part_off], a);
+  assert_int_equal(g->idx[n->part_off + 2], b);
+  return n;
+}
+
 /* ---- builders ---------------------------------------------------------- */
 
 static void test_builders_validate(void **state) {
@@ -65,8 +78,7 @@ static void test_builders_validate(void **state) {
 static void test_initial_weights_and_update(void **state) {
   vd_plan_t p;
   vd_graph_t g;
-  assert_int_equal(pb_plan_linear2(&p), VD_OK);
-  gb_build_ok(&p, 0, &g);
+  gb_plan_graph(pb_plan_linear2, 0, &p, &g);
   assert_int_equal(g.n_nodes, p.n_nodes);
   assert_int_equal(g.replicas, 1);
 
@@ -128,8 +140,7 @@ static void test_initial_weights_and_update(void **state) {
 static void test_gradient_accumulation_versions(void **state) {
   vd_plan_t p;
   vd_graph_t g;
-  assert_int_equal(pb_plan_mb2_accum(&p), VD_OK);
-  gb_build_ok(&p, 0, &g);
+  gb_plan_graph(pb_plan_mb2_accum, 0, &p, &g);
   uint32_t ga = T(&p, "w.grad");
   int32_t f = vd_graph_first(&g, ga, 0, -1), l = vd_graph_last(&g, ga, 0, -1);
   assert_true(f >= 0 && l >= 0 && f != l);
@@ -176,18 +187,11 @@ static void test_gradient_accumulation_versions(void **state) {
 static void test_allreduce_merged(void **state) {
   vd_plan_t p;
   vd_graph_t g;
-  assert_int_equal(pb_plan_tp2(&p), VD_OK);
-  gb_build_ok(&p, 0, &g);
+  gb_plan_graph(pb_plan_tp2, 0, &p, &g);
   assert_int_equal(g.n_nodes, p.n_nodes - 2); /* two all_reduces merge pairwise */
   uint32_t a0 = N(&p, "r0.l2.ar"), a1 = N(&p, "r1.l2.ar");
-  const vd_gnode_t *n = gnode_of(&g, a0, 0, 0);
-  assert_non_null(n);
-  assert_ptr_equal(n, gnode_of(&g, a1, 0, 0));
-  assert_int_equal(n->pnode, a0);
-  assert_int_equal(n->n_part, 2);
-  assert_int_equal(g.idx[n->part_off + 0], a0);
-  assert_int_equal(g.idx[n->part_off + 1], 0);
-  assert_int_equal(g.idx[n->part_off + 2], a1);
+  const vd_gnode_t *n = merged_pair(&g, a0, a1);
+  assert_int_equal(g.idx[n->part_off + 1], 0); /* both participants in replica 0 */
   assert_int_equal(g.idx[n->part_off + 3], 0);
   assert_int_equal(n->n_in, 2);
   assert_int_equal(n->n_out, 2);
@@ -208,26 +212,16 @@ static void test_allreduce_merged(void **state) {
 static void test_send_recv_merged(void **state) {
   vd_plan_t p;
   vd_graph_t g;
-  assert_int_equal(pb_plan_pp2(&p), VD_OK);
-  gb_build_ok(&p, 0, &g);
+  gb_plan_graph(pb_plan_pp2, 0, &p, &g);
   assert_int_equal(g.n_nodes, p.n_nodes - 2);
   uint32_t s = N(&p, "r0.h.send"), r = N(&p, "r1.h.recv");
-  const vd_gnode_t *n = gnode_of(&g, s, 0, 0);
-  assert_non_null(n);
-  assert_ptr_equal(n, gnode_of(&g, r, 0, 0));
-  assert_int_equal(n->pnode, s);
-  assert_int_equal(n->n_part, 2);
-  assert_int_equal(g.idx[n->part_off], s);
-  assert_int_equal(g.idx[n->part_off + 2], r);
+  const vd_gnode_t *n = merged_pair(&g, s, r);
   assert_int_equal(n->n_in, 1);
   assert_int_equal(n->n_out, 1);
   assert_int_equal(vd_gnode_inputs(&g, n)[0], (uint32_t)vd_graph_last(&g, T(&p, "r0.h"), 0, 0));
   assert_int_equal(vd_gnode_outputs(&g, n)[0], (uint32_t)vd_graph_first(&g, T(&p, "r1.h"), 0, 0));
   /* the backward move goes the other way: its first participant is rank 1's send */
-  const vd_gnode_t *b = gnode_of(&g, N(&p, "r1.gh.send"), 0, 0);
-  assert_non_null(b);
-  assert_int_equal(b->pnode, N(&p, "r1.gh.send"));
-  assert_int_equal(g.idx[b->part_off + 2], N(&p, "r0.gh.recv"));
+  const vd_gnode_t *b = merged_pair(&g, N(&p, "r1.gh.send"), N(&p, "r0.gh.recv"));
   assert_int_equal(vd_gnode_outputs(&g, b)[0], (uint32_t)vd_graph_first(&g, T(&p, "r0.gh"), 0, 0));
   vd_graph_free(&g);
   vd_plan_free(&p);
@@ -644,15 +638,15 @@ static void fault_run(const vd_plan_t *p, int expand, vd_rc want) {
 static void test_fault_injection(void **state) {
   vd_plan_t p;
   size_t before = vd_mem_current();
-  assert_int_equal(pb_plan_tp2(&p), VD_OK);
-  fault_run(&p, 0, VD_OK);
-  vd_plan_free(&p);
-  assert_int_equal(pb_plan_dp2(&p), VD_OK);
-  fault_run(&p, 1, VD_OK);
-  vd_plan_free(&p);
-  assert_int_equal(pb_plan_mb2_accum(&p), VD_OK);
-  fault_run(&p, 0, VD_OK);
-  vd_plan_free(&p);
+  static const struct {
+    pb_plan_fn build;
+    int expand;
+  } plans[] = {{pb_plan_tp2, 0}, {pb_plan_dp2, 1}, {pb_plan_mb2_accum, 0}};
+  for (size_t i = 0; i < sizeof(plans) / sizeof(plans[0]); i++) {
+    assert_int_equal(plans[i].build(&p), VD_OK);
+    fault_run(&p, plans[i].expand, VD_OK);
+    vd_plan_free(&p);
+  }
   /* a plan with issues: the issue array's growth fails too */
   pb_ctx c;
   pb_begin(&c, &p, VD_PLAN_SINGLE, 1, 1, 12);

@@ -52,8 +52,7 @@ static void test_builders_ordered(void **state) {
     for (int expand = 0; expand < 2; expand++) {
       vd_plan_t p;
       vd_graph_t g;
-      assert_int_equal(pb_ready_plans[i](&p), VD_OK);
-      gb_build_ok(&p, expand, &g);
+      gb_plan_graph(pb_ready_plans[i], expand, &p, &g);
       assert_topo_valid(&g);
       vd_graph_free(&g);
       vd_plan_free(&p);

@@ -208,9 +208,7 @@ static void single_fc(vd_plan_t *p) {
   fc_loss_backward(&c, bwd, "", gl, gs, gy, 0.25);
   pb_node(&c, "linear_backward", "fc.bwd", 0, bwd, VD_PHASE_BWD, PB_T(x, w, gy), PB_T(gx, gw));
   pb_sgd(&c, "opt.w", 0, opt, w, gw);
-  pb_step(&c, 0, fwd, 0);
-  pb_step(&c, 0, bwd, 0);
-  pb_step(&c, 0, opt, -1);
+  pb_steps_one_mb(&c, 0, fwd, bwd, opt);
   assert_int_equal(c.rc, VD_OK);
 }
 
@@ -310,9 +308,7 @@ static void dp2_fc(vd_plan_t *p, double factor) {
   uint32_t n = pb_node(&c, "scale", "dp.avg", 0, opt, VD_PHASE_OPT, PB_T(gr), PB_T(ga));
   pb_attr_float(&c, n, "factor", factor);
   pb_sgd(&c, "opt.w", 0, opt, w, ga);
-  pb_step(&c, 0, fwd, 0);
-  pb_step(&c, 0, bwd, 0);
-  pb_step(&c, 0, opt, -1);
+  pb_steps_one_mb(&c, 0, fwd, bwd, opt);
   assert_int_equal(c.rc, VD_OK);
 }
 

@@ -27,6 +27,11 @@ void gb_build_ok(const vd_plan_t *p, int expand, vd_graph_t *g) {
   assert_int_equal(g->n_issues, 0);
 }
 
+void gb_plan_graph(pb_plan_fn build, int expand, vd_plan_t *p, vd_graph_t *g) {
+  assert_int_equal(build(p), VD_OK);
+  gb_build_ok(p, expand, g);
+}
+
 void gb_build_bad(const vd_plan_t *p, vd_graph_t *g, vd_diag *d) {
   vd_graph_opts o = {0}; /* replica 0 only */
   vd_diag_clear(d);

@@ -112,6 +112,12 @@ void pb_rank_xy(pb_ctx *c, int32_t ranks, int ndim, int64_t d0, int64_t d1, uint
   }
 }
 
+void pb_steps_one_mb(pb_ctx *c, int32_t rank, int32_t fwd, int32_t bwd, int32_t opt) {
+  pb_step(c, rank, fwd, 0);
+  pb_step(c, rank, bwd, 0);
+  pb_step(c, rank, opt, -1);
+}
+
 uint32_t pb_sgd(pb_ctx *c, const char *name, int32_t rank, int32_t seg, uint32_t w, uint32_t g) {
   uint32_t n = pb_node(c, "sgd_step", name, rank, seg, VD_PHASE_OPT, PB_T(w, g), PB_T(w));
   pb_attr_float(c, n, "lr", 0.1);
@@ -165,9 +171,7 @@ vd_rc pb_plan_linear2(vd_plan_t *p) {
   pb_node(&c, "linear_backward", "l1.bwd", 0, bwd, VD_PHASE_BWD, PB_T(x, w1, gh), PB_T(gx, gw1));
   pb_sgd(&c, "opt.w1", 0, opt, w1, gw1);
   pb_sgd(&c, "opt.w2", 0, opt, w2, gw2);
-  pb_step(&c, 0, fwd, 0);
-  pb_step(&c, 0, bwd, 0);
-  pb_step(&c, 0, opt, -1);
+  pb_steps_one_mb(&c, 0, fwd, bwd, opt);
   return finish(&c);
 }
 
@@ -225,11 +229,7 @@ vd_rc pb_plan_tp2(vd_plan_t *p) {
 #undef T
 #undef N
   }
-  for (int32_t r = 0; r < 2; r++) {
-    pb_step(&c, r, fwd, 0);
-    pb_step(&c, r, bwd, 0);
-    pb_step(&c, r, opt, -1);
-  }
+  for (int32_t r = 0; r < 2; r++) pb_steps_one_mb(&c, r, fwd, bwd, opt);
   return finish(&c);
 }
 
@@ -266,11 +266,7 @@ vd_rc pb_plan_pp2(vd_plan_t *p) {
   pb_node(&c, "linear_backward", "r1.l2.bwd", 1, bwd, VD_PHASE_BWD, PB_T(h1, w2, gy), PB_T(gh1, gw2));
   pb_coll(&c, "send", "r1.gh.send", 1, bwd, PB_T(gh1), PB_NONE, 11, PB_G(1, 0), 0);
   pb_sgd(&c, "r1.opt.w2", 1, opt, w2, gw2);
-  for (int32_t r = 0; r < 2; r++) {
-    pb_step(&c, r, fwd, 0);
-    pb_step(&c, r, bwd, 0);
-    pb_step(&c, r, opt, -1);
-  }
+  for (int32_t r = 0; r < 2; r++) pb_steps_one_mb(&c, r, fwd, bwd, opt);
   return finish(&c);
 }
 
@@ -328,9 +324,7 @@ vd_rc pb_plan_dp2(vd_plan_t *p) {
   pb_node(&c, "linear_backward", "fc.bwd", 0, bwd, VD_PHASE_BWD, PB_T(t.x, t.w, t.gy), PB_T(t.gx, gw));
   pb_coll(&c, "all_reduce", "dp.ar", 0, opt, PB_T(gw), PB_T(gr), 1, PB_G(0), 1);
   pb_sgd(&c, "opt.w", 0, opt, t.w, gr);
-  pb_step(&c, 0, fwd, 0);
-  pb_step(&c, 0, bwd, 0);
-  pb_step(&c, 0, opt, -1);
+  pb_steps_one_mb(&c, 0, fwd, bwd, opt);
   return finish(&c);
 }
 

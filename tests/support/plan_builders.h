@@ -67,6 +67,9 @@ uint32_t pb_rank_tensor(pb_ctx *c, const char *base, int32_t rank, vd_role role,
  * activation "r<r>.y" (ndim, d0 x d1) into x[r], y[r]: the operands of the
  * small collective plans. */
 void pb_rank_xy(pb_ctx *c, int32_t ranks, int ndim, int64_t d0, int64_t d1, uint32_t *x, uint32_t *y);
+/* Rank's schedule for one microbatch: segment fwd and bwd in mb 0, then
+ * opt once (mb -1). */
+void pb_steps_one_mb(pb_ctx *c, int32_t rank, int32_t fwd, int32_t bwd, int32_t opt);
 /* w = sgd_step(w, g) with lr 0.1 in optimizer segment seg; returns the node. */
 uint32_t pb_sgd(pb_ctx *c, const char *name, int32_t rank, int32_t seg, uint32_t w, uint32_t g);
 /* Per-microbatch 1x4 tensors x (input), h, y and two neg nodes, the reader
