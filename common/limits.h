@@ -36,6 +36,11 @@
   X(SIMP_MAX_STEPS, 5000000, NULL,                                                                       \
     "rewrite steps of Z3's simplifier normal form (the job's fast path, smt_check.c): a deterministic " \
     "bound; past it the simplification fails and the pairs stay open for the solver.")                 \
+  X(EVAL_MAX_STEPS, 10000000, NULL,                                                                      \
+    "rewrite steps of one Z3 model evaluation (the witness's and the counterexample's values, "        \
+    "smt_check.c; Z3's model_evaluator.max_steps, set once per process).  Z3's evaluator does not "     \
+    "charge its resource limit, so this is the deterministic bound on that path; past it the witness " \
+    "finds nothing, or a difference already proved is reported without its values.")                  \
   X(MAX_FAILURES, 10, "--max-failures",                                                                  \
     "failing stages reported in detail (0 = all).  Each is re-solved serially for a deterministic "     \
     "counterexample, so a plan with thousands of failing stages would otherwise re-solve them all.")    \

@@ -220,6 +220,12 @@ static void z3_global_setup(void) {
   if (env && strspn(env, "0123456789") == strlen(env) && strlen(env) > 0 && strlen(env) < 10)
     snprintf(text, sizeof(text), "%s", env);
   Z3_global_param_set("memory_max_size", text);
+  /* Z3's model evaluator charges no resource limit and ignores the
+   * solver's rlimit: this caps every evaluation (smt_check.c) at a step
+   * count, read by each model when it is made, so it is set here once,
+   * before any context exists. */
+  snprintf(text, sizeof(text), "%d", (int)VD_LIM_EVAL_MAX_STEPS);
+  Z3_global_param_set("model_evaluator.max_steps", text);
   z3_ceiling_bytes = strtoull(text, NULL, 10) << 20;
 }
 

@@ -248,29 +248,34 @@ static int by_name(const void *a, const void *b) {
 
 /* ---- model values ----------------------------------------------------------- */
 
-/* The value of a term already evaluated in the model (v NULL: unknown). */
-static vd_rc value_from(vd_smt *s, Z3_ast v, vd_smt_value *out) {
+/* Whether s failed for lack of memory: Z3's, or the term arena's (a
+ * failed allocation of ours, common/mem.h).  Never cleared: the check ends
+ * in VD_ENOMEM. */
+static int out_of_memory(vd_smt *s) {
+  return vd_smt_i_oom(s) || (vd_smt_i_failed(s) && strstr(vd_smt_error(s), "out of memory") != NULL);
+}
+
+/* The text and number of an evaluated term v (a numeral when the model
+ * interprets every symbol under it). */
+static vd_rc value_text(vd_smt *s, vd_term v, vd_smt_value *out) {
   Z3_context z = vd_smt_i_z3(s);
   memset(out, 0, sizeof(*out));
   if (!v) {
     out->exact = vd_strdup("?");
-    out->value = 0;
     return out->exact ? VD_OK : VD_ENOMEM;
   }
-  vd_term kept = vd_smt_i_keep(s, v);
-  if (!kept) return VD_EINTERNAL;
   const char *ex = NULL;
-  if (Z3_is_numeral_ast(z, kept)) {
-    ex = Z3_get_numeral_string(z, kept);
-  } else if (Z3_is_algebraic_number(z, kept)) {
-    ex = Z3_get_numeral_decimal_string(z, kept, 20);
+  if (Z3_is_numeral_ast(z, v)) {
+    ex = Z3_get_numeral_string(z, v);
+  } else if (Z3_is_algebraic_number(z, v)) {
+    ex = Z3_get_numeral_decimal_string(z, v, 20);
   } else {
-    ex = Z3_ast_to_string(z, kept);
+    ex = Z3_ast_to_string(z, v);
   }
   out->exact = vd_strdup(ex ? ex : "?");
   if (!out->exact) return VD_ENOMEM;
-  if (Z3_is_numeral_ast(z, kept) || Z3_is_algebraic_number(z, kept)) {
-    const char *dec = Z3_get_numeral_decimal_string(z, kept, 25);
+  if (Z3_is_numeral_ast(z, v) || Z3_is_algebraic_number(z, v)) {
+    const char *dec = Z3_get_numeral_decimal_string(z, v, 25);
     out->value = dec ? strtod(dec, NULL) : 0; /* an algebraic number ends in '?': strtod stops there */
   } else {
     out->value = 0;
@@ -278,62 +283,122 @@ static vd_rc value_from(vd_smt *s, Z3_ast v, vd_smt_value *out) {
   return Z3_get_error_code(z) == Z3_OK ? VD_OK : (vd_smt_i_keep(s, NULL), VD_EINTERNAL);
 }
 
-static vd_rc value_of(vd_smt *s, Z3_model m, vd_term t, vd_smt_value *out) {
-  Z3_ast v = NULL;
-  if (!Z3_model_eval(vd_smt_i_z3(s), m, t, true, &v)) v = NULL;
-  return value_from(s, v, out);
+static int is_value(vd_smt *s, vd_term v) {
+  Z3_context z = vd_smt_i_z3(s);
+  return v && (Z3_is_numeral_ast(z, v) || Z3_is_algebraic_number(z, v));
 }
 
-/* OPTIMIZATION-ONLY: evaluates the n terms t in ONE call, as the arguments
- * of a fresh uninterpreted function the model does not interpret (so the
- * evaluator, without completion, returns that application with every
- * argument evaluated).  Z3's evaluator caches shared subterms within a call
- * only, so one call per term walked a model-sized stage's DAG once per pair
- * (the counterexample of a boundary-only plan's whole-model stage: 80% of
- * its time).  Returns the evaluated application (its arguments in order)
- * or NULL when the evaluator gave anything else: the caller then
- * evaluates term by term as before. */
-static Z3_ast eval_all(vd_smt *s, Z3_model m, const Z3_ast *t, size_t n, int *oom) {
+/* Gives every uninterpreted constant and function under roots that m does
+ * not interpret the value Z3's model completion would give it (0; a
+ * function: constantly 0), so that an evaluation without completion
+ * (eval_many) yields numerals. */
+static vd_rc complete_model(vd_smt *s, Z3_model m, const termvec *syms, const termvec *funcs) {
   Z3_context z = vd_smt_i_z3(s);
-  if (n == 0 || n > 100000) return NULL;
-  Z3_sort *dom = vd_malloc(sizeof(Z3_sort) * n);
-  if (!dom) return *oom = 1, NULL;
-  for (size_t i = 0; i < n; i++) dom[i] = Z3_get_sort(z, t[i]);
-  Z3_func_decl f = Z3_mk_fresh_func_decl(z, "vd_eval", (unsigned)n, dom, Z3_get_sort(z, t[0]));
-  vd_free(dom);
-  if (!f) {
+  for (size_t i = 0; i < syms->n; i++) {
+    Z3_func_decl f = Z3_get_app_decl(z, Z3_to_app(z, syms->v[i]));
+    if (Z3_model_has_interp(z, m, f)) continue;
+    Z3_sort so = Z3_get_range(z, f);
+    Z3_sort_kind k = Z3_get_sort_kind(z, so);
+    if (k != Z3_REAL_SORT && k != Z3_INT_SORT) continue;
+    vd_term zero = vd_smt_i_keep(s, Z3_mk_int(z, 0, so));
+    if (zero) Z3_add_const_interp(z, m, f, zero);
+  }
+  for (size_t i = 0; i < funcs->n; i++) {
+    Z3_func_decl f = Z3_to_func_decl(z, funcs->v[i]);
+    if (Z3_model_has_interp(z, m, f)) continue;
+    Z3_sort so = Z3_get_range(z, f);
+    Z3_sort_kind k = Z3_get_sort_kind(z, so);
+    if (k != Z3_REAL_SORT && k != Z3_INT_SORT) continue;
+    vd_term zero = vd_smt_i_keep(s, Z3_mk_int(z, 0, so));
+    if (zero) Z3_add_func_interp(z, m, f, zero);
+  }
+  if (out_of_memory(s)) return VD_ENOMEM;
+  if (vd_smt_i_failed(s) || Z3_get_error_code(z) != Z3_OK) {
+    vd_smt_i_clear_error(s);
     Z3_set_error(z, Z3_OK);
-    return NULL;
   }
-  Z3_ast app = vd_smt_i_keep(s, Z3_mk_app(z, f, (unsigned)n, t));
-  Z3_ast v = NULL;
-  if (!app || !Z3_model_eval(z, m, app, false, &v) || !v || Z3_get_ast_kind(z, v) != Z3_APP_AST) {
-    if (Z3_get_error_code(z) != Z3_OK) Z3_set_error(z, Z3_OK);
-    return NULL;
-  }
-  v = vd_smt_i_keep(s, v);
-  Z3_app a = v ? Z3_to_app(z, v) : NULL;
-  if (!a || !Z3_is_eq_func_decl(z, Z3_get_app_decl(z, a), f) || Z3_get_app_num_args(z, a) != n) return NULL;
-  for (size_t i = 0; i < n; i++) {
-    Z3_ast x = Z3_get_app_arg(z, a, (unsigned)i);
-    if (!Z3_is_numeral_ast(z, x) && !Z3_is_algebraic_number(z, x)) return NULL;
-  }
-  return v;
+  return VD_OK;
 }
 
-static vd_rc fill_model(vd_smt *s, Z3_model m, const vd_term *par, const vd_term *single, const size_t *open,
-                        size_t n_open, vd_smt_result *res) {
+/* Evaluates t[0..n) in m, one Z3 call per 4096 terms: Z3's evaluator shares
+ * subterms within one call only, and one call per term walked a large
+ * stage's DAG once per term (the counterexample of a 2048-element stage
+ * never finished).  The terms are the arguments of a fresh Boolean symbol
+ * that m does not interpret, evaluated without model completion, so the
+ * application comes back with its arguments evaluated; the caller
+ * completes m first.  Each call is bounded by Z3's model_evaluator.max_steps
+ * (VD_LIM_EVAL_MAX_STEPS) and ends early on Z3_interrupt.  out[i] is kept
+ * on s; *ok is 0 when an evaluation failed (the limit, an interruption, a
+ * Z3 error: cleared), and out is then incomplete. */
+static vd_rc eval_many(vd_smt *s, Z3_model m, const vd_term *t, size_t n, vd_term *out, int *ok) {
   Z3_context z = vd_smt_i_z3(s);
-  termvec roots = {0}, syms = {0};
+  *ok = 1;
+  for (size_t i = 0; i < n; i++) out[i] = NULL;
+  for (size_t at = 0; at < n && *ok; at += 4096) {
+    size_t k = n - at < 4096 ? n - at : 4096;
+    Z3_sort *dom = vd_malloc(sizeof(Z3_sort) * k);
+    if (!dom) return VD_ENOMEM;
+    for (size_t i = 0; i < k; i++) dom[i] = Z3_get_sort(z, t[at + i]);
+    Z3_func_decl pack =
+        Z3_mk_func_decl(z, Z3_mk_string_symbol(z, "vd!eval"), (unsigned)k, dom, Z3_mk_bool_sort(z));
+    vd_free(dom);
+    if (!pack || Z3_get_error_code(z) != Z3_OK) {
+      if (out_of_memory(s)) return VD_ENOMEM;
+      vd_smt_i_clear_error(s);
+      *ok = 0;
+      break;
+    }
+    Z3_inc_ref(z, Z3_func_decl_to_ast(z, pack));
+    Z3_ast app = Z3_mk_app(z, pack, (unsigned)k, (Z3_ast *)(t + at));
+    Z3_ast v = NULL;
+    if (app) {
+      Z3_inc_ref(z, app);
+      if (!Z3_model_eval(z, m, app, false, &v)) v = NULL;
+      if (v) Z3_inc_ref(z, v);
+      Z3_dec_ref(z, app);
+    }
+    if (v && Z3_get_ast_kind(z, v) == Z3_APP_AST &&
+        Z3_is_eq_func_decl(z, Z3_get_app_decl(z, Z3_to_app(z, v)), pack) &&
+        Z3_get_app_num_args(z, Z3_to_app(z, v)) == k) {
+      for (size_t i = 0; i < k; i++) out[at + i] = vd_smt_i_keep(s, Z3_get_app_arg(z, Z3_to_app(z, v), (unsigned)i));
+    } else {
+      *ok = 0;
+    }
+    if (v) Z3_dec_ref(z, v);
+    Z3_dec_ref(z, Z3_func_decl_to_ast(z, pack));
+    if (out_of_memory(s)) return VD_ENOMEM;
+    if (vd_smt_i_failed(s) || Z3_get_error_code(z) != Z3_OK) {
+      vd_smt_i_clear_error(s);
+      Z3_set_error(z, Z3_OK);
+      *ok = 0;
+    }
+  }
+  return VD_OK;
+}
+
+/* The counterexample of model m: the free inputs' values and the pairs that
+ * differ.  *complete is 0 when the values could not all be computed (the
+ * evaluation limit or the wall clock): the pairs found so far are kept,
+ * and the caller decides what a difference already proved means. */
+static vd_rc fill_model(vd_smt *s, Z3_model m, const vd_term *par, const vd_term *single, const size_t *open,
+                        size_t n_open, vd_smt_result *res, int *complete) {
+  Z3_context z = vd_smt_i_z3(s);
+  termvec roots = {0}, syms = {0}, funcs = {0};
   named *nm = NULL;
+  vd_term *in = NULL, *inv = NULL, *vals = NULL;
+  int ok = 1;
   vd_rc rc = VD_OK;
+  *complete = 0;
   for (size_t i = 0; i < n_open && rc == VD_OK; i++)
     if (push(&roots, par[open[i]]) || push(&roots, single[open[i]])) rc = VD_ENOMEM;
-  if (rc == VD_OK) rc = collect_uninterpreted(s, roots.v, roots.n, &syms, NULL);
+  if (rc == VD_OK) rc = collect_uninterpreted(s, roots.v, roots.n, &syms, &funcs);
+  if (rc == VD_OK) rc = complete_model(s, m, &syms, &funcs);
   if (rc == VD_OK && syms.n) {
     nm = vd_calloc(syms.n, sizeof(named)); /* zeroed: the cleanup frees every name, set or not */
     res->inputs = vd_calloc(syms.n, sizeof(vd_smt_value));
-    if (!nm || !res->inputs) rc = VD_ENOMEM;
+    in = vd_calloc(syms.n, sizeof(vd_term));
+    inv = vd_calloc(syms.n, sizeof(vd_term));
+    if (!nm || !res->inputs || !in || !inv) rc = VD_ENOMEM;
   }
   for (size_t i = 0; i < syms.n && rc == VD_OK; i++) {
     nm[i].t = syms.v[i];
@@ -343,9 +408,12 @@ static vd_rc fill_model(vd_smt *s, Z3_model m, const vd_term *par, const vd_term
     if (!nm[i].name) rc = VD_ENOMEM;
   }
   if (rc == VD_OK && syms.n) qsort(nm, syms.n, sizeof(named), by_name);
-  for (size_t i = 0; i < syms.n && rc == VD_OK; i++) {
+  for (size_t i = 0; i < syms.n && rc == VD_OK; i++) in[i] = nm[i].t;
+  int ok_in = 1;
+  if (rc == VD_OK && syms.n) rc = eval_many(s, m, in, syms.n, inv, &ok_in);
+  for (size_t i = 0; i < syms.n && rc == VD_OK && ok_in; i++) {
     vd_smt_value *v = &res->inputs[res->n_inputs];
-    rc = value_of(s, m, nm[i].t, v);
+    rc = value_text(s, inv[i], v);
     if (rc == VD_OK) {
       v->name = vd_strdup(nm[i].name);
       res->n_inputs++;
@@ -356,29 +424,21 @@ static vd_rc fill_model(vd_smt *s, Z3_model m, const vd_term *par, const vd_term
   }
   if (rc == VD_OK && n_open) {
     res->diffs = vd_calloc(n_open, sizeof(vd_smt_diff));
-    if (!res->diffs) rc = VD_ENOMEM;
+    vals = vd_calloc(2 * n_open, sizeof(vd_term));
+    if (!res->diffs || !vals) rc = VD_ENOMEM;
   }
-  Z3_ast all = NULL;
-  if (rc == VD_OK && n_open) {
-    Z3_ast *sides = vd_malloc(sizeof(Z3_ast) * 2 * n_open);
-    if (!sides) rc = VD_ENOMEM;
-    for (size_t i = 0; sides && i < n_open; i++) sides[2 * i] = par[open[i]], sides[2 * i + 1] = single[open[i]];
-    int oom = 0;
-    if (sides) all = eval_all(s, m, sides, 2 * n_open, &oom);
-    vd_free(sides);
-    if (oom || vd_smt_i_oom(s)) rc = VD_ENOMEM;
-  }
+  if (rc == VD_OK && n_open) rc = eval_many(s, m, roots.v, roots.n, vals, &ok);
   for (size_t i = 0; i < n_open && rc == VD_OK; i++) {
+    /* Only two numerals that differ are a difference (an evaluation cut
+     * short leaves a side without one). */
+    if (!is_value(s, vals[2 * i]) || !is_value(s, vals[2 * i + 1])) {
+      ok = 0;
+      continue;
+    }
     vd_smt_diff *df = &res->diffs[res->n_diffs];
     df->index = open[i];
-    if (all) {
-      Z3_app a = Z3_to_app(z, all);
-      rc = value_from(s, Z3_get_app_arg(z, a, (unsigned)(2 * i)), &df->parallel);
-      if (rc == VD_OK) rc = value_from(s, Z3_get_app_arg(z, a, (unsigned)(2 * i + 1)), &df->single);
-    } else {
-      rc = value_of(s, m, par[open[i]], &df->parallel);
-      if (rc == VD_OK) rc = value_of(s, m, single[open[i]], &df->single);
-    }
+    rc = value_text(s, vals[2 * i], &df->parallel);
+    if (rc == VD_OK) rc = value_text(s, vals[2 * i + 1], &df->single);
     if (rc != VD_OK) {
       value_free(&df->parallel);
       value_free(&df->single);
@@ -393,11 +453,16 @@ static vd_rc fill_model(vd_smt *s, Z3_model m, const vd_term *par, const vd_term
       res->n_diffs++;
     }
   }
+  *complete = rc == VD_OK && ok && ok_in;
   if (nm)
     for (size_t i = 0; i < syms.n; i++) vd_free((void *)nm[i].name);
   vd_free(nm);
+  vd_free(in);
+  vd_free(inv);
+  vd_free(vals);
   vd_free(roots.v);
   vd_free(syms.v);
+  vd_free(funcs.v);
   return rc;
 }
 
@@ -422,8 +487,10 @@ static uint64_t rlimit_count(Z3_context z, Z3_solver sv) {
   return v;
 }
 
+/* *found (atomic, may be NULL) is set once sat is known, before the model's
+ * values are computed: a job abandoned then still proved a difference. */
 static vd_rc solve(vd_smt *s, const vd_term *par, const vd_term *single, const size_t *open, size_t n_open,
-                   vd_smt_result *res) {
+                   vd_smt_result *res, int *found) {
   Z3_context z = vd_smt_i_z3(s);
   vd_term *ne = vd_malloc(sizeof(vd_term) * (n_open + 1));
   if (!ne) return VD_ENOMEM;
@@ -490,12 +557,18 @@ static vd_rc solve(vd_smt *s, const vd_term *par, const vd_term *single, const s
     } else {
       Z3_model_inc_ref(z, m);
       res->verdict = VD_SMT_NOT_EQUIVALENT;
-      rc = fill_model(s, m, par, single, open, n_open, res);
+      if (found) __atomic_store_n(found, 1, __ATOMIC_RELEASE);
+      int complete = 0;
+      rc = fill_model(s, m, par, single, open, n_open, res, &complete);
       Z3_model_dec_ref(z, m);
-      if (rc == VD_OK && res->n_diffs == 0) {
+      if (rc == VD_OK && complete && res->n_diffs == 0) {
         /* sat but no pair differs when evaluated: never claim anything. */
         res->verdict = VD_SMT_INCONCLUSIVE;
         snprintf(res->reason, sizeof(res->reason), "model evaluation found no differing pair");
+      } else if (rc == VD_OK && !complete) {
+        /* SOUNDNESS: sat is the proof; only the values are missing. */
+        snprintf(res->reason, sizeof(res->reason), "%s",
+                 "the solver found a counterexample; its values were not computed within the evaluation limit");
       }
     }
   }
@@ -506,8 +579,17 @@ static vd_rc solve(vd_smt *s, const vd_term *par, const vd_term *single, const s
 
 /* ---- the job: Z3 in a fresh context, on a thread that can be abandoned ----- */
 
+/* What a job runs: the random witness (the counterexample it finds is
+ * evaluated there too), or Z3's simplifier and solver. */
+enum { JOB_SOLVE, JOB_WITNESS };
+
+static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const size_t *open, size_t n_open,
+                     vd_smt_result *res, int *found);
+
 typedef struct {
   vd_smt *js;                 /* fresh context, owned by the job */
+  int mode;                   /* JOB_SOLVE or JOB_WITNESS */
+  int found;                  /* atomic: a difference is proved (values may follow) */
   vd_term *par, *single;      /* the open pairs, translated into js */
   size_t n;
   int fast;                   /* run Z3's simplifier normal form first */
@@ -544,6 +626,11 @@ static void job_work(job_t *j) {
     j->rc = VD_ENOMEM;
     goto done;
   }
+  if (j->mode == JOB_WITNESS) {
+    for (size_t i = 0; i < n; i++) open[i] = i;
+    j->rc = witness(js, j->par, j->single, open, n, &j->res, &j->found);
+    goto done;
+  }
   if (j->fast) {
     /* OPTIMIZATION-ONLY: Z3's own normal form; an error (e.g. its step
      * limit) only leaves the pairs open. */
@@ -573,7 +660,7 @@ static void job_work(job_t *j) {
     snprintf(j->res.reason, sizeof(j->res.reason), "timeout");
     goto done;
   }
-  j->rc = solve(js, j->par, j->single, open, n_open, &j->res);
+  j->rc = solve(js, j->par, j->single, open, n_open, &j->res, &j->found);
 done:
   vd_free(proved);
   vd_free(open);
@@ -615,10 +702,23 @@ static int wait_done(job_t *j, const struct timespec *dl) {
   return j->done;
 }
 
-/* Runs the open pairs through the job (see the file comment).  On return
- * res holds the verdict; its diff indices are positions in par/single. */
+/* A difference proved (a witness's non-zero combination, or sat) whose
+ * values the job could not compute before the wall clock. */
+static void proved_without_values(vd_smt_result *res, unsigned ms) {
+  vd_smt_result_free(res);
+  res->verdict = VD_SMT_NOT_EQUIVALENT;
+  res->limit = VD_SMT_LIMIT_NONE;
+  snprintf(res->reason, sizeof(res->reason),
+           "a counterexample exists; its values were not computed within the wall-clock limit %.3g s", ms / 1e3);
+}
+
+/* Runs the open pairs through a job of the given mode (see the file
+ * comment) with ms of wall clock (0: none).  On return res holds the
+ * verdict; its diff indices are positions in par/single.  A witness that
+ * finds nothing leaves res INCONCLUSIVE (limit WALL when the clock ended
+ * it). */
 static vd_rc run_job(vd_smt *s, const vd_term *par, const vd_term *single, const size_t *open, size_t n_open,
-                     vd_smt_result *res, vd_diag *d) {
+                     int mode, unsigned ms, vd_smt_result *res, vd_diag *d) {
   job_t *j = vd_calloc(1, sizeof(*j));
   if (!j) return VD_OOM(d);
   pthread_mutex_init(&j->mu, NULL);
@@ -628,6 +728,7 @@ static vd_rc run_job(vd_smt *s, const vd_term *par, const vd_term *single, const
   pthread_cond_init(&j->cv, &ca);
   pthread_condattr_destroy(&ca);
   j->n = n_open;
+  j->mode = mode;
   j->fast = vd_smt_i_fast_path(s);
   vd_rc rc = vd_smt_new(&j->js, d);
   if (rc != VD_OK) {
@@ -635,6 +736,7 @@ static vd_rc run_job(vd_smt *s, const vd_term *par, const vd_term *single, const
     return rc;
   }
   vd_smt_set_budget(j->js, vd_smt_i_nf_budget(s), vd_smt_i_rlimit(s));
+  vd_smt_set_seed(j->js, vd_smt_i_seed(s));
   j->par = vd_malloc(sizeof(vd_term) * (n_open + 1));
   j->single = vd_malloc(sizeof(vd_term) * (n_open + 1));
   if (!j->par || !j->single) {
@@ -644,17 +746,42 @@ static vd_rc run_job(vd_smt *s, const vd_term *par, const vd_term *single, const
   /* SOUNDNESS: Z3_translate copies a term into another context with the
    * same structure and symbol names, so the question asked is the same. */
   Z3_context src = vd_smt_i_z3(s), dst = vd_smt_i_z3(j->js);
-  for (size_t i = 0; i < n_open; i++) {
-    j->par[i] = vd_smt_i_keep(j->js, Z3_translate(src, par[open[i]], dst));
-    j->single[i] = vd_smt_i_keep(j->js, Z3_translate(src, single[open[i]], dst));
+  /* One translation of every term: Z3_ast_vector_translate shares one
+   * cache over the vector, where a Z3_translate per term copied the
+   * stage's shared DAG once per term (minutes on a 2048-pair stage). */
+  Z3_ast_vector sv = Z3_mk_ast_vector(src);
+  if (sv) {
+    Z3_ast_vector_inc_ref(src, sv);
+    for (size_t i = 0; i < n_open; i++) {
+      Z3_ast_vector_push(src, sv, par[open[i]]);
+      Z3_ast_vector_push(src, sv, single[open[i]]);
+    }
+    Z3_ast_vector tv = Z3_get_error_code(src) == Z3_OK ? Z3_ast_vector_translate(src, sv, dst) : NULL;
+    if (tv && Z3_get_error_code(dst) == Z3_OK) {
+      Z3_ast_vector_inc_ref(dst, tv);
+      for (size_t i = 0; i < n_open; i++) {
+        j->par[i] = vd_smt_i_keep(j->js, Z3_ast_vector_get(dst, tv, (unsigned)(2 * i)));
+        j->single[i] = vd_smt_i_keep(j->js, Z3_ast_vector_get(dst, tv, (unsigned)(2 * i + 1)));
+      }
+      Z3_ast_vector_dec_ref(dst, tv);
+    } else {
+      vd_smt_i_keep(j->js, NULL); /* the error, sticky on the job's context */
+      if (!vd_smt_i_failed(j->js)) vd_smt_i_fail(j->js, "translation failed");
+    }
+    Z3_ast_vector_dec_ref(src, sv);
+    if (Z3_get_error_code(src) != Z3_OK) {
+      vd_smt_i_fail(j->js, Z3_get_error_msg(src, Z3_get_error_code(src)));
+      Z3_set_error(src, Z3_OK);
+    }
+  } else {
+    vd_smt_i_fail(j->js, "out of memory (Z3_mk_ast_vector)");
   }
   if (vd_smt_i_failed(j->js)) {
     vd_smt_i_fail(s, vd_smt_error(j->js)); /* the error is the stage's, sticky on s */
-    rc = vd_smt_status(j->js, d, "check (translate)");
+    rc = out_of_memory(j->js) ? VD_OOM(d) : vd_smt_status(j->js, d, "check (translate)");
     job_free(j);
     return rc;
   }
-  unsigned ms = vd_smt_i_timeout(s);
   int interrupted = 0;
   pthread_attr_t at;
   pthread_t th;
@@ -685,7 +812,12 @@ static vd_rc run_job(vd_smt *s, const vd_term *par, const vd_term *single, const
         /* It may run on for minutes: let it only take idle CPU. */
         pid_t tid = __atomic_load_n(&j->tid, __ATOMIC_ACQUIRE);
         if (tid > 0) setpriority(PRIO_PROCESS, (id_t)tid, 19);
+        int found = __atomic_load_n(&j->found, __ATOMIC_ACQUIRE);
         pthread_mutex_unlock(&j->mu);
+        if (found) {
+          proved_without_values(res, ms);
+          return VD_OK;
+        }
         res->verdict = VD_SMT_INCONCLUSIVE;
         res->limit = VD_SMT_LIMIT_WALL;
         snprintf(res->reason, sizeof(res->reason),
@@ -696,12 +828,18 @@ static vd_rc run_job(vd_smt *s, const vd_term *par, const vd_term *single, const
     pthread_mutex_unlock(&j->mu);
   }
   rc = j->rc;
-  if (rc == VD_EINTERNAL && interrupted) {
-    /* Z3 reported the interruption as an error ("canceled"): the limit,
-     * not a failure of the machinery. */
-    res->verdict = VD_SMT_INCONCLUSIVE;
-    res->limit = VD_SMT_LIMIT_WALL;
-    snprintf(res->reason, sizeof(res->reason), "wall-clock limit %.3g s", ms / 1e3);
+  int found = __atomic_load_n(&j->found, __ATOMIC_ACQUIRE);
+  if (interrupted && rc != VD_ENOMEM && (rc != VD_OK || j->res.verdict == VD_SMT_INCONCLUSIVE)) {
+    /* Z3 stopped at the interruption (as an error, "canceled", or as
+     * unknown): the limit, not a failure of the machinery.  A difference
+     * proved before it stands. */
+    if (found) {
+      proved_without_values(res, ms);
+    } else {
+      res->verdict = VD_SMT_INCONCLUSIVE;
+      res->limit = VD_SMT_LIMIT_WALL;
+      snprintf(res->reason, sizeof(res->reason), "wall-clock limit %.3g s", ms / 1e3);
+    }
     job_free(j);
     return VD_OK;
   }
@@ -714,6 +852,9 @@ static vd_rc run_job(vd_smt *s, const vd_term *par, const vd_term *single, const
     memcpy(res->reason, r->reason, sizeof(res->reason));
     if (r->limit == VD_SMT_LIMIT_WALL)
       snprintf(res->reason, sizeof(res->reason), "wall-clock limit %.3g s", ms / 1e3);
+    else if (interrupted && r->verdict == VD_SMT_NOT_EQUIVALENT && !r->n_diffs)
+      snprintf(res->reason, sizeof(res->reason),
+               "a counterexample exists; its values were not computed within the wall-clock limit %.3g s", ms / 1e3);
     res->inputs = r->inputs;
     res->n_inputs = r->n_inputs;
     res->diffs = r->diffs;
@@ -754,13 +895,68 @@ static Z3_ast random_value(vd_smt *s, Z3_sort sort, uint64_t *st) {
 }
 
 
+/* id -> level, open addressing (key id + 1, 0 = empty). */
+typedef struct {
+  unsigned *key, *val;
+  size_t cap, n;
+} idmap;
+
+static int idmap_put(idmap *h, unsigned id, unsigned v) {
+  if (2 * (h->n + 1) > h->cap) {
+    size_t nc = h->cap ? 2 * h->cap : 256;
+    unsigned *nk = vd_calloc(nc, sizeof(unsigned)), *nv = vd_calloc(nc, sizeof(unsigned));
+    if (!nk || !nv) {
+      vd_free(nk);
+      vd_free(nv);
+      return -1;
+    }
+    for (size_t i = 0; i < h->cap; i++)
+      if (h->key[i]) {
+        size_t j = (h->key[i] * 2654435761u) & (nc - 1);
+        while (nk[j]) j = (j + 1) & (nc - 1);
+        nk[j] = h->key[i];
+        nv[j] = h->val[i];
+      }
+    vd_free(h->key);
+    vd_free(h->val);
+    h->key = nk;
+    h->val = nv;
+    h->cap = nc;
+  }
+  unsigned k = id + 1;
+  size_t j = (k * 2654435761u) & (h->cap - 1);
+  while (h->key[j] && h->key[j] != k) j = (j + 1) & (h->cap - 1);
+  if (!h->key[j]) h->n++;
+  h->key[j] = k;
+  h->val[j] = v;
+  return 0;
+}
+
+static unsigned idmap_get(const idmap *h, unsigned id) {
+  if (!h->cap) return 0;
+  unsigned k = id + 1;
+  size_t j = (k * 2654435761u) & (h->cap - 1);
+  while (h->key[j]) {
+    if (h->key[j] == k) return h->val[j];
+    j = (j + 1) & (h->cap - 1);
+  }
+  return 0;
+}
+
 /* Uninterpreted applications under roots in post-order (arguments first),
- * each once; at most cap of them (0 when more: the caller falls back). */
-static vd_rc collect_apps(vd_smt *s, const vd_term *roots, size_t n, size_t cap, termvec *out) {
+ * each once; at most cap of them (0 when more: the caller falls back).
+ * level[i] (grown with out) is the application's nesting depth: 1 + the
+ * deepest application in its arguments, so the arguments of every
+ * application of one level can be evaluated together once the levels
+ * below have their entries. */
+static vd_rc collect_apps(vd_smt *s, const vd_term *roots, size_t n, size_t cap, termvec *out, unsigned **level) {
   Z3_context z = vd_smt_i_z3(s);
   idset seen = {0};
+  idmap depth = {0};
   termvec stack = {0}, mark = {0}; /* mark: 0 = enter, 1 = exit (as a tagged pointer list) */
+  size_t lcap = 0;
   vd_rc rc = VD_OK;
+  *level = NULL;
   for (size_t i = 0; i < n && rc == VD_OK; i++)
     if (roots[i] && (push(&stack, roots[i]) || push(&mark, NULL))) rc = VD_ENOMEM;
   while (rc == VD_OK && stack.n) {
@@ -770,13 +966,22 @@ static vd_rc collect_apps(vd_smt *s, const vd_term *roots, size_t n, size_t cap,
     Z3_app a = Z3_to_app(z, t);
     unsigned na = Z3_get_app_num_args(z, a);
     if (exiting) {
+      unsigned lv = 0;
+      for (unsigned k = 0; k < na; k++) {
+        unsigned l = idmap_get(&depth, Z3_get_ast_id(z, Z3_get_app_arg(z, a, k)));
+        if (l > lv) lv = l;
+      }
       if (na > 0 && Z3_get_decl_kind(z, Z3_get_app_decl(z, a)) == Z3_OP_UNINTERPRETED) {
         if (out->n >= cap) {
           out->n = 0;
           break;
         }
+        lv++;
         if (push(out, t)) rc = VD_ENOMEM;
+        if (rc == VD_OK && out->n > lcap && VD_GROW(*level, lcap, out->n) != 0) rc = VD_ENOMEM;
+        if (rc == VD_OK) (*level)[out->n - 1] = lv;
       }
+      if (rc == VD_OK && lv && idmap_put(&depth, Z3_get_ast_id(z, t), lv)) rc = VD_ENOMEM;
       continue;
     }
     int fresh = idset_add(&seen, Z3_get_ast_id(z, t));
@@ -787,6 +992,8 @@ static vd_rc collect_apps(vd_smt *s, const vd_term *roots, size_t n, size_t cap,
       if (push(&stack, Z3_get_app_arg(z, a, k)) || push(&mark, NULL)) rc = VD_ENOMEM;
   }
   vd_free(seen.slot);
+  vd_free(depth.key);
+  vd_free(depth.val);
   vd_free(stack.v);
   vd_free(mark.v);
   return rc;
@@ -795,35 +1002,78 @@ static vd_rc collect_apps(vd_smt *s, const vd_term *roots, size_t n, size_t cap,
 /* Gives every uninterpreted application its own random value: arguments
  * are evaluated (inner applications already have entries), and the tuple
  * maps to a fresh random value in the function's table.  A function is a
- * function whatever its table, so the model stays a legal interpretation. */
-static void add_app_entries(vd_smt *s, Z3_model m, const termvec *apps, uint64_t *st) {
+ * function whatever its table, so the model stays a legal interpretation.
+ * The random values are drawn in post-order (an else value when a function
+ * is first met, then the entry's), and the arguments of one level are
+ * evaluated in one call (eval_many): one call per application walked the
+ * stage's DAG once per application.  VD_ENOMEM when an allocation failed;
+ * an evaluation cut short (its limit, an interruption) leaves the entries
+ * of the levels below, still a legal interpretation. */
+static vd_rc add_app_entries(vd_smt *s, Z3_model m, const termvec *apps, const unsigned *level, uint64_t *st) {
   Z3_context z = vd_smt_i_z3(s);
-  for (size_t i = 0; i < apps->n; i++) {
-    Z3_app a = Z3_to_app(z, apps->v[i]);
-    Z3_func_decl f = Z3_get_app_decl(z, a);
-    unsigned na = Z3_get_app_num_args(z, a);
-    Z3_func_interp fi = NULL;
-    if (Z3_model_has_interp(z, m, f)) fi = Z3_model_get_func_interp(z, m, f);
-    else fi = Z3_add_func_interp(z, m, f, random_value(s, Z3_get_range(z, f), st));
-    if (!fi) continue;
-    Z3_func_interp_inc_ref(z, fi);
-    Z3_ast_vector args = Z3_mk_ast_vector(z);
-    Z3_ast_vector_inc_ref(z, args);
-    int ok = 1;
-    for (unsigned k = 0; k < na && ok; k++) {
-      Z3_ast v = NULL;
-      if (!Z3_model_eval(z, m, Z3_get_app_arg(z, a, k), true, &v) || !v) ok = 0;
-      else Z3_ast_vector_push(z, args, v);
-    }
-    if (ok) {
-      Z3_ast val = random_value(s, Z3_get_range(z, f), st);
-      if (val) Z3_func_interp_add_entry(z, fi, args, val);
-    }
-    Z3_ast_vector_dec_ref(z, args);
-    Z3_func_interp_dec_ref(z, fi);
-    if (vd_smt_i_oom(s)) return;
-    if (Z3_get_error_code(z) != Z3_OK) Z3_set_error(z, Z3_OK);
+  vd_term *val = vd_calloc(apps->n + 1, sizeof(vd_term));
+  unsigned top = 0;
+  int ok = val != NULL, oom = val == NULL;
+  for (size_t i = 0; i < apps->n && ok; i++) {
+    Z3_func_decl f = Z3_get_app_decl(z, Z3_to_app(z, apps->v[i]));
+    if (!Z3_model_has_interp(z, m, f)) Z3_add_func_interp(z, m, f, random_value(s, Z3_get_range(z, f), st));
+    val[i] = random_value(s, Z3_get_range(z, f), st);
+    if (level[i] > top) top = level[i];
   }
+  termvec args = {0};
+  vd_term *argv = NULL;
+  size_t argcap = 0;
+  for (unsigned lv = 1; lv <= top && ok; lv++) {
+    args.n = 0;
+    for (size_t i = 0; i < apps->n && ok; i++) {
+      if (level[i] != lv) continue;
+      Z3_app a = Z3_to_app(z, apps->v[i]);
+      for (unsigned k = 0; k < Z3_get_app_num_args(z, a) && ok; k++)
+        if (push(&args, Z3_get_app_arg(z, a, k))) ok = 0, oom = 1;
+    }
+    if (!ok) break;
+    if (args.n > argcap) {
+      vd_free(argv);
+      argcap = args.n;
+      argv = vd_malloc(sizeof(vd_term) * argcap);
+      if (!argv) {
+        ok = 0, oom = 1;
+        break;
+      }
+    }
+    int eok = 0;
+    if (eval_many(s, m, args.v, args.n, argv, &eok) != VD_OK) oom = 1;
+    if (oom || !eok) {
+      ok = 0;
+      break;
+    }
+    size_t at = 0;
+    for (size_t i = 0; i < apps->n && ok; i++) {
+      if (level[i] != lv) continue;
+      Z3_app a = Z3_to_app(z, apps->v[i]);
+      Z3_func_decl f = Z3_get_app_decl(z, a);
+      unsigned na = Z3_get_app_num_args(z, a);
+      Z3_func_interp fi = Z3_model_get_func_interp(z, m, f);
+      if (!fi || !val[i]) {
+        at += na;
+        continue;
+      }
+      Z3_func_interp_inc_ref(z, fi);
+      Z3_ast_vector av = Z3_mk_ast_vector(z);
+      Z3_ast_vector_inc_ref(z, av);
+      for (unsigned k = 0; k < na; k++) Z3_ast_vector_push(z, av, argv[at + k]);
+      at += na;
+      Z3_func_interp_add_entry(z, fi, av, val[i]);
+      Z3_ast_vector_dec_ref(z, av);
+      Z3_func_interp_dec_ref(z, fi);
+      if (out_of_memory(s)) ok = 0, oom = 1;
+      if (Z3_get_error_code(z) != Z3_OK) Z3_set_error(z, Z3_OK);
+    }
+  }
+  vd_free(args.v);
+  vd_free(argv);
+  vd_free(val);
+  return oom || out_of_memory(s) ? VD_ENOMEM : VD_OK;
 }
 
 /* sum_i r_i (par_i - single_i) over the open pairs, r_i random integers in
@@ -858,7 +1108,8 @@ static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const
   Z3_context z = vd_smt_i_z3(s);
   termvec roots = {0}, syms = {0}, funcs = {0};
   vd_rc rc = VD_OK;
-  *found = 0;
+  int hit = 0;
+  __atomic_store_n(found, 0, __ATOMIC_RELEASE);
   /* Ill-sorted pairs are the solver path's error to report. */
   for (size_t i = 0; i < n_open; i++)
     if (Z3_get_sort(z, par[open[i]]) != Z3_get_sort(z, single[open[i]]) ||
@@ -868,7 +1119,8 @@ static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const
     if (push(&roots, par[open[i]]) || push(&roots, single[open[i]])) rc = VD_ENOMEM;
   if (rc == VD_OK) rc = collect_uninterpreted(s, roots.v, roots.n, &syms, &funcs);
   termvec apps = {0};
-  if (rc == VD_OK) rc = collect_apps(s, roots.v, roots.n, 4096, &apps);
+  unsigned *level = NULL;
+  if (rc == VD_OK) rc = collect_apps(s, roots.v, roots.n, 4096, &apps, &level);
   /* xorshift state from the context's seed; seed 1 (the default) gives the
    * constant this check used before the seed was an option, and the state
    * is never 0 (xorshift would stay at 0). */
@@ -880,7 +1132,7 @@ static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const
   int comb_oom = 0;
   vd_term comb = rc == VD_OK ? combination(s, par, single, open, n_open, &cst, &comb_oom) : NULL;
   if (rc == VD_OK && !comb && (comb_oom || vd_smt_i_oom(s))) rc = VD_ENOMEM;
-  for (int trial = 0; trial < 4 && rc == VD_OK && !*found; trial++) {
+  for (int trial = 0; trial < 4 && rc == VD_OK && !hit; trial++) {
     Z3_model m = Z3_mk_model(z);
     if (!m) {
       rc = VD_EINTERNAL;
@@ -893,7 +1145,9 @@ static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const
       if (v) Z3_add_const_interp(z, m, f, v);
     }
     if (trial % 2 == 1 && apps.n) {
-      add_app_entries(s, m, &apps, &st);
+      /* An evaluation cut short leaves a partial table: still a legal
+       * interpretation (every function has its else value). */
+      if (add_app_entries(s, m, &apps, level, &st) != VD_OK) rc = VD_ENOMEM;
     } else {
       for (size_t i = 0; i < funcs.n; i++) {
         Z3_func_decl f = Z3_to_func_decl(z, funcs.v[i]);
@@ -901,7 +1155,7 @@ static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const
         if (v) Z3_add_func_interp(z, m, f, v);
       }
     }
-    if (vd_smt_i_oom(s)) {
+    if (rc != VD_OK || out_of_memory(s)) {
       rc = VD_ENOMEM;
       break;
     }
@@ -917,28 +1171,51 @@ static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const
      * stage with 64 pairs).  A non-zero value means some pair differs in
      * this model (fill_model below finds which, and decides); zero means
      * nothing (all equal, or an unlucky cancellation: the solver decides). */
+    int failed = 0;
     if (comb) {
       Z3_ast v = NULL;
       if (Z3_model_eval(z, m, comb, true, &v) && v) {
         Z3_inc_ref(z, v);
-        if (Z3_is_numeral_ast(z, v) && !is_zero(s, v)) *found = 1;
+        if (Z3_is_numeral_ast(z, v) && !is_zero(s, v)) hit = 1;
         Z3_dec_ref(z, v);
+      } else {
+        /* The evaluation limit or an interruption: the other trials
+         * would walk the same DAG. */
+        failed = 1;
+        if (out_of_memory(s)) {
+          rc = VD_ENOMEM;
+        } else {
+          Z3_set_error(z, Z3_OK);
+          vd_smt_i_clear_error(s);
+        }
       }
     }
-    if (*found) {
+    if (hit) {
+      /* SOUNDNESS: sum_i r_i (par_i - single_i) is not 0 in a legal
+       * interpretation, so some pair differs in it: not equivalent,
+       * whether or not its values can be computed below.  Published
+       * (atomically) before them, for a job abandoned at the wall clock. */
+      __atomic_store_n(found, 1, __ATOMIC_RELEASE);
       res->verdict = VD_SMT_NOT_EQUIVALENT;
-      rc = fill_model(s, m, par, single, open, n_open, res);
-      if (rc == VD_OK && res->n_diffs == 0) {
-        *found = 0;
+      int complete = 0;
+      rc = fill_model(s, m, par, single, open, n_open, res, &complete);
+      if (rc == VD_OK && complete && res->n_diffs == 0) {
+        /* Not expected (exact arithmetic): claim nothing. */
+        hit = 0;
+        __atomic_store_n(found, 0, __ATOMIC_RELEASE);
         vd_smt_result_free(res);
         res->verdict = VD_SMT_INCONCLUSIVE;
+      } else if (rc == VD_OK && !complete) {
+        snprintf(res->reason, sizeof(res->reason), "%s",
+                 "a random interpretation differs; its values were not computed within the evaluation limit");
       }
     }
-    if (vd_smt_i_oom(s)) {
+    if (rc == VD_ENOMEM || out_of_memory(s)) {
       rc = VD_ENOMEM;
       break;
     }
     Z3_model_dec_ref(z, m);
+    if (failed) break;
   }
   if (!vd_smt_i_oom(s) && Z3_get_error_code(z) != Z3_OK) Z3_set_error(z, Z3_OK);
   else if (vd_smt_i_oom(s)) rc = VD_ENOMEM;
@@ -946,6 +1223,7 @@ static vd_rc witness(vd_smt *s, const vd_term *par, const vd_term *single, const
   vd_free(syms.v);
   vd_free(funcs.v);
   vd_free(apps.v);
+  vd_free(level);
   return rc;
 }
 
@@ -1050,6 +1328,14 @@ static vd_rc nf_path(vd_smt *s, const vd_term *par, const vd_term *single, size_
   return rc;
 }
 
+/* The wall clock left to a check that ends at t_end (ms of vd_clock_ms);
+ * 0 when there is no limit, at least 1 otherwise. */
+static unsigned left_ms(unsigned total, double t_end) {
+  if (!total) return 0;
+  double l = t_end - vd_clock_ms();
+  return l < 1 ? 1 : (unsigned)l;
+}
+
 vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t n, vd_smt_result *res,
                    vd_diag *d) {
   memset(res, 0, sizeof(*res));
@@ -1071,6 +1357,10 @@ vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
     goto done;
   }
   double t0 = vd_clock_ms();
+  /* One wall clock for the whole check: the witness and the solver jobs
+   * share it (the normal form runs here, bounded by its step budget). */
+  unsigned wall = vd_smt_i_timeout(s);
+  double t_end = t0 + wall;
   if (vd_smt_i_fast_path(s)) {
     /* OPTIMIZATION-ONLY: a probe at an eighth of the budget first.  When
      * it gives up (a stage the size of a model: a bug upstream of the
@@ -1088,14 +1378,10 @@ vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
        * form.  Found: a genuine counterexample (see witness); not found:
        * nothing is concluded and the check goes on as usual. */
       for (size_t i = 0; i < n; i++) open[i] = i;
-      int found = 0;
-      rc = witness(s, par, single, open, n, res, &found);
-      if (rc == VD_OK && found) {
+      rc = run_job(s, par, single, open, n, JOB_WITNESS, left_ms(wall, t_end), res, d);
+      if (rc == VD_OK && (res->verdict == VD_SMT_NOT_EQUIVALENT || res->limit == VD_SMT_LIMIT_WALL)) {
+        /* A difference, or the wall clock spent: the check ends here. */
         res->ms_fast = vd_clock_ms() - t0;
-        goto done;
-      }
-      if (rc == VD_ENOMEM || vd_smt_i_oom(s)) {
-        rc = VD_OOM(d);
         goto done;
       }
       if (rc != VD_OK) goto done;
@@ -1124,10 +1410,13 @@ vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
         size_t n_open = 0, n_fast = res->n_fast;
         for (size_t i = 0; i < n; i++)
           if (!proved[i]) open[n_open++] = i;
-        int found = 0;
-        rc = witness(s, par, single, open, n_open, res, &found);
-        if (rc == VD_OK && found) {
+        uint64_t probe_steps = res->nf_steps;
+        rc = run_job(s, par, single, open, n_open, JOB_WITNESS, left_ms(wall, t_end), res, d);
+        if (rc == VD_OK && (res->verdict == VD_SMT_NOT_EQUIVALENT || res->limit == VD_SMT_LIMIT_WALL)) {
+          /* A difference, or the wall clock spent: the check ends here. */
           res->n_fast = n_fast;
+          res->nf_steps = probe_steps;
+          res->nf_gave_up = 1;
           res->ms_fast = vd_clock_ms() - t0;
           goto done;
         }
@@ -1168,18 +1457,21 @@ vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
   for (size_t i = 0; i < n; i++)
     if (!proved[i]) open[n_open++] = i;
   double t1 = vd_clock_ms();
-  int found = 0;
   size_t n_fast = res->n_fast;
   uint64_t nf_steps = res->nf_steps;
   int nf_gave_up = res->nf_gave_up;
   double ms_fast = res->ms_fast;
-  rc = witness(s, par, single, open, n_open, res, &found);
+  rc = run_job(s, par, single, open, n_open, JOB_WITNESS, left_ms(wall, t_end), res, d);
+  int found = rc == VD_OK && res->verdict == VD_SMT_NOT_EQUIVALENT;
+  int out_of_time = rc == VD_OK && !found && res->limit == VD_SMT_LIMIT_WALL;
   /* The witness may have cleared res: the normal form's figures stay. */
   res->n_fast = n_fast;
   res->nf_steps = nf_steps;
   res->nf_gave_up = nf_gave_up;
   res->ms_fast = ms_fast;
-  if (rc == VD_OK && !found && nf_gave_up) {
+  if (out_of_time) {
+    /* SOUNDNESS: inconclusive (res says so, with the wall-clock limit). */
+  } else if (rc == VD_OK && !found && nf_gave_up) {
     /* The terms outgrew the normal form's budget: Z3's simplifier and
      * solver preprocessing do not charge their work to its resource limit
      * and can run for minutes on such terms (measured: 30-60 s per check
@@ -1192,7 +1484,7 @@ vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
              "normal form out of budget after %llu steps with %zu pair(s) open (raise --stage-budget)",
              (unsigned long long)nf_steps, n_open);
   } else if (rc == VD_OK && !found) {
-    rc = run_job(s, par, single, open, n_open, res, d);
+    rc = run_job(s, par, single, open, n_open, JOB_SOLVE, left_ms(wall, t_end), res, d);
     if (rc == VD_OK && res->verdict == VD_SMT_EQUIVALENT && res->n_fast == n) res->by_fast_path = 1;
   } else if (rc == VD_ENOMEM) {
     rc = VD_OOM(d);

@@ -845,7 +845,8 @@ vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, cons
     } else {
       v->diagnosis = VD_DX_WRONG_VALUE;
     }
-    snprintf(v->reason, sizeof(v->reason), "%zu element(s) differ", r.n_diffs);
+    if (r.n_diffs || !r.reason[0]) snprintf(v->reason, sizeof(v->reason), "%zu element(s) differ", r.n_diffs);
+    else snprintf(v->reason, sizeof(v->reason), "%s", r.reason); /* proved, values not computed */
   }
 done:
   vd_smt_result_free(&r);

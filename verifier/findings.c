@@ -217,10 +217,76 @@ static int is_move_or_identity(const vd_run *r, const vd_stage *st, int32_t k) {
   return is_move(r, st, k) || !strcmp(stage_op(r, st, k), "identity");
 }
 
+/* The operator where lineage inference saw the factor of a scaled value
+ * change (vd_lin_infer_stats.stuck_origin), when stage i is a SCALE failure
+ * that contains it: the copies that disagree carry that factor, and the
+ * node that first disagrees is only where the factor reaches an annotated
+ * value (a boundary-only plan has no lineage for a scaled value, so the
+ * failing stage spans from the scaling operator to the boundary).  Matched
+ * by source name and operator, first in stage order.  -1 otherwise. */
+static int32_t factor_origin(const vd_run *r, size_t i, char *why, size_t n_why) {
+  const vd_lin_infer_stats *is = &r->infer;
+  const vd_stage *st = &r->set.stages[i];
+  if (!r->inferred || is->stuck_node < 0 || is->stuck_why != VD_LIN_STUCK_FACTOR || is->stuck_origin < 0 ||
+      (size_t)is->stuck_origin >= r->pp.n_nodes || r->verdicts[i].diagnosis != VD_DX_SCALE)
+    return -1;
+  const vd_node_t *on = &r->pp.nodes[is->stuck_origin];
+  const char *name = vd_plan_s(&r->pp, on->name), *op = vd_node_op(&r->pp, on);
+  if (!name[0]) return -1;
+  for (uint32_t k = 0; k < st->n_nodes; k++) {
+    if (!st->nodes[k].side) continue;
+    const vd_plan_t *p;
+    const vd_node_t *pn = vd_rep_pnode(r, &st->nodes[k], &p);
+    if (p != &r->pp || strcmp(vd_plan_s(p, pn->name), name) || strcmp(vd_node_op(p, pn), op)) continue;
+    snprintf(why, n_why,
+             "the factor %g that the disagreeing copies carry was last changed here (lineage inference; "
+             "the copies first disagree where it reaches the boundary)",
+             is->stuck_f);
+    return (int32_t)k;
+  }
+  return -1;
+}
+
+/* The node where lineage inference first stopped (vd_lin_infer_stats), when
+ * the failing stage i contains it and the counterexample gives no sharper
+ * diagnosis (WRONG_VALUE, SCALE): the values downstream of it have no
+ * lineage, so the stage runs from it to the boundary and the copies that
+ * disagree are far from the fault.  A hint, said so in why.  -1 otherwise. */
+static int32_t stuck_in_stage(const vd_run *r, size_t i, char *why, size_t n_why) {
+  const vd_lin_infer_stats *is = &r->infer;
+  const vd_stage *st = &r->set.stages[i];
+  vd_diagnosis dx = r->verdicts[i].diagnosis;
+  if (!r->inferred || is->stuck_node < 0 || (size_t)is->stuck_node >= r->pp.n_nodes ||
+      (dx != VD_DX_WRONG_VALUE && dx != VD_DX_SCALE))
+    return -1;
+  const vd_node_t *want = &r->pp.nodes[is->stuck_node];
+  for (uint32_t k = 0; k < st->n_nodes; k++) {
+    if (!st->nodes[k].side) continue;
+    const vd_plan_t *p;
+    const vd_node_t *pn = vd_rep_pnode(r, &st->nodes[k], &p);
+    if (p != &r->pp || pn != want) continue;
+    size_t at = (size_t)snprintf(why, n_why, "lineage inference stopped here (a hint): input %u ", is->stuck_input);
+    if (at < n_why && is->stuck_why == VD_LIN_STUCK_PARTIAL)
+      at += (size_t)snprintf(why + at, n_why - at, "is part %lld of %lld and the operator ", (long long)is->stuck_k,
+                             (long long)is->stuck_n);
+    else if (at < n_why && is->stuck_why == VD_LIN_STUCK_FACTOR)
+      at += (size_t)snprintf(why + at, n_why - at, "is %g x its single-device value and the operator ", is->stuck_f);
+    else if (at < n_why)
+      at += (size_t)snprintf(why + at, n_why - at, "and the operator ");
+    if (at < n_why) snprintf(why + at, n_why - at, "%s", vd_lin_stuck_text[is->stuck_why]);
+    return (int32_t)k;
+  }
+  return -1;
+}
+
 int32_t vd_rep_diverging(const vd_run *r, size_t i, char *why, size_t n_why) {
   const vd_stage *st = &r->set.stages[i];
   why[0] = '\0';
   int32_t dn = attr_diverging(r, st, why, n_why);
+  if (dn >= 0) return dn;
+  dn = factor_origin(r, i, why, n_why);
+  if (dn >= 0) return dn;
+  dn = stuck_in_stage(r, i, why, n_why);
   if (dn >= 0) return dn;
   uint32_t fv[64];
   size_t nf = vd_rep_flagged_values(r, i, fv, 64);

@@ -281,6 +281,87 @@ static void text_findings(const vd_run *r, const vd_run_opts *o, const vd_findin
   }
 }
 
+/* For a data movement (send/recv) graph node: the participant on rank
+ * (the recv), and *from the other participant's rank. */
+static int64_t move_end(const vd_run *r, const vd_gnode_t *pg, int32_t rank, int32_t *from) {
+  const vd_graph_t *g = &r->pg;
+  int64_t mine = -1;
+  *from = -1;
+  for (uint32_t j = 0; j < pg->n_part; j++) {
+    uint32_t q = g->idx[pg->part_off + 2 * j];
+    if (q >= r->pp.n_nodes) continue;
+    if (r->pp.nodes[q].rank == rank && mine < 0) mine = q;
+    else if (*from < 0) *from = r->pp.nodes[q].rank;
+  }
+  return mine >= 0 ? mine : pg->pnode;
+}
+
+/* The plan node that produced input stuck_input of the stuck node (replica
+ * 0, its microbatch instance), for the hint line: for a send/recv, the
+ * participant on the stuck node's rank (the recv), and *from the rank it
+ * receives from.  -1 when the input is an initial value. */
+static int64_t stuck_producer(const vd_run *r, int32_t *from) {
+  const vd_lin_infer_stats *is = &r->infer;
+  const vd_graph_t *g = &r->pg;
+  *from = -1;
+  if (is->stuck_node < 0 || (size_t)is->stuck_node >= r->pp.n_nodes) return -1;
+  int32_t rank = r->pp.nodes[is->stuck_node].rank;
+  for (size_t k = 0; k < g->n_nodes; k++) {
+    const vd_gnode_t *gn = &g->nodes[k];
+    if (gn->mb != is->stuck_mb) continue;
+    /* A collective's inputs are its participants' inputs, in group order. */
+    int64_t at = -1;
+    if (!gn->n_part) {
+      if (gn->pnode == (uint32_t)is->stuck_node && gn->replica == 0 && is->stuck_input < gn->n_in)
+        at = is->stuck_input;
+    } else {
+      uint32_t off = 0;
+      for (uint32_t j = 0; j < gn->n_part && at < 0; j++) {
+        uint32_t q = g->idx[gn->part_off + 2 * j], rep = g->idx[gn->part_off + 2 * j + 1];
+        if (q >= r->pp.n_nodes) break;
+        if (q == (uint32_t)is->stuck_node && rep == 0 && is->stuck_input < r->pp.nodes[q].n_in)
+          at = off + is->stuck_input;
+        off += r->pp.nodes[q].n_in;
+      }
+      if (at >= (int64_t)gn->n_in) at = -1;
+    }
+    if (at < 0) continue;
+    int32_t pk = g->values[g->idx[gn->in_off + (uint32_t)at]].producer;
+    if (pk < 0) return -1;
+    const vd_gnode_t *pg = &g->nodes[pk];
+    if (!pg->n_part) return pg->pnode;
+    return move_end(r, pg, rank, from);
+  }
+  return -1;
+}
+
+/* Slices that do not combine usually come from a recv of the wrong peer
+ * some operators upstream (elementwise operators keep a slice): the first
+ * recv on this rank along the first inputs of the stuck input's producers,
+ * at most 32 operators up, or -1. */
+static int64_t upstream_recv(const vd_run *r, int64_t producer, int32_t *from) {
+  const vd_graph_t *g = &r->pg;
+  const vd_lin_infer_stats *is = &r->infer;
+  *from = -1;
+  if (producer < 0) return -1;
+  int32_t rank = r->pp.nodes[producer].rank;
+  for (size_t k = 0; k < g->n_nodes; k++) {
+    const vd_gnode_t *gn = &g->nodes[k];
+    if (gn->n_part || gn->pnode != (uint64_t)producer || gn->replica != 0 || gn->mb != is->stuck_mb) continue;
+    for (int steps = 0; steps < 32 && gn->n_in; steps++) {
+      int32_t pk = g->values[g->idx[gn->in_off]].producer;
+      if (pk < 0) return -1;
+      gn = &g->nodes[pk];
+      if (gn->n_part) {
+        int64_t q = move_end(r, gn, rank, from);
+        return q >= 0 && !strcmp(vd_node_op(&r->pp, &r->pp.nodes[q]), "recv") ? q : -1;
+      }
+    }
+    return -1;
+  }
+  return -1;
+}
+
 void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   vd_findings fs;
   vd_diag d;
@@ -289,6 +370,9 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   fprintf(f, "%s\n", verdict_word(r));
   fprintf(f, "  stages %zu (classes solved %zu, reduced %zu, by normal form %zu): %zu equivalent, %zu not equivalent, %zu inconclusive\n",
           r->set.n_stages, r->n_solved, r->n_reduced, r->n_fast, r->n_equiv, r->n_not_equiv, r->n_inconclusive);
+  if (r->n_skipped_large)
+    fprintf(f, "  not solved: %zu of the inconclusive stages, larger than a failing one (they lie past the failure; "
+               "docs/verifier.md 6)\n", r->n_skipped_large);
   if (have_fs && fs.n)
     fprintf(f, "  findings: %zu (failures grouped by root cause; %zu failing stages, %zu structural entries)\n", fs.n,
             r->n_not_equiv, r->n_issues + r->n_issues_dropped);
@@ -328,6 +412,22 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
       const vd_node_t *on = &r->pp.nodes[is->stuck_origin];
       fprintf(f, "; the factor comes from rank %d %s '%s' (node %lld)", on->rank, vd_node_op(&r->pp, on),
               vd_plan_s(&r->pp, on->name), (long long)on->id);
+    } else {
+      int32_t from = -1;
+      int64_t pk = stuck_producer(r, &from);
+      if (pk >= 0) {
+        const vd_node_t *qn = &r->pp.nodes[pk];
+        fprintf(f, "; input %u comes from rank %d %s '%s' (node %lld)", is->stuck_input, qn->rank, vd_node_op(&r->pp, qn),
+                vd_plan_s(&r->pp, qn->name), (long long)qn->id);
+        if (from >= 0) fprintf(f, ", sent by rank %d", from);
+        int64_t rq = is->stuck_why == VD_LIN_STUCK_SLICE && from < 0 ? upstream_recv(r, pk, &from) : -1;
+        if (rq >= 0) {
+          const vd_node_t *rn = &r->pp.nodes[rq];
+          fprintf(f, ", computed from what rank %d %s '%s' (node %lld) received", rn->rank, vd_node_op(&r->pp, rn),
+                  vd_plan_s(&r->pp, rn->name), (long long)rn->id);
+          if (from >= 0) fprintf(f, " from rank %d", from);
+        }
+      }
     }
     fprintf(f, "\n");
   }
@@ -352,8 +452,10 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   for (size_t i = 0; i < r->set.n_stages; i++) {
     const vd_stage_verdict *v = &r->verdicts[i];
     if (v->verdict != VD_SMT_INCONCLUSIVE) continue;
+    if (r->skipped && r->skipped[i]) continue; /* counted in the "not solved" line above */
     if (inconclusive++ >= cap) {
-      fprintf(f, "\n(%zu inconclusive stages in all; --max-failures %d)\n", r->n_inconclusive, o->max_failures);
+      fprintf(f, "\n(%zu inconclusive stages in all; --max-failures %d)\n", r->n_inconclusive - r->n_skipped_large,
+              o->max_failures);
       break;
     }
     fprintf(f, "\n-- stage %zu: INCONCLUSIVE: %s\n", i, v->reason);

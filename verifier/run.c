@@ -30,6 +30,7 @@ void vd_run_free(vd_run *r) {
   if (r->verdicts)
     for (size_t i = 0; i < r->set.n_stages; i++) vd_stage_verdict_free(&r->verdicts[i]);
   vd_free(r->verdicts);
+  vd_free(r->skipped);
   vd_free(r->stage_rc);
   vd_free(r->issues);
   vd_free(r->inferred);
@@ -191,10 +192,26 @@ static vd_rc recut_reported(vd_run *r, const vd_run_opts *o, vd_diag *d);
 static int targets_candidate(const vd_run *r, const vd_stage *st);
 static int round_drops(const vd_run *r);
 
+/* Whether every target of st is an annotated value (no inferred candidate):
+ * its failure is a failure of the plan. */
+static int plan_targets_only(const vd_run *r, const vd_stage *st) { return !r->inferred || !targets_candidate(r, st); }
+
 /* Failing class representatives whose counterexamples are recomputed
  * serially (deterministic) beyond the --max-failures first failing stages;
  * past it, a representative keeps the counterexample its thread found. */
 #define VD_RUN_MAX_RESOLVED_REPS 256
+
+/* Stage classes are solved in tiers of size (nodes): at most 64, at most
+ * 400, the rest.  When a tier has a failing stage, the larger tiers are not
+ * solved: the verdict is NOT EQUIVALENT already, and stages that large only
+ * arise past a bug in a boundary-only plan (inferred lineages stop at the
+ * faulty operator, so the stages downstream of it span the rest of the
+ * model: 1900 nodes and seconds each on the captured Llama with a loss
+ * scaled wrongly, where the failing stage at the logged loss has 26).  The
+ * tiers depend on the stages only, so the outcome is deterministic.
+ * OPTIMIZATION-ONLY in the sense that no verdict changes: a correct plan
+ * solves every tier. */
+static const uint32_t vd_run_tier_nodes[] = {64, 400};
 
 static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   size_t n = r->set.n_stages;
@@ -229,6 +246,37 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   }
   vd_free(sigbuf);
   r->n_classes = n_reps;
+  /* Tiers by size (stable within a tier, so the order stays the stage
+   * order): see VD_RUN_TIER_NODES. */
+  uint32_t *tier_end = NULL, *tier_sorted = NULL;
+  size_t n_tiers = sizeof(vd_run_tier_nodes) / sizeof(vd_run_tier_nodes[0]);
+  vd_free(r->skipped);
+  uint8_t *skipped = r->skipped = vd_calloc(n ? n : 1, 1);
+  if (!skipped) {
+    vd_free(reps);
+    return VD_OOM(d);
+  }
+  {
+    uint32_t *sorted = vd_calloc(n_reps ? n_reps : 1, sizeof(*sorted));
+    tier_end = vd_calloc(n_tiers + 1, sizeof(*tier_end));
+    if (!sorted || !tier_end) {
+      vd_free(sorted);
+      vd_free(tier_end);
+      vd_free(reps);
+      return VD_OOM(d);
+    }
+    size_t at = 0;
+    for (size_t t = 0; t <= n_tiers; t++) {
+      uint32_t lo = t ? vd_run_tier_nodes[t - 1] : 0, hi = t < n_tiers ? vd_run_tier_nodes[t] : UINT32_MAX;
+      for (size_t k = 0; k < n_reps; k++) {
+        uint32_t nn = r->set.stages[reps[k]].n_nodes;
+        if ((t == 0 || nn > lo) && nn <= hi) sorted[at++] = reps[k];
+      }
+      tier_end[t] = (uint32_t)at;
+    }
+    memcpy(reps, sorted, n_reps * sizeof(*reps));
+    tier_sorted = sorted; /* the tiers' order, kept while reps is partitioned */
+  }
   vd_stage_solve_opts so = {.timeout_ms = o->stage_timeout_ms, .budget = o->stage_budget,
                             .fast_path = !o->no_fast_path, .max_elems = VD_LIM_STAGE_MAX_ELEMS,
                             .max_cex_elems = VD_LIM_CEX_ELEMS, .seed = o->seed,
@@ -242,6 +290,39 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   vd_diag_clear(&first_diag);
   int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
   r->threads_used = threads;
+  size_t tier_lo = 0, failed_tier = SIZE_MAX;
+  for (size_t t = 0; t <= n_tiers; tier_lo = tier_end[t], t++) {
+    size_t tier_hi = tier_end[t];
+    if (failed_tier != SIZE_MAX) {
+      /* SOUNDNESS: the verdict is already NOT EQUIVALENT (a smaller stage
+       * whose targets are all annotated failed); the stages of this tier
+       * that target only annotated values are left unsolved and say so,
+       * never counted as proved.  A stage targeting an inferred candidate
+       * is still solved: its outcome decides whether the candidate is kept
+       * (a candidate left unproved would be dropped in another round). */
+      size_t w = tier_lo;
+      for (size_t k = tier_lo; k < tier_hi; k++)
+        if (!plan_targets_only(r, &r->set.stages[reps[k]])) reps[w++] = reps[k];
+      size_t solve_hi = w;
+      /* reps[solve_hi..tier_hi) are refilled with the skipped ones. */
+      size_t q = solve_hi;
+      for (size_t k = 0; k < n_reps && q < tier_hi; k++) {
+        uint32_t i = tier_sorted[k];
+        uint32_t nn = r->set.stages[i].n_nodes;
+        int in_tier = (t == 0 || nn > vd_run_tier_nodes[t - 1]) && (t == n_tiers || nn <= vd_run_tier_nodes[t]);
+        if (!in_tier || !plan_targets_only(r, &r->set.stages[i])) continue;
+        reps[q++] = i;
+        vd_stage_verdict *v = &r->verdicts[i];
+        v->verdict = VD_SMT_INCONCLUSIVE;
+        snprintf(v->reason, sizeof(v->reason),
+                 "not solved: a stage of at most %u nodes already proves the plans differ, and a stage of %u nodes "
+                 "is cut past that failure (docs/verifier.md 6)",
+                 vd_run_tier_nodes[failed_tier], nn);
+        skipped[i] = 1;
+      }
+      done += tier_hi - solve_hi;
+      tier_hi = solve_hi;
+    }
 #pragma omp parallel num_threads(threads)
   {
     vd_smt *s = NULL;
@@ -249,7 +330,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     vd_diag_clear(&td);
     vd_rc trc = vd_smt_new(&s, &td);
 #pragma omp for schedule(dynamic, 1)
-    for (size_t k = 0; k < n_reps; k++) {
+    for (size_t k = tier_lo; k < tier_hi; k++) {
       uint32_t i = reps[k];
       vd_diag sd;
       vd_diag_clear(&sd);
@@ -280,6 +361,13 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     }
     vd_smt_free(s);
   }
+    if (t < n_tiers)
+      for (size_t k = tier_lo; k < tier_hi && failed_tier == SIZE_MAX; k++)
+        if (r->verdicts[reps[k]].verdict == VD_SMT_NOT_EQUIVALENT && plan_targets_only(r, &r->set.stages[reps[k]]))
+          failed_tier = t;
+  }
+  vd_free(tier_end);
+  vd_free(tier_sorted);
   /* Members take their representative's verdict: their canonical forms are
    * byte-identical, so the solver was asked the same question.  Their own
    * counterexamples (own pieces and ranks) come from the reported-failure
@@ -349,7 +437,11 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     switch (r->verdicts[i].verdict) {
     case VD_SMT_EQUIVALENT: r->n_equiv++; break;
     case VD_SMT_NOT_EQUIVALENT: r->n_not_equiv++; break;
-    case VD_SMT_INCONCLUSIVE: r->n_inconclusive++; break;
+    case VD_SMT_INCONCLUSIVE:
+      r->n_inconclusive++;
+      if (!o->no_reuse && r->set.stages[i].canon_class >= 0) skipped[i] = skipped[r->set.stages[i].canon_class];
+      r->n_skipped_large += skipped[i];
+      break;
     }
     r->n_fast += r->verdicts[i].by_fast_path;
   }
@@ -477,7 +569,9 @@ static void reset_round(vd_run *r, size_t n_graph_issues, size_t n_graph_dropped
   if (r->verdicts)
     for (size_t i = 0; i < r->set.n_stages; i++) vd_stage_verdict_free(&r->verdicts[i]);
   vd_free(r->verdicts);
+  vd_free(r->skipped);
   vd_free(r->stage_rc);
+  r->skipped = NULL;
   r->verdicts = NULL;
   r->stage_rc = NULL;
   vd_stage_set_free(&r->set);
@@ -487,7 +581,7 @@ static void reset_round(vd_run *r, size_t n_graph_issues, size_t n_graph_dropped
   r->n_issues = n_graph_issues;
   r->n_issues_dropped = n_graph_dropped;
   r->n_classes = r->n_solved = r->n_fast = r->n_reduced = 0;
-  r->n_equiv = r->n_not_equiv = r->n_inconclusive = 0;
+  r->n_equiv = r->n_not_equiv = r->n_inconclusive = r->n_skipped_large = 0;
 }
 
 /* Whether one of stage st's target pieces is a candidate. */

@@ -62,6 +62,8 @@ typedef struct vd_run {
   size_t n_represented;       /* sum of the stages' n_rep x n_mb: per-replica, per-microbatch stages proven */
   size_t n_sum_stages, n_sum_parts; /* sums by part (stages/cut.c): stages, and the parts they stand for */
   size_t n_equiv, n_not_equiv, n_inconclusive;
+  size_t n_skipped_large;     /* of n_inconclusive: stages larger than a failing tier, not solved (run.c) */
+  uint8_t *skipped;           /* per stage: 1 if left unsolved so (NULL before solving) */
   double phase_s[VD_RUN_PHASES];
   size_t peak_bytes;          /* the process's peak resident set (getrusage), everything included */
   size_t peak_tracked_bytes;  /* peak of verdict's own allocations (common/mem.h) */

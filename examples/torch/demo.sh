@@ -65,7 +65,7 @@ run() {
     "$(head -1 "$OUT/$name.exec")" "$(echo "$t1 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)"
   if [ "$want" = 1 ]; then
     # the diagnosis and the Python line of the first diverging operator
-    grep -E "^-- |first diverging|diagnosis" "$OUT/$name.report" | head -6 | sed 's/^/    /'
+    grep -E "^== |first diverging|inference stopped first" "$OUT/$name.report" | head -4 | cut -c1-400 | sed 's/^/    /'
   fi
   [ "$vrc" = "$want" ] && [ "$erc" = "$want" ]
 }

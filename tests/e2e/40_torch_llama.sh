@@ -28,16 +28,40 @@ for bug in no_allreduce dp_noavg; do
   expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
   expect_in "DISAGREE" "$TMP/out"
   if [ $bug = no_allreduce ]; then
-    # the residual add reads the row-parallel linear's partial sum
+    # the residual add reads the row-parallel linear's partial sum (the
+    # linear whose all_reduce is missing is named as its producer)
     expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
     expect_in "^NOT EQUIVALENT" "$TMP/out"
-    expect_in "inference stopped first at .* add 'llama_parallel.py:$(line 'h = h + attention').*part 0 of 2.*partial sum" "$TMP/out"
+    expect_in "inference stopped first at .* add 'llama_parallel.py:$(line 'h = h + attention').*part 0 of 2.*partial sum.*comes from rank 0 linear 'llama_parallel.py:$(line 'return leave_tp(F.linear(o')" "$TMP/out"
+    expect_in "^== finding 1 of 1: WRONG_VALUE at add 'llama_parallel.py:$(line 'h = h + attention')" "$TMP/out"
   fi
 done
+# The scaling bugs: each replica's loss divided by the wrong count.  The
+# failing stage is the logged loss's (SCALE, the factor named), and the
+# finding names the division that introduces the factor, not the all_reduce
+# where the copies first disagree; the stages past it are not solved.
+scale_bug() {
+  expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+  expect_in "^NOT EQUIVALENT" "$TMP/out"
+  expect_in "^== finding 1 of 1: SCALE at div 'llama_parallel.py:$(line '/ loss_divisor()')" "$TMP/out"
+  expect_in "diagnosis SCALE (factor $1)" "$TMP/out"
+  expect_in "not solved: [0-9]* of the inconclusive stages, larger than a failing one" "$TMP/out"
+}
+scale_bug 2
 for bug in grad_scale pp_recv no_sp_gather; do
   cap --set sp=1 --set bug=$bug
   expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
   expect_in "DISAGREE" "$TMP/out"
+  [ $bug = grad_scale ] && scale_bug 1/4
+  if [ $bug = pp_recv ]; then
+    # rank 2 (tp 0, pp 1) receives from rank 1 (tp 1) instead of rank 0: the
+    # hint names the recv and the sender.  Its failing stages are all large
+    # (the logged loss, the weights: minutes); a tiny budget keeps the test
+    # short, and the random witness still refutes the logged loss's stage.
+    expect_exit 1 "$VERDICT" -q --stage-budget 0.001 --stage-timeout 0.5 --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+    expect_in "^NOT EQUIVALENT" "$TMP/out"
+    expect_in "inference stopped first at rank 2 mb 0 all_gather .*slices that do not combine.*rank 2 recv 'llama_parallel.py:$(line 'dist.recv(x, src=peer')[^']*' (node [0-9]*) received from rank 1" "$TMP/out"
+  fi
   if [ $bug = no_sp_gather ]; then
     # the cat of the gather's (never filled) buffers
     expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"

@@ -177,6 +177,16 @@ static void motzkin(vd_smt *s, vd_term *lhs, vd_term *rhs) {
   *rhs = a;
 }
 
+/* Checks the Motzkin pair in s, which must stop at `limit`: INCONCLUSIVE,
+ * never a verdict.  The caller frees *res. */
+static void motzkin_stops_at(vd_smt *s, vd_smt_limit limit, vd_smt_result *res) {
+  vd_term l, r;
+  motzkin(s, &l, &r);
+  assert_int_equal(vd_smt_check(s, &l, &r, 1, res, NULL), VD_OK);
+  assert_int_equal(res->verdict, VD_SMT_INCONCLUSIVE);
+  assert_int_equal(res->limit, limit);
+}
+
 static void test_budget_is_the_limit(void **state) {
   (void)state;
   uint64_t used[2];
@@ -184,12 +194,8 @@ static void test_budget_is_the_limit(void **state) {
     vd_smt *s = new_smt();
     vd_smt_set_timeout(s, 0);          /* no wall clock: the budget alone must stop it */
     vd_smt_set_budget(s, 0, 20000);    /* Z3: 20000 resource units */
-    vd_term l, r;
-    motzkin(s, &l, &r);
     vd_smt_result res;
-    assert_int_equal(vd_smt_check(s, &l, &r, 1, &res, NULL), VD_OK);
-    assert_int_equal(res.verdict, VD_SMT_INCONCLUSIVE);
-    assert_int_equal(res.limit, VD_SMT_LIMIT_BUDGET);
+    motzkin_stops_at(s, VD_SMT_LIMIT_BUDGET, &res);
     assert_true(res.rlimit_used >= 20000);
     used[run] = res.rlimit_used;
     vd_smt_result_free(&res);
@@ -225,12 +231,8 @@ static void test_wall_clock_is_the_limit(void **state) {
   vd_smt *s = new_smt();
   vd_smt_set_budget(s, 0, 0); /* unlimited: only the wall clock stops it */
   vd_smt_set_timeout(s, 50);
-  vd_term l, r;
-  motzkin(s, &l, &r);
   vd_smt_result res;
-  assert_int_equal(vd_smt_check(s, &l, &r, 1, &res, NULL), VD_OK);
-  assert_int_equal(res.verdict, VD_SMT_INCONCLUSIVE);
-  assert_int_equal(res.limit, VD_SMT_LIMIT_WALL);
+  motzkin_stops_at(s, VD_SMT_LIMIT_WALL, &res);
   assert_non_null(strstr(res.reason, "wall-clock"));
   vd_smt_result_free(&res);
   /* The context is usable afterwards (the job had its own). */
