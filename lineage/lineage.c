@@ -30,6 +30,7 @@
  */
 #include "lineage.h"
 
+#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,12 +53,25 @@ typedef struct {
   int32_t nd; /* single tensor ndim: the slice dimensions that count */
 } tpiece_t;
 
+/* An issue found while validating lineage li in parallel (validate). */
+typedef struct {
+  uint32_t li, seq;
+  vd_lin_issue is;
+} tissue_t;
+
 typedef struct {
   vd_lin_table *t;
   vd_diag *d;
   const vd_plan_t *sp, *pp;
   int32_t D;
   size_t cap_issues;
+  /* validate() runs lineages in parallel: then a thread's issues go to its
+   * own list (sink), tagged with the lineage, and are merged in lineage
+   * order afterwards, so the table is the same at any thread count. */
+  int to_sink;
+  uint32_t cur_li;
+  tissue_t *sink;
+  size_t n_sink, cap_sink;
 } lctx;
 
 /* ---- issues ------------------------------------------------------------ */
@@ -84,6 +98,12 @@ static vd_rc add_issue(lctx *c, vd_lissue_kind kind, int64_t st, int64_t pt, int
   va_start(ap, fmt);
   vd_issue_vdetail(&is, fmt, ap);
   va_end(ap);
+  if (c->to_sink) {
+    if (VD_GROW(c->sink, c->cap_sink, c->n_sink + 1)) return VD_OOM(c->d);
+    c->sink[c->n_sink] = (tissue_t){c->cur_li, (uint32_t)c->n_sink, is};
+    c->n_sink++;
+    return VD_OK;
+  }
   if (vd_issue_push(&t->issues, &t->n_issues, &c->cap_issues, VD_LIN_MAX_ISSUES, &t->n_issues_dropped, &is))
     return VD_OOM(c->d);
   return VD_OK;
@@ -362,22 +382,26 @@ static int piece_oob(const lctx *c, const vd_lin_piece *p, const vd_tensor_t *st
   return box_oob(lo, hi, st);
 }
 
-/* Part completeness of the pieces [a, b) of one (slice, part_n) group. */
+/* Part completeness of the pieces [a, b) of one (slice, part_n) group.
+ * Messages are formatted only when an issue is found (this runs for every
+ * group of the table). */
 static vd_rc check_parts(lctx *c, const vd_lineage *L, size_t a, size_t b) {
   const vd_lin_table *t = c->t;
   const vd_tensor_t *st = &c->sp->tensors[L->stensor];
   const vd_lin_piece *p0 = &t->pieces[a];
   char sl[96], who[96];
-  vd_lin_fmt_slice(p0->lo, p0->hi, st->ndim, sl, sizeof(sl));
-  fmt_piece(c, p0, who, sizeof(who));
   int64_t n = p0->part_n;
-  if (n < 1)
+  if (n < 1) {
+    vd_lin_fmt_slice(p0->lo, p0->hi, st->ndim, sl, sizeof(sl));
+    fmt_piece(c, p0, who, sizeof(who));
     return add_issue(c, VD_LISSUE_PARTS, L->stensor, p0->ptensor, p0->replica, p0->mb,
                      "'%s' %s slice %s: %s claims %lld parts", sname(c, L->stensor), moment(L->initial), sl, who,
                      (long long)n);
+  }
   for (size_t i = a; i < b; i++) {
     const vd_lin_piece *p = &t->pieces[i];
     if (p->part_k < 0 || p->part_k >= n) {
+      vd_lin_fmt_slice(p0->lo, p0->hi, st->ndim, sl, sizeof(sl));
       fmt_piece(c, p, who, sizeof(who));
       VD_CHECK(add_issue(c, VD_LISSUE_PARTS, L->stensor, p->ptensor, p->replica, p->mb,
                          "'%s' %s slice %s: %s claims part %lld of %lld, outside 0..%lld", sname(c, L->stensor),
@@ -399,13 +423,74 @@ static vd_rc check_parts(lctx *c, const vd_lineage *L, size_t a, size_t b) {
     want = k + 1;
   }
   if (n_miss == 0) return VD_OK;
+  vd_lin_fmt_slice(p0->lo, p0->hi, st->ndim, sl, sizeof(sl));
+  fmt_piece(c, p0, who, sizeof(who));
   return add_issue(c, VD_LISSUE_PARTS, L->stensor, p0->ptensor, p0->replica, p0->mb,
                    "'%s' %s slice %s as %lld parts: part%s %s%s missing (present: %s)", sname(c, L->stensor),
                    moment(L->initial), sl, (long long)n, n_miss > 1 ? "s" : "", miss, n_miss > 6 ? ", ..." : "",
                    who);
 }
 
-static int cmp_i64p(const void *a, const void *b) { return cmp_i64(*(const int64_t *)a, *(const int64_t *)b); }
+/* Sorts a[0..n) ascending (distinct values: no duplicate pathology). */
+static void sort_i64(int64_t *a, size_t n) {
+  while (n > 16) {
+    int64_t x = a[0], y = a[n / 2], z = a[n - 1];
+    int64_t piv = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
+    size_t i = 0, j = n - 1;
+    for (;;) {
+      while (a[i] < piv) i++;
+      while (a[j] > piv) j--;
+      if (i >= j) break;
+      int64_t t = a[i];
+      a[i++] = a[j];
+      a[j--] = t;
+    }
+    /* [0, j] <= piv <= [j+1, n): recurse on the smaller side */
+    if (j + 1 < n - j - 1) {
+      sort_i64(a, j + 1);
+      a += j + 1;
+      n -= j + 1;
+    } else {
+      sort_i64(a + j + 1, n - j - 1);
+      n = j + 1;
+    }
+  }
+  for (size_t i = 1; i < n; i++) {
+    int64_t v = a[i];
+    size_t k = i;
+    for (; k > 0 && a[k - 1] > v; k--) a[k] = a[k - 1];
+    a[k] = v;
+  }
+}
+
+/* Sorts a[0..m) and drops duplicates; returns the number of distinct values
+ * or (size_t)-1 on ENOMEM.  OPTIMIZATION-ONLY: a coordinate list holds every
+ * slice's bounds, every replica's translate included, so it is mostly
+ * duplicates; they are dropped with a hash set before the sort. */
+static size_t sort_unique(int64_t *a, size_t m) {
+  size_t cap = 16;
+  while (cap < 2 * m) cap *= 2;
+  int64_t *tab = vd_malloc(cap * sizeof(*tab));
+  uint8_t *used = vd_calloc(cap, 1);
+  if (!tab || !used) {
+    vd_free(tab);
+    vd_free(used);
+    return (size_t)-1;
+  }
+  size_t u = 0;
+  for (size_t i = 0; i < m; i++) {
+    size_t h = (size_t)((uint64_t)a[i] * 0x9E3779B97F4A7C15ull >> 17) & (cap - 1);
+    while (used[h] && tab[h] != a[i]) h = (h + 1) & (cap - 1);
+    if (used[h]) continue;
+    used[h] = 1;
+    tab[h] = a[i];
+    a[u++] = a[i];
+  }
+  vd_free(tab);
+  vd_free(used);
+  sort_i64(a, u);
+  return u;
+}
 
 /* (key, tie) pairs of int64: by key, then tie (a total, deterministic order). */
 static int cmp_pair(const void *a, const void *b) {
@@ -535,10 +620,11 @@ static vd_rc coverage(lctx *c, const vd_lineage *L, const vd_lin_piece *B, uint3
       co[i][m++] = B[sl[j]].lo[i];
       co[i][m++] = B[sl[j]].hi[i];
     }
-    qsort(co[i], m, sizeof(int64_t), cmp_i64p);
-    size_t u = 0;
-    for (size_t j = 0; j < m; j++)
-      if (u == 0 || co[i][j] != co[i][u - 1]) co[i][u++] = co[i][j];
+    size_t u = sort_unique(co[i], m);
+    if (u == (size_t)-1) {
+      rc = VD_OOM(c->d);
+      goto done;
+    }
     nc[i] = u;
     if (u - 1 > 0 && cells > GRID_MAX / (u - 1)) big = 1;
     else cells *= u - 1;
@@ -685,89 +771,165 @@ static int batch_mismatch(lctx *c, const vd_lineage *L, vd_rc *rc) {
   return 1;
 }
 
-static vd_rc validate(lctx *c) {
+/* Scratch of one validating thread. */
+typedef struct {
+  uint32_t *sl, *vsl;
+  vd_lin_piece *vp;
+  size_t cap, cap_vp;
+} vscratch;
+
+static void vscratch_free(vscratch *x) {
+  vd_free(x->sl);
+  vd_free(x->vsl);
+  vd_free(x->vp);
+}
+
+/* Bounds, parts and coverage of lineage li. */
+static vd_rc validate_one(lctx *c, size_t li, vscratch *x) {
   const vd_lin_table *t = c->t;
-  uint32_t *sl = NULL, *vsl = NULL;
-  vd_lin_piece *vp = NULL;
-  size_t cap = 0, cap_vp = 0;
   vd_rc rc = VD_OK;
-  for (size_t li = 0; li < t->n_lins; li++) {
-    const vd_lineage *L = &t->lins[li];
-    const vd_tensor_t *st = &c->sp->tensors[L->stensor];
-    size_t a = L->piece_off, e = a + L->n_pieces;
-    int any_oob = 0;
-    if (batch_mismatch(c, L, &rc)) {
-      if (rc) goto done;
-      continue;
+  const vd_lineage *L = &t->lins[li];
+  const vd_tensor_t *st = &c->sp->tensors[L->stensor];
+  size_t a = L->piece_off, e = a + L->n_pieces;
+  int any_oob = 0;
+  if (batch_mismatch(c, L, &rc)) return rc;
+  for (size_t i = a; i < e; i++) {
+    const vd_lin_piece *p0 = &t->pieces[i];
+    int32_t bad;
+    if (!piece_oob(c, p0, st, &bad)) continue;
+    any_oob = 1;
+    vd_lin_piece pb = *p0, *p = &pb;
+    shifted(c->pp, c->D, p0, bad, pb.lo, pb.hi);
+    pb.replica = bad;
+    char sl_s[96], sh[80], who[96];
+    vd_lin_fmt_slice(p->lo, p->hi, st->ndim, sl_s, sizeof(sl_s));
+    fmt_shape(st->shape, st->ndim, sh, sizeof(sh));
+    fmt_piece(c, p, who, sizeof(who));
+    VD_CHECK(add_issue(c, VD_LISSUE_OUT_OF_BOUNDS, L->stensor, p->ptensor, p->replica, p->mb,
+                       "%s claims slice %s of '%s' %s, outside (or empty in) its shape %s", who, sl_s,
+                       sname(c, L->stensor), moment(L->initial), sh));
+  }
+  size_t k = 0;
+  for (size_t i = a; i < e;) {
+    size_t j = i + 1;
+    while (j < e && slice_cmp(&t->pieces[i], &t->pieces[j], st->ndim) == 0) j++;
+    if (VD_GROW(x->sl, x->cap, k + 1)) return VD_OOM(c->d);
+    x->sl[k++] = (uint32_t)i;
+    for (size_t g0 = i; g0 < j;) {
+      size_t g1 = g0 + 1;
+      while (g1 < j && t->pieces[g1].part_n == t->pieces[g0].part_n) g1++;
+      VD_CHECK(check_parts(c, L, g0, g1));
+      g0 = g1;
     }
-    for (size_t i = a; i < e; i++) {
-      const vd_lin_piece *p0 = &t->pieces[i];
-      int32_t bad;
-      if (!piece_oob(c, p0, st, &bad)) continue;
-      any_oob = 1;
-      vd_lin_piece pb = *p0, *p = &pb;
-      shifted(c->pp, c->D, p0, bad, pb.lo, pb.hi);
-      pb.replica = bad;
-      char sl_s[96], sh[80], who[96];
-      vd_lin_fmt_slice(p->lo, p->hi, st->ndim, sl_s, sizeof(sl_s));
-      fmt_shape(st->shape, st->ndim, sh, sizeof(sh));
-      fmt_piece(c, p, who, sizeof(who));
-      if ((rc = add_issue(c, VD_LISSUE_OUT_OF_BOUNDS, L->stensor, p->ptensor, p->replica, p->mb,
-                          "%s claims slice %s of '%s' %s, outside (or empty in) its shape %s", who, sl_s,
-                          sname(c, L->stensor), moment(L->initial), sh)))
-        goto done;
-    }
-    size_t k = 0;
-    for (size_t i = a; i < e;) {
-      size_t j = i + 1;
-      while (j < e && slice_cmp(&t->pieces[i], &t->pieces[j], st->ndim) == 0) j++;
-      if (VD_GROW(sl, cap, k + 1)) {
-        rc = VD_OOM(c->d);
-        goto done;
-      }
-      sl[k++] = (uint32_t)i;
-      for (size_t g0 = i; g0 < j;) {
-        size_t g1 = g0 + 1;
-        while (g1 < j && t->pieces[g1].part_n == t->pieces[g0].part_n) g1++;
-        if ((rc = check_parts(c, L, g0, g1))) goto done;
-        g0 = g1;
-      }
-      i = j;
-    }
-    if (!any_oob && k > 0) {
-      /* Every replica's translate of a moving all_rep piece is a slice of
-       * its own: coverage is over all of them. */
-      size_t m = 0;
-      for (size_t j = 0; j < k; j++) m += vd_lin_piece_moves(t, sl[j]) ? (size_t)c->D : 1;
-      if (m > cap_vp) {
-        vd_free(vp);
-        vd_free(vsl);
-        cap_vp = m;
-        vp = vd_malloc(m * sizeof(*vp));
-        vsl = vd_malloc(m * sizeof(*vsl));
-        if (!vp || !vsl) {
-          rc = VD_OOM(c->d);
-          goto done;
-        }
-      }
-      size_t q = 0;
-      for (size_t j = 0; j < k; j++) {
-        const vd_lin_piece *p = &t->pieces[sl[j]];
-        int32_t nrep = vd_lin_piece_moves(t, sl[j]) ? c->D : 1;
-        for (int32_t d = 0; d < nrep; d++, q++) {
-          vp[q] = *p;
-          shifted(c->pp, c->D, p, d, vp[q].lo, vp[q].hi);
-          vp[q].replica = d;
-          vsl[q] = (uint32_t)q;
-        }
-      }
-      if ((rc = coverage(c, L, vp, vsl, m))) goto done;
+    i = j;
+  }
+  if (any_oob || k == 0) return VD_OK;
+  /* Every replica's translate of a moving all_rep piece is a slice of
+   * its own: coverage is over all of them. */
+  size_t m = 0;
+  for (size_t j = 0; j < k; j++) m += vd_lin_piece_moves(t, x->sl[j]) ? (size_t)c->D : 1;
+  if (m > x->cap_vp) {
+    vd_free(x->vp);
+    vd_free(x->vsl);
+    x->cap_vp = m;
+    x->vp = vd_malloc(m * sizeof(*x->vp));
+    x->vsl = vd_malloc(m * sizeof(*x->vsl));
+    if (!x->vp || !x->vsl) {
+      x->cap_vp = 0;
+      return VD_OOM(c->d);
     }
   }
-done:
-  vd_free(vp);
-  vd_free(vsl);
-  vd_free(sl);
+  size_t q = 0;
+  for (size_t j = 0; j < k; j++) {
+    const vd_lin_piece *p = &t->pieces[x->sl[j]];
+    int32_t nrep = vd_lin_piece_moves(t, x->sl[j]) ? c->D : 1;
+    for (int32_t d = 0; d < nrep; d++, q++) {
+      x->vp[q] = *p;
+      shifted(c->pp, c->D, p, d, x->vp[q].lo, x->vp[q].hi);
+      x->vp[q].replica = d;
+      x->vsl[q] = (uint32_t)q;
+    }
+  }
+  return coverage(c, L, x->vp, x->vsl, m);
+}
+
+static int tissue_cmp(const void *a, const void *b) {
+  const tissue_t *x = a, *y = b;
+  if (x->li != y->li) return x->li < y->li ? -1 : 1;
+  return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+/* Validates every lineage, in parallel over lineages (OpenMP, the threads
+ * the caller set).  Each thread's issues are tagged with their lineage and
+ * merged in lineage order, as the serial loop would have pushed them (the
+ * issue cap keeps the same ones); a BATCH issue is kept once per tensor
+ * (its two moments may be checked by different threads). */
+static vd_rc validate(lctx *c) {
+  vd_lin_table *t = c->t;
+  int nt = t->n_lins < 64 ? 1 : omp_get_max_threads();
+  if (nt < 1) nt = 1;
+  lctx *tc = vd_calloc((size_t)nt, sizeof(*tc));
+  vd_diag *td = vd_calloc((size_t)nt, sizeof(*td));
+  vd_rc rc = VD_OK;
+  int failed = 0;
+  if (!tc || !td) {
+    vd_free(tc);
+    vd_free(td);
+    return VD_OOM(c->d);
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    int me = omp_get_thread_num();
+    lctx *my = &tc[me];
+    vscratch x = {0};
+    *my = *c;
+    my->d = &td[me];
+    my->to_sink = 1;
+    my->sink = NULL;
+    my->n_sink = my->cap_sink = 0;
+    vd_diag_clear(my->d);
+#pragma omp for schedule(dynamic, 8)
+    for (size_t li = 0; li < t->n_lins; li++) {
+      int stop;
+#pragma omp atomic read
+      stop = failed;
+      if (stop) continue;
+      my->cur_li = (uint32_t)li;
+      vd_rc r = validate_one(my, li, &x);
+      if (r != VD_OK) {
+#pragma omp critical(vd_lin_validate_err)
+        if (!failed) {
+          failed = 1;
+          rc = r;
+          if (c->d) *c->d = *my->d;
+        }
+      }
+    }
+    vscratch_free(&x);
+  }
+  size_t n = 0;
+  for (int i = 0; i < nt; i++) n += tc[i].n_sink;
+  tissue_t *all = rc == VD_OK && n ? vd_malloc(n * sizeof(*all)) : NULL;
+  if (rc == VD_OK && n && !all) rc = VD_OOM(c->d);
+  if (all) {
+    size_t q = 0;
+    for (int i = 0; i < nt; i++)
+      for (size_t j = 0; j < tc[i].n_sink; j++) all[q++] = tc[i].sink[j];
+    qsort(all, n, sizeof(*all), tissue_cmp);
+    for (size_t i = 0; i < n && rc == VD_OK; i++) {
+      int dup = 0;
+      if (all[i].is.kind == VD_LISSUE_BATCH)
+        for (size_t j = 0; j < t->n_issues && !dup; j++)
+          dup = t->issues[j].kind == VD_LISSUE_BATCH && t->issues[j].stensor == all[i].is.stensor;
+      if (!dup && vd_issue_push(&t->issues, &t->n_issues, &c->cap_issues, VD_LIN_MAX_ISSUES, &t->n_issues_dropped,
+                                &all[i].is))
+        rc = VD_OOM(c->d);
+    }
+  }
+  vd_free(all);
+  for (int i = 0; i < nt; i++) vd_free(tc[i].sink);
+  vd_free(tc);
+  vd_free(td);
   return rc;
 }
 

@@ -40,11 +40,7 @@
 #include "../common/mem.h"
 #include "../ops/ops.h"
 
-typedef struct {
-  uint8_t *b;
-  size_t n, cap;
-  int oom;
-} buf_t;
+typedef vd_stage_canon_key buf_t; /* (hash unused while serializing) */
 
 static void put(buf_t *b, const void *p, size_t n) {
   if (b->oom) return;
@@ -276,23 +272,39 @@ static int grow(vd_stage_canon_tab *t) {
   return 0;
 }
 
-vd_rc vd_stage_canon_add(vd_stage_canon_tab *t, const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
-  if ((t->n + 1) * 2 > t->cap && grow(t)) return VD_OOM(d);
-  t->b.n = 0;
-  serialize(lt, st, &t->b);
-  if (t->b.oom) {
-    t->b.oom = 0;
+vd_rc vd_stage_canon_key_of(const vd_lin_table *lt, const vd_stage *st, vd_stage_canon_key *k, vd_diag *d) {
+  k->n = 0;
+  serialize(lt, st, k);
+  if (k->oom) {
+    k->oom = 0;
     return VD_OOM(d);
   }
-  uint64_t h = fnv1a(t->b.b, t->b.n);
+  k->hash = fnv1a(k->b, k->n);
+  return VD_OK;
+}
+
+void vd_stage_canon_key_free(vd_stage_canon_key *k) {
+  if (!k) return;
+  vd_free(k->b);
+  memset(k, 0, sizeof(*k));
+}
+
+vd_rc vd_stage_canon_add(vd_stage_canon_tab *t, const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
+  VD_CHECK(vd_stage_canon_key_of(lt, st, &t->b, d));
+  return vd_stage_canon_insert(t, st, &t->b, d);
+}
+
+vd_rc vd_stage_canon_insert(vd_stage_canon_tab *t, vd_stage *st, const vd_stage_canon_key *k, vd_diag *d) {
+  if ((t->n + 1) * 2 > t->cap && grow(t)) return VD_OOM(d);
+  uint64_t h = k->hash;
   st->canon_hash = h;
   for (size_t i = (size_t)h & (t->cap - 1);; i = (i + 1) & (t->cap - 1)) {
     slot_t *sl = &t->tab[i];
     if (!sl->bytes) {
-      sl->bytes = vd_malloc(t->b.n ? t->b.n : 1);
+      sl->bytes = vd_malloc(k->n ? k->n : 1);
       if (!sl->bytes) return VD_OOM(d);
-      memcpy(sl->bytes, t->b.b, t->b.n);
-      sl->n = t->b.n;
+      memcpy(sl->bytes, k->b, k->n);
+      sl->n = k->n;
       sl->hash = h;
       sl->rep = st->id;
       t->n++;
@@ -300,7 +312,7 @@ vd_rc vd_stage_canon_add(vd_stage_canon_tab *t, const vd_lin_table *lt, vd_stage
       return VD_OK;
     }
     /* Never trust the hash alone. */
-    if (sl->hash == h && sl->n == t->b.n && memcmp(sl->bytes, t->b.b, t->b.n) == 0) {
+    if (sl->hash == h && sl->n == k->n && memcmp(sl->bytes, k->b, k->n) == 0) {
       st->canon_class = (int32_t)sl->rep;
       return VD_OK;
     }

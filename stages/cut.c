@@ -40,6 +40,7 @@
  */
 #include "stage.h"
 
+#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,6 +177,11 @@ typedef struct {
   uint32_t *nolin_log;
   size_t n_nolin_log, cap_nolin_log;
   int log_nolin;
+  /* Parallel cut (cut_all): per issue of the set, the value whose "no
+   * lineage" it reports (NONE for other issues), so that the merge keeps
+   * one per value as the serial cut does. */
+  uint32_t *iss_val;
+  size_t cap_iss_val;
 } cctx;
 
 static vd_rc add_issue(cctx *c, vd_sissue_kind kind, int single, int64_t pnode, int64_t ptensor, int32_t rank,
@@ -197,6 +203,8 @@ static vd_rc add_issue(cctx *c, vd_sissue_kind kind, int single, int64_t pnode, 
   vd_issue_vdetail(&is, fmt, ap);
   va_end(ap);
   if (vd_issue_push(&s->issues, &s->n_issues, &s->cap_issues, 0, &s->n_issues_dropped, &is)) return VD_OOM(c->d);
+  if (VD_GROW(c->iss_val, c->cap_iss_val, s->n_issues)) return VD_OOM(c->d);
+  c->iss_val[s->n_issues - 1] = NONE;
   return VD_OK;
 }
 
@@ -604,6 +612,7 @@ static vd_rc parallel_cone(cctx *c, const vd_lineage *L, int *ok) {
                            "value '%s' (rank %lld, mb %d, version %u) feeds target %s but has no lineage",
                            tname(c->pp, x->tensor), (long long)vd_graph_rank(g, t->rank, (int32_t)d), x->mb,
                            x->version, tl));
+        c->iss_val[c->set->n_issues - 1] = v;
       }
       continue;
     }
@@ -1277,7 +1286,9 @@ static uint32_t tr_group(cctx *c, size_t a, size_t b, int32_t m0, int32_t m) {
     uint32_t tv = tr_value(c, p->value, m0, m);
     if (tv == NONE) return NONE;
     int32_t q = vd_lin_piece_of(lt, tv, p->replica);
-    if (q < 0 || !piece_like(lt, (uint32_t)i, (uint32_t)q) || lt->pieces[q].mb != m) return NONE;
+    if (q < 0 || !piece_like(lt, (uint32_t)i, (uint32_t)q) || lt->pieces[q].mb != m ||
+        lt->pieces[q].lineage != p->lineage)
+      return NONE;
     if (g0 == NONE) g0 = c->grp[q];
     if (c->grp[q] != g0) return NONE;
   }
@@ -1699,35 +1710,163 @@ static vd_rc prepare_groups(cctx *c) {
   return VD_OK;
 }
 
-static vd_rc cut_all(cctx *c) {
+/* The final lineage li: every slice group not covered yet, cut into c->set. */
+static vd_rc cut_lineage(cctx *c, uint32_t li) {
   const vd_lin_table *lt = c->lt;
-  for (uint32_t li = 0; li < lt->n_lins; li++) {
-    const vd_lineage *L = &lt->lins[li];
-    if (L->initial) continue;
-    int32_t nd = c->sp->tensors[L->stensor].ndim;
-    size_t e = L->piece_off + L->n_pieces;
-    for (size_t a = L->piece_off; a < e;) {
-      size_t b = a + 1;
-      const vd_lin_piece *p = &lt->pieces[a];
-      while (b < e && lt->pieces[b].part_n == p->part_n &&
-             !memcmp(lt->pieces[b].lo, p->lo, (size_t)nd * sizeof(int64_t)) &&
-             !memcmp(lt->pieces[b].hi, p->hi, (size_t)nd * sizeof(int64_t)))
-        b++;
-      if (!c->done[a]) {
-        size_t s0 = c->set->n_stages;
-        int sum = 0;
-        c->done[a] = 1;
-        VD_CHECK(cut_sum_group(c, li, a, b, &sum));
-        if (!sum) {
-          VD_CHECK(cut_group(c, li, a, b));
-          VD_CHECK(mb_family(c, a, b, s0));
-        }
-        for (size_t k = s0; c->hook && k < c->set->n_stages; k++) VD_CHECK(c->hook(c->hook_ctx, c->set, k, c->d));
+  const vd_lineage *L = &lt->lins[li];
+  int32_t nd = c->sp->tensors[L->stensor].ndim;
+  size_t e = L->piece_off + L->n_pieces;
+  for (size_t a = L->piece_off; a < e;) {
+    size_t b = a + 1;
+    const vd_lin_piece *p = &lt->pieces[a];
+    while (b < e && lt->pieces[b].part_n == p->part_n && !memcmp(lt->pieces[b].lo, p->lo, (size_t)nd * sizeof(int64_t)) &&
+           !memcmp(lt->pieces[b].hi, p->hi, (size_t)nd * sizeof(int64_t)))
+      b++;
+    if (!c->done[a]) {
+      size_t s0 = c->set->n_stages;
+      int sum = 0;
+      c->done[a] = 1;
+      VD_CHECK(cut_sum_group(c, li, a, b, &sum));
+      if (!sum) {
+        VD_CHECK(cut_group(c, li, a, b));
+        VD_CHECK(mb_family(c, a, b, s0));
       }
-      a = b;
     }
+    a = b;
   }
   return VD_OK;
+}
+
+/* Per-thread copy of the context: shares the read-only tables and `done`
+ * (whose marks stay inside one lineage: a group covers only groups of its
+ * own lineage), owns its cones, scratch and "no lineage" marks. */
+static vd_rc ctx_fork(const cctx *c, cctx *t) {
+  *t = *c;
+  t->pc = t->sc = (cone_t){0};
+  t->stack = NULL;
+  t->n_stack = t->cap_stack = 0;
+  t->mp = NULL;
+  t->mr = NULL;
+  t->n_mem = t->cap_mem = t->cap_mr = 0;
+  t->tp = NULL;
+  t->cap_tp = 0;
+  t->nolin_log = NULL;
+  t->n_nolin_log = t->cap_nolin_log = 0;
+  t->iss_val = NULL;
+  t->cap_iss_val = 0;
+  t->set = NULL;
+  t->cap_stages = 0;
+  t->nolin = vd_calloc(c->gp->n_values ? c->gp->n_values : 1, 1);
+  return t->nolin ? VD_OK : VD_ERR(c->d, VD_ENOMEM, NULL, "stages", "cut", "out of memory");
+}
+
+static void ctx_unfork(cctx *t) {
+  vd_free(t->stack);
+  vd_free(t->mp);
+  vd_free(t->mr);
+  vd_free(t->tp);
+  vd_free(t->nolin_log);
+  vd_free(t->iss_val);
+  vd_free(t->nolin);
+  cone_free(&t->pc);
+  cone_free(&t->sc);
+}
+
+/* One lineage's stages and issues, cut by some thread. */
+typedef struct {
+  vd_stage_set set;
+  uint32_t *iss_val;
+  vd_rc rc;
+  vd_diag d;
+} lcut_t;
+
+/* Appends a lineage's stages (renumbered) and issues to the set, keeping the
+ * first "no lineage" issue per value, and hands the stages to the hook. */
+static vd_rc merge_lineage(cctx *c, lcut_t *r, uint8_t *reported) {
+  vd_stage_set *set = c->set;
+  for (size_t i = 0; i < r->set.n_issues; i++) {
+    uint32_t v = r->iss_val ? r->iss_val[i] : NONE;
+    if (v != NONE) {
+      if (reported[v]) continue;
+      reported[v] = 1;
+    }
+    if (vd_issue_push(&set->issues, &set->n_issues, &set->cap_issues, 0, &set->n_issues_dropped, &r->set.issues[i]))
+      return VD_OOM(c->d);
+  }
+  size_t s0 = set->n_stages;
+  if (r->set.n_stages && VD_GROW(set->stages, c->cap_stages, set->n_stages + r->set.n_stages)) return VD_OOM(c->d);
+  for (size_t i = 0; i < r->set.n_stages; i++) {
+    set->stages[set->n_stages] = r->set.stages[i];
+    set->stages[set->n_stages].id = (uint32_t)set->n_stages;
+    set->n_stages++;
+  }
+  r->set.n_stages = 0; /* the stages moved */
+  for (size_t k = s0; c->hook && k < set->n_stages; k++) VD_CHECK(c->hook(c->hook_ctx, set, k, c->d));
+  return VD_OK;
+}
+
+/* Cuts every final lineage.  Lineages are independent (a stage's members,
+ * the groups it stands for and its cone bookkeeping are its lineage's), so
+ * windows of them are cut in parallel (OpenMP, the caller's team), each
+ * into a set of its own, and merged in lineage order: stage ids, issues
+ * and the hook's order are those of a serial cut at any thread count. */
+#define CUT_WINDOW 64u
+static vd_rc cut_all(cctx *c) {
+  const vd_lin_table *lt = c->lt;
+  vd_rc rc = VD_OK;
+  uint32_t *fin = vd_malloc((lt->n_lins ? lt->n_lins : 1) * sizeof(*fin));
+  uint8_t *reported = vd_calloc(c->gp->n_values ? c->gp->n_values : 1, 1);
+  lcut_t *res = vd_calloc(CUT_WINDOW, sizeof(*res));
+  int nt = omp_get_max_threads();
+  if (nt < 1) nt = 1;
+  cctx *tc = vd_calloc((size_t)nt, sizeof(*tc));
+  int forked = 0;
+  if (!fin || !reported || !res || !tc) {
+    rc = VD_OOM(c->d);
+    goto done;
+  }
+  size_t nf = 0;
+  for (uint32_t li = 0; li < lt->n_lins; li++)
+    if (!lt->lins[li].initial) fin[nf++] = li;
+  for (int i = 0; i < nt && rc == VD_OK; i++) {
+    rc = ctx_fork(c, &tc[i]);
+    forked = i + 1;
+  }
+  for (size_t w0 = 0; w0 < nf && rc == VD_OK; w0 += CUT_WINDOW) {
+    size_t nw = nf - w0 < CUT_WINDOW ? nf - w0 : CUT_WINDOW;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (size_t j = 0; j < nw; j++) {
+      cctx *t = &tc[omp_get_thread_num()];
+      lcut_t *r = &res[j];
+      memset(r, 0, sizeof(*r));
+      vd_diag_clear(&r->d);
+      t->set = &r->set;
+      t->cap_stages = 0;
+      t->d = &r->d;
+      r->rc = cut_lineage(t, fin[w0 + j]);
+      r->iss_val = t->iss_val; /* this lineage's tags (the thread starts a new list) */
+      t->iss_val = NULL;
+      t->cap_iss_val = 0;
+    }
+    for (size_t j = 0; j < nw; j++) {
+      lcut_t *r = &res[j];
+      if (rc == VD_OK && r->rc != VD_OK) {
+        rc = r->rc;
+        if (c->d) *c->d = r->d;
+      }
+      if (rc == VD_OK) rc = merge_lineage(c, r, reported);
+      vd_stage_set_free(&r->set);
+      vd_free(r->iss_val);
+      r->iss_val = NULL;
+    }
+  }
+done:
+  for (int i = 0; i < forked; i++) ctx_unfork(&tc[i]);
+  vd_free(tc);
+  vd_free(res);
+  vd_free(reported);
+  vd_free(fin);
+  return rc;
 }
 
 /* ---- public --------------------------------------------------------------- */
@@ -1773,6 +1912,7 @@ static void ctx_free(cctx *c) {
   vd_free(c->done);
   vd_free(c->tp);
   vd_free(c->nolin_log);
+  vd_free(c->iss_val);
   cone_free(&c->pc);
   cone_free(&c->sc);
 }

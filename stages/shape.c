@@ -38,16 +38,54 @@ static const vd_node_t *plan_node(const vd_lin_table *lt, const vd_stage *st, ui
   return pn < g->plan->n_nodes ? &g->plan->nodes[pn] : NULL;
 }
 
+/* Appends string x to rec at *o (bounded, NUL-terminated). */
+static void rec_put(char *rec, size_t rsz, size_t *o, const char *x) {
+  size_t l = strlen(x);
+  if (*o + 1 >= rsz) return;
+  if (l > rsz - 1 - *o) l = rsz - 1 - *o;
+  memcpy(rec + *o, x, l);
+  *o += l;
+  rec[*o] = 0;
+}
+
+static void rec_int(char *rec, size_t rsz, size_t *o, long long v) {
+  char b[24];
+  size_t n = 0;
+  unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+  do b[n++] = (char)('0' + u % 10); while ((u /= 10) && n < sizeof(b) - 2);
+  if (v < 0) b[n++] = '-';
+  char r[24];
+  for (size_t i = 0; i < n; i++) r[i] = b[n - 1 - i];
+  r[n] = 0;
+  rec_put(rec, rsz, o, r);
+}
+
+/* "stage S node I (single node N 'name', op OP)": the record every reduction
+ * message of the node names.  Built by hand, not with snprintf: it is made
+ * for every node of every stage cut and almost never printed
+ * (OPTIMIZATION-ONLY, the same text). */
 static void node_record(const vd_lin_table *lt, const vd_stage *st, uint32_t i, char *rec, size_t rsz) {
   const vd_plan_t *p;
   const vd_node_t *pn = plan_node(lt, st, i, &p);
   const vd_stage_node *n = &st->nodes[i];
   const char *op = n->op >= 0 && n->op < VD_OP__COUNT ? vd_op_name((vd_op_id)n->op) : "?";
-  if (pn)
-    snprintf(rec, rsz, "stage %u node %u (%s node %lld '%s', op %s)", st->id, i, n->side ? "parallel" : "single",
-             (long long)pn->id, vd_plan_s(p, pn->name), op);
-  else
-    snprintf(rec, rsz, "stage %u node %u (op %s)", st->id, i, op);
+  size_t o = 0;
+  if (rsz) rec[0] = 0;
+  rec_put(rec, rsz, &o, "stage ");
+  rec_int(rec, rsz, &o, st->id);
+  rec_put(rec, rsz, &o, " node ");
+  rec_int(rec, rsz, &o, i);
+  if (pn) {
+    rec_put(rec, rsz, &o, n->side ? " (parallel node " : " (single node ");
+    rec_int(rec, rsz, &o, (long long)pn->id);
+    rec_put(rec, rsz, &o, " '");
+    rec_put(rec, rsz, &o, vd_plan_s(p, pn->name));
+    rec_put(rec, rsz, &o, "', op ");
+  } else {
+    rec_put(rec, rsz, &o, " (op ");
+  }
+  rec_put(rec, rsz, &o, op);
+  rec_put(rec, rsz, &o, ")");
 }
 
 /* A hypothesis' slice in its single value's (windowed) coordinates. */

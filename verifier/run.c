@@ -458,38 +458,74 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
  * it saves little, and they are cheap to keep for reports. */
 #define VD_RUN_COMPACT_MIN_VALUES 32
 
+/* Stages are reduced and keyed in batches of this many, in parallel. */
+#define VD_RUN_HOOK_BATCH 256
+
 struct stage_hook {
   vd_run *r;
   const vd_run_opts *o;
   vd_stage_canon_tab *tab;
   vd_issue *shape; /* SHAPE issues of contradicting constraints, reported after the cut's */
   size_t n_shape, cap_shape, n_shape_dropped;
+  /* The batch: stage indices, and per entry the reduction's result and
+   * diag and the canonical key (buffers reused across batches). */
+  size_t pend[VD_RUN_HOOK_BATCH], n_pend;
+  vd_rc prc[VD_RUN_HOOK_BATCH];
+  vd_diag pd[VD_RUN_HOOK_BATCH];
+  vd_stage_canon_key key[VD_RUN_HOOK_BATCH];
 };
 
-/* Called by the cut on every finished stage: reduce, classify, and free the
- * body of a large class member (its class representative is solved). */
-static vd_rc stage_hook(void *p, vd_stage_set *set, size_t i, vd_diag *d) {
-  struct stage_hook *h = p;
-  vd_stage *st = &set->stages[i];
-  if (!h->o->no_reduce) {
-    vd_diag sd;
-    vd_diag_clear(&sd);
-    vd_rc rc = vd_stage_reduce(&h->r->lt, st, &sd);
-    if (rc == VD_EINPUT) {
-      char line[VD_DIAG_TEXT + 200];
-      vd_diag_format(&sd, line, sizeof(line));
-      vd_issue is;
-      shape_issue(h->r, st, sd.record, line, &is);
-      VD_CHECK(vd_issue_push(&h->shape, &h->n_shape, &h->cap_shape, 0, &h->n_shape_dropped, &is));
-    } else if (rc != VD_OK) {
-      if (d) *d = sd;
-      return rc;
+/* Reduces and classifies the pending stages, and frees the body of a large
+ * class member (its class representative is solved).  The reductions and
+ * the canonical keys are computed in parallel (each touches its own stage
+ * only); the results are taken in stage order, so the classes, the issues
+ * and the compacted stages are those of a serial run at any thread count. */
+static vd_rc hook_flush(struct stage_hook *h, vd_stage_set *set, vd_diag *d) {
+  size_t n = h->n_pend;
+  int nt = n >= 8 ? omp_get_max_threads() : 1;
+  h->n_pend = 0;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+  for (size_t j = 0; j < n; j++) {
+    vd_stage *st = &set->stages[h->pend[j]];
+    vd_diag_clear(&h->pd[j]);
+    h->prc[j] = VD_OK;
+    if (!h->o->no_reduce) h->prc[j] = vd_stage_reduce(&h->r->lt, st, &h->pd[j]);
+    if ((h->prc[j] == VD_OK || h->prc[j] == VD_EINPUT) && h->tab) {
+      vd_diag kd;
+      vd_diag_clear(&kd);
+      vd_rc krc = vd_stage_canon_key_of(&h->r->lt, st, &h->key[j], &kd);
+      if (krc != VD_OK) {
+        h->prc[j] = krc;
+        h->pd[j] = kd;
+      }
     }
   }
-  if (!h->tab) return VD_OK;
-  VD_CHECK(vd_stage_canon_add(h->tab, &h->r->lt, st, d));
-  if (!h->o->dump_stages && (uint32_t)st->canon_class != st->id && st->n_vals >= VD_RUN_COMPACT_MIN_VALUES)
-    vd_stage_compact(st);
+  for (size_t j = 0; j < n; j++) {
+    vd_stage *st = &set->stages[h->pend[j]];
+    if (h->prc[j] == VD_EINPUT) {
+      char line[VD_DIAG_TEXT + 200];
+      vd_diag_format(&h->pd[j], line, sizeof(line));
+      vd_issue is;
+      shape_issue(h->r, st, h->pd[j].record, line, &is);
+      VD_CHECK(vd_issue_push(&h->shape, &h->n_shape, &h->cap_shape, 0, &h->n_shape_dropped, &is));
+    } else if (h->prc[j] != VD_OK) {
+      if (d) *d = h->pd[j];
+      return h->prc[j];
+    }
+    if (!h->tab) continue;
+    VD_CHECK(vd_stage_canon_insert(h->tab, st, &h->key[j], d));
+    if (!h->o->dump_stages && (uint32_t)st->canon_class != st->id && st->n_vals >= VD_RUN_COMPACT_MIN_VALUES)
+      vd_stage_compact(st);
+  }
+  return VD_OK;
+}
+
+/* Called by the cut on every finished stage: queued, and the queue is
+ * processed when full (hook_flush; the caller flushes the rest). */
+static vd_rc stage_hook(void *p, vd_stage_set *set, size_t i, vd_diag *d) {
+  struct stage_hook *h = p;
+  h->pend[h->n_pend++] = i;
+  if (h->n_pend == VD_RUN_HOOK_BATCH) return hook_flush(h, set, d);
   return VD_OK;
 }
 
@@ -535,14 +571,20 @@ static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
    * member's body is freed at once (OPTIMIZATION-ONLY: memory follows the
    * classes, not the stages; vd_stage_recut restores it for reports). */
   vd_progress_phase(&r->prog, "cutting stages");
-  struct stage_hook h = {.r = r, .o = o};
-  if (!o->no_reuse) VD_CHECK(vd_stage_canon_new(&h.tab, d));
-  rc = vd_stage_cut_hook(&r->lt, &r->set, stage_hook, &h, d);
-  vd_stage_canon_free(h.tab);
+  struct stage_hook *h = vd_calloc(1, sizeof(*h)); /* (its batch is large: not on the stack) */
+  if (!h) return VD_OOM(d);
+  h->r = r;
+  h->o = o;
+  rc = o->no_reuse ? VD_OK : vd_stage_canon_new(&h->tab, d);
+  if (rc == VD_OK) rc = vd_stage_cut_hook(&r->lt, &r->set, stage_hook, h, d);
+  if (rc == VD_OK) rc = hook_flush(h, &r->set, d);
+  vd_stage_canon_free(h->tab);
+  for (size_t j = 0; j < VD_RUN_HOOK_BATCH; j++) vd_stage_canon_key_free(&h->key[j]);
   if (rc == VD_OK) rc = collect_issues(r, r->set.issues, r->set.n_issues, r->set.n_issues_dropped, NULL);
-  for (size_t i = 0; i < h.n_shape && rc == VD_OK; i++)
-    rc = vd_issue_push(&r->issues, &r->n_issues, &r->cap_issues, 0, &r->n_issues_dropped, &h.shape[i]);
-  vd_free(h.shape);
+  for (size_t i = 0; i < h->n_shape && rc == VD_OK; i++)
+    rc = vd_issue_push(&r->issues, &r->n_issues, &r->cap_issues, 0, &r->n_issues_dropped, &h->shape[i]);
+  vd_free(h->shape);
+  vd_free(h);
   if (rc != VD_OK) return rc;
   vd_progress_phase(&r->prog, "symmetry classes");
   r->n_represented = 0;
@@ -717,6 +759,9 @@ vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
 
 static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   double t = vd_clock_s();
+  /* The phases before solving (lineage validation) use OpenMP's default
+   * team: the solver's thread count. */
+  if (o->threads > 0) omp_set_num_threads(o->threads);
   vd_progress_phase(&r->prog, "loading the plans");
   VD_CHECK(load_plan(o->sm, VD_PLAN_SINGLE, &r->sp, d));
   VD_CHECK(load_plan(o->pm, VD_PLAN_PARALLEL, &r->pp, d));
