@@ -212,13 +212,18 @@ static int32_t index_computed_by(const vd_stage *st, uint32_t i) {
                  : n->op == VD_OP_PICK                                                                        ? 1
                                                                                                                : -1;
   if (slot < 0 || (uint32_t)slot >= n->n_in) return -1;
-  uint32_t v = st->idx[n->in_off + (uint32_t)slot];
-  for (uint32_t hops = 0; hops <= st->n_nodes; hops++) {
-    int32_t pr = st->vals[v].producer;
-    if (pr < 0) return -1;
+  /* Depth-first over the copies' inputs (a concat or all_gather copies
+   * several), at most as many steps as the stage has nodes. */
+  enum { CAP = 256 };
+  uint32_t stack[CAP], top = 0, seen_nodes = 0;
+  stack[top++] = st->idx[n->in_off + (uint32_t)slot];
+  while (top) {
+    int32_t pr = st->vals[stack[--top]].producer;
+    if (pr < 0) continue;
     const vd_stage_node *p = &st->nodes[pr];
     if (!vd_op_copies_elements(p->op) || p->n_in == 0) return pr;
-    v = st->idx[p->in_off];
+    if (++seen_nodes > st->n_nodes || top + p->n_in > CAP) return pr; /* too tangled to tell: not reduced */
+    for (uint32_t k = 0; k < p->n_in; k++) stack[top++] = st->idx[p->in_off + k];
   }
   return -1;
 }
