@@ -147,6 +147,28 @@ static vd_rc scratch_node(const vd_plan_t *p, const vd_node_t *pn, const vd_attr
   return VD_OK;
 }
 
+/* Participants of a merged collective instance (virtual replicas included). */
+static uint32_t node_parts(const vd_gnode_t *gn, const vd_stage_node *sn) {
+  uint32_t n_part = gn->n_part ? gn->n_part : 1;
+  if (gn->n_in > 0 && sn->n_in != gn->n_in) n_part = n_part * sn->n_in / gn->n_in; /* virtual replicas */
+  return n_part;
+}
+
+/* The plan and node whose attributes the operator reads: pn itself, or a
+ * one-node scratch copy with the stage's overrides applied. */
+static vd_rc node_attrs(solve_ctx *c, const vd_plan_t *p, const vd_node_t *pn, const vd_stage_node *sn,
+                        vd_plan_t *scratch, const vd_plan_t **ap, const vd_node_t **an) {
+  *ap = p;
+  *an = pn;
+  if (!sn->n_ovr) return VD_OK;
+  vd_rc rc = scratch_node(p, pn, c->st->ovr + sn->ovr_off, sn->n_ovr, scratch);
+  if (rc == VD_ENOMEM) VD_OOM(c->d);
+  if (rc != VD_OK) return rc;
+  *ap = scratch;
+  *an = &scratch->nodes[0];
+  return VD_OK;
+}
+
 /* Encodes one stage node.  *unsupported is set (and VD_OK returned) when the
  * operator has no encoder. */
 static vd_rc encode_node(solve_ctx *c, uint32_t ni, char *unsupported, size_t n_unsupported) {
@@ -183,18 +205,10 @@ static vd_rc encode_node(solve_ctx *c, uint32_t ni, char *unsupported, size_t n_
     }
     out[k] = &c->ten[vi];
   }
-  uint32_t n_part = gn->n_part ? gn->n_part : 1;
-  if (gn->n_in > 0 && sn->n_in != gn->n_in) n_part = n_part * sn->n_in / gn->n_in; /* virtual replicas */
-  const vd_plan_t *ap = p;
-  const vd_node_t *an = pn;
-  if (sn->n_ovr) {
-    if ((rc = scratch_node(p, pn, st->ovr + sn->ovr_off, sn->n_ovr, &scratch)) != VD_OK) {
-      if (rc == VD_ENOMEM) VD_OOM(c->d);
-      goto done;
-    }
-    ap = &scratch;
-    an = &scratch.nodes[0];
-  }
+  uint32_t n_part = node_parts(gn, sn);
+  const vd_plan_t *ap;
+  const vd_node_t *an;
+  if ((rc = node_attrs(c, p, pn, sn, &scratch, &ap, &an)) != VD_OK) goto done;
   /* Full-size operand shapes of a reduced stage: contractions scale by
    * full/reduced counts (docs/shape-reduction.md, COUNT). */
   if (st->reduced) {
@@ -249,18 +263,10 @@ static vd_rc precheck_node(solve_ctx *c, uint32_t ni, int *stop) {
   if (!sh) return VD_OOM(c->d);
   for (uint32_t k = 0; k < sn->n_in; k++) shape_of(&st->vals[st->idx[sn->in_off + k]], &sh[k]);
   for (uint32_t k = 0; k < sn->n_out; k++) shape_of(&st->vals[st->idx[sn->out_off + k]], &sh[sn->n_in + k]);
-  uint32_t n_part = gn->n_part ? gn->n_part : 1;
-  if (gn->n_in > 0 && sn->n_in != gn->n_in) n_part = n_part * sn->n_in / gn->n_in; /* virtual replicas */
-  const vd_plan_t *ap = p;
-  const vd_node_t *an = pn;
-  if (sn->n_ovr) {
-    if ((rc = scratch_node(p, pn, st->ovr + sn->ovr_off, sn->n_ovr, &scratch)) != VD_OK) {
-      if (rc == VD_ENOMEM) VD_OOM(c->d);
-      goto done;
-    }
-    ap = &scratch;
-    an = &scratch.nodes[0];
-  }
+  uint32_t n_part = node_parts(gn, sn);
+  const vd_plan_t *ap;
+  const vd_node_t *an;
+  if ((rc = node_attrs(c, p, pn, sn, &scratch, &ap, &an)) != VD_OK) goto done;
   vd_op_call oc = {.op = sn->op, .plan = ap, .node = an, .record = record, .n_in = sn->n_in, .n_out = sn->n_out,
                    .n_part = n_part, .in_shape = sh, .out_shape = sh + sn->n_in, .diag = c->d};
   rc = vd_op_check(&oc);

@@ -1898,23 +1898,16 @@ static void ctx_init(cctx *c, const vd_lin_table *lt, vd_stage_set *set, vd_diag
   c->D = c->pp->world.replicas > 0 ? (uint32_t)c->pp->world.replicas : 1;
 }
 
+/* The shared tables, then what each forked context owns too. */
 static void ctx_free(cctx *c) {
   vd_free(c->sop);
   vd_free(c->pop);
   vd_free(c->spos);
   vd_free(c->ppos);
-  vd_free(c->nolin);
-  vd_free(c->stack);
-  vd_free(c->mp);
-  vd_free(c->mr);
   vd_free(c->inst);
   vd_free(c->grp);
   vd_free(c->done);
-  vd_free(c->tp);
-  vd_free(c->nolin_log);
-  vd_free(c->iss_val);
-  cone_free(&c->pc);
-  cone_free(&c->sc);
+  ctx_unfork(c);
 }
 
 vd_rc vd_stage_cut_hook(const vd_lin_table *lt, vd_stage_set *set, vd_stage_hook hook, void *hook_ctx, vd_diag *d) {
