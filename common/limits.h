@@ -62,7 +62,7 @@
     "graph nodes of one stage cone.  A cone this large means the lineage annotations cut nothing (the " \
     "whole model is one proof obligation, which no stage timeout accommodates); the target is reported " \
     "as not reachable from proven lineages (DATAFLOW) instead of being solved.")                       \
-  X(TOPK_EXPERTS_MAX, 32, NULL,                                                                          \
+  X(TOPK_EXPERTS_MAX, 256, NULL,                                                                         \
     "experts of one topk_gate row in a stage: the symbol takes the whole row as arguments (twice for " \
     "the backward) and the encoder and the witness evaluator hold a row on the stack.  More experts "   \
     "after shape reduction is bad input for the encoder: the stage is INCONCLUSIVE.")                   \

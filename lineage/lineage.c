@@ -286,12 +286,45 @@ done:
 
 /* ---- step 3: grouping --------------------------------------------------- */
 
+/* Sorts the pieces by tpiece_cmp, in parallel: an in-place bucket pass on
+ * the single tensor (the comparator's first key; O(n) swaps, serial), then
+ * each tensor's bucket sorted on its own (OpenMP over buckets).  The
+ * comparator is a total order (value and replica tell any two pieces apart),
+ * so the result is the serial qsort's at any thread count.  Without room
+ * for the bucket offsets it sorts serially. */
+static void sort_pieces(tpiece_t *tp, size_t n, size_t n_tensors) {
+  size_t *next = n > 4096 && n_tensors ? vd_calloc(2 * n_tensors + 1, sizeof(*next)) : NULL;
+  if (!next) {
+    if (n) qsort(tp, n, sizeof(*tp), tpiece_cmp);
+    return;
+  }
+  size_t *start = next + n_tensors; /* start[b], b = 0..n_tensors */
+  for (size_t i = 0; i < n; i++) start[tp[i].stensor + 1]++;
+  for (size_t b = 0; b < n_tensors; b++) start[b + 1] += start[b];
+  for (size_t b = 0; b < n_tensors; b++) next[b] = start[b];
+  for (size_t b = 0; b < n_tensors; b++)
+    while (next[b] < start[b + 1]) {
+      size_t i = next[b], to = tp[i].stensor;
+      if (to == b) {
+        next[b]++;
+        continue;
+      }
+      tpiece_t x = tp[i]; /* to's slot gets tp[i]; its old content moves to slot i */
+      tp[i] = tp[next[to]];
+      tp[next[to]++] = x;
+    }
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t b = 0; b < n_tensors; b++)
+    if (start[b + 1] - start[b] > 1) qsort(tp + start[b], start[b + 1] - start[b], sizeof(*tp), tpiece_cmp);
+  vd_free(next);
+}
+
 /* Takes *tpp (set to NULL once the pieces live in its memory). */
 static vd_rc group(lctx *c, tpiece_t **tpp, size_t n, size_t n_points) {
   vd_lin_table *t = c->t;
   tpiece_t *tp = *tpp;
   const vd_graph_t *gs = t->gs, *gp = t->gp;
-  if (n) qsort(tp, n, sizeof(*tp), tpiece_cmp);
+  sort_pieces(tp, n, c->sp->n_tensors);
   size_t nl = 0;
   for (size_t i = 0; i < n; i++)
     if (i == 0 || tp[i].stensor != tp[i - 1].stensor || tp[i].p.initial != tp[i - 1].p.initial) nl++;

@@ -635,8 +635,11 @@ static Z3_func_decl decl_of(vd_smt *s, const char *name, unsigned n, const Z3_so
 
 vd_term vd_smt_uf(vd_smt *s, const char *name, size_t n, const vd_term *args) {
   if (!all_live(s, n, args)) return NULL;
-  Z3_sort dom[64];
-  if (n > 64) return vd_smt_i_fail(s, "uninterpreted function of more than 64 arguments");
+  /* The widest symbol is the topk gate backward: a row of logits and one of
+   * gradients, 2 x VD_LIM_TOPK_EXPERTS_MAX arguments. */
+  Z3_sort dom[2 * VD_LIM_TOPK_EXPERTS_MAX];
+  if (n > 2 * VD_LIM_TOPK_EXPERTS_MAX)
+    return vd_smt_i_fail(s, "uninterpreted function of more than 2 x TOPK_EXPERTS_MAX arguments");
   for (size_t i = 0; i < n; i++) dom[i] = Z3_get_sort(s->z, args[i]);
   int owned = 0;
   Z3_func_decl f = decl_of(s, name, (unsigned)n, dom, &owned);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
+#include <omp.h>
 
 #include "../../common/mem.h"
 #include "../../graph/graph.h"
@@ -181,6 +182,56 @@ static void test_gen_pairs_clean(void **st) {
     assert_true(req > 0);
     pair_free(&x);
   }
+}
+
+/* Whether x sorts before y (lineage.c's tpiece_cmp inside one lineage). */
+static int piece_before(const vd_lin_piece *x, const vd_lin_piece *y) {
+  for (int i = 0; i < VD_MAX_DIMS; i++)
+    if (x->lo[i] != y->lo[i]) return x->lo[i] < y->lo[i];
+  for (int i = 0; i < VD_MAX_DIMS; i++)
+    if (x->hi[i] != y->hi[i]) return x->hi[i] < y->hi[i];
+  if (x->part_n != y->part_n) return x->part_n < y->part_n;
+  if (x->part_k != y->part_k) return x->part_k < y->part_k;
+  if (x->replica != y->replica) return x->replica < y->replica;
+  return x->value < y->value;
+}
+
+/* The grouping sort runs in parallel over single tensors above 4096 pieces
+ * (lineage.c, sort_pieces): the table must be the serial one, byte for byte,
+ * and its lineages in single-tensor order with initial before final. */
+static void test_sort_parallel_same(void **st) {
+  (void)st;
+  pair_t a, b;
+  pair_t *x[2] = {&a, &b};
+  for (int i = 0; i < 2; i++) {
+    memset(x[i], 0, sizeof(*x[i]));
+    vd_gen_config c;
+    vd_gen_config_default(&c);
+    c.model = VD_GEN_LLAMA3;
+    c.layers = 8, c.batch = 64, c.dp = 4, c.tp = 2, c.pp = 2, c.nm = 8;
+    vd_diag d;
+    vd_diag_clear(&d);
+    assert_int_equal(vd_gen_build(&c, &x[i]->s, &x[i]->p, &d), VD_OK);
+    omp_set_num_threads(i + 1);
+    build(x[i]);
+  }
+  assert_true(a.lt.n_pieces > 4096);
+  assert_int_equal(a.lt.n_pieces, b.lt.n_pieces);
+  assert_int_equal(a.lt.n_lins, b.lt.n_lins);
+  assert_memory_equal(a.lt.pieces, b.lt.pieces, a.lt.n_pieces * sizeof(*a.lt.pieces));
+  for (size_t li = 0; li < a.lt.n_lins; li++) {
+    assert_int_equal(a.lt.lins[li].piece_off, b.lt.lins[li].piece_off);
+    assert_int_equal(a.lt.lins[li].svalue, b.lt.lins[li].svalue);
+    if (li) {
+      const vd_lineage *p = &a.lt.lins[li - 1], *q = &a.lt.lins[li];
+      assert_true(p->stensor < q->stensor || (p->stensor == q->stensor && p->initial && !q->initial));
+    }
+    /* inside a lineage: the comparator's order (slice, parts, replica, value) */
+    const vd_lineage *L = &a.lt.lins[li];
+    for (uint32_t i = 1; i < L->n_pieces; i++) assert_true(piece_before(&a.lt.pieces[L->piece_off + i - 1], &a.lt.pieces[L->piece_off + i]));
+  }
+  pair_free(&a);
+  pair_free(&b);
 }
 
 /* mlp tp2: the pieces of the first layer's fc1 weight (column-parallel). */
@@ -446,6 +497,7 @@ int main(void) {
       cmocka_unit_test(test_out_of_bounds),  cmocka_unit_test(test_uncovered),
       cmocka_unit_test(test_no_value),       cmocka_unit_test(test_issues_sorted_and_free_null),
       cmocka_unit_test(test_alloc_failures), cmocka_unit_test(test_batch_mismatch),
+      cmocka_unit_test(test_sort_parallel_same),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
