@@ -192,6 +192,9 @@ typedef enum {
                 * reduction changes that count (docs/shape-reduction.md, AVG) */
   VD_RED_PROD, /* product of na dims of a.t starting at a.dim == product of nb dims of b.t
                   starting at b.dim (view/reshape merge or split) */
+  VD_RED_MINK, /* a keeps >= pos elements after reduction (topk_gate: k + 1 experts); num > 0:
+                  and num divides the ratio's g, so chunks of num elements stay whole and the
+                  reduced extent a multiple of its chunk count (all_to_all along one dim) */
 } vd_op_red_kind;
 
 typedef struct {
@@ -200,7 +203,7 @@ typedef struct {
   int64_t num, den;  /* EQ */
   uint8_t na, nb;    /* PROD */
   const char *attr;  /* POS: attribute name (static string) */
-  int64_t pos;       /* POS: attribute value */
+  int64_t pos;       /* POS: attribute value; MINK: the minimum extent */
 } vd_op_red;
 
 /* One rule application.  Pointers are borrowed.  node may be NULL (defaults).

@@ -621,19 +621,32 @@ static vd_rc red_pick_backward(const vd_op_reduce_call *c, int *norule) {
 
 /* ---- mixture of experts ---------------------------------------------------- */
 
-/* The expert dimension is a routing decision over the whole row: kept. */
+/* The expert dimension is a routing decision over the whole row, like
+ * softmax's reduced dim: every output column is an uninterpreted function
+ * (topk_gate.kK.jJ) of the whole row, the same on both sides at any extent,
+ * so the row reduces like a softmax row (MIN2), and keeps k + 1 experts
+ * (MINK) so that the routing the witness evaluates still chooses k of more
+ * than k.  Without the node (k unknown) the dimension is kept. */
 static vd_rc red_topk_gate(const vd_op_reduce_call *c, int *norule) {
   if (c->n_out != 1 || c->out_shape[0].ndim != 2) {
     *norule = 1;
     return VD_OK;
   }
   for (uint32_t i = 0; i < c->n_in; i++) VD_CHECK(same(c, dr(0, i, 0), dr(1, 0, 0), norule));
-  return mark(c, VD_RED_KEEP, dr(1, 0, 1));
+  int64_t k = aint(c, "k", 0);
+  if (k < 1) return mark(c, VD_RED_KEEP, dr(1, 0, 1));
+  VD_CHECK(mark(c, VD_RED_MIN2, dr(1, 0, 1)));
+  vd_op_red r = {.kind = VD_RED_MINK, .a = dr(1, 0, 1), .pos = k + 1};
+  return c->emit(c->sink, &r);
 }
 #define red_topk_gate_backward red_topk_gate
 
-/* x [t,h] gates [t,G] w1 [el,f,h] w3 [el,f,h] w2 [el,h,f]: experts kept,
- * h and f contracted; backward also contracts the token rows. */
+/* x [t,h] gates [t,G] w1 [el,f,h] w3 [el,f,h] w2 [el,h,f]: y sums over the
+ * local experts a term of one expert's weights and gate column, so the
+ * expert dim is a contraction (MIN2; every expert shard keeps >= 1 expert
+ * by the gcd); the gate columns G move with it (G == el, or G global with
+ * the local experts at column expert_start, a POS along G); h and f
+ * contracted; backward also contracts the token rows. */
 static vd_rc gmlp(const vd_op_reduce_call *c, int backward, int *norule) {
   const vd_op_shape *x = &c->in_shape[0], *ga = &c->in_shape[1], *w1 = &c->in_shape[2];
   if (c->n_in < 5 || x->ndim != 2 || ga->ndim != 2 || w1->ndim != 3 || c->in_shape[3].ndim != 3 ||
@@ -642,8 +655,13 @@ static vd_rc gmlp(const vd_op_reduce_call *c, int backward, int *norule) {
     return VD_OK;
   }
   VD_CHECK(eq(c, dr(0, 0, 0), dr(0, 1, 0)));
-  VD_CHECK(mark(c, VD_RED_KEEP, dr(0, 1, 1)));
-  for (uint32_t w = 2; w <= 4; w++) VD_CHECK(mark(c, VD_RED_KEEP, dr(0, w, 0)));
+  int64_t G = ga->d[1], el = w1->d[0];
+  if (G <= 0 || el <= 0 || G % el) goto none;
+  VD_CHECK(eq(c, dr(0, 3, 0), dr(0, 2, 0)));
+  VD_CHECK(eq(c, dr(0, 4, 0), dr(0, 2, 0)));
+  VD_CHECK(eqf(c, dr(0, 1, 1), dr(0, 2, 0), G / el, 1)); /* G * 1 == el * (G / el) */
+  if (G != el) VD_CHECK(pos(c, dr(0, 1, 1), "expert_start"));
+  VD_CHECK(mark(c, VD_RED_MIN2, dr(0, 2, 0)));
   VD_CHECK(eq(c, dr(0, 0, 1), dr(0, 2, 2)));
   VD_CHECK(eq(c, dr(0, 0, 1), dr(0, 3, 2)));
   VD_CHECK(eq(c, dr(0, 0, 1), dr(0, 4, 1)));
@@ -695,6 +713,14 @@ static vd_rc coll(const vd_op_reduce_call *c, const char *k1, const char *k2, in
       }
       VD_CHECK(eqf(c, dr(1, i, j), dr(0, 0, j), num, den));
     }
+  }
+  /* all_to_all along one dim: every participant splits it into P chunks
+   * and concatenates the P chunks it receives in their place.  The reduced
+   * dim must still hold P whole chunks (an EP dispatch buffer [EP, T, H]
+   * keeps its EP rows); without this the class could shrink below P. */
+  if (k2 && d1 == d2 && d1 >= 0 && d1 < n && c->in_shape[0].d[d1] % P == 0) {
+    vd_op_red r = {.kind = VD_RED_MINK, .a = dr(0, 0, d1), .pos = P, .num = c->in_shape[0].d[d1] / P};
+    VD_CHECK(c->emit(c->sink, &r));
   }
   return VD_OK;
 none:

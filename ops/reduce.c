@@ -176,6 +176,10 @@ static vd_rc emit(void *sink, const vd_op_red *r) {
   case VD_RED_MIN2: c->flag[a] |= F_MIN2; return VD_OK;
   case VD_RED_EVEN: c->flag[a] |= F_EVEN; return VD_OK;
   case VD_RED_KEEP: c->flag[a] |= F_KEEP; return VD_OK;
+  case VD_RED_MINK:
+    if (r->pos > c->vmin[a]) c->vmin[a] = r->pos;
+    if (r->num > 0) c->vgcd[a] = gcd64(c->vgcd[a], r->num);
+    return VD_OK;
   case VD_RED_AVG: {
     avg_rec *last = c->n_avg && c->avg_call == c->cur_call ? &c->avg[c->n_avg - 1] : NULL;
     if (!last) {
