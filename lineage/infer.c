@@ -754,6 +754,58 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
 
 /* ---- guesses from a consumer -------------------------------------------- */
 
+/* The producer of Gp value v and of Gs value sv are nodes of the same name
+ * and operator (the backward of one forward view, say). */
+static int same_producer(const ictx *c, uint32_t v, uint32_t sv) {
+  int32_t p = c->gp->values[v].producer, q = c->gs->values[sv].producer;
+  if (p < 0 || q < 0) return 0;
+  const vd_node_t *a = &c->pp->nodes[c->gp->nodes[p].pnode], *b = &c->sp->nodes[c->gs->nodes[q].pnode];
+  return c->pop[c->gp->nodes[p].pnode] == c->sop[c->gs->nodes[q].pnode] &&
+         !strcmp(vd_plan_s(c->pp, a->name), vd_plan_s(c->sp, b->name));
+}
+
+/* The single inputs of gradient sum sn (a multiref_backward of the parallel
+ * node's name) that parallel multiref_backward pn's inputs stand for, when
+ * the parallel fan-in is split differently (tensor parallelism sums the
+ * branches inside the TP region first, then all-reduces, then adds the rest:
+ * fewer inputs than the single node).  Each known input takes a distinct
+ * single input holding its value (exact, else the same copy root); each
+ * undecided input the one remaining single input whose producer has its
+ * producer's name and operator (the backward of the same forward node).
+ * sin[i] is input i's; 0 when some input has none or more than one.  A
+ * naming heuristic only: the guess it feeds is a candidate like any other. */
+static int fanin_inputs(const ictx *c, const vd_gnode_t *pn, const vd_gnode_t *sn, uint32_t *sin) {
+  if (pn->n_in > MAXOPD || sn->n_in > 4 * MAXOPD || sn->n_in < pn->n_in) return 0;
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn), *s_in = vd_gnode_inputs(c->gs, sn);
+  uint8_t used[4 * MAXOPD], placed[MAXOPD];
+  memset(used, 0, sizeof(used));
+  memset(placed, 0, sizeof(placed));
+  for (int exact = 1; exact >= 0; exact--)
+    for (uint32_t i = 0; i < pn->n_in; i++) {
+      const vlin *x = &c->vl[in[i]];
+      if (!x->known || placed[i]) continue;
+      for (uint32_t j = 0; j < sn->n_in && !placed[i]; j++) {
+        if (used[j] || (exact ? s_in[j] != (uint32_t)x->sv : c->sroot[s_in[j]] != c->sroot[x->sv])) continue;
+        used[j] = placed[i] = 1;
+        sin[i] = s_in[j];
+      }
+    }
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    if (c->vl[in[i]].known) {
+      if (!placed[i]) return 0;
+      continue;
+    }
+    int32_t pick = -1, n_pick = 0;
+    for (uint32_t j = 0; j < sn->n_in; j++)
+      if (!used[j] && same_producer(c, in[i], s_in[j])) pick = (int32_t)j, n_pick++;
+    if (n_pick != 1) return 0;
+    used[pick] = 1;
+    sin[i] = s_in[pick];
+  }
+  return 1;
+}
+
+
 /* A value that propagation left undecided (its producers have no rule that
  * decides it: the expert-parallel dispatch, whose unsqueeze, expand,
  * all_to_all and view chain has no single twin) gets a GUESS from one of
@@ -794,10 +846,18 @@ static int guess_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) 
   }
   if (!n_known || !n_open) return 0;
   int32_t sm = match_single_in(c, pn, op, 1);
-  if (sm < 0) return 0;
+  uint32_t sin[MAXOPD];
+  if (sm >= 0) {
+    if (pn->n_in > MAXOPD) return 0;
+    memcpy(sin, vd_gnode_inputs(c->gs, &c->gs->nodes[sm]), pn->n_in * sizeof(*sin));
+  } else if (op == VD_OP_MULTIREF_BACKWARD) {
+    sm = match_by_name(c, pn, op);
+    if (sm < 0 || !fanin_inputs(c, pn, &c->gs->nodes[sm], sin)) return 0;
+  } else {
+    return 0;
+  }
   dsu u;
   if (!node_links(c, pn, op, &u)) return 0;
-  const uint32_t *sin = vd_gnode_inputs(c->gs, &c->gs->nodes[sm]);
   /* the part the known inputs are (a SUM rule adds parts of one slice) */
   int64_t k = 0, n = 1, dk = 0;
   if (ru->lin == VD_PLIN_SUM) {
