@@ -465,7 +465,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
           (!plan_fail_nodes || r->set.stages[i].n_nodes < plan_fail_nodes))
         plan_fail_nodes = r->set.stages[i].n_nodes;
     }
-    if (any_fail && stop_stage == SIZE_MAX && sg + 1 < n_seg) {
+    if (cands && any_fail && stop_stage == SIZE_MAX && sg + 1 < n_seg) {
       /* members' verdicts count too: take them from their representatives */
       uint8_t *g = vd_calloc(n ? n : 1, 1);
       if (g && mark_grounded(r, o, done, g))
@@ -1006,11 +1006,7 @@ static vd_rc drop_candidates_of_issues(vd_run *r, size_t *n_drop, vd_diag *d) {
   size_t n = 0;
   uint8_t *kill = vd_calloc(r->pp.n_tensors ? r->pp.n_tensors : 1, 1);
   if (!kill) return VD_OOM(d);
-  vd_stage_set none = {0};
-  vd_stage_set keep = r->set;
-  r->set = none; /* the cut's issues are not this round's yet */
-  implicated_by_issues(r, kill);
-  r->set = keep;
+  implicated_by_issues(r, kill); /* (before the cut: r->set has no issues yet) */
   if (!r->dropped && !(r->dropped = vd_calloc(r->pp.n_tensors ? r->pp.n_tensors : 1, 1))) {
     vd_free(kill);
     return VD_OOM(d);
@@ -1050,35 +1046,19 @@ static size_t process_peak(void) {
 
 static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d);
 
-static double cpu_s(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-}
-
-static void trace_round(const vd_run *r, double trt) {
-  const char *e = getenv("VD_TRACE_ROUNDS");
-  static double last_cpu;
-  if (!e) return;
-  double c = cpu_s();
-  fprintf(stderr, "TRACE cpu %.2fs\n", c - last_cpu);
-  last_cpu = c;
-  size_t nf = 0, nfc = 0, nbig = 0;
+/* -v: one line per round of cut-and-solve on stderr (how inference and the
+ * drops went; docs/verifier.md 1b). */
+static void trace_round(const vd_run *r, const vd_run_opts *o) {
+  if (!o->verbose || o->quiet || !r->infer.n_inferred) return;
+  size_t nf = 0, nfc = 0;
   for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
     if (r->verdicts[i].verdict == VD_SMT_EQUIVALENT) continue;
-    const vd_stage *st = &r->set.stages[i];
     nf++;
-    nfc += r->inferred && targets_candidate(r, st);
-    nbig += st->n_nodes > 400;
-    if (atoi(e) < 2) continue;
-    const vd_lin_piece *pc = &r->lt.pieces[st->idx[st->targets[0].piece_off]];
-    fprintf(stderr, "  stage %zu %s nodes %u class %d target %s %s (t%u) skip %d ms %.0f work %llu fast %d | %.100s\n", i,
-            r->verdicts[i].verdict == VD_SMT_NOT_EQUIVALENT ? "NE" : "INC", st->n_nodes, st->canon_class,
-            r->pp.pool + r->pp.tensors[pc->ptensor].name, r->inferred && r->inferred[pc->ptensor] ? "cand" : "given",
-            pc->ptensor, r->skipped ? r->skipped[i] : -1, r->verdicts[i].ms, (unsigned long long)r->verdicts[i].work, r->verdicts[i].by_fast_path, r->verdicts[i].reason);
+    nfc += r->inferred && targets_candidate(r, &r->set.stages[i]);
   }
-  fprintf(stderr, "TRACE round %d: %zu stages, %zu classes, %zu not proven (%zu on candidates, %zu >400 nodes), final %d, %zu dropped so far, %.2fs\n",
-          r->infer_rounds, r->set.n_stages, r->n_classes, nf, nfc, nbig, r->round_final, r->n_dropped, vd_clock_s() - trt);
+  fprintf(stderr, "verdict: round %d: %zu stages, %zu classes solved, %zu not proven (%zu target candidates), "
+                  "%zu candidates dropped so far%s\n",
+          r->infer_rounds, r->set.n_stages, r->n_classes, nf, nfc, r->n_dropped, r->round_final ? ", last round" : "");
 }
 
 vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
@@ -1132,9 +1112,8 @@ static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   size_t n_graph_issues = r->n_issues, n_graph_dropped = r->n_issues_dropped;
   for (;;) {
     r->infer_rounds++;
-    double trt = vd_clock_s();
     VD_CHECK(analyse(r, o, d));
-    trace_round(r, trt);
+    trace_round(r, o);
     if (r->round_final || !r->infer.n_inferred) break;
     size_t n_drop = 0;
     VD_CHECK(drop_failed_candidates(r, &n_drop, d));
