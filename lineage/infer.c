@@ -284,7 +284,14 @@ static int same_block_name(const char *a, const char *b) {
 
 /* The single node with operator op whose inputs are the single values the
  * parallel inputs hold; -1 if none or ambiguous (ties broken by name, then
- * by the name up to instance numbers). */
+ * by the name up to instance numbers).  Exact matches come first: a single
+ * node reading exactly those single values is preferred to one reading
+ * other copies of them (same copy root).  The single plan may copy one value
+ * several times (nnScaler: multiref, `float` cast, multiref again), and the
+ * two multirefs then read values of one root; naming the parallel output
+ * after the multiref of the OTHER copy would give a candidate its stage
+ * cannot prove (the stage's leaves are the named values, and it does not see
+ * through the single copies outside it), dropped after a failed round. */
 static int32_t match_single_in(const ictx *c, const vd_gnode_t *pn, int op, int partial) {
   const uint32_t *in = vd_gnode_inputs(c->gp, pn);
   if (pn->n_in == 0) return -1;
@@ -295,34 +302,42 @@ static int32_t match_single_in(const ictx *c, const vd_gnode_t *pn, int op, int 
     if (has && first == pn->n_in) first = i;
   }
   if (first == pn->n_in) return -1;
-  /* Copies (multiref, identity) are seen through on the single side: the
-   * parallel plan may fan a value out differently. */
-  uint32_t root = c->sroot[c->vl[in[first]].sv];
-  int32_t found = -1, n_found = 0, named = -1, block = -1, n_block = 0;
   const char *pname = vd_plan_s(c->pp, c->pp->nodes[pn->pnode].name);
-  for (uint32_t q = c->rv_off[root]; q < c->rv_off[root + 1]; q++) {
-    const vd_value_t *sv0 = &c->gs->values[c->rv[q]];
-    const uint32_t *cons = vd_value_consumers(c->gs, sv0);
-    for (uint32_t k = 0; k < sv0->n_cons; k++) {
-      const vd_gnode_t *sn = &c->gs->nodes[cons[k]];
-      if (c->sop[sn->pnode] != op || sn->n_in != pn->n_in || sn->n_out != pn->n_out) continue;
-      const uint32_t *sin = vd_gnode_inputs(c->gs, sn);
-      int ok = 1;
-      for (uint32_t i = 0; i < pn->n_in && ok; i++)
-        ok = (partial && (!c->vl[in[i]].known || c->vl[in[i]].sv < 0)) ||
-             c->sroot[sin[i]] == c->sroot[c->vl[in[i]].sv];
-      if (!ok || (int32_t)cons[k] == found) continue;
-      if (found >= 0 && same_outputs(c, &c->gs->nodes[found], sn)) continue; /* one value, computed twice */
-      found = (int32_t)cons[k];
-      n_found++;
-      const char *sname = vd_plan_s(c->sp, c->sp->nodes[sn->pnode].name);
-      if (strcmp(sname, pname) == 0) named = found;
-      if (same_block_name(sname, pname)) block = found, n_block++;
+  /* Pass 0: consumers of the exact single value; pass 1: copies (multiref,
+   * identity) are seen through on the single side, since the parallel plan
+   * may fan a value out differently. */
+  for (int exact = 1; exact >= 0; exact--) {
+    uint32_t sv = (uint32_t)c->vl[in[first]].sv, root = c->sroot[sv];
+    uint32_t q0 = exact ? 0 : c->rv_off[root], q1 = exact ? 1 : c->rv_off[root + 1];
+    int32_t found = -1, n_found = 0, named = -1, block = -1, n_block = 0;
+    for (uint32_t q = q0; q < q1; q++) {
+      const vd_value_t *sv0 = &c->gs->values[exact ? sv : c->rv[q]];
+      const uint32_t *cons = vd_value_consumers(c->gs, sv0);
+      for (uint32_t k = 0; k < sv0->n_cons; k++) {
+        const vd_gnode_t *sn = &c->gs->nodes[cons[k]];
+        if (c->sop[sn->pnode] != op || sn->n_in != pn->n_in || sn->n_out != pn->n_out) continue;
+        const uint32_t *sin = vd_gnode_inputs(c->gs, sn);
+        int ok = 1;
+        for (uint32_t i = 0; i < pn->n_in && ok; i++) {
+          const vlin *x = &c->vl[in[i]];
+          if (partial && (!x->known || x->sv < 0)) continue;
+          ok = exact ? sin[i] == (uint32_t)x->sv : c->sroot[sin[i]] == c->sroot[x->sv];
+        }
+        if (!ok || (int32_t)cons[k] == found) continue;
+        if (found >= 0 && same_outputs(c, &c->gs->nodes[found], sn)) continue; /* one value, computed twice */
+        found = (int32_t)cons[k];
+        n_found++;
+        const char *sname = vd_plan_s(c->sp, c->sp->nodes[sn->pnode].name);
+        if (strcmp(sname, pname) == 0) named = found;
+        if (same_block_name(sname, pname)) block = found, n_block++;
+      }
     }
+    if (n_found == 1) return found;
+    if (named >= 0) return named;
+    if (n_block == 1) return block;
+    /* none or ambiguous among exact matches: the copies decide as before */
   }
-  if (n_found == 1) return found;
-  if (named >= 0) return named;
-  return n_block == 1 ? block : -1;
+  return -1;
 }
 
 static int32_t match_single(const ictx *c, const vd_gnode_t *pn, int op) { return match_single_in(c, pn, op, 0); }
@@ -739,6 +754,58 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
 
 /* ---- guesses from a consumer -------------------------------------------- */
 
+/* The producer of Gp value v and of Gs value sv are nodes of the same name
+ * and operator (the backward of one forward view, say). */
+static int same_producer(const ictx *c, uint32_t v, uint32_t sv) {
+  int32_t p = c->gp->values[v].producer, q = c->gs->values[sv].producer;
+  if (p < 0 || q < 0) return 0;
+  const vd_node_t *a = &c->pp->nodes[c->gp->nodes[p].pnode], *b = &c->sp->nodes[c->gs->nodes[q].pnode];
+  return c->pop[c->gp->nodes[p].pnode] == c->sop[c->gs->nodes[q].pnode] &&
+         !strcmp(vd_plan_s(c->pp, a->name), vd_plan_s(c->sp, b->name));
+}
+
+/* The single inputs of gradient sum sn (a multiref_backward of the parallel
+ * node's name) that parallel multiref_backward pn's inputs stand for, when
+ * the parallel fan-in is split differently (tensor parallelism sums the
+ * branches inside the TP region first, then all-reduces, then adds the rest:
+ * fewer inputs than the single node).  Each known input takes a distinct
+ * single input holding its value (exact, else the same copy root); each
+ * undecided input the one remaining single input whose producer has its
+ * producer's name and operator (the backward of the same forward node).
+ * sin[i] is input i's; 0 when some input has none or more than one.  A
+ * naming heuristic only: the guess it feeds is a candidate like any other. */
+static int fanin_inputs(const ictx *c, const vd_gnode_t *pn, const vd_gnode_t *sn, uint32_t *sin) {
+  if (pn->n_in > MAXOPD || sn->n_in > 4 * MAXOPD || sn->n_in < pn->n_in) return 0;
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn), *s_in = vd_gnode_inputs(c->gs, sn);
+  uint8_t used[4 * MAXOPD], placed[MAXOPD];
+  memset(used, 0, sizeof(used));
+  memset(placed, 0, sizeof(placed));
+  for (int exact = 1; exact >= 0; exact--)
+    for (uint32_t i = 0; i < pn->n_in; i++) {
+      const vlin *x = &c->vl[in[i]];
+      if (!x->known || placed[i]) continue;
+      for (uint32_t j = 0; j < sn->n_in && !placed[i]; j++) {
+        if (used[j] || (exact ? s_in[j] != (uint32_t)x->sv : c->sroot[s_in[j]] != c->sroot[x->sv])) continue;
+        used[j] = placed[i] = 1;
+        sin[i] = s_in[j];
+      }
+    }
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    if (c->vl[in[i]].known) {
+      if (!placed[i]) return 0;
+      continue;
+    }
+    int32_t pick = -1, n_pick = 0;
+    for (uint32_t j = 0; j < sn->n_in; j++)
+      if (!used[j] && same_producer(c, in[i], s_in[j])) pick = (int32_t)j, n_pick++;
+    if (n_pick != 1) return 0;
+    used[pick] = 1;
+    sin[i] = s_in[pick];
+  }
+  return 1;
+}
+
+
 /* A value that propagation left undecided (its producers have no rule that
  * decides it: the expert-parallel dispatch, whose unsqueeze, expand,
  * all_to_all and view chain has no single twin) gets a GUESS from one of
@@ -779,10 +846,18 @@ static int guess_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) 
   }
   if (!n_known || !n_open) return 0;
   int32_t sm = match_single_in(c, pn, op, 1);
-  if (sm < 0) return 0;
+  uint32_t sin[MAXOPD];
+  if (sm >= 0) {
+    if (pn->n_in > MAXOPD) return 0;
+    memcpy(sin, vd_gnode_inputs(c->gs, &c->gs->nodes[sm]), pn->n_in * sizeof(*sin));
+  } else if (op == VD_OP_MULTIREF_BACKWARD) {
+    sm = match_by_name(c, pn, op);
+    if (sm < 0 || !fanin_inputs(c, pn, &c->gs->nodes[sm], sin)) return 0;
+  } else {
+    return 0;
+  }
   dsu u;
   if (!node_links(c, pn, op, &u)) return 0;
-  const uint32_t *sin = vd_gnode_inputs(c->gs, &c->gs->nodes[sm]);
   /* the part the known inputs are (a SUM rule adds parts of one slice) */
   int64_t k = 0, n = 1, dk = 0;
   if (ru->lin == VD_PLIN_SUM) {
@@ -1055,6 +1130,17 @@ static int same_slice(const vlin *a, const vlin *b) {
   return 1;
 }
 
+/* The same slice (bounds and shifts) of two single values of one shape. */
+static int same_slice_shape(const ictx *c, const vlin *a, const vlin *b) {
+  if (a->nd != b->nd || a->split || b->split) return 0;
+  const vd_tensor_t *x = stens(c, a->sv), *y = stens(c, b->sv);
+  if (x->ndim != y->ndim) return 0;
+  for (int32_t i = 0; i < a->nd; i++)
+    if (x->shape[i] != y->shape[i] || a->lo[i] != b->lo[i] || a->hi[i] != b->hi[i] || a->dlo[i] != b->dlo[i])
+      return 0;
+  return 1;
+}
+
 /* accumulate / add: 0 + x = x; parts [a, a+p) + [a+p, a+p+q) of one slice
  * are parts [a, a+p+q).  Returns 1 when decided. */
 static int accum_node(ictx *c, const vd_gnode_t *pn) {
@@ -1074,6 +1160,85 @@ static int accum_node(ictx *c, const vd_gnode_t *pn) {
   l.cnt = lo->cnt + hi->cnt;
   c->vl[out] = l;
   return 1;
+}
+
+/* A plain elementwise sum of whole operands of one shape: multiref_backward,
+ * accumulate, a two-input add (no scalar). */
+static int is_sum(const vd_plan_t *p, const vd_node_t *nd, int op, uint32_t n_in) {
+  if (op == VD_OP_MULTIREF_BACKWARD || op == VD_OP_ACCUMULATE) return 1;
+  return op == VD_OP_ADD && n_in == 2 && !vd_node_attr(p, nd, "scalar");
+}
+
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* A sum whose single twin is another summing operator, or the same one
+ * with its operands in another order: the parallel plan accumulates a
+ * gradient fan-in (accumulate of a received part and a local one) where
+ * the single plan has one multiref_backward of the same two values.  When
+ * every input holds the same slice, parts and factor of single values
+ * x1..xk, and exactly one single sum node (up to equal outputs) reads the
+ * multiset {x1..xk} (exact values first, then copy roots, as match_single),
+ * the output holds that slice and parts of its output: the slice of a sum
+ * is the sum of the slices, and part k of a sum of partial sums is the sum
+ * of the parts k.  SOUNDNESS: as any rule, it only proposes a candidate.
+ * Returns 1 when decided. */
+static int sum_node(ictx *c, const vd_gnode_t *pn, int op) {
+  if (pn->n_out != 1 || pn->n_in < 2 || pn->n_in > MAXOPD || pn->n_part) return 0;
+  if (!is_sum(c->pp, &c->pp->nodes[pn->pnode], op, pn->n_in)) return 0;
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn);
+  const vlin *a = &c->vl[in[0]];
+  uint32_t want[MAXOPD], have[MAXOPD];
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    const vlin *x = &c->vl[in[i]];
+    if (!x->known || x->zero || x->sv < 0 || x->noemit || !aligned(c, in[i])) return 0;
+    if (i && (!same_slice_shape(c, a, x) || x->k0 != a->k0 || x->cnt != a->cnt || x->n != a->n || x->dk != a->dk ||
+              x->f != a->f))
+      return 0;
+  }
+  const vd_tensor_t *at = stens(c, a->sv);
+  for (int exact = 1; exact >= 0; exact--) {
+    for (uint32_t i = 0; i < pn->n_in; i++)
+      want[i] = exact ? (uint32_t)c->vl[in[i]].sv : c->sroot[c->vl[in[i]].sv];
+    qsort(want, pn->n_in, sizeof(*want), cmp_u32);
+    uint32_t root = c->sroot[a->sv];
+    int32_t found = -1, n_found = 0;
+    for (uint32_t q = c->rv_off[root]; q < c->rv_off[root + 1]; q++) {
+      const vd_value_t *sv0 = &c->gs->values[c->rv[q]];
+      if (exact && c->rv[q] != (uint32_t)a->sv) continue;
+      const uint32_t *cons = vd_value_consumers(c->gs, sv0);
+      for (uint32_t k = 0; k < sv0->n_cons; k++) {
+        const vd_gnode_t *sn = &c->gs->nodes[cons[k]];
+        int sop = c->sop[sn->pnode];
+        if ((int32_t)cons[k] == found || sn->n_in != pn->n_in || sn->n_out != 1 || sn->n_part || sop < 0 ||
+            !is_sum(c->sp, &c->sp->nodes[sn->pnode], sop, sn->n_in))
+          continue;
+        const uint32_t *sin = vd_gnode_inputs(c->gs, sn);
+        const vd_tensor_t *ot = stens(c, (int32_t)vd_gnode_outputs(c->gs, sn)[0]);
+        int ok = ot->ndim == at->ndim;
+        for (int32_t j = 0; j < at->ndim && ok; j++) ok = ot->shape[j] == at->shape[j];
+        for (uint32_t i = 0; i < sn->n_in && ok; i++) have[i] = exact ? sin[i] : c->sroot[sin[i]];
+        if (!ok) continue;
+        qsort(have, sn->n_in, sizeof(*have), cmp_u32);
+        if (memcmp(have, want, sn->n_in * sizeof(*have))) continue;
+        if (found >= 0 && same_outputs(c, &c->gs->nodes[found], sn)) continue;
+        found = (int32_t)cons[k];
+        n_found++;
+      }
+    }
+    if (n_found > 1) return 0;
+    if (n_found == 1) {
+      vlin l = *a;
+      l.sv = (int32_t)vd_gnode_outputs(c->gs, &c->gs->nodes[found])[0];
+      l.guess = 0;
+      for (uint32_t i = 1; i < pn->n_in; i++) l.uni &= c->vl[in[i]].uni;
+      c->vl[vd_gnode_outputs(c->gp, pn)[0]] = l;
+      return 1;
+    }
+  }
+  return 0;
 }
 
 static int attr_dim(const ictx *c, const vd_gnode_t *pn, int32_t nd, int32_t *dim) {
@@ -1271,9 +1436,13 @@ static void propagate(ictx *c) {
     if (seeded) continue;
     switch (ru->kind) {
     case VD_PROP_COPY: copy_node(c, pn, op); break;
-    case VD_PROP_MAP: map_node(c, gi, op, ru); break;
+    case VD_PROP_MAP:
+      map_node(c, gi, op, ru);
+      if (!c->vl[out[0]].known) sum_node(c, pn, op);
+      break;
     case VD_PROP_ACCUM:
       if (!accum_node(c, pn)) map_node(c, gi, op, ru);
+      if (!c->vl[out[0]].known) sum_node(c, pn, op);
       break;
     case VD_PROP_SCALE:
       map_node(c, gi, op, ru);

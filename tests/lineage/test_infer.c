@@ -38,9 +38,12 @@ static void test_rules_complete(void **st) {
 }
 
 /* Infers on config c stripped; every candidate agrees with the generator's
- * annotation where it wrote one.  Each name in want (NULL-terminated) must
- * get a candidate on every rank that holds it. */
-static void infer_check(const vd_gen_config *cfg, const char *const *want) {
+ * annotation where it wrote one (with copies_renamed, only where both name
+ * the same single tensor: a copy whose fan-out differs from the single
+ * plan's names the copied value, an equal value under another name).  Each
+ * name in want (NULL-terminated) must get a candidate on every rank that
+ * holds it. */
+static void infer_check_ex(const vd_gen_config *cfg, const char *const *want, int copies_renamed) {
   vd_gen_config c = *cfg;
   int64_t dp = c.dp, nm = c.nm;
   vd_plan_t s, p, full;
@@ -68,9 +71,11 @@ static void infer_check(const vd_gen_config *cfg, const char *const *want) {
     const vd_tensor_t *a = &p.tensors[t], *b = &full.tensors[t];
     /* a candidate is never put on a tensor read before it is written */
     assert_true(gp.values[vd_graph_first(&gp, (uint32_t)t, 0, a->scope == VD_SCOPE_PER_MB ? 0 : -1)].producer >= 0);
-    if (!b->has_lin) continue;
+    if (!b->has_lin || (copies_renamed && a->lin.full != b->lin.full)) continue;
     /* where the generator annotated the tensor, the candidate says the same */
-    assert_int_equal(a->lin.full, b->lin.full);
+    if (a->lin.full != b->lin.full)
+      fail_msg("'%s': candidate names single tensor %lld, the generator %lld", vd_plan_s(&p, a->name),
+               (long long)a->lin.full, (long long)b->lin.full);
     assert_memory_equal(a->lin.lo, b->lin.lo, sizeof(a->lin.lo[0]) * (size_t)a->ndim);
     assert_memory_equal(a->lin.hi, b->lin.hi, sizeof(a->lin.hi[0]) * (size_t)a->ndim);
     assert_int_equal(a->lin.part_n, b->lin.part_n);
@@ -99,6 +104,8 @@ static void infer_check(const vd_gen_config *cfg, const char *const *want) {
   vd_plan_free(&p);
   vd_plan_free(&full);
 }
+
+static void infer_check(const vd_gen_config *cfg, const char *const *want) { infer_check_ex(cfg, want, 0); }
 
 static void infer_mlp(int64_t dp, int64_t tp, int64_t nm) {
   vd_gen_config c;
@@ -246,6 +253,107 @@ static void test_infer_factors(void **st) {
   factor_case(1.0, 0);
 }
 
+/* single: x1, x2 = multiref(x [4,2]); y = cast(x1); y1, y2 = multiref(y);
+ * a = neg(y1); b = exp(x2).  x, x1, x2, y, y1, y2 are one value (copies),
+ * and both multirefs read it.  parallel: the same on rows [0,2) of x.  The
+ * parallel multiref of y' must name y's multiref outputs (y1, y2), not
+ * x's (x1, x2): a stage proves y1' from the lineage point y', and it does
+ * not see that y' is a copy of x1 (nnScaler's `float` casts between two
+ * multirefs; the candidate named after x1 failed and cost a round). */
+static void test_infer_exact_copy(void **st) {
+  (void)st;
+  vd_plan_t s, p;
+  pb_ctx c;
+  const char *nm[] = {"x", "x1", "x2", "y", "y1", "y2", "a", "b"};
+  uint32_t t[8], q[8];
+  pb_begin(&c, &s, VD_PLAN_SINGLE, 1, 1, 1);
+  int32_t f = pb_segment(&c, "fwd");
+  for (int i = 0; i < 8; i++) /* ids 1..8 */
+    t[i] = pb_tensor(&c, nm[i], 0, i == 0 ? VD_ROLE_INPUT : i >= 6 ? VD_ROLE_LOSS : VD_ROLE_ACT, VD_SCOPE_PER_MB,
+                     2, 4, 2);
+  pb_node(&c, "multiref", "mr0", 0, f, VD_PHASE_FWD, PB_T(t[0]), (uint32_t[]){t[1], t[2]}, 2);
+  pb_node(&c, "cast", "float", 0, f, VD_PHASE_FWD, PB_T(t[1]), PB_T(t[3]));
+  pb_node(&c, "multiref", "mr1", 0, f, VD_PHASE_FWD, PB_T(t[3]), (uint32_t[]){t[4], t[5]}, 2);
+  pb_node(&c, "neg", "a", 0, f, VD_PHASE_FWD, PB_T(t[4]), PB_T(t[6]));
+  pb_node(&c, "exp", "b", 0, f, VD_PHASE_FWD, PB_T(t[2]), PB_T(t[7]));
+  pb_step(&c, 0, f, 0);
+  assert_int_equal(c.rc, VD_OK);
+  pb_begin(&c, &p, VD_PLAN_PARALLEL, 1, 1, 1);
+  f = pb_segment(&c, "fwd");
+  for (int i = 0; i < 8; i++) q[i] = pb_tensor(&c, nm[i], 0, i == 0 ? VD_ROLE_INPUT : VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  pb_lin(&c, q[0], 1, 0, 2, 0, 2, 0, 1);
+  pb_node(&c, "multiref", "mr0", 0, f, VD_PHASE_FWD, PB_T(q[0]), (uint32_t[]){q[1], q[2]}, 2);
+  pb_node(&c, "cast", "float", 0, f, VD_PHASE_FWD, PB_T(q[1]), PB_T(q[3]));
+  pb_node(&c, "multiref", "mr1", 0, f, VD_PHASE_FWD, PB_T(q[3]), (uint32_t[]){q[4], q[5]}, 2);
+  pb_node(&c, "neg", "a", 0, f, VD_PHASE_FWD, PB_T(q[4]), PB_T(q[6]));
+  pb_node(&c, "exp", "b", 0, f, VD_PHASE_FWD, PB_T(q[2]), PB_T(q[7]));
+  pb_step(&c, 0, f, 0);
+  assert_int_equal(c.rc, VD_OK);
+  uint8_t *inf = NULL;
+  vd_lin_infer_stats is;
+  run_infer(&s, &p, &inf, &is);
+  for (int i = 1; i < 8; i++) {
+    if (!inf[q[i]]) fail_msg("no candidate for '%s'", nm[i]);
+    /* each names its own single tensor: y1' is y1 (id 5), not x1 (id 2) */
+    assert_int_equal(p.tensors[q[i]].lin.full, i + 1);
+    assert_int_equal(p.tensors[q[i]].lin.hi[0], 2);
+  }
+  vd_free(inf);
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+/* single: x1, x2 = multiref(x [4,2]); u = neg(x1); v = exp(x2);
+ * g = multiref_backward(u, v); l = neg(g).  parallel, on rows [0,2) of x:
+ * the same but the fan-in is summed in place, v' = accumulate(v', u')
+ * (nnScaler accumulates a received gradient with a local one where the
+ * single plan has one multiref_backward, operands in the other order).
+ * v''s final value is rows [0,2) of g, and l' of l. */
+static void test_infer_sum_twin(void **st) {
+  (void)st;
+  vd_plan_t s, p;
+  pb_ctx c;
+  const char *nm[] = {"x", "x1", "x2", "u", "v", "g", "l"};
+  uint32_t t[7], q[7];
+  pb_begin(&c, &s, VD_PLAN_SINGLE, 1, 1, 1);
+  int32_t f = pb_segment(&c, "fwd");
+  for (int i = 0; i < 7; i++) /* ids 1..7 */
+    t[i] = pb_tensor(&c, nm[i], 0, i == 0 ? VD_ROLE_INPUT : i == 6 ? VD_ROLE_LOSS : VD_ROLE_ACT, VD_SCOPE_PER_MB,
+                     2, 4, 2);
+  pb_node(&c, "multiref", "mr", 0, f, VD_PHASE_FWD, PB_T(t[0]), (uint32_t[]){t[1], t[2]}, 2);
+  pb_node(&c, "neg", "u", 0, f, VD_PHASE_FWD, PB_T(t[1]), PB_T(t[3]));
+  pb_node(&c, "exp", "v", 0, f, VD_PHASE_FWD, PB_T(t[2]), PB_T(t[4]));
+  pb_node(&c, "multiref_backward", "BW.mr", 0, f, VD_PHASE_FWD, (uint32_t[]){t[3], t[4]}, 2, PB_T(t[5]));
+  pb_node(&c, "neg", "l", 0, f, VD_PHASE_FWD, PB_T(t[5]), PB_T(t[6]));
+  pb_step(&c, 0, f, 0);
+  assert_int_equal(c.rc, VD_OK);
+  pb_begin(&c, &p, VD_PLAN_PARALLEL, 1, 1, 1);
+  f = pb_segment(&c, "fwd");
+  for (int i = 0; i < 7; i++) {
+    if (i == 5) continue; /* the sum lands in v' */
+    q[i] = pb_tensor(&c, nm[i], 0, i == 0 ? VD_ROLE_INPUT : VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  }
+  pb_lin(&c, q[0], 1, 0, 2, 0, 2, 0, 1);
+  pb_node(&c, "multiref", "mr", 0, f, VD_PHASE_FWD, PB_T(q[0]), (uint32_t[]){q[1], q[2]}, 2);
+  pb_node(&c, "neg", "u", 0, f, VD_PHASE_FWD, PB_T(q[1]), PB_T(q[3]));
+  pb_node(&c, "exp", "v", 0, f, VD_PHASE_FWD, PB_T(q[2]), PB_T(q[4]));
+  pb_node(&c, "accumulate", "acc.v", 0, f, VD_PHASE_FWD, (uint32_t[]){q[4], q[3]}, 2, PB_T(q[4]));
+  pb_node(&c, "neg", "l", 0, f, VD_PHASE_FWD, PB_T(q[4]), PB_T(q[6]));
+  pb_step(&c, 0, f, 0);
+  assert_int_equal(c.rc, VD_OK);
+  uint8_t *inf = NULL;
+  vd_lin_infer_stats is;
+  run_infer(&s, &p, &inf, &is);
+  assert_true(inf[q[4]] && inf[q[6]]);
+  assert_int_equal(p.tensors[q[4]].lin.full, 6); /* g: v''s final value is the sum */
+  assert_int_equal(p.tensors[q[4]].lin.hi[0], 2);
+  assert_int_equal(p.tensors[q[4]].lin.part_n, 1);
+  assert_int_equal(p.tensors[q[6]].lin.full, 7);
+  vd_free(inf);
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
 static void small_llama(vd_gen_config *c) {
   vd_gen_config_default(c);
   c->model = VD_GEN_LLAMA3;
@@ -313,16 +421,39 @@ static void test_infer_ep_guess(void **st) {
    * another name than the generator's annotation) */
 }
 
+/* Expert and tensor parallelism: the gradient fan-in of the normalised
+ * input is summed in two steps (the TP region's branches, all-reduce, then
+ * the router's), so its first multiref_backward has fewer inputs than the
+ * single one.  Its undecided input, the tokens' gradient out of the
+ * dispatch's backward, gets the single input whose producer is the
+ * backward of the same view (fanin_inputs); without it nothing below the
+ * MoE block's backward had a candidate and one stage spanned both layers'
+ * backward (over 120 s at dp2 tp2 pp2 nm2). */
+static void test_infer_ep_tp_fanin(void **st) {
+  (void)st;
+  vd_gen_config c;
+  vd_gen_config_default(&c);
+  c.model = VD_GEN_MOE;
+  c.layers = 2, c.hidden = 16, c.heads = 4, c.seq = 8, c.batch = 8;
+  c.ep = 2, c.tp = 2;
+  const char *want[] = {"layers.1.ffn_norm@layers.1.moe.tokens.grad", "layers.0.ffn_norm@layers.0.moe.tokens.grad",
+                        "layers.0.moe.shared.up.grad", NULL};
+  infer_check_ex(&c, want, 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rules_complete),
       cmocka_unit_test(test_infer_mlp),
       cmocka_unit_test(test_infer_chunk_rebase),
       cmocka_unit_test(test_infer_factors),
+      cmocka_unit_test(test_infer_exact_copy),
+      cmocka_unit_test(test_infer_sum_twin),
       cmocka_unit_test(test_infer_cp_split_view),
       cmocka_unit_test(test_infer_loss_mask),
       cmocka_unit_test(test_infer_grad_clip),
       cmocka_unit_test(test_infer_ep_guess),
+      cmocka_unit_test(test_infer_ep_tp_fanin),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
