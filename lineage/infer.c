@@ -19,9 +19,16 @@
  *    links input and output dimensions, so an output dimension takes the
  *    slice of a linked input dimension, a dimension held whole stays whole,
  *    and a sliced dimension that no output keeps (a contraction) makes the
- *    output a partial sum, its part index the slice's position;
+ *    output a partial sum, its part index the slice's position.
+ *    The single node reading exactly the named single values is preferred
+ *    to one reading other copies of them (match_single's exact pass);
+ *  - sums (sum_node): accumulate, multiref_backward or a two-input add of
+ *    one slice of single values x1..xk is that slice of the single sum of
+ *    the same multiset, whichever of the three operators computes it;
  *  - collectives: all_reduce makes partial sums whole, all_gather
  *    concatenates slices, reduce_scatter sums and slices, send/recv move.
+ * Where propagation stops, guesses from consumers (guess_node,
+ * guess_outputs, fanin_inputs) seed it again; each is only a candidate.
  * Where a rule cannot decide, the value has no lineage, and neither has
  * anything computed from it: its stage grows to the next lineage.
  *

@@ -764,7 +764,7 @@ vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, cons
   vd_smt_set_timeout(s, o->timeout_ms);
   vd_smt_set_seed(s, o->seed ? o->seed : (uint64_t)VD_LIM_SEED);
   vd_smt_set_fast_path(s, o->fast_path);
-  vd_smt_set_witness_first(s, o->witness_first && st->n_nodes > VD_STAGE_WITNESS_FIRST_NODES);
+  vd_smt_set_witness_first(s, o->witness_first && st->n_nodes > o->witness_first);
   if (o->budget == UINT64_MAX) vd_smt_set_budget(s, 0, 0);
   else if (o->budget) vd_smt_set_budget(s, o->budget, o->budget);
   else vd_smt_set_budget(s, VD_SMT_DEFAULT_NF_STEPS, VD_SMT_DEFAULT_RLIMIT);
@@ -837,6 +837,13 @@ vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, cons
                (unsigned long long)r.nf_steps, r.nf_gave_up ? ", gave up" : "", where);
     else
       snprintf(v->reason, sizeof(v->reason), "solver: %s; %s", r.reason[0] ? r.reason : "unknown", where);
+  } else if (r.verdict == VD_SMT_NOT_EQUIVALENT && o->verdict_only) {
+    /* OPTIMIZATION-ONLY: the difference is proved (a witness or the
+     * solver's model); reading its values back and trying the refined
+     * diagnoses costs 5-10 times the check itself, for a failure the
+     * caller will not report. */
+    v->diagnosis = VD_DX_WRONG_VALUE;
+    snprintf(v->reason, sizeof(v->reason), "%zu element(s) differ (values not read: verdict only)", r.n_diffs);
   } else if (r.verdict == VD_SMT_NOT_EQUIVALENT) {
     if ((rc = record_cex(&c, &pl, &r, v)) != VD_OK) goto done;
     if (r.n_diffs > 0 && st->n_nodes > VD_STAGE_CLASSIFY_MAX_NODES) {

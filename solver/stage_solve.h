@@ -55,13 +55,15 @@ typedef struct {
   int64_t max_elems;     /* refuse (inconclusive) stages with a value larger than this */
   size_t max_cex_elems;  /* counterexample elements kept; 0 = VD_LIM_CEX_ELEMS */
   uint64_t seed;         /* of the solver's random witness; 0 = VD_LIM_SEED */
-  int witness_first;     /* OPTIMIZATION-ONLY: stages of more than VD_STAGE_WITNESS_FIRST_NODES
-                          * nodes try the random witness first (they are probably failing) */
+  uint32_t witness_first; /* OPTIMIZATION-ONLY: 0, or a node count: stages of more nodes try the
+                            * random witness first (the caller expects them to fail) */
+  int verdict_only;      /* OPTIMIZATION-ONLY: a failure's values and diagnosis are not computed
+                          * (the caller never reports it: a stage targeting an inferred
+                          * candidate); the verdict is the same */
 } vd_stage_solve_opts;
 
-/* A stage this large whose caller expects a failure (witness_first) pays
- * one evaluation of its terms before the normal form; smaller ones are
- * cheap either way. */
+/* A stage this large whose caller expects a failure pays one evaluation of
+ * its terms before the normal form; smaller ones are cheap either way. */
 #define VD_STAGE_WITNESS_FIRST_NODES 200
 
 /* Proves or refutes stage st.  s is the calling thread's context; it is reset

@@ -662,7 +662,7 @@ vd_rc vd_findings_build(const vd_run *r, vd_findings *out, vd_diag *d) {
     }
   }
   if (keys.oom) goto oom;
-  qsort(keys.v, keys.n, sizeof(*keys.v), kv_cmp);
+  if (keys.n > 1) qsort(keys.v, keys.n, sizeof(*keys.v), kv_cmp); /* keys.v is NULL when empty */
   for (size_t k = 1; k < keys.n; k++)
     if (!strcmp(keys.v[k].key, keys.v[k - 1].key)) {
       /* C| keys join a stage to an issue only (two stages need N| or S|). */
@@ -790,7 +790,7 @@ vd_rc vd_findings_build(const vd_run *r, vd_findings *out, vd_diag *d) {
     f->layers = ft.l;
     f->n_layers = uniq_i32(ft.l, ft.nl);
   }
-  qsort(out->v, out->n, sizeof(*out->v), cmp_finding);
+  if (out->n > 1) qsort(out->v, out->n, sizeof(*out->v), cmp_finding);
   goto done;
 oom:
   rc = VD_OOM(d);

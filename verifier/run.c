@@ -14,6 +14,7 @@
 
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -34,6 +35,7 @@ void vd_run_free(vd_run *r) {
   vd_free(r->stage_rc);
   vd_free(r->issues);
   vd_free(r->inferred);
+  vd_free(r->dropped);
   vd_free(r->pv_pool);
   vd_free(r->pv);
   vd_stage_set_free(&r->set);
@@ -184,6 +186,10 @@ static vd_rc remember_proven(vd_run *r) {
   return rc;
 }
 
+/* Rounds of cut-and-solve when candidates are dropped (each round drops at
+ * least one, so this bounds the work, not the outcome's soundness). */
+#define VD_RUN_MAX_INFER_ROUNDS 16
+
 /* The round from which a failing candidate takes its descendants with it
  * (taint_descendants) and large stages try the witness first. */
 #define VD_RUN_TAINT_ROUND 3
@@ -191,6 +197,8 @@ static vd_rc remember_proven(vd_run *r) {
 static vd_rc recut_reported(vd_run *r, const vd_run_opts *o, vd_diag *d);
 static int targets_candidate(const vd_run *r, const vd_stage *st);
 static int round_drops(const vd_run *r);
+static size_t mark_grounded(const vd_run *r, const vd_run_opts *o, const uint8_t *done, uint8_t *grounded);
+static void demote_ungrounded(vd_run *r, const uint8_t *grounded, uint8_t *mark);
 
 /* Whether every target of st is an annotated value (no inferred candidate):
  * its failure is a failure of the plan. */
@@ -213,13 +221,79 @@ static int plan_targets_only(const vd_run *r, const vd_stage *st) { return !r->i
  * solves every tier. */
 static const uint32_t vd_run_tier_nodes[] = {64, 400};
 
+/* Stages that grew over a dropped candidate try the witness first from this
+ * size on (a failing stage of 100 nodes: 20 ms for the witness, 5 times that
+ * for the normal form's probe; a correct one pays one evaluation). */
+#define VD_RUN_GROWN_WITNESS_NODES 64
+
+/* Whether stage st computes a value of a tensor whose candidate was dropped
+ * in an earlier round (it grew over it). */
+static int grew_over_dropped(const vd_run *r, const vd_stage *st) {
+  if (!r->dropped || st->compact) return 0;
+  for (uint32_t k = 0; k < st->n_vals; k++)
+    if (st->vals[k].side && st->vals[k].producer >= 0 && r->dropped[r->pg.values[st->vals[k].value].tensor]) return 1;
+  return 0;
+}
+
+struct seg_key {
+  uint32_t nodes, id;
+};
+
+static int seg_key_cmp(const void *a, const void *b) {
+  const struct seg_key *x = a, *y = b;
+  if (x->nodes != y->nodes) return x->nodes < y->nodes ? -1 : 1;
+  return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* The class representatives reps[0..n_reps) in solving order, cut into
+ * segments (seg_end[k]: end of segment k in order[]; at most n_tiers + 65).
+ * The tiers of vd_run_tier_nodes come first, each in stage order.  With
+ * candidates, the last tier (the stages past every tier bound: model-sized
+ * ones past a bug) is sorted by size and cut into chunks of 1, 2, 4, ...
+ * stages, so that the smallest of them is solved first, alone, and a
+ * grounded failure there ends the round before the others are solved
+ * (solve_stages).  A correct plan solves every chunk: log2 of their count
+ * extra barriers.  The order depends on the stages only: deterministic. */
+static void order_segments(const vd_run *r, const uint32_t *reps, size_t n_reps, uint32_t *order, size_t *seg_end,
+                           size_t *n_seg) {
+  size_t n_tiers = sizeof(vd_run_tier_nodes) / sizeof(vd_run_tier_nodes[0]), at = 0, ns = 0;
+  int chunk = r->inferred && r->infer.n_inferred;
+  for (size_t t = 0; t <= n_tiers; t++) {
+    uint32_t lo = t ? vd_run_tier_nodes[t - 1] : 0, hi = t < n_tiers ? vd_run_tier_nodes[t] : UINT32_MAX;
+    size_t start = at;
+    for (size_t k = 0; k < n_reps; k++) {
+      uint32_t nn = r->set.stages[reps[k]].n_nodes;
+      if ((t == 0 || nn > lo) && nn <= hi) order[at++] = reps[k];
+    }
+    struct seg_key *key = t == n_tiers && chunk && at - start > 1 ? vd_calloc(at - start, sizeof(*key)) : NULL;
+    if (!key) { /* one segment (also without memory: OPTIMIZATION-ONLY) */
+      seg_end[ns++] = at;
+      continue;
+    }
+    for (size_t k = start; k < at; k++) key[k - start] = (struct seg_key){r->set.stages[order[k]].n_nodes, order[k]};
+    qsort(key, at - start, sizeof(*key), seg_key_cmp);
+    for (size_t k = start; k < at; k++) order[k] = key[k - start].id;
+    vd_free(key);
+    for (size_t e = start, c = 1; e < at; c *= 2) {
+      e = at - e > c && ns < n_tiers + 64 ? e + c : at;
+      seg_end[ns++] = e;
+    }
+  }
+  *n_seg = ns;
+}
+
 static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   size_t n = r->set.n_stages;
   r->verdicts = vd_calloc(n ? n : 1, sizeof(*r->verdicts));
   r->stage_rc = vd_calloc(n ? n : 1, sizeof(*r->stage_rc));
   uint32_t *reps = vd_calloc(n ? n : 1, sizeof(*reps));
-  if (!r->verdicts || !r->stage_rc || !reps) {
+  /* done[i]: stage i's verdict is set (solved, skipped, or proven in an
+   * earlier round); fresh[i]: solved in a context of its own */
+  uint8_t *done = vd_calloc(n ? n : 1, 1), *fresh = vd_calloc(n ? n : 1, 1);
+  if (!r->verdicts || !r->stage_rc || !reps || !done || !fresh) {
     vd_free(reps);
+    vd_free(done);
+    vd_free(fresh);
     return VD_OOM(d);
   }
   size_t n_reps = 0;
@@ -233,10 +307,13 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
       if (stage_sig(r, st, &sigbuf, &sigcap, &ns) != VD_OK) {
         vd_free(reps);
         vd_free(sigbuf);
+        vd_free(done);
+        vd_free(fresh);
         return VD_OOM(d);
       }
       if (sig_known(r, sigbuf, ns)) {
         r->verdicts[i].verdict = VD_SMT_EQUIVALENT;
+        done[i] = 1;
         snprintf(r->verdicts[i].reason, sizeof(r->verdicts[i].reason), "proven in an earlier round");
         r->n_reused_rounds++;
         continue;
@@ -246,82 +323,79 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   }
   vd_free(sigbuf);
   r->n_classes = n_reps;
-  /* Tiers by size (stable within a tier, so the order stays the stage
-   * order): see VD_RUN_TIER_NODES. */
-  uint32_t *tier_end = NULL, *tier_sorted = NULL;
+  /* Segments: the tiers by size (stable within a tier, so the order stays
+   * the stage order; see vd_run_tier_nodes), the last one cut into chunks of
+   * 1, 2, 4, ... stages by size when there are candidates (order_segments). */
   size_t n_tiers = sizeof(vd_run_tier_nodes) / sizeof(vd_run_tier_nodes[0]);
   vd_free(r->skipped);
   uint8_t *skipped = r->skipped = vd_calloc(n ? n : 1, 1);
-  if (!skipped) {
+  uint32_t *order = vd_calloc(n_reps ? n_reps : 1, sizeof(*order));
+  uint32_t *todo = vd_calloc(n_reps ? n_reps : 1, sizeof(*todo));
+  size_t seg_end[sizeof(vd_run_tier_nodes) / sizeof(vd_run_tier_nodes[0]) + 65], n_seg = 0;
+  if (!skipped || !done || !fresh || !order || !todo) {
+    vd_free(done);
+    vd_free(fresh);
+    vd_free(order);
+    vd_free(todo);
     vd_free(reps);
     return VD_OOM(d);
   }
-  {
-    uint32_t *sorted = vd_calloc(n_reps ? n_reps : 1, sizeof(*sorted));
-    tier_end = vd_calloc(n_tiers + 1, sizeof(*tier_end));
-    if (!sorted || !tier_end) {
-      vd_free(sorted);
-      vd_free(tier_end);
-      vd_free(reps);
-      return VD_OOM(d);
-    }
-    size_t at = 0;
-    for (size_t t = 0; t <= n_tiers; t++) {
-      uint32_t lo = t ? vd_run_tier_nodes[t - 1] : 0, hi = t < n_tiers ? vd_run_tier_nodes[t] : UINT32_MAX;
-      for (size_t k = 0; k < n_reps; k++) {
-        uint32_t nn = r->set.stages[reps[k]].n_nodes;
-        if ((t == 0 || nn > lo) && nn <= hi) sorted[at++] = reps[k];
-      }
-      tier_end[t] = (uint32_t)at;
-    }
-    memcpy(reps, sorted, n_reps * sizeof(*reps));
-    tier_sorted = sorted; /* the tiers' order, kept while reps is partitioned */
-  }
+  order_segments(r, reps, n_reps, order, seg_end, &n_seg);
   vd_stage_solve_opts so = {.timeout_ms = o->stage_timeout_ms, .budget = o->stage_budget,
                             .fast_path = !o->no_fast_path, .max_elems = VD_LIM_STAGE_MAX_ELEMS,
                             .max_cex_elems = VD_LIM_CEX_ELEMS, .seed = o->seed,
                             /* once candidates failed in a chain (taint_descendants),
                              * a large stage probably fails: a bug upstream */
-                            .witness_first = r->infer_rounds > VD_RUN_TAINT_ROUND};
-  size_t done = 0;
+                            .witness_first = r->infer_rounds > VD_RUN_TAINT_ROUND ? VD_STAGE_WITNESS_FIRST_NODES : 0};
+  size_t done_count = 0;
   double t0 = vd_clock_s();
   vd_rc first_rc = VD_OK;
   vd_diag first_diag;
   vd_diag_clear(&first_diag);
   int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
   r->threads_used = threads;
-  size_t tier_lo = 0, failed_tier = SIZE_MAX;
-  for (size_t t = 0; t <= n_tiers; tier_lo = tier_end[t], t++) {
-    size_t tier_hi = tier_end[t];
-    if (failed_tier != SIZE_MAX) {
-      /* SOUNDNESS: the verdict is already NOT EQUIVALENT (a smaller stage
-       * whose targets are all annotated failed); the stages of this tier
-       * that target only annotated values are left unsolved and say so,
-       * never counted as proved.  A stage targeting an inferred candidate
-       * is still solved: its outcome decides whether the candidate is kept
-       * (a candidate left unproved would be dropped in another round). */
-      size_t w = tier_lo;
-      for (size_t k = tier_lo; k < tier_hi; k++)
-        if (!plan_targets_only(r, &r->set.stages[reps[k]])) reps[w++] = reps[k];
-      size_t solve_hi = w;
-      /* reps[solve_hi..tier_hi) are refilled with the skipped ones. */
-      size_t q = solve_hi;
-      for (size_t k = 0; k < n_reps && q < tier_hi; k++) {
-        uint32_t i = tier_sorted[k];
-        uint32_t nn = r->set.stages[i].n_nodes;
-        int in_tier = (t == 0 || nn > vd_run_tier_nodes[t - 1]) && (t == n_tiers || nn <= vd_run_tier_nodes[t]);
-        if (!in_tier || !plan_targets_only(r, &r->set.stages[i])) continue;
-        reps[q++] = i;
-        vd_stage_verdict *v = &r->verdicts[i];
+  /* plan_fail_nodes: size of the smallest stage targeting only annotated
+   * values that failed (0: none yet); stop_stage: the first grounded
+   * failure (SIZE_MAX: none yet). */
+  uint32_t plan_fail_nodes = 0;
+  size_t stop_stage = SIZE_MAX;
+  int cands = r->inferred && r->infer.n_inferred;
+  uint32_t big = vd_run_tier_nodes[n_tiers - 1];
+  for (size_t sg = 0, lo = 0; sg < n_seg; lo = seg_end[sg], sg++) {
+    size_t hi = seg_end[sg], n_todo = 0;
+    for (size_t k = lo; k < hi; k++) {
+      uint32_t i = order[k];
+      const vd_stage *st = &r->set.stages[i];
+      vd_stage_verdict *v = &r->verdicts[i];
+      if (stop_stage != SIZE_MAX) {
+        /* OPTIMIZATION-ONLY: stage stop_stage is a grounded failure
+         * (mark_grounded): the plans differ whatever this stage gives. */
         v->verdict = VD_SMT_INCONCLUSIVE;
         snprintf(v->reason, sizeof(v->reason),
-                 "not solved: a stage of at most %u nodes already proves the plans differ, and a stage of %u nodes "
+                 "not solved: stage %zu already proves the plans differ (a grounded failure, docs/verifier.md 1b), "
+                 "and this stage of %u nodes is solved after it",
+                 stop_stage, st->n_nodes);
+      } else if (plan_fail_nodes && plan_targets_only(r, st)) {
+        /* SOUNDNESS: the verdict is already NOT EQUIVALENT when this is the
+         * last round (a smaller stage whose targets are all annotated
+         * failed: with no candidate dropped it is grounded); the stages
+         * that target only annotated values are left unsolved and say so,
+         * never counted as proved.  A stage targeting an inferred candidate
+         * is still solved: its outcome decides whether the candidate is
+         * kept (a candidate left unproved would be dropped in another
+         * round). */
+        v->verdict = VD_SMT_INCONCLUSIVE;
+        snprintf(v->reason, sizeof(v->reason),
+                 "not solved: a stage of %u nodes already proves the plans differ, and a stage of %u nodes "
                  "is cut past that failure (docs/verifier.md 6)",
-                 vd_run_tier_nodes[failed_tier], nn);
-        skipped[i] = 1;
+                 plan_fail_nodes, st->n_nodes);
+      } else {
+        todo[n_todo++] = i;
+        continue;
       }
-      done += tier_hi - solve_hi;
-      tier_hi = solve_hi;
+      skipped[i] = 1;
+      done[i] = 1;
+      done_count++;
     }
 #pragma omp parallel num_threads(threads)
   {
@@ -330,16 +404,34 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     vd_diag_clear(&td);
     vd_rc trc = vd_smt_new(&s, &td);
 #pragma omp for schedule(dynamic, 1)
-    for (size_t k = tier_lo; k < tier_hi; k++) {
-      uint32_t i = reps[k];
+    for (size_t k = 0; k < n_todo; k++) {
+      uint32_t i = todo[k];
       vd_diag sd;
       vd_diag_clear(&sd);
+      /* OPTIMIZATION-ONLY: a stage of the last tier is solved in a context
+       * of its own, as the reported-failure pass below would solve it: when
+       * it fails, its counterexample is already the deterministic one and
+       * is not recomputed (a model-sized stage past a bug: seconds each). */
+      int own = trc == VD_OK && r->set.stages[i].n_nodes > big;
+      /* OPTIMIZATION-ONLY: a failure targeting a candidate is never
+       * reported (it is dropped, or demoted in the last round) */
+      vd_stage_solve_opts sso = so;
+      sso.verdict_only = cands && targets_candidate(r, &r->set.stages[i]);
+      /* OPTIMIZATION-ONLY: a stage that grew over a candidate dropped in
+       * an earlier round probably fails again (a bug upstream): the
+       * witness first, from a smaller size on */
+      if (!sso.witness_first && grew_over_dropped(r, &r->set.stages[i])) sso.witness_first = VD_RUN_GROWN_WITNESS_NODES;
+      vd_smt *os = NULL;
+      vd_rc orc = own ? vd_smt_new(&os, &sd) : VD_OK;
       /* Once Z3 ran out of memory anywhere, no stage is started: the run
        * ends in "out of memory" (solver/smt.c, "out of memory"). */
       vd_rc rc = trc != VD_OK            ? trc
+                 : orc != VD_OK           ? orc
                  : vd_smt_out_of_memory() ? vd_diag_set(&sd, VD_ENOMEM, __FILE__, __LINE__, NULL, NULL, NULL,
                                                         "out of memory (Z3)")
-                                          : vd_stage_solve(s, &r->lt, &r->set.stages[i], &so, &r->verdicts[i], &sd);
+                                          : vd_stage_solve(own ? os : s, &r->lt, &r->set.stages[i], &sso, &r->verdicts[i], &sd);
+      vd_smt_free(os);
+      fresh[i] = own && rc == VD_OK;
       r->stage_rc[i] = rc;
       if (rc != VD_OK) {
         /* The machinery failed on this stage: inconclusive, with the reason. */
@@ -355,19 +447,37 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
       }
       size_t now;
 #pragma omp atomic capture
-      now = ++done;
+      now = ++done_count;
 #pragma omp critical(vd_run_progress)
       vd_progress_solve(&r->prog, now, n_reps, t0);
     }
     vd_smt_free(s);
   }
-    if (t < n_tiers)
-      for (size_t k = tier_lo; k < tier_hi && failed_tier == SIZE_MAX; k++)
-        if (r->verdicts[reps[k]].verdict == VD_SMT_NOT_EQUIVALENT && plan_targets_only(r, &r->set.stages[reps[k]]))
-          failed_tier = t;
+    int any_fail = 0;
+    for (size_t k = 0; k < n_todo; k++) {
+      uint32_t i = todo[k];
+      done[i] = 1;
+      if (r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT) continue;
+      any_fail = 1;
+      /* at the round limit a failure that is not grounded is demoted: it
+       * must not keep the larger stages from being solved */
+      if (plan_targets_only(r, &r->set.stages[i]) && (!cands || r->infer_rounds < VD_RUN_MAX_INFER_ROUNDS) &&
+          (!plan_fail_nodes || r->set.stages[i].n_nodes < plan_fail_nodes))
+        plan_fail_nodes = r->set.stages[i].n_nodes;
+    }
+    if (cands && any_fail && stop_stage == SIZE_MAX && sg + 1 < n_seg) {
+      /* members' verdicts count too: take them from their representatives */
+      uint8_t *g = vd_calloc(n ? n : 1, 1);
+      if (g && mark_grounded(r, o, done, g))
+        for (size_t i = 0; i < n && stop_stage == SIZE_MAX; i++)
+          if (g[i]) stop_stage = i;
+      vd_free(g);
+    }
   }
-  vd_free(tier_end);
-  vd_free(tier_sorted);
+  vd_free(order);
+  vd_free(todo);
+  vd_free(done);
+  done = NULL;
   /* Members take their representative's verdict: their canonical forms are
    * byte-identical, so the solver was asked the same question.  Their own
    * counterexamples (own pieces and ranks) come from the reported-failure
@@ -390,8 +500,27 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   /* OPTIMIZATION-ONLY: a round that drops candidates is followed by
    * another; its failures are never reported, so they need no
    * counterexamples (a boundary-only plan with a bug: several rounds of
-   * model-sized failing stages). */
-  int last_round = !round_drops(r);
+   * model-sized failing stages).  A round with a grounded failure is the
+   * last: the plans differ, and dropping candidates to prove more cannot
+   * change that (mark_grounded). */
+  size_t n_grounded = 0;
+  uint8_t *grounded = NULL;
+  if (cands) {
+    grounded = vd_calloc(n ? n : 1, 1);
+    if (!grounded) {
+      vd_free(fresh);
+      vd_free(reps);
+      return VD_OOM(d);
+    }
+    n_grounded = mark_grounded(r, o, NULL, grounded);
+  }
+  int last_round = n_grounded > 0 || !round_drops(r);
+  r->round_final = last_round;
+  if (last_round && cands) {
+    /* SOUNDNESS: only grounded failures are reported (demote_ungrounded) */
+    demote_ungrounded(r, grounded, skipped);
+  }
+  vd_free(grounded);
   for (size_t i = 0; i < n && last_round; i++)
     if (r->verdicts[i].verdict == VD_SMT_NOT_EQUIVALENT) {
       vd_progress_phase(&r->prog, "counterexamples of the failing stages");
@@ -417,6 +546,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     if (!want && !(is_rep && reps_done < VD_RUN_MAX_RESOLVED_REPS)) continue;
     reported += want;
     reps_done += is_rep;
+    if (fresh[i]) continue; /* its counterexample is already this pass's (solved in a context of its own) */
     vd_diag sd;
     vd_diag_clear(&sd);
     if ((rc = vd_smt_new(&s, d)) != VD_OK) break;
@@ -439,20 +569,23 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     case VD_SMT_NOT_EQUIVALENT: r->n_not_equiv++; break;
     case VD_SMT_INCONCLUSIVE:
       r->n_inconclusive++;
-      if (!o->no_reuse && r->set.stages[i].canon_class >= 0) skipped[i] = skipped[r->set.stages[i].canon_class];
-      r->n_skipped_large += skipped[i];
+      /* a member is unsolved when its representative is (1); a demoted
+       * failure (2) is the stage's own */
+      if (!skipped[i] && !o->no_reuse && r->set.stages[i].canon_class >= 0 &&
+          skipped[r->set.stages[i].canon_class] == 1)
+        skipped[i] = 1;
+      r->n_skipped_large += skipped[i] == 1;
+      r->n_demoted += skipped[i] == 2;
       break;
     }
     r->n_fast += r->verdicts[i].by_fast_path;
   }
   r->n_solved = n_reps;
   vd_free(reps);
+  vd_free(fresh);
   return rc;
 }
 
-/* Rounds of cut-and-solve when candidates are dropped (each round drops at
- * least one, so this bounds the work, not the outcome's soundness). */
-#define VD_RUN_MAX_INFER_ROUNDS 16
 
 /* Stages smaller than this keep their body when they join a class: freeing
  * it saves little, and they are cheap to keep for reports. */
@@ -553,12 +686,29 @@ static vd_rc recut_reported(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   return VD_OK;
 }
 
+static vd_rc drop_candidates_of_issues(vd_run *r, size_t *n_drop, vd_diag *d);
+
 /* One round: lineage table, stages, solving (with the current candidates). */
 static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   double t = vd_clock_s();
   vd_rc rc;
   vd_progress_phase(&r->prog, "lineage table");
   VD_CHECK(vd_lin_build(&r->sg, &r->pg, &r->lt, d));
+  /* Candidates a lineage issue implicates (a gap or a missing part left by
+   * candidates dropped in the round before: the other part of a partial
+   * sum, the other shards of a slice) are dropped before any stage is cut,
+   * and the table is built again: they would only fail and cost a round of
+   * model-sized stages.  Dropping only removes candidates (SOUNDNESS as in
+   * drop_failed_candidates); each pass drops at least one, so this ends. */
+  while (r->inferred && r->infer.n_inferred && r->lt.n_issues) {
+    size_t n_drop = 0;
+    VD_CHECK(drop_candidates_of_issues(r, &n_drop, d));
+    if (!n_drop) break;
+    r->n_dropped += n_drop;
+    vd_lin_free(&r->lt);
+    memset(&r->lt, 0, sizeof(r->lt));
+    VD_CHECK(vd_lin_build(&r->sg, &r->pg, &r->lt, d));
+  }
   VD_CHECK(collect_issues(r, r->lt.issues, r->lt.n_issues, r->lt.n_issues_dropped, NULL));
   r->phase_s[VD_RUN_LINEAGE] += vd_clock_s() - t;
   /* Different global batches: every stage downstream of the data compares
@@ -623,7 +773,8 @@ static void reset_round(vd_run *r, size_t n_graph_issues, size_t n_graph_dropped
   r->n_issues = n_graph_issues;
   r->n_issues_dropped = n_graph_dropped;
   r->n_classes = r->n_solved = r->n_fast = r->n_reduced = 0;
-  r->n_equiv = r->n_not_equiv = r->n_inconclusive = r->n_skipped_large = 0;
+  r->n_equiv = r->n_not_equiv = r->n_inconclusive = r->n_skipped_large = r->n_demoted = 0;
+  r->round_final = 0;
 }
 
 /* Whether one of stage st's target pieces is a candidate. */
@@ -646,10 +797,84 @@ static int targets_candidate(const vd_run *r, const vd_stage *st) {
  * next round cuts straight to the given annotations after the failure
  * instead of growing one candidate per round.  Dropping only removes
  * candidates: it cannot change a verdict's soundness (docs/verifier.md 1b). */
+static void taint_values(const vd_run *r, const uint8_t *kill, uint8_t *bad);
+
 static void taint_descendants(vd_run *r, uint8_t *kill) {
   const vd_graph_t *g = &r->pg;
   uint8_t *bad = vd_calloc(g->n_values ? g->n_values : 1, 1);
   if (!bad) return; /* OPTIMIZATION-ONLY: without memory, drop as before */
+  taint_values(r, kill, bad);
+  for (size_t v = 0; v < g->n_values; v++)
+    if (bad[v]) kill[g->values[v].tensor] = 1;
+  vd_free(bad);
+}
+
+/* Candidates implicated by the lineage table and the cut: a lineage issue
+ * names them or their single tensor (gaps, missing parts, overlaps; an issue
+ * naming an annotated tensor implicates the candidates of its single tensor
+ * too, since only they can have made it), or a structural issue names them.
+ * These need no stage result. */
+static void implicated_by_issues(const vd_run *r, uint8_t *kill) {
+  for (size_t i = 0; i < r->lt.n_issues; i++) {
+    const vd_issue *li = &r->lt.issues[i];
+    uint32_t full = 0;
+    int have_full = 0;
+    if (!li->single && li->tensor >= 0 && (size_t)li->tensor < r->pp.n_tensors) {
+      kill[li->tensor] = 1;
+      if (!r->inferred[li->tensor] && r->pp.tensors[li->tensor].has_lin) {
+        full = r->pp.tensors[li->tensor].lin.full;
+        have_full = 1;
+      }
+    } else if (li->stensor >= 0) {
+      full = r->sp.tensors[li->stensor].id;
+      have_full = 1;
+    }
+    if (have_full)
+      for (size_t t = 0; t < r->pp.n_tensors; t++)
+        if (r->inferred[t] && r->pp.tensors[t].lin.full == full) kill[t] = 1;
+  }
+  for (size_t i = 0; i < r->set.n_issues; i++) {
+    const vd_issue *si = &r->set.issues[i];
+    if (!si->single && si->tensor >= 0) kill[si->tensor] = 1;
+  }
+}
+
+/* The verdict stage i has while the round is being solved: its own, or its
+ * class representative's; a stage whose verdict is not set yet (done[rep]
+ * = 0) counts as not proven.  done = NULL: every verdict is final. */
+static vd_smt_verdict verdict_now(const vd_run *r, const vd_run_opts *o, const uint8_t *done, size_t i) {
+  if (!done) return r->verdicts[i].verdict;
+  const vd_stage *st = &r->set.stages[i];
+  size_t rep = o->no_reuse || st->canon_class < 0 ? i : (size_t)st->canon_class;
+  return done[rep] ? r->verdicts[rep].verdict : VD_SMT_INCONCLUSIVE;
+}
+
+/* SOUNDNESS (docs/verifier.md 1b): a candidate is implicated when its own
+ * lineage is inconsistent (a lineage issue names it or its single tensor),
+ * when a structural problem names it, or when a stage TARGETING it did not
+ * hold (or is not solved yet, with done).  Implicated candidates are dropped
+ * (their annotation removed); a failing stage whose targets are all
+ * annotated stays a failure of the plan. */
+static void implicated_now(const vd_run *r, const vd_run_opts *o, const uint8_t *done, uint8_t *kill) {
+  implicated_by_issues(r, kill);
+  for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
+    if (verdict_now(r, o, done, i) == VD_SMT_EQUIVALENT) continue;
+    const vd_stage *st = &r->set.stages[i];
+    for (uint32_t k = 0; k < st->n_targets; k++) {
+      const vd_stage_target *tg = &st->targets[k];
+      for (uint32_t j = 0; j < tg->n_pieces; j++) kill[r->lt.pieces[st->idx[tg->piece_off + 2 * j]].ptensor] = 1;
+    }
+  }
+}
+
+static void implicated(const vd_run *r, uint8_t *kill) { implicated_now(r, NULL, NULL, kill); }
+
+/* bad[v] = 1 for every Gp value computed from a value of a killed candidate
+ * (the candidate's own values included): the forward closure, in
+ * topological order.  Replicas and microbatches are not told apart (a value
+ * stands for all its replicas), which only makes more values bad. */
+static void taint_values(const vd_run *r, const uint8_t *kill, uint8_t *bad) {
+  const vd_graph_t *g = &r->pg;
   for (size_t v = 0; v < g->n_values; v++) {
     uint32_t t = g->values[v].tensor;
     bad[v] = kill[t] && r->inferred[t];
@@ -659,37 +884,82 @@ static void taint_descendants(vd_run *r, uint8_t *kill) {
     const uint32_t *in = vd_gnode_inputs(g, n), *out = vd_gnode_outputs(g, n);
     int b = 0;
     for (uint32_t i = 0; i < n->n_in && !b; i++) b = bad[in[i]];
-    for (uint32_t o = 0; b && o < n->n_out; o++) bad[out[o]] = 1;
+    for (uint32_t q = 0; b && q < n->n_out; q++) bad[out[q]] = 1;
   }
-  for (size_t v = 0; v < g->n_values; v++)
-    if (bad[v]) kill[g->values[v].tensor] = 1;
-  vd_free(bad);
 }
 
-/* SOUNDNESS (docs/verifier.md 1b): a candidate is implicated when its own
- * lineage is inconsistent (a lineage issue names it or its single tensor),
- * when a structural problem names it, or when a stage TARGETING it did not
- * hold.  Implicated candidates are dropped (their annotation removed); a
- * failing stage whose targets are all annotated stays a failure of the plan. */
-static void implicated(const vd_run *r, uint8_t *kill) {
-  for (size_t i = 0; i < r->lt.n_issues; i++) {
-    const vd_issue *li = &r->lt.issues[i];
-    if (!li->single && li->tensor >= 0) kill[li->tensor] = 1;
-    else if (li->stensor >= 0)
-      for (size_t t = 0; t < r->pp.n_tensors; t++)
-        if (r->inferred[t] && r->pp.tensors[t].lin.full == r->sp.tensors[li->stensor].id) kill[t] = 1;
-  }
-  for (size_t i = 0; i < r->set.n_issues; i++) {
-    const vd_issue *si = &r->set.issues[i];
-    if (!si->single && si->tensor >= 0) kill[si->tensor] = 1;
-  }
-  for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
-    if (r->verdicts[i].verdict == VD_SMT_EQUIVALENT) continue;
-    const vd_stage *st = &r->set.stages[i];
-    for (uint32_t k = 0; k < st->n_targets; k++) {
-      const vd_stage_target *tg = &st->targets[k];
-      for (uint32_t j = 0; j < tg->n_pieces; j++) kill[r->lt.pieces[st->idx[tg->piece_off + 2 * j]].ptensor] = 1;
+/* Grounded failures.  A stage is a GROUNDED failure when it is NOT
+ * EQUIVALENT, every target is an annotation the plan gives, and no value
+ * upstream of its targets belongs to an implicated candidate (taint_values).
+ * SOUNDNESS: its hypotheses are then given, or candidates every stage of
+ * which holds; each such stage's hypotheses are upstream of the candidate
+ * and so of the failing target, hence again given or candidates whose
+ * stages hold, down to the initial values (a stage's cone ends at lineage
+ * points, so every point on a path into a target is a hypothesis of some
+ * stage on that path).  By induction over that finite upstream set every
+ * hypothesis is true, and the failing stage's genuine counterexample is one
+ * of the plan itself: the same standard as a failure in a round where no
+ * candidate fails.  One grounded failure decides NOT EQUIVALENT; nothing
+ * solved later can change that (OPTIMIZATION-ONLY: stopping there).
+ * grounded (may be NULL) gets 1 per grounded stage; returns their count.
+ * Without memory: 0 (no early stop, the rounds run as before). */
+static size_t mark_grounded(const vd_run *r, const vd_run_opts *o, const uint8_t *done, uint8_t *grounded) {
+  size_t n = r->set.n_stages, count = 0;
+  if (!r->verdicts) return 0;
+  uint8_t *kill = NULL, *bad = NULL;
+  int cands = r->inferred && r->infer.n_inferred;
+  if (cands) {
+    kill = vd_calloc(r->pp.n_tensors ? r->pp.n_tensors : 1, 1);
+    bad = vd_calloc(r->pg.n_values ? r->pg.n_values : 1, 1);
+    if (!kill || !bad) {
+      vd_free(kill);
+      vd_free(bad);
+      return 0;
     }
+    implicated_now(r, o, done, kill);
+    taint_values(r, kill, bad);
+  }
+  for (size_t i = 0; i < n; i++) {
+    if (verdict_now(r, o, done, i) != VD_SMT_NOT_EQUIVALENT) continue;
+    const vd_stage *st = &r->set.stages[i];
+    int ok = !cands || !targets_candidate(r, st);
+    for (uint32_t k = 0; ok && k < st->n_targets; k++) {
+      const vd_stage_target *tg = &st->targets[k];
+      for (uint32_t j = 0; ok && j < tg->n_pieces; j++) ok = !bad[r->lt.pieces[st->idx[tg->piece_off + 2 * j]].value];
+    }
+    if (!ok) continue;
+    count++;
+    if (grounded) grounded[i] = 1;
+  }
+  vd_free(kill);
+  vd_free(bad);
+  return count;
+}
+
+/* The last round of a run with candidates: a failure that is not grounded
+ * says nothing about the plan (its target is a candidate, or a hypothesis
+ * rests on one that did not hold), so it becomes INCONCLUSIVE with the
+ * reason, and mark[i] = 2 (not listed one by one in the text report).
+ * SOUNDNESS: after this, every NOT EQUIVALENT stage is grounded. */
+static void demote_ungrounded(vd_run *r, const uint8_t *grounded, uint8_t *mark) {
+  size_t first = SIZE_MAX;
+  for (size_t i = 0; i < r->set.n_stages && first == SIZE_MAX; i++)
+    if (grounded[i]) first = i;
+  for (size_t i = 0; i < r->set.n_stages; i++) {
+    vd_stage_verdict *v = &r->verdicts[i];
+    if (v->verdict != VD_SMT_NOT_EQUIVALENT || grounded[i]) continue;
+    int cand = targets_candidate(r, &r->set.stages[i]);
+    char why[120];
+    if (first != SIZE_MAX)
+      snprintf(why, sizeof(why), "not retried: stage %zu already proves the plans differ", first);
+    else
+      snprintf(why, sizeof(why), "still failing after %d rounds", r->infer_rounds);
+    snprintf(v->reason, sizeof(v->reason), "%s; %s (docs/verifier.md 1b)",
+             cand ? "target is an inferred lineage that did not hold"
+                  : "a hypothesis rests on an inferred lineage that did not hold in this round",
+             why);
+    v->verdict = VD_SMT_INCONCLUSIVE;
+    mark[i] = 2;
   }
 }
 
@@ -713,8 +983,37 @@ static vd_rc drop_failed_candidates(vd_run *r, size_t *n_drop, vd_diag *d) {
   if (!kill) return VD_OOM(d);
   implicated(r, kill);
   if (r->infer_rounds >= VD_RUN_TAINT_ROUND) taint_descendants(r, kill);
+  if (!r->dropped && !(r->dropped = vd_calloc(r->pp.n_tensors ? r->pp.n_tensors : 1, 1))) {
+    vd_free(kill);
+    return VD_OOM(d);
+  }
   for (size_t t = 0; t < r->pp.n_tensors; t++) {
     if (!kill[t] || !r->inferred[t]) continue;
+    r->dropped[t] = 1;
+    r->inferred[t] = 0;
+    r->pp.tensors[t].has_lin = 0;
+    memset(&r->pp.tensors[t].lin, 0, sizeof(r->pp.tensors[t].lin));
+    n++;
+  }
+  vd_free(kill);
+  *n_drop = n;
+  return VD_OK;
+}
+
+/* Drops the candidates that the lineage table's issues implicate (no stage
+ * is needed for those; analyse). */
+static vd_rc drop_candidates_of_issues(vd_run *r, size_t *n_drop, vd_diag *d) {
+  size_t n = 0;
+  uint8_t *kill = vd_calloc(r->pp.n_tensors ? r->pp.n_tensors : 1, 1);
+  if (!kill) return VD_OOM(d);
+  implicated_by_issues(r, kill); /* (before the cut: r->set has no issues yet) */
+  if (!r->dropped && !(r->dropped = vd_calloc(r->pp.n_tensors ? r->pp.n_tensors : 1, 1))) {
+    vd_free(kill);
+    return VD_OOM(d);
+  }
+  for (size_t t = 0; t < r->pp.n_tensors; t++) {
+    if (!kill[t] || !r->inferred[t]) continue;
+    r->dropped[t] = 1;
     r->inferred[t] = 0;
     r->pp.tensors[t].has_lin = 0;
     memset(&r->pp.tensors[t].lin, 0, sizeof(r->pp.tensors[t].lin));
@@ -746,6 +1045,21 @@ static size_t process_peak(void) {
 }
 
 static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d);
+
+/* -v: one line per round of cut-and-solve on stderr (how inference and the
+ * drops went; docs/verifier.md 1b). */
+static void trace_round(const vd_run *r, const vd_run_opts *o) {
+  if (!o->verbose || o->quiet || !r->infer.n_inferred) return;
+  size_t nf = 0, nfc = 0;
+  for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
+    if (r->verdicts[i].verdict == VD_SMT_EQUIVALENT) continue;
+    nf++;
+    nfc += r->inferred && targets_candidate(r, &r->set.stages[i]);
+  }
+  fprintf(stderr, "verdict: round %d: %zu stages, %zu classes solved, %zu not proven (%zu target candidates), "
+                  "%zu candidates dropped so far%s\n",
+          r->infer_rounds, r->set.n_stages, r->n_classes, nf, nfc, r->n_dropped, r->round_final ? ", last round" : "");
+}
 
 vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   memset(r, 0, sizeof(*r));
@@ -799,8 +1113,10 @@ static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   for (;;) {
     r->infer_rounds++;
     VD_CHECK(analyse(r, o, d));
+    trace_round(r, o);
+    if (r->round_final || !r->infer.n_inferred) break;
     size_t n_drop = 0;
-    if (r->infer.n_inferred) VD_CHECK(drop_failed_candidates(r, &n_drop, d));
+    VD_CHECK(drop_failed_candidates(r, &n_drop, d));
     if (n_drop && r->verdicts && remember_proven(r) != VD_OK) return VD_OOM(d);
     if (!n_drop) break;
     if (r->infer_rounds >= VD_RUN_MAX_INFER_ROUNDS) {

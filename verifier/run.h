@@ -43,6 +43,7 @@ typedef struct vd_run {
   /* Lineage inference (lineage/infer.c): candidates still standing in the
    * final round are flagged in inferred[] (per parallel tensor). */
   uint8_t *inferred;
+  uint8_t *dropped;       /* per parallel tensor: its candidate was dropped (NULL before any drop) */
   vd_lin_infer_stats infer;
   size_t n_dropped;       /* candidates dropped because their proof failed */
   int infer_rounds;       /* cut-and-solve rounds run (1 without drops) */
@@ -63,7 +64,10 @@ typedef struct vd_run {
   size_t n_sum_stages, n_sum_parts; /* sums by part (stages/cut.c): stages, and the parts they stand for */
   size_t n_equiv, n_not_equiv, n_inconclusive;
   size_t n_skipped_large;     /* of n_inconclusive: stages larger than a failing tier, not solved (run.c) */
-  uint8_t *skipped;           /* per stage: 1 if left unsolved so (NULL before solving) */
+  size_t n_demoted;           /* of n_inconclusive: failures resting on inferred lineages that did not hold,
+                                 in the last round (run.c, demote_ungrounded) */
+  uint8_t *skipped;           /* per stage: 1 if left unsolved so, 2 if demoted so (NULL before solving) */
+  int round_final;            /* the round just solved is the last (no candidate to drop, or a grounded failure) */
   double phase_s[VD_RUN_PHASES];
   size_t peak_bytes;          /* the process's peak resident set (getrusage), everything included */
   size_t peak_tracked_bytes;  /* peak of verdict's own allocations (common/mem.h) */
