@@ -235,6 +235,11 @@ static int grew_over_dropped(const vd_run *r, const vd_stage *st) {
   return 0;
 }
 
+/* Segments of solve_stages: one for the first tier, chunks doubling in
+ * size for each other (at most 64 each: log2 of a size_t count). */
+#define VD_RUN_N_TIERS (sizeof(vd_run_tier_nodes) / sizeof(vd_run_tier_nodes[0]))
+#define VD_RUN_MAX_SEGMENTS (1 + 64 * VD_RUN_N_TIERS)
+
 struct seg_key {
   uint32_t nodes, id;
 };
@@ -246,14 +251,18 @@ static int seg_key_cmp(const void *a, const void *b) {
 }
 
 /* The class representatives reps[0..n_reps) in solving order, cut into
- * segments (seg_end[k]: end of segment k in order[]; at most n_tiers + 65).
- * The tiers of vd_run_tier_nodes come first, each in stage order.  With
- * candidates, the last tier (the stages past every tier bound: model-sized
- * ones past a bug) is sorted by size and cut into chunks of 1, 2, 4, ...
- * stages, so that the smallest of them is solved first, alone, and a
- * grounded failure there ends the round before the others are solved
- * (solve_stages).  A correct plan solves every chunk: log2 of their count
- * extra barriers.  The order depends on the stages only: deterministic. */
+ * segments (seg_end[k]: end of segment k in order[]; at most
+ * VD_RUN_MAX_SEGMENTS).  The tiers of vd_run_tier_nodes come first, the
+ * first one (the small stages) in stage order, as one segment.  With
+ * candidates, every later tier (stages of more than 64 nodes: past a bug
+ * in a boundary-only plan they run from the last proven lineage to the
+ * loss or a weight update) is sorted by size and cut into chunks of 1, 2,
+ * 4, ... stages, so that the smallest of them is solved first, alone, and
+ * a grounded failure there ends the round before the others are solved
+ * (solve_stages; a bug row had 19 failing stages of 198-394 nodes in one
+ * tier, all solved and all their counterexamples recomputed).  A correct
+ * plan solves every chunk: log2 of their count extra barriers per tier.
+ * The order depends on the stages only: deterministic. */
 static void order_segments(const vd_run *r, const uint32_t *reps, size_t n_reps, uint32_t *order, size_t *seg_end,
                            size_t *n_seg) {
   size_t n_tiers = sizeof(vd_run_tier_nodes) / sizeof(vd_run_tier_nodes[0]), at = 0, ns = 0;
@@ -265,7 +274,7 @@ static void order_segments(const vd_run *r, const uint32_t *reps, size_t n_reps,
       uint32_t nn = r->set.stages[reps[k]].n_nodes;
       if ((t == 0 || nn > lo) && nn <= hi) order[at++] = reps[k];
     }
-    struct seg_key *key = t == n_tiers && chunk && at - start > 1 ? vd_calloc(at - start, sizeof(*key)) : NULL;
+    struct seg_key *key = t > 0 && chunk && at - start > 1 ? vd_calloc(at - start, sizeof(*key)) : NULL;
     if (!key) { /* one segment (also without memory: OPTIMIZATION-ONLY) */
       seg_end[ns++] = at;
       continue;
@@ -275,7 +284,7 @@ static void order_segments(const vd_run *r, const uint32_t *reps, size_t n_reps,
     for (size_t k = start; k < at; k++) order[k] = key[k - start].id;
     vd_free(key);
     for (size_t e = start, c = 1; e < at; c *= 2) {
-      e = at - e > c && ns < n_tiers + 64 ? e + c : at;
+      e = at - e > c && ns + 1 + (n_tiers - t) < VD_RUN_MAX_SEGMENTS ? e + c : at;
       seg_end[ns++] = e;
     }
   }
@@ -331,7 +340,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   uint8_t *skipped = r->skipped = vd_calloc(n ? n : 1, 1);
   uint32_t *order = vd_calloc(n_reps ? n_reps : 1, sizeof(*order));
   uint32_t *todo = vd_calloc(n_reps ? n_reps : 1, sizeof(*todo));
-  size_t seg_end[sizeof(vd_run_tier_nodes) / sizeof(vd_run_tier_nodes[0]) + 65], n_seg = 0;
+  size_t seg_end[VD_RUN_MAX_SEGMENTS], n_seg = 0;
   if (!skipped || !done || !fresh || !order || !todo) {
     vd_free(done);
     vd_free(fresh);
@@ -360,7 +369,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   uint32_t plan_fail_nodes = 0;
   size_t stop_stage = SIZE_MAX;
   int cands = r->inferred && r->infer.n_inferred;
-  uint32_t big = vd_run_tier_nodes[n_tiers - 1];
+  uint32_t big = vd_run_tier_nodes[n_tiers - 1], small = vd_run_tier_nodes[0];
   for (size_t sg = 0, lo = 0; sg < n_seg; lo = seg_end[sg], sg++) {
     size_t hi = seg_end[sg], n_todo = 0;
     for (size_t k = lo; k < hi; k++) {
@@ -397,8 +406,10 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
       done[i] = 1;
       done_count++;
     }
-#pragma omp parallel num_threads(threads)
-  {
+    /* OPTIMIZATION-ONLY: an empty segment (every stage of it skipped or
+     * proven in an earlier round) creates no solver contexts */
+#pragma omp parallel num_threads(threads) if (n_todo > 0)
+  if (n_todo > 0) {
     vd_smt *s = NULL;
     vd_diag td;
     vd_diag_clear(&td);
@@ -411,8 +422,12 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
       /* OPTIMIZATION-ONLY: a stage of the last tier is solved in a context
        * of its own, as the reported-failure pass below would solve it: when
        * it fails, its counterexample is already the deterministic one and
-       * is not recomputed (a model-sized stage past a bug: seconds each). */
-      int own = trc == VD_OK && r->set.stages[i].n_nodes > big;
+       * is not recomputed (a model-sized stage past a bug: seconds each).
+       * So is a stage of a later tier targeting given annotations once
+       * candidates were dropped (a bug upstream is likely: it is the stage
+       * that will be reported). */
+      int own = trc == VD_OK && (r->set.stages[i].n_nodes > big || (r->n_dropped && r->set.stages[i].n_nodes > small &&
+                                                                     plan_targets_only(r, &r->set.stages[i])));
       /* OPTIMIZATION-ONLY: a failure targeting a candidate is never
        * reported (it is dropped, or demoted in the last round) */
       vd_stage_solve_opts sso = so;
@@ -1048,7 +1063,7 @@ static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d);
 
 /* -v: one line per round of cut-and-solve on stderr (how inference and the
  * drops went; docs/verifier.md 1b). */
-static void trace_round(const vd_run *r, const vd_run_opts *o) {
+static void trace_round(const vd_run *r, const vd_run_opts *o, double secs) {
   if (!o->verbose || o->quiet || !r->infer.n_inferred) return;
   size_t nf = 0, nfc = 0;
   for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
@@ -1057,8 +1072,9 @@ static void trace_round(const vd_run *r, const vd_run_opts *o) {
     nfc += r->inferred && targets_candidate(r, &r->set.stages[i]);
   }
   fprintf(stderr, "verdict: round %d: %zu stages, %zu classes solved, %zu not proven (%zu target candidates), "
-                  "%zu candidates dropped so far%s\n",
-          r->infer_rounds, r->set.n_stages, r->n_classes, nf, nfc, r->n_dropped, r->round_final ? ", last round" : "");
+                  "%zu candidates dropped so far%s (%.2f s)\n",
+          r->infer_rounds, r->set.n_stages, r->n_classes, nf, nfc, r->n_dropped, r->round_final ? ", last round" : "",
+          secs);
 }
 
 vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
@@ -1112,8 +1128,9 @@ static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   size_t n_graph_issues = r->n_issues, n_graph_dropped = r->n_issues_dropped;
   for (;;) {
     r->infer_rounds++;
+    double tr = vd_clock_s();
     VD_CHECK(analyse(r, o, d));
-    trace_round(r, o);
+    trace_round(r, o, vd_clock_s() - tr);
     if (r->round_final || !r->infer.n_inferred) break;
     size_t n_drop = 0;
     VD_CHECK(drop_failed_candidates(r, &n_drop, d));
