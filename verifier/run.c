@@ -448,8 +448,8 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
          * as not proven (and are among the dropped descendants anyway). */
         v->verdict = VD_SMT_INCONCLUSIVE;
         snprintf(v->reason, sizeof(v->reason),
-                 "not solved: its target is computed from an inferred lineage that failed in this round; cut again "
-                 "without it (docs/verifier.md 1b)");
+                 "not solved: its target is computed from an inferred lineage that failed in this round "
+                 "(docs/verifier.md 1b)");
       } else if (plan_fail_nodes && plan_targets_only(r, st)) {
         /* SOUNDNESS: the verdict is already NOT EQUIVALENT when this is the
          * last round (a smaller stage whose targets are all annotated
