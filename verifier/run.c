@@ -406,7 +406,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
    * does not take descendants along. */
   uint8_t *moot = NULL;
   int cands = r->inferred && r->infer.n_inferred;
-  uint32_t big = vd_run_tier_nodes[n_tiers - 1];
+  uint32_t big = vd_run_tier_nodes[n_tiers - 1], small = vd_run_tier_nodes[0];
   /* OPTIMIZATION-ONLY: with candidates, a structural problem of the plan
    * itself (plan_structural_issue) decides NOT EQUIVALENT before any stage
    * is solved, as it does with full annotations; the stages would only
@@ -489,10 +489,15 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
        * of its own, as the reported-failure pass below would solve it: when
        * it fails, its counterexample is already the deterministic one and
        * is not recomputed (a model-sized stage past a bug: seconds each).
-       * So is a stage targeting given annotations only once candidates
-       * were dropped (a bug upstream is likely: it is a stage that will be
-       * reported). */
-      int own = trc == VD_OK && (r->set.stages[i].n_nodes > big || (r->n_dropped && plan_targets_only(r, &r->set.stages[i])));
+       * With candidates, so is a stage targeting given annotations only
+       * that is past the first tier, or any such stage once candidates were
+       * dropped (a bug upstream is likely): in a boundary-only plan these
+       * are the stages a bug is reported in (a gradient norm not reduced:
+       * a 182-node stage from a gradient through the clipping to the
+       * updated weight). */
+      int own = trc == VD_OK && (r->set.stages[i].n_nodes > big ||
+                                 (cands && (r->n_dropped || r->set.stages[i].n_nodes > small) &&
+                                  plan_targets_only(r, &r->set.stages[i])));
       /* OPTIMIZATION-ONLY: a failure targeting a candidate is never
        * reported (it is dropped, or demoted in the last round) */
       vd_stage_solve_opts sso = so;
