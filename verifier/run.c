@@ -365,9 +365,9 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   }
   vd_free(sigbuf);
   r->n_classes = n_reps;
-  /* Segments: the tiers by size (stable within a tier, so the order stays
-   * the stage order; see vd_run_tier_nodes), the last one cut into chunks of
-   * 1, 2, 4, ... stages by size when there are candidates (order_segments). */
+  /* Segments: the tiers by size (the first one in stage order; see
+   * vd_run_tier_nodes), every later one cut into chunks of 1, 2, 4, ...
+   * stages by size when there are candidates (order_segments). */
   size_t n_tiers = sizeof(vd_run_tier_nodes) / sizeof(vd_run_tier_nodes[0]);
   vd_free(r->skipped);
   uint8_t *skipped = r->skipped = vd_calloc(n ? n : 1, 1);
