@@ -273,6 +273,12 @@ static int targets_moot(const vd_run *r, const vd_stage *st, const uint8_t *moot
   return 0;
 }
 
+/* The first chunk of a chunked tier: two stages, so that on two threads
+ * neither waits at its barrier (from one, a correct plan with gradient
+ * clipping, 25 stages of 191-197 nodes in the middle tier, paid 0.1 s of a
+ * 1.4 s run).  A constant, not the thread count: see order_segments. */
+#define VD_RUN_FIRST_CHUNK 2
+
 struct seg_key {
   uint32_t nodes, id;
 };
@@ -290,12 +296,14 @@ static int seg_key_cmp(const void *a, const void *b) {
  * candidates, every later tier (stages of more than 64 nodes: past a bug
  * in a boundary-only plan they run from the last proven lineage to the
  * loss or a weight update) is sorted by size and cut into chunks of 1, 2,
- * 4, ... stages, so that the smallest of them is solved first, alone, and
- * a grounded failure there ends the round before the others are solved
- * (solve_stages; a bug row had 19 failing stages of 198-394 nodes in one
- * tier, all solved and all their counterexamples recomputed).  A correct
- * plan solves every chunk: log2 of their count extra barriers per tier.
- * The order depends on the stages only: deterministic. */
+ * 4, ... times VD_RUN_FIRST_CHUNK stages, so that the smallest of them
+ * are solved first, and a grounded failure there ends the round before the
+ * others are solved (solve_stages; a bug row had 19 failing stages of
+ * 198-394 nodes in one tier, all solved and all their counterexamples
+ * recomputed).  A correct plan solves every chunk: log2 of their count
+ * extra barriers per tier.  The chunks depend on the stages only, never on
+ * the thread count: which stages are solved before a stop, and so the
+ * report, are the same at any thread count. */
 static void order_segments(const vd_run *r, const uint32_t *reps, size_t n_reps, uint32_t *order, size_t *seg_end,
                            size_t *n_seg) {
   size_t n_tiers = sizeof(vd_run_tier_nodes) / sizeof(vd_run_tier_nodes[0]), at = 0, ns = 0;
@@ -316,7 +324,7 @@ static void order_segments(const vd_run *r, const uint32_t *reps, size_t n_reps,
     qsort(key, at - start, sizeof(*key), seg_key_cmp);
     for (size_t k = start; k < at; k++) order[k] = key[k - start].id;
     vd_free(key);
-    for (size_t e = start, c = 1; e < at; c *= 2) {
+    for (size_t e = start, c = VD_RUN_FIRST_CHUNK; e < at; c *= 2) {
       e = at - e > c && ns + 1 + (n_tiers - t) < VD_RUN_MAX_SEGMENTS ? e + c : at;
       seg_end[ns++] = e;
     }
@@ -383,6 +391,23 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     return VD_OOM(d);
   }
   order_segments(r, reps, n_reps, order, seg_end, &n_seg);
+  int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
+  vd_smt **tctx = vd_calloc((size_t)threads, sizeof(*tctx));
+  vd_rc *tctx_rc = vd_calloc((size_t)threads, sizeof(*tctx_rc));
+  vd_diag *tctx_d = vd_calloc((size_t)threads, sizeof(*tctx_d));
+  uint8_t *tctx_made = vd_calloc((size_t)threads, 1);
+  if (!tctx || !tctx_rc || !tctx_d || !tctx_made) {
+    vd_free(tctx);
+    vd_free(tctx_rc);
+    vd_free(tctx_d);
+    vd_free(tctx_made);
+    vd_free(done);
+    vd_free(fresh);
+    vd_free(order);
+    vd_free(todo);
+    vd_free(reps);
+    return VD_OOM(d);
+  }
   vd_stage_solve_opts so = {.timeout_ms = o->stage_timeout_ms, .budget = o->stage_budget,
                             .fast_path = !o->no_fast_path, .max_elems = VD_LIM_STAGE_MAX_ELEMS,
                             .max_cex_elems = VD_LIM_CEX_ELEMS, .seed = o->seed,
@@ -394,7 +419,6 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   vd_rc first_rc = VD_OK;
   vd_diag first_diag;
   vd_diag_clear(&first_diag);
-  int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
   r->threads_used = threads;
   /* plan_fail_nodes: size of the smallest stage targeting only annotated
    * values that failed (0: none yet); stop_stage: the first grounded
@@ -406,7 +430,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
    * does not take descendants along. */
   uint8_t *moot = NULL;
   int cands = r->inferred && r->infer.n_inferred;
-  uint32_t big = vd_run_tier_nodes[n_tiers - 1], small = vd_run_tier_nodes[0];
+  uint32_t big = vd_run_tier_nodes[n_tiers - 1];
   /* OPTIMIZATION-ONLY: with candidates, a structural problem of the plan
    * itself (plan_structural_issue) decides NOT EQUIVALENT before any stage
    * is solved, as it does with full annotations; the stages would only
@@ -476,10 +500,19 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
      * proven in an earlier round) creates no solver contexts */
 #pragma omp parallel num_threads(threads) if (n_todo > 0)
   if (n_todo > 0) {
-    vd_smt *s = NULL;
-    vd_diag td;
-    vd_diag_clear(&td);
-    vd_rc trc = vd_smt_new(&s, &td);
+    /* Each thread's context is made once per round and kept across the
+     * segments (OPTIMIZATION-ONLY: with chunks, a context per thread per
+     * segment cost a correct plan with gradient clipping a third of its
+     * time); one thread uses it at a time, the regions being sequential. */
+    int tid = omp_get_thread_num();
+    if (!tctx_made[tid]) {
+      vd_diag_clear(&tctx_d[tid]);
+      tctx_rc[tid] = vd_smt_new(&tctx[tid], &tctx_d[tid]);
+      tctx_made[tid] = 1;
+    }
+    vd_smt *s = tctx[tid];
+    vd_diag td = tctx_d[tid];
+    vd_rc trc = tctx_rc[tid];
 #pragma omp for schedule(dynamic, 1)
     for (size_t k = 0; k < n_todo; k++) {
       uint32_t i = todo[k];
@@ -490,14 +523,13 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
        * it fails, its counterexample is already the deterministic one and
        * is not recomputed (a model-sized stage past a bug: seconds each).
        * With candidates, so is a stage targeting given annotations only
-       * that is past the first tier, or any such stage once candidates were
-       * dropped (a bug upstream is likely): in a boundary-only plan these
-       * are the stages a bug is reported in (a gradient norm not reduced:
-       * a 182-node stage from a gradient through the clipping to the
-       * updated weight). */
-      int own = trc == VD_OK && (r->set.stages[i].n_nodes > big ||
-                                 (cands && (r->n_dropped || r->set.stages[i].n_nodes > small) &&
-                                  plan_targets_only(r, &r->set.stages[i])));
+       * once candidates were dropped (a bug upstream is likely: it is a
+       * stage that will be reported).  Not before: a context costs about
+       * what a small stage does, and a correct boundary-only plan with
+       * gradient clipping has dozens of stages over 64 nodes targeting
+       * weights (2x its time when each had its own context). */
+      int own = trc == VD_OK &&
+                (r->set.stages[i].n_nodes > big || (cands && r->n_dropped && plan_targets_only(r, &r->set.stages[i])));
       /* OPTIMIZATION-ONLY: a failure targeting a candidate is never
        * reported (it is dropped, or demoted in the last round) */
       vd_stage_solve_opts sso = so;
@@ -536,7 +568,6 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
 #pragma omp critical(vd_run_progress)
       vd_progress_solve(&r->prog, now, n_reps, t0);
     }
-    vd_smt_free(s);
   }
     int any_fail = 0;
     for (size_t k = 0; k < n_todo; k++) {
@@ -567,6 +598,11 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
       vd_free(g);
     }
   }
+  for (int k = 0; k < threads; k++) vd_smt_free(tctx[k]);
+  vd_free(tctx);
+  vd_free(tctx_rc);
+  vd_free(tctx_d);
+  vd_free(tctx_made);
   vd_free(order);
   vd_free(todo);
   vd_free(done);
