@@ -374,7 +374,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   vd_free(sigbuf);
   r->n_classes = n_reps;
   /* Segments: the tiers by size (the first one in stage order; see
-   * vd_run_tier_nodes), every later one cut into chunks of 1, 2, 4, ...
+   * vd_run_tier_nodes), every later one cut into chunks of 2, 4, 8, ...
    * stages by size when there are candidates (order_segments). */
   size_t n_tiers = sizeof(vd_run_tier_nodes) / sizeof(vd_run_tier_nodes[0]);
   vd_free(r->skipped);
