@@ -6,9 +6,9 @@
 #                                                      each must be EQUIVALENT and exec AGREE
 #   sh examples/torch/demo.sh VERDICT bug=NAME         one hand-written bug (llama_parallel.py);
 #                                                      must be NOT EQUIVALENT and exec DISAGREE
-# Configurations: tp2 pp2 dp2 sp tp2pp2dp2 tp2pp2dp2sp.  Bugs: no_allreduce grad_scale pp_recv
-# dp_noavg no_sp_gather.  Plans and reports land in ${OUT:-build/torch}.  Exit 0 when every
-# run ends as expected.
+# Configurations: tp2 pp2 dp2 sp tp2pp2dp2 tp2pp2dp2sp tied (tied embedding and head weights).
+# Bugs: no_allreduce grad_scale pp_recv dp_noavg no_sp_gather tie_noreduce.  Plans and reports
+# land in ${OUT:-build/torch}.  Exit 0 when every run ends as expected.
 set -u
 VERDICT=${1:?usage: demo.sh VERDICT [CONFIG ...|bug=NAME]}
 shift
@@ -26,6 +26,7 @@ conf() {
     sp) echo "2 tp=2 sp=1" ;;
     tp2pp2dp2) echo "8 tp=2 pp=2 dp=2 nm=2 opt=adam" ;;
     tp2pp2dp2sp) echo "8 tp=2 pp=2 dp=2 nm=2 sp=1 bucket=1" ;;
+    tied) echo "8 tp=2 pp=2 dp=2 nm=2 tie=1" ;;
     *) echo "" ;;
   esac
 }
@@ -34,6 +35,7 @@ bugconf() {
   case $1 in
     no_allreduce|dp_noavg) echo tp2pp2dp2 ;;
     grad_scale|pp_recv|no_sp_gather) echo tp2pp2dp2sp ;;
+    tie_noreduce) echo tied ;;
     *) echo "" ;;
   esac
 }
@@ -74,10 +76,10 @@ fail=0
 if [ $# -ge 1 ] && [ "${1#bug=}" != "$1" ]; then
   bug=${1#bug=}
   c=$(bugconf "$bug")
-  [ -n "$c" ] || { echo "demo.sh: unknown bug '$bug' (no_allreduce grad_scale pp_recv dp_noavg no_sp_gather)"; exit 2; }
+  [ -n "$c" ] || { echo "demo.sh: unknown bug '$bug' (no_allreduce grad_scale pp_recv dp_noavg no_sp_gather tie_noreduce)"; exit 2; }
   run "bug_$bug" "$c" 1 "$bug" || fail=1
 else
-  configs=${*:-tp2 pp2 dp2 sp tp2pp2dp2 tp2pp2dp2sp}
+  configs=${*:-tp2 pp2 dp2 sp tp2pp2dp2 tp2pp2dp2sp tied}
   for c in $configs; do
     [ -n "$(conf "$c")" ] || { echo "demo.sh: unknown configuration '$c'"; exit 2; }
     run "$c" "$c" 0 || fail=1

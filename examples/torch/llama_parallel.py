@@ -2,7 +2,16 @@
 Megatron-style tensor parallelism (column/row-parallel linears with their all_reduces, a
 vocab-parallel head), optional sequence parallelism, a GPipe pipeline (send/recv between
 stages, microbatches) and data parallelism (per-gradient all_reduce or a bucketed reducer),
-with SGD or Adam.  Configured by torch2plan --set tp=2 pp=2 dp=2 nm=2 sp=1 opt=adam bucket=1.
+with SGD or Adam, untied or tied (tie=1) embedding and output weights.  Configured by
+torch2plan --set tp=2 pp=2 dp=2 nm=2 sp=1 opt=adam bucket=1 tie=1.
+
+Tied weights (tie=1), as Megatron-LM does it: the first pipeline stage (the embedding) and the
+last (the output head) each hold a full copy of tok.weight, and after the backward pass each
+pair of peers (same TP and DP coordinates) all_reduces the copies' gradients over an
+"embedding group", so that both copies take the same update.  The tied head is not
+vocab-parallel: every TP rank multiplies its tokens by the whole weight (under sequence
+parallelism its own part of the sequence, so its loss and weight gradient are partial sums
+over TP).  With one pipeline stage the same tensor serves both uses and no group is needed.
 
 The classic hand-written bugs are one-line changes behind --set bug=NAME (grep BUG):
   no_allreduce   the row-parallel linear forgets its all_reduce
@@ -13,6 +22,8 @@ The classic hand-written bugs are one-line changes behind --set bug=NAME (grep B
                  mean (avg=loss: the loss is divided by nm, not nm * dp; avg=grad: the reducer
                  does not divide)
   no_sp_gather   the sequence-parallel all_gather before the column-parallel block is missing
+  tie_noreduce   tie=1: the embedding group's all_reduce of the tied weight's gradient is
+                 missing, so the two pipeline stages' copies drift apart
 """
 import os
 import sys
@@ -32,9 +43,10 @@ class G:
     tp = pp = dp = nm = 1
     t = s = d = 0
     sp = False
+    tie = False
     bug = ""
     avg = "grad"
-    tp_group = dp_group = None
+    tp_group = dp_group = emb_group = None
 
 
 # ---- tensor-parallel regions ----------------------------------------------------------------
@@ -172,8 +184,10 @@ def stage_forward(W, h, cos, sin, mask):
         h = h + attention(rmsnorm(h, W[p + "attn_norm.weight"]), p, W, cos, sin, mask)
         h = h + mlp(rmsnorm(h, W[p + "mlp_norm.weight"]), p, W)
     if G.s == G.pp - 1:
-        h = enter_tp(rmsnorm(h, W["norm.weight"]))
-        h = F.linear(h, W["head.weight"])
+        h = rmsnorm(h, W["norm.weight"])
+        if G.tie:                                      # the whole vocabulary on every TP rank
+            return F.linear(h, W["tok.weight"])
+        h = F.linear(enter_tp(h), W["head.weight"])
         if G.tp > 1:
             h = GatherVocab.apply(h)
     return h
@@ -187,7 +201,7 @@ ROW = ("wo", "w2")
 
 def owned(name):
     if name == "tok.weight":
-        return G.s == 0
+        return G.s == 0 or (G.tie and G.s == G.pp - 1)
     if name in ("norm.weight", "head.weight"):
         return G.s == G.pp - 1
     return int(name.split(".")[1]) in my_layers()
@@ -211,6 +225,23 @@ def local_slice(full, pl):
 def sp_partial(name):
     """Replicated weights whose gradient is a partial sum over TP under sequence parallelism."""
     return G.sp and G.tp > 1 and (name.endswith("norm.weight") or name == "tok.weight")
+
+
+def tied_sp_loss():
+    """Under tie=1 and sequence parallelism each TP rank's loss covers its own tokens only."""
+    return G.tie and G.sp and G.tp > 1
+
+
+def embedding_group(cap):
+    """The tied weight's group of this rank: its first- and last-stage peers.  Every rank
+    creates every group, in the same order (a torch.distributed rule)."""
+    mine = None
+    for d in range(G.dp):
+        for t in range(G.tp):
+            g = dist.new_group([cap.rank_of(tp=t, pp=0, dp=d), cap.rank_of(tp=t, pp=G.pp - 1, dp=d)])
+            if (t, d) == (G.t, G.d):
+                mine = g
+    return mine
 
 
 # ---- one training step ---------------------------------------------------------------------------
@@ -237,17 +268,20 @@ def peer(stage):
 def step(cap):
     c = config(cap.args)
     G.tp, G.pp, G.dp, G.nm, G.sp, G.bug = c["tp"], c["pp"], c["dp"], c["nm"], bool(c["sp"]), c["bug"]
+    G.tie = bool(c["tie"])
     G.cap = cap
     G.avg = c["avg"]
     me = cap.mesh(tp=G.tp, pp=G.pp, dp=G.dp, mb=G.nm)
     G.t, G.s, G.d = me["tp"], me["pp"], me["dp"]
     G.tp_group = cap.group("tp")
     G.dp_group = cap.group("dp")
+    if G.tie and G.pp > 1:
+        G.emb_group = embedding_group(cap)
     b = BATCH // (G.dp * G.nm)
     sl = SEQ // G.tp if G.sp else SEQ
 
     W = {}
-    for n, full in full_weights(0).items():
+    for n, full in full_weights(G.tie).items():
         if owned(n):
             pl = placement(n)
             W[n] = local_slice(full, pl).clone().requires_grad_()
@@ -268,7 +302,11 @@ def step(cap):
                 cap.input(tk.clone(), "tokens", mb_index=m, dp=Shard(0), mb=Shard(0))
             toks.append(cap.decls[-1].tensor)
         if G.s == G.pp - 1:
-            cap.input(labels[rows].clone(), "labels", mb_index=m, dp=Shard(0), mb=Shard(0))
+            if tied_sp_loss():
+                cap.input(labels[rows][:, G.t * sl:(G.t + 1) * sl].clone(), "labels", mb_index=m,
+                          dp=Shard(0), mb=Shard(0), tp=Shard(1))
+            else:
+                cap.input(labels[rows].clone(), "labels", mb_index=m, dp=Shard(0), mb=Shard(0))
             labs.append(cap.decls[-1].tensor)
     params = list(W.values())
     opt = make_optimizer(c, params)
@@ -286,6 +324,8 @@ def step(cap):
             y = stage_forward(W, x, cos, sin, mask)
             if G.s == G.pp - 1:
                 y = F.cross_entropy(y.view(-1, VOCAB), labs[m].view(-1)) / loss_divisor()
+                if tied_sp_loss():
+                    y = y / G.tp                       # this rank's tokens: part of the mean
                 losses.append(y)
             else:
                 dist.send(y.detach(), dst=peer(G.s + 1))
@@ -303,6 +343,8 @@ def step(cap):
         for n, p in W.items():                         # sequence-parallel partial gradients
             if sp_partial(n):
                 dist.all_reduce(p.grad, group=G.tp_group)
+        if G.emb_group is not None and G.bug != "tie_noreduce":   # tied copies: one gradient
+            dist.all_reduce(W["tok.weight"].grad, group=G.emb_group)
         if G.dp > 1:                                   # data-parallel gradient reducer
             scale = G.dp if G.avg == "grad" else 1
             if G.bug == "grad_scale" and G.avg == "grad":
@@ -324,6 +366,8 @@ def step(cap):
         opt.step()
         if G.s == G.pp - 1:                            # the logged loss: mean over the global batch
             loss = sum(x.detach() for x in losses)
+            if tied_sp_loss():
+                dist.all_reduce(loss, group=G.tp_group)
             if G.dp > 1:
                 dist.all_reduce(loss, group=G.dp_group)
                 if G.avg == "grad":

@@ -77,4 +77,19 @@ for bug in grad_scale pp_recv no_sp_gather; do
     expect_in "^== finding 1 of 1: WRONG_VALUE at concat 'llama_parallel.py:$(line 'return torch.cat(parts, dim=1)')" "$TMP/out"
   fi
 done
+# Tied embedding and head weights across the two pipeline stages (Megatron's
+# embedding group): EQUIVALENT; without the group's all_reduce (BUGS.md #19)
+# the stages' copies drift apart, first at the optimizer's update.
+cap --set tie=1
+expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+expect_in "^EQUIVALENT" "$TMP/out"
+expect_exit 0 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+expect_in "AGREE" "$TMP/out"
+cap --set tie=1 --set bug=tie_noreduce
+expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+expect_in "DISAGREE" "$TMP/out"
+expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+expect_in "^NOT EQUIVALENT" "$TMP/out"
+expect_in "^== finding 1 of 1: [A-Z_]* at [a-z_]* 'llama_parallel.py:$(line 'opt.step()')" "$TMP/out"
+expect_in "flagged: 'tok.weight' .*rank 0.*'tok.weight' .*rank 2" "$TMP/out"
 echo ok
