@@ -1361,8 +1361,9 @@ static vd_rc mb_family(cctx *c, size_t a, size_t b, size_t s0) {
  * the same backward on other batch rows (a weight gradient annotated per
  * replica and microbatch), is proven part by part instead of in one stage
  * holding all n contributions (docs/verifier.md section 2, "Sums by part").
- * The members of the slice group are bucketed by (replica d, microbatch m);
- * each bucket must hold exactly one part index and every part one bucket.
+ * The members of the slice group are bucketed by part; each part's members
+ * must be of one replica d and one microbatch m (several parts may share
+ * (d, m): the data-parallel EP ranks of one replica).
  * A bucket's stage claims that each of its pieces equals the single target
  * computed on the bucket's rows only: the node producing the single target
  * sums over rows (vd_op_eqv.sum_outs), and vd_stage_window (sum_mode) cuts
@@ -1469,13 +1470,28 @@ static int i64_pair_cmp(const void *a, const void *b) {
   return (x[1] > y[1]) - (x[1] < y[1]);
 }
 
+/* Representatives are taken in (replica, microbatch, first member) order:
+ * replica 0's earliest microbatch first; members' offsets are distinct, so
+ * the order is total and the cut deterministic. */
+typedef struct {
+  int32_t d, m;
+  uint32_t first, k;
+} sorder_t;
+
+static int sorder_cmp(const void *a, const void *b) {
+  const sorder_t *x = a, *y = b;
+  if (x->d != y->d) return x->d < y->d ? -1 : 1;
+  if (x->m != y->m) return x->m < y->m ? -1 : 1;
+  return (x->first > y->first) - (x->first < y->first);
+}
+
 typedef struct {
   smember_t *sm;
   sbucket_t *bk;      /* one per part index */
   smember_t *tmp;
   int32_t *mset;
   int64_t *win;
-  uint32_t *order;    /* part indices by (replica, microbatch, part) */
+  sorder_t *order;    /* parts by (replica, microbatch, first member) */
   int64_t *tk;        /* scratch: translated buckets */
 } sum_scratch;
 
@@ -1650,25 +1666,15 @@ static vd_rc cut_sum_group(cctx *c, uint32_t li, size_t a, size_t b, int *done) 
   /* (pieces come in order, so each bucket is sorted by (piece, replica)) */
   /* Representatives in (replica, microbatch, first piece) order: replica
    * 0's earliest microbatch first, as with one part per bucket. */
-  for (int64_t k = 0; k < n; k++) x.order[k] = (uint32_t)k;
-  for (int64_t i = 1; i < n; i++) { /* insertion sort: n parts, mostly in order already */
-    uint32_t v = x.order[i];
-    const sbucket_t *bv = &x.bk[v];
-    int64_t j = i - 1;
-    for (; j >= 0; j--) {
-      const sbucket_t *bj = &x.bk[x.order[j]];
-      int before = bj->d != bv->d ? bj->d > bv->d : bj->m != bv->m ? bj->m > bv->m : bj->first > bv->first;
-      if (!before) break;
-      x.order[j + 1] = x.order[j];
-    }
-    x.order[j + 1] = v;
-  }
+  for (int64_t k = 0; k < n; k++)
+    x.order[k] = (sorder_t){x.bk[k].d, x.bk[k].m, x.bk[k].first, (uint32_t)k};
+  qsort(x.order, (size_t)n, sizeof(*x.order), sorder_cmp);
   size_t s0 = set->n_stages, i0 = set->n_issues;
   c->log_nolin = 1;
   c->n_nolin_log = 0;
   int ok = 1;
   for (int64_t q = 0; q < n && ok && rc == VD_OK; q++) {
-    uint32_t k = x.order[q];
+    uint32_t k = x.order[q].k;
     if (x.bk[k].covered) continue;
     rc = sum_bucket(c, li, a, b, &x, k, n, &ok);
   }
