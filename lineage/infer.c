@@ -39,6 +39,7 @@
  * proof fails and re-cuts; see docs/verifier.md).
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1545,7 +1546,63 @@ const char *const vd_lin_stuck_text[VD_LIN_STUCK__COUNT] = {
     [VD_LIN_STUCK_NO_TWIN] = "computes what the single-device plan never computes from the values it reads "
                              "(wrong operands, e.g. a value from the wrong rank?)",
     [VD_LIN_STUCK_SLICE] = "reads slices that do not combine into a slice of the single-device result",
+    [VD_LIN_STUCK_ADDEND] = "misses the sum's other addends (a missing reduction, e.g. of a shared or tied "
+                            "weight's gradient?)",
 };
+
+void vd_lin_stuck_phrase(const vd_lin_infer_stats *s, char *buf, size_t n) {
+  switch (s->stuck_why) {
+  case VD_LIN_STUCK_PARTIAL:
+    snprintf(buf, n, "input %u is part %lld of %lld and the operator %s", s->stuck_input, (long long)s->stuck_k,
+             (long long)s->stuck_n, vd_lin_stuck_text[s->stuck_why]);
+    break;
+  case VD_LIN_STUCK_FACTOR:
+    snprintf(buf, n, "input %u is %g x its single-device value and the operator %s", s->stuck_input, s->stuck_f,
+             vd_lin_stuck_text[s->stuck_why]);
+    break;
+  case VD_LIN_STUCK_ADDEND:
+    snprintf(buf, n, "input %u is %g x one addend of the sum that the single-device operator reads (scaled alike) "
+             "and the operator %s", s->stuck_input, s->stuck_f, vd_lin_stuck_text[s->stuck_why]);
+    break;
+  default:
+    snprintf(buf, n, "input %u and the operator %s", s->stuck_input, vd_lin_stuck_text[s->stuck_why]);
+  }
+}
+
+/* Whether single value x is an addend of single value v: v is computed from
+ * x through copies, constant scalings and at least one sum of two or more
+ * inputs (sum: one was passed already), within depth nodes. */
+static int addend_of(const ictx *c, uint32_t v, uint32_t x, int sum, int depth) {
+  if (v == x) return sum;
+  const vd_value_t *val = &c->gs->values[v];
+  if (depth == 0 || val->producer < 0) return 0;
+  const vd_gnode_t *sn = &c->gs->nodes[val->producer];
+  int op = c->sop[sn->pnode];
+  if (op < 0) return 0;
+  int is_sum = rules[op].lin == VD_PLIN_SUM && sn->n_in >= 2;
+  if (!is_sum && rules[op].kind != VD_PROP_COPY && rules[op].kind != VD_PROP_SCALE) return 0;
+  const uint32_t *in = vd_gnode_inputs(c->gs, sn);
+  for (uint32_t i = 0; i < sn->n_in; i++)
+    if (addend_of(c, in[i], x, sum | is_sum, depth - 1)) return 1;
+  return 0;
+}
+
+/* For an annotated result (output o of pn) that reads input i at factor f:
+ * whether the single-device producer of o's single value, the same
+ * operator, reads at input i a value that contains x's single value as one
+ * addend.  Then the factor is the single program's too (an optimizer's
+ * learning rate) and what is wrong is the value: only one addend of a sum
+ * arrived (the tied-weight gradient that was never all-reduced between its
+ * two pipeline stages), not a scaling bug. */
+static int reads_one_addend(const ictx *c, const vd_gnode_t *pn, int op, uint32_t o, uint32_t i) {
+  const vlin *ov = &c->vl[vd_gnode_outputs(c->gp, pn)[o]], *x = &c->vl[vd_gnode_inputs(c->gp, pn)[i]];
+  if (ov->sv < 0 || x->sv < 0) return 0;
+  int32_t prod = c->gs->values[ov->sv].producer;
+  if (prod < 0) return 0;
+  const vd_gnode_t *sn = &c->gs->nodes[prod];
+  if (c->sop[sn->pnode] != op || sn->n_in != pn->n_in) return 0;
+  return addend_of(c, vd_gnode_inputs(c->gs, sn)[i], (uint32_t)x->sv, 0, 8);
+}
 
 /* The first node (topological order) whose inputs all have lineages and
  * whose outputs got none, and why (see vd_lin_infer_stats). */
@@ -1560,19 +1617,22 @@ static void find_stuck(ictx *c, vd_lin_infer_stats *s) {
     int all_in = 1, any_out = 0, seeded = 0;
     for (uint32_t i = 0; i < pn->n_in; i++) all_in &= c->vl[in[i]].known;
     for (uint32_t o = 0; o < pn->n_out; o++) any_out |= c->vl[out[o]].known;
-    for (uint32_t o = 0; o < pn->n_out; o++) seeded |= c->seeded[out[o]];
+    uint32_t seeded_out = 0;
+    for (uint32_t o = 0; o < pn->n_out; o++)
+      if (c->seeded[out[o]]) seeded = 1, seeded_out = o;
     if (all_in && seeded) {
       /* an annotated result (an updated weight, the loss) computed from a
-       * value that is a constant multiple of its single-device value */
+       * value that is a constant multiple of its single-device value, or
+       * of one addend of what the single twin reads */
       for (uint32_t i = 0; i < pn->n_in; i++) {
         const vlin *x = &c->vl[in[i]];
         if (x->zero || x->f == 1.0) continue;
         s->stuck_node = pn->pnode;
         s->stuck_mb = pn->mb;
-        s->stuck_why = VD_LIN_STUCK_FACTOR;
+        s->stuck_why = reads_one_addend(c, pn, op, seeded_out, i) ? VD_LIN_STUCK_ADDEND : VD_LIN_STUCK_FACTOR;
         s->stuck_input = i;
         s->stuck_k = x->k0, s->stuck_n = x->n, s->stuck_f = x->f;
-        s->stuck_origin = x->fsrc >= 0 ? (int64_t)c->gp->nodes[x->fsrc].pnode : -1;
+        s->stuck_origin = s->stuck_why == VD_LIN_STUCK_FACTOR && x->fsrc >= 0 ? (int64_t)c->gp->nodes[x->fsrc].pnode : -1;
         return;
       }
     }

@@ -211,7 +211,7 @@ typedef struct {
   int stuck_why;        /* vd_lin_stuck */
   uint32_t stuck_input; /* the input the reason is about */
   int64_t stuck_k, stuck_n; /* PARTIAL: that input is part k of n */
-  double stuck_f;       /* FACTOR: that input's factor */
+  double stuck_f;       /* FACTOR, ADDEND: that input's factor */
   int64_t stuck_origin; /* FACTOR: plan node where the factor last changed, -1 unknown */
 } vd_lin_infer_stats;
 
@@ -221,11 +221,18 @@ typedef enum {
   VD_LIN_STUCK_ZERO,    /* an input is a known zero (a buffer nothing filled?) */
   VD_LIN_STUCK_NO_TWIN, /* the single plan computes no such operator on those values */
   VD_LIN_STUCK_SLICE,   /* a twin exists but the slices do not combine */
+  VD_LIN_STUCK_ADDEND,  /* an annotated result reads f x one addend of the sum its single twin
+                           reads (scaled by the same f): the other addends never arrived */
   VD_LIN_STUCK__COUNT
 } vd_lin_stuck;
 
 /* One line per vd_lin_stuck, for reports. */
 extern const char *const vd_lin_stuck_text[VD_LIN_STUCK__COUNT];
+
+/* Writes "input I <what it is> and the operator <why>" for s (stuck_node >= 0)
+ * into buf (always terminated; truncated to n).  The one wording of the
+ * text report, the JSON and the findings. */
+void vd_lin_stuck_phrase(const vd_lin_infer_stats *s, char *buf, size_t n);
 
 /* Infers candidates for every parallel tensor of pp (the plan gp was built
  * from; modified in place: has_lin and lin of the inferred tensors) that has

@@ -265,15 +265,8 @@ static int32_t stuck_in_stage(const vd_run *r, size_t i, char *why, size_t n_why
     const vd_plan_t *p;
     const vd_node_t *pn = vd_rep_pnode(r, &st->nodes[k], &p);
     if (p != &r->pp || pn != want) continue;
-    size_t at = (size_t)snprintf(why, n_why, "lineage inference stopped here (a hint): input %u ", is->stuck_input);
-    if (at < n_why && is->stuck_why == VD_LIN_STUCK_PARTIAL)
-      at += (size_t)snprintf(why + at, n_why - at, "is part %lld of %lld and the operator ", (long long)is->stuck_k,
-                             (long long)is->stuck_n);
-    else if (at < n_why && is->stuck_why == VD_LIN_STUCK_FACTOR)
-      at += (size_t)snprintf(why + at, n_why - at, "is %g x its single-device value and the operator ", is->stuck_f);
-    else if (at < n_why)
-      at += (size_t)snprintf(why + at, n_why - at, "and the operator ");
-    if (at < n_why) snprintf(why + at, n_why - at, "%s", vd_lin_stuck_text[is->stuck_why]);
+    size_t at = (size_t)snprintf(why, n_why, "lineage inference stopped here (a hint): ");
+    if (at < n_why) vd_lin_stuck_phrase(is, why + at, n_why - at);
     return (int32_t)k;
   }
   return -1;

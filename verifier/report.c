@@ -402,15 +402,10 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
     const vd_lin_infer_stats *is = &r->infer;
     fprintf(f, "  lineage inference stopped first at rank %d", sn->rank);
     if (is->stuck_mb >= 0) fprintf(f, " mb %d", is->stuck_mb);
-    fprintf(f, " %s '%s' (node %lld): input %u ", vd_node_op(&r->pp, sn), vd_plan_s(&r->pp, sn->name),
-            (long long)sn->id, is->stuck_input);
-    if (is->stuck_why == VD_LIN_STUCK_PARTIAL)
-      fprintf(f, "is part %lld of %lld and the operator ", (long long)is->stuck_k, (long long)is->stuck_n);
-    else if (is->stuck_why == VD_LIN_STUCK_FACTOR)
-      fprintf(f, "is %g x its single-device value and the operator ", is->stuck_f);
-    else
-      fprintf(f, "and the operator ");
-    fprintf(f, "%s", vd_lin_stuck_text[is->stuck_why]);
+    char phrase[512];
+    vd_lin_stuck_phrase(is, phrase, sizeof(phrase));
+    fprintf(f, " %s '%s' (node %lld): %s", vd_node_op(&r->pp, sn), vd_plan_s(&r->pp, sn->name), (long long)sn->id,
+            phrase);
     if (is->stuck_origin >= 0) {
       const vd_node_t *on = &r->pp.nodes[is->stuck_origin];
       fprintf(f, "; the factor comes from rank %d %s '%s' (node %lld)", on->rank, vd_node_op(&r->pp, on),

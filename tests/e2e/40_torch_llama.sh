@@ -92,4 +92,7 @@ expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
 expect_in "^NOT EQUIVALENT" "$TMP/out"
 expect_in "^== finding 1 of 1: [A-Z_]* at [a-z_]* 'llama_parallel.py:$(line 'opt.step()')" "$TMP/out"
 expect_in "flagged: 'tok.weight' .*rank 0.*'tok.weight' .*rank 2" "$TMP/out"
+# the hint: the update reads one addend of the single-device gradient sum
+# (not a scaling bug, though the learning rate scales it)
+expect_in "inference stopped first at .* add 'llama_parallel.py:$(line 'opt.step()').*one addend of the sum.*missing reduction" "$TMP/out"
 echo ok

@@ -9,6 +9,7 @@
  * twin), and a factor that does not cancel (no candidate, and the first
  * stuck node is reported).
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -253,6 +254,64 @@ static void test_infer_factors(void **st) {
   factor_case(1.0, 0);
 }
 
+/* single: g = add(ge, gh); u = scale(g, -0.1); w = add(w, u) (an SGD
+ * update of a weight used twice, its two gradient parts summed).
+ * parallel: w = add(w, scale(x, lr)) where x is annotated as gh alone (the
+ * tied-weight gradient never reduced with ge) or as g (every part there).
+ * The stuck hint at the annotated update: lr -0.1 on gh is ADDEND (the
+ * factor is the single program's too; a sum's other addend is missing);
+ * lr -0.2 on g is FACTOR 2 (a scaling bug). */
+static void addend_case(int only_gh, double lr) {
+  vd_plan_t s, p;
+  pb_ctx c;
+  pb_begin(&c, &s, VD_PLAN_SINGLE, 1, 1, 1);
+  int32_t f = pb_segment(&c, "opt");
+  uint32_t w = pb_tensor(&c, "w", 0, VD_ROLE_WEIGHT, VD_SCOPE_PERSISTENT, 2, 2, 2);  /* id 1 */
+  uint32_t ge = pb_tensor(&c, "ge", 0, VD_ROLE_INPUT, VD_SCOPE_PERSISTENT, 2, 2, 2); /* id 2 */
+  uint32_t gh = pb_tensor(&c, "gh", 0, VD_ROLE_INPUT, VD_SCOPE_PERSISTENT, 2, 2, 2); /* id 3 */
+  uint32_t g = pb_tensor(&c, "g", 0, VD_ROLE_GRAD, VD_SCOPE_PERSISTENT, 2, 2, 2);    /* id 4 */
+  uint32_t u = pb_tensor(&c, "u", 0, VD_ROLE_ACT, VD_SCOPE_PERSISTENT, 2, 2, 2);
+  pb_node(&c, "add", "g", 0, f, VD_PHASE_BWD, PB_T(ge, gh), PB_T(g));
+  uint32_t sc = pb_node(&c, "scale", "u", 0, f, VD_PHASE_OPT, PB_T(g), PB_T(u));
+  pb_attr_float(&c, sc, "factor", -0.1);
+  pb_node(&c, "add", "w", 0, f, VD_PHASE_OPT, PB_T(w, u), PB_T(w));
+  pb_step(&c, 0, f, -1);
+  assert_int_equal(c.rc, VD_OK);
+  pb_begin(&c, &p, VD_PLAN_PARALLEL, 1, 1, 1);
+  f = pb_segment(&c, "opt");
+  uint32_t pw = pb_tensor_whole(&c, "w", 0, VD_ROLE_WEIGHT, VD_SCOPE_PERSISTENT, 2, 2, 2, 1);
+  uint32_t px = pb_tensor_whole(&c, "x", 0, VD_ROLE_INPUT, VD_SCOPE_PERSISTENT, 2, 2, 2, only_gh ? 3 : 4);
+  uint32_t pu = pb_tensor(&c, "u", 0, VD_ROLE_ACT, VD_SCOPE_PERSISTENT, 2, 2, 2);
+  uint32_t psc = pb_node(&c, "scale", "u", 0, f, VD_PHASE_OPT, PB_T(px), PB_T(pu));
+  pb_attr_float(&c, psc, "factor", lr);
+  uint32_t pup = pb_node(&c, "add", "w", 0, f, VD_PHASE_OPT, PB_T(pw, pu), PB_T(pw));
+  pb_step(&c, 0, f, -1);
+  assert_int_equal(c.rc, VD_OK);
+  uint8_t *inf = NULL;
+  vd_lin_infer_stats is;
+  run_infer(&s, &p, &inf, &is);
+  assert_int_equal(is.stuck_node, (int64_t)pup);
+  assert_int_equal(is.stuck_input, 1);
+  /* the factor against the single value x stands for: gh (no single twin
+   * scales gh), or u (the single twin scales g by -0.1) */
+  assert_true(fabs(is.stuck_f - (only_gh ? lr : lr / -0.1)) < 1e-12);
+  assert_int_equal(is.stuck_why, only_gh ? VD_LIN_STUCK_ADDEND : VD_LIN_STUCK_FACTOR);
+  /* a FACTOR names where the factor changed; an ADDEND's factor is right */
+  assert_int_equal(is.stuck_origin, only_gh ? -1 : (int64_t)psc);
+  char phrase[256];
+  vd_lin_stuck_phrase(&is, phrase, sizeof(phrase));
+  assert_non_null(strstr(phrase, only_gh ? "one addend of the sum" : "x its single-device value"));
+  vd_free(inf);
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+static void test_infer_stuck_addend(void **st) {
+  (void)st;
+  addend_case(1, -0.1);
+  addend_case(0, -0.2);
+}
+
 /* single: x1, x2 = multiref(x [4,2]); y = cast(x1); y1, y2 = multiref(y);
  * a = neg(y1); b = exp(x2).  x, x1, x2, y, y1, y2 are one value (copies),
  * and both multirefs read it.  parallel: the same on rows [0,2) of x.  The
@@ -447,6 +506,7 @@ int main(void) {
       cmocka_unit_test(test_infer_mlp),
       cmocka_unit_test(test_infer_chunk_rebase),
       cmocka_unit_test(test_infer_factors),
+      cmocka_unit_test(test_infer_stuck_addend),
       cmocka_unit_test(test_infer_exact_copy),
       cmocka_unit_test(test_infer_sum_twin),
       cmocka_unit_test(test_infer_cp_split_view),
