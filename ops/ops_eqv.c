@@ -112,7 +112,17 @@ static const vd_op_eqv eqv_table[VD_OP__COUNT] = {
     [VD_OP_APPLY_ROTARY_EMB_BACKWARD] = {VD_EQV_LEAD, NULL, 1, 0, 0},
     [VD_OP_DROPOUT] = R, [VD_OP_DROPOUT_BACKWARD] = R,
     [VD_OP_TOPK_GATE] = R, [VD_OP_GROUPED_MLP] = R, [VD_OP_TOPK_GATE_BACKWARD] = R,
-    [VD_OP_GROUPED_MLP_BACKWARD] = R,
+    /* (x, gates, w1, w3, w2, gy) -> gx, ggates, gw1, gw3, gw2 (solver/smt_encode.c):
+     * gx[t] and ggates[t] are computed from x[t], gates[t], gy[t] and the
+     * expert weights whole, the same function for every t (output 1 is a row
+     * output); gw1, gw3, gw2 are sums over t of a term of row t, so the rule's
+     * MIN2 on t pinned the token rows of every stage through the EP dispatch
+     * backward (each replica's and microbatch's its own class) and kept
+     * expert weight gradients from being proven by part. */
+    [VD_OP_GROUPED_MLP_BACKWARD] = {.kind = VD_EQV_RULE,
+                                    .bwd0_rows = (1u << 0) | (1u << 1) | (1u << 5),
+                                    .row_outs = 1u << 1,
+                                    .sum_outs = (1u << 2) | (1u << 3) | (1u << 4)},
     /* nnScaler's fused gate and expert kernels (ops/ops_moe.c, encoders in
      * solver/smt_moe.c), reviewed along the token rows T:
      * gate_fw: row t of both outputs is the routing symbols applied to the

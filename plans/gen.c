@@ -314,6 +314,15 @@ static int new_dt(vd_gen_ctx *g, int stage, int layer, const char *name, vd_dtyp
         ext /= g->dp;
         L->dp_shift[i] = ext;
       }
+      /* microbatches before the axes: microbatch m of a replica is one block
+       * of rows for all its EP ranks (docs/models.md), so a gradient summed
+       * over the EP ranks' tokens of one microbatch (the experts') sums one
+       * block and is proven by part */
+      if (i == fl.bdim && scope == VD_SCOPE_PER_MB) {
+        if (ext % g->nm) goto indivisible;
+        ext /= g->nm;
+        L->mb_shift[i] = ext;
+      }
       static const int order[AX_N] = {AX_EP, AX_CP, AX_TP};
       for (int k = 0; k < AX_N; k++) {
         int a = order[k];
@@ -321,11 +330,6 @@ static int new_dt(vd_gen_ctx *g, int stage, int layer, const char *name, vd_dtyp
         if (ext % g->deg[a]) goto indivisible;
         ext /= g->deg[a];
         lo += c[a] * ext;
-      }
-      if (i == fl.bdim && scope == VD_SCOPE_PER_MB) {
-        if (ext % g->nm) goto indivisible;
-        ext /= g->nm;
-        L->mb_shift[i] = ext;
       }
       if (i == 0 && fl.zero) {
         int64_t nst = 1, pos = 0;

@@ -1361,8 +1361,9 @@ static vd_rc mb_family(cctx *c, size_t a, size_t b, size_t s0) {
  * the same backward on other batch rows (a weight gradient annotated per
  * replica and microbatch), is proven part by part instead of in one stage
  * holding all n contributions (docs/verifier.md section 2, "Sums by part").
- * The members of the slice group are bucketed by (replica d, microbatch m);
- * each bucket must hold exactly one part index and every part one bucket.
+ * The members of the slice group are bucketed by part; each part's members
+ * must be of one replica d and one microbatch m (several parts may share
+ * (d, m): the data-parallel EP ranks of one replica).
  * A bucket's stage claims that each of its pieces equals the single target
  * computed on the bucket's rows only: the node producing the single target
  * sums over rows (vd_op_eqv.sum_outs), and vd_stage_window (sum_mode) cuts
@@ -1385,7 +1386,7 @@ static vd_rc mb_family(cctx *c, size_t a, size_t b, size_t s0) {
  * back to the one stage holding every part. */
 
 typedef struct {
-  int64_t k;          /* part index, -1 before the first member */
+  int32_t d, m;       /* replica and microbatch of its members; d = -1 before the first */
   uint32_t first, n;  /* members sm[first .. first+n) */
   int64_t lo, hi;     /* row window, once covered */
   uint8_t covered;
@@ -1402,25 +1403,28 @@ static int smember_cmp(const void *a, const void *b) {
   return (x->rep > y->rep) - (x->rep < y->rep);
 }
 
-/* Whether bucket (d, m) holds exactly the translates of the members of the
- * representative bucket (at replica d0, microbatch m0): the piece of the
- * translated value in replica d for each of them. */
-static int bucket_is_translate(cctx *c, const smember_t *sm, const sbucket_t *rb, const sbucket_t *tb, int32_t d,
-                               int32_t m0, int32_t m, smember_t *tmp, size_t a, size_t b) {
+/* The bucket (part) holding exactly the translates of the members of the
+ * representative bucket rb (at replica rb->d, microbatch m0) into replica d,
+ * microbatch m: the piece of the translated value in replica d for each of
+ * them; -1 when there is none, or it is covered already. */
+static int64_t bucket_translate(cctx *c, const smember_t *sm, const sbucket_t *bk, const sbucket_t *rb, int32_t d,
+                                int32_t m0, int32_t m, smember_t *tmp, size_t a, size_t b) {
   const vd_lin_table *lt = c->lt;
-  if (tb->n != rb->n || tb->covered) return 0;
   for (uint32_t i = 0; i < rb->n; i++) {
     const vd_lin_piece *p = &lt->pieces[sm[rb->first + i].piece];
     uint32_t tv = m == m0 ? p->value : tr_value(c, p->value, m0, m);
-    if (tv == NONE) return 0;
+    if (tv == NONE) return -1;
     int32_t q = vd_lin_piece_of(lt, tv, d);
-    if (q < 0 || (size_t)q < a || (size_t)q >= b) return 0;
+    if (q < 0 || (size_t)q < a || (size_t)q >= b) return -1;
     tmp[i] = (smember_t){(uint32_t)q, d};
   }
+  int64_t k = lt->pieces[tmp[0].piece].part_k;
+  const sbucket_t *tb = &bk[k];
+  if (tb->n != rb->n || tb->covered || tb->d != d || tb->m != m) return -1;
   qsort(tmp, rb->n, sizeof(*tmp), smember_cmp);
   for (uint32_t i = 0; i < rb->n; i++)
-    if (tmp[i].piece != sm[tb->first + i].piece || tmp[i].rep != sm[tb->first + i].rep) return 0;
-  return 1;
+    if (tmp[i].piece != sm[tb->first + i].piece || tmp[i].rep != sm[tb->first + i].rep) return -1;
+  return k;
 }
 
 /* Window of st's sum with its hypotheses translated (c->tp when tp, replica
@@ -1466,13 +1470,29 @@ static int i64_pair_cmp(const void *a, const void *b) {
   return (x[1] > y[1]) - (x[1] < y[1]);
 }
 
+/* Representatives are taken in (replica, microbatch, first member) order:
+ * replica 0's earliest microbatch first; members' offsets are distinct, so
+ * the order is total and the cut deterministic. */
+typedef struct {
+  int32_t d, m;
+  uint32_t first, k;
+} sorder_t;
+
+static int sorder_cmp(const void *a, const void *b) {
+  const sorder_t *x = a, *y = b;
+  if (x->d != y->d) return x->d < y->d ? -1 : 1;
+  if (x->m != y->m) return x->m < y->m ? -1 : 1;
+  return (x->first > y->first) - (x->first < y->first);
+}
+
 typedef struct {
   smember_t *sm;
-  sbucket_t *bk;
+  sbucket_t *bk;      /* one per part index */
   smember_t *tmp;
   int32_t *mset;
   int64_t *win;
-  uint8_t *seen;
+  sorder_t *order;    /* parts by (replica, microbatch, first member) */
+  int64_t *tk;        /* scratch: translated buckets */
 } sum_scratch;
 
 static void sum_scratch_free(sum_scratch *x) {
@@ -1481,16 +1501,17 @@ static void sum_scratch_free(sum_scratch *x) {
   vd_free(x->tmp);
   vd_free(x->mset);
   vd_free(x->win);
-  vd_free(x->seen);
+  vd_free(x->order);
+  vd_free(x->tk);
 }
 
-/* Cuts the representative of bucket rb (replica d0, microbatch m0) and
- * covers the buckets it stands for.  *ok = 0: roll the group back. */
-static vd_rc sum_bucket(cctx *c, uint32_t li, size_t a, size_t b, sum_scratch *x, uint32_t nmk, int32_t d0,
-                        int32_t m0, int64_t n, int *ok) {
+/* Cuts the representative of part kr (its bucket at replica d0, microbatch
+ * m0) and covers the parts it stands for.  *ok = 0: roll the group back. */
+static vd_rc sum_bucket(cctx *c, uint32_t li, size_t a, size_t b, sum_scratch *x, int64_t kr, int64_t n, int *ok) {
   const vd_lin_table *lt = c->lt;
   sbucket_t *bk = x->bk;
-  sbucket_t *rb = &bk[(size_t)d0 * nmk + (uint32_t)(m0 + 1)];
+  sbucket_t *rb = &bk[kr];
+  int32_t d0 = rb->d, m0 = rb->m;
   int64_t sid;
   *ok = 0;
   c->n_mem = 0;
@@ -1503,7 +1524,7 @@ static vd_rc sum_bucket(cctx *c, uint32_t li, size_t a, size_t b, sum_scratch *x
   if (!st->sum_ok) return VD_OK;
   st->targets[0].part_n = 1;
   st->sum_parts = n;
-  st->cut_part = rb->k;
+  st->cut_part = kr;
   note_cut(c, sid, li, a, b, -3);
   /* Replicas: all of them, or d0 alone; a step of one replica moves the
    * window by A. */
@@ -1523,17 +1544,27 @@ static vd_rc sum_bucket(cctx *c, uint32_t li, size_t a, size_t b, sum_scratch *x
   int32_t dlo = dstep ? 0 : d0;
   /* Microbatches: m0 and every m whose buckets (in every replica covered)
    * are translates; the first one fixes B (the window moves by a common
-   * amount per microbatch, checked once as in mb_family). */
+   * amount per microbatch, checked once as in mb_family).  x->tk holds the
+   * translated part of (microbatch q of mset, replica d). */
   uint32_t nms = 0;
   x->mset[nms++] = m0;
+  /* The replicas' own buckets at m0. */
+  for (int32_t d = dlo; d < dlo + nd; d++) {
+    int64_t k = d == d0 ? kr : bucket_translate(c, x->sm, bk, rb, d, m0, m0, x->tmp, a, b);
+    if (k < 0) return VD_OK;
+    x->tk[d - dlo] = k;
+  }
   int windows_checked = 0;
   for (int32_t m = 0; c->mb_ok && m0 >= 0 && m < (int32_t)c->nm; m++) {
     if (m == m0) continue;
     if (VD_GROW(c->tp, c->cap_tp, st->n_vals + 1)) return VD_OOM(c->d);
     if (!stage_translates(c, st, m0, m)) continue;
     int all = 1;
-    for (int32_t d = dlo; d < dlo + nd && all; d++)
-      all = bucket_is_translate(c, x->sm, rb, &bk[(size_t)d * nmk + (uint32_t)(m + 1)], d, m0, m, x->tmp, a, b);
+    int64_t *row = x->tk + (size_t)nms * (size_t)nd;
+    for (int32_t d = dlo; d < dlo + nd && all; d++) {
+      row[d - dlo] = bucket_translate(c, x->sm, bk, rb, d, m0, m, x->tmp, a, b);
+      all = row[d - dlo] >= 0;
+    }
     if (!all) continue;
     if (!windows_checked) {
       int same;
@@ -1545,14 +1576,10 @@ static vd_rc sum_bucket(cctx *c, uint32_t li, size_t a, size_t b, sum_scratch *x
     }
     x->mset[nms++] = m;
   }
-  /* The replicas' own buckets at m0. */
-  for (int32_t d = dlo; d < dlo + nd; d++)
-    if (d != d0 && !bucket_is_translate(c, x->sm, rb, &bk[(size_t)d * nmk + (uint32_t)(m0 + 1)], d, m0, m0, x->tmp, a, b))
-      return VD_OK;
   int64_t w = st->sum_hi - st->sum_lo;
   for (uint32_t q = 0; q < nms; q++)
     for (int32_t d = dlo; d < dlo + nd; d++) {
-      sbucket_t *t = &bk[(size_t)d * nmk + (uint32_t)(x->mset[q] + 1)];
+      sbucket_t *t = &bk[x->tk[(size_t)q * (size_t)nd + (size_t)(d - dlo)]];
       t->covered = 1;
       t->lo = st->sum_lo + (int64_t)(d - d0) * A + (int64_t)(x->mset[q] - m0) * B;
       t->hi = t->lo + w;
@@ -1577,83 +1604,93 @@ static vd_rc cut_sum_group(cctx *c, uint32_t li, size_t a, size_t b, int *done) 
   int64_t n = lt->pieces[a].part_n;
   uint32_t D = c->D, nmk = c->nm + 1;
   *done = 0;
-  if (n < 2 || n > (int64_t)D * nmk) return VD_OK;
+  if (n < 2) return VD_OK;
   size_t cnt = 0;
   for (size_t i = a; i < b; i++) {
     if (vd_lin_piece_moves(lt, (uint32_t)i) || lt->pieces[i].mb >= (int32_t)c->nm) return VD_OK;
     cnt += lt->pieces[i].all_rep ? D : 1;
   }
+  /* every part needs a member (PARTS otherwise, reported by lineage/) */
+  if ((size_t)n > cnt) return VD_OK;
   sum_scratch x = {0};
-  size_t nb = (size_t)D * nmk;
   vd_rc rc = VD_OK;
   x.sm = vd_malloc(cnt * sizeof(*x.sm));
-  x.bk = vd_calloc(nb, sizeof(*x.bk));
+  x.bk = vd_calloc((size_t)n, sizeof(*x.bk));
   x.tmp = vd_malloc(cnt * sizeof(*x.tmp));
   x.mset = vd_malloc(nmk * sizeof(*x.mset));
   x.win = vd_malloc(2 * (size_t)n * sizeof(*x.win));
-  x.seen = vd_calloc((size_t)n, 1);
-  if (!x.sm || !x.bk || !x.tmp || !x.mset || !x.win || !x.seen) {
+  x.order = vd_malloc((size_t)n * sizeof(*x.order));
+  x.tk = vd_malloc((size_t)nmk * D * sizeof(*x.tk));
+  if (!x.sm || !x.bk || !x.tmp || !x.mset || !x.win || !x.order || !x.tk) {
     sum_scratch_free(&x);
     return VD_OOM(c->d);
   }
-  /* Buckets by (replica, microbatch), members sorted by (piece, replica). */
-  for (size_t i = 0; i < nb; i++) x.bk[i].k = -1;
+  /* Buckets by part index; each part's members must be of one replica and
+   * one microbatch (several parts may share a replica and microbatch: the
+   * data-parallel EP ranks of one replica), members sorted by (piece,
+   * replica). */
+  for (int64_t k = 0; k < n; k++) x.bk[k].d = -1;
   int good = 1;
   for (size_t i = a; i < b && good; i++) {
     const vd_lin_piece *p = &lt->pieces[i];
-    for (uint32_t r = p->all_rep ? 0 : (uint32_t)p->replica; r < (p->all_rep ? D : (uint32_t)p->replica + 1); r++) {
-      sbucket_t *t = &x.bk[(size_t)r * nmk + (uint32_t)(p->mb + 1)];
-      if (t->k >= 0 && t->k != p->part_k) good = 0;
-      t->k = p->part_k;
+    for (uint32_t r = p->all_rep ? 0 : (uint32_t)p->replica; r < (p->all_rep ? D : (uint32_t)p->replica + 1) && good; r++) {
+      if (p->part_k < 0 || p->part_k >= n) {
+        good = 0;
+        break;
+      }
+      sbucket_t *t = &x.bk[p->part_k];
+      if (t->d >= 0 && (t->d != (int32_t)r || t->m != p->mb)) good = 0;
+      t->d = (int32_t)r;
+      t->m = p->mb;
       t->n++;
     }
   }
-  size_t nfull = 0, off = 0;
-  for (size_t i = 0; i < nb && good; i++) {
-    if (!x.bk[i].n) continue;
-    int64_t k = x.bk[i].k;
-    if (k < 0 || k >= n || x.seen[k]) good = 0;
-    else x.seen[k] = 1;
-    x.bk[i].first = (uint32_t)off;
-    off += x.bk[i].n;
-    x.bk[i].n = 0;
-    nfull++;
+  size_t off = 0;
+  for (int64_t k = 0; k < n && good; k++) {
+    if (!x.bk[k].n) good = 0;
+    x.bk[k].first = (uint32_t)off;
+    off += x.bk[k].n;
+    x.bk[k].n = 0;
   }
-  if (!good || nfull != (size_t)n) {
+  if (!good) {
     sum_scratch_free(&x);
     return VD_OK;
   }
   for (size_t i = a; i < b; i++) {
     const vd_lin_piece *p = &lt->pieces[i];
     for (uint32_t r = p->all_rep ? 0 : (uint32_t)p->replica; r < (p->all_rep ? D : (uint32_t)p->replica + 1); r++) {
-      sbucket_t *t = &x.bk[(size_t)r * nmk + (uint32_t)(p->mb + 1)];
+      sbucket_t *t = &x.bk[p->part_k];
       x.sm[t->first + t->n++] = (smember_t){(uint32_t)i, (int32_t)r};
     }
   }
   /* (pieces come in order, so each bucket is sorted by (piece, replica)) */
+  /* Representatives in (replica, microbatch, first piece) order: replica
+   * 0's earliest microbatch first, as with one part per bucket. */
+  for (int64_t k = 0; k < n; k++)
+    x.order[k] = (sorder_t){x.bk[k].d, x.bk[k].m, x.bk[k].first, (uint32_t)k};
+  qsort(x.order, (size_t)n, sizeof(*x.order), sorder_cmp);
   size_t s0 = set->n_stages, i0 = set->n_issues;
   c->log_nolin = 1;
   c->n_nolin_log = 0;
   int ok = 1;
-  for (size_t i = 0; i < nb && ok && rc == VD_OK; i++) {
-    if (!x.bk[i].n || x.bk[i].covered) continue;
-    rc = sum_bucket(c, li, a, b, &x, nmk, (int32_t)(i / nmk), (int32_t)(i % nmk) - 1, n, &ok);
+  for (int64_t q = 0; q < n && ok && rc == VD_OK; q++) {
+    uint32_t k = x.order[q].k;
+    if (x.bk[k].covered) continue;
+    rc = sum_bucket(c, li, a, b, &x, k, n, &ok);
   }
   if (rc == VD_OK && ok) {
     /* every representative windows the same single value and dimension */
     for (size_t s = s0 + 1; s < set->n_stages && ok; s++)
       ok = set->stages[s].sum_svalue == set->stages[s0].sum_svalue &&
            set->stages[s].sum_dim == set->stages[s0].sum_dim;
-    size_t q = 0;
-    for (size_t i = 0; i < nb; i++)
-      if (x.bk[i].n) {
-        x.win[2 * q] = x.bk[i].lo;
-        x.win[2 * q + 1] = x.bk[i].hi;
-        q++;
-      }
-    qsort(x.win, q, 2 * sizeof(*x.win), i64_pair_cmp);
+    for (int64_t k = 0; k < n; k++) {
+      x.win[2 * k] = x.bk[k].lo;
+      x.win[2 * k + 1] = x.bk[k].hi;
+      ok = ok && x.bk[k].covered;
+    }
+    qsort(x.win, (size_t)n, 2 * sizeof(*x.win), i64_pair_cmp);
     int64_t at = 0;
-    for (size_t i = 0; i < q && ok; i++) {
+    for (int64_t i = 0; i < n && ok; i++) {
       ok = x.win[2 * i] == at && x.win[2 * i + 1] > at;
       at = x.win[2 * i + 1];
     }

@@ -35,3 +35,25 @@ expect_in "^NOT EQUIVALENT" "$TMP/out"
 expect_in "target: single 'layers.1.ffn.down.weight.grad'" "$TMP/out"
 expect_in "rank 3 mb 15 linear_backward 'layers.1.ffn.down'" "$TMP/out"
 echo "ok dp64 nm16: weight gradients proven by part; a stale activation in mb 15 on rank 3 caught there"
+# MoE with expert parallelism: the EP ranks of one replica are data parallel for
+# the dense weights, so their weight gradients are sums of dp x ep x nm parts,
+# several per (replica, microbatch).  Each part is proven on its own rows (one
+# stage per EP rank and slice, standing for the replicas and microbatches), and
+# a stale activation in microbatch 3 on EP rank 1 (stored rank 6) is caught there.
+"$VERDICT" gen --model moe --layers 2 --hidden 16 --heads 4 --seq 8 --batch 64 --experts 8 --topk 2 \
+  --dp 2 --ep 2 --tp 2 --pp 2 --nm 4 --single "$TMP/s.plan" --parallel "$TMP/p.plan" >/dev/null
+expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan" --dump-stages "$TMP/stages.txt"
+expect_in "^EQUIVALENT" "$TMP/out"
+grep -A1 "part 1 of a sum of 16 by part, rows \[4, 8) of 64" "$TMP/stages.txt" | \
+  grep -q "target 'layers.1.moe.shared.down.weight.grad'" || fail "EP rank 1's shared-expert gradient part not proven by part"
+grep "layers.1.moe.shared.down.weight.grad" "$TMP/stages.txt" | grep -q "parts 16" && \
+  fail "shared-expert weight gradient still proven as one stage of 16 parts"
+/usr/bin/python3 "$(dirname "$0")/stale_wgrad_mutant.py" "$TMP/p.plan" "$TMP/b.plan" 6 1 3 moe.shared || fail "moe mutant"
+expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/b.plan" --json "$TMP/r.json"
+expect_in "^NOT EQUIVALENT" "$TMP/out"
+[ "$(json "len(d['failures'])")" = 1 ] || fail "moe stale wgrad: $(json "len(d['failures'])") failures"
+[ "$(json "d['failures'][0]['microbatches']")" = "[3]" ] || \
+  fail "moe stale wgrad microbatch: $(json "d['failures'][0]['microbatches']")"
+[ "$(json "d['failures'][0]['ranks']")" = "[6]" ] || fail "moe stale wgrad ranks: $(json "d['failures'][0]['ranks']")"
+expect_in "rank 6 mb 3 linear_backward 'layers.1.moe.shared.down'" "$TMP/out"
+echo "ok moe dp2 ep2 nm4: dense weight gradients proven by part per EP rank; a stale activation in mb 3 on EP rank 1 caught there"

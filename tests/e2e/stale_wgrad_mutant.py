@@ -1,6 +1,6 @@
 """Writes a parallel plan whose weight gradient is wrong in ONE microbatch only.
 
-Usage: stale_wgrad_mutant.py IN.plan OUT.plan RANK LAYER MB
+Usage: stale_wgrad_mutant.py IN.plan OUT.plan RANK LAYER MB [BLOCK]
 
 The linear_backward of 'layers.LAYER.ffn.down' on stored rank RANK reads the
 gate activation (the silu output) instead of the gated product in microbatch
@@ -10,18 +10,20 @@ per-part proof of the weight-gradient sum (docs/verifier.md section 2, "Sums
 by part") can see it.  The node is confined to MB the way `verdict mutate
 --microbatch` does it: the rank's nodes of its segment are split into
 before / node / after segments, and a variant segment holding the mutated
-copy runs for MB only.  Used by tests/e2e/12_sum_by_part.sh.
+copy runs for MB only.  BLOCK names the MLP (default "ffn": Llama's; "moe.shared"
+is the MoE model's shared expert).  Used by tests/e2e/12_sum_by_part.sh.
 """
 import sys
 
 import msgpack
 
 src, dst, rank, layer, mb = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+block = sys.argv[6] if len(sys.argv) > 6 else "ffn"
 p = msgpack.unpackb(open(src, "rb").read(), raw=False, strict_map_key=False)
 nodes = p["nodes"]
-name = "layers.%d.ffn.down" % layer
+name = "layers.%d.%s.down" % (layer, block)
 bwd = [n for n in nodes if n.get("rank") == rank and n["op"] == "linear_backward" and n.get("name") == name]
-mul = [n for n in nodes if n.get("rank") == rank and n["op"] == "mul" and n.get("name") == "layers.%d.ffn.mul" % layer]
+mul = [n for n in nodes if n.get("rank") == rank and n["op"] == "mul" and n.get("name") == "layers.%d.%s.mul" % (layer, block)]
 if len(bwd) != 1 or len(mul) != 1:
     sys.exit("no single %s backward / ffn.mul on rank %d" % (name, rank))
 bwd, mul = bwd[0], mul[0]

@@ -10,7 +10,8 @@
  *    reads as a position (rope) is never windowed, so stages at other
  *    offsets stay different classes;
  *  - nnScaler's gate backward windows its token rows only while its weight
- *    gradient (a sum over the rows) is dead;
+ *    gradient (a sum over the rows) is dead, and so does the generator's
+ *    expert kernel grouped_mlp_backward (gates gradient a row output);
  *  - a view that merges [rows, cols] into tokens windows the tokens by whole
  *    rows (scaled link), and a slice that splits a row pins the class.
  */
@@ -189,6 +190,69 @@ static void test_moe_gate_rows(void **state) {
   assert_int_equal(rows[0], 8);
 }
 
+/* grouped_mlp_backward (x [8, 4], gates [8, 2], w1 [2, 3, 4], w3 [2, 3, 4],
+ * w2 [2, 4, 3], gy [8, 4]) -> (gx, ggates, gw1, gw3, gw2) on both sides; the
+ * parallel side holds token rows [r, r + 2).  The target is ggates' rows
+ * (a row output), or with gw_live also the whole gw1, a sum over every row. */
+static int gmlp_same_class(int64_t r0, int64_t r1, int gw_live, int64_t *x_rows) {
+  tb_world w;
+  tb_world_init(&w);
+  tb_stage s[2];
+  vd_diag d;
+  vd_diag_clear(&d);
+  int64_t r[2] = {r0, r1};
+  for (int i = 0; i < 2; i++) {
+    tb_stage_init(&s[i], (uint32_t)i);
+    uint32_t gs = tb_pnode(&w, 0, "grouped_mlp_backward", "e"), gp = tb_pnode(&w, 1, "grouped_mlp_backward", "e");
+    uint32_t x = TB_V(&s[i], 0, 8, 4), ga = TB_V(&s[i], 0, 8, 2), w1 = TB_V(&s[i], 0, 2, 3, 4),
+             w3 = TB_V(&s[i], 0, 2, 3, 4), w2 = TB_V(&s[i], 0, 2, 4, 3), gy = TB_V(&s[i], 0, 8, 4);
+    uint32_t gx = TB_V(&s[i], 0, 8, 4), gg = TB_V(&s[i], 0, 8, 2), g1 = TB_V(&s[i], 0, 2, 3, 4),
+             g3 = TB_V(&s[i], 0, 2, 3, 4), g2 = TB_V(&s[i], 0, 2, 4, 3);
+    tb_node(&s[i], &w, 0, gs, TB_L(x, ga, w1, w3, w2, gy), TB_L(gx, gg, g1, g3, g2));
+    uint32_t hx = hyp_rows(&w, &s[i], x, r[i], 0), hga = hyp_rows(&w, &s[i], ga, r[i], 0),
+             hw1 = hyp_rows(&w, &s[i], w1, 0, 1), hw3 = hyp_rows(&w, &s[i], w3, 0, 1),
+             hw2 = hyp_rows(&w, &s[i], w2, 0, 1), hgy = hyp_rows(&w, &s[i], gy, r[i], 0);
+    uint32_t pgx = TB_V(&s[i], 1, 2, 4), pgg = TB_V(&s[i], 1, 2, 2), p1 = TB_V(&s[i], 1, 2, 3, 4),
+             p3 = TB_V(&s[i], 1, 2, 3, 4), p2 = TB_V(&s[i], 1, 2, 4, 3);
+    tb_node(&s[i], &w, 1, gp, TB_L(hx, hga, hw1, hw3, hw2, hgy), TB_L(pgx, pgg, p1, p3, p2));
+    int32_t pt = tb_piece(&w, 2, (int64_t[]){r[i], 0}, (int64_t[]){r[i] + 2, 2}, 0, 1);
+    tb_target(&s[i], gg, (int64_t[]){r[i], 0}, (int64_t[]){r[i] + 2, 2}, 1, (uint32_t[]){(uint32_t)pt},
+              (uint32_t[]){pgg}, 1);
+    if (gw_live) {
+      int32_t pw = tb_piece(&w, 3, (int64_t[]){0, 0, 0}, (int64_t[]){2, 3, 4}, 0, 4);
+      tb_target(&s[i], g1, (int64_t[]){0, 0, 0}, (int64_t[]){2, 3, 4}, 4, (uint32_t[]){(uint32_t)pw},
+                (uint32_t[]){p1}, 1);
+    }
+    for (uint32_t t = 0; t < s[i].st.n_targets; t++) {
+      vd_stage_target *tg = &s[i].targets[t];
+      tg->has_bslice = 1;
+      memcpy(tg->blo, tg->lo, sizeof(tg->blo));
+      memcpy(tg->bhi, tg->hi, sizeof(tg->bhi));
+    }
+    assert_int_equal(vd_stage_window(&w.lt, &s[i].st, &d), VD_OK);
+    x_rows[i] = s[i].vals[x].shape[0];
+  }
+  vd_stage set_st[2] = {s[0].st, s[1].st};
+  vd_stage_set set = {.stages = set_st, .n_stages = 2};
+  assert_int_equal(vd_stage_canon(&w.lt, &set, &d), VD_OK);
+  int same = set_st[1].canon_class == 0;
+  tb_world_free(&w);
+  return same;
+}
+
+static void test_grouped_mlp_rows(void **state) {
+  (void)state;
+  int64_t rows[2];
+  /* the gates gradient is row by row in x, gates and gy: token rows window,
+   * two replicas' stages (EP dispatch backward) are one class */
+  assert_true(gmlp_same_class(2, 6, 0, rows));
+  assert_int_equal(rows[0], 2);
+  assert_int_equal(rows[1], 2);
+  /* an expert weight gradient sums over every token row: nothing windows */
+  assert_false(gmlp_same_class(2, 6, 1, rows));
+  assert_int_equal(rows[0], 8);
+}
+
 /* Single y = view(x), x [8, 4] -> y [32]; the hypothesis is x's rows
  * [r, r + 2), the target y's tokens [t0, t0 + 8) computed by a parallel view
  * [2, 4] -> [8].  Returns the windowed extents of x rows and y tokens. */
@@ -247,6 +311,7 @@ int main(void) {
       cmocka_unit_test(test_softmax_dim_pinned),
       cmocka_unit_test(test_positions_pinned),
       cmocka_unit_test(test_moe_gate_rows),
+      cmocka_unit_test(test_grouped_mlp_rows),
       cmocka_unit_test(test_view_merge_windowed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
