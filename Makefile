@@ -94,9 +94,17 @@ lint:
 
 # The bug-injection suite (docs/bugs.md): every class injected, caught by the
 # numeric executor and by the verifier with the expected diagnosis; every
-# unmutated plan equivalent.  Prints the table of docs/bugs.md.
+# unmutated plan equivalent.  Prints the table of docs/bugs.md.  Then a few
+# representative rows on boundary-only plans (STRIP=1, lineages inferred;
+# docs/bugs.md "Boundary-only plans"): a forward missing reduction (1), a
+# backward one inside a fused adapter (5), a rank's constant (7), a
+# schedule problem (14), a shape problem (20), the unreduced grad norm (23),
+# each at both sites, with their correct configurations; the full stripped
+# table is `VERIFY=1 STRIP=1 sh tests/bugs/run_suite.sh bin/verdict`.
+STRIP_BUGS ?= 1 5 7 14 20 23
 bugs: $(BIN)/verdict
 	VERIFY=1 sh tests/bugs/run_suite.sh $(BIN)/verdict
+	VERIFY=1 STRIP=1 EXTRA=0 VERIFY_TIMEOUT=60 BUGS="$(STRIP_BUGS)" sh tests/bugs/run_suite.sh $(BIN)/verdict
 
 # The soundness fuzzer (tests/soundness/soundness.c): random mutations of
 # generated plans judged by the verifier and by the oracle on unreduced

@@ -373,6 +373,9 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   if (r->n_skipped_large)
     fprintf(f, "  not solved: %zu of the inconclusive stages, larger than a failing one (they lie past the failure; "
                "docs/verifier.md 6)\n", r->n_skipped_large);
+  if (r->n_skipped_decided)
+    fprintf(f, "  not solved: %zu of the inconclusive stages, a structural problem of the plan already decides "
+               "(docs/verifier.md 1b)\n", r->n_skipped_decided);
   if (r->n_demoted)
     fprintf(f, "  not reported: %zu of the inconclusive stages, failures that rest on an inferred lineage which did "
                "not hold (docs/verifier.md 1b)\n", r->n_demoted);
@@ -452,7 +455,7 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
     if (v->verdict != VD_SMT_INCONCLUSIVE) continue;
     if (r->skipped && r->skipped[i]) continue; /* counted in the "not solved" line above */
     if (inconclusive++ >= cap) {
-      fprintf(f, "\n(%zu inconclusive stages in all; --max-failures %d)\n", r->n_inconclusive - r->n_skipped_large - r->n_demoted,
+      fprintf(f, "\n(%zu inconclusive stages in all; --max-failures %d)\n", r->n_inconclusive - r->n_skipped_large - r->n_demoted - r->n_skipped_decided,
               o->max_failures);
       break;
     }

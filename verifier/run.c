@@ -191,13 +191,23 @@ static vd_rc remember_proven(vd_run *r) {
 #define VD_RUN_MAX_INFER_ROUNDS 16
 
 /* The round from which a failing candidate takes its descendants with it
- * (taint_descendants) and large stages try the witness first. */
-#define VD_RUN_TAINT_ROUND 3
+ * (taint_descendants), a round skips the stages that its failures make moot
+ * (moot_marks), and, in the rounds after it, large stages try the witness
+ * first.  1: from the first drop.  It was 3 while correct plans (nnScaler's
+ * Llama pairs) dropped candidates in a round or two; since the exact-first
+ * match and sum_node no correct plan of the matrix, the corpus or the bug
+ * suite drops any, and a drop means a bug upstream (or a wrong guess: then
+ * the stages grow to the given annotations, slower but as sound).  At 3 a
+ * forward bug cost two extra rounds of one candidate each, the stages
+ * downstream of the fault failing again in every round. */
+#define VD_RUN_TAINT_ROUND 1
 
 static vd_rc recut_reported(vd_run *r, const vd_run_opts *o, vd_diag *d);
 static int targets_candidate(const vd_run *r, const vd_stage *st);
 static int round_drops(const vd_run *r);
 static size_t mark_grounded(const vd_run *r, const vd_run_opts *o, const uint8_t *done, uint8_t *grounded);
+static void taint_values(const vd_run *r, const uint8_t *kill, uint8_t *bad);
+static int moot_marks(const vd_run *r, const vd_run_opts *o, const uint8_t *done, uint8_t *bad);
 static void demote_ungrounded(vd_run *r, const uint8_t *grounded, uint8_t *mark);
 
 /* Whether every target of st is an annotated value (no inferred candidate):
@@ -235,6 +245,40 @@ static int grew_over_dropped(const vd_run *r, const vd_stage *st) {
   return 0;
 }
 
+/* Segments of solve_stages: one for the first tier, chunks doubling in
+ * size for each other (at most 64 each: log2 of a size_t count). */
+#define VD_RUN_N_TIERS (sizeof(vd_run_tier_nodes) / sizeof(vd_run_tier_nodes[0]))
+#define VD_RUN_MAX_SEGMENTS (1 + 64 * VD_RUN_N_TIERS)
+
+/* The first issue of the cut that is the plan's own whatever the lineages
+ * say: a node whose output shape does not follow from its inputs (SHAPE) or
+ * a gradient reducer that runs before a contribution (SCHEDULE), both found
+ * from the parallel graph alone (stages/cut.c, check_shapes and
+ * check_schedule read no lineage).  NULL when there is none. */
+static const vd_issue *plan_structural_issue(const vd_run *r) {
+  for (size_t i = 0; i < r->set.n_issues; i++) {
+    const vd_issue *si = &r->set.issues[i];
+    if (!si->single && (si->kind == VD_SISSUE_SHAPE || si->kind == VD_SISSUE_SCHEDULE)) return si;
+  }
+  return NULL;
+}
+
+/* Whether a target piece of stage st is a value marked in moot. */
+static int targets_moot(const vd_run *r, const vd_stage *st, const uint8_t *moot) {
+  for (uint32_t k = 0; k < st->n_targets; k++) {
+    const vd_stage_target *tg = &st->targets[k];
+    for (uint32_t j = 0; j < tg->n_pieces; j++)
+      if (moot[r->lt.pieces[st->idx[tg->piece_off + 2 * j]].value]) return 1;
+  }
+  return 0;
+}
+
+/* The first chunk of a chunked tier: two stages, so that on two threads
+ * neither waits at its barrier (from one, a correct plan with gradient
+ * clipping, 25 stages of 191-197 nodes in the middle tier, paid 0.1 s of a
+ * 1.4 s run).  A constant, not the thread count: see order_segments. */
+#define VD_RUN_FIRST_CHUNK 2
+
 struct seg_key {
   uint32_t nodes, id;
 };
@@ -246,14 +290,20 @@ static int seg_key_cmp(const void *a, const void *b) {
 }
 
 /* The class representatives reps[0..n_reps) in solving order, cut into
- * segments (seg_end[k]: end of segment k in order[]; at most n_tiers + 65).
- * The tiers of vd_run_tier_nodes come first, each in stage order.  With
- * candidates, the last tier (the stages past every tier bound: model-sized
- * ones past a bug) is sorted by size and cut into chunks of 1, 2, 4, ...
- * stages, so that the smallest of them is solved first, alone, and a
- * grounded failure there ends the round before the others are solved
- * (solve_stages).  A correct plan solves every chunk: log2 of their count
- * extra barriers.  The order depends on the stages only: deterministic. */
+ * segments (seg_end[k]: end of segment k in order[]; at most
+ * VD_RUN_MAX_SEGMENTS).  The tiers of vd_run_tier_nodes come first, the
+ * first one (the small stages) in stage order, as one segment.  With
+ * candidates, every later tier (stages of more than 64 nodes: past a bug
+ * in a boundary-only plan they run from the last proven lineage to the
+ * loss or a weight update) is sorted by size and cut into chunks of 1, 2,
+ * 4, ... times VD_RUN_FIRST_CHUNK stages, so that the smallest of them
+ * are solved first, and a grounded failure there ends the round before the
+ * others are solved (solve_stages; a bug row had 19 failing stages of
+ * 198-394 nodes in one tier, all solved and all their counterexamples
+ * recomputed).  A correct plan solves every chunk: log2 of their count
+ * extra barriers per tier.  The chunks depend on the stages only, never on
+ * the thread count: which stages are solved before a stop, and so the
+ * report, are the same at any thread count. */
 static void order_segments(const vd_run *r, const uint32_t *reps, size_t n_reps, uint32_t *order, size_t *seg_end,
                            size_t *n_seg) {
   size_t n_tiers = sizeof(vd_run_tier_nodes) / sizeof(vd_run_tier_nodes[0]), at = 0, ns = 0;
@@ -265,7 +315,7 @@ static void order_segments(const vd_run *r, const uint32_t *reps, size_t n_reps,
       uint32_t nn = r->set.stages[reps[k]].n_nodes;
       if ((t == 0 || nn > lo) && nn <= hi) order[at++] = reps[k];
     }
-    struct seg_key *key = t == n_tiers && chunk && at - start > 1 ? vd_calloc(at - start, sizeof(*key)) : NULL;
+    struct seg_key *key = t > 0 && chunk && at - start > 1 ? vd_calloc(at - start, sizeof(*key)) : NULL;
     if (!key) { /* one segment (also without memory: OPTIMIZATION-ONLY) */
       seg_end[ns++] = at;
       continue;
@@ -274,8 +324,8 @@ static void order_segments(const vd_run *r, const uint32_t *reps, size_t n_reps,
     qsort(key, at - start, sizeof(*key), seg_key_cmp);
     for (size_t k = start; k < at; k++) order[k] = key[k - start].id;
     vd_free(key);
-    for (size_t e = start, c = 1; e < at; c *= 2) {
-      e = at - e > c && ns < n_tiers + 64 ? e + c : at;
+    for (size_t e = start, c = VD_RUN_FIRST_CHUNK; e < at; c *= 2) {
+      e = at - e > c && ns + 1 + (n_tiers - t) < VD_RUN_MAX_SEGMENTS ? e + c : at;
       seg_end[ns++] = e;
     }
   }
@@ -323,15 +373,15 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   }
   vd_free(sigbuf);
   r->n_classes = n_reps;
-  /* Segments: the tiers by size (stable within a tier, so the order stays
-   * the stage order; see vd_run_tier_nodes), the last one cut into chunks of
-   * 1, 2, 4, ... stages by size when there are candidates (order_segments). */
+  /* Segments: the tiers by size (the first one in stage order; see
+   * vd_run_tier_nodes), every later one cut into chunks of 2, 4, 8, ...
+   * stages by size when there are candidates (order_segments). */
   size_t n_tiers = sizeof(vd_run_tier_nodes) / sizeof(vd_run_tier_nodes[0]);
   vd_free(r->skipped);
   uint8_t *skipped = r->skipped = vd_calloc(n ? n : 1, 1);
   uint32_t *order = vd_calloc(n_reps ? n_reps : 1, sizeof(*order));
   uint32_t *todo = vd_calloc(n_reps ? n_reps : 1, sizeof(*todo));
-  size_t seg_end[sizeof(vd_run_tier_nodes) / sizeof(vd_run_tier_nodes[0]) + 65], n_seg = 0;
+  size_t seg_end[VD_RUN_MAX_SEGMENTS], n_seg = 0;
   if (!skipped || !done || !fresh || !order || !todo) {
     vd_free(done);
     vd_free(fresh);
@@ -341,6 +391,23 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     return VD_OOM(d);
   }
   order_segments(r, reps, n_reps, order, seg_end, &n_seg);
+  int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
+  vd_smt **tctx = vd_calloc((size_t)threads, sizeof(*tctx));
+  vd_rc *tctx_rc = vd_calloc((size_t)threads, sizeof(*tctx_rc));
+  vd_diag *tctx_d = vd_calloc((size_t)threads, sizeof(*tctx_d));
+  uint8_t *tctx_made = vd_calloc((size_t)threads, 1);
+  if (!tctx || !tctx_rc || !tctx_d || !tctx_made) {
+    vd_free(tctx);
+    vd_free(tctx_rc);
+    vd_free(tctx_d);
+    vd_free(tctx_made);
+    vd_free(done);
+    vd_free(fresh);
+    vd_free(order);
+    vd_free(todo);
+    vd_free(reps);
+    return VD_OOM(d);
+  }
   vd_stage_solve_opts so = {.timeout_ms = o->stage_timeout_ms, .budget = o->stage_budget,
                             .fast_path = !o->no_fast_path, .max_elems = VD_LIM_STAGE_MAX_ELEMS,
                             .max_cex_elems = VD_LIM_CEX_ELEMS, .seed = o->seed,
@@ -352,22 +419,43 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   vd_rc first_rc = VD_OK;
   vd_diag first_diag;
   vd_diag_clear(&first_diag);
-  int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
   r->threads_used = threads;
   /* plan_fail_nodes: size of the smallest stage targeting only annotated
    * values that failed (0: none yet); stop_stage: the first grounded
    * failure (SIZE_MAX: none yet). */
   uint32_t plan_fail_nodes = 0;
   size_t stop_stage = SIZE_MAX;
+  /* moot[v]: Gp value v is computed from a candidate that failed in this
+   * round (moot_marks); NULL until one fails, or when this round's drop
+   * does not take descendants along. */
+  uint8_t *moot = NULL;
   int cands = r->inferred && r->infer.n_inferred;
   uint32_t big = vd_run_tier_nodes[n_tiers - 1];
+  /* OPTIMIZATION-ONLY: with candidates, a structural problem of the plan
+   * itself (plan_structural_issue) decides NOT EQUIVALENT before any stage
+   * is solved, as it does with full annotations; the stages would only
+   * grow round after round around the faulty node (a reduce_scatter
+   * replaced by an all_reduce: 28 failing candidate stages of 300-1000
+   * nodes in the first round).  So none is solved and the round is the
+   * last.  SOUNDNESS: leaving stages unsolved only removes evidence; they
+   * are INCONCLUSIVE, never proved. */
+  const vd_issue *decided = cands ? plan_structural_issue(r) : NULL;
   for (size_t sg = 0, lo = 0; sg < n_seg; lo = seg_end[sg], sg++) {
     size_t hi = seg_end[sg], n_todo = 0;
     for (size_t k = lo; k < hi; k++) {
       uint32_t i = order[k];
       const vd_stage *st = &r->set.stages[i];
       vd_stage_verdict *v = &r->verdicts[i];
-      if (stop_stage != SIZE_MAX) {
+      if (decided) {
+        v->verdict = VD_SMT_INCONCLUSIVE;
+        snprintf(v->reason, sizeof(v->reason),
+                 "not solved: a structural problem of the plan (%s) already proves the plans differ "
+                 "(docs/verifier.md 1b)", vd_sissue_names[decided->kind]);
+        skipped[i] = 3;
+        done[i] = 1;
+        done_count++;
+        continue;
+      } else if (stop_stage != SIZE_MAX) {
         /* OPTIMIZATION-ONLY: stage stop_stage is a grounded failure
          * (mark_grounded): the plans differ whatever this stage gives. */
         v->verdict = VD_SMT_INCONCLUSIVE;
@@ -375,6 +463,17 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
                  "not solved: stage %zu already proves the plans differ (a grounded failure, docs/verifier.md 1b), "
                  "and this stage of %u nodes is solved after it",
                  stop_stage, st->n_nodes);
+      } else if (moot && targets_moot(r, st, moot)) {
+        /* OPTIMIZATION-ONLY: this round drops the failed candidate and
+         * every candidate computed from it (taint_descendants), so the
+         * stage is cut again without them: whatever it gives now is
+         * neither reused (its hypotheses change) nor reported (the round
+         * is not the last).  Left unsolved, its candidate targets count
+         * as not proven (and are among the dropped descendants anyway). */
+        v->verdict = VD_SMT_INCONCLUSIVE;
+        snprintf(v->reason, sizeof(v->reason),
+                 "not solved: its target is computed from an inferred lineage that failed in this round "
+                 "(docs/verifier.md 1b)");
       } else if (plan_fail_nodes && plan_targets_only(r, st)) {
         /* SOUNDNESS: the verdict is already NOT EQUIVALENT when this is the
          * last round (a smaller stage whose targets are all annotated
@@ -397,12 +496,23 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
       done[i] = 1;
       done_count++;
     }
-#pragma omp parallel num_threads(threads)
-  {
-    vd_smt *s = NULL;
-    vd_diag td;
-    vd_diag_clear(&td);
-    vd_rc trc = vd_smt_new(&s, &td);
+    /* OPTIMIZATION-ONLY: an empty segment (every stage of it skipped or
+     * proven in an earlier round) creates no solver contexts */
+#pragma omp parallel num_threads(threads) if (n_todo > 0)
+  if (n_todo > 0) {
+    /* Each thread's context is made once per round and kept across the
+     * segments (OPTIMIZATION-ONLY: with chunks, a context per thread per
+     * segment cost a correct plan with gradient clipping a third of its
+     * time); one thread uses it at a time, the regions being sequential. */
+    int tid = omp_get_thread_num();
+    if (!tctx_made[tid]) {
+      vd_diag_clear(&tctx_d[tid]);
+      tctx_rc[tid] = vd_smt_new(&tctx[tid], &tctx_d[tid]);
+      tctx_made[tid] = 1;
+    }
+    vd_smt *s = tctx[tid];
+    vd_diag td = tctx_d[tid];
+    vd_rc trc = tctx_rc[tid];
 #pragma omp for schedule(dynamic, 1)
     for (size_t k = 0; k < n_todo; k++) {
       uint32_t i = todo[k];
@@ -411,8 +521,15 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
       /* OPTIMIZATION-ONLY: a stage of the last tier is solved in a context
        * of its own, as the reported-failure pass below would solve it: when
        * it fails, its counterexample is already the deterministic one and
-       * is not recomputed (a model-sized stage past a bug: seconds each). */
-      int own = trc == VD_OK && r->set.stages[i].n_nodes > big;
+       * is not recomputed (a model-sized stage past a bug: seconds each).
+       * With candidates, so is a stage targeting given annotations only
+       * once candidates were dropped (a bug upstream is likely: it is a
+       * stage that will be reported).  Not before: a context costs about
+       * what a small stage does, and a correct boundary-only plan with
+       * gradient clipping has dozens of stages over 64 nodes targeting
+       * weights (2x its time when each had its own context). */
+      int own = trc == VD_OK &&
+                (r->set.stages[i].n_nodes > big || (cands && r->n_dropped && plan_targets_only(r, &r->set.stages[i])));
       /* OPTIMIZATION-ONLY: a failure targeting a candidate is never
        * reported (it is dropped, or demoted in the last round) */
       vd_stage_solve_opts sso = so;
@@ -451,7 +568,6 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
 #pragma omp critical(vd_run_progress)
       vd_progress_solve(&r->prog, now, n_reps, t0);
     }
-    vd_smt_free(s);
   }
     int any_fail = 0;
     for (size_t k = 0; k < n_todo; k++) {
@@ -465,6 +581,14 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
           (!plan_fail_nodes || r->set.stages[i].n_nodes < plan_fail_nodes))
         plan_fail_nodes = r->set.stages[i].n_nodes;
     }
+    if (cands && any_fail && sg + 1 < n_seg && r->infer_rounds >= VD_RUN_TAINT_ROUND &&
+        r->infer_rounds < VD_RUN_MAX_INFER_ROUNDS) {
+      if (!moot) moot = vd_calloc(r->pg.n_values ? r->pg.n_values : 1, 1);
+      if (moot && !moot_marks(r, o, done, moot)) {
+        vd_free(moot); /* nothing failed that this round drops: nothing is moot */
+        moot = NULL;
+      }
+    }
     if (cands && any_fail && stop_stage == SIZE_MAX && sg + 1 < n_seg) {
       /* members' verdicts count too: take them from their representatives */
       uint8_t *g = vd_calloc(n ? n : 1, 1);
@@ -474,9 +598,15 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
       vd_free(g);
     }
   }
+  for (int k = 0; k < threads; k++) vd_smt_free(tctx[k]);
+  vd_free(tctx);
+  vd_free(tctx_rc);
+  vd_free(tctx_d);
+  vd_free(tctx_made);
   vd_free(order);
   vd_free(todo);
   vd_free(done);
+  vd_free(moot);
   done = NULL;
   /* Members take their representative's verdict: their canonical forms are
    * byte-identical, so the solver was asked the same question.  Their own
@@ -514,7 +644,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     }
     n_grounded = mark_grounded(r, o, NULL, grounded);
   }
-  int last_round = n_grounded > 0 || !round_drops(r);
+  int last_round = n_grounded > 0 || decided || !round_drops(r);
   r->round_final = last_round;
   if (last_round && cands) {
     /* SOUNDNESS: only grounded failures are reported (demote_ungrounded) */
@@ -569,13 +699,14 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     case VD_SMT_NOT_EQUIVALENT: r->n_not_equiv++; break;
     case VD_SMT_INCONCLUSIVE:
       r->n_inconclusive++;
-      /* a member is unsolved when its representative is (1); a demoted
+      /* a member is unsolved when its representative is (1, 3); a demoted
        * failure (2) is the stage's own */
       if (!skipped[i] && !o->no_reuse && r->set.stages[i].canon_class >= 0 &&
-          skipped[r->set.stages[i].canon_class] == 1)
-        skipped[i] = 1;
+          (skipped[r->set.stages[i].canon_class] == 1 || skipped[r->set.stages[i].canon_class] == 3))
+        skipped[i] = skipped[r->set.stages[i].canon_class];
       r->n_skipped_large += skipped[i] == 1;
       r->n_demoted += skipped[i] == 2;
+      r->n_skipped_decided += skipped[i] == 3;
       break;
     }
     r->n_fast += r->verdicts[i].by_fast_path;
@@ -773,7 +904,7 @@ static void reset_round(vd_run *r, size_t n_graph_issues, size_t n_graph_dropped
   r->n_issues = n_graph_issues;
   r->n_issues_dropped = n_graph_dropped;
   r->n_classes = r->n_solved = r->n_fast = r->n_reduced = 0;
-  r->n_equiv = r->n_not_equiv = r->n_inconclusive = r->n_skipped_large = r->n_demoted = 0;
+  r->n_equiv = r->n_not_equiv = r->n_inconclusive = r->n_skipped_large = r->n_demoted = r->n_skipped_decided = 0;
   r->round_final = 0;
 }
 
@@ -787,16 +918,15 @@ static int targets_candidate(const vd_run *r, const vd_stage *st) {
   return 0;
 }
 
-/* From round VD_RUN_TAINT_ROUND on, a candidate that still fails is downstream
- * of ones dropped before: its stage grew over two rounds of dropped
- * candidates and fails again, the signature of a bug upstream (a chain of
- * wrong guesses has the same signature; one round of it is common in
- * correct plans, nnScaler's llama pairs drop candidates in two rounds), and
- * every candidate computed from it was inferred from the same wrong lineage.  Those are killed too (kill[t] = 1 for every tensor
- * with a Gp value downstream of a killed candidate's values), so that the
- * next round cuts straight to the given annotations after the failure
- * instead of growing one candidate per round.  Dropping only removes
- * candidates: it cannot change a verdict's soundness (docs/verifier.md 1b). */
+/* From round VD_RUN_TAINT_ROUND on (the first), a failing candidate takes
+ * every candidate computed from it along: they were inferred from the same
+ * lineage, which did not hold (a bug upstream, or a wrong guess).  kill[t] =
+ * 1 for every tensor with a Gp value downstream of a killed candidate's
+ * values, so that the next round cuts straight to the given annotations
+ * after the failure instead of growing one candidate per round (before, the
+ * stages downstream of a forward bug failed again round after round).
+ * Dropping only removes candidates: it cannot change a verdict's soundness
+ * (docs/verifier.md 1b). */
 static void taint_values(const vd_run *r, const uint8_t *kill, uint8_t *bad);
 
 static void taint_descendants(vd_run *r, uint8_t *kill) {
@@ -886,6 +1016,32 @@ static void taint_values(const vd_run *r, const uint8_t *kill, uint8_t *bad) {
     for (uint32_t i = 0; i < n->n_in && !b; i++) b = bad[in[i]];
     for (uint32_t q = 0; b && q < n->n_out; q++) bad[out[q]] = 1;
   }
+}
+
+/* During a round whose drop takes descendants along (taint_descendants):
+ * bad[v] = 1 for every Gp value computed from a candidate whose stage was
+ * solved and did not hold so far (done[i]: stage i solved; members take
+ * their representative's verdict), or that a lineage or structural issue
+ * implicates.  Returns whether any candidate is marked.  OPTIMIZATION-ONLY
+ * (solve_stages skips the stages these values make moot). */
+static int moot_marks(const vd_run *r, const vd_run_opts *o, const uint8_t *done, uint8_t *bad) {
+  uint8_t *kill = vd_calloc(r->pp.n_tensors ? r->pp.n_tensors : 1, 1);
+  if (!kill) return 0;
+  implicated_by_issues(r, kill);
+  for (size_t i = 0; i < r->set.n_stages; i++) {
+    const vd_stage *st = &r->set.stages[i];
+    size_t rep = o->no_reuse || st->canon_class < 0 ? i : (size_t)st->canon_class;
+    if (!done[rep] || r->verdicts[rep].verdict == VD_SMT_EQUIVALENT || r->skipped[rep]) continue;
+    for (uint32_t k = 0; k < st->n_targets; k++) {
+      const vd_stage_target *tg = &st->targets[k];
+      for (uint32_t j = 0; j < tg->n_pieces; j++) kill[r->lt.pieces[st->idx[tg->piece_off + 2 * j]].ptensor] = 1;
+    }
+  }
+  int any = 0;
+  for (size_t t = 0; t < r->pp.n_tensors && !any; t++) any = kill[t] && r->inferred[t];
+  if (any) taint_values(r, kill, bad);
+  vd_free(kill);
+  return any;
 }
 
 /* Grounded failures.  A stage is a GROUNDED failure when it is NOT
@@ -1048,7 +1204,7 @@ static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d);
 
 /* -v: one line per round of cut-and-solve on stderr (how inference and the
  * drops went; docs/verifier.md 1b). */
-static void trace_round(const vd_run *r, const vd_run_opts *o) {
+static void trace_round(const vd_run *r, const vd_run_opts *o, double secs) {
   if (!o->verbose || o->quiet || !r->infer.n_inferred) return;
   size_t nf = 0, nfc = 0;
   for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
@@ -1057,8 +1213,9 @@ static void trace_round(const vd_run *r, const vd_run_opts *o) {
     nfc += r->inferred && targets_candidate(r, &r->set.stages[i]);
   }
   fprintf(stderr, "verdict: round %d: %zu stages, %zu classes solved, %zu not proven (%zu target candidates), "
-                  "%zu candidates dropped so far%s\n",
-          r->infer_rounds, r->set.n_stages, r->n_classes, nf, nfc, r->n_dropped, r->round_final ? ", last round" : "");
+                  "%zu candidates dropped so far%s (%.2f s)\n",
+          r->infer_rounds, r->set.n_stages, r->n_classes, nf, nfc, r->n_dropped, r->round_final ? ", last round" : "",
+          secs);
 }
 
 vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
@@ -1112,8 +1269,9 @@ static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   size_t n_graph_issues = r->n_issues, n_graph_dropped = r->n_issues_dropped;
   for (;;) {
     r->infer_rounds++;
+    double tr = vd_clock_s();
     VD_CHECK(analyse(r, o, d));
-    trace_round(r, o);
+    trace_round(r, o, vd_clock_s() - tr);
     if (r->round_final || !r->infer.n_inferred) break;
     size_t n_drop = 0;
     VD_CHECK(drop_failed_candidates(r, &n_drop, d));

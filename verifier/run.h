@@ -66,7 +66,9 @@ typedef struct vd_run {
   size_t n_skipped_large;     /* of n_inconclusive: stages larger than a failing tier, not solved (run.c) */
   size_t n_demoted;           /* of n_inconclusive: failures resting on inferred lineages that did not hold,
                                  in the last round (run.c, demote_ungrounded) */
-  uint8_t *skipped;           /* per stage: 1 if left unsolved so, 2 if demoted so (NULL before solving) */
+  size_t n_skipped_decided;   /* of n_inconclusive: not solved, a structural problem of the plan decides (run.c) */
+  uint8_t *skipped;           /* per stage: 1 if left unsolved so, 2 if demoted so, 3 if left unsolved because
+                                 a structural problem decides (NULL before solving) */
   int round_final;            /* the round just solved is the last (no candidate to drop, or a grounded failure) */
   double phase_s[VD_RUN_PHASES];
   size_t peak_bytes;          /* the process's peak resident set (getrusage), everything included */
