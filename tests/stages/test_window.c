@@ -60,29 +60,48 @@ static uint32_t build_rows(tb_world *w, tb_stage *s, const char *op, int64_t r) 
   return x;
 }
 
+/* Windows stage s (every target's batch slice is its slice) and, with
+ * reduce, reduces it; x_rows gets value x's windowed rows. */
+static void window_stage(tb_world *w, tb_stage *s, uint32_t x, int reduce, int64_t *x_rows) {
+  vd_diag d;
+  vd_diag_clear(&d);
+  for (uint32_t t = 0; t < s->st.n_targets; t++) {
+    vd_stage_target *tg = &s->targets[t];
+    tg->has_bslice = 1;
+    memcpy(tg->blo, tg->lo, sizeof(tg->blo));
+    memcpy(tg->bhi, tg->hi, sizeof(tg->bhi));
+  }
+  assert_int_equal(vd_stage_window(&w->lt, &s->st, &d), VD_OK);
+  *x_rows = s->vals[x].shape[0];
+  if (reduce) assert_int_equal(vd_stage_reduce(&w->lt, &s->st, &d), VD_OK);
+}
+
+/* Classifies the two stages and frees w (canon allocates nothing the stages
+ * own).  Returns 1 when they share a class. */
+static int pair_same_class(tb_world *w, tb_stage s[2]) {
+  vd_diag d;
+  vd_diag_clear(&d);
+  vd_stage set_st[2] = {s[0].st, s[1].st};
+  vd_stage_set set = {.stages = set_st, .n_stages = 2};
+  assert_int_equal(vd_stage_canon(&w->lt, &set, &d), VD_OK);
+  int same = set_st[1].canon_class == 0;
+  tb_world_free(w);
+  return same;
+}
+
 /* Windows, reduces and classifies two stages at row offsets r0 and r1.
  * Returns 1 when they share a class. */
 static int same_class(const char *op, int64_t r0, int64_t r1, int64_t *x_rows) {
   tb_world w;
   tb_world_init(&w);
   tb_stage s[2];
-  vd_diag d;
-  vd_diag_clear(&d);
   int64_t r[2] = {r0, r1};
   for (int i = 0; i < 2; i++) {
     tb_stage_init(&s[i], (uint32_t)i);
     uint32_t x = build_rows(&w, &s[i], op, r[i]);
-    assert_int_equal(vd_stage_window(&w.lt, &s[i].st, &d), VD_OK);
-    x_rows[i] = s[i].vals[x].shape[0];
-    assert_int_equal(vd_stage_reduce(&w.lt, &s[i].st, &d), VD_OK);
+    window_stage(&w, &s[i], x, 1, &x_rows[i]);
   }
-  vd_stage set_st[2] = {s[0].st, s[1].st};
-  vd_stage_set set = {.stages = set_st, .n_stages = 2};
-  assert_int_equal(vd_stage_canon(&w.lt, &set, &d), VD_OK);
-  int same = set_st[1].canon_class == 0;
-  /* canon allocates nothing the stages own; free the plans only */
-  tb_world_free(&w);
-  return same;
+  return pair_same_class(&w, s);
 }
 
 static void test_rows_windowed_and_merged(void **state) {
@@ -136,8 +155,6 @@ static int gate_same_class(int64_t r0, int64_t r1, int gw_live, int64_t *x_rows)
   tb_world w;
   tb_world_init(&w);
   tb_stage s[2];
-  vd_diag d;
-  vd_diag_clear(&d);
   int64_t r[2] = {r0, r1};
   for (int i = 0; i < 2; i++) {
     tb_stage_init(&s[i], (uint32_t)i);
@@ -160,21 +177,9 @@ static int gate_same_class(int64_t r0, int64_t r1, int gw_live, int64_t *x_rows)
       tb_target(&s[i], gw, (int64_t[]){0, 0}, (int64_t[]){4, 4}, 4, (uint32_t[]){(uint32_t)pw},
                 (uint32_t[]){pgw}, 1);
     }
-    for (uint32_t t = 0; t < s[i].st.n_targets; t++) {
-      vd_stage_target *tg = &s[i].targets[t];
-      tg->has_bslice = 1;
-      memcpy(tg->blo, tg->lo, sizeof(tg->blo));
-      memcpy(tg->bhi, tg->hi, sizeof(tg->bhi));
-    }
-    assert_int_equal(vd_stage_window(&w.lt, &s[i].st, &d), VD_OK);
-    x_rows[i] = s[i].vals[x].shape[0];
+    window_stage(&w, &s[i], x, 0, &x_rows[i]);
   }
-  vd_stage set_st[2] = {s[0].st, s[1].st};
-  vd_stage_set set = {.stages = set_st, .n_stages = 2};
-  assert_int_equal(vd_stage_canon(&w.lt, &set, &d), VD_OK);
-  int same = set_st[1].canon_class == 0;
-  tb_world_free(&w);
-  return same;
+  return pair_same_class(&w, s);
 }
 
 static void test_moe_gate_rows(void **state) {
@@ -198,8 +203,6 @@ static int gmlp_same_class(int64_t r0, int64_t r1, int gw_live, int64_t *x_rows)
   tb_world w;
   tb_world_init(&w);
   tb_stage s[2];
-  vd_diag d;
-  vd_diag_clear(&d);
   int64_t r[2] = {r0, r1};
   for (int i = 0; i < 2; i++) {
     tb_stage_init(&s[i], (uint32_t)i);
@@ -223,21 +226,9 @@ static int gmlp_same_class(int64_t r0, int64_t r1, int gw_live, int64_t *x_rows)
       tb_target(&s[i], g1, (int64_t[]){0, 0, 0}, (int64_t[]){2, 3, 4}, 4, (uint32_t[]){(uint32_t)pw},
                 (uint32_t[]){p1}, 1);
     }
-    for (uint32_t t = 0; t < s[i].st.n_targets; t++) {
-      vd_stage_target *tg = &s[i].targets[t];
-      tg->has_bslice = 1;
-      memcpy(tg->blo, tg->lo, sizeof(tg->blo));
-      memcpy(tg->bhi, tg->hi, sizeof(tg->bhi));
-    }
-    assert_int_equal(vd_stage_window(&w.lt, &s[i].st, &d), VD_OK);
-    x_rows[i] = s[i].vals[x].shape[0];
+    window_stage(&w, &s[i], x, 0, &x_rows[i]);
   }
-  vd_stage set_st[2] = {s[0].st, s[1].st};
-  vd_stage_set set = {.stages = set_st, .n_stages = 2};
-  assert_int_equal(vd_stage_canon(&w.lt, &set, &d), VD_OK);
-  int same = set_st[1].canon_class == 0;
-  tb_world_free(&w);
-  return same;
+  return pair_same_class(&w, s);
 }
 
 static void test_grouped_mlp_rows(void **state) {
