@@ -1133,16 +1133,11 @@ static int round_drops(const vd_run *r) {
   return any;
 }
 
-static vd_rc drop_failed_candidates(vd_run *r, size_t *n_drop, vd_diag *d) {
+/* Drops every candidate marked in kill (one byte per parallel tensor,
+ * borrowed): its lineage is cleared and r->dropped remembers it. */
+static vd_rc drop_marked(vd_run *r, const uint8_t *kill, size_t *n_drop, vd_diag *d) {
   size_t n = 0;
-  uint8_t *kill = vd_calloc(r->pp.n_tensors ? r->pp.n_tensors : 1, 1);
-  if (!kill) return VD_OOM(d);
-  implicated(r, kill);
-  if (r->infer_rounds >= VD_RUN_TAINT_ROUND) taint_descendants(r, kill);
-  if (!r->dropped && !(r->dropped = vd_calloc(r->pp.n_tensors ? r->pp.n_tensors : 1, 1))) {
-    vd_free(kill);
-    return VD_OOM(d);
-  }
+  if (!r->dropped && !(r->dropped = vd_calloc(r->pp.n_tensors ? r->pp.n_tensors : 1, 1))) return VD_OOM(d);
   for (size_t t = 0; t < r->pp.n_tensors; t++) {
     if (!kill[t] || !r->inferred[t]) continue;
     r->dropped[t] = 1;
@@ -1151,33 +1146,29 @@ static vd_rc drop_failed_candidates(vd_run *r, size_t *n_drop, vd_diag *d) {
     memset(&r->pp.tensors[t].lin, 0, sizeof(r->pp.tensors[t].lin));
     n++;
   }
-  vd_free(kill);
   *n_drop = n;
   return VD_OK;
+}
+
+static vd_rc drop_failed_candidates(vd_run *r, size_t *n_drop, vd_diag *d) {
+  uint8_t *kill = vd_calloc(r->pp.n_tensors ? r->pp.n_tensors : 1, 1);
+  if (!kill) return VD_OOM(d);
+  implicated(r, kill);
+  if (r->infer_rounds >= VD_RUN_TAINT_ROUND) taint_descendants(r, kill);
+  vd_rc rc = drop_marked(r, kill, n_drop, d);
+  vd_free(kill);
+  return rc;
 }
 
 /* Drops the candidates that the lineage table's issues implicate (no stage
  * is needed for those; analyse). */
 static vd_rc drop_candidates_of_issues(vd_run *r, size_t *n_drop, vd_diag *d) {
-  size_t n = 0;
   uint8_t *kill = vd_calloc(r->pp.n_tensors ? r->pp.n_tensors : 1, 1);
   if (!kill) return VD_OOM(d);
   implicated_by_issues(r, kill); /* (before the cut: r->set has no issues yet) */
-  if (!r->dropped && !(r->dropped = vd_calloc(r->pp.n_tensors ? r->pp.n_tensors : 1, 1))) {
-    vd_free(kill);
-    return VD_OOM(d);
-  }
-  for (size_t t = 0; t < r->pp.n_tensors; t++) {
-    if (!kill[t] || !r->inferred[t]) continue;
-    r->dropped[t] = 1;
-    r->inferred[t] = 0;
-    r->pp.tensors[t].has_lin = 0;
-    memset(&r->pp.tensors[t].lin, 0, sizeof(r->pp.tensors[t].lin));
-    n++;
-  }
+  vd_rc rc = drop_marked(r, kill, n_drop, d);
   vd_free(kill);
-  *n_drop = n;
-  return VD_OK;
+  return rc;
 }
 
 /* After the last round: failures that still target candidates say nothing
