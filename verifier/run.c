@@ -382,21 +382,12 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   uint32_t *order = vd_calloc(n_reps ? n_reps : 1, sizeof(*order));
   uint32_t *todo = vd_calloc(n_reps ? n_reps : 1, sizeof(*todo));
   size_t seg_end[VD_RUN_MAX_SEGMENTS], n_seg = 0;
-  if (!skipped || !done || !fresh || !order || !todo) {
-    vd_free(done);
-    vd_free(fresh);
-    vd_free(order);
-    vd_free(todo);
-    vd_free(reps);
-    return VD_OOM(d);
-  }
-  order_segments(r, reps, n_reps, order, seg_end, &n_seg);
   int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
   vd_smt **tctx = vd_calloc((size_t)threads, sizeof(*tctx));
   vd_rc *tctx_rc = vd_calloc((size_t)threads, sizeof(*tctx_rc));
   vd_diag *tctx_d = vd_calloc((size_t)threads, sizeof(*tctx_d));
   uint8_t *tctx_made = vd_calloc((size_t)threads, 1);
-  if (!tctx || !tctx_rc || !tctx_d || !tctx_made) {
+  if (!skipped || !done || !fresh || !order || !todo || !tctx || !tctx_rc || !tctx_d || !tctx_made) {
     vd_free(tctx);
     vd_free(tctx_rc);
     vd_free(tctx_d);
@@ -408,6 +399,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     vd_free(reps);
     return VD_OOM(d);
   }
+  order_segments(r, reps, n_reps, order, seg_end, &n_seg);
   vd_stage_solve_opts so = {.timeout_ms = o->stage_timeout_ms, .budget = o->stage_budget,
                             .fast_path = !o->no_fast_path, .max_elems = VD_LIM_STAGE_MAX_ELEMS,
                             .max_cex_elems = VD_LIM_CEX_ELEMS, .seed = o->seed,
