@@ -47,12 +47,6 @@ const char *const vd_lissue_names[VD_LISSUE__COUNT] = {"no_single", "out_of_boun
 #define NONE UINT32_MAX
 #define GRID_MAX ((size_t)VD_LIM_LIN_GRID_MAX) /* reason: common/limits.h */
 
-typedef struct {
-  vd_lin_piece p;
-  uint32_t stensor, svalue;
-  int32_t nd; /* single tensor ndim: the slice dimensions that count */
-} tpiece_t;
-
 /* An issue found while validating lineage li in parallel (validate). */
 typedef struct {
   uint32_t li, seq;
@@ -167,167 +161,182 @@ static int slice_cmp(const vd_lin_piece *x, const vd_lin_piece *y, int32_t nd) {
   return 0;
 }
 
-static int tpiece_cmp(const void *a, const void *b) {
-  const tpiece_t *x = a, *y = b;
-  if (x->stensor != y->stensor) return x->stensor < y->stensor ? -1 : 1;
-  if (x->p.initial != y->p.initial) return x->p.initial > y->p.initial ? -1 : 1; /* initial first */
-  int r = slice_cmp(&x->p, &y->p, x->nd);
-  if (r) return r;
-  if ((r = cmp_i64(x->p.part_n, y->p.part_n))) return r;
-  if ((r = cmp_i64(x->p.part_k, y->p.part_k))) return r;
-  if (x->p.replica != y->p.replica) return x->p.replica < y->p.replica ? -1 : 1;
-  return x->p.value < y->p.value ? -1 : x->p.value > y->p.value;
-}
 
 /* ---- step 1+2: points and pieces ---------------------------------------- */
 
-static vd_rc collect(lctx *c, tpiece_t **out, size_t *n_out, size_t *n_points) {
+/* What the first pass learns of one parallel tensor: its single tensor (NONE
+ * without one) and where its pieces go in the bucketed piece array. */
+typedef struct {
+  uint32_t s;
+  uint32_t n; /* pieces */
+  size_t off;
+} tslot_t;
+
+/* The points of annotated parallel tensor ti, whose single tensor is s.
+ * Counting (out == NULL): adds its pieces to *n and its points to *np, and
+ * reports its NO_VALUE issues.  Filling: writes the same pieces, in the same
+ * order, to out (nothing can fail then). */
+static vd_rc tensor_pieces(lctx *c, uint32_t ti, uint32_t s, vd_lin_piece *out, size_t *n, size_t *np) {
   const vd_graph_t *gs = c->t->gs, *gp = c->t->gp;
+  const vd_tensor_t *pt = &c->pp->tensors[ti], *st = &c->sp->tensors[s];
+  int32_t smb = st->scope == VD_SCOPE_PER_MB ? 0 : -1;
+  int32_t sv_init = vd_graph_first(gs, s, 0, smb), sv_fin = vd_graph_last(gs, s, 0, smb);
+  int init_ok = sv_init >= 0 && gs->values[sv_init].is_initial;
+  int warned_fin = 0;
+  uint32_t per = pt->scope == VD_SCOPE_PER_MB ? gp->inst_per_replica[ti] : 1;
+  /* Replicas whose part index does not move share one piece: their slices
+   * are translates (vd_lin_piece_at), so the table stays O(points), not
+   * O(points x replicas). */
+  int compact = c->D > 1 && pt->lin.dp_part == 0;
+  for (uint32_t m = 0; m < per; m++) {
+    int32_t mb = pt->scope == VD_SCOPE_PER_MB ? (int32_t)m : -1;
+    int32_t first = vd_graph_first(gp, ti, 0, mb), last = vd_graph_last(gp, ti, 0, mb);
+    if (first < 0) {
+      if (!out)
+        VD_CHECK(add_issue(c, VD_LISSUE_NO_VALUE, (int64_t)s, (int64_t)ti, -1, mb,
+                           "'%s' (rank %d, mb %d) is annotated with '%s' but never holds a value", pname(c, ti),
+                           pt->rank, mb, sname(c, s)));
+      continue;
+    }
+    for (int k = 0; k < 2; k++) {
+      int initial = k == 0;
+      int32_t v = initial ? first : last;
+      if (initial && !gp->values[v].is_initial) continue;
+      if (!initial && (v < 0 || gp->values[v].producer < 0)) continue;
+      /* SOUNDNESS: the initial value of a parallel tensor whose single
+       * tensor is produced (e.g. a gradient accumulator carried over from
+       * the previous iteration and zeroed before use) has nothing to equal
+       * in the single plan: it is not a point, and stages take it as a free
+       * symbol, which can only make a proof harder. */
+      if (initial && !init_ok) continue;
+      if (!initial && sv_fin < 0) {
+        if (!out && !warned_fin)
+          VD_CHECK(add_issue(c, VD_LISSUE_NO_VALUE, (int64_t)s, (int64_t)ti, -1, mb,
+                             "'%s' (rank %d) claims the final value of '%s', which the single plan never "
+                             "materialises",
+                             pname(c, ti), pt->rank, sname(c, s)));
+        warned_fin = 1;
+        continue;
+      }
+      (*np)++;
+      for (int32_t d = 0; d < (compact ? 1 : c->D); d++, (*n)++) {
+        if (!out) continue;
+        vd_lin_piece *x = &out[*n];
+        memset(x, 0, sizeof(*x));
+        x->value = (uint32_t)v;
+        x->replica = d;
+        x->ptensor = ti;
+        x->mb = mb;
+        x->initial = (uint8_t)initial;
+        x->all_rep = (uint8_t)compact;
+        vd_tensor_lineage_at(pt, d, mb, x->lo, x->hi, &x->part_k);
+        x->part_n = pt->lin.part_n;
+        for (int32_t i = st->ndim; i < VD_MAX_DIMS; i++) x->lo[i] = x->hi[i] = 0;
+      }
+    }
+  }
+  return VD_OK;
+}
+
+/* Collects every piece into one array bucketed by single tensor: bucket s
+ * is [start[s], start[s + 1]), its tensors' pieces in tensor index order.
+ * A serial first pass counts (and reports issues in tensor order); the
+ * pieces are then written in parallel, each tensor to its own slots, so the
+ * array is the same at any thread count and is allocated once, exactly. */
+static vd_rc collect(lctx *c, vd_lin_piece **out, size_t *n_out, size_t *n_points, size_t **start_out) {
   const vd_plan_t *sp = c->sp, *pp = c->pp;
   vd_idmap_t ids;
-  vd_rc rc = vd_idmap_init(&ids, sp->n_tensors);
-  if (rc) return VD_OOM(c->d);
-  tpiece_t *tp = NULL;
-  size_t n = 0, cap = 0, np = 0;
-  for (size_t s = 0; s < sp->n_tensors; s++)
-    if (vd_idmap_put(&ids, sp->tensors[s].id, (uint32_t)s, NULL) < 0) {
-      rc = VD_OOM(c->d);
-      goto done;
-    }
-  for (size_t ti = 0; ti < pp->n_tensors; ti++) {
+  if (vd_idmap_init(&ids, sp->n_tensors)) return VD_OOM(c->d);
+  tslot_t *slot = vd_calloc(pp->n_tensors ? pp->n_tensors : 1, sizeof(*slot));
+  size_t *start = vd_calloc(sp->n_tensors + 1, sizeof(*start));
+  vd_lin_piece *pieces = NULL;
+  size_t n = 0, np = 0;
+  vd_rc rc = slot && start ? VD_OK : VD_OOM(c->d);
+  for (size_t s = 0; s < sp->n_tensors && rc == VD_OK; s++)
+    if (vd_idmap_put(&ids, sp->tensors[s].id, (uint32_t)s, NULL) < 0) rc = VD_OOM(c->d);
+  for (size_t ti = 0; ti < pp->n_tensors && rc == VD_OK; ti++) {
     const vd_tensor_t *pt = &pp->tensors[ti];
+    slot[ti].s = NONE;
     if (!pt->has_lin) continue;
     uint32_t s;
     if (!vd_idmap_get(&ids, pt->lin.full, &s)) {
-      if ((rc = add_issue(c, VD_LISSUE_NO_SINGLE, -1, (int64_t)ti, -1, -1,
-                          "'%s' (rank %d) claims single tensor id %lld, which the single plan does not have",
-                          pname(c, (uint32_t)ti), pt->rank, (long long)pt->lin.full)))
-        goto done;
+      rc = add_issue(c, VD_LISSUE_NO_SINGLE, -1, (int64_t)ti, -1, -1,
+                     "'%s' (rank %d) claims single tensor id %lld, which the single plan does not have",
+                     pname(c, (uint32_t)ti), pt->rank, (long long)pt->lin.full);
       continue;
     }
-    const vd_tensor_t *st = &sp->tensors[s];
-    int32_t smb = st->scope == VD_SCOPE_PER_MB ? 0 : -1;
-    int32_t sv_init = vd_graph_first(gs, s, 0, smb), sv_fin = vd_graph_last(gs, s, 0, smb);
-    int init_ok = sv_init >= 0 && gs->values[sv_init].is_initial;
-    int warned_fin = 0;
-    uint32_t per = pt->scope == VD_SCOPE_PER_MB ? gp->inst_per_replica[ti] : 1;
-    for (uint32_t m = 0; m < per; m++) {
-      int32_t mb = pt->scope == VD_SCOPE_PER_MB ? (int32_t)m : -1;
-      int32_t first = vd_graph_first(gp, (uint32_t)ti, 0, mb), last = vd_graph_last(gp, (uint32_t)ti, 0, mb);
-      if (first < 0) {
-        if ((rc = add_issue(c, VD_LISSUE_NO_VALUE, (int64_t)s, (int64_t)ti, -1, mb,
-                            "'%s' (rank %d, mb %d) is annotated with '%s' but never holds a value",
-                            pname(c, (uint32_t)ti), pt->rank, mb, sname(c, s))))
-          goto done;
-        continue;
-      }
-      for (int k = 0; k < 2; k++) {
-        int initial = k == 0;
-        int32_t v = initial ? first : last;
-        int32_t sv = initial ? sv_init : sv_fin;
-        if (initial && !gp->values[v].is_initial) continue;
-        if (!initial && (v < 0 || gp->values[v].producer < 0)) continue;
-        /* SOUNDNESS: the initial value of a parallel tensor whose single
-         * tensor is produced (e.g. a gradient accumulator carried over from
-         * the previous iteration and zeroed before use) has nothing to equal
-         * in the single plan: it is not a point, and stages take it as a free
-         * symbol, which can only make a proof harder. */
-        if (initial && !init_ok) continue;
-        if (!initial && sv < 0) {
-          int *w = &warned_fin;
-          if (!*w &&
-              (rc = add_issue(c, VD_LISSUE_NO_VALUE, (int64_t)s, (int64_t)ti, -1, mb,
-                              "'%s' (rank %d) claims the final value of '%s', which the single plan never "
-                              "materialises",
-                              pname(c, (uint32_t)ti), pt->rank, sname(c, s))))
-            goto done;
-          *w = 1;
-          continue;
-        }
-        np++;
-        if (VD_GROW(tp, cap, n + (size_t)c->D)) {
-          rc = VD_OOM(c->d);
-          goto done;
-        }
-        /* Replicas whose part index does not move share one piece: their
-         * slices are translates (vd_lin_piece_at), so the table stays
-         * O(points), not O(points x replicas). */
-        int compact = c->D > 1 && pt->lin.dp_part == 0;
-        for (int32_t d = 0; d < (compact ? 1 : c->D); d++) {
-          tpiece_t *x = &tp[n++];
-          memset(x, 0, sizeof(*x));
-          x->p.value = (uint32_t)v;
-          x->p.replica = d;
-          x->p.ptensor = (uint32_t)ti;
-          x->p.mb = mb;
-          x->p.initial = (uint8_t)initial;
-          x->p.all_rep = (uint8_t)compact;
-          vd_tensor_lineage_at(pt, d, mb, x->p.lo, x->p.hi, &x->p.part_k);
-          x->p.part_n = pt->lin.part_n;
-          x->stensor = s;
-          x->svalue = (uint32_t)sv;
-          x->nd = st->ndim;
-          for (int32_t i = st->ndim; i < VD_MAX_DIMS; i++) x->p.lo[i] = x->p.hi[i] = 0;
-        }
-      }
+    size_t before = n;
+    rc = tensor_pieces(c, (uint32_t)ti, s, NULL, &n, &np);
+    slot[ti].s = s;
+    slot[ti].n = (uint32_t)(n - before);
+    slot[ti].off = start[s + 1]; /* offset inside bucket s for now */
+    start[s + 1] += n - before;
+  }
+  vd_idmap_free(&ids);
+  if (rc == VD_OK) {
+    for (size_t s = 0; s < sp->n_tensors; s++) start[s + 1] += start[s];
+    pieces = vd_malloc((n ? n : 1) * sizeof(*pieces));
+    if (!pieces) rc = VD_OOM(c->d);
+  }
+  if (rc == VD_OK) {
+#pragma omp parallel for schedule(dynamic, 64)
+    for (size_t ti = 0; ti < pp->n_tensors; ti++) {
+      if (slot[ti].s == NONE || !slot[ti].n) continue;
+      size_t k = start[slot[ti].s] + slot[ti].off, kp = 0;
+      tensor_pieces(c, (uint32_t)ti, slot[ti].s, pieces, &k, &kp);
     }
   }
-done:
-  vd_idmap_free(&ids);
-  if (rc) {
-    vd_free(tp);
+  vd_free(slot);
+  if (rc != VD_OK) {
+    vd_free(pieces);
+    vd_free(start);
     return rc;
   }
-  *out = tp;
+  *out = pieces;
   *n_out = n;
   *n_points = np;
+  *start_out = start;
   return VD_OK;
 }
 
 /* ---- step 3: grouping --------------------------------------------------- */
 
-/* Sorts the pieces by tpiece_cmp, in parallel: an in-place bucket pass on
- * the single tensor (the comparator's first key; O(n) swaps, serial), then
- * each tensor's bucket sorted on its own (OpenMP over buckets).  The
- * comparator is a total order (value and replica tell any two pieces apart),
- * so the result is the serial qsort's at any thread count.  Without room
- * for the bucket offsets it sorts serially. */
-static void sort_pieces(tpiece_t *tp, size_t n, size_t n_tensors) {
-  size_t *next = n > 4096 && n_tensors ? vd_calloc(2 * n_tensors + 1, sizeof(*next)) : NULL;
-  if (!next) {
-    if (n) qsort(tp, n, sizeof(*tp), tpiece_cmp);
-    return;
-  }
-  size_t *start = next + n_tensors; /* start[b], b = 0..n_tensors */
-  for (size_t i = 0; i < n; i++) start[tp[i].stensor + 1]++;
-  for (size_t b = 0; b < n_tensors; b++) start[b + 1] += start[b];
-  for (size_t b = 0; b < n_tensors; b++) next[b] = start[b];
-  for (size_t b = 0; b < n_tensors; b++)
-    while (next[b] < start[b + 1]) {
-      size_t i = next[b], to = tp[i].stensor;
-      if (to == b) {
-        next[b]++;
-        continue;
-      }
-      tpiece_t x = tp[i]; /* to's slot gets tp[i]; its old content moves to slot i */
-      tp[i] = tp[next[to]];
-      tp[next[to]++] = x;
-    }
-#pragma omp parallel for schedule(dynamic, 1)
-  for (size_t b = 0; b < n_tensors; b++)
-    if (start[b + 1] - start[b] > 1) qsort(tp + start[b], start[b + 1] - start[b], sizeof(*tp), tpiece_cmp);
-  vd_free(next);
+/* Orders the pieces of one single tensor (nd dimensions): initial first,
+ * then slice, part_n, part k, replica, value.  A total order (value and
+ * replica tell any two pieces apart), so the result is unique. */
+static int piece_cmp(const void *a, const void *b, void *ndp) {
+  const vd_lin_piece *x = a, *y = b;
+  if (x->initial != y->initial) return x->initial > y->initial ? -1 : 1;
+  int r = slice_cmp(x, y, *(const int32_t *)ndp);
+  if (r) return r;
+  if ((r = cmp_i64(x->part_n, y->part_n))) return r;
+  if ((r = cmp_i64(x->part_k, y->part_k))) return r;
+  if (x->replica != y->replica) return x->replica < y->replica ? -1 : 1;
+  return x->value < y->value ? -1 : x->value > y->value;
 }
 
-/* Takes *tpp (set to NULL once the pieces live in its memory). */
-static vd_rc group(lctx *c, tpiece_t **tpp, size_t n, size_t n_points) {
+/* Takes *pp (set to NULL once the table owns it) and start (the buckets of
+ * collect).  Each bucket is sorted and becomes at most two lineages (its
+ * moments), in parallel over buckets: the lineages own disjoint pieces and
+ * points (a value is one moment of one tensor), so the table is the serial
+ * one at any thread count. */
+static vd_rc group(lctx *c, vd_lin_piece **pp, size_t n, size_t n_points, const size_t *start) {
   vd_lin_table *t = c->t;
-  tpiece_t *tp = *tpp;
   const vd_graph_t *gs = t->gs, *gp = t->gp;
-  sort_pieces(tp, n, c->sp->n_tensors);
+  size_t ns = c->sp->n_tensors;
+  vd_lin_piece *pieces = *pp;
   size_t nl = 0;
-  for (size_t i = 0; i < n; i++)
-    if (i == 0 || tp[i].stensor != tp[i - 1].stensor || tp[i].p.initial != tp[i - 1].p.initial) nl++;
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : nl)
+  for (size_t s = 0; s < ns; s++) {
+    size_t a = start[s], b = start[s + 1];
+    if (a == b) continue;
+    int32_t nd = c->sp->tensors[s].ndim;
+    if (b - a > 1) qsort_r(pieces + a, b - a, sizeof(*pieces), piece_cmp, &nd);
+    nl += 1 + (pieces[a].initial && !pieces[b - 1].initial);
+  }
+  t->pieces = pieces;
+  *pp = NULL;
+  t->n_pieces = n;
   t->lins = vd_calloc(nl ? nl : 1, sizeof(*t->lins));
   t->point_first = vd_malloc((gp->n_values ? gp->n_values : 1) * sizeof(*t->point_first));
   t->point_pieces = vd_malloc((n ? n : 1) * sizeof(*t->point_pieces));
@@ -337,48 +346,46 @@ static vd_rc group(lctx *c, tpiece_t **tpp, size_t n, size_t n_points) {
     return VD_OOM(c->d);
   for (size_t v = 0; v < gp->n_values; v++) t->point_first[v] = -1;
   for (size_t v = 0; v < gs->n_values; v++) t->lin_of_svalue_initial[v] = t->lin_of_svalue_final[v] = -1;
-  /* The pieces are moved to the front of tp's own memory (piece i lands at
-   * or before tp[i], so each move reads an element not yet overwritten):
-   * the table never holds both arrays, which at dp64 nm16 are gigabytes. */
-  vd_lin_piece *pieces = (vd_lin_piece *)(void *)tp;
   size_t li = 0;
-  uint32_t prev_st = 0, prev_init = 0;
-  for (size_t i = 0; i < n; i++) {
-    uint32_t stensor = tp[i].stensor, svalue = tp[i].svalue, initial = tp[i].p.initial;
-    if (i > 0 && (stensor != prev_st || initial != prev_init)) li++;
-    prev_st = stensor;
-    prev_init = initial;
-    vd_lineage *L = &t->lins[li];
-    if (L->n_pieces == 0) {
-      L->svalue = svalue;
-      L->stensor = stensor;
-      L->initial = (uint8_t)initial;
+  for (size_t s = 0; s < ns; s++)
+    for (size_t i = start[s]; i < start[s + 1]; li++) {
+      vd_lineage *L = &t->lins[li];
+      int32_t smb = c->sp->tensors[s].scope == VD_SCOPE_PER_MB ? 0 : -1;
+      L->stensor = (uint32_t)s;
+      L->initial = pieces[i].initial;
+      L->svalue = (uint32_t)(L->initial ? vd_graph_first(gs, (uint32_t)s, 0, smb) : vd_graph_last(gs, (uint32_t)s, 0, smb));
       L->piece_off = (uint32_t)i;
+      while (i < start[s + 1] && pieces[i].initial == L->initial) i++;
+      L->n_pieces = (uint32_t)(i - L->piece_off);
       (L->initial ? t->lin_of_svalue_initial : t->lin_of_svalue_final)[L->svalue] = (int32_t)li;
     }
-    L->n_pieces++;
-    memmove(&pieces[i], &tp[i].p, sizeof(*pieces));
-    pieces[i].lineage = (uint32_t)li;
-  }
-  vd_lin_piece *shrunk = vd_realloc_array(tp, n ? n : 1, sizeof(*shrunk));
-  t->pieces = shrunk ? shrunk : pieces;
-  *tpp = NULL;
-  if (!shrunk) return VD_OOM(c->d);
   t->n_lins = nl;
-  t->n_pieces = n;
-  /* Point lookup: points in order of first appearance among the pieces. */
-  size_t np = 0, slots = 0;
-  for (size_t i = 0; i < n; i++) {
-    const vd_lin_piece *p = &t->pieces[i];
-    if (t->point_first[p->value] < 0) {
-      t->point_first[p->value] = (int32_t)slots;
-      slots += p->all_rep ? 1 : (size_t)c->D;
-      np++;
+  /* Point lookup: a lineage's points take its own slots (one per piece),
+   * in order of first appearance among its pieces. */
+  size_t np = 0, bad = 0;
+#pragma omp parallel for schedule(dynamic, 16) reduction(+ : np, bad)
+  for (size_t l = 0; l < nl; l++) {
+    const vd_lineage *L = &t->lins[l];
+    size_t slots = L->piece_off;
+    for (size_t i = L->piece_off; i < (size_t)L->piece_off + L->n_pieces; i++) {
+      vd_lin_piece *p = &t->pieces[i];
+      p->lineage = (uint32_t)l;
+      if (t->point_first[p->value] < 0) {
+        t->point_first[p->value] = (int32_t)slots;
+        slots += p->all_rep ? 1 : (size_t)c->D;
+        np++;
+      }
+      size_t at = (size_t)t->point_first[p->value] + (p->all_rep ? 0 : (size_t)p->replica);
+      if (at < (size_t)L->piece_off + L->n_pieces)
+        t->point_pieces[at] = (uint32_t)i;
+      else
+        bad++;
     }
-    t->point_pieces[(size_t)t->point_first[p->value] + (p->all_rep ? 0 : (size_t)p->replica)] = (uint32_t)i;
+    bad += slots != (size_t)L->piece_off + L->n_pieces;
   }
-  if (VD_NEVER(np != n_points || slots != n))
-    return VD_ERR(c->d, VD_EINTERNAL, NULL, "lineage", "points", "expected %zu points, got %zu", n_points, np);
+  if (VD_NEVER(np != n_points || bad))
+    return VD_ERR(c->d, VD_EINTERNAL, NULL, "lineage", "points", "expected %zu points, got %zu (%zu misplaced)",
+                  n_points, np, bad);
   t->n_point_pieces = n;
   return VD_OK;
 }
@@ -1009,11 +1016,12 @@ vd_rc vd_lin_build(const vd_graph_t *gs, const vd_graph_t *gp, vd_lin_table *t, 
   c.pp = gp->plan;
   c.D = c.pp->world.replicas > 0 ? c.pp->world.replicas : 1;
   t->replicas = c.D;
-  tpiece_t *tp = NULL;
-  size_t n = 0, np = 0;
-  vd_rc rc = collect(&c, &tp, &n, &np);
-  if (rc == VD_OK) rc = group(&c, &tp, n, np);
-  vd_free(tp);
+  vd_lin_piece *pieces = NULL;
+  size_t n = 0, np = 0, *start = NULL;
+  vd_rc rc = collect(&c, &pieces, &n, &np, &start);
+  if (rc == VD_OK) rc = group(&c, &pieces, n, np, start);
+  vd_free(pieces);
+  vd_free(start);
   if (rc == VD_OK) rc = validate(&c);
   if (rc == VD_OK) rc = required(&c);
   if (rc != VD_OK) {
