@@ -10,6 +10,7 @@
 #define VD_HASH_H
 
 #include <stdint.h>
+#include <string.h>
 
 static inline uint64_t vd_hash_mix64(uint64_t x) {
   x ^= x >> 33;
@@ -18,6 +19,22 @@ static inline uint64_t vd_hash_mix64(uint64_t x) {
   x *= 0xc4ceb9fe1a85ec53ULL;
   x ^= x >> 33;
   return x;
+}
+
+/* Hash of n bytes, a 64-bit word at a time (canonical stage forms are
+ * kilobytes; a byte-at-a-time hash was a tenth of the cut's CPU). */
+static inline uint64_t vd_hash_bytes(const void *p, size_t n) {
+  const unsigned char *b = p;
+  uint64_t h = 0x9e3779b97f4a7c15ULL ^ (uint64_t)n;
+  for (; n >= 8; b += 8, n -= 8) {
+    uint64_t w;
+    memcpy(&w, b, 8);
+    h = (h ^ w) * 0xff51afd7ed558ccdULL;
+    h ^= h >> 32;
+  }
+  uint64_t w = 0;
+  memcpy(&w, b, n);
+  return vd_hash_mix64(h ^ w);
 }
 
 #endif

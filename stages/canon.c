@@ -37,6 +37,7 @@
 
 #include <string.h>
 
+#include "../common/hash.h"
 #include "../common/mem.h"
 #include "../ops/ops.h"
 
@@ -213,14 +214,6 @@ static void serialize(const vd_lin_table *lt, const vd_stage *st, buf_t *b) {
   }
 }
 
-static uint64_t fnv1a(const uint8_t *p, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i++) {
-    h ^= p[i];
-    h *= 1099511628211ull;
-  }
-  return h ? h : 1;
-}
 
 typedef struct {
   uint64_t hash;
@@ -279,7 +272,8 @@ vd_rc vd_stage_canon_key_of(const vd_lin_table *lt, const vd_stage *st, vd_stage
     k->oom = 0;
     return VD_OOM(d);
   }
-  k->hash = fnv1a(k->b, k->n);
+  uint64_t h = vd_hash_bytes(k->b, k->n);
+  k->hash = h ? h : 1; /* 0 means "not computed" */
   return VD_OK;
 }
 
