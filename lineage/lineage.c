@@ -10,8 +10,9 @@
  *  2. Single value: the initial (vd_graph_first, which must be an initial
  *     value) or final (vd_graph_last) version of the single tensor `full`,
  *     instance mb 0 for per-microbatch single tensors, -1 for persistent ones.
- *  3. Grouping: pieces sorted by (single tensor, moment, slice, part_n, k,
- *     replica, value); one vd_lineage per (single tensor, moment).
+ *  3. Grouping: pieces are written straight into one bucket per single
+ *     tensor, each bucket sorted by (moment, slice, part_n, k, replica,
+ *     value); one vd_lineage per (single tensor, moment).
  *  4. Validation, all reported as vd_lin_issue, never assumed away:
  *     NO_SINGLE, OUT_OF_BOUNDS, OVERLAP, GAP, PARTS, UNCOVERED, NO_VALUE.
  *
@@ -25,8 +26,10 @@
  *
  * Not here: the closed-form (lattice) coverage check for huge DP/microbatch
  * counts that docs/verifier.md mentions; pieces are enumerated per replica.
- * Invariant: every loop runs in index order and issues are sorted at the
- * end, so the table and its issues are deterministic.
+ * Invariant: the table and its issues are deterministic at any thread
+ * count: issues are found in index order (or merged in lineage order) and
+ * sorted at the end; the parallel loops (writing pieces, sorting buckets,
+ * validating lineages) each own disjoint slots of the result.
  */
 #include "lineage.h"
 
