@@ -196,9 +196,10 @@ static int piece_before(const vd_lin_piece *x, const vd_lin_piece *y) {
   return x->value < y->value;
 }
 
-/* The grouping sort runs in parallel over single tensors above 4096 pieces
- * (lineage.c, sort_pieces): the table must be the serial one, byte for byte,
- * and its lineages in single-tensor order with initial before final. */
+/* The pieces are written, sorted and grouped in parallel over single tensors
+ * (lineage.c, collect and group): the table, its point lookup included, must
+ * be the serial one, byte for byte, and its lineages in single-tensor order
+ * with initial before final. */
 static void test_sort_parallel_same(void **st) {
   (void)st;
   pair_t a, b;
@@ -219,6 +220,8 @@ static void test_sort_parallel_same(void **st) {
   assert_int_equal(a.lt.n_pieces, b.lt.n_pieces);
   assert_int_equal(a.lt.n_lins, b.lt.n_lins);
   assert_memory_equal(a.lt.pieces, b.lt.pieces, a.lt.n_pieces * sizeof(*a.lt.pieces));
+  assert_memory_equal(a.lt.point_first, b.lt.point_first, a.gp.n_values * sizeof(*a.lt.point_first));
+  assert_memory_equal(a.lt.point_pieces, b.lt.point_pieces, a.lt.n_point_pieces * sizeof(*a.lt.point_pieces));
   for (size_t li = 0; li < a.lt.n_lins; li++) {
     assert_int_equal(a.lt.lins[li].piece_off, b.lt.lins[li].piece_off);
     assert_int_equal(a.lt.lins[li].svalue, b.lt.lins[li].svalue);
