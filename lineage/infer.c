@@ -1868,9 +1868,9 @@ vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, ui
   c.rfw = vd_calloc(gp->n_nodes ? gp->n_nodes : 1, sizeof(*c.rfw));
   c.noted = vd_calloc(gp->n_values ? gp->n_values : 1, 1);
   for (int k = 0; k < 3; k++) c.dirty[k] = vd_calloc(nw ? nw : 1, sizeof(uint64_t));
-  if (!inf || !c.vix || !c.vchunk || !c.seeded || !c.pop || !c.sop || !c.fwd_of || !c.byname || !c.gfirst || !c.gnext || !c.sbyname ||
-      !c.sgfirst || !c.sgnext || !c.tpos || !c.rfw_off || !c.rfw || !c.noted || !c.dirty[0] || !c.dirty[1] ||
-      !c.dirty[2]) {
+  if (!inf || !c.vix || !c.vchunk || !c.seeded || !c.pop || !c.sop || !c.fwd_of || !c.byname || !c.gfirst ||
+      !c.gnext || !c.sbyname || !c.sgfirst || !c.sgnext || !c.tpos || !c.rfw_off || !c.rfw || !c.noted ||
+      !c.dirty[0] || !c.dirty[1] || !c.dirty[2]) {
     rc = VD_OOM(d);
     goto done;
   }
