@@ -32,6 +32,14 @@
  * Where a rule cannot decide, the value has no lineage, and neither has
  * anything computed from it: its stage grows to the next lineage.
  *
+ * Cost: passes are repeated (a backward node may precede its forward
+ * partner; guesses seed new rounds), but each pass after the first visits
+ * only the nodes that read a value decided since their last visit (the
+ * worklist below: OPTIMIZATION-ONLY, the same lineages as full passes).
+ * Only decided values get a lineage record (vl_slot).  Forward partners,
+ * seeds' single tensors and the emission are found once, the first and the
+ * last in parallel; the result does not depend on the thread count.
+ *
  * SOUNDNESS: nothing here is trusted.  A candidate is written as an
  * annotation of the tensor's FINAL value only (tensors with an initial
  * value get none), so it becomes a stage target that must be proven before
@@ -182,17 +190,67 @@ typedef struct {
 typedef struct {
   const vd_graph_t *gs, *gp;
   const vd_plan_t *sp, *pp;
-  vlin *vl;      /* per Gp value */
+  /* Lineages of Gp values: vix[v] is 0 (unknown) or 1 + the record's index
+   * in vchunk (chunks of VL_CHUNK records, allocated as values get their
+   * first lineage, never moved): only the values that get one cost a
+   * record, which is GBs less on large plans (vl_at, vl_slot, vl_put). */
+  uint32_t *vix;
+  vlin **vchunk;
+  uint32_t n_rec;
+  int oom;
   uint8_t *seeded; /* per Gp value: an annotated initial or final value */
   int *pop;      /* per parallel plan node: vd_op_id */
   int *sop;      /* per single plan node */
-  int32_t *fwd_of; /* per Gp node: forward partner Gp node or -1 (computed lazily: -2 unknown) */
+  int32_t *fwd_of; /* per Gp node: forward partner Gp node or -1 (forward_partners) */
   uint32_t *byname; /* parallel plan nodes sorted by (rank, name) */
   int32_t *gfirst, *gnext; /* Gp nodes of each plan node, as a list */
   uint32_t *sroot, *rv_off, *rv; /* single copy roots (single_roots) */
   uint32_t *sbyname;             /* single plan nodes sorted by name */
   int32_t *sgfirst, *sgnext;     /* Gs nodes of each single plan node */
+  /* The worklist (see sweep): per Gp node its topological position; the
+   * backward nodes whose forward partner is each node (CSR); per Gp value
+   * whether it is counted known; one bitset over topological positions per
+   * kind of sweep (propagate, guess_node, guess_outputs). */
+  uint32_t *tpos;
+  uint32_t *rfw_off, *rfw;
+  uint8_t *noted;
+  size_t n_known;
+  uint64_t *dirty[3];
 } ictx;
+
+#define VL_CHUNK ((size_t)1 << 16)
+
+/* Every unknown value reads as this all-zero lineage (known = 0). */
+static const vlin vl_unknown;
+
+static const vlin *vl_at(const ictx *c, uint32_t v) {
+  uint32_t r = c->vix[v];
+  return r ? &c->vchunk[(r - 1) / VL_CHUNK][(r - 1) % VL_CHUNK] : &vl_unknown;
+}
+
+/* The record of v for writing, all zero when new; NULL (and c->oom) when
+ * out of memory. */
+static vlin *vl_slot(ictx *c, uint32_t v) {
+  if (c->vix[v]) return (vlin *)vl_at(c, v);
+  size_t k = c->n_rec / VL_CHUNK;
+  if (!c->vchunk[k]) {
+    size_t n = c->gp->n_values - k * VL_CHUNK; /* never more records than values */
+    c->vchunk[k] = vd_malloc_large((n < VL_CHUNK ? n : VL_CHUNK) * sizeof(vlin));
+    if (!c->vchunk[k]) {
+      c->oom = 1;
+      return NULL;
+    }
+  }
+  vlin *l = &c->vchunk[k][c->n_rec % VL_CHUNK];
+  memset(l, 0, sizeof(*l));
+  c->vix[v] = ++c->n_rec;
+  return l;
+}
+
+static void vl_put(ictx *c, uint32_t v, const vlin *l) {
+  vlin *d = vl_slot(c, v);
+  if (d) *d = *l;
+}
 
 static const vd_tensor_t *ptens(const ictx *c, uint32_t v) { return &c->pp->tensors[c->gp->values[v].tensor]; }
 static const vd_tensor_t *stens(const ictx *c, int32_t sv) { return &c->sp->tensors[c->gs->values[sv].tensor]; }
@@ -215,7 +273,7 @@ static int64_t lwidth(const vlin *l, int32_t i) {
 /* The parallel tensor of v holds its slice dimension by dimension (same
  * rank, widths equal to the shape), split dims allowed. */
 static int aligned_any(const ictx *c, uint32_t v) {
-  const vlin *l = &c->vl[v];
+  const vlin *l = vl_at(c, v);
   const vd_tensor_t *t = ptens(c, v);
   if (!l->known || l->zero || t->ndim != l->nd) return 0;
   for (int32_t i = 0; i < t->ndim; i++)
@@ -224,14 +282,35 @@ static int aligned_any(const ictx *c, uint32_t v) {
 }
 
 /* The same without split dims: the form every rule but MAP and views assumes. */
-static int aligned(const ictx *c, uint32_t v) { return !c->vl[v].split && aligned_any(c, v); }
+static int aligned(const ictx *c, uint32_t v) { return !vl_at(c, v)->split && aligned_any(c, v); }
 
-static void seed(ictx *c) {
+/* Single tensor indices sorted by (id, index): the first tensor of an id,
+ * as vd_plan_find_tensor finds it, without its linear scan per seed. */
+static int cmp_sid(const void *a, const void *b, void *arg) {
+  const vd_plan_t *sp = arg;
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  int64_t i = sp->tensors[x].id, j = sp->tensors[y].id;
+  if (i != j) return i < j ? -1 : 1;
+  return x < y ? -1 : x > y;
+}
+
+static int64_t find_single_tensor(const ictx *c, const uint32_t *sid, int64_t id) {
+  size_t lo = 0, hi = c->sp->n_tensors;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (c->sp->tensors[sid[mid]].id < id) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < c->sp->n_tensors && c->sp->tensors[sid[lo]].id == id ? (int64_t)sid[lo] : -1;
+}
+
+/* The annotated tensors' values. */
+static void seed(ictx *c, const uint32_t *sid) {
   const vd_graph_t *gp = c->gp, *gs = c->gs;
   for (size_t ti = 0; ti < c->pp->n_tensors; ti++) {
     const vd_tensor_t *pt = &c->pp->tensors[ti];
     if (!pt->has_lin) continue;
-    int64_t s = vd_plan_find_tensor(c->sp, pt->lin.full);
+    int64_t s = find_single_tensor(c, sid, pt->lin.full);
     if (s < 0) continue;
     const vd_tensor_t *st = &c->sp->tensors[s];
     if (st->ndim != pt->ndim) continue;
@@ -244,7 +323,8 @@ static void seed(ictx *c) {
       for (int k = 0; k < 2; k++) {
         if (vv[k] < 0 || ss[k] < 0) continue;
         if (k == 0 && !(gp->values[vv[k]].is_initial && gs->values[ss[k]].is_initial)) continue;
-        vlin *l = &c->vl[vv[k]];
+        vlin *l = vl_slot(c, (uint32_t)vv[k]);
+        if (!l) return;
         c->seeded[vv[k]] = 1;
         memset(l, 0, sizeof(*l));
         l->known = 1;
@@ -305,7 +385,7 @@ static int32_t match_single_in(const ictx *c, const vd_gnode_t *pn, int op, int 
   if (pn->n_in == 0) return -1;
   uint32_t first = pn->n_in;
   for (uint32_t i = 0; i < pn->n_in; i++) {
-    int has = c->vl[in[i]].known && c->vl[in[i]].sv >= 0;
+    int has = vl_at(c, in[i])->known && vl_at(c, in[i])->sv >= 0;
     if (!has && !partial) return -1;
     if (has && first == pn->n_in) first = i;
   }
@@ -315,7 +395,7 @@ static int32_t match_single_in(const ictx *c, const vd_gnode_t *pn, int op, int 
    * identity) are seen through on the single side, since the parallel plan
    * may fan a value out differently. */
   for (int exact = 1; exact >= 0; exact--) {
-    uint32_t sv = (uint32_t)c->vl[in[first]].sv, root = c->sroot[sv];
+    uint32_t sv = (uint32_t)vl_at(c, in[first])->sv, root = c->sroot[sv];
     uint32_t q0 = exact ? 0 : c->rv_off[root], q1 = exact ? 1 : c->rv_off[root + 1];
     int32_t found = -1, n_found = 0, named = -1, block = -1, n_block = 0;
     for (uint32_t q = q0; q < q1; q++) {
@@ -327,7 +407,7 @@ static int32_t match_single_in(const ictx *c, const vd_gnode_t *pn, int op, int 
         const uint32_t *sin = vd_gnode_inputs(c->gs, sn);
         int ok = 1;
         for (uint32_t i = 0; i < pn->n_in && ok; i++) {
-          const vlin *x = &c->vl[in[i]];
+          const vlin *x = vl_at(c, in[i]);
           if (partial && (!x->known || x->sv < 0)) continue;
           ok = exact ? sin[i] == (uint32_t)x->sv : c->sroot[sin[i]] == c->sroot[x->sv];
         }
@@ -426,9 +506,8 @@ static vd_rc link_dims(void *sink, const vd_op_red *r) {
   return VD_OK;
 }
 
-/* Forward partner of backward node gi: the parallel node of the same name,
- * rank, layer and microbatch whose operator's backward is op; -1 if none or
- * ambiguous.  Plan nodes are sorted by (rank, name) once (c->byname). */
+/* Plan nodes sorted by name (single plan), by (rank, name) (parallel plan:
+ * c->byname, for forward_partners). */
 static int cmp_sname(const void *a, const void *b, void *arg) {
   const vd_plan_t *sp = arg;
   int r = strcmp(vd_plan_s(sp, sp->nodes[*(const uint32_t *)a].name), vd_plan_s(sp, sp->nodes[*(const uint32_t *)b].name));
@@ -445,10 +524,15 @@ static int cmp_byname(const void *a, const void *b, void *arg) {
   return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
 }
 
-static int32_t forward_partner(ictx *c, uint32_t gi, int op) {
-  if (c->fwd_of[gi] != -2) return c->fwd_of[gi];
-  const vd_gnode_t *pn = &c->gp->nodes[gi];
-  const vd_node_t *nd = &c->pp->nodes[pn->pnode];
+/* The forward partners of the Gp instances of backward plan node q (its
+ * operator op), into fwd_of: per instance, the one Gp node of the same
+ * microbatch among the instances of the plan nodes of q's rank, name and
+ * layer whose operator's backward is op, else -1.  They depend on names
+ * and ranks only, so they are found once (the candidates once per plan
+ * node, not per microbatch instance), in parallel: each q writes only its
+ * own instances' entries. */
+static void forward_partners(ictx *c, uint32_t q, int op) {
+  const vd_node_t *nd = &c->pp->nodes[q];
   const char *name = vd_plan_s(c->pp, nd->name);
   /* lower bound of (rank, name) */
   size_t lo = 0, hi = c->pp->n_nodes;
@@ -459,21 +543,27 @@ static int32_t forward_partner(ictx *c, uint32_t gi, int op) {
     if (r < 0) lo = mid + 1;
     else hi = mid;
   }
-  int32_t best = -1, n_best = 0;
-  for (size_t i = lo; i < c->pp->n_nodes; i++) {
-    uint32_t p = c->byname[i];
-    const vd_node_t *fd = &c->pp->nodes[p];
-    if (fd->rank != nd->rank || strcmp(vd_plan_s(c->pp, fd->name), name)) break;
-    if (c->pop[p] < 0 || vd_op_backward((vd_op_id)c->pop[p]) != op || fd->layer != nd->layer) continue;
-    for (int32_t g = c->gfirst[p]; g >= 0; g = c->gnext[g])
-      if (c->gp->nodes[g].mb == pn->mb) {
-        best = g;
-        n_best++;
-      }
+  for (int32_t gi = c->gfirst[q]; gi >= 0; gi = c->gnext[gi]) {
+    int32_t best = -1, n_best = 0, mb = c->gp->nodes[gi].mb;
+    for (size_t i = lo; i < c->pp->n_nodes; i++) {
+      uint32_t p = c->byname[i];
+      const vd_node_t *fd = &c->pp->nodes[p];
+      if (fd->rank != nd->rank || strcmp(vd_plan_s(c->pp, fd->name), name)) break;
+      if (c->pop[p] < 0 || vd_op_backward((vd_op_id)c->pop[p]) != op || fd->layer != nd->layer) continue;
+      for (int32_t g = c->gfirst[p]; g >= 0; g = c->gnext[g])
+        if (c->gp->nodes[g].mb == mb) {
+          best = g;
+          n_best++;
+        }
+    }
+    c->fwd_of[gi] = n_best == 1 ? best : -1;
   }
-  c->fwd_of[gi] = n_best == 1 ? best : -1;
-  return c->fwd_of[gi];
 }
+
+/* Forward partner of backward node gi: the parallel node of the same name,
+ * rank, layer and microbatch whose operator's backward is gi's; -1 if none
+ * or ambiguous (forward_partners). */
+static int32_t forward_partner(const ictx *c, uint32_t gi) { return c->fwd_of[gi]; }
 
 /* 1 when node nd (operator op) multiplies its one input by a constant:
  * scale (factor), mul by a scalar, div by a scalar (1/scalar); *s is it. */
@@ -522,7 +612,7 @@ static int input_parts(const ictx *c, const vd_gnode_t *pn, const vd_lin_prop_ru
     if (!reads(ru, o, i)) continue;
     n_read++;
     int64_t k, n, dk;
-    if (!norm_part(&c->vl[in[i]], &k, &n, &dk)) return 0;
+    if (!norm_part(vl_at(c, in[i]), &k, &n, &dk)) return 0;
     if (n == 1) continue;
     if (ru->lin == VD_PLIN_NONE || ru->lin == VD_PLIN_SEP || ru->lin == VD_PLIN_PAIRED) return 0;
     /* the parts of x + c do not sum to x + c */
@@ -551,16 +641,16 @@ static int out_factor(const ictx *c, const vd_gnode_t *pn, const vd_gnode_t *sn,
     if (!scaling(c->sp, &c->sp->nodes[sn->pnode], op, &ss)) return 0;
     if (ss == 0.0) {
       if (sp != 0.0) return 0;
-      *fo = c->vl[in[0]].f;
+      *fo = vl_at(c, in[0])->f;
     } else {
-      *fo = c->vl[in[0]].f * sp / ss;
+      *fo = vl_at(c, in[0])->f * sp / ss;
     }
     return 1;
   }
   int all_one = 1;
   for (uint32_t i = 0; i < pn->n_in; i++) {
     if (!reads(ru, o, i)) continue;
-    double fi = c->vl[in[i]].f;
+    double fi = vl_at(c, in[i])->f;
     all_one &= fi == 1.0;
     if (ru->lin == VD_PLIN_SUM) {
       if (i == 0) f = fi;
@@ -575,8 +665,8 @@ static int out_factor(const ictx *c, const vd_gnode_t *pn, const vd_gnode_t *sn,
      * input; a vector-Jacobian product): the factor of g passes when the
      * saved forward values have none. */
     for (uint32_t i = 0; i + 1 < pn->n_in; i++)
-      if (reads(ru, o, i) && c->vl[in[i]].f != 1.0) return 0;
-    f = c->vl[in[pn->n_in - 1]].f;
+      if (reads(ru, o, i) && vl_at(c, in[i])->f != 1.0) return 0;
+    f = vl_at(c, in[pn->n_in - 1])->f;
     all_one = 1;
   }
   if (!all_one && (ru->lin == VD_PLIN_NONE || ru->lin == VD_PLIN_SEP || ru->lin == VD_PLIN_PAIRED ||
@@ -622,7 +712,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
     sm = match_by_name(c, pn, op);
     const uint32_t *pin = vd_gnode_inputs(c->gp, pn);
     subset = sm >= 0 && c->gs->nodes[sm].n_in > pn->n_in;
-    for (uint32_t i = 0; i < pn->n_in && subset; i++) subset = !c->vl[pin[i]].noemit;
+    for (uint32_t i = 0; i < pn->n_in && subset; i++) subset = !vl_at(c, pin[i])->noemit;
   }
   if (sm < 0) return;
   const vd_gnode_t *sn = &c->gs->nodes[sm];
@@ -632,7 +722,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
     if (!aligned_any(c, in[i])) return;
   dsu u;
   if (!node_links(c, pn, op, &u)) return;
-  int32_t fw = ru->bwd_pair ? forward_partner(c, gi, op) : -1;
+  int32_t fw = ru->bwd_pair ? forward_partner(c, gi) : -1;
   for (uint32_t o = 0; o < pn->n_out; o++) {
     const vd_tensor_t *pt = ptens(c, out[o]);
     const vd_tensor_t *st = stens(c, (int32_t)sout[o]);
@@ -651,8 +741,8 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
       /* from a read input with that factor, else this node changed it */
       l.fsrc = (int32_t)gi;
       for (uint32_t i = 0; i < pn->n_in; i++)
-        if (reads(ru, o, i) && c->vl[in[i]].f == fo && c->vl[in[i]].fsrc >= 0) {
-          l.fsrc = c->vl[in[i]].fsrc;
+        if (reads(ru, o, i) && vl_at(c, in[i])->f == fo && vl_at(c, in[i])->fsrc >= 0) {
+          l.fsrc = vl_at(c, in[i])->fsrc;
           break;
         }
     }
@@ -670,7 +760,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
       int32_t fk = 0;
       int n_link = 0, n_uni = 0;
       for (uint32_t i = 0; i < pn->n_in; i++) {
-        const vlin *x = &c->vl[in[i]];
+        const vlin *x = vl_at(c, in[i]);
         for (int32_t k = 0; k < x->nd; k++) {
           if (dfind(&u, dix(&u, 0, (int)i, k)) != cj) continue;
           const vd_tensor_t *xs = stens(c, x->sv);
@@ -689,7 +779,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
       }
       int done = 0;
       for (uint32_t i = 0; i < pn->n_in && !done; i++) {
-        const vlin *x = &c->vl[in[i]];
+        const vlin *x = vl_at(c, in[i]);
         for (int32_t k = 0; k < x->nd && !done; k++) {
           if (dfind(&u, dix(&u, 0, (int)i, k)) != cj) continue;
           const vd_tensor_t *xs = stens(c, x->sv);
@@ -707,7 +797,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
       for (uint32_t q = 0; !done && fw >= 0 && q <= c->gp->nodes[fw].n_in; q++) {
         uint32_t fi = q == 0 ? o : q - 1;
         if (fi >= c->gp->nodes[fw].n_in || (q > 0 && fi == o)) continue;
-        const vlin *x = &c->vl[vd_gnode_inputs(c->gp, &c->gp->nodes[fw])[fi]];
+        const vlin *x = vl_at(c, vd_gnode_inputs(c->gp, &c->gp->nodes[fw])[fi]);
         if (!x->known || x->zero || x->split == j + 1 || x->nd != st->ndim) continue;
         const vd_tensor_t *xs = stens(c, x->sv);
         int same = 1;
@@ -731,7 +821,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
     int64_t k = pk, n = pnn, dk = pdk;
     for (uint32_t i = 0; i < pn->n_in && ok; i++) {
       if (!reads(ru, o, i)) continue;
-      const vlin *x = &c->vl[in[i]];
+      const vlin *x = vl_at(c, in[i]);
       const vd_tensor_t *xs = stens(c, x->sv);
       for (int32_t kd = 0; kd < x->nd && ok; kd++) {
         int ck = dfind(&u, dix(&u, 0, (int)i, kd));
@@ -756,7 +846,7 @@ static void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
     if (!ok) continue;
     l.k0 = k, l.cnt = 1, l.n = n, l.dk = dk;
     l.noemit = (uint8_t)subset;
-    c->vl[out[o]] = l;
+    vl_put(c, out[o], &l);
   }
 }
 
@@ -790,7 +880,7 @@ static int fanin_inputs(const ictx *c, const vd_gnode_t *pn, const vd_gnode_t *s
   memset(placed, 0, sizeof(placed));
   for (int exact = 1; exact >= 0; exact--)
     for (uint32_t i = 0; i < pn->n_in; i++) {
-      const vlin *x = &c->vl[in[i]];
+      const vlin *x = vl_at(c, in[i]);
       if (!x->known || placed[i]) continue;
       for (uint32_t j = 0; j < sn->n_in && !placed[i]; j++) {
         if (used[j] || (exact ? s_in[j] != (uint32_t)x->sv : c->sroot[s_in[j]] != c->sroot[x->sv])) continue;
@@ -799,7 +889,7 @@ static int fanin_inputs(const ictx *c, const vd_gnode_t *pn, const vd_gnode_t *s
       }
     }
   for (uint32_t i = 0; i < pn->n_in; i++) {
-    if (c->vl[in[i]].known) {
+    if (vl_at(c, in[i])->known) {
       if (!placed[i]) return 0;
       continue;
     }
@@ -834,7 +924,7 @@ static int guess_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) 
   const uint32_t *in = vd_gnode_inputs(c->gp, pn);
   int n_known = 0, n_open = 0;
   for (uint32_t i = 0; i < pn->n_in; i++) {
-    const vlin *x = &c->vl[in[i]];
+    const vlin *x = vl_at(c, in[i]);
     if (x->known && (x->zero || x->sv < 0 || x->split)) return 0;
     if (x->known) {
       n_known++;
@@ -871,16 +961,16 @@ static int guess_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) 
   if (ru->lin == VD_PLIN_SUM) {
     int first = 1;
     for (uint32_t i = 0; i < pn->n_in; i++) {
-      if (!c->vl[in[i]].known) continue;
+      if (!vl_at(c, in[i])->known) continue;
       int64_t ki, ni, dki;
-      if (!norm_part(&c->vl[in[i]], &ki, &ni, &dki)) return 0;
+      if (!norm_part(vl_at(c, in[i]), &ki, &ni, &dki)) return 0;
       if (!first && (ki != k || ni != n || dki != dk)) return 0;
       k = ki, n = ni, dk = dki, first = 0;
     }
   }
   int guessed = 0;
   for (uint32_t i = 0; i < pn->n_in; i++) {
-    if (c->vl[in[i]].known) continue;
+    if (vl_at(c, in[i])->known) continue;
     const vd_tensor_t *pt = ptens(c, in[i]), *st = stens(c, (int32_t)sin[i]);
     if (pt->ndim != st->ndim) continue;
     vlin l;
@@ -896,7 +986,7 @@ static int guess_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) 
       if (pt->shape[j] == st->shape[j]) continue;
       int cj = dfind(&u, dix(&u, 0, (int)i, j)), done = 0;
       for (uint32_t i2 = 0; i2 < pn->n_in && !done; i2++) {
-        const vlin *x = &c->vl[in[i2]];
+        const vlin *x = vl_at(c, in[i2]);
         if (!x->known) continue;
         for (int32_t k2 = 0; k2 < x->nd && !done; k2++) {
           if (dfind(&u, dix(&u, 0, (int)i2, k2)) != cj || stens(c, x->sv)->shape[k2] != st->shape[j] ||
@@ -909,7 +999,7 @@ static int guess_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) 
       ok = done;
     }
     if (!ok) continue;
-    c->vl[in[i]] = l;
+    vl_put(c, in[i], &l);
     guessed++;
   }
   return guessed;
@@ -936,7 +1026,7 @@ static int guess_outputs(ictx *c, uint32_t gi, int op) {
   if (c->pp->nodes[pn->pnode].phase != VD_PHASE_FWD || vd_op_has((vd_op_id)op, VD_OPF_BACKWARD)) return 0;
   int odd = 0;
   for (uint32_t i = 0; i < pn->n_in; i++) {
-    const vlin *x = &c->vl[in[i]];
+    const vlin *x = vl_at(c, in[i]);
     if (!x->known || x->zero || x->sv < 0 || x->split || x->noemit) return 0;
     int64_t k, n, dk;
     if (!norm_part(x, &k, &n, &dk)) return 0;
@@ -944,7 +1034,7 @@ static int guess_outputs(ictx *c, uint32_t gi, int op) {
   }
   if (!odd) return 0; /* only partial sums and factors: other gaps stay gaps */
   for (uint32_t o = 0; o < pn->n_out; o++)
-    if (c->vl[out[o]].known || c->seeded[out[o]]) return 0;
+    if (vl_at(c, out[o])->known || c->seeded[out[o]]) return 0;
   int32_t sm = match_single(c, pn, op);
   if (sm < 0) return 0;
   dsu u;
@@ -967,7 +1057,7 @@ static int guess_outputs(ictx *c, uint32_t gi, int op) {
       if (pt->shape[j] == st->shape[j]) continue;
       int cj = dfind(&u, dix(&u, 1, (int)o, j)), done = 0;
       for (uint32_t i = 0; i < pn->n_in && !done; i++) {
-        const vlin *x = &c->vl[in[i]];
+        const vlin *x = vl_at(c, in[i]);
         for (int32_t k2 = 0; k2 < x->nd && !done; k2++) {
           if (dfind(&u, dix(&u, 0, (int)i, k2)) != cj || stens(c, x->sv)->shape[k2] != st->shape[j] ||
               x->hi[k2] - x->lo[k2] != pt->shape[j] || ((x->uni >> k2) & 1))
@@ -979,28 +1069,13 @@ static int guess_outputs(ictx *c, uint32_t gi, int op) {
       ok = done;
     }
     if (!ok) continue;
-    c->vl[out[o]] = l;
+    vl_put(c, out[o], &l);
     guessed++;
   }
   return guessed;
 }
 
-/* One pass of guesses over Gp (topological order); the number made.  Output
- * guesses only when no input was guessed: a guessed input must first be
- * propagated (its consumer's own rule may then decide). */
-static int guess_pass(ictx *c) {
-  int n = 0;
-  for (int outputs = 0; outputs < 2 && !n; outputs++)
-    for (size_t t = 0; t < c->gp->n_nodes; t++) {
-      uint32_t gi = c->gp->topo[t];
-      int op = c->pop[c->gp->nodes[gi].pnode];
-      if (op < 0) continue;
-      const vd_lin_prop_rule *ru = &rules[op];
-      if (ru->kind != VD_PROP_MAP && ru->kind != VD_PROP_ACCUM) continue;
-      n += outputs ? guess_outputs(c, gi, op) : guess_node(c, gi, op, ru);
-    }
-  return n;
-}
+
 
 /* ---- view / reshape ------------------------------------------------------ */
 
@@ -1035,7 +1110,7 @@ static void view_node(ictx *c, uint32_t gi, int op) {
   int32_t sm = match_single(c, pn, op);
   uint32_t in = vd_gnode_inputs(c->gp, pn)[0], out = vd_gnode_outputs(c->gp, pn)[0];
   if (sm < 0 || !aligned_any(c, in)) return;
-  const vlin *x = &c->vl[in];
+  const vlin *x = vl_at(c, in);
   int32_t so = (int32_t)vd_gnode_outputs(c->gs, &c->gs->nodes[sm])[0];
   const vd_tensor_t *xs = stens(c, x->sv), *ys = stens(c, so), *pt = ptens(c, out);
   if (ys->ndim != pt->ndim) return;
@@ -1104,7 +1179,7 @@ static void view_node(ictx *c, uint32_t gi, int op) {
   }
   for (int32_t j = 0; j < ys->ndim; j++)
     if (!set[j]) return;
-  c->vl[out] = l;
+  vl_put(c, out, &l);
 }
 
 /* ---- the other rule kinds --------------------------------------------- */
@@ -1113,21 +1188,22 @@ static void copy_node(ictx *c, const vd_gnode_t *pn, int op) {
   const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
   if (pn->n_part) {
     /* send/recv, broadcast: the merged instance's outputs take the source's lineage. */
-    if (pn->n_in < 1 || !c->vl[in[0]].known) return;
+    if (pn->n_in < 1 || !vl_at(c, in[0])->known) return;
     for (uint32_t i = 0; i < pn->n_in; i++)
-      if (!c->vl[in[i]].known) return;
-    for (uint32_t o = 0; o < pn->n_out; o++) c->vl[out[o]] = c->vl[in[pn->n_in == pn->n_out ? o : 0]];
+      if (!vl_at(c, in[i])->known) return;
+    for (uint32_t o = 0; o < pn->n_out; o++) vl_put(c, out[o], vl_at(c, in[pn->n_in == pn->n_out ? o : 0]));
     return;
   }
-  if (pn->n_in < 1 || !c->vl[in[0]].known) return;
+  if (pn->n_in < 1 || !vl_at(c, in[0])->known) return;
   /* When the single plan runs the same operator on the same value (a
    * multiref the single plan has too), the outputs name ITS outputs, so
    * that single consumers downstream match; otherwise the output holds the
    * input's single value. */
-  int32_t sm = c->vl[in[0]].zero ? -1 : match_single(c, pn, op);
+  int32_t sm = vl_at(c, in[0])->zero ? -1 : match_single(c, pn, op);
   for (uint32_t o = 0; o < pn->n_out; o++) {
-    c->vl[out[o]] = c->vl[in[0]];
-    if (sm >= 0) c->vl[out[o]].sv = (int32_t)vd_gnode_outputs(c->gs, &c->gs->nodes[sm])[o];
+    vlin l = *vl_at(c, in[0]);
+    if (sm >= 0) l.sv = (int32_t)vd_gnode_outputs(c->gs, &c->gs->nodes[sm])[o];
+    vl_put(c, out[o], &l);
   }
 }
 
@@ -1155,10 +1231,10 @@ static int accum_node(ictx *c, const vd_gnode_t *pn) {
   if (pn->n_in != 2 || pn->n_out != 1) return 0;
   const uint32_t *in = vd_gnode_inputs(c->gp, pn);
   uint32_t out = vd_gnode_outputs(c->gp, pn)[0];
-  const vlin *a = &c->vl[in[0]], *b = &c->vl[in[1]];
+  const vlin *a = vl_at(c, in[0]), *b = vl_at(c, in[1]);
   if (!a->known || !b->known) return 0;
   if (a->zero || b->zero) {
-    c->vl[out] = a->zero ? *b : *a;
+    vl_put(c, out, a->zero ? b : a);
     return 1;
   }
   if (!same_slice(a, b) || a->n != b->n || a->dk != b->dk || a->n < 2 || a->f != b->f) return 0;
@@ -1166,7 +1242,7 @@ static int accum_node(ictx *c, const vd_gnode_t *pn) {
   if (lo->k0 + lo->cnt != hi->k0) return 0;
   vlin l = *lo;
   l.cnt = lo->cnt + hi->cnt;
-  c->vl[out] = l;
+  vl_put(c, out, &l);
   return 1;
 }
 
@@ -1197,10 +1273,10 @@ static int sum_node(ictx *c, const vd_gnode_t *pn, int op) {
   if (pn->n_out != 1 || pn->n_in < 2 || pn->n_in > MAXOPD || pn->n_part) return 0;
   if (!is_sum(c->pp, &c->pp->nodes[pn->pnode], op, pn->n_in)) return 0;
   const uint32_t *in = vd_gnode_inputs(c->gp, pn);
-  const vlin *a = &c->vl[in[0]];
+  const vlin *a = vl_at(c, in[0]);
   uint32_t want[MAXOPD], have[MAXOPD];
   for (uint32_t i = 0; i < pn->n_in; i++) {
-    const vlin *x = &c->vl[in[i]];
+    const vlin *x = vl_at(c, in[i]);
     if (!x->known || x->zero || x->sv < 0 || x->noemit || !aligned(c, in[i])) return 0;
     if (i && (!same_slice_shape(c, a, x) || x->k0 != a->k0 || x->cnt != a->cnt || x->n != a->n || x->dk != a->dk ||
               x->f != a->f))
@@ -1209,7 +1285,7 @@ static int sum_node(ictx *c, const vd_gnode_t *pn, int op) {
   const vd_tensor_t *at = stens(c, a->sv);
   for (int exact = 1; exact >= 0; exact--) {
     for (uint32_t i = 0; i < pn->n_in; i++)
-      want[i] = exact ? (uint32_t)c->vl[in[i]].sv : c->sroot[c->vl[in[i]].sv];
+      want[i] = exact ? (uint32_t)vl_at(c, in[i])->sv : c->sroot[vl_at(c, in[i])->sv];
     qsort(want, pn->n_in, sizeof(*want), cmp_u32);
     uint32_t root = c->sroot[a->sv];
     int32_t found = -1, n_found = 0;
@@ -1241,8 +1317,8 @@ static int sum_node(ictx *c, const vd_gnode_t *pn, int op) {
       vlin l = *a;
       l.sv = (int32_t)vd_gnode_outputs(c->gs, &c->gs->nodes[found])[0];
       l.guess = 0;
-      for (uint32_t i = 1; i < pn->n_in; i++) l.uni &= c->vl[in[i]].uni;
-      c->vl[vd_gnode_outputs(c->gp, pn)[0]] = l;
+      for (uint32_t i = 1; i < pn->n_in; i++) l.uni &= vl_at(c, in[i])->uni;
+      vl_put(c, vd_gnode_outputs(c->gp, pn)[0], &l);
       return 1;
     }
   }
@@ -1289,7 +1365,7 @@ static void rebase_on_single_chunk(const ictx *c, vlin *l, int32_t dim) {
 static void chunk_node(ictx *c, const vd_gnode_t *pn) {
   uint32_t in = vd_gnode_inputs(c->gp, pn)[0], out = vd_gnode_outputs(c->gp, pn)[0];
   if (!aligned(c, in)) return;
-  const vlin *x = &c->vl[in];
+  const vlin *x = vl_at(c, in);
   int32_t dim;
   if (!attr_dim(c, pn, x->nd, &dim)) return;
   const vd_node_t *nd = &c->pp->nodes[pn->pnode];
@@ -1302,7 +1378,7 @@ static void chunk_node(ictx *c, const vd_gnode_t *pn) {
   /* Replica shifts along dim scale with the chunk only when the replicas
    * chunk alike, which they do (one program); the shift itself is kept. */
   if (l.dlo[dim] == 0) rebase_on_single_chunk(c, &l, dim);
-  c->vl[out] = l;
+  vl_put(c, out, &l);
 }
 
 static void coll_node(ictx *c, const vd_gnode_t *pn, int kind) {
@@ -1310,17 +1386,17 @@ static void coll_node(ictx *c, const vd_gnode_t *pn, int kind) {
   if (pn->n_in == 0 || pn->n_in != pn->n_out) return;
   for (uint32_t i = 0; i < pn->n_in; i++)
     if (!aligned(c, in[i])) return;
-  const vlin *x0 = &c->vl[in[0]];
+  const vlin *x0 = vl_at(c, in[0]);
   if (kind == VD_PROP_ALL_REDUCE || kind == VD_PROP_REDUCE_SCATTER) {
     /* Every participant holds a part of one slice. */
     for (uint32_t i = 0; i < pn->n_in; i++) {
-      const vlin *x = &c->vl[in[i]];
+      const vlin *x = vl_at(c, in[i]);
       if (!same_slice(x0, x) || x->n != x0->n || x->n < 2 || x->f != x0->f) return;
     }
     vlin l = *x0;
     l.k0 = 0, l.cnt = 1, l.n = 1, l.dk = 0;
     if (kind == VD_PROP_ALL_REDUCE) {
-      for (uint32_t o = 0; o < pn->n_out; o++) c->vl[out[o]] = l;
+      for (uint32_t o = 0; o < pn->n_out; o++) vl_put(c, out[o], &l);
       return;
     }
     int32_t dim;
@@ -1331,7 +1407,7 @@ static void coll_node(ictx *c, const vd_gnode_t *pn, int kind) {
       vlin y = l;
       y.lo[dim] = x0->lo[dim] + (int64_t)o * (w / p);
       y.hi[dim] = y.lo[dim] + w / p;
-      c->vl[out[o]] = y;
+      vl_put(c, out[o], &y);
     }
     return;
   }
@@ -1340,7 +1416,7 @@ static void coll_node(ictx *c, const vd_gnode_t *pn, int kind) {
   if (!attr_dim(c, pn, x0->nd, &dim)) return;
   vlin l = *x0;
   for (uint32_t i = 0; i < pn->n_in; i++) {
-    const vlin *x = &c->vl[in[i]];
+    const vlin *x = vl_at(c, in[i]);
     if (x->sv != x0->sv || x->n != 1 || x->cnt != 1 || x->f != x0->f) return;
     for (int32_t j = 0; j < x->nd; j++) {
       if (j == dim) continue;
@@ -1349,7 +1425,7 @@ static void coll_node(ictx *c, const vd_gnode_t *pn, int kind) {
     if (i > 0 && (x->lo[dim] != l.hi[dim] || x->dlo[dim] != x0->dlo[dim])) return;
     l.hi[dim] = x->hi[dim];
   }
-  for (uint32_t o = 0; o < pn->n_out; o++) c->vl[out[o]] = l;
+  for (uint32_t o = 0; o < pn->n_out; o++) vl_put(c, out[o], &l);
 }
 
 /* all_to_all (split_dim s, concat_dim t, group order): output j is chunk j
@@ -1362,7 +1438,7 @@ static void a2a_node(ictx *c, const vd_gnode_t *pn) {
   if (pn->n_in == 0 || pn->n_in != pn->n_out) return;
   for (uint32_t i = 0; i < pn->n_in; i++)
     if (!aligned(c, in[i])) return;
-  const vlin *x0 = &c->vl[in[0]];
+  const vlin *x0 = vl_at(c, in[0]);
   const vd_node_t *nd = &c->pp->nodes[pn->pnode];
   int64_t sd = vd_node_attr_int(c->pp, nd, "split_dim", -1), td = vd_node_attr_int(c->pp, nd, "concat_dim", -1);
   if (sd < 0) sd += x0->nd;
@@ -1372,7 +1448,7 @@ static void a2a_node(ictx *c, const vd_gnode_t *pn) {
   if (w % p) return;
   vlin l = *x0;
   for (uint32_t i = 0; i < pn->n_in; i++) {
-    const vlin *x = &c->vl[in[i]];
+    const vlin *x = vl_at(c, in[i]);
     if (x->sv != x0->sv || x->n != 1 || x->cnt != 1 || x->f != x0->f) return;
     for (int32_t j = 0; j < x->nd; j++) {
       if (j == td) continue;
@@ -1385,7 +1461,7 @@ static void a2a_node(ictx *c, const vd_gnode_t *pn) {
     vlin y = l;
     y.lo[sd] = x0->lo[sd] + (int64_t)o * (w / p);
     y.hi[sd] = y.lo[sd] + w / p;
-    c->vl[out[o]] = y;
+    vl_put(c, out[o], &y);
   }
 }
 
@@ -1397,19 +1473,19 @@ static void a2a_node(ictx *c, const vd_gnode_t *pn) {
 static void scale_through(ictx *c, const vd_gnode_t *pn, int op) {
   const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
   if (pn->n_in != 1) return;
-  const vlin *x = &c->vl[in[0]];
+  const vlin *x = vl_at(c, in[0]);
   const vd_node_t *nd = &c->pp->nodes[pn->pnode];
   double s;
   if (x->known && !x->zero && scaling(c->pp, nd, op, &s) && s != 0.0) {
     vlin l = *x;
     l.f *= s;
     if (s != 1.0) l.fsrc = l.f != 1.0 ? (int32_t)(pn - c->gp->nodes) : -1;
-    c->vl[out[0]] = l;
+    vl_put(c, out[0], &l);
     return;
   }
   if (x->known && (op == VD_OP_ADD || op == VD_OP_SUB) && vd_node_attr(c->pp, nd, "scalar") &&
       !adds_constant(c->pp, nd, op)) {
-    c->vl[out[0]] = *x; /* x + 0 (python's sum() starts with 0 + x) */
+    vl_put(c, out[0], x); /* x + 0 (python's sum() starts with 0 + x) */
     return;
   }
   if (!x->known || !x->zero || x->sv < 0 || (op != VD_OP_ADD && op != VD_OP_SUB)) return;
@@ -1424,58 +1500,156 @@ static void scale_through(ictx *c, const vd_gnode_t *pn, int op) {
   l.sv = (int32_t)vd_gnode_outputs(c->gs, sn)[0];
   l.k0 = 0, l.cnt = 1, l.n = 1, l.dk = 0, l.f = 1.0, l.fsrc = -1;
   if (stens(c, l.sv)->ndim != l.nd) return;
-  c->vl[out[0]] = l;
+  vl_put(c, out[0], &l);
 }
 
-/* One pass in topological order.  A backward node can precede its forward
- * partner in that order (a loss gradient seed depends on nothing), so
- * vd_lin_infer repeats passes while they decide new values. */
-static void propagate(ictx *c) {
-  for (size_t t = 0; t < c->gp->n_nodes; t++) {
-    uint32_t gi = c->gp->topo[t];
-    const vd_gnode_t *pn = &c->gp->nodes[gi];
-    int op = c->pop[pn->pnode];
-    if (op < 0) continue;
-    const vd_lin_prop_rule *ru = &rules[op];
-    const uint32_t *out = vd_gnode_outputs(c->gp, pn);
-    /* Outputs already seeded (annotated final versions) keep their annotation. */
-    int seeded = 0;
-    for (uint32_t o = 0; o < pn->n_out; o++) seeded |= c->vl[out[o]].known;
-    if (seeded) continue;
-    switch (ru->kind) {
-    case VD_PROP_COPY: copy_node(c, pn, op); break;
-    case VD_PROP_MAP:
-      map_node(c, gi, op, ru);
-      if (!c->vl[out[0]].known) sum_node(c, pn, op);
-      break;
-    case VD_PROP_ACCUM:
-      if (!accum_node(c, pn)) map_node(c, gi, op, ru);
-      if (!c->vl[out[0]].known) sum_node(c, pn, op);
-      break;
-    case VD_PROP_SCALE:
-      map_node(c, gi, op, ru);
-      if (vd_node_attr_float(c->pp, &c->pp->nodes[pn->pnode], "factor", 1.0) == 0.0 && pn->n_out == 1) {
-        /* a known zero, named after the single twin's zero when there is one */
-        vlin *l = &c->vl[out[0]];
-        if (!l->known) {
-          memset(l, 0, sizeof(*l));
-          l->sv = -1;
-        }
-        l->known = l->zero = 1;
-        l->f = 1.0;
-        l->fsrc = -1;
+/* The rule of Gp node gi, applied when none of its outputs has a lineage
+ * yet; 1 when it was applied (its outputs may have got lineages). */
+static int prop_node(ictx *c, uint32_t gi) {
+  const vd_gnode_t *pn = &c->gp->nodes[gi];
+  int op = c->pop[pn->pnode];
+  if (op < 0) return 0;
+  const vd_lin_prop_rule *ru = &rules[op];
+  const uint32_t *out = vd_gnode_outputs(c->gp, pn);
+  /* Outputs already seeded (annotated final versions) keep their annotation. */
+  int seeded = 0;
+  for (uint32_t o = 0; o < pn->n_out; o++) seeded |= vl_at(c, out[o])->known;
+  if (seeded) return 0;
+  switch (ru->kind) {
+  case VD_PROP_COPY: copy_node(c, pn, op); break;
+  case VD_PROP_MAP:
+    map_node(c, gi, op, ru);
+    if (!vl_at(c, out[0])->known) sum_node(c, pn, op);
+    break;
+  case VD_PROP_ACCUM:
+    if (!accum_node(c, pn)) map_node(c, gi, op, ru);
+    if (!vl_at(c, out[0])->known) sum_node(c, pn, op);
+    break;
+  case VD_PROP_SCALE:
+    map_node(c, gi, op, ru);
+    if (vd_node_attr_float(c->pp, &c->pp->nodes[pn->pnode], "factor", 1.0) == 0.0 && pn->n_out == 1) {
+      /* a known zero, named after the single twin's zero when there is one */
+      vlin *l = vl_slot(c, out[0]);
+      if (!l) break;
+      if (!l->known) {
+        memset(l, 0, sizeof(*l));
+        l->sv = -1;
       }
-      break;
-    case VD_PROP_CHUNK: chunk_node(c, pn); break;
-    case VD_PROP_VIEW: view_node(c, gi, op); break;
-    case VD_PROP_ALL_REDUCE:
-    case VD_PROP_ALL_GATHER:
-    case VD_PROP_REDUCE_SCATTER: coll_node(c, pn, ru->kind); break;
-    case VD_PROP_ALL_TO_ALL: a2a_node(c, pn); break;
-    default: break;
+      l->known = l->zero = 1;
+      l->f = 1.0;
+      l->fsrc = -1;
     }
-    if (pn->n_out == 1 && !c->vl[out[0]].known) scale_through(c, pn, op);
+    break;
+  case VD_PROP_CHUNK: chunk_node(c, pn); break;
+  case VD_PROP_VIEW: view_node(c, gi, op); break;
+  case VD_PROP_ALL_REDUCE:
+  case VD_PROP_ALL_GATHER:
+  case VD_PROP_REDUCE_SCATTER: coll_node(c, pn, ru->kind); break;
+  case VD_PROP_ALL_TO_ALL: a2a_node(c, pn); break;
+  default: break;
   }
+  if (pn->n_out == 1 && !vl_at(c, out[0])->known) scale_through(c, pn, op);
+  return 1;
+}
+
+/* ---- the worklist ---------------------------------------------------------
+ *
+ * OPTIMIZATION-ONLY.  The serial algorithm is: passes of prop_node over
+ * every Gp node in topological order, and passes of guess_node (then
+ * guess_outputs) over every MAP and ACCUM node.  Each of the three node
+ * functions is a deterministic function of the static context and of the
+ * lineages of a fixed set of values (prop_node: the node's inputs, its
+ * outputs' known flags and its forward partner's inputs; guess_node: its
+ * inputs; guess_outputs: its inputs and outputs), and it only ever turns
+ * values from unknown to known (a known value never changes again: a node
+ * with a known output is skipped, and guesses only fill unknown values).
+ * So applying a node function again when none of those values changed
+ * since its last application (which decided nothing, or the node would
+ * have a known value among them) repeats that application: nothing.
+ * A sweep therefore visits, in topological order, only the nodes marked
+ * since their last visit: note_value marks every consumer of a value that
+ * became known and every backward node whose forward partner consumes it,
+ * in all three bitsets.  (Not its producer: a known output only makes the
+ * producer's functions do nothing.)  A mark at a position the sweep has
+ * not reached yet is visited in this sweep, which is exactly when the full
+ * pass would have seen the change; a mark at or behind the sweep's position
+ * waits for the next sweep of that kind, as in the full pass.  Each sweep
+ * thus leaves every lineage as the full pass does, and the pass counts, the
+ * known count (n_known, counted on each value's first change) and the
+ * guess counts are the serial ones. */
+enum { SWEEP_PROP, SWEEP_GUESS_IN, SWEEP_GUESS_OUT };
+
+static void mark_node(ictx *c, uint32_t gi) {
+  uint32_t t = c->tpos[gi];
+  for (int k = 0; k < 3; k++) c->dirty[k][t >> 6] |= 1ull << (t & 63);
+}
+
+/* Counts v once when it has become known and marks the nodes that read it. */
+static void note_value(ictx *c, uint32_t v) {
+  if (c->noted[v] || !vl_at(c, v)->known) return;
+  c->noted[v] = 1;
+  c->n_known++;
+  const vd_value_t *val = &c->gp->values[v];
+  const uint32_t *cons = vd_value_consumers(c->gp, val);
+  for (uint32_t k = 0; k < val->n_cons; k++) {
+    mark_node(c, cons[k]);
+    for (uint32_t q = c->rfw_off[cons[k]]; q < c->rfw_off[cons[k] + 1]; q++) mark_node(c, c->rfw[q]);
+  }
+}
+
+/* One node of a sweep: the node function, then its changes noted. */
+static int sweep_node(ictx *c, int kind, uint32_t gi) {
+  const vd_gnode_t *pn = &c->gp->nodes[gi];
+  int op = c->pop[pn->pnode], n = 0;
+  if (op < 0) return 0;
+  if (kind == SWEEP_PROP) {
+    if (!prop_node(c, gi)) return 0;
+  } else {
+    const vd_lin_prop_rule *ru = &rules[op];
+    if (ru->kind != VD_PROP_MAP && ru->kind != VD_PROP_ACCUM) return 0;
+    n = kind == SWEEP_GUESS_OUT ? guess_outputs(c, gi, op) : guess_node(c, gi, op, ru);
+    if (!n) return 0;
+    const uint32_t *in = vd_gnode_inputs(c->gp, pn);
+    for (uint32_t i = 0; i < pn->n_in; i++) note_value(c, in[i]);
+  }
+  const uint32_t *out = vd_gnode_outputs(c->gp, pn);
+  for (uint32_t o = 0; o < pn->n_out; o++) note_value(c, out[o]);
+  return n;
+}
+
+/* One sweep of the given kind over the marked nodes, in topological order
+ * (a node marked behind the sweep's position waits for the next sweep);
+ * returns the sum of the guess counts. */
+static int sweep(ictx *c, int kind) {
+  uint64_t *bits = c->dirty[kind];
+  size_t nw = (c->gp->n_nodes + 63) / 64;
+  int n = 0;
+  for (size_t w = 0; w < nw; w++) {
+    uint64_t behind = 0; /* bits of word w at or before the current position */
+    for (;;) {
+      uint64_t word = bits[w] & ~behind;
+      if (!word) break;
+      int b = __builtin_ctzll(word);
+      behind = b == 63 ? ~0ull : (2ull << b) - 1;
+      bits[w] &= ~(1ull << b);
+      n += sweep_node(c, kind, c->gp->topo[w * 64 + (size_t)b]);
+    }
+  }
+  return n;
+}
+
+/* One pass of propagation.  A backward node can precede its forward partner
+ * in topological order (a loss gradient seed depends on nothing), so
+ * vd_lin_infer repeats passes while they decide new values. */
+static void propagate(ictx *c) { (void)sweep(c, SWEEP_PROP); }
+
+/* One pass of guesses over Gp (topological order); the number made.  Output
+ * guesses only when no input was guessed: a guessed input must first be
+ * propagated (its consumer's own rule may then decide). */
+static int guess_pass(ictx *c) {
+  int n = sweep(c, SWEEP_GUESS_IN);
+  if (!n) n = sweep(c, SWEEP_GUESS_OUT);
+  return n;
 }
 
 /* ---- emission ------------------------------------------------------------ */
@@ -1497,7 +1671,7 @@ static int emit(ictx *c, uint32_t ti, vd_plan_t *pp) {
     /* SOUNDNESS: a candidate must not state an initial value (that would
      * be a hypothesis nothing proves). */
     if (gp->values[first].is_initial || gp->values[first].producer < 0) return 0;
-    const vlin *l = &c->vl[last];
+    const vlin *l = vl_at(c, last);
     if (!aligned(c, (uint32_t)last) || l->noemit || fabs(l->f - 1.0) > 1e-12) return 0;
     /* A slice of a broadcast dim is right wherever it sits, but the copies
      * of one claim must cover the single tensor: no candidate; the stages
@@ -1595,7 +1769,7 @@ static int addend_of(const ictx *c, uint32_t v, uint32_t x, int sum, int depth) 
  * arrived (the tied-weight gradient that was never all-reduced between its
  * two pipeline stages), not a scaling bug. */
 static int reads_one_addend(const ictx *c, const vd_gnode_t *pn, int op, uint32_t o, uint32_t i) {
-  const vlin *ov = &c->vl[vd_gnode_outputs(c->gp, pn)[o]], *x = &c->vl[vd_gnode_inputs(c->gp, pn)[i]];
+  const vlin *ov = vl_at(c, vd_gnode_outputs(c->gp, pn)[o]), *x = vl_at(c, vd_gnode_inputs(c->gp, pn)[i]);
   if (ov->sv < 0 || x->sv < 0) return 0;
   int32_t prod = c->gs->values[ov->sv].producer;
   if (prod < 0) return 0;
@@ -1615,8 +1789,8 @@ static void find_stuck(ictx *c, vd_lin_infer_stats *s) {
     if (op < 0 || rules[op].kind == VD_PROP_NONE || pn->n_in == 0 || pn->n_out == 0) continue;
     const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
     int all_in = 1, any_out = 0, seeded = 0;
-    for (uint32_t i = 0; i < pn->n_in; i++) all_in &= c->vl[in[i]].known;
-    for (uint32_t o = 0; o < pn->n_out; o++) any_out |= c->vl[out[o]].known;
+    for (uint32_t i = 0; i < pn->n_in; i++) all_in &= vl_at(c, in[i])->known;
+    for (uint32_t o = 0; o < pn->n_out; o++) any_out |= vl_at(c, out[o])->known;
     uint32_t seeded_out = 0;
     for (uint32_t o = 0; o < pn->n_out; o++)
       if (c->seeded[out[o]]) seeded = 1, seeded_out = o;
@@ -1625,7 +1799,7 @@ static void find_stuck(ictx *c, vd_lin_infer_stats *s) {
        * value that is a constant multiple of its single-device value, or
        * of one addend of what the single twin reads */
       for (uint32_t i = 0; i < pn->n_in; i++) {
-        const vlin *x = &c->vl[in[i]];
+        const vlin *x = vl_at(c, in[i]);
         if (x->zero || x->f == 1.0) continue;
         s->stuck_node = pn->pnode;
         s->stuck_mb = pn->mb;
@@ -1641,16 +1815,16 @@ static void find_stuck(ictx *c, vd_lin_infer_stats *s) {
     uint32_t at = 0;
     int32_t sm = -1;
     for (uint32_t i = 0; i < pn->n_in && why == VD_LIN_STUCK_SLICE; i++)
-      if (c->vl[in[i]].zero) why = VD_LIN_STUCK_ZERO, at = i;
+      if (vl_at(c, in[i])->zero) why = VD_LIN_STUCK_ZERO, at = i;
     if (why == VD_LIN_STUCK_SLICE && rules[op].kind != VD_PROP_COPY) sm = match_single(c, pn, op);
     double fo;
     if (why == VD_LIN_STUCK_SLICE && sm >= 0 && !out_factor(c, pn, &c->gs->nodes[sm], op, &rules[op], 0, &fo)) {
       why = VD_LIN_STUCK_FACTOR;
       for (uint32_t i = pn->n_in; i-- > 0;)
-        if (c->vl[in[i]].f != 1.0) at = i;
+        if (vl_at(c, in[i])->f != 1.0) at = i;
     }
     for (uint32_t i = 0; i < pn->n_in && why == VD_LIN_STUCK_SLICE; i++) {
-      const vlin *x = &c->vl[in[i]];
+      const vlin *x = vl_at(c, in[i]);
       if (x->n / (x->cnt ? x->cnt : 1) > 1) why = VD_LIN_STUCK_PARTIAL, at = i;
     }
     if (why == VD_LIN_STUCK_SLICE && rules[op].kind == VD_PROP_MAP && sm < 0) why = VD_LIN_STUCK_NO_TWIN;
@@ -1658,11 +1832,11 @@ static void find_stuck(ictx *c, vd_lin_infer_stats *s) {
     s->stuck_mb = pn->mb;
     s->stuck_why = why;
     s->stuck_input = at;
-    s->stuck_k = c->vl[in[at]].k0;
-    s->stuck_n = c->vl[in[at]].n;
-    s->stuck_f = c->vl[in[at]].f;
-    s->stuck_origin = why == VD_LIN_STUCK_FACTOR && c->vl[in[at]].fsrc >= 0
-                          ? (int64_t)c->gp->nodes[c->vl[in[at]].fsrc].pnode : -1;
+    s->stuck_k = vl_at(c, in[at])->k0;
+    s->stuck_n = vl_at(c, in[at])->n;
+    s->stuck_f = vl_at(c, in[at])->f;
+    s->stuck_origin = why == VD_LIN_STUCK_FACTOR && vl_at(c, in[at])->fsrc >= 0
+                          ? (int64_t)c->gp->nodes[vl_at(c, in[at])->fsrc].pnode : -1;
     return;
   }
 }
@@ -1675,7 +1849,9 @@ vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, ui
   vd_rc rc = VD_OK;
   uint8_t *inf = vd_calloc(pp->n_tensors ? pp->n_tensors : 1, 1);
   uint8_t *written = NULL;
-  c.vl = vd_calloc(gp->n_values ? gp->n_values : 1, sizeof(*c.vl));
+  uint32_t *sid = NULL;
+  c.vix = vd_calloc(gp->n_values ? gp->n_values : 1, sizeof(*c.vix));
+  c.vchunk = vd_calloc(gp->n_values / VL_CHUNK + 1, sizeof(*c.vchunk));
   c.seeded = vd_calloc(gp->n_values ? gp->n_values : 1, 1);
   c.pop = vd_calloc(pp->n_nodes ? pp->n_nodes : 1, sizeof(*c.pop));
   c.sop = vd_calloc(c.sp->n_nodes ? c.sp->n_nodes : 1, sizeof(*c.sop));
@@ -1686,15 +1862,21 @@ vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, ui
   c.sbyname = vd_calloc(c.sp->n_nodes ? c.sp->n_nodes : 1, sizeof(*c.sbyname));
   c.sgfirst = vd_calloc(c.sp->n_nodes ? c.sp->n_nodes : 1, sizeof(*c.sgfirst));
   c.sgnext = vd_calloc(gs->n_nodes ? gs->n_nodes : 1, sizeof(*c.sgnext));
-  if (!inf || !c.vl || !c.seeded || !c.pop || !c.sop || !c.fwd_of || !c.byname || !c.gfirst || !c.gnext || !c.sbyname ||
-      !c.sgfirst || !c.sgnext) {
+  size_t nw = (gp->n_nodes + 63) / 64;
+  c.tpos = vd_calloc(gp->n_nodes ? gp->n_nodes : 1, sizeof(*c.tpos));
+  c.rfw_off = vd_calloc(gp->n_nodes + 1, sizeof(*c.rfw_off));
+  c.rfw = vd_calloc(gp->n_nodes ? gp->n_nodes : 1, sizeof(*c.rfw));
+  c.noted = vd_calloc(gp->n_values ? gp->n_values : 1, 1);
+  for (int k = 0; k < 3; k++) c.dirty[k] = vd_calloc(nw ? nw : 1, sizeof(uint64_t));
+  if (!inf || !c.vix || !c.vchunk || !c.seeded || !c.pop || !c.sop || !c.fwd_of || !c.byname || !c.gfirst ||
+      !c.gnext || !c.sbyname || !c.sgfirst || !c.sgnext || !c.tpos || !c.rfw_off || !c.rfw || !c.noted ||
+      !c.dirty[0] || !c.dirty[1] || !c.dirty[2]) {
     rc = VD_OOM(d);
     goto done;
   }
   if ((rc = vd_plan_written(pp, &written, d)) != VD_OK) goto done;
   for (size_t i = 0; i < pp->n_nodes; i++) c.pop[i] = vd_op_lookup(vd_node_op(pp, &pp->nodes[i]));
   for (size_t i = 0; i < c.sp->n_nodes; i++) c.sop[i] = vd_op_lookup(vd_node_op(c.sp, &c.sp->nodes[i]));
-  for (size_t i = 0; i < gp->n_nodes; i++) c.fwd_of[i] = -2;
   for (size_t i = 0; i < pp->n_nodes; i++) c.byname[i] = (uint32_t)i, c.gfirst[i] = -1;
   qsort_r(c.byname, pp->n_nodes, sizeof(*c.byname), cmp_byname, pp);
   for (size_t i = 0; i < c.sp->n_nodes; i++) c.sbyname[i] = (uint32_t)i, c.sgfirst[i] = -1;
@@ -1711,42 +1893,78 @@ vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, ui
   vd_lin_infer_stats s;
   memset(&s, 0, sizeof(s));
   for (size_t t = 0; t < pp->n_tensors; t++) s.n_annotated += pp->tensors[t].has_lin != 0;
-  seed(&c);
+  sid = vd_calloc(c.sp->n_tensors ? c.sp->n_tensors : 1, sizeof(*sid));
+  if (!sid) {
+    rc = VD_OOM(d);
+    goto done;
+  }
+  for (size_t i = 0; i < c.sp->n_tensors; i++) sid[i] = (uint32_t)i;
+  qsort_r(sid, c.sp->n_tensors, sizeof(*sid), cmp_sid, (void *)c.sp);
+  seed(&c, sid);
+  /* Forward partners, and the backward nodes of each forward node listed
+   * (they read its inputs: note_value). */
+  for (size_t i = 0; i < gp->n_nodes; i++) c.fwd_of[i] = -1;
+#pragma omp parallel for schedule(dynamic, 1024)
+  for (size_t q = 0; q < pp->n_nodes; q++) {
+    int op = c.pop[q];
+    if (op >= 0 && rules[op].bwd_pair) forward_partners(&c, (uint32_t)q, op);
+  }
+  for (size_t i = 0; i < gp->n_nodes; i++)
+    if (c.fwd_of[i] >= 0) c.rfw_off[c.fwd_of[i]]++;
+  for (size_t i = 0; i < gp->n_nodes; i++) c.rfw_off[i + 1] += c.rfw_off[i]; /* ends */
+  for (size_t i = gp->n_nodes; i-- > 0;)
+    if (c.fwd_of[i] >= 0) c.rfw[--c.rfw_off[c.fwd_of[i]]] = (uint32_t)i; /* ends become starts */
+  for (size_t t = 0; t < gp->n_nodes; t++) c.tpos[gp->topo[t]] = (uint32_t)t;
+  /* every node is visited by the first sweep of each kind */
+  for (int k = 0; k < 3; k++)
+    for (size_t w = 0; w < nw; w++)
+      c.dirty[k][w] = w + 1 < nw || gp->n_nodes % 64 == 0 ? ~0ull : (1ull << (gp->n_nodes % 64)) - 1;
+  for (size_t v = 0; v < gp->n_values; v++)
+    if (vl_at(&c, (uint32_t)v)->known) c.noted[v] = 1, c.n_known++;
   /* Propagation to a fixpoint, then guesses from consumers where it left
    * values undecided, then propagation from the guesses, and so on. */
   for (int guesses = 0; guesses < 16; guesses++) {
     for (int pass = 0; pass < 8; pass++) {
-      size_t known = 0;
       propagate(&c);
-      for (size_t v = 0; v < gp->n_values; v++) known += c.vl[v].known;
+      size_t known = c.n_known;
       if (known == s.n_values) break;
       s.n_values = known;
-      /* partners that were undecided may be decided now */
-      for (size_t i = 0; i < gp->n_nodes; i++) c.fwd_of[i] = -2;
     }
     /* the hint names where propagation itself stopped, before any guess */
     if (guesses == 0) find_stuck(&c, &s);
     int n_guess = guess_pass(&c);
     if (!n_guess) break;
     s.n_values += (size_t)n_guess;
-    for (size_t i = 0; i < gp->n_nodes; i++) c.fwd_of[i] = -2;
   }
+  if (c.oom) { /* a lineage record could not be allocated (vl_slot) */
+    rc = VD_OOM(d);
+    goto done;
+  }
+  /* In parallel: each tensor writes only its own annotation and flag, and
+   * reads lineages that no longer change. */
+  size_t n_inferred = 0, n_unknown = 0;
+#pragma omp parallel for schedule(dynamic, 1024) reduction(+ : n_inferred, n_unknown)
   for (size_t t = 0; t < pp->n_tensors; t++) {
     if (pp->tensors[t].has_lin || vd_plan_is_boundary(pp, written, (uint32_t)t)) continue;
     if (emit(&c, (uint32_t)t, pp)) {
       inf[t] = 1;
-      s.n_inferred++;
+      n_inferred++;
     } else {
-      s.n_unknown++;
+      n_unknown++;
     }
   }
+  s.n_inferred += n_inferred;
+  s.n_unknown += n_unknown;
   if (st) *st = s;
   *inferred = inf;
   inf = NULL;
 done:
   vd_free(written);
+  vd_free(sid);
   vd_free(inf);
-  vd_free(c.vl);
+  for (size_t i = 0; c.vchunk && i < gp->n_values / VL_CHUNK + 1; i++) vd_free(c.vchunk[i]);
+  vd_free(c.vchunk);
+  vd_free(c.vix);
   vd_free(c.seeded);
   vd_free(c.pop);
   vd_free(c.sop);
@@ -1760,5 +1978,10 @@ done:
   vd_free(c.sgnext);
   vd_free(c.rv_off);
   vd_free(c.rv);
+  vd_free(c.tpos);
+  vd_free(c.rfw_off);
+  vd_free(c.rfw);
+  vd_free(c.noted);
+  for (int k = 0; k < 3; k++) vd_free(c.dirty[k]);
   return rc;
 }

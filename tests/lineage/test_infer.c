@@ -7,7 +7,8 @@
  * chunk of a sliced value rebased on the single plan's chunk, constant
  * factors that cancel (a mean over a part, then a division without a single
  * twin), and a factor that does not cancel (no candidate, and the first
- * stuck node is reported).
+ * stuck node is reported).  The result is the same at 1 and 2 threads, and
+ * every allocation failure gives VD_ENOMEM with the plan untouched.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -16,12 +17,14 @@
 #include <stdint.h>
 #include <string.h>
 #include <cmocka.h>
+#include <omp.h>
 
 #include "../../common/mem.h"
 #include "../../graph/graph.h"
 #include "../../lineage/lineage.h"
 #include "../../ops/ops.h"
 #include "../../plans/gen.h"
+#include "../support/fault.h"
 #include "../support/plan_builders.h"
 
 static void test_rules_complete(void **st) {
@@ -500,6 +503,130 @@ static void test_infer_ep_tp_fanin(void **st) {
   infer_check_ex(&c, want, 1);
 }
 
+/* A stripped plan and its graphs, with the stripped annotations saved so
+ * that inference can be run again on the same plan. */
+typedef struct {
+  vd_plan_t s, p;
+  vd_graph_t gs, gp;
+  vd_tensor_t *saved;
+} infer_case;
+
+static void case_build(infer_case *x, const vd_gen_config *cfg) {
+  vd_gen_config c = *cfg;
+  vd_diag d;
+  vd_diag_clear(&d);
+  assert_int_equal(vd_gen_build(&c, &x->s, &x->p, &d), VD_OK);
+  size_t kept = 0, stripped = 0;
+  assert_int_equal(vd_plan_strip(&x->p, &kept, &stripped, &d), VD_OK);
+  vd_graph_opts so = {.expand_replicas = 1}, po = {.expand_replicas = 0}; /* as verifier/run.c */
+  assert_int_equal(vd_graph_build(&x->s, &so, &x->gs, &d), VD_OK);
+  assert_int_equal(vd_graph_build(&x->p, &po, &x->gp, &d), VD_OK);
+  x->saved = vd_calloc(x->p.n_tensors, sizeof(*x->saved));
+  assert_non_null(x->saved);
+  memcpy(x->saved, x->p.tensors, x->p.n_tensors * sizeof(*x->saved));
+}
+
+static void case_restore(infer_case *x) { memcpy(x->p.tensors, x->saved, x->p.n_tensors * sizeof(*x->saved)); }
+
+static void case_free(infer_case *x) {
+  vd_free(x->saved);
+  vd_graph_free(&x->gs);
+  vd_graph_free(&x->gp);
+  vd_plan_free(&x->s);
+  vd_plan_free(&x->p);
+}
+
+/* The result does not depend on the thread count: at 1 and 2 threads the
+ * same candidates (every annotation byte), flags and statistics, on plans
+ * large enough that both threads get work in the parallel loops, with and
+ * without guesses (moe: expert parallelism needs them). */
+static void infer_threads(const vd_gen_config *cfg) {
+  infer_case x;
+  case_build(&x, cfg);
+  uint8_t *inf[2] = {NULL, NULL};
+  vd_lin_infer_stats is[2];
+  vd_tensor_t *out[2];
+  for (int k = 0; k < 2; k++) {
+    vd_diag d;
+    vd_diag_clear(&d);
+    case_restore(&x);
+    omp_set_num_threads(k + 1);
+    assert_int_equal(vd_lin_infer(&x.gs, &x.gp, &x.p, &inf[k], &is[k], &d), VD_OK);
+    out[k] = vd_calloc(x.p.n_tensors, sizeof(*out[k]));
+    assert_non_null(out[k]);
+    memcpy(out[k], x.p.tensors, x.p.n_tensors * sizeof(*out[k]));
+  }
+  omp_set_num_threads(1);
+  assert_true(is[0].n_inferred > 0);
+  assert_int_equal(is[0].n_annotated, is[1].n_annotated);
+  assert_int_equal(is[0].n_inferred, is[1].n_inferred);
+  assert_int_equal(is[0].n_values, is[1].n_values);
+  assert_int_equal(is[0].n_unknown, is[1].n_unknown);
+  assert_int_equal(is[0].stuck_node, is[1].stuck_node);
+  assert_int_equal(is[0].stuck_mb, is[1].stuck_mb);
+  assert_int_equal(is[0].stuck_why, is[1].stuck_why);
+  assert_int_equal(is[0].stuck_input, is[1].stuck_input);
+  assert_int_equal(is[0].stuck_k, is[1].stuck_k);
+  assert_int_equal(is[0].stuck_n, is[1].stuck_n);
+  assert_true(is[0].stuck_f == is[1].stuck_f);
+  assert_int_equal(is[0].stuck_origin, is[1].stuck_origin);
+  assert_memory_equal(inf[0], inf[1], x.p.n_tensors);
+  for (size_t t = 0; t < x.p.n_tensors; t++) {
+    assert_int_equal(out[0][t].has_lin, out[1][t].has_lin);
+    assert_memory_equal(&out[0][t].lin, &out[1][t].lin, sizeof(out[0][t].lin));
+  }
+  for (int k = 0; k < 2; k++) {
+    vd_free(inf[k]);
+    vd_free(out[k]);
+  }
+  case_free(&x);
+}
+
+static void test_infer_threads(void **st) {
+  (void)st;
+  vd_gen_config c;
+  small_llama(&c);
+  c.dp = 2, c.tp = 2, c.pp = 2, c.nm = 4, c.layers = 4, c.batch = 16;
+  infer_threads(&c);
+  vd_gen_config_default(&c);
+  c.model = VD_GEN_MOE;
+  c.layers = 2, c.hidden = 16, c.heads = 4, c.seq = 8, c.batch = 8;
+  c.ep = 2, c.tp = 2, c.nm = 2;
+  infer_threads(&c);
+}
+
+/* Every allocation of vd_lin_infer may fail (the lineage records are
+ * allocated as values get lineages): VD_ENOMEM, nothing leaked, and no
+ * candidate written into the plan. */
+static vd_rc infer_run(void *ctx, vd_diag *d) {
+  infer_case *x = ctx;
+  case_restore(x);
+  uint8_t *inf = NULL;
+  vd_rc rc = vd_lin_infer(&x->gs, &x->gp, &x->p, &inf, NULL, d);
+  vd_free(inf);
+  return rc;
+}
+
+static void infer_after(void *ctx, vd_rc rc, int hit, long nth, const vd_diag *d) {
+  (void)nth, (void)d;
+  infer_case *x = ctx;
+  if (hit && rc == VD_ENOMEM)
+    for (size_t t = 0; t < x->p.n_tensors; t++) assert_int_equal(x->p.tensors[t].has_lin, x->saved[t].has_lin);
+}
+
+static void test_infer_fault(void **st) {
+  (void)st;
+  vd_gen_config c;
+  vd_gen_config_default(&c);
+  c.model = VD_GEN_MLP;
+  c.layers = 1;
+  c.dp = 2, c.tp = 2, c.nm = 2;
+  infer_case x;
+  case_build(&x, &c);
+  assert_int_equal(tf_fail_each(infer_run, infer_after, &x, 1, NULL), VD_OK);
+  case_free(&x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_rules_complete),
@@ -514,6 +641,8 @@ int main(void) {
       cmocka_unit_test(test_infer_grad_clip),
       cmocka_unit_test(test_infer_ep_guess),
       cmocka_unit_test(test_infer_ep_tp_fanin),
+      cmocka_unit_test(test_infer_threads),
+      cmocka_unit_test(test_infer_fault),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
