@@ -23,7 +23,7 @@
  *     concatenated in group order.  Producers are remapped from execs to
  *     graph nodes, consumers lists filled, and topo.c orders the nodes.
  *
- * Not here: igraph (topo.c), lineage, any judgement of operator semantics.
+ * Not here: the topological order (topo.c), lineage, any judgement of operator semantics.
  *
  * Invariants: a value's producer is -1 only for an initial value or for a
  * placeholder (an unproduced read, always accompanied by an issue); a
