@@ -65,7 +65,7 @@ static void advise_huge(header_t *h, size_t n) {
   if (!page) page = sysconf(_SC_PAGESIZE);
   if (page <= 0) return;
   uintptr_t lo = (uintptr_t)h & ~(uintptr_t)(page - 1);
-  uintptr_t hi = ((uintptr_t)(h + 1) + n) & ~(uintptr_t)(page - 1);
+  uintptr_t hi = ((uintptr_t)(h + 1) + n + (uintptr_t)(page - 1)) & ~(uintptr_t)(page - 1);
   if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
 }
 

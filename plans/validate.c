@@ -488,11 +488,14 @@ vd_rc vd_plan_validate(const vd_plan_t *p, const char *name, vd_diag *d) {
   VD_CHECK(check_schedule(&c));
 
   if (vd_idmap_init(&ids, p->n_tensors) != VD_OK) return VD_OOM(d);
+  int t_inc = 1, n_inc = 1; /* ids strictly increasing: distinct without hashing */
+  for (size_t i = 1; i < p->n_tensors && t_inc; i++) t_inc = p->tensors[i].id > p->tensors[i - 1].id;
+  for (size_t i = 1; i < p->n_nodes && n_inc; i++) n_inc = p->nodes[i].id > p->nodes[i - 1].id;
   for (size_t i = 0; i < p->n_tensors; i++) {
     const vd_tensor_t *t = &p->tensors[i];
     set_rec(&c, "tensor", t->id, t->name);
     uint32_t old;
-    int r = vd_idmap_put(&ids, t->id, (uint32_t)i, &old);
+    int r = t_inc ? 0 : vd_idmap_put(&ids, t->id, (uint32_t)i, &old);
     if (r < 0) { rc = VD_OOM(d); goto done; }
     if (r > 0) {
       rc = VD_ERR(d, VD_EINPUT, c.file, rec_of(&c), "id", "duplicate tensor id %" PRId64 " (also tensors[%" PRIu32 "])",
@@ -510,7 +513,7 @@ vd_rc vd_plan_validate(const vd_plan_t *p, const char *name, vd_diag *d) {
     const vd_node_t *n = &p->nodes[i];
     set_rec(&c, "node", n->id, n->name);
     uint32_t old;
-    int r = vd_idmap_put(&ids, n->id, (uint32_t)i, &old);
+    int r = n_inc ? 0 : vd_idmap_put(&ids, n->id, (uint32_t)i, &old);
     if (r < 0) { rc = VD_OOM(d); goto done; }
     if (r > 0) {
       rc = VD_ERR(d, VD_EINPUT, c.file, rec_of(&c), "id", "duplicate node id %" PRId64 " (also nodes[%" PRIu32 "])", n->id,
