@@ -85,6 +85,14 @@ typedef struct {
   exec_t *ex; size_t n_ex;
   cexec_t *ce; size_t n_ce;
   ckey_t *map; size_t map_cap; uint32_t n_cinst;
+  /* OPTIMIZATION-ONLY: when the coll keys span a small range, instance ids
+   * sit in a direct table indexed by (coll - coll_min, mb + 1, replica)
+   * instead of map (same ids: both number instances in order of first
+   * sight).  One table entry per replica suffices: all nodes of a coll key
+   * agree on span_replicas (validate.c), so a key's rset is either always
+   * -1 or always the replica.  The map of a large plan was 200 MB probed at
+   * random. */
+  uint32_t *cdirect; int64_t coll_min;
   pending_t *pend; size_t n_pend, cap_pend;
   size_t cap_values;
 } bctx;
@@ -171,6 +179,12 @@ static int tensor_initial(const bctx *c, uint32_t t) {
 
 /* Returns the collective instance id of key, inserting it if new. */
 static uint32_t coll_instance(bctx *c, int64_t coll, int32_t mb, int32_t rset) {
+  if (c->cdirect) {
+    size_t slot = ((size_t)((uint64_t)coll - (uint64_t)c->coll_min) * ((size_t)c->n_mb + 1) + (size_t)(mb + 1)) *
+                      (size_t)c->D + (size_t)(rset < 0 ? 0 : rset);
+    if (c->cdirect[slot] == NONE) c->cdirect[slot] = c->n_cinst++;
+    return c->cdirect[slot];
+  }
   uint64_t h = vd_hash_mix64((uint64_t)coll ^ vd_hash_mix64(((uint64_t)(uint32_t)mb << 32) | (uint32_t)rset));
   size_t mask = c->map_cap - 1;
   for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
@@ -368,8 +382,27 @@ static vd_rc prepare(bctx *c, size_t *n_ops, size_t *n_outs) {
 
   c->ex = vd_malloc((ex ? ex : 1) * sizeof(*c->ex));
   c->ce = vd_malloc((colls ? colls : 1) * sizeof(*c->ce));
+  /* Direct instance table when (coll range) x (mb -1 .. n_mb - 1) x D
+   * entries of 4 bytes take no more than the map would (at least 2 x 24
+   * bytes per collective execution), with some slack. */
+  int64_t cmin = INT64_MAX, cmax = -1;
+  for (size_t i = 0; i < p->n_nodes; i++) {
+    int64_t k = p->nodes[i].coll;
+    if (k < 0) continue;
+    if (k < cmin) cmin = k;
+    if (k > cmax) cmax = k;
+  }
+  if (cmax >= 0 && (uint64_t)cmax - (uint64_t)cmin < ((uint64_t)1 << 32)) {
+    uint64_t span = ((uint64_t)cmax - (uint64_t)cmin + 1) * ((uint64_t)c->n_mb + 1) * (uint64_t)c->D;
+    if (span <= 16 * colls + 4096) {
+      c->cdirect = vd_malloc((size_t)span * sizeof(*c->cdirect));
+      if (!c->cdirect) return VD_OOM(c->d);
+      memset(c->cdirect, 0xff, (size_t)span * sizeof(*c->cdirect)); /* NONE */
+      c->coll_min = cmin;
+    }
+  }
   size_t mc = 16;
-  while (mc < 2 * colls) mc *= 2;
+  while (!c->cdirect && mc < 2 * colls) mc *= 2;
   c->map_cap = mc;
   c->map = vd_malloc(mc * sizeof(*c->map));
   g->idx = vd_malloc((ops ? ops : 1) * sizeof(*g->idx));
@@ -868,6 +901,7 @@ done:
   vd_free(c.ex);
   vd_free(c.ce);
   vd_free(c.map);
+  vd_free(c.cdirect);
   vd_free(c.pend);
   return rc;
 }
