@@ -15,12 +15,16 @@
  *     allocates an array's element storage from its declared count before
  *     reading any element, so this pass is what keeps a 5-byte file that
  *     claims 4 billion elements from allocating 96 GB.  After it, msgpack-c
- *     allocates at most sizeof(msgpack_object) per input byte.
- *  2. msgpack-c builds the object tree in a zone (strings are
- *     referenced, not copied).
+ *     allocates at most sizeof(msgpack_object) per input byte.  It also
+ *     notes where each entry of the top-level map starts.
+ *  2. msgpack-c builds the object tree in a zone (strings are referenced,
+ *     not copied): the top-level map's entries at once, except the records
+ *     of "tensors" and "nodes", which are decoded one at a time as build()
+ *     reaches them (read_top says why and why nothing else changes).
  *  3. build(): walks the tree, checks every type, enum string, required key
  *     and id reference, and builds the vd_plan_t with the plan.h builder.
- *     Ids are resolved with a hash map (idmap.h): O(1) per reference.
+ *     Ids are resolved with a hash map (idmap.h): O(1) per reference, or by
+ *     subtraction while tensor ids are consecutive.
  *
  * Errors: the first one goes to the vd_diag as `file: record: field: msg`.
  * A record is named by its file id once known ("tensor 4 'w1'", "node 17"),
