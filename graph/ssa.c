@@ -733,6 +733,10 @@ static vd_rc execute(bctx *c) {
   for (size_t k = 0; k < nwalk; k++)
     if (w[k].g.n_values && w[k].g.values != g->values + w[k].c.cap_values)
       memmove(g->values + w[k].c.cap_values, w[k].g.values, w[k].g.n_values * sizeof(*g->values));
+  /* Back to prepare's size: the walks' slices past it held no value now, and
+   * shrinking returns their pages. */
+  vd_value_t *shrunk = vd_realloc_array(g->values, c->cap_values, sizeof(*g->values));
+  if (shrunk) g->values = shrunk;
   /* Tensors by rank, for the instance fixup. */
   t_by_rank = vd_malloc((p->n_tensors ? p->n_tensors : 1) * sizeof(*t_by_rank));
   if (!t_by_rank) {
