@@ -734,9 +734,14 @@ static vd_rc execute(bctx *c) {
     if (w[k].g.n_values && w[k].g.values != g->values + w[k].c.cap_values)
       memmove(g->values + w[k].c.cap_values, w[k].g.values, w[k].g.n_values * sizeof(*g->values));
   /* Back to prepare's size: the walks' slices past it held no value now, and
-   * shrinking returns their pages. */
+   * shrinking returns their pages.  (A failed realloc, which only the
+   * fault-injection tests make happen, is reported like any other.) */
   vd_value_t *shrunk = vd_realloc_array(g->values, c->cap_values, sizeof(*g->values));
-  if (shrunk) g->values = shrunk;
+  if (!shrunk) {
+    rc = VD_OOM(c->d);
+    goto done;
+  }
+  g->values = shrunk;
   /* Tensors by rank, for the instance fixup. */
   t_by_rank = vd_malloc((p->n_tensors ? p->n_tensors : 1) * sizeof(*t_by_rank));
   if (!t_by_rank) {

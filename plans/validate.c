@@ -485,8 +485,7 @@ static vd_rc check_node(vctx *c, uint32_t ni, scratch *s) {
  * The serial loop of vd_plan_validate then runs only the duplicate-id check
  * on the records before it and everything from it on, exactly as without
  * this pass: the first error, its message and its diag are the serial
- * ones.  (A record that failed here for a reason the serial run does not
- * meet again, an injected allocation failure, is simply checked on.) */
+ * ones.  An allocation that fails here is reported as such (SIZE_MAX). */
 #define PAR_MIN_RECORDS 4096
 #define PAR_MAX_THREADS 8
 
@@ -496,7 +495,8 @@ static size_t first_bad(const vctx *c0, int nodes, size_t n) {
   if (nt > PAR_MAX_THREADS) nt = PAR_MAX_THREADS;
   if (n < PAR_MIN_RECORDS || nt < 2 || omp_in_parallel()) return 0;
   size_t first = n;
-#pragma omp parallel num_threads(nt) reduction(min : first)
+  int oom = 0;
+#pragma omp parallel num_threads(nt) reduction(min : first) reduction(| : oom)
   {
     vd_diag dd;
     vd_diag_clear(&dd);
@@ -511,7 +511,7 @@ static size_t first_bad(const vctx *c0, int nodes, size_t n) {
     }
     int t = omp_get_thread_num(), k = omp_get_num_threads();
     size_t lo = n * (size_t)t / (size_t)k, hi = n * (size_t)(t + 1) / (size_t)k;
-    if (!ok) first = lo; /* the serial loop checks it all */
+    if (!ok) oom = 1;
     for (size_t i = lo; i < hi && ok; i++) {
       vd_rc r;
       if (nodes) {
@@ -523,6 +523,7 @@ static size_t first_bad(const vctx *c0, int nodes, size_t n) {
       }
       if (r != VD_OK) {
         first = i;
+        oom |= r == VD_ENOMEM;
         break;
       }
     }
@@ -530,7 +531,7 @@ static size_t first_bad(const vctx *c0, int nodes, size_t n) {
     vd_free(s.rstamp);
     vd_free(s.keys);
   }
-  return first;
+  return oom ? SIZE_MAX : first;
 }
 
 vd_rc vd_plan_validate(const vd_plan_t *p, const char *name, vd_diag *d) {
@@ -551,6 +552,7 @@ vd_rc vd_plan_validate(const vd_plan_t *p, const char *name, vd_diag *d) {
   for (size_t i = 1; i < p->n_tensors && t_inc; i++) t_inc = p->tensors[i].id > p->tensors[i - 1].id;
   for (size_t i = 1; i < p->n_nodes && n_inc; i++) n_inc = p->nodes[i].id > p->nodes[i - 1].id;
   size_t from = first_bad(&c, 0, p->n_tensors); /* records before it pass check_tensor */
+  if (from == SIZE_MAX) { rc = VD_OOM(d); goto done; }
   for (size_t i = 0; i < p->n_tensors; i++) {
     const vd_tensor_t *t = &p->tensors[i];
     if (i < from && t_inc) continue;
@@ -571,6 +573,7 @@ vd_rc vd_plan_validate(const vd_plan_t *p, const char *name, vd_diag *d) {
   s.rstamp = vd_calloc((size_t)p->world.stored_ranks, sizeof(uint32_t));
   if (!s.tstamp || !s.rstamp) { rc = VD_OOM(d); goto done; }
   from = first_bad(&c, 1, p->n_nodes);
+  if (from == SIZE_MAX) { rc = VD_OOM(d); goto done; }
   for (size_t i = 0; i < p->n_nodes; i++) {
     const vd_node_t *n = &p->nodes[i];
     if (i < from && n_inc) continue;
