@@ -3,6 +3,16 @@
  *
  * Each block carries a 16-byte header holding its size, so vd_free can keep
  * the byte counters exact without a lookup table.
+ *
+ * OPTIMIZATION-ONLY: blocks of VD_MEM_HUGE_MIN bytes or more (graph and plan
+ * arrays of large plans: hundreds of MB) are marked MADV_HUGEPAGE, so that
+ * the kernel backs them with 2 MB pages where transparent huge pages are
+ * enabled in "madvise" mode (the default of many distributions).  Filling
+ * a 1 GB array otherwise costs 262144 page faults, and under a hypervisor
+ * a fault costs microseconds: on a 166 MB plan the faults were half of the
+ * load time.  The advice changes no byte of any result; where THP is off or
+ * madvise fails it is ignored.  vd_calloc lets calloc skip clearing memory
+ * that the kernel hands over zeroed (fresh mappings).
  */
 #include "mem.h"
 
@@ -12,6 +22,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 typedef union {
   size_t size;
@@ -42,20 +53,42 @@ static void account(size_t add, size_t sub) {
   }
 }
 
+#define VD_MEM_HUGE_MIN ((size_t)16 << 20)
+
+/* Marks the pages of block h (n user bytes) for transparent huge pages.
+ * The whole mapping is advised (from the page h starts in), not just its
+ * 2 MB-aligned interior: splitting the mapping in several areas would make
+ * a later realloc's mremap fail and copy instead. */
+static void advise_huge(header_t *h, size_t n) {
+  if (n < VD_MEM_HUGE_MIN) return;
+  static long page;
+  if (!page) page = sysconf(_SC_PAGESIZE);
+  if (page <= 0) return;
+  uintptr_t lo = (uintptr_t)h & ~(uintptr_t)(page - 1);
+  uintptr_t hi = ((uintptr_t)(h + 1) + n + (uintptr_t)(page - 1)) & ~(uintptr_t)(page - 1);
+  if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+}
+
 void *vd_malloc(size_t n) {
   if (n > SIZE_MAX - sizeof(header_t) || should_fail()) return NULL;
   header_t *h = malloc(sizeof(header_t) + n);
   if (!h) return NULL;
   h->size = n;
   account(n, 0);
+  advise_huge(h, n);
   return h + 1;
 }
 
 void *vd_calloc(size_t count, size_t size) {
   if (size && count > (SIZE_MAX - sizeof(header_t)) / size) return NULL;
-  void *p = vd_malloc(count * size);
-  if (p) memset(p, 0, count * size);
-  return p;
+  size_t n = count * size;
+  if (should_fail()) return NULL;
+  header_t *h = calloc(1, sizeof(header_t) + n);
+  if (!h) return NULL;
+  h->size = n;
+  account(n, 0);
+  advise_huge(h, n);
+  return h + 1;
 }
 
 void *vd_realloc_array(void *p, size_t count, size_t size) {
@@ -69,6 +102,7 @@ void *vd_realloc_array(void *p, size_t count, size_t size) {
   if (!nh) return NULL;
   nh->size = n;
   account(n, old);
+  advise_huge(nh, n);
   return nh + 1;
 }
 

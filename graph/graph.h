@@ -10,8 +10,8 @@
  * gradient accumulation, optimizer step) produces a new version.
  *
  * Values and nodes are integer-indexed arrays; consumer and operand lists are
- * ranges of one shared index array.  igraph is used for the topological order
- * and cycle detection (serial phase only; never inside OpenMP regions).
+ * ranges of one shared index array.  The topological order is igraph's
+ * (igraph_topological_sorting), computed in topo.c on these arrays.
  *
  * Structural problems are collected as vd_graph_issue records (all of them,
  * in deterministic order) so the verifier can report DATAFLOW errors with
@@ -101,7 +101,7 @@ typedef struct vd_graph {
 } vd_graph_t;
 
 /* Builds the SSA graph of plan p (which must have passed vd_plan_validate).
- * Cost O(executed node instances + their operands) plus igraph's O(V+E)
+ * Cost O(executed node instances + their operands) plus an O(V+E)
  * topological sort.  On VD_EINPUT the graph is still complete enough to read
  * g->issues; free it with vd_graph_free in every case. */
 vd_rc vd_graph_build(const vd_plan_t *p, const vd_graph_opts *o, vd_graph_t *g, vd_diag *d);

@@ -1,8 +1,8 @@
 /*
  * graph/graph_int.h - private declarations shared by the .c files of graph/ only.
  *
- * ssa.c builds values and nodes; topo.c (the only file that includes igraph)
- * orders them and reports cycles.  Issues are appended through one function
+ * ssa.c builds values and nodes; topo.c orders them (igraph's order, see
+ * there) and reports cycles.  Issues are appended through one function
  * so the cap (VD_GRAPH_MAX_ISSUES) and the growth policy live in one place.
  */
 #ifndef VD_GRAPH_INT_H
@@ -21,11 +21,11 @@ vd_rc vd_graph_i_issue(vd_graph_t *g, vd_gissue_kind kind, int64_t tensor, int64
 void vd_graph_i_node_label(const vd_graph_t *g, uint32_t pnode, int32_t replica, int32_t mb,
                            char *buf, size_t size);
 
-/* Fills g->topo (n_nodes entries) with a topological order computed by
- * igraph.  If the dataflow has a cycle, adds one VD_GISSUE_CYCLE naming the
- * nodes of one cycle, and g->topo holds the acyclic prefix (Kahn order)
+/* Fills g->topo (n_nodes entries) with the topological order that
+ * igraph_topological_sorting would give.  If the dataflow has a cycle, adds
+ * one VD_GISSUE_CYCLE naming the nodes of one cycle, and g->topo holds the acyclic prefix (Kahn order)
  * followed by the remaining nodes in index order.  Needs consumers lists.
- * Returns VD_OK, VD_ENOMEM or VD_EINTERNAL (an unexpected igraph error). */
+ * Returns VD_OK, VD_ENOMEM or VD_EINTERNAL (a graph too large to index). */
 vd_rc vd_graph_i_topo(vd_graph_t *g, vd_diag *d);
 
 #endif

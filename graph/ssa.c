@@ -23,7 +23,7 @@
  *     concatenated in group order.  Producers are remapped from execs to
  *     graph nodes, consumers lists filled, and topo.c orders the nodes.
  *
- * Not here: igraph (topo.c), lineage, any judgement of operator semantics.
+ * Not here: the topological order (topo.c), lineage, any judgement of operator semantics.
  *
  * Invariants: a value's producer is -1 only for an initial value or for a
  * placeholder (an unproduced read, always accompanied by an issue); a
@@ -34,6 +34,7 @@
 #include "graph_int.h"
 
 #include <assert.h>
+#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,8 +86,20 @@ typedef struct {
   exec_t *ex; size_t n_ex;
   cexec_t *ce; size_t n_ce;
   ckey_t *map; size_t map_cap; uint32_t n_cinst;
+  /* OPTIMIZATION-ONLY: when the coll keys span a small range, instance ids
+   * sit in a direct table indexed by (coll - coll_min, mb + 1, replica)
+   * instead of map (same ids: both number instances in order of first
+   * sight).  One table entry per replica suffices: all nodes of a coll key
+   * agree on span_replicas (validate.c), so a key's rset is either always
+   * -1 or always the replica.  The map of a large plan was 200 MB probed at
+   * random. */
+  uint32_t *cdirect; int64_t coll_min;
   pending_t *pend; size_t n_pend, cap_pend;
   size_t cap_values;
+  /* Per stored rank: node executions, operands and collective executions
+   * of one replica's walk (prepare), for execute's per-walk offsets. */
+  uint64_t *r_ex, *r_ops, *r_colls;
+  int cross_rank; /* some node uses a tensor of another rank (an unvalidated plan) */
 } bctx;
 
 /* ---- issues ------------------------------------------------------------ */
@@ -171,6 +184,12 @@ static int tensor_initial(const bctx *c, uint32_t t) {
 
 /* Returns the collective instance id of key, inserting it if new. */
 static uint32_t coll_instance(bctx *c, int64_t coll, int32_t mb, int32_t rset) {
+  if (c->cdirect) {
+    size_t slot = ((size_t)((uint64_t)coll - (uint64_t)c->coll_min) * ((size_t)c->n_mb + 1) + (size_t)(mb + 1)) *
+                      (size_t)c->D + (size_t)(rset < 0 ? 0 : rset);
+    if (c->cdirect[slot] == NONE) c->cdirect[slot] = c->n_cinst++;
+    return c->cdirect[slot];
+  }
   uint64_t h = vd_hash_mix64((uint64_t)coll ^ vd_hash_mix64(((uint64_t)(uint32_t)mb << 32) | (uint32_t)rset));
   size_t mask = c->map_cap - 1;
   for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
@@ -293,19 +312,31 @@ static vd_rc prepare(bctx *c, size_t *n_ops, size_t *n_outs) {
   g->inst_base = vd_malloc(nt * sizeof(*g->inst_base));
   g->inst_per_replica = vd_malloc(nt * sizeof(*g->inst_per_replica));
   c->written = vd_calloc(nt, 1);
-  if (!g->inst_base || !g->inst_per_replica || !c->written) return VD_OOM(c->d);
+  int32_t *trank = vd_malloc(nt * sizeof(*trank)); /* compact copy for the cross-rank check */
+  if (!g->inst_base || !g->inst_per_replica || !c->written || !trank) {
+    vd_free(trank);
+    return VD_OOM(c->d);
+  }
   uint64_t ninst = 0;
   for (size_t t = 0; t < p->n_tensors; t++) {
     uint32_t per = p->tensors[t].scope == VD_SCOPE_PER_MB ? (uint32_t)c->n_mb : 1;
+    trank[t] = p->tensors[t].rank;
+    c->cross_rank |= trank[t] < 0 || trank[t] >= c->R;
     g->inst_base[t] = (uint32_t)(ninst < UINT32_MAX ? ninst : UINT32_MAX);
     g->inst_per_replica[t] = per;
     ninst += (uint64_t)per * (uint64_t)c->D;
-    if (ninst >= INT32_MAX) return too_large(c, "tensor instances");
+    if (ninst >= INT32_MAX) {
+      vd_free(trank);
+      return too_large(c, "tensor instances");
+    }
   }
   g->n_inst = (size_t)ninst;
   g->inst_first = vd_malloc((ninst ? ninst : 1) * sizeof(int32_t));
   g->inst_last = vd_malloc((ninst ? ninst : 1) * sizeof(int32_t));
-  if (!g->inst_first || !g->inst_last) return VD_OOM(c->d);
+  if (!g->inst_first || !g->inst_last) {
+    vd_free(trank);
+    return VD_OOM(c->d);
+  }
   for (size_t i = 0; i < ninst; i++) g->inst_first[i] = g->inst_last[i] = -1;
 
   for (size_t i = 0; i < p->n_nodes; i++) {
@@ -317,15 +348,19 @@ static vd_rc prepare(bctx *c, size_t *n_ops, size_t *n_outs) {
         if (VD_NEVER(io[s][k] >= p->n_tensors)) {
           char rec[64];
           snprintf(rec, sizeof(rec), "node %lld", (long long)n->id);
+          vd_free(trank);
           return VD_ERR(c->d, VD_EINPUT, NULL, rec, s ? "outputs" : "inputs",
                         "expected a tensor index, got %u", io[s][k]);
         }
+    for (int s = 0; s < 2; s++)
+      for (uint32_t k = 0; k < cnt[s]; k++) c->cross_rank |= trank[io[s][k]] != n->rank;
     for (uint32_t k = 0; k < n->n_out; k++) {
       int reads = 0;
       for (uint32_t j = 0; j < n->n_in && !reads; j++) reads = io[0][j] == io[1][k];
       c->written[io[1][k]] |= (uint8_t)(reads ? 1 : 3);
     }
   }
+  vd_free(trank);
 
   /* Step ranges and totals from prefix sums over ord. */
   size_t nn = p->n_nodes;
@@ -344,8 +379,16 @@ static vd_rc prepare(bctx *c, size_t *n_ops, size_t *n_outs) {
     pre[3 * (i + 1) + 2] = pre[3 * i + 2] + (n->coll >= 0);
   }
   uint64_t ex = 0, ops = 0, outs = 0, colls = 0;
+  c->r_ex = vd_calloc((size_t)c->R, sizeof(*c->r_ex));
+  c->r_ops = vd_calloc((size_t)c->R, sizeof(*c->r_ops));
+  c->r_colls = vd_calloc((size_t)c->R, sizeof(*c->r_colls));
+  if (!c->r_ex || !c->r_ops || !c->r_colls) {
+    vd_free(pre);
+    return VD_OOM(c->d);
+  }
   for (int32_t r = 0; r < c->R; r++) {
     const vd_program_t *pr = &p->programs[r];
+    uint64_t ex0 = ex, ops0 = ops, colls0 = colls;
     for (uint32_t s = pr->step_off; s < pr->step_off + pr->n_steps; s++) {
       int32_t seg = p->steps[s].segment;
       uint32_t lo = seg_lower(c, c->rank_off[r], c->rank_off[r + 1], seg);
@@ -357,6 +400,9 @@ static vd_rc prepare(bctx *c, size_t *n_ops, size_t *n_outs) {
       outs += pre[3 * hi + 1] - pre[3 * lo + 1];
       colls += pre[3 * hi + 2] - pre[3 * lo + 2];
     }
+    c->r_ex[r] = ex - ex0;
+    c->r_ops[r] = ops - ops0;
+    c->r_colls[r] = colls - colls0;
   }
   vd_free(pre);
   ex *= (uint64_t)c->D;
@@ -368,8 +414,27 @@ static vd_rc prepare(bctx *c, size_t *n_ops, size_t *n_outs) {
 
   c->ex = vd_malloc((ex ? ex : 1) * sizeof(*c->ex));
   c->ce = vd_malloc((colls ? colls : 1) * sizeof(*c->ce));
+  /* Direct instance table when (coll range) x (mb -1 .. n_mb - 1) x D
+   * entries of 4 bytes take no more than the map would (at least 2 x 24
+   * bytes per collective execution), with some slack. */
+  int64_t cmin = INT64_MAX, cmax = -1;
+  for (size_t i = 0; i < p->n_nodes; i++) {
+    int64_t k = p->nodes[i].coll;
+    if (k < 0) continue;
+    if (k < cmin) cmin = k;
+    if (k > cmax) cmax = k;
+  }
+  if (cmax >= 0 && (uint64_t)cmax - (uint64_t)cmin < ((uint64_t)1 << 32)) {
+    uint64_t span = ((uint64_t)cmax - (uint64_t)cmin + 1) * ((uint64_t)c->n_mb + 1) * (uint64_t)c->D;
+    if (span <= 16 * colls + 4096) {
+      c->cdirect = vd_malloc((size_t)span * sizeof(*c->cdirect));
+      if (!c->cdirect) return VD_OOM(c->d);
+      memset(c->cdirect, 0xff, (size_t)span * sizeof(*c->cdirect)); /* NONE */
+      c->coll_min = cmin;
+    }
+  }
   size_t mc = 16;
-  while (mc < 2 * colls) mc *= 2;
+  while (!c->cdirect && mc < 2 * colls) mc *= 2;
   c->map_cap = mc;
   c->map = vd_malloc(mc * sizeof(*c->map));
   g->idx = vd_malloc((ops ? ops : 1) * sizeof(*g->idx));
@@ -501,8 +566,7 @@ static vd_rc exec_node(bctx *c, uint32_t pn, int32_t d, int32_t mb) {
   if (n->coll >= 0) {
     int32_t pos = c->gpos[pn];
     if (n->span_replicas && pos >= 0 && !c->is_p2p[pn]) pos += d * (int32_t)n->n_group;
-    uint32_t ci = coll_instance(c, n->coll, mb, n->span_replicas ? -1 : d);
-    c->ce[c->n_ce++] = (cexec_t){e, ci, pos};
+    c->ce[c->n_ce++] = (cexec_t){e, NONE, pos}; /* instance: number_colls */
   }
   return VD_OK;
 }
@@ -536,21 +600,190 @@ static vd_rc resolve_pending(bctx *c) {
   return VD_OK;
 }
 
+/* One walk: the (replica, stored rank) walks k0 .. k1 - 1 in order (k =
+ * d * R + r), with its own copy of the context (see execute).  Values are numbered from 0 in w->values; issues go to
+ * w->g.  Returns VD_ENOMEM only, with the diag in *dd. */
+typedef struct {
+  bctx c;
+  vd_graph_t g;
+  vd_diag dd;
+  vd_rc rc;
+} walk_t;
+
+/* Values of walk k are numbered from 0 at vals + (operands before walk k):
+ * at most one value per operand (see prepare). */
+
+static void walk(const bctx *c0, walk_t *w, size_t k0, size_t k1, const uint64_t *base, vd_value_t *vals) {
+  const vd_plan_t *p = c0->p;
+  uint64_t ex0 = base[3 * k0], ops0 = base[3 * k0 + 1], ce0 = base[3 * k0 + 2];
+  w->g = *c0->g;
+  w->g.values = NULL;
+  w->g.n_values = 0;
+  w->g.issues = NULL;
+  w->g.n_issues = w->g.cap_issues = w->g.n_issues_dropped = 0;
+  w->g.n_idx = (size_t)ops0;
+  w->c = *c0;
+  w->c.g = &w->g;
+  w->c.d = &w->dd;
+  w->c.n_ex = (size_t)ex0;
+  w->c.n_ce = (size_t)ce0;
+  w->c.pend = NULL;
+  w->c.n_pend = w->c.cap_pend = 0;
+  vd_diag_clear(&w->dd);
+  /* One walk over all: prepare's bound; else this walk's operands. */
+  w->c.cap_values = k1 - k0 == (size_t)c0->D * (size_t)c0->R ? c0->cap_values : (size_t)(base[3 * k1 + 1] - ops0);
+  w->g.values = vals + ops0;
+  w->rc = VD_OK;
+  for (size_t k = k0; k < k1 && w->rc == VD_OK; k++) {
+    int32_t d = (int32_t)(k / (size_t)c0->R), r = (int32_t)(k % (size_t)c0->R);
+    const vd_program_t *pr = &p->programs[r];
+    for (uint32_t s = pr->step_off; s < pr->step_off + pr->n_steps && w->rc == VD_OK; s++)
+      for (uint32_t i = c0->step_lo[s]; i < c0->step_hi[s] && w->rc == VD_OK; i++)
+        w->rc = exec_node(&w->c, c0->ord[i], d, p->steps[s].mb);
+    if (w->rc == VD_OK) w->rc = resolve_pending(&w->c);
+  }
+  vd_free(w->c.pend);
+  w->c.pend = NULL;
+}
+
+/* Collective instance ids, in exec order (first sight), as the serial walk
+ * numbered them. */
+static void number_colls(bctx *c) {
+  const vd_plan_t *p = c->p;
+  for (size_t i = 0; i < c->n_ce; i++) {
+    const exec_t *x = &c->ex[c->ce[i].exec];
+    const vd_node_t *n = &p->nodes[x->pnode];
+    c->ce[i].cinst = coll_instance(c, n->coll, x->mb, n->span_replicas ? -1 : x->replica);
+  }
+}
+
+/* OPTIMIZATION-ONLY: the walks of (replica d, stored rank r) are
+ * independent: a node reads and writes only tensors of its own rank
+ * (validate.c), so a walk touches only its own tensor instances, and ranks
+ * meet only in collectives, which are merged later.  So the walks run in
+ * parallel, each with its own context: its execs, operands and collective
+ * execs go to offsets known from prepare's per-rank totals; its values are
+ * numbered from 0 in a buffer of its own, and once all walks are done they
+ * are moved to their place in walk order (d, r) and every value index the
+ * walk wrote (its operands, its instances' first and last values) is
+ * shifted by the walk's base.  That is the numbering of the serial walk.
+ * The issues of each walk are appended in walk order through the same cap,
+ * and collective instances are numbered afterwards in exec order: the same
+ * graph, node for node and value for value, at any thread count. */
 static vd_rc execute(bctx *c) {
   const vd_plan_t *p = c->p;
-  for (int32_t d = 0; d < c->D; d++)
-    for (int32_t r = 0; r < c->R; r++) {
-      const vd_program_t *pr = &p->programs[r];
-      for (uint32_t s = pr->step_off; s < pr->step_off + pr->n_steps; s++)
-        for (uint32_t i = c->step_lo[s]; i < c->step_hi[s]; i++)
-          VD_CHECK(exec_node(c, c->ord[i], d, p->steps[s].mb));
-      VD_CHECK(resolve_pending(c));
-    }
-  /* Placeholders never count as an instance's value. */
   vd_graph_t *g = c->g;
+  size_t nw = (size_t)c->D * (size_t)c->R;
+  walk_t *w = vd_calloc(nw, sizeof(*w));
+  uint64_t *base = vd_malloc((nw + 1) * 3 * sizeof(*base)); /* ex, ops, ce */
+  uint32_t *t_off = vd_calloc((size_t)c->R + 1, sizeof(*t_off)), *t_by_rank = NULL;
+  vd_value_t *vals;
+  vd_rc rc = VD_OK;
+  if (!w || !base || !t_off) {
+    rc = VD_OOM(c->d);
+    goto done;
+  }
+  base[0] = base[1] = base[2] = 0;
+  for (size_t k = 0; k < nw; k++) {
+    int32_t r = (int32_t)(k % (size_t)c->R);
+    base[3 * (k + 1)] = base[3 * k] + c->r_ex[r];
+    base[3 * (k + 1) + 1] = base[3 * k + 1] + c->r_ops[r];
+    base[3 * (k + 1) + 2] = base[3 * k + 2] + c->r_colls[r];
+  }
+  int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  /* A plan whose nodes use other ranks' tensors (never a validated one) is
+   * walked as one piece, in order: walks would share instances.  So is a
+   * plan on one thread: its values go straight to g->values. */
+  size_t nwalk = c->cross_rank || nt < 2 ? 1 : nw;
+  if (nwalk == 1) walk(c, &w[0], 0, nw, base, g->values);
+  else {
+    /* g->values grows to one slot per operand; the walks' values are moved
+     * down into place afterwards. */
+    vals = vd_realloc_array(g->values, base[3 * nw + 1] ? (size_t)base[3 * nw + 1] : 1, sizeof(*vals));
+    if (!vals) {
+      rc = VD_OOM(c->d);
+      goto done;
+    }
+    g->values = vals;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+    for (size_t k = 0; k < nw; k++) walk(c, &w[k], k, k + 1, base, vals);
+  }
+  /* Value bases, issues and the first error, in walk order. */
+  size_t nv = 0;
+  for (size_t k = 0; k < nwalk; k++) {
+    if (w[k].rc != VD_OK) {
+      if (c->d) *c->d = w[k].dd;
+      rc = w[k].rc;
+      goto done;
+    }
+    for (size_t i = 0; i < w[k].g.n_issues; i++)
+      if (vd_issue_push(&g->issues, &g->n_issues, &g->cap_issues, VD_GRAPH_MAX_ISSUES, &g->n_issues_dropped,
+                        &w[k].g.issues[i]) != VD_OK) {
+        rc = VD_OOM(c->d);
+        goto done;
+      }
+    g->n_issues_dropped += w[k].g.n_issues_dropped;
+    w[k].c.cap_values = nv; /* reused: the walk's value base */
+    nv += w[k].g.n_values;
+  }
+  assert(nv <= c->cap_values);
+  if (nwalk == 1) goto finish;
+  /* Walk k's values move down from vals + (its operand base) to its value
+   * base: in walk order, a move never overwrites values still to move. */
+  for (size_t k = 0; k < nwalk; k++)
+    if (w[k].g.n_values && w[k].g.values != g->values + w[k].c.cap_values)
+      memmove(g->values + w[k].c.cap_values, w[k].g.values, w[k].g.n_values * sizeof(*g->values));
+  /* Back to prepare's size: the walks' slices past it held no value now, and
+   * shrinking returns their pages.  (A failed realloc, which only the
+   * fault-injection tests make happen, is reported like any other.) */
+  vd_value_t *shrunk = vd_realloc_array(g->values, c->cap_values, sizeof(*g->values));
+  if (!shrunk) {
+    rc = VD_OOM(c->d);
+    goto done;
+  }
+  g->values = shrunk;
+  /* Tensors by rank, for the instance fixup. */
+  t_by_rank = vd_malloc((p->n_tensors ? p->n_tensors : 1) * sizeof(*t_by_rank));
+  if (!t_by_rank) {
+    rc = VD_OOM(c->d);
+    goto done;
+  }
+  for (size_t t = 0; t < p->n_tensors; t++) t_off[p->tensors[t].rank + 1]++;
+  for (int32_t r = 0; r < c->R; r++) t_off[r + 1] += t_off[r];
+  for (size_t t = 0; t < p->n_tensors; t++) t_by_rank[t_off[p->tensors[t].rank]++] = (uint32_t)t;
+  memmove(t_off + 1, t_off, (size_t)c->R * sizeof(*t_off));
+  t_off[0] = 0;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+  for (size_t k = 0; k < nw; k++) {
+    int32_t d = (int32_t)(k / (size_t)c->R), r = (int32_t)(k % (size_t)c->R);
+    uint32_t vb = (uint32_t)w[k].c.cap_values;
+    for (uint64_t i = base[3 * k + 1]; i < base[3 * (k + 1) + 1]; i++) g->idx[i] += vb;
+    for (uint32_t j = t_off[r]; j < t_off[r + 1]; j++) {
+      uint32_t t = t_by_rank[j];
+      uint32_t i0 = g->inst_base[t] + (uint32_t)d * g->inst_per_replica[t];
+      for (uint32_t m = 0; m < g->inst_per_replica[t]; m++) {
+        if (g->inst_first[i0 + m] >= 0) g->inst_first[i0 + m] += (int32_t)vb;
+        if (g->inst_last[i0 + m] >= 0) g->inst_last[i0 + m] += (int32_t)vb;
+      }
+    }
+  }
+finish:
+  g->n_values = nv;
+  c->n_ex = (size_t)base[3 * nw];
+  g->n_idx = (size_t)base[3 * nw + 1];
+  c->n_ce = (size_t)base[3 * nw + 2];
+  number_colls(c);
+  /* Placeholders never count as an instance's value. */
   for (size_t i = 0; i < g->n_inst; i++)
     if (g->inst_first[i] < 0) g->inst_last[i] = -1;
-  return VD_OK;
+done:
+  if (w)
+    for (size_t k = 0; k < nw; k++) vd_free(w[k].g.issues);
+  vd_free(w);
+  vd_free(base);
+  vd_free(t_off);
+  vd_free(t_by_rank);
+  return rc;
 }
 
 /* ---- pass 3: merge ----------------------------------------------------- */
@@ -868,7 +1101,11 @@ done:
   vd_free(c.ex);
   vd_free(c.ce);
   vd_free(c.map);
+  vd_free(c.cdirect);
   vd_free(c.pend);
+  vd_free(c.r_ex);
+  vd_free(c.r_ops);
+  vd_free(c.r_colls);
   return rc;
 }
 

@@ -1,34 +1,21 @@
 /*
  * graph/topo.c - topological order of the SSA graph and cycle reports.
  *
- * The only file of verdict that includes igraph.  igraph's default error
- * handler aborts the process, so every entry installs the ignoring handler
- * (which also unwinds igraph's own cleanup stack) and a silent warning
- * handler, and every igraph_error_t is converted to a vd_rc: IGRAPH_ENOMEM
- * becomes VD_ENOMEM, anything else VD_EINTERNAL (our edges are valid by
- * construction, so another error is a bug of ours).  Serial phase only: the
- * handlers are process-wide in a non-thread-safe igraph build.
- *
- * igraph_topological_sorting fails on a cyclic graph, so igraph_is_dag is
- * asked first.  For a cycle we run Kahn's algorithm ourselves (to give the
- * caller a complete, if partial, order) and walk predecessors inside the
- * unordered remainder until a node repeats: that node lies on a cycle, and
- * the walk between its two visits is the cycle we name.
- * igraph memory does not go through vd_malloc, so fault injection cannot
- * reach igraph's allocations; the conversion is still there for real OOM.
+ * The order is igraph_topological_sorting's (IGRAPH_OUT), computed here by
+ * the same Kahn's algorithm on our own adjacency arrays (vd_graph_i_topo says
+ * why); verdict links no igraph code into this path any more, and
+ * tests/graph/test_topo.c keeps igraph as the reference the order is
+ * checked against.  For a cycle we run Kahn's algorithm again over the
+ * values' consumers lists (to give the caller a complete, if partial,
+ * order) and walk predecessors inside the unordered remainder until a node
+ * repeats: that node lies on a cycle, and the walk between its two visits is
+ * the cycle we name.
  */
-#include <igraph.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "../common/mem.h"
 #include "graph_int.h"
-
-static vd_rc from_igraph(igraph_error_t e, vd_diag *d, const char *what) {
-  if (e == IGRAPH_SUCCESS) return VD_OK;
-  if (e == IGRAPH_ENOMEM) return VD_OOM(d);
-  return VD_ERR(d, VD_EINTERNAL, NULL, NULL, NULL, "igraph %s failed: %s", what, igraph_strerror(e));
-}
 
 /* Kahn's order into g->topo (prefix), the rest in index order; then one
  * CYCLE issue naming the nodes of one cycle. */
@@ -72,7 +59,7 @@ static vd_rc report_cycle(vd_graph_t *g, vd_diag *d) {
     }
   }
   if (VD_NEVER(start == UINT32_MAX)) {
-    rc = VD_ERR(d, VD_EINTERNAL, NULL, NULL, NULL, "igraph reported a cycle that Kahn's order does not see");
+    rc = VD_ERR(d, VD_EINTERNAL, NULL, NULL, NULL, "the first topological pass saw a cycle that Kahn's order does not see");
     goto done;
   }
   /* Every unordered node has an unordered predecessor: walk back until a
@@ -119,57 +106,95 @@ done:
   return rc;
 }
 
-vd_rc vd_graph_i_topo(vd_graph_t *g, vd_diag *d) {
-  igraph_set_error_handler(igraph_error_handler_ignore);
-  igraph_set_warning_handler(igraph_warning_handler_ignore);
-  size_t nn = g->n_nodes, ne = 0;
-  for (size_t v = 0; v < g->n_values; v++)
-    if (g->values[v].producer >= 0) ne += g->values[v].n_cons;
-  g->topo = vd_malloc((nn ? nn : 1) * sizeof(*g->topo));
-  if (!g->topo) return VD_OOM(d);
-
-  igraph_vector_int_t edges, order;
-  igraph_t ig;
-  int have_edges = 0, have_graph = 0, have_order = 0;
-  igraph_bool_t dag = 0;
-  vd_rc rc = from_igraph(igraph_vector_int_init(&edges, (igraph_integer_t)(2 * ne)), d, "vector_init");
-  if (rc != VD_OK) goto done;
-  have_edges = 1;
-  size_t e = 0;
+/* The graph's edges (producer -> consumer, one per consumers-list entry,
+ * so two values of one producer read by one node are two edges) as
+ * out-adjacency lists, each sorted by target: a stable bucketing by target
+ * (in-lists), then a pass over targets in increasing order that appends each
+ * target to its sources' lists.  *out_off (n_nodes + 1) and *adj (taken);
+ * *indeg (taken) gets each node's in-degree.  O(nodes + edges). */
+static vd_rc out_lists(const vd_graph_t *g, size_t ne, uint32_t **out_off, uint32_t **adj, uint32_t **indeg) {
+  size_t nn = g->n_nodes;
+  uint32_t *in_off = vd_calloc(nn + 1, sizeof(*in_off));
+  uint32_t *in_src = vd_malloc((ne ? ne : 1) * sizeof(*in_src));
+  uint32_t *oo = vd_calloc(nn + 1, sizeof(*oo));
+  uint32_t *a = vd_malloc((ne ? ne : 1) * sizeof(*a));
+  uint32_t *deg = vd_malloc((nn ? nn : 1) * sizeof(*deg));
+  if (!in_off || !in_src || !oo || !a || !deg) {
+    vd_free(in_off);
+    vd_free(in_src);
+    vd_free(oo);
+    vd_free(a);
+    vd_free(deg);
+    return VD_ENOMEM;
+  }
   for (size_t v = 0; v < g->n_values; v++) {
     const vd_value_t *val = &g->values[v];
     if (val->producer < 0) continue;
     const uint32_t *cl = vd_value_consumers(g, val);
-    for (uint32_t k = 0; k < val->n_cons; k++) {
-      VECTOR(edges)[e++] = val->producer;
-      VECTOR(edges)[e++] = cl[k];
-    }
+    oo[val->producer + 1] += val->n_cons;
+    for (uint32_t k = 0; k < val->n_cons; k++) in_off[cl[k] + 1]++;
   }
-  rc = from_igraph(igraph_create(&ig, &edges, (igraph_integer_t)nn, IGRAPH_DIRECTED), d, "create");
-  if (rc != VD_OK) goto done;
-  have_graph = 1;
-  igraph_vector_int_destroy(&edges); /* the graph keeps its own copy */
-  have_edges = 0;
-  rc = from_igraph(igraph_is_dag(&ig, &dag), d, "is_dag");
-  if (rc != VD_OK) goto done;
-  if (!dag) {
-    rc = report_cycle(g, d);
-    goto done;
+  for (size_t i = 0; i < nn; i++) {
+    deg[i] = in_off[i + 1];
+    in_off[i + 1] += in_off[i];
+    oo[i + 1] += oo[i];
   }
-  rc = from_igraph(igraph_vector_int_init(&order, 0), d, "vector_init");
-  if (rc != VD_OK) goto done;
-  have_order = 1;
-  rc = from_igraph(igraph_topological_sorting(&ig, &order, IGRAPH_OUT), d, "topological_sorting");
-  if (rc != VD_OK) goto done;
-  if (VD_NEVER((size_t)igraph_vector_int_size(&order) != nn)) {
-    rc = VD_ERR(d, VD_EINTERNAL, NULL, NULL, NULL, "igraph ordered %ld of %zu nodes",
-                (long)igraph_vector_int_size(&order), nn);
-    goto done;
+  for (size_t v = 0; v < g->n_values; v++) {
+    const vd_value_t *val = &g->values[v];
+    if (val->producer < 0) continue;
+    const uint32_t *cl = vd_value_consumers(g, val);
+    for (uint32_t k = 0; k < val->n_cons; k++) in_src[in_off[cl[k]]++] = (uint32_t)val->producer;
   }
-  for (size_t i = 0; i < nn; i++) g->topo[i] = (uint32_t)VECTOR(order)[i];
-done:
-  if (have_order) igraph_vector_int_destroy(&order);
-  if (have_graph) igraph_destroy(&ig);
-  if (have_edges) igraph_vector_int_destroy(&edges);
-  return rc;
+  /* in_off[i] is now the end of i's in-list (the start of i + 1's). */
+  for (size_t i = 0, lo = 0; i < nn; i++) {
+    for (size_t k = lo; k < in_off[i]; k++) a[oo[in_src[k]]++] = (uint32_t)i;
+    lo = in_off[i];
+  }
+  /* oo[i] is now the end of i's out-list: shift back to starts. */
+  memmove(oo + 1, oo, nn * sizeof(*oo));
+  oo[0] = 0;
+  vd_free(in_off);
+  vd_free(in_src);
+  *out_off = oo;
+  *adj = a;
+  *indeg = deg;
+  return VD_OK;
+}
+
+/* OPTIMIZATION-ONLY: this is igraph_topological_sorting(IGRAPH_OUT) (igraph
+ * 0.10, properties/dag.c) without building an igraph_t: Kahn's algorithm
+ * with a FIFO queue seeded with the sources in index order, a node's
+ * successors visited in increasing index order with multi-edges repeated
+ * (what igraph_neighbors returns: edges indexed by (from, to)).  The order
+ * is therefore the one igraph gives, node for node; tests/graph/test_topo.c
+ * compares the two on random multigraphs.  Building the igraph_t (an edge
+ * sort, two index vectors) and its is_dag + sorting passes, one
+ * igraph_neighbors vector per node, cost several times this on plans of
+ * millions of nodes.  A graph that Kahn cannot finish has a cycle
+ * (igraph_is_dag would say the same): report_cycle then recomputes the
+ * prefix and names one. */
+vd_rc vd_graph_i_topo(vd_graph_t *g, vd_diag *d) {
+  size_t nn = g->n_nodes, ne = 0;
+  for (size_t v = 0; v < g->n_values; v++)
+    if (g->values[v].producer >= 0) ne += g->values[v].n_cons;
+  if (nn >= UINT32_MAX || ne >= UINT32_MAX)
+    return VD_ERR(d, VD_EINTERNAL, NULL, NULL, NULL, "graph of %zu nodes and %zu edges too large to order", nn, ne);
+  g->topo = vd_malloc((nn ? nn : 1) * sizeof(*g->topo));
+  if (!g->topo) return VD_OOM(d);
+  uint32_t *out_off = NULL, *adj = NULL, *indeg = NULL;
+  if (out_lists(g, ne, &out_off, &adj, &indeg) != VD_OK) return VD_OOM(d);
+  /* g->topo doubles as the queue. */
+  size_t head = 0, tail = 0;
+  for (size_t i = 0; i < nn; i++)
+    if (indeg[i] == 0) g->topo[tail++] = (uint32_t)i;
+  while (head < tail) {
+    uint32_t u = g->topo[head++];
+    for (uint32_t k = out_off[u]; k < out_off[u + 1]; k++)
+      if (--indeg[adj[k]] == 0) g->topo[tail++] = adj[k];
+  }
+  vd_free(out_off);
+  vd_free(adj);
+  vd_free(indeg);
+  if (tail == nn) return VD_OK;
+  return report_cycle(g, d);
 }

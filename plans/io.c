@@ -15,12 +15,16 @@
  *     allocates an array's element storage from its declared count before
  *     reading any element, so this pass is what keeps a 5-byte file that
  *     claims 4 billion elements from allocating 96 GB.  After it, msgpack-c
- *     allocates at most sizeof(msgpack_object) per input byte.
- *  2. msgpack_unpack_next() builds the object tree in a zone (strings are
- *     referenced, not copied).
+ *     allocates at most sizeof(msgpack_object) per input byte.  It also
+ *     notes where each entry of the top-level map starts.
+ *  2. msgpack-c builds the object tree in a zone (strings are referenced,
+ *     not copied): the top-level map's entries at once, except the records
+ *     of "tensors" and "nodes", which are decoded one at a time as build()
+ *     reaches them (read_top says why and why nothing else changes).
  *  3. build(): walks the tree, checks every type, enum string, required key
  *     and id reference, and builds the vd_plan_t with the plan.h builder.
- *     Ids are resolved with a hash map (idmap.h): O(1) per reference.
+ *     Ids are resolved with a hash map (idmap.h): O(1) per reference, or by
+ *     subtraction while tensor ids are consecutive.
  *
  * Errors: the first one goes to the vd_diag as `file: record: field: msg`.
  * A record is named by its file id once known ("tensor 4 'w1'", "node 17"),
@@ -68,8 +72,13 @@ static uint64_t be(const uint8_t *b, int n) {
   return v;
 }
 
-static vd_rc scan(const uint8_t *b, size_t len, const char *file, vd_diag *d) {
+/* top_pos (out, taken even on failure; NULL when the top object is not a
+ * map): the byte offset of each key and value of the top-level map, in file
+ * order, then len: 2 * pairs + 1 entries. */
+static vd_rc scan(const uint8_t *b, size_t len, const char *file, size_t **top_pos, vd_diag *d) {
   uint64_t left[MAX_DEPTH]; /* objects still owed at each open container level */
+  size_t *tp = NULL, n_tp = 0;
+  *top_pos = NULL;
   int depth = 0;
   uint64_t owed = 1; /* objects still to read, all levels together */
   size_t pos = 0;
@@ -78,6 +87,7 @@ static vd_rc scan(const uint8_t *b, size_t len, const char *file, vd_diag *d) {
       VD_FAIL(d, VD_EINPUT, file, NULL, NULL,
               "truncated or corrupt msgpack: file ends at byte %zu with %" PRIu64 " object(s) still missing", pos, owed);
     size_t at = pos;
+    if (depth == 1 && tp) tp[n_tp++] = at;
     uint8_t t = b[pos++];
     uint64_t body = 0, items = 0; /* bytes to skip, child objects */
     int hdr = 0;                  /* length bytes following the type byte */
@@ -132,6 +142,11 @@ static vd_rc scan(const uint8_t *b, size_t len, const char *file, vd_diag *d) {
       if (depth == MAX_DEPTH)
         VD_FAIL(d, VD_EINPUT, file, NULL, NULL, "corrupt msgpack at byte %zu: nested deeper than %d levels", at,
                 MAX_DEPTH);
+      /* The top-level map's entries (items <= bytes left: backed by the file). */
+      if (depth == 0 && ((t >= 0x80 && t <= 0x8f) || t == 0xde || t == 0xdf)) {
+        tp = *top_pos = vd_malloc(((size_t)items + 1) * sizeof(*tp));
+        if (!tp) VD_FAIL(d, VD_ENOMEM, file, NULL, NULL, "out of memory");
+      }
       left[depth++] = items;
       owed += items;
     }
@@ -140,6 +155,7 @@ static vd_rc scan(const uint8_t *b, size_t len, const char *file, vd_diag *d) {
   if (pos != len)
     VD_FAIL(d, VD_EINPUT, file, NULL, NULL, "corrupt plan: %zu trailing bytes after the top-level map (at byte %zu)",
             len - pos, pos);
+  if (tp) tp[n_tp] = len;
   return VD_OK;
 }
 
@@ -167,7 +183,24 @@ typedef struct {
   size_t cap_ints;
   uint32_t *refs[2];
   size_t cap_refs[2];
-  vd_idmap_t tmap; /* tensor file id -> index */
+  /* Tensor file id -> index.  OPTIMIZATION-ONLY: while the ids read so far
+   * are consecutive (base, base + 1, ...: what every generator and the
+   * nnScaler converter write), the index is id - base and tmap stays empty;
+   * the first other id moves the ids read so far into tmap.  Consecutive ids
+   * are distinct, so duplicates are found exactly as before. */
+  vd_idmap_t tmap;
+  int ids_dense;
+  int64_t id_base;
+  /* Record arrays decoded one element at a time (see read_top): the top
+   * map's entries, and per entry the byte offset of the next element of a
+   * "tensors" or "nodes" array left undecoded (0: decoded as usual). */
+  const char *buf;
+  size_t len;
+  const msgpack_object_kv *top_kv;
+  size_t *lazy_at;
+  uint32_t n_top;
+  msgpack_zone *ez; /* the current element's objects, cleared per element */
+  msgpack_object eobj;
 } rctx;
 
 static const char *rec_of(rctx *c);
@@ -391,6 +424,27 @@ static vd_rc need(rctx *c, mobj *slot, const char *field) {
   return VD_OK;
 }
 
+/* Element i of array a, which the caller visits in order 0, 1, ...: for a
+ * record array left undecoded by read_top, the element is decoded now into
+ * c->ez (valid until the next call). */
+static vd_rc elem(rctx *c, mobj *a, uint32_t i, mobj **out) {
+  size_t k = c->top_kv && (const char *)a >= (const char *)c->top_kv
+                 ? (size_t)((const char *)a - (const char *)c->top_kv) / sizeof(*c->top_kv)
+                 : SIZE_MAX;
+  if (k >= c->n_top || a != &c->top_kv[k].val || !c->lazy_at[k]) {
+    *out = &a->via.array.ptr[i];
+    return VD_OK;
+  }
+  msgpack_zone_clear(c->ez);
+  msgpack_unpack_return ur = msgpack_unpack(c->buf, c->len, &c->lazy_at[k], c->ez, &c->eobj);
+  if (ur == MSGPACK_UNPACK_NOMEM_ERROR) VD_FAIL(c->d, VD_ENOMEM, c->file, NULL, NULL, "out of memory decoding msgpack");
+  if (ur != MSGPACK_UNPACK_SUCCESS && ur != MSGPACK_UNPACK_EXTRA_BYTES)
+    VD_FAIL(c->d, VD_EINPUT, c->file, NULL, NULL, "corrupt msgpack (decoder status %d at byte %zu)", (int)ur,
+            c->lazy_at[k]);
+  *out = &c->eobj;
+  return VD_OK;
+}
+
 /* Names record o ("tensor 4 'w1'") before its fields are checked, so that
  * even an error in the key set names the record by id.  Falls back to the
  * array position when the id is missing or not an integer. */
@@ -514,6 +568,14 @@ static vd_rc read_tensor(rctx *c, mobj *o, uint32_t pos) {
   if (f[T_LIN]) VD_CHECK(read_lin(c, f[T_LIN], &t));
   uint32_t idx, old;
   if (vd_plan_add_tensor(c->p, &t, name, &idx) != VD_OK) ROOM(c);
+  if (c->ids_dense) {
+    if (idx == 0) c->id_base = t.id;
+    if (idx == 0 || (t.id > c->id_base && (uint64_t)t.id - (uint64_t)c->id_base == idx)) return VD_OK;
+    /* The ids stop being consecutive here: tmap takes the ones read so far. */
+    c->ids_dense = 0;
+    for (uint32_t i = 0; i < idx; i++)
+      if (vd_idmap_put(&c->tmap, c->id_base + (int64_t)i, i, NULL) < 0) ROOM(c);
+  }
   int r = vd_idmap_put(&c->tmap, t.id, idx, &old);
   if (r < 0) ROOM(c);
   if (r > 0) RFAIL(c, "id", "duplicate tensor id %" PRId64 " (also tensors[%" PRIu32 "])", t.id, old);
@@ -526,6 +588,15 @@ enum { N_ID, N_OP, N_NAME, N_RANK, N_SEG, N_LAYER, N_PHASE, N_IN, N_OUT, N_ATTRS
 static const char *const node_keys[N__N] = {"id", "op", "name", "rank", "segment", "layer", "phase",
                                             "in", "out", "attrs", "coll", "group", "span_replicas", "src"};
 
+/* Index of the tensor with file id `id` among those read so far: 1 and *idx,
+ * or 0 if there is none. */
+static int tensor_index(const rctx *c, int64_t id, uint32_t *idx) {
+  if (!c->ids_dense) return vd_idmap_get(&c->tmap, id, idx);
+  if (id < c->id_base || (uint64_t)id - (uint64_t)c->id_base >= c->p->n_tensors) return 0;
+  *idx = (uint32_t)((uint64_t)id - (uint64_t)c->id_base);
+  return 1;
+}
+
 static vd_rc read_refs(rctx *c, mobj *o, const char *field, int slot, uint32_t *n) {
   char f[32];
   /* No operator takes more (ops.h, VD_OP_MANY): a longer list is refused
@@ -535,7 +606,7 @@ static vd_rc read_refs(rctx *c, mobj *o, const char *field, int slot, uint32_t *
   VD_CHECK(get_ints(c, o, field, n));
   if (VD_GROW(c->refs[slot], c->cap_refs[slot], *n ? *n : 1)) ROOM(c);
   for (uint32_t i = 0; i < *n; i++) {
-    if (!vd_idmap_get(&c->tmap, c->ints[i], &c->refs[slot][i])) {
+    if (!tensor_index(c, c->ints[i], &c->refs[slot][i])) {
       snprintf(f, sizeof(f), "%s[%" PRIu32 "]", field, i);
       RFAIL(c, f, "expected a tensor id, got %" PRId64 " (no such tensor)", c->ints[i]);
     }
@@ -763,13 +834,28 @@ static vd_rc build(rctx *c, mobj *top) {
 
   set_rec_text(c, "plan");
   VD_CHECK(get_array(c, f[P_TENSORS], "tensors", &n));
+  /* OPTIMIZATION-ONLY: one allocation instead of twenty doublings (each a
+   * copy or remap of up to 300 MB, and 4 KB pages where one block gets huge
+   * pages, common/mem.c).  A tensor record takes more than 16 bytes of file,
+   * so the reservation stays backed by the file length. */
+  if (VD_GROW(p->tensors, p->cap_tensors, n < c->len / 16 ? n : c->len / 16)) ROOM(c);
   vd_idmap_free(&c->tmap);
   if (vd_idmap_init(&c->tmap, n) != VD_OK) ROOM(c);
-  for (uint32_t i = 0; i < n; i++) VD_CHECK(read_tensor(c, &f[P_TENSORS]->via.array.ptr[i], i));
+  c->ids_dense = 1;
+  for (uint32_t i = 0; i < n; i++) {
+    mobj *o;
+    VD_CHECK(elem(c, f[P_TENSORS], i, &o));
+    VD_CHECK(read_tensor(c, o, i));
+  }
 
   set_rec_text(c, "plan");
   VD_CHECK(get_array(c, f[P_NODES], "nodes", &n));
-  for (uint32_t i = 0; i < n; i++) VD_CHECK(read_node(c, &f[P_NODES]->via.array.ptr[i], i));
+  if (VD_GROW(p->nodes, p->cap_nodes, n < c->len / 16 ? n : c->len / 16)) ROOM(c); /* as tensors */
+  for (uint32_t i = 0; i < n; i++) {
+    mobj *o;
+    VD_CHECK(elem(c, f[P_NODES], i, &o));
+    VD_CHECK(read_node(c, o, i));
+  }
   return VD_OK;
 }
 
@@ -808,6 +894,52 @@ static vd_rc check_expansion(const vd_plan_t *p, size_t len, const char *file, v
   return rc;
 }
 
+/* Decodes the top-level map (scan found it well formed, entries at top_pos)
+ * into c->top_kv, except the values of "tensors" and "nodes" that are
+ * arrays: those get an array object without elements (size only), and
+ * elem() decodes their records one at a time into a zone that is cleared
+ * per record.  The tree of a 166 MB plan was 1.4 GB of msgpack objects
+ * allocated (and page-faulted) at once; a record's tree is a few hundred
+ * bytes that stay in cache.  The objects are those msgpack-c builds for the
+ * whole file, element for element, so build() reads the same values and
+ * reports the same first error: scan has already checked the encoding, so
+ * decoding a part cannot fail where decoding the whole would not (short of
+ * memory).  *top (out) is the map. */
+static vd_rc read_top(rctx *c, const size_t *top_pos, msgpack_zone *tz, msgpack_object *top) {
+  const uint8_t *b = (const uint8_t *)c->buf;
+  uint32_t pairs = b[0] <= 0x8f ? (uint32_t)(b[0] & 0x0f) : (uint32_t)be(b + 1, b[0] == 0xde ? 2 : 4);
+  msgpack_object_kv *kv = vd_calloc(pairs ? pairs : 1, sizeof(*kv));
+  c->lazy_at = vd_calloc(pairs ? pairs : 1, sizeof(*c->lazy_at));
+  c->top_kv = kv;
+  if (!kv || !c->lazy_at) VD_FAIL(c->d, VD_ENOMEM, c->file, NULL, NULL, "out of memory");
+  c->n_top = pairs;
+  for (uint32_t i = 0; i < pairs; i++) {
+    size_t off = top_pos[2 * i], v = top_pos[2 * i + 1];
+    msgpack_unpack_return ur = msgpack_unpack(c->buf, v, &off, tz, &kv[i].key);
+    if (ur == MSGPACK_UNPACK_SUCCESS) {
+      uint8_t t = b[v];
+      int hdr = (t >= 0x90 && t <= 0x9f) ? 1 : t == 0xdc ? 3 : t == 0xdd ? 5 : 0;
+      if (hdr && (str_is(&kv[i].key, "tensors") || str_is(&kv[i].key, "nodes"))) {
+        kv[i].val.type = MSGPACK_OBJECT_ARRAY;
+        kv[i].val.via.array.size = hdr == 1 ? (uint32_t)(t & 0x0f) : (uint32_t)be(b + v + 1, hdr - 1);
+        kv[i].val.via.array.ptr = NULL;
+        c->lazy_at[i] = v + (size_t)hdr;
+        continue;
+      }
+      off = v;
+      ur = msgpack_unpack(c->buf, top_pos[2 * i + 2], &off, tz, &kv[i].val);
+    }
+    if (ur == MSGPACK_UNPACK_NOMEM_ERROR)
+      VD_FAIL(c->d, VD_ENOMEM, c->file, NULL, NULL, "out of memory decoding msgpack");
+    if (ur != MSGPACK_UNPACK_SUCCESS)
+      VD_FAIL(c->d, VD_EINPUT, c->file, NULL, NULL, "corrupt msgpack (decoder status %d at byte %zu)", (int)ur, off);
+  }
+  top->type = MSGPACK_OBJECT_MAP;
+  top->via.map.size = pairs;
+  top->via.map.ptr = kv;
+  return VD_OK;
+}
+
 vd_rc vd_plan_read_buffer(const char *buf, size_t len, const char *name, vd_plan_t *p, vd_diag *d) {
   rctx c;
   memset(&c, 0, sizeof(c));
@@ -824,18 +956,39 @@ vd_rc vd_plan_read_buffer(const char *buf, size_t len, const char *name, vd_plan
     VD_FAIL(d, VD_EINPUT, c.file, NULL, NULL,
             "a Python pickle, not a verdict plan (msgpack); convert nnScaler plans first: "
             "tools/nnscaler2plan --sm SINGLE.pkl --pm PARALLEL.pkl --single S.plan --parallel P.plan");
-  VD_CHECK(scan((const uint8_t *)buf, len, c.file, d));
+  size_t *top_pos = NULL;
+  vd_rc rc = scan((const uint8_t *)buf, len, c.file, &top_pos, d);
+  if (rc != VD_OK) {
+    vd_free(top_pos);
+    return rc;
+  }
 
-  msgpack_unpacked u;
-  msgpack_unpacked_init(&u);
-  size_t off = 0;
-  vd_rc rc = VD_OK;
-  msgpack_unpack_return ur = msgpack_unpack_next(&u, buf, len, &off);
-  if (ur == MSGPACK_UNPACK_NOMEM_ERROR) rc = VD_ERR(d, VD_ENOMEM, c.file, NULL, NULL, "out of memory decoding msgpack");
-  else if (ur != MSGPACK_UNPACK_SUCCESS || off != len)
-    rc = VD_ERR(d, VD_EINPUT, c.file, NULL, NULL, "corrupt msgpack (decoder status %d at byte %zu)", (int)ur, off);
-  else rc = build(&c, &u.data);
-  msgpack_unpacked_destroy(&u);
+  if (top_pos) {
+    /* A map: decoded a record at a time (read_top). */
+    msgpack_zone *tz = msgpack_zone_new(MSGPACK_ZONE_CHUNK_SIZE);
+    c.ez = msgpack_zone_new(MSGPACK_ZONE_CHUNK_SIZE);
+    c.buf = buf;
+    c.len = len;
+    msgpack_object top;
+    if (!tz || !c.ez) rc = VD_ERR(d, VD_ENOMEM, c.file, NULL, NULL, "out of memory decoding msgpack");
+    else if ((rc = read_top(&c, top_pos, tz, &top)) == VD_OK) rc = build(&c, &top);
+    if (tz) msgpack_zone_free(tz);
+    if (c.ez) msgpack_zone_free(c.ez);
+    vd_free((void *)c.top_kv);
+    vd_free(c.lazy_at);
+    vd_free(top_pos);
+  } else {
+    /* Not a map: build() names the type. */
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    msgpack_unpack_return ur = msgpack_unpack_next(&u, buf, len, &off);
+    if (ur == MSGPACK_UNPACK_NOMEM_ERROR) rc = VD_ERR(d, VD_ENOMEM, c.file, NULL, NULL, "out of memory decoding msgpack");
+    else if (ur != MSGPACK_UNPACK_SUCCESS || off != len)
+      rc = VD_ERR(d, VD_EINPUT, c.file, NULL, NULL, "corrupt msgpack (decoder status %d at byte %zu)", (int)ur, off);
+    else rc = build(&c, &u.data);
+    msgpack_unpacked_destroy(&u);
+  }
   vd_free(c.sbuf[0]);
   vd_free(c.sbuf[1]);
   vd_free(c.sbuf[2]);

@@ -21,6 +21,7 @@
 #include "plan.h"
 
 #include <inttypes.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -474,6 +475,65 @@ static vd_rc check_node(vctx *c, uint32_t ni, scratch *s) {
   return check_group(c, ni, n, s);
 }
 
+/* ---- the record checks in parallel ------------------------------------ */
+
+/* OPTIMIZATION-ONLY: check_tensor and check_node judge one record each and
+ * read nothing but the plan (check_node's scratch stamps are keyed by the
+ * node's own index), so on a large plan they first run in parallel, each
+ * thread over a contiguous range with its own context, diag and scratch,
+ * to find the first record that fails (*first; the count when none does).
+ * The serial loop of vd_plan_validate then runs only the duplicate-id check
+ * on the records before it and everything from it on, exactly as without
+ * this pass: the first error, its message and its diag are the serial
+ * ones.  An allocation that fails here is reported as such (SIZE_MAX). */
+#define PAR_MIN_RECORDS 4096
+#define PAR_MAX_THREADS 8
+
+static size_t first_bad(const vctx *c0, int nodes, size_t n) {
+  const vd_plan_t *p = c0->p;
+  int nt = omp_get_max_threads();
+  if (nt > PAR_MAX_THREADS) nt = PAR_MAX_THREADS;
+  if (n < PAR_MIN_RECORDS || nt < 2 || omp_in_parallel()) return 0;
+  size_t first = n;
+  int oom = 0;
+#pragma omp parallel num_threads(nt) reduction(min : first) reduction(| : oom)
+  {
+    vd_diag dd;
+    vd_diag_clear(&dd);
+    vctx c = *c0;
+    c.d = &dd;
+    scratch s = {0};
+    int ok = 1;
+    if (nodes) {
+      s.tstamp = vd_calloc(p->n_tensors ? p->n_tensors : 1, sizeof(uint32_t));
+      s.rstamp = vd_calloc((size_t)p->world.stored_ranks, sizeof(uint32_t));
+      ok = s.tstamp && s.rstamp;
+    }
+    int t = omp_get_thread_num(), k = omp_get_num_threads();
+    size_t lo = n * (size_t)t / (size_t)k, hi = n * (size_t)(t + 1) / (size_t)k;
+    if (!ok) oom = 1;
+    for (size_t i = lo; i < hi && ok; i++) {
+      vd_rc r;
+      if (nodes) {
+        set_rec(&c, "node", p->nodes[i].id, p->nodes[i].name);
+        r = check_node(&c, (uint32_t)i, &s);
+      } else {
+        set_rec(&c, "tensor", p->tensors[i].id, p->tensors[i].name);
+        r = check_tensor(&c, &p->tensors[i]);
+      }
+      if (r != VD_OK) {
+        first = i;
+        oom |= r == VD_ENOMEM;
+        break;
+      }
+    }
+    vd_free(s.tstamp);
+    vd_free(s.rstamp);
+    vd_free(s.keys);
+  }
+  return oom ? SIZE_MAX : first;
+}
+
 vd_rc vd_plan_validate(const vd_plan_t *p, const char *name, vd_diag *d) {
   vctx c = {.p = p, .file = name ? name : "", .d = d};
   scratch s = {0};
@@ -488,36 +548,45 @@ vd_rc vd_plan_validate(const vd_plan_t *p, const char *name, vd_diag *d) {
   VD_CHECK(check_schedule(&c));
 
   if (vd_idmap_init(&ids, p->n_tensors) != VD_OK) return VD_OOM(d);
+  int t_inc = 1, n_inc = 1; /* ids strictly increasing: distinct without hashing */
+  for (size_t i = 1; i < p->n_tensors && t_inc; i++) t_inc = p->tensors[i].id > p->tensors[i - 1].id;
+  for (size_t i = 1; i < p->n_nodes && n_inc; i++) n_inc = p->nodes[i].id > p->nodes[i - 1].id;
+  size_t from = first_bad(&c, 0, p->n_tensors); /* records before it pass check_tensor */
+  if (from == SIZE_MAX) { rc = VD_OOM(d); goto done; }
   for (size_t i = 0; i < p->n_tensors; i++) {
     const vd_tensor_t *t = &p->tensors[i];
+    if (i < from && t_inc) continue;
     set_rec(&c, "tensor", t->id, t->name);
     uint32_t old;
-    int r = vd_idmap_put(&ids, t->id, (uint32_t)i, &old);
+    int r = t_inc ? 0 : vd_idmap_put(&ids, t->id, (uint32_t)i, &old);
     if (r < 0) { rc = VD_OOM(d); goto done; }
     if (r > 0) {
       rc = VD_ERR(d, VD_EINPUT, c.file, rec_of(&c), "id", "duplicate tensor id %" PRId64 " (also tensors[%" PRIu32 "])",
                   t->id, old);
       goto done;
     }
-    if ((rc = check_tensor(&c, t)) != VD_OK) goto done;
+    if (i >= from && (rc = check_tensor(&c, t)) != VD_OK) goto done;
   }
   vd_idmap_free(&ids);
   if (vd_idmap_init(&ids, p->n_nodes) != VD_OK) return VD_OOM(d);
   s.tstamp = vd_calloc(p->n_tensors ? p->n_tensors : 1, sizeof(uint32_t));
   s.rstamp = vd_calloc((size_t)p->world.stored_ranks, sizeof(uint32_t));
   if (!s.tstamp || !s.rstamp) { rc = VD_OOM(d); goto done; }
+  from = first_bad(&c, 1, p->n_nodes);
+  if (from == SIZE_MAX) { rc = VD_OOM(d); goto done; }
   for (size_t i = 0; i < p->n_nodes; i++) {
     const vd_node_t *n = &p->nodes[i];
+    if (i < from && n_inc) continue;
     set_rec(&c, "node", n->id, n->name);
     uint32_t old;
-    int r = vd_idmap_put(&ids, n->id, (uint32_t)i, &old);
+    int r = n_inc ? 0 : vd_idmap_put(&ids, n->id, (uint32_t)i, &old);
     if (r < 0) { rc = VD_OOM(d); goto done; }
     if (r > 0) {
       rc = VD_ERR(d, VD_EINPUT, c.file, rec_of(&c), "id", "duplicate node id %" PRId64 " (also nodes[%" PRIu32 "])", n->id,
                   old);
       goto done;
     }
-    if ((rc = check_node(&c, (uint32_t)i, &s)) != VD_OK) goto done;
+    if (i >= from && (rc = check_node(&c, (uint32_t)i, &s)) != VD_OK) goto done;
   }
   rc = check_collectives(&c);
 done:

@@ -1,5 +1,8 @@
 /*
- * tests/graph/test_topo.c - topological order (igraph) and cycle reports.
+ * tests/graph/test_topo.c - topological order and cycle reports.
+ *
+ * graph/topo.c computes igraph_topological_sorting's order without igraph;
+ * test_igraph_order keeps igraph as the reference for it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,8 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include <igraph.h>
 
 #include "../../graph/graph.h"
+#include "../../common/mem.h"
+#include "../../graph/graph_int.h"
 #include "../support/graph_build.h"
 #include "../support/plan_builders.h"
 
@@ -218,12 +224,93 @@ static void test_pipeline_order(void **state) {
   vd_plan_free(&p);
 }
 
+/* Random DAG as topo.c sees it: values with a producer and a consumers list
+ * (increasing, distinct, as link_values builds it).  Nodes are ranked by a
+ * hidden random permutation and a value's consumers rank after its
+ * producer, so several values of one producer read by one node give
+ * multi-edges.  g->topo must equal igraph_topological_sorting's order on
+ * the same edges, in the same sequence. */
+static uint64_t rnd_state = 88172645463325252ULL;
+static uint32_t rnd(uint32_t n) {
+  rnd_state ^= rnd_state << 13;
+  rnd_state ^= rnd_state >> 7;
+  rnd_state ^= rnd_state << 17;
+  return (uint32_t)(rnd_state % n);
+}
+
+static void random_dag_vs_igraph(uint32_t nn, uint32_t nv, uint32_t maxc) {
+  vd_graph_t g;
+  memset(&g, 0, sizeof(g));
+  uint32_t *perm = malloc(nn * sizeof(*perm)), *rank = malloc(nn * sizeof(*rank));
+  uint8_t *seen = calloc(nn, 1);
+  g.values = calloc(nv, sizeof(*g.values));
+  g.idx = malloc((size_t)nv * maxc * sizeof(*g.idx));
+  assert_true(perm && rank && seen && g.values && g.idx);
+  for (uint32_t i = 0; i < nn; i++) perm[i] = i;
+  for (uint32_t i = nn - 1; i > 0; i--) {
+    uint32_t j = rnd(i + 1), t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  for (uint32_t i = 0; i < nn; i++) rank[perm[i]] = i;
+  g.n_nodes = nn;
+  g.n_values = nv;
+  igraph_vector_int_t edges, order;
+  assert_int_equal(igraph_vector_int_init(&edges, 0), IGRAPH_SUCCESS);
+  for (uint32_t v = 0; v < nv; v++) {
+    vd_value_t *val = &g.values[v];
+    val->cons_off = (uint32_t)g.n_idx;
+    val->producer = rnd(5) == 0 ? -1 : (int32_t)rnd(nn);
+    uint32_t from = val->producer < 0 ? 0 : rank[val->producer] + 1, nc = rnd(maxc + 1);
+    if (from >= nn) continue;
+    for (uint32_t k = 0; k < nc; k++) seen[perm[from + rnd(nn - from)]] = 1;
+    for (uint32_t c = 0; c < nn; c++)
+      if (seen[c]) {
+        seen[c] = 0;
+        g.idx[g.n_idx++] = c;
+        val->n_cons++;
+        if (val->producer >= 0) {
+          assert_int_equal(igraph_vector_int_push_back(&edges, val->producer), IGRAPH_SUCCESS);
+          assert_int_equal(igraph_vector_int_push_back(&edges, c), IGRAPH_SUCCESS);
+        }
+      }
+  }
+  vd_diag d;
+  vd_diag_clear(&d);
+  assert_int_equal(vd_graph_i_topo(&g, &d), VD_OK);
+  assert_int_equal(g.n_issues, 0);
+  igraph_t ig;
+  assert_int_equal(igraph_create(&ig, &edges, (igraph_integer_t)nn, IGRAPH_DIRECTED), IGRAPH_SUCCESS);
+  assert_int_equal(igraph_vector_int_init(&order, 0), IGRAPH_SUCCESS);
+  assert_int_equal(igraph_topological_sorting(&ig, &order, IGRAPH_OUT), IGRAPH_SUCCESS);
+  assert_int_equal(igraph_vector_int_size(&order), nn);
+  for (uint32_t i = 0; i < nn; i++) assert_int_equal(g.topo[i], VECTOR(order)[i]);
+  igraph_vector_int_destroy(&order);
+  igraph_destroy(&ig);
+  igraph_vector_int_destroy(&edges);
+  free(perm);
+  free(rank);
+  free(seen);
+  free(g.values);
+  free(g.idx);
+  vd_free(g.topo);
+}
+
+static void test_igraph_order(void **state) {
+  random_dag_vs_igraph(1, 1, 1);
+  random_dag_vs_igraph(5, 3, 2);
+  for (int i = 0; i < 20; i++) random_dag_vs_igraph(2 + rnd(60), 1 + rnd(120), 1 + rnd(6));
+  random_dag_vs_igraph(3000, 5000, 4);
+  random_dag_vs_igraph(2000, 20, 200); /* few wide values: long out-lists */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_builders_ordered),
       cmocka_unit_test(test_cycle_between_collectives),
       cmocka_unit_test(test_self_loop),
       cmocka_unit_test(test_pipeline_order),
+      cmocka_unit_test(test_igraph_order),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
