@@ -113,23 +113,6 @@ void vd_free(void *p) {
   free(h);
 }
 
-/* Large arrays are worth 2 MB pages: where each first touch of a 4 KB page
- * costs a fault (several microseconds under a hypervisor), tables of a few
- * GB spend seconds faulting before any use (3 GB: about 12 s on the 2-core
- * VM, 0.5 to 2 s with the hint).  The hint is advisory: kernels with
- * transparent huge pages off ignore it. */
-#define HUGE_MIN ((size_t)4 << 20)
-#define HUGE_PAGE ((uintptr_t)2 << 20)
-void *vd_malloc_large(size_t n) {
-  char *p = vd_malloc(n);
-#ifdef MADV_HUGEPAGE
-  if (!p || n < HUGE_MIN) return p;
-  uintptr_t a = ((uintptr_t)p + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1), e = ((uintptr_t)p + n) & ~(HUGE_PAGE - 1);
-  if (e > a) (void)madvise((void *)a, e - a, MADV_HUGEPAGE);
-#endif
-  return p;
-}
-
 char *vd_strndup(const char *s, size_t n) {
   char *d = vd_malloc(n + 1);
   if (!d) return NULL;

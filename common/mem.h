@@ -22,9 +22,6 @@
 
 void *vd_malloc(size_t n);
 void *vd_calloc(size_t count, size_t size);
-/* vd_malloc for arrays of tens of MB and more: the same, but faster to
- * touch (huge pages where the kernel offers them; see mem.c). */
-void *vd_malloc_large(size_t n);
 /* Resizes p to count*size bytes (overflow-checked); on failure p is untouched. */
 void *vd_realloc_array(void *p, size_t count, size_t size);
 void vd_free(void *p);

@@ -235,7 +235,7 @@ static vlin *vl_slot(ictx *c, uint32_t v) {
   size_t k = c->n_rec / VL_CHUNK;
   if (!c->vchunk[k]) {
     size_t n = c->gp->n_values - k * VL_CHUNK; /* never more records than values */
-    c->vchunk[k] = vd_malloc_large((n < VL_CHUNK ? n : VL_CHUNK) * sizeof(vlin));
+    c->vchunk[k] = vd_malloc((n < VL_CHUNK ? n : VL_CHUNK) * sizeof(vlin));
     if (!c->vchunk[k]) {
       c->oom = 1;
       return NULL;
