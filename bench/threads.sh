@@ -36,7 +36,7 @@ one() {
   "$V" --threads "$1" --sm "$2" --pm "$3" >"$log" 2>&1
   t1=$(date +%s.%N)
   awk -v a="$t0" -v b="$t1" '
-    NR == 1 { w = $1 }
+    /^(EQUIVALENT|NOT EQUIVALENT|INCONCLUSIVE)/ && w == "" { w = $0; gsub(/ /, "_", w) }
     /^  time:/ { for (i = 1; i <= NF; i++) if ($i ~ /^(load|graph|lineage|stages|solve)$/) p[$i] = $(i + 1) + 0 }
     END { printf "%.2f %.2f %.2f %.2f %.2f %.2f %s\n", b - a, p["load"], p["graph"], p["lineage"], p["stages"],
           p["solve"], w }' "$log"
