@@ -21,11 +21,11 @@ vg exec --reduce --sm "$T/s.plan" --pm "$T/p.plan"
 C=$(dirname "$0")/../../shared/corpus/nnscaler
 if [ -d "$C" ]; then
   CONV=$(dirname "$0")/../tools/nnscaler2plan
-  python3 "$CONV" --sm "$C/llama3adpt_mgener_dp1_pp1_tp1_nm1_gbs16_ly1_h32_hi4096_sq128.pkl" \
+  /usr/bin/python3 "$CONV" --sm "$C/llama3adpt_mgener_dp1_pp1_tp1_nm1_gbs16_ly1_h32_hi4096_sq128.pkl" \
     --pm "$C/llama3adpt_mgener_dp1_pp2_tp1_nm2_gbs16_ly1_h32_hi4096_sq128.pkl" --single "$T/ns.plan" --parallel "$T/np.plan"
   vg -q --threads 1 --sm "$T/ns.plan" --pm "$T/np.plan"
   vg exec -q --sm "$T/ns.plan" --pm "$T/np.plan"
-  python3 "$CONV" --sm "$C/gpt_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2_h16_hi1024_sq1024.pkl" \
+  /usr/bin/python3 "$CONV" --sm "$C/gpt_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2_h16_hi1024_sq1024.pkl" \
     --pm "$C/gpt_mgener_dp8_pp1_tp1_nm1_gbs16_dim1024_ly2_h16_hi1024_sq1024.pkl" --single "$T/bs.plan" --parallel "$T/bp.plan"
   vg -q --sm "$T/bs.plan" --pm "$T/bp.plan"
   vg exec -q --sm "$T/bs.plan" --pm "$T/bp.plan"
