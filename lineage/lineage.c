@@ -164,8 +164,14 @@ static int slice_cmp(const vd_lin_piece *x, const vd_lin_piece *y, int32_t nd) {
   return 0;
 }
 
-
 /* ---- step 1+2: points and pieces ---------------------------------------- */
+
+/* The single value a lineage of single tensor s names (step 2): its initial
+ * or its final version, of instance mb 0 for a per-microbatch tensor. */
+static int32_t single_value(const lctx *c, uint32_t s, int initial) {
+  int32_t smb = c->sp->tensors[s].scope == VD_SCOPE_PER_MB ? 0 : -1;
+  return initial ? vd_graph_first(c->t->gs, s, 0, smb) : vd_graph_last(c->t->gs, s, 0, smb);
+}
 
 /* What the first pass learns of one parallel tensor: its single tensor (NONE
  * without one) and where its pieces go in the bucketed piece array. */
@@ -182,8 +188,7 @@ typedef struct {
 static vd_rc tensor_pieces(lctx *c, uint32_t ti, uint32_t s, vd_lin_piece *out, size_t *n, size_t *np) {
   const vd_graph_t *gs = c->t->gs, *gp = c->t->gp;
   const vd_tensor_t *pt = &c->pp->tensors[ti], *st = &c->sp->tensors[s];
-  int32_t smb = st->scope == VD_SCOPE_PER_MB ? 0 : -1;
-  int32_t sv_init = vd_graph_first(gs, s, 0, smb), sv_fin = vd_graph_last(gs, s, 0, smb);
+  int32_t sv_init = single_value(c, s, 1), sv_fin = single_value(c, s, 0);
   int init_ok = sv_init >= 0 && gs->values[sv_init].is_initial;
   int warned_fin = 0;
   uint32_t per = pt->scope == VD_SCOPE_PER_MB ? gp->inst_per_replica[ti] : 1;
@@ -353,10 +358,9 @@ static vd_rc group(lctx *c, vd_lin_piece **pp, size_t n, size_t n_points, const 
   for (size_t s = 0; s < ns; s++)
     for (size_t i = start[s]; i < start[s + 1]; li++) {
       vd_lineage *L = &t->lins[li];
-      int32_t smb = c->sp->tensors[s].scope == VD_SCOPE_PER_MB ? 0 : -1;
       L->stensor = (uint32_t)s;
       L->initial = pieces[i].initial;
-      L->svalue = (uint32_t)(L->initial ? vd_graph_first(gs, (uint32_t)s, 0, smb) : vd_graph_last(gs, (uint32_t)s, 0, smb));
+      L->svalue = (uint32_t)single_value(c, (uint32_t)s, L->initial);
       L->piece_off = (uint32_t)i;
       while (i < start[s + 1] && pieces[i].initial == L->initial) i++;
       L->n_pieces = (uint32_t)(i - L->piece_off);
@@ -983,7 +987,7 @@ static vd_rc required(lctx *c) {
   const vd_graph_t *gs = t->gs;
   for (size_t s = 0; s < c->sp->n_tensors; s++) {
     const vd_tensor_t *st = &c->sp->tensors[s];
-    int32_t sv = vd_graph_last(gs, (uint32_t)s, 0, st->scope == VD_SCOPE_PER_MB ? 0 : -1);
+    int32_t sv = single_value(c, (uint32_t)s, 0);
     if (sv < 0) continue;
     int req = st->role == VD_ROLE_LOSS ||
               ((st->role == VD_ROLE_WEIGHT || st->role == VD_ROLE_OPTSTATE) && gs->values[sv].producer >= 0);
