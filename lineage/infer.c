@@ -55,6 +55,7 @@
 
 #include "../common/mem.h"
 #include "../ops/ops.h"
+#include "../plans/idmap.h"
 
 /* ---- the rule table ------------------------------------------------------ */
 
@@ -284,34 +285,14 @@ static int aligned_any(const ictx *c, uint32_t v) {
 /* The same without split dims: the form every rule but MAP and views assumes. */
 static int aligned(const ictx *c, uint32_t v) { return !vl_at(c, v)->split && aligned_any(c, v); }
 
-/* Single tensor indices sorted by (id, index): the first tensor of an id,
- * as vd_plan_find_tensor finds it, without its linear scan per seed. */
-static int cmp_sid(const void *a, const void *b, void *arg) {
-  const vd_plan_t *sp = arg;
-  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-  int64_t i = sp->tensors[x].id, j = sp->tensors[y].id;
-  if (i != j) return i < j ? -1 : 1;
-  return x < y ? -1 : x > y;
-}
-
-static int64_t find_single_tensor(const ictx *c, const uint32_t *sid, int64_t id) {
-  size_t lo = 0, hi = c->sp->n_tensors;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (c->sp->tensors[sid[mid]].id < id) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo < c->sp->n_tensors && c->sp->tensors[sid[lo]].id == id ? (int64_t)sid[lo] : -1;
-}
-
 /* The annotated tensors' values. */
-static void seed(ictx *c, const uint32_t *sid) {
+static void seed(ictx *c, const vd_idmap_t *sid) {
   const vd_graph_t *gp = c->gp, *gs = c->gs;
   for (size_t ti = 0; ti < c->pp->n_tensors; ti++) {
     const vd_tensor_t *pt = &c->pp->tensors[ti];
     if (!pt->has_lin) continue;
-    int64_t s = find_single_tensor(c, sid, pt->lin.full);
-    if (s < 0) continue;
+    uint32_t s;
+    if (!vd_idmap_get(sid, pt->lin.full, &s)) continue;
     const vd_tensor_t *st = &c->sp->tensors[s];
     if (st->ndim != pt->ndim) continue;
     int32_t smb = st->scope == VD_SCOPE_PER_MB ? 0 : -1;
@@ -1849,7 +1830,7 @@ vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, ui
   vd_rc rc = VD_OK;
   uint8_t *inf = vd_calloc(pp->n_tensors ? pp->n_tensors : 1, 1);
   uint8_t *written = NULL;
-  uint32_t *sid = NULL;
+  vd_idmap_t sid = {0};
   c.vix = vd_calloc(gp->n_values ? gp->n_values : 1, sizeof(*c.vix));
   c.vchunk = vd_calloc(gp->n_values / VL_CHUNK + 1, sizeof(*c.vchunk));
   c.seeded = vd_calloc(gp->n_values ? gp->n_values : 1, 1);
@@ -1893,14 +1874,17 @@ vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, ui
   vd_lin_infer_stats s;
   memset(&s, 0, sizeof(s));
   for (size_t t = 0; t < pp->n_tensors; t++) s.n_annotated += pp->tensors[t].has_lin != 0;
-  sid = vd_calloc(c.sp->n_tensors ? c.sp->n_tensors : 1, sizeof(*sid));
-  if (!sid) {
+  /* single tensor id -> index (the first tensor of an id, as vd_plan_find_tensor) */
+  if (vd_idmap_init(&sid, c.sp->n_tensors) != VD_OK) {
     rc = VD_OOM(d);
     goto done;
   }
-  for (size_t i = 0; i < c.sp->n_tensors; i++) sid[i] = (uint32_t)i;
-  qsort_r(sid, c.sp->n_tensors, sizeof(*sid), cmp_sid, (void *)c.sp);
-  seed(&c, sid);
+  for (size_t i = 0; i < c.sp->n_tensors; i++)
+    if (vd_idmap_put(&sid, c.sp->tensors[i].id, (uint32_t)i, NULL) < 0) {
+      rc = VD_OOM(d);
+      goto done;
+    }
+  seed(&c, &sid);
   /* Forward partners, and the backward nodes of each forward node listed
    * (they read its inputs: note_value). */
   for (size_t i = 0; i < gp->n_nodes; i++) c.fwd_of[i] = -1;
@@ -1960,7 +1944,7 @@ vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, ui
   inf = NULL;
 done:
   vd_free(written);
-  vd_free(sid);
+  vd_idmap_free(&sid);
   vd_free(inf);
   for (size_t i = 0; c.vchunk && i < gp->n_values / VL_CHUNK + 1; i++) vd_free(c.vchunk[i]);
   vd_free(c.vchunk);
