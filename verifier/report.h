@@ -37,6 +37,19 @@ vd_rc vd_report_html(const vd_run *r, const vd_run_opts *o, const char *path, vd
 /* --junit FILE (report_junit.c). */
 vd_rc vd_report_junit(const vd_run *r, const vd_run_opts *o, const char *path, vd_diag *d);
 
+/* One configuration of a CI-facing report: a single verify run is one, a
+ * gate run (verdict gate MANIFEST) is one per manifest entry.  The CI
+ * writers (JUnit, SARIF, GitHub annotations, step summary) take an array of
+ * these so a single run and a gate run share one code path. */
+typedef struct vd_report_config {
+  const char *name;        /* stable configuration name: the manifest's, or the parallel plan's file name */
+  const vd_run *run;       /* borrowed; NULL when the configuration failed before a run (see error) */
+  const vd_run_opts *opts; /* borrowed; NULL with run == NULL */
+  int exit_code;           /* outcome: 0 equivalent, 1 not equivalent, 2 bad input, 3 inconclusive */
+  int expected;            /* expected exit code from a manifest, -1 when none is stated */
+  const char *error;       /* one-line message when run == NULL (exit 2 or 3), else NULL */
+} vd_report_config;
+
 /* Shared by the formats (report.c): a stage failure block and a structural
  * entry, as the text report prints them. */
 void vd_report_text_stage(const vd_run *r, size_t i, FILE *f);
