@@ -32,7 +32,15 @@ static void verify_usage(FILE *f) {
           "                       '-' writes it to stdout (the text report then goes to stderr)\n"
           "  --html FILE          also write a self-contained HTML page with a Graphviz picture\n"
           "                       of each finding's representative stage\n"
-          "  --junit FILE         also write JUnit XML: a failing test case per finding\n"
+          "  --junit FILE         also write JUnit XML: a test case for the outcome, one per\n"
+          "                       finding, one per proven tensor (stable names across runs)\n"
+          "  --sarif FILE         also write SARIF 2.1.0: a result per finding at the user's\n"
+          "                       source line when the plan records it\n"
+          "  --github             print GitHub Actions annotations (::error file=F,line=N::...)\n"
+          "                       after the report and append a Markdown step summary to the\n"
+          "                       file $GITHUB_STEP_SUMMARY names\n"
+          "  --summary FILE       append the Markdown step summary to FILE (with or without\n"
+          "                       --github)\n"
           "  --dot-stage N FILE   write stage N's graph (any verdict) in Graphviz dot\n"
           "  --stage-budget N     deterministic work limit per stage, in millions of steps of\n"
           "                       the normal form and of Z3 resource units (default %g;\n"
@@ -144,7 +152,8 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
     }
     int takes = !strcmp(a, "--sm") || !strcmp(a, "--pm") || !strcmp(a, "--json") || !strcmp(a, "--threads") ||
                 !strcmp(a, "--stage-timeout") || !strcmp(a, "--stage-budget") || !strcmp(a, "--max-failures") || !strcmp(a, "--seed") ||
-                !strcmp(a, "--dump-stages") || !strcmp(a, "--html") || !strcmp(a, "--junit") || !strcmp(a, "--dot-stage");
+                !strcmp(a, "--dump-stages") || !strcmp(a, "--html") || !strcmp(a, "--junit") || !strcmp(a, "--dot-stage") ||
+                !strcmp(a, "--sarif") || !strcmp(a, "--summary");
     if (takes && !val) {
       fprintf(stderr, "verdict: missing value for option '%s'\n", a);
       return VD_EXIT_BAD_INPUT;
@@ -155,6 +164,9 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
     else if (!strcmp(a, "--dump-stages")) o->dump_stages = argv[++i];
     else if (!strcmp(a, "--html")) o->html_path = argv[++i];
     else if (!strcmp(a, "--junit")) o->junit_path = argv[++i];
+    else if (!strcmp(a, "--sarif")) o->sarif_path = argv[++i];
+    else if (!strcmp(a, "--summary")) o->summary_path = argv[++i];
+    else if (!strcmp(a, "--github")) o->github = 1;
     else if (!strcmp(a, "--dot-stage")) {
       if (need_num(a, argv[++i], &n) || i + 1 >= argc) {
         if (n >= 0) fprintf(stderr, "verdict: --dot-stage N FILE: missing FILE\n");
@@ -201,9 +213,16 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
     fprintf(stderr, "verdict: both --sm SINGLE and --pm PARALLEL are required\n");
     return VD_EXIT_BAD_INPUT;
   }
+  /* --github appends the step summary where GitHub says, unless --summary
+   * names a file (an empty variable: no summary). */
+  if (o->github && !o->summary_path) {
+    const char *env = getenv("GITHUB_STEP_SUMMARY");
+    if (env && env[0]) o->summary_path = env;
+  }
   /* An output that cannot be written is a usage error found now, not after
    * a full run. */
   const char *outs[][2] = {{"--json", o->json_path}, {"--html", o->html_path}, {"--junit", o->junit_path},
+                           {"--sarif", o->sarif_path}, {"--summary", o->summary_path},
                            {"--dump-stages", o->dump_stages}, {"--dot-stage", o->dot_path}};
   for (size_t k = 0; k < sizeof(outs) / sizeof(outs[0]); k++)
     if (outs[k][1] && !writable(outs[k][0], outs[k][1], !strcmp(outs[k][0], "--json"))) return VD_EXIT_BAD_INPUT;
@@ -227,7 +246,15 @@ int vd_cmd_verify(int argc, char **argv) {
   int code = vd_run_exit_code(&r);
   if (o.json_path && vd_report_json(&r, &o, o.json_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
   if (o.html_path && vd_report_html(&r, &o, o.html_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
-  if (o.junit_path && vd_report_junit(&r, &o, o.junit_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
+  /* The CI outputs take configurations; a verify run is one. */
+  vd_report_config cfg;
+  vd_report_config_single(&cfg, &r, &o);
+  if (o.junit_path && vd_report_junit_configs(&cfg, 1, o.junit_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
+  if (o.sarif_path && vd_report_sarif_configs(&cfg, 1, o.sarif_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
+  if ((o.github || o.summary_path) &&
+      vd_report_github_configs(&cfg, 1, o.github ? (o.json_path && !strcmp(o.json_path, "-") ? stderr : stdout) : NULL,
+                               o.summary_path, &d) != VD_OK)
+    code = vd_cli_report_diag(&d);
   if (o.dot_path && vd_report_dot_stage(&r, (size_t)o.dot_stage, o.dot_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
   if (o.dump_stages && vd_report_stages(&r, o.dump_stages, &d) != VD_OK) code = vd_cli_report_diag(&d);
   vd_run_free(&r);

@@ -3,7 +3,9 @@
  *
  * Each format lives in its own file: text and JSON (report.c), HTML with
  * Graphviz pictures (report_html.c), stage graphs in dot (report_dot.c),
- * JUnit XML (report_junit.c).  All take the findings of the run
+ * JUnit XML (report_junit.c), SARIF (report_sarif.c), GitHub Actions
+ * annotations and step summary (report_github.c), the last three built on
+ * the shared names and locations of report_ci.c.  All take the findings of the run
  * (verifier/findings.h), so they group and order failures the same way.
  * A path "-" means stdout where a format allows it (JSON).
  */
@@ -34,7 +36,7 @@ void vd_report_dot(const vd_run *r, size_t i, int32_t hl_node, FILE *f);
 /* --html FILE: one self-contained page (report_html.c). */
 vd_rc vd_report_html(const vd_run *r, const vd_run_opts *o, const char *path, vd_diag *d);
 
-/* --junit FILE (report_junit.c). */
+/* --junit FILE (report_junit.c): vd_report_junit_configs of the one run. */
 vd_rc vd_report_junit(const vd_run *r, const vd_run_opts *o, const char *path, vd_diag *d);
 
 /* One configuration of a CI-facing report: a single verify run is one, a
@@ -49,6 +51,28 @@ typedef struct vd_report_config {
   int expected;            /* expected exit code from a manifest, -1 when none is stated */
   const char *error;       /* one-line message when run == NULL (exit 2 or 3), else NULL */
 } vd_report_config;
+
+/* The CI writers: every configuration of c[0..n) in one file (one stream).
+ * A configuration with run == NULL (it failed before a run) is one failing
+ * test case / one result / one annotation carrying its error.  VD_EIO when
+ * the file cannot be written, VD_ENOMEM; nothing else.
+ *   JUnit XML (report_junit.c): a test suite per configuration; test cases
+ *     "outcome", one per finding, one per proven single-device tensor, with
+ *     stable names.
+ *   SARIF 2.1.0 (report_sarif.c): one run; a result per finding (ruleId =
+ *     diagnosis class) placed at the user's source line when the plan says
+ *     it, else at the parallel plan and a logical location.
+ *   GitHub Actions (report_github.c): workflow-command annotations to
+ *     `annotations` (one per finding, file and line when known) and a
+ *     Markdown summary appended to summary_path (NULL: none). */
+vd_rc vd_report_junit_configs(const vd_report_config *c, size_t n, const char *path, vd_diag *d);
+vd_rc vd_report_sarif_configs(const vd_report_config *c, size_t n, const char *path, vd_diag *d);
+vd_rc vd_report_github_configs(const vd_report_config *c, size_t n, FILE *annotations, const char *summary_path,
+                               vd_diag *d);
+/* The configuration of a single verify run: named after the parallel plan's
+ * file name (without its directory), its outcome the run's exit code, no
+ * stated expectation. */
+void vd_report_config_single(vd_report_config *c, const vd_run *r, const vd_run_opts *o);
 
 /* Shared by the formats (report.c): a stage failure block and a structural
  * entry, as the text report prints them. */

@@ -1,15 +1,28 @@
 /*
- * verifier/report_junit.c - the run as JUnit XML (--junit FILE), so that
- * Jenkins, GitLab and GitHub Actions show the gate's result natively.
+ * verifier/report_junit.c - configurations as JUnit XML (--junit FILE), for
+ * the CI systems that read it (Jenkins, GitLab; GitHub Actions only through
+ * a third-party action: it does not read JUnit by itself).
  *
- * One test suite.  One failing test case per finding (classname
- * verdict.findings), whose <failure> carries the finding's text block as
- * the text report prints it.  One test case per stage class group
- * (classname verdict.stages; a class is the stages proven by one proof,
- * stages/canon.c) that is not part of a finding: passing when its verdict
- * is EQUIVALENT, an <error> when INCONCLUSIVE.  So tests = findings +
- * classes not failing, failures = findings, errors = inconclusive classes
- * (docs/report-format.md says how the counts relate to the JSON).
+ * One <testsuite> per configuration (a single verify run is one), named
+ * after it.  In it, with stable names (report_ci.h: no node id, stage id or
+ * count, so a test's history survives another run):
+ *   - "outcome" (classname verdict.CONFIG): passes when the configuration
+ *     ends as expected (equivalent unless a manifest says otherwise); a
+ *     <failure> when not equivalent (or equivalent against an expected
+ *     failure), an <error> when inconclusive or bad input;
+ *   - "finding: DIAGNOSIS at OP 'NAME'" (classname verdict.CONFIG.findings)
+ *     per finding: a <failure type="DIAGNOSIS"> with the finding's text
+ *     block; passing (the block in <system-out>) when the configuration is
+ *     expected not to be equivalent and is not;
+ *   - "proof of 'TENSOR'" (classname verdict.CONFIG.tensors) per
+ *     single-device tensor that a stage proves: passing when every such
+ *     stage is equivalent, a <failure> when one failed (it names the
+ *     finding), <skipped> when stages were left unsolved because of a
+ *     failure elsewhere, an <error> only when a stage is inconclusive on
+ *     its own (a limit, the solver, an unsupported operator).
+ * CONFIG in a classname has its dots replaced by '_' (CI systems split
+ * classnames at dots).  docs/report-format.md; the schema our output
+ * follows is tests/ci/junit.xsd, which keeps to Jenkins' conventions.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -17,80 +30,197 @@
 #include "../common/mem.h"
 #include "cli.h"
 #include "report.h"
+#include "report_ci.h"
 
-vd_rc vd_report_junit(const vd_run *r, const vd_run_opts *o, const char *path, vd_diag *d) {
+/* Counts and cases of one configuration, built before its suite is written
+ * (the suite's attributes come first). */
+typedef struct {
   vd_findings fs;
-  VD_CHECK(vd_findings_build(r, &fs, d));
-  size_t n = r->verdicts ? r->set.n_stages : 0;
-  /* Class groups: representative -> stage count; the first stage of each. */
-  size_t *count = vd_calloc(n ? n : 1, sizeof(size_t));
-  if (!count) {
-    vd_findings_free(&fs);
-    return VD_OOM(d);
+  vd_ci_finding *cf;
+  vd_ci_tensor *tn;
+  size_t n_tn;
+  size_t tests, failures, errors, skipped;
+  double secs;
+} suite;
+
+static void suite_free(suite *s) {
+  if (s->cf) vd_findings_free(&s->fs);
+  vd_free(s->cf);
+  vd_free(s->tn);
+  memset(s, 0, sizeof(*s));
+}
+
+static vd_rc suite_build(const vd_report_config *c, suite *s, vd_diag *d) {
+  memset(s, 0, sizeof(*s));
+  s->tests = 1;
+  if (!vd_report_ci_as_expected(c)) {
+    if (c->exit_code == 2 || c->exit_code == 3) s->errors++;
+    else s->failures++;
   }
-  size_t n_pass = 0, n_err = 0;
-  for (size_t i = 0; i < n; i++) {
-    const vd_stage *st = &r->set.stages[i];
-    count[st->canon_class >= 0 ? (size_t)st->canon_class : i]++;
+  if (!c->run) return VD_OK;
+  const vd_run *r = c->run;
+  for (int i = 0; i < VD_RUN_PHASES; i++) s->secs += r->phase_s[i];
+  VD_CHECK(vd_findings_build(r, &s->fs, d));
+  vd_rc rc = vd_report_ci_findings(r, &s->fs, &s->cf, d);
+  if (rc != VD_OK) {
+    vd_findings_free(&s->fs);
+    return rc;
   }
-  vd_rep_class_counts(r, &n_pass, &n_err);
-  FILE *f = fopen(path, "w");
-  if (!f) {
-    vd_free(count);
-    vd_findings_free(&fs);
-    VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot write the JUnit report");
+  rc = vd_report_ci_tensors(r, &s->fs, s->cf, &s->tn, &s->n_tn, d);
+  if (rc != VD_OK) {
+    suite_free(s);
+    return rc;
   }
-  double secs = 0;
-  for (int i = 0; i < VD_RUN_PHASES; i++) secs += r->phase_s[i];
-  size_t tests = fs.n + n_pass + n_err;
-  fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-  fprintf(f, "<testsuites name=\"verdict\" tests=\"%zu\" failures=\"%zu\" errors=\"%zu\" time=\"%.3f\">\n", tests, fs.n,
-          n_err, secs);
-  fprintf(f, "  <testsuite name=\"");
-  vd_cli_xml_str(f, o->pm);
-  fprintf(f, " against ");
-  vd_cli_xml_str(f, o->sm);
-  fprintf(f, "\" tests=\"%zu\" failures=\"%zu\" errors=\"%zu\" skipped=\"0\" time=\"%.3f\">\n", tests, fs.n, n_err, secs);
-  fprintf(f, "    <properties><property name=\"verdict\" value=\"%s\"/><property name=\"tool_version\" value=\"%s\"/>"
-             "<property name=\"stages\" value=\"%zu\"/></properties>\n",
-          vd_run_exit_code(r) == 0 ? "EQUIVALENT" : vd_run_exit_code(r) == 1 ? "NOT EQUIVALENT" : "INCONCLUSIVE",
-          VD_VERSION_STRING, r->set.n_stages);
-  char title[512];
-  for (size_t k = 0; k < fs.n; k++) {
-    const vd_finding *fd = &fs.v[k];
-    vd_rep_fmt_title(title, sizeof(title), r, fd);
-    fprintf(f, "    <testcase classname=\"verdict.findings\" name=\"finding %zu: ", k + 1);
-    vd_cli_xml_str(f, title);
-    fprintf(f, "\" time=\"0\">\n      <failure type=\"%s\" message=\"", vd_diagnosis_names[fd->diagnosis]);
-    vd_cli_xml_str(f, title);
-    fputs("\">", f);
-    vd_report_xml_text_finding(r, fd, f);
-    fputs("</failure>\n    </testcase>\n", f);
+  int expected_fail = c->exit_code == 1 && vd_report_ci_expected(c) == 1;
+  s->tests += s->fs.n + s->n_tn;
+  if (!expected_fail) s->failures += s->fs.n;
+  for (size_t i = 0; i < s->n_tn; i++) {
+    s->failures += s->tn[i].status == VD_CI_FAILURE && !expected_fail;
+    s->errors += s->tn[i].status == VD_CI_ERROR;
+    s->skipped += s->tn[i].status == VD_CI_SKIPPED;
   }
-  char line[512];
-  for (size_t c = 0; c < n; c++) {
-    const vd_stage *cs = &r->set.stages[c];
-    if ((cs->canon_class >= 0 && (size_t)cs->canon_class != c) || r->verdicts[c].verdict == VD_SMT_NOT_EQUIVALENT) continue;
-    const vd_stage *st = &r->set.stages[c];
-    const vd_stage_target *tg = st->n_targets ? &st->targets[0] : NULL;
-    const char *tname = "";
-    if (tg) tname = vd_plan_s(&r->sp, r->sp.tensors[r->sg.values[st->vals[tg->svalue].value].tensor].name);
-    snprintf(line, sizeof(line), "class of stage %zu (%zu stage%s; first target '%s')", c, count[c],
-             count[c] == 1 ? "" : "s", tname);
-    fprintf(f, "    <testcase classname=\"verdict.stages\" name=\"");
+  return VD_OK;
+}
+
+/* The classname: "verdict." + the configuration name with dots as '_'. */
+static void put_classname(FILE *f, const char *cfg, const char *suffix) {
+  fputs("verdict.", f);
+  size_t n = strlen(cfg);
+  char *tmp = vd_malloc(n + 1);
+  if (tmp) {
+    for (size_t i = 0; i <= n; i++) tmp[i] = cfg[i] == '.' ? '_' : cfg[i];
+    vd_cli_xml_str(f, tmp);
+    vd_free(tmp);
+  }
+  fputs(suffix, f);
+}
+
+static void case_open(FILE *f, const char *cfg, const char *suffix, const char *name_prefix, const char *name,
+                      double secs) {
+  fputs("    <testcase classname=\"", f);
+  put_classname(f, cfg, suffix);
+  fputs("\" name=\"", f);
+  vd_cli_xml_str(f, name_prefix);
+  vd_cli_xml_str(f, name);
+  fprintf(f, "\" time=\"%.3f\"", secs < 0 ? 0.0 : secs);
+}
+
+static void outcome_case(FILE *f, const vd_report_config *c, const suite *s) {
+  char line[1200];
+  vd_report_ci_outcome_line(c, s->fs.n, line, sizeof(line));
+  case_open(f, c->name, "", "", "outcome", s->secs);
+  if (vd_report_ci_as_expected(c)) {
+    fputs(">\n      <system-out>", f);
     vd_cli_xml_str(f, line);
-    fprintf(f, "\" time=\"%.3f\"", r->verdicts[c].ms / 1e3);
-    if (r->verdicts[c].verdict == VD_SMT_EQUIVALENT) {
-      fputs("/>\n", f);
-    } else {
-      fputs(">\n      <error type=\"INCONCLUSIVE\" message=\"", f);
-      vd_cli_xml_str(f, r->verdicts[c].reason);
-      fputs("\"/>\n    </testcase>\n", f);
+    fputs("</system-out>\n    </testcase>\n", f);
+    return;
+  }
+  const char *el = c->exit_code == 2 || c->exit_code == 3 ? "error" : "failure";
+  const char *type = c->exit_code == 2 ? "BAD_INPUT" : c->exit_code == 3 ? "INCONCLUSIVE"
+                     : c->exit_code == 1 ? "NOT_EQUIVALENT" : "UNEXPECTED_OUTCOME";
+  fprintf(f, ">\n      <%s type=\"%s\" message=\"", el, type);
+  vd_cli_xml_str(f, line);
+  fprintf(f, "\"/>\n    </testcase>\n");
+}
+
+static void finding_case(FILE *f, const vd_report_config *c, const vd_ci_finding *cf, int expected_fail) {
+  case_open(f, c->name, ".findings", "finding: ", cf->name, 0);
+  if (expected_fail) {
+    fputs(">\n      <system-out>", f);
+  } else {
+    fprintf(f, ">\n      <failure type=\"%s\" message=\"", vd_diagnosis_names[cf->fd->diagnosis]);
+    vd_cli_xml_str(f, cf->title);
+    fputs("\">", f);
+  }
+  vd_report_xml_text_finding(c->run, cf->fd, f);
+  fputs(expected_fail ? "</system-out>\n    </testcase>\n" : "</failure>\n    </testcase>\n", f);
+}
+
+static void tensor_case(FILE *f, const vd_report_config *c, const vd_ci_tensor *t, int expected_fail) {
+  char nm[300], msg[1200];
+  if (t->name[0]) snprintf(nm, sizeof(nm), "'%s'", t->name);
+  else snprintf(nm, sizeof(nm), "tensor t%lld", (long long)t->id);
+  case_open(f, c->name, ".tensors", "proof of ", nm, t->seconds);
+  switch (t->status) {
+  case VD_CI_PASS: fputs("/>\n", f); return;
+  case VD_CI_FAILURE:
+    snprintf(msg, sizeof(msg), "%zu of %zu stages not equivalent%s%s", t->n_fail, t->n_stages,
+             t->finding ? "; finding: " : "", t->finding ? t->finding : "");
+    fputs(expected_fail ? ">\n      <system-out>" : ">\n      <failure type=\"NOT_EQUIVALENT\" message=\"", f);
+    vd_cli_xml_str(f, msg);
+    fputs(expected_fail ? "</system-out>\n    </testcase>\n" : "\"/>\n    </testcase>\n", f);
+    return;
+  case VD_CI_ERROR:
+    snprintf(msg, sizeof(msg), "%zu of %zu stages inconclusive; first: %s", t->n_error, t->n_stages, t->reason);
+    fputs(">\n      <error type=\"INCONCLUSIVE\" message=\"", f);
+    break;
+  case VD_CI_SKIPPED:
+    snprintf(msg, sizeof(msg), "%zu of %zu stages %s", t->n_skipped, t->n_stages, t->reason);
+    fputs(">\n      <skipped message=\"", f);
+    break;
+  }
+  vd_cli_xml_str(f, msg);
+  fputs("\"/>\n    </testcase>\n", f);
+}
+
+static void write_suite(FILE *f, const vd_report_config *c, const suite *s) {
+  fputs("  <testsuite name=\"", f);
+  vd_cli_xml_str(f, c->name);
+  fprintf(f, "\" tests=\"%zu\" failures=\"%zu\" errors=\"%zu\" skipped=\"%zu\" time=\"%.3f\">\n", s->tests,
+          s->failures, s->errors, s->skipped, s->secs);
+  fprintf(f, "    <properties>\n      <property name=\"outcome\" value=\"%s\"/>\n"
+             "      <property name=\"expected\" value=\"%s\"/>\n      <property name=\"exit_code\" value=\"%d\"/>\n"
+             "      <property name=\"tool_version\" value=\"%s\"/>\n",
+          vd_report_ci_outcome(c->exit_code), vd_report_ci_outcome(vd_report_ci_expected(c)), c->exit_code,
+          VD_VERSION_STRING);
+  if (c->opts) {
+    fputs("      <property name=\"single\" value=\"", f);
+    vd_cli_xml_str(f, c->opts->sm);
+    fputs("\"/>\n      <property name=\"parallel\" value=\"", f);
+    vd_cli_xml_str(f, c->opts->pm);
+    fputs("\"/>\n", f);
+  }
+  fputs("    </properties>\n", f);
+  outcome_case(f, c, s);
+  int expected_fail = c->exit_code == 1 && vd_report_ci_expected(c) == 1;
+  for (size_t k = 0; k < s->fs.n; k++) finding_case(f, c, &s->cf[k], expected_fail);
+  for (size_t i = 0; i < s->n_tn; i++) tensor_case(f, c, &s->tn[i], expected_fail);
+  fputs("  </testsuite>\n", f);
+}
+
+vd_rc vd_report_junit_configs(const vd_report_config *c, size_t n, const char *path, vd_diag *d) {
+  suite *s = vd_calloc(n ? n : 1, sizeof(suite));
+  if (!s) return VD_OOM(d);
+  vd_rc rc = VD_OK;
+  size_t built = 0;
+  size_t tests = 0, failures = 0, errors = 0;
+  double secs = 0;
+  for (; built < n && rc == VD_OK; built++) {
+    rc = suite_build(&c[built], &s[built], d);
+    tests += s[built].tests, failures += s[built].failures, errors += s[built].errors, secs += s[built].secs;
+  }
+  FILE *f = rc == VD_OK ? fopen(path, "w") : NULL;
+  if (rc == VD_OK && !f) {
+    rc = VD_ERR(d, VD_EIO, path, NULL, NULL, "cannot write the JUnit report");
+  }
+  if (f) {
+    /* <testsuites> carries no skipped count: Jenkins' schema has none there. */
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+    fprintf(f, "<testsuites name=\"verdict\" tests=\"%zu\" failures=\"%zu\" errors=\"%zu\" time=\"%.3f\">\n", tests,
+            failures, errors, secs);
+    for (size_t i = 0; i < n; i++) write_suite(f, &c[i], &s[i]);
+    fputs("</testsuites>\n", f);
+    if (fclose(f) != 0) {
+      rc = VD_ERR(d, VD_EIO, path, NULL, NULL, "writing the JUnit report failed");
     }
   }
-  fputs("  </testsuite>\n</testsuites>\n", f);
-  vd_free(count);
-  vd_findings_free(&fs);
-  if (fclose(f) != 0) VD_FAIL(d, VD_EIO, path, NULL, NULL, "writing the JUnit report failed");
-  return VD_OK;
+  for (size_t i = 0; i < built; i++) suite_free(&s[i]);
+  vd_free(s);
+  return rc;
+}
+
+vd_rc vd_report_junit(const vd_run *r, const vd_run_opts *o, const char *path, vd_diag *d) {
+  vd_report_config c;
+  vd_report_config_single(&c, r, o);
+  return vd_report_junit_configs(&c, 1, path, d);
 }

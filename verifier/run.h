@@ -19,6 +19,9 @@ typedef struct {
   const char *dump_stages; /* --dump-stages FILE, or NULL */
   const char *html_path;   /* --html FILE, or NULL (verifier/report_html.c) */
   const char *junit_path;  /* --junit FILE, or NULL (verifier/report_junit.c) */
+  const char *sarif_path;  /* --sarif FILE, or NULL (verifier/report_sarif.c) */
+  const char *summary_path;/* --summary FILE, or $GITHUB_STEP_SUMMARY with --github, or NULL */
+  int github;              /* --github: workflow-command annotations (verifier/report_github.c) */
   const char *dot_path;    /* --dot-stage N FILE: FILE, or NULL */
   long dot_stage;          /* --dot-stage N FILE: N */
   int threads;             /* 0 = OpenMP default */

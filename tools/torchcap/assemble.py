@@ -399,6 +399,7 @@ def _tensor(tid, name, rank, v, role, persistent=False):
 
 
 def single_plan(tr, model):
+    paths = tr.get("paths")
     tr = _normalize(tr, tr.get("prog", "single"))
     decl = {d["pid"]: d for d in tr["decls"]}
     used = _used(tr)
@@ -410,14 +411,19 @@ def single_plan(tr, model):
     names, schedule, seg_of = _segments({0: tr}, [0])
     nodes = []
     for i, n in enumerate(tr["nodes"]):
-        nodes.append(_node(i + 1, n, 0, seg_of[(0, i)], lambda p: p))
+        nodes.append(_node(i + 1, n, 0, seg_of[(0, i)], lambda p: p, paths=paths))
     return {"format": "verdict-plan", "version": 1, "kind": "single", "model": model,
             "segments": names, "schedule": schedule, "tensors": tensors, "nodes": nodes,
             "x_source": "torch2plan " + tr.get("prog", "")}
 
 
-def _node(nid, n, rank, seg, tid, coll=None, suffix=""):
+def _node(nid, n, rank, seg, tid, coll=None, suffix="", paths=None):
     node = {"id": nid, "op": n["op"], "name": _node_name(n) + suffix}
+    # src: the user's file as a path (the name keeps the file's base name) and the aten operator,
+    # so CI reports (SARIF, GitHub annotations) place a finding on the user's line
+    where = (paths or {}).get(n["src"]) if n["src"] else None
+    if where:
+        node["src"] = where + (" " + n["aten"] if n["aten"] else "")
     if rank:
         node["rank"] = rank
     node["segment"] = seg
@@ -607,7 +613,7 @@ def parallel_plan(single_tr, trs, model):
                 coll = (coll_ids[key], grp, span)
             m = node_mb[r][i] if node_mb is not None else None
             nodes.append(_node(len(nodes) + 1, n, r, seg_of[(r, i)], tid(r), coll,
-                               " [mb %d]" % m if m is not None and m >= 0 else ""))
+                               " [mb %d]" % m if m is not None and m >= 0 else "", tr.get("paths")))
     # collective halves agree
     for key, ms in members.items():
         ops = {n["op"] for _, n in ms}

@@ -52,6 +52,15 @@ def user_frame():
     return "?", 0
 
 
+def _display_path(fn):
+    """The user's file as reports show it (plan `src`): relative to the working directory when
+    it lies below it (a CI job's checkout: GitHub and SARIF place annotations by such paths),
+    else absolute."""
+    full = os.path.abspath(fn)
+    rel = os.path.relpath(full)
+    return full if rel == ".." or rel.startswith(".." + os.sep) else rel
+
+
 class Cell:
     __slots__ = ("pid", "kind", "storage", "stale", "tensor", "src")
 
@@ -84,6 +93,7 @@ class Recorder:
         self.bwd_caller = None
         self.active = False
         self.in_coll = 0         # inside a wrapped torch.distributed call
+        self.paths = {}          # "file.py:LINE" -> "path/to/file.py:LINE" (None: two files share the name)
 
     # ---- values and cells ----------------------------------------------------------------
     def new_value(self, shape, dtype):
@@ -140,7 +150,12 @@ class Recorder:
     # ---- nodes -------------------------------------------------------------------------------
     def src_here(self):
         fn, line = user_frame()
-        return "%s:%d" % (os.path.basename(fn), line), (fn, line)
+        short = "%s:%d" % (os.path.basename(fn), line)
+        if fn != "?":
+            full = "%s:%d" % (_display_path(fn), line)
+            if self.paths.setdefault(short, full) != full:
+                self.paths[short] = None
+        return short, (fn, line)
 
     def emit(self, op, ins, outs, attrs=None, aten="", phase=None, coll=None, src=None):
         node = {"op": op, "in": list(ins), "out": list(outs), "attrs": dict(attrs or {}),
@@ -431,7 +446,7 @@ class Capture:
                 final = c.pid if c is not None else d.pid
             decls.append(d.to_dict(final))
         return {"rank": self.rank, "world": self.world, "mesh": self.mesh_dims, "nm": self.nm,
-                "values": rec.values, "nodes": rec.nodes, "decls": decls}
+                "values": rec.values, "nodes": rec.nodes, "decls": decls, "paths": rec.paths}
 
 
 def _hook_graph(rec, tensors):
