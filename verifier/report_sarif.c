@@ -16,7 +16,8 @@
  *     configuration and the finding's stable name, so a service tracks the
  *     same finding across runs;
  *   - one result per configuration that did not end as expected for
- *     another reason: INCONCLUSIVE (warning), BAD_INPUT (error),
+ *     another reason: INCONCLUSIVE (warning), BAD_INPUT (error; also every
+ *     configuration without a run that is not inconclusive),
  *     UNEXPECTED_OUTCOME (error: equivalent where a failure was expected).
  * Written with jansson (keys in insertion order, so the same run gives the
  * same bytes).  Strings that are not valid UTF-8 (names from a plan) have
@@ -236,8 +237,10 @@ static vd_rc config_results(ctx *x, const vd_report_config *c, json_t *res, vd_d
   vd_report_ci_outcome_line(c, 0, line, sizeof(line));
   const char *plan = c->opts ? c->opts->pm : NULL;
   if (c->exit_code == 2 || !c->run) {
-    push(x, res, result(x, RULE_BAD_INPUT, "error", line, plan ? location(x, NULL, 0, plan, NULL, NULL, c->name) : NULL,
-                        c->name, "BAD_INPUT"));
+    int bad = c->exit_code != 3;
+    push(x, res, result(x, bad ? RULE_BAD_INPUT : RULE_INCONCLUSIVE, bad ? "error" : "warning", line,
+                        plan ? location(x, NULL, 0, plan, NULL, NULL, c->name) : NULL, c->name,
+                        bad ? "BAD_INPUT" : "INCONCLUSIVE"));
     return VD_OK;
   }
   vd_findings fs;
@@ -269,12 +272,13 @@ static vd_rc config_results(ctx *x, const vd_report_config *c, json_t *res, vd_d
 
 static json_t *invocation(ctx *x, const vd_report_config *c) {
   json_t *inv = obj(x);
-  put(x, inv, "executionSuccessful", json_boolean(c->run != NULL && c->exit_code != 2));
+  /* Bad input is a failed execution; an inconclusive stop is not. */
+  put(x, inv, "executionSuccessful", json_boolean(c->exit_code != 2));
   put(x, inv, "exitCode", json_integer(c->exit_code));
   put(x, inv, "exitCodeDescription", jstr(x, vd_report_ci_outcome(c->exit_code)));
   if (!c->run || c->exit_code == 2) {
     json_t *ns = arr(x), *n = obj(x);
-    put(x, n, "level", jstr(x, "error"));
+    put(x, n, "level", jstr(x, c->exit_code == 3 ? "warning" : "error"));
     put(x, n, "message", text_msg(x, c->error ? c->error : "the configuration could not be checked"));
     push(x, ns, n);
     put(x, inv, "toolExecutionNotifications", ns);
