@@ -6,6 +6,7 @@
 #                                                      each must be EQUIVALENT and exec AGREE
 #   sh examples/torch/demo.sh VERDICT bug=NAME         one hand-written bug (llama_parallel.py);
 #                                                      must be NOT EQUIVALENT and exec DISAGREE
+#   sh examples/torch/demo.sh --settings CONFIG|bug=NAME   print its --nproc and --set values
 # Configurations: tp2 pp2 dp2 sp tp2pp2dp2 tp2pp2dp2sp tied (tied embedding and head weights).
 # Bugs: no_allreduce grad_scale pp_recv dp_noavg no_sp_gather tie_noreduce.  Plans and reports
 # land in ${OUT:-build/torch}.  Exit 0 when every run ends as expected.
@@ -39,6 +40,18 @@ bugconf() {
     *) echo "" ;;
   esac
 }
+
+# demo.sh --settings CONFIG|bug=NAME: print "NPROC SETTING..." for tools/torch2plan's --nproc and
+# --set (examples/ci/verify.sh captures the same configurations); exit 2 when unknown.
+if [ "$VERDICT" = --settings ]; then
+  t=${1:-}
+  case $t in
+    bug=*) c=$(bugconf "${t#bug=}"); [ -n "$c" ] && s=$(conf "$c") && [ -n "$s" ] && echo "$s bug=${t#bug=}" && exit 0 ;;
+    *) s=$(conf "$t"); [ -n "$s" ] && echo "$s" && exit 0 ;;
+  esac
+  echo "demo.sh: unknown configuration '$t'" >&2
+  exit 2
+fi
 
 now() { date +%s.%N; }
 
