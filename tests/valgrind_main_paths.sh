@@ -15,7 +15,8 @@ vg plan dump --json "$T/p.plan"
 vg exec --sm "$T/s.plan" --pm "$T/p.plan"
 vg -q --threads 1 --sm "$T/s.plan" --pm "$T/p.plan"
 "$V" mutate --bug 7 "$T/p.plan" "$T/b.plan" >/dev/null
-vg -q --threads 1 --sm "$T/s.plan" --pm "$T/b.plan" --json "$T/r.json"
+vg -q --threads 1 --sm "$T/s.plan" --pm "$T/b.plan" --json "$T/r.json" --junit "$T/r.xml" --sarif "$T/r.sarif" --github \
+  --summary "$T/r.md"
 vg exec --reduce --sm "$T/s.plan" --pm "$T/p.plan"
 # an imported nnScaler pair (when the shared corpus is there), and its BATCH twin
 C=$(dirname "$0")/../../shared/corpus/nnscaler
