@@ -89,10 +89,11 @@ static void finding_facts(const vd_run *r, const vd_finding *fd, vd_ci_finding *
   }
   if (fd->structural) {
     const vd_issue *is = &r->issues[fd->rep];
-    if (is->tensor >= 0) {
-      tensor_name(is->single ? &r->sp : &r->pp, is->tensor, tn, sizeof(tn));
+    const vd_plan_t *ip = is->single ? &r->sp : &r->pp;
+    if (is->tensor >= 0 && (size_t)is->tensor < ip->n_tensors) {
+      tensor_name(ip, is->tensor, tn, sizeof(tn));
       snprintf(c->logical, sizeof(c->logical), "%stensor '%s'", is->single ? "single " : "", tn);
-    } else if (is->stensor >= 0) {
+    } else if (is->stensor >= 0 && (size_t)is->stensor < r->sp.n_tensors) {
       tensor_name(&r->sp, is->stensor, tn, sizeof(tn));
       snprintf(c->logical, sizeof(c->logical), "single tensor '%s'", tn);
     } else {
