@@ -17,7 +17,8 @@
 #include "findings.h"
 
 /* JSON schema version (docs/report-format.md); raised on any change that
- * removes or retypes a key. */
+ * removes or retypes a key, with docs/report.schema.json (its
+ * schema_version const; tests/e2e/50_ci_outputs.sh checks they agree). */
 #define VD_REPORT_SCHEMA_VERSION 2
 
 void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f);

@@ -40,7 +40,11 @@ run b1l3 1 --sm "$TMP/s3.plan" --pm "$TMP/c/bug.plan"
 run b14 1 --sm "$TMP/sz.plan" --pm "$TMP/b14.plan"
 run inc 3 --sm "$TMP/s.plan" --pm "$TMP/p.plan" --stage-budget 0.000001
 
-# JSON Schema: the four kinds of report validate; a broken one does not.
+# JSON Schema: versioned with VD_REPORT_SCHEMA_VERSION; the four kinds of report validate; a
+# broken one does not.
+V=$(sed -n 's/^#define VD_REPORT_SCHEMA_VERSION \([0-9]*\)$/\1/p' "$ROOT/verifier/report.h")
+$PY -c "import json,sys; s=json.load(open('$ROOT/docs/report.schema.json')); sys.exit(s['properties']['schema_version']['const'] != $V)" ||
+  fail "docs/report.schema.json is not the schema of VD_REPORT_SCHEMA_VERSION $V"
 $CHK report "$ROOT/docs/report.schema.json" "$TMP/eq.json" "$TMP/b1.json" "$TMP/b14.json" "$TMP/inc.json" ||
   fail "a JSON report does not validate against docs/report.schema.json"
 $PY - "$TMP" <<'PY'
