@@ -21,11 +21,11 @@ CFLAGS  := $(CFLAGS_BASE) $(OPT) $(EXTRA_CFLAGS)
 # (cmocka), the Python tools and their tests (msgpack, torch), the fuzz target
 # (clang with its libFuzzer runtime), the leak check (valgrind) and the
 # pictures of the HTML report (graphviz's dot), the CI outputs' schema checks (jsonschema,
-# xmllint; pip fetches the SARIF schema, tests/ci/sarif_schema.sh).
+# xmllint; pip fetches the SARIF schema, tests/ci/sarif_schema.sh; yaml reads the example workflow).
 DEMO_PACKAGES := libz3-dev libgmp-dev libigraph-dev libmsgpack-dev libssl-dev libjansson-dev
 DEB_PACKAGES := $(DEMO_PACKAGES) libcmocka-dev python3 python3-msgpack \
                 clang libclang-rt-dev valgrind python3-torch graphviz \
-                python3-jsonschema python3-pip libxml2-utils
+                python3-jsonschema python3-pip python3-yaml libxml2-utils
 
 LIB_SRC := $(filter-out verifier/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))

@@ -13,9 +13,11 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 WF=$ROOT/examples/ci/verdict-workflow.yml
 EX=$ROOT/examples/torch/llama_parallel.py
 SARIF_SCHEMA=$(sh "$ROOT/tests/ci/sarif_schema.sh" "$ROOT/build/ci-schemas") || fail "no SARIF schema"
-# the workflow's matrix and its verify command
-TARGETS=$(sed -n 's/^ *target: \[\(.*\)\] *$/\1/p' "$WF" | tr -d ' ' | tr ',' ' ')
-CMD=$(sed -n 's/^ *run: \(sh examples\/ci\/verify.sh .*\)$/\1/p' "$WF")
+# the workflow (parsed as YAML): its matrix and its verify step's command
+TARGETS=$($PY -c "import yaml,sys; w=yaml.safe_load(open(sys.argv[1])); print(' '.join(w['jobs']['verify']['strategy']['matrix']['target']))" "$WF") ||
+  fail "$WF: no matrix"
+CMD=$($PY -c "import yaml,sys; w=yaml.safe_load(open(sys.argv[1])); print([s['run'] for s in w['jobs']['verify']['steps'] if s.get('name') == 'verify'][0].strip())" "$WF") ||
+  fail "$WF: no verify step"
 [ -n "$TARGETS" ] && [ -n "$CMD" ] || fail "no matrix or verify step in $WF"
 for t in $TARGETS; do
   sh "$ROOT/examples/torch/demo.sh" --settings "$t" >/dev/null || fail "the workflow's target $t is unknown"
