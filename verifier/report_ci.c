@@ -113,22 +113,55 @@ static void finding_facts(const vd_run *r, const vd_finding *fd, vd_ci_finding *
   snprintf(c->name, sizeof(c->name), "%s on %s", dx, c->logical);
 }
 
+/* Sort order for naming duplicates: by name, then report order. */
+typedef struct {
+  const char *name;
+  size_t k;
+} name_ix;
+
+static int by_name(const void *a, const void *b) {
+  const name_ix *x = a, *y = b;
+  int c = strcmp(x->name, y->name);
+  return c ? c : (x->k > y->k) - (x->k < y->k);
+}
+
 vd_rc vd_report_ci_findings(const vd_run *r, const vd_findings *fs, vd_ci_finding **out, vd_diag *d) {
   *out = vd_calloc(fs->n ? fs->n : 1, sizeof(vd_ci_finding));
-  if (!*out) return VD_OOM(d);
-  vd_ci_finding *c = *out;
-  for (size_t k = 0; k < fs->n; k++) finding_facts(r, &fs->v[k], &c[k]);
-  /* Equal names (two causes at one operator, e.g. on two plans' sides
-   * named alike) get an ordinal in report order, which is deterministic. */
-  for (size_t k = 1; k < fs->n; k++) {
-    unsigned same = 1;
-    for (size_t j = 0; j < k; j++) same += strcmp(c[j].name, c[k].name) == 0;
-    if (same > 1) {
-      size_t len = strlen(c[k].name);
-      if (len + 16 > sizeof(c[k].name)) len = sizeof(c[k].name) - 16;
-      snprintf(c[k].name + len, sizeof(c[k].name) - len, " (%u)", same);
-    }
+  name_ix *ix = vd_calloc(fs->n ? fs->n : 1, sizeof(name_ix));
+  if (!*out || !ix) {
+    vd_free(*out), vd_free(ix);
+    *out = NULL;
+    return VD_OOM(d);
   }
+  vd_ci_finding *c = *out;
+  for (size_t k = 0; k < fs->n; k++) {
+    finding_facts(r, &fs->v[k], &c[k]);
+    ix[k].name = c[k].name;
+    ix[k].k = k;
+  }
+  /* Equal names (two causes at one operator, e.g. on two plans' sides
+   * named alike) get an ordinal in report order, which is deterministic;
+   * sorted, so O(n log n) for a run with many findings.  The names are
+   * extended only after the walk (ix points into them). */
+  qsort(ix, fs->n, sizeof(name_ix), by_name);
+  size_t *ord = vd_calloc(fs->n ? fs->n : 1, sizeof(size_t));
+  if (!ord) {
+    vd_free(*out), vd_free(ix);
+    *out = NULL;
+    return VD_OOM(d);
+  }
+  for (size_t i = 1, run = 1; i < fs->n; i++) {
+    run = strcmp(ix[i - 1].name, ix[i].name) == 0 ? run + 1 : 1;
+    if (run > 1) ord[ix[i].k] = run;
+  }
+  for (size_t k = 0; k < fs->n; k++) {
+    if (!ord[k]) continue;
+    size_t len = strlen(c[k].name);
+    if (len + 24 > sizeof(c[k].name)) len = sizeof(c[k].name) - 24;
+    snprintf(c[k].name + len, sizeof(c[k].name) - len, " (%zu)", ord[k]);
+  }
+  vd_free(ord);
+  vd_free(ix);
   return VD_OK;
 }
 
