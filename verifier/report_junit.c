@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "../common/mem.h"
+#include "../common/outfile.h"
 #include "cli.h"
 #include "report.h"
 
@@ -34,12 +35,14 @@ vd_rc vd_report_junit(const vd_run *r, const vd_run_opts *o, const char *path, v
     count[st->canon_class >= 0 ? (size_t)st->canon_class : i]++;
   }
   vd_rep_class_counts(r, &n_pass, &n_err);
-  FILE *f = fopen(path, "w");
-  if (!f) {
+  vd_outfile of; /* common/outfile.h */
+  vd_rc orc = vd_outfile_open(&of, path, 0, d);
+  if (orc != VD_OK) {
     vd_free(count);
     vd_findings_free(&fs);
-    VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot write the JUnit report");
+    return orc;
   }
+  FILE *f = of.fp;
   double secs = 0;
   for (int i = 0; i < VD_RUN_PHASES; i++) secs += r->phase_s[i];
   size_t tests = fs.n + n_pass + n_err;
@@ -91,6 +94,5 @@ vd_rc vd_report_junit(const vd_run *r, const vd_run_opts *o, const char *path, v
   fputs("  </testsuite>\n</testsuites>\n", f);
   vd_free(count);
   vd_findings_free(&fs);
-  if (fclose(f) != 0) VD_FAIL(d, VD_EIO, path, NULL, NULL, "writing the JUnit report failed");
-  return VD_OK;
+  return vd_outfile_commit(&of, d);
 }
