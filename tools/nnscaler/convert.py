@@ -101,9 +101,19 @@ def need(cond, what):
         raise ConvertError(what)
 
 
-def as_int(x, what):
+# Integers that size something are bounded where they are read (a degree
+# verdict stores in int32, an id or an index in int64); bounds.py checks the
+# finished plan against every rule of verdict's reader on integers.
+INT32_MAX = (1 << 31) - 1
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def as_int(x, what, lo=INT64[0], hi=INT64[1]):
     if isinstance(x, bool) or not isinstance(x, int):
         raise ConvertError("%s: expected an integer, got %s" % (what, type(x).__name__))
+    if not lo <= x <= hi:
+        shown = "a %d-bit integer" % x.bit_length() if abs(x) >= 1 << 64 else "%d" % x
+        raise ConvertError("%s: expected an integer in [%d, %d], got %s" % (what, lo, hi, shown))
     return x
 
 
@@ -214,7 +224,8 @@ class World:
         need(isinstance(devs, (list, tuple)) and devs, "ModuleCodeGen.devices: missing or empty")
         self.plan = len(devs)
         need(int_list(devs, "devices") == list(range(self.plan)), "devices: expected 0..n-1")
-        rt = as_int(getattr(mg, "runtime_ndevs", self.plan), "runtime_ndevs")
+        # verdict stores replicas * stored ranks (= runtime_ndevs) in int32
+        rt = as_int(getattr(mg, "runtime_ndevs", self.plan), "runtime_ndevs", 1, INT32_MAX)
         need(rt >= self.plan and rt % self.plan == 0, "runtime_ndevs %d is not a multiple of %d devices" % (rt, self.plan))
         self.dp = rt // self.plan
         ep = getattr(mg, "execplan", None)
@@ -223,7 +234,7 @@ class World:
         g = getattr(ep, "_graph", None)
         sched = getattr(g, "_sched", None) if g is not None else None
         if isinstance(sched, ps.Stub):
-            self.nm = as_int(getattr(sched, "_num_microbatches", 1), "_num_microbatches")
+            self.nm = as_int(getattr(sched, "_num_microbatches", 1), "_num_microbatches", 1, INT32_MAX)
             fw = [n for n in getattr(g, "_nodes", []) if sname(n) == "IRSegment" and self._isfw(n)]
             self.pp = max(1, len(fw))
         else:
@@ -446,7 +457,8 @@ class Lowering(ConvState):
             if is_tensor(t) and getattr(t._full_tensor, "_is_attr", False):
                 m = LAYER_RE.search(getattr(t._full_tensor, "name", "") or "")
                 if m:
-                    return int(m.group(1))
+                    # a layer number is informational; one beyond int32 is "none"
+                    return int(m.group(1)) if len(m.group(1)) <= 9 else -1
         return -1
 
     def lower_fw(self, n):
@@ -889,7 +901,7 @@ class Conv(CommLowering):
         ft = sub._full_tensor
         fid = as_int(ft._id, "ftid")
         indices = [list(x) for x in sub._indmap._indices]
-        k, num = (int(v) for v in sub._valmap._weight)
+        k, num = (as_int(v, "valmap") for v in sub._valmap._weight)
         if fid in self.mref_grads:
             # SOUNDNESS: the gradient of one multiref output is one consumer's
             # contribution; its fresh ftid may coincide with a different Gs
@@ -1092,7 +1104,7 @@ def single_info(mg, path):
         # partial sub-tensor gets a fresh id, which a lineage must not name.
         if sub is not None and key[0] == "f":
             ft = sub._full_tensor
-            info[int(ft._id)] = (int_list(ft._shape, "shape") or [1], getattr(ft, "name", None))
+            info[as_int(ft._id, "ftid")] = (int_list(ft._shape, "shape") or [1], getattr(ft, "name", None))
     return c, info
 
 

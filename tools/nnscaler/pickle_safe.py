@@ -22,7 +22,6 @@ import io
 import pickle
 import resource
 import struct
-import sys
 
 MAX_FILE_BYTES = 512 << 20
 # Unpickling a real plan takes about 12 bytes of memory per pickle byte.  A
@@ -255,11 +254,40 @@ _TORCH_DTYPES = {"float32", "float16", "bfloat16", "float64", "int64", "int32", 
                  "uint8", "bool", "complex64", "complex128", "float", "half", "double", "long", "int"}
 
 
-class SafeUnpickler(pickle.Unpickler):
+# The deepest nesting of containers an accepted pickle may build (a tuple in
+# a tuple ..., a stub whose state holds a list of stubs ...).  Why: hashing a
+# tuple recurses in C without any check, so a 150 KB pickle of a tuple nested
+# 150,000 deep used as a dict key crashed the importer (SIGSEGV, issue 29
+# item 7).  The 103 pickles of the corpus nest at most 140 deep as counted
+# here (a pickler recurses once per level and stops near Python's recursion
+# limit of 1000); 1000 bounds the C stack a hash or a comparison may use to
+# well under 1 MB.
+MAX_DEPTH = 1000
+
+_ATOMS = frozenset((int, float, str, bytes, bool, type(None), complex))
+
+
+def _is_code_object(x):
+    """Classes and functions (ours or stubs'): never the target of BUILD."""
+    return isinstance(x, type) or callable(x) and not isinstance(x, Stub)
+
+
+class SafeUnpickler(pickle._Unpickler):
+    """Python's own unpickler (pickle._Unpickler, pure Python: no C recursion
+    of its own) with find_class made inert and every container's nesting
+    depth tracked as it is built (bottom-up, as the pickler writes: exact for
+    tuples, which are immutable; a mutable container filled after it was
+    placed elsewhere is counted where it is filled).  Deeper than MAX_DEPTH
+    is refused before any deeper object exists."""
+
     def __init__(self, f):
         super().__init__(f)
         self._stubs = {}
         self._dtypes = {}
+        # id -> (depth, object) of containers deeper than 1; holding the
+        # object keeps its id from being reused by another.
+        self._depth = {}
+        self.max_seen = 1
 
     def find_class(self, module, name):
         if not isinstance(module, str) or not isinstance(name, str) or len(module) > 512 or len(name) > 512:
@@ -283,6 +311,116 @@ class SafeUnpickler(pickle.Unpickler):
     def persistent_load(self, pid):
         raise PickleError("persistent ids are not supported")
 
+    # ---- depth ----------------------------------------------------------
+    def _d(self, x):
+        if type(x) in _ATOMS:
+            return 0
+        e = self._depth.get(id(x))
+        return e[0] if e is not None else 1
+
+    def _dmax(self, items):
+        m = 0
+        for x in items:
+            if type(x) not in _ATOMS:
+                d = self._d(x)
+                if d > m:
+                    m = d
+        return m
+
+    def _raise(self, x, d):
+        """x holds something d deep: x is at least d deep."""
+        if type(x) in _ATOMS or d <= 1 or d <= self._d(x):
+            return
+        if d > MAX_DEPTH:
+            raise PickleError("objects nested more than %d deep: refused (the limit bounds the recursion of "
+                              "hashing and comparing them)" % MAX_DEPTH)
+        self._depth[id(x)] = (d, x)
+        if d > self.max_seen:
+            self.max_seen = d
+
+    def _new_top(self, inner):
+        """The object on top of the stack was just built around things
+        `inner` deep; a tuple is measured exactly from its elements."""
+        x = self.stack[-1]
+        if type(x) is tuple:
+            inner = self._dmax(x)
+        self._raise(x, inner + 1)
+
+
+def _built_from_mark(fn):
+    # TUPLE, LIST, DICT, FROZENSET, OBJ, INST: the items since MARK
+    def run(self):
+        inner = self._dmax(self.stack)
+        fn(self)
+        self._new_top(inner)
+    return run
+
+
+def _built_from_top(n):
+    # TUPLE1..3 (n items), REDUCE and NEWOBJ (args on top), NEWOBJ_EX
+    def wrap(fn):
+        def run(self):
+            inner = self._dmax(self.stack[-n:])
+            fn(self)
+            self._new_top(inner)
+        return run
+    return wrap
+
+
+def _filled_from_mark(fn):
+    # APPENDS, SETITEMS, ADDITEMS: the items since MARK go into the object below
+    def run(self):
+        inner = self._dmax(self.stack)
+        fn(self)
+        self._raise(self.stack[-1], inner + 1)
+    return run
+
+
+def _filled_from_top(n):
+    # APPEND (1 item), SETITEM (2)
+    def wrap(fn):
+        def run(self):
+            inner = self._dmax(self.stack[-n:])
+            fn(self)
+            self._raise(self.stack[-1], inner + 1)
+        return run
+    return wrap
+
+
+def _load_build(self):
+    # BUILD: the state becomes the object's fields.  Only on an instance:
+    # BUILD on one of the allowed classes or functions would set attributes
+    # of this module's code (their __defaults__, say) from the file.
+    if len(self.stack) < 2 or _is_code_object(self.stack[-2]):
+        raise PickleError("BUILD on a class or a function" if len(self.stack) >= 2 else "BUILD on an empty stack")
+    inner = self._d(self.stack[-1])
+    pickle._Unpickler.load_build(self)
+    self._raise(self.stack[-1], inner)
+
+
+_P = pickle._Unpickler.dispatch
+_OP = pickle
+SafeUnpickler.dispatch = dict(_P)
+for _code, _wrap in ((_OP.TUPLE, _built_from_mark), (_OP.LIST, _built_from_mark), (_OP.DICT, _built_from_mark),
+                     (_OP.FROZENSET, _built_from_mark), (_OP.OBJ, _built_from_mark), (_OP.INST, _built_from_mark),
+                     (_OP.TUPLE1, _built_from_top(1)), (_OP.TUPLE2, _built_from_top(2)),
+                     (_OP.TUPLE3, _built_from_top(3)), (_OP.REDUCE, _built_from_top(2)),
+                     (_OP.NEWOBJ, _built_from_top(2)), (_OP.NEWOBJ_EX, _built_from_top(3)),
+                     (_OP.APPENDS, _filled_from_mark), (_OP.SETITEMS, _filled_from_mark),
+                     (_OP.ADDITEMS, _filled_from_mark), (_OP.APPEND, _filled_from_top(1)),
+                     (_OP.SETITEM, _filled_from_top(2))):
+    SafeUnpickler.dispatch[_code[0]] = _wrap(_P[_code[0]])
+SafeUnpickler.dispatch[_OP.BUILD[0]] = _load_build
+
+
+def _trailing(u, stream, size):
+    """Bytes of the file after the STOP opcode (inside the last frame, or
+    after it)."""
+    fr = getattr(u, "_unframer", None)
+    fr = fr.current_frame if fr is not None else None
+    inside = len(fr.getbuffer()) - fr.tell() if fr is not None else 0
+    return inside + size - stream.tell()
+
 
 def load(path):
     """Loads `path` inertly.  Raises PickleError with a one-line reason."""
@@ -298,20 +436,17 @@ def load(path):
             data = f.read()
     except OSError as e:
         raise PickleError("cannot read: %s" % (e.strerror or e))
-    old = sys.getrecursionlimit()
     limits = None
     try:
-        sys.setrecursionlimit(max(old, 20000))
         stream = io.BytesIO(data)
         u = SafeUnpickler(stream)
         limits = _memory_cap(len(data))
         obj = u.load()
         # pickle ignores the bytes after STOP; refuse them (a concatenated
-        # or padded file is not what the producer wrote).  The C unpickler
-        # reads a BytesIO exactly up to STOP, so tell() is where it stopped.
-        end = stream.tell()
-        if end != len(data):
-            raise PickleError("%d trailing bytes after the STOP opcode at byte %d" % (len(data) - end, end - 1))
+        # or padded file is not what the producer wrote).
+        extra = _trailing(u, stream, len(data))
+        if extra:
+            raise PickleError("%d trailing bytes after the STOP opcode" % extra)
         return obj
     except PickleError:
         raise
@@ -321,9 +456,17 @@ def load(path):
         raise PickleError("the pickle needs more memory than a %d-byte file may (%d bytes per byte + %d MB); "
                           "refused" % (len(data), MEMORY_PER_BYTE, MEMORY_SLACK >> 20))
     except Exception as e:  # UnpicklingError, EOFError, TypeError from a bad opcode, ...
-        msg = str(e).splitlines()[0] if str(e) else ""
+        msg = _one_line(e)
         raise PickleError("unpickling failed: %s%s" % (type(e).__name__, ": " + msg if msg else ""))
     finally:
         if limits is not None:
             resource.setrlimit(resource.RLIMIT_AS, limits)
-        sys.setrecursionlimit(old)
+
+
+def _one_line(e):
+    try:
+        text = str(e)
+    except Exception:  # str() of a huge int in the message, say
+        return ""
+    lines = text.splitlines()
+    return lines[0][:300] if lines else ""

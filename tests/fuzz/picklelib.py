@@ -1,0 +1,79 @@
+"""tests/fuzz/picklelib.py - building hostile pickles from real ones, for the importer's
+bound tests (tests/e2e/19_nnscaler_bounds.sh) and the unpickler fuzzer
+(tests/fuzz/fuzz_unpickler.py).  Standard library only (Debian's /usr/bin/python3).
+
+A pickle is handled as its list of opcodes, each kept as its raw bytes, with the protocol-4
+FRAME opcodes dropped (framing is optional; a stream without frames unpickles the same), so
+an opcode can be replaced by one of another length.
+"""
+import pickle
+import pickletools
+import struct
+
+
+def raw_ops(data):
+    """[(name, arg, raw bytes)] of a pickle, frames dropped."""
+    ops = list(pickletools.genops(data))
+    out = []
+    for i, (op, arg, pos) in enumerate(ops):
+        end = ops[i + 1][2] if i + 1 < len(ops) else len(data)
+        if op.name != "FRAME":
+            out.append((op.name, arg, data[pos:end]))
+    return out
+
+
+def join(ops):
+    return b"".join(r for _, _, r in ops)
+
+
+def enc_int(v):
+    """The opcode that pushes the integer v (any size)."""
+    if 0 <= v < 256:
+        return pickle.BININT1 + bytes([v])
+    if -(1 << 31) <= v < (1 << 31):
+        return pickle.BININT + struct.pack("<i", v)
+    n = (v.bit_length() + 8) // 8
+    body = v.to_bytes(n, "little", signed=True)
+    if n < 256:
+        return pickle.LONG1 + bytes([n]) + body
+    return pickle.LONG4 + struct.pack("<I", n) + body
+
+
+def enc_float(x):
+    return pickle.BINFLOAT + struct.pack(">d", x)
+
+
+def set_after_key(data, key, raw, nth=0):
+    """The pickle with the value written after the literal string `key` (its nth literal
+    occurrence; a MEMOIZE between them is kept) replaced by the opcode bytes `raw`.  Only a
+    value that is one opcode (an integer, a float, None) can be replaced."""
+    ops = raw_ops(data)
+    seen = 0
+    for i, (name, arg, _) in enumerate(ops):
+        if name in ("SHORT_BINUNICODE", "BINUNICODE", "UNICODE") and arg == key:
+            if seen == nth:
+                j = i + 1
+                while ops[j][0] in ("MEMOIZE", "BINPUT", "LONG_BINPUT"):
+                    j += 1
+                ops[j] = ("RAW", None, raw)
+                return join(ops)
+            seen += 1
+    raise KeyError(key)
+
+
+def int_positions(data):
+    """Indices (into raw_ops) of the opcodes that push an integer."""
+    return [i for i, (n, _, _) in enumerate(raw_ops(data))
+            if n in ("BININT", "BININT1", "BININT2", "LONG1", "LONG4", "INT", "LONG")]
+
+
+def deep_tuple_key(depth):
+    """A dict whose key is a tuple nested `depth` deep (1 byte per level: TUPLE1)."""
+    return pickle.PROTO + b"\x02" + pickle.EMPTY_DICT + pickle.NONE + pickle.TUPLE1 * depth + pickle.NONE + \
+        pickle.SETITEM + pickle.STOP
+
+
+def deep_list(depth):
+    """A list nested `depth` deep: MARK * depth, [], then LIST * depth (each LIST wraps what
+    follows the last MARK, the list below, into a new list)."""
+    return pickle.PROTO + b"\x04" + pickle.MARK * depth + pickle.EMPTY_LIST + pickle.LIST * depth + pickle.STOP
