@@ -145,7 +145,7 @@ $(FUZZ_BIN): tests/fuzz/fuzz_plan_reader.c $(LIB_SRC) $(wildcard */*.h)
 	@mkdir -p $(dir $@)
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -I/usr/include/igraph -fopenmp \
 	  -fsanitize=fuzzer,address,undefined -o $@ tests/fuzz/fuzz_plan_reader.c \
-	  common/*.c plans/*.c -lmsgpackc -lm
+	  common/*.c plans/*.c -lmsgpackc -lcrypto -lm
 fuzz-short: $(FUZZ_BIN) fuzz-pickle-short
 	@mkdir -p $(BUILD)/fuzz/corpus
 	$(FUZZ_BIN) -max_total_time=20 -max_len=65536 -rss_limit_mb=1024 -artifact_prefix=$(BUILD)/fuzz/ -dict=tests/fuzz/plan.dict \
