@@ -77,3 +77,33 @@ def deep_list(depth):
     """A list nested `depth` deep: MARK * depth, [], then LIST * depth (each LIST wraps what
     follows the last MARK, the list below, into a new list)."""
     return pickle.PROTO + b"\x04" + pickle.MARK * depth + pickle.EMPTY_LIST + pickle.LIST * depth + pickle.STOP
+
+
+def _memo_index(ops, k):
+    """The memo index a MEMOIZE at ops[k] assigns (pickles of protocol 4 memoize only so)."""
+    assert ops[k][0] == "MEMOIZE"
+    return sum(1 for o in ops[:k] if o[0] == "MEMOIZE")
+
+
+def shared_program(data, n):
+    """An nnScaler ModuleCodeGen pickle whose `devices` are 0..n-1 and whose devices from 1 on
+    (those it does not have) all run device 0's program: one memoized list referred to n times.
+    The file grows with n, the program does not: converting it naively costs n x (device 0's
+    cells)."""
+    ops = raw_ops(data)
+    i = next(k for k, (nm, a, _) in enumerate(ops) if nm.endswith("UNICODE") and a == "_seq")
+    assert [o[0] for o in ops[i + 1:i + 4]] == ["MEMOIZE", "EMPTY_DICT", "MEMOIZE"], "unexpected _seq layout"
+    dict_memo = _memo_index(ops, i + 3)
+    lst = next(k for k in range(i + 4, len(ops)) if ops[k][0] == "EMPTY_LIST")
+    list_memo = _memo_index(ops, lst + 1)
+    have = {a for nm, a, _ in ops[i + 4:lst] if nm in ("BININT1", "BININT2", "BININT")}
+    more = pickle.LONG_BINGET + struct.pack("<I", dict_memo) + pickle.MARK + b"".join(
+        enc_int(k) + pickle.LONG_BINGET + struct.pack("<I", list_memo) for k in range(n) if k not in have) + \
+        pickle.SETITEMS + pickle.POP
+    assert ops[-1][0] == "STOP"
+    ops.insert(len(ops) - 1, ("RAW", None, more))
+    d = next(k for k, (nm, a, _) in enumerate(ops) if nm.endswith("UNICODE") and a == "devices")
+    start = d + 2 if ops[d + 1][0] == "MEMOIZE" else d + 1
+    end = next(k for k in range(start, len(ops)) if ops[k][0] in ("TUPLE", "TUPLE1", "TUPLE2", "TUPLE3"))
+    ops[start:end + 1] = [("RAW", None, pickle.MARK + b"".join(enc_int(k) for k in range(n)) + pickle.TUPLE)]
+    return set_after_key(join(ops), "runtime_ndevs", enc_int(n))

@@ -107,6 +107,16 @@ def need(cond, what):
 INT32_MAX = (1 << 31) - 1
 INT64 = (-(1 << 63), (1 << 63) - 1)
 
+# The records a conversion may create (nodes, tensors, schedule steps) per
+# byte of its pickle, plus a fixed allowance.  nnScaler stores every
+# device's program, so a real plan costs 400 to 4,000 pickle bytes per record
+# (the corpus); a pickle whose devices all share one memoized program would
+# make the work (and memory, about 1 KB per record) grow with devices x
+# cells from a file that grows with devices + cells.  Beyond the budget the
+# pickle is refused: work and memory stay proportional to the file.
+BYTES_PER_RECORD = 16
+RECORD_SLACK = 100000
+
 
 def as_int(x, what, lo=INT64[0], hi=INT64[1]):
     if isinstance(x, bool) or not isinstance(x, int):
@@ -287,6 +297,20 @@ class ConvState:
         self.round_trips = 0  # chunk(all_gather(k)) -> k writes dropped (round_trip)
         self.unmapped = {}
         self.gs = {}         # (rank, key) -> produced at least once (for multiref_backward)
+        try:
+            size = os.path.getsize(path)
+        except (OSError, TypeError):
+            size = 0
+        self.budget = RECORD_SLACK + size // BYTES_PER_RECORD
+        self.records = 0
+
+    def grow(self, n=1):
+        """Counts n new records against the budget (see BYTES_PER_RECORD)."""
+        self.records += n
+        if self.records > self.budget:
+            raise ConvertError("the plan would hold more than %d nodes, tensors and schedule steps (one per %d "
+                               "bytes of the pickle, plus %d): refused (work and memory stay proportional to "
+                               "the file)" % (self.budget, BYTES_PER_RECORD, RECORD_SLACK))
 
     # ---------------- tensors ----------------
     def tkey(self, rank, t):
@@ -308,6 +332,7 @@ class ConvState:
         else:
             key = ("t", rank, as_int(t._id, "tid"))
         if key not in self.tinfo:
+            self.grow()
             self.tinfo[key] = self.describe(rank, t)
         return key
 
@@ -343,6 +368,7 @@ class ConvState:
         base = self.tinfo[like_key]
         key = ("x", self.next_tid)
         self.next_tid += 1
+        self.grow()
         self.tinfo[key] = {"name": "%s.%s" % (base["name"], name), "rank": rank, "shape": list(base["shape"]),
                            "dtype": base["dtype"], "role": role or base["role"], "scope": scope or base["scope"]}
         return key
@@ -356,6 +382,7 @@ class ConvState:
         return i
 
     def node(self, rank, seg, op, name, phase, ins, outs, attrs=None, coll=None, layer=-1, grads=False):
+        self.grow()
         n = {"rank": rank, "segment": seg, "op": op, "name": name, "phase": phase, "in": ins, "out": outs,
              "attrs": attrs or {}, "layer": layer}
         if self.cur_src:
@@ -398,6 +425,7 @@ class Lowering(ConvState):
                     continue
                 if k == "IRWeightReducer":
                     s = self.seg("reducer%d" % cid)
+                    self.grow()
                     steps.append([s, -1])
                     if cid not in done:
                         done.add(cid)
@@ -418,6 +446,7 @@ class Lowering(ConvState):
                         self.adapter(rank, s, real)
                 else:
                     raise ConvertError("device %d: unexpected top-level cell %s" % (rank, k))
+                self.grow()
                 steps.append([s, mb])
 
     def cell(self, rank, s, n):
