@@ -146,9 +146,11 @@ vd_rc vd_outfile_open(vd_outfile *o, const char *path, unsigned flags, vd_diag *
     VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot open the temporary file: %s", strerror(err));
   }
   o->replace = exists;
-  o->mode = st.st_mode & 07777;
-  o->uid = st.st_uid;
-  o->gid = st.st_gid;
+  if (exists) {
+    o->mode = st.st_mode & 07777;
+    o->uid = st.st_uid;
+    o->gid = st.st_gid;
+  }
   return VD_OK;
 }
 
