@@ -32,6 +32,8 @@ i = next(k for k, (n, a, _) in enumerate(ops) if n == "SHORT_BINUNICODE" and a =
 deep = pl.pickle.NONE + pl.pickle.TUPLE1 * 5000
 ops[i + 2] = ("RAW", None, deep)  # runtime_ndevs = (((None,),),...)
 put("deep_value", pl.join(ops))
+# time: 20,000 dict keys that hash alike (11 s of quadratic inserts before)
+put("collide", pl.colliding_keys(20000))
 # work: one memoized program run by 12,000 devices (a 220 KB file; the old importer took
 # 39 s and 520 MB at 20,000 devices and wrote a 35 MB plan)
 put("shared", pl.shared_program(S, 12000))
@@ -89,6 +91,7 @@ refused nm_2e40 "_num_microbatches: expected an integer in \[1, 2147483647\]"
 refused nm_2e70 "_num_microbatches"
 refused huge_digits "runtime_ndevs"
 refused shared "the plan would hold more than"
+refused collide "more than 32 keys with one hash"
 check "$TMP/ndevs_max.pkl"
 for f in "$TMP"/int*.pkl; do check "$f"; done
 

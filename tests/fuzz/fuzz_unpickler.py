@@ -3,15 +3,18 @@
 (tools/nnscaler2plan: the inert unpickler tools/nnscaler/pickle_safe.py, the converter and
 the integer bounds), issue 29.
 
-    fuzz_unpickler.py [--seconds S | --runs N] [--seed N] [--timeout T] [--mem-mb M]
-                      [--artifacts DIR] [--verdict BIN] [--corpus DIR] [--importer SCRIPT]
+    /usr/bin/python3 tests/fuzz/fuzz_unpickler.py [--seconds S | --runs N] [--seed N] [--timeout T] [--mem-mb M]
+          [--artifacts DIR] [--verdict BIN] [--corpus DIR] [--importer SCRIPT]
 
 Property: every input ends in success, or in exit 2 with exactly one line on stderr that
 names the input and is not an internal error; never a traceback, a crash signal, a hang
 (each input has --timeout seconds), memory beyond --mem-mb (the child runs under that
 address-space limit, and "out of memory" from outside the unpickler's own cap is a finding),
 or code from the pickle run (the hostile seeds call os.system and friends on a canary file).
-With --verdict, a success must give two plans that `verdict plan validate` accepts.
+With --verdict, a success must give two plans that `verdict plan validate` accepts, except
+that a plan verdict refuses in one line for its structure (a send whose receive half the
+mutation altered), not for an integer, is counted as ok-plan-refused-by-verdict: the importer
+promises integers verdict accepts (tools/nnscaler/bounds.py), verdict checks structure.
 
 How: deterministic (random.Random(seed)), standard library only, Debian's /usr/bin/python3
 (python3-msgpack).  The importer is loaded once; each input runs its real entry point
@@ -83,7 +86,7 @@ def hostile_seeds(canary):
         b"cbuiltins\ngetattr\n(cbuiltins\nobject\nV__subclasses__\ntR)R.",
         b"cbuiltins\nset\n(]tRcbuiltins\nlist\n}b.",          # BUILD on a class
         b"\x80\x02cbuiltins\nobject\n)\x81}(V__class__\ncposix\nsystem\nub.",
-        pl.deep_tuple_key(200000), pl.deep_list(3000), pl.deep_tuple_key(1100),
+        pl.deep_tuple_key(200000), pl.deep_list(3000), pl.deep_tuple_key(1100), pl.colliding_keys(5000),
         P.PROTO + b"\x04" + P.NONE + P.LONG_BINPUT + struct.pack("<I", 2 ** 31) + P.STOP,
         P.PROTO + b"\x04" + P.BINBYTES8 + struct.pack("<Q", 2 ** 62) + b"xx" + P.STOP,
         P.PROTO + b"\x05" + P.BYTEARRAY8 + struct.pack("<Q", 2 ** 40) + P.STOP,

@@ -15,8 +15,11 @@ How: SafeUnpickler.find_class never imports.  It returns
     GLOBAL 'os system' + REDUCE yields a Stub('posix.system') object holding
     its argument; nothing runs.
 Limits: a file-size cap; memory bounded by the file size while unpickling
-(see _memory_cap); nothing may follow the STOP opcode; every failure becomes
-PickleError(file, what).
+(see _memory_cap); nesting at most MAX_DEPTH deep (SafeUnpickler is Python's
+pure-Python unpickler, so nothing of its own recurses in C, and it counts
+every container's depth as it is built); at most MAX_EQUAL_HASHES keys of one
+hash per dict or set; BUILD only on instances; nothing may follow the STOP
+opcode; every failure becomes PickleError(file, what).
 """
 import io
 import pickle
@@ -169,7 +172,9 @@ def _ordered_dict(*args):
     if args:
         if len(args) != 1 or not isinstance(args[0], (list, tuple)):
             raise PickleError("OrderedDict with unexpected arguments")
-        return OrderedDict(_pairs(args[0]))
+        pairs = _pairs(args[0])
+        _check_keys([k for k, _ in pairs])
+        return OrderedDict(pairs)
     return OrderedDict()
 
 
@@ -200,18 +205,32 @@ def _newobj(cls, *args):
 def _safe_set(*args):
     if len(args) > 1:
         raise PickleError("set() with more than one argument")
-    return set(args[0]) if args else set()
+    return set(_check_keys(list(args[0]))) if args else set()
+
+
+def _safe_dict(*args, **kwargs):
+    # dict(), dict(mapping), dict(pairs), dict(**kw): a mapping's keys were
+    # counted when it was filled; pairs are counted here
+    if len(args) > 1:
+        raise PickleError("dict() with more than one argument")
+    if args and not isinstance(args[0], dict):
+        pairs = _pairs(args[0])
+        _check_keys([k for k, _ in pairs])
+        return dict(pairs, **kwargs)
+    return dict(*args, **kwargs)
 
 
 def _safe_frozenset(*args):
     if len(args) > 1:
         raise PickleError("frozenset() with more than one argument")
-    return frozenset(args[0]) if args else frozenset()
+    return frozenset(_check_keys(list(args[0]))) if args else frozenset()
 
 
 def _safe_slice(*args):
-    if len(args) > 3:
-        raise PickleError("slice() with too many arguments")
+    # ints and None only: a slice is hashable from Python 3.12 on, and a
+    # slice of slices would be a nesting the depth count does not see
+    if len(args) > 3 or not all(a is None or (isinstance(a, int) and not isinstance(a, bool)) for a in args):
+        raise PickleError("slice() with unexpected arguments")
     return slice(*args)
 
 
@@ -243,7 +262,7 @@ _ALLOWED = {
     ("copyreg", "__newobj__"): _newobj,
     ("builtins", "object"): object,
     ("builtins", "list"): list,
-    ("builtins", "dict"): dict,
+    ("builtins", "dict"): _safe_dict,
     ("builtins", "tuple"): tuple,
     ("numpy", "dtype"): NumpyDType,
     ("numpy.core.multiarray", "scalar"): numpy_scalar,
@@ -265,6 +284,36 @@ _TORCH_DTYPES = {"float32", "float16", "bfloat16", "float64", "int64", "int32", 
 MAX_DEPTH = 1000
 
 _ATOMS = frozenset((int, float, str, bytes, bool, type(None), complex))
+
+# Keys whose hash does not depend on the process's hash seed (str and bytes
+# are randomized; stubs hash by identity): a file can make many of them hash
+# alike (k * (2^61 - 1) for every k; -1 and -2), and a dict or set filled with
+# n such keys takes time quadratic in n (20,000 of them in a 259 KB pickle took
+# 11 s, issue 29's sibling of the deep key).  More than MAX_EQUAL_HASHES keys
+# of one hash in one dict or set are refused before they are inserted.
+_FIXED_HASH = frozenset((int, float, complex, bool, tuple, frozenset))
+MAX_EQUAL_HASHES = 32
+
+
+def _count_hashes(counts, owner, keys):
+    """Counts the fixed-hash keys about to go into the container `owner` (an id)."""
+    for k in keys:
+        if type(k) in _FIXED_HASH:
+            try:
+                h = hash(k)
+            except TypeError:  # unhashable (a list in a tuple): the insert itself refuses it
+                continue
+            c = counts.get((owner, h), 0) + 1
+            counts[(owner, h)] = c
+            if c > MAX_EQUAL_HASHES:
+                raise PickleError("more than %d keys with one hash in a dict or set: refused (filling it would "
+                                  "take time quadratic in their number)" % MAX_EQUAL_HASHES)
+
+
+def _check_keys(keys):
+    """The keys of one dict or set built by an allowed callable (set(), OrderedDict(), ...)."""
+    _count_hashes({}, 0, keys)
+    return keys
 
 
 def _is_code_object(x):
@@ -288,6 +337,10 @@ class SafeUnpickler(pickle._Unpickler):
         # object keeps its id from being reused by another.
         self._depth = {}
         self.max_seen = 1
+        # (id of a dict or set, hash) -> fixed-hash keys inserted; _keep holds
+        # those containers so that their ids stay theirs
+        self._hashes = {}
+        self._keep = {}
 
     def find_class(self, module, name):
         if not isinstance(module, str) or not isinstance(name, str) or len(module) > 512 or len(name) > 512:
@@ -338,6 +391,14 @@ class SafeUnpickler(pickle._Unpickler):
         if d > self.max_seen:
             self.max_seen = d
 
+    def _keys_into(self, target, keys):
+        """Fixed-hash keys about to be inserted into target (None: a new one)."""
+        owner = id(target) if target is not None else -len(self._keep) - 1
+        before = len(self._hashes)
+        _count_hashes(self._hashes, owner, keys)
+        if target is not None and len(self._hashes) != before:
+            self._keep[owner] = target
+
     def _new_top(self, inner):
         """The object on top of the stack was just built around things
         `inner` deep; a tuple is measured exactly from its elements."""
@@ -347,9 +408,11 @@ class SafeUnpickler(pickle._Unpickler):
         self._raise(x, inner + 1)
 
 
-def _built_from_mark(fn):
+def _built_from_mark(fn, keys=None):
     # TUPLE, LIST, DICT, FROZENSET, OBJ, INST: the items since MARK
     def run(self):
+        if keys is not None:
+            self._keys_into(None, keys(self.stack))
         inner = self._dmax(self.stack)
         fn(self)
         self._new_top(inner)
@@ -367,24 +430,36 @@ def _built_from_top(n):
     return wrap
 
 
-def _filled_from_mark(fn):
+def _filled_from_mark(fn, keys=None):
     # APPENDS, SETITEMS, ADDITEMS: the items since MARK go into the object below
     def run(self):
+        if keys is not None and self.metastack and self.metastack[-1]:
+            self._keys_into(self.metastack[-1][-1], keys(self.stack))
         inner = self._dmax(self.stack)
         fn(self)
         self._raise(self.stack[-1], inner + 1)
     return run
 
 
-def _filled_from_top(n):
-    # APPEND (1 item), SETITEM (2)
+def _filled_from_top(n, key_at=None):
+    # APPEND (1 item), SETITEM (2: key at -2, into the object at -3)
     def wrap(fn):
         def run(self):
+            if key_at is not None and len(self.stack) >= n + 1:
+                self._keys_into(self.stack[-n - 1], (self.stack[key_at],))
             inner = self._dmax(self.stack[-n:])
             fn(self)
             self._raise(self.stack[-1], inner + 1)
         return run
     return wrap
+
+
+def _even(items):
+    return items[0::2]
+
+
+def _all(items):
+    return items
 
 
 def _load_build(self):
@@ -401,14 +476,16 @@ def _load_build(self):
 _P = pickle._Unpickler.dispatch
 _OP = pickle
 SafeUnpickler.dispatch = dict(_P)
-for _code, _wrap in ((_OP.TUPLE, _built_from_mark), (_OP.LIST, _built_from_mark), (_OP.DICT, _built_from_mark),
-                     (_OP.FROZENSET, _built_from_mark), (_OP.OBJ, _built_from_mark), (_OP.INST, _built_from_mark),
+for _code, _wrap in ((_OP.TUPLE, _built_from_mark), (_OP.LIST, _built_from_mark),
+                     (_OP.DICT, lambda fn: _built_from_mark(fn, _even)),
+                     (_OP.FROZENSET, lambda fn: _built_from_mark(fn, _all)),
+                     (_OP.OBJ, _built_from_mark), (_OP.INST, _built_from_mark),
                      (_OP.TUPLE1, _built_from_top(1)), (_OP.TUPLE2, _built_from_top(2)),
                      (_OP.TUPLE3, _built_from_top(3)), (_OP.REDUCE, _built_from_top(2)),
                      (_OP.NEWOBJ, _built_from_top(2)), (_OP.NEWOBJ_EX, _built_from_top(3)),
-                     (_OP.APPENDS, _filled_from_mark), (_OP.SETITEMS, _filled_from_mark),
-                     (_OP.ADDITEMS, _filled_from_mark), (_OP.APPEND, _filled_from_top(1)),
-                     (_OP.SETITEM, _filled_from_top(2))):
+                     (_OP.APPENDS, _filled_from_mark), (_OP.SETITEMS, lambda fn: _filled_from_mark(fn, _even)),
+                     (_OP.ADDITEMS, lambda fn: _filled_from_mark(fn, _all)), (_OP.APPEND, _filled_from_top(1)),
+                     (_OP.SETITEM, _filled_from_top(2, -2))):
     SafeUnpickler.dispatch[_code[0]] = _wrap(_P[_code[0]])
 SafeUnpickler.dispatch[_OP.BUILD[0]] = _load_build
 
