@@ -34,7 +34,7 @@ TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_SUPPORT := $(wildcard tests/support/*.c)
 E2E     := $(sort $(wildcard tests/e2e/[0-9]*.sh))
 
-.PHONY: all deps deps-demo test unit e2e asan demo fuzz fuzz-short clean bugs corpus bench valgrind lint torch-demo soundness
+.PHONY: all deps deps-demo test unit e2e asan demo fuzz fuzz-short fuzz-pickle fuzz-pickle-short clean bugs corpus bench valgrind lint torch-demo soundness
 all: $(BIN)/verdict
 
 # Installs missing Debian packages (as root, or through sudo); does nothing
@@ -147,8 +147,8 @@ $(FUZZ_BIN): tests/fuzz/fuzz_plan_reader.c $(LIB_SRC) $(wildcard */*.h)
 	@mkdir -p $(dir $@)
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -I/usr/include/igraph -fopenmp \
 	  -fsanitize=fuzzer,address,undefined -o $@ tests/fuzz/fuzz_plan_reader.c \
-	  common/*.c plans/*.c -lmsgpackc -lm
-fuzz-short: $(FUZZ_BIN)
+	  common/*.c plans/*.c -lmsgpackc -lcrypto -lm
+fuzz-short: $(FUZZ_BIN) fuzz-pickle-short
 	@mkdir -p $(BUILD)/fuzz/corpus
 	$(FUZZ_BIN) -max_total_time=20 -max_len=65536 -rss_limit_mb=1024 -artifact_prefix=$(BUILD)/fuzz/ -dict=tests/fuzz/plan.dict \
 	  $(BUILD)/fuzz/corpus tests/fuzz/seeds tests/fuzz/regressions >$(BUILD)/fuzz/log 2>&1 \
@@ -158,6 +158,20 @@ fuzz: $(FUZZ_BIN)
 	@mkdir -p $(BUILD)/fuzz/corpus
 	$(FUZZ_BIN) -max_total_time=600 -max_len=65536 -dict=tests/fuzz/plan.dict -artifact_prefix=tests/fuzz/regressions/ \
 	  $(BUILD)/fuzz/corpus tests/fuzz/seeds tests/fuzz/regressions
+
+# The nnScaler importer's fuzzer (tests/fuzz/fuzz_unpickler.py, issue 29): seeded
+# mutations of corpus and hostile pickles; every input must end in success or one
+# line and exit 2 (no traceback, signal, hang or unbounded memory, nothing run).
+# 20 s in `make test` (fuzz-short); `make fuzz-pickle` runs 10 minutes
+# (PICKLE_SECONDS, PICKLE_SEED); findings land in $(BUILD)/fuzz-unpickler/.
+PICKLE_SECONDS ?= 600
+PICKLE_SEED ?= 1
+fuzz-pickle-short: $(BIN)/verdict
+	@/usr/bin/python3 tests/fuzz/fuzz_unpickler.py --seconds 20 --verdict $(BIN)/verdict \
+	  --artifacts $(BUILD)/fuzz-unpickler
+fuzz-pickle: $(BIN)/verdict
+	/usr/bin/python3 tests/fuzz/fuzz_unpickler.py --seconds $(PICKLE_SECONDS) --seed $(PICKLE_SEED) \
+	  --verdict $(BIN)/verdict --artifacts $(BUILD)/fuzz-unpickler
 
 demo: deps-demo
 	$(MAKE) all

@@ -30,9 +30,10 @@
  * A record is named by its file id once known ("tensor 4 'w1'", "node 17"),
  * by its array position before ("tensors[3]").
  *
- * Writer: validates, then streams the map through a msgpack_packer into a
- * temporary file next to the target and renames it into place, so a reader
- * never sees a half-written plan.  Fields equal to their documented default
+ * Writer: validates, then streams the map through a msgpack_packer into an
+ * exclusive temporary file next to the target and renames it into place
+ * (common/outfile.h: a FIFO, device or link at the path is refused, an
+ * existing file's mode is kept), so a reader never sees a half-written plan.  Fields equal to their documented default
  * are omitted.
  */
 #include "plan.h"
@@ -49,6 +50,7 @@
 
 #include "../common/limits.h"
 #include "../common/mem.h"
+#include "../common/outfile.h"
 #include "idmap.h"
 
 #define MAX_FILE_BYTES ((uint64_t)4 << 30) /* 4 GiB */
@@ -1208,39 +1210,18 @@ static int sink_write(void *data, const char *buf, size_t len) {
 
 vd_rc vd_plan_write_file(const vd_plan_t *p, const char *path, vd_diag *d) {
   VD_CHECK(vd_plan_validate(p, path, d));
-  size_t plen = strlen(path);
-  char *tmp = vd_malloc(plen + 16);
-  if (!tmp) return VD_OOM(d);
-  snprintf(tmp, plen + 16, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    vd_rc rc = VD_ERR(d, VD_EIO, path, NULL, NULL, "cannot create a temporary file next to it: %s", strerror(errno));
-    vd_free(tmp);
-    return rc;
-  }
-  (void)fchmod(fd, 0644);
-  fsink s = {fdopen(fd, "wb"), 0};
-  if (!s.fp) {
-    close(fd);
-    unlink(tmp);
-    vd_free(tmp);
-    VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot open temporary file: %s", strerror(errno));
-  }
+  /* common/outfile.h: the path is checked (no FIFO, device, link), the
+   * plan goes to an exclusive temporary renamed over it. */
+  vd_outfile of;
+  VD_CHECK(vd_outfile_open(&of, path, 0, d));
+  fsink s = {of.fp, 0};
   msgpack_packer pk;
   msgpack_packer_init(&pk, &s, sink_write);
   pack_plan(&pk, p);
-  int bad = s.failed || fflush(s.fp) != 0 || fsync(fileno(s.fp)) != 0;
-  int saved = errno;
-  if (fclose(s.fp) != 0) bad = 1;
-  if (!bad && rename(tmp, path) != 0) {
-    bad = 1;
-    saved = errno;
+  if (s.failed) {
+    int err = errno;
+    vd_outfile_abort(&of);
+    VD_FAIL(d, VD_EIO, path, NULL, NULL, "write failed: %s", strerror(err));
   }
-  if (bad) {
-    unlink(tmp);
-    vd_free(tmp);
-    VD_FAIL(d, VD_EIO, path, NULL, NULL, "write failed: %s", strerror(saved));
-  }
-  vd_free(tmp);
-  return VD_OK;
+  return vd_outfile_commit(&of, d);
 }

@@ -22,6 +22,7 @@
 #include "../ops/ops.h"
 #include "../oracle/exec.h"
 #include "../common/limits.h"
+#include "../common/outfile.h"
 #include "cli.h"
 
 /* Above this many elements in some tensor, exec reduces by default. */
@@ -222,7 +223,7 @@ static int exec_dump(const char *sm, const char *path, const vd_exec_opts *o) {
   vd_diag d;
   vd_diag_clear(&d);
   int code = VD_EXIT_BAD_INPUT;
-  FILE *f = NULL;
+  vd_outfile of = {0}; /* common/outfile.h */
   if (vd_plan_read_file(sm, &s, &d) != VD_OK) {
     code = vd_cli_report_diag(&d);
     goto done;
@@ -231,24 +232,15 @@ static int exec_dump(const char *sm, const char *path, const vd_exec_opts *o) {
     fprintf(stderr, "verdict exec: --dump expects a single-device plan for --sm\n");
     goto done;
   }
-  if (!(f = fopen(path, "w"))) {
-    fprintf(stderr, "verdict exec: %s: cannot open for writing\n", path);
-    goto done;
-  }
-  if (vd_exec_single(&s, o, dump_value, f, &d) != VD_OK) {
+  if (vd_outfile_open(&of, path, 0, &d) != VD_OK || vd_exec_single(&s, o, dump_value, of.fp, &d) != VD_OK ||
+      vd_outfile_commit(&of, &d) != VD_OK) {
     code = vd_cli_report_diag(&d);
     goto done;
   }
-  if (fclose(f) != 0) {
-    f = NULL;
-    fprintf(stderr, "verdict exec: %s: write error\n", path);
-    goto done;
-  }
-  f = NULL;
   printf("exec: wrote the values of %s (seed %llu) to %s\n", sm, (unsigned long long)o->seed, path);
   code = VD_EXIT_OK;
 done:
-  if (f) fclose(f);
+  vd_outfile_abort(&of);
   vd_plan_free(&s);
   return code;
 }

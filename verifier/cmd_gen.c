@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/outfile.h"
 #include "../plans/gen.h"
 #include "cli.h"
 
@@ -154,7 +155,12 @@ int vd_cmd_gen(int argc, char **argv) {
   vd_diag d;
   vd_diag_clear(&d);
   vd_plan_t s, p;
-  vd_rc rc = vd_gen_build(&c, &s, &p, &d);
+  memset(&s, 0, sizeof(s));
+  memset(&p, 0, sizeof(p));
+  /* Both outputs judged before anything is built or written. */
+  vd_rc rc = vd_outfile_check(single, 0, &d);
+  if (rc == VD_OK) rc = vd_outfile_check(parallel, 0, &d);
+  if (rc == VD_OK) rc = vd_gen_build(&c, &s, &p, &d);
   if (rc == VD_OK) rc = vd_plan_write_file(&s, single, &d);
   if (rc == VD_OK) rc = vd_plan_write_file(&p, parallel, &d);
   vd_plan_free(&s);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "../common/limits.h"
+#include "../common/outfile.h"
 #include "cli.h"
 #include "report.h"
 #include "run.h"
@@ -111,28 +112,20 @@ static int parse_budget(const char *opt, const char *val, uint64_t *units) {
   return 0;
 }
 
-/* Whether an output file can be written: it exists and is writable, or its
- * directory exists and is writable.  "-" (stdout) only where allowed. */
+/* Whether an output file can be written (common/outfile.h: a regular file
+ * or a new one in an existing directory; no FIFO, device or link).  "-"
+ * (stdout) only where allowed. */
 static int writable(const char *opt, const char *path, int dash_ok) {
-  if (!strcmp(path, "-")) {
-    if (dash_ok) return 1;
+  if (!strcmp(path, "-") && !dash_ok) {
     fprintf(stderr, "verdict: %s: '-' (stdout) is only accepted by --json; give a file name\n", opt);
     return 0;
   }
-  if (access(path, F_OK) == 0) {
-    if (access(path, W_OK) == 0) return 1;
-    fprintf(stderr, "verdict: %s %s: the file is not writable\n", opt, path);
-    return 0;
-  }
-  char dir[4096];
-  snprintf(dir, sizeof(dir), "%s", path);
-  char *slash = strrchr(dir, '/');
-  if (!slash) snprintf(dir, sizeof(dir), ".");
-  else if (slash == dir) dir[1] = '\0';
-  else *slash = '\0';
-  if (access(dir, W_OK) == 0) return 1;
-  fprintf(stderr, "verdict: %s %s: cannot create the file (directory '%s' %s)\n", opt, path, dir,
-          access(dir, F_OK) == 0 ? "is not writable" : "does not exist");
+  vd_diag d;
+  vd_diag_clear(&d);
+  if (vd_outfile_check(path, VD_OUTFILE_STDOUT, &d) == VD_OK) return 1;
+  char line[1024];
+  vd_diag_format(&d, line, sizeof(line));
+  fprintf(stderr, "verdict: %s %s\n", opt, line);
   return 0;
 }
 

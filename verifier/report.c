@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "../common/mem.h"
+#include "../common/outfile.h"
 #include "cli.h"
 #include "findings.h"
 #include "report.h"
@@ -695,12 +696,13 @@ vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd
   VD_CHECK(vd_findings_build(r, &fs, d));
   size_t cg_eq, cg_inc;
   vd_rep_class_counts(r, &cg_eq, &cg_inc);
-  int to_stdout = !strcmp(path, "-");
-  FILE *f = to_stdout ? stdout : fopen(path, "w");
-  if (!f) {
+  vd_outfile of; /* common/outfile.h: "-" is stdout */
+  vd_rc orc = vd_outfile_open(&of, path, VD_OUTFILE_STDOUT, d);
+  if (orc != VD_OK) {
     vd_findings_free(&fs);
-    VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot write the JSON report");
+    return orc;
   }
+  FILE *f = of.fp;
   fprintf(f, "{\"schema_version\":%d,\"tool\":{\"name\":\"verdict\",\"version\":\"%s\"},\"inputs\":{\"single\":",
           VD_REPORT_SCHEMA_VERSION, VD_VERSION_STRING);
   vd_cli_json_str(f, o->sm);
@@ -747,12 +749,7 @@ vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd
   }
   fputs("]}\n", f);
   vd_findings_free(&fs);
-  if (to_stdout) {
-    if (fflush(f) != 0) VD_FAIL(d, VD_EIO, path, NULL, NULL, "writing the JSON report to stdout failed");
-  } else if (fclose(f) != 0) {
-    VD_FAIL(d, VD_EIO, path, NULL, NULL, "writing the JSON report failed");
-  }
-  return VD_OK;
+  return vd_outfile_commit(&of, d);
 }
 
 /* ---- --dump-stages ------------------------------------------------------------ */
@@ -764,8 +761,9 @@ static void shape_str(char *buf, size_t n, const int64_t *s, int ndim) {
 }
 
 vd_rc vd_report_stages(const vd_run *r, const char *path, vd_diag *d) {
-  FILE *f = fopen(path, "w");
-  if (!f) VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot write the stage dump");
+  vd_outfile of;
+  VD_CHECK(vd_outfile_open(&of, path, 0, d));
+  FILE *f = of.fp;
   char line[512], a[128], b[128];
   for (size_t i = 0; i < r->set.n_stages; i++) {
     const vd_stage *st = &r->set.stages[i];
@@ -801,6 +799,5 @@ vd_rc vd_report_stages(const vd_run *r, const char *path, vd_diag *d) {
       fprintf(f, "  n%u %s\n", k, line);
     }
   }
-  if (fclose(f) != 0) VD_FAIL(d, VD_EIO, path, NULL, NULL, "writing the stage dump failed");
-  return VD_OK;
+  return vd_outfile_commit(&of, d);
 }

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "../common/mem.h"
+#include "../common/outfile.h"
 #include "report.h"
 
 enum { MAX_DRAWN = 300 };
@@ -170,14 +171,14 @@ vd_rc vd_report_dot_stage(const vd_run *r, size_t stage, const char *path, vd_di
   if (stage >= r->set.n_stages)
     VD_FAIL(d, VD_EUSAGE, NULL, "--dot-stage", NULL, "no stage %zu: the run has %zu stage(s) (0..%zu)", stage,
             r->set.n_stages, r->set.n_stages ? r->set.n_stages - 1 : 0);
-  FILE *f = fopen(path, "w");
-  if (!f) VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot write the stage graph");
+  vd_outfile of; /* common/outfile.h */
+  VD_CHECK(vd_outfile_open(&of, path, 0, d));
+  FILE *f = of.fp;
   int32_t hl = -1;
   if (r->verdicts && r->verdicts[stage].verdict == VD_SMT_NOT_EQUIVALENT) {
     char why[256];
     hl = vd_rep_diverging(r, stage, why, sizeof(why));
   }
   vd_report_dot(r, stage, hl, f);
-  if (fclose(f) != 0) VD_FAIL(d, VD_EIO, path, NULL, NULL, "writing the stage graph failed");
-  return VD_OK;
+  return vd_outfile_commit(&of, d);
 }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "../common/mem.h"
+#include "../common/outfile.h"
 #include "cli.h"
 #include "report.h"
 
@@ -103,11 +104,13 @@ static const char *const CSS =
 vd_rc vd_report_html(const vd_run *r, const vd_run_opts *o, const char *path, vd_diag *d) {
   vd_findings fs;
   VD_CHECK(vd_findings_build(r, &fs, d));
-  FILE *f = fopen(path, "w");
-  if (!f) {
+  vd_outfile of; /* common/outfile.h */
+  vd_rc orc = vd_outfile_open(&of, path, 0, d);
+  if (orc != VD_OK) {
     vd_findings_free(&fs);
-    VD_FAIL(d, VD_EIO, path, NULL, NULL, "cannot write the HTML report");
+    return orc;
   }
+  FILE *f = of.fp;
   int code = vd_run_exit_code(r);
   const char *word = code == 0 ? "EQUIVALENT" : code == 1 ? "NOT EQUIVALENT" : "INCONCLUSIVE";
   fputs("<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n"
@@ -205,6 +208,5 @@ vd_rc vd_report_html(const vd_run *r, const vd_run_opts *o, const char *path, vd
   }
   fputs("</body>\n</html>\n", f);
   vd_findings_free(&fs);
-  if (fclose(f) != 0) VD_FAIL(d, VD_EIO, path, NULL, NULL, "writing the HTML report failed");
-  return VD_OK;
+  return vd_outfile_commit(&of, d);
 }

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "../common/mem.h"
+#include "../common/outfile.h"
 #include "cli.h"
 #include "report.h"
 #include "report_ci.h"
@@ -199,20 +200,17 @@ vd_rc vd_report_junit_configs(const vd_report_config *c, size_t n, const char *p
     rc = suite_build(&c[built], &s[built], d);
     tests += s[built].tests, failures += s[built].failures, errors += s[built].errors, secs += s[built].secs;
   }
-  FILE *f = rc == VD_OK ? fopen(path, "w") : NULL;
-  if (rc == VD_OK && !f) {
-    rc = VD_ERR(d, VD_EIO, path, NULL, NULL, "cannot write the JUnit report");
-  }
-  if (f) {
+  vd_outfile of = {0}; /* common/outfile.h */
+  if (rc == VD_OK) rc = vd_outfile_open(&of, path, 0, d);
+  if (rc == VD_OK) {
+    FILE *f = of.fp;
     /* <testsuites> carries no skipped count: Jenkins' schema has none there. */
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
     fprintf(f, "<testsuites name=\"verdict\" tests=\"%zu\" failures=\"%zu\" errors=\"%zu\" time=\"%.3f\">\n", tests,
             failures, errors, secs);
     for (size_t i = 0; i < n; i++) write_suite(f, &c[i], &s[i]);
     fputs("</testsuites>\n", f);
-    if (fclose(f) != 0) {
-      rc = VD_ERR(d, VD_EIO, path, NULL, NULL, "writing the JUnit report failed");
-    }
+    rc = vd_outfile_commit(&of, d);
   }
   for (size_t i = 0; i < built; i++) suite_free(&s[i]);
   vd_free(s);

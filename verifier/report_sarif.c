@@ -30,6 +30,7 @@
 
 #include "../common/digest.h"
 #include "../common/mem.h"
+#include "../common/outfile.h"
 #include "cli.h"
 #include "report.h"
 #include "report_ci.h"
@@ -313,13 +314,17 @@ vd_rc vd_report_sarif_configs(const vd_report_config *c, size_t n, const char *p
   put(&x, root, "runs", runs);
   if (rc == VD_OK && x.oom) rc = VD_OOM(d);
   if (rc == VD_OK) {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-      rc = VD_ERR(d, VD_EIO, path, NULL, NULL, "cannot write the SARIF report");
-    } else {
-      int bad = json_dumpf(root, f, JSON_INDENT(2)) != 0;
-      bad |= fputc('\n', f) == EOF;
-      if (fclose(f) != 0 || bad) rc = VD_ERR(d, VD_EIO, path, NULL, NULL, "writing the SARIF report failed");
+    vd_outfile of; /* common/outfile.h */
+    rc = vd_outfile_open(&of, path, 0, d);
+    if (rc == VD_OK) {
+      int bad = json_dumpf(root, of.fp, JSON_INDENT(2)) != 0;
+      bad |= fputc('\n', of.fp) == EOF;
+      if (bad) {
+        vd_outfile_abort(&of);
+        rc = VD_ERR(d, VD_EIO, path, NULL, NULL, "writing the SARIF report failed");
+      } else {
+        rc = vd_outfile_commit(&of, d);
+      }
     }
   }
   json_decref(root);

@@ -101,9 +101,29 @@ def need(cond, what):
         raise ConvertError(what)
 
 
-def as_int(x, what):
+# Integers that size something are bounded where they are read (a degree
+# verdict stores in int32, an id or an index in int64); bounds.py checks the
+# finished plan against every rule of verdict's reader on integers.
+INT32_MAX = (1 << 31) - 1
+INT64 = (-(1 << 63), (1 << 63) - 1)
+
+# The records a conversion may create (nodes, tensors, schedule steps) per
+# byte of its pickle, plus a fixed allowance.  nnScaler stores every
+# device's program, so a real plan costs 400 to 4,000 pickle bytes per record
+# (the corpus); a pickle whose devices all share one memoized program would
+# make the work (and memory, about 1 KB per record) grow with devices x
+# cells from a file that grows with devices + cells.  Beyond the budget the
+# pickle is refused: work and memory stay proportional to the file.
+BYTES_PER_RECORD = 16
+RECORD_SLACK = 100000
+
+
+def as_int(x, what, lo=INT64[0], hi=INT64[1]):
     if isinstance(x, bool) or not isinstance(x, int):
         raise ConvertError("%s: expected an integer, got %s" % (what, type(x).__name__))
+    if not lo <= x <= hi:
+        shown = "a %d-bit integer" % x.bit_length() if abs(x) >= 1 << 64 else "%d" % x
+        raise ConvertError("%s: expected an integer in [%d, %d], got %s" % (what, lo, hi, shown))
     return x
 
 
@@ -214,7 +234,8 @@ class World:
         need(isinstance(devs, (list, tuple)) and devs, "ModuleCodeGen.devices: missing or empty")
         self.plan = len(devs)
         need(int_list(devs, "devices") == list(range(self.plan)), "devices: expected 0..n-1")
-        rt = as_int(getattr(mg, "runtime_ndevs", self.plan), "runtime_ndevs")
+        # verdict stores replicas * stored ranks (= runtime_ndevs) in int32
+        rt = as_int(getattr(mg, "runtime_ndevs", self.plan), "runtime_ndevs", 1, INT32_MAX)
         need(rt >= self.plan and rt % self.plan == 0, "runtime_ndevs %d is not a multiple of %d devices" % (rt, self.plan))
         self.dp = rt // self.plan
         ep = getattr(mg, "execplan", None)
@@ -223,7 +244,7 @@ class World:
         g = getattr(ep, "_graph", None)
         sched = getattr(g, "_sched", None) if g is not None else None
         if isinstance(sched, ps.Stub):
-            self.nm = as_int(getattr(sched, "_num_microbatches", 1), "_num_microbatches")
+            self.nm = as_int(getattr(sched, "_num_microbatches", 1), "_num_microbatches", 1, INT32_MAX)
             fw = [n for n in getattr(g, "_nodes", []) if sname(n) == "IRSegment" and self._isfw(n)]
             self.pp = max(1, len(fw))
         else:
@@ -276,6 +297,20 @@ class ConvState:
         self.round_trips = 0  # chunk(all_gather(k)) -> k writes dropped (round_trip)
         self.unmapped = {}
         self.gs = {}         # (rank, key) -> produced at least once (for multiref_backward)
+        try:
+            size = os.path.getsize(path)
+        except (OSError, TypeError):
+            size = 0
+        self.budget = RECORD_SLACK + size // BYTES_PER_RECORD
+        self.records = 0
+
+    def grow(self, n=1):
+        """Counts n new records against the budget (see BYTES_PER_RECORD)."""
+        self.records += n
+        if self.records > self.budget:
+            raise ConvertError("the plan would hold more than %d nodes, tensors and schedule steps (one per %d "
+                               "bytes of the pickle, plus %d): refused (work and memory stay proportional to "
+                               "the file)" % (self.budget, BYTES_PER_RECORD, RECORD_SLACK))
 
     # ---------------- tensors ----------------
     def tkey(self, rank, t):
@@ -297,6 +332,7 @@ class ConvState:
         else:
             key = ("t", rank, as_int(t._id, "tid"))
         if key not in self.tinfo:
+            self.grow()
             self.tinfo[key] = self.describe(rank, t)
         return key
 
@@ -332,6 +368,7 @@ class ConvState:
         base = self.tinfo[like_key]
         key = ("x", self.next_tid)
         self.next_tid += 1
+        self.grow()
         self.tinfo[key] = {"name": "%s.%s" % (base["name"], name), "rank": rank, "shape": list(base["shape"]),
                            "dtype": base["dtype"], "role": role or base["role"], "scope": scope or base["scope"]}
         return key
@@ -345,6 +382,7 @@ class ConvState:
         return i
 
     def node(self, rank, seg, op, name, phase, ins, outs, attrs=None, coll=None, layer=-1, grads=False):
+        self.grow()
         n = {"rank": rank, "segment": seg, "op": op, "name": name, "phase": phase, "in": ins, "out": outs,
              "attrs": attrs or {}, "layer": layer}
         if self.cur_src:
@@ -387,6 +425,7 @@ class Lowering(ConvState):
                     continue
                 if k == "IRWeightReducer":
                     s = self.seg("reducer%d" % cid)
+                    self.grow()
                     steps.append([s, -1])
                     if cid not in done:
                         done.add(cid)
@@ -407,6 +446,7 @@ class Lowering(ConvState):
                         self.adapter(rank, s, real)
                 else:
                     raise ConvertError("device %d: unexpected top-level cell %s" % (rank, k))
+                self.grow()
                 steps.append([s, mb])
 
     def cell(self, rank, s, n):
@@ -446,7 +486,8 @@ class Lowering(ConvState):
             if is_tensor(t) and getattr(t._full_tensor, "_is_attr", False):
                 m = LAYER_RE.search(getattr(t._full_tensor, "name", "") or "")
                 if m:
-                    return int(m.group(1))
+                    # a layer number is informational; one beyond int32 is "none"
+                    return int(m.group(1)) if len(m.group(1)) <= 9 else -1
         return -1
 
     def lower_fw(self, n):
@@ -889,7 +930,7 @@ class Conv(CommLowering):
         ft = sub._full_tensor
         fid = as_int(ft._id, "ftid")
         indices = [list(x) for x in sub._indmap._indices]
-        k, num = (int(v) for v in sub._valmap._weight)
+        k, num = (as_int(v, "valmap") for v in sub._valmap._weight)
         if fid in self.mref_grads:
             # SOUNDNESS: the gradient of one multiref output is one consumer's
             # contribution; its fresh ftid may coincide with a different Gs
@@ -1092,7 +1133,7 @@ def single_info(mg, path):
         # partial sub-tensor gets a fresh id, which a lineage must not name.
         if sub is not None and key[0] == "f":
             ft = sub._full_tensor
-            info[int(ft._id)] = (int_list(ft._shape, "shape") or [1], getattr(ft, "name", None))
+            info[as_int(ft._id, "ftid")] = (int_list(ft._shape, "shape") or [1], getattr(ft, "name", None))
     return c, info
 
 

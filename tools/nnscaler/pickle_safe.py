@@ -15,14 +15,16 @@ How: SafeUnpickler.find_class never imports.  It returns
     GLOBAL 'os system' + REDUCE yields a Stub('posix.system') object holding
     its argument; nothing runs.
 Limits: a file-size cap; memory bounded by the file size while unpickling
-(see _memory_cap); nothing may follow the STOP opcode; every failure becomes
-PickleError(file, what).
+(see _memory_cap); nesting at most MAX_DEPTH deep (SafeUnpickler is Python's
+pure-Python unpickler, so nothing of its own recurses in C, and it counts
+every container's depth as it is built); at most MAX_EQUAL_HASHES keys of one
+hash per dict or set; BUILD only on instances; nothing may follow the STOP
+opcode; every failure becomes PickleError(file, what).
 """
 import io
 import pickle
 import resource
 import struct
-import sys
 
 MAX_FILE_BYTES = 512 << 20
 # Unpickling a real plan takes about 12 bytes of memory per pickle byte.  A
@@ -170,7 +172,9 @@ def _ordered_dict(*args):
     if args:
         if len(args) != 1 or not isinstance(args[0], (list, tuple)):
             raise PickleError("OrderedDict with unexpected arguments")
-        return OrderedDict(_pairs(args[0]))
+        pairs = _pairs(args[0])
+        _check_keys([k for k, _ in pairs])
+        return OrderedDict(pairs)
     return OrderedDict()
 
 
@@ -201,18 +205,32 @@ def _newobj(cls, *args):
 def _safe_set(*args):
     if len(args) > 1:
         raise PickleError("set() with more than one argument")
-    return set(args[0]) if args else set()
+    return set(_check_keys(list(args[0]))) if args else set()
+
+
+def _safe_dict(*args, **kwargs):
+    # dict(), dict(mapping), dict(pairs), dict(**kw): a mapping's keys were
+    # counted when it was filled; pairs are counted here
+    if len(args) > 1:
+        raise PickleError("dict() with more than one argument")
+    if args and not isinstance(args[0], dict):
+        pairs = _pairs(args[0])
+        _check_keys([k for k, _ in pairs])
+        return dict(pairs, **kwargs)
+    return dict(*args, **kwargs)
 
 
 def _safe_frozenset(*args):
     if len(args) > 1:
         raise PickleError("frozenset() with more than one argument")
-    return frozenset(args[0]) if args else frozenset()
+    return frozenset(_check_keys(list(args[0]))) if args else frozenset()
 
 
 def _safe_slice(*args):
-    if len(args) > 3:
-        raise PickleError("slice() with too many arguments")
+    # ints and None only: a slice is hashable from Python 3.12 on, and a
+    # slice of slices would be a nesting the depth count does not see
+    if len(args) > 3 or not all(a is None or (isinstance(a, int) and not isinstance(a, bool)) for a in args):
+        raise PickleError("slice() with unexpected arguments")
     return slice(*args)
 
 
@@ -244,7 +262,7 @@ _ALLOWED = {
     ("copyreg", "__newobj__"): _newobj,
     ("builtins", "object"): object,
     ("builtins", "list"): list,
-    ("builtins", "dict"): dict,
+    ("builtins", "dict"): _safe_dict,
     ("builtins", "tuple"): tuple,
     ("numpy", "dtype"): NumpyDType,
     ("numpy.core.multiarray", "scalar"): numpy_scalar,
@@ -255,11 +273,74 @@ _TORCH_DTYPES = {"float32", "float16", "bfloat16", "float64", "int64", "int32", 
                  "uint8", "bool", "complex64", "complex128", "float", "half", "double", "long", "int"}
 
 
-class SafeUnpickler(pickle.Unpickler):
+# The deepest nesting of containers an accepted pickle may build (a tuple in
+# a tuple ..., a stub whose state holds a list of stubs ...).  Why: hashing a
+# tuple recurses in C without any check, so a 150 KB pickle of a tuple nested
+# 150,000 deep used as a dict key crashed the importer (SIGSEGV, issue 29
+# item 7).  The 103 pickles of the corpus nest at most 140 deep as counted
+# here (a pickler recurses once per level and stops near Python's recursion
+# limit of 1000); 1000 bounds the C stack a hash or a comparison may use to
+# well under 1 MB.
+MAX_DEPTH = 1000
+
+_ATOMS = frozenset((int, float, str, bytes, bool, type(None), complex))
+
+# Keys whose hash does not depend on the process's hash seed (str and bytes
+# are randomized; stubs hash by identity): a file can make many of them hash
+# alike (k * (2^61 - 1) for every k; -1 and -2), and a dict or set filled with
+# n such keys takes time quadratic in n (20,000 of them in a 259 KB pickle took
+# 11 s, issue 29's sibling of the deep key).  More than MAX_EQUAL_HASHES keys
+# of one hash in one dict or set are refused before they are inserted.
+_FIXED_HASH = frozenset((int, float, complex, bool, tuple, frozenset))
+MAX_EQUAL_HASHES = 32
+
+
+def _count_hashes(counts, owner, keys):
+    """Counts the fixed-hash keys about to go into the container `owner` (an id)."""
+    for k in keys:
+        if type(k) in _FIXED_HASH:
+            try:
+                h = hash(k)
+            except TypeError:  # unhashable (a list in a tuple): the insert itself refuses it
+                continue
+            c = counts.get((owner, h), 0) + 1
+            counts[(owner, h)] = c
+            if c > MAX_EQUAL_HASHES:
+                raise PickleError("more than %d keys with one hash in a dict or set: refused (filling it would "
+                                  "take time quadratic in their number)" % MAX_EQUAL_HASHES)
+
+
+def _check_keys(keys):
+    """The keys of one dict or set built by an allowed callable (set(), OrderedDict(), ...)."""
+    _count_hashes({}, 0, keys)
+    return keys
+
+
+def _is_code_object(x):
+    """Classes and functions (ours or stubs'): never the target of BUILD."""
+    return isinstance(x, type) or callable(x) and not isinstance(x, Stub)
+
+
+class SafeUnpickler(pickle._Unpickler):
+    """Python's own unpickler (pickle._Unpickler, pure Python: no C recursion
+    of its own) with find_class made inert and every container's nesting
+    depth tracked as it is built (bottom-up, as the pickler writes: exact for
+    tuples, which are immutable; a mutable container filled after it was
+    placed elsewhere is counted where it is filled).  Deeper than MAX_DEPTH
+    is refused before any deeper object exists."""
+
     def __init__(self, f):
         super().__init__(f)
         self._stubs = {}
         self._dtypes = {}
+        # id -> (depth, object) of containers deeper than 1; holding the
+        # object keeps its id from being reused by another.
+        self._depth = {}
+        self.max_seen = 1
+        # (id of a dict or set, hash) -> fixed-hash keys inserted; _keep holds
+        # those containers so that their ids stay theirs
+        self._hashes = {}
+        self._keep = {}
 
     def find_class(self, module, name):
         if not isinstance(module, str) or not isinstance(name, str) or len(module) > 512 or len(name) > 512:
@@ -283,6 +364,140 @@ class SafeUnpickler(pickle.Unpickler):
     def persistent_load(self, pid):
         raise PickleError("persistent ids are not supported")
 
+    # ---- depth ----------------------------------------------------------
+    def _d(self, x):
+        if type(x) in _ATOMS:
+            return 0
+        e = self._depth.get(id(x))
+        return e[0] if e is not None else 1
+
+    def _dmax(self, items):
+        m = 0
+        for x in items:
+            if type(x) not in _ATOMS:
+                d = self._d(x)
+                if d > m:
+                    m = d
+        return m
+
+    def _raise(self, x, d):
+        """x holds something d deep: x is at least d deep."""
+        if type(x) in _ATOMS or d <= 1 or d <= self._d(x):
+            return
+        if d > MAX_DEPTH:
+            raise PickleError("objects nested more than %d deep: refused (the limit bounds the recursion of "
+                              "hashing and comparing them)" % MAX_DEPTH)
+        self._depth[id(x)] = (d, x)
+        if d > self.max_seen:
+            self.max_seen = d
+
+    def _keys_into(self, target, keys):
+        """Fixed-hash keys about to be inserted into target (None: a new one)."""
+        owner = id(target) if target is not None else -len(self._keep) - 1
+        before = len(self._hashes)
+        _count_hashes(self._hashes, owner, keys)
+        if target is not None and len(self._hashes) != before:
+            self._keep[owner] = target
+
+    def _new_top(self, inner):
+        """The object on top of the stack was just built around things
+        `inner` deep; a tuple is measured exactly from its elements."""
+        x = self.stack[-1]
+        if type(x) is tuple:
+            inner = self._dmax(x)
+        self._raise(x, inner + 1)
+
+
+def _built_from_mark(fn, keys=None):
+    # TUPLE, LIST, DICT, FROZENSET, OBJ, INST: the items since MARK
+    def run(self):
+        if keys is not None:
+            self._keys_into(None, keys(self.stack))
+        inner = self._dmax(self.stack)
+        fn(self)
+        self._new_top(inner)
+    return run
+
+
+def _built_from_top(n):
+    # TUPLE1..3 (n items), REDUCE and NEWOBJ (args on top), NEWOBJ_EX
+    def wrap(fn):
+        def run(self):
+            inner = self._dmax(self.stack[-n:])
+            fn(self)
+            self._new_top(inner)
+        return run
+    return wrap
+
+
+def _filled_from_mark(fn, keys=None):
+    # APPENDS, SETITEMS, ADDITEMS: the items since MARK go into the object below
+    def run(self):
+        if keys is not None and self.metastack and self.metastack[-1]:
+            self._keys_into(self.metastack[-1][-1], keys(self.stack))
+        inner = self._dmax(self.stack)
+        fn(self)
+        self._raise(self.stack[-1], inner + 1)
+    return run
+
+
+def _filled_from_top(n, key_at=None):
+    # APPEND (1 item), SETITEM (2: key at -2, into the object at -3)
+    def wrap(fn):
+        def run(self):
+            if key_at is not None and len(self.stack) >= n + 1:
+                self._keys_into(self.stack[-n - 1], (self.stack[key_at],))
+            inner = self._dmax(self.stack[-n:])
+            fn(self)
+            self._raise(self.stack[-1], inner + 1)
+        return run
+    return wrap
+
+
+def _even(items):
+    return items[0::2]
+
+
+def _all(items):
+    return items
+
+
+def _load_build(self):
+    # BUILD: the state becomes the object's fields.  Only on an instance:
+    # BUILD on one of the allowed classes or functions would set attributes
+    # of this module's code (their __defaults__, say) from the file.
+    if len(self.stack) < 2 or _is_code_object(self.stack[-2]):
+        raise PickleError("BUILD on a class or a function" if len(self.stack) >= 2 else "BUILD on an empty stack")
+    inner = self._d(self.stack[-1])
+    pickle._Unpickler.load_build(self)
+    self._raise(self.stack[-1], inner)
+
+
+_P = pickle._Unpickler.dispatch
+_OP = pickle
+SafeUnpickler.dispatch = dict(_P)
+for _code, _wrap in ((_OP.TUPLE, _built_from_mark), (_OP.LIST, _built_from_mark),
+                     (_OP.DICT, lambda fn: _built_from_mark(fn, _even)),
+                     (_OP.FROZENSET, lambda fn: _built_from_mark(fn, _all)),
+                     (_OP.OBJ, _built_from_mark), (_OP.INST, _built_from_mark),
+                     (_OP.TUPLE1, _built_from_top(1)), (_OP.TUPLE2, _built_from_top(2)),
+                     (_OP.TUPLE3, _built_from_top(3)), (_OP.REDUCE, _built_from_top(2)),
+                     (_OP.NEWOBJ, _built_from_top(2)), (_OP.NEWOBJ_EX, _built_from_top(3)),
+                     (_OP.APPENDS, _filled_from_mark), (_OP.SETITEMS, lambda fn: _filled_from_mark(fn, _even)),
+                     (_OP.ADDITEMS, lambda fn: _filled_from_mark(fn, _all)), (_OP.APPEND, _filled_from_top(1)),
+                     (_OP.SETITEM, _filled_from_top(2, -2))):
+    SafeUnpickler.dispatch[_code[0]] = _wrap(_P[_code[0]])
+SafeUnpickler.dispatch[_OP.BUILD[0]] = _load_build
+
+
+def _trailing(u, stream, size):
+    """Bytes of the file after the STOP opcode (inside the last frame, or
+    after it)."""
+    fr = getattr(u, "_unframer", None)
+    fr = fr.current_frame if fr is not None else None
+    inside = len(fr.getbuffer()) - fr.tell() if fr is not None else 0
+    return inside + size - stream.tell()
+
 
 def load(path):
     """Loads `path` inertly.  Raises PickleError with a one-line reason."""
@@ -298,20 +513,17 @@ def load(path):
             data = f.read()
     except OSError as e:
         raise PickleError("cannot read: %s" % (e.strerror or e))
-    old = sys.getrecursionlimit()
     limits = None
     try:
-        sys.setrecursionlimit(max(old, 20000))
         stream = io.BytesIO(data)
         u = SafeUnpickler(stream)
         limits = _memory_cap(len(data))
         obj = u.load()
         # pickle ignores the bytes after STOP; refuse them (a concatenated
-        # or padded file is not what the producer wrote).  The C unpickler
-        # reads a BytesIO exactly up to STOP, so tell() is where it stopped.
-        end = stream.tell()
-        if end != len(data):
-            raise PickleError("%d trailing bytes after the STOP opcode at byte %d" % (len(data) - end, end - 1))
+        # or padded file is not what the producer wrote).
+        extra = _trailing(u, stream, len(data))
+        if extra:
+            raise PickleError("%d trailing bytes after the STOP opcode" % extra)
         return obj
     except PickleError:
         raise
@@ -321,9 +533,17 @@ def load(path):
         raise PickleError("the pickle needs more memory than a %d-byte file may (%d bytes per byte + %d MB); "
                           "refused" % (len(data), MEMORY_PER_BYTE, MEMORY_SLACK >> 20))
     except Exception as e:  # UnpicklingError, EOFError, TypeError from a bad opcode, ...
-        msg = str(e).splitlines()[0] if str(e) else ""
+        msg = _one_line(e)
         raise PickleError("unpickling failed: %s%s" % (type(e).__name__, ": " + msg if msg else ""))
     finally:
         if limits is not None:
             resource.setrlimit(resource.RLIMIT_AS, limits)
-        sys.setrecursionlimit(old)
+
+
+def _one_line(e):
+    try:
+        text = str(e)
+    except Exception:  # str() of a huge int in the message, say
+        return ""
+    lines = text.splitlines()
+    return lines[0][:300] if lines else ""

@@ -635,5 +635,14 @@ def parallel_plan(single_tr, trs, model):
 
 
 def write(plan, path):
-    with open(path, "wb") as f:
-        f.write(msgpack.packb(plan, use_bin_type=True))
+    """Writes the plan through tools/safe_output.py (no FIFO, device or link replaced, an
+    exclusive temporary, the mode of an existing file kept); raises CaptureError naming path."""
+    import safe_output
+    try:
+        data = msgpack.packb(plan, use_bin_type=True)
+    except (ValueError, TypeError, OverflowError) as e:
+        raise CaptureError("%s: cannot encode the plan: %s" % (path, e))
+    try:
+        safe_output.write_bytes(path, data)
+    except safe_output.OutputError as e:
+        raise CaptureError("%s: %s" % (path, e))

@@ -54,9 +54,9 @@ def main(argv):
         if replay:
             tr["replay"] = [(d.name, d.tensor.detach().double().reshape(-1).tolist())
                             for d in cap.decls if d.kind in ("param", "optstate", "loss")]
-        with open(out + ".tmp", "wb") as f:
-            pickle.dump(tr, f)
-        os.replace(out + ".tmp", out)
+        # tools/safe_output.py: an exclusive temporary, never a fixed OUT.tmp
+        import safe_output
+        safe_output.write_bytes(out, pickle.dumps(tr))
         if parallel:
             import torch.distributed as dist
             dist.destroy_process_group()
