@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "../common/mem.h"
+#include "../common/text.h"
 #include "cli.h"
 #include "findings.h"
 #include "report.h"
@@ -75,7 +76,7 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
   const vd_stage *st = &r->set.stages[stage];
   const vd_stage_verdict *v = &r->verdicts[stage];
   fprintf(f, "-- stage %u: NOT EQUIVALENT -- diagnosis %s", st->id, vd_diagnosis_names[v->diagnosis]);
-  if (v->factor[0]) fprintf(f, " (%s%s)", v->diagnosis == VD_DX_SCALE || v->diagnosis == VD_DX_EXTRA_REDUCTION ? "factor " : "", v->factor);
+  if (v->factor[0]) fprintf(f, " (%s%s)", v->diagnosis == VD_DX_SCALE || v->diagnosis == VD_DX_EXTRA_REDUCTION ? "factor " : "", VD_SHOW(v->factor));
   fputc('\n', f);
   char sl[256], line[512];
   for (uint32_t ti = 0; ti < st->n_targets; ti++) {
@@ -84,7 +85,7 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
     const vd_tensor_t *ts = &r->sp.tensors[r->sg.values[sv->value].tensor];
     vd_lin_fmt_slice(t->lo, t->hi, sv->ndim, sl, sizeof(sl));
     int inf = r->inferred && t->n_pieces && r->inferred[r->lt.pieces[st->idx[t->piece_off]].ptensor];
-    fprintf(f, "   target: single '%s' %s%s, %u parallel piece(s)%s\n", vd_plan_s(&r->sp, ts->name), sl,
+    fprintf(f, "   target: single '%s' %s%s, %u parallel piece(s)%s\n", VD_SHOW(vd_plan_s(&r->sp, ts->name)), sl,
             t->part_n > 1 ? " as a sum of parts" : "", t->n_pieces, inf ? " (inferred lineage)" : "");
   }
   uint32_t n_single = 0, n_par = 0;
@@ -97,7 +98,7 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
       break;
     }
     vd_rep_fmt_node(line, sizeof(line), r, &st->nodes[i]);
-    fprintf(f, "     %s\n", line);
+    fprintf(f, "     %s\n", VD_SHOW(line));
   }
   fprintf(f, "   hypotheses (proven or initial lineages):\n");
   for (uint32_t i = 0; i < st->n_vals; i++) {
@@ -106,7 +107,7 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
     piece_info pi;
     piece_facts(r, sv->leaf_piece, &pi);
     vd_lin_fmt_slice(pi.lo, pi.hi, pi.ndim, sl, sizeof(sl));
-    fprintf(f, "     '%s' (t%lld) rank %lld", pi.tensor, (long long)pi.id, (long long)pi.rank);
+    fprintf(f, "     '%s' (t%lld) rank %lld", VD_SHOW(pi.tensor), (long long)pi.id, (long long)pi.rank);
     if (pi.mb >= 0) fprintf(f, " mb %d", pi.mb);
     fprintf(f, " = %s", sl);
     if (pi.part_n > 1) fprintf(f, " part %lld/%lld", (long long)pi.part_k, (long long)pi.part_n);
@@ -115,7 +116,7 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
   }
   if (v->n_inputs) {
     fprintf(f, "   counterexample inputs (reduced shapes):");
-    for (size_t i = 0; i < v->n_inputs && i < 12; i++) fprintf(f, "%s %s=%s", i ? "," : "", v->inputs[i].name, v->inputs[i].exact);
+    for (size_t i = 0; i < v->n_inputs && i < 12; i++) fprintf(f, "%s %s=%s", i ? "," : "", VD_SHOW(v->inputs[i].name), VD_SHOW(v->inputs[i].exact));
     if (v->n_inputs > 12) fprintf(f, ", ... (%zu in all)", v->n_inputs);
     fputc('\n', f);
   }
@@ -126,19 +127,19 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
     size_t at = 0;
     for (int k = 0; k < sv->ndim && at < sizeof(el); k++)
       at += (size_t)snprintf(el + at, sizeof(el) - at, "%s%lld", k ? "," : "", (long long)ce->elem[k]);
-    fprintf(f, "   element [%s] (reduced): Ts = %s\n", el, ce->single_exact);
+    fprintf(f, "   element [%s] (reduced): Ts = %s\n", el, VD_SHOW(ce->single_exact));
     for (uint32_t k = 0; k < ce->n_copies; k++) {
       const vd_stage_cex_copy *cp = &v->copies[ce->copy_off + k];
       if (cp->piece >= 0) {
         piece_info pi;
         piece_facts(r, cp->piece, &pi);
-        fprintf(f, "     Tp '%s' (t%lld) rank %lld", pi.tensor, (long long)pi.id, (long long)pi.rank);
+        fprintf(f, "     Tp '%s' (t%lld) rank %lld", VD_SHOW(pi.tensor), (long long)pi.id, (long long)pi.rank);
         if (pi.mb >= 0) fprintf(f, " mb %d", pi.mb);
         if (pi.part_n > 1) fprintf(f, " part %lld/%lld", (long long)pi.part_k, (long long)pi.part_n);
       } else {
         fprintf(f, "     sum of the parts");
       }
-      fprintf(f, " = %s%s\n", cp->exact, cp->disagrees ? "   <-- differs" : "");
+      fprintf(f, " = %s%s\n", VD_SHOW(cp->exact), cp->disagrees ? "   <-- differs" : "");
     }
   }
   if (v->diagnosis == VD_DX_MISSING_REDUCTION)
@@ -147,14 +148,14 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
   int32_t dn = vd_rep_diverging(r, stage, why, sizeof(why));
   if (dn >= 0) {
     vd_rep_fmt_node(line, sizeof(line), r, &st->nodes[dn]);
-    fprintf(f, "   first diverging parallel node: %s: %s\n", line, why);
+    fprintf(f, "   first diverging parallel node: %s: %s\n", VD_SHOW(line), VD_SHOW(why));
   }
   if (v->n_flagged) {
     fprintf(f, "   flagged:");
     for (size_t i = 0; i < v->n_flagged; i++) {
       piece_info pi;
       piece_facts(r, v->flagged_pieces[i], &pi);
-      fprintf(f, "%s '%s' (t%lld) rank %lld", i ? "," : "", pi.tensor, (long long)pi.id, (long long)pi.rank);
+      fprintf(f, "%s '%s' (t%lld) rank %lld", i ? "," : "", VD_SHOW(pi.tensor), (long long)pi.id, (long long)pi.rank);
       if (pi.mb >= 0) fprintf(f, " mb %d", pi.mb);
     }
     fputc('\n', f);
@@ -206,8 +207,8 @@ static void text_inferred(const vd_run *r, FILE *f) {
     const vd_tensor_t *pt = &r->pp.tensors[t];
     int64_t s = vd_plan_find_tensor(&r->sp, pt->lin.full);
     vd_lin_fmt_slice(pt->lin.lo, pt->lin.hi, pt->ndim, sl, sizeof(sl));
-    fprintf(f, "  inferred: '%s' (t%lld, rank %d) = '%s' %s", vd_plan_s(&r->pp, pt->name), (long long)pt->id, pt->rank,
-            s >= 0 ? vd_plan_s(&r->sp, r->sp.tensors[s].name) : "?", sl);
+    fprintf(f, "  inferred: '%s' (t%lld, rank %d) = '%s' %s", VD_SHOW(vd_plan_s(&r->pp, pt->name)), (long long)pt->id,
+            pt->rank, VD_SHOW(s >= 0 ? vd_plan_s(&r->sp, r->sp.tensors[s].name) : "?"), sl);
     if (pt->lin.part_n > 1) fprintf(f, " part %lld/%lld", (long long)pt->lin.part_k, (long long)pt->lin.part_n);
     fputc('\n', f);
   }
@@ -220,18 +221,20 @@ static void text_slowest(const vd_run *r, FILE *f) {
 
 void vd_report_text_issue(const vd_run *r, const vd_issue *is, FILE *f) {
   (void)r;
-  fprintf(f, "-- %s (%s %s)", vd_diagnosis_names[is->diagnosis], is->source, is->kind_name);
+  fprintf(f, "-- %s (%s %s)", vd_diagnosis_names[is->diagnosis], VD_SHOW(is->source), VD_SHOW(is->kind_name));
   if (is->rank >= 0) fprintf(f, " rank %lld", (long long)is->rank);
   if (is->mb >= 0) fprintf(f, " mb %lld", (long long)is->mb);
-  fprintf(f, "\n   %s\n", is->detail);
+  fputs("\n   ", f);
+  vd_cli_plain_str(f, is->detail);
+  fputc('\n', f);
 }
 
 void vd_report_text_finding(const vd_run *r, const vd_finding *fd, FILE *f) {
   char title[512], fp[1024];
   vd_rep_fmt_title(title, sizeof(title), r, fd);
   vd_rep_fmt_footprint(fp, sizeof(fp), fd);
-  fprintf(f, "%s\n", title);
-  fprintf(f, "   footprint: %s\n", fp);
+  fprintf(f, "%s\n", VD_SHOW(title));
+  fprintf(f, "   footprint: %s\n", VD_SHOW(fp));
   if (fd->n_stages > 1 || (fd->structural && fd->n_stages)) {
     fprintf(f, "   %s:", fd->structural ? "failing stages that follow from it" : "stages");
     for (size_t j = 0; j < fd->n_stages && j < 24; j++) fprintf(f, " %zu", fd->stages[j]);
@@ -273,7 +276,7 @@ static void text_findings(const vd_run *r, const vd_run_opts *o, const vd_findin
       if (k == (size_t)o->max_failures)
         fprintf(f, "\n(%zu findings in all; --max-failures %d; --json lists every one)\n", fs->n, o->max_failures);
       if (k >= 2 * (size_t)o->max_failures) break;
-      fprintf(f, "== finding %zu: %s; %s\n", k + 1, title, fp);
+      fprintf(f, "== finding %zu: %s; %s\n", k + 1, VD_SHOW(title), VD_SHOW(fp));
       continue;
     }
     fprintf(f, "\n== finding %zu of %zu: ", k + 1, fs->n);
@@ -407,25 +410,25 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
     if (is->stuck_mb >= 0) fprintf(f, " mb %d", is->stuck_mb);
     char phrase[512];
     vd_lin_stuck_phrase(is, phrase, sizeof(phrase));
-    fprintf(f, " %s '%s' (node %lld): %s", vd_node_op(&r->pp, sn), vd_plan_s(&r->pp, sn->name), (long long)sn->id,
-            phrase);
+    fprintf(f, " %s '%s' (node %lld): %s", VD_SHOW(vd_node_op(&r->pp, sn)), VD_SHOW(vd_plan_s(&r->pp, sn->name)),
+            (long long)sn->id, VD_SHOW(phrase));
     if (is->stuck_origin >= 0) {
       const vd_node_t *on = &r->pp.nodes[is->stuck_origin];
-      fprintf(f, "; the factor comes from rank %d %s '%s' (node %lld)", on->rank, vd_node_op(&r->pp, on),
-              vd_plan_s(&r->pp, on->name), (long long)on->id);
+      fprintf(f, "; the factor comes from rank %d %s '%s' (node %lld)", on->rank, VD_SHOW(vd_node_op(&r->pp, on)),
+              VD_SHOW(vd_plan_s(&r->pp, on->name)), (long long)on->id);
     } else {
       int32_t from = -1;
       int64_t pk = stuck_producer(r, &from);
       if (pk >= 0) {
         const vd_node_t *qn = &r->pp.nodes[pk];
-        fprintf(f, "; input %u comes from rank %d %s '%s' (node %lld)", is->stuck_input, qn->rank, vd_node_op(&r->pp, qn),
-                vd_plan_s(&r->pp, qn->name), (long long)qn->id);
+        fprintf(f, "; input %u comes from rank %d %s '%s' (node %lld)", is->stuck_input, qn->rank,
+                VD_SHOW(vd_node_op(&r->pp, qn)), VD_SHOW(vd_plan_s(&r->pp, qn->name)), (long long)qn->id);
         if (from >= 0) fprintf(f, ", sent by rank %d", from);
         int64_t rq = is->stuck_why == VD_LIN_STUCK_SLICE && from < 0 ? upstream_recv(r, pk, &from) : -1;
         if (rq >= 0) {
           const vd_node_t *rn = &r->pp.nodes[rq];
-          fprintf(f, ", computed from what rank %d %s '%s' (node %lld) received", rn->rank, vd_node_op(&r->pp, rn),
-                  vd_plan_s(&r->pp, rn->name), (long long)rn->id);
+          fprintf(f, ", computed from what rank %d %s '%s' (node %lld) received", rn->rank,
+                  VD_SHOW(vd_node_op(&r->pp, rn)), VD_SHOW(vd_plan_s(&r->pp, rn->name)), (long long)rn->id);
           if (from >= 0) fprintf(f, " from rank %d", from);
         }
       }
@@ -459,7 +462,7 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
               o->max_failures);
       break;
     }
-    fprintf(f, "\n-- stage %zu: INCONCLUSIVE: %s\n", i, v->reason);
+    fprintf(f, "\n-- stage %zu: INCONCLUSIVE: %s\n", i, VD_SHOW(v->reason));
   }
 }
 
@@ -784,7 +787,7 @@ vd_rc vd_report_stages(const vd_run *r, const char *path, vd_diag *d) {
       const vd_tensor_t *ts = &r->sp.tensors[r->sg.values[sv->value].tensor];
       vd_lin_fmt_slice(tg->lo, tg->hi, sv->ndim, a, sizeof(a));
       vd_lin_fmt_slice(tg->rlo, tg->rhi, sv->ndim, b, sizeof(b));
-      fprintf(f, "  target '%s' %s (reduced %s) parts %lld, %u piece(s)\n", vd_plan_s(&r->sp, ts->name), a, b,
+      fprintf(f, "  target '%s' %s (reduced %s) parts %lld, %u piece(s)\n", VD_SHOW(vd_plan_s(&r->sp, ts->name)), a, b,
               (long long)tg->part_n, tg->n_pieces);
     }
     for (uint32_t k = 0; k < st->n_vals; k++) {
@@ -793,12 +796,12 @@ vd_rc vd_report_stages(const vd_run *r, const char *path, vd_diag *d) {
       const vd_tensor_t *t = &g->plan->tensors[g->values[sv->value].tensor];
       shape_str(a, sizeof(a), sv->shape, sv->ndim);
       shape_str(b, sizeof(b), sv->rshape, sv->ndim);
-      fprintf(f, "  v%u %s '%s' %s -> %s%s\n", k, sv->side ? "parallel" : "single", vd_plan_s(g->plan, t->name), a, b,
+      fprintf(f, "  v%u %s '%s' %s -> %s%s\n", k, sv->side ? "parallel" : "single", VD_SHOW(vd_plan_s(g->plan, t->name)), a, b,
               sv->producer < 0 ? (sv->leaf_piece >= 0 ? " hypothesis" : " leaf") : "");
     }
     for (uint32_t k = 0; k < st->n_nodes; k++) {
       vd_rep_fmt_node(line, sizeof(line), r, &st->nodes[k]);
-      fprintf(f, "  n%u %s\n", k, line);
+      fprintf(f, "  n%u %s\n", k, VD_SHOW(line));
     }
   }
   if (fclose(f) != 0) VD_FAIL(d, VD_EIO, path, NULL, NULL, "writing the stage dump failed");
