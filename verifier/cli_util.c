@@ -117,8 +117,8 @@ static void closest_option(const char *arg, void (*usage)(FILE *), char *out, si
 int vd_cli_unknown_option(const char *who, const char *arg, void (*usage)(FILE *), const char *help) {
   char near[64];
   closest_option(arg, usage, near, sizeof(near));
-  if (near[0]) fprintf(stderr, "%s: unknown option '%s'; did you mean '%s'? (see %s)\n", who, arg, near, help);
-  else fprintf(stderr, "%s: unknown option '%s' (see %s)\n", who, arg, help);
+  if (near[0]) fprintf(stderr, "%s: unknown option '%s'; did you mean '%s'? (see %s)\n", who, VD_SHOW(arg), near, help);
+  else fprintf(stderr, "%s: unknown option '%s' (see %s)\n", who, VD_SHOW(arg), help);
   return VD_EXIT_BAD_INPUT;
 }
 
