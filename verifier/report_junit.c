@@ -75,8 +75,8 @@ vd_rc vd_report_junit(const vd_run *r, const vd_run_opts *o, const char *path, v
     const vd_stage_target *tg = st->n_targets ? &st->targets[0] : NULL;
     const char *tname = "";
     if (tg) tname = vd_plan_s(&r->sp, r->sp.tensors[r->sg.values[st->vals[tg->svalue].value].tensor].name);
-    snprintf(line, sizeof(line), "class of stage %zu (%zu stage%s; first target '%s')", c, count[c],
-             count[c] == 1 ? "" : "s", tname);
+    vd_text_fmt(line, sizeof(line), "class of stage %zu (%zu stage%s; first target '%s')", c, count[c],
+                count[c] == 1 ? "" : "s", VD_SHOW(tname));
     fprintf(f, "    <testcase classname=\"verdict.stages\" name=\"");
     vd_cli_xml_str(f, line);
     fprintf(f, "\" time=\"%.3f\"", r->verdicts[c].ms / 1e3);
