@@ -151,10 +151,15 @@ $(FUZZ_BIN): tests/fuzz/fuzz_plan_reader.c $(LIB_SRC) $(wildcard */*.h)
 # (jansson, libxml2: linked here only).  The whole library, built by clang
 # (with clang's OpenMP runtime, libomp-dev).
 FUZZ_RW := $(BUILD)/fuzz/fuzz_report_writers
-$(FUZZ_RW): tests/fuzz/fuzz_report_writers.c $(LIB_SRC) $(wildcard */*.h) $(wildcard */*.def)
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -I/usr/include/igraph -fopenmp
+FUZZ_LIB_OBJ := $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(LIB_SRC))
+$(BUILD)/fuzz/obj/%.o: %.c $(wildcard */*.h) $(wildcard */*.def)
 	@mkdir -p $(dir $@)
-	clang -std=c11 -D_GNU_SOURCE -g -O1 -I/usr/include/igraph -I/usr/include/libxml2 -fopenmp \
-	  -fsanitize=fuzzer,address,undefined -o $@ tests/fuzz/fuzz_report_writers.c $(LIB_SRC) $(LIBS) -lxml2
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+$(FUZZ_RW): tests/fuzz/fuzz_report_writers.c $(FUZZ_LIB_OBJ)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -I/usr/include/libxml2 -fsanitize=fuzzer,address,undefined -o $@ $< $(FUZZ_LIB_OBJ) \
+	  $(LIBS) -lxml2
 fuzz-short: $(FUZZ_BIN) $(FUZZ_RW)
 	@mkdir -p $(BUILD)/fuzz/corpus_rw
 	$(FUZZ_RW) -max_total_time=10 -max_len=4096 -rss_limit_mb=2048 -artifact_prefix=$(BUILD)/fuzz/rw- \

@@ -51,13 +51,16 @@ def check(path, verdict):
     bad = sorted({"U+%04X" % ord(c) for c in text if ord(c) in UNSAFE})
     if bad:
         errs.append("%s: raw control characters %s" % (path, " ".join(bad)))
+    forged = []
     for i, line in enumerate(text.split("\n")):
         if i == 0 and verdict is not None:
             if line != verdict:
                 errs.append("%s: first line %r, expected %r" % (path, line[:80], verdict))
             continue
         if line.startswith(VERDICTS):
-            errs.append("%s: line %d reads as a verdict: %r" % (path, i + 1, line[:80]))
+            forged.append(i + 1)
+    if forged:
+        errs.append("%s: %d line(s) read as a verdict, the first line %d" % (path, len(forged), forged[0]))
     return errs
 
 
