@@ -145,7 +145,7 @@ $(FUZZ_BIN): tests/fuzz/fuzz_plan_reader.c $(LIB_SRC) $(wildcard */*.h)
 	@mkdir -p $(dir $@)
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -I/usr/include/igraph -fopenmp \
 	  -fsanitize=fuzzer,address,undefined -o $@ tests/fuzz/fuzz_plan_reader.c \
-	  common/*.c plans/*.c -lmsgpackc -lm
+	  common/*.c plans/*.c -lmsgpackc -lcrypto -lm
 # Report-writer fuzz target (tests/fuzz/fuzz_report_writers.c): names from
 # the fuzzer through every report format, each output parsed in-process
 # (jansson, libxml2: linked here only).  The whole library, built by clang
