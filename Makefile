@@ -21,11 +21,12 @@ CFLAGS  := $(CFLAGS_BASE) $(OPT) $(EXTRA_CFLAGS)
 # (cmocka), the Python tools and their tests (msgpack, torch), the fuzz target
 # (clang with its libFuzzer runtime), the leak check (valgrind) and the
 # pictures of the HTML report (graphviz's dot), the CI outputs' schema checks (jsonschema,
-# xmllint; pip fetches the SARIF schema, tests/ci/sarif_schema.sh; yaml reads the example workflow).
+# xmllint; pip fetches the SARIF schema, tests/ci/sarif_schema.sh; yaml reads the example workflow),
+# the report-writer fuzz target (libxml2, and clang's OpenMP runtime libomp).
 DEMO_PACKAGES := libz3-dev libgmp-dev libigraph-dev libmsgpack-dev libssl-dev libjansson-dev
 DEB_PACKAGES := $(DEMO_PACKAGES) libcmocka-dev python3 python3-msgpack \
                 clang libclang-rt-dev valgrind python3-torch graphviz \
-                python3-jsonschema python3-pip python3-yaml libxml2-utils
+                python3-jsonschema python3-pip python3-yaml libxml2-utils libxml2-dev libomp-dev
 
 LIB_SRC := $(filter-out verifier/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
@@ -148,7 +149,26 @@ $(FUZZ_BIN): tests/fuzz/fuzz_plan_reader.c $(LIB_SRC) $(wildcard */*.h)
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -I/usr/include/igraph -fopenmp \
 	  -fsanitize=fuzzer,address,undefined -o $@ tests/fuzz/fuzz_plan_reader.c \
 	  common/*.c plans/*.c -lmsgpackc -lcrypto -lm
-fuzz-short: $(FUZZ_BIN) fuzz-pickle-short
+# Report-writer fuzz target (tests/fuzz/fuzz_report_writers.c): names from
+# the fuzzer through every report format, each output parsed in-process
+# (jansson, libxml2: linked here only).  The whole library, built by clang
+# (with clang's OpenMP runtime, libomp-dev).
+FUZZ_RW := $(BUILD)/fuzz/fuzz_report_writers
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -I/usr/include/igraph -fopenmp
+FUZZ_LIB_OBJ := $(patsubst %.c,$(BUILD)/fuzz/obj/%.o,$(LIB_SRC))
+$(BUILD)/fuzz/obj/%.o: %.c $(wildcard */*.h) $(wildcard */*.def)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+$(FUZZ_RW): tests/fuzz/fuzz_report_writers.c $(FUZZ_LIB_OBJ)
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_CFLAGS) -I/usr/include/libxml2 -fsanitize=fuzzer,address,undefined -o $@ $< $(FUZZ_LIB_OBJ) \
+	  $(LIBS) -lxml2
+fuzz-short: $(FUZZ_BIN) $(FUZZ_RW) fuzz-pickle-short
+	@mkdir -p $(BUILD)/fuzz/corpus_rw
+	$(FUZZ_RW) -max_total_time=10 -max_len=4096 -rss_limit_mb=2048 -artifact_prefix=$(BUILD)/fuzz/rw- \
+	  $(BUILD)/fuzz/corpus_rw tests/fuzz/seeds_report >$(BUILD)/fuzz/log_rw 2>&1 \
+	  || { tail -40 $(BUILD)/fuzz/log_rw; exit 1; }
+	@echo "ok   fuzz report writers (10 s)"
 	@mkdir -p $(BUILD)/fuzz/corpus
 	$(FUZZ_BIN) -max_total_time=20 -max_len=65536 -rss_limit_mb=1024 -artifact_prefix=$(BUILD)/fuzz/ -dict=tests/fuzz/plan.dict \
 	  $(BUILD)/fuzz/corpus tests/fuzz/seeds tests/fuzz/regressions >$(BUILD)/fuzz/log 2>&1 \

@@ -17,6 +17,7 @@
 #include <stdio.h>
 
 #include "../common/diag.h"
+#include "../common/text.h"
 
 enum { VD_EXIT_OK = 0, VD_EXIT_NOT_EQUIV = 1, VD_EXIT_BAD_INPUT = 2, VD_EXIT_INCONCLUSIVE = 3 };
 
@@ -35,7 +36,13 @@ int vd_cmd_limits(int argc, char **argv); /* the table of limits (common/limits.
  * ENOMEM and internal errors. */
 int vd_cli_report_diag(const vd_diag *d);
 
-/* Writes s as a JSON string literal (quoted, escaped). */
+/* Writes s[0..n) (stopping at a NUL) escaped for mode (common/text.h):
+ * the one path by which a name reaches a stream unbounded. */
+void vd_cli_put(FILE *f, const char *s, size_t n, vd_text_mode mode);
+/* Writes s escaped for a terminal or a plain-text report (no control
+ * characters, no line breaks; NULL writes nothing). */
+void vd_cli_plain_str(FILE *f, const char *s);
+/* Writes s as a JSON string literal (quoted, escaped, valid UTF-8). */
 void vd_cli_json_str(FILE *f, const char *s);
 /* Writes at most n bytes of s (stopping at a NUL) escaped for XML text and
  * attribute values; vd_cli_xml_str writes all of s. */

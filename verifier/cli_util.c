@@ -8,10 +8,11 @@
 #include <string.h>
 
 
+#include "../common/text.h"
 #include "cli.h"
 
 int vd_cli_report_diag(const vd_diag *d) {
-  char line[1024];
+  char line[2048];
   vd_diag_format(d, line, sizeof(line));
   fprintf(stderr, "verdict: %s\n", line);
   /* Running out of memory or an internal failure is not a fault of the
@@ -28,13 +29,32 @@ long vd_cli_parse_long(const char *s) {
   return v;
 }
 
+void vd_cli_put(FILE *f, const char *s, size_t n, vd_text_mode mode) {
+  char piece[VD_TEXT_CHAR_MAX];
+  for (size_t i = 0; i < n && s[i];) {
+    size_t used, m = vd_text_escape_char(s + i, n - i, mode, piece, &used);
+    fwrite(piece, 1, m, f);
+    i += used;
+  }
+}
+
+void vd_cli_plain_str(FILE *f, const char *s) {
+  if (s) vd_cli_put(f, s, strlen(s), VD_TEXT_PLAIN);
+}
+
+/* Invalid UTF-8 becomes U+FFFD (common/text.h), so the output is always
+ * UTF-8; control characters become \u00XX escapes as JSON requires. */
 void vd_cli_json_str(FILE *f, const char *s) {
+  char piece[VD_TEXT_CHAR_MAX];
+  size_t n = strlen(s);
   fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
+  for (size_t i = 0; i < n;) {
+    size_t used, m = vd_text_escape_char(s + i, n - i, VD_TEXT_UTF8, piece, &used);
+    unsigned char c = (unsigned char)piece[0];
+    if (m == 1 && (c == '"' || c == '\\')) fprintf(f, "\\%c", c);
+    else if (m == 1 && c < 0x20) fprintf(f, "\\u%04x", c);
+    else fwrite(piece, 1, m, f);
+    i += used;
   }
   fputc('"', f);
 }
@@ -97,26 +117,14 @@ static void closest_option(const char *arg, void (*usage)(FILE *), char *out, si
 int vd_cli_unknown_option(const char *who, const char *arg, void (*usage)(FILE *), const char *help) {
   char near[64];
   closest_option(arg, usage, near, sizeof(near));
-  if (near[0]) fprintf(stderr, "%s: unknown option '%s'; did you mean '%s'? (see %s)\n", who, arg, near, help);
-  else fprintf(stderr, "%s: unknown option '%s' (see %s)\n", who, arg, help);
+  if (near[0]) fprintf(stderr, "%s: unknown option '%s'; did you mean '%s'? (see %s)\n", who, VD_SHOW(arg), near, help);
+  else fprintf(stderr, "%s: unknown option '%s' (see %s)\n", who, VD_SHOW(arg), help);
   return VD_EXIT_BAD_INPUT;
 }
 
 /* One escaper for both XML reports (report_html.c writes XHTML,
- * report_junit.c JUnit XML), so they cannot drift apart.  Control characters
- * other than tab and newline are not allowed in XML 1.0: they become '?'. */
-void vd_cli_xml_text(FILE *f, const char *s, size_t n) {
-  for (size_t i = 0; i < n && s[i]; i++) {
-    unsigned char c = (unsigned char)s[i];
-    switch (c) {
-    case '<': fputs("&lt;", f); break;
-    case '>': fputs("&gt;", f); break;
-    case '&': fputs("&amp;", f); break;
-    case '"': fputs("&quot;", f); break;
-    default:
-      if (c < 0x20 && c != '\n' && c != '\t') fputc('?', f);
-      else fputc(c, f);
-    }
-  }
-}
+ * report_junit.c JUnit XML), so they cannot drift apart: common/text.h's
+ * XML mode (characters XML 1.0 does not allow are shown escaped, never
+ * written raw; invalid UTF-8 is shown as \\xNN). */
+void vd_cli_xml_text(FILE *f, const char *s, size_t n) { vd_cli_put(f, s, n, VD_TEXT_XML); }
 void vd_cli_xml_str(FILE *f, const char *s) { vd_cli_xml_text(f, s, strlen(s)); }

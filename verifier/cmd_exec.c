@@ -99,7 +99,7 @@ static int parse_args(int argc, char **argv, exec_args *x) {
       } else if (strcmp(a, "--seed") == 0) {
         long sd = vd_cli_parse_long(v);
         if (sd < 0) {
-          fprintf(stderr, "verdict exec: --seed: expected a non-negative integer, got '%s'\n", v);
+          fprintf(stderr, "verdict exec: --seed: expected a non-negative integer, got '%s'\n", VD_SHOW(v));
           return VD_EXIT_BAD_INPUT;
         }
         x->o.seed = (uint64_t)sd;
@@ -107,14 +107,14 @@ static int parse_args(int argc, char **argv, exec_args *x) {
         char *end;
         double t = strtod(v, &end);
         if (*end || !(t > 0) || !isfinite(t)) {
-          fprintf(stderr, "verdict exec: --tol: expected a positive number, got '%s'\n", v);
+          fprintf(stderr, "verdict exec: --tol: expected a positive number, got '%s'\n", VD_SHOW(v));
           return VD_EXIT_BAD_INPUT;
         }
         x->o.tol = t;
       }
     } else if (i + 1 == argc && (!strcmp(a, "--sm") || !strcmp(a, "--pm") || !strcmp(a, "--seed") ||
                                    !strcmp(a, "--tol") || !strcmp(a, "--dump"))) {
-      fprintf(stderr, "verdict exec: missing value for option '%s'\n", a);
+      fprintf(stderr, "verdict exec: missing value for option '%s'\n", VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
     } else {
       return vd_cli_unknown_option("verdict exec", a, usage, "verdict exec --help");
@@ -147,11 +147,11 @@ static int reduce_pair(const exec_args *x, const vd_plan_t *s, const vd_plan_t *
   vd_diag_clear(&d);
   if (vd_exec_reduce(s, p, &x->o, rs, rp, &ri, &d) != VD_OK) return vd_cli_report_diag(&d);
   if (ri.status == VD_EXEC_RED_UNSUPPORTED || ri.status == VD_EXEC_RED_CANNOT) {
-    printf("exec: UNSUPPORTED: %s\n", ri.reason);
+    printf("exec: UNSUPPORTED: %s\n", VD_SHOW(ri.reason));
     return VD_EXIT_INCONCLUSIVE;
   }
   if (ri.status == VD_EXEC_RED_PARALLEL_SHAPE) {
-    printf("exec: DISAGREE: shape: %s\n", ri.reason);
+    printf("exec: DISAGREE: shape: %s\n", VD_SHOW(ri.reason));
     return VD_EXIT_NOT_EQUIV;
   }
   if (!x->quiet)
@@ -163,11 +163,11 @@ static int reduce_pair(const exec_args *x, const vd_plan_t *s, const vd_plan_t *
 
 /* Where the first mismatch is and what it should have been. */
 static void print_first_mismatch(const vd_exec_mismatch *m) {
-  printf("  first: tensor '%s' (id %lld) on rank %lld (stored rank %d, replica %d, mb %d)\n", m->name,
+  printf("  first: tensor '%s' (id %lld) on rank %lld (stored rank %d, replica %d, mb %d)\n", VD_SHOW(m->name),
          (long long)m->tensor_id, (long long)m->rank, m->stored_rank, m->replica, m->mb);
   printf("  holds: slice ");
   print_slice(m);
-  printf(" of '%s' (id %lld), part %lld of %lld\n", m->full_name, (long long)m->full_id, (long long)m->part_k,
+  printf(" of '%s' (id %lld), part %lld of %lld\n", VD_SHOW(m->full_name), (long long)m->full_id, (long long)m->part_k,
          (long long)m->part_n);
   if (m->missing_part >= 0) {
     printf("  value part %d of %lld has no instance: the parts cannot sum to the slice\n", m->missing_part,
@@ -191,11 +191,11 @@ static int report(const exec_args *x, const vd_exec_result *r, int reduced) {
     return VD_EXIT_OK;
   }
   if (r->status == VD_EXEC_UNSUPPORTED) {
-    printf("exec: UNSUPPORTED%s: %s\n", reduced ? " (reduced shapes)" : "", r->reason);
+    printf("exec: UNSUPPORTED%s: %s\n", reduced ? " (reduced shapes)" : "", VD_SHOW(r->reason));
     return VD_EXIT_INCONCLUSIVE;
   }
   if (r->reason[0]) {
-    printf("exec: DISAGREE%s: %s\n", reduced ? " (reduced shapes)" : "", r->reason);
+    printf("exec: DISAGREE%s: %s\n", reduced ? " (reduced shapes)" : "", VD_SHOW(r->reason));
     if (!x->quiet)
       printf("  compared: %zu tensors, %zu instances, %zu elements\n", r->n_tensors, r->n_instances, r->n_elements);
     return VD_EXIT_NOT_EQUIV;
@@ -211,7 +211,10 @@ static int report(const exec_args *x, const vd_exec_result *r, int reduced) {
 static int dump_value(void *ctx, const vd_plan_t *p, const vd_tensor_t *t, int final, const double *x, int64_t n) {
   FILE *f = ctx;
   const char *name = vd_plan_s(p, t->name);
-  fprintf(f, "%s %lld %s %lld", final ? "final" : "initial", (long long)t->id, name[0] ? name : "-", (long long)n);
+  /* One record per line: the name escaped so it cannot break the line. */
+  fprintf(f, "%s %lld ", final ? "final" : "initial", (long long)t->id);
+  vd_cli_plain_str(f, name[0] ? name : "-");
+  fprintf(f, " %lld", (long long)n);
   for (int64_t i = 0; i < n; i++) fprintf(f, " %.17g", x[i]);
   return fputc('\n', f) == EOF;
 }
@@ -237,7 +240,7 @@ static int exec_dump(const char *sm, const char *path, const vd_exec_opts *o) {
     code = vd_cli_report_diag(&d);
     goto done;
   }
-  printf("exec: wrote the values of %s (seed %llu) to %s\n", sm, (unsigned long long)o->seed, path);
+  printf("exec: wrote the values of %s (seed %llu) to %s\n", VD_SHOW(sm), (unsigned long long)o->seed, VD_SHOW(path));
   code = VD_EXIT_OK;
 done:
   vd_outfile_abort(&of);

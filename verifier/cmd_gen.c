@@ -51,7 +51,7 @@ static void usage(FILE *f) {
 }
 
 static int bad(const char *msg, const char *arg) {
-  fprintf(stderr, "verdict gen: %s%s%s (see verdict gen --help)\n", msg, arg ? ": " : "", arg ? arg : "");
+  fprintf(stderr, "verdict gen: %s%s%s (see verdict gen --help)\n", msg, arg ? ": " : "", VD_SHOW(arg ? arg : ""));
   return VD_EXIT_BAD_INPUT;
 }
 
@@ -93,7 +93,7 @@ int vd_cmd_gen(int argc, char **argv) {
       if (!strcmp(a, ints[k].opt)) {
         long x = vd_cli_parse_long(v);
         if (x <= 0) {
-          fprintf(stderr, "verdict gen: %s needs a positive integer, got '%s'\n", a, v);
+          fprintf(stderr, "verdict gen: %s needs a positive integer, got '%s'\n", a, VD_SHOW(v));
           return VD_EXIT_BAD_INPUT;
         }
         *ints[k].dst = x;
@@ -103,7 +103,7 @@ int vd_cmd_gen(int argc, char **argv) {
     if (!strcmp(a, "--model")) {
       int m = vd_gen_model_lookup(v);
       if (m < 0) {
-        fprintf(stderr, "verdict gen: --model must be mlp, llama3 or moe, got '%s'\n", v);
+        fprintf(stderr, "verdict gen: --model must be mlp, llama3 or moe, got '%s'\n", VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
       c.model = (vd_gen_model)m;
@@ -111,20 +111,20 @@ int vd_cmd_gen(int argc, char **argv) {
       if (!strcmp(v, "sgd")) c.optimizer = VD_GEN_SGD;
       else if (!strcmp(v, "adam")) c.optimizer = VD_GEN_ADAM;
       else {
-        fprintf(stderr, "verdict gen: --optimizer must be sgd or adam, got '%s'\n", v);
+        fprintf(stderr, "verdict gen: --optimizer must be sgd or adam, got '%s'\n", VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
     } else if (!strcmp(a, "--loss")) {
       if (!strcmp(v, "ce")) c.loss = VD_GEN_LOSS_CE;
       else if (!strcmp(v, "sum")) c.loss = VD_GEN_LOSS_SUM;
       else {
-        fprintf(stderr, "verdict gen: --loss must be ce or sum, got '%s'\n", v);
+        fprintf(stderr, "verdict gen: --loss must be ce or sum, got '%s'\n", VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
     } else if (!strcmp(a, "--zero")) {
       long x = vd_cli_parse_long(v);
       if (x != 0 && x != 1) {
-        fprintf(stderr, "verdict gen: --zero must be 0 or 1, got '%s'\n", v);
+        fprintf(stderr, "verdict gen: --zero must be 0 or 1, got '%s'\n", VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
       c.zero = (int)x;
@@ -132,14 +132,14 @@ int vd_cmd_gen(int argc, char **argv) {
       char *end;
       double x = strtod(v, &end);
       if (*end || end == v || !(x >= 0) || x > 1e300) {
-        fprintf(stderr, "verdict gen: --grad-clip needs a number >= 0, got '%s'\n", v);
+        fprintf(stderr, "verdict gen: --grad-clip needs a number >= 0, got '%s'\n", VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
       c.grad_clip = x;
     } else if (!strcmp(a, "--seed")) {
       long x = vd_cli_parse_long(v);
       if (x < 0) {
-        fprintf(stderr, "verdict gen: --seed needs a non-negative integer, got '%s'\n", v);
+        fprintf(stderr, "verdict gen: --seed needs a non-negative integer, got '%s'\n", VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
       c.seed = (uint64_t)x;

@@ -53,7 +53,7 @@ static int list(int tsv) {
 static int opt_int(const char *name, const char *v, long *out) {
   *out = vd_cli_parse_long(v);
   if (*out < 0 || *out > 0x7fffffffL) {
-    fprintf(stderr, "verdict mutate: %s: expected a non-negative integer, got '%s'\n", name, v);
+    fprintf(stderr, "verdict mutate: %s: expected a non-negative integer, got '%s'\n", name, VD_SHOW(v));
     return 0;
   }
   return 1;
@@ -88,11 +88,11 @@ int vd_cmd_mutate(int argc, char **argv) {
     } else if (a[0] != '-' && nfiles < 2) {
       files[nfiles++] = a;
     } else if (a[0] != '-') {
-      fprintf(stderr, "verdict mutate: IN and OUT expected, got also '%s'\n", a);
+      fprintf(stderr, "verdict mutate: IN and OUT expected, got also '%s'\n", VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
     } else if (i + 1 == argc && (!strcmp(a, "--bug") || !strcmp(a, "--rank") || !strcmp(a, "--layer") ||
                                  !strcmp(a, "--microbatch") || !strcmp(a, "--seed"))) {
-      fprintf(stderr, "verdict mutate: missing value for option '%s'\n", a);
+      fprintf(stderr, "verdict mutate: missing value for option '%s'\n", VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
     } else {
       return vd_cli_unknown_option("verdict mutate", a, usage, "verdict mutate --help");
@@ -125,7 +125,7 @@ int vd_cmd_mutate(int argc, char **argv) {
   }
   vd_rc rc = vd_bug_apply(&in, (int)bug, &o, &out, r, &d);
   if (rc == VD_EUSAGE) {
-    fprintf(stderr, "verdict mutate: %s: %s\n", files[0], d.msg);
+    fprintf(stderr, "verdict mutate: %s: %s\n", VD_SHOW(files[0]), VD_SHOW(d.msg));
     goto done;
   }
   if (rc != VD_OK) {
@@ -139,7 +139,7 @@ int vd_cmd_mutate(int argc, char **argv) {
   }
   if (!quiet) {
     const vd_bug_info *b = vd_bug_info_get((int)bug);
-    printf("mutate: bug %ld (%s, %s): %s\n", bug, b->name, vd_bug_class_names[b->cls], r->what);
+    printf("mutate: bug %ld (%s, %s): %s\n", bug, b->name, vd_bug_class_names[b->cls], VD_SHOW(r->what));
     printf("  nodes");
     for (size_t i = 0; i < r->n_nodes; i++) printf("%s%lld", i ? "," : " ", (long long)r->nodes[i]);
     printf("; ranks");

@@ -201,7 +201,7 @@ static void text_tensor(FILE *f, const vd_plan_t *p, const vd_tensor_t *t) {
   fprintf(f, "  t%-6lld r%-3d %-9s %-10s %-4s ", (long long)t->id, t->rank, vd_role_names[t->role],
           vd_scope_names[t->scope], vd_dtype_names[t->dtype]);
   text_shape(f, t->shape, t->ndim);
-  fprintf(f, " %s", vd_plan_s(p, t->name));
+  fprintf(f, " %s", VD_SHOW(vd_plan_s(p, t->name)));
   if (t->has_lin) {
     const vd_lineage_ann *l = &t->lin;
     fprintf(f, "  <- t%lld[", (long long)l->full);
@@ -230,7 +230,7 @@ static void text_tensor(FILE *f, const vd_plan_t *p, const vd_tensor_t *t) {
 
 static void text_node(FILE *f, const vd_plan_t *p, const vd_node_t *n) {
   fprintf(f, "  n%-6lld r%-3d %-4s %-18s (", (long long)n->id, n->rank, vd_phase_names[n->phase],
-          vd_node_op(p, n));
+          VD_SHOW(vd_node_op(p, n)));
   const uint32_t *in = vd_node_inputs(p, n), *out = vd_node_outputs(p, n);
   for (uint32_t i = 0; i < n->n_in; i++) fprintf(f, "%st%lld", i ? ", " : "", (long long)p->tensors[in[i]].id);
   fputs(") -> (", f);
@@ -238,36 +238,37 @@ static void text_node(FILE *f, const vd_plan_t *p, const vd_node_t *n) {
   fputc(')', f);
   for (uint32_t i = 0; i < n->n_attr; i++) {
     const vd_attr_t *a = &p->attrs[n->attr_off + i];
-    fprintf(f, " %s=", vd_plan_s(p, a->key));
-    json_attr_value(f, p, a);
+    fprintf(f, " %s=", VD_SHOW(vd_plan_s(p, a->key)));
+    if (a->kind == VD_ATTR_STR) fprintf(f, "\"%s\"", VD_SHOW(vd_plan_s(p, a->v.s)));
+    else json_attr_value(f, p, a);
   }
   if (n->coll >= 0) {
     fprintf(f, " coll=%lld group=", (long long)n->coll);
     text_shape(f, vd_node_group(p, n), (int)n->n_group);
     if (n->span_replicas) fputs(" span_replicas", f);
   }
-  fprintf(f, "  seg=%s", vd_plan_s(p, p->segments[n->segment]));
+  fprintf(f, "  seg=%s", VD_SHOW(vd_plan_s(p, p->segments[n->segment])));
   if (n->layer >= 0) fprintf(f, " layer=%d", n->layer);
-  if (n->name) fprintf(f, "  %s", vd_plan_s(p, n->name));
-  if (n->src) fprintf(f, "  (%s)", vd_plan_s(p, n->src));
+  if (n->name) fprintf(f, "  %s", VD_SHOW(vd_plan_s(p, n->name)));
+  if (n->src) fprintf(f, "  (%s)", VD_SHOW(vd_plan_s(p, n->src)));
   fputc('\n', f);
 }
 
 static void dump_text(FILE *f, const vd_plan_t *p) {
   const vd_world_t *w = &p->world;
-  fprintf(f, "plan: %s, model '%s'\n", kind_name(p->kind), vd_plan_s(p, p->model));
+  fprintf(f, "plan: %s, model '%s'\n", kind_name(p->kind), VD_SHOW(vd_plan_s(p, p->model)));
   fprintf(f, "world: dp=%d tp=%d pp=%d sp=%d cp=%d ep=%d nm=%d; %d stored rank(s) x %d replica(s), layout '%s'\n",
           w->dp, w->tp, w->pp, w->sp, w->cp, w->ep, w->nm, w->stored_ranks, w->replicas,
-          vd_plan_s(p, w->layout));
+          VD_SHOW(vd_plan_s(p, w->layout)));
   fprintf(f, "segments:");
-  for (size_t i = 0; i < p->n_segments; i++) fprintf(f, " %zu=%s", i, vd_plan_s(p, p->segments[i]));
+  for (size_t i = 0; i < p->n_segments; i++) fprintf(f, " %zu=%s", i, VD_SHOW(vd_plan_s(p, p->segments[i])));
   fprintf(f, "\nschedule:\n");
   for (int r = 0; r < w->stored_ranks; r++) {
     const vd_program_t *pr = &p->programs[r];
     fprintf(f, "  rank %d:", r);
     for (uint32_t s = 0; s < pr->n_steps; s++) {
       const vd_step_t *st = &p->steps[pr->step_off + s];
-      fprintf(f, " %s", vd_plan_s(p, p->segments[st->segment]));
+      fprintf(f, " %s", VD_SHOW(vd_plan_s(p, p->segments[st->segment])));
       if (st->mb >= 0) fprintf(f, "@%d", st->mb);
     }
     fputc('\n', f);
@@ -293,8 +294,8 @@ static int stats(FILE *f, const vd_plan_t *p, const char *path) {
   const vd_world_t *w = &p->world;
   struct stat st;
   long long file_bytes = stat(path, &st) == 0 ? (long long)st.st_size : -1;
-  fprintf(f, "plan:     %s (%s, model '%s'), %lld bytes on disk\n", path, kind_name(p->kind),
-          vd_plan_s(p, p->model), file_bytes);
+  fprintf(f, "plan:     %s (%s, model '%s'), %lld bytes on disk\n", VD_SHOW(path), kind_name(p->kind),
+          VD_SHOW(vd_plan_s(p, p->model)), file_bytes);
   fprintf(f, "world:    dp=%d tp=%d pp=%d sp=%d cp=%d ep=%d nm=%d\n", w->dp, w->tp, w->pp, w->sp, w->cp,
           w->ep, w->nm);
   fprintf(f, "ranks:    %lld (%d stored x %d replicas)\n", (long long)vd_plan_world_size(p),
@@ -337,7 +338,7 @@ static int stats(FILE *f, const vd_plan_t *p, const char *path) {
   for (size_t j = 0; j < n_ops; j++) {
     long tot = 0;
     for (int ph = 0; ph < VD_PHASE__COUNT; ph++) tot += ops[j].count[ph];
-    fprintf(f, "            %-22s %8ld\n", ops[j].op, tot);
+    fprintf(f, "            %-22s %8ld\n", VD_SHOW(ops[j].op), tot);
   }
   long by_role[VD_ROLE__COUNT] = {0};
   /* A valid plan may hold 2^62-element tensors: byte totals need more than
@@ -379,12 +380,12 @@ static int cmd_strip(int argc, char **argv) {
     } else if (!in) in = argv[i];
     else if (!out) out = argv[i];
     else {
-      fprintf(stderr, "verdict: plan strip: IN and OUT expected, got also '%s'\n", argv[i]);
+      fprintf(stderr, "verdict: plan strip: IN and OUT expected, got also '%s'\n", VD_SHOW(argv[i]));
       return VD_EXIT_BAD_INPUT;
     }
   }
   if (!keep || strcmp(keep, "boundary") != 0) {
-    fprintf(stderr, "verdict: plan strip: --keep boundary expected%s%s\n", keep ? ", got " : "", keep ? keep : "");
+    fprintf(stderr, "verdict: plan strip: --keep boundary expected%s%s\n", keep ? ", got " : "", VD_SHOW(keep ? keep : ""));
     return VD_EXIT_BAD_INPUT;
   }
   if (!in || !out) {
@@ -397,7 +398,7 @@ static int cmd_strip(int argc, char **argv) {
   if (vd_plan_read_file(in, &p, &d) != VD_OK) return vd_cli_report_diag(&d);
   size_t kept = 0, stripped = 0;
   if (p.kind != VD_PLAN_PARALLEL) {
-    fprintf(stderr, "verdict: plan strip: %s: kind: expected a parallel plan, got a single plan\n", in);
+    fprintf(stderr, "verdict: plan strip: %s: kind: expected a parallel plan, got a single plan\n", VD_SHOW(in));
     vd_plan_free(&p);
     return VD_EXIT_BAD_INPUT;
   }
@@ -405,7 +406,7 @@ static int cmd_strip(int argc, char **argv) {
   if (rc == VD_OK) rc = vd_plan_write_file(&p, out, &d);
   vd_plan_free(&p);
   if (rc != VD_OK) return vd_cli_report_diag(&d);
-  printf("%s: kept %zu boundary annotations, removed %zu intermediate ones\n", out, kept, stripped);
+  printf("%s: kept %zu boundary annotations, removed %zu intermediate ones\n", VD_SHOW(out), kept, stripped);
   return VD_EXIT_OK;
 }
 
@@ -430,12 +431,12 @@ int vd_cmd_plan(int argc, char **argv) {
       return vd_cli_unknown_option(who, argv[i], plan_usage, "verdict plan --help");
     } else if (!path) path = argv[i];
     else {
-      fprintf(stderr, "verdict: plan %s: one FILE expected, got also '%s'\n", sub, argv[i]);
+      fprintf(stderr, "verdict: plan %s: one FILE expected, got also '%s'\n", VD_SHOW(sub), VD_SHOW(argv[i]));
       return VD_EXIT_BAD_INPUT;
     }
   }
   if (strcmp(sub, "validate") && strcmp(sub, "dump") && strcmp(sub, "stats")) {
-    fprintf(stderr, "verdict: plan: unknown subcommand '%s' (validate, dump, stats, strip)\n", sub);
+    fprintf(stderr, "verdict: plan: unknown subcommand '%s' (validate, dump, stats, strip)\n", VD_SHOW(sub));
     return VD_EXIT_BAD_INPUT;
   }
   if (!path) {
@@ -455,7 +456,7 @@ int vd_cmd_plan(int argc, char **argv) {
     return rc;
   }
   if (strcmp(sub, "validate") == 0)
-    printf("%s: valid %s plan, %zu tensors, %zu nodes, %d stored ranks x %d replicas\n", path,
+    printf("%s: valid %s plan, %zu tensors, %zu nodes, %d stored ranks x %d replicas\n", VD_SHOW(path),
            kind_name(p.kind), p.n_tensors, p.n_nodes, p.world.stored_ranks, p.world.replicas);
   else if (strcmp(sub, "dump") == 0)
     json ? dump_json(stdout, &p) : dump_text(stdout, &p);

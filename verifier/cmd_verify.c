@@ -69,7 +69,7 @@ static void verify_usage(FILE *f) {
 static int need_num(const char *opt, const char *val, long *out) {
   *out = vd_cli_parse_long(val);
   if (*out < 0) {
-    fprintf(stderr, "verdict: %s: expected a non-negative integer, got '%s'\n", opt, val ? val : "");
+    fprintf(stderr, "verdict: %s: expected a non-negative integer, got '%s'\n", opt, VD_SHOW(val ? val : ""));
     return -1;
   }
   return 0;
@@ -85,7 +85,7 @@ static int parse_seconds(const char *opt, const char *val, unsigned *ms) {
   char *end = NULL;
   double v = val ? strtod(val, &end) : NAN;
   if (!val || end == val || *end || !isfinite(v) || v <= 0 || v > 4000000) {
-    fprintf(stderr, "verdict: %s: expected seconds > 0 (e.g. 2.5) or 'none', got '%s'\n", opt, val ? val : "");
+    fprintf(stderr, "verdict: %s: expected seconds > 0 (e.g. 2.5) or 'none', got '%s'\n", opt, VD_SHOW(val ? val : ""));
     return -1;
   }
   double m = ceil(v * 1000.0);
@@ -104,7 +104,7 @@ static int parse_budget(const char *opt, const char *val, uint64_t *units) {
   double v = val ? strtod(val, &end) : NAN;
   if (!val || end == val || *end || !isfinite(v) || v <= 0 || v > 4000) {
     fprintf(stderr, "verdict: %s: expected millions of steps in (0, 4000] (e.g. 20 or 0.5) or 'none', got '%s'\n",
-            opt, val ? val : "");
+            opt, VD_SHOW(val ? val : ""));
     return -1;
   }
   double u = ceil(v * 1e6);
@@ -148,7 +148,7 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
                 !strcmp(a, "--dump-stages") || !strcmp(a, "--html") || !strcmp(a, "--junit") || !strcmp(a, "--dot-stage") ||
                 !strcmp(a, "--sarif") || !strcmp(a, "--summary");
     if (takes && !val) {
-      fprintf(stderr, "verdict: missing value for option '%s'\n", a);
+      fprintf(stderr, "verdict: missing value for option '%s'\n", VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
     }
     if (!strcmp(a, "--sm")) o->sm = argv[++i];
@@ -198,7 +198,7 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
     else {
       if (a[0] != '-')
         return fprintf(stderr, "verdict: unexpected argument '%s': plans are given as --sm SINGLE.plan --pm "
-                               "PARALLEL.plan\n", a), VD_EXIT_BAD_INPUT;
+                               "PARALLEL.plan\n", VD_SHOW(a)), VD_EXIT_BAD_INPUT;
       return vd_cli_unknown_option("verdict", a, verify_usage, "verdict --sm S --pm P --help");
     }
   }

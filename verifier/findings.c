@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "../common/mem.h"
+#include "../common/text.h"
 
 /* ---- stage and node facts ---------------------------------------------- */
 
@@ -46,12 +47,15 @@ void vd_rep_fmt_node(char *buf, size_t n, const vd_run *r, const vd_stage_node *
   char mbs[24] = "";
   if (mb >= 0) snprintf(mbs, sizeof(mbs), " mb %d", mb);
   char src[160] = "";
-  if (pn->src) snprintf(src, sizeof(src), ", %s", vd_plan_s(p, pn->src));
+  /* Names escaped for plain text and every cut on a character boundary
+   * (common/text.h): these lines go to every report format. */
+  if (pn->src) vd_text_fmt(src, sizeof(src), ", %s", VD_SHOW(vd_plan_s(p, pn->src)));
   if (sn->side)
-    snprintf(buf, n, "rank %lld%s %s '%s' (node %lld%s)", (long long)vd_graph_rank(g, pn->rank, sn->replica), mbs,
-             vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id, src);
+    vd_text_fmt(buf, n, "rank %lld%s %s '%s' (node %lld%s)", (long long)vd_graph_rank(g, pn->rank, sn->replica), mbs,
+                VD_SHOW(vd_node_op(p, pn)), VD_SHOW(vd_plan_s(p, pn->name)), (long long)pn->id, src);
   else
-    snprintf(buf, n, "single %s '%s' (node %lld%s)", vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id, src);
+    vd_text_fmt(buf, n, "single %s '%s' (node %lld%s)", VD_SHOW(vd_node_op(p, pn)), VD_SHOW(vd_plan_s(p, pn->name)),
+                (long long)pn->id, src);
 }
 
 static int attr_equal(const vd_plan_t *a, const vd_attr_t *x, const vd_plan_t *b, const vd_attr_t *y) {
@@ -70,7 +74,7 @@ static void fmt_attr(char *buf, size_t n, const vd_plan_t *p, const vd_attr_t *a
   switch (a->kind) {
   case VD_ATTR_INT: snprintf(buf, n, "%lld", (long long)a->v.i); break;
   case VD_ATTR_FLOAT: snprintf(buf, n, "%.17g", a->v.f); break;
-  case VD_ATTR_STR: snprintf(buf, n, "'%s'", vd_plan_s(p, a->v.s)); break;
+  case VD_ATTR_STR: vd_text_fmt(buf, n, "'%s'", VD_SHOW(vd_plan_s(p, a->v.s))); break;
   default: snprintf(buf, n, "[%u values]", a->len); break;
   }
 }
@@ -131,7 +135,8 @@ static int32_t attr_diverging(const vd_run *r, const vd_stage *st, char *why, si
           char x[64], y[64];
           fmt_attr(x, sizeof(x), pp, pa);
           fmt_attr(y, sizeof(y), &r->sp, sa);
-          snprintf(why, n_why, "attribute '%s' is %s here, %s in the single-device plan", vd_plan_s(pp, pa->key), x, y);
+          vd_text_fmt(why, n_why, "attribute '%s' is %s here, %s in the single-device plan", VD_SHOW(vd_plan_s(pp, pa->key)),
+                      x, y);
           return (int32_t)i;
         }
       }
@@ -272,7 +277,23 @@ static int32_t stuck_in_stage(const vd_run *r, size_t i, char *why, size_t n_why
   return -1;
 }
 
+static int32_t diverging(const vd_run *r, size_t i, char *why, size_t n_why);
+
+/* The reason is made plain text here, once for every format: cut on a
+ * character boundary and escaped (the lineage phrase quotes names). */
 int32_t vd_rep_diverging(const vd_run *r, size_t i, char *why, size_t n_why) {
+  int32_t dn = diverging(r, i, why, n_why);
+  if (n_why) {
+    char raw[512];
+    vd_text_fix_cut(why, n_why, 0);
+    snprintf(raw, sizeof(raw), "%s", why);
+    vd_text_fix_cut(raw, sizeof(raw), 0);
+    vd_text_esc(why, n_why, raw, VD_TEXT_PLAIN);
+  }
+  return dn;
+}
+
+static int32_t diverging(const vd_run *r, size_t i, char *why, size_t n_why) {
   const vd_stage *st = &r->set.stages[i];
   why[0] = '\0';
   int32_t dn = attr_diverging(r, st, why, n_why);
@@ -718,7 +739,7 @@ vd_rc vd_findings_build(const vd_run *r, vd_findings *out, vd_diag *d) {
       f->side = !is->single;
       f->node_rank = is->rank;
       f->node_mb = is->mb;
-      snprintf(f->why, sizeof(f->why), "%s %s", is->source, is->kind_name);
+      vd_text_fmt(f->why, sizeof(f->why), "%s %s", VD_SHOW(is->source), VD_SHOW(is->kind_name));
       for (size_t j = 0; j < f->n_issues; j++) {
         const vd_issue *js = &r->issues[f->issues[j]];
         foot_rank(&ft, js->rank);
@@ -848,13 +869,13 @@ void vd_rep_fmt_footprint(char *buf, size_t n, const vd_finding *f) {
 
 void vd_rep_fmt_title(char *buf, size_t n, const vd_run *r, const vd_finding *f) {
   if (f->pnode < 0) {
-    snprintf(buf, n, "%s (%s)", vd_diagnosis_names[f->diagnosis], f->why[0] ? f->why : "no single node");
+    vd_text_fmt(buf, n, "%s (%s)", vd_diagnosis_names[f->diagnosis], f->why[0] ? VD_SHOW(f->why) : "no single node");
     return;
   }
   const vd_plan_t *p = f->side ? &r->pp : &r->sp;
   const vd_node_t *pn = &p->nodes[f->pnode];
   char src[160] = "";
-  if (pn->src) snprintf(src, sizeof(src), ", %s", vd_plan_s(p, pn->src));
-  snprintf(buf, n, "%s at %s%s '%s' (node %lld%s)", vd_diagnosis_names[f->diagnosis], f->side ? "" : "single ",
-           vd_node_op(p, pn), vd_plan_s(p, pn->name), (long long)pn->id, src);
+  if (pn->src) vd_text_fmt(src, sizeof(src), ", %s", VD_SHOW(vd_plan_s(p, pn->src)));
+  vd_text_fmt(buf, n, "%s at %s%s '%s' (node %lld%s)", vd_diagnosis_names[f->diagnosis], f->side ? "" : "single ",
+              VD_SHOW(vd_node_op(p, pn)), VD_SHOW(vd_plan_s(p, pn->name)), (long long)pn->id, src);
 }

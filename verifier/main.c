@@ -119,6 +119,6 @@ static int run(int argc, char **argv) {
     if (dist < best) best = dist, near = commands[i].name;
   }
   if (near) fprintf(stderr, "verdict: unknown command '%s'; did you mean '%s'? (see verdict --help)\n", a, near);
-  else fprintf(stderr, "verdict: unknown command '%s' (see verdict --help)\n", a);
+  else fprintf(stderr, "verdict: unknown command '%s' (see verdict --help)\n", VD_SHOW(a));
   return VD_EXIT_BAD_INPUT;
 }

@@ -21,8 +21,10 @@
 
 #include "../common/mem.h"
 #include "../common/outfile.h"
+#include "../common/text.h"
 #include "cli.h"
 #include "findings.h"
+#include "json_out.h"
 #include "report.h"
 #include "run.h"
 
@@ -76,7 +78,7 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
   const vd_stage *st = &r->set.stages[stage];
   const vd_stage_verdict *v = &r->verdicts[stage];
   fprintf(f, "-- stage %u: NOT EQUIVALENT -- diagnosis %s", st->id, vd_diagnosis_names[v->diagnosis]);
-  if (v->factor[0]) fprintf(f, " (%s%s)", v->diagnosis == VD_DX_SCALE || v->diagnosis == VD_DX_EXTRA_REDUCTION ? "factor " : "", v->factor);
+  if (v->factor[0]) fprintf(f, " (%s%s)", v->diagnosis == VD_DX_SCALE || v->diagnosis == VD_DX_EXTRA_REDUCTION ? "factor " : "", VD_SHOW(v->factor));
   fputc('\n', f);
   char sl[256], line[512];
   for (uint32_t ti = 0; ti < st->n_targets; ti++) {
@@ -85,7 +87,7 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
     const vd_tensor_t *ts = &r->sp.tensors[r->sg.values[sv->value].tensor];
     vd_lin_fmt_slice(t->lo, t->hi, sv->ndim, sl, sizeof(sl));
     int inf = r->inferred && t->n_pieces && r->inferred[r->lt.pieces[st->idx[t->piece_off]].ptensor];
-    fprintf(f, "   target: single '%s' %s%s, %u parallel piece(s)%s\n", vd_plan_s(&r->sp, ts->name), sl,
+    fprintf(f, "   target: single '%s' %s%s, %u parallel piece(s)%s\n", VD_SHOW(vd_plan_s(&r->sp, ts->name)), sl,
             t->part_n > 1 ? " as a sum of parts" : "", t->n_pieces, inf ? " (inferred lineage)" : "");
   }
   uint32_t n_single = 0, n_par = 0;
@@ -98,7 +100,7 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
       break;
     }
     vd_rep_fmt_node(line, sizeof(line), r, &st->nodes[i]);
-    fprintf(f, "     %s\n", line);
+    fprintf(f, "     %s\n", VD_SHOW(line));
   }
   fprintf(f, "   hypotheses (proven or initial lineages):\n");
   for (uint32_t i = 0; i < st->n_vals; i++) {
@@ -107,7 +109,7 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
     piece_info pi;
     piece_facts(r, sv->leaf_piece, &pi);
     vd_lin_fmt_slice(pi.lo, pi.hi, pi.ndim, sl, sizeof(sl));
-    fprintf(f, "     '%s' (t%lld) rank %lld", pi.tensor, (long long)pi.id, (long long)pi.rank);
+    fprintf(f, "     '%s' (t%lld) rank %lld", VD_SHOW(pi.tensor), (long long)pi.id, (long long)pi.rank);
     if (pi.mb >= 0) fprintf(f, " mb %d", pi.mb);
     fprintf(f, " = %s", sl);
     if (pi.part_n > 1) fprintf(f, " part %lld/%lld", (long long)pi.part_k, (long long)pi.part_n);
@@ -116,7 +118,7 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
   }
   if (v->n_inputs) {
     fprintf(f, "   counterexample inputs (reduced shapes):");
-    for (size_t i = 0; i < v->n_inputs && i < 12; i++) fprintf(f, "%s %s=%s", i ? "," : "", v->inputs[i].name, v->inputs[i].exact);
+    for (size_t i = 0; i < v->n_inputs && i < 12; i++) fprintf(f, "%s %s=%s", i ? "," : "", VD_SHOW(v->inputs[i].name), VD_SHOW(v->inputs[i].exact));
     if (v->n_inputs > 12) fprintf(f, ", ... (%zu in all)", v->n_inputs);
     fputc('\n', f);
   }
@@ -127,19 +129,19 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
     size_t at = 0;
     for (int k = 0; k < sv->ndim && at < sizeof(el); k++)
       at += (size_t)snprintf(el + at, sizeof(el) - at, "%s%lld", k ? "," : "", (long long)ce->elem[k]);
-    fprintf(f, "   element [%s] (reduced): Ts = %s\n", el, ce->single_exact);
+    fprintf(f, "   element [%s] (reduced): Ts = %s\n", el, VD_SHOW(ce->single_exact));
     for (uint32_t k = 0; k < ce->n_copies; k++) {
       const vd_stage_cex_copy *cp = &v->copies[ce->copy_off + k];
       if (cp->piece >= 0) {
         piece_info pi;
         piece_facts(r, cp->piece, &pi);
-        fprintf(f, "     Tp '%s' (t%lld) rank %lld", pi.tensor, (long long)pi.id, (long long)pi.rank);
+        fprintf(f, "     Tp '%s' (t%lld) rank %lld", VD_SHOW(pi.tensor), (long long)pi.id, (long long)pi.rank);
         if (pi.mb >= 0) fprintf(f, " mb %d", pi.mb);
         if (pi.part_n > 1) fprintf(f, " part %lld/%lld", (long long)pi.part_k, (long long)pi.part_n);
       } else {
         fprintf(f, "     sum of the parts");
       }
-      fprintf(f, " = %s%s\n", cp->exact, cp->disagrees ? "   <-- differs" : "");
+      fprintf(f, " = %s%s\n", VD_SHOW(cp->exact), cp->disagrees ? "   <-- differs" : "");
     }
   }
   if (v->diagnosis == VD_DX_MISSING_REDUCTION)
@@ -148,14 +150,14 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
   int32_t dn = vd_rep_diverging(r, stage, why, sizeof(why));
   if (dn >= 0) {
     vd_rep_fmt_node(line, sizeof(line), r, &st->nodes[dn]);
-    fprintf(f, "   first diverging parallel node: %s: %s\n", line, why);
+    fprintf(f, "   first diverging parallel node: %s: %s\n", VD_SHOW(line), VD_SHOW(why));
   }
   if (v->n_flagged) {
     fprintf(f, "   flagged:");
     for (size_t i = 0; i < v->n_flagged; i++) {
       piece_info pi;
       piece_facts(r, v->flagged_pieces[i], &pi);
-      fprintf(f, "%s '%s' (t%lld) rank %lld", i ? "," : "", pi.tensor, (long long)pi.id, (long long)pi.rank);
+      fprintf(f, "%s '%s' (t%lld) rank %lld", i ? "," : "", VD_SHOW(pi.tensor), (long long)pi.id, (long long)pi.rank);
       if (pi.mb >= 0) fprintf(f, " mb %d", pi.mb);
     }
     fputc('\n', f);
@@ -207,8 +209,8 @@ static void text_inferred(const vd_run *r, FILE *f) {
     const vd_tensor_t *pt = &r->pp.tensors[t];
     int64_t s = vd_plan_find_tensor(&r->sp, pt->lin.full);
     vd_lin_fmt_slice(pt->lin.lo, pt->lin.hi, pt->ndim, sl, sizeof(sl));
-    fprintf(f, "  inferred: '%s' (t%lld, rank %d) = '%s' %s", vd_plan_s(&r->pp, pt->name), (long long)pt->id, pt->rank,
-            s >= 0 ? vd_plan_s(&r->sp, r->sp.tensors[s].name) : "?", sl);
+    fprintf(f, "  inferred: '%s' (t%lld, rank %d) = '%s' %s", VD_SHOW(vd_plan_s(&r->pp, pt->name)), (long long)pt->id,
+            pt->rank, VD_SHOW(s >= 0 ? vd_plan_s(&r->sp, r->sp.tensors[s].name) : "?"), sl);
     if (pt->lin.part_n > 1) fprintf(f, " part %lld/%lld", (long long)pt->lin.part_k, (long long)pt->lin.part_n);
     fputc('\n', f);
   }
@@ -221,18 +223,20 @@ static void text_slowest(const vd_run *r, FILE *f) {
 
 void vd_report_text_issue(const vd_run *r, const vd_issue *is, FILE *f) {
   (void)r;
-  fprintf(f, "-- %s (%s %s)", vd_diagnosis_names[is->diagnosis], is->source, is->kind_name);
+  fprintf(f, "-- %s (%s %s)", vd_diagnosis_names[is->diagnosis], VD_SHOW(is->source), VD_SHOW(is->kind_name));
   if (is->rank >= 0) fprintf(f, " rank %lld", (long long)is->rank);
   if (is->mb >= 0) fprintf(f, " mb %lld", (long long)is->mb);
-  fprintf(f, "\n   %s\n", is->detail);
+  fputs("\n   ", f);
+  vd_cli_plain_str(f, is->detail);
+  fputc('\n', f);
 }
 
 void vd_report_text_finding(const vd_run *r, const vd_finding *fd, FILE *f) {
   char title[512], fp[1024];
   vd_rep_fmt_title(title, sizeof(title), r, fd);
   vd_rep_fmt_footprint(fp, sizeof(fp), fd);
-  fprintf(f, "%s\n", title);
-  fprintf(f, "   footprint: %s\n", fp);
+  fprintf(f, "%s\n", VD_SHOW(title));
+  fprintf(f, "   footprint: %s\n", VD_SHOW(fp));
   if (fd->n_stages > 1 || (fd->structural && fd->n_stages)) {
     fprintf(f, "   %s:", fd->structural ? "failing stages that follow from it" : "stages");
     for (size_t j = 0; j < fd->n_stages && j < 24; j++) fprintf(f, " %zu", fd->stages[j]);
@@ -274,7 +278,7 @@ static void text_findings(const vd_run *r, const vd_run_opts *o, const vd_findin
       if (k == (size_t)o->max_failures)
         fprintf(f, "\n(%zu findings in all; --max-failures %d; --json lists every one)\n", fs->n, o->max_failures);
       if (k >= 2 * (size_t)o->max_failures) break;
-      fprintf(f, "== finding %zu: %s; %s\n", k + 1, title, fp);
+      fprintf(f, "== finding %zu: %s; %s\n", k + 1, VD_SHOW(title), VD_SHOW(fp));
       continue;
     }
     fprintf(f, "\n== finding %zu of %zu: ", k + 1, fs->n);
@@ -408,25 +412,25 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
     if (is->stuck_mb >= 0) fprintf(f, " mb %d", is->stuck_mb);
     char phrase[512];
     vd_lin_stuck_phrase(is, phrase, sizeof(phrase));
-    fprintf(f, " %s '%s' (node %lld): %s", vd_node_op(&r->pp, sn), vd_plan_s(&r->pp, sn->name), (long long)sn->id,
-            phrase);
+    fprintf(f, " %s '%s' (node %lld): %s", VD_SHOW(vd_node_op(&r->pp, sn)), VD_SHOW(vd_plan_s(&r->pp, sn->name)),
+            (long long)sn->id, VD_SHOW(phrase));
     if (is->stuck_origin >= 0) {
       const vd_node_t *on = &r->pp.nodes[is->stuck_origin];
-      fprintf(f, "; the factor comes from rank %d %s '%s' (node %lld)", on->rank, vd_node_op(&r->pp, on),
-              vd_plan_s(&r->pp, on->name), (long long)on->id);
+      fprintf(f, "; the factor comes from rank %d %s '%s' (node %lld)", on->rank, VD_SHOW(vd_node_op(&r->pp, on)),
+              VD_SHOW(vd_plan_s(&r->pp, on->name)), (long long)on->id);
     } else {
       int32_t from = -1;
       int64_t pk = stuck_producer(r, &from);
       if (pk >= 0) {
         const vd_node_t *qn = &r->pp.nodes[pk];
-        fprintf(f, "; input %u comes from rank %d %s '%s' (node %lld)", is->stuck_input, qn->rank, vd_node_op(&r->pp, qn),
-                vd_plan_s(&r->pp, qn->name), (long long)qn->id);
+        fprintf(f, "; input %u comes from rank %d %s '%s' (node %lld)", is->stuck_input, qn->rank,
+                VD_SHOW(vd_node_op(&r->pp, qn)), VD_SHOW(vd_plan_s(&r->pp, qn->name)), (long long)qn->id);
         if (from >= 0) fprintf(f, ", sent by rank %d", from);
         int64_t rq = is->stuck_why == VD_LIN_STUCK_SLICE && from < 0 ? upstream_recv(r, pk, &from) : -1;
         if (rq >= 0) {
           const vd_node_t *rn = &r->pp.nodes[rq];
-          fprintf(f, ", computed from what rank %d %s '%s' (node %lld) received", rn->rank, vd_node_op(&r->pp, rn),
-                  vd_plan_s(&r->pp, rn->name), (long long)rn->id);
+          fprintf(f, ", computed from what rank %d %s '%s' (node %lld) received", rn->rank,
+                  VD_SHOW(vd_node_op(&r->pp, rn)), VD_SHOW(vd_plan_s(&r->pp, rn->name)), (long long)rn->id);
           if (from >= 0) fprintf(f, " from rank %d", from);
         }
       }
@@ -460,295 +464,342 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
               o->max_failures);
       break;
     }
-    fprintf(f, "\n-- stage %zu: INCONCLUSIVE: %s\n", i, v->reason);
+    fprintf(f, "\n-- stage %zu: INCONCLUSIVE: %s\n", i, VD_SHOW(v->reason));
   }
 }
 
 /* ---- JSON ------------------------------------------------------------------- */
 
-static void jslice(FILE *f, const int64_t *lo, const int64_t *hi, int ndim) {
-  fputc('[', f);
-  for (int i = 0; i < ndim; i++) fprintf(f, "%s[%lld,%lld]", i ? "," : "", (long long)lo[i], (long long)hi[i]);
-  fputc(']', f);
+/* Built with jansson (verifier/json_out.h): every string goes through
+ * vd_jb_str, which repairs invalid UTF-8, and jansson escapes it; keys and
+ * their order are docs/report-format.md's contract. */
+
+static json_t *jslice(vd_jb *b, const int64_t *lo, const int64_t *hi, int ndim) {
+  json_t *a = vd_jb_arr(b);
+  for (int i = 0; i < ndim; i++) {
+    json_t *p = vd_jb_arr(b);
+    vd_jb_push(b, p, vd_jb_int(b, lo[i]));
+    vd_jb_push(b, p, vd_jb_int(b, hi[i]));
+    vd_jb_push(b, a, p);
+  }
+  return a;
 }
 
-static void jpiece(FILE *f, const vd_run *r, int32_t piece) {
+static json_t *jpiece(vd_jb *b, const vd_run *r, int32_t piece) {
   piece_info pi;
   piece_facts(r, piece, &pi);
-  fputs("{\"tensor\":", f);
-  vd_cli_json_str(f, pi.tensor);
-  fprintf(f, ",\"tensor_id\":%lld", (long long)pi.id);
-  fprintf(f, ",\"rank\":%lld,\"replica\":%d,\"mb\":%d,\"part\":[%lld,%lld],\"slice\":", (long long)pi.rank, pi.replica,
-          pi.mb, (long long)pi.part_k, (long long)pi.part_n);
-  jslice(f, pi.lo, pi.hi, pi.ndim);
-  fputc('}', f);
+  json_t *o = vd_jb_obj(b), *part = vd_jb_arr(b);
+  vd_jb_set(b, o, "tensor", vd_jb_str(b, pi.tensor));
+  vd_jb_set(b, o, "tensor_id", vd_jb_int(b, pi.id));
+  vd_jb_set(b, o, "rank", vd_jb_int(b, pi.rank));
+  vd_jb_set(b, o, "replica", vd_jb_int(b, pi.replica));
+  vd_jb_set(b, o, "mb", vd_jb_int(b, pi.mb));
+  vd_jb_push(b, part, vd_jb_int(b, pi.part_k));
+  vd_jb_push(b, part, vd_jb_int(b, pi.part_n));
+  vd_jb_set(b, o, "part", part);
+  vd_jb_set(b, o, "slice", jslice(b, pi.lo, pi.hi, pi.ndim));
+  return o;
 }
 
-/* An integer or null (for "none", i.e. negative). */
-static void jint(FILE *f, int64_t x) {
-  if (x < 0) fputs("null", f);
-  else fprintf(f, "%lld", (long long)x);
-}
-
-/* A plan node as a record: {"node","plan","op","name","src","rank","mb","layer"}; src is null when
+/* A plan node's fields into o: "node","plan","op","name","src","rank","mb","layer"; src is null when
  * the plan does not say where the user's code calls the operator. */
-static void jplan_node_fields(FILE *f, const vd_run *r, int side, int64_t pnode, int64_t rank, int64_t mb) {
+static void jplan_node_fields(vd_jb *b, json_t *o, const vd_run *r, int side, int64_t pnode, int64_t rank, int64_t mb) {
   const vd_plan_t *p = side ? &r->pp : &r->sp;
   const vd_node_t *pn = &p->nodes[pnode];
-  fprintf(f, "\"node\":%lld,\"plan\":\"%s\",\"op\":", (long long)pn->id, side ? "parallel" : "single");
-  vd_cli_json_str(f, vd_node_op(p, pn));
-  fputs(",\"name\":", f);
-  vd_cli_json_str(f, vd_plan_s(p, pn->name));
-  fputs(",\"src\":", f);
-  if (pn->src) vd_cli_json_str(f, vd_plan_s(p, pn->src));
-  else fputs("null", f);
-  fputs(",\"rank\":", f);
-  jint(f, rank);
-  fputs(",\"mb\":", f);
-  jint(f, mb);
-  fputs(",\"layer\":", f);
-  jint(f, pn->layer);
+  vd_jb_set(b, o, "node", vd_jb_int(b, pn->id));
+  vd_jb_set(b, o, "plan", vd_jb_str(b, side ? "parallel" : "single"));
+  vd_jb_set(b, o, "op", vd_jb_str(b, vd_node_op(p, pn)));
+  vd_jb_set(b, o, "name", vd_jb_str(b, vd_plan_s(p, pn->name)));
+  vd_jb_set(b, o, "src", vd_jb_str(b, pn->src ? vd_plan_s(p, pn->src) : NULL));
+  vd_jb_set(b, o, "rank", vd_jb_int_or_null(b, rank));
+  vd_jb_set(b, o, "mb", vd_jb_int_or_null(b, mb));
+  vd_jb_set(b, o, "layer", vd_jb_int_or_null(b, pn->layer));
 }
 
-static void jplan_node(FILE *f, const vd_run *r, int side, int64_t pnode, int64_t rank, int64_t mb) {
-  fputc('{', f);
-  jplan_node_fields(f, r, side, pnode, rank, mb);
-  fputc('}', f);
+static json_t *jplan_node(vd_jb *b, const vd_run *r, int side, int64_t pnode, int64_t rank, int64_t mb) {
+  json_t *o = vd_jb_obj(b);
+  jplan_node_fields(b, o, r, side, pnode, rank, mb);
+  return o;
 }
 
-static void jstage_node(FILE *f, const vd_run *r, const vd_stage_node *sn) {
+static json_t *jstage_node(vd_jb *b, const vd_run *r, const vd_stage_node *sn) {
   const vd_graph_t *g = sn->side ? &r->pg : &r->sg;
   uint32_t pn = g->nodes[sn->gnode].pnode;
-  jplan_node(f, r, sn->side, pn, sn->side ? vd_graph_rank(g, g->plan->nodes[pn].rank, sn->replica) : -1,
-             g->nodes[sn->gnode].mb);
+  return jplan_node(b, r, sn->side, pn, sn->side ? vd_graph_rank(g, g->plan->nodes[pn].rank, sn->replica) : -1,
+                    g->nodes[sn->gnode].mb);
 }
 
-static void json_stage_failure(const vd_run *r, size_t stage, FILE *f) {
+/* Distinct flagged ranks (pass 0) or microbatches (pass 1), sorted. */
+static json_t *jflagged_distinct(vd_jb *b, const vd_run *r, const vd_stage_verdict *v, int pass) {
+  json_t *a = vd_jb_arr(b);
+  int64_t prev = -1;
+  for (;;) {
+    int64_t best = -1;
+    for (size_t i = 0; i < v->n_flagged; i++) {
+      piece_info pi;
+      piece_facts(r, v->flagged_pieces[i], &pi);
+      int64_t x = pass == 0 ? pi.rank : pi.mb;
+      if (x > prev && (best < 0 || x < best)) best = x;
+    }
+    if (best < 0) break;
+    vd_jb_push(b, a, vd_jb_int(b, best));
+    prev = best;
+  }
+  return a;
+}
+
+static json_t *jelements(vd_jb *b, const vd_run *r, const vd_stage *st, const vd_stage_verdict *v) {
+  json_t *a = vd_jb_arr(b);
+  for (size_t e = 0; e < v->n_elems; e++) {
+    const vd_stage_cex_elem *ce = &v->elems[e];
+    const vd_stage_value *sv = &st->vals[st->targets[ce->target].svalue];
+    json_t *o = vd_jb_obj(b), *idx = vd_jb_arr(b), *copies = vd_jb_arr(b);
+    vd_jb_set(b, o, "target", vd_jb_int(b, ce->target));
+    for (int k = 0; k < sv->ndim; k++) vd_jb_push(b, idx, vd_jb_int(b, ce->elem[k]));
+    vd_jb_set(b, o, "index", idx);
+    vd_jb_set(b, o, "single", vd_jb_str(b, ce->single_exact)); /* exact rationals stay strings */
+    for (uint32_t k = 0; k < ce->n_copies; k++) {
+      const vd_stage_cex_copy *cp = &v->copies[ce->copy_off + k];
+      json_t *c = vd_jb_obj(b);
+      vd_jb_set(b, c, "piece", cp->piece >= 0 ? jpiece(b, r, cp->piece) : json_null());
+      vd_jb_set(b, c, "sum_of_parts", vd_jb_bool(b, cp->piece < 0));
+      vd_jb_set(b, c, "value", vd_jb_str(b, cp->exact));
+      vd_jb_set(b, c, "differs", vd_jb_bool(b, cp->disagrees));
+      vd_jb_push(b, copies, c);
+    }
+    vd_jb_set(b, o, "copies", copies);
+    vd_jb_push(b, a, o);
+  }
+  return a;
+}
+
+static json_t *json_stage_failure(vd_jb *b, const vd_run *r, size_t stage) {
   const vd_stage *st = &r->set.stages[stage];
   const vd_stage_verdict *v = &r->verdicts[stage];
-  fprintf(f, "{\"kind\":\"stage\",\"stage\":%u,\"class\":", st->id);
-  jint(f, st->canon_class);
-  fprintf(f, ",\"replicas\":%u,\"diagnosis\":\"%s\",\"factor\":", st->n_rep ? st->n_rep : 1, vd_diagnosis_names[v->diagnosis]);
-  vd_cli_json_str(f, v->factor);
-  fprintf(f, ",\"has_counterexample\":%s,\"targets\":[", v->n_elems ? "true" : "false");
+  json_t *o = vd_jb_obj(b), *targets = vd_jb_arr(b), *flagged = vd_jb_arr(b), *nodes = vd_jb_arr(b),
+         *hyps = vd_jb_arr(b), *inputs = vd_jb_arr(b);
+  vd_jb_set(b, o, "kind", vd_jb_str(b, "stage"));
+  vd_jb_set(b, o, "stage", vd_jb_int(b, st->id));
+  vd_jb_set(b, o, "class", vd_jb_int_or_null(b, st->canon_class));
+  vd_jb_set(b, o, "replicas", vd_jb_int(b, st->n_rep ? st->n_rep : 1));
+  vd_jb_set(b, o, "diagnosis", vd_jb_str(b, vd_diagnosis_names[v->diagnosis]));
+  vd_jb_set(b, o, "factor", vd_jb_str(b, v->factor));
+  vd_jb_set(b, o, "has_counterexample", vd_jb_bool(b, v->n_elems != 0));
   for (uint32_t ti = 0; ti < st->n_targets; ti++) {
     const vd_stage_target *t = &st->targets[ti];
     const vd_stage_value *sv = &st->vals[t->svalue];
     const vd_tensor_t *ts = &r->sp.tensors[r->sg.values[sv->value].tensor];
     int inf = r->inferred && t->n_pieces && r->inferred[r->lt.pieces[st->idx[t->piece_off]].ptensor];
-    fprintf(f, "%s{\"single\":", ti ? "," : "");
-    vd_cli_json_str(f, vd_plan_s(&r->sp, ts->name));
-    fputs(",\"slice\":", f);
-    jslice(f, t->lo, t->hi, sv->ndim);
-    fprintf(f, ",\"parts\":%lld,\"pieces\":%u,\"inferred\":%s}", (long long)t->part_n, t->n_pieces, inf ? "true" : "false");
+    json_t *to = vd_jb_obj(b);
+    vd_jb_set(b, to, "single", vd_jb_str(b, vd_plan_s(&r->sp, ts->name)));
+    vd_jb_set(b, to, "slice", jslice(b, t->lo, t->hi, sv->ndim));
+    vd_jb_set(b, to, "parts", vd_jb_int(b, t->part_n));
+    vd_jb_set(b, to, "pieces", vd_jb_int(b, t->n_pieces));
+    vd_jb_set(b, to, "inferred", vd_jb_bool(b, inf));
+    vd_jb_push(b, targets, to);
   }
-  fputs("],\"flagged\":[", f);
-  for (size_t i = 0; i < v->n_flagged; i++) {
-    if (i) fputc(',', f);
-    jpiece(f, r, v->flagged_pieces[i]);
-  }
-  /* Distinct flagged ranks and microbatches, sorted. */
-  fputs("],\"ranks\":[", f);
-  for (int pass = 0; pass < 2; pass++) {
-    int first = 1;
-    int64_t prev = -1;
-    for (;;) {
-      int64_t best = -1;
-      for (size_t i = 0; i < v->n_flagged; i++) {
-        piece_info pi;
-        piece_facts(r, v->flagged_pieces[i], &pi);
-        int64_t x = pass == 0 ? pi.rank : pi.mb;
-        if (x > prev && (best < 0 || x < best)) best = x;
-      }
-      if (best < 0) break;
-      fprintf(f, "%s%lld", first ? "" : ",", (long long)best);
-      first = 0;
-      prev = best;
-    }
-    if (pass == 0) fputs("],\"microbatches\":[", f);
-  }
-  fputs("],\"nodes\":[", f);
-  for (uint32_t i = 0; i < st->n_nodes; i++) {
-    if (i) fputc(',', f);
-    jstage_node(f, r, &st->nodes[i]);
-  }
-  fputs("],\"hypotheses\":[", f);
-  int nh = 0;
+  vd_jb_set(b, o, "targets", targets);
+  for (size_t i = 0; i < v->n_flagged; i++) vd_jb_push(b, flagged, jpiece(b, r, v->flagged_pieces[i]));
+  vd_jb_set(b, o, "flagged", flagged);
+  vd_jb_set(b, o, "ranks", jflagged_distinct(b, r, v, 0));
+  vd_jb_set(b, o, "microbatches", jflagged_distinct(b, r, v, 1));
+  for (uint32_t i = 0; i < st->n_nodes; i++) vd_jb_push(b, nodes, jstage_node(b, r, &st->nodes[i]));
+  vd_jb_set(b, o, "nodes", nodes);
   for (uint32_t i = 0; i < st->n_vals; i++) {
     const vd_stage_value *sv = &st->vals[i];
     if (sv->side != 1 || sv->producer >= 0 || sv->leaf_piece < 0) continue;
-    if (nh++) fputc(',', f);
-    jpiece(f, r, sv->leaf_piece);
+    vd_jb_push(b, hyps, jpiece(b, r, sv->leaf_piece));
   }
-  fputs("],\"first_diverging_node\":", f);
+  vd_jb_set(b, o, "hypotheses", hyps);
   char why[256];
   int32_t dn = vd_rep_diverging(r, stage, why, sizeof(why));
   if (dn >= 0) {
     const vd_stage_node *sn = &st->nodes[dn];
     const vd_graph_t *g = sn->side ? &r->pg : &r->sg;
     uint32_t pn = g->nodes[sn->gnode].pnode;
-    fprintf(f, "{\"stage_node\":%d,", dn);
-    jplan_node_fields(f, r, sn->side, pn, sn->side ? vd_graph_rank(g, g->plan->nodes[pn].rank, sn->replica) : -1,
+    json_t *d = vd_jb_obj(b);
+    vd_jb_set(b, d, "stage_node", vd_jb_int(b, dn));
+    jplan_node_fields(b, d, r, sn->side, pn, sn->side ? vd_graph_rank(g, g->plan->nodes[pn].rank, sn->replica) : -1,
                       g->nodes[sn->gnode].mb);
-    fputs(",\"why\":", f);
-    vd_cli_json_str(f, why);
-    fputc('}', f);
+    vd_jb_set(b, d, "why", vd_jb_str(b, why));
+    vd_jb_set(b, o, "first_diverging_node", d);
   } else {
-    fputs("null", f);
+    vd_jb_set(b, o, "first_diverging_node", json_null());
   }
-  fputs(",\"inputs\":[", f);
   for (size_t i = 0; i < v->n_inputs; i++) {
-    fprintf(f, "%s{\"name\":", i ? "," : "");
-    vd_cli_json_str(f, v->inputs[i].name);
-    fputs(",\"value\":", f);
-    vd_cli_json_str(f, v->inputs[i].exact);
-    fputc('}', f);
+    json_t *in = vd_jb_obj(b);
+    vd_jb_set(b, in, "name", vd_jb_str(b, v->inputs[i].name));
+    vd_jb_set(b, in, "value", vd_jb_str(b, v->inputs[i].exact));
+    vd_jb_push(b, inputs, in);
   }
-  fputs("],\"elements\":[", f);
-  for (size_t e = 0; e < v->n_elems; e++) {
-    const vd_stage_cex_elem *ce = &v->elems[e];
-    const vd_stage_value *sv = &st->vals[st->targets[ce->target].svalue];
-    fprintf(f, "%s{\"target\":%u,\"index\":[", e ? "," : "", ce->target);
-    for (int k = 0; k < sv->ndim; k++) fprintf(f, "%s%lld", k ? "," : "", (long long)ce->elem[k]);
-    fputs("],\"single\":", f);
-    vd_cli_json_str(f, ce->single_exact);
-    fputs(",\"copies\":[", f);
-    for (uint32_t k = 0; k < ce->n_copies; k++) {
-      const vd_stage_cex_copy *cp = &v->copies[ce->copy_off + k];
-      fputs(k ? ",{" : "{", f);
-      fputs("\"piece\":", f);
-      if (cp->piece >= 0) jpiece(f, r, cp->piece);
-      else fputs("null", f);
-      fprintf(f, ",\"sum_of_parts\":%s,\"value\":", cp->piece >= 0 ? "false" : "true");
-      vd_cli_json_str(f, cp->exact);
-      fprintf(f, ",\"differs\":%s}", cp->disagrees ? "true" : "false");
-    }
-    fputs("]}", f);
-  }
-  fputs("]}", f);
+  vd_jb_set(b, o, "inputs", inputs);
+  vd_jb_set(b, o, "elements", jelements(b, r, st, v));
+  return o;
 }
 
 /* A structural entry with structured fields: plan, node record, tensor
  * record, rank/replica/mb (null when none), operand field, detail. */
-static void json_issue(FILE *f, const vd_run *r, const vd_issue *is) {
+static json_t *json_issue(vd_jb *b, const vd_run *r, const vd_issue *is) {
   const vd_plan_t *p = is->single ? &r->sp : &r->pp;
-  fprintf(f, "{\"kind\":\"structural\",\"diagnosis\":\"%s\",\"source\":\"%s\",\"issue\":\"%s\",\"plan\":\"%s\",\"node\":",
-          vd_diagnosis_names[is->diagnosis], is->source, is->kind_name, is->single ? "single" : "parallel");
-  if (is->pnode >= 0 && (size_t)is->pnode < p->n_nodes) jplan_node(f, r, !is->single, is->pnode, is->rank, is->mb);
-  else fputs("null", f);
-  fputs(",\"tensor\":", f);
+  json_t *o = vd_jb_obj(b);
+  vd_jb_set(b, o, "kind", vd_jb_str(b, "structural"));
+  vd_jb_set(b, o, "diagnosis", vd_jb_str(b, vd_diagnosis_names[is->diagnosis]));
+  vd_jb_set(b, o, "source", vd_jb_str(b, is->source));
+  vd_jb_set(b, o, "issue", vd_jb_str(b, is->kind_name));
+  vd_jb_set(b, o, "plan", vd_jb_str(b, is->single ? "single" : "parallel"));
+  vd_jb_set(b, o, "node",
+            is->pnode >= 0 && (size_t)is->pnode < p->n_nodes ? jplan_node(b, r, !is->single, is->pnode, is->rank, is->mb)
+                                                             : json_null());
   if (is->tensor >= 0 && (size_t)is->tensor < p->n_tensors) {
     const vd_tensor_t *t = &p->tensors[is->tensor];
-    fprintf(f, "{\"tensor_id\":%lld,\"name\":", (long long)t->id);
-    vd_cli_json_str(f, vd_plan_s(p, t->name));
-    fputs("}", f);
+    json_t *to = vd_jb_obj(b);
+    vd_jb_set(b, to, "tensor_id", vd_jb_int(b, t->id));
+    vd_jb_set(b, to, "name", vd_jb_str(b, vd_plan_s(p, t->name)));
+    vd_jb_set(b, o, "tensor", to);
   } else {
-    fputs("null", f);
+    vd_jb_set(b, o, "tensor", json_null());
   }
-  fputs(",\"single_tensor\":", f);
-  if (is->stensor >= 0 && (size_t)is->stensor < r->sp.n_tensors) vd_cli_json_str(f, vd_plan_s(&r->sp, r->sp.tensors[is->stensor].name));
-  else fputs("null", f);
-  fputs(",\"rank\":", f);
-  jint(f, is->rank);
-  fputs(",\"replica\":", f);
-  jint(f, is->replica);
-  fputs(",\"mb\":", f);
-  jint(f, is->mb);
-  fputs(",\"field\":", f);
-  if (is->field[0]) vd_cli_json_str(f, is->field);
-  else fputs("null", f);
-  fputs(",\"detail\":", f);
-  vd_cli_json_str(f, is->detail);
-  fputc('}', f);
+  vd_jb_set(b, o, "single_tensor",
+            vd_jb_str(b, is->stensor >= 0 && (size_t)is->stensor < r->sp.n_tensors
+                             ? vd_plan_s(&r->sp, r->sp.tensors[is->stensor].name)
+                             : NULL));
+  vd_jb_set(b, o, "rank", vd_jb_int_or_null(b, is->rank));
+  vd_jb_set(b, o, "replica", vd_jb_int_or_null(b, is->replica));
+  vd_jb_set(b, o, "mb", vd_jb_int_or_null(b, is->mb));
+  vd_jb_set(b, o, "field", vd_jb_str(b, is->field[0] ? is->field : NULL));
+  vd_jb_set(b, o, "detail", vd_jb_str(b, is->detail));
+  return o;
 }
 
-static void json_finding(FILE *f, const vd_run *r, const vd_finding *fd) {
+static json_t *jints64(vd_jb *b, const int64_t *v, size_t n) {
+  json_t *a = vd_jb_arr(b);
+  for (size_t i = 0; i < n; i++) vd_jb_push(b, a, vd_jb_int(b, v[i]));
+  return a;
+}
+static json_t *jints32(vd_jb *b, const int32_t *v, size_t n) {
+  json_t *a = vd_jb_arr(b);
+  for (size_t i = 0; i < n; i++) vd_jb_push(b, a, vd_jb_int(b, v[i]));
+  return a;
+}
+
+static json_t *json_finding(vd_jb *b, const vd_run *r, const vd_finding *fd) {
   char title[512];
   vd_rep_fmt_title(title, sizeof(title), r, fd);
-  fprintf(f, "{\"diagnosis\":\"%s\",\"title\":", vd_diagnosis_names[fd->diagnosis]);
-  vd_cli_json_str(f, title);
-  fputs(",\"factor\":", f);
-  vd_cli_json_str(f, fd->structural ? "" : r->verdicts[fd->rep].factor);
-  fputs(",\"node\":", f);
-  if (fd->pnode >= 0) jplan_node(f, r, fd->side, fd->pnode, fd->node_rank, fd->node_mb);
-  else fputs("null", f);
-  fputs(",\"why\":", f);
-  vd_cli_json_str(f, fd->why);
-  fputs(",\"hint\":", f);
-  vd_cli_json_str(f, vd_findings_hint(fd->diagnosis));
-  fputs(",\"ranks\":[", f);
-  for (size_t i = 0; i < fd->n_ranks; i++) fprintf(f, "%s%lld", i ? "," : "", (long long)fd->ranks[i]);
-  fputs("],\"microbatches\":[", f);
-  for (size_t i = 0; i < fd->n_mbs; i++) fprintf(f, "%s%d", i ? "," : "", fd->mbs[i]);
-  fputs("],\"layers\":[", f);
-  for (size_t i = 0; i < fd->n_layers; i++) fprintf(f, "%s%d", i ? "," : "", fd->layers[i]);
-  fputs("],\"stages\":[", f);
-  for (size_t i = 0; i < fd->n_stages; i++) fprintf(f, "%s%zu", i ? "," : "", fd->stages[i]);
-  fprintf(f, "],\"stage_count\":%zu,\"per_replica_stages\":%zu,\"structural_entries\":%zu,\"representative\":",
-          fd->n_stages, fd->n_instances, fd->n_issues);
-  if (fd->structural) json_issue(f, r, &r->issues[fd->rep]);
-  else json_stage_failure(r, fd->rep, f);
-  fputc('}', f);
+  json_t *o = vd_jb_obj(b), *stages = vd_jb_arr(b);
+  vd_jb_set(b, o, "diagnosis", vd_jb_str(b, vd_diagnosis_names[fd->diagnosis]));
+  vd_jb_set(b, o, "title", vd_jb_str(b, title));
+  vd_jb_set(b, o, "factor", vd_jb_str(b, fd->structural ? "" : r->verdicts[fd->rep].factor));
+  vd_jb_set(b, o, "node", fd->pnode >= 0 ? jplan_node(b, r, fd->side, fd->pnode, fd->node_rank, fd->node_mb) : json_null());
+  vd_jb_set(b, o, "why", vd_jb_str(b, fd->why));
+  vd_jb_set(b, o, "hint", vd_jb_str(b, vd_findings_hint(fd->diagnosis)));
+  vd_jb_set(b, o, "ranks", jints64(b, fd->ranks, fd->n_ranks));
+  vd_jb_set(b, o, "microbatches", jints32(b, fd->mbs, fd->n_mbs));
+  vd_jb_set(b, o, "layers", jints32(b, fd->layers, fd->n_layers));
+  for (size_t i = 0; i < fd->n_stages; i++) vd_jb_push(b, stages, vd_jb_int(b, (int64_t)fd->stages[i]));
+  vd_jb_set(b, o, "stages", stages);
+  vd_jb_set(b, o, "stage_count", vd_jb_int(b, (int64_t)fd->n_stages));
+  vd_jb_set(b, o, "per_replica_stages", vd_jb_int(b, (int64_t)fd->n_instances));
+  vd_jb_set(b, o, "structural_entries", vd_jb_int(b, (int64_t)fd->n_issues));
+  vd_jb_set(b, o, "representative",
+            fd->structural ? json_issue(b, r, &r->issues[fd->rep]) : json_stage_failure(b, r, fd->rep));
+  return o;
+}
+
+static json_t *json_summary(vd_jb *b, const vd_run *r, const vd_findings *fs) {
+  size_t cg_eq, cg_inc;
+  vd_rep_class_counts(r, &cg_eq, &cg_inc);
+  json_t *o = vd_jb_obj(b), *secs = vd_jb_obj(b);
+  const struct {
+    const char *key;
+    size_t v;
+  } counts[] = {
+      {"stages", r->set.n_stages},
+      {"classes", r->n_solved},
+      {"reduced", r->n_reduced},
+      {"by_normal_form", r->n_fast},
+      {"equivalent", r->n_equiv},
+      {"not_equivalent", r->n_not_equiv},
+      {"inconclusive", r->n_inconclusive},
+      {"structural", r->n_issues + r->n_issues_dropped},
+      {"structural_not_listed", r->n_issues_dropped},
+      {"findings", fs->n},
+      {"per_replica_stages", r->n_represented},
+      {"class_groups_equivalent", cg_eq},
+      {"class_groups_inconclusive", cg_inc},
+      {"lineages_annotated", r->infer.n_annotated},
+      {"lineages_inferred", r->infer.n_inferred - r->n_dropped},
+      {"lineages_dropped", r->n_dropped},
+  };
+  for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++)
+    vd_jb_set(b, o, counts[i].key, vd_jb_int(b, (int64_t)counts[i].v));
+  vd_jb_set(b, o, "threads", vd_jb_int(b, r->threads_used));
+  vd_jb_set(b, o, "peak_bytes", vd_jb_int(b, (int64_t)r->peak_bytes));
+  vd_jb_set(b, o, "peak_tracked_bytes", vd_jb_int(b, (int64_t)r->peak_tracked_bytes));
+  for (int i = 0; i < VD_RUN_PHASES; i++) vd_jb_set(b, secs, vd_run_phase_names[i], vd_jb_real(b, r->phase_s[i], 4));
+  vd_jb_set(b, o, "seconds", secs);
+  return o;
+}
+
+/* The whole report as a jansson document (NULL-free unless b->oom). */
+static json_t *json_report(vd_jb *b, const vd_run *r, const vd_run_opts *o, const vd_findings *fs) {
+  json_t *root = vd_jb_obj(b), *tool = vd_jb_obj(b), *inputs = vd_jb_obj(b);
+  json_t *findings = vd_jb_arr(b), *failures = vd_jb_arr(b), *inconclusive = vd_jb_arr(b);
+  vd_jb_set(b, root, "schema_version", vd_jb_int(b, VD_REPORT_SCHEMA_VERSION));
+  vd_jb_set(b, tool, "name", vd_jb_str(b, "verdict"));
+  vd_jb_set(b, tool, "version", vd_jb_str(b, VD_VERSION_STRING));
+  vd_jb_set(b, root, "tool", tool);
+  vd_jb_set(b, inputs, "single", vd_jb_str(b, o->sm));
+  vd_jb_set(b, inputs, "parallel", vd_jb_str(b, o->pm));
+  vd_jb_set(b, root, "inputs", inputs);
+  vd_jb_set(b, root, "verdict", vd_jb_str(b, verdict_json(r)));
+  vd_jb_set(b, root, "exit_code", vd_jb_int(b, vd_run_exit_code(r)));
+  vd_jb_set(b, root, "summary", json_summary(b, r, fs));
+  for (size_t k = 0; k < fs->n && !b->oom; k++) vd_jb_push(b, findings, json_finding(b, r, &fs->v[k]));
+  vd_jb_set(b, root, "findings", findings);
+  for (size_t i = 0; i < r->n_issues && !b->oom; i++) vd_jb_push(b, failures, json_issue(b, r, &r->issues[i]));
+  int shown = 0;
+  for (size_t i = 0; r->verdicts && i < r->set.n_stages && !b->oom; i++) {
+    if (r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT) continue;
+    if (o->max_failures > 0 && shown >= o->max_failures) break;
+    vd_jb_push(b, failures, json_stage_failure(b, r, i));
+    shown++;
+  }
+  vd_jb_set(b, root, "failures", failures);
+  for (size_t i = 0; r->verdicts && i < r->set.n_stages && !b->oom; i++) {
+    if (r->verdicts[i].verdict != VD_SMT_INCONCLUSIVE) continue;
+    json_t *e = vd_jb_obj(b);
+    vd_jb_set(b, e, "stage", vd_jb_int(b, (int64_t)i));
+    vd_jb_set(b, e, "limit", vd_jb_str(b, vd_smt_limit_names[r->verdicts[i].limit]));
+    vd_jb_set(b, e, "work", vd_jb_int(b, (int64_t)r->verdicts[i].work));
+    vd_jb_set(b, e, "reason", vd_jb_str(b, r->verdicts[i].reason));
+    vd_jb_push(b, inconclusive, e);
+  }
+  vd_jb_set(b, root, "inconclusive", inconclusive);
+  return root;
 }
 
 vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd_diag *d) {
   vd_findings fs;
   VD_CHECK(vd_findings_build(r, &fs, d));
-  size_t cg_eq, cg_inc;
-  vd_rep_class_counts(r, &cg_eq, &cg_inc);
+  vd_jb b = {0};
+  json_t *root = json_report(&b, r, o, &fs);
+  vd_findings_free(&fs);
+  if (b.oom) {
+    json_decref(root);
+    return VD_OOM(d);
+  }
   vd_outfile of; /* common/outfile.h: "-" is stdout */
   vd_rc orc = vd_outfile_open(&of, path, VD_OUTFILE_STDOUT, d);
   if (orc != VD_OK) {
-    vd_findings_free(&fs);
+    json_decref(root);
     return orc;
   }
-  FILE *f = of.fp;
-  fprintf(f, "{\"schema_version\":%d,\"tool\":{\"name\":\"verdict\",\"version\":\"%s\"},\"inputs\":{\"single\":",
-          VD_REPORT_SCHEMA_VERSION, VD_VERSION_STRING);
-  vd_cli_json_str(f, o->sm);
-  fputs(",\"parallel\":", f);
-  vd_cli_json_str(f, o->pm);
-  fputs("},\n", f);
-  fprintf(f, "\"verdict\":\"%s\",\"exit_code\":%d,\n\"summary\":{\"stages\":%zu,\"classes\":%zu,\"reduced\":%zu,"
-             "\"by_normal_form\":%zu,\"equivalent\":%zu,\"not_equivalent\":%zu,\"inconclusive\":%zu,\"structural\":%zu,\"structural_not_listed\":%zu,"
-             "\"findings\":%zu,\"per_replica_stages\":%zu,\"class_groups_equivalent\":%zu,\"class_groups_inconclusive\":%zu,"
-             "\"lineages_annotated\":%zu,\"lineages_inferred\":%zu,\"lineages_dropped\":%zu,"
-             "\"threads\":%d,\"peak_bytes\":%zu,\"peak_tracked_bytes\":%zu,\"seconds\":{",
-          verdict_json(r), vd_run_exit_code(r), r->set.n_stages, r->n_solved, r->n_reduced, r->n_fast, r->n_equiv,
-          r->n_not_equiv, r->n_inconclusive, r->n_issues + r->n_issues_dropped, r->n_issues_dropped, fs.n,
-          r->n_represented, cg_eq, cg_inc, r->infer.n_annotated, r->infer.n_inferred - r->n_dropped, r->n_dropped, r->threads_used,
-          r->peak_bytes, r->peak_tracked_bytes);
-  for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, "%s\"%s\":%.4f", i ? "," : "", vd_run_phase_names[i], r->phase_s[i]);
-  fputs("}},\n\"findings\":[", f);
-  for (size_t k = 0; k < fs.n; k++) {
-    fputs(k ? ",\n" : "\n", f);
-    json_finding(f, r, &fs.v[k]);
+  int wrc = vd_jb_write(root, of.fp, 10);
+  json_decref(root);
+  if (wrc != 0) {
+    vd_outfile_abort(&of);
+    VD_FAIL(d, VD_EIO, path, NULL, NULL, "writing the JSON report failed");
   }
-  fputs("],\n\"failures\":[", f);
-  int n = 0;
-  for (size_t i = 0; i < r->n_issues; i++) {
-    fputs(n++ ? ",\n" : "\n", f);
-    json_issue(f, r, &r->issues[i]);
-  }
-  int shown = 0;
-  for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
-    if (r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT) continue;
-    if (o->max_failures > 0 && shown >= o->max_failures) break;
-    fputs(n++ ? ",\n" : "\n", f);
-    json_stage_failure(r, i, f);
-    shown++;
-  }
-  fputs("],\n\"inconclusive\":[", f);
-  n = 0;
-  for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
-    if (r->verdicts[i].verdict != VD_SMT_INCONCLUSIVE) continue;
-    fprintf(f, "%s\n{\"stage\":%zu,\"limit\":\"%s\",\"work\":%llu,\"reason\":", n++ ? "," : "", i,
-            vd_smt_limit_names[r->verdicts[i].limit], (unsigned long long)r->verdicts[i].work);
-    vd_cli_json_str(f, r->verdicts[i].reason);
-    fputc('}', f);
-  }
-  fputs("]}\n", f);
-  vd_findings_free(&fs);
   return vd_outfile_commit(&of, d);
 }
 
@@ -782,7 +833,7 @@ vd_rc vd_report_stages(const vd_run *r, const char *path, vd_diag *d) {
       const vd_tensor_t *ts = &r->sp.tensors[r->sg.values[sv->value].tensor];
       vd_lin_fmt_slice(tg->lo, tg->hi, sv->ndim, a, sizeof(a));
       vd_lin_fmt_slice(tg->rlo, tg->rhi, sv->ndim, b, sizeof(b));
-      fprintf(f, "  target '%s' %s (reduced %s) parts %lld, %u piece(s)\n", vd_plan_s(&r->sp, ts->name), a, b,
+      fprintf(f, "  target '%s' %s (reduced %s) parts %lld, %u piece(s)\n", VD_SHOW(vd_plan_s(&r->sp, ts->name)), a, b,
               (long long)tg->part_n, tg->n_pieces);
     }
     for (uint32_t k = 0; k < st->n_vals; k++) {
@@ -791,12 +842,12 @@ vd_rc vd_report_stages(const vd_run *r, const char *path, vd_diag *d) {
       const vd_tensor_t *t = &g->plan->tensors[g->values[sv->value].tensor];
       shape_str(a, sizeof(a), sv->shape, sv->ndim);
       shape_str(b, sizeof(b), sv->rshape, sv->ndim);
-      fprintf(f, "  v%u %s '%s' %s -> %s%s\n", k, sv->side ? "parallel" : "single", vd_plan_s(g->plan, t->name), a, b,
+      fprintf(f, "  v%u %s '%s' %s -> %s%s\n", k, sv->side ? "parallel" : "single", VD_SHOW(vd_plan_s(g->plan, t->name)), a, b,
               sv->producer < 0 ? (sv->leaf_piece >= 0 ? " hypothesis" : " leaf") : "");
     }
     for (uint32_t k = 0; k < st->n_nodes; k++) {
       vd_rep_fmt_node(line, sizeof(line), r, &st->nodes[k]);
-      fprintf(f, "  n%u %s\n", k, line);
+      fprintf(f, "  n%u %s\n", k, VD_SHOW(line));
     }
   }
   return vd_outfile_commit(&of, d);

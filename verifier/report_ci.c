@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "../common/mem.h"
+#include "../common/text.h"
 
 int vd_report_ci_parse_loc(const char *s, char *file, size_t n_file, long *line) {
   if (!s) return 0;
@@ -38,7 +39,7 @@ int vd_report_ci_parse_loc(const char *s, char *file, size_t n_file, long *line)
 /* The node's source name without the capture's " [mb N]" suffix: the same
  * operator in another microbatch is the same place in the user's code. */
 static void stable_node_name(char *out, size_t n, const char *name) {
-  snprintf(out, n, "%s", name);
+  vd_text_fmt(out, n, "%s", name);
   char *m = strstr(out, " [mb ");
   while (m && strstr(m + 1, " [mb ")) m = strstr(m + 1, " [mb ");
   if (!m) return;
@@ -57,22 +58,22 @@ static void node_facts(const vd_run *r, vd_ci_finding *c, int side, int64_t pnod
   const vd_node_t *pn = &p->nodes[pnode];
   char nm[256];
   stable_node_name(nm, sizeof(nm), vd_plan_s(p, pn->name));
-  if (!nm[0]) snprintf(nm, sizeof(nm), "unnamed");
-  snprintf(c->logical, sizeof(c->logical), "%s%s '%s'", side ? "" : "single ", vd_node_op(p, pn), nm);
+  if (!nm[0]) vd_text_fmt(nm, sizeof(nm), "unnamed");
+  vd_text_fmt(c->logical, sizeof(c->logical), "%s%s '%s'", side ? "" : "single ", vd_node_op(p, pn), nm);
   if (pn->src && vd_report_ci_parse_loc(vd_plan_s(p, pn->src), c->file, sizeof(c->file), &c->line)) return;
   /* A name "FILE.py:LINE ..." (torch2plan) places the node too. */
   char f[512];
   long ln;
   if (vd_report_ci_parse_loc(nm, f, sizeof(f), &ln) && ends_with(f, strlen(f), ".py")) {
-    snprintf(c->file, sizeof(c->file), "%s", f);
+    vd_text_fmt(c->file, sizeof(c->file), "%s", f);
     c->line = ln;
   }
 }
 
 static void tensor_name(const vd_plan_t *p, int64_t t, char *out, size_t n) {
   const char *s = vd_plan_s(p, p->tensors[t].name);
-  if (s[0]) snprintf(out, n, "%s", s);
-  else snprintf(out, n, "t%lld", (long long)p->tensors[t].id);
+  if (s[0]) vd_text_fmt(out, n, "%s", s);
+  else vd_text_fmt(out, n, "t%lld", (long long)p->tensors[t].id);
 }
 
 static void finding_facts(const vd_run *r, const vd_finding *fd, vd_ci_finding *c) {
@@ -84,7 +85,7 @@ static void finding_facts(const vd_run *r, const vd_finding *fd, vd_ci_finding *
   char tn[256];
   if (fd->pnode >= 0) {
     node_facts(r, c, fd->side, fd->pnode);
-    snprintf(c->name, sizeof(c->name), "%s at %s", dx, c->logical);
+    vd_text_fmt(c->name, sizeof(c->name), "%s at %s", dx, c->logical);
     return;
   }
   if (fd->structural) {
@@ -92,25 +93,25 @@ static void finding_facts(const vd_run *r, const vd_finding *fd, vd_ci_finding *
     const vd_plan_t *ip = is->single ? &r->sp : &r->pp;
     if (is->tensor >= 0 && (size_t)is->tensor < ip->n_tensors) {
       tensor_name(ip, is->tensor, tn, sizeof(tn));
-      snprintf(c->logical, sizeof(c->logical), "%stensor '%s'", is->single ? "single " : "", tn);
+      vd_text_fmt(c->logical, sizeof(c->logical), "%stensor '%s'", is->single ? "single " : "", tn);
     } else if (is->stensor >= 0 && (size_t)is->stensor < r->sp.n_tensors) {
       tensor_name(&r->sp, is->stensor, tn, sizeof(tn));
-      snprintf(c->logical, sizeof(c->logical), "single tensor '%s'", tn);
+      vd_text_fmt(c->logical, sizeof(c->logical), "single tensor '%s'", tn);
     } else {
-      snprintf(c->logical, sizeof(c->logical), "%s %s", is->source, is->kind_name);
+      vd_text_fmt(c->logical, sizeof(c->logical), "%s %s", is->source, is->kind_name);
     }
-    snprintf(c->name, sizeof(c->name), "%s (%s) on %s", dx, is->kind_name, c->logical);
+    vd_text_fmt(c->name, sizeof(c->name), "%s (%s) on %s", dx, is->kind_name, c->logical);
     return;
   }
   /* A failing stage without a diverging node: its first target. */
   const vd_stage *st = &r->set.stages[fd->rep];
   if (st->n_targets) {
     tensor_name(&r->sp, r->sg.values[st->vals[st->targets[0].svalue].value].tensor, tn, sizeof(tn));
-    snprintf(c->logical, sizeof(c->logical), "single tensor '%s'", tn);
+    vd_text_fmt(c->logical, sizeof(c->logical), "single tensor '%s'", tn);
   } else {
-    snprintf(c->logical, sizeof(c->logical), "a stage without target");
+    vd_text_fmt(c->logical, sizeof(c->logical), "a stage without target");
   }
-  snprintf(c->name, sizeof(c->name), "%s on %s", dx, c->logical);
+  vd_text_fmt(c->name, sizeof(c->name), "%s on %s", dx, c->logical);
 }
 
 /* Sort order for naming duplicates: by name, then report order. */
@@ -158,7 +159,7 @@ vd_rc vd_report_ci_findings(const vd_run *r, const vd_findings *fs, vd_ci_findin
     if (!ord[k]) continue;
     size_t len = strlen(c[k].name);
     if (len + 24 > sizeof(c[k].name)) len = sizeof(c[k].name) - 24;
-    snprintf(c[k].name + len, sizeof(c[k].name) - len, " (%zu)", ord[k]);
+    vd_text_fmt(c[k].name + len, sizeof(c[k].name) - len, " (%zu)", ord[k]);
   }
   vd_free(ord);
   vd_free(ix);
@@ -249,25 +250,25 @@ const char *vd_report_ci_outcome(int exit_code) {
 void vd_report_ci_outcome_line(const vd_report_config *c, size_t n_findings, char *buf, size_t n) {
   const vd_run *r = c->run;
   if (!r) {
-    snprintf(buf, n, "%s: %s", vd_report_ci_outcome(c->exit_code), c->error ? c->error : "no run");
+    vd_text_fmt(buf, n, "%s: %s", vd_report_ci_outcome(c->exit_code), c->error ? c->error : "no run");
     return;
   }
   if (c->exit_code == 1) {
-    snprintf(buf, n, "NOT EQUIVALENT: %zu finding%s", n_findings, n_findings == 1 ? "" : "s");
+    vd_text_fmt(buf, n, "NOT EQUIVALENT: %zu finding%s", n_findings, n_findings == 1 ? "" : "s");
   } else if (c->exit_code == 3) {
     const char *why = c->error;
     for (size_t i = 0; !why && r->verdicts && i < r->set.n_stages; i++)
       if (r->verdicts[i].verdict != VD_SMT_EQUIVALENT && r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT &&
           r->verdicts[i].reason[0])
         why = r->verdicts[i].reason;
-    snprintf(buf, n, "INCONCLUSIVE: %zu stage%s not decided%s%s", r->n_inconclusive, r->n_inconclusive == 1 ? "" : "s",
+    vd_text_fmt(buf, n, "INCONCLUSIVE: %zu stage%s not decided%s%s", r->n_inconclusive, r->n_inconclusive == 1 ? "" : "s",
              why ? "; first: " : "", why ? why : "");
   } else {
-    snprintf(buf, n, "%s", vd_report_ci_outcome(c->exit_code));
+    vd_text_fmt(buf, n, "%s", vd_report_ci_outcome(c->exit_code));
   }
   if (!vd_report_ci_as_expected(c)) {
     size_t len = strlen(buf);
-    if (len < n) snprintf(buf + len, n - len, " (expected %s)", vd_report_ci_outcome(vd_report_ci_expected(c)));
+    if (len < n) vd_text_fmt(buf + len, n - len, " (expected %s)", vd_report_ci_outcome(vd_report_ci_expected(c)));
   }
 }
 

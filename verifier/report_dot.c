@@ -17,20 +17,20 @@
 
 #include "../common/mem.h"
 #include "../common/outfile.h"
+#include "../common/text.h"
 #include "report.h"
 
 enum { MAX_DRAWN = 300 };
 
-/* Writes s escaped for a dot double-quoted string. */
+/* Writes s escaped for a dot double-quoted string (common/text.h's DOT
+ * mode: quotes and backslashes escaped, & as an entity, control and other
+ * unsafe characters shown as \\xNN), cut at LABEL_MAX bytes on a character
+ * boundary: a picture needs no longer names, and dot's SVG stays
+ * well-formed XML for any name. */
+enum { LABEL_MAX = 240 };
 static void dq(FILE *f, const char *s) {
-  for (; *s; s++) {
-    if (*s == '"' || *s == '\\') fputc('\\', f);
-    if (*s == '\n') {
-      fputs("\\n", f);
-      continue;
-    }
-    fputc(*s, f);
-  }
+  char buf[LABEL_MAX];
+  fputs(vd_text_esc(buf, sizeof(buf), s, VD_TEXT_DOT), f);
 }
 
 static void shape_txt(char *b, size_t n, const int64_t *s, int nd) {

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "../common/mem.h"
+#include "../common/text.h"
 #include "../common/outfile.h"
 #include "cli.h"
 #include "report.h"
@@ -139,24 +140,24 @@ static void finding_case(FILE *f, const vd_report_config *c, const vd_ci_finding
 
 static void tensor_case(FILE *f, const vd_report_config *c, const vd_ci_tensor *t, int expected_fail) {
   char nm[300], msg[1200];
-  if (t->name[0]) snprintf(nm, sizeof(nm), "'%s'", t->name);
-  else snprintf(nm, sizeof(nm), "tensor t%lld", (long long)t->id);
+  if (t->name[0]) vd_text_fmt(nm, sizeof(nm), "'%s'", t->name);
+  else vd_text_fmt(nm, sizeof(nm), "tensor t%lld", (long long)t->id);
   case_open(f, c->name, ".tensors", "proof of ", nm, t->seconds);
   switch (t->status) {
   case VD_CI_PASS: fputs("/>\n", f); return;
   case VD_CI_FAILURE:
-    snprintf(msg, sizeof(msg), "%zu of %zu stages not equivalent%s%s", t->n_fail, t->n_stages,
+    vd_text_fmt(msg, sizeof(msg), "%zu of %zu stages not equivalent%s%s", t->n_fail, t->n_stages,
              t->finding ? "; finding: " : "", t->finding ? t->finding : "");
     fputs(expected_fail ? ">\n      <system-out>" : ">\n      <failure type=\"NOT_EQUIVALENT\" message=\"", f);
     vd_cli_xml_str(f, msg);
     fputs(expected_fail ? "</system-out>\n    </testcase>\n" : "\"/>\n    </testcase>\n", f);
     return;
   case VD_CI_ERROR:
-    snprintf(msg, sizeof(msg), "%zu of %zu stages inconclusive; first: %s", t->n_error, t->n_stages, t->reason);
+    vd_text_fmt(msg, sizeof(msg), "%zu of %zu stages inconclusive; first: %s", t->n_error, t->n_stages, t->reason);
     fputs(">\n      <error type=\"INCONCLUSIVE\" message=\"", f);
     break;
   case VD_CI_SKIPPED:
-    snprintf(msg, sizeof(msg), "%zu of %zu stages %s", t->n_skipped, t->n_stages, t->reason);
+    vd_text_fmt(msg, sizeof(msg), "%zu of %zu stages %s", t->n_skipped, t->n_stages, t->reason);
     fputs(">\n      <skipped message=\"", f);
     break;
   }
