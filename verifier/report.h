@@ -50,6 +50,13 @@ typedef struct vd_report_config {
   const char *error;       /* one-line message when run == NULL (exit 2 or 3), else NULL */
 } vd_report_config;
 
+/* Inconclusive stages grouped by identical reason (report.c): order (taken)
+ * holds the stage indices, group by group, ascending within a group;
+ * groups (taken) holds per group {first stage, start, end} in order,
+ * groups ordered by their first stage.  skip_counted leaves out the stages
+ * that the "not solved" summary lines count (r->skipped).  VD_ENOMEM only. */
+vd_rc vd_rep_inconclusive_groups(const vd_run *r, int skip_counted, size_t **order, size_t **groups, size_t *n_groups);
+
 /* Shared by the formats (report.c): a stage failure block and a structural
  * entry, as the text report prints them. */
 void vd_report_text_stage(const vd_run *r, size_t i, FILE *f);

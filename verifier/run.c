@@ -21,6 +21,7 @@
 
 #include "../common/clock.h"
 #include "../common/ctl.h"
+#include "../common/digest.h"
 #include "../common/limits.h"
 #include "../common/mem.h"
 #include "../ops/ops.h"
@@ -1308,6 +1309,12 @@ static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   vd_progress_phase(&r->prog, "loading the plans", -1, NULL, 0);
   VD_CHECK(load_plan(o->sm, VD_PLAN_SINGLE, &r->sp, d));
   VD_CHECK(load_plan(o->pm, VD_PLAN_PARALLEL, &r->pp, d));
+  /* The reports' content hashes (verifier/provenance.h) */
+  uint8_t dg[VD_DIGEST_BYTES];
+  VD_CHECK(vd_digest_file(o->sm, dg, d));
+  vd_digest_hex(dg, r->sm_sha256);
+  VD_CHECK(vd_digest_file(o->pm, dg, d));
+  vd_digest_hex(dg, r->pm_sha256);
   VD_CHECK(vd_lin_check_pair(&r->sp, o->sm, &r->pp, o->pm, d));
   r->phase_s[VD_RUN_LOAD] = vd_clock_s() - t;
   /* A stop request (common/ctl.h) is looked at between the phases too:

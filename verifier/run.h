@@ -84,6 +84,7 @@ typedef struct vd_run {
    * = 4), never equivalent. */
   int interrupted;
   const char *stop_phase;
+  char sm_sha256[65], pm_sha256[65]; /* SHA-256 of the plan files (common/digest.h); "" until read */
   double stop_s;
   size_t n_stages_cut_at_stop;   /* stages cut when the stop came during the cut (the set is then dropped) */
   size_t n_interrupted;          /* of n_inconclusive: stages not solved, or not confirmed, because of the stop */
