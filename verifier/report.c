@@ -583,8 +583,10 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   } else if (!o->quiet) {
     double secs = 0;
     for (int i = 0; i < VD_RUN_PHASES; i++) secs += r->phase_s[i];
-    fprintf(f, "  verdict %s; %.1f s; peak %.1f MB; %d thread(s) (-v: plan hashes, limits, the proof's counts and "
-               "times)\n", VD_VERSION_STRING, secs, (double)r->peak_bytes / 1e6, r->threads_used);
+    if (r->interrupted) secs = r->stop_s;
+    fprintf(f, "  verdict %s; %.1f s; peak %.1f MB", VD_VERSION_STRING, secs, (double)r->peak_bytes / 1e6);
+    if (r->threads_used) fprintf(f, "; %d thread(s)", r->threads_used);
+    fprintf(f, " (-v: plan hashes, limits, the proof's counts and times)\n");
   }
   /* --max-failures caps the findings printed in detail (the rest get one
    * line each) and the inconclusive reasons listed. */

@@ -705,7 +705,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   vd_ctl_set(VD_CTL_CEX_DONE, 0);
   for (size_t i = 0; i < n && last_round && !r->interrupted; i++)
     if (r->verdicts[i].verdict == VD_SMT_NOT_EQUIVALENT) {
-      vd_progress_phase(&r->prog, "counterexamples of the failing stages", VD_CTL_CEX_DONE, "counterexamples", 0);
+      vd_progress_phase(&r->prog, "computing the counterexamples of the failing stages", VD_CTL_CEX_DONE, "counterexamples", 0);
       break;
     }
   /* A Z3 model depends on the context's history (which stages the thread
@@ -888,7 +888,7 @@ static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   double t = vd_clock_s();
   vd_rc rc;
   vd_ctl_set(VD_CTL_LIN_CHECKED, 0);
-  vd_progress_phase(&r->prog, "lineage table", VD_CTL_LIN_CHECKED, "lineages checked", 0);
+  vd_progress_phase(&r->prog, "checking the lineage table", VD_CTL_LIN_CHECKED, "lineages checked", 0);
   VD_CHECK(vd_lin_build(&r->sg, &r->pg, &r->lt, d));
   /* Candidates a lineage issue implicates (a gap or a missing part left by
    * candidates dropped in the round before: the other part of a partial
@@ -934,7 +934,7 @@ static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   vd_free(h->shape);
   vd_free(h);
   if (rc != VD_OK) return rc;
-  vd_progress_phase(&r->prog, "symmetry classes", -1, NULL, 0);
+  vd_progress_phase(&r->prog, "grouping stages into symmetry classes", -1, NULL, 0);
   r->n_represented = 0;
   r->n_sum_stages = r->n_sum_parts = 0;
   for (size_t i = 0; i < r->set.n_stages; i++) {
