@@ -160,8 +160,9 @@ void vd_prov_json(const vd_run *r, const vd_run_opts *o, const vd_provenance *p,
   fputs(",\"deadline_s\":", f);
   if (o->deadline_s > 0) fprintf(f, "%g", o->deadline_s);
   else fputs("null", f);
-  fprintf(f, ",\"max_failures\":%d,\"seed\":%llu,\"threads\":%d,\"reuse\":%s,\"fast_path\":%s,\"reduce\":%s,\"infer\":%s}},\n",
-          o->max_failures, (unsigned long long)o->seed, r->threads_used, o->no_reuse ? "false" : "true",
+  /* (the thread count is not a limit, and the report is the same at any) */
+  fprintf(f, ",\"max_failures\":%d,\"seed\":%llu,\"reuse\":%s,\"fast_path\":%s,\"reduce\":%s,\"infer\":%s}},\n",
+          o->max_failures, (unsigned long long)o->seed, o->no_reuse ? "false" : "true",
           o->no_fast_path ? "false" : "true", o->no_reduce ? "false" : "true", o->no_infer ? "false" : "true");
   fputs("\"interrupted\":", f);
   if (!r->interrupted) {
