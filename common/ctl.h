@@ -36,6 +36,7 @@
 
 /* Progress counters, one per kind of work; the heartbeat names them. */
 typedef enum {
+  VD_CTL_LIN_PIECES,   /* lineage pieces collected (lineage/lineage.c) */
   VD_CTL_LIN_CHECKED,  /* lineages validated (lineage/lineage.c) */
   VD_CTL_INFER_VALUES, /* parallel values with a lineage so far (lineage/infer.c) */
   VD_CTL_CUT_LINEAGES, /* lineages cut into stages (stages/cut.c) */

@@ -265,6 +265,14 @@ static vd_rc collect(lctx *c, vd_lin_piece **out, size_t *n_out, size_t *n_point
     if (vd_idmap_put(&ids, sp->tensors[s].id, (uint32_t)s, NULL) < 0) rc = VD_OOM(c->d);
   for (size_t ti = 0; ti < pp->n_tensors && rc == VD_OK; ti++) {
     const vd_tensor_t *pt = &pp->tensors[ti];
+    /* every 1024 tensors: the heartbeat's count, and a stop request */
+    if ((ti & 1023) == 0) {
+      vd_ctl_set(VD_CTL_LIN_PIECES, n);
+      if (vd_ctl_stopped()) {
+        rc = VD_ERR(c->d, VD_ECANCELED, NULL, NULL, NULL, "interrupted");
+        break;
+      }
+    }
     slot[ti].s = NONE;
     if (!pt->has_lin) continue;
     uint32_t s;

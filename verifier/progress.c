@@ -43,7 +43,11 @@ static void status_line(vd_progress *p, double now, char *line, size_t n) {
   }
   size_t done = vd_ctl_get((vd_ctl_counter)p->counter);
   if (!p->total) {
-    snprintf(line + at, n - at, ": %zu %s so far", done, p->unit);
+    if (p->counter2 >= 0)
+      snprintf(line + at, n - at, ": %zu %s, %zu %s so far", done, p->unit, vd_ctl_get((vd_ctl_counter)p->counter2),
+               p->unit2);
+    else
+      snprintf(line + at, n - at, ": %zu %s so far", done, p->unit);
     return;
   }
   if (done > p->total) done = p->total;
@@ -94,6 +98,7 @@ void vd_progress_init(vd_progress *p, int quiet, double deadline_s) {
   p->deadline = deadline_s > 0 ? p->t_start + deadline_s : 0;
   p->phase = NULL;
   p->counter = -1;
+  p->counter2 = -1;
   p->unit = "";
   pthread_mutex_init(&p->mu, NULL);
   pthread_condattr_t ca;
@@ -110,6 +115,7 @@ void vd_progress_phase(vd_progress *p, const char *phase, int counter, const cha
   p->phase = phase;
   p->counter = counter;
   p->unit = unit ? unit : "";
+  p->counter2 = -1;
   p->total = total;
   p->t_phase = now;
   if (p->on && (p->tty || now - p->t_start >= VD_PROGRESS_QUIET_S)) {
@@ -118,6 +124,13 @@ void vd_progress_phase(vd_progress *p, const char *phase, int counter, const cha
     emit(p, line);
     p->t_last = now;
   }
+  pthread_mutex_unlock(&p->mu);
+}
+
+void vd_progress_second(vd_progress *p, int counter, const char *unit) {
+  pthread_mutex_lock(&p->mu);
+  p->counter2 = counter;
+  p->unit2 = unit ? unit : "";
   pthread_mutex_unlock(&p->mu);
 }
 

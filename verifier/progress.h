@@ -46,6 +46,8 @@ typedef struct vd_progress {
   const char *phase;                /* under mu */
   int counter;                      /* vd_ctl_counter of the phase, -1 = none (under mu) */
   const char *unit;                 /* "stages cut" (under mu) */
+  int counter2;                     /* a second count of the phase, -1 = none (under mu) */
+  const char *unit2;
   size_t total;                     /* solving: classes to solve (under mu) */
   double t_phase;                   /* when the phase began (under mu) */
   pthread_mutex_t mu;
@@ -61,6 +63,8 @@ void vd_progress_init(vd_progress *p, int quiet, double deadline_s);
 /* A phase begins; counter (a vd_ctl_counter, or -1) is the phase's count,
  * named by unit ("stages cut"); total > 0 shows "done/total" (solving). */
 void vd_progress_phase(vd_progress *p, const char *phase, int counter, const char *unit, size_t total);
+/* A second count shown with the current phase's (after it). */
+void vd_progress_second(vd_progress *p, int counter, const char *unit);
 /* The current phase's name (for an interrupted run's report). */
 const char *vd_progress_current(vd_progress *p);
 /* Prints one line on stderr between progress lines ("verdict: " prefix

@@ -887,8 +887,10 @@ static vd_rc drop_candidates_of_issues(vd_run *r, size_t *n_drop, vd_diag *d);
 static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   double t = vd_clock_s();
   vd_rc rc;
+  vd_ctl_set(VD_CTL_LIN_PIECES, 0);
   vd_ctl_set(VD_CTL_LIN_CHECKED, 0);
-  vd_progress_phase(&r->prog, "checking the lineage table", VD_CTL_LIN_CHECKED, "lineages checked", 0);
+  vd_progress_phase(&r->prog, "checking the lineage table", VD_CTL_LIN_PIECES, "pieces collected", 0);
+  vd_progress_second(&r->prog, VD_CTL_LIN_CHECKED, "lineages checked");
   VD_CHECK(vd_lin_build(&r->sg, &r->pg, &r->lt, d));
   /* Candidates a lineage issue implicates (a gap or a missing part left by
    * candidates dropped in the round before: the other part of a partial
@@ -919,6 +921,7 @@ static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   vd_ctl_set(VD_CTL_STAGES_CUT, 0);
   vd_ctl_set(VD_CTL_CUT_LINEAGES, 0);
   vd_progress_phase(&r->prog, "cutting stages", VD_CTL_STAGES_CUT, "stages cut", 0);
+  vd_progress_second(&r->prog, VD_CTL_CUT_LINEAGES, "lineages cut");
   struct stage_hook *h = vd_calloc(1, sizeof(*h)); /* (its batch is large: not on the stack) */
   if (!h) return VD_OOM(d);
   h->r = r;
