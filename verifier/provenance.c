@@ -100,10 +100,8 @@ void vd_prov_text_interrupted(const vd_run *r, FILE *f) {
   fprintf(f, "  run interrupted by %s while %s, after %.1f s: no verdict (exit 3)\n",
           vd_stop_reason_name(r->interrupted), r->stop_phase ? r->stop_phase : "starting", r->stop_s);
   if (r->verdicts)
-    fprintf(f, "  proven before the stop: %zu of %zu stages equivalent (%zu stage classes solved); %zu not solved "
-               "(run interrupted)%s\n",
-            r->n_equiv, r->set.n_stages, vd_ctl_get(VD_CTL_CLASSES_DONE), r->n_interrupted,
-            r->n_unconfirmed ? ", among them failures found but not confirmed" : "");
+    fprintf(f, "  proven before the stop: %zu of %zu stages equivalent (%zu stage classes solved)\n", r->n_equiv,
+            r->set.n_stages, vd_ctl_get(VD_CTL_CLASSES_DONE));
   else
     fprintf(f, "  proven before the stop: nothing (stopped before solving; %zu stages cut so far)\n",
             r->n_stages_cut_at_stop);

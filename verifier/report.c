@@ -477,6 +477,13 @@ static void text_proof(const vd_run *r, const vd_run_opts *o, FILE *f) {
     if (unsolved) fprintf(f, ", %zu not solved (why below)", unsolved);
     fputc('\n', f);
   }
+  if (r->n_interrupted) {
+    fprintf(f, "  not solved: %zu stage%s, because the run was interrupted", r->n_interrupted,
+            r->n_interrupted == 1 ? "" : "s");
+    if (r->n_unconfirmed)
+      fprintf(f, " (%zu of them had failed before the stop; not confirmed, no counterexample computed)", r->n_unconfirmed);
+    fputc('\n', f);
+  }
   if (r->n_skipped_decided)
     fprintf(f, "  not solved: %zu stage%s, because a structural problem of the plan already decides NOT EQUIVALENT "
                "(docs/verifier.md 1b)\n", r->n_skipped_decided, r->n_skipped_decided == 1 ? "" : "s");
