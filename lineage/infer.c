@@ -1915,6 +1915,7 @@ vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, ui
       c.dirty[k][w] = w + 1 < nw || gp->n_nodes % 64 == 0 ? ~0ull : (1ull << (gp->n_nodes % 64)) - 1;
   for (size_t v = 0; v < gp->n_values; v++)
     if (vl_at(&c, (uint32_t)v)->known) c.noted[v] = 1, c.n_known++;
+  vd_ctl_set(VD_CTL_INFER_VALUES, c.n_known); /* the seeds: the heartbeat's first count */
   /* Propagation to a fixpoint, then guesses from consumers where it left
    * values undecided, then propagation from the guesses, and so on. */
   for (int guesses = 0; guesses < 16 && !c.stopped; guesses++) {
