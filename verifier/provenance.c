@@ -110,8 +110,12 @@ void vd_prov_text_interrupted(const vd_run *r, FILE *f) {
 void vd_prov_text(const vd_run *r, const vd_run_opts *o, const vd_provenance *p, FILE *f) {
   char cov[256];
   coverage_text(p, cov, sizeof(cov));
-  fprintf(f, "  plans: %s against %s: %s%s%zu ranks, %d microbatch%s\n", o->pm, o->sm, p->config,
-          p->config[0] ? "; " : "", p->ranks, p->microbatches, p->microbatches == 1 ? "" : "es");
+  /* the model's name: the first word of its description ("llama3 layers=2 ...") */
+  int mlen = 0;
+  while (p->model[mlen] && p->model[mlen] != ' ' && mlen < 40) mlen++;
+  fprintf(f, "  plans: %s against %s: %.*s%s%s%s%zu ranks, %d microbatch%s\n", o->pm, o->sm, mlen, p->model,
+          mlen ? " " : "", p->config, p->config[0] ? "; " : "", p->ranks, p->microbatches,
+          p->microbatches == 1 ? "" : "es");
   fprintf(f, "  compared: %zu of %zu single-device tensors (%s), up to %s\n", p->n_compared, p->n_single, cov, p->up_to);
   if (o->verbose) {
     char lim[256];

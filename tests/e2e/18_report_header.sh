@@ -16,7 +16,7 @@ VERSION=$("$VERDICT" --version | cut -d' ' -f2)
 
 # The default first screen: the header, no jargon.
 expect_exit 0 "$VERDICT" --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "^  plans: $TMP/p.plan against $TMP/s.plan: dp2 tp2 pp2 nm2; 8 ranks, 2 microbatches$" "$TMP/out"
+expect_in "^  plans: $TMP/p.plan against $TMP/s.plan: llama3 dp2 tp2 pp2 nm2; 8 ranks, 2 microbatches$" "$TMP/out"
 expect_in "^  compared: [0-9]* of [0-9]* single-device tensors ([0-9]* weights, .*), up to the updated weights$" "$TMP/out"
 expect_in "^  proof: [0-9]* stages (one proof obligation each): [0-9]* proven equivalent$" "$TMP/out"
 expect_in "^  verdict $VERSION; " "$TMP/out"
