@@ -57,14 +57,14 @@ static void verify_usage(FILE *f) {
           "  --no-infer           do not infer lineages of unannotated tensors (docs/verifier.md 1b)\n"
           "  --dump-stages FILE   write every stage (class, targets, shapes, nodes) to FILE\n"
           "  -q                   no progress or timings, only the verdict and failures\n"
-          "  -v                   the details: plan hashes, coverage, limits, counts per\n"
-          "                       proof method, and the slowest stages (find them with\n"
-          "                       --dump-stages)\n"
+          "  -v                   the details: the model, the plans' SHA-256, the limits,\n"
+          "                       the proof's counts, phase times and the slowest stages\n"
+          "                       (find them with --dump-stages)\n"
           "  --version            print verdict's version\n"
+          "  -h, --help           this text\n"
           "\n"
           "Progress goes to stderr: a line redrawn on a terminal; otherwise (CI logs) after\n"
           "5 s a line per phase and a heartbeat with counters at least every 5 s.\n"
-          "  -h, --help           this text\n"
           "\n"
           "exit codes: 0 equivalent, 1 not equivalent, 2 bad input or usage, 3 inconclusive\n",
           VD_LIM_STAGE_BUDGET / 1e6, VD_LIM_STAGE_TIMEOUT_MS / 1000, VD_LIM_MAX_FAILURES, VD_LIM_SEED);
