@@ -41,7 +41,7 @@ printf '%-44s %10s %8s %8s %9s %9s %10s  %s\n' "configuration" "per-rep" "stages
 run() {
   label=$1; vref=$2; s=$3; p=$4
   log="$OUT/run.log"
-  /usr/bin/time -v -o "$OUT/time" timeout "$TO" "$V" -q --threads "$THREADS" --sm "$s" --pm "$p" >"$log" 2>&1
+  /usr/bin/time -v -o "$OUT/time" timeout "$TO" "$V" -q -v --threads "$THREADS" --sm "$s" --pm "$p" >"$log" 2>&1
   rc=$?
   secs=$(awk -F': ' '/Elapsed \(wall clock\)/ { n = split($2, a, ":"); t = 0; for (i = 1; i <= n; i++) t = t * 60 + a[i]; print t }' "$OUT/time")
   kb=$(awk -F': ' '/Maximum resident set size/ { print $2 }' "$OUT/time")

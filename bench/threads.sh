@@ -33,7 +33,7 @@ printf '%-40s %8s %8s %7s  %s\n' "configuration" "1 thr s" "2 thr s" "ratio" \
 one() {
   log="$OUT/threads/run.log"
   t0=$(date +%s.%N)
-  "$V" --threads "$1" --sm "$2" --pm "$3" >"$log" 2>&1
+  "$V" -v --threads "$1" --sm "$2" --pm "$3" >"$log" 2>&1
   t1=$(date +%s.%N)
   awk -v a="$t0" -v b="$t1" '
     /^(EQUIVALENT|NOT EQUIVALENT|INCONCLUSIVE)/ && w == "" { w = $0; gsub(/ /, "_", w) }

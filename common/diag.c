@@ -67,6 +67,7 @@ const char *vd_rc_name(vd_rc rc) {
   case VD_EUSAGE: return "usage";
   case VD_EIO: return "i/o error";
   case VD_EINTERNAL: return "internal error";
+  case VD_ECANCELED: return "canceled";
   }
   return "?";
 }

@@ -31,6 +31,7 @@ typedef enum {
   VD_EUSAGE,    /* the command line is bad */
   VD_EIO,       /* reading or writing a file failed */
   VD_EINTERNAL, /* broken invariant of ours; a bug in verdict */
+  VD_ECANCELED, /* a stop was requested (common/ctl.h: signal, deadline); no result */
 } vd_rc;
 
 #define VD_DIAG_TEXT 512

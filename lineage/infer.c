@@ -53,6 +53,7 @@
 
 #include "lineage.h"
 
+#include "../common/ctl.h"
 #include "../common/mem.h"
 #include "../ops/ops.h"
 #include "../plans/idmap.h"
@@ -199,6 +200,7 @@ typedef struct {
   vlin **vchunk;
   uint32_t n_rec;
   int oom;
+  int stopped; /* a stop was requested (common/ctl.h): the sweeps end early, the result is dropped */
   uint8_t *seeded; /* per Gp value: an annotated initial or final value */
   int *pop;      /* per parallel plan node: vd_op_id */
   int *sop;      /* per single plan node */
@@ -1606,6 +1608,14 @@ static int sweep(ictx *c, int kind) {
   size_t nw = (c->gp->n_nodes + 63) / 64;
   int n = 0;
   for (size_t w = 0; w < nw; w++) {
+    /* every 64K nodes: the heartbeat's count, and a stop request */
+    if ((w & 1023) == 0) {
+      vd_ctl_set(VD_CTL_INFER_VALUES, c->n_known);
+      if (vd_ctl_stopped()) {
+        c->stopped = 1;
+        return n;
+      }
+    }
     uint64_t behind = 0; /* bits of word w at or before the current position */
     for (;;) {
       uint64_t word = bits[w] & ~behind;
@@ -1905,10 +1915,11 @@ vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, ui
       c.dirty[k][w] = w + 1 < nw || gp->n_nodes % 64 == 0 ? ~0ull : (1ull << (gp->n_nodes % 64)) - 1;
   for (size_t v = 0; v < gp->n_values; v++)
     if (vl_at(&c, (uint32_t)v)->known) c.noted[v] = 1, c.n_known++;
+  vd_ctl_set(VD_CTL_INFER_VALUES, c.n_known); /* the seeds: the heartbeat's first count */
   /* Propagation to a fixpoint, then guesses from consumers where it left
    * values undecided, then propagation from the guesses, and so on. */
-  for (int guesses = 0; guesses < 16; guesses++) {
-    for (int pass = 0; pass < 8; pass++) {
+  for (int guesses = 0; guesses < 16 && !c.stopped; guesses++) {
+    for (int pass = 0; pass < 8 && !c.stopped; pass++) {
       propagate(&c);
       size_t known = c.n_known;
       if (known == s.n_values) break;
@@ -1922,6 +1933,10 @@ vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, ui
   }
   if (c.oom) { /* a lineage record could not be allocated (vl_slot) */
     rc = VD_OOM(d);
+    goto done;
+  }
+  if (c.stopped) { /* the sweeps ended early: their lineages are partial */
+    rc = vd_diag_set(d, VD_ECANCELED, __FILE__, __LINE__, NULL, NULL, NULL, "lineage inference interrupted");
     goto done;
   }
   /* In parallel: each tensor writes only its own annotation and flag, and

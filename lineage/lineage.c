@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/ctl.h"
 #include "../common/limits.h"
 #include "../common/mem.h"
 #include "../plans/idmap.h"
@@ -264,6 +265,14 @@ static vd_rc collect(lctx *c, vd_lin_piece **out, size_t *n_out, size_t *n_point
     if (vd_idmap_put(&ids, sp->tensors[s].id, (uint32_t)s, NULL) < 0) rc = VD_OOM(c->d);
   for (size_t ti = 0; ti < pp->n_tensors && rc == VD_OK; ti++) {
     const vd_tensor_t *pt = &pp->tensors[ti];
+    /* every 1024 tensors: the heartbeat's count, and a stop request */
+    if ((ti & 1023) == 0) {
+      vd_ctl_set(VD_CTL_LIN_PIECES, n);
+      if (vd_ctl_stopped()) {
+        rc = VD_ERR(c->d, VD_ECANCELED, NULL, NULL, NULL, "interrupted");
+        break;
+      }
+    }
     slot[ti].s = NONE;
     if (!pt->has_lin) continue;
     uint32_t s;
@@ -942,7 +951,13 @@ static vd_rc validate(lctx *c) {
       stop = failed;
       if (stop) continue;
       my->cur_li = (uint32_t)li;
-      vd_rc r = validate_one(my, li, &x);
+      /* every 64 lineages: the heartbeat's count, and a stop request */
+      vd_rc r = VD_OK;
+      if ((li & 63) == 0) {
+        vd_ctl_add(VD_CTL_LIN_CHECKED, 64);
+        if (vd_ctl_stopped()) r = vd_diag_set(my->d, VD_ECANCELED, __FILE__, __LINE__, NULL, NULL, NULL, "interrupted");
+      }
+      if (r == VD_OK) r = validate_one(my, li, &x);
       if (r != VD_OK) {
 #pragma omp critical(vd_lin_validate_err)
         if (!failed) {
@@ -1026,9 +1041,11 @@ vd_rc vd_lin_build(const vd_graph_t *gs, const vd_graph_t *gp, vd_lin_table *t, 
   vd_lin_piece *pieces = NULL;
   size_t n = 0, np = 0, *start = NULL;
   vd_rc rc = collect(&c, &pieces, &n, &np, &start);
+  if (rc == VD_OK && vd_ctl_stopped()) rc = VD_ERR(d, VD_ECANCELED, NULL, NULL, NULL, "interrupted");
   if (rc == VD_OK) rc = group(&c, &pieces, n, np, start);
   vd_free(pieces);
   vd_free(start);
+  if (rc == VD_OK && vd_ctl_stopped()) rc = VD_ERR(d, VD_ECANCELED, NULL, NULL, NULL, "interrupted");
   if (rc == VD_OK) rc = validate(&c);
   if (rc == VD_OK) rc = required(&c);
   if (rc != VD_OK) {

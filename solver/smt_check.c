@@ -36,6 +36,7 @@
 #include <z3.h>
 
 #include "../common/clock.h"
+#include "../common/ctl.h"
 #include "../common/mem.h"
 #include "smt.h"
 
@@ -694,12 +695,25 @@ static void deadline_after(struct timespec *dl, unsigned ms) {
   }
 }
 
-/* Waits until the job is done or the deadline passes; 1 if done.  Called
+static int ts_before(const struct timespec *a, const struct timespec *b) {
+  return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
+/* Waits until the job is done, the deadline dl passes (NULL: none) or, with
+ * poll_stop, a stop of the run is requested (common/ctl.h: a signal or the
+ * run's deadline; the wait wakes every 100 ms to look); 1 if done.  Called
  * with j->mu held. */
-static int wait_done(job_t *j, const struct timespec *dl) {
-  int rc = 0;
-  while (!j->done && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&j->cv, &j->mu, dl);
-  return j->done;
+static int wait_done(job_t *j, const struct timespec *dl, int poll_stop) {
+  while (!j->done) {
+    if (poll_stop && vd_ctl_stopped()) return 0;
+    struct timespec now, slice;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (dl && !ts_before(&now, dl)) return 0;
+    deadline_after(&slice, 100);
+    if (dl && ts_before(dl, &slice)) slice = *dl;
+    pthread_cond_timedwait(&j->cv, &j->mu, &slice);
+  }
+  return 1;
 }
 
 /* A difference proved (a witness's non-zero combination, or sat) whose
@@ -782,31 +796,35 @@ static vd_rc run_job(vd_smt *s, const vd_term *par, const vd_term *single, const
     job_free(j);
     return rc;
   }
-  int interrupted = 0;
+  int interrupted = 0, run_stopped = 0;
   pthread_attr_t at;
   pthread_t th;
   int started = 0;
-  if (ms && pthread_attr_init(&at) == 0) {
+  /* On a thread even without a wall-clock limit: a stop of the run
+   * interrupts the check (wait_done). */
+  if (pthread_attr_init(&at) == 0) {
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
     started = pthread_create(&th, &at, job_main, j) == 0;
     pthread_attr_destroy(&at);
   }
   if (!started) {
-    /* No wall-clock limit (or no thread): run here; the budget still bounds it. */
+    /* No thread: run here; the budget still bounds it. */
     job_work(j);
     j->done = 1;
   } else {
     struct timespec dl;
-    deadline_after(&dl, ms);
+    if (ms) deadline_after(&dl, ms);
     pthread_mutex_lock(&j->mu);
-    if (!wait_done(j, &dl)) {
+    if (!wait_done(j, ms ? &dl : NULL, 1)) {
       /* Z3_interrupt is the one Z3 call that is safe from another thread. */
       __atomic_store_n(&j->stop, 1, __ATOMIC_RELEASE);
       Z3_interrupt(vd_smt_i_z3(j->js));
       interrupted = 1;
+      run_stopped = vd_ctl_stopped() != 0;
       unsigned grace = ms / 4 + 200 > 2000 ? 2000 : ms / 4 + 200;
+      if (run_stopped && grace > 1000) grace = 1000;
       deadline_after(&dl, grace);
-      if (!wait_done(j, &dl)) {
+      if (!wait_done(j, &dl, 0)) {
         j->abandoned = 1;
         vd_smt_i_orphan_add(1);
         /* It may run on for minutes: let it only take idle CPU. */
@@ -820,8 +838,11 @@ static vd_rc run_job(vd_smt *s, const vd_term *par, const vd_term *single, const
         }
         res->verdict = VD_SMT_INCONCLUSIVE;
         res->limit = VD_SMT_LIMIT_WALL;
-        snprintf(res->reason, sizeof(res->reason),
-                 "wall-clock limit %.3g s (Z3 ignored the interrupt; its check was abandoned)", ms / 1e3);
+        if (run_stopped)
+          snprintf(res->reason, sizeof(res->reason), "run interrupted (Z3 ignored the interrupt; its check was abandoned)");
+        else
+          snprintf(res->reason, sizeof(res->reason),
+                   "wall-clock limit %.3g s (Z3 ignored the interrupt; its check was abandoned)", ms / 1e3);
         return VD_OK;
       }
     }
@@ -838,7 +859,8 @@ static vd_rc run_job(vd_smt *s, const vd_term *par, const vd_term *single, const
     } else {
       res->verdict = VD_SMT_INCONCLUSIVE;
       res->limit = VD_SMT_LIMIT_WALL;
-      snprintf(res->reason, sizeof(res->reason), "wall-clock limit %.3g s", ms / 1e3);
+      if (run_stopped) snprintf(res->reason, sizeof(res->reason), "run interrupted");
+      else snprintf(res->reason, sizeof(res->reason), "wall-clock limit %.3g s", ms / 1e3);
     }
     job_free(j);
     return VD_OK;

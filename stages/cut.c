@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/ctl.h"
 #include "../common/limits.h"
 #include "../common/hash.h"
 #include "../common/mem.h"
@@ -1871,6 +1872,12 @@ static vd_rc cut_all(cctx *c) {
   }
   for (size_t w0 = 0; w0 < nf && rc == VD_OK; w0 += CUT_WINDOW) {
     size_t nw = nf - w0 < CUT_WINDOW ? nf - w0 : CUT_WINDOW;
+    /* a stop request (common/ctl.h) ends the cut between windows */
+    if (vd_ctl_stopped()) {
+      rc = VD_ERR(c->d, VD_ECANCELED, NULL, NULL, NULL, "stage cutting interrupted");
+      break;
+    }
+    vd_ctl_add(VD_CTL_CUT_LINEAGES, nw);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
     for (size_t j = 0; j < nw; j++) {
       cctx *t = &tc[omp_get_thread_num()];

@@ -69,7 +69,7 @@ grep '^| .*\.pkl |' "$README" | while IFS='|' read -r _ fam par sm pm _; do
   rk=$(echo "$v2" | sed -n 's/.*nodes, \([0-9]*\) stored ranks x \([0-9]*\) replicas.*/\1 x \2/p')
   # the verdict
   t2=$(date +%s.%N)
-  vo=$( (ulimit -v "$MEM"; timeout -k 5 "$TO" "$VERDICT" -q --sm "$s" --pm "$p") 2>&1 ); vr=$?
+  vo=$( (ulimit -v "$MEM"; timeout -k 5 "$TO" "$VERDICT" -q -v --sm "$s" --pm "$p") 2>&1 ); vr=$?
   t3=$(date +%s.%N)
   st=$(echo "$vo" | sed -n 's/.*stages \([0-9]*\) (classes solved \([0-9]*\).*/\1 (\2)/p' | head -1)
   vd=$(verdict_of "$vr" "$vo")

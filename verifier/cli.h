@@ -33,7 +33,7 @@ int vd_cmd_limits(int argc, char **argv); /* the table of limits (common/limits.
 
 /* Prints "verdict: <one-line diag>" to stderr and returns the exit code:
  * 2 for bad input, usage or i/o; 3 (inconclusive: no verdict reached) for
- * ENOMEM and internal errors. */
+ * ENOMEM, internal errors and a stop (VD_ECANCELED). */
 int vd_cli_report_diag(const vd_diag *d);
 
 /* Writes s[0..n) (stopping at a NUL) escaped for mode (common/text.h):

@@ -15,9 +15,10 @@ int vd_cli_report_diag(const vd_diag *d) {
   char line[2048];
   vd_diag_format(d, line, sizeof(line));
   fprintf(stderr, "verdict: %s\n", line);
-  /* Running out of memory or an internal failure is not a fault of the
-   * input: no verdict was reached, which is "inconclusive". */
-  return d->rc == VD_ENOMEM || d->rc == VD_EINTERNAL ? VD_EXIT_INCONCLUSIVE : VD_EXIT_BAD_INPUT;
+  /* Running out of memory, an internal failure or a stop (common/ctl.h) is
+   * not a fault of the input: no verdict was reached, which is
+   * "inconclusive". */
+  return d->rc == VD_ENOMEM || d->rc == VD_EINTERNAL || d->rc == VD_ECANCELED ? VD_EXIT_INCONCLUSIVE : VD_EXIT_BAD_INPUT;
 }
 
 long vd_cli_parse_long(const char *s) {

@@ -7,12 +7,14 @@
  * 3 inconclusive.
  */
 #include <math.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/ctl.h"
 #include "../common/limits.h"
 #include "../common/outfile.h"
 #include "cli.h"
@@ -50,6 +52,11 @@ static void verify_usage(FILE *f) {
           "  --stage-timeout S    wall-clock backstop per stage in seconds, fractions allowed\n"
           "                       (default %d; 'none' = no limit; 0 is refused).  Load-\n"
           "                       dependent: a stage it stops is INCONCLUSIVE (wall-clock)\n"
+          "  --deadline S         stop the whole run after S seconds (fractions allowed) and\n"
+          "                       write a partial report: INCONCLUSIVE, what was proven so\n"
+          "                       far, exit 3.  SIGINT (Ctrl-C) and SIGTERM do the same; a\n"
+          "                       second Ctrl-C (or SIGTERM) exits at once without a report\n"
+          "                       (exit 130, or 143 for SIGTERM)\n"
           "  --max-failures N     entries of each list printed (failing stages, structural\n"
           "                       problems, inconclusive stages; default %d, 0 = all)\n"
           "  --seed N             seed of the solver's random witness, >= 1 (default %d)\n"
@@ -59,8 +66,14 @@ static void verify_usage(FILE *f) {
           "  --no-infer           do not infer lineages of unannotated tensors (docs/verifier.md 1b)\n"
           "  --dump-stages FILE   write every stage (class, targets, shapes, nodes) to FILE\n"
           "  -q                   no progress or timings, only the verdict and failures\n"
-          "  -v                   also list the slowest stages (find them with --dump-stages)\n"
+          "  -v                   the details: the model, the plans' SHA-256, the limits,\n"
+          "                       the proof's counts, phase times and the slowest stages\n"
+          "                       (find them with --dump-stages)\n"
+          "  --version            print verdict's version\n"
           "  -h, --help           this text\n"
+          "\n"
+          "Progress goes to stderr: a line redrawn on a terminal; otherwise (CI logs) after\n"
+          "5 s a line per phase and a heartbeat with counters at least every 5 s.\n"
           "\n"
           "exit codes: 0 equivalent, 1 not equivalent, 2 bad input or usage, 3 inconclusive\n",
           VD_LIM_STAGE_BUDGET / 1e6, VD_LIM_STAGE_TIMEOUT_MS / 1000, VD_LIM_MAX_FAILURES, VD_LIM_SEED);
@@ -146,7 +159,7 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
     int takes = !strcmp(a, "--sm") || !strcmp(a, "--pm") || !strcmp(a, "--json") || !strcmp(a, "--threads") ||
                 !strcmp(a, "--stage-timeout") || !strcmp(a, "--stage-budget") || !strcmp(a, "--max-failures") || !strcmp(a, "--seed") ||
                 !strcmp(a, "--dump-stages") || !strcmp(a, "--html") || !strcmp(a, "--junit") || !strcmp(a, "--dot-stage") ||
-                !strcmp(a, "--sarif") || !strcmp(a, "--summary");
+                !strcmp(a, "--sarif") || !strcmp(a, "--summary") || !strcmp(a, "--deadline");
     if (takes && !val) {
       fprintf(stderr, "verdict: missing value for option '%s'\n", VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
@@ -176,6 +189,13 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
       o->threads = (int)n;
     } else if (!strcmp(a, "--stage-timeout")) {
       if (parse_seconds(a, argv[++i], &o->stage_timeout_ms)) return VD_EXIT_BAD_INPUT;
+    } else if (!strcmp(a, "--deadline")) {
+      unsigned ms = 0;
+      if (parse_seconds(a, argv[++i], &ms)) return VD_EXIT_BAD_INPUT;
+      o->deadline_s = ms / 1000.0;
+    } else if (!strcmp(a, "--version")) {
+      printf("verdict %s (plan format v1)\n", VD_VERSION_STRING);
+      return -1;
     } else if (!strcmp(a, "--stage-budget")) {
       if (parse_budget(a, argv[++i], &o->stage_budget)) return VD_EXIT_BAD_INPUT;
     } else if (!strcmp(a, "--max-failures")) {
@@ -222,10 +242,36 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
   return 0;
 }
 
+/* SIGINT and SIGTERM: the first asks the run to stop (common/ctl.h: a
+ * lock-free atomic store, async-signal-safe); the run then writes its
+ * partial report (INCONCLUSIVE, exit 3).  A second signal exits at once
+ * (128 + the signal), writing one line with write(2), the only output
+ * that is safe here. */
+static void on_signal(int sig) {
+  int prev = vd_ctl_request_stop(sig == SIGINT ? VD_STOP_SIGINT : VD_STOP_SIGTERM);
+  if (prev == VD_STOP_SIGINT || prev == VD_STOP_SIGTERM) {
+    static const char msg[] = "\nverdict: interrupted again: exiting at once, without a report\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    (void)w;
+    _exit(128 + sig);
+  }
+}
+
+static void catch_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
 int vd_cmd_verify(int argc, char **argv) {
   vd_run_opts o;
   int rc = parse(argc, argv, &o);
   if (rc) return rc < 0 ? VD_EXIT_OK : rc;
+  catch_signals();
   vd_run r;
   vd_diag d;
   vd_diag_clear(&d);

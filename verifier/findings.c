@@ -599,6 +599,9 @@ static const vd_plan_t *issue_plan(const vd_run *r, const vd_issue *is) { return
 
 vd_rc vd_findings_build(const vd_run *r, vd_findings *out, vd_diag *d) {
   memset(out, 0, sizeof(*out));
+  /* A run stopped before its graphs were built (common/ctl.h) has nothing
+   * to group. */
+  if (!r->pg.plan || !r->sg.plan) return VD_OK;
   size_t ni = r->n_issues, ns = r->verdicts ? r->set.n_stages : 0;
   size_t n = ni + ns;
   size_t *parent = vd_malloc((n ? n : 1) * sizeof(size_t));

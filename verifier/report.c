@@ -25,6 +25,7 @@
 #include "cli.h"
 #include "findings.h"
 #include "json_out.h"
+#include "provenance.h"
 #include "report.h"
 #include "run.h"
 
@@ -269,6 +270,10 @@ void vd_report_xml_text_finding(const vd_run *r, const vd_finding *fd, FILE *f) 
  * full; beyond --max-failures, one line per finding. */
 static void text_findings(const vd_run *r, const vd_run_opts *o, const vd_findings *fs, FILE *f) {
   char title[512], fp[1024];
+  if (fs->n)
+    fprintf(f, "\n(In the blocks below, Ts is a value of the single-device plan and Tp a copy of it in the parallel "
+               "plan; indices and values are on reduced shapes; an input named x@v80[0:1]%%2.0[0] is part 0 of a sum "
+               "of 2 parts of that slice.  docs/reading-a-report.md explains a report.)\n");
   for (size_t k = 0; k < fs->n; k++) {
     const vd_finding *fd = &fs->v[k];
     vd_rep_fmt_title(title, sizeof(title), r, fd);
@@ -367,32 +372,175 @@ static int64_t upstream_recv(const vd_run *r, int64_t producer, int32_t *from) {
   return -1;
 }
 
+/* ---- inconclusive stages, grouped by reason ------------------------------ */
+
+static int reason_cmp(const void *a, const void *b, void *arg) {
+  const vd_run *r = arg;
+  size_t x = *(const size_t *)a, y = *(const size_t *)b;
+  int c = strcmp(r->verdicts[x].reason, r->verdicts[y].reason);
+  return c ? c : (x > y) - (x < y);
+}
+
+static int group_cmp(const void *a, const void *b) {
+  const size_t *x = a, *y = b; /* {first stage, start in order, end} */
+  return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+vd_rc vd_rep_inconclusive_groups(const vd_run *r, int skip_counted, size_t **order_out, size_t **groups_out,
+                                 size_t *n_groups) {
+  size_t n = 0, *order = NULL, *groups = NULL, ng = 0;
+  *order_out = *groups_out = NULL;
+  *n_groups = 0;
+  for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++)
+    n += r->verdicts[i].verdict == VD_SMT_INCONCLUSIVE && !(skip_counted && r->skipped && r->skipped[i]);
+  if (!n) return VD_OK;
+  order = vd_malloc(n * sizeof(*order));
+  groups = vd_malloc(3 * n * sizeof(*groups));
+  if (!order || !groups) {
+    vd_free(order);
+    vd_free(groups);
+    return VD_ENOMEM;
+  }
+  size_t k = 0;
+  for (size_t i = 0; i < r->set.n_stages; i++)
+    if (r->verdicts[i].verdict == VD_SMT_INCONCLUSIVE && !(skip_counted && r->skipped && r->skipped[i])) order[k++] = i;
+  qsort_r(order, n, sizeof(*order), reason_cmp, (void *)r);
+  for (size_t a = 0, b; a < n; a = b) {
+    for (b = a + 1; b < n && !strcmp(r->verdicts[order[a]].reason, r->verdicts[order[b]].reason); b++) {}
+    groups[3 * ng] = order[a];
+    groups[3 * ng + 1] = a;
+    groups[3 * ng + 2] = b;
+    ng++;
+  }
+  qsort(groups, ng, 3 * sizeof(*groups), group_cmp);
+  *order_out = order;
+  *groups_out = groups;
+  *n_groups = ng;
+  return VD_OK;
+}
+
+/* Inconclusive stages not counted in a "not solved" line: one line per
+ * distinct reason, with the stages that share it (a limit that stops 400
+ * stages is one line, not 400). */
+static void text_inconclusive(const vd_run *r, const vd_run_opts *o, FILE *f) {
+  size_t *order, *groups, ng;
+  if (vd_rep_inconclusive_groups(r, 1, &order, &groups, &ng) != VD_OK) {
+    fprintf(f, "\n(out of memory while listing the inconclusive stages)\n");
+    return;
+  }
+  size_t cap = o->max_failures > 0 ? (size_t)o->max_failures : SIZE_MAX;
+  for (size_t g = 0; g < ng; g++) {
+    if (g >= cap) {
+      fprintf(f, "\n(%zu reasons in all; --max-failures %d; --json lists every stage)\n", ng, o->max_failures);
+      break;
+    }
+    size_t a = groups[3 * g + 1], b = groups[3 * g + 2];
+    if (b - a == 1) {
+      fprintf(f, "\n-- stage %zu: INCONCLUSIVE: %s\n", order[a], r->verdicts[order[a]].reason);
+      continue;
+    }
+    fprintf(f, "\n-- %zu stages INCONCLUSIVE: %s\n   stages:", b - a, r->verdicts[order[a]].reason);
+    size_t *sorted = order + a; /* ascending within the group (reason_cmp) */
+    for (size_t j = 0; j < b - a && j < 24; j++) fprintf(f, " %zu", sorted[j]);
+    if (b - a > 24) fprintf(f, " ... (%zu in all)", b - a);
+    fputc('\n', f);
+  }
+  vd_free(order);
+  vd_free(groups);
+}
+
+/* The plain words of a diagnosis class, for the one-line findings of the
+ * first screen (the hint, longer, is in each finding's block). */
+static const char *dx_plain(vd_diagnosis dx) {
+  switch (dx) {
+  case VD_DX_MISSING_REDUCTION: return "a sum over ranks is missing";
+  case VD_DX_EXTRA_REDUCTION: return "values are summed over ranks once too often";
+  case VD_DX_SCALE: return "values are off by a constant factor";
+  case VD_DX_PERMUTED_SLICES: return "pieces of a tensor are in the wrong place or order";
+  case VD_DX_WRONG_VALUE: return "a wrong value is computed";
+  case VD_DX_DATAFLOW: return "a value is read from the wrong place, or never produced";
+  case VD_DX_SCHEDULE: return "an operation runs before all its inputs have arrived";
+  case VD_DX_ALIGNMENT: return "microbatches run different programs";
+  case VD_DX_SHAPE: return "a node's output shape does not follow from its inputs";
+  case VD_DX_BATCH: return "the two plans read different global batches";
+  default: return "the plans differ";
+  }
+}
+
+/* The summary in plain words: how many stages (proof obligations) were
+ * proven, failed, or were left unsolved and why.  The counts a developer of
+ * verdict reads (classes, normal form, sums by part, symmetry) are under -v,
+ * explained once there. */
+static void text_proof(const vd_run *r, const vd_run_opts *o, FILE *f) {
+  size_t unsolved = r->n_skipped_large + r->n_skipped_decided + r->n_demoted + r->n_interrupted;
+  size_t other = r->n_inconclusive > unsolved ? r->n_inconclusive - unsolved : 0;
+  if (r->set.n_stages || !r->interrupted) {
+    fprintf(f, "  proof: %zu stage%s (one proof obligation each): %zu proven equivalent", r->set.n_stages,
+            r->set.n_stages == 1 ? "" : "s", r->n_equiv);
+    if (r->n_not_equiv) fprintf(f, ", %zu failing", r->n_not_equiv);
+    if (other) fprintf(f, ", %zu inconclusive (a limit or the solver stopped them; listed below)", other);
+    if (unsolved) fprintf(f, ", %zu not solved (why below)", unsolved);
+    fputc('\n', f);
+  }
+  if (r->n_interrupted) {
+    fprintf(f, "  not solved: %zu stage%s, because the run was interrupted", r->n_interrupted,
+            r->n_interrupted == 1 ? "" : "s");
+    if (r->n_unconfirmed)
+      fprintf(f, " (%zu of them had failed before the stop; not confirmed, no counterexample computed)", r->n_unconfirmed);
+    fputc('\n', f);
+  }
+  if (r->n_skipped_decided)
+    fprintf(f, "  not solved: %zu stage%s, because a structural problem of the plan already decides NOT EQUIVALENT "
+               "(docs/verifier.md 1b)\n", r->n_skipped_decided, r->n_skipped_decided == 1 ? "" : "s");
+  if (r->n_skipped_large)
+    fprintf(f, "  not solved: %zu stage%s larger than a failing one (they lie past the failure; docs/verifier.md 6)\n",
+            r->n_skipped_large, r->n_skipped_large == 1 ? "" : "s");
+  if (r->n_demoted)
+    fprintf(f, "  not reported: %zu failure%s resting on an inferred lineage which did not hold (docs/verifier.md 1b)\n",
+            r->n_demoted, r->n_demoted == 1 ? "" : "s");
+  if (o->verbose) {
+    /* -v: the proof's own counts, with their words explained once. */
+    fprintf(f, "  stages %zu (classes solved %zu, reduced %zu, by normal form %zu): %zu equivalent, %zu not equivalent, "
+               "%zu inconclusive\n",
+            r->set.n_stages, r->n_solved, r->n_reduced, r->n_fast, r->n_equiv, r->n_not_equiv, r->n_inconclusive);
+    fprintf(f, "    (a class is a set of stages equal up to renaming, proven by one proof; reduced: checked on small "
+               "shapes; by normal form: proven by the polynomial normal form without calling Z3)\n");
+    if (r->n_represented > r->set.n_stages)
+      fprintf(f, "  replica and microbatch symmetry: the %zu stages stand for %zu per-replica, per-microbatch stages\n",
+              r->set.n_stages, r->n_represented);
+    if (r->n_sum_stages)
+      fprintf(f, "  sums by part: %zu stages prove %zu parts of gradient sums, each on its own batch rows\n",
+              r->n_sum_stages, r->n_sum_parts);
+  }
+}
+
+/* One line per finding, in plain words, on the first screen; the blocks
+ * with the evidence follow below. */
+static void text_finding_lines(const vd_run *r, const vd_run_opts *o, const vd_findings *fs, FILE *f) {
+  if (!fs->n) return;
+  fprintf(f, "  findings: %zu (failures grouped by root cause, earliest first; details below)\n", fs->n);
+  size_t cap = o->max_failures > 0 ? 2 * (size_t)o->max_failures : SIZE_MAX;
+  char title[512], fp[1024];
+  for (size_t k = 0; k < fs->n && k < cap; k++) {
+    vd_rep_fmt_title(title, sizeof(title), r, &fs->v[k]);
+    vd_rep_fmt_footprint(fp, sizeof(fp), &fs->v[k]);
+    fprintf(f, "   %zu. %s: %s; %s\n", k + 1, dx_plain(fs->v[k].diagnosis), title, fp);
+  }
+  if (fs->n > cap) fprintf(f, "   ... (%zu findings in all; --json lists every one)\n", fs->n);
+}
+
 void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   vd_findings fs;
   vd_diag d;
   vd_diag_clear(&d);
   int have_fs = vd_findings_build(r, &fs, &d) == VD_OK;
+  vd_provenance pv;
+  vd_prov_build(r, &pv);
   fprintf(f, "%s\n", verdict_word(r));
-  fprintf(f, "  stages %zu (classes solved %zu, reduced %zu, by normal form %zu): %zu equivalent, %zu not equivalent, %zu inconclusive\n",
-          r->set.n_stages, r->n_solved, r->n_reduced, r->n_fast, r->n_equiv, r->n_not_equiv, r->n_inconclusive);
-  if (r->n_skipped_large)
-    fprintf(f, "  not solved: %zu of the inconclusive stages, larger than a failing one (they lie past the failure; "
-               "docs/verifier.md 6)\n", r->n_skipped_large);
-  if (r->n_skipped_decided)
-    fprintf(f, "  not solved: %zu of the inconclusive stages, a structural problem of the plan already decides "
-               "(docs/verifier.md 1b)\n", r->n_skipped_decided);
-  if (r->n_demoted)
-    fprintf(f, "  not reported: %zu of the inconclusive stages, failures that rest on an inferred lineage which did "
-               "not hold (docs/verifier.md 1b)\n", r->n_demoted);
-  if (have_fs && fs.n)
-    fprintf(f, "  findings: %zu (failures grouped by root cause; %zu failing stages, %zu structural entries)\n", fs.n,
-            r->n_not_equiv, r->n_issues + r->n_issues_dropped);
-  if (r->n_represented > r->set.n_stages)
-    fprintf(f, "  replica and microbatch symmetry: the %zu stages stand for %zu per-replica, per-microbatch stages\n", r->set.n_stages,
-            r->n_represented);
-  if (r->n_sum_stages)
-    fprintf(f, "  sums by part: %zu stages prove %zu parts of gradient sums, each on its own batch rows\n", r->n_sum_stages,
-            r->n_sum_parts);
+  vd_prov_text_interrupted(r, f);
+  vd_prov_text(r, o, &pv, f);
+  text_proof(r, o, f);
+  if (have_fs) text_finding_lines(r, o, &fs, f);
   if (r->n_issues_dropped)
     fprintf(f, "  structural problems: %zu (%zu listed)\n", r->n_issues + r->n_issues_dropped, r->n_issues);
   else if (r->n_issues)
@@ -438,34 +586,29 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
     fprintf(f, "\n");
   }
   if (o->verbose && r->inferred) text_inferred(r, f);
-  if (!o->quiet) {
+  if (!o->quiet && o->verbose) {
     fprintf(f, "  time:");
     for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, " %s %.3fs", vd_run_phase_names[i], r->phase_s[i]);
     fprintf(f, "; peak %.1f MB (process; verdict's own allocations %.1f MB); %d thread(s)\n", (double)r->peak_bytes / 1e6,
             (double)r->peak_tracked_bytes / 1e6, r->threads_used);
-    if (o->verbose && r->verdicts) text_slowest(r, f);
+    if (r->verdicts) text_slowest(r, f);
+  } else if (!o->quiet) {
+    double secs = 0;
+    for (int i = 0; i < VD_RUN_PHASES; i++) secs += r->phase_s[i];
+    if (r->interrupted) secs = r->stop_s;
+    fprintf(f, "  verdict %s; %.1f s; peak %.1f MB", VD_VERSION_STRING, secs, (double)r->peak_bytes / 1e6);
+    if (r->threads_used) fprintf(f, "; %d thread(s)", r->threads_used);
+    fprintf(f, " (-v: plan hashes, limits, the proof's counts and times)\n");
   }
   /* --max-failures caps the findings printed in detail (the rest get one
-   * line each) and the inconclusive stages listed. */
-  size_t cap = o->max_failures > 0 ? (size_t)o->max_failures : SIZE_MAX;
+   * line each) and the inconclusive reasons listed. */
   if (have_fs) {
     text_findings(r, o, &fs, f);
     vd_findings_free(&fs);
   } else {
     fprintf(f, "\n(out of memory while grouping the failures into findings)\n");
   }
-  size_t inconclusive = 0;
-  for (size_t i = 0; i < r->set.n_stages; i++) {
-    const vd_stage_verdict *v = &r->verdicts[i];
-    if (v->verdict != VD_SMT_INCONCLUSIVE) continue;
-    if (r->skipped && r->skipped[i]) continue; /* counted in the "not solved" line above */
-    if (inconclusive++ >= cap) {
-      fprintf(f, "\n(%zu inconclusive stages in all; --max-failures %d)\n", r->n_inconclusive - r->n_skipped_large - r->n_demoted - r->n_skipped_decided,
-              o->max_failures);
-      break;
-    }
-    fprintf(f, "\n-- stage %zu: INCONCLUSIVE: %s\n", i, VD_SHOW(v->reason));
-  }
+  text_inconclusive(r, o, f);
 }
 
 /* ---- JSON ------------------------------------------------------------------- */
@@ -751,6 +894,9 @@ static json_t *json_report(vd_jb *b, const vd_run *r, const vd_run_opts *o, cons
   vd_jb_set(b, inputs, "single", vd_jb_str(b, o->sm));
   vd_jb_set(b, inputs, "parallel", vd_jb_str(b, o->pm));
   vd_jb_set(b, root, "inputs", inputs);
+  vd_provenance pv;
+  vd_prov_build(r, &pv);
+  vd_prov_json(b, root, r, o, &pv);
   vd_jb_set(b, root, "verdict", vd_jb_str(b, verdict_json(r)));
   vd_jb_set(b, root, "exit_code", vd_jb_int(b, vd_run_exit_code(r)));
   vd_jb_set(b, root, "summary", json_summary(b, r, fs));

@@ -74,6 +74,12 @@ vd_rc vd_report_github_configs(const vd_report_config *c, size_t n, FILE *annota
  * file name (without its directory), its outcome the run's exit code, no
  * stated expectation. */
 void vd_report_config_single(vd_report_config *c, const vd_run *r, const vd_run_opts *o);
+/* Inconclusive stages grouped by identical reason (report.c): order (taken)
+ * holds the stage indices, group by group, ascending within a group;
+ * groups (taken) holds per group {first stage, start, end} in order,
+ * groups ordered by their first stage.  skip_counted leaves out the stages
+ * that the "not solved" summary lines count (r->skipped).  VD_ENOMEM only. */
+vd_rc vd_rep_inconclusive_groups(const vd_run *r, int skip_counted, size_t **order, size_t **groups, size_t *n_groups);
 
 /* Shared by the formats (report.c): a stage failure block and a structural
  * entry, as the text report prints them. */

@@ -21,9 +21,38 @@
 #include "../common/mem.h"
 #include "../common/outfile.h"
 #include "cli.h"
+#include "provenance.h"
 #include "report.h"
 
 extern char **environ;
+
+/* Writes Graphviz's <svg ...> opening tag tag[0..n) to f without its fixed
+ * width and height attributes, which made a wide picture overflow the page
+ * and clip its right edge (where the parallel subgraph and its red
+ * diverging node are drawn): the picture gets its natural width as a style
+ * with max-width 100%, so the viewBox scales it down to the page and it is
+ * never clipped. */
+static void fit_svg_tag(const char *tag, size_t n, FILE *f) {
+  char width[64] = "";
+  for (size_t i = 0; i < n;) {
+    int is_w = i + 8 <= n && !strncmp(tag + i, " width=\"", 8);
+    int is_h = i + 9 <= n && !strncmp(tag + i, " height=\"", 9);
+    if (is_w || is_h) {
+      size_t v = i + (is_w ? 8 : 9), e = v;
+      while (e < n && tag[e] != '"') e++;
+      if (is_w && e - v < sizeof(width)) snprintf(width, sizeof(width), "%.*s", (int)(e - v), tag + v);
+      i = e < n ? e + 1 : n;
+      continue;
+    }
+    fputc(tag[i++], f);
+  }
+  /* the attribute values are Graphviz's numbers with a unit ("412pt") */
+  int plain = width[0] != '\0';
+  for (const char *c = width; *c; c++)
+    if (!((*c >= '0' && *c <= '9') || *c == '.' || (*c >= 'a' && *c <= 'z') || *c == '%')) plain = 0;
+  fprintf(f, " style=\"display:block;max-width:100%%;height:auto;%s%s%s\"", plain ? "width:" : "", plain ? width : "",
+          plain ? ";" : "");
+}
 
 /* Runs dot -Tsvg on stage i and copies the <svg> element into f.  Returns 0
  * on success; otherwise writes why into why. */
@@ -62,28 +91,31 @@ static int inline_svg(const vd_run *r, size_t i, int32_t hl, FILE *f, char *why,
     snprintf(why, n_why, "Graphviz 'dot' failed on the stage graph (exit status %d)", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
   } else {
     FILE *sf = fopen(out, "r");
-    if (!sf) {
+    char *svg = NULL;
+    size_t len = 0;
+    if (sf) {
+      FILE *m = open_memstream(&svg, &len);
+      char buf[8192];
+      size_t nr;
+      while (m && (nr = fread(buf, 1, sizeof(buf), sf)) > 0) fwrite(buf, 1, nr, m);
+      if (m) fclose(m);
+      fclose(sf);
+    }
+    if (!svg) {
       snprintf(why, n_why, "cannot read Graphviz's output");
     } else {
       /* Skip the XML declaration, doctype and comments before <svg. */
-      char buf[8192];
-      size_t nr;
-      int started = 0;
-      while ((nr = fread(buf, 1, sizeof(buf) - 1, sf)) > 0) {
-        buf[nr] = '\0';
-        if (!started) {
-          char *at = strstr(buf, "<svg");
-          if (!at) continue; /* the prologue is far shorter than a buffer */
-          started = 1;
-          fwrite(at, 1, nr - (size_t)(at - buf), f);
-        } else {
-          fwrite(buf, 1, nr, f);
-        }
+      char *at = strstr(svg, "<svg");
+      char *end = at ? strchr(at, '>') : NULL;
+      if (!end) {
+        snprintf(why, n_why, "Graphviz wrote no <svg> element");
+      } else {
+        fit_svg_tag(at, (size_t)(end - at), f);
+        fwrite(end, 1, len - (size_t)(end - svg), f);
+        ok = 0;
       }
-      fclose(sf);
-      ok = started ? 0 : -1;
-      if (!started) snprintf(why, n_why, "Graphviz wrote no <svg> element");
     }
+    free(svg); /* open_memstream's buffer comes from the C library */
   }
   unlink(in);
   unlink(out);
@@ -97,7 +129,7 @@ static const char *const CSS =
     ".v0{background:#2b7a2b}.v1{background:#c00000}.v3{background:#b07000}"
     "table{border-collapse:collapse}td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;vertical-align:top}"
     ".hint{background:#fff8e0;border-left:4px solid #e0b000;padding:.5em 1em}"
-    ".pic{overflow:auto;border:1px solid #ddd;padding:.5em;margin:.5em 0}"
+    ".pic{overflow:auto;border:1px solid #ddd;padding:.5em;margin:.5em 0}.sha{font-family:monospace}"
     "pre{background:#f6f6f6;padding:.8em;overflow:auto;font-size:.85em}"
     ".finding{margin-bottom:2em}";
 
@@ -124,10 +156,24 @@ vd_rc vd_report_html(const vd_run *r, const vd_run_opts *o, const char *path, vd
   fputs("</td></tr>\n<tr><th>parallel plan</th><td>", f);
   vd_cli_xml_str(f, o->pm);
   fprintf(f, "</td></tr>\n<tr><th>findings</th><td id=\"n-findings\">%zu</td></tr>\n", fs.n);
-  fprintf(f, "<tr><th>stages</th><td>%zu (%zu classes solved): %zu equivalent, %zu not equivalent, %zu inconclusive",
-          r->set.n_stages, r->n_solved, r->n_equiv, r->n_not_equiv, r->n_inconclusive);
-  if (r->n_represented > r->set.n_stages) fprintf(f, "; they stand for %zu per-replica stages", r->n_represented);
-  fprintf(f, "</td></tr>\n<tr><th>structural entries</th><td>%zu</td></tr>\n", r->n_issues + r->n_issues_dropped);
+  {
+    size_t unsolved = r->n_skipped_large + r->n_skipped_decided + r->n_demoted + r->n_interrupted;
+    size_t other = r->n_inconclusive > unsolved ? r->n_inconclusive - unsolved : 0;
+    fprintf(f, "<tr><th>stages (proof obligations)</th><td id=\"stages\">%zu: %zu proven equivalent, %zu failing",
+            r->set.n_stages, r->n_equiv, r->n_not_equiv);
+    if (other) fprintf(f, ", %zu inconclusive", other);
+    if (r->n_skipped_decided)
+      fprintf(f, ", %zu not solved because a structural problem of the plan already decides", r->n_skipped_decided);
+    if (r->n_skipped_large) fprintf(f, ", %zu not solved (larger than a failing one)", r->n_skipped_large);
+    if (r->n_demoted) fprintf(f, ", %zu failures not reported (resting on an inferred lineage)", r->n_demoted);
+    if (r->n_interrupted) fprintf(f, ", %zu not solved (run interrupted)", r->n_interrupted);
+    if (r->n_represented > r->set.n_stages)
+      fprintf(f, "; by symmetry they stand for %zu per-replica, per-microbatch stages", r->n_represented);
+    fprintf(f, "</td></tr>\n<tr><th>structural entries</th><td>%zu</td></tr>\n", r->n_issues + r->n_issues_dropped);
+  }
+  vd_provenance pv;
+  vd_prov_build(r, &pv);
+  vd_prov_html(r, o, &pv, f);
   fputs("<tr><th>time</th><td>", f);
   for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, "%s%s %.3f s", i ? ", " : "", vd_run_phase_names[i], r->phase_s[i]);
   fprintf(f, "; peak memory %.1f MB; %d thread(s)</td></tr>\n", (double)r->peak_bytes / 1e6, r->threads_used);
@@ -197,14 +243,31 @@ vd_rc vd_report_html(const vd_run *r, const vd_run_opts *o, const char *path, vd
     }
   }
   if (r->n_inconclusive) {
-    fputs("<h2>Inconclusive stages</h2>\n<ul>\n", f);
-    for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
-      if (r->verdicts[i].verdict != VD_SMT_INCONCLUSIVE) continue;
-      fprintf(f, "<li>stage %zu: ", i);
-      vd_cli_xml_str(f, r->verdicts[i].reason);
+    /* One entry per distinct reason (a structural failure leaves hundreds
+     * of stages unsolved for the same reason). */
+    size_t *order = NULL, *groups = NULL, ng = 0;
+    if (vd_rep_inconclusive_groups(r, 0, &order, &groups, &ng) != VD_OK) {
+      vd_findings_free(&fs);
+      fclose(f);
+      return VD_OOM(d);
+    }
+    fputs("<h2>Inconclusive stages</h2>\n<ul id=\"inconclusive\">\n", f);
+    for (size_t g = 0; g < ng; g++) {
+      size_t a = groups[3 * g + 1], b = groups[3 * g + 2];
+      if (b - a == 1) fprintf(f, "<li>stage %zu: ", order[a]);
+      else fprintf(f, "<li>%zu stages: ", b - a);
+      vd_cli_xml_str(f, r->verdicts[order[a]].reason);
+      if (b - a > 1) {
+        fputs(" (stages", f);
+        for (size_t j = a; j < b && j < a + 24; j++) fprintf(f, " %zu", order[j]);
+        if (b - a > 24) fputs(" ...", f);
+        fputs(")", f);
+      }
       fputs("</li>\n", f);
     }
     fputs("</ul>\n", f);
+    vd_free(order);
+    vd_free(groups);
   }
   fputs("</body>\n</html>\n", f);
   vd_findings_free(&fs);

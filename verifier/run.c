@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include "../common/clock.h"
+#include "../common/ctl.h"
+#include "../common/digest.h"
 #include "../common/limits.h"
 #include "../common/mem.h"
 #include "../ops/ops.h"
@@ -48,6 +50,7 @@ void vd_run_free(vd_run *r) {
 }
 
 int vd_run_exit_code(const vd_run *r) {
+  if (r->interrupted) return 3; /* whatever was found so far: no verdict was reached */
   if (r->n_issues > 0 || r->n_issues_dropped > 0 || r->n_not_equiv > 0) return 1;
   if (r->n_inconclusive > 0) return 3;
   return 0;
@@ -332,6 +335,39 @@ static void order_segments(const vd_run *r, const uint32_t *reps, size_t n_reps,
   *n_seg = ns;
 }
 
+/* A class not solved because the run was stopped (common/ctl.h). */
+static void interrupted_verdict(vd_stage_verdict *v) {
+  v->verdict = VD_SMT_INCONCLUSIVE;
+  v->limit = VD_SMT_LIMIT_NONE;
+  snprintf(v->reason, sizeof(v->reason), "not solved (run interrupted)");
+}
+
+/* After a stop: every stage not proven equivalent whose check the stop
+ * prevented or cut short (skipped 4, its own or its representative's) is
+ * "not solved (run interrupted)", and a failure found before the stop is
+ * not confirmed (its counterexample is not computed, and with inferred
+ * lineages it may rest on a candidate that a later round would drop): both
+ * INCONCLUSIVE, counted in n_interrupted (n_unconfirmed).  SOUNDNESS: a stop
+ * removes evidence only; nothing becomes equivalent. */
+static void interrupt_stages(vd_run *r, const vd_run_opts *o, uint8_t *skipped) {
+  for (size_t i = 0; i < r->set.n_stages; i++) {
+    const vd_stage *st = &r->set.stages[i];
+    size_t rep = o->no_reuse || st->canon_class < 0 ? i : (size_t)st->canon_class;
+    vd_stage_verdict *v = &r->verdicts[i];
+    if (v->verdict == VD_SMT_NOT_EQUIVALENT) {
+      v->verdict = VD_SMT_INCONCLUSIVE;
+      v->limit = VD_SMT_LIMIT_NONE;
+      snprintf(v->reason, sizeof(v->reason),
+               "not solved (run interrupted): its check had found a difference, not confirmed before the stop");
+      r->n_unconfirmed++;
+      skipped[i] = 4;
+    } else if (v->verdict == VD_SMT_INCONCLUSIVE && (skipped[i] == 4 || skipped[rep] == 4)) {
+      interrupted_verdict(v);
+      skipped[i] = 4;
+    }
+  }
+}
+
 static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   size_t n = r->set.n_stages;
   r->verdicts = vd_calloc(n ? n : 1, sizeof(*r->verdicts));
@@ -407,7 +443,8 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
                              * a large stage probably fails: a bug upstream */
                             .witness_first = r->infer_rounds > VD_RUN_TAINT_ROUND ? VD_STAGE_WITNESS_FIRST_NODES : 0};
   size_t done_count = 0;
-  double t0 = vd_clock_s();
+  vd_ctl_set(VD_CTL_CLASSES_DONE, 0);
+  vd_progress_phase(&r->prog, "solving", VD_CTL_CLASSES_DONE, "stage classes", n_reps ? n_reps : 1);
   vd_rc first_rc = VD_OK;
   vd_diag first_diag;
   vd_diag_clear(&first_diag);
@@ -434,6 +471,20 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   const vd_issue *decided = cands ? plan_structural_issue(r) : NULL;
   for (size_t sg = 0, lo = 0; sg < n_seg; lo = seg_end[sg], sg++) {
     size_t hi = seg_end[sg], n_todo = 0;
+    if (vd_ctl_stopped()) {
+      /* SOUNDNESS: a stop request (common/ctl.h): every class not solved
+       * yet is INCONCLUSIVE, never left at the zeroed verdict (which reads
+       * as equivalent). */
+      r->interrupted = vd_ctl_stopped();
+      for (size_t k = lo; k < n_reps; k++) {
+        uint32_t i = order[k];
+        if (done[i]) continue;
+        interrupted_verdict(&r->verdicts[i]);
+        skipped[i] = 4;
+        done[i] = 1;
+      }
+      break;
+    }
     for (size_t k = lo; k < hi; k++) {
       uint32_t i = order[k];
       const vd_stage *st = &r->set.stages[i];
@@ -508,6 +559,11 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
 #pragma omp for schedule(dynamic, 1)
     for (size_t k = 0; k < n_todo; k++) {
       uint32_t i = todo[k];
+      if (vd_ctl_stopped()) { /* SOUNDNESS: never left at the zeroed verdict */
+        interrupted_verdict(&r->verdicts[i]);
+        skipped[i] = 4;
+        continue;
+      }
       vd_diag sd;
       vd_diag_clear(&sd);
       /* OPTIMIZATION-ONLY: a stage of the last tier is solved in a context
@@ -554,13 +610,15 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
           first_diag = trc != VD_OK ? td : sd;
         }
       }
-      size_t now;
-#pragma omp atomic capture
-      now = ++done_count;
-#pragma omp critical(vd_run_progress)
-      vd_progress_solve(&r->prog, now, n_reps, t0);
+      /* A check that a stop cut short is not a result (a proof found
+       * before it stands) */
+      if (vd_ctl_stopped() && r->verdicts[i].verdict != VD_SMT_EQUIVALENT) skipped[i] = 4;
+#pragma omp atomic update
+      ++done_count;
+      vd_ctl_add(VD_CTL_CLASSES_DONE, 1);
     }
   }
+    if (vd_ctl_stopped()) r->interrupted = vd_ctl_stopped();
     int any_fail = 0;
     for (size_t k = 0; k < n_todo; k++) {
       uint32_t i = todo[k];
@@ -573,6 +631,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
           (!plan_fail_nodes || r->set.stages[i].n_nodes < plan_fail_nodes))
         plan_fail_nodes = r->set.stages[i].n_nodes;
     }
+    if (r->interrupted) continue; /* the next segment marks the rest */
     if (cands && any_fail && sg + 1 < n_seg && r->infer_rounds >= VD_RUN_TAINT_ROUND &&
         r->infer_rounds < VD_RUN_MAX_INFER_ROUNDS) {
       if (!moot) moot = vd_calloc(r->pg.n_values ? r->pg.n_values : 1, 1);
@@ -627,7 +686,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
    * change that (mark_grounded). */
   size_t n_grounded = 0;
   uint8_t *grounded = NULL;
-  if (cands) {
+  if (cands && !r->interrupted) {
     grounded = vd_calloc(n ? n : 1, 1);
     if (!grounded) {
       vd_free(fresh);
@@ -636,28 +695,37 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     }
     n_grounded = mark_grounded(r, o, NULL, grounded);
   }
-  int last_round = n_grounded > 0 || decided || !round_drops(r);
+  int last_round = r->interrupted || n_grounded > 0 || decided || !round_drops(r);
   r->round_final = last_round;
-  if (last_round && cands) {
+  if (last_round && cands && !r->interrupted) {
     /* SOUNDNESS: only grounded failures are reported (demote_ungrounded) */
     demote_ungrounded(r, grounded, skipped);
   }
   vd_free(grounded);
-  for (size_t i = 0; i < n && last_round; i++)
+  vd_ctl_set(VD_CTL_CEX_DONE, 0);
+  for (size_t i = 0; i < n && last_round && !r->interrupted; i++)
     if (r->verdicts[i].verdict == VD_SMT_NOT_EQUIVALENT) {
-      vd_progress_phase(&r->prog, "counterexamples of the failing stages");
+      vd_progress_phase(&r->prog, "computing the counterexamples of the failing stages", VD_CTL_CEX_DONE, "counterexamples", 0);
       break;
     }
   /* A Z3 model depends on the context's history (which stages the thread
    * solved before), so the counterexamples that are reported are
    * recomputed serially, each in a fresh context: the report is then
    * byte-identical at any thread count. */
-  if (rc == VD_OK && last_round) rc = recut_reported(r, o, d);
+  if (rc == VD_OK && last_round && !r->interrupted) rc = recut_reported(r, o, d);
+  if (rc == VD_ECANCELED) {
+    r->interrupted = vd_ctl_stopped();
+    rc = VD_OK;
+  }
   /* Also the failing class representatives (up to a cap): the findings
    * (verifier/findings.c) take their counterexamples and diverging nodes. */
   int reported = 0, reps_done = 0;
-  for (size_t i = 0; i < n && rc == VD_OK && last_round; i++) {
+  for (size_t i = 0; i < n && rc == VD_OK && last_round && !r->interrupted; i++) {
     if (r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT) continue;
+    if (vd_ctl_stopped()) {
+      r->interrupted = vd_ctl_stopped();
+      break;
+    }
     const vd_stage *st = &r->set.stages[i];
     /* OPTIMIZATION-ONLY: a failure targeting a candidate is never reported
      * as such (the candidate is dropped, or the failure becomes
@@ -676,6 +744,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     r->stage_rc[i] = vd_stage_solve(s, &r->lt, &r->set.stages[i], &so, &r->verdicts[i], &sd);
     vd_smt_free(s);
     s = NULL;
+    vd_ctl_add(VD_CTL_CEX_DONE, 1);
     if (r->stage_rc[i] == VD_ENOMEM) rc = vd_diag_set(d, VD_ENOMEM, __FILE__, __LINE__, NULL, NULL, NULL, "out of memory");
     else if (r->stage_rc[i] != VD_OK) {
       r->verdicts[i].verdict = VD_SMT_INCONCLUSIVE;
@@ -685,6 +754,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     }
   }
   if (first_rc != VD_OK && d) *d = first_diag;
+  if (r->interrupted) interrupt_stages(r, o, skipped);
   for (size_t i = 0; i < n; i++) {
     switch (r->verdicts[i].verdict) {
     case VD_SMT_EQUIVALENT: r->n_equiv++; break;
@@ -699,6 +769,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
       r->n_skipped_large += skipped[i] == 1;
       r->n_demoted += skipped[i] == 2;
       r->n_skipped_decided += skipped[i] == 3;
+      r->n_interrupted += skipped[i] == 4;
       break;
     }
     r->n_fast += r->verdicts[i].by_fast_path;
@@ -780,6 +851,7 @@ static vd_rc hook_flush(struct stage_hook *h, vd_stage_set *set, vd_diag *d) {
  * processed when full (hook_flush; the caller flushes the rest). */
 static vd_rc stage_hook(void *p, vd_stage_set *set, size_t i, vd_diag *d) {
   struct stage_hook *h = p;
+  vd_ctl_add(VD_CTL_STAGES_CUT, 1);
   h->pend[h->n_pend++] = i;
   if (h->n_pend == VD_RUN_HOOK_BATCH) return hook_flush(h, set, d);
   return VD_OK;
@@ -815,7 +887,10 @@ static vd_rc drop_candidates_of_issues(vd_run *r, size_t *n_drop, vd_diag *d);
 static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   double t = vd_clock_s();
   vd_rc rc;
-  vd_progress_phase(&r->prog, "lineage table");
+  vd_ctl_set(VD_CTL_LIN_PIECES, 0);
+  vd_ctl_set(VD_CTL_LIN_CHECKED, 0);
+  vd_progress_phase(&r->prog, "checking the lineage table", VD_CTL_LIN_PIECES, "pieces collected", 0);
+  vd_progress_second(&r->prog, VD_CTL_LIN_CHECKED, "lineages checked");
   VD_CHECK(vd_lin_build(&r->sg, &r->pg, &r->lt, d));
   /* Candidates a lineage issue implicates (a gap or a missing part left by
    * candidates dropped in the round before: the other part of a partial
@@ -843,7 +918,10 @@ static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   /* Each stage is reduced and classified as soon as it is cut; a class
    * member's body is freed at once (OPTIMIZATION-ONLY: memory follows the
    * classes, not the stages; vd_stage_recut restores it for reports). */
-  vd_progress_phase(&r->prog, "cutting stages");
+  vd_ctl_set(VD_CTL_STAGES_CUT, 0);
+  vd_ctl_set(VD_CTL_CUT_LINEAGES, 0);
+  vd_progress_phase(&r->prog, "cutting stages", VD_CTL_STAGES_CUT, "stages cut", 0);
+  vd_progress_second(&r->prog, VD_CTL_CUT_LINEAGES, "lineages cut");
   struct stage_hook *h = vd_calloc(1, sizeof(*h)); /* (its batch is large: not on the stack) */
   if (!h) return VD_OOM(d);
   h->r = r;
@@ -859,7 +937,7 @@ static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   vd_free(h->shape);
   vd_free(h);
   if (rc != VD_OK) return rc;
-  vd_progress_phase(&r->prog, "symmetry classes");
+  vd_progress_phase(&r->prog, "grouping stages into symmetry classes", -1, NULL, 0);
   r->n_represented = 0;
   r->n_sum_stages = r->n_sum_parts = 0;
   for (size_t i = 0; i < r->set.n_stages; i++) {
@@ -874,7 +952,6 @@ static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   r->phase_s[VD_RUN_STAGES] += vd_clock_s() - t;
 
   t = vd_clock_s();
-  vd_progress_phase(&r->prog, "solving");
   rc = solve_stages(r, o, d);
   r->phase_s[VD_RUN_SOLVE] += vd_clock_s() - t;
   return rc;
@@ -1187,7 +1264,7 @@ static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d);
 
 /* -v: one line per round of cut-and-solve on stderr (how inference and the
  * drops went; docs/verifier.md 1b). */
-static void trace_round(const vd_run *r, const vd_run_opts *o, double secs) {
+static void trace_round(vd_run *r, const vd_run_opts *o, double secs) {
   if (!o->verbose || o->quiet || !r->infer.n_inferred) return;
   size_t nf = 0, nfc = 0;
   for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
@@ -1195,7 +1272,7 @@ static void trace_round(const vd_run *r, const vd_run_opts *o, double secs) {
     nf++;
     nfc += r->inferred && targets_candidate(r, &r->set.stages[i]);
   }
-  fprintf(stderr, "verdict: round %d: %zu stages, %zu classes solved, %zu not proven (%zu target candidates), "
+  vd_progress_note(&r->prog, "verdict: round %d: %zu stages, %zu classes solved, %zu not proven (%zu target candidates), "
                   "%zu candidates dropped so far%s (%.2f s)\n",
           r->infer_rounds, r->set.n_stages, r->n_classes, nf, nfc, r->n_dropped, r->round_final ? ", last round" : "",
           secs);
@@ -1203,8 +1280,24 @@ static void trace_round(const vd_run *r, const vd_run_opts *o, double secs) {
 
 vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   memset(r, 0, sizeof(*r));
-  vd_progress_init(&r->prog, o->quiet);
+  vd_ctl_reset();
+  vd_progress_init(&r->prog, o->quiet, o->deadline_s);
   vd_rc rc = run_verify(o, r, d);
+  if (rc == VD_ECANCELED || r->interrupted) {
+    /* Stopped (common/ctl.h): a partial report, INCONCLUSIVE.  Stopped
+     * before solving, the stages cut so far are dropped (they have no
+     * verdicts); the report says how many there were. */
+    r->interrupted = vd_ctl_stopped() ? vd_ctl_stopped() : -1;
+    r->stop_phase = vd_progress_current(&r->prog);
+    r->stop_s = vd_clock_s() - r->prog.t_start;
+    if (!r->verdicts) {
+      r->n_stages_cut_at_stop = r->set.n_stages ? r->set.n_stages : vd_ctl_get(VD_CTL_STAGES_CUT);
+      vd_stage_set_free(&r->set);
+      memset(&r->set, 0, sizeof(r->set));
+    }
+    if (d) vd_diag_clear(d);
+    rc = VD_OK;
+  }
   vd_progress_end(&r->prog);
   r->peak_tracked_bytes = vd_mem_peak();
   r->peak_bytes = process_peak();
@@ -1216,14 +1309,23 @@ static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   /* The phases before solving (lineage validation) use OpenMP's default
    * team: the solver's thread count. */
   if (o->threads > 0) omp_set_num_threads(o->threads);
-  vd_progress_phase(&r->prog, "loading the plans");
+  vd_progress_phase(&r->prog, "loading the plans", -1, NULL, 0);
   VD_CHECK(load_plan(o->sm, VD_PLAN_SINGLE, &r->sp, d));
   VD_CHECK(load_plan(o->pm, VD_PLAN_PARALLEL, &r->pp, d));
+  /* The reports' content hashes (verifier/provenance.h) */
+  uint8_t dg[VD_DIGEST_BYTES];
+  VD_CHECK(vd_digest_file(o->sm, dg, d));
+  vd_digest_hex(dg, r->sm_sha256);
+  VD_CHECK(vd_digest_file(o->pm, dg, d));
+  vd_digest_hex(dg, r->pm_sha256);
   VD_CHECK(vd_lin_check_pair(&r->sp, o->sm, &r->pp, o->pm, d));
   r->phase_s[VD_RUN_LOAD] = vd_clock_s() - t;
+  /* A stop request (common/ctl.h) is looked at between the phases too:
+   * loading and the graphs do not poll it. */
+  if (vd_ctl_stopped()) return VD_ECANCELED;
 
   t = vd_clock_s();
-  vd_progress_phase(&r->prog, "building the graphs");
+  vd_progress_phase(&r->prog, "building the graphs", -1, NULL, 0);
   vd_graph_opts sgo = {.expand_replicas = 1}, pgo = {.expand_replicas = 0};
   vd_rc rc = vd_graph_build(&r->sp, &sgo, &r->sg, d);
   if (rc == VD_EINPUT) {
@@ -1242,10 +1344,12 @@ static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   VD_CHECK(collect_issues(r, r->pg.issues, r->pg.n_issues, r->pg.n_issues_dropped, "parallel plan: "));
   r->phase_s[VD_RUN_GRAPH] = vd_clock_s() - t;
   if (r->n_issues || r->n_issues_dropped) return VD_OK; /* stages need a well-formed graph */
+  if (vd_ctl_stopped()) return VD_ECANCELED;
 
   if (!o->no_infer) {
     t = vd_clock_s();
-    vd_progress_phase(&r->prog, "inferring lineages");
+    vd_ctl_set(VD_CTL_INFER_VALUES, 0);
+    vd_progress_phase(&r->prog, "inferring lineages", VD_CTL_INFER_VALUES, "values with a lineage", 0);
     VD_CHECK(vd_lin_infer(&r->sg, &r->pg, &r->pp, &r->inferred, &r->infer, d));
     r->phase_s[VD_RUN_LINEAGE] += vd_clock_s() - t;
   }
@@ -1255,7 +1359,7 @@ static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
     double tr = vd_clock_s();
     VD_CHECK(analyse(r, o, d));
     trace_round(r, o, vd_clock_s() - tr);
-    if (r->round_final || !r->infer.n_inferred) break;
+    if (r->interrupted || r->round_final || !r->infer.n_inferred) break;
     size_t n_drop = 0;
     VD_CHECK(drop_failed_candidates(r, &n_drop, d));
     if (n_drop && r->verdicts && remember_proven(r) != VD_OK) return VD_OOM(d);

@@ -34,6 +34,7 @@ typedef struct {
   int no_fast_path;        /* skip the simplifier normal-form comparison */
   int no_reduce;           /* check stages on their original shapes */
   int no_infer;            /* do not infer lineages of unannotated tensors */
+  double deadline_s;       /* --deadline S: the whole run's wall clock; 0 = none */
 } vd_run_opts;
 
 typedef enum { VD_RUN_LOAD, VD_RUN_GRAPH, VD_RUN_LINEAGE, VD_RUN_STAGES, VD_RUN_SOLVE, VD_RUN_PHASES } vd_run_phase;
@@ -71,13 +72,26 @@ typedef struct vd_run {
                                  in the last round (run.c, demote_ungrounded) */
   size_t n_skipped_decided;   /* of n_inconclusive: not solved, a structural problem of the plan decides (run.c) */
   uint8_t *skipped;           /* per stage: 1 if left unsolved so, 2 if demoted so, 3 if left unsolved because
-                                 a structural problem decides (NULL before solving) */
+                                 a structural problem decides, 4 if the run was interrupted before it was
+                                 solved or confirmed (NULL before solving) */
   int round_final;            /* the round just solved is the last (no candidate to drop, or a grounded failure) */
   double phase_s[VD_RUN_PHASES];
   size_t peak_bytes;          /* the process's peak resident set (getrusage), everything included */
   size_t peak_tracked_bytes;  /* peak of verdict's own allocations (common/mem.h) */
   vd_progress prog;
   int threads_used;
+  /* An interrupted run (SIGINT, SIGTERM, --deadline; common/ctl.h): the
+   * reason (VD_STOP_*, verifier/progress.h), the phase it stopped in, when,
+   * and what was done by then.  Its verdict is INCONCLUSIVE (exit 3); the
+   * stages it did not solve are "not solved (run interrupted)" (skipped[i]
+   * = 4), never equivalent. */
+  int interrupted;
+  const char *stop_phase;
+  char sm_sha256[65], pm_sha256[65]; /* SHA-256 of the plan files (common/digest.h); "" until read */
+  double stop_s;
+  size_t n_stages_cut_at_stop;   /* stages cut when the stop came during the cut (the set is then dropped) */
+  size_t n_interrupted;          /* of n_inconclusive: stages not solved, or not confirmed, because of the stop */
+  size_t n_unconfirmed;          /* of n_interrupted: their check had failed, the failure was not confirmed */
 } vd_run;
 
 /* Runs the verification.  VD_OK when a verdict was reached (whatever it is);

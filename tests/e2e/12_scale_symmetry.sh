@@ -9,7 +9,7 @@ set -e
 "$VERDICT" gen --model llama3 --layers 2 --hidden 16 --heads 4 --seq 8 --batch 1024 \
   --dp 64 --tp 2 --pp 2 --nm 16 --single "$TMP/s.plan" --parallel "$TMP/p.plan" >/dev/null
 json() { python3 -c "import json,sys; d=json.load(open('$TMP/r.json')); print(eval(sys.argv[1]))" "$1"; }
-expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+expect_exit 0 "$VERDICT" -q -v --sm "$TMP/s.plan" --pm "$TMP/p.plan"
 expect_in "^EQUIVALENT" "$TMP/out"
 expect_in "replica and microbatch symmetry: the [0-9]* stages stand for" "$TMP/out"
 cut=$(sed -n 's/.*symmetry: the \([0-9]*\) stages stand for \([0-9]*\).*/\1/p' "$TMP/out")
@@ -23,7 +23,7 @@ for nm in 1 16; do
   "$VERDICT" gen --model llama3 --layers 2 --hidden 16 --heads 4 --seq 8 --batch $((nm * 2)) \
     --dp 1 --tp 2 --pp 2 --nm $nm --single "$TMP/s$nm.plan" --parallel "$TMP/p$nm.plan" >/dev/null
   expect_exit 0 "$VERDICT" -q --sm "$TMP/s$nm.plan" --pm "$TMP/p$nm.plan"
-  eval "n$nm=\$(sed -n 's/^  stages \([0-9]*\) .*/\1/p' \"\$TMP/out\")"
+  eval "n$nm=\$(sed -n 's/^  proof: \([0-9]*\) stage.*/\1/p' \"\$TMP/out\")"
 done
 [ "$n16" -lt $((n1 * 2)) ] || fail "nm16 cuts $n16 stages, nm1 $n1"
 bug() { # number mutate-options... ; leaves the JSON report in $TMP/r.json

@@ -12,7 +12,7 @@ set -e
 "$VERDICT" gen --model llama3 --layers 2 --hidden 16 --heads 4 --seq 8 --batch 1024 \
   --dp 64 --tp 2 --pp 2 --nm 16 --single "$TMP/s.plan" --parallel "$TMP/p.plan" >/dev/null
 json() { python3 -c "import json,sys; d=json.load(open('$TMP/r.json')); print(eval(sys.argv[1]))" "$1"; }
-expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan" --dump-stages "$TMP/stages.txt"
+expect_exit 0 "$VERDICT" -q -v --sm "$TMP/s.plan" --pm "$TMP/p.plan" --dump-stages "$TMP/stages.txt"
 expect_in "^EQUIVALENT" "$TMP/out"
 expect_in "sums by part: [0-9]* stages prove [0-9]* parts" "$TMP/out"
 # every weight gradient of the FFN down projection is a sum of 1024 parts,
@@ -42,7 +42,7 @@ echo "ok dp64 nm16: weight gradients proven by part; a stale activation in mb 15
 # a stale activation in microbatch 3 on EP rank 1 (stored rank 6) is caught there.
 "$VERDICT" gen --model moe --layers 2 --hidden 16 --heads 4 --seq 8 --batch 64 --experts 8 --topk 2 \
   --dp 2 --ep 2 --tp 2 --pp 2 --nm 4 --single "$TMP/s.plan" --parallel "$TMP/p.plan" >/dev/null
-expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan" --dump-stages "$TMP/stages.txt"
+expect_exit 0 "$VERDICT" -q -v --sm "$TMP/s.plan" --pm "$TMP/p.plan" --dump-stages "$TMP/stages.txt"
 expect_in "^EQUIVALENT" "$TMP/out"
 grep -A1 "part 1 of a sum of 16 by part, rows \[4, 8) of 64" "$TMP/stages.txt" | \
   grep -q "target 'layers.1.moe.shared.down.weight.grad'" || fail "EP rank 1's shared-expert gradient part not proven by part"

@@ -62,10 +62,10 @@ expect_exit 2 "$VERDICT" plan strip --keep boundary "$TMP/s.plan" "$TMP/x.plan"
 # mlp, whose stages stay small enough to prove)
 expect_exit 0 "$VERDICT" -v --sm "$TMP/s.plan" --pm "$TMP/b.plan"
 expect_in "inferred: '" "$TMP/out"
-with=$(sed -n 's/^  stages \([0-9]*\) .*/\1/p' "$TMP/out")
+with=$(sed -n 's/^  proof: \([0-9]*\) stage.*/\1/p' "$TMP/out")
 expect_exit 0 "$VERDICT" -q --no-infer --sm "$TMP/s.plan" --pm "$TMP/b.plan"
 grep -q "lineages:" "$TMP/out" && fail "--no-infer still infers"
-without=$(sed -n 's/^  stages \([0-9]*\) .*/\1/p' "$TMP/out")
+without=$(sed -n 's/^  proof: \([0-9]*\) stage.*/\1/p' "$TMP/out")
 [ "$without" -lt "$with" ] || fail "inference should cut more stages ($with) than without ($without)"
 
 # a bug on a stripped plan: a forward all-reduce turned into identity

@@ -45,7 +45,7 @@ scale_bug() {
   expect_in "^NOT EQUIVALENT" "$TMP/out"
   expect_in "^== finding 1 of 1: SCALE at div 'llama_parallel.py:$(line '/ loss_divisor()')" "$TMP/out"
   expect_in "diagnosis SCALE (factor $1)" "$TMP/out"
-  expect_in "not solved: [0-9]* of the inconclusive stages, larger than a failing one" "$TMP/out"
+  expect_in "not solved: [0-9]* stages* larger than a failing one" "$TMP/out"
 }
 scale_bug 2
 for bug in grad_scale pp_recv no_sp_gather; do
@@ -67,7 +67,7 @@ for bug in grad_scale pp_recv no_sp_gather; do
     expect_in "inference stopped first at rank 2 mb 0 all_gather .*slices that do not combine.*rank 2 recv 'llama_parallel.py:$(line 'dist.recv(x, src=peer')[^']*' (node [0-9]*) received from rank 1" "$TMP/out"
     # (GatherFromSP's all_gather: the line after its bug switch)
     expect_in "^== finding 1 of 1: WRONG_VALUE at all_gather 'llama_parallel.py:$(($(line 'if G.bug != \"no_sp_gather\"') + 1))" "$TMP/out"
-    expect_in "not solved: [0-9]* of the inconclusive stages, larger than a failing one" "$TMP/out"
+    expect_in "not solved: [0-9]* stages* larger than a failing one" "$TMP/out"
   fi
   if [ $bug = no_sp_gather ]; then
     # the cat of the gather's (never filled) buffers

@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include "../../bugs/bugs.h"
+#include "../../common/ctl.h"
 #include "../../plans/gen.h"
 #include "../../verifier/report.h"
 #include "../../verifier/run.h"
@@ -185,8 +186,80 @@ static void test_stripped_pairs(void **state) {
   vd_run_free(&r2);
 }
 
+/* A stop requested before the run (common/ctl.h): INCONCLUSIVE, exit 3,
+ * nothing proven, the report says why. */
+static void test_stop_before_run(void **state) {
+  (void)state;
+  assert_int_equal(vd_ctl_request_stop(VD_STOP_SIGTERM), 0);
+  assert_int_equal(vd_ctl_request_stop(VD_STOP_SIGINT), VD_STOP_SIGTERM); /* the first reason stays */
+  vd_run r;
+  char *t = NULL;
+  run(p_path, 2, 0, &r, &t);
+  vd_ctl_clear_stop();
+  assert_int_equal(r.interrupted, VD_STOP_SIGTERM);
+  assert_int_equal(vd_run_exit_code(&r), 3);
+  assert_int_equal(r.n_equiv, 0);
+  assert_non_null(strstr(t, "INCONCLUSIVE\n  run interrupted by SIGTERM while "));
+  assert_non_null(strstr(t, "proven before the stop: nothing"));
+  free(t);
+  vd_run_free(&r);
+}
+
+/* SOUNDNESS of a stop at any moment: on the mutated pair, a run stopped by
+ * its deadline at several points (before, during and after solving,
+ * depending on the machine) is INCONCLUSIVE when stopped, and no stage that
+ * fails in the full run is EQUIVALENT in a stopped one (an unsolved class
+ * is never left at its zeroed verdict, which reads as equivalent). */
+static void test_stop_anywhere(void **state) {
+  (void)state;
+  vd_run full;
+  char *tf = NULL;
+  run(m_path, 2, 1, &full, &tf);
+  assert_int_equal(vd_run_exit_code(&full), 1);
+  static const double deadlines[] = {0.05, 0.15, 0.3, 0.5, 0.8};
+  int stopped_solving = 0;
+  for (size_t k = 0; k < sizeof(deadlines) / sizeof(deadlines[0]); k++) {
+    vd_run_opts o;
+    memset(&o, 0, sizeof(o));
+    o.sm = s_path;
+    o.pm = m_path;
+    o.threads = 2;
+    o.no_reuse = 1;
+    o.stage_timeout_ms = 60000;
+    o.seed = 1;
+    o.quiet = 1;
+    o.deadline_s = deadlines[k];
+    vd_run r;
+    vd_diag d;
+    vd_diag_clear(&d);
+    assert_int_equal(vd_run_verify(&o, &r, &d), VD_OK);
+    vd_ctl_clear_stop();
+    if (r.interrupted) {
+      assert_int_equal(r.interrupted, VD_STOP_DEADLINE);
+      assert_int_equal(vd_run_exit_code(&r), 3);
+      assert_int_equal(r.n_not_equiv, 0);
+      if (r.verdicts) {
+        stopped_solving++;
+        assert_int_equal(r.set.n_stages, full.set.n_stages);
+        for (size_t i = 0; i < r.set.n_stages; i++)
+          if (full.verdicts[i].verdict != VD_SMT_EQUIVALENT && r.verdicts[i].verdict == VD_SMT_EQUIVALENT)
+            fail_msg("deadline %g s: stage %zu fails in the full run, equivalent in the stopped one", deadlines[k], i);
+      }
+    } else {
+      assert_int_equal(vd_run_exit_code(&r), 1);
+    }
+    print_message("deadline %.2f s: %s%s\n", deadlines[k], r.interrupted ? "stopped in " : "finished",
+                  r.interrupted ? r.stop_phase : "");
+    vd_run_free(&r);
+  }
+  print_message("%d of the stopped runs stopped while solving\n", stopped_solving);
+  free(tf);
+  vd_run_free(&full);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_correct_pair), cmocka_unit_test(test_mutated_pair),
-                                     cmocka_unit_test(test_stripped_pairs)};
+                                     cmocka_unit_test(test_stripped_pairs), cmocka_unit_test(test_stop_before_run),
+                                     cmocka_unit_test(test_stop_anywhere)};
   return cmocka_run_group_tests(tests, setup, teardown);
 }
