@@ -57,7 +57,7 @@ row = h.find(".//h:td[@id='interrupted']", ns)
 assert row is not None and "SIGTERM" in row.text, row
 j = ET.parse(tmp + "/r.xml").getroot()
 props = {p.get("name"): p.get("value") for p in j.iter("property")}
-assert props.get("verdict") == "INCONCLUSIVE", props
+assert props.get("outcome") == "INCONCLUSIVE", props
 EOF
 
 # --deadline: the same partial report, from the run itself.
