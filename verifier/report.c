@@ -370,6 +370,17 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   fprintf(f, "%s\n", verdict_word(r));
   fprintf(f, "  stages %zu (classes solved %zu, reduced %zu, by normal form %zu): %zu equivalent, %zu not equivalent, %zu inconclusive\n",
           r->set.n_stages, r->n_solved, r->n_reduced, r->n_fast, r->n_equiv, r->n_not_equiv, r->n_inconclusive);
+  if (o->cache) {
+    const vd_cache_stats *cs = &r->cache_stats;
+    fprintf(f, "  proof cache: %zu of %zu classes reused (%zu from the cache directory, %zu proven earlier in this "
+               "process), %zu proven and stored\n",
+            r->n_cache_reused, r->n_solved, cs->hits_disk, cs->hits_memory, cs->stored);
+    if (cs->ignored)
+      fprintf(f, "  proof cache: %zu entr%s ignored, not trusted (last: %s)\n", cs->ignored, cs->ignored == 1 ? "y" : "ies",
+              cs->last_ignored);
+    if (cs->write_errors) fprintf(f, "  proof cache: %zu entr%s could not be written\n", cs->write_errors,
+                                  cs->write_errors == 1 ? "y" : "ies");
+  }
   if (r->n_skipped_large)
     fprintf(f, "  not solved: %zu of the inconclusive stages, larger than a failing one (they lie past the failure; "
                "docs/verifier.md 6)\n", r->n_skipped_large);
@@ -717,7 +728,13 @@ vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd
           r->n_represented, cg_eq, cg_inc, r->infer.n_annotated, r->infer.n_inferred - r->n_dropped, r->n_dropped, r->threads_used,
           r->peak_bytes, r->peak_tracked_bytes);
   for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, "%s\"%s\":%.4f", i ? "," : "", vd_run_phase_names[i], r->phase_s[i]);
-  fputs("}},\n\"findings\":[", f);
+  fputs("}", f);
+  if (o->cache)
+    fprintf(f, ",\"proof_cache\":{\"reused\":%zu,\"from_directory\":%zu,\"from_process\":%zu,\"stored\":%zu,"
+               "\"ignored\":%zu,\"write_errors\":%zu}",
+            r->n_cache_reused, r->cache_stats.hits_disk, r->cache_stats.hits_memory, r->cache_stats.stored,
+            r->cache_stats.ignored, r->cache_stats.write_errors);
+  fputs("},\n\"findings\":[", f);
   for (size_t k = 0; k < fs.n; k++) {
     fputs(k ? ",\n" : "\n", f);
     json_finding(f, r, &fs.v[k]);
