@@ -351,7 +351,7 @@ static void evict(vd_cache *c) {
   char path[4200];
   while ((de = readdir(dd))) {
     int tmpf = !strncmp(de->d_name, ".tmp-", 5);
-    if (!tmpf && !has_suffix(de->d_name, ".vdp")) continue;
+    if (!tmpf && !has_suffix(de->d_name, ".vdp") && !has_suffix(de->d_name, ".vdc")) continue;
     snprintf(path, sizeof(path), "%s/%s", c->dir, de->d_name);
     struct stat sb;
     if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
@@ -406,7 +406,121 @@ void vd_cache_stats_since(const vd_cache_stats *a, const vd_cache_stats *b, vd_c
   out->ignored = b->ignored - a->ignored;
   out->write_errors = b->write_errors - a->write_errors;
   out->evicted = b->evicted - a->evicted;
+  out->config_hits = b->config_hits - a->config_hits;
   if (a->ignored == b->ignored) out->last_ignored[0] = '\0';
 }
 
 const char *vd_cache_dir(const vd_cache *c) { return c ? c->dir : NULL; }
+
+/* ---- whole configurations ------------------------------------------------
+ *
+ * Entry DIR/<key hex>.vdc: "VDCF0001", encoder version u32, 0 u32, binary
+ * digest, n u64, `what` (n bytes), the three counts (u64 each), SHA-256
+ * checksum of everything before.  key = SHA-256("verdict config cache" NUL,
+ * version, binary digest, what). */
+
+#define CMAGIC "VDCF0001"
+#define CTAG "verdict config cache"
+
+static int ckey_of(const vd_cache *c, const uint8_t *what, size_t n, uint8_t key[VD_DIGEST_BYTES]) {
+  vd_digest *h = vd_digest_new();
+  if (!h) return -1;
+  uint32_t ver = VD_ENCODER_VERSION;
+  vd_digest_update(h, CTAG, sizeof(CTAG));
+  vd_digest_update(h, &ver, sizeof(ver));
+  vd_digest_update(h, c->exe, sizeof(c->exe));
+  vd_digest_update(h, what, n);
+  vd_digest_final(h, key);
+  vd_digest_free(h);
+  return 0;
+}
+
+static uint8_t *centry_bytes(const vd_cache *c, const uint8_t *what, size_t n, const vd_cache_config *info,
+                             size_t *len) {
+  size_t total = HEAD_BYTES + n + 24 + VD_DIGEST_BYTES;
+  uint8_t *b = vd_malloc(total);
+  if (!b) return NULL;
+  uint32_t ver = VD_ENCODER_VERSION, zero = 0;
+  uint64_t nn = n, cnt[3] = {info->n_stages, info->n_classes, info->n_represented};
+  size_t at = 0;
+  memcpy(b + at, CMAGIC, 8), at += 8;
+  memcpy(b + at, &ver, 4), at += 4;
+  memcpy(b + at, &zero, 4), at += 4;
+  memcpy(b + at, c->exe, VD_DIGEST_BYTES), at += VD_DIGEST_BYTES;
+  memcpy(b + at, &nn, 8), at += 8;
+  memcpy(b + at, what, n), at += n;
+  memcpy(b + at, cnt, 24), at += 24;
+  if (vd_digest_bytes(b, at, b + at) != VD_OK) {
+    vd_free(b);
+    return NULL;
+  }
+  *len = total;
+  return b;
+}
+
+static int cpath(const vd_cache *c, const uint8_t *what, size_t n, char *path, size_t cap) {
+  uint8_t key[VD_DIGEST_BYTES];
+  char hex[VD_DIGEST_HEX];
+  if (ckey_of(c, what, n, key)) return -1;
+  vd_digest_hex(key, hex);
+  int w = snprintf(path, cap, "%s/%s.vdc", c->dir, hex);
+  return w < 0 || (size_t)w >= cap ? -1 : 0;
+}
+
+int vd_cache_config_lookup(vd_cache *c, const uint8_t *what, size_t n, vd_cache_config *out) {
+  if (!c || !c->dir) return 0;
+  char path[4200];
+  if (cpath(c, what, n, path, sizeof(path))) return 0;
+  vd_cache_config zero = {0};
+  size_t len = 0;
+  /* the expected bytes up to the counts; the counts are read from the file */
+  uint8_t *want = centry_bytes(c, what, n, &zero, &len);
+  if (!want) return 0;
+  uint8_t *got = NULL;
+  const char *why = NULL;
+  int r = read_entry(path, len, &got, &why);
+  int hit = 0;
+  if (r < 0) note_ignored(c, path, why);
+  else if (r > 0) {
+    size_t body = HEAD_BYTES + n;
+    uint8_t sum[VD_DIGEST_BYTES];
+    if (memcmp(got, want, body)) note_ignored(c, path, "another question, version or binary (or corrupt)");
+    else if (vd_digest_bytes(got, body + 24, sum) != VD_OK || memcmp(sum, got + body + 24, VD_DIGEST_BYTES))
+      note_ignored(c, path, "checksum mismatch");
+    else {
+      uint64_t cnt[3];
+      memcpy(cnt, got + body, 24);
+      out->n_stages = cnt[0];
+      out->n_classes = cnt[1];
+      out->n_represented = cnt[2];
+      hit = 1;
+      c->st.config_hits++;
+    }
+    vd_free(got);
+  }
+  vd_free(want);
+  return hit;
+}
+
+void vd_cache_config_store(vd_cache *c, const uint8_t *what, size_t n, const vd_cache_config *info) {
+  if (!c || !c->dir) return;
+  char path[4200], tmp[4300];
+  if (cpath(c, what, n, path, sizeof(path))) return;
+  size_t len = 0;
+  uint8_t *b = centry_bytes(c, what, n, info, &len);
+  if (!b) {
+    c->st.write_errors++;
+    return;
+  }
+  snprintf(tmp, sizeof(tmp), "%s/.tmp-config-XXXXXX", c->dir);
+  int fd = mkstemp(tmp);
+  int bad = fd < 0;
+  if (!bad) {
+    bad = write_all(fd, b, len) != 0;
+    bad |= close(fd) != 0;
+    if (!bad) bad = rename(tmp, path) != 0;
+    if (bad) unlink(tmp);
+  }
+  if (bad) c->st.write_errors++;
+  vd_free(b);
+}

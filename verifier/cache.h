@@ -50,6 +50,7 @@ typedef struct {
   size_t ignored;      /* entries found but not used: corrupt, truncated, of another version */
   size_t write_errors; /* entries that could not be written (the run goes on) */
   size_t evicted;      /* entries removed by the size cap */
+  size_t config_hits;  /* whole configurations found unchanged since a proven run */
   char last_ignored[600];  /* "PATH: why" of the last ignored entry, "" if none */
 } vd_cache_stats;
 
@@ -68,6 +69,20 @@ int vd_cache_lookup(vd_cache *c, const uint8_t *canon, size_t n);
 /* Remembers that this canonical form was proven EQUIVALENT.  Errors only
  * count in the stats. */
 void vd_cache_store(vd_cache *c, const uint8_t *canon, size_t n);
+
+/* Whole configurations (a gate's configuration unchanged since a run
+ * proved it EQUIVALENT): the question is the pair's input files, by their
+ * SHA-256 (plans, or nnScaler pickles together with the importer's
+ * sources), in `what` (the caller's bytes: kind, file digests); the entry
+ * stores `what` whole, the counts of the proof, and a checksum, and a
+ * lookup hits only when `what` matches byte for byte.  Stored only for
+ * EQUIVALENT configurations.  A PyTorch program is never keyed so: it may
+ * import files the key would not see. */
+typedef struct {
+  uint64_t n_stages, n_classes, n_represented; /* of the run that proved it */
+} vd_cache_config;
+int vd_cache_config_lookup(vd_cache *c, const uint8_t *what, size_t n, vd_cache_config *out);
+void vd_cache_config_store(vd_cache *c, const uint8_t *what, size_t n, const vd_cache_config *info);
 
 /* Counters since open; vd_cache_stats_since gives the difference to an
  * earlier snapshot (one configuration's share). */

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "../common/clock.h"
+#include "../common/digest.h"
 #include "../common/limits.h"
 #include "../common/mem.h"
 #include "cache.h"
@@ -196,12 +197,65 @@ static int finding_classes(const vd_run *r, int dx, char *buf, size_t cap) {
   return has;
 }
 
+/* The whole-configuration cache's question (verifier/cache.h) for a pair
+ * of plan files or pickles: kind, the SHA-256 of both files and, for
+ * pickles, of the importer's sources.  -1 when a file cannot be read (the
+ * run then says why) or for PyTorch programs (never keyed so). */
+static int config_question(const vd_mf_entry *e, uint8_t *what, size_t *n) {
+  if (e->kind != VD_MF_PLANS) return -1;
+  vd_diag d;
+  vd_diag_clear(&d);
+  int pk = vd_import_is_pickle(e->single);
+  if (pk != vd_import_is_pickle(e->parallel)) return -1;
+  size_t at = 0;
+  memcpy(what, pk ? "nnscaler" : "plans\0\0\0", 8), at += 8;
+  if (vd_digest_file(e->single, what + at, &d) != VD_OK) return -1;
+  at += VD_DIGEST_BYTES;
+  if (vd_digest_file(e->parallel, what + at, &d) != VD_OK) return -1;
+  at += VD_DIGEST_BYTES;
+  if (pk) {
+    if (vd_import_nnscaler_digest(what + at, &d) != VD_OK) return -1;
+    at += VD_DIGEST_BYTES;
+  }
+  *n = at;
+  return 0;
+}
+
 /* Converts (when needed) and verifies one configuration. */
 static void run_one(gcfg *c, const gopts *g, vd_cache *cache) {
   const vd_mf_entry *e = c->e;
   double t0 = vd_clock_s();
   vd_diag d;
   vd_diag_clear(&d);
+  uint8_t what[8 + 3 * VD_DIGEST_BYTES];
+  size_t n_what = 0;
+  int keyed = vd_cache_dir(cache) && config_question(e, what, &n_what) == 0;
+  if (keyed && vd_cache_config_lookup(cache, what, n_what, &c->run.cached)) {
+    /* SOUNDNESS: the same files, by SHA-256, were proven EQUIVALENT by this
+     * binary (docs/verifier.md section 9) */
+    c->run.config_cached = 1;
+    c->have_run = 1;
+    /* empty but valid plans and graphs: every report writer can walk them */
+    if (vd_plan_init(&c->run.sp, VD_PLAN_SINGLE) != VD_OK || vd_plan_init(&c->run.pp, VD_PLAN_PARALLEL) != VD_OK) {
+      vd_run_free(&c->run);
+      c->have_run = 0;
+      snprintf(c->error, sizeof(c->error), "out of memory");
+      c->exit_code = VD_EXIT_INCONCLUSIVE;
+      return;
+    }
+    c->run.sg.plan = &c->run.sp;
+    c->run.pg.plan = &c->run.pp;
+    memset(&c->opts, 0, sizeof(c->opts));
+    c->opts.sm = e->single;
+    c->opts.pm = e->parallel;
+    c->opts.quiet = 1;
+    c->opts.max_failures = VD_LIM_MAX_FAILURES;
+    c->opts.cache = cache;
+    c->exit_code = VD_EXIT_OK;
+    c->as_expected = e->expected == VD_EXIT_OK;
+    c->secs = vd_clock_s() - t0;
+    return;
+  }
   vd_import_tmp imp;
   memset(&imp, 0, sizeof(imp));
   const char *sm = e->single, *pm = e->parallel;
@@ -248,6 +302,10 @@ static void run_one(gcfg *c, const gopts *g, vd_cache *cache) {
   } else {
     c->exit_code = vd_run_exit_code(&c->run);
     c->has_expected_dx = finding_classes(&c->run, e->expect_dx, c->classes, sizeof(c->classes));
+    if (keyed && c->exit_code == VD_EXIT_OK) {
+      vd_cache_config info = {c->run.set.n_stages, c->run.n_solved, c->run.n_represented};
+      vd_cache_config_store(cache, what, n_what, &info);
+    }
   }
   c->as_expected = c->exit_code == e->expected && (e->expected != 1 || e->expect_dx < 0 || c->has_expected_dx);
   c->secs = vd_clock_s() - t0;
@@ -289,10 +347,11 @@ static vd_rc write_json(const gcfg *cs, size_t n, const gopts *g, int code, cons
   json_object_set_new(root, "as_expected", json_integer((json_int_t)ok));
   json_object_set_new(root, "configurations_total", json_integer((json_int_t)n));
   json_object_set_new(root, "proof_cache",
-                      json_pack("{s:o,s:I,s:I,s:I,s:I}", "directory",
+                      json_pack("{s:o,s:I,s:I,s:I,s:I,s:I}", "directory",
                                 vd_cache_dir(cache) ? json_string(vd_cache_dir(cache)) : json_null(), "from_directory",
                                 (json_int_t)tot->hits_disk, "from_process", (json_int_t)tot->hits_memory, "stored",
-                                (json_int_t)tot->stored, "ignored", (json_int_t)tot->ignored));
+                                (json_int_t)tot->stored, "ignored", (json_int_t)tot->ignored, "configurations_unchanged",
+                                (json_int_t)tot->config_hits));
   for (size_t i = 0; i < n; i++) {
     const gcfg *c = &cs[i];
     const vd_mf_entry *e = c->e;
@@ -315,6 +374,7 @@ static vd_rc write_json(const gcfg *cs, size_t n, const gopts *g, int code, cons
       for (char *t = strtok(tmp, ", "); t; t = strtok(NULL, ", ")) json_array_append_new(cl, json_string(t));
       json_object_set_new(o, "finding_classes", cl);
       json_object_set_new(o, "classes_reused_from_cache", json_integer((json_int_t)c->run.n_cache_reused));
+      json_object_set_new(o, "unchanged_since_proven", json_boolean(c->run.config_cached));
       json_t *rep = run_json(c);
       json_object_set_new(o, "report", rep ? rep : json_null());
     }
@@ -386,7 +446,7 @@ int vd_cmd_gate(int argc, char **argv) {
   size_t w = 13;
   for (size_t i = 0; i < m.n; i++)
     if (strlen(m.v[i].name) > w) w = strlen(m.v[i].name);
-  fprintf(out, "  %-*s  %-32s  %-32s  %-8s  %15s  %8s\n", (int)w, "configuration", "outcome", "expected", "as exp.",
+  fprintf(out, "  %-*s  %-34s  %-34s  %-8s  %15s  %8s\n", (int)w, "configuration", "outcome", "expected", "as exp.",
           "classes/reused", "seconds");
   for (size_t i = 0; i < m.n; i++) {
     const gcfg *c = &cs[i];
@@ -394,16 +454,18 @@ int vd_cmd_gate(int argc, char **argv) {
     snprintf(oc, sizeof(oc), "%s%s%.20s", expect_word(c->exit_code), c->classes[0] ? ": " : "", c->classes);
     snprintf(ex, sizeof(ex), "%s%s%s", expect_word(c->e->expected), c->e->expect_dx >= 0 ? ": " : "",
              c->e->expect_dx >= 0 ? vd_diagnosis_names[c->e->expect_dx] : "");
-    if (c->have_run) snprintf(cl, sizeof(cl), "%zu/%zu", c->run.n_solved, c->run.n_cache_reused);
+    if (c->run.config_cached) snprintf(cl, sizeof(cl), "unchanged");
+    else if (c->have_run) snprintf(cl, sizeof(cl), "%zu/%zu", c->run.n_solved, c->run.n_cache_reused);
     else snprintf(cl, sizeof(cl), "-");
-    fprintf(out, "  %-*s  %-32s  %-32s  %-8s  %15s  %8.2f\n", (int)w, c->e->name, oc, ex, c->as_expected ? "yes" : "NO",
+    fprintf(out, "  %-*s  %-34s  %-34s  %-8s  %15s  %8.2f\n", (int)w, c->e->name, oc, ex, c->as_expected ? "yes" : "NO",
             cl, c->secs);
   }
   fprintf(out, "  proof cache%s%s: %zu classes reused (%zu from the directory, %zu shared between configurations), "
                "%zu proven and stored",
           dir ? " " : " (memory only)", dir ? dir : "", tot.hits_disk + tot.hits_memory, tot.hits_disk, tot.hits_memory,
           tot.stored);
-  if (tot.ignored) fprintf(out, ", %zu entries ignored (last: %s)", tot.ignored, tot.last_ignored);
+  if (tot.config_hits) fprintf(out, "; %zu configuration(s) unchanged since a run proved them", tot.config_hits);
+  if (tot.ignored) fprintf(out, "; %zu entries ignored, not trusted (last: %s)", tot.ignored, tot.last_ignored);
   fprintf(out, "\n  time: %.2f s\n", total);
   for (size_t i = 0; i < m.n; i++) {
     const gcfg *c = &cs[i];

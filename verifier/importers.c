@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../common/digest.h"
 #include "../common/mem.h"
 
 int vd_import_is_pickle(const char *path) {
@@ -176,4 +177,43 @@ vd_rc vd_import_torch(const char *single_py, const char *parallel_py, int nproc,
   t->tool_exit = rc;
   VD_FAIL(d, VD_EINPUT, NULL, NULL, NULL, "capturing the PyTorch programs failed (torch2plan exit %d): %s",
           rc, err[0] ? err : "no message");
+}
+
+static int name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+vd_rc vd_import_nnscaler_digest(uint8_t out[32], vd_diag *d) {
+  char tp[4200], dir[4200];
+  if (tool_path("nnscaler2plan", tp, sizeof(tp)) || tool_path("nnscaler", dir, sizeof(dir)))
+    VD_FAIL(d, VD_EIO, NULL, NULL, NULL, "the importer tools/nnscaler2plan is not found next to the verdict binary");
+  vd_digest *h = vd_digest_new();
+  if (!h) return VD_OOM(d);
+  uint8_t one[VD_DIGEST_BYTES];
+  vd_rc rc = vd_digest_file(tp, one, d);
+  if (rc == VD_OK) vd_digest_update(h, one, sizeof(one));
+  DIR *dd = rc == VD_OK ? opendir(dir) : NULL;
+  if (rc == VD_OK && !dd) rc = VD_ERR(d, VD_EIO, dir, NULL, NULL, "cannot read the importer's folder");
+  char **names = NULL;
+  size_t n = 0, cap = 0;
+  struct dirent *de;
+  while (dd && rc == VD_OK && (de = readdir(dd))) {
+    size_t len = strlen(de->d_name);
+    if (len < 4 || strcmp(de->d_name + len - 3, ".py")) continue;
+    if (VD_GROW(names, cap, n + 1) || !(names[n] = vd_strdup(de->d_name))) rc = VD_OOM(d);
+    else n++;
+  }
+  if (dd) closedir(dd);
+  if (n) qsort(names, n, sizeof(*names), name_cmp);
+  for (size_t i = 0; i < n && rc == VD_OK; i++) {
+    char p[8400];
+    snprintf(p, sizeof(p), "%s/%s", dir, names[i]);
+    if ((rc = vd_digest_file(p, one, d)) == VD_OK) {
+      vd_digest_update(h, names[i], strlen(names[i]) + 1);
+      vd_digest_update(h, one, sizeof(one));
+    }
+  }
+  for (size_t i = 0; i < n; i++) vd_free(names[i]);
+  vd_free(names);
+  vd_digest_final(h, out);
+  vd_digest_free(h);
+  return rc;
 }

@@ -16,6 +16,8 @@
 #ifndef VD_IMPORTERS_H
 #define VD_IMPORTERS_H
 
+#include <stdint.h>
+
 #include "../common/diag.h"
 
 typedef struct {
@@ -34,6 +36,11 @@ vd_rc vd_import_nnscaler(const char *sm, const char *pm, vd_import_tmp *t, vd_di
 /* tools/torch2plan --single S --parallel P --nproc N into a fresh temporary
  * directory. */
 vd_rc vd_import_torch(const char *single_py, const char *parallel_py, int nproc, vd_import_tmp *t, vd_diag *d);
+
+/* SHA-256 of the nnScaler importer's sources (tools/nnscaler2plan and
+ * tools/nnscaler/ *.py, by name order), for the whole-configuration cache
+ * key of a pickle pair.  VD_EIO when they cannot be read. */
+vd_rc vd_import_nnscaler_digest(uint8_t out[32], vd_diag *d);
 
 /* Removes the directory and the files in it; accepts a zeroed struct. */
 void vd_import_cleanup(vd_import_tmp *t);

@@ -366,6 +366,13 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   vd_findings fs;
   vd_diag d;
   vd_diag_clear(&d);
+  if (r->config_cached) {
+    fprintf(f, "%s\n", verdict_word(r));
+    fprintf(f, "  unchanged since a run proved it: the proof cache holds this pair (the SHA-256 of both input files, "
+               "this verdict binary) as EQUIVALENT, proven with %llu stages (%llu classes); nothing was solved again\n",
+            (unsigned long long)r->cached.n_stages, (unsigned long long)r->cached.n_classes);
+    return;
+  }
   int have_fs = vd_findings_build(r, &fs, &d) == VD_OK;
   fprintf(f, "%s\n", verdict_word(r));
   fprintf(f, "  stages %zu (classes solved %zu, reduced %zu, by normal form %zu): %zu equivalent, %zu not equivalent, %zu inconclusive\n",
@@ -729,6 +736,9 @@ vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd
           r->peak_bytes, r->peak_tracked_bytes);
   for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, "%s\"%s\":%.4f", i ? "," : "", vd_run_phase_names[i], r->phase_s[i]);
   fputs("}", f);
+  if (r->config_cached)
+    fprintf(f, ",\"unchanged_since_proven\":{\"stages\":%llu,\"classes\":%llu}", (unsigned long long)r->cached.n_stages,
+            (unsigned long long)r->cached.n_classes);
   if (o->cache)
     fprintf(f, ",\"proof_cache\":{\"reused\":%zu,\"from_directory\":%zu,\"from_process\":%zu,\"stored\":%zu,"
                "\"ignored\":%zu,\"write_errors\":%zu}",

@@ -56,6 +56,11 @@ typedef struct vd_run {
   size_t n_reused_rounds; /* stages not solved again thanks to that */
   size_t n_cache_reused;  /* class representatives taken from the proof cache, over all rounds */
   vd_cache_stats cache_stats; /* this run's share of the cache's counters (zeros without a cache) */
+  /* A gate configuration unchanged since a run proved it EQUIVALENT (the
+   * whole-configuration cache, verifier/cache.h): nothing was loaded or
+   * solved; the counts are the proving run's.  Every other field is empty. */
+  int config_cached;
+  vd_cache_config cached;
   vd_stage_set set;
   vd_stage_verdict *verdicts; /* one per stage (members of a class copy the representative's kind) */
   vd_rc *stage_rc;            /* machinery errors per stage */
