@@ -10,12 +10,13 @@
  *   binary digest                   32 bytes: SHA-256 of the verdict binary that proved it
  *   n                               u64, length of the canonical form
  *   canonical form                  n bytes (stages/canon.c)
- *   checksum                        32 bytes: SHA-256 of everything above
+ *   MAC                             32 bytes: HMAC-SHA256 of everything above under
+ *                                   the cache key (load_key: kept outside the directory)
  * key = SHA-256("verdict proof cache" NUL, encoder version, binary digest,
  * canonical form).  A lookup reads the whole file and uses it only when
  * every field matches the current question: the size, the magic, the
  * version, the verdict, the binary digest, n, the canonical form byte for
- * byte, and the checksum.  Anything else is a miss, counted as "ignored"
+ * byte, and the MAC.  Anything else is a miss, counted as "ignored"
  * when the file existed (docs/verifier.md section 9).
  */
 #include "cache.h"
@@ -48,6 +49,7 @@ struct vd_cache {
   char *dir;
   uint64_t max_bytes;
   uint8_t exe[VD_DIGEST_BYTES]; /* SHA-256 of the running binary (zeros if unreadable) */
+  uint8_t mac_key[VD_DIGEST_BYTES]; /* the entries' HMAC key (load_key) */
   slot_t *tab;
   size_t cap, used;
   vd_cache_stats st;
@@ -56,6 +58,100 @@ struct vd_cache {
 static void note_ignored(vd_cache *c, const char *path, const char *why) {
   c->st.ignored++;
   snprintf(c->st.last_ignored, sizeof(c->st.last_ignored), "%.400s: %s", path, why);
+}
+
+/* HMAC-SHA256 (RFC 2104) of p under the cache's key, through digest.h. */
+static int mac(const vd_cache *c, const uint8_t *p, size_t n, uint8_t out[VD_DIGEST_BYTES]) {
+  uint8_t pad[64], inner[VD_DIGEST_BYTES];
+  vd_digest *h = vd_digest_new();
+  if (!h) return -1;
+  memset(pad, 0x36, sizeof(pad));
+  for (int i = 0; i < VD_DIGEST_BYTES; i++) pad[i] ^= c->mac_key[i];
+  vd_digest_update(h, pad, sizeof(pad));
+  vd_digest_update(h, p, n);
+  vd_digest_final(h, inner);
+  vd_digest_free(h);
+  if (!(h = vd_digest_new())) return -1;
+  memset(pad, 0x5c, sizeof(pad));
+  for (int i = 0; i < VD_DIGEST_BYTES; i++) pad[i] ^= c->mac_key[i];
+  vd_digest_update(h, pad, sizeof(pad));
+  vd_digest_update(h, inner, sizeof(inner));
+  vd_digest_final(h, out);
+  vd_digest_free(h);
+  return 0;
+}
+
+static int mkdirs(const char *path) {
+  char b[4096];
+  snprintf(b, sizeof(b), "%s", path);
+  for (char *q = b + 1; *q; q++)
+    if (*q == '/') {
+      *q = '\0';
+      if (mkdir(b, 0700) != 0 && errno != EEXIST) return -1;
+      *q = '/';
+    }
+  return mkdir(b, 0700) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* The entries' authentication key, kept outside the cache directory, so
+ * that whoever can write the directory (a shared CI cache restored into a
+ * job) cannot forge an entry without it: VERDICT_CACHE_KEY (a secret
+ * string, e.g. a CI secret; hashed), else the file
+ * ${XDG_CONFIG_HOME:-$HOME/.config}/verdict/cache.key (32 random bytes,
+ * mode 0600, created on first use: written to a private temporary file and
+ * linked into place, so concurrent first uses agree on one key).  Without
+ * either, a key random to this process: entries of other processes are then
+ * never trusted (they fail authentication), only this run's. */
+static void load_key(vd_cache *c) {
+  const char *env = getenv("VERDICT_CACHE_KEY");
+  if (env && *env) {
+    vd_digest *h = vd_digest_new();
+    if (h) {
+      vd_digest_update(h, "verdict cache key", 18);
+      vd_digest_update(h, env, strlen(env));
+      vd_digest_final(h, c->mac_key);
+      vd_digest_free(h);
+      return;
+    }
+  }
+  char dir[4096], path[4200], tmp[4300];
+  const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+  int ok = 0;
+  if (xdg && *xdg) ok = snprintf(dir, sizeof(dir), "%s/verdict", xdg) < (int)sizeof(dir);
+  else if (home && *home) ok = snprintf(dir, sizeof(dir), "%s/.config/verdict", home) < (int)sizeof(dir);
+  uint8_t rnd[VD_DIGEST_BYTES];
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  int have_rnd = fd >= 0 && read(fd, rnd, sizeof(rnd)) == (ssize_t)sizeof(rnd);
+  if (fd >= 0) close(fd);
+  if (!have_rnd) { /* no randomness: a per-process key from time and pid (never trusted across processes) */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x[3] = {(uint64_t)ts.tv_sec, (uint64_t)ts.tv_nsec, (uint64_t)getpid()};
+    vd_digest_bytes(x, sizeof(x), rnd);
+  }
+  memcpy(c->mac_key, rnd, sizeof(rnd));
+  if (!ok || !have_rnd || mkdirs(dir) != 0) return;
+  snprintf(path, sizeof(path), "%s/cache.key", dir);
+  for (int attempt = 0; attempt < 2; attempt++) {
+    fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+      uint8_t k[VD_DIGEST_BYTES];
+      struct stat sb;
+      int good = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == (off_t)sizeof(k) &&
+                 read(fd, k, sizeof(k)) == (ssize_t)sizeof(k);
+      close(fd);
+      if (good) memcpy(c->mac_key, k, sizeof(k));
+      return;
+    }
+    if (attempt) return;
+    snprintf(tmp, sizeof(tmp), "%s/.cache.key-XXXXXX", dir);
+    fd = mkstemp(tmp);
+    if (fd < 0) return;
+    int bad = write(fd, rnd, sizeof(rnd)) != (ssize_t)sizeof(rnd);
+    bad |= close(fd) != 0;
+    if (!bad) (void)link(tmp, path); /* fails when another process won: read its key */
+    unlink(tmp);
+  }
 }
 
 vd_rc vd_cache_open(const char *dir, uint64_t max_bytes, vd_cache **out, vd_diag *d) {
@@ -74,6 +170,7 @@ vd_rc vd_cache_open(const char *dir, uint64_t max_bytes, vd_cache **out, vd_diag
   vd_diag ed;
   vd_diag_clear(&ed);
   if (vd_digest_file("/proc/self/exe", c->exe, &ed) != VD_OK) memset(c->exe, 0, sizeof(c->exe));
+  if (dir) load_key(c);
   if (dir) {
     c->dir = vd_strdup(dir);
     if (!c->dir) {
@@ -177,7 +274,7 @@ static uint8_t *entry_bytes(const vd_cache *c, const uint8_t *canon, size_t n, s
   memcpy(b + at, c->exe, VD_DIGEST_BYTES), at += VD_DIGEST_BYTES;
   memcpy(b + at, &nn, 8), at += 8;
   memcpy(b + at, canon, n), at += n;
-  if (vd_digest_bytes(b, at, b + at) != VD_OK) {
+  if (mac(c, b, at, b + at)) {
     vd_free(b);
     return NULL;
   }
@@ -185,9 +282,13 @@ static uint8_t *entry_bytes(const vd_cache *c, const uint8_t *canon, size_t n, s
   return b;
 }
 
-/* Reads the whole file at path into a fresh buffer of exactly want bytes.
- * 1: read; 0: no such file; -1: unusable (why says so). */
-static int read_entry(const char *path, size_t want, uint8_t **out, const char **why) {
+/* Entries larger than this are not read (a hostile file must not cost
+ * unbounded memory); a canonical form of the largest stage is far below. */
+#define MAX_ENTRY_BYTES ((size_t)256 << 20)
+
+/* Reads the whole file at path (at most MAX_ENTRY_BYTES) into a fresh
+ * buffer.  1: read (*len its size); 0: no such file; -1: unusable (why). */
+static int read_entry(const char *path, uint8_t **out, size_t *len, const char **why) {
   int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return 0;
@@ -200,12 +301,13 @@ static int read_entry(const char *path, size_t want, uint8_t **out, const char *
     *why = "not a regular file";
     return -1;
   }
-  if ((uint64_t)sb.st_size != (uint64_t)want) {
+  if (sb.st_size < HEAD_BYTES + VD_DIGEST_BYTES || (uint64_t)sb.st_size > MAX_ENTRY_BYTES) {
     close(fd);
     *why = "wrong size (truncated or corrupt)";
     return -1;
   }
-  uint8_t *b = vd_malloc(want ? want : 1);
+  size_t want = (size_t)sb.st_size;
+  uint8_t *b = vd_malloc(want);
   if (!b) {
     close(fd);
     *why = "out of memory";
@@ -226,7 +328,21 @@ static int read_entry(const char *path, size_t want, uint8_t **out, const char *
     return -1;
   }
   *out = b;
+  *len = want;
   return 1;
+}
+
+/* Why entry `got` (glen bytes) is not `want` (wlen bytes), of the same
+ * layout: the first field that differs. */
+static const char *mismatch(const uint8_t *got, size_t glen, const uint8_t *want, size_t wlen) {
+  if (memcmp(got, want, 8)) return "bad magic";
+  if (memcmp(got + 8, want + 8, 8)) return "another encoder version or verdict";
+  if (memcmp(got + 16, want + 16, VD_DIGEST_BYTES)) return "written by another verdict binary";
+  if (memcmp(got + HEAD_BYTES - 8, want + HEAD_BYTES - 8, 8)) return "its canonical form differs from this class's";
+  if (glen != wlen) return "wrong size (truncated or corrupt)";
+  if (memcmp(got + HEAD_BYTES, want + HEAD_BYTES, wlen - HEAD_BYTES - VD_DIGEST_BYTES))
+    return "its canonical form differs from this class's";
+  return "authentication failed (corrupt, or not written with this cache key)";
 }
 
 int vd_cache_lookup(vd_cache *c, const uint8_t *canon, size_t n) {
@@ -241,25 +357,20 @@ int vd_cache_lookup(vd_cache *c, const uint8_t *canon, size_t n) {
   char path[4200], hex[VD_DIGEST_HEX];
   vd_digest_hex(key, hex);
   snprintf(path, sizeof(path), "%s/%s.vdp", c->dir, hex);
-  size_t len = 0;
+  size_t len = 0, glen = 0;
   uint8_t *want = entry_bytes(c, canon, n, &len);
   if (!want) return 0;
   uint8_t *got = NULL;
   const char *why = NULL;
-  int r = read_entry(path, len, &got, &why);
+  int r = read_entry(path, &got, &glen, &why);
   int hit = 0;
   if (r < 0) note_ignored(c, path, why);
   else if (r > 0) {
     /* SOUNDNESS: the whole entry must be the one this run would write for
      * this question: magic, version, verdict, binary, the canonical form
-     * byte for byte, and a checksum over all of it. */
-    if (memcmp(got, want, len) == 0) hit = 1;
-    else if (memcmp(got, MAGIC, 8)) note_ignored(c, path, "bad magic");
-    else if (memcmp(got + 8, want + 8, 8)) note_ignored(c, path, "another encoder version or verdict");
-    else if (memcmp(got + 16, want + 16, VD_DIGEST_BYTES)) note_ignored(c, path, "written by another verdict binary");
-    else if (memcmp(got + HEAD_BYTES - 8, want + HEAD_BYTES - 8, 8 + n))
-      note_ignored(c, path, "its canonical form differs from this class's");
-    else note_ignored(c, path, "checksum mismatch");
+     * byte for byte, and a MAC over all of it under the cache key. */
+    if (glen == len && memcmp(got, want, len) == 0) hit = 1;
+    else note_ignored(c, path, mismatch(got, glen, want, len));
     vd_free(got);
   }
   vd_free(want);
@@ -415,8 +526,8 @@ const char *vd_cache_dir(const vd_cache *c) { return c ? c->dir : NULL; }
 /* ---- whole configurations ------------------------------------------------
  *
  * Entry DIR/<key hex>.vdc: "VDCF0001", encoder version u32, 0 u32, binary
- * digest, n u64, `what` (n bytes), the three counts (u64 each), SHA-256
- * checksum of everything before.  key = SHA-256("verdict config cache" NUL,
+ * digest, n u64, `what` (n bytes), the three counts (u64 each),
+ * HMAC-SHA256 (cache key) of everything before.  key = SHA-256("verdict config cache" NUL,
  * version, binary digest, what). */
 
 #define CMAGIC "VDCF0001"
@@ -450,7 +561,7 @@ static uint8_t *centry_bytes(const vd_cache *c, const uint8_t *what, size_t n, c
   memcpy(b + at, &nn, 8), at += 8;
   memcpy(b + at, what, n), at += n;
   memcpy(b + at, cnt, 24), at += 24;
-  if (vd_digest_bytes(b, at, b + at) != VD_OK) {
+  if (mac(c, b, at, b + at)) {
     vd_free(b);
     return NULL;
   }
@@ -478,15 +589,17 @@ int vd_cache_config_lookup(vd_cache *c, const uint8_t *what, size_t n, vd_cache_
   if (!want) return 0;
   uint8_t *got = NULL;
   const char *why = NULL;
-  int r = read_entry(path, len, &got, &why);
+  size_t glen = 0;
+  int r = read_entry(path, &got, &glen, &why);
   int hit = 0;
   if (r < 0) note_ignored(c, path, why);
   else if (r > 0) {
     size_t body = HEAD_BYTES + n;
     uint8_t sum[VD_DIGEST_BYTES];
-    if (memcmp(got, want, body)) note_ignored(c, path, "another question, version or binary (or corrupt)");
-    else if (vd_digest_bytes(got, body + 24, sum) != VD_OK || memcmp(sum, got + body + 24, VD_DIGEST_BYTES))
-      note_ignored(c, path, "checksum mismatch");
+    if (glen != len) note_ignored(c, path, "wrong size (truncated or corrupt)");
+    else if (memcmp(got, want, body)) note_ignored(c, path, "another question, version or binary (or corrupt)");
+    else if (mac(c, got, body + 24, sum) || memcmp(sum, got + body + 24, VD_DIGEST_BYTES))
+      note_ignored(c, path, "authentication failed (corrupt, or not written with this cache key)");
     else {
       uint64_t cnt[3];
       memcpy(cnt, got + body, 24);

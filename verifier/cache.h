@@ -10,10 +10,11 @@
  * collective participant counts: exactly what the solver reads) together
  * with verdict's encoder version (VD_ENCODER_VERSION, solver/stage_solve.h)
  * and the SHA-256 of the running binary itself.  An entry holds the whole
- * canonical form and a SHA-256 checksum of its content; a lookup hits only
- * when the stored form equals the current one byte for byte and the
- * checksum holds, so neither a corrupted file nor a hash collision can make
- * a class pass.  Only EQUIVALENT results are stored: never a failure, never
+ * canonical form and an HMAC-SHA256 of its content under a key kept
+ * outside the directory (VERDICT_CACHE_KEY, or ~/.config/verdict/cache.key);
+ * a lookup hits only when the stored form equals the current one byte for
+ * byte and the MAC holds, so neither a corrupted file, nor a hash
+ * collision, nor an entry written without the key can make a class pass.  Only EQUIVALENT results are stored: never a failure, never
  * an inconclusive one.
  *
  * SOUNDNESS: a hit asserts "the solver proved exactly this question
@@ -74,7 +75,7 @@ void vd_cache_store(vd_cache *c, const uint8_t *canon, size_t n);
  * proved it EQUIVALENT): the question is the pair's input files, by their
  * SHA-256 (plans, or nnScaler pickles together with the importer's
  * sources), in `what` (the caller's bytes: kind, file digests); the entry
- * stores `what` whole, the counts of the proof, and a checksum, and a
+ * stores `what` whole, the counts of the proof, and a MAC, and a
  * lookup hits only when `what` matches byte for byte.  Stored only for
  * EQUIVALENT configurations.  A PyTorch program is never keyed so: it may
  * import files the key would not see. */
