@@ -261,7 +261,7 @@ static void run_one(gcfg *c, const gopts *g, vd_cache *cache) {
   const char *sm = e->single, *pm = e->parallel;
   vd_rc rc = VD_OK;
   if (e->kind == VD_MF_TORCH) {
-    rc = vd_import_torch(e->single, e->parallel, e->nproc, &imp, &d);
+    rc = vd_import_torch(e->single, e->parallel, e->nproc, e->sets, e->n_sets, &imp, &d);
   } else {
     int ps = vd_import_is_pickle(sm), pp = vd_import_is_pickle(pm);
     if (ps != pp)

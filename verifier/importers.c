@@ -159,17 +159,30 @@ vd_rc vd_import_nnscaler(const char *sm, const char *pm, vd_import_tmp *t, vd_di
           err[0] ? err : "no message");
 }
 
-vd_rc vd_import_torch(const char *single_py, const char *parallel_py, int nproc, vd_import_tmp *t, vd_diag *d) {
+vd_rc vd_import_torch(const char *single_py, const char *parallel_py, int nproc, char *const *sets, size_t n_sets,
+                      vd_import_tmp *t, vd_diag *d) {
   char tp[4200], np[32];
   memset(t, 0, sizeof(*t));
   t->tool_exit = -1;
   VD_CHECK(check_tools("torch2plan", tp, sizeof(tp), d));
   VD_CHECK(make_tmp(t, d));
   snprintf(np, sizeof(np), "%d", nproc);
-  char *argv[] = {(char *)python(), tp, "--single", (char *)single_py, "--parallel", (char *)parallel_py,
-                  "--nproc", np, "--out-single", t->single, "--out-parallel", t->parallel, NULL};
+  char *fixed[] = {(char *)python(), tp, "--single", (char *)single_py, "--parallel", (char *)parallel_py,
+                   "--nproc", np, "--out-single", t->single, "--out-parallel", t->parallel};
+  size_t nf = sizeof(fixed) / sizeof(fixed[0]);
+  char **argv = vd_calloc(nf + 2 * n_sets + 1, sizeof(*argv));
+  if (!argv) {
+    vd_import_cleanup(t);
+    return VD_OOM(d);
+  }
+  memcpy(argv, fixed, sizeof(fixed));
+  for (size_t k = 0; k < n_sets; k++) {
+    argv[nf + 2 * k] = "--set";
+    argv[nf + 2 * k + 1] = sets[k];
+  }
   char err[600];
   int rc = run_tool(t, argv, err, sizeof(err));
+  vd_free(argv);
   if (rc == 0) return VD_OK;
   vd_import_cleanup(t);
   /* torch2plan: 1 the DP replicas ran different programs (a bug of the

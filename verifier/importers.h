@@ -16,6 +16,7 @@
 #ifndef VD_IMPORTERS_H
 #define VD_IMPORTERS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../common/diag.h"
@@ -33,9 +34,10 @@ int vd_import_is_pickle(const char *path);
 /* tools/nnscaler2plan --sm SM --pm PM into a fresh temporary directory. */
 vd_rc vd_import_nnscaler(const char *sm, const char *pm, vd_import_tmp *t, vd_diag *d);
 
-/* tools/torch2plan --single S --parallel P --nproc N into a fresh temporary
- * directory. */
-vd_rc vd_import_torch(const char *single_py, const char *parallel_py, int nproc, vd_import_tmp *t, vd_diag *d);
+/* tools/torch2plan --single S --parallel P --nproc N [--set KEY=VALUE ...]
+ * into a fresh temporary directory. */
+vd_rc vd_import_torch(const char *single_py, const char *parallel_py, int nproc, char *const *sets, size_t n_sets,
+                      vd_import_tmp *t, vd_diag *d);
 
 /* SHA-256 of the nnScaler importer's sources (tools/nnscaler2plan and
  * tools/nnscaler/ *.py, by name order), for the whole-configuration cache

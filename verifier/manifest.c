@@ -17,6 +17,8 @@ void vd_manifest_free(vd_manifest *m) {
   for (size_t i = 0; i < m->n; i++) {
     vd_free(m->v[i].single);
     vd_free(m->v[i].parallel);
+    for (size_t k = 0; k < m->v[i].n_sets; k++) vd_free(m->v[i].sets[k]);
+    vd_free(m->v[i].sets);
   }
   vd_free(m->v);
   memset(m, 0, sizeof(*m));
@@ -104,12 +106,12 @@ static vd_rc parse_line(const char *path, const char *dir, int ln, char *line, v
   key = k;
   if (!m->n) BAD("'%s' before the first [name] section", k);
   vd_mf_entry *e = &m->v[m->n - 1];
-  static const char *const keys[] = {"single", "parallel", "torch-single", "torch-parallel", "nproc", "expect"};
+  static const char *const keys[] = {"single", "parallel", "torch-single", "torch-parallel", "nproc", "expect", "set"};
   int ki = -1;
   for (int i = 0; i < (int)(sizeof(keys) / sizeof(keys[0])); i++)
     if (!strcmp(k, keys[i])) ki = i;
-  if (ki < 0) BAD("unknown key (known: single, parallel, torch-single, torch-parallel, nproc, expect)");
-  if (*seen >> ki & 1) BAD("given twice in configuration '%s'", e->name);
+  if (ki < 0) BAD("unknown key (known: single, parallel, torch-single, torch-parallel, nproc, set, expect)");
+  if (ki != 6 && (*seen >> ki & 1)) BAD("given twice in configuration '%s'", e->name);
   *seen |= 1u << ki;
   if (!*v) BAD("empty value");
   switch (ki) {
@@ -128,6 +130,16 @@ static vd_rc parse_line(const char *path, const char *dir, int ln, char *line, v
     long n = strtol(v, &end, 10);
     if (*end || n < 1 || n > 64) BAD("expected a rank count 1..64, got '%.40s'", v);
     e->nproc = (int)n;
+    break;
+  }
+  case 6: {
+    if (!strchr(v, '=') || *v == '=') BAD("expected KEY=VALUE (passed to both programs: torch2plan --set)");
+    if (e->n_sets >= 64) BAD("more than 64 'set' lines in configuration '%s'", e->name);
+    char **ns = vd_realloc_array(e->sets, e->n_sets + 1, sizeof(*ns));
+    if (!ns) return VD_OOM(d);
+    e->sets = ns;
+    if (!(e->sets[e->n_sets] = vd_strdup(v))) return VD_OOM(d);
+    e->n_sets++;
     break;
   }
   case 5:
@@ -179,8 +191,9 @@ vd_rc vd_manifest_read(const char *path, vd_manifest *m, vd_diag *d) {
                        : e->kind == VD_MF_TORCH && !e->nproc ? "nproc"
                                                              : NULL;
     if (need) rc = VD_ERR(d, VD_EINPUT, path, rec, need, "missing");
-    else if (e->kind == VD_MF_PLANS && e->nproc)
-      rc = VD_ERR(d, VD_EINPUT, path, rec, "nproc", "only for PyTorch programs (torch-single, torch-parallel)");
+    else if (e->kind == VD_MF_PLANS && (e->nproc || e->n_sets))
+      rc = VD_ERR(d, VD_EINPUT, path, rec, e->nproc ? "nproc" : "set",
+                  "only for PyTorch programs (torch-single, torch-parallel)");
   }
   if (rc == VD_OK && !m->n) rc = VD_ERR(d, VD_EINPUT, path, NULL, NULL, "no configuration ([name] sections) in the manifest");
   if (rc != VD_OK) vd_manifest_free(m);

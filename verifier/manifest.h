@@ -15,6 +15,7 @@
  *     torch-single   = single.py
  *     torch-parallel = parallel.py
  *     nproc          = 4
+ *     set            = tp=2             # repeatable: torch2plan --set KEY=VALUE
  *     expect         = not-equivalent MISSING_REDUCTION
  *
  * Relative paths are relative to the manifest's folder.  Errors name the
@@ -41,6 +42,7 @@ typedef struct {
   vd_mf_kind kind;
   char *single, *parallel; /* resolved paths (owned): plans or pickles, or the torch programs */
   int nproc;             /* torch: ranks of the parallel program */
+  char **sets; size_t n_sets; /* torch: KEY=VALUE arguments of both programs (torch2plan --set), owned */
   int expected;          /* expected exit code: 0 equivalent, 1 not equivalent, 3 inconclusive */
   int expect_dx;         /* with expected 1: a diagnosis class one finding must have, -1 for any */
 } vd_mf_entry;

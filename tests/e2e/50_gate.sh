@@ -4,6 +4,7 @@
 . "$(dirname "$0")/lib.sh"
 set -e
 V=$VERDICT
+R=$(cd "$(dirname "$0")/../.." && pwd)
 # the cache key file goes here, not into the user's ~/.config
 export XDG_CONFIG_HOME="$TMP/cfg"
 unset VERDICT_CACHE_KEY || true
@@ -179,8 +180,25 @@ if grep -q "ignored" "$TMP/out"; then cat "$TMP/out"; fail "entries of concurren
 expect_exit 0 "$V" gate gate.manifest --cache "$TMP/small" --cache-max-mb 1 -q
 [ "$(du -sk "$TMP/small" | cut -f1)" -le 1100 ] || fail "cache over its cap"
 
+# -- PyTorch programs captured in the run: torch2plan's exit 1 (the DP
+# replicas ran different programs) is the configuration's NOT EQUIVALENT
+if /usr/bin/python3 -c 'import torch, msgpack' 2>/dev/null; then
+  cat >"$TMP/t.manifest" <<EOF
+[tiny-replica]
+torch-single   = $R/tests/torch/tiny_single.py
+torch-parallel = $R/tests/torch/tiny_parallel.py
+nproc = 4
+set = dp=2
+set = variant=replica
+expect = equivalent
+EOF
+  expect_exit 1 "$V" gate t.manifest --no-cache
+  expect_in "^  tiny-replica *NOT EQUIVALENT *EQUIVALENT *NO" "$TMP/out"
+  expect_in "DP replica 1 (rank 2) ran a different program" "$TMP/out"
+fi
+
 # -- nnScaler pickles given straight to verify (converted in the run)
-C=$(cd "$(dirname "$0")/../.." && pwd)/../shared/corpus/nnscaler
+C=$R/../shared/corpus/nnscaler
 if [ -d "$C" ] && /usr/bin/python3 -c 'import msgpack' 2>/dev/null; then
   expect_exit 0 "$V" -q --sm "$C/mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2.pkl" \
     --pm "$C/mlp_mgener_dp1_pp2_tp1_nm1_gbs16_dim1024_ly2.pkl"
