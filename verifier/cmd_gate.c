@@ -280,7 +280,7 @@ static void run_one(gcfg *c, const gopts *g, vd_cache *cache) {
   o->stage_budget = g->stage_budget;
   o->max_failures = VD_LIM_MAX_FAILURES;
   o->seed = VD_LIM_SEED;
-  o->quiet = 1;
+  o->quiet = g->quiet; /* a long configuration shows its phases (progress.h) */
   o->cache = cache;
   if (rc == VD_OK) {
     rc = vd_run_verify(o, &c->run, &d);
