@@ -434,7 +434,9 @@ int vd_cmd_gate(int argc, char **argv) {
       n_ok++;
       continue;
     }
-    if (c->exit_code == 1 || c->exit_code == 0 || (c->e->expected == 1 && c->exit_code == 1)) any1 = 1;
+    /* a verdict against the manifest: NOT EQUIVALENT unexpectedly or of
+     * another class, or EQUIVALENT where another outcome was expected */
+    if (c->exit_code == VD_EXIT_NOT_EQUIV || c->exit_code == VD_EXIT_OK) any1 = 1;
     else if (c->exit_code == 2) any2 = 1;
     else any3 = 1;
   }
