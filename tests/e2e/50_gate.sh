@@ -95,6 +95,16 @@ expect_exit 2 "$V" gate e3 --no-cache
 expect_in "^  x *BAD INPUT" "$TMP/out"
 expect_in "^  y *EQUIVALENT *EQUIVALENT *yes" "$TMP/out"
 
+# a bug expected but the pair is correct: the gate would let it through, 1
+printf '[x]\nsingle = s.plan\nparallel = p.plan\nexpect = not-equivalent\n' >"$TMP/e4"
+expect_exit 1 "$V" gate e4 --no-cache
+# inconclusive (a work budget far too small), nothing else wrong: 3
+printf '[x]\nsingle = s.plan\nparallel = p.plan\nexpect = equivalent\n' >"$TMP/e5"
+expect_exit 3 "$V" gate e5 --no-cache --stage-budget 0.000001
+expect_in "^  x *INCONCLUSIVE *EQUIVALENT *NO" "$TMP/out"
+printf '[x]\nsingle = s.plan\nparallel = p.plan\nexpect = inconclusive\n' >"$TMP/e6"
+expect_exit 0 "$V" gate e6 --no-cache --stage-budget 0.000001
+
 # -- a corrupted cache: every entry ignored and reported, the verdicts unchanged
 cp -r "$TMP/c" "$TMP/cc"
 /usr/bin/python3 - "$TMP/cc" <<'EOF'
