@@ -223,6 +223,13 @@ if [ -d "$C" ] && /usr/bin/python3 -c 'import msgpack' 2>/dev/null; then
   expect_exit 2 env VERDICT_PYTHON=/nonexistent/python3 "$V" -q --sm "$C/mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2.pkl" \
     --pm "$C/mlp_mgener_dp1_pp2_tp1_nm1_gbs16_dim1024_ly2.pkl"
   expect_in "no Python interpreter" "$TMP/err"
+  # an interpreter without python3-msgpack (the pyenv python3 first on PATH here): the importer says so
+  PY=$(command -v python3 || true)
+  if [ -n "$PY" ] && ! "$PY" -c 'import msgpack' 2>/dev/null; then
+    expect_exit 2 env VERDICT_PYTHON="$PY" "$V" -q --sm "$C/mlp_mgener_dp1_pp1_tp1_nm1_gbs16_dim1024_ly2.pkl" \
+      --pm "$C/mlp_mgener_dp1_pp2_tp1_nm1_gbs16_dim1024_ly2.pkl"
+    expect_in "python3-msgpack is missing" "$TMP/err"
+  fi
   ls "${TMPDIR:-/tmp}" | grep -q "^verdict-import" && fail "temporary conversion directory left behind"
 fi
 echo ok
