@@ -488,6 +488,7 @@ int vd_cmd_gate(int argc, char **argv) {
     rc[i].exit_code = cs[i].exit_code;
     rc[i].expected = cs[i].e->expected;
     rc[i].error = cs[i].have_run ? NULL : cs[i].error;
+    rc[i].expected_dx = cs[i].e->expect_dx > 0 ? cs[i].e->expect_dx : VD_DX_NONE;
   }
   vd_diag_clear(&d);
   if (rc && g.json && write_json(cs, m.n, &g, code, cache, &tot, &d) != VD_OK) code = vd_cli_report_diag(&d);

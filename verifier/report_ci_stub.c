@@ -22,7 +22,23 @@ static const char *word(int code) {
   return code == 0 ? "EQUIVALENT" : code == 1 ? "NOT EQUIVALENT" : code == 2 ? "BAD INPUT" : "INCONCLUSIVE";
 }
 
-static int as_expected(const vd_report_config *c) { return c->expected < 0 ? c->exit_code == 0 : c->exit_code == c->expected; }
+/* Whether one finding of the run has class dx. */
+static int has_class(const vd_run *r, int dx) {
+  vd_findings fs;
+  vd_diag d;
+  vd_diag_clear(&d);
+  if (!r || vd_findings_build(r, &fs, &d) != VD_OK) return 0;
+  int has = 0;
+  for (size_t k = 0; k < fs.n; k++) has |= (int)fs.v[k].diagnosis == dx;
+  vd_findings_free(&fs);
+  return has;
+}
+
+static int as_expected(const vd_report_config *c) {
+  if (c->expected < 0) return c->exit_code == 0;
+  if (c->exit_code != c->expected) return 0;
+  return c->expected != 1 || c->expected_dx == VD_DX_NONE || has_class(c->run, c->expected_dx);
+}
 
 vd_rc vd_report_junit_configs(const vd_report_config *c, size_t n, const char *path, vd_diag *d) {
   FILE *f = fopen(path, "w");
