@@ -21,8 +21,10 @@
 #include "run.h"
 
 /* --cache DIR and --cache-max-mb N (not in vd_run_opts: the cache object is) */
-static const char *cache_dir;
-static long cache_max_mb;
+typedef struct {
+  const char *dir;
+  long max_mb;
+} cache_args;
 
 static void verify_usage(FILE *f) {
   /* Defaults come from common/limits.h (`verdict limits` says why). */
@@ -139,8 +141,9 @@ static int writable(const char *opt, const char *path, int dash_ok) {
   return 0;
 }
 
-static int parse(int argc, char **argv, vd_run_opts *o) {
+static int parse(int argc, char **argv, vd_run_opts *o, cache_args *ca) {
   memset(o, 0, sizeof(*o));
+  memset(ca, 0, sizeof(*ca));
   o->stage_timeout_ms = VD_LIM_STAGE_TIMEOUT_MS;
   o->stage_budget = 0; /* VD_LIM_STAGE_BUDGET */
   o->max_failures = VD_LIM_MAX_FAILURES;
@@ -167,13 +170,13 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
     else if (!strcmp(a, "--dump-stages")) o->dump_stages = argv[++i];
     else if (!strcmp(a, "--html")) o->html_path = argv[++i];
     else if (!strcmp(a, "--junit")) o->junit_path = argv[++i];
-    else if (!strcmp(a, "--cache")) cache_dir = argv[++i];
+    else if (!strcmp(a, "--cache")) ca->dir = argv[++i];
     else if (!strcmp(a, "--cache-max-mb")) {
       if (need_num(a, argv[++i], &n) || n < 1 || n > 1000000) {
         if (n >= 0) fprintf(stderr, "verdict: --cache-max-mb: expected 1..1000000, got %ld\n", n);
         return VD_EXIT_BAD_INPUT;
       }
-      cache_max_mb = n;
+      ca->max_mb = n;
     }
     else if (!strcmp(a, "--dot-stage")) {
       if (need_num(a, argv[++i], &n) || i + 1 >= argc) {
@@ -232,7 +235,8 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
 
 int vd_cmd_verify(int argc, char **argv) {
   vd_run_opts o;
-  int rc = parse(argc, argv, &o);
+  cache_args ca;
+  int rc = parse(argc, argv, &o, &ca);
   if (rc) return rc < 0 ? VD_EXIT_OK : rc;
   vd_run r;
   vd_diag d;
@@ -254,7 +258,7 @@ int vd_cmd_verify(int argc, char **argv) {
     o.pm = imp.parallel;
   }
   vd_cache *cache = NULL;
-  if (cache_dir && vd_cache_open(cache_dir, (uint64_t)cache_max_mb << 20, &cache, &d) != VD_OK) {
+  if (ca.dir && vd_cache_open(ca.dir, (uint64_t)ca.max_mb << 20, &cache, &d) != VD_OK) {
     vd_import_cleanup(&imp);
     return vd_cli_report_diag(&d);
   }
