@@ -16,6 +16,9 @@
  *    tensor of another role) is two plans of different models or configs:
  *    one line saying what differs, exit 2, instead of thousands of
  *    structural problems;
+ *    a pair of the same model on a larger global batch is not refused: its
+ *    weights fit and only the batch differs, and the lineage checks report
+ *    it as BATCH (NOT EQUIVALENT, exit 1), naming the tensor and extents;
  *  - a few misfits are left to the lineage checks (lineage.c), which report
  *    each as a structural problem of a plan that otherwise fits: that is
  *    what an injected bug looks like.
@@ -40,6 +43,23 @@ static int slice_inside(const vd_tensor_t *pt, const vd_tensor_t *st, int32_t d,
   return 1;
 }
 
+/* A data input (role input, read per microbatch) whose slice fits at the
+ * first replica and microbatch, and at the last one runs past the end of
+ * the single tensor along exactly one dimension, inside it along every
+ * other: the parallel plan reads more samples than the single one. */
+static int runs_past_end(const vd_tensor_t *pt, const vd_tensor_t *st, int32_t d, int32_t m) {
+  if (pt->role != VD_ROLE_INPUT || st->role != VD_ROLE_INPUT || st->scope != VD_SCOPE_PER_MB) return 0;
+  if (!slice_inside(pt, st, 0, 0)) return 0;
+  int64_t lo[VD_MAX_DIMS], hi[VD_MAX_DIMS], k;
+  vd_tensor_lineage_at(pt, d, pt->scope == VD_SCOPE_PER_MB ? m : -1, lo, hi, &k);
+  int past = 0;
+  for (int32_t i = 0; i < st->ndim; i++) {
+    if (lo[i] < 0 || lo[i] >= hi[i]) return 0;
+    if (hi[i] > st->shape[i]) past++;
+  }
+  return past == 1;
+}
+
 enum { MIS_ID, MIS_ROLE, MIS_SLICE, MIS__COUNT };
 
 vd_rc vd_lin_check_pair(const vd_plan_t *sp, const char *sm_path, const vd_plan_t *pp, const char *pm_path,
@@ -53,7 +73,8 @@ vd_rc vd_lin_check_pair(const vd_plan_t *sp, const char *sm_path, const vd_plan_
     }
   int32_t last_d = pp->world.replicas > 0 ? pp->world.replicas - 1 : 0;
   int32_t last_m = pp->world.nm > 0 ? pp->world.nm - 1 : 0;
-  size_t annotated = 0, mis[MIS__COUNT] = {0};
+  size_t annotated = 0, mis[MIS__COUNT] = {0}, mis_state = 0;
+  int batch_like = 0;
   char first[MIS__COUNT][256];
   vd_rc rc = VD_OK;
   for (size_t ti = 0; ti < pp->n_tensors && rc == VD_OK; ti++) {
@@ -86,6 +107,8 @@ vd_rc vd_lin_check_pair(const vd_plan_t *sp, const char *sm_path, const vd_plan_
       } else if (!slice_inside(pt, st, 0, 0) || !slice_inside(pt, st, last_d, last_m)) {
         kind = MIS_SLICE;
         snprintf(msg, sizeof(msg), "the slice of '%s' leaves single tensor '%s'", pn, sn);
+        mis_state += pt->role == VD_ROLE_WEIGHT || pt->role == VD_ROLE_OPTSTATE;
+        batch_like |= runs_past_end(pt, st, last_d, last_m);
       }
     }
     if (kind >= 0 && mis[kind]++ == 0) memcpy(first[kind], msg, sizeof(msg)); /* report the first */
@@ -95,6 +118,13 @@ vd_rc vd_lin_check_pair(const vd_plan_t *sp, const char *sm_path, const vd_plan_
   size_t bad = mis[MIS_ID] + mis[MIS_ROLE] + mis[MIS_SLICE];
   /* More misfits than fits: not a bug in one plan but two plans that do
    * not belong together. */
+  /* ...unless only the batch differs: every weight and optimizer state
+   * fits, and a data input read per microbatch runs past the end of its
+   * single tensor along one dimension.  That is the same model run on
+   * another global batch, a configuration bug the lineage checks report as
+   * BATCH, naming the tensor and both extents (lineage.c, batch_mismatch):
+   * NOT EQUIVALENT, exit 1. */
+  if (annotated && 2 * bad > annotated && batch_like && !mis[MIS_ID] && !mis[MIS_ROLE] && !mis_state) return VD_OK;
   if (annotated && 2 * bad > annotated) {
     int k = mis[MIS_ID] ? MIS_ID : mis[MIS_ROLE] ? MIS_ROLE : MIS_SLICE;
     VD_FAIL(d, VD_EINPUT, pm_path, NULL, "lin",

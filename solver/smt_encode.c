@@ -24,6 +24,8 @@
  *  - attribute constants become exact rationals of their doubles; constants
  *    that the numeric side computes in double from attributes (Adam's bias
  *    corrections) are computed the same way and then converted exactly.
+ * Any change here that can change a verdict bumps VD_ENCODER_VERSION
+ * (stage_solve.h): the proof cache keys its entries by it.
  * SOUNDNESS: an encoder must never be more precise than "for all real
  * inputs and all interpretations of the function symbols": no encoder
  * evaluates an uninterpreted kernel or assumes a property of one.

@@ -62,6 +62,16 @@ typedef struct {
                           * candidate); the verdict is the same */
 } vd_stage_solve_opts;
 
+/* Version of what a stage's proof means: the encoders (smt_encode.c,
+ * smt_moe.c, smt_tensor.c), the normal forms and the check (smt_poly.c,
+ * smt_check.c), this file's leaf and target construction, and the
+ * canonical serialization (stages/canon.c).  BUMP IT on any change to one
+ * of them that could change a verdict: the proof cache
+ * (verifier/cache.c) keys every entry by it, so entries proven under the
+ * old meaning are never taken (the binary's own SHA-256 joins the key too,
+ * a second guard for a forgotten bump). */
+#define VD_ENCODER_VERSION 1
+
 /* A stage this large whose caller expects a failure pays one evaluation of
  * its terms before the normal form; smaller ones are cheap either way. */
 #define VD_STAGE_WITNESS_FIRST_NODES 200

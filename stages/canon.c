@@ -13,7 +13,8 @@
  *   - nodes in stage order: operator id (and name when unknown to the
  *     registry), every plan attribute sorted by name with the reduction's
  *     overrides applied (floats by exact bits, strings by content), operand
- *     wiring as stage-local indices (collective participants in group order);
+ *     wiring as stage-local indices (collective participants in group order),
+ *     the participant count a collective's encoder reads;
  *   - targets: single value, reduced slice, part count, pieces (part k and
  *     stage-local value) in stage order.
  * Left out on purpose: plan node and tensor ids, graph indices, ranks,
@@ -30,6 +31,11 @@
  * labels) are marked per value.  Serialization is canonical only up to the
  * stage order chosen by stages/cut.c; a cut that orders two symmetric stages
  * differently only loses reuse, never soundness.
+ *
+ * The same bytes key the proof cache across runs and configurations
+ * (verifier/cache.c, docs/verifier.md section 9): anything added to what the
+ * solver reads must be added here, and VD_ENCODER_VERSION
+ * (solver/stage_solve.h) bumped.
  *
  * Cost: O(total stage size) plus one byte comparison per hash hit.
  */
@@ -146,6 +152,18 @@ static void put_attrs(buf_t *b, const vd_stage *st, const vd_stage_node *n, cons
   if (done != small) vd_free(done);
 }
 
+/* The participant count a collective's encoder reads (solver/stage_solve.c,
+ * node_parts: all_to_all splits by it), which the operand count alone does
+ * not fix; 1 for an ordinary node. */
+static int64_t node_parts(const vd_lin_table *lt, const vd_stage_node *n) {
+  const vd_graph_t *g = graph_of(lt, n->side);
+  if (!g || n->gnode >= g->n_nodes) return -1;
+  const vd_gnode_t *gn = &g->nodes[n->gnode];
+  int64_t parts = gn->n_part ? gn->n_part : 1;
+  if (gn->n_in > 0 && n->n_in != gn->n_in) parts = parts * n->n_in / gn->n_in; /* virtual replicas */
+  return parts;
+}
+
 /* Serializes st into b (b->oom on allocation failure). */
 static void serialize(const vd_lin_table *lt, const vd_stage *st, buf_t *b) {
   put_i64(b, st->n_vals);
@@ -193,6 +211,7 @@ static void serialize(const vd_lin_table *lt, const vd_stage *st, buf_t *b) {
     for (uint32_t k = 0; k < n->n_in; k++) put_i64(b, st->idx[n->in_off + k]);
     put_i64(b, n->n_out);
     for (uint32_t k = 0; k < n->n_out; k++) put_i64(b, st->idx[n->out_off + k]);
+    put_i64(b, node_parts(lt, n));
   }
   for (uint32_t t = 0; t < st->n_targets; t++) {
     const vd_stage_target *tg = &st->targets[t];

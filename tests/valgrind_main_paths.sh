@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs the main paths (gen, plan validate/stats, exec, verify, mutate) under
+# Runs the main paths (gen, plan validate/stats, exec, verify, mutate, gate) under
 # valgrind and fails on any memory error or definite/indirect leak.
 # `make valgrind`; not part of `make test` (slow).
 set -eu
@@ -18,6 +18,11 @@ vg -q --threads 1 --sm "$T/s.plan" --pm "$T/p.plan"
 vg -q --threads 1 --sm "$T/s.plan" --pm "$T/b.plan" --json "$T/r.json" --junit "$T/r.xml" --sarif "$T/r.sarif" --github \
   --summary "$T/r.md"
 vg exec --reduce --sm "$T/s.plan" --pm "$T/p.plan"
+# the gate and the proof cache: a cold run, then one that takes the classes
+# and the unchanged configuration from the directory (docs/gate.md)
+printf '[ok]\nsingle = s.plan\nparallel = p.plan\nexpect = equivalent\n[bug]\nsingle = s.plan\nparallel = b.plan\nexpect = not-equivalent\n' >"$T/g.manifest"
+XDG_CONFIG_HOME="$T/cfg" vg gate "$T/g.manifest" --cache "$T/cache" --threads 1 --json "$T/g.json"
+XDG_CONFIG_HOME="$T/cfg" vg gate "$T/g.manifest" --cache "$T/cache" --threads 1 --json "$T/g.json"
 # an imported nnScaler pair (when the shared corpus is there), and its BATCH twin
 C=$(dirname "$0")/../../shared/corpus/nnscaler
 if [ -d "$C" ]; then

@@ -17,9 +17,17 @@
 #include "../common/ctl.h"
 #include "../common/limits.h"
 #include "../common/outfile.h"
+#include "cache.h"
 #include "cli.h"
+#include "importers.h"
 #include "report.h"
 #include "run.h"
+
+/* --cache DIR and --cache-max-mb N (not in vd_run_opts: the cache object is) */
+typedef struct {
+  const char *dir;
+  long max_mb;
+} cache_args;
 
 static void verify_usage(FILE *f) {
   /* Defaults come from common/limits.h (`verdict limits` says why). */
@@ -28,8 +36,9 @@ static void verify_usage(FILE *f) {
           "\n"
           "Proves that one training iteration of PARALLEL computes the values of SINGLE.\n"
           "\n"
-          "  --sm FILE            single-device plan (required)\n"
-          "  --pm FILE            parallel plan (required)\n"
+          "  --sm FILE            single-device plan (required); an nnScaler pickle is converted\n"
+          "                       in the same run (tools/nnscaler2plan, nothing in it executed)\n"
+          "  --pm FILE            parallel plan (required); a pickle when --sm is one\n"
           "  --threads N          solver threads (default: all cores)\n"
           "  --json FILE          also write the report as JSON (docs/report-format.md);\n"
           "                       '-' writes it to stdout (the text report then goes to stderr)\n"
@@ -65,6 +74,9 @@ static void verify_usage(FILE *f) {
           "  --no-reduce          check stages on their original shapes\n"
           "  --no-infer           do not infer lineages of unannotated tensors (docs/verifier.md 1b)\n"
           "  --dump-stages FILE   write every stage (class, targets, shapes, nodes) to FILE\n"
+          "  --cache DIR          proof cache: reuse the classes proven EQUIVALENT by earlier runs,\n"
+          "                       store the new ones (docs/gate.md; never changes a verdict)\n"
+          "  --cache-max-mb N     size cap of the cache directory (default %d)\n"
           "  -q                   no progress or timings, only the verdict and failures\n"
           "  -v                   the details: the model, the plans' SHA-256, the limits,\n"
           "                       the proof's counts, phase times and the slowest stages\n"
@@ -76,7 +88,8 @@ static void verify_usage(FILE *f) {
           "5 s a line per phase and a heartbeat with counters at least every 5 s.\n"
           "\n"
           "exit codes: 0 equivalent, 1 not equivalent, 2 bad input or usage, 3 inconclusive\n",
-          VD_LIM_STAGE_BUDGET / 1e6, VD_LIM_STAGE_TIMEOUT_MS / 1000, VD_LIM_MAX_FAILURES, VD_LIM_SEED);
+          VD_LIM_STAGE_BUDGET / 1e6, VD_LIM_STAGE_TIMEOUT_MS / 1000, VD_LIM_MAX_FAILURES, VD_LIM_SEED,
+          VD_CACHE_DEFAULT_MAX_MB);
 }
 
 static int need_num(const char *opt, const char *val, long *out) {
@@ -142,8 +155,9 @@ static int writable(const char *opt, const char *path, int dash_ok) {
   return 0;
 }
 
-static int parse(int argc, char **argv, vd_run_opts *o) {
+static int parse(int argc, char **argv, vd_run_opts *o, cache_args *ca) {
   memset(o, 0, sizeof(*o));
+  memset(ca, 0, sizeof(*ca));
   o->stage_timeout_ms = VD_LIM_STAGE_TIMEOUT_MS;
   o->stage_budget = 0; /* VD_LIM_STAGE_BUDGET */
   o->max_failures = VD_LIM_MAX_FAILURES;
@@ -159,7 +173,8 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
     int takes = !strcmp(a, "--sm") || !strcmp(a, "--pm") || !strcmp(a, "--json") || !strcmp(a, "--threads") ||
                 !strcmp(a, "--stage-timeout") || !strcmp(a, "--stage-budget") || !strcmp(a, "--max-failures") || !strcmp(a, "--seed") ||
                 !strcmp(a, "--dump-stages") || !strcmp(a, "--html") || !strcmp(a, "--junit") || !strcmp(a, "--dot-stage") ||
-                !strcmp(a, "--sarif") || !strcmp(a, "--summary") || !strcmp(a, "--deadline");
+                !strcmp(a, "--sarif") || !strcmp(a, "--summary") || !strcmp(a, "--deadline") ||
+                !strcmp(a, "--cache") || !strcmp(a, "--cache-max-mb");
     if (takes && !val) {
       fprintf(stderr, "verdict: missing value for option '%s'\n", VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
@@ -173,6 +188,14 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
     else if (!strcmp(a, "--sarif")) o->sarif_path = argv[++i];
     else if (!strcmp(a, "--summary")) o->summary_path = argv[++i];
     else if (!strcmp(a, "--github")) o->github = 1;
+    else if (!strcmp(a, "--cache")) ca->dir = argv[++i];
+    else if (!strcmp(a, "--cache-max-mb")) {
+      if (need_num(a, argv[++i], &n) || n < 1 || n > 1000000) {
+        if (n >= 0) fprintf(stderr, "verdict: --cache-max-mb: expected 1..1000000, got %ld\n", n);
+        return VD_EXIT_BAD_INPUT;
+      }
+      ca->max_mb = n;
+    }
     else if (!strcmp(a, "--dot-stage")) {
       if (need_num(a, argv[++i], &n) || i + 1 >= argc) {
         if (n >= 0) fprintf(stderr, "verdict: --dot-stage N FILE: missing FILE\n");
@@ -269,15 +292,42 @@ static void catch_signals(void) {
 
 int vd_cmd_verify(int argc, char **argv) {
   vd_run_opts o;
-  int rc = parse(argc, argv, &o);
+  cache_args ca;
+  int rc = parse(argc, argv, &o, &ca);
   if (rc) return rc < 0 ? VD_EXIT_OK : rc;
   catch_signals();
   vd_run r;
   vd_diag d;
   vd_diag_clear(&d);
+  /* nnScaler pickles are converted first, into a private temporary
+   * directory; the reports name the pickles. */
+  const char *sm_name = o.sm, *pm_name = o.pm;
+  int pk_s = vd_import_is_pickle(o.sm), pk_p = vd_import_is_pickle(o.pm);
+  vd_import_tmp imp;
+  memset(&imp, 0, sizeof(imp));
+  if (pk_s != pk_p) {
+    fprintf(stderr, "verdict: %s is an nnScaler pickle but %s is not: give both as pickles (converted in the run) or "
+                    "both as verdict plans\n", pk_s ? o.sm : o.pm, pk_s ? o.pm : o.sm);
+    return VD_EXIT_BAD_INPUT;
+  }
+  if (pk_s) {
+    if (vd_import_nnscaler(o.sm, o.pm, &imp, &d) != VD_OK) return vd_cli_report_diag(&d);
+    o.sm = imp.single;
+    o.pm = imp.parallel;
+  }
+  vd_cache *cache = NULL;
+  if (ca.dir && vd_cache_open(ca.dir, (uint64_t)ca.max_mb << 20, &cache, &d) != VD_OK) {
+    vd_import_cleanup(&imp);
+    return vd_cli_report_diag(&d);
+  }
+  o.cache = cache;
   vd_rc vrc = vd_run_verify(&o, &r, &d);
+  o.sm = sm_name;
+  o.pm = pm_name;
+  vd_import_cleanup(&imp);
   if (vrc != VD_OK) {
     vd_run_free(&r);
+    vd_cache_close(cache);
     return vd_cli_report_diag(&d);
   }
   /* With --json - the JSON owns stdout and the text report goes to stderr. */
@@ -297,6 +347,7 @@ int vd_cmd_verify(int argc, char **argv) {
   if (o.dot_path && vd_report_dot_stage(&r, (size_t)o.dot_stage, o.dot_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
   if (o.dump_stages && vd_report_stages(&r, o.dump_stages, &d) != VD_OK) code = vd_cli_report_diag(&d);
   vd_run_free(&r);
+  vd_cache_close(cache);
   if (vd_smt_orphans()) {
     /* Checks abandoned at their wall-clock limit are still inside Z3 on
      * their own threads: exiting through exit() would run Z3's static

@@ -22,6 +22,7 @@ static const command_t commands[] = {
     {"exec", vd_cmd_exec, "run both plans numerically and compare (the oracle)"},
     {"mutate", vd_cmd_mutate, "inject a bug class of docs/bugs.md into a parallel plan"},
     {"limits", vd_cmd_limits, "every limit and default, with the reason for its value"},
+    {"gate", vd_cmd_gate, "verify every configuration of a manifest in one run (docs/gate.md)"},
 };
 
 static void usage(FILE *f) {

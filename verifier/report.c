@@ -533,6 +533,13 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   vd_findings fs;
   vd_diag d;
   vd_diag_clear(&d);
+  if (r->config_cached) {
+    fprintf(f, "%s\n", verdict_word(r));
+    fprintf(f, "  unchanged since a run proved it: the proof cache holds this pair (the SHA-256 of both input files, "
+               "this verdict binary) as EQUIVALENT, proven with %llu stages (%llu classes); nothing was solved again\n",
+            (unsigned long long)r->cached.n_stages, (unsigned long long)r->cached.n_classes);
+    return;
+  }
   int have_fs = vd_findings_build(r, &fs, &d) == VD_OK;
   vd_provenance pv;
   vd_prov_build(r, &pv);
@@ -540,6 +547,17 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   vd_prov_text_interrupted(r, f);
   vd_prov_text(r, o, &pv, f);
   text_proof(r, o, f);
+  if (o->cache) {
+    const vd_cache_stats *cs = &r->cache_stats;
+    fprintf(f, "  proof cache: %zu of %zu classes reused (%zu from the cache directory, %zu proven earlier in this "
+               "process), %zu proven and stored\n",
+            r->n_cache_reused, r->n_solved, cs->hits_disk, cs->hits_memory, cs->stored);
+    if (cs->ignored)
+      fprintf(f, "  proof cache: %zu entr%s ignored, not trusted (last: %s)\n", cs->ignored, cs->ignored == 1 ? "y" : "ies",
+              cs->last_ignored);
+    if (cs->write_errors) fprintf(f, "  proof cache: %zu entr%s could not be written\n", cs->write_errors,
+                                  cs->write_errors == 1 ? "y" : "ies");
+  }
   if (have_fs) text_finding_lines(r, o, &fs, f);
   if (r->n_issues_dropped)
     fprintf(f, "  structural problems: %zu (%zu listed)\n", r->n_issues + r->n_issues_dropped, r->n_issues);
@@ -848,7 +866,7 @@ static json_t *json_finding(vd_jb *b, const vd_run *r, const vd_finding *fd) {
   return o;
 }
 
-static json_t *json_summary(vd_jb *b, const vd_run *r, const vd_findings *fs) {
+static json_t *json_summary(vd_jb *b, const vd_run *r, const vd_findings *fs, int cache_on) {
   size_t cg_eq, cg_inc;
   vd_rep_class_counts(r, &cg_eq, &cg_inc);
   json_t *o = vd_jb_obj(b), *secs = vd_jb_obj(b);
@@ -880,6 +898,23 @@ static json_t *json_summary(vd_jb *b, const vd_run *r, const vd_findings *fs) {
   vd_jb_set(b, o, "peak_tracked_bytes", vd_jb_int(b, (int64_t)r->peak_tracked_bytes));
   for (int i = 0; i < VD_RUN_PHASES; i++) vd_jb_set(b, secs, vd_run_phase_names[i], vd_jb_real(b, r->phase_s[i], 4));
   vd_jb_set(b, o, "seconds", secs);
+  if (r->config_cached) {
+    json_t *u = vd_jb_obj(b);
+    vd_jb_set(b, u, "stages", vd_jb_int(b, (int64_t)r->cached.n_stages));
+    vd_jb_set(b, u, "classes", vd_jb_int(b, (int64_t)r->cached.n_classes));
+    vd_jb_set(b, o, "unchanged_since_proven", u);
+  }
+  if (cache_on) {
+    const vd_cache_stats *cs = &r->cache_stats;
+    json_t *c = vd_jb_obj(b);
+    const struct {
+      const char *key;
+      size_t v;
+    } pc[] = {{"reused", r->n_cache_reused}, {"from_directory", cs->hits_disk}, {"from_process", cs->hits_memory},
+              {"stored", cs->stored},        {"ignored", cs->ignored},       {"write_errors", cs->write_errors}};
+    for (size_t i = 0; i < sizeof(pc) / sizeof(pc[0]); i++) vd_jb_set(b, c, pc[i].key, vd_jb_int(b, (int64_t)pc[i].v));
+    vd_jb_set(b, o, "proof_cache", c);
+  }
   return o;
 }
 
@@ -899,7 +934,7 @@ static json_t *json_report(vd_jb *b, const vd_run *r, const vd_run_opts *o, cons
   vd_prov_json(b, root, r, o, &pv);
   vd_jb_set(b, root, "verdict", vd_jb_str(b, verdict_json(r)));
   vd_jb_set(b, root, "exit_code", vd_jb_int(b, vd_run_exit_code(r)));
-  vd_jb_set(b, root, "summary", json_summary(b, r, fs));
+  vd_jb_set(b, root, "summary", json_summary(b, r, fs, o->cache != NULL));
   for (size_t k = 0; k < fs->n && !b->oom; k++) vd_jb_push(b, findings, json_finding(b, r, &fs->v[k]));
   vd_jb_set(b, root, "findings", findings);
   for (size_t i = 0; i < r->n_issues && !b->oom; i++) vd_jb_push(b, failures, json_issue(b, r, &r->issues[i]));

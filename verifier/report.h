@@ -50,7 +50,10 @@ typedef struct vd_report_config {
   const vd_run_opts *opts; /* borrowed; NULL with run == NULL */
   int exit_code;           /* outcome: 0 equivalent, 1 not equivalent, 2 bad input, 3 inconclusive */
   int expected;            /* expected exit code from a manifest, -1 when none is stated */
-  const char *error;       /* one-line message when run == NULL (exit 2 or 3), else NULL */
+  const char *error;       /* one-line message when run == NULL (exit 2 or 3; a gate's PyTorch capture
+                              whose DP replicas ran different programs: 1), else NULL */
+  int expected_dx;         /* with expected == 1: the diagnosis class one finding must have
+                              (vd_diagnosis), VD_DX_NONE (0) for any */
 } vd_report_config;
 
 /* The CI writers: every configuration of c[0..n) in one file (one stream).

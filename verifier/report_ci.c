@@ -236,7 +236,25 @@ vd_rc vd_report_ci_tensors(const vd_run *r, const vd_findings *fs, const vd_ci_f
 
 int vd_report_ci_expected(const vd_report_config *c) { return c->expected >= 0 ? c->expected : 0; }
 
-int vd_report_ci_as_expected(const vd_report_config *c) { return c->exit_code == vd_report_ci_expected(c); }
+/* A manifest that names the class of the expected bug is met only by a
+ * finding of that class (a NOT EQUIVALENT for another reason is not the
+ * bug the configuration documents).  Without memory for the findings the
+ * class cannot be confirmed: not as expected. */
+static int has_expected_class(const vd_report_config *c) {
+  if (c->expected != 1 || c->expected_dx == VD_DX_NONE || !c->run) return 1;
+  vd_findings fs;
+  vd_diag d;
+  vd_diag_clear(&d);
+  if (vd_findings_build(c->run, &fs, &d) != VD_OK) return 0;
+  int found = 0;
+  for (size_t k = 0; k < fs.n && !found; k++) found = (int)fs.v[k].diagnosis == c->expected_dx;
+  vd_findings_free(&fs);
+  return found;
+}
+
+int vd_report_ci_as_expected(const vd_report_config *c) {
+  return c->exit_code == vd_report_ci_expected(c) && has_expected_class(c);
+}
 
 const char *vd_report_ci_outcome(int exit_code) {
   switch (exit_code) {

@@ -368,6 +368,23 @@ static void interrupt_stages(vd_run *r, const vd_run_opts *o, uint8_t *skipped) 
   }
 }
 
+/* The proof cache (verifier/cache.h): a class representative's canonical
+ * form, computed again as the classes were (stages/canon.c) on the stage
+ * as it is solved.  Without memory: no hit, nothing stored
+ * (OPTIMIZATION-ONLY). */
+static int cache_hit(const vd_run *r, const vd_run_opts *o, const vd_stage *st) {
+  vd_stage_canon_key k = {0};
+  int hit = vd_stage_canon_key_of(&r->lt, st, &k, NULL) == VD_OK && vd_cache_lookup(o->cache, k.b, k.n);
+  vd_stage_canon_key_free(&k);
+  return hit;
+}
+
+static void cache_store(const vd_run *r, const vd_run_opts *o, const vd_stage *st) {
+  vd_stage_canon_key k = {0};
+  if (vd_stage_canon_key_of(&r->lt, st, &k, NULL) == VD_OK) vd_cache_store(o->cache, k.b, k.n);
+  vd_stage_canon_key_free(&k);
+}
+
 static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   size_t n = r->set.n_stages;
   r->verdicts = vd_calloc(n ? n : 1, sizeof(*r->verdicts));
@@ -531,6 +548,17 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
                  "not solved: a stage of %u nodes already proves the plans differ, and a stage of %u nodes "
                  "is cut past that failure (docs/verifier.md 6)",
                  plan_fail_nodes, st->n_nodes);
+      } else if (o->cache && cache_hit(r, o, st)) {
+        /* SOUNDNESS: the cache holds only EQUIVALENT results, and hits only
+         * on this stage's canonical form byte for byte (verifier/cache.c):
+         * the solver proved exactly this question before.  Looked up only
+         * for a stage this round would solve, so no skip above changes. */
+        v->verdict = VD_SMT_EQUIVALENT;
+        snprintf(v->reason, sizeof(v->reason), "proven before (proof cache)");
+        r->n_cache_reused++;
+        done[i] = 1;
+        done_count++;
+        continue;
       } else {
         todo[n_todo++] = i;
         continue;
@@ -623,6 +651,8 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     for (size_t k = 0; k < n_todo; k++) {
       uint32_t i = todo[k];
       done[i] = 1;
+      if (o->cache && r->verdicts[i].verdict == VD_SMT_EQUIVALENT && r->stage_rc[i] == VD_OK)
+        cache_store(r, o, &r->set.stages[i]);
       if (r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT) continue;
       any_fail = 1;
       /* at the round limit a failure that is not grounded is demoted: it
@@ -1282,7 +1312,11 @@ vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   memset(r, 0, sizeof(*r));
   vd_ctl_reset();
   vd_progress_init(&r->prog, o->quiet, o->deadline_s);
+  vd_cache_stats before, after;
+  vd_cache_stats_get(o->cache, &before);
   vd_rc rc = run_verify(o, r, d);
+  vd_cache_stats_get(o->cache, &after);
+  vd_cache_stats_since(&before, &after, &r->cache_stats);
   if (rc == VD_ECANCELED || r->interrupted) {
     /* Stopped (common/ctl.h): a partial report, INCONCLUSIVE.  Stopped
      * before solving, the stages cut so far are dropped (they have no

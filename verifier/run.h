@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "../solver/stage_solve.h"
+#include "cache.h"
 #include "progress.h"
 
 typedef struct {
@@ -35,6 +36,7 @@ typedef struct {
   int no_reduce;           /* check stages on their original shapes */
   int no_infer;            /* do not infer lineages of unannotated tensors */
   double deadline_s;       /* --deadline S: the whole run's wall clock; 0 = none */
+  vd_cache *cache;         /* proof cache (verifier/cache.h), borrowed; NULL = none */
 } vd_run_opts;
 
 typedef enum { VD_RUN_LOAD, VD_RUN_GRAPH, VD_RUN_LINEAGE, VD_RUN_STAGES, VD_RUN_SOLVE, VD_RUN_PHASES } vd_run_phase;
@@ -56,6 +58,13 @@ typedef struct vd_run {
   uint64_t *pv_pool; size_t n_pv_pool, cap_pv_pool;
   struct vd_run_sig *pv; size_t n_pv, cap_pv;
   size_t n_reused_rounds; /* stages not solved again thanks to that */
+  size_t n_cache_reused;  /* class representatives taken from the proof cache, over all rounds */
+  vd_cache_stats cache_stats; /* this run's share of the cache's counters (zeros without a cache) */
+  /* A gate configuration unchanged since a run proved it EQUIVALENT (the
+   * whole-configuration cache, verifier/cache.h): nothing was loaded or
+   * solved; the counts are the proving run's.  Every other field is empty. */
+  int config_cached;
+  vd_cache_config cached;
   vd_stage_set set;
   vd_stage_verdict *verdicts; /* one per stage (members of a class copy the representative's kind) */
   vd_rc *stage_rc;            /* machinery errors per stage */

@@ -25,10 +25,11 @@ expect_exit 0 "$VERDICT" --sm "$TMP/s64.plan" --pm "$TMP/p64.plan" -q
 expect_exit 2 "$VERDICT" --sm "$TMP/p.plan" --pm "$TMP/s.plan"
 expect_in "swapped" "$TMP/err"
 
-# A pickle (an nnScaler plan) points at the importer.
+# A pickle (an nnScaler plan) is converted in the run (tests/e2e/50_gate.sh);
+# a pickle paired with a plan says to give both the same way.
 printf '\200\004\225\000' >"$TMP/plan.pkl"
 expect_exit 2 "$VERDICT" --sm "$TMP/plan.pkl" --pm "$TMP/p.plan"
-expect_in "tools/nnscaler2plan" "$TMP/err"
+expect_in "give both as pickles" "$TMP/err"
 expect_exit 2 "$VERDICT" plan validate "$TMP/plan.pkl"
 expect_in "Python pickle" "$TMP/err"
 
