@@ -32,6 +32,7 @@
 #include "../common/digest.h"
 #include "../common/limits.h"
 #include "../common/mem.h"
+#include "../common/text.h"
 #include "cache.h"
 #include "cli.h"
 #include "importers.h"
@@ -95,7 +96,7 @@ static int parse_positive_double(const char *opt, const char *val, double lo, do
   char *end = NULL;
   double v = val ? strtod(val, &end) : NAN;
   if (!val || end == val || *end || !isfinite(v) || v <= lo || v > hi) {
-    fprintf(stderr, "verdict gate: %s: expected a number in (%g, %g], got '%s'\n", opt, lo, hi, val ? val : "");
+    fprintf(stderr, "verdict gate: %s: expected a number in (%g, %g], got '%s'\n", opt, lo, hi, VD_SHOW(val ? val : ""));
     return -1;
   }
   *out = v;
@@ -115,7 +116,7 @@ static int parse(int argc, char **argv, gopts *g) {
                 !strcmp(a, "--threads") || !strcmp(a, "--cache-max-mb") || !strcmp(a, "--stage-timeout") ||
                 !strcmp(a, "--stage-budget");
     if (takes && !val) {
-      fprintf(stderr, "verdict gate: missing value for option '%s'\n", a);
+      fprintf(stderr, "verdict gate: missing value for option '%s'\n", VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
     }
     double x;
@@ -147,7 +148,7 @@ static int parse(int argc, char **argv, gopts *g) {
     } else if (a[0] == '-' && a[1]) {
       return vd_cli_unknown_option("verdict gate", a, gate_usage, "verdict gate --help");
     } else if (g->manifest) {
-      fprintf(stderr, "verdict gate: one manifest only (got '%s' and '%s')\n", g->manifest, a);
+      fprintf(stderr, "verdict gate: one manifest only (got '%s' and '%s')\n", VD_SHOW(g->manifest), VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
     } else
       g->manifest = a;
@@ -457,10 +458,10 @@ int vd_cmd_gate(int argc, char **argv) {
   }
   fprintf(out, "  proof cache%s%s: %zu classes reused (%zu from the directory, %zu shared between configurations), "
                "%zu proven and stored",
-          dir ? " " : " (memory only)", dir ? dir : "", tot.hits_disk + tot.hits_memory, tot.hits_disk, tot.hits_memory,
+          dir ? " " : " (memory only)", dir ? VD_SHOW(dir) : "", tot.hits_disk + tot.hits_memory, tot.hits_disk, tot.hits_memory,
           tot.stored);
   if (tot.config_hits) fprintf(out, "; %zu configuration(s) unchanged since a run proved them", tot.config_hits);
-  if (tot.ignored) fprintf(out, "; %zu entries ignored, not trusted (last: %s)", tot.ignored, tot.last_ignored);
+  if (tot.ignored) fprintf(out, "; %zu entries ignored, not trusted (last: %s)", tot.ignored, VD_SHOW(tot.last_ignored));
   fprintf(out, "\n  time: %.2f s\n", total);
   for (size_t i = 0; i < m.n; i++) {
     const gcfg *c = &cs[i];
@@ -469,7 +470,7 @@ int vd_cmd_gate(int argc, char **argv) {
     fprintf(out, "\n==== configuration %s: %s (expected %s)\n", c->e->name, expect_word(c->exit_code),
             expect_word(c->e->expected));
     if (c->have_run) vd_report_text(&c->run, &c->opts, out);
-    else fprintf(out, "%s\n", c->error);
+    else fprintf(out, "%s\n", VD_SHOW(c->error));
   }
   /* the machine-readable outputs */
   vd_report_config *rc = vd_calloc(m.n, sizeof(*rc));

@@ -9,6 +9,7 @@
 
 #include "../common/limits.h"
 #include "../common/mem.h"
+#include "../common/text.h"
 #include "../plans/idmap.h"
 #include "cli.h"
 #include "json_out.h"
@@ -112,18 +113,20 @@ void vd_prov_text(const vd_run *r, const vd_run_opts *o, const vd_provenance *p,
   char cov[256];
   coverage_text(p, cov, sizeof(cov));
   /* the model's name: the first word of its description ("llama3 layers=2 ...") */
-  int mlen = 0;
+  char model[48];
+  size_t mlen = 0;
   while (p->model[mlen] && p->model[mlen] != ' ' && mlen < 40) mlen++;
-  fprintf(f, "  plans: %s against %s: %.*s%s%s%s%zu ranks, %d microbatch%s\n", o->pm, o->sm, mlen, p->model,
-          mlen ? " " : "", p->config, p->config[0] ? "; " : "", p->ranks, p->microbatches,
+  vd_text_fmt(model, sizeof(model), "%.*s", (int)mlen, p->model); /* cut between characters */
+  fprintf(f, "  plans: %s against %s: %s%s%s%s%zu ranks, %d microbatch%s\n", VD_SHOW(o->pm), VD_SHOW(o->sm),
+          VD_SHOW(model), mlen ? " " : "", p->config, p->config[0] ? "; " : "", p->ranks, p->microbatches,
           p->microbatches == 1 ? "" : "es");
   fprintf(f, "  compared: %zu of %zu single-device tensors (%s), up to %s\n", p->n_compared, p->n_single, cov, p->up_to);
   if (o->verbose) {
     char lim[256];
     limits_text(o, lim, sizeof(lim));
-    fprintf(f, "  model: %s\n", p->model[0] ? p->model : "(not stated)");
-    fprintf(f, "  single-device plan: %s sha256 %s\n", o->sm, r->sm_sha256[0] ? r->sm_sha256 : "(not read)");
-    fprintf(f, "  parallel plan: %s sha256 %s\n", o->pm, r->pm_sha256[0] ? r->pm_sha256 : "(not read)");
+    fprintf(f, "  model: %s\n", p->model[0] ? VD_SHOW(p->model) : "(not stated)");
+    fprintf(f, "  single-device plan: %s sha256 %s\n", VD_SHOW(o->sm), r->sm_sha256[0] ? r->sm_sha256 : "(not read)");
+    fprintf(f, "  parallel plan: %s sha256 %s\n", VD_SHOW(o->pm), r->pm_sha256[0] ? r->pm_sha256 : "(not read)");
     fprintf(f, "  limits: %s\n", lim);
   }
 }

@@ -436,10 +436,10 @@ static void text_inconclusive(const vd_run *r, const vd_run_opts *o, FILE *f) {
     }
     size_t a = groups[3 * g + 1], b = groups[3 * g + 2];
     if (b - a == 1) {
-      fprintf(f, "\n-- stage %zu: INCONCLUSIVE: %s\n", order[a], r->verdicts[order[a]].reason);
+      fprintf(f, "\n-- stage %zu: INCONCLUSIVE: %s\n", order[a], VD_SHOW(r->verdicts[order[a]].reason));
       continue;
     }
-    fprintf(f, "\n-- %zu stages INCONCLUSIVE: %s\n   stages:", b - a, r->verdicts[order[a]].reason);
+    fprintf(f, "\n-- %zu stages INCONCLUSIVE: %s\n   stages:", b - a, VD_SHOW(r->verdicts[order[a]].reason));
     size_t *sorted = order + a; /* ascending within the group (reason_cmp) */
     for (size_t j = 0; j < b - a && j < 24; j++) fprintf(f, " %zu", sorted[j]);
     if (b - a > 24) fprintf(f, " ... (%zu in all)", b - a);
@@ -524,7 +524,7 @@ static void text_finding_lines(const vd_run *r, const vd_run_opts *o, const vd_f
   for (size_t k = 0; k < fs->n && k < cap; k++) {
     vd_rep_fmt_title(title, sizeof(title), r, &fs->v[k]);
     vd_rep_fmt_footprint(fp, sizeof(fp), &fs->v[k]);
-    fprintf(f, "   %zu. %s: %s; %s\n", k + 1, dx_plain(fs->v[k].diagnosis), title, fp);
+    fprintf(f, "   %zu. %s: %s; %s\n", k + 1, dx_plain(fs->v[k].diagnosis), VD_SHOW(title), VD_SHOW(fp));
   }
   if (fs->n > cap) fprintf(f, "   ... (%zu findings in all; --json lists every one)\n", fs->n);
 }
@@ -554,7 +554,7 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
             r->n_cache_reused, r->n_solved, cs->hits_disk, cs->hits_memory, cs->stored);
     if (cs->ignored)
       fprintf(f, "  proof cache: %zu entr%s ignored, not trusted (last: %s)\n", cs->ignored, cs->ignored == 1 ? "y" : "ies",
-              cs->last_ignored);
+              VD_SHOW(cs->last_ignored));
     if (cs->write_errors) fprintf(f, "  proof cache: %zu entr%s could not be written\n", cs->write_errors,
                                   cs->write_errors == 1 ? "y" : "ies");
   }
