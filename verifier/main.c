@@ -22,6 +22,8 @@ static const command_t commands[] = {
     {"exec", vd_cmd_exec, "run both plans numerically and compare (the oracle)"},
     {"mutate", vd_cmd_mutate, "inject a bug class of docs/bugs.md into a parallel plan"},
     {"limits", vd_cmd_limits, "every limit and default, with the reason for its value"},
+    {"noise", vd_cmd_noise, "rounding bounds of the parallel plan against the single-device plan"},
+    {"compare", vd_cmd_compare, "a real run's dumps against the rounding bounds (noise or bug?)"},
 };
 
 static void usage(FILE *f) {

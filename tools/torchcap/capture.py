@@ -84,6 +84,8 @@ class Recorder:
         self.bwd_caller = None
         self.active = False
         self.in_coll = 0         # inside a wrapped torch.distributed call
+        self.dump = None         # pid -> float64 copy of its value (torch2plan --dump-*), or None
+        self.quiet = False       # taking a snapshot: the dispatch mode records nothing
 
     # ---- values and cells ----------------------------------------------------------------
     def new_value(self, shape, dtype):
@@ -98,7 +100,22 @@ class Recorder:
     def bind(self, t, pid, kind="data"):
         c = Cell(pid, kind, t)
         self.cells[id(t)] = c
+        if pid is not None and kind == "data":
+            self.snapshot(t, pid)
         return c
+
+    def snapshot(self, t, pid):
+        """--dump-*: keeps a float64 copy of the value pid names (the real run's value, at the
+        moment the step produced it; later in-place writes make new pids)."""
+        if self.dump is None or not isinstance(t, torch.Tensor):
+            return
+        if t.numel() != _numel(self.values.get(pid, {}).get("shape", [])):
+            return
+        self.quiet = True
+        try:
+            self.dump[pid] = t.detach().to(torch.float64).reshape(-1).clone()
+        finally:
+            self.quiet = False
 
     def share(self, src_t, dst_t):
         self.cells[id(dst_t)] = self.cells[id(src_t)]
@@ -111,6 +128,7 @@ class Recorder:
         else:
             c.pid = pid
             c.kind = "data"
+        self.snapshot(t, pid)
         st = c.storage
         if st is not None:
             for other in self.cells.values():
@@ -173,12 +191,20 @@ class _Mode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        aten_map.record(self.rec, func, args, kwargs, out)
+        if not self.rec.quiet:
+            aten_map.record(self.rec, func, args, kwargs, out)
         return out
 
 
 def _dims(x):
     return [int(s) for s in x.shape]
+
+
+def _numel(shape):
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
 
 
 class Decl:
