@@ -122,9 +122,13 @@ static vd_rc one_lineage(vd_noise_ctx *c, const vd_lineage *L, vd_noise_row *row
   }
   inst_t *ins = vd_calloc(cap + 1, sizeof(*ins));
   double *acc = vd_calloc((size_t)(sn > 0 ? sn : 1), sizeof(double));
-  if (!ins || !acc) {
+  double *acw = vd_calloc((size_t)(sn > 0 ? sn : 1), sizeof(double));
+  double *wsv = vd_calloc((size_t)(sn > 0 ? sn : 1), sizeof(double));
+  if (!ins || !acc || !acw || !wsv) {
     vd_free(ins);
     vd_free(acc);
+    vd_free(acw);
+    vd_free(wsv);
     return VD_OOM(d);
   }
   size_t ni = 0;
@@ -165,18 +169,18 @@ static vd_rc one_lineage(vd_noise_ctx *c, const vd_lineage *L, vd_noise_row *row
   if (c->sd && !sv && !any_dumped) *recorded = 0; /* a value the real runs never had (decomposition) */
   row->n_pieces = (uint32_t)ni;
   qsort(ins, ni, sizeof(*ins), cmp_inst);
-  double obs2 = 0, re2 = 0, wc2 = 0, rn2 = 0;
+  double obs2 = 0, re2 = 0, rn2 = 0;
   int bitid = ni > 0;
   for (size_t a = 0; a < ni;) {
     size_t b = a;
     while (b < ni && same_slice(&ins[a], &ins[b])) b++;
     /* one slice [a, b): groups by part count */
-    double s_obs = 0, s_re = 0, s_wc = 0, s_rn = 0;
+    double s_obs = 0, s_re = 0, s_rn = 0;
     int64_t m = vd_tensor_numel(&c->pp->tensors[c->gpx.values[ins[a].x].tensor]);
     for (size_t g = a; g < b;) {
       size_t h = g;
       while (h < b && ins[h].n == ins[g].n) h++;
-      double o = 0, re = 0, wc = 0, rn = 0;
+      double o = 0, re = 0, rn = 0;
       if (ins[g].n == 1) {
         for (size_t q = g; q < h; q++) {
           const double *pv = c->val[ins[q].x];
@@ -192,13 +196,18 @@ static vd_rc one_lineage(vd_noise_ctx *c, const vd_lineage *L, vd_noise_row *row
           if (oo > o) o = oo;
           if (q == g) rn = nn;
           if (c->ere[ins[q].x] > re) re = c->ere[ins[q].x];
-          if (c->ewc[ins[q].x] > wc) wc = c->ewc[ins[q].x];
+          const double *ew = c->ewv[ins[q].x];
+          if (ew)
+            for (int64_t e = 0; e < m; e++) {
+              int64_t si = single_index(st, &ins[q], e);
+              if (!(ew[e] <= wsv[si])) wsv[si] = ew[e];
+            }
           bitid &= c->bitid[ins[q].x];
         }
         re *= re;
       } else {
         bitid = 0;
-        for (int64_t e = 0; e < m; e++) acc[e] = 0;
+        for (int64_t e = 0; e < m; e++) acc[e] = acw[e] = 0;
         int64_t lastk = -1;
         for (size_t q = g; q < h; q++) {
           if (ins[q].k == lastk) continue; /* one copy of each part */
@@ -206,8 +215,14 @@ static vd_rc one_lineage(vd_noise_ctx *c, const vd_lineage *L, vd_noise_row *row
           const double *pv = c->val[ins[q].x];
           if (!pv) continue;
           for (int64_t e = 0; e < m; e++) acc[e] += pv[e];
+          const double *ew = c->ewv[ins[q].x];
+          if (ew)
+            for (int64_t e = 0; e < m; e++) acw[e] += ew[e];
           re += c->ere[ins[q].x] * c->ere[ins[q].x];
-          wc += c->ewc[ins[q].x];
+        }
+        for (int64_t e = 0; e < m; e++) {
+          int64_t si = single_index(st, &ins[g], e);
+          if (!(acw[e] <= wsv[si])) wsv[si] = acw[e];
         }
         for (int64_t e = 0; e < m; e++) {
           rn += acc[e] * acc[e];
@@ -219,13 +234,11 @@ static vd_rc one_lineage(vd_noise_ctx *c, const vd_lineage *L, vd_noise_row *row
       }
       if (o > s_obs) s_obs = o;
       if (re > s_re) s_re = re;
-      if (wc > s_wc) s_wc = wc;
       if (rn > s_rn) s_rn = rn;
       g = h;
     }
     obs2 += s_obs;
     re2 += s_re;
-    if (s_wc > wc2) wc2 = s_wc; /* max-norm bounds: the largest slice's */
     rn2 += s_rn;
     a = b;
   }
@@ -236,7 +249,9 @@ static vd_rc one_lineage(vd_noise_ctx *c, const vd_lineage *L, vd_noise_row *row
   double den = row->norm > 0 ? row->norm : 1.0;
   double lambda = c->o->lambda > 0 ? c->o->lambda : 3.0;
   row->realistic = lambda * sqrt(re2) / den;
-  row->worst = wc2 * sqrt((double)sn) / den; /* ||d||_2 <= sqrt(N) ||d||_inf */
+  double wc2 = 0;
+  for (int64_t e = 0; e < sn; e++) wc2 += wsv[e] * wsv[e];
+  row->worst = sqrt(wc2) / den; /* componentwise bound, measured like the deviation */
   row->bitid = (uint8_t)bitid;
   row->abs_observed = sqrt(obs2);
   row->observed = c->sd ? row->abs_observed / den : -1;
@@ -256,6 +271,8 @@ static vd_rc one_lineage(vd_noise_ctx *c, const vd_lineage *L, vd_noise_row *row
   }
   vd_free(ins);
   vd_free(acc);
+  vd_free(acw);
+  vd_free(wsv);
   return VD_OK;
 }
 

@@ -38,6 +38,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../common/mem.h"
@@ -66,14 +67,6 @@ static double norm2(const double *x, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; i++) s += x[i] * x[i];
   return sqrt(s);
-}
-
-/* max |x| of n values */
-static double maxabs(const double *x, int64_t n) {
-  double m = 0;
-  for (int64_t i = 0; i < n; i++)
-    if (fabs(x[i]) > m) m = fabs(x[i]);
-  return m;
 }
 
 static const vd_tensor_t *ptensor(const vd_noise_ctx *c, uint32_t v) {
@@ -136,6 +129,38 @@ static int is_contraction(int op) {
   default:
     return 0;
   }
+}
+
+/* Transcendental and normalising kernels: their vectorised body and scalar
+ * remainder may round differently (bfloat16 and float16 kernels compute in
+ * float and round back), so the same operator on tensors of another shape
+ * is not guaranteed to give the same bits on the same inputs. */
+static int kernel_dependent(int op) {
+  switch (op) {
+  case VD_OP_EXP: case VD_OP_LOG: case VD_OP_RSQRT: case VD_OP_SQRT: case VD_OP_SIGMOID: case VD_OP_TANH:
+  case VD_OP_SILU: case VD_OP_GELU: case VD_OP_POW: case VD_OP_SOFTMAX: case VD_OP_SOFTMAX_BACKWARD:
+  case VD_OP_RMS_NORM: case VD_OP_RMS_NORM_BACKWARD: case VD_OP_LAYER_NORM: case VD_OP_LAYER_NORM_BACKWARD:
+  case VD_OP_EXP_BACKWARD: case VD_OP_LOG_BACKWARD: case VD_OP_RSQRT_BACKWARD: case VD_OP_SQRT_BACKWARD:
+  case VD_OP_SIGMOID_BACKWARD: case VD_OP_TANH_BACKWARD: case VD_OP_SILU_BACKWARD: case VD_OP_GELU_BACKWARD:
+  case VD_OP_POW_BACKWARD:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+/* Whether parallel value v holds its single tensor whole (same shape, not a
+ * part): the kernel then runs on the same shape on both sides. */
+static int whole_single(const vd_noise_ctx *c, uint32_t v) {
+  const vd_tensor_t *t = ptensor(c, v);
+  if (!t->has_lin || t->lin.part_n > 1) return 0;
+  int64_t si = vd_plan_find_tensor(c->sp, t->lin.full);
+  if (si < 0) return 0;
+  const vd_tensor_t *st = &c->sp->tensors[si];
+  if (st->ndim != t->ndim) return 0;
+  for (int32_t k = 0; k < t->ndim; k++)
+    if (st->shape[k] != t->shape[k]) return 0;
+  return 1;
 }
 
 /* Plain sums of their inputs (a combination of parts). */
@@ -264,7 +289,8 @@ static vd_rc synth_initial(vd_noise_ctx *c, uint32_t v, vd_diag *d) {
 typedef struct {
   double *pre, *pwc, *amp; /* per output: propagated E_re^2, E_wc; sum |d||y| */
   double *tmpd;            /* perturbed input */
-  double *tmpc;            /* 5 per output: contraction terms, worst-case gains */
+  double *tmpc;            /* 5 per output: contraction terms */
+  double **wvec, **wtmp, **s1v; /* per output: worst-case bound vector, a probe's, sum |terms| */
   double *pre_in;          /* per output: the realistic probe's squared difference for the current input */
   double **absd;           /* per input: |x| */
   int64_t *abscap;
@@ -290,6 +316,12 @@ static vd_rc work_fit(workbuf *w, uint32_t n, vd_diag *d) {
       for (uint32_t i = 0; i < w->cap; i++) vd_free(w->absd[i]);
     vd_free(w->absd);
     vd_free(w->abscap);
+    vd_free(w->wvec);
+    vd_free(w->wtmp);
+    vd_free(w->s1v);
+    w->wvec = vd_calloc(n, sizeof(double *));
+    w->wtmp = vd_calloc(n, sizeof(double *));
+    w->s1v = vd_calloc(n, sizeof(double *));
     w->tmpc = vd_calloc((size_t)n * 5, sizeof(double));
     w->pre_in = vd_calloc(n, sizeof(double));
     w->absd = vd_calloc(n, sizeof(double *));
@@ -302,7 +334,7 @@ static vd_rc work_fit(workbuf *w, uint32_t n, vd_diag *d) {
     w->ocap = vd_calloc(n, sizeof(int64_t));
     w->cap = n;
     if (!w->pre || !w->pwc || !w->amp || !w->tmpo || !w->ins || !w->ocap || !w->tmpc || !w->pre_in || !w->absd ||
-        !w->abscap) {
+        !w->abscap || !w->wvec || !w->wtmp || !w->s1v) {
       w->cap = 0;
       return VD_OOM(d);
     }
@@ -337,6 +369,9 @@ static void work_free(workbuf *w) {
     for (uint32_t i = 0; i < w->cap; i++) vd_free(w->absd[i]);
   vd_free(w->absd);
   vd_free(w->abscap);
+  vd_free(w->wvec);
+  vd_free(w->wtmp);
+  vd_free(w->s1v);
   memset(w, 0, sizeof(*w));
 }
 
@@ -397,35 +432,52 @@ static vd_rc probe_realistic(vd_noise_ctx *c, uint32_t k, uint32_t i, callbuf *b
   return VD_OK;
 }
 
-/* The worst-case gain of input i in the max-norm, ||J||_inf = the largest
- * absolute row sum of the operator's Jacobian:
- *   data movement                1 (each output element is one input element);
- *   elementwise                  max_e |f'_e| (a uniform shift h of the input: d_e / h);
- *   sums and bilinear operators  max_e of the operator on ones in place of input i and |x| for
- *                                the others (exact: sum_c |dy_e/dx_c|);
- *   other operators              (softmax, norms, their backward) an estimate: the largest
- *                                |d_e| / h over four random-sign perturbations, times 2
- *                                (not rigorous; docs/noise.md).
- * An output the realistic probe found independent of input i (a zero
- * difference) gets gain 0 (linear_backward's dx does not read x). */
+/* Does output j of node k read input i?  (linear_backward's dx does not
+ * read x: the contraction rule below would otherwise charge it.)  One
+ * evaluation with input i moved. */
+static vd_rc reads_input(vd_noise_ctx *c, uint32_t k, uint32_t i, callbuf *b, workbuf *w, uint8_t *dep, vd_diag *d) {
+  const vd_gnode_t *gn = &c->gpx.nodes[k];
+  const uint32_t *iv = vd_gnode_inputs(&c->gpx, gn), *ov = vd_gnode_outputs(&c->gpx, gn);
+  const double *x = c->val[iv[i]];
+  int64_t n = vd_tensor_numel(ptensor(c, iv[i]));
+  for (int64_t e = 0; e < n; e++) w->tmpd[e] = x[e] * 1.25 + 0.5;
+  VD_CHECK(probe(c, k, i, b, w, d));
+  for (uint32_t j = 0; j < gn->n_out; j++) {
+    const double *y = c->val[ov[j]];
+    int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+    dep[j] = 0;
+    for (int64_t e = 0; e < m && !dep[j]; e++) dep[j] = w->tmpo[j][e] != y[e];
+  }
+  return VD_OK;
+}
+
+/* The worst case, componentwise and to first order: input i's error bound
+ * vector E (|error| <= E elementwise) reaches output element e as
+ * sum_c |dy_e/dx_c| E_c:
+ *   data movement                |f(x + E) - f(x)| (exact: a linear map that copies elements);
+ *   sums and bilinear operators  f(E in place of input i, |x| for the others) (exact |J| E);
+ *   elementwise                  max(|f(x + E) - f(x)|, |f(x - E) - f(x)|) (first order);
+ *   other operators              (softmax, norms, their backward) an estimate: twice the largest
+ *                                |f(x + s E) - f(x)| over s = +1, -1 and four random sign
+ *                                patterns (not rigorous; docs/noise.md).
+ * Adds into w->wvec[j]. */
 static vd_rc probe_worst(vd_noise_ctx *c, uint32_t k, uint32_t i, int op, callbuf *b, workbuf *w, vd_diag *d) {
   const vd_gnode_t *gn = &c->gpx.nodes[k];
   const uint32_t *iv = vd_gnode_inputs(&c->gpx, gn), *ov = vd_gnode_outputs(&c->gpx, gn);
   uint32_t v = iv[i];
-  const double *x = c->val[v];
+  const double *x = c->val[v], *E = c->ewv[v];
   int64_t n = vd_tensor_numel(ptensor(c, v));
-  double *L = w->tmpc + 4 * (size_t)gn->n_out; /* per output gain (scratch after the 4 blocks) */
-  for (uint32_t j = 0; j < gn->n_out; j++) L[j] = 0;
-  if (is_move(op)) {
-    for (uint32_t j = 0; j < gn->n_out; j++) L[j] = 1.0;
-  } else if (is_contraction(op) && op != VD_OP_SUMSQ) {
+  uint8_t dep[64];
+  int use_dep = gn->n_out > 1 && gn->n_out <= 64;
+  if (use_dep) VD_CHECK(reads_input(c, k, i, b, w, dep, d));
+  if (is_contraction(op) && op != VD_OP_SUMSQ) {
     for (uint32_t q = 0; q < gn->n_in; q++) {
       const vd_tensor_t *t = ptensor(c, iv[q]);
       int64_t m = vd_tensor_numel(t);
       double *buf = NULL;
       if (q == i) {
         buf = w->tmpd;
-        for (int64_t e = 0; e < m; e++) buf[e] = 1.0;
+        for (int64_t e = 0; e < m; e++) buf[e] = E[e];
       } else if (is_float(t->dtype)) {
         VD_CHECK(buf_at_least(&w->absd[q], &w->abscap[q], m, d));
         buf = w->absd[q];
@@ -434,30 +486,41 @@ static vd_rc probe_worst(vd_noise_ctx *c, uint32_t k, uint32_t i, int op, callbu
       w->ins[q] = buf ? buf : c->val[iv[q]];
     }
     VD_CHECK(eval_node(c, k, b, w->ins, w->tmpo, d));
-    for (uint32_t j = 0; j < gn->n_out; j++) L[j] = maxabs(w->tmpo[j], vd_tensor_numel(ptensor(c, ov[j])));
-  } else {
-    int elem = is_elementwise(op);
-    double h = 1e-7 * (maxabs(x, n) > 0 ? maxabs(x, n) : 1.0);
-    int probes = elem ? 1 : 4;
-    for (int pr = 0; pr < probes; pr++) {
-      uint64_t base = mix64(c->o->seed ^ mix64(((uint64_t)k << 20) ^ ((uint64_t)i << 4) ^ (uint64_t)pr ^ 0x77ULL));
-      for (int64_t e = 0; e < n; e++) w->tmpd[e] = x[e] + (elem ? h : (mix64(base + (uint64_t)e) & 1 ? h : -h));
-      VD_CHECK(probe(c, k, i, b, w, d));
-      for (uint32_t j = 0; j < gn->n_out; j++) {
-        const double *y = c->val[ov[j]];
-        int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
-        for (int64_t e = 0; e < m; e++) {
-          double g = fabs(w->tmpo[j][e] - y[e]) / h;
-          if (isfinite(g) && g > L[j]) L[j] = g;
-        }
+    for (uint32_t j = 0; j < gn->n_out; j++) {
+      if (use_dep && !dep[j]) continue;
+      int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+      for (int64_t e = 0; e < m; e++) w->wvec[j][e] += fabs(w->tmpo[j][e]);
+    }
+    return VD_OK;
+  }
+  int move = is_move(op), elem = is_elementwise(op);
+  int probes = move ? 1 : elem ? 2 : 6;
+  for (uint32_t j = 0; j < gn->n_out; j++) {
+    int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+    for (int64_t e = 0; e < m; e++) w->wtmp[j][e] = 0;
+  }
+  for (int pr = 0; pr < probes; pr++) {
+    uint64_t base = mix64(c->o->seed ^ mix64(((uint64_t)k << 20) ^ ((uint64_t)i << 4) ^ (uint64_t)pr ^ 0x77ULL));
+    for (int64_t e = 0; e < n; e++) {
+      double sg = pr == 0 ? 1.0 : pr == 1 ? -1.0 : (mix64(base + (uint64_t)e) & 1 ? 1.0 : -1.0);
+      w->tmpd[e] = x[e] + sg * E[e];
+    }
+    VD_CHECK(probe(c, k, i, b, w, d));
+    for (uint32_t j = 0; j < gn->n_out; j++) {
+      const double *y = c->val[ov[j]];
+      int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+      for (int64_t e = 0; e < m; e++) {
+        double g = fabs(w->tmpo[j][e] - y[e]);
+        if (!isfinite(g)) g = isnan(w->tmpo[j][e]) && isnan(y[e]) ? 0 : INFINITY;
+        if (g > w->wtmp[j][e]) w->wtmp[j][e] = g;
       }
     }
-    if (!elem)
-      for (uint32_t j = 0; j < gn->n_out; j++) L[j] *= 2.0;
   }
   for (uint32_t j = 0; j < gn->n_out; j++) {
-    if (c->ere[v] > 0 && w->pre_in[j] == 0) continue; /* independent of this input */
-    w->pwc[j] += L[j] * c->ewc[v];
+    if (use_dep && !dep[j]) continue;
+    int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+    double f = move || elem ? 1.0 : 2.0;
+    for (int64_t e = 0; e < m; e++) w->wvec[j][e] += f * w->wtmp[j][e];
   }
   return VD_OK;
 }
@@ -466,7 +529,7 @@ static vd_rc probe_worst(vd_noise_ctx *c, uint32_t k, uint32_t i, int op, callbu
  * the node evaluated on all-ones, |x| and x^2 floating inputs (integer inputs,
  * indices, are kept).  Exact for sums of products of its inputs. */
 static vd_rc contraction_terms(vd_noise_ctx *c, uint32_t k, int op, callbuf *b, double *kmax, double *s1n,
-                               double *vsum, double u_acc, const double *nfac, vd_diag *d) {
+                               double *vsum, double u_acc, const double *nfac, double **s1v, vd_diag *d) {
   const vd_gnode_t *gn = &c->gpx.nodes[k];
   const uint32_t *iv = vd_gnode_inputs(&c->gpx, gn), *ov = vd_gnode_outputs(&c->gpx, gn);
   int64_t tot = 0;
@@ -525,6 +588,7 @@ static vd_rc contraction_terms(vd_noise_ctx *c, uint32_t k, int op, callbuf *b, 
         q *= K * K;
       }
       if (a > s1) s1 = a;
+      s1v[j][e] = a;
       /* one side's variance, (u^2/3) K (y^2/3 + sum t^2 / 2); the single side's nK terms */
       double ye = op == VD_OP_MEAN ? y[e] * K : y[e];
       v += (u_acc * u_acc / 3.0) * K * (ye * ye / 3.0 + q / 2.0) * (1.0 + nfac[j]);
@@ -549,19 +613,18 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
   int op = vd_op_lookup(vd_node_op(c->pp, pn));
   const uint32_t *iv = vd_gnode_inputs(&c->gpx, gn), *ov = vd_gnode_outputs(&c->gpx, gn);
   VD_CHECK(work_fit(w, gn->n_out + gn->n_in + 1, d));
-  for (uint32_t j = 0; j < gn->n_out; j++) w->pre[j] = w->pwc[j] = w->amp[j] = 0;
-  int bit_in = 1;
+  for (uint32_t j = 0; j < gn->n_out; j++) w->pre[j] = w->amp[j] = 0;
+  int bit_in = 1, any_wc = 0;
   int64_t in_parts = 1, maxn = 1;
-  double sum_in_norm = 0;
   for (uint32_t i = 0; i < gn->n_in; i++) {
     uint32_t v = iv[i];
     if (!c->val[v] || !c->known[v]) return VD_OK; /* no values or no bound: the outputs get none */
     bit_in &= c->bitid[v];
+    any_wc |= c->ewv[v] != NULL;
     int64_t pnn = part_n(ptensor(c, v));
     if (pnn > in_parts) in_parts = pnn;
     int64_t n = vd_tensor_numel(ptensor(c, v));
     if (n > maxn) maxn = n;
-    sum_in_norm += maxabs(c->val[v], n);
   }
   int64_t out_parts = 1;
   for (uint32_t j = 0; j < gn->n_out; j++) {
@@ -571,25 +634,46 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
   }
   int coll_sum = (op == VD_OP_ALL_REDUCE || op == VD_OP_REDUCE_SCATTER) && gn->n_part > 1 &&
                  strcmp(vd_node_attr_str(c->pp, pn, "reduce", "sum"), "sum") == 0;
+  /* per-output worst-case vectors (componentwise) and S1 vectors */
+  vd_rc rc = VD_OK;
+  for (uint32_t j = 0; j < gn->n_out; j++) {
+    int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+    w->wvec[j] = vd_calloc((size_t)(m > 0 ? m : 1), sizeof(double));
+    w->wtmp[j] = vd_calloc((size_t)(m > 0 ? m : 1), sizeof(double));
+    w->s1v[j] = vd_calloc((size_t)(m > 0 ? m : 1), sizeof(double));
+    if (!w->wvec[j] || !w->wtmp[j] || !w->s1v[j]) {
+      rc = VD_OOM(d);
+      goto done;
+    }
+  }
+  if ((rc = buf_at_least(&w->tmpd, &w->tcap, maxn, d)) != VD_OK) goto done;
+  if ((rc = probe_outputs(c, k, w, d)) != VD_OK) goto done;
   /* propagated */
   if (coll_sum) {
-    double re = 0, wc = 0;
-    for (uint32_t i = 0; i < gn->n_in; i++) {
-      re += c->ere[iv[i]] * c->ere[iv[i]];
-      wc += c->ewc[iv[i]];
-    }
-    for (uint32_t j = 0; j < gn->n_out; j++) {
-      w->pre[j] = re;
-      w->pwc[j] = wc;
+    double re = 0;
+    for (uint32_t i = 0; i < gn->n_in; i++) re += c->ere[iv[i]] * c->ere[iv[i]];
+    for (uint32_t j = 0; j < gn->n_out; j++) w->pre[j] = re;
+    if (any_wc) { /* the collective applied to the inputs' bounds (a sum of nonnegative vectors) */
+      for (uint32_t i = 0; i < gn->n_in; i++) {
+        int64_t n = vd_tensor_numel(ptensor(c, iv[i]));
+        double *buf = NULL;
+        if ((rc = buf_at_least(&w->absd[i], &w->abscap[i], n, d)) != VD_OK) goto done;
+        buf = w->absd[i];
+        for (int64_t e = 0; e < n; e++) buf[e] = c->ewv[iv[i]] ? c->ewv[iv[i]][e] : 0.0;
+        w->ins[i] = buf;
+      }
+      if ((rc = eval_node(c, k, b, w->ins, w->tmpo, d)) != VD_OK) goto done;
+      for (uint32_t j = 0; j < gn->n_out; j++) {
+        int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+        for (int64_t e = 0; e < m; e++) w->wvec[j][e] += fabs(w->tmpo[j][e]);
+      }
     }
   } else {
-    VD_CHECK(buf_at_least(&w->tmpd, &w->tcap, maxn, d));
-    VD_CHECK(probe_outputs(c, k, w, d));
     for (uint32_t i = 0; i < gn->n_in; i++) {
       uint32_t v = iv[i];
       for (uint32_t j = 0; j < gn->n_out; j++) w->pre_in[j] = 0;
-      if (c->ere[v] > 0) VD_CHECK(probe_realistic(c, k, i, b, w, d));
-      if (c->ewc[v] > 0) VD_CHECK(probe_worst(c, k, i, op, b, w, d));
+      if (c->ere[v] > 0 && (rc = probe_realistic(c, k, i, b, w, d)) != VD_OK) goto done;
+      if (c->ewv[v] && (rc = probe_worst(c, k, i, op, b, w, d)) != VD_OK) goto done;
     }
   }
   /* new rounding discrepancies */
@@ -605,39 +689,81 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
   }
   const vd_tensor_t *t0 = ptensor(c, ov[0]);
   double u = unit_of(c, t0), ua = accum_unit(c, u);
-  if (is_contraction(op) && (any_split || !bit_in))
-    VD_CHECK(contraction_terms(c, k, op, b, km, s1, vs, ua, nfac, d));
+  if (is_contraction(op) && (any_split || !bit_in) &&
+      (rc = contraction_terms(c, k, op, b, km, s1, vs, ua, nfac, w->s1v, d)) != VD_OK)
+    goto done;
   for (uint32_t j = 0; j < gn->n_out; j++) {
     uint32_t v = ov[j];
-    double y = c->nrm[v], ymax = maxabs(c->val[v], vd_tensor_numel(ptensor(c, v)));
-    double re2 = w->pre[j], wc = w->pwc[j];
+    const double *yv = c->val[v];
+    int64_t m = vd_tensor_numel(ptensor(c, v));
+    double y = c->nrm[v];
+    double re2 = w->pre[j], *wv = w->wvec[j];
     int split = nfac[j] > 0;
     if (split) {
       re2 += vs[j];
-      wc += (vd_noise_gamma(km[j], ua) + vd_noise_gamma(km[j] * nfac[j], ua)) * s1[j];
+      double gs = vd_noise_gamma(km[j], ua) + vd_noise_gamma(km[j] * nfac[j], ua);
+      for (int64_t e = 0; e < m; e++) wv[e] += gs * w->s1v[j][e];
       if (ua < u) { /* both sides round their (different) accumulators to the output precision */
         double a = 2.0 * u * sqrt(vs[j]) * y, cap = (2.0 / 3.0) * u * u * y * y;
         re2 += a < cap ? a : cap;
-        wc += 2.0 * u * ymax;
+        for (int64_t e = 0; e < m; e++) wv[e] += 2.0 * u * fabs(yv[e]);
       }
     }
     if (combine) {
-      double m = coll_sum ? (double)gn->n_part : (double)gn->n_in;
-      re2 += (ua * ua / 3.0) * (m - 1.0) * y * y;
-      wc += vd_noise_gamma(m - 1.0, ua) * sum_in_norm / (op == VD_OP_REDUCE_SCATTER ? (double)gn->n_out : 1.0);
+      double nm = coll_sum ? (double)gn->n_part : (double)gn->n_in;
+      re2 += (ua * ua / 3.0) * (nm - 1.0) * y * y;
+      double g = vd_noise_gamma(nm - 1.0, ua);
+      for (uint32_t i = 0; i < gn->n_in; i++) {
+        int64_t ni = vd_tensor_numel(ptensor(c, iv[i]));
+        if (op == VD_OP_ALL_REDUCE ? ni != m : 1) continue;
+        for (int64_t e = 0; e < m; e++) wv[e] += g * fabs(c->val[iv[i]][e]);
+      }
+      if (op != VD_OP_ALL_REDUCE) /* add/accumulate of parts, reduce_scatter: sum |x_i| >= |y|, bounded by the inputs */
+        for (uint32_t i = 0; i < gn->n_in; i++) {
+          int64_t ni = vd_tensor_numel(ptensor(c, iv[i]));
+          for (int64_t e = 0; e < m; e++) wv[e] += g * fabs(c->val[iv[i]][ni == m ? e : e % (ni > 0 ? ni : 1)]);
+        }
+    }
+    int kernel = bit_in && kernel_dependent(op) && !whole_single(c, v) && u > ldexp(1.0, -20); /* bf16, fp16 */
+    if (kernel) { /* another shape: another code path of the kernel, at most an ulp apart */
+      re2 += (2.0 / 3.0) * u * u * y * y;
+      for (int64_t e = 0; e < m; e++) wv[e] += 2.0 * u * fabs(yv[e]);
     }
     if (!bit_in && !is_move(op) && u > 0) {
       double a = 2.0 * u * (coll_sum ? sqrt(w->pre[j]) * y : w->amp[j]), cap = (2.0 / 3.0) * u * u * y * y;
       if (is_contraction(op)) cap *= km[j];
       re2 += a < cap ? a : cap;
-      wc += is_contraction(op) ? 2.0 * vd_noise_gamma(km[j], ua) * s1[j] : 2.0 * u * ymax;
+      double g2 = 2.0 * vd_noise_gamma(km[j], ua);
+      for (int64_t e = 0; e < m; e++) wv[e] += is_contraction(op) ? g2 * w->s1v[j][e] : 2.0 * u * fabs(yv[e]);
     }
     c->ere[v] = sqrt(re2);
-    c->ewc[v] = wc;
-    c->bitid[v] = bit_in && !split && !combine;
+    if (getenv("VD_NOISE_DEBUG"))
+      fprintf(stderr, "node %lld %s out %lld: pre %.3g amp %.3g split %d combine %d bitin %d -> ere %.3g (rel %.3g) y %.3g\n",
+              (long long)pn->id, vd_node_op(c->pp, pn), (long long)ptensor(c, v)->id, sqrt(w->pre[j]), w->amp[j],
+              split, combine, bit_in, c->ere[v], c->ere[v] / (y > 0 ? y : 1), y);
+    if (getenv("VD_NOISE_DEBUG"))
+      for (uint32_t i = 0; i < gn->n_in; i++)
+        fprintf(stderr, "   in %lld ere %.3g nrm %.3g bitid %d\n", (long long)ptensor(c, iv[i])->id, c->ere[iv[i]],
+                c->nrm[iv[i]], c->bitid[iv[i]]);
+    double mx = 0;
+    for (int64_t e = 0; e < m; e++)
+      if (!(wv[e] <= mx)) mx = wv[e];
+    c->ewc[v] = mx;
+    if (mx > 0 || isnan(mx)) {
+      c->ewv[v] = wv;
+      w->wvec[j] = NULL;
+    }
+    c->bitid[v] = bit_in && !split && !combine && !kernel;
     c->known[v] = 1;
   }
-  return VD_OK;
+done:
+  for (uint32_t j = 0; j < gn->n_out; j++) {
+    vd_free(w->wvec[j]);
+    vd_free(w->wtmp[j]);
+    vd_free(w->s1v[j]);
+    w->wvec[j] = w->wtmp[j] = w->s1v[j] = NULL;
+  }
+  return rc;
 }
 
 /* ---- the pass -------------------------------------------------------------------------- */
@@ -653,7 +779,8 @@ vd_rc vd_noise_i_propagate(vd_noise_ctx *c, vd_diag *d) {
   c->ewc = vd_calloc(nv + 1, sizeof(double));
   c->nrm = vd_calloc(nv + 1, sizeof(double));
   c->known = vd_calloc(nv + 1, 1);
-  if (!c->val || !c->own || !c->dumped || !c->bitid || !c->ere || !c->ewc || !c->nrm || !c->known) return VD_OOM(d);
+  c->ewv = vd_calloc(nv + 1, sizeof(double *));
+  if (!c->val || !c->own || !c->dumped || !c->bitid || !c->ere || !c->ewc || !c->nrm || !c->known || !c->ewv) return VD_OOM(d);
   /* values from the dump; initial values in noise mode */
   for (size_t v = 0; v < nv; v++) {
     const vd_tensor_t *t = ptensor(c, (uint32_t)v);

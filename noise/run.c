@@ -20,6 +20,9 @@ static void ctx_free(vd_noise_ctx *c) {
   if (c->val)
     for (size_t v = 0; v < c->gpx.n_values; v++)
       if (c->own[v]) vd_free(c->val[v]);
+  if (c->ewv)
+    for (size_t v = 0; v < c->gpx.n_values; v++) vd_free(c->ewv[v]);
+  vd_free(c->ewv);
   vd_free(c->val);
   vd_free(c->own);
   vd_free(c->dumped);

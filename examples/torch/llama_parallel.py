@@ -51,14 +51,40 @@ class G:
     bug = ""
     avg = "grad"
     tp_group = dp_group = emb_group = None
+    wire = None                                       # dtype of all_gather buffers
+
+
+# ---- communication in bfloat16 -----------------------------------------------------------------
+
+class Bf16Dist:
+    """Stands in for torch.distributed in a bfloat16 run (--set dtype=bfloat16): gloo (CPU, torch
+    1.13) has no bfloat16, so these communicate in float32 and round the result back, as
+    mixed-precision frameworks reduce in float32 (all_gathers gather G.wire = float32 values and
+    concatenate them before rounding back, so that the gather and the cat stay one operator).  Everything else is torch.distributed's (looked
+    up at call time: torch2plan wraps those functions during the step)."""
+    def __getattr__(self, name):
+        return getattr(torch.distributed, name)
+
+    def all_reduce(self, t, group=None):
+        w = t.float()
+        torch.distributed.all_reduce(w, group=group)
+        t.copy_(w)
+
+    def send(self, t, dst):
+        torch.distributed.send(t.float(), dst=dst)
+
+    def recv(self, t, src):
+        w = torch.empty(t.shape, dtype=torch.float32)
+        torch.distributed.recv(w, src=src)
+        t.copy_(w)
 
 
 # ---- tensor-parallel regions ----------------------------------------------------------------
 
 def _gather(x, dim):
-    parts = [torch.zeros_like(x) for _ in range(G.tp)]
-    dist.all_gather(parts, x.contiguous(), group=G.tp_group)
-    return torch.cat(parts, dim=dim)
+    parts = [torch.zeros_like(x, dtype=G.wire) for _ in range(G.tp)]
+    dist.all_gather(parts, x.contiguous().to(G.wire), group=G.tp_group)
+    return torch.cat(parts, dim=dim).to(x.dtype)
 
 
 def _reduce_scatter(x, dim):
@@ -98,10 +124,10 @@ class GatherFromSP(torch.autograd.Function):
     """Sequence parallelism: all_gather the sequence before a column-parallel block."""
     @staticmethod
     def forward(ctx, x):
-        parts = [torch.zeros_like(x) for _ in range(G.tp)]
+        parts = [torch.zeros_like(x, dtype=G.wire) for _ in range(G.tp)]
         if G.bug != "no_sp_gather":
-            dist.all_gather(parts, x.contiguous(), group=G.tp_group)
-        return torch.cat(parts, dim=1)
+            dist.all_gather(parts, x.contiguous().to(G.wire), group=G.tp_group)
+        return torch.cat(parts, dim=1).to(x.dtype)
 
     @staticmethod
     def backward(ctx, g):
@@ -289,6 +315,9 @@ def step(cap):
 
     W = {}
     G.dt = dtype(c)
+    G.wire = torch.float32 if G.dt == torch.bfloat16 else G.dt
+    if G.dt == torch.bfloat16:
+        globals()["dist"] = Bf16Dist()
     for n, full in full_weights(G.tie).items():
         if owned(n):
             pl = placement(n)

@@ -364,7 +364,6 @@ class Capture:
         captured step is a steady-state step: exp_avg and exp_avg_sq get the parameter's name
         plus ".exp_avg" / ".exp_avg_sq" and its placements; the step counter is host state."""
         by_id = {id(d.tensor): d for d in self.decls if d.kind == "param"}
-        gen = torch.Generator().manual_seed(seed)
         if isinstance(opt, torch.optim.SGD):
             for g in opt.param_groups:
                 if g.get("momentum", 0) != 0:
@@ -386,8 +385,13 @@ class Capture:
                 st = opt.state[p]
                 st["step"] = torch.tensor(float(step))
                 self.host_tensors.append(st["step"])
-                st["exp_avg"] = torch.rand(p.shape, generator=gen, dtype=p.dtype) * 0.1
-                st["exp_avg_sq"] = torch.rand(p.shape, generator=gen, dtype=p.dtype) * 0.1 + 0.01
+                # a function of the parameter's own elements (not of a generator's sequence), so
+                # that a rank holding a slice of the parameter holds the same slice of the state as
+                # the single-device program: the real runs then agree (verdict compare)
+                with torch.no_grad():
+                    w = p.detach().double()
+                    st["exp_avg"] = (0.05 * torch.sin(1000.0 * w + 1.0)).to(p.dtype)
+                    st["exp_avg_sq"] = (0.01 + 0.05 * (1.0 + torch.cos(1000.0 * w + 2.0))).to(p.dtype)
                 for key in ("exp_avg", "exp_avg_sq"):
                     t = st[key]
                     pid = self.rec.new_value(_dims(t), DTYPES.get(t.dtype, "f32"))
