@@ -124,11 +124,15 @@ static vd_rc one_lineage(vd_noise_ctx *c, const vd_lineage *L, vd_noise_row *row
   double *acc = vd_calloc((size_t)(sn > 0 ? sn : 1), sizeof(double));
   double *acw = vd_calloc((size_t)(sn > 0 ? sn : 1), sizeof(double));
   double *wsv = vd_calloc((size_t)(sn > 0 ? sn : 1), sizeof(double));
-  if (!ins || !acc || !acw || !wsv) {
+  double *rsv = vd_calloc((size_t)(sn > 0 ? sn : 1), sizeof(double));
+  double *acr = vd_calloc((size_t)(sn > 0 ? sn : 1), sizeof(double));
+  if (!ins || !acc || !acw || !wsv || !rsv || !acr) {
     vd_free(ins);
     vd_free(acc);
     vd_free(acw);
     vd_free(wsv);
+    vd_free(rsv);
+    vd_free(acr);
     return VD_OOM(d);
   }
   size_t ni = 0;
@@ -195,7 +199,12 @@ static vd_rc one_lineage(vd_noise_ctx *c, const vd_lineage *L, vd_noise_row *row
           }
           if (oo > o) o = oo;
           if (q == g) rn = nn;
-          if (c->ere[ins[q].x] > re) re = c->ere[ins[q].x];
+          const double *er = c->erv[ins[q].x];
+          if (er)
+            for (int64_t e = 0; e < m; e++) {
+              int64_t si = single_index(st, &ins[q], e);
+              if (!(er[e] * er[e] <= rsv[si])) rsv[si] = er[e] * er[e];
+            }
           const double *ew = c->ewv[ins[q].x];
           if (ew)
             for (int64_t e = 0; e < m; e++) {
@@ -207,7 +216,7 @@ static vd_rc one_lineage(vd_noise_ctx *c, const vd_lineage *L, vd_noise_row *row
         re *= re;
       } else {
         bitid = 0;
-        for (int64_t e = 0; e < m; e++) acc[e] = acw[e] = 0;
+        for (int64_t e = 0; e < m; e++) acc[e] = acw[e] = acr[e] = 0;
         int64_t lastk = -1;
         for (size_t q = g; q < h; q++) {
           if (ins[q].k == lastk) continue; /* one copy of each part */
@@ -218,11 +227,14 @@ static vd_rc one_lineage(vd_noise_ctx *c, const vd_lineage *L, vd_noise_row *row
           const double *ew = c->ewv[ins[q].x];
           if (ew)
             for (int64_t e = 0; e < m; e++) acw[e] += ew[e];
-          re += c->ere[ins[q].x] * c->ere[ins[q].x];
+          const double *er = c->erv[ins[q].x];
+          if (er)
+            for (int64_t e = 0; e < m; e++) acr[e] += er[e] * er[e];
         }
         for (int64_t e = 0; e < m; e++) {
           int64_t si = single_index(st, &ins[g], e);
           if (!(acw[e] <= wsv[si])) wsv[si] = acw[e];
+          if (!(acr[e] <= rsv[si])) rsv[si] = acr[e];
         }
         for (int64_t e = 0; e < m; e++) {
           rn += acc[e] * acc[e];
@@ -248,7 +260,20 @@ static vd_rc one_lineage(vd_noise_ctx *c, const vd_lineage *L, vd_noise_row *row
   row->norm = sqrt(sv ? sn2 : rn2);
   double den = row->norm > 0 ? row->norm : 1.0;
   double lambda = c->o->lambda > 0 ? c->o->lambda : 3.0;
-  row->realistic = lambda * sqrt(re2) / den;
+  double rv2 = 0;
+  for (int64_t e = 0; e < sn; e++) rv2 += rsv[e];
+  (void)re2;
+  /* rounding is quantised: where two values differ they differ by at least an ulp, so a bound
+     below one ulp of the largest element is no bound for a small tensor (one flip is enough) */
+  double ulp1 = 0;
+  if (rv2 > 0 && sv) {
+    double u = c->o->dtype != VD_NOISE_PLAN ? vd_noise_unit(c->o->dtype) : vd_noise_unit_of_dtype(st->dtype);
+    double mx = 0;
+    for (int64_t e = 0; e < sn; e++)
+      if (fabs(sv[e]) > mx) mx = fabs(sv[e]);
+    ulp1 = 2.0 * u * mx;
+  }
+  row->realistic = (lambda * sqrt(rv2) + ulp1) / den;
   double wc2 = 0;
   for (int64_t e = 0; e < sn; e++) wc2 += wsv[e] * wsv[e];
   row->worst = sqrt(wc2) / den; /* componentwise bound, measured like the deviation */
@@ -273,6 +298,8 @@ static vd_rc one_lineage(vd_noise_ctx *c, const vd_lineage *L, vd_noise_row *row
   vd_free(acc);
   vd_free(acw);
   vd_free(wsv);
+  vd_free(rsv);
+  vd_free(acr);
   return VD_OK;
 }
 

@@ -28,6 +28,7 @@ typedef struct {
   uint8_t *bitid;     /* computed by the very same operations as the single value */
   double *ere, *ewc;  /* absolute error bounds: realistic (2-norm, one standard deviation), worst (max-norm) */
   double **ewv;       /* worst case, componentwise (|error_e| <= ewv[v][e]); NULL: all zero */
+  double **erv;       /* realistic: standard deviation per element; NULL: all zero */
   double *nrm;        /* ||value||_2 */
   uint8_t *known;     /* ere/ewc/bitid are set (an initial value, or its node's inputs had bounds) */
   size_t n_evaluated;

@@ -56,13 +56,6 @@ static uint64_t mix64(uint64_t x) {
 /* Uniform in [0, 1) from a key. */
 static double unit01(uint64_t k) { return (double)(mix64(k) >> 11) * (1.0 / 9007199254740992.0); }
 
-/* A standard normal from a key (Box-Muller). */
-static double gauss(uint64_t k) {
-  double a = unit01(k * 2 + 1), b = unit01(k * 2 + 2);
-  if (a < 1e-300) a = 1e-300;
-  return sqrt(-2.0 * log(a)) * cos(6.283185307179586 * b);
-}
-
 static double norm2(const double *x, int64_t n) {
   double s = 0;
   for (int64_t i = 0; i < n; i++) s += x[i] * x[i];
@@ -291,6 +284,9 @@ typedef struct {
   double *tmpd;            /* perturbed input */
   double *tmpc;            /* 5 per output: contraction terms */
   double **wvec, **wtmp, **s1v; /* per output: worst-case bound vector, a probe's, sum |terms| */
+  double **base;           /* per output: the node evaluated in double on its inputs (the probes' origin) */
+  double **rvar;           /* per output: realistic variance per element */
+  double **kv, **s2v;      /* per output: terms per element, sum of squared terms (contractions) */
   double *pre_in;          /* per output: the realistic probe's squared difference for the current input */
   double **absd;           /* per input: |x| */
   int64_t *abscap;
@@ -319,6 +315,14 @@ static vd_rc work_fit(workbuf *w, uint32_t n, vd_diag *d) {
     vd_free(w->wvec);
     vd_free(w->wtmp);
     vd_free(w->s1v);
+    vd_free(w->base);
+    vd_free(w->rvar);
+    vd_free(w->kv);
+    vd_free(w->s2v);
+    w->kv = vd_calloc(n, sizeof(double *));
+    w->s2v = vd_calloc(n, sizeof(double *));
+    w->rvar = vd_calloc(n, sizeof(double *));
+    w->base = vd_calloc(n, sizeof(double *));
     w->wvec = vd_calloc(n, sizeof(double *));
     w->wtmp = vd_calloc(n, sizeof(double *));
     w->s1v = vd_calloc(n, sizeof(double *));
@@ -334,7 +338,7 @@ static vd_rc work_fit(workbuf *w, uint32_t n, vd_diag *d) {
     w->ocap = vd_calloc(n, sizeof(int64_t));
     w->cap = n;
     if (!w->pre || !w->pwc || !w->amp || !w->tmpo || !w->ins || !w->ocap || !w->tmpc || !w->pre_in || !w->absd ||
-        !w->abscap || !w->wvec || !w->wtmp || !w->s1v) {
+        !w->abscap || !w->wvec || !w->wtmp || !w->s1v || !w->base || !w->rvar || !w->kv || !w->s2v) {
       w->cap = 0;
       return VD_OOM(d);
     }
@@ -372,6 +376,10 @@ static void work_free(workbuf *w) {
   vd_free(w->wvec);
   vd_free(w->wtmp);
   vd_free(w->s1v);
+  vd_free(w->base);
+  vd_free(w->rvar);
+  vd_free(w->kv);
+  vd_free(w->s2v);
   memset(w, 0, sizeof(*w));
 }
 
@@ -392,42 +400,37 @@ static vd_rc probe(vd_noise_ctx *c, uint32_t k, uint32_t i, callbuf *b, workbuf 
   return eval_node(c, k, b, w->ins, w->tmpo, d);
 }
 
-/* The realistic probe of input i: a perturbation shaped like |x| (rounding
- * errors are relative to each element), of norm E_re. */
-static vd_rc probe_realistic(vd_noise_ctx *c, uint32_t k, uint32_t i, callbuf *b, workbuf *w, vd_diag *d) {
+/* The realistic probe of input i: its per-element standard deviations s_e
+ * pushed through the operator, E[d_e^2] added to the output's variances
+ * (w->rvar).  Data movement and elementwise operators: one probe x + s (their
+ * Jacobian maps each element on its own: exact to first order); the others:
+ * the mean of two probes x + r s with random signs r (E[(J r s)_e^2] =
+ * sum_c J_ec^2 s_c^2: the variance of independent input errors). */
+static vd_rc probe_realistic(vd_noise_ctx *c, uint32_t k, uint32_t i, int op, callbuf *b, workbuf *w, vd_diag *d) {
   const vd_gnode_t *gn = &c->gpx.nodes[k];
   const uint32_t *iv = vd_gnode_inputs(&c->gpx, gn), *ov = vd_gnode_outputs(&c->gpx, gn);
   uint32_t v = iv[i];
-  const double *x = c->val[v];
+  const double *x = c->val[v], *sd = c->erv[v];
   int64_t n = vd_tensor_numel(ptensor(c, v));
-  uint64_t base = mix64(c->o->seed ^ mix64(((uint64_t)k << 20) ^ i ^ 0x5157ULL));
-  double s = 0;
-  for (int64_t e = 0; e < n; e++) {
-    double g = gauss(base + (uint64_t)e);
-    w->tmpd[e] = g * fabs(x[e]);
-    s += w->tmpd[e] * w->tmpd[e];
-  }
-  if (s <= 0)
-    for (int64_t e = 0; e < n; e++) {
-      w->tmpd[e] = gauss(base + (uint64_t)e);
-      s += w->tmpd[e] * w->tmpd[e];
+  int det = is_move(op) || is_elementwise(op);
+  int probes = det ? 1 : 2;
+  for (int pr = 0; pr < probes; pr++) {
+    uint64_t base = mix64(c->o->seed ^ mix64(((uint64_t)k << 20) ^ ((uint64_t)i << 4) ^ (uint64_t)pr ^ 0x5157ULL));
+    for (int64_t e = 0; e < n; e++)
+      w->tmpd[e] = x[e] + (det || (mix64(base + (uint64_t)e) & 1) ? sd[e] : -sd[e]);
+    VD_CHECK(probe(c, k, i, b, w, d));
+    for (uint32_t j = 0; j < gn->n_out; j++) {
+      const double *y = w->base[j];
+      int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+      double q = 0;
+      for (int64_t e = 0; e < m; e++) {
+        double dd = w->tmpo[j][e] - y[e];
+        if (!isfinite(dd)) dd = isnan(w->tmpo[j][e]) && isnan(y[e]) ? 0 : INFINITY;
+        w->rvar[j][e] += dd * dd / probes;
+        q += dd * dd / probes;
+      }
+      w->pre_in[j] += q;
     }
-  double f = s > 0 ? c->ere[v] / sqrt(s) : 0;
-  for (int64_t e = 0; e < n; e++) w->tmpd[e] = x[e] + f * w->tmpd[e];
-  VD_CHECK(probe(c, k, i, b, w, d));
-  for (uint32_t j = 0; j < gn->n_out; j++) {
-    const double *y = c->val[ov[j]];
-    int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
-    double q = 0, a = 0;
-    for (int64_t e = 0; e < m; e++) {
-      double dd = w->tmpo[j][e] - y[e];
-      if (!isfinite(dd)) continue;
-      q += dd * dd;
-      a += fabs(dd) * fabs(y[e]);
-    }
-    w->pre[j] += q;
-    w->pre_in[j] = q;
-    w->amp[j] += a;
   }
   return VD_OK;
 }
@@ -443,7 +446,7 @@ static vd_rc reads_input(vd_noise_ctx *c, uint32_t k, uint32_t i, callbuf *b, wo
   for (int64_t e = 0; e < n; e++) w->tmpd[e] = x[e] * 1.25 + 0.5;
   VD_CHECK(probe(c, k, i, b, w, d));
   for (uint32_t j = 0; j < gn->n_out; j++) {
-    const double *y = c->val[ov[j]];
+    const double *y = w->base[j];
     int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
     dep[j] = 0;
     for (int64_t e = 0; e < m && !dep[j]; e++) dep[j] = w->tmpo[j][e] != y[e];
@@ -507,7 +510,7 @@ static vd_rc probe_worst(vd_noise_ctx *c, uint32_t k, uint32_t i, int op, callbu
     }
     VD_CHECK(probe(c, k, i, b, w, d));
     for (uint32_t j = 0; j < gn->n_out; j++) {
-      const double *y = c->val[ov[j]];
+      const double *y = w->base[j];
       int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
       for (int64_t e = 0; e < m; e++) {
         double g = fabs(w->tmpo[j][e] - y[e]);
@@ -529,7 +532,8 @@ static vd_rc probe_worst(vd_noise_ctx *c, uint32_t k, uint32_t i, int op, callbu
  * the node evaluated on all-ones, |x| and x^2 floating inputs (integer inputs,
  * indices, are kept).  Exact for sums of products of its inputs. */
 static vd_rc contraction_terms(vd_noise_ctx *c, uint32_t k, int op, callbuf *b, double *kmax, double *s1n,
-                               double *vsum, double u_acc, const double *nfac, double **s1v, vd_diag *d) {
+                               double *vsum, double u_acc, const double *nfac, double **s1v, double **kv,
+                               double **s2v, vd_diag *d) {
   const vd_gnode_t *gn = &c->gpx.nodes[k];
   const uint32_t *iv = vd_gnode_inputs(&c->gpx, gn), *ov = vd_gnode_outputs(&c->gpx, gn);
   int64_t tot = 0;
@@ -589,6 +593,8 @@ static vd_rc contraction_terms(vd_noise_ctx *c, uint32_t k, int op, callbuf *b, 
       }
       if (a > s1) s1 = a;
       s1v[j][e] = a;
+      kv[j][e] = K;
+      s2v[j][e] = q;
       /* one side's variance, (u^2/3) K (y^2/3 + sum t^2 / 2); the single side's nK terms */
       double ye = op == VD_OP_MEAN ? y[e] * K : y[e];
       v += (u_acc * u_acc / 3.0) * K * (ye * ye / 3.0 + q / 2.0) * (1.0 + nfac[j]);
@@ -641,18 +647,44 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
     w->wvec[j] = vd_calloc((size_t)(m > 0 ? m : 1), sizeof(double));
     w->wtmp[j] = vd_calloc((size_t)(m > 0 ? m : 1), sizeof(double));
     w->s1v[j] = vd_calloc((size_t)(m > 0 ? m : 1), sizeof(double));
-    if (!w->wvec[j] || !w->wtmp[j] || !w->s1v[j]) {
+    w->base[j] = vd_calloc((size_t)(m > 0 ? m : 1), sizeof(double));
+    w->rvar[j] = vd_calloc((size_t)(m > 0 ? m : 1), sizeof(double));
+    w->kv[j] = vd_calloc((size_t)(m > 0 ? m : 1), sizeof(double));
+    w->s2v[j] = vd_calloc((size_t)(m > 0 ? m : 1), sizeof(double));
+    if (!w->wvec[j] || !w->wtmp[j] || !w->s1v[j] || !w->base[j] || !w->rvar[j] || !w->kv[j] || !w->s2v[j]) {
       rc = VD_OOM(d);
       goto done;
     }
   }
   if ((rc = buf_at_least(&w->tmpd, &w->tcap, maxn, d)) != VD_OK) goto done;
   if ((rc = probe_outputs(c, k, w, d)) != VD_OK) goto done;
+  /* the probes' origin: the node in double on the real inputs (a dumped output also holds the
+     run's own rounding, which is not a difference between the runs) */
+  {
+    int need = 0;
+    for (uint32_t i = 0; i < gn->n_in; i++) need |= c->erv[iv[i]] != NULL || c->ewv[iv[i]] != NULL;
+    if (need) {
+      for (uint32_t i = 0; i < gn->n_in; i++) w->ins[i] = c->val[iv[i]];
+      if ((rc = eval_node(c, k, b, w->ins, w->base, d)) != VD_OK) goto done;
+    }
+  }
   /* propagated */
   if (coll_sum) {
-    double re = 0;
-    for (uint32_t i = 0; i < gn->n_in; i++) re += c->ere[iv[i]] * c->ere[iv[i]];
-    for (uint32_t j = 0; j < gn->n_out; j++) w->pre[j] = re;
+    int any_re = 0;
+    for (uint32_t i = 0; i < gn->n_in; i++) any_re |= c->erv[iv[i]] != NULL;
+    if (any_re) { /* independent errors: the collective applied to the variances */
+      for (uint32_t i = 0; i < gn->n_in; i++) {
+        int64_t n = vd_tensor_numel(ptensor(c, iv[i]));
+        if ((rc = buf_at_least(&w->absd[i], &w->abscap[i], n, d)) != VD_OK) goto done;
+        for (int64_t e = 0; e < n; e++) w->absd[i][e] = c->erv[iv[i]] ? c->erv[iv[i]][e] * c->erv[iv[i]][e] : 0.0;
+        w->ins[i] = w->absd[i];
+      }
+      if ((rc = eval_node(c, k, b, w->ins, w->tmpo, d)) != VD_OK) goto done;
+      for (uint32_t j = 0; j < gn->n_out; j++) {
+        int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+        for (int64_t e = 0; e < m; e++) w->rvar[j][e] += fabs(w->tmpo[j][e]);
+      }
+    }
     if (any_wc) { /* the collective applied to the inputs' bounds (a sum of nonnegative vectors) */
       for (uint32_t i = 0; i < gn->n_in; i++) {
         int64_t n = vd_tensor_numel(ptensor(c, iv[i]));
@@ -672,7 +704,7 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
     for (uint32_t i = 0; i < gn->n_in; i++) {
       uint32_t v = iv[i];
       for (uint32_t j = 0; j < gn->n_out; j++) w->pre_in[j] = 0;
-      if (c->ere[v] > 0 && (rc = probe_realistic(c, k, i, b, w, d)) != VD_OK) goto done;
+      if (c->erv[v] && (rc = probe_realistic(c, k, i, op, b, w, d)) != VD_OK) goto done;
       if (c->ewv[v] && (rc = probe_worst(c, k, i, op, b, w, d)) != VD_OK) goto done;
     }
   }
@@ -680,75 +712,89 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
   int combine = coll_sum || (is_sum_of_inputs(op) && in_parts > out_parts);
   double *nfac = w->tmpc, *vs = w->tmpc + gn->n_out, *s1 = w->tmpc + 2 * gn->n_out, *km = w->tmpc + 3 * gn->n_out;
   int any_split = 0;
+  const vd_tensor_t *t0 = ptensor(c, ov[0]);
+  double u = unit_of(c, t0), ua = accum_unit(c, u);
+  /* bfloat16 and float16 kernels (float inside, rounded back) take shape-dependent code paths */
+  int low = u > ldexp(1.0, -20);
   for (uint32_t j = 0; j < gn->n_out; j++) {
     int64_t pj = part_n(ptensor(c, ov[j]));
     nfac[j] = is_contraction(op) && pj > in_parts ? (double)pj / (double)in_parts : 0.0;
+    /* a contraction on another shape than the single plan's, in low precision: another
+       blocking of the same sums, as if reassociated (both sides' roundings independent) */
+    if (is_contraction(op) && nfac[j] == 0 && bit_in && low && !whole_single(c, ov[j])) nfac[j] = 1.0;
     any_split |= nfac[j] > 0;
     vs[j] = s1[j] = 0;
     km[j] = 1;
   }
-  const vd_tensor_t *t0 = ptensor(c, ov[0]);
-  double u = unit_of(c, t0), ua = accum_unit(c, u);
   if (is_contraction(op) && (any_split || !bit_in) &&
-      (rc = contraction_terms(c, k, op, b, km, s1, vs, ua, nfac, w->s1v, d)) != VD_OK)
+      (rc = contraction_terms(c, k, op, b, km, s1, vs, ua, nfac, w->s1v, w->kv, w->s2v, d)) != VD_OK)
     goto done;
   for (uint32_t j = 0; j < gn->n_out; j++) {
     uint32_t v = ov[j];
     const double *yv = c->val[v];
     int64_t m = vd_tensor_numel(ptensor(c, v));
-    double y = c->nrm[v];
-    double re2 = w->pre[j], *wv = w->wvec[j];
+    double *rv = w->rvar[j], *wv = w->wvec[j];
+    const double *s1e = w->s1v[j], *k1e = w->kv[j];
     int split = nfac[j] > 0;
-    if (split) {
-      re2 += vs[j];
-      double gs = vd_noise_gamma(km[j], ua) + vd_noise_gamma(km[j] * nfac[j], ua);
-      for (int64_t e = 0; e < m; e++) wv[e] += gs * w->s1v[j][e];
-      if (ua < u) { /* both sides round their (different) accumulators to the output precision */
-        double a = 2.0 * u * sqrt(vs[j]) * y, cap = (2.0 / 3.0) * u * u * y * y;
-        re2 += a < cap ? a : cap;
-        for (int64_t e = 0; e < m; e++) wv[e] += 2.0 * u * fabs(yv[e]);
+    int kernel = bit_in && kernel_dependent(op) && !whole_single(c, v) && low;
+    int amp = !bit_in && !is_move(op) && u > 0;
+    double gsplit = split ? vd_noise_gamma(km[j], ua) + vd_noise_gamma(km[j] * nfac[j], ua) : 0;
+    double nm = coll_sum ? (double)gn->n_part : (double)gn->n_in, gcomb = vd_noise_gamma(nm - 1.0, ua);
+    double g2 = 2.0 * vd_noise_gamma(km[j], ua);
+    for (int64_t e = 0; e < m; e++) {
+      double ye = fabs(yv[e]), prop = rv[e];
+      if (split) { /* both sides' roundings of the sum, in the accumulation precision */
+        double K = k1e[e] >= 1 ? k1e[e] : 1;
+        double var = (ua * ua / 3.0) * K * (ye * ye / 3.0 + w->s2v[j][e] / 2.0) * (1.0 + nfac[j]);
+        rv[e] += var;
+        wv[e] += gsplit * s1e[e];
+        if (ua < u) { /* both sides round their (different) accumulators to the output precision */
+          double a2 = 2.0 * u * ye * 0.8 * sqrt(var), cap = (2.0 / 3.0) * u * u * ye * ye;
+          rv[e] += a2 < cap ? a2 : cap;
+          wv[e] += 2.0 * u * ye;
+        }
       }
-    }
-    if (combine) {
-      double nm = coll_sum ? (double)gn->n_part : (double)gn->n_in;
-      re2 += (ua * ua / 3.0) * (nm - 1.0) * y * y;
-      double g = vd_noise_gamma(nm - 1.0, ua);
-      for (uint32_t i = 0; i < gn->n_in; i++) {
-        int64_t ni = vd_tensor_numel(ptensor(c, iv[i]));
-        if (op == VD_OP_ALL_REDUCE ? ni != m : 1) continue;
-        for (int64_t e = 0; e < m; e++) wv[e] += g * fabs(c->val[iv[i]][e]);
-      }
-      if (op != VD_OP_ALL_REDUCE) /* add/accumulate of parts, reduce_scatter: sum |x_i| >= |y|, bounded by the inputs */
+      if (combine) { /* the sum of the parts, rounded in an order the single plan never uses */
+        rv[e] += (ua * ua / 3.0) * (nm - 1.0) * ye * ye;
+        double sx = 0;
         for (uint32_t i = 0; i < gn->n_in; i++) {
           int64_t ni = vd_tensor_numel(ptensor(c, iv[i]));
-          for (int64_t e = 0; e < m; e++) wv[e] += g * fabs(c->val[iv[i]][ni == m ? e : e % (ni > 0 ? ni : 1)]);
+          if (ni > 0) sx += fabs(c->val[iv[i]][ni == m ? e : e % ni]);
         }
+        if (op == VD_OP_ALL_REDUCE) sx = 0; /* below: its own participants' inputs */
+        if (op == VD_OP_ALL_REDUCE)
+          for (uint32_t i = 0; i < gn->n_in; i++)
+            if (vd_tensor_numel(ptensor(c, iv[i])) == m) sx += fabs(c->val[iv[i]][e]);
+        wv[e] += gcomb * sx;
+      }
+      if (kernel) { /* another shape: another code path of the kernel, at most an ulp apart */
+        rv[e] += (2.0 / 3.0) * u * u * ye * ye;
+        wv[e] += 2.0 * u * ye;
+      }
+      if (amp) { /* roundings of values that differ by d flip with probability |d| / ulp: the
+                    output's, and the internal ones (K partial sums of a contraction, in the
+                    accumulation precision; a few in a float kernel of the output precision) */
+        double K = is_contraction(op) ? (k1e[e] >= 1 ? k1e[e] : 1) : 1.0;
+        double Kk = kernel_dependent(op) && !low ? 4.0 : 1.0;
+        double ui = is_contraction(op) ? ua : u;
+        double a2 = 2.0 * ye * 0.8 * sqrt(prop) * (u * Kk + (is_contraction(op) ? ui * K : 0.0));
+        double cap = (2.0 / 3.0) * ye * ye * (u * u * Kk + (is_contraction(op) ? ui * ui * K : 0.0));
+        rv[e] += a2 < cap ? a2 : cap;
+        wv[e] += is_contraction(op) ? g2 * s1e[e] + 2.0 * u * ye : 2.0 * u * ye * Kk;
+      }
     }
-    int kernel = bit_in && kernel_dependent(op) && !whole_single(c, v) && u > ldexp(1.0, -20); /* bf16, fp16 */
-    if (kernel) { /* another shape: another code path of the kernel, at most an ulp apart */
-      re2 += (2.0 / 3.0) * u * u * y * y;
-      for (int64_t e = 0; e < m; e++) wv[e] += 2.0 * u * fabs(yv[e]);
-    }
-    if (!bit_in && !is_move(op) && u > 0) {
-      double a = 2.0 * u * (coll_sum ? sqrt(w->pre[j]) * y : w->amp[j]), cap = (2.0 / 3.0) * u * u * y * y;
-      if (is_contraction(op)) cap *= km[j];
-      re2 += a < cap ? a : cap;
-      double g2 = 2.0 * vd_noise_gamma(km[j], ua);
-      for (int64_t e = 0; e < m; e++) wv[e] += is_contraction(op) ? g2 * w->s1v[j][e] : 2.0 * u * fabs(yv[e]);
-    }
-    c->ere[v] = sqrt(re2);
-    if (getenv("VD_NOISE_DEBUG"))
-      fprintf(stderr, "node %lld %s out %lld: pre %.3g amp %.3g split %d combine %d bitin %d -> ere %.3g (rel %.3g) y %.3g\n",
-              (long long)pn->id, vd_node_op(c->pp, pn), (long long)ptensor(c, v)->id, sqrt(w->pre[j]), w->amp[j],
-              split, combine, bit_in, c->ere[v], c->ere[v] / (y > 0 ? y : 1), y);
-    if (getenv("VD_NOISE_DEBUG"))
-      for (uint32_t i = 0; i < gn->n_in; i++)
-        fprintf(stderr, "   in %lld ere %.3g nrm %.3g bitid %d\n", (long long)ptensor(c, iv[i])->id, c->ere[iv[i]],
-                c->nrm[iv[i]], c->bitid[iv[i]]);
-    double mx = 0;
-    for (int64_t e = 0; e < m; e++)
+    double tot = 0, mx = 0;
+    for (int64_t e = 0; e < m; e++) {
+      tot += rv[e];
       if (!(wv[e] <= mx)) mx = wv[e];
+    }
+    c->ere[v] = sqrt(tot);
     c->ewc[v] = mx;
+    if (tot > 0 || isnan(tot)) {
+      for (int64_t e = 0; e < m; e++) rv[e] = sqrt(rv[e]);
+      c->erv[v] = rv;
+      w->rvar[j] = NULL;
+    }
     if (mx > 0 || isnan(mx)) {
       c->ewv[v] = wv;
       w->wvec[j] = NULL;
@@ -761,7 +807,11 @@ done:
     vd_free(w->wvec[j]);
     vd_free(w->wtmp[j]);
     vd_free(w->s1v[j]);
-    w->wvec[j] = w->wtmp[j] = w->s1v[j] = NULL;
+    vd_free(w->base[j]);
+    vd_free(w->rvar[j]);
+    vd_free(w->kv[j]);
+    vd_free(w->s2v[j]);
+    w->wvec[j] = w->wtmp[j] = w->s1v[j] = w->base[j] = w->rvar[j] = w->kv[j] = w->s2v[j] = NULL;
   }
   return rc;
 }
@@ -780,7 +830,8 @@ vd_rc vd_noise_i_propagate(vd_noise_ctx *c, vd_diag *d) {
   c->nrm = vd_calloc(nv + 1, sizeof(double));
   c->known = vd_calloc(nv + 1, 1);
   c->ewv = vd_calloc(nv + 1, sizeof(double *));
-  if (!c->val || !c->own || !c->dumped || !c->bitid || !c->ere || !c->ewc || !c->nrm || !c->known || !c->ewv) return VD_OOM(d);
+  c->erv = vd_calloc(nv + 1, sizeof(double *));
+  if (!c->val || !c->own || !c->dumped || !c->bitid || !c->ere || !c->ewc || !c->nrm || !c->known || !c->ewv || !c->erv) return VD_OOM(d);
   /* values from the dump; initial values in noise mode */
   for (size_t v = 0; v < nv; v++) {
     const vd_tensor_t *t = ptensor(c, (uint32_t)v);

@@ -22,6 +22,9 @@ static void ctx_free(vd_noise_ctx *c) {
       if (c->own[v]) vd_free(c->val[v]);
   if (c->ewv)
     for (size_t v = 0; v < c->gpx.n_values; v++) vd_free(c->ewv[v]);
+  if (c->erv)
+    for (size_t v = 0; v < c->gpx.n_values; v++) vd_free(c->erv[v]);
+  vd_free(c->erv);
   vd_free(c->ewv);
   vd_free(c->val);
   vd_free(c->own);
