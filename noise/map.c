@@ -231,8 +231,15 @@ static vd_rc one_lineage(vd_noise_ctx *c, const vd_lineage *L, vd_noise_row *row
           if (er)
             for (int64_t e = 0; e < m; e++) acr[e] += er[e] * er[e];
         }
+        /* the single plan adds these parts in floating point where the comparison adds them
+           exactly: its roundings, n - 1 additions per element */
+        double us = vd_noise_unit_of_dtype(st->dtype);
+        if (c->o->dtype != VD_NOISE_PLAN && us > 0) us = vd_noise_unit(c->o->dtype);
+        double gn1 = vd_noise_gamma((double)(ins[g].n - 1), us);
         for (int64_t e = 0; e < m; e++) {
           int64_t si = single_index(st, &ins[g], e);
+          acr[e] += (us * us / 3.0) * (double)(ins[g].n - 1) * acc[e] * acc[e];
+          acw[e] += gn1 * fabs(acc[e]) * (double)ins[g].n;
           if (!(acw[e] <= wsv[si])) wsv[si] = acw[e];
           if (!(acr[e] <= rsv[si])) rsv[si] = acr[e];
         }
