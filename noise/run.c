@@ -54,8 +54,14 @@ static void describe_stuck(const vd_noise_ctx *c, vd_noise_result *r) {
   const vd_node_t *n = &c->pp->nodes[is->stuck_node];
   char why[256];
   vd_lin_stuck_phrase(is, why, sizeof(why));
-  snprintf(r->stuck, sizeof(r->stuck), "%s '%.120s' on rank %d: %s", vd_node_op(c->pp, n),
-           vd_plan_s(c->pp, n->name), n->rank, why);
+  char origin[200] = "";
+  if (is->stuck_why == VD_LIN_STUCK_FACTOR && is->stuck_origin >= 0 && (size_t)is->stuck_origin < c->pp->n_nodes) {
+    const vd_node_t *on = &c->pp->nodes[is->stuck_origin];
+    snprintf(origin, sizeof(origin), "; the factor comes from %s '%.120s'", vd_node_op(c->pp, on),
+             vd_plan_s(c->pp, on->name));
+  }
+  snprintf(r->stuck, sizeof(r->stuck), "%s '%.120s' on rank %d: %s%s", vd_node_op(c->pp, n),
+           vd_plan_s(c->pp, n->name), n->rank, why, origin);
 }
 
 vd_rc vd_noise_run(const vd_plan_t *sp, vd_plan_t *pp, const vd_noise_dump *sd, const vd_noise_dump *pd,
