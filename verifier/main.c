@@ -36,7 +36,7 @@ static void usage(FILE *f) {
           "\n"
           "commands:\n");
   for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-    fprintf(f, "  %-6s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "  %-7s %s\n", commands[i].name, commands[i].summary);
   fprintf(f,
           "\n"
           "options of the main form (verdict --sm S --pm P --help for all):\n"
