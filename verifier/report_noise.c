@@ -138,6 +138,10 @@ void vd_noise_write_text(FILE *f, const vd_noise_result *r, const vd_noise_repor
                    "outside it (a kernel, the data order, a precision setting, non-determinism). Look at %s first.\n",
                 w->name);
     }
+    if (r->first_beyond < 0 && x->plan_verdict && strcmp(x->plan_verdict, "NOT EQUIVALENT") == 0)
+      fprintf(f, "  The plans are NOT EQUIVALENT although this run stays within rounding on every tensor compared: "
+                 "the difference is in values this run does not exercise, or past the point below (run verdict "
+                 "--sm --pm for the counterexample).\n");
     if (r->stuck[0])
       fprintf(f, "  lineage inference stopped at %s: the values past it have no single-device counterpart "
                  "(the plan itself differs there; run verdict --sm --pm for the proof)\n",
