@@ -238,7 +238,7 @@ static vd_rc one_lineage(vd_noise_ctx *c, const vd_lineage *L, vd_noise_row *row
         double gn1 = vd_noise_gamma((double)(ins[g].n - 1), us);
         for (int64_t e = 0; e < m; e++) {
           int64_t si = single_index(st, &ins[g], e);
-          acr[e] += (us * us / 3.0) * (double)(ins[g].n - 1) * acc[e] * acc[e];
+          acr[e] += VD_NOISE_RV * us * us * (double)(ins[g].n - 1) * acc[e] * acc[e];
           acw[e] += gn1 * fabs(acc[e]) * (double)ins[g].n;
           if (!(acw[e] <= wsv[si])) wsv[si] = acw[e];
           if (!(acr[e] <= rsv[si])) rsv[si] = acr[e];

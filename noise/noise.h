@@ -55,6 +55,12 @@ const char *vd_noise_prec_name(vd_noise_prec p);
  * a float (integers) has u = 0: its values are exact. */
 double vd_noise_unit(vd_noise_prec p);
 double vd_noise_unit_of_dtype(vd_dtype dt);
+/* The realistic model of one rounding of a value y: the error is uniform in
+ * half an ulp either side, and an ulp, averaged over a binade (|y| log-uniform),
+ * is u |y| / ln 2: VD_NOISE_ULP = 1 / ln 2, and the variance of one rounding is
+ * VD_NOISE_RV u^2 y^2 with VD_NOISE_RV = (1 / ln 2)^2 / 12. */
+#define VD_NOISE_ULP 1.4426950408889634
+#define VD_NOISE_RV 0.17344824582650045
 /* gamma_k = k u / (1 - k u) (Higham), +inf when k u >= 1. */
 double vd_noise_gamma(double k, double u);
 

@@ -597,7 +597,7 @@ static vd_rc contraction_terms(vd_noise_ctx *c, uint32_t k, int op, callbuf *b, 
       s2v[j][e] = q;
       /* one side's variance, (u^2/3) K (y^2/3 + sum t^2 / 2); the single side's nK terms */
       double ye = op == VD_OP_MEAN ? y[e] * K : y[e];
-      v += (u_acc * u_acc / 3.0) * K * (ye * ye / 3.0 + q / 2.0) * (1.0 + nfac[j]);
+      v += VD_NOISE_RV * u_acc * u_acc * K * (ye * ye / 3.0 + q / 2.0) * (1.0 + nfac[j]);
     }
     s1n[j] = s1; /* max-norm of |terms| summed */
     vsum[j] = v;
@@ -745,17 +745,17 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
       double ye = fabs(yv[e]), prop = rv[e];
       if (split) { /* both sides' roundings of the sum, in the accumulation precision */
         double K = k1e[e] >= 1 ? k1e[e] : 1;
-        double var = (ua * ua / 3.0) * K * (ye * ye / 3.0 + w->s2v[j][e] / 2.0) * (1.0 + nfac[j]);
+        double var = VD_NOISE_RV * ua * ua * K * (ye * ye / 3.0 + w->s2v[j][e] / 2.0) * (1.0 + nfac[j]);
         rv[e] += var;
         wv[e] += gsplit * s1e[e];
         if (ua < u) { /* both sides round their (different) accumulators to the output precision */
-          double a2 = 2.0 * u * ye * 0.8 * sqrt(var), cap = (2.0 / 3.0) * u * u * ye * ye;
+          double a2 = VD_NOISE_ULP * u * ye * 0.8 * sqrt(var), cap = 2.0 * VD_NOISE_RV * u * u * ye * ye;
           rv[e] += a2 < cap ? a2 : cap;
           wv[e] += 2.0 * u * ye;
         }
       }
       if (combine) { /* the sum of the parts, rounded in an order the single plan never uses */
-        rv[e] += (ua * ua / 3.0) * (nm - 1.0) * ye * ye;
+        rv[e] += VD_NOISE_RV * ua * ua * (nm - 1.0) * ye * ye;
         double sx = 0;
         for (uint32_t i = 0; i < gn->n_in; i++) {
           int64_t ni = vd_tensor_numel(ptensor(c, iv[i]));
@@ -768,7 +768,7 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
         wv[e] += gcomb * sx;
       }
       if (kernel) { /* another shape: another code path of the kernel, at most an ulp apart */
-        rv[e] += (2.0 / 3.0) * u * u * ye * ye;
+        rv[e] += 2.0 * VD_NOISE_RV * u * u * ye * ye;
         wv[e] += 2.0 * u * ye;
       }
       if (amp) { /* roundings of values that differ by d flip with probability |d| / ulp: the
@@ -777,8 +777,8 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
         double K = is_contraction(op) ? (k1e[e] >= 1 ? k1e[e] : 1) : 1.0;
         double Kk = kernel_dependent(op) && !low ? 4.0 : 1.0;
         double ui = is_contraction(op) ? ua : u;
-        double a2 = 2.0 * ye * 0.8 * sqrt(prop) * (u * Kk + (is_contraction(op) ? ui * K : 0.0));
-        double cap = (2.0 / 3.0) * ye * ye * (u * u * Kk + (is_contraction(op) ? ui * ui * K : 0.0));
+        double a2 = VD_NOISE_ULP * ye * 0.8 * sqrt(prop) * (u * Kk + (is_contraction(op) ? ui * K : 0.0));
+        double cap = 2.0 * VD_NOISE_RV * ye * ye * (u * u * Kk + (is_contraction(op) ? ui * ui * K : 0.0));
         rv[e] += a2 < cap ? a2 : cap;
         wv[e] += is_contraction(op) ? g2 * s1e[e] + 2.0 * u * ye : 2.0 * u * ye * Kk;
       }
