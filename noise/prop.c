@@ -1,40 +1,44 @@
 /*
  * noise/prop.c - values of every parallel value and the propagation of the
- * rounding-error bounds through the parallel graph (docs/noise.md, "Model").
+ * rounding-error bounds through the parallel graph (docs/noise.md, "The
+ * model of floating point").
  *
  * For every parallel graph value (every replica) we keep its values (from the
  * parallel dump, else computed here by the registry's evaluator from its
- * node's inputs) and two absolute error bounds in the 2-norm against the
- * single-device value (slice, or part) it stands for: E_re (realistic: one
- * standard deviation of independent rounding errors) and E_wc (worst case,
- * first order).  Initial values are exact (E = 0, bit-identical).  A node's
- * output error is
+ * node's inputs) and two bounds per element against the single-device value
+ * (slice, or part) it stands for: a realistic standard deviation (erv) and a
+ * first-order worst case (ewv, |error_e| <= ewv_e).  Initial values are exact
+ * and bit-identical.  A node's outputs get
  *
- *   propagated:  the inputs' errors through the operator, measured by
- *                evaluating it on perturbed inputs (a probe shaped like the
- *                inputs' magnitudes for E_re; for E_wc the Jacobian norm:
- *                exact diagonal for elementwise operators, 1 (or the
- *                broadcast factor) for data movement, a Frobenius estimate
- *                sqrt(n) ||J r|| / ||r|| for the others);
+ *   propagated:  its inputs' errors through the operator, measured by
+ *                evaluating it (in double) on perturbed inputs against the
+ *                node evaluated on the unperturbed ones: x + s (data movement,
+ *                elementwise) or x + r s with random signs (others) for the
+ *                realistic variances; for the worst case |f(x + W) - f(x)|
+ *                (data movement), f(W, |x|) (sums and bilinear operators:
+ *                exact |J| W), the larger of x +- W (elementwise), twice the
+ *                largest of six sign patterns (others: an estimate);
  *   + split:     a contraction whose output is a partial sum the single plan
- *                computes whole (the output's part count exceeds its inputs'):
- *                the parallel sums K terms where the single sums nK, each with
- *                variance (u^2/3) sum_j s_j^2 over its partial sums s_j
- *                (random walk: K (y^2/3 + sum t^2/2) per element);
- *                worst (gamma_K + gamma_nK) |||terms|||;
- *   + combine:   an all_reduce or add that sums m parts the single plan never
- *                sums separately: (u^2/3)(m-1)||y||^2; worst gamma_{m-1} sum ||x_i||;
- *   + rounding:  when the inputs differ, both sides round values that differ,
- *                so their roundings no longer coincide: E^2 += min(2u sum |d||y|,
- *                (2/3)u^2 ||y||^2) (a difference d far below an ulp flips a
- *                rounding with probability |d|/ulp); worst += 2u||y||
- *                (2 gamma_K |||terms||| for a contraction).
- *
- * Data movement on bit-identical inputs and every operator whose inputs are
- * bit-identical and that neither splits nor combines a sum keeps the output
- * bit-identical.  Collectives are taken to deliver the same bits to every
- * participant (gloo's and NCCL's ring all_reduce end with an all_gather of
- * the reduced chunks).
+ *                computes whole (the output's part count exceeds its
+ *                inputs'): both sides' roundings of their sums (the random
+ *                walk of a recursive sum, r u^2 K (y^2/3 + sum t^2/2) (1 + n)
+ *                per element; worst (gamma_K + gamma_nK) sum |t|);
+ *   + combine:   an all_reduce or add of parts the single plan never sums
+ *                separately: r u^2 (m-1) y^2; worst gamma_{m-1} sum |x_i|;
+ *   + flips:     when the inputs differ, roundings of values that differ by d
+ *                flip with probability |d| / ulp: (u |y| / ln 2) E|d|, at most
+ *                2 r u^2 y^2 (times the internal roundings of a contraction
+ *                or of a float kernel); worst 2u|y|;
+ *   + kernels:   bfloat16/float16 kernels on another shape than the single
+ *                plan's (vectorised body against scalar remainder, another
+ *                blocking of a matmul) round differently: 2 r u^2 y^2, or a
+ *                contraction's reassociation.
+ * r = VD_NOISE_RV (noise.h): one rounding, uniform in half an ulp.  Data
+ * movement on bit-identical inputs, and every operator on bit-identical
+ * inputs that neither splits nor combines a sum nor runs a low-precision
+ * kernel on another shape, keeps its output bit-identical.  Collectives are
+ * taken to deliver the same bits to every participant (gloo's and NCCL's
+ * all_reduce algorithms end by broadcasting the reduced chunks).
  */
 #include <math.h>
 #include <stdio.h>
@@ -595,7 +599,7 @@ static vd_rc contraction_terms(vd_noise_ctx *c, uint32_t k, int op, callbuf *b, 
       s1v[j][e] = a;
       kv[j][e] = K;
       s2v[j][e] = q;
-      /* one side's variance, (u^2/3) K (y^2/3 + sum t^2 / 2); the single side's nK terms */
+      /* one side's variance, r u^2 K (y^2/3 + sum t^2 / 2); the single side's nK terms */
       double ye = op == VD_OP_MEAN ? y[e] * K : y[e];
       v += VD_NOISE_RV * u_acc * u_acc * K * (ye * ye / 3.0 + q / 2.0) * (1.0 + nfac[j]);
     }
