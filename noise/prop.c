@@ -284,14 +284,12 @@ static vd_rc synth_initial(vd_noise_ctx *c, uint32_t v, vd_diag *d) {
 /* ---- one node's bounds -------------------------------------------------------------- */
 
 typedef struct {
-  double *pre, *pwc, *amp; /* per output: propagated E_re^2, E_wc; sum |d||y| */
   double *tmpd;            /* perturbed input */
   double *tmpc;            /* 5 per output: contraction terms */
   double **wvec, **wtmp, **s1v; /* per output: worst-case bound vector, a probe's, sum |terms| */
   double **base;           /* per output: the node evaluated in double on its inputs (the probes' origin) */
   double **rvar;           /* per output: realistic variance per element */
   double **kv, **s2v;      /* per output: terms per element, sum of squared terms (contractions) */
-  double *pre_in;          /* per output: the realistic probe's squared difference for the current input */
   double **absd;           /* per input: |x| */
   int64_t *abscap;
   double **tmpo;           /* outputs of a probe */
@@ -304,14 +302,10 @@ typedef struct {
 static vd_rc work_fit(workbuf *w, uint32_t n, vd_diag *d) {
   if (n > w->cap) {
     for (uint32_t i = 0; i < w->cap; i++) vd_free(w->tmpo[i]);
-    vd_free(w->pre);
-    vd_free(w->pwc);
-    vd_free(w->amp);
     vd_free(w->tmpo);
     vd_free(w->ins);
     vd_free(w->ocap);
     vd_free(w->tmpc);
-    vd_free(w->pre_in);
     if (w->absd)
       for (uint32_t i = 0; i < w->cap; i++) vd_free(w->absd[i]);
     vd_free(w->absd);
@@ -331,17 +325,13 @@ static vd_rc work_fit(workbuf *w, uint32_t n, vd_diag *d) {
     w->wtmp = vd_calloc(n, sizeof(double *));
     w->s1v = vd_calloc(n, sizeof(double *));
     w->tmpc = vd_calloc((size_t)n * 5, sizeof(double));
-    w->pre_in = vd_calloc(n, sizeof(double));
     w->absd = vd_calloc(n, sizeof(double *));
     w->abscap = vd_calloc(n, sizeof(int64_t));
-    w->pre = vd_calloc(n, sizeof(double));
-    w->pwc = vd_calloc(n, sizeof(double));
-    w->amp = vd_calloc(n, sizeof(double));
     w->tmpo = vd_calloc(n, sizeof(double *));
     w->ins = vd_calloc(n, sizeof(double *));
     w->ocap = vd_calloc(n, sizeof(int64_t));
     w->cap = n;
-    if (!w->pre || !w->pwc || !w->amp || !w->tmpo || !w->ins || !w->ocap || !w->tmpc || !w->pre_in || !w->absd ||
+    if (!w->tmpo || !w->ins || !w->ocap || !w->tmpc || !w->absd ||
         !w->abscap || !w->wvec || !w->wtmp || !w->s1v || !w->base || !w->rvar || !w->kv || !w->s2v) {
       w->cap = 0;
       return VD_OOM(d);
@@ -364,15 +354,11 @@ static vd_rc buf_at_least(double **p, int64_t *cap, int64_t n, vd_diag *d) {
 
 static void work_free(workbuf *w) {
   for (uint32_t i = 0; i < w->cap; i++) vd_free(w->tmpo[i]);
-  vd_free(w->pre);
-  vd_free(w->pwc);
-  vd_free(w->amp);
   vd_free(w->tmpo);
   vd_free(w->ins);
   vd_free(w->ocap);
   vd_free(w->tmpd);
   vd_free(w->tmpc);
-  vd_free(w->pre_in);
   if (w->absd)
     for (uint32_t i = 0; i < w->cap; i++) vd_free(w->absd[i]);
   vd_free(w->absd);
@@ -426,14 +412,11 @@ static vd_rc probe_realistic(vd_noise_ctx *c, uint32_t k, uint32_t i, int op, ca
     for (uint32_t j = 0; j < gn->n_out; j++) {
       const double *y = w->base[j];
       int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
-      double q = 0;
       for (int64_t e = 0; e < m; e++) {
         double dd = w->tmpo[j][e] - y[e];
         if (!isfinite(dd)) dd = isnan(w->tmpo[j][e]) && isnan(y[e]) ? 0 : INFINITY;
         w->rvar[j][e] += dd * dd / probes;
-        q += dd * dd / probes;
       }
-      w->pre_in[j] += q;
     }
   }
   return VD_OK;
@@ -623,7 +606,6 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
   int op = vd_op_lookup(vd_node_op(c->pp, pn));
   const uint32_t *iv = vd_gnode_inputs(&c->gpx, gn), *ov = vd_gnode_outputs(&c->gpx, gn);
   VD_CHECK(work_fit(w, gn->n_out + gn->n_in + 1, d));
-  for (uint32_t j = 0; j < gn->n_out; j++) w->pre[j] = w->amp[j] = 0;
   int bit_in = 1, any_wc = 0;
   int64_t in_parts = 1, maxn = 1;
   for (uint32_t i = 0; i < gn->n_in; i++) {
@@ -707,7 +689,6 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
   } else {
     for (uint32_t i = 0; i < gn->n_in; i++) {
       uint32_t v = iv[i];
-      for (uint32_t j = 0; j < gn->n_out; j++) w->pre_in[j] = 0;
       if (c->erv[v] && (rc = probe_realistic(c, k, i, op, b, w, d)) != VD_OK) goto done;
       if (c->ewv[v] && (rc = probe_worst(c, k, i, op, b, w, d)) != VD_OK) goto done;
     }
