@@ -17,7 +17,7 @@
 #include "noise_int.h"
 
 static void ctx_free(vd_noise_ctx *c) {
-  if (c->val)
+  if (c->val && c->own)
     for (size_t v = 0; v < c->gpx.n_values; v++)
       if (c->own[v]) vd_free(c->val[v]);
   if (c->ewv)

@@ -22,6 +22,7 @@
 #include "../../common/mem.h"
 #include "../../noise/noise.h"
 #include "../../plans/gen.h"
+#include "../support/fault.h"
 
 static void test_prec(void **st) {
   (void)st;
@@ -193,10 +194,46 @@ static void test_dump_read(void **st) {
   assert_int_equal(vd_noise_dump_read("/nonexistent/dump", &dp, &d), VD_EINPUT);
 }
 
+/* Every allocation of a noise run may fail: VD_ENOMEM with a diag, nothing
+ * leaked (tf_fail_each checks the allocator's counters). */
+static vd_rc fault_run(void *ctx, vd_diag *d) {
+  (void)ctx;
+  vd_gen_config c;
+  vd_gen_config_default(&c);
+  c.model = VD_GEN_MLP;
+  c.layers = 1;
+  c.hidden = 8;
+  c.batch = 4;
+  c.tp = 2;
+  vd_plan_t s, p;
+  memset(&s, 0, sizeof(s));
+  memset(&p, 0, sizeof(p));
+  vd_rc rc = vd_gen_build(&c, &s, &p, d);
+  if (rc == VD_OK) {
+    vd_noise_opts o;
+    memset(&o, 0, sizeof(o));
+    o.dtype = VD_NOISE_FP32;
+    vd_noise_result r;
+    rc = vd_noise_run(&s, &p, NULL, NULL, &o, &r, d);
+    vd_noise_result_free(&r);
+  }
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+  return rc;
+}
+
+static void test_fault(void **st) {
+  (void)st;
+  long n = 0;
+  assert_int_equal(tf_fail_each(fault_run, NULL, NULL, 1, &n), VD_OK);
+  assert_true(n > 100);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_prec),        cmocka_unit_test(test_bitid_marks), cmocka_unit_test(test_monotone_k),
       cmocka_unit_test(test_monotone_dtype), cmocka_unit_test(test_dump_read),
+      cmocka_unit_test(test_fault),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
