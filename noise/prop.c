@@ -87,64 +87,52 @@ static double accum_unit(const vd_noise_ctx *c, double u_out) {
 
 static int64_t part_n(const vd_tensor_t *t) { return t->has_lin && t->lin.part_n > 1 ? t->lin.part_n : 1; }
 
-/* Operators that only move or select elements: exact, no rounding. */
-static int is_move(int op) {
-  switch (op) {
-  case VD_OP_IDENTITY: case VD_OP_CONTIGUOUS: case VD_OP_VIEW: case VD_OP_RESHAPE: case VD_OP_TRANSPOSE:
-  case VD_OP_MULTIREF: case VD_OP_CHUNK: case VD_OP_CHUNK_BACKWARD: case VD_OP_CONCAT: case VD_OP_EXPAND:
-  case VD_OP_SEND: case VD_OP_RECV: case VD_OP_ALL_GATHER: case VD_OP_BROADCAST: case VD_OP_ALL_TO_ALL:
-  case VD_OP_EMBEDDING: case VD_OP_PICK: case VD_OP_NEG: case VD_OP_CAUSAL_MASK: case VD_OP_CREATE_MASK:
-    return 1;
-  default:
-    return 0;
-  }
-}
+/* How each operator enters the model: a table indexed by operator id (the
+ * registry, ops/ops.def, lists the operators; this is noise/'s reading of
+ * them, one row each; operators without a row get the general rules).
+ *   NZ_MOVE  only moves or selects elements: exact, no rounding;
+ *   NZ_ELEM  elementwise: output e reads element e of each same-shaped input
+ *            (a diagonal Jacobian);
+ *   NZ_SUM   a sum of products (or of elements) of its inputs: its rounding
+ *            grows with the number of terms; linear in each input;
+ *   NZ_ADDS  a plain sum of its inputs (a combination of parts);
+ *   NZ_KERN  a transcendental or normalising kernel: in bfloat16/float16 its
+ *            vectorised body and scalar remainder may round differently, so
+ *            another shape may give other bits on the same inputs. */
+enum { NZ_MOVE = 1, NZ_ELEM = 2, NZ_SUM = 4, NZ_ADDS = 8, NZ_KERN = 16 };
 
-/* Elementwise operators: output element e depends on element e of each
- * same-shaped input (their Jacobian is diagonal). */
-static int is_elementwise(int op) {
-  switch (op) {
-  case VD_OP_ADD: case VD_OP_SUB: case VD_OP_MUL: case VD_OP_DIV: case VD_OP_NEG: case VD_OP_POW:
-  case VD_OP_SQRT: case VD_OP_RSQRT: case VD_OP_EXP: case VD_OP_LOG: case VD_OP_SIGMOID: case VD_OP_TANH:
-  case VD_OP_SILU: case VD_OP_GELU: case VD_OP_SCALE: case VD_OP_CAST: case VD_OP_ACCUMULATE:
-  case VD_OP_MULTIREF_BACKWARD: case VD_OP_ADD_BACKWARD: case VD_OP_SUB_BACKWARD: case VD_OP_MUL_BACKWARD:
-  case VD_OP_DIV_BACKWARD: case VD_OP_NEG_BACKWARD: case VD_OP_SCALE_BACKWARD: case VD_OP_POW_BACKWARD:
-  case VD_OP_SQRT_BACKWARD: case VD_OP_RSQRT_BACKWARD: case VD_OP_EXP_BACKWARD: case VD_OP_LOG_BACKWARD:
-  case VD_OP_SIGMOID_BACKWARD: case VD_OP_TANH_BACKWARD: case VD_OP_SILU_BACKWARD: case VD_OP_GELU_BACKWARD:
-    return 1;
-  default:
-    return 0;
-  }
-}
+static const uint8_t nz_class[VD_OP__COUNT] = {
+    [VD_OP_IDENTITY] = NZ_MOVE | NZ_ELEM, [VD_OP_CONTIGUOUS] = NZ_MOVE, [VD_OP_VIEW] = NZ_MOVE,
+    [VD_OP_RESHAPE] = NZ_MOVE, [VD_OP_TRANSPOSE] = NZ_MOVE, [VD_OP_MULTIREF] = NZ_MOVE, [VD_OP_CHUNK] = NZ_MOVE,
+    [VD_OP_CHUNK_BACKWARD] = NZ_MOVE, [VD_OP_CONCAT] = NZ_MOVE, [VD_OP_EXPAND] = NZ_MOVE, [VD_OP_SEND] = NZ_MOVE,
+    [VD_OP_RECV] = NZ_MOVE, [VD_OP_ALL_GATHER] = NZ_MOVE, [VD_OP_BROADCAST] = NZ_MOVE,
+    [VD_OP_ALL_TO_ALL] = NZ_MOVE, [VD_OP_EMBEDDING] = NZ_MOVE, [VD_OP_PICK] = NZ_MOVE,
+    [VD_OP_NEG] = NZ_MOVE | NZ_ELEM, [VD_OP_CAUSAL_MASK] = NZ_MOVE, [VD_OP_CREATE_MASK] = NZ_MOVE,
+    [VD_OP_ADD] = NZ_ELEM | NZ_ADDS, [VD_OP_SUB] = NZ_ELEM, [VD_OP_MUL] = NZ_ELEM, [VD_OP_DIV] = NZ_ELEM,
+    [VD_OP_POW] = NZ_ELEM | NZ_KERN, [VD_OP_SQRT] = NZ_ELEM | NZ_KERN, [VD_OP_RSQRT] = NZ_ELEM | NZ_KERN,
+    [VD_OP_EXP] = NZ_ELEM | NZ_KERN, [VD_OP_LOG] = NZ_ELEM | NZ_KERN, [VD_OP_SIGMOID] = NZ_ELEM | NZ_KERN,
+    [VD_OP_TANH] = NZ_ELEM | NZ_KERN, [VD_OP_SILU] = NZ_ELEM | NZ_KERN, [VD_OP_GELU] = NZ_ELEM | NZ_KERN,
+    [VD_OP_SCALE] = NZ_ELEM, [VD_OP_CAST] = NZ_ELEM, [VD_OP_ACCUMULATE] = NZ_ELEM | NZ_ADDS,
+    [VD_OP_MULTIREF_BACKWARD] = NZ_ELEM | NZ_ADDS, [VD_OP_ADD_BACKWARD] = NZ_ELEM,
+    [VD_OP_SUB_BACKWARD] = NZ_ELEM, [VD_OP_MUL_BACKWARD] = NZ_ELEM, [VD_OP_DIV_BACKWARD] = NZ_ELEM,
+    [VD_OP_NEG_BACKWARD] = NZ_ELEM, [VD_OP_SCALE_BACKWARD] = NZ_ELEM, [VD_OP_POW_BACKWARD] = NZ_ELEM | NZ_KERN,
+    [VD_OP_SQRT_BACKWARD] = NZ_ELEM | NZ_KERN, [VD_OP_RSQRT_BACKWARD] = NZ_ELEM | NZ_KERN,
+    [VD_OP_EXP_BACKWARD] = NZ_ELEM | NZ_KERN, [VD_OP_LOG_BACKWARD] = NZ_ELEM | NZ_KERN,
+    [VD_OP_SIGMOID_BACKWARD] = NZ_ELEM | NZ_KERN, [VD_OP_TANH_BACKWARD] = NZ_ELEM | NZ_KERN,
+    [VD_OP_SILU_BACKWARD] = NZ_ELEM | NZ_KERN, [VD_OP_GELU_BACKWARD] = NZ_ELEM | NZ_KERN,
+    [VD_OP_MATMUL] = NZ_SUM, [VD_OP_LINEAR] = NZ_SUM, [VD_OP_MATMUL_BACKWARD] = NZ_SUM,
+    [VD_OP_LINEAR_BACKWARD] = NZ_SUM, [VD_OP_SUM] = NZ_SUM, [VD_OP_MEAN] = NZ_SUM, [VD_OP_SUM_TO] = NZ_SUM,
+    [VD_OP_EMBEDDING_BACKWARD] = NZ_SUM, [VD_OP_SUMSQ] = NZ_SUM,
+    [VD_OP_SOFTMAX] = NZ_KERN, [VD_OP_SOFTMAX_BACKWARD] = NZ_KERN, [VD_OP_RMS_NORM] = NZ_KERN,
+    [VD_OP_RMS_NORM_BACKWARD] = NZ_KERN, [VD_OP_LAYER_NORM] = NZ_KERN, [VD_OP_LAYER_NORM_BACKWARD] = NZ_KERN,
+};
 
-/* Sums of products (or of elements): their rounding grows with the number of terms. */
-static int is_contraction(int op) {
-  switch (op) {
-  case VD_OP_MATMUL: case VD_OP_LINEAR: case VD_OP_MATMUL_BACKWARD: case VD_OP_LINEAR_BACKWARD:
-  case VD_OP_SUM: case VD_OP_MEAN: case VD_OP_SUM_TO: case VD_OP_EMBEDDING_BACKWARD: case VD_OP_SUMSQ:
-    return 1;
-  default:
-    return 0;
-  }
-}
-
-/* Transcendental and normalising kernels: their vectorised body and scalar
- * remainder may round differently (bfloat16 and float16 kernels compute in
- * float and round back), so the same operator on tensors of another shape
- * is not guaranteed to give the same bits on the same inputs. */
-static int kernel_dependent(int op) {
-  switch (op) {
-  case VD_OP_EXP: case VD_OP_LOG: case VD_OP_RSQRT: case VD_OP_SQRT: case VD_OP_SIGMOID: case VD_OP_TANH:
-  case VD_OP_SILU: case VD_OP_GELU: case VD_OP_POW: case VD_OP_SOFTMAX: case VD_OP_SOFTMAX_BACKWARD:
-  case VD_OP_RMS_NORM: case VD_OP_RMS_NORM_BACKWARD: case VD_OP_LAYER_NORM: case VD_OP_LAYER_NORM_BACKWARD:
-  case VD_OP_EXP_BACKWARD: case VD_OP_LOG_BACKWARD: case VD_OP_RSQRT_BACKWARD: case VD_OP_SQRT_BACKWARD:
-  case VD_OP_SIGMOID_BACKWARD: case VD_OP_TANH_BACKWARD: case VD_OP_SILU_BACKWARD: case VD_OP_GELU_BACKWARD:
-  case VD_OP_POW_BACKWARD:
-    return 1;
-  default:
-    return 0;
-  }
-}
+static int nz_is(int op, int cls) { return op >= 0 && op < VD_OP__COUNT && (nz_class[op] & cls); }
+static int is_move(int op) { return nz_is(op, NZ_MOVE); }
+static int is_elementwise(int op) { return nz_is(op, NZ_ELEM); }
+static int is_contraction(int op) { return nz_is(op, NZ_SUM); }
+static int kernel_dependent(int op) { return nz_is(op, NZ_KERN); }
+static int is_sum_of_inputs(int op) { return nz_is(op, NZ_ADDS); }
 
 /* Whether parallel value v holds its single tensor whole (same shape, not a
  * part): the kernel then runs on the same shape on both sides. */
@@ -158,11 +146,6 @@ static int whole_single(const vd_noise_ctx *c, uint32_t v) {
   for (int32_t k = 0; k < t->ndim; k++)
     if (st->shape[k] != t->shape[k]) return 0;
   return 1;
-}
-
-/* Plain sums of their inputs (a combination of parts). */
-static int is_sum_of_inputs(int op) {
-  return op == VD_OP_ADD || op == VD_OP_ACCUMULATE || op == VD_OP_MULTIREF_BACKWARD;
 }
 
 /* ---- evaluation ---------------------------------------------------------------- */
