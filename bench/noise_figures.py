@@ -93,8 +93,13 @@ def write_svg(path, pts):
              % (X(lo), Y(10 * lo), X(hi / 10), Y(hi)))
     col = {"float32": "#1f77b4", "bfloat16": "#d62728"}
     for dt, p in pts.items():
+        seen = set()  # one dot per pixel and precision: the figure stays small
         for x, y in p:
-            o.append('<circle cx="%.1f" cy="%.1f" r="1.6" fill="%s" fill-opacity="0.5"/>' % (X(x), Y(y), col[dt]))
+            px = (round(X(x)), round(Y(y)))
+            if px in seen:
+                continue
+            seen.add(px)
+            o.append('<circle cx="%d" cy="%d" r="1.6" fill="%s" fill-opacity="0.5"/>' % (px[0], px[1], col[dt]))
     for i, dt in enumerate(pts):
         o.append('<circle cx="%d" cy="%d" r="4" fill="%s"/><text x="%d" y="%d">%s (%d tensors)</text>'
                  % (L + W + 15, T + 15 + 18 * i, col[dt], L + W + 25, T + 19 + 18 * i, dt, len(pts[dt])))
