@@ -129,9 +129,9 @@ void vd_noise_write_text(FILE *f, const vd_noise_result *r, const vd_noise_repor
     if (x->plan_verdict) fprintf(f, "  plans: %s (verdict --sm --pm)\n", x->plan_verdict);
     if (r->first_beyond >= 0) {
       const vd_noise_row *w = &r->rows[r->first_beyond];
-      fprintf(f, "  first beyond rounding: #%lld %s (%s): observed %.3g, %s\n", (long long)r->first_beyond, w->name,
+      fprintf(f, "  first beyond rounding: #%lld %s (%s): observed %.3g%s\n", (long long)r->first_beyond, w->name,
               w->family, w->observed,
-              w->bitid ? "must be bit-identical (computed by the same operations on identical inputs)" : "");
+              w->bitid ? ", must be bit-identical (computed by the same operations on identical inputs)" : "");
       if (!w->bitid) fprintf(f, "    realistic bound %.3g, worst-case bound %.3g\n", w->realistic, w->worst);
       if (x->plan_verdict && strcmp(x->plan_verdict, "EQUIVALENT") == 0)
         fprintf(f, "  The plans are proven EQUIVALENT, so this difference does not come from the plan: it comes from "
