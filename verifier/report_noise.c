@@ -153,9 +153,9 @@ void vd_noise_write_text(FILE *f, const vd_noise_result *r, const vd_noise_repor
   } else if (r->stuck[0]) {
     fprintf(f, "  lineage inference stopped at %s: no bound past it\n", r->stuck);
   }
-  int all = x->verbose || !cmp;
+  int all = x->verbose;
   size_t shown = 0;
-  for (size_t i = 0; i < r->n_rows; i++) {
+  for (size_t i = 0; i < r->n_rows && (cmp || all); i++) {
     const vd_noise_row *w = &r->rows[i];
     if (!all && w->status == VD_NOISE_WITHIN) continue;
     if (!all && shown >= 20) {
