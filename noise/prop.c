@@ -41,6 +41,7 @@
  * all_reduce algorithms end by broadcasting the reduced chunks).
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,6 +274,7 @@ typedef struct {
   double **base;           /* per output: the node evaluated in double on its inputs (the probes' origin) */
   double **rvar;           /* per output: realistic variance per element */
   double **kv, **s2v;      /* per output: terms per element, sum of squared terms (contractions) */
+  double **blk;            /* per output: the block wtmp, s1v, base, kv, s2v point into */
   double **absd;           /* per input: |x| */
   int64_t *abscap;
   double **tmpo;           /* outputs of a probe */
@@ -300,6 +302,8 @@ static vd_rc work_fit(workbuf *w, uint32_t n, vd_diag *d) {
     vd_free(w->rvar);
     vd_free(w->kv);
     vd_free(w->s2v);
+    vd_free(w->blk);
+    w->blk = vd_calloc(n, sizeof(double *));
     w->kv = vd_calloc(n, sizeof(double *));
     w->s2v = vd_calloc(n, sizeof(double *));
     w->rvar = vd_calloc(n, sizeof(double *));
@@ -315,7 +319,7 @@ static vd_rc work_fit(workbuf *w, uint32_t n, vd_diag *d) {
     w->ocap = vd_calloc(n, sizeof(int64_t));
     w->cap = n;
     if (!w->tmpo || !w->ins || !w->ocap || !w->tmpc || !w->absd ||
-        !w->abscap || !w->wvec || !w->wtmp || !w->s1v || !w->base || !w->rvar || !w->kv || !w->s2v) {
+        !w->abscap || !w->wvec || !w->wtmp || !w->s1v || !w->base || !w->rvar || !w->kv || !w->s2v || !w->blk) {
       w->cap = 0;
       return VD_OOM(d);
     }
@@ -353,6 +357,7 @@ static void work_free(workbuf *w) {
   vd_free(w->rvar);
   vd_free(w->kv);
   vd_free(w->s2v);
+  vd_free(w->blk);
   memset(w, 0, sizeof(*w));
 }
 
@@ -614,16 +619,19 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
   for (uint32_t j = 0; j < gn->n_out; j++) {
     int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
     w->wvec[j] = vd_calloc((size_t)(m > 0 ? m : 1), sizeof(double));
-    w->wtmp[j] = vd_calloc((size_t)(m > 0 ? m : 1), sizeof(double));
-    w->s1v[j] = vd_calloc((size_t)(m > 0 ? m : 1), sizeof(double));
-    w->base[j] = vd_calloc((size_t)(m > 0 ? m : 1), sizeof(double));
     w->rvar[j] = vd_calloc((size_t)(m > 0 ? m : 1), sizeof(double));
-    w->kv[j] = vd_calloc((size_t)(m > 0 ? m : 1), sizeof(double));
-    w->s2v[j] = vd_calloc((size_t)(m > 0 ? m : 1), sizeof(double));
-    if (!w->wvec[j] || !w->wtmp[j] || !w->s1v[j] || !w->base[j] || !w->rvar[j] || !w->kv[j] || !w->s2v[j]) {
+    /* the node's scratch vectors in one block: a probe's, sum |t|, the origin, K, sum t^2 */
+    size_t mm = (size_t)(m > 0 ? m : 1);
+    w->blk[j] = mm < SIZE_MAX / 5 ? vd_calloc(5 * mm, sizeof(double)) : NULL;
+    if (!w->wvec[j] || !w->rvar[j] || !w->blk[j]) {
       rc = VD_OOM(d);
       goto done;
     }
+    w->wtmp[j] = w->blk[j];
+    w->s1v[j] = w->blk[j] + mm;
+    w->base[j] = w->blk[j] + 2 * mm;
+    w->kv[j] = w->blk[j] + 3 * mm;
+    w->s2v[j] = w->blk[j] + 4 * mm;
   }
   if ((rc = buf_at_least(&w->tmpd, &w->tcap, maxn, d)) != VD_OK) goto done;
   if ((rc = probe_outputs(c, k, w, d)) != VD_OK) goto done;
@@ -773,13 +781,9 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
 done:
   for (uint32_t j = 0; j < gn->n_out; j++) {
     vd_free(w->wvec[j]);
-    vd_free(w->wtmp[j]);
-    vd_free(w->s1v[j]);
-    vd_free(w->base[j]);
     vd_free(w->rvar[j]);
-    vd_free(w->kv[j]);
-    vd_free(w->s2v[j]);
-    w->wvec[j] = w->wtmp[j] = w->s1v[j] = w->base[j] = w->rvar[j] = w->kv[j] = w->s2v[j] = NULL;
+    vd_free(w->blk[j]);
+    w->wvec[j] = w->wtmp[j] = w->s1v[j] = w->base[j] = w->rvar[j] = w->kv[j] = w->s2v[j] = w->blk[j] = NULL;
   }
   return rc;
 }
