@@ -6,7 +6,7 @@
 # end-to-end scripts run against bin/verdict.
 
 CC      ?= gcc
-MODULES := common plans ops graph oracle lineage stages solver verifier bugs
+MODULES := common plans ops graph oracle lineage noise stages solver verifier bugs
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
                -I/usr/include/igraph -fopenmp
 OPT     ?= -O2 -g
@@ -35,7 +35,7 @@ TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_SUPPORT := $(wildcard tests/support/*.c)
 E2E     := $(sort $(wildcard tests/e2e/[0-9]*.sh))
 
-.PHONY: all deps deps-demo test unit e2e asan demo fuzz fuzz-short fuzz-pickle fuzz-pickle-short clean bugs corpus bench valgrind lint torch-demo soundness
+.PHONY: all deps deps-demo test unit e2e asan demo fuzz fuzz-short fuzz-pickle fuzz-pickle-short clean bugs corpus bench valgrind lint torch-demo soundness noise-demo
 all: $(BIN)/verdict
 
 # Installs missing Debian packages (as root, or through sudo); does nothing
@@ -206,6 +206,16 @@ demo: deps-demo
 # BUG=name runs one hand-written bug (llama_parallel.py) and expects NOT EQUIVALENT.
 torch-demo: all
 	@sh examples/torch/demo.sh $(CURDIR)/$(BIN)/verdict $(if $(BUG),bug=$(BUG),$(CONFIG))
+
+# Noise or bug (docs/noise.md): the same programs run for real in float32 and bfloat16, their
+# values dumped and compared against the plan's rounding bounds (verdict compare): every correct
+# configuration within rounding, then every bug (the plan's and two outside it) beyond rounding.
+# CONFIG / BUG=name (several: BUG="lowprec data") narrow it; DTYPES="float32" one precision.
+NOISE_BUGS := no_allreduce grad_scale pp_recv dp_noavg no_sp_gather tie_noreduce lowprec data
+noise-demo: all
+	@if [ -n "$(BUG)" ]; then sh examples/torch/noise_demo.sh $(CURDIR)/$(BIN)/verdict $(foreach b,$(BUG),bug=$(b)); \
+	else sh examples/torch/noise_demo.sh $(CURDIR)/$(BIN)/verdict $(CONFIG) && \
+	  sh examples/torch/noise_demo.sh $(CURDIR)/$(BIN)/verdict $(foreach b,$(NOISE_BUGS),bug=$(b)); fi
 
 clean:
 	rm -rf build build-asan bin bin-asan

@@ -8,6 +8,7 @@
 #   graph    SSA DAG of a plan
 #   oracle   numeric executor (an independent judge: no lineage/stages/solver)
 #   lineage  lineages between single-device and parallel tensors
+#   noise    rounding-error bounds of a plan pair, real dumps against them
 #   stages   cutting, shape reduction of a stage, canonical classes
 #   solver   Z3 encodings, normal forms, stage solving
 #   bugs     bug injection (plans API only, by design; see below)
@@ -15,7 +16,7 @@
 # bugs/ is placed after solver only for ordering; ALLOWED_bugs narrows it.
 set -eu
 cd "$(dirname "$0")/.."
-LAYERS="common plans ops graph oracle lineage stages solver bugs verifier"
+LAYERS="common plans ops graph oracle lineage noise stages solver bugs verifier"
 ALLOWED_bugs="common plans bugs"
 fail=0
 pos() { i=0; for l in $LAYERS; do [ "$l" = "$1" ] && { echo $i; return; }; i=$((i + 1)); done; echo -1; }

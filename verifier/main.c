@@ -23,6 +23,8 @@ static const command_t commands[] = {
     {"mutate", vd_cmd_mutate, "inject a bug class of docs/bugs.md into a parallel plan"},
     {"limits", vd_cmd_limits, "every limit and default, with the reason for its value"},
     {"gate", vd_cmd_gate, "verify every configuration of a manifest in one run (docs/gate.md)"},
+    {"noise", vd_cmd_noise, "rounding bounds of the parallel plan against the single-device plan"},
+    {"compare", vd_cmd_compare, "a real run's dumps against the rounding bounds (noise or bug?)"},
 };
 
 static void usage(FILE *f) {
@@ -35,7 +37,7 @@ static void usage(FILE *f) {
           "\n"
           "commands:\n");
   for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-    fprintf(f, "  %-6s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "  %-7s %s\n", commands[i].name, commands[i].summary);
   fprintf(f,
           "\n"
           "options of the main form (verdict --sm S --pm P --help for all):\n"

@@ -2,8 +2,10 @@
 the model size, the initial weights (as a checkpoint would hold them) and the data batch.
 
 Both programs load the same full weights and the same global batch; the parallel program
-slices them as a real checkpoint loader and data loader would.  Everything is float64 so that
-the captured step can be compared with verdict's numeric executor to rounding.
+slices them as a real checkpoint loader and data loader would.  Everything is float64 by default
+so that the captured step can be compared with verdict's numeric executor to rounding;
+--set dtype=float32 or dtype=bfloat16 runs the step in that precision (the weights, tables and
+activations are cast once, before the step), as `make noise-demo` does for `verdict compare`.
 """
 import math
 
@@ -20,10 +22,16 @@ LR = 0.05
 
 def config(args):
     """Run configuration from torch2plan --set KEY=VALUE (strings)."""
-    c = {"tp": 1, "pp": 1, "dp": 1, "nm": 1, "sp": 0, "opt": "sgd", "tie": 0, "bucket": 0, "bug": "", "avg": "loss"}
+    c = {"tp": 1, "pp": 1, "dp": 1, "nm": 1, "sp": 0, "opt": "sgd", "tie": 0, "bucket": 0, "bug": "", "avg": "loss",
+         "dtype": "float64"}
     for k, v in args.items():
-        c[k] = v if k in ("opt", "bug", "avg") else int(v)
+        c[k] = v if k in ("opt", "bug", "avg", "dtype") else int(v)
     return c
+
+
+def dtype(c):
+    """The precision of the step (--set dtype=float64|float32|bfloat16)."""
+    return {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}[c["dtype"]]
 
 
 def full_weights(tie):

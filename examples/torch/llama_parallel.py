@@ -24,6 +24,10 @@ The classic hand-written bugs are one-line changes behind --set bug=NAME (grep B
   no_sp_gather   the sequence-parallel all_gather before the column-parallel block is missing
   tie_noreduce   tie=1: the embedding group's all_reduce of the tied weight's gradient is
                  missing, so the two pipeline stages' copies drift apart
+Two bugs that live outside the plan (verdict proves the plan EQUIVALENT; `verdict compare` on
+the real run's values finds them, docs/noise.md):
+  lowprec        TP rank 1 runs the MLP's down projection (w2) in bfloat16 (a kernel setting)
+  data           the data loader hands DP replica 1 the next replica's sample (another row)
 """
 import os
 import sys
@@ -34,7 +38,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (BATCH, EPS, HEAD_DIM, HEADS, HIDDEN, LAYERS, SEQ, VOCAB,  # noqa: E402
-                    batch, config, full_weights, make_optimizer, rope_tables)
+                    batch, config, dtype, full_weights, make_optimizer, rope_tables)
 from torchcap import Shard  # noqa: E402
 
 
@@ -47,14 +51,40 @@ class G:
     bug = ""
     avg = "grad"
     tp_group = dp_group = emb_group = None
+    wire = None                                       # dtype of all_gather buffers
+
+
+# ---- communication in bfloat16 -----------------------------------------------------------------
+
+class Bf16Dist:
+    """Stands in for torch.distributed in a bfloat16 run (--set dtype=bfloat16): gloo (CPU, torch
+    1.13) has no bfloat16, so these communicate in float32 and round the result back, as
+    mixed-precision frameworks reduce in float32 (all_gathers gather G.wire = float32 values and
+    concatenate them before rounding back, so that the gather and the cat stay one operator).  Everything else is torch.distributed's (looked
+    up at call time: torch2plan wraps those functions during the step)."""
+    def __getattr__(self, name):
+        return getattr(torch.distributed, name)
+
+    def all_reduce(self, t, group=None):
+        w = t.float()
+        torch.distributed.all_reduce(w, group=group)
+        t.copy_(w)
+
+    def send(self, t, dst):
+        torch.distributed.send(t.float(), dst=dst)
+
+    def recv(self, t, src):
+        w = torch.empty(t.shape, dtype=torch.float32)
+        torch.distributed.recv(w, src=src)
+        t.copy_(w)
 
 
 # ---- tensor-parallel regions ----------------------------------------------------------------
 
 def _gather(x, dim):
-    parts = [torch.zeros_like(x) for _ in range(G.tp)]
-    dist.all_gather(parts, x.contiguous(), group=G.tp_group)
-    return torch.cat(parts, dim=dim)
+    parts = [torch.zeros_like(x, dtype=G.wire) for _ in range(G.tp)]
+    dist.all_gather(parts, x.contiguous().to(G.wire), group=G.tp_group)
+    return torch.cat(parts, dim=dim).to(x.dtype)
 
 
 def _reduce_scatter(x, dim):
@@ -94,10 +124,10 @@ class GatherFromSP(torch.autograd.Function):
     """Sequence parallelism: all_gather the sequence before a column-parallel block."""
     @staticmethod
     def forward(ctx, x):
-        parts = [torch.zeros_like(x) for _ in range(G.tp)]
+        parts = [torch.zeros_like(x, dtype=G.wire) for _ in range(G.tp)]
         if G.bug != "no_sp_gather":
-            dist.all_gather(parts, x.contiguous(), group=G.tp_group)
-        return torch.cat(parts, dim=1)
+            dist.all_gather(parts, x.contiguous().to(G.wire), group=G.tp_group)
+        return torch.cat(parts, dim=1).to(x.dtype)
 
     @staticmethod
     def backward(ctx, g):
@@ -168,6 +198,9 @@ def attention(x, p, W, cos, sin, mask):
 def mlp(x, p, W):
     x = enter_tp(x)
     h = F.silu(F.linear(x, W[p + "w1.weight"])) * F.linear(x, W[p + "w3.weight"])
+    if G.bug == "lowprec" and G.t == 1:               # BUG: this rank's kernel runs in bfloat16
+        lo = torch.bfloat16
+        return leave_tp(F.linear(h.to(lo), W[p + "w2.weight"].to(lo)).to(h.dtype))
     return leave_tp(F.linear(h, W[p + "w2.weight"]))
 
 
@@ -281,13 +314,17 @@ def step(cap):
     sl = SEQ // G.tp if G.sp else SEQ
 
     W = {}
+    G.dt = dtype(c)
+    G.wire = torch.float32 if G.dt == torch.bfloat16 else G.dt
+    if G.dt == torch.bfloat16:
+        globals()["dist"] = Bf16Dist()
     for n, full in full_weights(G.tie).items():
         if owned(n):
             pl = placement(n)
-            W[n] = local_slice(full, pl).clone().requires_grad_()
+            W[n] = local_slice(full, pl).to(G.dt).clone().requires_grad_()
             cap.param(W[n], n, **pl)
     tokens, labels = batch()
-    cos, sin, mask = rope_tables()
+    cos, sin, mask = (t.to(G.dt) for t in rope_tables())
     for t, n in ((cos, "rope.cos"), (sin, "rope.sin"), (mask, "mask")):
         cap.input(t, n)
     toks, labs = [], []
@@ -295,6 +332,8 @@ def step(cap):
         rows = slice((G.d * G.nm + m) * b, (G.d * G.nm + m + 1) * b)
         if G.s == 0:
             tk = tokens[rows]
+            if G.bug == "data" and G.d == 1:           # BUG: the loader hands this replica another sample
+                tk = torch.roll(tokens, -b, dims=0)[rows]
             if G.sp:
                 tk = tk[:, G.t * sl:(G.t + 1) * sl]
                 cap.input(tk.clone(), "tokens", mb_index=m, dp=Shard(0), mb=Shard(0), tp=Shard(1))
@@ -318,7 +357,7 @@ def step(cap):
             if G.s == 0:
                 x = toks[m]
             else:
-                x = torch.empty(b, sl, HIDDEN)
+                x = torch.empty(b, sl, HIDDEN, dtype=G.dt)
                 dist.recv(x, src=peer(G.s - 1))
                 x.requires_grad_()
             y = stage_forward(W, x, cos, sin, mask)
@@ -335,7 +374,7 @@ def step(cap):
             if G.s == G.pp - 1:
                 outs[m].backward()
             else:
-                g = torch.empty(b, sl, HIDDEN)
+                g = torch.empty(b, sl, HIDDEN, dtype=G.dt)
                 dist.recv(g, src=peer(G.s + 1))
                 torch.autograd.backward(outs[m], g)
             if G.s > 0:

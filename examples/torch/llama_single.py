@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import (EPS, HEAD_DIM, HEADS, LAYERS, batch, config, full_weights,  # noqa: E402
+from common import (EPS, HEAD_DIM, HEADS, LAYERS, batch, config, dtype, full_weights,  # noqa: E402
                     make_optimizer, rope_tables)
 
 
@@ -54,9 +54,10 @@ def forward(W, tokens, labels, cos, sin, mask, tie):
 
 def step(cap):
     c = config(cap.args)
-    W = {n: t.clone().requires_grad_() for n, t in full_weights(c["tie"]).items()}
+    dt = dtype(c)
+    W = {n: t.to(dt).requires_grad_() for n, t in full_weights(c["tie"]).items()}
     tokens, labels = batch()
-    cos, sin, mask = rope_tables()
+    cos, sin, mask = (t.to(dt) for t in rope_tables())
     for n, t in W.items():
         cap.param(t, n)
     cap.input(tokens, "tokens")

@@ -46,11 +46,15 @@ def main(argv):
         replay = os.environ.get("TORCH2PLAN_REPLAY")
         if replay:
             cap.replay = read_values(replay, "initial")
+        if os.environ.get("TORCH2PLAN_DUMP"):
+            cap.rec.dump = {}                  # torch2plan --dump-single / --dump-parallel
         ns["step"](cap)
         if not cap.stepped:
             raise CaptureError("%s: step(cap) never entered `with cap.step():`" % prog)
         tr = cap.trace()
         tr["prog"] = os.path.basename(prog)
+        if cap.rec.dump is not None:
+            tr["dump"] = {pid: v.tolist() for pid, v in cap.rec.dump.items()}
         if replay:
             tr["replay"] = [(d.name, d.tensor.detach().double().reshape(-1).tolist())
                             for d in cap.decls if d.kind in ("param", "optstate", "loss")]

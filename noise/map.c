@@ -1,0 +1,370 @@
+/*
+ * noise/map.c - the bounds and the observed deviations of the single-device
+ * values, through the lineage pieces (docs/noise.md, "Mapping").
+ *
+ * For every lineage of the table (a single value and the parallel pieces
+ * that hold it: slices, partial sums, replicas) the parallel value of each
+ * slice is rebuilt the way the lineage says: a copy held whole is compared
+ * as it is (every copy, the worst one counts: replicas are compared with the
+ * single value and so with each other), the parts of a partial sum are added
+ * (in double precision: the comparison adds no rounding of its own).  The
+ * slices' errors add in the 2-norm; the bound of a slice is the largest of
+ * its copies' bounds, or the parts' bounds added (realistic: in quadrature).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/mem.h"
+#include "noise_int.h"
+
+const char *const vd_noise_status_names[5] = {"bound", "within rounding", "beyond rounding", "missing",
+                                              "no bound"};
+
+typedef struct {
+  uint32_t x;       /* gpx value */
+  int64_t lo[VD_MAX_DIMS], hi[VD_MAX_DIMS];
+  int64_t k, n;
+} inst_t;
+
+static int cmp_inst(const void *a, const void *b) {
+  const inst_t *x = a, *y = b;
+  for (int i = 0; i < VD_MAX_DIMS; i++) {
+    if (x->lo[i] != y->lo[i]) return x->lo[i] < y->lo[i] ? -1 : 1;
+    if (x->hi[i] != y->hi[i]) return x->hi[i] < y->hi[i] ? -1 : 1;
+  }
+  if (x->n != y->n) return x->n < y->n ? -1 : 1;
+  if (x->k != y->k) return x->k < y->k ? -1 : 1;
+  return (x->x > y->x) - (x->x < y->x);
+}
+
+static int same_slice(const inst_t *a, const inst_t *b) {
+  return memcmp(a->lo, b->lo, sizeof(a->lo)) == 0 && memcmp(a->hi, b->hi, sizeof(a->hi)) == 0;
+}
+
+/* Flat index in the single tensor of element e of a slice [lo, hi). */
+static int64_t single_index(const vd_tensor_t *st, const inst_t *s, int64_t e) {
+  int64_t idx[VD_MAX_DIMS], r = e;
+  for (int32_t k = st->ndim - 1; k >= 0; k--) {
+    int64_t ext = s->hi[k] - s->lo[k];
+    idx[k] = r % ext;
+    r /= ext;
+  }
+  int64_t flat = 0;
+  for (int32_t k = 0; k < st->ndim; k++) flat = flat * st->shape[k] + s->lo[k] + idx[k];
+  return flat;
+}
+
+static double diff(double p, double s) {
+  if (p == s) return 0;
+  if (isnan(p) && isnan(s)) return 0;
+  double d = p - s;
+  return isfinite(d) ? d : INFINITY;
+}
+
+static void row_name(const vd_noise_ctx *c, uint32_t sv, vd_noise_row *row) {
+  const vd_value_t *x = &c->gs.values[sv];
+  const vd_tensor_t *t = &c->sp->tensors[x->tensor];
+  const char *tn = vd_plan_s(c->sp, t->name);
+  const char *fam = "fwd";
+  if (t->role == VD_ROLE_INPUT) fam = "input";
+  else if (t->role == VD_ROLE_WEIGHT) fam = x->is_initial ? "weight" : "update";
+  else if (t->role == VD_ROLE_OPTSTATE) fam = x->is_initial ? "optstate" : "update";
+  else if (t->role == VD_ROLE_LOSS) fam = "loss";
+  if (x->producer >= 0) {
+    const vd_node_t *pn = &c->sp->nodes[c->gs.nodes[x->producer].pnode];
+    if (t->role == VD_ROLE_ACT || t->role == VD_ROLE_GRAD)
+      fam = pn->phase == VD_PHASE_FWD ? "fwd" : pn->phase == VD_PHASE_OPT ? "opt" : "bwd";
+    if (tn[0])
+      snprintf(row->name, sizeof(row->name), "%s%s", tn, x->is_final && !x->is_initial ? " (updated)" : "");
+    else
+      snprintf(row->name, sizeof(row->name), "%.100s %s #%lld", vd_plan_s(c->sp, pn->name),
+               vd_node_op(c->sp, pn), (long long)t->id);
+  } else {
+    snprintf(row->name, sizeof(row->name), "%s", tn[0] ? tn : "(unnamed input)");
+  }
+  snprintf(row->family, sizeof(row->family), "%s", fam);
+}
+
+typedef struct {
+  int64_t pos;
+  uint32_t stensor;
+  uint8_t initial;
+  size_t row;
+} order_t;
+
+static int cmp_order(const void *a, const void *b) {
+  const order_t *x = a, *y = b;
+  if (x->pos != y->pos) return x->pos < y->pos ? -1 : 1;
+  if (x->stensor != y->stensor) return x->stensor < y->stensor ? -1 : 1;
+  return (y->initial > x->initial) - (y->initial < x->initial);
+}
+
+/* One lineage: fills row (status set by the caller's rules). Returns 0 when
+ * the value was recorded on neither side (a decomposed intermediate). */
+static vd_rc one_lineage(vd_noise_ctx *c, const vd_lineage *L, vd_noise_row *row, int *recorded, vd_diag *d) {
+  const vd_lin_table *lt = &c->lt;
+  const vd_tensor_t *st = &c->sp->tensors[L->stensor];
+  int64_t sn = vd_tensor_numel(st), nsd = 0;
+  const double *sv = vd_noise_i_dumped(c->sd, &c->gs, L->svalue, &nsd);
+  if (sv && nsd != sn) {
+    char rec[64];
+    snprintf(rec, sizeof(rec), "tensor %lld", (long long)st->id);
+    VD_FAIL(d, VD_EINPUT, c->o->sm, rec, "n", "the single dump has %lld values, the tensor %lld elements",
+            (long long)nsd, (long long)sn);
+  }
+  /* instances: every piece, all_rep pieces once per replica */
+  size_t cap = 0;
+  for (uint32_t i = 0; i < L->n_pieces; i++) {
+    const vd_lin_piece *p = &lt->pieces[L->piece_off + i];
+    cap += p->all_rep ? (size_t)lt->replicas : 1;
+  }
+  inst_t *ins = vd_calloc(cap + 1, sizeof(*ins));
+  double *acc = vd_calloc((size_t)(sn > 0 ? sn : 1), sizeof(double));
+  double *acw = vd_calloc((size_t)(sn > 0 ? sn : 1), sizeof(double));
+  double *wsv = vd_calloc((size_t)(sn > 0 ? sn : 1), sizeof(double));
+  double *rsv = vd_calloc((size_t)(sn > 0 ? sn : 1), sizeof(double));
+  double *acr = vd_calloc((size_t)(sn > 0 ? sn : 1), sizeof(double));
+  if (!ins || !acc || !acw || !wsv || !rsv || !acr) {
+    vd_free(ins);
+    vd_free(acc);
+    vd_free(acw);
+    vd_free(wsv);
+    vd_free(rsv);
+    vd_free(acr);
+    return VD_OOM(d);
+  }
+  size_t ni = 0;
+  int any_missing = 0, any_dumped = 0, any_unknown = 0;
+  char why[160] = "";
+  for (uint32_t i = 0; i < L->n_pieces; i++) {
+    uint32_t pi = L->piece_off + i;
+    const vd_lin_piece *p = &lt->pieces[pi];
+    int32_t r0 = p->all_rep ? 0 : p->replica, r1 = p->all_rep ? lt->replicas : p->replica + 1;
+    for (int32_t rep = r0; rep < r1; rep++) {
+      int32_t x = p->initial ? vd_graph_first(&c->gpx, p->ptensor, rep, p->mb)
+                             : vd_graph_last(&c->gpx, p->ptensor, rep, p->mb);
+      if (x < 0) continue;
+      inst_t *s = &ins[ni++];
+      s->x = (uint32_t)x;
+      memset(s->lo, 0, sizeof(s->lo));
+      memset(s->hi, 0, sizeof(s->hi));
+      vd_lin_piece_at(lt, pi, rep, s->lo, s->hi);
+      s->k = p->part_k;
+      s->n = p->part_n;
+      if (!c->val[x]) {
+        any_missing = 1;
+        if (!why[0])
+          snprintf(why, sizeof(why), "parallel tensor %lld (replica %d) has no value",
+                   (long long)c->pp->tensors[p->ptensor].id, rep);
+      } else if (c->pd && !c->dumped[x]) {
+        any_missing = 1;
+        if (!why[0])
+          snprintf(why, sizeof(why), "parallel tensor %lld (replica %d) is not in the parallel dump",
+                   (long long)c->pp->tensors[p->ptensor].id, rep);
+      } else {
+        any_dumped |= c->dumped[x];
+      }
+      if (c->val[x] && !c->known[x]) any_unknown = 1;
+    }
+  }
+  *recorded = 1;
+  if (c->sd && !sv && !any_dumped) *recorded = 0; /* a value the real runs never had (decomposition) */
+  row->n_pieces = (uint32_t)ni;
+  qsort(ins, ni, sizeof(*ins), cmp_inst);
+  double obs2 = 0, re2 = 0, rn2 = 0;
+  int bitid = ni > 0;
+  for (size_t a = 0; a < ni;) {
+    size_t b = a;
+    while (b < ni && same_slice(&ins[a], &ins[b])) b++;
+    /* one slice [a, b): groups by part count */
+    double s_obs = 0, s_re = 0, s_rn = 0;
+    int64_t m = vd_tensor_numel(&c->pp->tensors[c->gpx.values[ins[a].x].tensor]);
+    for (size_t g = a; g < b;) {
+      size_t h = g;
+      while (h < b && ins[h].n == ins[g].n) h++;
+      double o = 0, re = 0, rn = 0;
+      if (ins[g].n == 1) {
+        for (size_t q = g; q < h; q++) {
+          const double *pv = c->val[ins[q].x];
+          if (!pv) continue;
+          double oo = 0, nn = 0;
+          for (int64_t e = 0; e < m; e++) {
+            nn += pv[e] * pv[e];
+            if (sv) {
+              double dd = diff(pv[e], sv[single_index(st, &ins[q], e)]);
+              oo += dd * dd;
+            }
+          }
+          if (oo > o) o = oo;
+          if (q == g) rn = nn;
+          const double *er = c->erv[ins[q].x];
+          if (er)
+            for (int64_t e = 0; e < m; e++) {
+              int64_t si = single_index(st, &ins[q], e);
+              if (!(er[e] * er[e] <= rsv[si])) rsv[si] = er[e] * er[e];
+            }
+          const double *ew = c->ewv[ins[q].x];
+          if (ew)
+            for (int64_t e = 0; e < m; e++) {
+              int64_t si = single_index(st, &ins[q], e);
+              if (!(ew[e] <= wsv[si])) wsv[si] = ew[e];
+            }
+          bitid &= c->bitid[ins[q].x];
+        }
+        re *= re;
+      } else {
+        bitid = 0;
+        for (int64_t e = 0; e < m; e++) acc[e] = acw[e] = acr[e] = 0;
+        int64_t lastk = -1;
+        for (size_t q = g; q < h; q++) {
+          if (ins[q].k == lastk) continue; /* one copy of each part */
+          lastk = ins[q].k;
+          const double *pv = c->val[ins[q].x];
+          if (!pv) continue;
+          for (int64_t e = 0; e < m; e++) acc[e] += pv[e];
+          const double *ew = c->ewv[ins[q].x];
+          if (ew)
+            for (int64_t e = 0; e < m; e++) acw[e] += ew[e];
+          const double *er = c->erv[ins[q].x];
+          if (er)
+            for (int64_t e = 0; e < m; e++) acr[e] += er[e] * er[e];
+        }
+        /* the single plan adds these parts in floating point where the comparison adds them
+           exactly: its roundings, n - 1 additions per element */
+        double us = vd_noise_unit_of_dtype(st->dtype);
+        if (c->o->dtype != VD_NOISE_PLAN && us > 0) us = vd_noise_unit(c->o->dtype);
+        double gn1 = vd_noise_gamma((double)(ins[g].n - 1), us);
+        for (int64_t e = 0; e < m; e++) {
+          int64_t si = single_index(st, &ins[g], e);
+          acr[e] += VD_NOISE_RV * us * us * (double)(ins[g].n - 1) * acc[e] * acc[e];
+          acw[e] += gn1 * fabs(acc[e]) * (double)ins[g].n;
+          if (!(acw[e] <= wsv[si])) wsv[si] = acw[e];
+          if (!(acr[e] <= rsv[si])) rsv[si] = acr[e];
+        }
+        for (int64_t e = 0; e < m; e++) {
+          rn += acc[e] * acc[e];
+          if (sv) {
+            double dd = diff(acc[e], sv[single_index(st, &ins[g], e)]);
+            o += dd * dd;
+          }
+        }
+      }
+      if (o > s_obs) s_obs = o;
+      if (re > s_re) s_re = re;
+      if (rn > s_rn) s_rn = rn;
+      g = h;
+    }
+    obs2 += s_obs;
+    re2 += s_re;
+    rn2 += s_rn;
+    a = b;
+  }
+  double sn2 = 0;
+  if (sv)
+    for (int64_t e = 0; e < sn; e++) sn2 += sv[e] * sv[e];
+  row->norm = sqrt(sv ? sn2 : rn2);
+  double den = row->norm > 0 ? row->norm : 1.0;
+  double lambda = c->o->lambda > 0 ? c->o->lambda : 3.0;
+  double rv2 = 0;
+  for (int64_t e = 0; e < sn; e++) rv2 += rsv[e];
+  (void)re2;
+  /* rounding is quantised: where two values differ they differ by at least an ulp, so a bound
+     below one ulp of the largest element is no bound for a small tensor (one flip is enough) */
+  double ulp1 = 0;
+  if (rv2 > 0 && sv) {
+    double u = c->o->dtype != VD_NOISE_PLAN ? vd_noise_unit(c->o->dtype) : vd_noise_unit_of_dtype(st->dtype);
+    double mx = 0;
+    for (int64_t e = 0; e < sn; e++)
+      if (fabs(sv[e]) > mx) mx = fabs(sv[e]);
+    ulp1 = 2.0 * u * mx;
+  }
+  row->realistic = (lambda * sqrt(rv2) + ulp1) / den;
+  double wc2 = 0;
+  for (int64_t e = 0; e < sn; e++) wc2 += wsv[e] * wsv[e];
+  row->worst = sqrt(wc2) / den; /* componentwise bound, measured like the deviation */
+  row->bitid = (uint8_t)bitid;
+  row->abs_observed = sqrt(obs2);
+  row->observed = c->sd ? row->abs_observed / den : -1;
+  if (!c->sd) {
+    row->status = any_unknown ? VD_NOISE_NOBOUND : VD_NOISE_BOUND;
+  } else if (!sv || any_missing) {
+    row->status = VD_NOISE_MISSING;
+    snprintf(row->why, sizeof(row->why), "%s",
+             !sv ? "the single dump has no value of this tensor" : why);
+  } else if (any_unknown) {
+    row->status = VD_NOISE_NOBOUND;
+    snprintf(row->why, sizeof(row->why), "an input of its computation has no value in the parallel run");
+  } else if (bitid) {
+    row->status = row->abs_observed > 0 ? VD_NOISE_BEYOND : VD_NOISE_WITHIN;
+  } else {
+    row->status = row->observed <= row->realistic * (1.0 + 1e-9) ? VD_NOISE_WITHIN : VD_NOISE_BEYOND;
+  }
+  vd_free(ins);
+  vd_free(acc);
+  vd_free(acw);
+  vd_free(wsv);
+  vd_free(rsv);
+  vd_free(acr);
+  return VD_OK;
+}
+
+vd_rc vd_noise_i_map(vd_noise_ctx *c, vd_noise_result *r, vd_diag *d) {
+  const vd_lin_table *lt = &c->lt;
+  r->rows = vd_calloc(lt->n_lins + 1, sizeof(*r->rows));
+  order_t *ord = vd_calloc(lt->n_lins + 1, sizeof(*ord));
+  int64_t *tpos = vd_calloc(c->gs.n_nodes + 1, sizeof(int64_t));
+  if (!r->rows || !ord || !tpos) {
+    vd_free(ord);
+    vd_free(tpos);
+    return VD_OOM(d);
+  }
+  for (size_t i = 0; i < c->gs.n_nodes; i++) tpos[c->gs.topo[i]] = (int64_t)i;
+  size_t n = 0;
+  vd_rc rc = VD_OK;
+  for (size_t li = 0; li < lt->n_lins; li++) {
+    const vd_lineage *L = &lt->lins[li];
+    vd_noise_row row;
+    memset(&row, 0, sizeof(row));
+    int recorded = 1;
+    if ((rc = one_lineage(c, L, &row, &recorded, d)) != VD_OK) break;
+    if (!recorded) {
+      r->n_unrecorded++;
+      continue;
+    }
+    row.svalue = L->svalue;
+    row.stensor = L->stensor;
+    row.id = c->sp->tensors[L->stensor].id;
+    row.initial = L->initial;
+    row_name(c, L->svalue, &row);
+    const vd_value_t *x = &c->gs.values[L->svalue];
+    ord[n].pos = x->producer >= 0 ? tpos[x->producer] : -1;
+    ord[n].stensor = L->stensor;
+    ord[n].initial = L->initial;
+    ord[n].row = n;
+    r->rows[n++] = row;
+  }
+  if (rc == VD_OK) {
+    qsort(ord, n, sizeof(*ord), cmp_order);
+    vd_noise_row *sorted = vd_calloc(n + 1, sizeof(*sorted));
+    if (!sorted) {
+      rc = VD_OOM(d);
+    } else {
+      for (size_t i = 0; i < n; i++) sorted[i] = r->rows[ord[i].row];
+      vd_free(r->rows);
+      r->rows = sorted;
+      r->n_rows = n;
+      r->first_beyond = r->first_missing = -1;
+      for (size_t i = 0; i < n; i++) {
+        r->n_count[r->rows[i].status]++;
+        r->n_bitid += r->rows[i].bitid;
+        if (r->rows[i].status == VD_NOISE_BEYOND && r->first_beyond < 0) r->first_beyond = (int64_t)i;
+        if (r->rows[i].status == VD_NOISE_MISSING && r->first_missing < 0) r->first_missing = (int64_t)i;
+      }
+    }
+  }
+  vd_free(ord);
+  vd_free(tpos);
+  return rc;
+}

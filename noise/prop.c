@@ -1,0 +1,879 @@
+/*
+ * noise/prop.c - values of every parallel value and the propagation of the
+ * rounding-error bounds through the parallel graph (docs/noise.md, "The
+ * model of floating point").
+ *
+ * For every parallel graph value (every replica) we keep its values (from the
+ * parallel dump, else computed here by the registry's evaluator from its
+ * node's inputs) and two bounds per element against the single-device value
+ * (slice, or part) it stands for: a realistic standard deviation (erv) and a
+ * first-order worst case (ewv, |error_e| <= ewv_e).  Initial values are exact
+ * and bit-identical.  A node's outputs get
+ *
+ *   propagated:  its inputs' errors through the operator, measured by
+ *                evaluating it (in double) on perturbed inputs against the
+ *                node evaluated on the unperturbed ones: x + s (data movement,
+ *                elementwise) or x + r s with random signs (others) for the
+ *                realistic variances; for the worst case |f(x + W) - f(x)|
+ *                (data movement), f(W, |x|) (sums and bilinear operators:
+ *                exact |J| W), the larger of x +- W (elementwise), twice the
+ *                largest of six sign patterns (others: an estimate);
+ *   + split:     a contraction whose output is a partial sum the single plan
+ *                computes whole (the output's part count exceeds its
+ *                inputs'): both sides' roundings of their sums (the random
+ *                walk of a recursive sum, r u^2 K (y^2/3 + sum t^2/2) (1 + n)
+ *                per element; worst (gamma_K + gamma_nK) sum |t|);
+ *   + combine:   an all_reduce or add of parts the single plan never sums
+ *                separately: r u^2 (m-1) y^2; worst gamma_{m-1} sum |x_i|;
+ *   + flips:     when the inputs differ, roundings of values that differ by d
+ *                flip with probability |d| / ulp: (u |y| / ln 2) E|d|, at most
+ *                2 r u^2 y^2 (times the internal roundings of a contraction
+ *                or of a float kernel); worst 2u|y|;
+ *   + kernels:   bfloat16/float16 kernels on another shape than the single
+ *                plan's (vectorised body against scalar remainder, another
+ *                blocking of a matmul) round differently: 2 r u^2 y^2, or a
+ *                contraction's reassociation.
+ * r = VD_NOISE_RV (noise.h): one rounding, uniform in half an ulp.  Data
+ * movement on bit-identical inputs, and every operator on bit-identical
+ * inputs that neither splits nor combines a sum nor runs a low-precision
+ * kernel on another shape, keeps its output bit-identical.  Collectives are
+ * taken to deliver the same bits to every participant (gloo's and NCCL's
+ * all_reduce algorithms end by broadcasting the reduced chunks).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/mem.h"
+#include "noise_int.h"
+
+/* ---- small helpers --------------------------------------------------------- */
+
+static uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+/* Uniform in [0, 1) from a key. */
+static double unit01(uint64_t k) { return (double)(mix64(k) >> 11) * (1.0 / 9007199254740992.0); }
+
+static double norm2(const double *x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; i++) s += x[i] * x[i];
+  return sqrt(s);
+}
+
+static const vd_tensor_t *ptensor(const vd_noise_ctx *c, uint32_t v) {
+  return &c->pp->tensors[c->gpx.values[v].tensor];
+}
+
+static int is_float(vd_dtype dt) { return dt == VD_DT_F32 || dt == VD_DT_F16 || dt == VD_DT_BF16 || dt == VD_DT_F64; }
+
+/* Unit roundoff of a value: the run's precision (opts), or its plan dtype. */
+static double unit_of(const vd_noise_ctx *c, const vd_tensor_t *t) {
+  if (!is_float(t->dtype)) return 0.0;
+  if (c->o->dtype != VD_NOISE_PLAN) return vd_noise_unit(c->o->dtype);
+  return vd_noise_unit_of_dtype(t->dtype);
+}
+
+static double accum_unit(const vd_noise_ctx *c, double u_out) {
+  if (c->o->accum == VD_NOISE_PLAN) return u_out;
+  double ua = vd_noise_unit(c->o->accum);
+  return ua < u_out ? ua : u_out;
+}
+
+static int64_t part_n(const vd_tensor_t *t) { return t->has_lin && t->lin.part_n > 1 ? t->lin.part_n : 1; }
+
+/* How each operator enters the model: a table indexed by operator id (the
+ * registry, ops/ops.def, lists the operators; this is noise/'s reading of
+ * them, one row each; operators without a row get the general rules).
+ *   NZ_MOVE  only moves or selects elements: exact, no rounding;
+ *   NZ_ELEM  elementwise: output e reads element e of each same-shaped input
+ *            (a diagonal Jacobian);
+ *   NZ_SUM   a sum of products (or of elements) of its inputs: its rounding
+ *            grows with the number of terms; linear in each input;
+ *   NZ_ADDS  a plain sum of its inputs (a combination of parts);
+ *   NZ_KERN  a transcendental or normalising kernel: in bfloat16/float16 its
+ *            vectorised body and scalar remainder may round differently, so
+ *            another shape may give other bits on the same inputs. */
+enum { NZ_MOVE = 1, NZ_ELEM = 2, NZ_SUM = 4, NZ_ADDS = 8, NZ_KERN = 16 };
+
+static const uint8_t nz_class[VD_OP__COUNT] = {
+    [VD_OP_IDENTITY] = NZ_MOVE | NZ_ELEM, [VD_OP_CONTIGUOUS] = NZ_MOVE, [VD_OP_VIEW] = NZ_MOVE,
+    [VD_OP_RESHAPE] = NZ_MOVE, [VD_OP_TRANSPOSE] = NZ_MOVE, [VD_OP_MULTIREF] = NZ_MOVE, [VD_OP_CHUNK] = NZ_MOVE,
+    [VD_OP_CHUNK_BACKWARD] = NZ_MOVE, [VD_OP_CONCAT] = NZ_MOVE, [VD_OP_EXPAND] = NZ_MOVE, [VD_OP_SEND] = NZ_MOVE,
+    [VD_OP_RECV] = NZ_MOVE, [VD_OP_ALL_GATHER] = NZ_MOVE, [VD_OP_BROADCAST] = NZ_MOVE,
+    [VD_OP_ALL_TO_ALL] = NZ_MOVE, [VD_OP_EMBEDDING] = NZ_MOVE, [VD_OP_PICK] = NZ_MOVE,
+    [VD_OP_NEG] = NZ_MOVE | NZ_ELEM, [VD_OP_CAUSAL_MASK] = NZ_MOVE, [VD_OP_CREATE_MASK] = NZ_MOVE,
+    [VD_OP_ADD] = NZ_ELEM | NZ_ADDS, [VD_OP_SUB] = NZ_ELEM, [VD_OP_MUL] = NZ_ELEM, [VD_OP_DIV] = NZ_ELEM,
+    [VD_OP_POW] = NZ_ELEM | NZ_KERN, [VD_OP_SQRT] = NZ_ELEM | NZ_KERN, [VD_OP_RSQRT] = NZ_ELEM | NZ_KERN,
+    [VD_OP_EXP] = NZ_ELEM | NZ_KERN, [VD_OP_LOG] = NZ_ELEM | NZ_KERN, [VD_OP_SIGMOID] = NZ_ELEM | NZ_KERN,
+    [VD_OP_TANH] = NZ_ELEM | NZ_KERN, [VD_OP_SILU] = NZ_ELEM | NZ_KERN, [VD_OP_GELU] = NZ_ELEM | NZ_KERN,
+    [VD_OP_SCALE] = NZ_ELEM, [VD_OP_CAST] = NZ_ELEM, [VD_OP_ACCUMULATE] = NZ_ELEM | NZ_ADDS,
+    [VD_OP_MULTIREF_BACKWARD] = NZ_ELEM | NZ_ADDS, [VD_OP_ADD_BACKWARD] = NZ_ELEM,
+    [VD_OP_SUB_BACKWARD] = NZ_ELEM, [VD_OP_MUL_BACKWARD] = NZ_ELEM, [VD_OP_DIV_BACKWARD] = NZ_ELEM,
+    [VD_OP_NEG_BACKWARD] = NZ_ELEM, [VD_OP_SCALE_BACKWARD] = NZ_ELEM, [VD_OP_POW_BACKWARD] = NZ_ELEM | NZ_KERN,
+    [VD_OP_SQRT_BACKWARD] = NZ_ELEM | NZ_KERN, [VD_OP_RSQRT_BACKWARD] = NZ_ELEM | NZ_KERN,
+    [VD_OP_EXP_BACKWARD] = NZ_ELEM | NZ_KERN, [VD_OP_LOG_BACKWARD] = NZ_ELEM | NZ_KERN,
+    [VD_OP_SIGMOID_BACKWARD] = NZ_ELEM | NZ_KERN, [VD_OP_TANH_BACKWARD] = NZ_ELEM | NZ_KERN,
+    [VD_OP_SILU_BACKWARD] = NZ_ELEM | NZ_KERN, [VD_OP_GELU_BACKWARD] = NZ_ELEM | NZ_KERN,
+    [VD_OP_MATMUL] = NZ_SUM, [VD_OP_LINEAR] = NZ_SUM, [VD_OP_MATMUL_BACKWARD] = NZ_SUM,
+    [VD_OP_LINEAR_BACKWARD] = NZ_SUM, [VD_OP_SUM] = NZ_SUM, [VD_OP_MEAN] = NZ_SUM, [VD_OP_SUM_TO] = NZ_SUM,
+    [VD_OP_EMBEDDING_BACKWARD] = NZ_SUM, [VD_OP_SUMSQ] = NZ_SUM,
+    [VD_OP_SOFTMAX] = NZ_KERN, [VD_OP_SOFTMAX_BACKWARD] = NZ_KERN, [VD_OP_RMS_NORM] = NZ_KERN,
+    [VD_OP_RMS_NORM_BACKWARD] = NZ_KERN, [VD_OP_LAYER_NORM] = NZ_KERN, [VD_OP_LAYER_NORM_BACKWARD] = NZ_KERN,
+};
+
+static int nz_is(int op, int cls) { return op >= 0 && op < VD_OP__COUNT && (nz_class[op] & cls); }
+static int is_move(int op) { return nz_is(op, NZ_MOVE); }
+static int is_elementwise(int op) { return nz_is(op, NZ_ELEM); }
+static int is_contraction(int op) { return nz_is(op, NZ_SUM); }
+static int kernel_dependent(int op) { return nz_is(op, NZ_KERN); }
+static int is_sum_of_inputs(int op) { return nz_is(op, NZ_ADDS); }
+
+/* Whether parallel value v holds its single tensor whole (same shape, not a
+ * part): the kernel then runs on the same shape on both sides. */
+static int whole_single(const vd_noise_ctx *c, uint32_t v) {
+  const vd_tensor_t *t = ptensor(c, v);
+  if (!t->has_lin || t->lin.part_n > 1) return 0;
+  int64_t si = vd_plan_find_tensor(c->sp, t->lin.full);
+  if (si < 0) return 0;
+  const vd_tensor_t *st = &c->sp->tensors[si];
+  if (st->ndim != t->ndim) return 0;
+  for (int32_t k = 0; k < t->ndim; k++)
+    if (st->shape[k] != t->shape[k]) return 0;
+  return 1;
+}
+
+/* ---- evaluation ---------------------------------------------------------------- */
+
+typedef struct {
+  const double **in;
+  double **out;
+  vd_op_shape *is, *os;
+  uint32_t cap;
+} callbuf;
+
+static vd_rc callbuf_fit(callbuf *b, uint32_t n, vd_diag *d) {
+  if (n <= b->cap) return VD_OK;
+  vd_free(b->in);
+  vd_free(b->out);
+  vd_free(b->is);
+  vd_free(b->os);
+  b->in = vd_calloc(n, sizeof(*b->in));
+  b->out = vd_calloc(n, sizeof(*b->out));
+  b->is = vd_calloc(n, sizeof(*b->is));
+  b->os = vd_calloc(n, sizeof(*b->os));
+  b->cap = n;
+  if (!b->in || !b->out || !b->is || !b->os) {
+    b->cap = 0;
+    return VD_OOM(d);
+  }
+  return VD_OK;
+}
+
+static void callbuf_free(callbuf *b) {
+  vd_free(b->in);
+  vd_free(b->out);
+  vd_free(b->is);
+  vd_free(b->os);
+  memset(b, 0, sizeof(*b));
+}
+
+/* Evaluates gpx node k on inputs in[] into out[]. */
+static vd_rc eval_node(vd_noise_ctx *c, uint32_t k, callbuf *b, const double *const *in, double *const *out,
+                       vd_diag *d) {
+  const vd_gnode_t *gn = &c->gpx.nodes[k];
+  const vd_node_t *pn = &c->pp->nodes[gn->pnode];
+  const uint32_t *iv = vd_gnode_inputs(&c->gpx, gn), *ov = vd_gnode_outputs(&c->gpx, gn);
+  for (uint32_t i = 0; i < gn->n_in; i++) {
+    const vd_tensor_t *t = ptensor(c, iv[i]);
+    b->is[i].ndim = t->ndim;
+    memcpy(b->is[i].d, t->shape, sizeof(t->shape));
+  }
+  for (uint32_t i = 0; i < gn->n_out; i++) {
+    const vd_tensor_t *t = ptensor(c, ov[i]);
+    b->os[i].ndim = t->ndim;
+    memcpy(b->os[i].d, t->shape, sizeof(t->shape));
+  }
+  char label[96];
+  snprintf(label, sizeof(label), "node %lld '%.60s'", (long long)pn->id, vd_plan_s(c->pp, pn->name));
+  vd_op_call call = {.op = vd_op_lookup(vd_node_op(c->pp, pn)), .plan = c->pp, .node = pn, .record = label,
+                     .n_in = gn->n_in, .n_out = gn->n_out, .n_part = gn->n_part ? gn->n_part : 1,
+                     .in = (const double *const *)in, .in_shape = b->is, .out = out, .out_shape = b->os,
+                     .diag = d};
+  return vd_op_eval(&call);
+}
+
+/* ---- values ------------------------------------------------------------------------ */
+
+const double *vd_noise_i_dumped(const vd_noise_dump *dump, const vd_graph_t *g, uint32_t v, int64_t *n) {
+  if (!dump) return NULL;
+  const vd_value_t *x = &g->values[v];
+  const vd_tensor_t *t = &g->plan->tensors[x->tensor];
+  int32_t last = vd_graph_last(g, x->tensor, x->replica, x->mb);
+  int32_t first = vd_graph_first(g, x->tensor, x->replica, x->mb);
+  const double *a = NULL;
+  if ((int32_t)v == last) a = vd_noise_dump_get(dump, t->id, x->replica, 1, n);
+  if (!a && (int32_t)v == first) a = vd_noise_dump_get(dump, t->id, x->replica, 0, n);
+  return a;
+}
+
+/* Noise mode: the initial value of a parallel tensor, from its single
+ * tensor's element through the lineage (so replicas agree and shards fit),
+ * uniform in [-scale, scale]; optimizer state positive; integers 0. */
+static vd_rc synth_initial(vd_noise_ctx *c, uint32_t v, vd_diag *d) {
+  const vd_value_t *x = &c->gpx.values[v];
+  const vd_tensor_t *t = ptensor(c, v);
+  int64_t n = vd_tensor_numel(t);
+  double *a = vd_calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+  if (!a) return VD_OOM(d);
+  c->val[v] = a;
+  c->own[v] = 1;
+  if (!is_float(t->dtype)) return VD_OK;
+  double X = c->o->scale > 0 ? c->o->scale : 1.0;
+  int64_t lo[VD_MAX_DIMS], hi[VD_MAX_DIMS];
+  const vd_tensor_t *st = NULL;
+  if (t->has_lin) {
+    int64_t si = vd_plan_find_tensor(c->sp, t->lin.full);
+    if (si >= 0) st = &c->sp->tensors[si];
+    int64_t pk = 0;
+    vd_tensor_lineage_at(t, x->replica, x->mb, lo, hi, &pk);
+  }
+  int64_t idx[VD_MAX_DIMS];
+  for (int64_t e = 0; e < n; e++) {
+    uint64_t key;
+    if (st && st->ndim == t->ndim) {
+      int64_t r = e, flat = 0;
+      for (int32_t k = t->ndim - 1; k >= 0; k--) {
+        idx[k] = r % t->shape[k];
+        r /= t->shape[k];
+      }
+      for (int32_t k = 0; k < t->ndim; k++) flat = flat * st->shape[k] + lo[k] + idx[k];
+      key = mix64(c->o->seed ^ mix64((uint64_t)t->lin.full * 0x100000001b3ULL)) ^ (uint64_t)flat;
+    } else {
+      key = mix64(c->o->seed ^ mix64((uint64_t)t->id)) ^ mix64((uint64_t)x->replica) ^ (uint64_t)e;
+    }
+    double w = unit01(key);
+    a[e] = t->role == VD_ROLE_OPTSTATE ? X * (0.01 + w) : X * (2.0 * w - 1.0);
+    if (t->has_lin && t->lin.part_n > 1) a[e] /= (double)t->lin.part_n;
+  }
+  return VD_OK;
+}
+
+/* ---- one node's bounds -------------------------------------------------------------- */
+
+typedef struct {
+  double *tmpd;            /* perturbed input */
+  double *tmpc;            /* 5 per output: contraction terms */
+  double **wvec, **wtmp, **s1v; /* per output: worst-case bound vector, a probe's, sum |terms| */
+  double **base;           /* per output: the node evaluated in double on its inputs (the probes' origin) */
+  double **rvar;           /* per output: realistic variance per element */
+  double **kv, **s2v;      /* per output: terms per element, sum of squared terms (contractions) */
+  double **blk;            /* per output: the block wtmp, s1v, base, kv, s2v point into */
+  double **absd;           /* per input: |x| */
+  int64_t *abscap;
+  double **tmpo;           /* outputs of a probe */
+  const double **ins;
+  uint32_t cap;
+  int64_t tcap;
+  int64_t *ocap;
+} workbuf;
+
+static vd_rc work_fit(workbuf *w, uint32_t n, vd_diag *d) {
+  if (n > w->cap) {
+    for (uint32_t i = 0; i < w->cap; i++) vd_free(w->tmpo[i]);
+    vd_free(w->tmpo);
+    vd_free(w->ins);
+    vd_free(w->ocap);
+    vd_free(w->tmpc);
+    if (w->absd)
+      for (uint32_t i = 0; i < w->cap; i++) vd_free(w->absd[i]);
+    vd_free(w->absd);
+    vd_free(w->abscap);
+    vd_free(w->wvec);
+    vd_free(w->wtmp);
+    vd_free(w->s1v);
+    vd_free(w->base);
+    vd_free(w->rvar);
+    vd_free(w->kv);
+    vd_free(w->s2v);
+    vd_free(w->blk);
+    w->blk = vd_calloc(n, sizeof(double *));
+    w->kv = vd_calloc(n, sizeof(double *));
+    w->s2v = vd_calloc(n, sizeof(double *));
+    w->rvar = vd_calloc(n, sizeof(double *));
+    w->base = vd_calloc(n, sizeof(double *));
+    w->wvec = vd_calloc(n, sizeof(double *));
+    w->wtmp = vd_calloc(n, sizeof(double *));
+    w->s1v = vd_calloc(n, sizeof(double *));
+    w->tmpc = vd_calloc((size_t)n * 5, sizeof(double));
+    w->absd = vd_calloc(n, sizeof(double *));
+    w->abscap = vd_calloc(n, sizeof(int64_t));
+    w->tmpo = vd_calloc(n, sizeof(double *));
+    w->ins = vd_calloc(n, sizeof(double *));
+    w->ocap = vd_calloc(n, sizeof(int64_t));
+    w->cap = n;
+    if (!w->tmpo || !w->ins || !w->ocap || !w->tmpc || !w->absd ||
+        !w->abscap || !w->wvec || !w->wtmp || !w->s1v || !w->base || !w->rvar || !w->kv || !w->s2v || !w->blk) {
+      w->cap = 0;
+      return VD_OOM(d);
+    }
+  }
+  return VD_OK;
+}
+
+static vd_rc buf_at_least(double **p, int64_t *cap, int64_t n, vd_diag *d) {
+  if (n <= *cap) return VD_OK;
+  vd_free(*p);
+  *p = vd_calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+  if (!*p) {
+    *cap = 0;
+    return VD_OOM(d);
+  }
+  *cap = n;
+  return VD_OK;
+}
+
+static void work_free(workbuf *w) {
+  for (uint32_t i = 0; i < w->cap; i++) vd_free(w->tmpo[i]);
+  vd_free(w->tmpo);
+  vd_free(w->ins);
+  vd_free(w->ocap);
+  vd_free(w->tmpd);
+  vd_free(w->tmpc);
+  if (w->absd)
+    for (uint32_t i = 0; i < w->cap; i++) vd_free(w->absd[i]);
+  vd_free(w->absd);
+  vd_free(w->abscap);
+  vd_free(w->wvec);
+  vd_free(w->wtmp);
+  vd_free(w->s1v);
+  vd_free(w->base);
+  vd_free(w->rvar);
+  vd_free(w->kv);
+  vd_free(w->s2v);
+  vd_free(w->blk);
+  memset(w, 0, sizeof(*w));
+}
+
+/* Probe outputs sized for node k. */
+static vd_rc probe_outputs(vd_noise_ctx *c, uint32_t k, workbuf *w, vd_diag *d) {
+  const vd_gnode_t *gn = &c->gpx.nodes[k];
+  const uint32_t *ov = vd_gnode_outputs(&c->gpx, gn);
+  for (uint32_t j = 0; j < gn->n_out; j++)
+    VD_CHECK(buf_at_least(&w->tmpo[j], &w->ocap[j], vd_tensor_numel(ptensor(c, ov[j])), d));
+  return VD_OK;
+}
+
+/* Evaluates node k with input i replaced by w->tmpd; outputs in w->tmpo. */
+static vd_rc probe(vd_noise_ctx *c, uint32_t k, uint32_t i, callbuf *b, workbuf *w, vd_diag *d) {
+  const vd_gnode_t *gn = &c->gpx.nodes[k];
+  const uint32_t *iv = vd_gnode_inputs(&c->gpx, gn);
+  for (uint32_t q = 0; q < gn->n_in; q++) w->ins[q] = q == i ? w->tmpd : c->val[iv[q]];
+  return eval_node(c, k, b, w->ins, w->tmpo, d);
+}
+
+/* The realistic probe of input i: its per-element standard deviations s_e
+ * pushed through the operator, E[d_e^2] added to the output's variances
+ * (w->rvar).  Data movement and elementwise operators: one probe x + s (their
+ * Jacobian maps each element on its own: exact to first order); the others:
+ * the mean of two probes x + r s with random signs r (E[(J r s)_e^2] =
+ * sum_c J_ec^2 s_c^2: the variance of independent input errors). */
+static vd_rc probe_realistic(vd_noise_ctx *c, uint32_t k, uint32_t i, int op, callbuf *b, workbuf *w, vd_diag *d) {
+  const vd_gnode_t *gn = &c->gpx.nodes[k];
+  const uint32_t *iv = vd_gnode_inputs(&c->gpx, gn), *ov = vd_gnode_outputs(&c->gpx, gn);
+  uint32_t v = iv[i];
+  const double *x = c->val[v], *sd = c->erv[v];
+  int64_t n = vd_tensor_numel(ptensor(c, v));
+  int det = is_move(op) || is_elementwise(op);
+  int probes = det ? 1 : 2;
+  for (int pr = 0; pr < probes; pr++) {
+    uint64_t base = mix64(c->o->seed ^ mix64(((uint64_t)k << 20) ^ ((uint64_t)i << 4) ^ (uint64_t)pr ^ 0x5157ULL));
+    for (int64_t e = 0; e < n; e++)
+      w->tmpd[e] = x[e] + (det || (mix64(base + (uint64_t)e) & 1) ? sd[e] : -sd[e]);
+    VD_CHECK(probe(c, k, i, b, w, d));
+    for (uint32_t j = 0; j < gn->n_out; j++) {
+      const double *y = w->base[j];
+      int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+      for (int64_t e = 0; e < m; e++) {
+        double dd = w->tmpo[j][e] - y[e];
+        if (!isfinite(dd)) dd = isnan(w->tmpo[j][e]) && isnan(y[e]) ? 0 : INFINITY;
+        w->rvar[j][e] += dd * dd / probes;
+      }
+    }
+  }
+  return VD_OK;
+}
+
+/* Does output j of node k read input i?  (linear_backward's dx does not
+ * read x: the contraction rule below would otherwise charge it.)  One
+ * evaluation with input i moved. */
+static vd_rc reads_input(vd_noise_ctx *c, uint32_t k, uint32_t i, callbuf *b, workbuf *w, uint8_t *dep, vd_diag *d) {
+  const vd_gnode_t *gn = &c->gpx.nodes[k];
+  const uint32_t *iv = vd_gnode_inputs(&c->gpx, gn), *ov = vd_gnode_outputs(&c->gpx, gn);
+  const double *x = c->val[iv[i]];
+  int64_t n = vd_tensor_numel(ptensor(c, iv[i]));
+  for (int64_t e = 0; e < n; e++) w->tmpd[e] = x[e] * 1.25 + 0.5;
+  VD_CHECK(probe(c, k, i, b, w, d));
+  for (uint32_t j = 0; j < gn->n_out; j++) {
+    const double *y = w->base[j];
+    int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+    dep[j] = 0;
+    for (int64_t e = 0; e < m && !dep[j]; e++) dep[j] = w->tmpo[j][e] != y[e];
+  }
+  return VD_OK;
+}
+
+/* The worst case, componentwise and to first order: input i's error bound
+ * vector E (|error| <= E elementwise) reaches output element e as
+ * sum_c |dy_e/dx_c| E_c:
+ *   data movement                |f(x + E) - f(x)| (exact: a linear map that copies elements);
+ *   sums and bilinear operators  f(E in place of input i, |x| for the others) (exact |J| E);
+ *   elementwise                  max(|f(x + E) - f(x)|, |f(x - E) - f(x)|) (first order);
+ *   other operators              (softmax, norms, their backward) an estimate: twice the largest
+ *                                |f(x + s E) - f(x)| over s = +1, -1 and four random sign
+ *                                patterns (not rigorous; docs/noise.md).
+ * Adds into w->wvec[j]. */
+static vd_rc probe_worst(vd_noise_ctx *c, uint32_t k, uint32_t i, int op, callbuf *b, workbuf *w, vd_diag *d) {
+  const vd_gnode_t *gn = &c->gpx.nodes[k];
+  const uint32_t *iv = vd_gnode_inputs(&c->gpx, gn), *ov = vd_gnode_outputs(&c->gpx, gn);
+  uint32_t v = iv[i];
+  const double *x = c->val[v], *E = c->ewv[v];
+  int64_t n = vd_tensor_numel(ptensor(c, v));
+  uint8_t dep[64];
+  int use_dep = gn->n_out > 1 && gn->n_out <= 64;
+  if (use_dep) VD_CHECK(reads_input(c, k, i, b, w, dep, d));
+  if (is_contraction(op) && op != VD_OP_SUMSQ) {
+    for (uint32_t q = 0; q < gn->n_in; q++) {
+      const vd_tensor_t *t = ptensor(c, iv[q]);
+      int64_t m = vd_tensor_numel(t);
+      double *buf = NULL;
+      if (q == i) {
+        buf = w->tmpd;
+        for (int64_t e = 0; e < m; e++) buf[e] = E[e];
+      } else if (is_float(t->dtype)) {
+        VD_CHECK(buf_at_least(&w->absd[q], &w->abscap[q], m, d));
+        buf = w->absd[q];
+        for (int64_t e = 0; e < m; e++) buf[e] = fabs(c->val[iv[q]][e]);
+      }
+      w->ins[q] = buf ? buf : c->val[iv[q]];
+    }
+    VD_CHECK(eval_node(c, k, b, w->ins, w->tmpo, d));
+    for (uint32_t j = 0; j < gn->n_out; j++) {
+      if (use_dep && !dep[j]) continue;
+      int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+      for (int64_t e = 0; e < m; e++) w->wvec[j][e] += fabs(w->tmpo[j][e]);
+    }
+    return VD_OK;
+  }
+  int move = is_move(op), elem = is_elementwise(op);
+  int probes = move ? 1 : elem ? 2 : 6;
+  for (uint32_t j = 0; j < gn->n_out; j++) {
+    int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+    for (int64_t e = 0; e < m; e++) w->wtmp[j][e] = 0;
+  }
+  for (int pr = 0; pr < probes; pr++) {
+    uint64_t base = mix64(c->o->seed ^ mix64(((uint64_t)k << 20) ^ ((uint64_t)i << 4) ^ (uint64_t)pr ^ 0x77ULL));
+    for (int64_t e = 0; e < n; e++) {
+      double sg = pr == 0 ? 1.0 : pr == 1 ? -1.0 : (mix64(base + (uint64_t)e) & 1 ? 1.0 : -1.0);
+      w->tmpd[e] = x[e] + sg * E[e];
+    }
+    VD_CHECK(probe(c, k, i, b, w, d));
+    for (uint32_t j = 0; j < gn->n_out; j++) {
+      const double *y = w->base[j];
+      int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+      for (int64_t e = 0; e < m; e++) {
+        double g = fabs(w->tmpo[j][e] - y[e]);
+        if (!isfinite(g)) g = isnan(w->tmpo[j][e]) && isnan(y[e]) ? 0 : INFINITY;
+        if (g > w->wtmp[j][e]) w->wtmp[j][e] = g;
+      }
+    }
+  }
+  for (uint32_t j = 0; j < gn->n_out; j++) {
+    if (use_dep && !dep[j]) continue;
+    int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+    double f = move || elem ? 1.0 : 2.0;
+    for (int64_t e = 0; e < m; e++) w->wvec[j][e] += f * w->wtmp[j][e];
+  }
+  return VD_OK;
+}
+
+/* Per-element term counts and sums of |terms| and terms^2 of a contraction:
+ * the node evaluated on all-ones, |x| and x^2 floating inputs (integer inputs,
+ * indices, are kept).  Exact for sums of products of its inputs. */
+static vd_rc contraction_terms(vd_noise_ctx *c, uint32_t k, int op, callbuf *b, double *kmax, double *s1n,
+                               double *vsum, double u_acc, const double *nfac, double **s1v, double **kv,
+                               double **s2v, vd_diag *d) {
+  const vd_gnode_t *gn = &c->gpx.nodes[k];
+  const uint32_t *iv = vd_gnode_inputs(&c->gpx, gn), *ov = vd_gnode_outputs(&c->gpx, gn);
+  int64_t tot = 0;
+  for (uint32_t i = 0; i < gn->n_in; i++) tot += vd_tensor_numel(ptensor(c, iv[i]));
+  double *pool = vd_calloc((size_t)(tot > 0 ? tot : 1) * 3, sizeof(double));
+  const double **in3 = vd_calloc((size_t)gn->n_in * 3 + 1, sizeof(double *));
+  double **outs[3] = {NULL, NULL, NULL};
+  vd_rc rc = VD_OK;
+  if (!pool || !in3) {
+    rc = VD_OOM(d);
+    goto done;
+  }
+  int64_t off = 0;
+  for (uint32_t i = 0; i < gn->n_in; i++) {
+    const vd_tensor_t *t = ptensor(c, iv[i]);
+    int64_t n = vd_tensor_numel(t);
+    const double *x = c->val[iv[i]];
+    for (int m = 0; m < 3; m++) {
+      double *p = pool + (size_t)tot * (size_t)m + (size_t)off;
+      for (int64_t e = 0; e < n; e++)
+        p[e] = !is_float(t->dtype) ? x[e] : m == 0 ? 1.0 : m == 1 ? fabs(x[e]) : x[e] * x[e];
+      in3[(size_t)m * gn->n_in + i] = p;
+    }
+    off += n;
+  }
+  for (int m = 0; m < 3; m++) {
+    outs[m] = vd_calloc(gn->n_out + 1, sizeof(double *));
+    if (!outs[m]) {
+      rc = VD_OOM(d);
+      goto done;
+    }
+    for (uint32_t j = 0; j < gn->n_out; j++) {
+      int64_t n = vd_tensor_numel(ptensor(c, ov[j]));
+      outs[m][j] = vd_calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+      if (!outs[m][j]) {
+        rc = VD_OOM(d);
+        goto done;
+      }
+    }
+    if ((rc = eval_node(c, k, b, in3 + (size_t)m * gn->n_in, outs[m], d)) != VD_OK) goto done;
+  }
+  for (uint32_t j = 0; j < gn->n_out; j++) {
+    const double *y = c->val[ov[j]];
+    int64_t n = vd_tensor_numel(ptensor(c, ov[j]));
+    int64_t nin = vd_tensor_numel(ptensor(c, iv[0]));
+    double s1 = 0, v = 0;
+    kmax[j] = 1;
+    for (int64_t e = 0; e < n; e++) {
+      double K = outs[0][j][e];
+      if (op == VD_OP_MEAN) K = (double)nin / (double)(n > 0 ? n : 1);
+      if (!(K >= 1)) K = 1;
+      if (K > kmax[j]) kmax[j] = K;
+      double a = outs[1][j][e], q = outs[2][j][e];
+      if (op == VD_OP_MEAN) {
+        a *= K;
+        q *= K * K;
+      }
+      if (a > s1) s1 = a;
+      s1v[j][e] = a;
+      kv[j][e] = K;
+      s2v[j][e] = q;
+      /* one side's variance, r u^2 K (y^2/3 + sum t^2 / 2); the single side's nK terms */
+      double ye = op == VD_OP_MEAN ? y[e] * K : y[e];
+      v += VD_NOISE_RV * u_acc * u_acc * K * (ye * ye / 3.0 + q / 2.0) * (1.0 + nfac[j]);
+    }
+    s1n[j] = s1; /* max-norm of |terms| summed */
+    vsum[j] = v;
+  }
+done:
+  for (int m = 0; m < 3; m++) {
+    if (outs[m])
+      for (uint32_t j = 0; j < gn->n_out; j++) vd_free(outs[m][j]);
+    vd_free(outs[m]);
+  }
+  vd_free(pool);
+  vd_free(in3);
+  return rc;
+}
+
+static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd_diag *d) {
+  const vd_gnode_t *gn = &c->gpx.nodes[k];
+  const vd_node_t *pn = &c->pp->nodes[gn->pnode];
+  int op = vd_op_lookup(vd_node_op(c->pp, pn));
+  const uint32_t *iv = vd_gnode_inputs(&c->gpx, gn), *ov = vd_gnode_outputs(&c->gpx, gn);
+  VD_CHECK(work_fit(w, gn->n_out + gn->n_in + 1, d));
+  int bit_in = 1, any_wc = 0;
+  int64_t in_parts = 1, maxn = 1;
+  for (uint32_t i = 0; i < gn->n_in; i++) {
+    uint32_t v = iv[i];
+    if (!c->val[v] || !c->known[v]) return VD_OK; /* no values or no bound: the outputs get none */
+    bit_in &= c->bitid[v];
+    any_wc |= c->ewv[v] != NULL;
+    int64_t pnn = part_n(ptensor(c, v));
+    if (pnn > in_parts) in_parts = pnn;
+    int64_t n = vd_tensor_numel(ptensor(c, v));
+    if (n > maxn) maxn = n;
+  }
+  int64_t out_parts = 1;
+  for (uint32_t j = 0; j < gn->n_out; j++) {
+    if (!c->val[ov[j]]) return VD_OK;
+    int64_t pnn = part_n(ptensor(c, ov[j]));
+    if (pnn > out_parts) out_parts = pnn;
+  }
+  int coll_sum = (op == VD_OP_ALL_REDUCE || op == VD_OP_REDUCE_SCATTER) && gn->n_part > 1 &&
+                 strcmp(vd_node_attr_str(c->pp, pn, "reduce", "sum"), "sum") == 0;
+  /* per-output worst-case vectors (componentwise) and S1 vectors */
+  vd_rc rc = VD_OK;
+  for (uint32_t j = 0; j < gn->n_out; j++) {
+    int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+    w->wvec[j] = vd_calloc((size_t)(m > 0 ? m : 1), sizeof(double));
+    w->rvar[j] = vd_calloc((size_t)(m > 0 ? m : 1), sizeof(double));
+    /* the node's scratch vectors in one block: a probe's, sum |t|, the origin, K, sum t^2 */
+    size_t mm = (size_t)(m > 0 ? m : 1);
+    w->blk[j] = mm < SIZE_MAX / 5 ? vd_calloc(5 * mm, sizeof(double)) : NULL;
+    if (!w->wvec[j] || !w->rvar[j] || !w->blk[j]) {
+      rc = VD_OOM(d);
+      goto done;
+    }
+    w->wtmp[j] = w->blk[j];
+    w->s1v[j] = w->blk[j] + mm;
+    w->base[j] = w->blk[j] + 2 * mm;
+    w->kv[j] = w->blk[j] + 3 * mm;
+    w->s2v[j] = w->blk[j] + 4 * mm;
+  }
+  if ((rc = buf_at_least(&w->tmpd, &w->tcap, maxn, d)) != VD_OK) goto done;
+  if ((rc = probe_outputs(c, k, w, d)) != VD_OK) goto done;
+  /* the probes' origin: the node in double on the real inputs (a dumped output also holds the
+     run's own rounding, which is not a difference between the runs) */
+  {
+    int need = 0;
+    for (uint32_t i = 0; i < gn->n_in; i++) need |= c->erv[iv[i]] != NULL || c->ewv[iv[i]] != NULL;
+    if (need) {
+      for (uint32_t i = 0; i < gn->n_in; i++) w->ins[i] = c->val[iv[i]];
+      if ((rc = eval_node(c, k, b, w->ins, w->base, d)) != VD_OK) goto done;
+    }
+  }
+  /* propagated */
+  if (coll_sum) {
+    int any_re = 0;
+    for (uint32_t i = 0; i < gn->n_in; i++) any_re |= c->erv[iv[i]] != NULL;
+    if (any_re) { /* independent errors: the collective applied to the variances */
+      for (uint32_t i = 0; i < gn->n_in; i++) {
+        int64_t n = vd_tensor_numel(ptensor(c, iv[i]));
+        if ((rc = buf_at_least(&w->absd[i], &w->abscap[i], n, d)) != VD_OK) goto done;
+        for (int64_t e = 0; e < n; e++) w->absd[i][e] = c->erv[iv[i]] ? c->erv[iv[i]][e] * c->erv[iv[i]][e] : 0.0;
+        w->ins[i] = w->absd[i];
+      }
+      if ((rc = eval_node(c, k, b, w->ins, w->tmpo, d)) != VD_OK) goto done;
+      for (uint32_t j = 0; j < gn->n_out; j++) {
+        int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+        for (int64_t e = 0; e < m; e++) w->rvar[j][e] += fabs(w->tmpo[j][e]);
+      }
+    }
+    if (any_wc) { /* the collective applied to the inputs' bounds (a sum of nonnegative vectors) */
+      for (uint32_t i = 0; i < gn->n_in; i++) {
+        int64_t n = vd_tensor_numel(ptensor(c, iv[i]));
+        double *buf = NULL;
+        if ((rc = buf_at_least(&w->absd[i], &w->abscap[i], n, d)) != VD_OK) goto done;
+        buf = w->absd[i];
+        for (int64_t e = 0; e < n; e++) buf[e] = c->ewv[iv[i]] ? c->ewv[iv[i]][e] : 0.0;
+        w->ins[i] = buf;
+      }
+      if ((rc = eval_node(c, k, b, w->ins, w->tmpo, d)) != VD_OK) goto done;
+      for (uint32_t j = 0; j < gn->n_out; j++) {
+        int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+        for (int64_t e = 0; e < m; e++) w->wvec[j][e] += fabs(w->tmpo[j][e]);
+      }
+    }
+  } else {
+    for (uint32_t i = 0; i < gn->n_in; i++) {
+      uint32_t v = iv[i];
+      if (c->erv[v] && (rc = probe_realistic(c, k, i, op, b, w, d)) != VD_OK) goto done;
+      if (c->ewv[v] && (rc = probe_worst(c, k, i, op, b, w, d)) != VD_OK) goto done;
+    }
+  }
+  /* new rounding discrepancies */
+  int combine = coll_sum || (is_sum_of_inputs(op) && in_parts > out_parts);
+  double *nfac = w->tmpc, *vs = w->tmpc + gn->n_out, *s1 = w->tmpc + 2 * gn->n_out, *km = w->tmpc + 3 * gn->n_out;
+  int any_split = 0;
+  const vd_tensor_t *t0 = ptensor(c, ov[0]);
+  double u = unit_of(c, t0), ua = accum_unit(c, u);
+  /* bfloat16 and float16 kernels (float inside, rounded back) take shape-dependent code paths */
+  int low = u > ldexp(1.0, -20);
+  for (uint32_t j = 0; j < gn->n_out; j++) {
+    int64_t pj = part_n(ptensor(c, ov[j]));
+    nfac[j] = is_contraction(op) && pj > in_parts ? (double)pj / (double)in_parts : 0.0;
+    /* a contraction on another shape than the single plan's, in low precision: another
+       blocking of the same sums, as if reassociated (both sides' roundings independent) */
+    if (is_contraction(op) && nfac[j] == 0 && bit_in && low && !whole_single(c, ov[j])) nfac[j] = 1.0;
+    any_split |= nfac[j] > 0;
+    vs[j] = s1[j] = 0;
+    km[j] = 1;
+  }
+  if (is_contraction(op) && (any_split || !bit_in) &&
+      (rc = contraction_terms(c, k, op, b, km, s1, vs, ua, nfac, w->s1v, w->kv, w->s2v, d)) != VD_OK)
+    goto done;
+  for (uint32_t j = 0; j < gn->n_out; j++) {
+    uint32_t v = ov[j];
+    const double *yv = c->val[v];
+    int64_t m = vd_tensor_numel(ptensor(c, v));
+    double *rv = w->rvar[j], *wv = w->wvec[j];
+    const double *s1e = w->s1v[j], *k1e = w->kv[j];
+    int split = nfac[j] > 0;
+    int kernel = bit_in && kernel_dependent(op) && !whole_single(c, v) && low;
+    int amp = !bit_in && !is_move(op) && u > 0;
+    double gsplit = split ? vd_noise_gamma(km[j], ua) + vd_noise_gamma(km[j] * nfac[j], ua) : 0;
+    double nm = coll_sum ? (double)gn->n_part : (double)gn->n_in, gcomb = vd_noise_gamma(nm - 1.0, ua);
+    double g2 = 2.0 * vd_noise_gamma(km[j], ua);
+    for (int64_t e = 0; e < m; e++) {
+      double ye = fabs(yv[e]), prop = rv[e];
+      if (split) { /* both sides' roundings of the sum, in the accumulation precision */
+        double K = k1e[e] >= 1 ? k1e[e] : 1;
+        double var = VD_NOISE_RV * ua * ua * K * (ye * ye / 3.0 + w->s2v[j][e] / 2.0) * (1.0 + nfac[j]);
+        rv[e] += var;
+        wv[e] += gsplit * s1e[e];
+        if (ua < u) { /* both sides round their (different) accumulators to the output precision */
+          double a2 = VD_NOISE_ULP * u * ye * 0.8 * sqrt(var), cap = 2.0 * VD_NOISE_RV * u * u * ye * ye;
+          rv[e] += a2 < cap ? a2 : cap;
+          wv[e] += 2.0 * u * ye;
+        }
+      }
+      if (combine) { /* the sum of the parts, rounded in an order the single plan never uses */
+        rv[e] += VD_NOISE_RV * ua * ua * (nm - 1.0) * ye * ye;
+        double sx = 0;
+        for (uint32_t i = 0; i < gn->n_in; i++) {
+          int64_t ni = vd_tensor_numel(ptensor(c, iv[i]));
+          if (ni > 0) sx += fabs(c->val[iv[i]][ni == m ? e : e % ni]);
+        }
+        if (op == VD_OP_ALL_REDUCE) sx = 0; /* below: its own participants' inputs */
+        if (op == VD_OP_ALL_REDUCE)
+          for (uint32_t i = 0; i < gn->n_in; i++)
+            if (vd_tensor_numel(ptensor(c, iv[i])) == m) sx += fabs(c->val[iv[i]][e]);
+        wv[e] += gcomb * sx;
+      }
+      if (kernel) { /* another shape: another code path of the kernel, at most an ulp apart */
+        rv[e] += 2.0 * VD_NOISE_RV * u * u * ye * ye;
+        wv[e] += 2.0 * u * ye;
+      }
+      if (amp) { /* roundings of values that differ by d flip with probability |d| / ulp: the
+                    output's, and the internal ones (K partial sums of a contraction, in the
+                    accumulation precision; a few in a float kernel of the output precision) */
+        double K = is_contraction(op) ? (k1e[e] >= 1 ? k1e[e] : 1) : 1.0;
+        double Kk = kernel_dependent(op) && !low ? 4.0 : 1.0;
+        double ui = is_contraction(op) ? ua : u;
+        double a2 = VD_NOISE_ULP * ye * 0.8 * sqrt(prop) * (u * Kk + (is_contraction(op) ? ui * K : 0.0));
+        double cap = 2.0 * VD_NOISE_RV * ye * ye * (u * u * Kk + (is_contraction(op) ? ui * ui * K : 0.0));
+        rv[e] += a2 < cap ? a2 : cap;
+        wv[e] += is_contraction(op) ? g2 * s1e[e] + 2.0 * u * ye : 2.0 * u * ye * Kk;
+      }
+    }
+    double tot = 0, mx = 0;
+    for (int64_t e = 0; e < m; e++) {
+      tot += rv[e];
+      if (!(wv[e] <= mx)) mx = wv[e];
+    }
+    c->ere[v] = sqrt(tot);
+    c->ewc[v] = mx;
+    if (tot > 0 || isnan(tot)) {
+      for (int64_t e = 0; e < m; e++) rv[e] = sqrt(rv[e]);
+      c->erv[v] = rv;
+      w->rvar[j] = NULL;
+    }
+    if (mx > 0 || isnan(mx)) {
+      c->ewv[v] = wv;
+      w->wvec[j] = NULL;
+    }
+    c->bitid[v] = bit_in && !split && !combine && !kernel;
+    c->known[v] = 1;
+  }
+done:
+  for (uint32_t j = 0; j < gn->n_out; j++) {
+    vd_free(w->wvec[j]);
+    vd_free(w->rvar[j]);
+    vd_free(w->blk[j]);
+    w->wvec[j] = w->wtmp[j] = w->s1v[j] = w->base[j] = w->rvar[j] = w->kv[j] = w->s2v[j] = w->blk[j] = NULL;
+  }
+  return rc;
+}
+
+/* ---- the pass -------------------------------------------------------------------------- */
+
+vd_rc vd_noise_i_propagate(vd_noise_ctx *c, vd_diag *d) {
+  const vd_graph_t *g = &c->gpx;
+  size_t nv = g->n_values;
+  c->val = vd_calloc(nv + 1, sizeof(double *));
+  c->own = vd_calloc(nv + 1, 1);
+  c->dumped = vd_calloc(nv + 1, 1);
+  c->bitid = vd_calloc(nv + 1, 1);
+  c->ere = vd_calloc(nv + 1, sizeof(double));
+  c->ewc = vd_calloc(nv + 1, sizeof(double));
+  c->nrm = vd_calloc(nv + 1, sizeof(double));
+  c->known = vd_calloc(nv + 1, 1);
+  c->ewv = vd_calloc(nv + 1, sizeof(double *));
+  c->erv = vd_calloc(nv + 1, sizeof(double *));
+  if (!c->val || !c->own || !c->dumped || !c->bitid || !c->ere || !c->ewc || !c->nrm || !c->known || !c->ewv || !c->erv) return VD_OOM(d);
+  /* values from the dump; initial values in noise mode */
+  for (size_t v = 0; v < nv; v++) {
+    const vd_tensor_t *t = ptensor(c, (uint32_t)v);
+    int64_t want = vd_tensor_numel(t), n = 0;
+    const double *a = vd_noise_i_dumped(c->pd, g, (uint32_t)v, &n);
+    if (a) {
+      if (n != want) {
+        char rec[64];
+        snprintf(rec, sizeof(rec), "tensor %lld replica %d", (long long)t->id, g->values[v].replica);
+        VD_FAIL(d, VD_EINPUT, NULL, rec, "n", "%lld values, but the plan's tensor has %lld elements",
+                (long long)n, (long long)want);
+      }
+      c->val[v] = (double *)a;
+      c->dumped[v] = 1;
+    } else if (!c->pd && g->values[v].is_initial) {
+      VD_CHECK(synth_initial(c, (uint32_t)v, d));
+    }
+    if (g->values[v].is_initial) c->bitid[v] = c->known[v] = 1;
+  }
+  callbuf b;
+  memset(&b, 0, sizeof(b));
+  workbuf w;
+  memset(&w, 0, sizeof(w));
+  vd_rc rc = VD_OK;
+  for (size_t ti = 0; ti < g->n_nodes; ti++) {
+    uint32_t k = g->topo[ti];
+    const vd_gnode_t *gn = &g->nodes[k];
+    const uint32_t *iv = vd_gnode_inputs(g, gn), *ov = vd_gnode_outputs(g, gn);
+    if ((rc = callbuf_fit(&b, gn->n_in + gn->n_out + 1, d)) != VD_OK) goto done;
+    int have_in = 1, missing_out = 0;
+    for (uint32_t i = 0; i < gn->n_in; i++) have_in &= c->val[iv[i]] != NULL;
+    for (uint32_t j = 0; j < gn->n_out; j++) missing_out |= c->val[ov[j]] == NULL;
+    if (missing_out && have_in) {
+      /* compute every output; keep the dumped ones (the real run's) where present */
+      double **outs = vd_calloc(gn->n_out + 1, sizeof(double *));
+      if (!outs) {
+        rc = VD_OOM(d);
+        goto done;
+      }
+      for (uint32_t j = 0; j < gn->n_out && rc == VD_OK; j++) {
+        int64_t n = vd_tensor_numel(ptensor(c, ov[j]));
+        outs[j] = vd_calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+        if (!outs[j]) rc = VD_OOM(d);
+      }
+      if (rc == VD_OK) {
+        const double **ins = (const double **)b.in;
+        for (uint32_t i = 0; i < gn->n_in; i++) ins[i] = c->val[iv[i]];
+        rc = eval_node(c, k, &b, ins, outs, d);
+      }
+      for (uint32_t j = 0; j < gn->n_out; j++) {
+        if (rc == VD_OK && !c->val[ov[j]]) {
+          c->val[ov[j]] = outs[j];
+          c->own[ov[j]] = 1;
+          c->n_evaluated++;
+        } else {
+          vd_free(outs[j]);
+        }
+      }
+      vd_free(outs);
+      if (rc != VD_OK) goto done;
+    }
+    for (uint32_t j = 0; j < gn->n_out; j++)
+      if (c->val[ov[j]]) c->nrm[ov[j]] = norm2(c->val[ov[j]], vd_tensor_numel(ptensor(c, ov[j])));
+    for (uint32_t i = 0; i < gn->n_in; i++)
+      if (c->val[iv[i]] && g->values[iv[i]].is_initial)
+        c->nrm[iv[i]] = norm2(c->val[iv[i]], vd_tensor_numel(ptensor(c, iv[i])));
+    if ((rc = node_bounds(c, k, &b, &w, d)) != VD_OK) goto done;
+  }
+done:
+  callbuf_free(&b);
+  work_free(&w);
+  return rc;
+}

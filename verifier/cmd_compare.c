@@ -1,0 +1,170 @@
+/*
+ * verifier/cmd_compare.c - `verdict compare`: a real run's values against
+ * the rounding bounds of the plan (noise/, docs/noise.md).
+ *
+ *   verdict compare --sm S --pm P --single-dump A --parallel-dump B
+ *                   [--dtype P] [--accum P] [--lambda L] [--no-verify]
+ *                   [--json F] [--html F] [-q] [-v]
+ *
+ * The dumps (tools/torch2plan --dump-single / --dump-parallel) are mapped
+ * through the lineages onto the single-device tensors; each deviation is set
+ * against its bound, in topological order.  The plans are verified too
+ * (unless --no-verify): when they are EQUIVALENT and the run still exceeds
+ * its bounds, the difference comes from outside the plan and the report says
+ * so.  Exit 0 every tensor within rounding, 1 one beyond (or missing), 2 bad
+ * input.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "report_noise.h"
+#include "run.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: verdict compare --sm SINGLE.plan --pm PARALLEL.plan --single-dump A --parallel-dump B\n"
+          "                       [--dtype P] [--accum P] [--lambda L] [--no-verify] [--json F|-] [--html F] [-q] [-v]\n"
+          "  Real tensors from one step of each run (dumps written by tools/torch2plan --dump-single/\n"
+          "  --dump-parallel), mapped through the lineages onto the single-device tensors (shards\n"
+          "  concatenated, partial sums added, replicas compared), each deviation set against its rounding\n"
+          "  bound, in topological order: within rounding, beyond rounding (the first is where to look),\n"
+          "  or missing.\n"
+          "  --dtype P    precision of the run (bf16, fp16, fp32, fp64); default: each tensor's plan dtype\n"
+          "  --accum P    accumulation precision of sums and matmuls (fp32 for bf16 on CPU)\n"
+          "  --lambda L   realistic bound = L standard deviations (default 3)\n"
+          "  --no-verify  do not verify the plans (the report then cannot say the difference is outside them)\n"
+          "  --json F     every tensor with its bounds, observed deviation and status\n"
+          "  --html F     the report with a plot of observed deviation against bound per tensor family\n"
+          "  -q           the verdict line only; -v every tensor\n"
+          "  docs/noise.md explains the model and the dump format.\n"
+          "  Exit: 0 every tensor within rounding, 1 one beyond rounding or missing, 2 bad input or usage.\n");
+}
+
+int vd_cmd_compare(int argc, char **argv) {
+  const char *sm = NULL, *pm = NULL, *sdp = NULL, *pdp = NULL, *json = NULL, *html = NULL;
+  vd_noise_opts o;
+  memset(&o, 0, sizeof(o));
+  o.dtype = VD_NOISE_PLAN;
+  o.accum = VD_NOISE_PLAN;
+  o.lambda = 3.0;
+  int quiet = 0, verbose = 0, verify = 1;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return VD_EXIT_OK;
+    } else if (!strcmp(a, "-q")) {
+      quiet = 1;
+    } else if (!strcmp(a, "-v")) {
+      verbose = 1;
+    } else if (!strcmp(a, "--no-verify")) {
+      verify = 0;
+    } else if (v && !strcmp(a, "--sm")) {
+      sm = v, i++;
+    } else if (v && !strcmp(a, "--pm")) {
+      pm = v, i++;
+    } else if (v && !strcmp(a, "--single-dump")) {
+      sdp = v, i++;
+    } else if (v && !strcmp(a, "--parallel-dump")) {
+      pdp = v, i++;
+    } else if (v && !strcmp(a, "--json")) {
+      json = v, i++;
+    } else if (v && !strcmp(a, "--html")) {
+      html = v, i++;
+    } else if (v && (!strcmp(a, "--dtype") || !strcmp(a, "--accum"))) {
+      vd_noise_prec p;
+      if (!vd_noise_prec_parse(v, &p) || p == VD_NOISE_PLAN) {
+        fprintf(stderr, "verdict compare: %s: expected bf16, fp16, fp32 or fp64, got '%s'\n", a, v);
+        return VD_EXIT_BAD_INPUT;
+      }
+      if (!strcmp(a, "--dtype")) o.dtype = p;
+      else o.accum = p;
+      i++;
+    } else if (v && !strcmp(a, "--lambda")) {
+      char *e;
+      double x = strtod(v, &e);
+      if (*e || !(x > 0) || x > 1e30) {
+        fprintf(stderr, "verdict compare: --lambda: expected a positive number, got '%s'\n", v);
+        return VD_EXIT_BAD_INPUT;
+      }
+      o.lambda = x;
+      i++;
+    } else {
+      return vd_cli_unknown_option("verdict compare", a, usage, "verdict compare --help");
+    }
+  }
+  if (!sm || !pm || !sdp || !pdp) {
+    fprintf(stderr, "verdict compare: --sm, --pm, --single-dump and --parallel-dump are required\n");
+    usage(stderr);
+    return VD_EXIT_BAD_INPUT;
+  }
+  o.sm = sm;
+  o.pm = pm;
+  vd_plan_t sp, pp;
+  memset(&sp, 0, sizeof(sp));
+  memset(&pp, 0, sizeof(pp));
+  vd_noise_result r;
+  memset(&r, 0, sizeof(r));
+  vd_noise_dump *sd = NULL, *pd = NULL;
+  vd_diag d;
+  vd_diag_clear(&d);
+  const char *plan_verdict = NULL;
+  int code = vd_noise_load_pair(sm, pm, &sp, &pp);
+  if (code >= 0) goto done;
+  if (vd_noise_dump_read(sdp, &sd, &d) != VD_OK || vd_noise_dump_read(pdp, &pd, &d) != VD_OK) {
+    code = vd_cli_report_diag(&d);
+    goto done;
+  }
+  if (strcmp(vd_noise_dump_kind(sd), "single") != 0 || strcmp(vd_noise_dump_kind(pd), "parallel") != 0) {
+    fprintf(stderr, "verdict: %s: line 1: header: expected a %s dump\n",
+            strcmp(vd_noise_dump_kind(sd), "single") != 0 ? sdp : pdp,
+            strcmp(vd_noise_dump_kind(sd), "single") != 0 ? "single" : "parallel");
+    code = VD_EXIT_BAD_INPUT;
+    goto done;
+  }
+  if (verify) {
+    vd_run_opts ro;
+    memset(&ro, 0, sizeof(ro));
+    ro.sm = sm;
+    ro.pm = pm;
+    ro.quiet = 1;
+    ro.max_failures = 1;
+    vd_run run;
+    memset(&run, 0, sizeof(run));
+    vd_diag vd;
+    vd_diag_clear(&vd);
+    if (vd_run_verify(&ro, &run, &vd) == VD_OK) {
+      int rc = vd_run_exit_code(&run);
+      plan_verdict = rc == 0 ? "EQUIVALENT" : rc == 1 ? "NOT EQUIVALENT" : "INCONCLUSIVE";
+    }
+    vd_run_free(&run);
+  }
+  if (vd_noise_run(&sp, &pp, sd, pd, &o, &r, &d) != VD_OK) {
+    if (!d.file[0]) vd_diag_set_file(&d, pdp);
+    code = vd_cli_report_diag(&d);
+    goto done;
+  }
+  vd_noise_report_ctx x = {.mode = "compare", .o = &o, .plan_verdict = plan_verdict, .single_dump = sdp,
+                           .parallel_dump = pdp, .verbose = verbose};
+  if (!(json && !strcmp(json, "-"))) {
+    if (quiet) {
+      printf("compare: %s\n", r.n_count[VD_NOISE_BEYOND] ? "BEYOND ROUNDING"
+                              : r.n_count[VD_NOISE_MISSING] ? "MISSING VALUES" : "WITHIN ROUNDING");
+    } else {
+      vd_noise_write_text(stdout, &r, &x);
+    }
+  }
+  code = r.n_count[VD_NOISE_BEYOND] || r.n_count[VD_NOISE_MISSING] ? VD_EXIT_NOT_EQUIV : VD_EXIT_OK;
+  if (json && vd_noise_write_json(json, &r, &x)) code = VD_EXIT_BAD_INPUT;
+  if (html && vd_noise_write_html(html, &r, &x)) code = VD_EXIT_BAD_INPUT;
+done:
+  vd_noise_result_free(&r);
+  vd_noise_dump_free(sd);
+  vd_noise_dump_free(pd);
+  vd_plan_free(&sp);
+  vd_plan_free(&pp);
+  return code;
+}
