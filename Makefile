@@ -10,7 +10,7 @@ MODULES := common plans ops graph oracle lineage stages solver verifier bugs
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes \
                -I/usr/include/igraph -fopenmp
 OPT     ?= -O2 -g
-LIBS    := -ligraph -lmsgpackc -lz3 -lgmp -lcrypto -lm -fopenmp
+LIBS    := -ligraph -lmsgpackc -lz3 -lgmp -lcrypto -ljansson -lm -fopenmp
 BUILD   ?= build
 BIN     ?= bin
 EXTRA_CFLAGS ?=
@@ -21,9 +21,9 @@ CFLAGS  := $(CFLAGS_BASE) $(OPT) $(EXTRA_CFLAGS)
 # (cmocka), the Python tools and their tests (msgpack, torch), the fuzz target
 # (clang with its libFuzzer runtime), the leak check (valgrind) and the
 # pictures of the HTML report (graphviz's dot).
-DEMO_PACKAGES := libz3-dev libgmp-dev libigraph-dev libmsgpack-dev libssl-dev
+DEMO_PACKAGES := libz3-dev libgmp-dev libigraph-dev libmsgpack-dev libssl-dev libjansson-dev
 DEB_PACKAGES := $(DEMO_PACKAGES) libcmocka-dev python3 python3-msgpack \
-                clang libclang-rt-dev valgrind python3-torch graphviz
+                clang libclang-rt-dev valgrind python3-torch graphviz cvc5
 
 LIB_SRC := $(filter-out verifier/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))

@@ -748,6 +748,94 @@ static void stage_where(const solve_ctx *c, char *buf, size_t n) {
   if (other && at < n) snprintf(buf + at, n - at, "%s other x%u", first ? "" : ",", other);
 }
 
+/* Steps (1)-(4): the terms of every stage value.  *ready = 1 when the
+ * pairs can be built; otherwise v holds an INCONCLUSIVE verdict with its
+ * reason (a stage too large, an operator without an encoder, an encoder
+ * that refused a node, hypotheses that are not definitions). */
+static vd_rc encode_stage(solve_ctx *c, vd_stage_verdict *v, int *ready) {
+  const vd_stage *st = c->st;
+  const vd_stage_solve_opts *o = c->o;
+  vd_diag *d = c->d;
+  vd_rc rc = VD_OK;
+  char unsupported[300] = "";
+  *ready = 0;
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    int64_t n = 1;
+    for (int k = 0; k < st->vals[i].ndim; k++) n *= st->vals[i].rshape[k];
+    if (o->max_elems > 0 && n > o->max_elems) {
+      v->verdict = VD_SMT_INCONCLUSIVE;
+      snprintf(v->reason, sizeof(v->reason), "stage too large to check: a value has %lld elements%s",
+               (long long)n, st->reduced ? "" : " (shapes could not be reduced)");
+      return rc;
+    }
+  }
+  /* SOUNDNESS (vacuity): the obligation's only hypotheses are the lineage
+   * of the parallel leaves, and they are eliminated by construction: each
+   * hypothesis leaf is DEFINED as terms of its single value's slice (a
+   * replica is the slice itself; n partial parts are n-1 fresh symbols and
+   * the remainder), over single leaves that are distinct free symbols.  A
+   * set of definitions of fresh names over free symbols is satisfiable, so
+   * the proof is never vacuous.  The cheap part of that argument is checked
+   * here: every hypothesis leaf is defined from a single value of this
+   * stage, within that value's reduced extent.  A stage that fails it is
+   * INCONCLUSIVE (recheck checks the written obligation's hypotheses with a
+   * solver too). */
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    const vd_stage_value *sv = &st->vals[i];
+    if (sv->side != 1 || sv->producer >= 0 || sv->leaf_piece < 0) continue;
+    int ok = sv->hyp_svalue >= 0 && (uint32_t)sv->hyp_svalue < st->n_vals && st->vals[sv->hyp_svalue].side == 0 &&
+             (size_t)sv->leaf_piece < c->lt->n_pieces && st->vals[sv->hyp_svalue].ndim == sv->ndim;
+    for (int k = 0; ok && k < sv->ndim; k++)
+      ok = sv->rlo[k] >= 0 && sv->rlo[k] <= sv->rhi[k] && sv->rhi[k] <= st->vals[sv->hyp_svalue].rshape[k];
+    if (!ok) {
+      v->verdict = VD_SMT_INCONCLUSIVE;
+      snprintf(v->reason, sizeof(v->reason),
+               "vacuity check: the hypothesis of parallel value %u is not a definition over a single value of the "
+               "stage (internal error, docs/verifier.md section 4)", i);
+      return VD_OK;
+    }
+  }
+  c->ten = vd_calloc(st->n_vals ? st->n_vals : 1, sizeof(*c->ten));
+  if (!c->ten) {
+    return VD_OOM(d);
+  }
+  int stop = 0;
+  for (uint32_t ni = 0; ni < st->n_nodes && rc == VD_OK && !stop; ni++) rc = precheck_node(c, ni, &stop);
+  /* Single leaves, then nodes in stage order (single side first by
+   * construction); parallel leaves are made when first reached, after the
+   * single values they are built from exist. */
+  for (uint32_t i = 0; i < st->n_vals && rc == VD_OK; i++)
+    if (st->vals[i].side == 0 && st->vals[i].producer < 0) rc = make_single_leaf(c, i);
+  int leaves_done = 0;
+  for (uint32_t ni = 0; ni <= st->n_nodes && rc == VD_OK && !unsupported[0]; ni++) {
+    if (!leaves_done && (ni == st->n_nodes || st->nodes[ni].side == 1)) {
+      for (uint32_t i = 0; i < st->n_vals && rc == VD_OK; i++)
+        if (st->vals[i].side == 1 && st->vals[i].producer < 0) rc = make_parallel_leaf(c, i);
+      leaves_done = 1;
+    }
+    if (ni < st->n_nodes && rc == VD_OK) rc = encode_node(c, ni, unsupported, sizeof(unsupported));
+  }
+  if (rc == VD_EINPUT) {
+    /* An encoder refused the node (shape or attribute it cannot handle):
+     * not a proof, so inconclusive, with the encoder's message. */
+    char line[VD_DIAG_TEXT + 200];
+    vd_diag_format(d, line, sizeof(line));
+    v->verdict = VD_SMT_INCONCLUSIVE;
+    snprintf(v->reason, sizeof(v->reason), "encoder refused: %s", line);
+    vd_diag_clear(d);
+    rc = VD_OK;
+    return rc;
+  }
+  if (rc != VD_OK) return rc;
+  if (unsupported[0]) {
+    v->verdict = VD_SMT_INCONCLUSIVE;
+    snprintf(v->reason, sizeof(v->reason), "%s", unsupported);
+    return rc;
+  }
+  *ready = 1;
+  return VD_OK;
+}
+
 /* ---- entry ------------------------------------------------------------------ */
 
 vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, const vd_stage_solve_opts *o,
@@ -759,67 +847,22 @@ vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, cons
   vd_smt_result r;
   memset(&r, 0, sizeof(r));
   vd_rc rc = VD_OK;
-  char unsupported[300] = "";
 
   vd_smt_set_timeout(s, o->timeout_ms);
   vd_smt_set_seed(s, o->seed ? o->seed : (uint64_t)VD_LIM_SEED);
   vd_smt_set_fast_path(s, o->fast_path);
   vd_smt_set_witness_first(s, o->witness_first && st->n_nodes > o->witness_first);
+  vd_smt_set_cross_check(s, o->cross_check);
   if (o->budget == UINT64_MAX) vd_smt_set_budget(s, 0, 0);
   else if (o->budget) vd_smt_set_budget(s, o->budget, o->budget);
   else vd_smt_set_budget(s, VD_SMT_DEFAULT_NF_STEPS, VD_SMT_DEFAULT_RLIMIT);
-  for (uint32_t i = 0; i < st->n_vals; i++) {
-    int64_t n = 1;
-    for (int k = 0; k < st->vals[i].ndim; k++) n *= st->vals[i].rshape[k];
-    if (o->max_elems > 0 && n > o->max_elems) {
-      v->verdict = VD_SMT_INCONCLUSIVE;
-      snprintf(v->reason, sizeof(v->reason), "stage too large to check: a value has %lld elements%s",
-               (long long)n, st->reduced ? "" : " (shapes could not be reduced)");
-      goto done;
-    }
-  }
-  c.ten = vd_calloc(st->n_vals ? st->n_vals : 1, sizeof(*c.ten));
-  if (!c.ten) {
-    rc = VD_OOM(d);
-    goto done;
-  }
-  int stop = 0;
-  for (uint32_t ni = 0; ni < st->n_nodes && rc == VD_OK && !stop; ni++) rc = precheck_node(&c, ni, &stop);
-  /* Single leaves, then nodes in stage order (single side first by
-   * construction); parallel leaves are made when first reached, after the
-   * single values they are built from exist. */
-  for (uint32_t i = 0; i < st->n_vals && rc == VD_OK; i++)
-    if (st->vals[i].side == 0 && st->vals[i].producer < 0) rc = make_single_leaf(&c, i);
-  int leaves_done = 0;
-  for (uint32_t ni = 0; ni <= st->n_nodes && rc == VD_OK && !unsupported[0]; ni++) {
-    if (!leaves_done && (ni == st->n_nodes || st->nodes[ni].side == 1)) {
-      for (uint32_t i = 0; i < st->n_vals && rc == VD_OK; i++)
-        if (st->vals[i].side == 1 && st->vals[i].producer < 0) rc = make_parallel_leaf(&c, i);
-      leaves_done = 1;
-    }
-    if (ni < st->n_nodes && rc == VD_OK) rc = encode_node(&c, ni, unsupported, sizeof(unsupported));
-  }
-  if (rc == VD_EINPUT) {
-    /* An encoder refused the node (shape or attribute it cannot handle):
-     * not a proof, so inconclusive, with the encoder's message. */
-    char line[VD_DIAG_TEXT + 200];
-    vd_diag_format(d, line, sizeof(line));
-    v->verdict = VD_SMT_INCONCLUSIVE;
-    snprintf(v->reason, sizeof(v->reason), "encoder refused: %s", line);
-    vd_diag_clear(d);
-    rc = VD_OK;
-    goto done;
-  }
-  if (rc != VD_OK) goto done;
-  if (unsupported[0]) {
-    v->verdict = VD_SMT_INCONCLUSIVE;
-    snprintf(v->reason, sizeof(v->reason), "%s", unsupported);
-    goto done;
-  }
+  int ready = 0;
+  if ((rc = encode_stage(&c, v, &ready)) != VD_OK || !ready) goto done;
   if ((rc = build_pairs(&c, &pl)) != VD_OK) goto done;
   if ((rc = vd_smt_check(s, pl.par, pl.single, pl.n, &r, d)) != VD_OK) goto done;
   v->verdict = r.verdict;
   v->by_fast_path = r.by_fast_path;
+  v->cross = r.cross;
   v->limit = r.limit;
   v->work = r.nf_steps + r.rlimit_used;
   if (r.verdict == VD_SMT_INCONCLUSIVE) {
@@ -871,5 +914,28 @@ done:
   vd_diag_clear(&reset_diag);
   vd_smt_reset(s, &reset_diag);
   v->ms = vd_clock_ms() - t0;
+  return rc;
+}
+
+vd_rc vd_stage_obligation(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, const vd_stage_solve_opts *o,
+                          const char *header, FILE *out, int *written, vd_smt_cert_stats *stats,
+                          vd_stage_verdict *v, vd_diag *d) {
+  memset(v, 0, sizeof(*v));
+  memset(stats, 0, sizeof(*stats));
+  *written = 0;
+  solve_ctx c = {.s = s, .lt = lt, .st = st, .o = o, .d = d};
+  pair_list pl = {0};
+  int ready = 0;
+  vd_rc rc = encode_stage(&c, v, &ready);
+  if (rc == VD_OK && ready) rc = build_pairs(&c, &pl);
+  if (rc == VD_OK && ready) rc = vd_smt_write_obligation(s, pl.par, pl.single, pl.n, header, out, stats, d);
+  if (rc == VD_OK && ready) *written = 1;
+  pairs_free(&pl);
+  if (c.ten)
+    for (uint32_t i = 0; i < st->n_vals; i++) vd_smt_tensor_free(&c.ten[i]);
+  vd_free(c.ten);
+  vd_diag reset_diag;
+  vd_diag_clear(&reset_diag);
+  vd_smt_reset(s, &reset_diag);
   return rc;
 }

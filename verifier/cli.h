@@ -29,6 +29,7 @@ int vd_cmd_exec(int argc, char **argv);   /* numeric executor */
 int vd_cmd_verify(int argc, char **argv); /* --sm/--pm main form */
 int vd_cmd_mutate(int argc, char **argv); /* bug injection (bugs/) */
 int vd_cmd_limits(int argc, char **argv); /* the table of limits (common/limits.h) */
+int vd_cmd_recheck(int argc, char **argv); /* re-prove a certificate (cmd_recheck.c) */
 
 /* Prints "verdict: <one-line diag>" to stderr and returns the exit code:
  * 2 for bad input, usage or i/o; 3 (inconclusive: no verdict reached) for

@@ -15,6 +15,7 @@
 
 #include "../common/limits.h"
 #include "cli.h"
+#include "cert.h"
 #include "report.h"
 #include "run.h"
 
@@ -49,6 +50,11 @@ static void verify_usage(FILE *f) {
           "  --no-reduce          check stages on their original shapes\n"
           "  --no-infer           do not infer lineages of unannotated tensors (docs/verifier.md 1b)\n"
           "  --dump-stages FILE   write every stage (class, targets, shapes, nodes) to FILE\n"
+          "  --certificate DIR    write every class's proof obligation (SMT-LIB2) and a manifest\n"
+          "                       (plan hashes, stage -> class, reduced shapes and rules) into DIR;\n"
+          "                       `verdict recheck DIR` re-proves them with cvc5 (docs/verifier.md 9)\n"
+          "  --cross-check        give every class the normal form proves to Z3 as well; a\n"
+          "                       disagreement is an internal error (INCONCLUSIVE, exit 3)\n"
           "  -q                   no progress or timings, only the verdict and failures\n"
           "  -v                   also list the slowest stages (find them with --dump-stages)\n"
           "  -h, --help           this text\n"
@@ -144,7 +150,8 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
     }
     int takes = !strcmp(a, "--sm") || !strcmp(a, "--pm") || !strcmp(a, "--json") || !strcmp(a, "--threads") ||
                 !strcmp(a, "--stage-timeout") || !strcmp(a, "--stage-budget") || !strcmp(a, "--max-failures") || !strcmp(a, "--seed") ||
-                !strcmp(a, "--dump-stages") || !strcmp(a, "--html") || !strcmp(a, "--junit") || !strcmp(a, "--dot-stage");
+                !strcmp(a, "--dump-stages") || !strcmp(a, "--html") || !strcmp(a, "--junit") || !strcmp(a, "--dot-stage") ||
+                !strcmp(a, "--certificate");
     if (takes && !val) {
       fprintf(stderr, "verdict: missing value for option '%s'\n", a);
       return VD_EXIT_BAD_INPUT;
@@ -155,6 +162,8 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
     else if (!strcmp(a, "--dump-stages")) o->dump_stages = argv[++i];
     else if (!strcmp(a, "--html")) o->html_path = argv[++i];
     else if (!strcmp(a, "--junit")) o->junit_path = argv[++i];
+    else if (!strcmp(a, "--certificate")) o->certificate = argv[++i];
+    else if (!strcmp(a, "--cross-check")) o->cross_check = 1;
     else if (!strcmp(a, "--dot-stage")) {
       if (need_num(a, argv[++i], &n) || i + 1 >= argc) {
         if (n >= 0) fprintf(stderr, "verdict: --dot-stage N FILE: missing FILE\n");
@@ -230,6 +239,25 @@ int vd_cmd_verify(int argc, char **argv) {
   if (o.junit_path && vd_report_junit(&r, &o, o.junit_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
   if (o.dot_path && vd_report_dot_stage(&r, (size_t)o.dot_stage, o.dot_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
   if (o.dump_stages && vd_report_stages(&r, o.dump_stages, &d) != VD_OK) code = vd_cli_report_diag(&d);
+  FILE *tf = o.json_path && !strcmp(o.json_path, "-") ? stderr : stdout;
+  if (o.cross_check && vd_cert_cross_summary(&r, &o, tf) > 0 && code != VD_EXIT_BAD_INPUT) {
+    /* SOUNDNESS: the normal form proved something Z3 refutes: no verdict
+     * of this run is trusted, whatever it was. */
+    fprintf(tf, "INCONCLUSIVE (internal error: the normal form and Z3 disagree; rerun with --certificate DIR and "
+                "report it)\n");
+    code = VD_EXIT_INCONCLUSIVE;
+  }
+  if (o.certificate) {
+    vd_cert_summary cs;
+    if (vd_cert_write(&r, &o, o.certificate, &cs, &d) != VD_OK) {
+      code = vd_cli_report_diag(&d);
+    } else {
+      fprintf(tf, "certificate: %zu obligation(s) of %zu class(es) in %s (%.1f MB, %.2f s)", cs.n_written,
+              cs.n_classes, o.certificate, cs.bytes / 1e6, cs.secs);
+      if (cs.n_missing) fprintf(tf, "; %zu class(es) without one (see manifest.json)", cs.n_missing);
+      fprintf(tf, "; check it: verdict recheck %s\n", o.certificate);
+    }
+  }
   vd_run_free(&r);
   if (vd_smt_orphans()) {
     /* Checks abandoned at their wall-clock limit are still inside Z3 on

@@ -22,6 +22,7 @@ static const command_t commands[] = {
     {"exec", vd_cmd_exec, "run both plans numerically and compare (the oracle)"},
     {"mutate", vd_cmd_mutate, "inject a bug class of docs/bugs.md into a parallel plan"},
     {"limits", vd_cmd_limits, "every limit and default, with the reason for its value"},
+    {"recheck", vd_cmd_recheck, "re-prove a certificate (verdict --certificate DIR) with cvc5"},
 };
 
 static void usage(FILE *f) {

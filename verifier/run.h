@@ -31,6 +31,8 @@ typedef struct {
   int no_fast_path;        /* skip the simplifier normal-form comparison */
   int no_reduce;           /* check stages on their original shapes */
   int no_infer;            /* do not infer lineages of unannotated tensors */
+  int cross_check;         /* --cross-check: every normal-form proof also given to Z3 */
+  const char *certificate; /* --certificate DIR, or NULL (verifier/cert.c) */
 } vd_run_opts;
 
 typedef enum { VD_RUN_LOAD, VD_RUN_GRAPH, VD_RUN_LINEAGE, VD_RUN_STAGES, VD_RUN_SOLVE, VD_RUN_PHASES } vd_run_phase;
