@@ -43,6 +43,7 @@
 #include "../../ops/ops.h"
 #include "../../plans/gen.h"
 #include "../../plans/plan.h"
+#include "../../solver/smt.h"
 #include "../../verifier/run.h"
 
 /* ---- random numbers (splitmix64: deterministic per seed and mutant) ---- */
@@ -762,6 +763,7 @@ int main(int argc, char **argv) {
   tally_t t[M__COUNT];
   memset(t, 0, sizeof(t));
   long unsound = 0;
+  size_t cross_agree = 0, cross_unknown = 0, cross_disagree = 0;
   time_t t0 = time(NULL);
   for (long i = first; i < first + n_mut; i++) {
     rng_t r = {seed * 0x100000001b3ull + (uint64_t)i * 0x9e3779b97f4a7c15ull};
@@ -812,6 +814,10 @@ int main(int argc, char **argv) {
     o.seed = 1;
     o.max_failures = 1;
     o.threads = threads;
+    /* every class the normal form proves is also given to Z3's solver: a
+     * disagreement is a bug of the normal form (or of Z3), counted below */
+    o.cross_check = 1;
+    size_t cross_before = vd_smt_cross_disagreements();
     vd_run run;
     memset(&run, 0, sizeof(run));
     vd_diag_clear(&d);
@@ -819,6 +825,18 @@ int main(int argc, char **argv) {
     rc = vd_run_verify(&o, &run, &d);
     if (rc == VD_OK) vcode = vd_run_exit_code(&run);
     else vcode = rc == VD_EINPUT || rc == VD_EIO ? 2 : 3;
+    for (size_t s_i = 0; rc == VD_OK && s_i < run.set.n_stages; s_i++) {
+      const vd_stage *cst = &run.set.stages[s_i];
+      if (cst->canon_class >= 0 && (size_t)cst->canon_class != s_i) continue;
+      int cr = run.verdicts[s_i].cross;
+      cross_agree += cr == VD_SMT_CROSS_AGREE;
+      cross_unknown += cr == VD_SMT_CROSS_UNKNOWN;
+    }
+    if (vd_smt_cross_disagreements() > cross_before) {
+      printf("  #%ld %-13s %-28s NORMAL FORM / Z3 DISAGREEMENT (%zu): %s\n", i, mname[k], cfg[c].name,
+             vd_smt_cross_disagreements() - cross_before, e.desc);
+      cross_disagree += vd_smt_cross_disagreements() - cross_before;
+    }
     vd_run_free(&run);
     /* the oracle on unreduced shapes */
     vd_exec_opts xo = {.seed = 1, .tol = 1e-9, .single_name = spath[c], .parallel_name = ppath};
@@ -887,5 +905,7 @@ int main(int argc, char **argv) {
     vd_plan_free(&sp[c]);
     vd_plan_free(&pp[c]);
   }
-  return s.unsound ? 1 : 0;
+  printf("cross-check of the normal form against Z3 (every mutant): %zu class(es) agreed, %zu undecided by Z3, "
+         "%zu disagreement(s)\n", cross_agree, cross_unknown, cross_disagree);
+  return s.unsound || cross_disagree ? 1 : 0;
 }
