@@ -46,7 +46,22 @@ typedef struct {
   vd_stage_cex_elem *elems; size_t n_elems;
   vd_stage_cex_copy *copies; size_t n_copies;
   int32_t *flagged_pieces; size_t n_flagged; /* pieces holding a wrong value, sorted */
+  /* The counterexample re-evaluated numerically (vd_stage_cex_eval): the
+   * stage's nodes run through the numeric evaluators (ops/ops_numeric.c)
+   * with the real kernels.  VD_CEX_EVAL_*; cex_eval_note says what was
+   * compared. */
+  int cex_eval;
+  char cex_eval_note[240];
 } vd_stage_verdict;
+
+enum {
+  VD_CEX_EVAL_NONE = 0,   /* not tried (no values: verdict only, or not NOT EQUIVALENT) */
+  VD_CEX_EVAL_SAME,       /* the counterexample's own values reproduce the disagreement */
+  VD_CEX_EVAL_RANDOM,     /* they do not (the symbolic counterexample interprets the kernels freely),
+                             random values do: the plans disagree on concrete numbers too */
+  VD_CEX_EVAL_NOT,        /* neither reproduces it: flagged loudly in the report */
+  VD_CEX_EVAL_FAILED,     /* an evaluator refused the stage (cex_eval_note says why) */
+};
 
 typedef struct {
   unsigned timeout_ms;   /* wall-clock backstop per solver check; 0 = none */
