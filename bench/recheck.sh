@@ -29,7 +29,7 @@ mkdir -p "$OUT"
 WHAT=${*:-demo bugs corpus}
 BAD=0
 
-# secs_of CMD... -> runs CMD, output in $OUT/last.out, wall seconds in $S, exit code in $RC
+# run CMD... -> runs CMD, output in $OUT/last.out, wall seconds in $S, exit code in $RC
 run() {
   t0=$(date +%s.%N)
   "$@" >"$OUT/last.out" 2>&1
@@ -47,8 +47,9 @@ row() { # name single parallel
   st=$(sed -n 's/.*stages \([0-9]*\) (classes solved \([0-9]*\).*/\1/p' "$OUT/last.out" | head -1)
   cl=$(sed -n 's/.*stages \([0-9]*\) (classes solved \([0-9]*\).*/\2/p' "$OUT/last.out" | head -1)
   cs=$(sed -n 's/.*certificate: .* (\([0-9.]*\) MB, \([0-9.]*\) s).*/\2/p' "$OUT/last.out")
-  nf=$(grep -c '"proved_by": "normal form"' "$dir/manifest.json" 2>/dev/null || echo 0)
-  z3=$(grep -c '"proved_by": "z3"' "$dir/manifest.json" 2>/dev/null || echo 0)
+  # grep -c prints 0 (and fails) when nothing matches
+  nf=$(grep -c '"proved_by": "normal form"' "$dir/manifest.json" 2>/dev/null); nf=${nf:-0}
+  z3=$(grep -c '"proved_by": "z3"' "$dir/manifest.json" 2>/dev/null); z3=${z3:-0}
   if [ "$vrc" != 0 ]; then
     echo "$name: verdict exit $vrc: $(head -2 "$OUT/last.out" | tr '\n' ' ')"
     BAD=1
