@@ -7,7 +7,8 @@
 #  - a verdict built with one normal-form rule flipped (VD_TEST_BREAK_NF,
 #    c * x -> x; $VERDICT_BROKEN_NF, built by `make e2e`) proves a scaling bug
 #    EQUIVALENT: recheck catches it (DISAGREEMENT, exit 1, the file named) and
-#    so does --cross-check (exit 3).
+#    so does --cross-check (exit 3);
+#  - the real build's counterexample of that bug is checked by evaluation.
 # Uses /usr/bin/python3 (standard library only) to edit the manifest.
 . "$(dirname "$0")/lib.sh"
 set -e
@@ -87,6 +88,8 @@ expect_exit 2 "$VERDICT" recheck "$TMP/c1" --solver yices
 # the broken normal form: a false EQUIVALENT, caught twice
 "$VERDICT" mutate --bug 15 "$TMP/p.plan" "$TMP/b15.plan" >/dev/null
 expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/b15.plan"
+# the counterexample, run through the numeric evaluators, reproduces the disagreement
+expect_in "checked by evaluation: these values, run through the numeric evaluators (real kernels), reproduce the disagreement (target 0 element 0: a copy evaluates to" "$TMP/out"
 expect_exit 0 "$VERDICT_BROKEN_NF" -q --sm "$TMP/s.plan" --pm "$TMP/b15.plan" --certificate "$TMP/cb"
 expect_exit 1 "$VERDICT" recheck "$TMP/cb"
 expect_in "DISAGREEMENT: class .* verdict says equivalent, cvc5 says sat (a counterexample exists); attach .*class-.*smt2" "$TMP/out"
