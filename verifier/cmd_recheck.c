@@ -372,8 +372,12 @@ int vd_cmd_recheck(int argc, char **argv) {
   for (size_t i = 0; i < nc; i++) {
     json_t *c = json_array_get(classes, i);
     json_t *cl = json_object_get(c, "class");
-    if (!json_is_integer(cl) || json_integer_value(cl) < 0) {
-      fprintf(stderr, "verdict recheck: %s: record classes[%zu]: field class: expected a stage id\n", mpath, i);
+    /* a class is named by the stage id of its representative: below the stage count (and so the
+     * tables below stay as large as the manifest) */
+    if (!json_is_integer(cl) || json_integer_value(cl) < 0 ||
+        (size_t)json_integer_value(cl) >= json_array_size(stages)) {
+      fprintf(stderr, "verdict recheck: %s: record classes[%zu]: field class: expected a stage id below %zu\n", mpath,
+              i, json_array_size(stages));
       vd_free(jobs);
       json_decref(m);
       return VD_EXIT_BAD_INPUT;

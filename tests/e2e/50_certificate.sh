@@ -81,7 +81,17 @@ expect_exit 1 "$VERDICT" recheck "$TMP/t3" -q
 expect_in "UNMAPPED: stage 3" "$TMP/out"
 echo "ok: a stage without a class is refused"
 
-# usage and bad input
+# usage and bad input: a class id beyond the stages is refused (no table of its size)
+cp -r "$TMP/c1" "$TMP/t4"
+/usr/bin/python3 - "$TMP/t4" <<'EOF'
+import json, sys
+d = sys.argv[1]
+m = json.load(open(d + "/manifest.json"))
+m["classes"][0]["class"] = 10 ** 15
+json.dump(m, open(d + "/manifest.json", "w"), indent=1)
+EOF
+expect_exit 2 "$VERDICT" recheck "$TMP/t4" -q
+expect_in "manifest.json: record classes\[0\]: field class: expected a stage id below 30" "$TMP/err"
 expect_exit 2 "$VERDICT" recheck "$TMP/nonexistent"
 expect_exit 2 "$VERDICT" recheck "$TMP/c1" --solver yices
 
