@@ -395,11 +395,18 @@ vd_rc vd_smt_write_obligation(vd_smt *s, const vd_term *par, const vd_term *sing
     if ((rc = visit(&w, par[i])) == VD_OK) rc = visit(&w, single[i]);
     if (rc != VD_OK) break;
     fputs(open_pairs ? "\n  " : "", goal);
+    /* An index tensor may be Int on one side and Real on the other: compared
+     * as reals, as the check compares them (smt_check.c, solve). */
+    Z3_sort_kind ka = Z3_get_sort_kind(w.z, Z3_get_sort(w.z, par[i]));
+    Z3_sort_kind kb = Z3_get_sort_kind(w.z, Z3_get_sort(w.z, single[i]));
+    int ra = ka == Z3_INT_SORT && kb == Z3_REAL_SORT, rb = kb == Z3_INT_SORT && ka == Z3_REAL_SORT;
     fputs("(not (= ", goal);
+    if (ra) fputs("(to_real ", goal);
     if ((rc = put_ref(&w, goal, par[i])) != VD_OK) break;
-    fputc(' ', goal);
+    fputs(ra ? ") " : " ", goal);
+    if (rb) fputs("(to_real ", goal);
     if ((rc = put_ref(&w, goal, single[i])) != VD_OK) break;
-    fputs("))", goal);
+    fputs(rb ? ")))" : "))", goal);
     open_pairs++;
   }
   if (rc != VD_OK) goto done;

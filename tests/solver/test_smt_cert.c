@@ -104,6 +104,12 @@ static void test_pairs_and_ints(void **state) {
   script(s, par, single, 2, &text, ans, sizeof(ans));
   assert_string_equal(ans, "sat");
   free(text);
+  /* an Int side against a Real side is compared as reals (well-sorted) */
+  vd_term one = vd_smt_num_int(s, 1);
+  script(s, &id, &one, 1, &text, ans, sizeof(ans));
+  assert_string_equal(ans, "sat");
+  assert_non_null(strstr(text, "(to_real |ids[0]|)"));
+  free(text);
   script(s, &x, &x, 1, &text, ans, sizeof(ans));
   assert_string_equal(ans, "unsat");
   assert_non_null(strstr(text, "(assert false)"));
