@@ -213,7 +213,8 @@ static int parse(int argc, char **argv, vd_run_opts *o) {
   /* An output that cannot be written is a usage error found now, not after
    * a full run. */
   const char *outs[][2] = {{"--json", o->json_path}, {"--html", o->html_path}, {"--junit", o->junit_path},
-                           {"--dump-stages", o->dump_stages}, {"--dot-stage", o->dot_path}};
+                           {"--dump-stages", o->dump_stages}, {"--dot-stage", o->dot_path},
+                           {"--certificate", o->certificate}};
   for (size_t k = 0; k < sizeof(outs) / sizeof(outs[0]); k++)
     if (outs[k][1] && !writable(outs[k][0], outs[k][1], !strcmp(outs[k][0], "--json"))) return VD_EXIT_BAD_INPUT;
   return 0;

@@ -93,6 +93,8 @@ EOF
 expect_exit 2 "$VERDICT" recheck "$TMP/t4" -q
 expect_in "manifest.json: record classes\[0\]: field class: expected a stage id below 30" "$TMP/err"
 expect_exit 2 "$VERDICT" recheck "$TMP/nonexistent"
+expect_exit 2 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan" --certificate "$TMP/no/such/dir"
+expect_in "certificate" "$TMP/err"
 expect_exit 2 "$VERDICT" recheck "$TMP/c1" --solver yices
 
 # the broken normal form: a false EQUIVALENT, caught twice
