@@ -31,8 +31,9 @@
  *
  * Names: a symbol's name is written as a quoted symbol |..|; characters an
  * SMT-LIB quoted symbol cannot hold ('|', '\', control bytes, non-ASCII)
- * become '_', and so does '!' (reserved for our suffixes and the
- * definitions' names vd!tK); names that then coincide (or one name declared
+ * become '_', and so does '!' (reserved for our suffixes, the kernels'
+ * prefix k! and the definitions' names vd!tK); a kernel is |k!name| (the
+ * logic may define a function of its name: cvc5's exp); names that then coincide (or one name declared
  * with two signatures: a kernel applied at two arities) get a suffix "!vdN",
  * so two distinct symbols are never printed as one.
  */
@@ -136,13 +137,21 @@ static int shown_cmp(const void *a, const void *b) {
   return c ? c : decl_cmp(*x, *y);
 }
 
-/* |name| with the characters a quoted symbol cannot hold replaced. */
-static char *quote_name(const char *raw, unsigned suffix) {
+/* |name| with the characters a quoted symbol cannot hold replaced; a
+ * kernel (a function of arity > 0) is |k!name|: a solver's logic may define
+ * a function of the same name (cvc5's ALL has exp, sin, cos, ...), which a
+ * declaration must not shadow, and no constant's name starts so ('!' is
+ * replaced in every raw name). */
+static char *quote_name(const char *raw, unsigned suffix, int kernel) {
   size_t n = strlen(raw);
   char *q = vd_malloc(n + 32);
   if (!q) return NULL;
   size_t o = 0;
   q[o++] = '|';
+  if (kernel) {
+    q[o++] = 'k';
+    q[o++] = '!';
+  }
   for (size_t i = 0; i < n; i++) {
     unsigned char ch = (unsigned char)raw[i];
     q[o++] = (ch < 0x20 || ch >= 0x7f || ch == '|' || ch == '\\' || ch == '!') ? '_' : (char)ch;
@@ -424,7 +433,7 @@ vd_rc vd_smt_write_obligation(vd_smt *s, const vd_term *par, const vd_term *sing
     goto done;
   }
   for (size_t i = 0; i < w.decls.n; i++) {
-    if (!(w.decls.v[i].shown = quote_name(w.decls.v[i].raw, 0))) {
+    if (!(w.decls.v[i].shown = quote_name(w.decls.v[i].raw, 0, Z3_get_arity(w.z, w.decls.v[i].f) > 0))) {
       rc = VD_OOM(d);
       goto done;
     }
@@ -433,7 +442,7 @@ vd_rc vd_smt_write_obligation(vd_smt *s, const vd_term *par, const vd_term *sing
   qsort(order, w.decls.n, sizeof(*order), shown_cmp);
   for (size_t i = 1, run = 1; i < w.decls.n; i++) {
     /* order[i - 1] may be suffixed already: compare the base names */
-    char *base_prev = quote_name(order[i - 1]->raw, 0);
+    char *base_prev = quote_name(order[i - 1]->raw, 0, Z3_get_arity(w.z, order[i - 1]->f) > 0);
     if (!base_prev) {
       rc = VD_OOM(d);
       goto done;
@@ -442,7 +451,7 @@ vd_rc vd_smt_write_obligation(vd_smt *s, const vd_term *par, const vd_term *sing
     vd_free(base_prev);
     run = same ? run + 1 : 1;
     if (!same) continue;
-    char *q = quote_name(order[i]->raw, (unsigned)run);
+    char *q = quote_name(order[i]->raw, (unsigned)run, Z3_get_arity(w.z, order[i]->f) > 0);
     if (!q) {
       rc = VD_OOM(d);
       goto done;
