@@ -26,7 +26,7 @@ CFLAGS  := $(CFLAGS_BASE) $(OPT) $(EXTRA_CFLAGS)
 DEMO_PACKAGES := libz3-dev libgmp-dev libigraph-dev libmsgpack-dev libssl-dev libjansson-dev
 DEB_PACKAGES := $(DEMO_PACKAGES) libcmocka-dev python3 python3-msgpack \
                 clang libclang-rt-dev valgrind python3-torch graphviz \
-                python3-jsonschema python3-pip python3-yaml libxml2-utils libxml2-dev libomp-dev
+                python3-jsonschema python3-pip python3-yaml libxml2-utils libxml2-dev libomp-dev cvc5
 
 LIB_SRC := $(filter-out verifier/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
 LIB_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
@@ -73,9 +73,18 @@ unit: $(TEST_BIN)
 	  if ! $$t >$$t.log 2>&1; then echo "FAIL $$t"; cat $$t.log; fail=1; \
 	  else echo "ok   $$t"; fi; done; exit $$fail
 
-e2e: $(BIN)/verdict
+# A test-only verdict whose normal form has one rule flipped (solver/smt_poly.c,
+# VD_TEST_BREAK_NF: x / c -> x): tests/e2e/50_certificate.sh shows that
+# `verdict recheck` and --cross-check catch the false proofs it makes.
+BROKEN_NF := $(BUILD)/broken-nf/verdict
+$(BROKEN_NF): $(BUILD)/verifier/main.o $(BUILD)/libverdict.a solver/smt_poly.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DVD_TEST_BREAK_NF -c solver/smt_poly.c -o $(BUILD)/broken-nf/smt_poly.o
+	$(CC) $(CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(BUILD)/verifier/main.o $(BUILD)/broken-nf/smt_poly.o $(BUILD)/libverdict.a $(LIBS)
+
+e2e: $(BIN)/verdict $(BROKEN_NF)
 	@fail=0; for t in $(E2E); do \
-	  if ! VERDICT=$(CURDIR)/$(BIN)/verdict sh $$t >$(BUILD)/$$(basename $$t).log 2>&1; then \
+	  if ! VERDICT=$(CURDIR)/$(BIN)/verdict VERDICT_BROKEN_NF=$(CURDIR)/$(BROKEN_NF) sh $$t >$(BUILD)/$$(basename $$t).log 2>&1; then \
 	    echo "FAIL $$t"; cat $(BUILD)/$$(basename $$t).log; fail=1; \
 	  else echo "ok   $$t"; fi; done; exit $$fail
 

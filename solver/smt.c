@@ -44,6 +44,7 @@ struct vd_smt {
   uint64_t seed;   /* of the random witness (smt_check.c) */
   int fast_path;
   int witness_first;
+  int cross_check;
   int failed;
   char err[256];
   unsigned resets;
@@ -346,6 +347,7 @@ vd_rc vd_smt_reset(vd_smt *s, vd_diag *d) {
 void vd_smt_set_timeout(vd_smt *s, unsigned ms) { s->timeout_ms = ms; }
 void vd_smt_set_fast_path(vd_smt *s, int on) { s->fast_path = on != 0; }
 void vd_smt_set_witness_first(vd_smt *s, int on) { s->witness_first = on != 0; }
+void vd_smt_set_cross_check(vd_smt *s, int on) { s->cross_check = on != 0; }
 void vd_smt_set_budget(vd_smt *s, uint64_t nf_steps, uint64_t rlimit) {
   s->nf_steps = nf_steps;
   s->rlimit = rlimit;
@@ -391,6 +393,7 @@ uint64_t vd_smt_i_rlimit(const vd_smt *s) { return s->rlimit; }
 uint64_t vd_smt_i_seed(const vd_smt *s) { return s->seed; }
 int vd_smt_i_fast_path(const vd_smt *s) { return s->fast_path; }
 int vd_smt_i_witness_first(const vd_smt *s) { return s->witness_first; }
+int vd_smt_i_cross_check(const vd_smt *s) { return s->cross_check; }
 Z3_params vd_smt_i_simp_params(vd_smt *s) { return s->simp; }
 
 vd_term vd_smt_i_fail(vd_smt *s, const char *msg) {

@@ -43,6 +43,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "../common/diag.h"
 #include "../common/limits.h"
@@ -305,7 +306,14 @@ typedef struct {
   vd_smt_diff *diffs;     /* not equivalent: every pair that differs in the model */
   size_t n_diffs;
   double ms_fast, ms_solver; /* wall time of each path */
+  /* Cross-check of a normal-form proof (vd_smt_set_cross_check): 0 not
+   * asked or not a normal-form proof, VD_SMT_CROSS_AGREE Z3 proved it too,
+   * VD_SMT_CROSS_UNKNOWN Z3 did not decide (the proof stands),
+   * VD_SMT_CROSS_DISAGREE Z3 found a counterexample (verdict INCONCLUSIVE). */
+  int cross;
 } vd_smt_result;
+
+enum { VD_SMT_CROSS_NONE = 0, VD_SMT_CROSS_AGREE, VD_SMT_CROSS_UNKNOWN, VD_SMT_CROSS_DISAGREE };
 
 /* Decides whether par[i] = single[i] for all i, for every value of the free
  * symbols and every interpretation of the uninterpreted functions.
@@ -319,6 +327,35 @@ vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
                    vd_smt_result *res, vd_diag *d);
 void vd_smt_result_free(vd_smt_result *r);
 const char *vd_smt_verdict_name(vd_smt_verdict v);
+
+/* ---- certificates (smt_cert.c) ------------------------------------------- */
+
+typedef struct {
+  size_t n_pairs;  /* pairs in the goal (pairs of the same term are left out: equal) */
+  size_t n_defs;   /* define-fun lines (compound subterms) */
+  size_t n_decls;  /* free symbols and kernels declared */
+} vd_smt_cert_stats;
+
+/* Writes the obligation "some par[i] differs from single[i]" as a
+ * standalone SMT-LIB2 script to out (header: comment lines, may be NULL):
+ * unsat exactly when vd_smt_check may say equivalent (docs/verifier.md
+ * section 9 gives the layout).  Errors: VD_EINTERNAL for a term the printer
+ * has no SMT-LIB2 form for, VD_ENOMEM, VD_EIO. */
+vd_rc vd_smt_write_obligation(vd_smt *s, const vd_term *par, const vd_term *single, size_t n, const char *header,
+                              FILE *out, vd_smt_cert_stats *stats, vd_diag *d);
+/* Runs Z3 (the library, a fresh context) on an SMT-LIB2 script; answer
+ * receives the last line it printed ("unsat", "sat", "unknown", or
+ * "error: ..."). */
+vd_rc vd_smt_run_script(const char *text, unsigned timeout_ms, char *answer, size_t n, vd_diag *d);
+
+/* Cross-check (verdict --cross-check, the soundness fuzzer): every check
+ * that the normal form decides equivalent is also given to Z3's solver; a
+ * disagreement makes the check INCONCLUSIVE with an internal-error reason
+ * (vd_smt_result.cross). */
+void vd_smt_set_cross_check(vd_smt *s, int on);
+/* Disagreements of the cross-check in this process so far (any stage, any
+ * round: a stage whose candidate is dropped afterwards still counts). */
+size_t vd_smt_cross_disagreements(void);
 
 /* ---- internal to solver/smt*.c (not for other modules) ------------------- */
 
@@ -373,6 +410,7 @@ int vd_smt_nf_gave_up(const vd_smt_nf *nf);
 uint64_t vd_smt_i_seed(const vd_smt *s);
 int vd_smt_i_fast_path(const vd_smt *s);
 int vd_smt_i_witness_first(const vd_smt *s);
+int vd_smt_i_cross_check(const vd_smt *s);
 struct _Z3_params *vd_smt_i_simp_params(vd_smt *s);
 
 #endif

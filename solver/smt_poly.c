@@ -928,6 +928,16 @@ static int64_t node_nf(vd_smt_nf *nf, Z3_ast a) {
     break;
   case Z3_OP_TO_REAL: r = na == 1 ? (int64_t)args[0] : -1; break;
   case Z3_OP_MUL:
+#ifdef VD_TEST_BREAK_NF
+    /* TEST ONLY (the broken-NF build of `make e2e`, tests/e2e/50_certificate.sh):
+     * a deliberately wrong rule, c * x -> x for a numeral c != 0, so that
+     * `verdict recheck` and --cross-check are seen catching a normal form
+     * that proves a false equality.  Never defined in a real build. */
+    r = nf->one_poly;
+    for (unsigned i = 0; i < na && r >= 0; i++)
+      if (!(poly_is_const(nf, args[i], c) && mpq_sgn(c) != 0)) r = poly_mul(nf, (uint32_t)r, args[i]);
+    break;
+#endif
     r = na ? args[0] : nf->one_poly;
     for (unsigned i = 1; i < na && r >= 0; i++) r = poly_mul(nf, (uint32_t)r, args[i]);
     break;

@@ -38,6 +38,7 @@ typedef struct {
   char factor[96];       /* SCALE: the factor c (exact), else "" */
   char reason[800];      /* inconclusive: why; not equivalent: one-line summary */
   int by_fast_path;
+  int cross;             /* the cross-check of a normal-form proof: VD_SMT_CROSS_* (smt.h) */
   vd_smt_limit limit;    /* inconclusive: which limit was hit (reason says where) */
   uint64_t work;         /* deterministic work of the main check: normal-form steps + Z3 resource units */
   double ms;             /* wall time of encoding + checking */
@@ -45,7 +46,22 @@ typedef struct {
   vd_stage_cex_elem *elems; size_t n_elems;
   vd_stage_cex_copy *copies; size_t n_copies;
   int32_t *flagged_pieces; size_t n_flagged; /* pieces holding a wrong value, sorted */
+  /* The counterexample re-evaluated numerically (vd_stage_cex_eval): the
+   * stage's nodes run through the numeric evaluators (ops/ops_numeric.c)
+   * with the real kernels.  VD_CEX_EVAL_*; cex_eval_note says what was
+   * compared. */
+  int cex_eval;
+  char cex_eval_note[240];
 } vd_stage_verdict;
+
+enum {
+  VD_CEX_EVAL_NONE = 0,   /* not tried (no values: verdict only, or not NOT EQUIVALENT) */
+  VD_CEX_EVAL_SAME,       /* the counterexample's own values reproduce the disagreement */
+  VD_CEX_EVAL_RANDOM,     /* they do not (the symbolic counterexample interprets the kernels freely),
+                             random values do: the plans disagree on concrete numbers too */
+  VD_CEX_EVAL_NOT,        /* neither reproduces it: flagged loudly in the report */
+  VD_CEX_EVAL_FAILED,     /* an evaluator refused the stage (cex_eval_note says why) */
+};
 
 typedef struct {
   unsigned timeout_ms;   /* wall-clock backstop per solver check; 0 = none */
@@ -57,6 +73,7 @@ typedef struct {
   uint64_t seed;         /* of the solver's random witness; 0 = VD_LIM_SEED */
   uint32_t witness_first; /* OPTIMIZATION-ONLY: 0, or a node count: stages of more nodes try the
                             * random witness first (the caller expects them to fail) */
+  int cross_check;       /* every normal-form proof is also given to Z3 (vd_smt_set_cross_check) */
   int verdict_only;      /* OPTIMIZATION-ONLY: a failure's values and diagnosis are not computed
                           * (the caller never reports it: a stage targeting an inferred
                           * candidate); the verdict is the same */
@@ -83,5 +100,15 @@ typedef struct {
 vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, const vd_stage_solve_opts *o,
                      vd_stage_verdict *v, vd_diag *d);
 void vd_stage_verdict_free(vd_stage_verdict *v);
+
+/* Writes stage st's proof obligation (the pairs vd_stage_solve would check)
+ * as a standalone SMT-LIB2 script to out (vd_smt_write_obligation, header
+ * as comment lines).  *written = 0 when the stage has no obligation (too
+ * large, an operator without an encoder, an encoder that refused it): v
+ * then holds the INCONCLUSIVE verdict and reason vd_stage_solve would
+ * give.  s is reset before returning. */
+vd_rc vd_stage_obligation(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, const vd_stage_solve_opts *o,
+                          const char *header, FILE *out, int *written, vd_smt_cert_stats *stats,
+                          vd_stage_verdict *v, vd_diag *d);
 
 #endif

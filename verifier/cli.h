@@ -33,6 +33,7 @@ int vd_cmd_limits(int argc, char **argv); /* the table of limits (common/limits.
 int vd_cmd_gate(int argc, char **argv);   /* many configurations in one run (docs/gate.md) */
 int vd_cmd_noise(int argc, char **argv);   /* rounding bounds of a plan pair (noise/) */
 int vd_cmd_compare(int argc, char **argv); /* a real run's dumps against the bounds (noise/) */
+int vd_cmd_recheck(int argc, char **argv); /* re-prove a certificate (cmd_recheck.c) */
 
 /* Prints "verdict: <one-line diag>" to stderr and returns the exit code:
  * 2 for bad input, usage or i/o; 3 (inconclusive: no verdict reached) for

@@ -20,6 +20,7 @@
 #include "cache.h"
 #include "cli.h"
 #include "importers.h"
+#include "cert.h"
 #include "report.h"
 #include "run.h"
 
@@ -77,6 +78,11 @@ static void verify_usage(FILE *f) {
           "  --cache DIR          proof cache: reuse the classes proven EQUIVALENT by earlier runs,\n"
           "                       store the new ones (docs/gate.md; never changes a verdict)\n"
           "  --cache-max-mb N     size cap of the cache directory (default %d)\n"
+          "  --certificate DIR    write every class's proof obligation (SMT-LIB2) and a manifest\n"
+          "                       (plan hashes, stage -> class, reduced shapes and rules) into DIR;\n"
+          "                       `verdict recheck DIR` re-proves them with cvc5 (docs/verifier.md 10)\n"
+          "  --cross-check        give every class the normal form proves to Z3 as well; a\n"
+          "                       disagreement is an internal error (INCONCLUSIVE, exit 3)\n"
           "  -q                   no progress or timings, only the verdict and failures\n"
           "  -v                   the details: the model, the plans' SHA-256, the limits,\n"
           "                       the proof's counts, phase times and the slowest stages\n"
@@ -174,7 +180,7 @@ static int parse(int argc, char **argv, vd_run_opts *o, cache_args *ca) {
                 !strcmp(a, "--stage-timeout") || !strcmp(a, "--stage-budget") || !strcmp(a, "--max-failures") || !strcmp(a, "--seed") ||
                 !strcmp(a, "--dump-stages") || !strcmp(a, "--html") || !strcmp(a, "--junit") || !strcmp(a, "--dot-stage") ||
                 !strcmp(a, "--sarif") || !strcmp(a, "--summary") || !strcmp(a, "--deadline") ||
-                !strcmp(a, "--cache") || !strcmp(a, "--cache-max-mb");
+                !strcmp(a, "--cache") || !strcmp(a, "--cache-max-mb") || !strcmp(a, "--certificate");
     if (takes && !val) {
       fprintf(stderr, "verdict: missing value for option '%s'\n", VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
@@ -196,6 +202,8 @@ static int parse(int argc, char **argv, vd_run_opts *o, cache_args *ca) {
       }
       ca->max_mb = n;
     }
+    else if (!strcmp(a, "--certificate")) o->certificate = argv[++i];
+    else if (!strcmp(a, "--cross-check")) o->cross_check = 1;
     else if (!strcmp(a, "--dot-stage")) {
       if (need_num(a, argv[++i], &n) || i + 1 >= argc) {
         if (n >= 0) fprintf(stderr, "verdict: --dot-stage N FILE: missing FILE\n");
@@ -346,6 +354,25 @@ int vd_cmd_verify(int argc, char **argv) {
     code = vd_cli_report_diag(&d);
   if (o.dot_path && vd_report_dot_stage(&r, (size_t)o.dot_stage, o.dot_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
   if (o.dump_stages && vd_report_stages(&r, o.dump_stages, &d) != VD_OK) code = vd_cli_report_diag(&d);
+  FILE *tf = o.json_path && !strcmp(o.json_path, "-") ? stderr : stdout;
+  if (o.cross_check && vd_cert_cross_summary(&r, &o, tf) > 0 && code != VD_EXIT_BAD_INPUT) {
+    /* SOUNDNESS: the normal form proved something Z3 refutes: no verdict
+     * of this run is trusted, whatever it was. */
+    fprintf(tf, "INCONCLUSIVE (internal error: the normal form and Z3 disagree; rerun with --certificate DIR and "
+                "report it)\n");
+    code = VD_EXIT_INCONCLUSIVE;
+  }
+  if (o.certificate) {
+    vd_cert_summary cs;
+    if (vd_cert_write(&r, &o, o.certificate, &cs, &d) != VD_OK) {
+      code = vd_cli_report_diag(&d);
+    } else {
+      fprintf(tf, "certificate: %zu obligation(s) of %zu class(es) in %s (%.1f MB, %.2f s)", cs.n_written,
+              cs.n_classes, o.certificate, cs.bytes / 1e6, cs.secs);
+      if (cs.n_missing) fprintf(tf, "; %zu class(es) without one (see manifest.json)", cs.n_missing);
+      fprintf(tf, "; check it: verdict recheck %s\n", o.certificate);
+    }
+  }
   vd_run_free(&r);
   vd_cache_close(cache);
   if (vd_smt_orphans()) {

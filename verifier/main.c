@@ -25,6 +25,7 @@ static const command_t commands[] = {
     {"gate", vd_cmd_gate, "verify every configuration of a manifest in one run (docs/gate.md)"},
     {"noise", vd_cmd_noise, "rounding bounds of the parallel plan against the single-device plan"},
     {"compare", vd_cmd_compare, "a real run's dumps against the rounding bounds (noise or bug?)"},
+    {"recheck", vd_cmd_recheck, "re-prove a certificate (verdict --certificate DIR) with cvc5"},
 };
 
 static void usage(FILE *f) {

@@ -147,6 +147,18 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
   }
   if (v->diagnosis == VD_DX_MISSING_REDUCTION)
     fprintf(f, "   Ts = sum of the Tp copies, while each copy claims the whole value: a reduction is missing\n");
+  /* issue 28: the counterexample run through the numeric evaluators */
+  if (v->cex_eval == VD_CEX_EVAL_SAME)
+    fprintf(f, "   checked by evaluation: these values, run through the numeric evaluators (real kernels), reproduce "
+               "the disagreement (%s)\n", v->cex_eval_note);
+  else if (v->cex_eval == VD_CEX_EVAL_RANDOM)
+    fprintf(f, "   checked by evaluation: random inputs run through the numeric evaluators reproduce the disagreement "
+               "(%s); these values interpret a kernel symbolically\n", v->cex_eval_note);
+  else if (v->cex_eval == VD_CEX_EVAL_NOT)
+    fprintf(f, "   WARNING: NOT REPRODUCED BY EVALUATION: %s; the symbolic counterexample stands, but please report "
+               "this stage with the plans\n", v->cex_eval_note);
+  else if (v->cex_eval == VD_CEX_EVAL_FAILED)
+    fprintf(f, "   not checked by evaluation: %s\n", v->cex_eval_note);
   char why[256];
   int32_t dn = vd_rep_diverging(r, stage, why, sizeof(why));
   if (dn >= 0) {

@@ -455,7 +455,7 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   order_segments(r, reps, n_reps, order, seg_end, &n_seg);
   vd_stage_solve_opts so = {.timeout_ms = o->stage_timeout_ms, .budget = o->stage_budget,
                             .fast_path = !o->no_fast_path, .max_elems = VD_LIM_STAGE_MAX_ELEMS,
-                            .max_cex_elems = VD_LIM_CEX_ELEMS, .seed = o->seed,
+                            .max_cex_elems = VD_LIM_CEX_ELEMS, .seed = o->seed, .cross_check = o->cross_check,
                             /* once candidates failed in a chain (taint_descendants),
                              * a large stage probably fails: a bug upstream */
                             .witness_first = r->infer_rounds > VD_RUN_TAINT_ROUND ? VD_STAGE_WITNESS_FIRST_NODES : 0};

@@ -37,6 +37,8 @@ typedef struct {
   int no_infer;            /* do not infer lineages of unannotated tensors */
   double deadline_s;       /* --deadline S: the whole run's wall clock; 0 = none */
   vd_cache *cache;         /* proof cache (verifier/cache.h), borrowed; NULL = none */
+  int cross_check;         /* --cross-check: every normal-form proof also given to Z3 */
+  const char *certificate; /* --certificate DIR, or NULL (verifier/cert.c) */
 } vd_run_opts;
 
 typedef enum { VD_RUN_LOAD, VD_RUN_GRAPH, VD_RUN_LINEAGE, VD_RUN_STAGES, VD_RUN_SOLVE, VD_RUN_PHASES } vd_run_phase;

@@ -23,7 +23,7 @@
  * preserve values, most change them; the oracle decides which, so no
  * mutation needs to know its own effect.
  *
- *   soundness [-n N] [--first I] [--seed S] [--threads T] [--out DIR] [-v]
+ *   soundness [-n N] [--first I] [--seed S] [--threads T] [--out DIR] [--no-cross-check] [-v]
  *
  * N defaults to $N or 400; the seed is fixed (1) so `make test` is
  * deterministic.  Mutant i depends only on (seed, i), so a long run can be
@@ -43,6 +43,7 @@
 #include "../../ops/ops.h"
 #include "../../plans/gen.h"
 #include "../../plans/plan.h"
+#include "../../solver/smt.h"
 #include "../../verifier/run.h"
 
 /* ---- random numbers (splitmix64: deterministic per seed and mutant) ---- */
@@ -720,7 +721,7 @@ int main(int argc, char **argv) {
   long n_mut = getenv("N") ? atol(getenv("N")) : 400;
   uint64_t seed = 1;
   const char *out = "build/soundness";
-  int verbose = 0, threads = 0;
+  int verbose = 0, threads = 0, cross = 1;
   long first = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) n_mut = atol(argv[++i]);
@@ -729,8 +730,9 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
     else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) out = argv[++i];
     else if (strcmp(argv[i], "-v") == 0) verbose = 1;
+    else if (strcmp(argv[i], "--no-cross-check") == 0) cross = 0; /* for timing the cross-check */
     else {
-      fprintf(stderr, "usage: soundness [-n N] [--first I] [--seed S] [--threads T] [--out DIR] [-v]\n");
+      fprintf(stderr, "usage: soundness [-n N] [--first I] [--seed S] [--threads T] [--out DIR] [--no-cross-check] [-v]\n");
       return 2;
     }
   }
@@ -762,6 +764,7 @@ int main(int argc, char **argv) {
   tally_t t[M__COUNT];
   memset(t, 0, sizeof(t));
   long unsound = 0;
+  size_t cross_agree = 0, cross_unknown = 0, cross_disagree = 0;
   time_t t0 = time(NULL);
   for (long i = first; i < first + n_mut; i++) {
     rng_t r = {seed * 0x100000001b3ull + (uint64_t)i * 0x9e3779b97f4a7c15ull};
@@ -812,6 +815,10 @@ int main(int argc, char **argv) {
     o.seed = 1;
     o.max_failures = 1;
     o.threads = threads;
+    /* every class the normal form proves is also given to Z3's solver: a
+     * disagreement is a bug of the normal form (or of Z3), counted below */
+    o.cross_check = cross;
+    size_t cross_before = vd_smt_cross_disagreements();
     vd_run run;
     memset(&run, 0, sizeof(run));
     vd_diag_clear(&d);
@@ -819,6 +826,18 @@ int main(int argc, char **argv) {
     rc = vd_run_verify(&o, &run, &d);
     if (rc == VD_OK) vcode = vd_run_exit_code(&run);
     else vcode = rc == VD_EINPUT || rc == VD_EIO ? 2 : 3;
+    for (size_t s_i = 0; rc == VD_OK && s_i < run.set.n_stages; s_i++) {
+      const vd_stage *cst = &run.set.stages[s_i];
+      if (cst->canon_class >= 0 && (size_t)cst->canon_class != s_i) continue;
+      int cr = run.verdicts[s_i].cross;
+      cross_agree += cr == VD_SMT_CROSS_AGREE;
+      cross_unknown += cr == VD_SMT_CROSS_UNKNOWN;
+    }
+    if (vd_smt_cross_disagreements() > cross_before) {
+      printf("  #%ld %-13s %-28s NORMAL FORM / Z3 DISAGREEMENT (%zu): %s\n", i, mname[k], cfg[c].name,
+             vd_smt_cross_disagreements() - cross_before, e.desc);
+      cross_disagree += vd_smt_cross_disagreements() - cross_before;
+    }
     vd_run_free(&run);
     /* the oracle on unreduced shapes */
     vd_exec_opts xo = {.seed = 1, .tol = 1e-9, .single_name = spath[c], .parallel_name = ppath};
@@ -887,5 +906,7 @@ int main(int argc, char **argv) {
     vd_plan_free(&sp[c]);
     vd_plan_free(&pp[c]);
   }
-  return s.unsound ? 1 : 0;
+  printf("cross-check of the normal form against Z3 (every mutant): %zu class(es) agreed, %zu undecided by Z3, "
+         "%zu disagreement(s)\n", cross_agree, cross_unknown, cross_disagree);
+  return s.unsound || cross_disagree ? 1 : 0;
 }
