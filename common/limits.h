@@ -69,6 +69,10 @@
   X(LIN_GRID_MAX, 1 << 22, NULL,                                                                         \
     "cells of the coordinate-compressed grid of one lineage coverage check (one byte each: 4 MB).  "   \
     "Beyond it a sorted sweep counts volume instead, which reports a partial overlap as OVERLAP.")     \
+  X(LIN_PART_MAX, 1 << 20, NULL,                                                                         \
+    "parts n of one lineage partial sum (`part: [k, n]`).  A sum has one part per rank and microbatch "   \
+    "that contributes to it (a 405B data-parallel gradient: 64).  A larger n is bad input (exit 2) at "   \
+    "read time; below it the checks that use n run in O(listed parts), never O(n).")                    \
   X(GRAPH_MAX_ISSUES, 65536, NULL,                                                                       \
     "graph issues stored per plan (about 420 bytes each: 27 MB); the rest are counted and the count "  \
     "is reported.  A broken plan repeats one mistake per rank and microbatch.")                        \

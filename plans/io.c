@@ -520,6 +520,9 @@ static vd_rc read_lin(rctx *c, mobj *o, vd_tensor_t *t) {
     l->part_k = c->ints[0];
     l->part_n = c->ints[1];
     if (l->part_n < 1) RFAIL(c, "lin.part", "expected a part count n >= 1, got %" PRId64, l->part_n);
+    if (l->part_n > VD_LIM_LIN_PART_MAX)
+      RFAIL(c, "lin.part", "expected a part count n <= %d (LIN_PART_MAX, `verdict limits`), got %" PRId64,
+            VD_LIM_LIN_PART_MAX, l->part_n);
   }
   if (f[L_DPS]) VD_CHECK(get_dims(c, f[L_DPS], "lin.dp_shift", t->ndim, l->dp_shift));
   if (f[L_MBS]) VD_CHECK(get_dims(c, f[L_MBS], "lin.mb_shift", t->ndim, l->mb_shift));

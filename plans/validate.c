@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/limits.h"
 #include "../common/mem.h"
 #include "idmap.h"
 
@@ -187,6 +188,9 @@ static vd_rc check_lineage(vctx *c, const vd_tensor_t *t) {
   if (p->kind != VD_PLAN_PARALLEL)
     BAD(c, "lin", "expected no lineage annotation in a single-device plan (lineage maps parallel tensors to single ones)");
   if (l->part_n < 1) BAD(c, "lin.part", "expected a part count n >= 1, got %" PRId64, l->part_n);
+  if (l->part_n > VD_LIM_LIN_PART_MAX)
+    BAD(c, "lin.part", "expected a part count n <= %d (LIN_PART_MAX, `verdict limits`), got %" PRId64,
+        VD_LIM_LIN_PART_MAX, l->part_n);
   if (l->part_k < 0 || l->part_k >= l->part_n)
     BAD(c, "lin.part", "expected part k in [0, %" PRId64 "), got %" PRId64, l->part_n, l->part_k);
   int persistent = t->scope == VD_SCOPE_PERSISTENT;
