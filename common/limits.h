@@ -15,7 +15,8 @@
  *   option  the command-line option that overrides it, or NULL;
  *   reason  why this value: what it bounds and what happens beyond it.
  * Soundness: no limit decides a verdict.  Going beyond one yields
- * INCONCLUSIVE, a DATAFLOW issue naming the limit, or a slower exact path.
+ * INCONCLUSIVE (exit 3) naming the limit, a slower exact path, or, for a
+ * bound on what a file may ask for (read time), bad input (exit 2).
  */
 #ifndef VD_LIMITS_H
 #define VD_LIMITS_H
@@ -60,8 +61,8 @@
     "a product left unexpanded only sends its stage to the solver (OPTIMIZATION-ONLY).")               \
   X(CONE_MAX, 100000, NULL,                                                                              \
     "graph nodes of one stage cone.  A cone this large means the lineage annotations cut nothing (the " \
-    "whole model is one proof obligation, which no stage timeout accommodates); the target is reported " \
-    "as not reachable from proven lineages (DATAFLOW) instead of being solved.")                       \
+    "whole model is one proof obligation, which no stage timeout accommodates); the target is not "     \
+    "solved and the run is INCONCLUSIVE (exit 3) naming the target, never NOT EQUIVALENT.")             \
   X(TOPK_EXPERTS_MAX, 256, NULL,                                                                         \
     "experts of one topk_gate row in a stage: the symbol takes the whole row as arguments (twice for " \
     "the backward) and the encoder and the witness evaluator hold a row on the stack.  More experts "   \

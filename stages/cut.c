@@ -189,7 +189,8 @@ static vd_rc add_issue(cctx *c, vd_sissue_kind kind, int single, int64_t pnode, 
 static vd_rc add_issue(cctx *c, vd_sissue_kind kind, int single, int64_t pnode, int64_t ptensor, int32_t rank,
                        int32_t mb, const char *fmt, ...) {
   /* Each stage issue kind is the diagnosis of the same name. */
-  static const vd_diagnosis dx[VD_SISSUE__COUNT] = {VD_DX_DATAFLOW, VD_DX_SCHEDULE, VD_DX_ALIGNMENT, VD_DX_SHAPE};
+  static const vd_diagnosis dx[VD_SISSUE__COUNT] = {VD_DX_DATAFLOW, VD_DX_SCHEDULE, VD_DX_ALIGNMENT, VD_DX_SHAPE,
+                                                      VD_DX_NONE};
   vd_stage_set *s = c->set;
   vd_issue is;
   vd_issue_init(&is, "stages", (unsigned)kind, vd_sissue_names[kind], dx[kind]);
@@ -923,8 +924,13 @@ static vd_rc cut_target(cctx *c, uint32_t li, int64_t *out) {
     char tl[160];
     target_label(c, L, &c->lt->pieces[a], tl, sizeof(tl));
     const vd_lin_piece *p = &c->lt->pieces[a];
-    return add_issue(c, VD_SISSUE_DATAFLOW, 0, -1, (int64_t)p->ptensor, -1, p->mb,
-                     "target %s not reachable from proven lineages within %u nodes", tl, CONE_MAX);
+    /* SOUNDNESS: a limit, not a finding.  The target is neither proven nor
+     * refuted; the run is INCONCLUSIVE (verifier/run.c, vd_run.limits).
+     * It was a DATAFLOW issue (NOT EQUIVALENT) on correct plans. */
+    return add_issue(c, VD_SISSUE_LIMIT, 0, -1, (int64_t)p->ptensor, -1, p->mb,
+                     "target %s not proven: its stage passes CONE_MAX = %u graph nodes (`verdict limits`); "
+                     "annotating a tensor between it and the proven lineages splits the stage",
+                     tl, CONE_MAX);
   }
   if (c->s_unrelated >= 0) {
     char tl[160];

@@ -388,6 +388,9 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   if (r->n_sum_stages)
     fprintf(f, "  sums by part: %zu stages prove %zu parts of gradient sums, each on its own batch rows\n", r->n_sum_stages,
             r->n_sum_parts);
+  if (r->n_limits)
+    fprintf(f, "  limits reached: %zu target(s) not proven, listed below (`verdict limits`; INCONCLUSIVE, not a "
+               "difference)\n", r->n_limits);
   if (r->n_issues_dropped)
     fprintf(f, "  structural problems: %zu (%zu listed)\n", r->n_issues + r->n_issues_dropped, r->n_issues);
   else if (r->n_issues)
@@ -460,6 +463,13 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
       break;
     }
     fprintf(f, "\n-- stage %zu: INCONCLUSIVE: %s\n", i, v->reason);
+  }
+  for (size_t i = 0; i < r->n_limits; i++) {
+    if (i >= cap) {
+      fprintf(f, "\n(%zu limits reached in all; --max-failures %d)\n", r->n_limits, o->max_failures);
+      break;
+    }
+    fprintf(f, "\n-- INCONCLUSIVE (limit): %s\n", r->limits[i].detail);
   }
 }
 
@@ -743,6 +753,12 @@ vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd
     fprintf(f, "%s\n{\"stage\":%zu,\"limit\":\"%s\",\"work\":%llu,\"reason\":", n++ ? "," : "", i,
             vd_smt_limit_names[r->verdicts[i].limit], (unsigned long long)r->verdicts[i].work);
     vd_cli_json_str(f, r->verdicts[i].reason);
+    fputc('}', f);
+  }
+  /* Limits reached while cutting: no stage, the limit named in the reason. */
+  for (size_t i = 0; i < r->n_limits; i++) {
+    fprintf(f, "%s\n{\"stage\":null,\"limit\":\"cut\",\"work\":0,\"reason\":", n++ ? "," : "");
+    vd_cli_json_str(f, r->limits[i].detail);
     fputc('}', f);
   }
   fputs("]}\n", f);

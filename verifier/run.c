@@ -34,6 +34,7 @@ void vd_run_free(vd_run *r) {
   vd_free(r->skipped);
   vd_free(r->stage_rc);
   vd_free(r->issues);
+  vd_free(r->limits);
   vd_free(r->inferred);
   vd_free(r->dropped);
   vd_free(r->pv_pool);
@@ -49,7 +50,7 @@ void vd_run_free(vd_run *r) {
 
 int vd_run_exit_code(const vd_run *r) {
   if (r->n_issues > 0 || r->n_issues_dropped > 0 || r->n_not_equiv > 0) return 1;
-  if (r->n_inconclusive > 0) return 3;
+  if (r->n_inconclusive > 0 || r->n_limits > 0 || r->n_limits_dropped > 0) return 3;
   return 0;
 }
 
@@ -60,7 +61,11 @@ static vd_rc collect_issues(vd_run *r, const vd_issue *v, size_t n, size_t dropp
   for (size_t i = 0; i < n; i++) {
     vd_issue is = v[i];
     if (prefix) snprintf(is.detail, sizeof(is.detail), "%s%s", prefix, v[i].detail);
-    VD_CHECK(vd_issue_push(&r->issues, &r->n_issues, &r->cap_issues, 0, &r->n_issues_dropped, &is));
+    /* SOUNDNESS: a limit reached is no finding (exit 3, never 1). */
+    if (is.kind_name && !strcmp(is.kind_name, "limit"))
+      VD_CHECK(vd_issue_push(&r->limits, &r->n_limits, &r->cap_limits, 0, &r->n_limits_dropped, &is));
+    else
+      VD_CHECK(vd_issue_push(&r->issues, &r->n_issues, &r->cap_issues, 0, &r->n_issues_dropped, &is));
   }
   r->n_issues_dropped += dropped;
   return VD_OK;
@@ -895,6 +900,7 @@ static void reset_round(vd_run *r, size_t n_graph_issues, size_t n_graph_dropped
   memset(&r->lt, 0, sizeof(r->lt));
   r->n_issues = n_graph_issues;
   r->n_issues_dropped = n_graph_dropped;
+  r->n_limits = r->n_limits_dropped = 0;
   r->n_classes = r->n_solved = r->n_fast = r->n_reduced = 0;
   r->n_equiv = r->n_not_equiv = r->n_inconclusive = r->n_skipped_large = r->n_demoted = r->n_skipped_decided = 0;
   r->round_final = 0;

@@ -37,3 +37,37 @@ done
 expect_exit 1 timeout 20 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p20.plan"
 expect_in "value part 1 of 1048576 has no instance" "$TMP/out"
 echo "ok: item 2, lineage parts"
+
+# 4. A limit is INCONCLUSIVE, never a finding: a correct chain of 100,001
+# nodes annotated only at its ends (no inference) is one cone past
+# CONE_MAX.  It was NOT EQUIVALENT, DATAFLOW "not reachable within 100000
+# nodes"; now exit 3 naming the limit, in the text and the JSON report.
+/usr/bin/python3 - "$TMP" 100001 <<'PY'
+import msgpack, sys
+tmp, n = sys.argv[1], int(sys.argv[2])
+for kind in ('single', 'parallel'):
+    T = [{'id': i, 'shape': [2], 'dtype': 'f64', 'role': 'act', 'scope': 'mb'} for i in range(n + 1)]
+    T[0]['role'] = 'input'
+    T.append({'id': n + 1, 'name': 'loss', 'shape': [], 'dtype': 'f64', 'role': 'loss', 'scope': 'mb'})
+    if kind == 'parallel':
+        T[0]['lin'] = {'full': 0}
+        T[-1]['lin'] = {'full': n + 1}
+    N = [{'id': i, 'op': 'identity', 'segment': 0, 'phase': 'fwd', 'in': [i], 'out': [i + 1]} for i in range(n)]
+    N.append({'id': n, 'op': 'sum', 'segment': 0, 'phase': 'fwd', 'in': [n], 'out': [n + 1],
+              'attrs': {'dims': [0], 'keepdim': 0}})
+    p = {'format': 'verdict-plan', 'version': 1, 'kind': kind, 'segments': ['fwd'], 'schedule': [[[0, 0]]],
+         'tensors': T, 'nodes': N}
+    open('%s/chain.%s.plan' % (tmp, kind), 'wb').write(msgpack.packb(p, use_bin_type=False))
+PY
+expect_exit 3 timeout 60 "$VERDICT" -q --no-infer --sm "$TMP/chain.single.plan" --pm "$TMP/chain.parallel.plan" \
+  --json "$TMP/chain.json"
+expect_in "^INCONCLUSIVE" "$TMP/out"
+expect_in "INCONCLUSIVE (limit): target 'loss' final slice \[\] not proven: its stage passes CONE_MAX = 100000" "$TMP/out"
+if grep -q "DATAFLOW\|NOT EQUIVALENT" "$TMP/out"; then fail "a limit reported as a finding"; fi
+/usr/bin/python3 - "$TMP/chain.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d['verdict'] == 'inconclusive', d['verdict']
+assert any('CONE_MAX' in x['reason'] for x in d['inconclusive']), d['inconclusive']
+PY
+echo "ok: item 4, limits are INCONCLUSIVE"
