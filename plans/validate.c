@@ -258,6 +258,19 @@ static vd_rc check_tensor(vctx *c, const vd_tensor_t *t) {
     BAD(c, "scope", "expected a scope enum < %d, got %d", VD_SCOPE__COUNT, (int)t->scope);
   if (t->has_lin != 0 && t->has_lin != 1) BAD(c, "lin", "expected has_lin 0 or 1, got %d", t->has_lin);
   if (t->has_lin) VD_CHECK(check_lineage(c, t));
+  /* SOUNDNESS: the final value of a weight, optimizer state or loss is an
+   * output of the iteration, and only an annotation makes it a goal: such
+   * a tensor is never inferred (vd_plan_is_boundary), and the single
+   * tensor's coverage (UNCOVERED) is met by any other rank's copy.  An
+   * unannotated one is therefore never compared: a rank's doubled loss
+   * verified EQUIVALENT.  Inputs and unwritten tensors without an
+   * annotation are free symbols (no hypothesis): proofs can only fail, so
+   * they are allowed (docs/plan-format.md, boundary-only plans). */
+  if (!t->has_lin && c->p->kind == VD_PLAN_PARALLEL &&
+      (t->role == VD_ROLE_WEIGHT || t->role == VD_ROLE_OPTSTATE || t->role == VD_ROLE_LOSS))
+    BAD(c, "lin", "expected a lineage annotation (role %s): the tensor's final value is an output of the "
+                  "iteration, which nothing else would check (docs/plan-format.md, boundary-only plans)",
+        vd_role_names[t->role]);
   return VD_OK;
 }
 

@@ -71,3 +71,59 @@ assert d['verdict'] == 'inconclusive', d['verdict']
 assert any('CONE_MAX' in x['reason'] for x in d['inconclusive']), d['inconclusive']
 PY
 echo "ok: item 4, limits are INCONCLUSIVE"
+
+# 5. The outputs of the iteration must be annotated in a parallel plan: a
+# boundary-only plan whose loss tensor had no lineage was accepted, and a
+# doubled loss on rank 0 (the sum's result renamed an activation, which
+# inference then claims, and a scale by 2 writing the unannotated loss)
+# verified EQUIVALENT.  Now refused at validation, exit 2, field `lin`.
+expect_exit 0 "$VERDICT" gen --model mlp --dp 2 --tp 2 --single "$TMP/ms.plan" --parallel "$TMP/mp.plan"
+expect_exit 0 "$VERDICT" plan strip --keep boundary "$TMP/mp.plan" "$TMP/mb.plan"
+/usr/bin/python3 - "$TMP" <<'PY'
+import msgpack, sys
+tmp = sys.argv[1]
+def load():
+    return msgpack.unpackb(open(tmp + '/mb.plan', 'rb').read(), raw=True)
+def save(d, name):
+    open('%s/%s.plan' % (tmp, name), 'wb').write(msgpack.packb(d, use_bin_type=False))
+d = load()
+for t in d[b'tensors']:
+    if t[b'role'] == b'loss':
+        t.pop(b'lin', None)
+save(d, 'noloss')
+n = next(n for n in d[b'nodes'] if n[b'op'] == b'sum' and n[b'name'] == b'loss')
+t = next(t for t in d[b'tensors'] if t[b'id'] == n[b'out'][0])
+half = dict(t)
+half.update({b'id': max(x[b'id'] for x in d[b'tensors']) + 1, b'name': b'loss.half', b'role': b'act'})
+d[b'tensors'].append(half)
+out, n[b'out'] = n[b'out'][0], [half[b'id']]
+d[b'nodes'].insert(d[b'nodes'].index(n) + 1, {
+    b'id': max(x[b'id'] for x in d[b'nodes']) + 1, b'op': b'scale', b'rank': n.get(b'rank', 0),
+    b'segment': n[b'segment'], b'phase': b'fwd', b'in': [half[b'id']], b'out': [out], b'attrs': {b'factor': 2.0}})
+save(d, 'loss2x')
+d = load()
+next(t for t in d[b'tensors'] if t[b'role'] == b'weight').pop(b'lin')
+save(d, 'noweight')
+d = load()
+next(t for t in d[b'tensors'] if t[b'role'] == b'input').pop(b'lin')
+save(d, 'noinput')
+PY
+for f in noloss loss2x; do
+  expect_exit 2 "$VERDICT" plan validate "$TMP/$f.plan"
+  expect_in "'loss': lin: expected a lineage annotation (role loss)" "$TMP/err"
+  expect_exit 2 "$VERDICT" -q --sm "$TMP/ms.plan" --pm "$TMP/$f.plan"
+  expect_exit 2 "$VERDICT" exec --sm "$TMP/ms.plan" --pm "$TMP/$f.plan"
+done
+expect_exit 2 "$VERDICT" plan validate "$TMP/noweight.plan"
+expect_in "lin: expected a lineage annotation (role weight)" "$TMP/err"
+# An input without lineage is allowed (docs/plan-format.md): it is a free
+# symbol, so the stages reading it cannot be proven; never EQUIVALENT.
+expect_exit 0 "$VERDICT" plan validate "$TMP/noinput.plan"
+set +e
+"$VERDICT" -q --sm "$TMP/ms.plan" --pm "$TMP/noinput.plan" >"$TMP/out" 2>&1
+rc=$?
+set -e
+[ $rc = 1 ] || [ $rc = 3 ] || { cat "$TMP/out"; fail "an unannotated input gave exit $rc"; }
+# What the generators and strip write is accepted.
+expect_exit 0 "$VERDICT" plan validate "$TMP/mb.plan"
+echo "ok: item 5, the outputs of the iteration are annotated"
