@@ -89,6 +89,21 @@
     "asks for more is bad input, so verify memory (about 150 bytes per execution) follows the file.") \
   X(EXEC_SLACK, 1 << 20, NULL,                                                                           \
     "node executions allowed to any plan on top of EXEC_PER_BYTE per byte (small files).")             \
+  X(REPLICA_EXEC_PER_BYTE, 32, NULL,                                                                     \
+    "node executions in all replicas (replicas x one replica's executions) per byte of the parallel "  \
+    "plan, plus REPLICA_EXEC_SLACK.  `replicas` costs a few bytes, but the lineage table and `verdict "  \
+    "exec` work per replica (verify about 180 bytes and exec about 700 bytes per execution).  The "      \
+    "Llama-3 405B shape runs 3.4 per byte; beyond the bound verify and exec stop at once, INCONCLUSIVE " \
+    "(exit 3): the plan is valid, verdict declines the work (a 13 KB plan at dp 10^6 ran past 300 s).")   \
+  X(REPLICA_EXEC_SLACK, 1 << 20, NULL,                                                                   \
+    "node executions in all replicas allowed to any plan on top of REPLICA_EXEC_PER_BYTE per byte.")     \
+  X(CUT_VALUES_PER_VALUE, 64, NULL,                                                                      \
+    "stage values cut in one round per value of the two graphs (the parallel graph's counted once per "  \
+    "replica), plus CUT_VALUES_SLACK.  A stage copies each node it holds with all its outputs; generated " \
+    "plans cut 2 to 13 per value.  A node with 1000 outputs read by 1000 targets cut 10^6 (2.3 GB for a "  \
+    "49 KB plan).  Past the bound the cut stops and the run is INCONCLUSIVE (exit 3), in seconds.")      \
+  X(CUT_VALUES_SLACK, 1 << 18, NULL,                                                                     \
+    "stage values any plan may cut on top of CUT_VALUES_PER_VALUE (about 500 bytes each).")              \
   X(Z3_MEMORY_MB, 6144, NULL,                                                                            \
     "Z3's memory ceiling (memory_max_size, all contexts of the process), lowered to two thirds of "    \
     "the address space left under ulimit -v.  Past it Z3 reports out of memory and the run ends in "   \

@@ -389,8 +389,8 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
     fprintf(f, "  sums by part: %zu stages prove %zu parts of gradient sums, each on its own batch rows\n", r->n_sum_stages,
             r->n_sum_parts);
   if (r->n_limits)
-    fprintf(f, "  limits reached: %zu target(s) not proven, listed below (`verdict limits`; INCONCLUSIVE, not a "
-               "difference)\n", r->n_limits);
+    fprintf(f, "  limits reached: %zu, listed below (`verdict limits`): what they stop is not proven, and is not a "
+               "difference\n", r->n_limits);
   if (r->n_issues_dropped)
     fprintf(f, "  structural problems: %zu (%zu listed)\n", r->n_issues + r->n_issues_dropped, r->n_issues);
   else if (r->n_issues)

@@ -734,6 +734,8 @@ struct stage_hook {
   vd_rc prc[VD_RUN_HOOK_BATCH];
   vd_diag pd[VD_RUN_HOOK_BATCH];
   vd_stage_canon_key key[VD_RUN_HOOK_BATCH];
+  uint64_t cut_values, cut_budget; /* stage values cut so far, and the bound (CUT_VALUES_PER_VALUE) */
+  int over;                        /* the bound was passed: the cut stopped */
 };
 
 /* Reduces and classifies the pending stages, and frees the body of a large
@@ -785,6 +787,16 @@ static vd_rc hook_flush(struct stage_hook *h, vd_stage_set *set, vd_diag *d) {
  * processed when full (hook_flush; the caller flushes the rest). */
 static vd_rc stage_hook(void *p, vd_stage_set *set, size_t i, vd_diag *d) {
   struct stage_hook *h = p;
+  /* Stages copy the nodes they hold: a node with many outputs read by many
+   * targets is copied into each (one node of 1000 outputs into a concat,
+   * inferred outputs: 1000 stages of 1000 values, 2.3 GB for a 49 KB plan).
+   * Past CUT_VALUES_PER_VALUE the cut stops; the round is INCONCLUSIVE
+   * (analyse). */
+  h->cut_values += set->stages[i].n_vals;
+  if (h->cut_values > h->cut_budget) {
+    h->over = 1;
+    return VD_EINPUT; /* stops the cut; analyse records the limit */
+  }
   h->pend[h->n_pend++] = i;
   if (h->n_pend == VD_RUN_HOOK_BATCH) return hook_flush(h, set, d);
   return VD_OK;
@@ -853,9 +865,35 @@ static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   if (!h) return VD_OOM(d);
   h->r = r;
   h->o = o;
+  h->cut_budget = (uint64_t)VD_LIM_CUT_VALUES_SLACK +
+                  (uint64_t)VD_LIM_CUT_VALUES_PER_VALUE *
+                      ((uint64_t)r->sg.n_values + (uint64_t)(r->pp.world.replicas > 0 ? r->pp.world.replicas : 1) *
+                                                      (uint64_t)r->pg.n_values);
   rc = o->no_reuse ? VD_OK : vd_stage_canon_new(&h->tab, d);
   if (rc == VD_OK) rc = vd_stage_cut_hook(&r->lt, &r->set, stage_hook, h, d);
   if (rc == VD_OK) rc = hook_flush(h, &r->set, d);
+  if (h->over) {
+    /* SOUNDNESS: nothing of this round is solved (its stages are dropped);
+     * the limit makes the run INCONCLUSIVE, never EQUIVALENT. */
+    vd_issue is;
+    vd_issue_init(&is, "stages", 0, "limit", VD_DX_NONE);
+    snprintf(is.detail, sizeof(is.detail),
+             "the stages cut so far hold %llu values, past CUT_VALUES_PER_VALUE (%d per value of the two graphs, "
+             "replicas counted, plus %d; `verdict limits`): a node with many outputs is copied into every stage "
+             "that reads one of them",
+             (unsigned long long)h->cut_values, VD_LIM_CUT_VALUES_PER_VALUE, VD_LIM_CUT_VALUES_SLACK);
+    vd_stage_set_free(&r->set);
+    memset(&r->set, 0, sizeof(r->set));
+    for (size_t j = 0; j < VD_RUN_HOOK_BATCH; j++) vd_stage_canon_key_free(&h->key[j]);
+    vd_stage_canon_free(h->tab);
+    vd_free(h->shape);
+    vd_free(h);
+    if (d) vd_diag_clear(d);
+    VD_CHECK(vd_issue_push(&r->limits, &r->n_limits, &r->cap_limits, 0, &r->n_limits_dropped, &is));
+    r->round_final = 1;
+    r->phase_s[VD_RUN_STAGES] += vd_clock_s() - t;
+    return VD_OK;
+  }
   vd_stage_canon_free(h->tab);
   for (size_t j = 0; j < VD_RUN_HOOK_BATCH; j++) vd_stage_canon_key_free(&h->key[j]);
   if (rc == VD_OK) rc = collect_issues(r, r->set.issues, r->set.n_issues, r->set.n_issues_dropped, NULL);
@@ -1248,6 +1286,21 @@ static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   VD_CHECK(collect_issues(r, r->pg.issues, r->pg.n_issues, r->pg.n_issues_dropped, "parallel plan: "));
   r->phase_s[VD_RUN_GRAPH] = vd_clock_s() - t;
   if (r->n_issues || r->n_issues_dropped) return VD_OK; /* stages need a well-formed graph */
+  {
+    /* The lineage table and the stages work per replica: a plan whose
+     * replicas ask for more than its file allows stops here, INCONCLUSIVE
+     * naming the limit (plans/budget.c), before inference, the lineage table
+     * or a stage (the replica-0 graphs are the file's size). */
+    vd_issue is;
+    vd_issue_init(&is, "verifier", 0, "limit", VD_DX_NONE);
+    char why[sizeof(is.detail)];
+    VD_CHECK(vd_plan_replica_work(&r->pp, why, sizeof(why), d));
+    if (why[0]) {
+      snprintf(is.detail, sizeof(is.detail), "%.100s: %.200s", o->pm, why);
+      return vd_issue_push(&r->limits, &r->n_limits, &r->cap_limits, 0, &r->n_limits_dropped, &is) ? VD_OOM(d)
+                                                                                                  : VD_OK;
+    }
+  }
 
   if (!o->no_infer) {
     t = vd_clock_s();

@@ -62,6 +62,7 @@ PY
 expect_exit 3 timeout 60 "$VERDICT" -q --no-infer --sm "$TMP/chain.single.plan" --pm "$TMP/chain.parallel.plan" \
   --json "$TMP/chain.json"
 expect_in "^INCONCLUSIVE" "$TMP/out"
+expect_in "limits reached: 1, listed below"  "$TMP/out"
 expect_in "INCONCLUSIVE (limit): target 'loss' final slice \[\] not proven: its stage passes CONE_MAX = 100000" "$TMP/out"
 if grep -q "DATAFLOW\|NOT EQUIVALENT" "$TMP/out"; then fail "a limit reported as a finding"; fi
 /usr/bin/python3 - "$TMP/chain.json" <<'PY'
@@ -127,3 +128,53 @@ set -e
 # What the generators and strip write is accepted.
 expect_exit 0 "$VERDICT" plan validate "$TMP/mb.plan"
 echo "ok: item 5, the outputs of the iteration are annotated"
+
+# 3. Work in proportion to the file, or a refusal in seconds naming the
+# limit.  Replicas cost a few bytes: a 46 KB plan at dp 30000 took 77 s and
+# 1.1 GB in verify (64 s of it a quadratic sort), 59 s and 4.3 GB in exec;
+# at dp 10^5, 389 s and 3.5 GB.  Past REPLICA_EXEC_PER_BYTE both stop at
+# once, INCONCLUSIVE (exit 3); `plan validate` still accepts the plan.
+expect_exit 0 "$VERDICT" gen --dp 100000 --batch 100000 --single "$TMP/rs.plan" --parallel "$TMP/rp.plan"
+expect_exit 0 timeout 20 "$VERDICT" plan validate "$TMP/rp.plan"
+expect_exit 3 timeout 20 "$VERDICT" -q --sm "$TMP/rs.plan" --pm "$TMP/rp.plan"
+expect_in "INCONCLUSIVE (limit): .*20100000 node executions in all 100000 replicas pass REPLICA_EXEC_PER_BYTE" "$TMP/out"
+expect_exit 3 timeout 20 "$VERDICT" exec --sm "$TMP/rs.plan" --pm "$TMP/rp.plan"
+expect_in "exec: INCONCLUSIVE: .*REPLICA_EXEC_PER_BYTE" "$TMP/out"
+"$VERDICT" limits >"$TMP/limits"
+for l in REPLICA_EXEC_PER_BYTE CUT_VALUES_PER_VALUE LIN_PART_MAX CONE_MAX; do expect_in "$l" "$TMP/limits"; done
+# One node with 1000 outputs into a concat, annotated at its boundary: each
+# inferred output was a stage holding the whole node (1000 x 1000 values,
+# 2.3 GB).  The same with every output annotated and no inference.  Now the
+# cut stops at CUT_VALUES_PER_VALUE: INCONCLUSIVE within seconds, bounded
+# memory (ulimit: 1 GB of address space would not have held the old cut).
+/usr/bin/python3 - "$TMP" 1000 <<'PY'
+import msgpack, sys
+tmp, n = sys.argv[1], int(sys.argv[2])
+for annotate_all in (0, 1):
+    for kind in ('single', 'parallel'):
+        T = [{'id': 1, 'name': 'x', 'shape': [1, 4], 'dtype': 'f64', 'role': 'input', 'scope': 'mb'}]
+        T += [{'id': 100 + i, 'name': 'y%d' % i, 'shape': [1, 4], 'dtype': 'f64', 'role': 'act', 'scope': 'mb'}
+              for i in range(n)]
+        T.append({'id': 2, 'name': 'z', 'shape': [n, 4], 'dtype': 'f64', 'role': 'act', 'scope': 'mb'})
+        T.append({'id': 3, 'name': 'loss', 'shape': [], 'dtype': 'f64', 'role': 'loss', 'scope': 'mb'})
+        if kind == 'parallel':
+            for t in T:
+                if annotate_all or t['id'] in (1, 3):
+                    t['lin'] = {'full': t['id']}
+        N = [{'id': 1, 'op': 'multiref', 'segment': 0, 'phase': 'fwd', 'in': [1], 'out': [100 + i for i in range(n)]},
+             {'id': 2, 'op': 'concat', 'segment': 0, 'phase': 'fwd', 'in': [100 + i for i in range(n)], 'out': [2],
+              'attrs': {'dim': 0}},
+             {'id': 3, 'op': 'sum', 'segment': 0, 'phase': 'fwd', 'in': [2], 'out': [3],
+              'attrs': {'dims': [0, 1], 'keepdim': 0}}]
+        p = {'format': 'verdict-plan', 'version': 1, 'kind': kind, 'segments': ['fwd'], 'schedule': [[[0, 0]]],
+             'tensors': T, 'nodes': N}
+        open('%s/wide%d.%s.plan' % (tmp, annotate_all, kind), 'wb').write(msgpack.packb(p, use_bin_type=False))
+PY
+if ! nm "$VERDICT" 2>/dev/null | grep -q __asan_init; then LIM="ulimit -v 1000000;"; else LIM=""; fi
+for w in wide0 wide1; do
+  flag=""; [ $w = wide1 ] && flag="--no-infer"
+  expect_exit 3 timeout 30 sh -c "$LIM \"\$0\" -q $flag --sm \"\$1.single.plan\" --pm \"\$1.parallel.plan\"" \
+    "$VERDICT" "$TMP/$w"
+  expect_in "INCONCLUSIVE (limit): the stages cut so far hold [0-9]* values, past CUT_VALUES_PER_VALUE" "$TMP/out"
+done
+echo "ok: item 3, work bounded by the file"
