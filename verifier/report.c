@@ -441,6 +441,9 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
     for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, " %s %.3fs", vd_run_phase_names[i], r->phase_s[i]);
     fprintf(f, "; peak %.1f MB (process; verdict's own allocations %.1f MB); %d thread(s)\n", (double)r->peak_bytes / 1e6,
             (double)r->peak_tracked_bytes / 1e6, r->threads_used);
+    if (o->verbose && r->cut_budget)
+      fprintf(f, "  cut: %llu stage values in the last round (CUT_VALUES_PER_VALUE allows %llu)\n",
+              (unsigned long long)r->cut_values, (unsigned long long)r->cut_budget);
     if (o->verbose && r->verdicts) text_slowest(r, f);
   }
   /* --max-failures caps the findings printed in detail (the rest get one

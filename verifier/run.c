@@ -865,13 +865,25 @@ static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   if (!h) return VD_OOM(d);
   h->r = r;
   h->o = o;
-  h->cut_budget = (uint64_t)VD_LIM_CUT_VALUES_SLACK +
-                  (uint64_t)VD_LIM_CUT_VALUES_PER_VALUE *
-                      ((uint64_t)r->sg.n_values + (uint64_t)(r->pp.world.replicas > 0 ? r->pp.world.replicas : 1) *
-                                                      (uint64_t)r->pg.n_values);
+  {
+    /* Per value of the two graphs, plus one per node execution in all
+     * replicas (sums by part and collectives spanning replicas hold every
+     * replica's piece; REPLICA_EXEC_PER_BYTE bounds those executions). */
+    uint64_t ex = 0;
+    rc = vd_plan_executions(&r->pp, UINT64_MAX, &ex, d);
+    if (rc != VD_OK) {
+      vd_free(h);
+      return rc;
+    }
+    uint64_t reps = r->pp.world.replicas > 0 ? (uint64_t)r->pp.world.replicas : 1;
+    h->cut_budget = (uint64_t)VD_LIM_CUT_VALUES_SLACK + ex * reps +
+                    (uint64_t)VD_LIM_CUT_VALUES_PER_VALUE * ((uint64_t)r->sg.n_values + (uint64_t)r->pg.n_values);
+  }
   rc = o->no_reuse ? VD_OK : vd_stage_canon_new(&h->tab, d);
   if (rc == VD_OK) rc = vd_stage_cut_hook(&r->lt, &r->set, stage_hook, h, d);
   if (rc == VD_OK) rc = hook_flush(h, &r->set, d);
+  r->cut_values = h->cut_values;
+  r->cut_budget = h->cut_budget;
   if (h->over) {
     /* SOUNDNESS: nothing of this round is solved (its stages are dropped);
      * the limit makes the run INCONCLUSIVE, never EQUIVALENT. */
@@ -879,7 +891,7 @@ static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     vd_issue_init(&is, "stages", 0, "limit", VD_DX_NONE);
     snprintf(is.detail, sizeof(is.detail),
              "the stages cut so far hold %llu values, past CUT_VALUES_PER_VALUE (%d per value of the two graphs, "
-             "replicas counted, plus %d; `verdict limits`): a node with many outputs is copied into every stage "
+             "plus the node executions of all replicas, plus %d; `verdict limits`): a node with many outputs is copied into every stage "
              "that reads one of them",
              (unsigned long long)h->cut_values, VD_LIM_CUT_VALUES_PER_VALUE, VD_LIM_CUT_VALUES_SLACK);
     vd_stage_set_free(&r->set);
