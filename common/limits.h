@@ -63,6 +63,11 @@
     "graph nodes of one stage cone.  A cone this large means the lineage annotations cut nothing (the " \
     "whole model is one proof obligation, which no stage timeout accommodates); the target is not "     \
     "solved and the run is INCONCLUSIVE (exit 3) naming the target, never NOT EQUIVALENT.")             \
+  X(CONE_VALUES_MAX, 400000, NULL,                                                                        \
+    "values of one stage cone (about 500 bytes each in the stage).  Nodes with many operands, or a "      \
+    "stage holding every replica's instance, pass it before CONE_MAX: one concat of 200 inputs in each "  \
+    "of 30,000 replicas made a stage of 6 * 10^6 values (3.9 GB for a 16 KB plan).  INCONCLUSIVE, as "     \
+    "CONE_MAX.")                                                                                         \
   X(TOPK_EXPERTS_MAX, 256, NULL,                                                                         \
     "experts of one topk_gate row in a stage: the symbol takes the whole row as arguments (twice for " \
     "the backward) and the encoder and the witness evaluator hold a row on the stack.  More experts "   \

@@ -53,6 +53,7 @@
 
 #define NONE UINT32_MAX
 #define CONE_MAX ((uint32_t)VD_LIM_CONE_MAX) /* reason: common/limits.h */
+#define CONE_VALUES_MAX ((size_t)VD_LIM_CONE_VALUES_MAX)
 
 /* ---- a small open-addressing map, reset in O(1) by generation ---------- */
 
@@ -619,7 +620,7 @@ static vd_rc parallel_cone(cctx *c, const vd_lineage *L, int *ok) {
     }
     int span = is_span(c, &g->nodes[pr]);
     VD_CHECK(cone_node(c, k, g, (uint32_t)pr, span ? 0 : d, D, c->ppos, span));
-    if (k->n_nd > CONE_MAX) {
+    if (k->n_nd > CONE_MAX || k->n > CONE_VALUES_MAX) {
       *ok = 0;
       return VD_OK;
     }
@@ -695,7 +696,7 @@ static vd_rc single_walk(cctx *c, uint32_t svalue, int target_is_leaf, int *ok) 
     int32_t pr = g->values[k->v[vi].key].producer;
     if (pr < 0) continue;
     VD_CHECK(cone_node(c, k, g, (uint32_t)pr, 0, 1, c->spos, 0));
-    if (k->n_nd > (target_is_leaf ? CONE_MAX : SINGLE_SOFT)) {
+    if (k->n_nd > (target_is_leaf ? CONE_MAX : SINGLE_SOFT) || k->n > CONE_VALUES_MAX) {
       *ok = 0;
       return VD_OK;
     }
@@ -928,9 +929,10 @@ static vd_rc cut_target(cctx *c, uint32_t li, int64_t *out) {
      * refuted; the run is INCONCLUSIVE (verifier/run.c, vd_run.limits).
      * It was a DATAFLOW issue (NOT EQUIVALENT) on correct plans. */
     return add_issue(c, VD_SISSUE_LIMIT, 0, -1, (int64_t)p->ptensor, -1, p->mb,
-                     "target %s not proven: its stage passes CONE_MAX = %u graph nodes (`verdict limits`); "
-                     "annotating a tensor between it and the proven lineages splits the stage",
-                     tl, CONE_MAX);
+                     "target %s not proven: its stage passes CONE_MAX = %u graph nodes or CONE_VALUES_MAX = %zu "
+                     "values (`verdict limits`); annotating a tensor between it and the proven lineages splits "
+                     "the stage",
+                     tl, CONE_MAX, CONE_VALUES_MAX);
   }
   if (c->s_unrelated >= 0) {
     char tl[160];

@@ -141,7 +141,7 @@ expect_in "INCONCLUSIVE (limit): .*20100000 node executions in all 100000 replic
 expect_exit 3 timeout 20 "$VERDICT" exec --sm "$TMP/rs.plan" --pm "$TMP/rp.plan"
 expect_in "exec: INCONCLUSIVE: .*REPLICA_EXEC_PER_BYTE" "$TMP/out"
 "$VERDICT" limits >"$TMP/limits"
-for l in REPLICA_EXEC_PER_BYTE CUT_VALUES_PER_VALUE LIN_PART_MAX CONE_MAX; do expect_in "$l" "$TMP/limits"; done
+for l in REPLICA_EXEC_PER_BYTE CUT_VALUES_PER_VALUE LIN_PART_MAX CONE_MAX CONE_VALUES_MAX; do expect_in "$l" "$TMP/limits"; done
 # One node with 1000 outputs into a concat, annotated at its boundary: each
 # inferred output was a stage holding the whole node (1000 x 1000 values,
 # 2.3 GB).  The same with every output annotated and no inference.  Now the
@@ -177,4 +177,34 @@ for w in wide0 wide1; do
     "$VERDICT" "$TMP/$w"
   expect_in "INCONCLUSIVE (limit): the stages cut so far hold [0-9]* values, past CUT_VALUES_PER_VALUE" "$TMP/out"
 done
+# Below REPLICA_EXEC_PER_BYTE, replicas still cost O(replicas log) each:
+# 200 inputs sliced over 30,000 replicas (a 16 KB plan) took 73 s and
+# 4.5 GB (a quadratic coordinate sort in the lineage table, then one stage
+# holding every replica's concat of 200 inputs, 6 * 10^6 values).  Now
+# about 2 s and 50 MB: the sort is O(n log n), and the stage passes
+# CONE_VALUES_MAX, INCONCLUSIVE.
+/usr/bin/python3 - "$TMP" 30000 200 <<'PY'
+import msgpack, sys
+tmp, D, K = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for kind in ('single', 'parallel'):
+    rows = D if kind == 'single' else 1
+    T = [{'id': 10 + i, 'name': 'x%d' % i, 'shape': [rows, 1], 'dtype': 'f64', 'role': 'input', 'scope': 'mb'}
+         for i in range(K)]
+    T.append({'id': 1, 'name': 'z', 'shape': [rows, K], 'dtype': 'f64', 'role': 'act', 'scope': 'mb'})
+    T.append({'id': 2, 'name': 'loss', 'shape': [], 'dtype': 'f64', 'role': 'loss', 'scope': 'mb'})
+    p = {'format': 'verdict-plan', 'version': 1, 'kind': kind, 'segments': ['fwd'], 'schedule': [[[0, 0]]],
+         'tensors': T,
+         'nodes': [{'id': 1, 'op': 'concat', 'segment': 0, 'phase': 'fwd', 'in': [10 + i for i in range(K)],
+                    'out': [1], 'attrs': {'dim': 1}},
+                   {'id': 2, 'op': 'sum', 'segment': 0, 'phase': 'fwd', 'in': [1], 'out': [2],
+                    'attrs': {'dims': [0, 1], 'keepdim': 0}}]}
+    if kind == 'parallel':
+        p['world'] = {'dp': D, 'replicas': D}
+        for t in T[:K]:
+            t['lin'] = {'full': t['id'], 'dp_shift': [1, 0]}
+        T[-1]['lin'] = {'full': 2, 'part': [0, D], 'dp_part': 1}
+    open('%s/rep.%s.plan' % (tmp, kind), 'wb').write(msgpack.packb(p, use_bin_type=False))
+PY
+expect_exit 3 timeout 20 sh -c "$LIM \"\$0\" -q --sm \"\$1.single.plan\" --pm \"\$1.parallel.plan\"" "$VERDICT" "$TMP/rep"
+expect_in "INCONCLUSIVE (limit): target 'loss' final slice \[\] not proven: its stage passes CONE_MAX = 100000 graph nodes or CONE_VALUES_MAX" "$TMP/out"
 echo "ok: item 3, work bounded by the file"
