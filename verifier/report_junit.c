@@ -42,6 +42,9 @@ vd_rc vd_report_junit(const vd_run *r, const vd_run_opts *o, const char *path, v
   }
   double secs = 0;
   for (int i = 0; i < VD_RUN_PHASES; i++) secs += r->phase_s[i];
+  /* A limit reached (vd_run.limits) is an error test case of its own: a
+   * run stopped by a limit must not look green. */
+  n_err += r->n_limits;
   size_t tests = fs.n + n_pass + n_err;
   fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
   fprintf(f, "<testsuites name=\"verdict\" tests=\"%zu\" failures=\"%zu\" errors=\"%zu\" time=\"%.3f\">\n", tests, fs.n,
@@ -87,6 +90,14 @@ vd_rc vd_report_junit(const vd_run *r, const vd_run_opts *o, const char *path, v
       vd_cli_xml_str(f, r->verdicts[c].reason);
       fputs("\"/>\n    </testcase>\n", f);
     }
+  }
+  for (size_t k = 0; k < r->n_limits; k++) {
+    snprintf(line, sizeof(line), "limit %zu", k + 1);
+    fprintf(f, "    <testcase classname=\"verdict.limits\" name=\"");
+    vd_cli_xml_str(f, line);
+    fputs("\" time=\"0\">\n      <error type=\"INCONCLUSIVE\" message=\"", f);
+    vd_cli_xml_str(f, r->limits[k].detail);
+    fputs("\"/>\n    </testcase>\n", f);
   }
   fputs("  </testsuite>\n</testsuites>\n", f);
   vd_free(count);

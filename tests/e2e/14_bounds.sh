@@ -60,7 +60,7 @@ for kind in ('single', 'parallel'):
     open('%s/chain.%s.plan' % (tmp, kind), 'wb').write(msgpack.packb(p, use_bin_type=False))
 PY
 expect_exit 3 timeout 60 "$VERDICT" -q --no-infer --sm "$TMP/chain.single.plan" --pm "$TMP/chain.parallel.plan" \
-  --json "$TMP/chain.json"
+  --json "$TMP/chain.json" --junit "$TMP/chain.xml"
 expect_in "^INCONCLUSIVE" "$TMP/out"
 expect_in "limits reached: 1, listed below"  "$TMP/out"
 expect_in "INCONCLUSIVE (limit): target 'loss' final slice \[\] not proven: its stage passes CONE_MAX = 100000" "$TMP/out"
@@ -70,6 +70,13 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 assert d['verdict'] == 'inconclusive', d['verdict']
 assert any('CONE_MAX' in x['reason'] for x in d['inconclusive']), d['inconclusive']
+PY
+/usr/bin/python3 - "$TMP/chain.xml" <<'PY'
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+assert root.get('errors') == '1' and root.get('failures') == '0', root.attrib
+err = root.find('./testsuite/testcase/error')
+assert err is not None and 'CONE_MAX' in err.get('message'), 'no INCONCLUSIVE test case for the limit'
 PY
 echo "ok: item 4, limits are INCONCLUSIVE"
 
