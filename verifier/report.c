@@ -760,7 +760,10 @@ vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd
   }
   /* Limits reached while cutting: no stage, the limit named in the reason. */
   for (size_t i = 0; i < r->n_limits; i++) {
-    fprintf(f, "%s\n{\"stage\":null,\"limit\":\"cut\",\"work\":0,\"reason\":", n++ ? "," : "");
+    /* "cut": a bound of the stage cut (stages/); "replicas": the replica
+     * work checked before anything is cut (verifier/run.c). */
+    fprintf(f, "%s\n{\"stage\":null,\"limit\":\"%s\",\"work\":0,\"reason\":", n++ ? "," : "",
+            strcmp(r->limits[i].source, "stages") ? "replicas" : "cut");
     vd_cli_json_str(f, r->limits[i].detail);
     fputc('}', f);
   }
