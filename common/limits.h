@@ -103,7 +103,8 @@
   X(REPLICA_EXEC_SLACK, 1 << 20, NULL,                                                                   \
     "node executions in all replicas allowed to any plan on top of REPLICA_EXEC_PER_BYTE per byte.")     \
   X(CUT_VALUES_PER_VALUE, 64, NULL,                                                                      \
-    "stage values cut in one round per value of the two graphs, plus one per node execution in all "     \
+    "stage values cut in one round (operand references count 1/16) per value of the two graphs, plus "   \
+    "one per node execution in all "                                                                     \
     "replicas (sums by part hold every replica's piece: 0.3 per execution), plus CUT_VALUES_SLACK.  A "   \
     "stage copies each node it holds with all its outputs; generated plans cut 2 to 13 per value.  A "    \
     "node with 1000 outputs read by 1000 targets cut 10^6 (2.3 GB for a 49 KB plan).  Past the bound "   \

@@ -792,7 +792,9 @@ static vd_rc stage_hook(void *p, vd_stage_set *set, size_t i, vd_diag *d) {
    * inferred outputs: 1000 stages of 1000 values, 2.3 GB for a 49 KB plan).
    * Past CUT_VALUES_PER_VALUE the cut stops; the round is INCONCLUSIVE
    * (analyse). */
-  h->cut_values += set->stages[i].n_vals;
+  /* Operand references (st->idx, 4 bytes each) count 1/16 of a value: a
+   * node listing 65535 inputs copied into many stages is the same blow-up. */
+  h->cut_values += set->stages[i].n_vals + set->stages[i].n_idx / 16;
   if (h->cut_values > h->cut_budget) {
     h->over = 1;
     return VD_EINPUT; /* stops the cut; analyse records the limit */
