@@ -212,6 +212,6 @@ for kind in ('single', 'parallel'):
         T[-1]['lin'] = {'full': 2, 'part': [0, D], 'dp_part': 1}
     open('%s/rep.%s.plan' % (tmp, kind), 'wb').write(msgpack.packb(p, use_bin_type=False))
 PY
-expect_exit 3 timeout 20 sh -c "$LIM \"\$0\" -q --sm \"\$1.single.plan\" --pm \"\$1.parallel.plan\"" "$VERDICT" "$TMP/rep"
+expect_exit 3 timeout 60 sh -c "$LIM \"\$0\" -q --sm \"\$1.single.plan\" --pm \"\$1.parallel.plan\"" "$VERDICT" "$TMP/rep"
 expect_in "INCONCLUSIVE (limit): target 'loss' final slice \[\] not proven: its stage passes CONE_MAX = 100000 graph nodes or CONE_VALUES_MAX" "$TMP/out"
 echo "ok: item 3, work bounded by the file"
