@@ -437,6 +437,9 @@ vd_rc vd_bug_i_add_tensor(vd_plan_t *p, const vd_tensor_t *like, const char *nam
   memset(t.shape, 0, sizeof(t.shape));
   for (int32_t i = 0; i < ndim && i < VD_MAX_DIMS; i++) t.shape[i] = shape[i];
   t.has_lin = 0;
+  /* An inserted tensor is an intermediate: a weight, optimizer state or
+   * loss must be annotated (plans/validate.c), and this one has no lineage. */
+  if (t.role == VD_ROLE_WEIGHT || t.role == VD_ROLE_OPTSTATE || t.role == VD_ROLE_LOSS) t.role = VD_ROLE_ACT;
   return vd_plan_add_tensor(p, &t, name, idx);
 }
 

@@ -15,7 +15,8 @@
  *   option  the command-line option that overrides it, or NULL;
  *   reason  why this value: what it bounds and what happens beyond it.
  * Soundness: no limit decides a verdict.  Going beyond one yields
- * INCONCLUSIVE, a DATAFLOW issue naming the limit, or a slower exact path.
+ * INCONCLUSIVE (exit 3) naming the limit, a slower exact path, or, for a
+ * bound on what a file may ask for (read time), bad input (exit 2).
  */
 #ifndef VD_LIMITS_H
 #define VD_LIMITS_H
@@ -60,8 +61,13 @@
     "a product left unexpanded only sends its stage to the solver (OPTIMIZATION-ONLY).")               \
   X(CONE_MAX, 100000, NULL,                                                                              \
     "graph nodes of one stage cone.  A cone this large means the lineage annotations cut nothing (the " \
-    "whole model is one proof obligation, which no stage timeout accommodates); the target is reported " \
-    "as not reachable from proven lineages (DATAFLOW) instead of being solved.")                       \
+    "whole model is one proof obligation, which no stage timeout accommodates); the target is not "     \
+    "solved and the run is INCONCLUSIVE (exit 3) naming the target, never NOT EQUIVALENT.")             \
+  X(CONE_VALUES_MAX, 400000, NULL,                                                                        \
+    "values of one stage cone (about 500 bytes each in the stage).  Nodes with many operands, or a "      \
+    "stage holding every replica's instance, pass it before CONE_MAX: one concat of 200 inputs in each "  \
+    "of 30,000 replicas made a stage of 6 * 10^6 values (3.9 GB for a 16 KB plan).  INCONCLUSIVE, as "     \
+    "CONE_MAX.")                                                                                         \
   X(TOPK_EXPERTS_MAX, 256, NULL,                                                                         \
     "experts of one topk_gate row in a stage: the symbol takes the whole row as arguments (twice for " \
     "the backward) and the encoder and the witness evaluator hold a row on the stack.  More experts "   \
@@ -69,6 +75,10 @@
   X(LIN_GRID_MAX, 1 << 22, NULL,                                                                         \
     "cells of the coordinate-compressed grid of one lineage coverage check (one byte each: 4 MB).  "   \
     "Beyond it a sorted sweep counts volume instead, which reports a partial overlap as OVERLAP.")     \
+  X(LIN_PART_MAX, 1 << 20, NULL,                                                                         \
+    "parts n of one lineage partial sum (`part: [k, n]`).  A sum has one part per rank and microbatch "   \
+    "that contributes to it (a 405B data-parallel gradient: 64).  A larger n is bad input (exit 2) at "   \
+    "read time; below it the checks that use n run in O(listed parts), never O(n).")                    \
   X(GRAPH_MAX_ISSUES, 65536, NULL,                                                                       \
     "graph issues stored per plan (about 420 bytes each: 27 MB); the rest are counted and the count "  \
     "is reported.  A broken plan repeats one mistake per rank and microbatch.")                        \
@@ -84,6 +94,23 @@
     "asks for more is bad input, so verify memory (about 150 bytes per execution) follows the file.") \
   X(EXEC_SLACK, 1 << 20, NULL,                                                                           \
     "node executions allowed to any plan on top of EXEC_PER_BYTE per byte (small files).")             \
+  X(REPLICA_EXEC_PER_BYTE, 32, NULL,                                                                     \
+    "node executions in all replicas (replicas x one replica's executions) per byte of the parallel "  \
+    "plan, plus REPLICA_EXEC_SLACK.  `replicas` costs a few bytes, but the lineage table and `verdict "  \
+    "exec` work per replica (verify about 180 bytes and exec about 700 bytes per execution).  The "      \
+    "Llama-3 405B shape runs 3.4 per byte; beyond the bound verify and exec stop at once, INCONCLUSIVE " \
+    "(exit 3): the plan is valid, verdict declines the work (a 13 KB plan at dp 10^6 ran past 300 s).")   \
+  X(REPLICA_EXEC_SLACK, 1 << 20, NULL,                                                                   \
+    "node executions in all replicas allowed to any plan on top of REPLICA_EXEC_PER_BYTE per byte.")     \
+  X(CUT_VALUES_PER_VALUE, 64, NULL,                                                                      \
+    "stage values cut in one round (operand references count 1/16) per value of the two graphs, plus "   \
+    "one per node execution in all "                                                                     \
+    "replicas (sums by part hold every replica's piece: 0.3 per execution), plus CUT_VALUES_SLACK.  A "   \
+    "stage copies each node it holds with all its outputs; generated plans cut 2 to 13 per value.  A "    \
+    "node with 1000 outputs read by 1000 targets cut 10^6 (2.3 GB for a 49 KB plan).  Past the bound "   \
+    "the cut stops and the run is INCONCLUSIVE (exit 3), in seconds.")                                  \
+  X(CUT_VALUES_SLACK, 1 << 18, NULL,                                                                     \
+    "stage values any plan may cut on top of CUT_VALUES_PER_VALUE (about 500 bytes each).")              \
   X(Z3_MEMORY_MB, 6144, NULL,                                                                            \
     "Z3's memory ceiling (memory_max_size, all contexts of the process), lowered to two thirds of "    \
     "the address space left under ulimit -v.  Past it Z3 reports out of memory and the run ends in "   \

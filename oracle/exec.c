@@ -324,19 +324,26 @@ static vd_rc init_parallel(ctx_t *c, vd_diag *d) {
     const double *full = c->s.val[sv];
     int integer = is_int_dtype(pt->dtype);
     int64_t idx[VD_MAX_DIMS];
-    for (int64_t e = 0; e < n; e++) x[e] = a.part_k == a.part_n - 1 ? full[slice_index(&a, st, e, idx)] : 0.0;
-    if (a.part_n == 1) continue;
-    /* Parts 0..n-2 random; part n-1 = slice - their sum. */
-    for (int64_t k = 0; k < a.part_n - 1; k++) {
-      uint64_t key = ann_key(c->o->seed, &a, st->ndim, k);
-      for (int64_t e = 0; e < n; e++) {
-        double u = u01(mix64(key + (uint64_t)e));
-        double pv = integer ? floor(u * 5.0) - 2.0 : 2.0 * u - 1.0;
-        if (k == a.part_k)
-          x[e] = pv;
-        else if (a.part_k == a.part_n - 1)
-          x[e] -= pv;
+    /* Part k of n is w_k - w_{k+1}, with w_0 the slice, w_n = 0 and w_1 ..
+     * w_{n-1} random: the parts add up to the slice (the sum telescopes),
+     * and each is O(elements) to make whatever n is (n <= LIN_PART_MAX;
+     * making the last part as the slice minus all others was O(n) per
+     * element). */
+    int64_t k0 = a.part_k, n_parts = a.part_n;
+    uint64_t key0 = ann_key(c->o->seed, &a, st->ndim, k0), key1 = ann_key(c->o->seed, &a, st->ndim, k0 + 1);
+    for (int64_t e = 0; e < n; e++) {
+      double w0, w1 = 0.0;
+      if (k0 == 0) {
+        w0 = full[slice_index(&a, st, e, idx)];
+      } else {
+        double u = u01(mix64(key0 + (uint64_t)e));
+        w0 = integer ? floor(u * 5.0) - 2.0 : 2.0 * u - 1.0;
       }
+      if (k0 + 1 < n_parts) {
+        double u = u01(mix64(key1 + (uint64_t)e));
+        w1 = integer ? floor(u * 5.0) - 2.0 : 2.0 * u - 1.0;
+      }
+      x[e] = n_parts == 1 ? w0 : w0 - w1;
     }
   }
   return VD_OK;
@@ -412,10 +419,11 @@ typedef struct {
   inst_t *ins;
   size_t n_ins, cap;
   size_t n_groups;
-  size_t *goff;       /* per group: offset of its parts in first_of */
-  uint32_t *first_of; /* goff[g] + k -> instance holding part k first, or UINT32_MAX */
+  uint32_t *ord;      /* instances of partial sums by (group, part k, index) */
+  size_t *gstart;     /* per group: its first position in ord (n_groups + 1 entries) */
+  uint32_t *first;    /* per instance: the group's first instance holding the same part */
   double **sums;      /* per group: sum of one instance of every part */
-  int *missing;       /* per group: a part no instance holds, or -1 */
+  int64_t *missing;   /* per group: a part no instance holds, or -1 */
 } cmp_t;
 
 static void cmp_free(cmp_t *m) {
@@ -423,8 +431,9 @@ static void cmp_free(cmp_t *m) {
     for (size_t gi = 0; gi < m->n_groups; gi++) vd_free(m->sums[gi]);
   vd_free(m->sums);
   vd_free(m->missing);
-  vd_free(m->first_of);
-  vd_free(m->goff);
+  vd_free(m->ord);
+  vd_free(m->gstart);
+  vd_free(m->first);
   vd_free(m->ins);
 }
 
@@ -475,81 +484,77 @@ static vd_rc collect_instances(ctx_t *c, vd_exec_result *r, cmp_t *m, vd_diag *d
   return VD_OK;
 }
 
+/* Order of the instances of partial sums: by annotation (the group), then
+ * part k, then index (a total order: the result is unique). */
+static int cmp_part_inst(const void *pa, const void *pb, void *arg) {
+  const cmp_t *m = arg;
+  const inst_t *A = &m->ins[*(const uint32_t *)pa], *B = &m->ins[*(const uint32_t *)pb];
+  if (A->sidx != B->sidx) return A->sidx < B->sidx ? -1 : 1;
+  int r = cmp_ann(&A->a, &B->a, VD_MAX_DIMS);
+  if (r) return r;
+  if (A->a.part_k != B->a.part_k) return A->a.part_k < B->a.part_k ? -1 : 1;
+  return *(const uint32_t *)pa < *(const uint32_t *)pb ? -1 : 1;
+}
+
 /* 2. Groups of partial sums: instances with part_n > 1 sorted by
- * (annotation, index); equal annotations of one single tensor share a
- * group (ins[i].group). */
+ * (annotation, part, index); equal annotations of one single tensor share
+ * a group (ins[i].group).  Per group, the first instance of each part
+ * (first[]) and the first part no instance holds (missing): one pass over
+ * the sorted instances, O(listed parts log) whatever n is. */
 static vd_rc group_partials(ctx_t *c, cmp_t *m, vd_diag *d) {
-  uint32_t *ord = vd_calloc(m->n_ins + 1, sizeof(*ord));
-  if (!ord) return VD_OOM(d);
+  (void)c;
   inst_t *ins = m->ins;
+  m->ord = vd_calloc(m->n_ins + 1, sizeof(*m->ord));
+  m->first = vd_calloc(m->n_ins + 1, sizeof(*m->first));
+  m->gstart = vd_calloc(m->n_ins + 2, sizeof(*m->gstart));
+  m->missing = vd_calloc(m->n_ins + 1, sizeof(*m->missing));
+  if (!m->ord || !m->first || !m->gstart || !m->missing) return VD_OOM(d);
   size_t n_part = 0;
   for (size_t i = 0; i < m->n_ins; i++)
-    if (ins[i].a.part_n > 1) ord[n_part++] = (uint32_t)i;
-  /* Insertion sort (stable): instance counts are small in the oracle's use. */
-  for (size_t i = 1; i < n_part; i++) {
-    uint32_t x = ord[i];
-    size_t j = i;
-    while (j > 0) {
-      const inst_t *A = &ins[ord[j - 1]], *B = &ins[x];
-      int nd = c->s.p->tensors[B->sidx].ndim;
-      if (cmp_ann(&A->a, &B->a, nd) <= 0) break;
-      ord[j] = ord[j - 1];
-      j--;
-    }
-    ord[j] = x;
-  }
+    if (ins[i].a.part_n > 1) m->ord[n_part++] = (uint32_t)i;
+  /* Unused entries of lo/hi beyond ndim are zero (shifted()), so comparing
+   * all VD_MAX_DIMS is comparing the slice. */
+  qsort_r(m->ord, n_part, sizeof(*m->ord), cmp_part_inst, m);
   for (size_t i = 0; i < n_part;) {
     size_t j = i;
-    int nd = c->s.p->tensors[ins[ord[i]].sidx].ndim;
-    while (j < n_part && cmp_ann(&ins[ord[i]].a, &ins[ord[j]].a, nd) == 0 && ins[ord[i]].sidx == ins[ord[j]].sidx)
-      j++;
-    for (size_t k = i; k < j; k++) ins[ord[k]].group = (uint32_t)m->n_groups;
-    m->n_groups++;
+    const inst_t *A = &ins[m->ord[i]];
+    while (j < n_part && ins[m->ord[j]].sidx == A->sidx && cmp_ann(&A->a, &ins[m->ord[j]].a, VD_MAX_DIMS) == 0) j++;
+    size_t g = m->n_groups++;
+    m->gstart[g] = i;
+    int64_t want = 0, miss = -1;
+    uint32_t first = UINT32_MAX;
+    for (size_t k = i; k < j; k++) {
+      inst_t *I = &ins[m->ord[k]];
+      I->group = (uint32_t)g;
+      if (k == i || I->a.part_k != ins[m->ord[k - 1]].a.part_k) {
+        first = m->ord[k];
+        if (miss < 0 && I->a.part_k > want) miss = want;
+        want = I->a.part_k + 1;
+      }
+      m->first[m->ord[k]] = first;
+    }
+    if (miss < 0 && want < A->a.part_n) miss = want;
+    m->missing[g] = miss;
     i = j;
   }
-  vd_free(ord);
+  m->gstart[m->n_groups] = n_part;
   return VD_OK;
 }
 
-/* 3. Per group: the first instance of each part, the sum of those parts,
- * and the first part no instance holds (missing). */
+/* 3. Per group, the sum of the first instance of each part, in ascending
+ * part order. */
 static vd_rc sum_groups(ctx_t *c, cmp_t *m, vd_diag *d) {
   size_t ng = m->n_groups;
   m->sums = vd_calloc(ng + 1, sizeof(*m->sums));
-  m->missing = vd_calloc(ng + 1, sizeof(*m->missing));
-  m->goff = vd_calloc(ng + 1, sizeof(*m->goff));
-  if (!m->sums || !m->missing || !m->goff) return VD_OOM(d);
-  size_t tot = 0;
-  for (size_t i = 0; i < m->n_ins; i++)
-    if (m->ins[i].group != UINT32_MAX) m->goff[m->ins[i].group] = (size_t)m->ins[i].a.part_n;
+  if (!m->sums) return VD_OOM(d);
   for (size_t gi = 0; gi < ng; gi++) {
-    size_t n = m->goff[gi];
-    m->goff[gi] = tot;
-    tot += n;
-  }
-  m->first_of = vd_malloc((tot + 1) * sizeof(*m->first_of));
-  if (!m->first_of) return VD_OOM(d);
-  for (size_t i = 0; i < tot; i++) m->first_of[i] = UINT32_MAX;
-  for (size_t i = 0; i < m->n_ins; i++) {
-    const inst_t *I = &m->ins[i];
-    if (I->group == UINT32_MAX) continue;
-    uint32_t *slot = &m->first_of[m->goff[I->group] + (size_t)I->a.part_k];
-    if (*slot == UINT32_MAX) *slot = (uint32_t)i;
-  }
-  for (size_t gi = 0; gi < ng; gi++) m->missing[gi] = -1;
-  for (size_t i = 0; i < m->n_ins; i++) {
-    const inst_t *I = &m->ins[i];
-    uint32_t gi = I->group;
-    if (gi == UINT32_MAX || m->sums[gi]) continue;
-    int64_t n = vd_tensor_numel(&c->q.p->tensors[I->t]);
+    const inst_t *I0 = &m->ins[m->ord[m->gstart[gi]]];
+    int64_t n = vd_tensor_numel(&c->q.p->tensors[I0->t]);
     m->sums[gi] = vd_calloc((size_t)(n > 0 ? n : 1), sizeof(double));
     if (!m->sums[gi]) return VD_OOM(d);
-    for (int64_t k = 0; k < I->a.part_n; k++) {
-      uint32_t f = m->first_of[m->goff[gi] + (size_t)k];
-      if (f == UINT32_MAX) {
-        if (m->missing[gi] < 0) m->missing[gi] = (int)k;
-        continue;
-      }
+    for (size_t k = m->gstart[gi]; k < m->gstart[gi + 1]; k++) {
+      uint32_t f = m->ord[k];
+      if (m->first[f] != f) continue;
       for (int64_t e = 0; e < n; e++) m->sums[gi][e] += c->q.val[m->ins[f].v][e];
     }
   }
@@ -563,12 +568,12 @@ static void compare_instance(ctx_t *c, const cmp_t *m, const inst_t *I, double t
   const vd_tensor_t *st = &c->s.p->tensors[I->sidx];
   const double *got = c->q.val[I->v], *full = c->s.val[I->sv];
   const double *sum = I->group == UINT32_MAX ? NULL : m->sums[I->group];
-  const double *mine_first = sum ? c->q.val[m->ins[m->first_of[m->goff[I->group] + (size_t)I->a.part_k]].v] : NULL;
+  const double *mine_first = sum ? c->q.val[m->ins[m->first[I - m->ins]].v] : NULL;
   int64_t n = vd_tensor_numel(&c->q.p->tensors[I->t]), idx[VD_MAX_DIMS];
   int bad = 0;
   r->n_instances++;
   if (sum && m->missing[I->group] >= 0) {
-    if (!r->has_mismatch) set_first(r, c, I, -1, NAN, NAN, INFINITY, m->missing[I->group]);
+    if (!r->has_mismatch) set_first(r, c, I, -1, NAN, NAN, INFINITY, (int)m->missing[I->group]);
     r->max_rel_err = INFINITY;
     r->n_bad_instances++;
     return;

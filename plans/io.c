@@ -522,6 +522,9 @@ static vd_rc read_lin(rctx *c, mobj *o, vd_tensor_t *t) {
     l->part_k = c->ints[0];
     l->part_n = c->ints[1];
     if (l->part_n < 1) RFAIL(c, "lin.part", "expected a part count n >= 1, got %" PRId64, l->part_n);
+    if (l->part_n > VD_LIM_LIN_PART_MAX)
+      RFAIL(c, "lin.part", "expected a part count n <= %d (LIN_PART_MAX, `verdict limits`), got %" PRId64,
+            VD_LIM_LIN_PART_MAX, l->part_n);
   }
   if (f[L_DPS]) VD_CHECK(get_dims(c, f[L_DPS], "lin.dp_shift", t->ndim, l->dp_shift));
   if (f[L_MBS]) VD_CHECK(get_dims(c, f[L_MBS], "lin.mb_shift", t->ndim, l->mb_shift));
@@ -861,39 +864,16 @@ static vd_rc build(rctx *c, mobj *top) {
   return VD_OK;
 }
 
-/* Counts node executions (each node once per step of its rank that runs
- * its segment) against MAX_EXEC_PER_BYTE * len.  O(steps + nodes). */
+/* Node executions of one replica (plans/budget.c) against
+ * MAX_EXEC_PER_BYTE * len.  O(steps + nodes). */
 static vd_rc check_expansion(const vd_plan_t *p, size_t len, const char *file, vd_diag *d) {
-  uint64_t budget = MAX_EXEC_SLACK + (uint64_t)MAX_EXEC_PER_BYTE * len;
-  vd_idmap_t runs; /* rank * n_segments + segment -> steps that run it */
-  if (vd_idmap_init(&runs, p->n_steps) != VD_OK) return VD_OOM(d);
-  vd_rc rc = VD_OK;
-  uint32_t *count = vd_calloc(p->n_steps ? p->n_steps : 1, sizeof(*count));
-  if (!count) rc = VD_OOM(d);
-  uint32_t used = 0;
-  for (int32_t r = 0; r < p->world.stored_ranks && rc == VD_OK; r++) {
-    const vd_program_t *pr = &p->programs[r];
-    for (uint32_t i = 0; i < pr->n_steps && rc == VD_OK; i++) {
-      int64_t key = (int64_t)r * (int64_t)p->n_segments + p->steps[pr->step_off + i].segment;
-      uint32_t at;
-      int put = vd_idmap_put(&runs, key, used, &at);
-      if (put < 0) rc = VD_OOM(d);
-      else if (put == 0) count[used++] = 1;
-      else count[at]++;
-    }
-  }
-  uint64_t exec = 0;
-  for (size_t i = 0; i < p->n_nodes && rc == VD_OK; i++) {
-    const vd_node_t *n = &p->nodes[i];
-    uint32_t at;
-    if (vd_idmap_get(&runs, (int64_t)n->rank * (int64_t)p->n_segments + n->segment, &at)) exec += count[at];
-    if (exec > budget)
-      rc = VD_ERR(d, VD_EINPUT, file, "schedule", NULL,
-                  "the schedule runs more than %" PRIu64 " node executions (%d per byte of a %zu-byte plan)", budget, MAX_EXEC_PER_BYTE, len);
-  }
-  vd_free(count);
-  vd_idmap_free(&runs);
-  return rc;
+  uint64_t budget = MAX_EXEC_SLACK + (uint64_t)MAX_EXEC_PER_BYTE * len, exec = 0;
+  VD_CHECK(vd_plan_executions(p, budget, &exec, d));
+  if (exec > budget)
+    VD_FAIL(d, VD_EINPUT, file, "schedule", NULL,
+            "the schedule runs more than %" PRIu64 " node executions (%d per byte of a %zu-byte plan)", budget,
+            MAX_EXEC_PER_BYTE, len);
+  return VD_OK;
 }
 
 /* Decodes the top-level map (scan found it well formed, entries at top_pos)
@@ -1000,6 +980,7 @@ vd_rc vd_plan_read_buffer(const char *buf, size_t len, const char *name, vd_plan
   vd_idmap_free(&c.tmap);
   if (rc == VD_OK) rc = vd_plan_validate(p, c.file, d);
   if (rc == VD_OK) rc = check_expansion(p, len, c.file, d);
+  if (rc == VD_OK) p->file_bytes = len;
   if (rc != VD_OK) vd_plan_free(p);
   return rc;
 }

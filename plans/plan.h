@@ -173,6 +173,7 @@ typedef struct vd_plan {
   int64_t *ints;        size_t n_ints, cap_ints;   /* groups, INTS attrs */
   double *floats;       size_t n_floats, cap_floats;
   char *pool;           size_t n_pool, cap_pool;   /* NUL-terminated strings; offset 0 is "" */
+  size_t file_bytes;    /* size of the file it was read from (plans/io.c); 0 when built in memory */
 } vd_plan_t;
 
 /* ---- lifetime --------------------------------------------------------- */
@@ -286,6 +287,18 @@ int vd_plan_is_boundary(const vd_plan_t *p, const uint8_t *written, uint32_t t);
 /* Removes every lineage annotation that is not on the boundary (in place);
  * counts of kept and removed annotations to the out-params (may be NULL). */
 vd_rc vd_plan_strip(vd_plan_t *p, size_t *n_kept, size_t *n_stripped, vd_diag *d);
+
+/* ---- work against the file size (plans/budget.c) ------------------------ */
+
+/* *out gets the node executions of one replica (each node once per step of
+ * its rank that runs its segment); counting stops once past `stop`.
+ * O(steps + nodes). */
+vd_rc vd_plan_executions(const vd_plan_t *p, uint64_t stop, uint64_t *out, vd_diag *d);
+/* Executions in all replicas against REPLICA_EXEC_PER_BYTE * file_bytes +
+ * REPLICA_EXEC_SLACK (common/limits.h).  Within: why[0] = 0.  Beyond: why
+ * gets the one-line reason naming the limit (the caller reports it as
+ * INCONCLUSIVE).  VD_OK either way; an error only for ENOMEM. */
+vd_rc vd_plan_replica_work(const vd_plan_t *p, char *why, size_t n, vd_diag *d);
 
 /* ---- file I/O (plans/io.c) -------------------------------------------- */
 

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/limits.h"
 #include "../common/mem.h"
 #include "idmap.h"
 
@@ -187,6 +188,9 @@ static vd_rc check_lineage(vctx *c, const vd_tensor_t *t) {
   if (p->kind != VD_PLAN_PARALLEL)
     BAD(c, "lin", "expected no lineage annotation in a single-device plan (lineage maps parallel tensors to single ones)");
   if (l->part_n < 1) BAD(c, "lin.part", "expected a part count n >= 1, got %" PRId64, l->part_n);
+  if (l->part_n > VD_LIM_LIN_PART_MAX)
+    BAD(c, "lin.part", "expected a part count n <= %d (LIN_PART_MAX, `verdict limits`), got %" PRId64,
+        VD_LIM_LIN_PART_MAX, l->part_n);
   if (l->part_k < 0 || l->part_k >= l->part_n)
     BAD(c, "lin.part", "expected part k in [0, %" PRId64 "), got %" PRId64, l->part_n, l->part_k);
   int persistent = t->scope == VD_SCOPE_PERSISTENT;
@@ -254,6 +258,19 @@ static vd_rc check_tensor(vctx *c, const vd_tensor_t *t) {
     BAD(c, "scope", "expected a scope enum < %d, got %d", VD_SCOPE__COUNT, (int)t->scope);
   if (t->has_lin != 0 && t->has_lin != 1) BAD(c, "lin", "expected has_lin 0 or 1, got %d", t->has_lin);
   if (t->has_lin) VD_CHECK(check_lineage(c, t));
+  /* SOUNDNESS: the final value of a weight, optimizer state or loss is an
+   * output of the iteration, and only an annotation makes it a goal: such
+   * a tensor is never inferred (vd_plan_is_boundary), and the single
+   * tensor's coverage (UNCOVERED) is met by any other rank's copy.  An
+   * unannotated one is therefore never compared: a rank's doubled loss
+   * verified EQUIVALENT.  Inputs and unwritten tensors without an
+   * annotation are free symbols (no hypothesis): proofs can only fail, so
+   * they are allowed (docs/plan-format.md, boundary-only plans). */
+  if (!t->has_lin && c->p->kind == VD_PLAN_PARALLEL &&
+      (t->role == VD_ROLE_WEIGHT || t->role == VD_ROLE_OPTSTATE || t->role == VD_ROLE_LOSS))
+    BAD(c, "lin", "expected a lineage annotation (role %s): the tensor's final value is an output of the "
+                  "iteration, which nothing else would check (docs/plan-format.md, boundary-only plans)",
+        vd_role_names[t->role]);
   return VD_OK;
 }
 

@@ -326,22 +326,31 @@ static vd_rc target_slice(solve_ctx *c, const vd_stage_target *t, vd_smt_tensor 
   return vd_smt_tensor_slice(&c->ten[t->svalue], t->rlo, t->rhi, slice, c->d);
 }
 
-/* Sum over one representative piece per part (the first of each k). */
+/* Sum over one representative piece per part (the first of each k), in
+ * ascending k.  O(n + pieces): the first piece of each part is found in one
+ * pass (n <= LIN_PART_MAX, plans/io.c), not by a scan per part. */
 static vd_rc parts_sum(solve_ctx *c, const vd_stage_target *t, const vd_smt_tensor *slice, vd_term *sum) {
   const uint32_t *pp = target_pairs(c->st, t);
   for (int64_t e = 0; e < slice->numel; e++) sum[e] = NULL;
-  for (int64_t k = 0; k < t->part_n; k++) {
-    for (uint32_t j = 0; j < t->n_pieces; j++) {
-      const vd_lin_piece *pc = &c->lt->pieces[pp[2 * j]];
-      if (pc->part_k != k) continue;
-      const vd_smt_tensor *pt = &c->ten[pp[2 * j + 1]];
-      if (pt->numel != slice->numel)
-        VD_FAIL(c->d, VD_EINTERNAL, NULL, "target", "shape", "piece has %lld elements, slice %lld",
-                (long long)pt->numel, (long long)slice->numel);
-      for (int64_t e = 0; e < slice->numel; e++) sum[e] = sum[e] ? vd_smt_add(c->s, sum[e], pt->t[e]) : pt->t[e];
-      break;
-    }
+  if (t->part_n < 1) return vd_smt_status(c->s, c->d, "sum of parts");
+  uint32_t *first = vd_malloc((size_t)t->part_n * sizeof(*first));
+  if (!first) return VD_OOM(c->d);
+  for (int64_t k = 0; k < t->part_n; k++) first[k] = UINT32_MAX;
+  for (uint32_t j = 0; j < t->n_pieces; j++) {
+    int64_t k = c->lt->pieces[pp[2 * j]].part_k;
+    if (k >= 0 && k < t->part_n && first[k] == UINT32_MAX) first[k] = j;
   }
+  for (int64_t k = 0; k < t->part_n; k++) {
+    if (first[k] == UINT32_MAX) continue;
+    const vd_smt_tensor *pt = &c->ten[pp[2 * first[k] + 1]];
+    if (pt->numel != slice->numel) {
+      vd_free(first);
+      VD_FAIL(c->d, VD_EINTERNAL, NULL, "target", "shape", "piece has %lld elements, slice %lld",
+              (long long)pt->numel, (long long)slice->numel);
+    }
+    for (int64_t e = 0; e < slice->numel; e++) sum[e] = sum[e] ? vd_smt_add(c->s, sum[e], pt->t[e]) : pt->t[e];
+  }
+  vd_free(first);
   return vd_smt_status(c->s, c->d, "sum of parts");
 }
 

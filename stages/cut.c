@@ -54,6 +54,7 @@
 
 #define NONE UINT32_MAX
 #define CONE_MAX ((uint32_t)VD_LIM_CONE_MAX) /* reason: common/limits.h */
+#define CONE_VALUES_MAX ((size_t)VD_LIM_CONE_VALUES_MAX)
 
 /* ---- a small open-addressing map, reset in O(1) by generation ---------- */
 
@@ -190,7 +191,8 @@ static vd_rc add_issue(cctx *c, vd_sissue_kind kind, int single, int64_t pnode, 
 static vd_rc add_issue(cctx *c, vd_sissue_kind kind, int single, int64_t pnode, int64_t ptensor, int32_t rank,
                        int32_t mb, const char *fmt, ...) {
   /* Each stage issue kind is the diagnosis of the same name. */
-  static const vd_diagnosis dx[VD_SISSUE__COUNT] = {VD_DX_DATAFLOW, VD_DX_SCHEDULE, VD_DX_ALIGNMENT, VD_DX_SHAPE};
+  static const vd_diagnosis dx[VD_SISSUE__COUNT] = {VD_DX_DATAFLOW, VD_DX_SCHEDULE, VD_DX_ALIGNMENT, VD_DX_SHAPE,
+                                                      VD_DX_NONE};
   vd_stage_set *s = c->set;
   vd_issue is;
   vd_issue_init(&is, "stages", (unsigned)kind, vd_sissue_names[kind], dx[kind]);
@@ -619,7 +621,7 @@ static vd_rc parallel_cone(cctx *c, const vd_lineage *L, int *ok) {
     }
     int span = is_span(c, &g->nodes[pr]);
     VD_CHECK(cone_node(c, k, g, (uint32_t)pr, span ? 0 : d, D, c->ppos, span));
-    if (k->n_nd > CONE_MAX) {
+    if (k->n_nd > CONE_MAX || k->n > CONE_VALUES_MAX) {
       *ok = 0;
       return VD_OK;
     }
@@ -695,7 +697,7 @@ static vd_rc single_walk(cctx *c, uint32_t svalue, int target_is_leaf, int *ok) 
     int32_t pr = g->values[k->v[vi].key].producer;
     if (pr < 0) continue;
     VD_CHECK(cone_node(c, k, g, (uint32_t)pr, 0, 1, c->spos, 0));
-    if (k->n_nd > (target_is_leaf ? CONE_MAX : SINGLE_SOFT)) {
+    if (k->n_nd > (target_is_leaf ? CONE_MAX : SINGLE_SOFT) || k->n > CONE_VALUES_MAX) {
       *ok = 0;
       return VD_OK;
     }
@@ -924,8 +926,14 @@ static vd_rc cut_target(cctx *c, uint32_t li, int64_t *out) {
     char tl[160];
     target_label(c, L, &c->lt->pieces[a], tl, sizeof(tl));
     const vd_lin_piece *p = &c->lt->pieces[a];
-    return add_issue(c, VD_SISSUE_DATAFLOW, 0, -1, (int64_t)p->ptensor, -1, p->mb,
-                     "target %s not reachable from proven lineages within %u nodes", tl, CONE_MAX);
+    /* SOUNDNESS: a limit, not a finding.  The target is neither proven nor
+     * refuted; the run is INCONCLUSIVE (verifier/run.c, vd_run.limits).
+     * It was a DATAFLOW issue (NOT EQUIVALENT) on correct plans. */
+    return add_issue(c, VD_SISSUE_LIMIT, 0, -1, (int64_t)p->ptensor, -1, p->mb,
+                     "target %s not proven: its stage passes CONE_MAX = %u graph nodes or CONE_VALUES_MAX = %zu "
+                     "values (`verdict limits`); annotating a tensor between it and the proven lineages splits "
+                     "the stage",
+                     tl, CONE_MAX, CONE_VALUES_MAX);
   }
   if (c->s_unrelated >= 0) {
     char tl[160];

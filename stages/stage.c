@@ -10,7 +10,7 @@
 
 #include "../common/mem.h"
 
-const char *const vd_sissue_names[VD_SISSUE__COUNT] = {"dataflow", "schedule", "alignment", "shape"};
+const char *const vd_sissue_names[VD_SISSUE__COUNT] = {"dataflow", "schedule", "alignment", "shape", "limit"};
 
 void vd_stage_free(vd_stage *st) {
   if (!st) return;

@@ -144,6 +144,11 @@ typedef enum {
   VD_SISSUE_SCHEDULE,
   VD_SISSUE_ALIGNMENT,
   VD_SISSUE_SHAPE,
+  /* Not a problem of the plan: a limit of common/limits.h stopped the cut
+   * of a target (its cone passed CONE_MAX).  Diagnosis NONE; the run keeps
+   * these apart (vd_run.limits) and they make it INCONCLUSIVE, never NOT
+   * EQUIVALENT. */
+  VD_SISSUE_LIMIT,
   VD_SISSUE__COUNT
 } vd_sissue_kind;
 

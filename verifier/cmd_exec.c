@@ -271,6 +271,20 @@ int vd_cmd_exec(int argc, char **argv) {
     fprintf(stderr, "verdict exec: expected a single-device plan for --sm and a parallel plan for --pm\n");
     goto done;
   }
+  {
+    /* The oracle runs every replica: a plan whose replicas ask for more
+     * than its file allows is not run (plans/budget.c). */
+    char why[400];
+    if (vd_plan_replica_work(&p, why, sizeof(why), &d) != VD_OK) {
+      code = vd_cli_report_diag(&d);
+      goto done;
+    }
+    if (why[0]) {
+      printf("exec: INCONCLUSIVE: %s: %s\n", x.pm, why);
+      code = VD_EXIT_INCONCLUSIVE;
+      goto done;
+    }
+  }
   if (x.reduce < 0) {
     int64_t m = vd_exec_max_numel(&s), mp = vd_exec_max_numel(&p);
     x.reduce = (m > mp ? m : mp) > EXEC_REDUCE_THRESHOLD;

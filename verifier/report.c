@@ -570,6 +570,9 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
     if (cs->write_errors) fprintf(f, "  proof cache: %zu entr%s could not be written\n", cs->write_errors,
                                   cs->write_errors == 1 ? "y" : "ies");
   }
+  if (r->n_limits)
+    fprintf(f, "  limits reached: %zu, listed below (`verdict limits`): what they stop is not proven, and is not a "
+               "difference\n", r->n_limits);
   if (have_fs) text_finding_lines(r, o, &fs, f);
   if (r->n_issues_dropped)
     fprintf(f, "  structural problems: %zu (%zu listed)\n", r->n_issues + r->n_issues_dropped, r->n_issues);
@@ -621,6 +624,9 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
     for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, " %s %.3fs", vd_run_phase_names[i], r->phase_s[i]);
     fprintf(f, "; peak %.1f MB (process; verdict's own allocations %.1f MB); %d thread(s)\n", (double)r->peak_bytes / 1e6,
             (double)r->peak_tracked_bytes / 1e6, r->threads_used);
+    if (r->cut_budget)
+      fprintf(f, "  cut: %llu stage values in the last round (CUT_VALUES_PER_VALUE allows %llu)\n",
+              (unsigned long long)r->cut_values, (unsigned long long)r->cut_budget);
     if (r->verdicts) text_slowest(r, f);
   } else if (!o->quiet) {
     double secs = 0;
@@ -639,6 +645,14 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
     fprintf(f, "\n(out of memory while grouping the failures into findings)\n");
   }
   text_inconclusive(r, o, f);
+  size_t cap = o->max_failures > 0 ? (size_t)o->max_failures : SIZE_MAX;
+  for (size_t i = 0; i < r->n_limits; i++) {
+    if (i >= cap) {
+      fprintf(f, "\n(%zu limits reached in all; --max-failures %d)\n", r->n_limits, o->max_failures);
+      break;
+    }
+    fprintf(f, "\n-- INCONCLUSIVE (limit): %s\n", VD_SHOW(r->limits[i].detail));
+  }
 }
 
 /* ---- JSON ------------------------------------------------------------------- */
@@ -965,6 +979,17 @@ static json_t *json_report(vd_jb *b, const vd_run *r, const vd_run_opts *o, cons
     vd_jb_set(b, e, "limit", vd_jb_str(b, vd_smt_limit_names[r->verdicts[i].limit]));
     vd_jb_set(b, e, "work", vd_jb_int(b, (int64_t)r->verdicts[i].work));
     vd_jb_set(b, e, "reason", vd_jb_str(b, r->verdicts[i].reason));
+    vd_jb_push(b, inconclusive, e);
+  }
+  /* Limits reached outside any stage: no stage, the limit named in the
+   * reason; "cut": a bound of the stage cut (stages/); "replicas": the
+   * replica work checked before anything is cut (verifier/run.c). */
+  for (size_t i = 0; i < r->n_limits && !b->oom; i++) {
+    json_t *e = vd_jb_obj(b);
+    vd_jb_set(b, e, "stage", json_null());
+    vd_jb_set(b, e, "limit", vd_jb_str(b, strcmp(r->limits[i].source, "stages") ? "replicas" : "cut"));
+    vd_jb_set(b, e, "work", vd_jb_int(b, 0));
+    vd_jb_set(b, e, "reason", vd_jb_str(b, r->limits[i].detail));
     vd_jb_push(b, inconclusive, e);
   }
   vd_jb_set(b, root, "inconclusive", inconclusive);

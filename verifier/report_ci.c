@@ -275,6 +275,7 @@ void vd_report_ci_outcome_line(const vd_report_config *c, size_t n_findings, cha
     vd_text_fmt(buf, n, "NOT EQUIVALENT: %zu finding%s", n_findings, n_findings == 1 ? "" : "s");
   } else if (c->exit_code == 3) {
     const char *why = c->error;
+    if (!why && r->n_limits) why = r->limits[0].detail; /* a limit reached outside any stage */
     for (size_t i = 0; !why && r->verdicts && i < r->set.n_stages; i++)
       if (r->verdicts[i].verdict != VD_SMT_EQUIVALENT && r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT &&
           r->verdicts[i].reason[0])

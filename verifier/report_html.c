@@ -269,6 +269,15 @@ vd_rc vd_report_html(const vd_run *r, const vd_run_opts *o, const char *path, vd
     vd_free(order);
     vd_free(groups);
   }
+  if (r->n_limits) {
+    fputs("<h2>Limits reached (INCONCLUSIVE)</h2>\n<ul>\n", f);
+    for (size_t i = 0; i < r->n_limits; i++) {
+      fputs("<li>", f);
+      vd_cli_xml_str(f, r->limits[i].detail);
+      fputs("</li>\n", f);
+    }
+    fputs("</ul>\n", f);
+  }
   fputs("</body>\n</html>\n", f);
   vd_findings_free(&fs);
   return vd_outfile_commit(&of, d);

@@ -36,6 +36,7 @@ void vd_run_free(vd_run *r) {
   vd_free(r->skipped);
   vd_free(r->stage_rc);
   vd_free(r->issues);
+  vd_free(r->limits);
   vd_free(r->inferred);
   vd_free(r->dropped);
   vd_free(r->pv_pool);
@@ -52,7 +53,7 @@ void vd_run_free(vd_run *r) {
 int vd_run_exit_code(const vd_run *r) {
   if (r->interrupted) return 3; /* whatever was found so far: no verdict was reached */
   if (r->n_issues > 0 || r->n_issues_dropped > 0 || r->n_not_equiv > 0) return 1;
-  if (r->n_inconclusive > 0) return 3;
+  if (r->n_inconclusive > 0 || r->n_limits > 0 || r->n_limits_dropped > 0) return 3;
   return 0;
 }
 
@@ -63,7 +64,11 @@ static vd_rc collect_issues(vd_run *r, const vd_issue *v, size_t n, size_t dropp
   for (size_t i = 0; i < n; i++) {
     vd_issue is = v[i];
     if (prefix) snprintf(is.detail, sizeof(is.detail), "%s%s", prefix, v[i].detail);
-    VD_CHECK(vd_issue_push(&r->issues, &r->n_issues, &r->cap_issues, 0, &r->n_issues_dropped, &is));
+    /* SOUNDNESS: a limit reached is no finding (exit 3, never 1). */
+    if (is.kind_name && !strcmp(is.kind_name, "limit"))
+      VD_CHECK(vd_issue_push(&r->limits, &r->n_limits, &r->cap_limits, 0, &r->n_limits_dropped, &is));
+    else
+      VD_CHECK(vd_issue_push(&r->issues, &r->n_issues, &r->cap_issues, 0, &r->n_issues_dropped, &is));
   }
   r->n_issues_dropped += dropped;
   return VD_OK;
@@ -830,6 +835,8 @@ struct stage_hook {
   vd_rc prc[VD_RUN_HOOK_BATCH];
   vd_diag pd[VD_RUN_HOOK_BATCH];
   vd_stage_canon_key key[VD_RUN_HOOK_BATCH];
+  uint64_t cut_values, cut_budget; /* stage values cut so far, and the bound (CUT_VALUES_PER_VALUE) */
+  int over;                        /* the bound was passed: the cut stopped */
 };
 
 /* Reduces and classifies the pending stages, and frees the body of a large
@@ -882,6 +889,18 @@ static vd_rc hook_flush(struct stage_hook *h, vd_stage_set *set, vd_diag *d) {
 static vd_rc stage_hook(void *p, vd_stage_set *set, size_t i, vd_diag *d) {
   struct stage_hook *h = p;
   vd_ctl_add(VD_CTL_STAGES_CUT, 1);
+  /* Stages copy the nodes they hold: a node with many outputs read by many
+   * targets is copied into each (one node of 1000 outputs into a concat,
+   * inferred outputs: 1000 stages of 1000 values, 2.3 GB for a 49 KB plan).
+   * Past CUT_VALUES_PER_VALUE the cut stops; the round is INCONCLUSIVE
+   * (analyse). */
+  /* Operand references (st->idx, 4 bytes each) count 1/16 of a value: a
+   * node listing 65535 inputs copied into many stages is the same blow-up. */
+  h->cut_values += set->stages[i].n_vals + set->stages[i].n_idx / 16;
+  if (h->cut_values > h->cut_budget) {
+    h->over = 1;
+    return VD_EINPUT; /* stops the cut; analyse records the limit */
+  }
   h->pend[h->n_pend++] = i;
   if (h->n_pend == VD_RUN_HOOK_BATCH) return hook_flush(h, set, d);
   return VD_OK;
@@ -956,9 +975,47 @@ static vd_rc analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   if (!h) return VD_OOM(d);
   h->r = r;
   h->o = o;
+  {
+    /* Per value of the two graphs, plus one per node execution in all
+     * replicas (sums by part and collectives spanning replicas hold every
+     * replica's piece; REPLICA_EXEC_PER_BYTE bounds those executions). */
+    uint64_t ex = 0;
+    rc = vd_plan_executions(&r->pp, UINT64_MAX, &ex, d);
+    if (rc != VD_OK) {
+      vd_free(h);
+      return rc;
+    }
+    uint64_t reps = r->pp.world.replicas > 0 ? (uint64_t)r->pp.world.replicas : 1;
+    h->cut_budget = (uint64_t)VD_LIM_CUT_VALUES_SLACK + ex * reps +
+                    (uint64_t)VD_LIM_CUT_VALUES_PER_VALUE * ((uint64_t)r->sg.n_values + (uint64_t)r->pg.n_values);
+  }
   rc = o->no_reuse ? VD_OK : vd_stage_canon_new(&h->tab, d);
   if (rc == VD_OK) rc = vd_stage_cut_hook(&r->lt, &r->set, stage_hook, h, d);
   if (rc == VD_OK) rc = hook_flush(h, &r->set, d);
+  r->cut_values = h->cut_values;
+  r->cut_budget = h->cut_budget;
+  if (h->over) {
+    /* SOUNDNESS: nothing of this round is solved (its stages are dropped);
+     * the limit makes the run INCONCLUSIVE, never EQUIVALENT. */
+    vd_issue is;
+    vd_issue_init(&is, "stages", 0, "limit", VD_DX_NONE);
+    snprintf(is.detail, sizeof(is.detail),
+             "the stages cut so far hold %llu values, past CUT_VALUES_PER_VALUE (%d per value of the two graphs, "
+             "plus the node executions of all replicas, plus %d; `verdict limits`): a node with many outputs is copied into every stage "
+             "that reads one of them",
+             (unsigned long long)h->cut_values, VD_LIM_CUT_VALUES_PER_VALUE, VD_LIM_CUT_VALUES_SLACK);
+    vd_stage_set_free(&r->set);
+    memset(&r->set, 0, sizeof(r->set));
+    for (size_t j = 0; j < VD_RUN_HOOK_BATCH; j++) vd_stage_canon_key_free(&h->key[j]);
+    vd_stage_canon_free(h->tab);
+    vd_free(h->shape);
+    vd_free(h);
+    if (d) vd_diag_clear(d);
+    VD_CHECK(vd_issue_push(&r->limits, &r->n_limits, &r->cap_limits, 0, &r->n_limits_dropped, &is));
+    r->round_final = 1;
+    r->phase_s[VD_RUN_STAGES] += vd_clock_s() - t;
+    return VD_OK;
+  }
   vd_stage_canon_free(h->tab);
   for (size_t j = 0; j < VD_RUN_HOOK_BATCH; j++) vd_stage_canon_key_free(&h->key[j]);
   if (rc == VD_OK) rc = collect_issues(r, r->set.issues, r->set.n_issues, r->set.n_issues_dropped, NULL);
@@ -1002,6 +1059,7 @@ static void reset_round(vd_run *r, size_t n_graph_issues, size_t n_graph_dropped
   memset(&r->lt, 0, sizeof(r->lt));
   r->n_issues = n_graph_issues;
   r->n_issues_dropped = n_graph_dropped;
+  r->n_limits = r->n_limits_dropped = 0;
   r->n_classes = r->n_solved = r->n_fast = r->n_reduced = 0;
   r->n_equiv = r->n_not_equiv = r->n_inconclusive = r->n_skipped_large = r->n_demoted = r->n_skipped_decided = 0;
   r->round_final = 0;
@@ -1379,6 +1437,21 @@ static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   r->phase_s[VD_RUN_GRAPH] = vd_clock_s() - t;
   if (r->n_issues || r->n_issues_dropped) return VD_OK; /* stages need a well-formed graph */
   if (vd_ctl_stopped()) return VD_ECANCELED;
+  {
+    /* The lineage table and the stages work per replica: a plan whose
+     * replicas ask for more than its file allows stops here, INCONCLUSIVE
+     * naming the limit (plans/budget.c), before inference, the lineage table
+     * or a stage (the replica-0 graphs are the file's size). */
+    vd_issue is;
+    vd_issue_init(&is, "verifier", 0, "limit", VD_DX_NONE);
+    char why[sizeof(is.detail)];
+    VD_CHECK(vd_plan_replica_work(&r->pp, why, sizeof(why), d));
+    if (why[0]) {
+      snprintf(is.detail, sizeof(is.detail), "%.100s: %.200s", o->pm, why);
+      return vd_issue_push(&r->limits, &r->n_limits, &r->cap_limits, 0, &r->n_limits_dropped, &is) ? VD_OOM(d)
+                                                                                                  : VD_OK;
+    }
+  }
 
   if (!o->no_infer) {
     t = vd_clock_s();

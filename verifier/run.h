@@ -74,6 +74,11 @@ typedef struct vd_run {
    * parallel graph, lineage, stages.  n_issues_dropped counts those the
    * modules found beyond their caps and did not store. */
   vd_issue *issues; size_t n_issues, cap_issues, n_issues_dropped;
+  /* Limits reached (issue kind "limit", e.g. a stage cone past CONE_MAX):
+   * no finding, but nothing proven there either; they make the run
+   * INCONCLUSIVE (exit 3) unless a finding makes it NOT EQUIVALENT. */
+  vd_issue *limits; size_t n_limits, cap_limits, n_limits_dropped;
+  uint64_t cut_values, cut_budget; /* stage values cut in the last round, and CUT_VALUES_PER_VALUE's bound */
   size_t n_classes, n_solved, n_fast, n_reduced;
   size_t n_represented;       /* sum of the stages' n_rep x n_mb: per-replica, per-microbatch stages proven */
   size_t n_sum_stages, n_sum_parts; /* sums by part (stages/cut.c): stages, and the parts they stand for */

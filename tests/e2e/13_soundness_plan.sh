@@ -94,8 +94,9 @@ expect_in "exec: AGREE ([1-9][0-9]* tensors, [0-9]* instances, [1-9][0-9]* eleme
 edit "$TMP/s.plan" "$TMP/empty.plan" "p['nodes'] = []"
 expect_exit 1 "$VERDICT" exec --sm "$TMP/empty.plan" --pm "$TMP/p.plan"
 expect_in "which the single plan never produces or reads" "$TMP/out"
+# without any lineage the weights and the loss are outputs nothing states:
+# refused before anything runs (issue 29 item 5)
 edit "$TMP/p.plan" "$TMP/nolin.plan" "[t.pop('lin', None) for t in p['tensors']]"
-expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/nolin.plan"
-expect_in "nothing to compare" "$TMP/out"
-expect_in "compared: 0 tensors, 0 instances, 0 elements" "$TMP/out"
+expect_exit 2 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/nolin.plan"
+expect_in "lin: expected a lineage annotation (role weight)" "$TMP/err"
 echo ok

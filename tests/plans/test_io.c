@@ -288,7 +288,8 @@ static void build_rich(vd_plan_t *p) {
                              .dp_shift = {4, 0, 0}, .mb_shift = {2, 0, 0}, .dp_part = 2, .mb_part = 0};
     assert_int_equal(vd_plan_add_tensor(p, &a, r ? "a1" : "a0", &t[4 * r]), VD_OK);
     vd_tensor_t b = {.id = -(100 * r + 2), .rank = r, .ndim = 0, .dtype = VD_DT_I64, .role = VD_ROLE_OPTSTATE,
-                     .scope = VD_SCOPE_PERSISTENT};
+                     .scope = VD_SCOPE_PERSISTENT, .has_lin = 1};
+    b.lin = (vd_lineage_ann){.full = 12, .part_n = 1}; /* optimizer state must be annotated (validate.c) */
     assert_int_equal(vd_plan_add_tensor(p, &b, "", &t[4 * r + 1]), VD_OK);
     vd_tensor_t c = {.id = 100 * r + 3, .rank = r, .ndim = 1, .shape = {7}, .dtype = VD_DT_BOOL,
                      .role = VD_ROLE_LOSS, .scope = VD_SCOPE_PER_MB, .has_lin = 1};

@@ -280,9 +280,12 @@ typedef struct {
 static fc_layer fc_layer_forward(pb_ctx *c, int32_t fwd) {
   fc_layer t;
   t.x = pb_tensor(c, "x", 0, VD_ROLE_INPUT, MB, 2, 2, 8);
-  t.w = pb_tensor(c, "w", 0, VD_ROLE_WEIGHT, PERS, 2, 8, 8);
+  /* The weight and the loss are annotated: a parallel plan must annotate
+   * the outputs of its iteration (plans/validate.c). */
+  t.w = pb_tensor_whole(c, "w", 0, VD_ROLE_WEIGHT, PERS, 2, 8, 8, 2);
   t.y = pb_tensor(c, "y", 0, ACT, MB, 2, 2, 8);
   t.loss = pb_tensor(c, "loss", 0, VD_ROLE_LOSS, MB, 0, 0, 0);
+  pb_lin(c, t.loss, 4, 0, 0, 0, 0, 0, 2); /* part d (dp2) or m (mb2_accum) of 2: the shift is the plan's */
   t.gl = pb_tensor(c, "gloss", 0, VD_ROLE_INPUT, MB, 0, 0, 0);
   t.gy = pb_tensor(c, "gy", 0, GRAD, MB, 2, 2, 8);
   t.gx = pb_tensor(c, "gx", 0, GRAD, MB, 2, 2, 8);
@@ -297,6 +300,7 @@ vd_rc pb_plan_mb2_accum(vd_plan_t *p) {
   int32_t fwd = pb_segment(&c, "fwd"), bwd0 = pb_segment(&c, "bwd0"), bwd = pb_segment(&c, "bwd"),
           opt = pb_segment(&c, "opt");
   fc_layer t = fc_layer_forward(&c, fwd);
+  if (c.rc == VD_OK) p->tensors[t.loss].lin.mb_part = 1;
   uint32_t gacc = pb_tensor(&c, "w.grad", 0, GRAD, PERS, 2, 8, 8);
   uint32_t gmb = pb_tensor(&c, "w.grad_mb", 0, GRAD, MB, 2, 8, 8);
   pb_node(&c, "sum_backward", "loss.bwd0", 0, bwd0, VD_PHASE_BWD, PB_T(t.gl), PB_T(t.gy));
@@ -318,6 +322,7 @@ vd_rc pb_plan_dp2(vd_plan_t *p) {
   pb_begin(&c, p, VD_PLAN_PARALLEL, 1, 2, 1);
   int32_t fwd = pb_segment(&c, "fwd"), bwd = pb_segment(&c, "bwd"), opt = pb_segment(&c, "opt");
   fc_layer t = fc_layer_forward(&c, fwd);
+  if (c.rc == VD_OK) p->tensors[t.loss].lin.dp_part = 1;
   uint32_t gw = pb_tensor(&c, "w.grad", 0, GRAD, PERS, 2, 8, 8);
   uint32_t gr = pb_tensor(&c, "w.grad_red", 0, GRAD, PERS, 2, 8, 8);
   pb_node(&c, "sum_backward", "loss.bwd", 0, bwd, VD_PHASE_BWD, PB_T(t.gl), PB_T(t.gy));
