@@ -1,6 +1,6 @@
 """tools/safe_output.py - the one way the Python tools (nnscaler2plan, torch2plan and its
 workers) write an output file.  The rules are verdict's own (common/outfile.h,
-docs/guarantees-relio.md):
+docs/guarantees.md):
 
   - a path that exists and is not a regular file (a FIFO, a device such as /dev/null, a
     directory, a socket) is refused: it is never replaced by a regular file nor written into;

@@ -1,5 +1,5 @@
 # Issue 29 item 1: what an output path may be, for every writer (common/outfile.h,
-# tools/safe_output.py; docs/guarantees-relio.md).  An output that exists and is
+# tools/safe_output.py; docs/guarantees.md).  An output that exists and is
 # not a regular file (FIFO, character device, directory) or is a symbolic link is
 # refused with exit 2 and one line naming it, and is left as it was; a missing
 # directory is refused; an existing file keeps its mode; a planted PATH.tmp

@@ -1,7 +1,7 @@
 # Issue 29 item 7: the nnScaler importer ends in exit 2 with one line for any file, at
 # bounded depth and size (tools/nnscaler/pickle_safe.py MAX_DEPTH, the integer bounds of
 # convert.py and bounds.py, the record budget of convert.py, nnscaler2plan's top-level
-# handler; docs/guarantees-relio.md).
+# handler; docs/guarantees.md).
 # Each hostile pickle is a real corpus pickle with one value changed
 # (tests/fuzz/picklelib.py), or a small hand-made one.
 . "$(dirname "$0")/lib.sh"
