@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/text.h"
 #include "cli.h"
 #include "report_noise.h"
 #include "run.h"
@@ -77,7 +78,7 @@ int vd_cmd_compare(int argc, char **argv) {
     } else if (v && (!strcmp(a, "--dtype") || !strcmp(a, "--accum"))) {
       vd_noise_prec p;
       if (!vd_noise_prec_parse(v, &p) || p == VD_NOISE_PLAN) {
-        fprintf(stderr, "verdict compare: %s: expected bf16, fp16, fp32 or fp64, got '%s'\n", a, v);
+        fprintf(stderr, "verdict compare: %s: expected bf16, fp16, fp32 or fp64, got '%s'\n", VD_SHOW(a), VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
       if (!strcmp(a, "--dtype")) o.dtype = p;
@@ -87,7 +88,7 @@ int vd_cmd_compare(int argc, char **argv) {
       char *e;
       double x = strtod(v, &e);
       if (*e || !(x > 0) || x > 1e30) {
-        fprintf(stderr, "verdict compare: --lambda: expected a positive number, got '%s'\n", v);
+        fprintf(stderr, "verdict compare: --lambda: expected a positive number, got '%s'\n", VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
       o.lambda = x;
@@ -120,7 +121,7 @@ int vd_cmd_compare(int argc, char **argv) {
   }
   if (strcmp(vd_noise_dump_kind(sd), "single") != 0 || strcmp(vd_noise_dump_kind(pd), "parallel") != 0) {
     fprintf(stderr, "verdict: %s: line 1: header: expected a %s dump\n",
-            strcmp(vd_noise_dump_kind(sd), "single") != 0 ? sdp : pdp,
+            VD_SHOW(strcmp(vd_noise_dump_kind(sd), "single") != 0 ? sdp : pdp),
             strcmp(vd_noise_dump_kind(sd), "single") != 0 ? "single" : "parallel");
     code = VD_EXIT_BAD_INPUT;
     goto done;

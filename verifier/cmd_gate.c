@@ -130,12 +130,12 @@ static int parse(int argc, char **argv, gopts *g) {
     else if (!strcmp(a, "-v")) g->verbose = 1;
     else if (!strcmp(a, "--threads")) {
       long n = vd_cli_parse_long(argv[++i]);
-      if (n < 1 || n > 1024) return fprintf(stderr, "verdict gate: --threads: expected 1..1024, got '%s'\n", argv[i]), 2;
+      if (n < 1 || n > 1024) return fprintf(stderr, "verdict gate: --threads: expected 1..1024, got '%s'\n", VD_SHOW(argv[i])), 2;
       g->threads = (int)n;
     } else if (!strcmp(a, "--cache-max-mb")) {
       long n = vd_cli_parse_long(argv[++i]);
       if (n < 1 || n > 1000000)
-        return fprintf(stderr, "verdict gate: --cache-max-mb: expected 1..1000000, got '%s'\n", argv[i]), 2;
+        return fprintf(stderr, "verdict gate: --cache-max-mb: expected 1..1000000, got '%s'\n", VD_SHOW(argv[i])), 2;
       g->cache_max_mb = n;
     } else if (!strcmp(a, "--stage-timeout")) {
       if (!strcmp(argv[++i], "none")) g->stage_timeout_ms = 0;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/text.h"
 #include "cli.h"
 #include "report_noise.h"
 
@@ -64,7 +65,7 @@ int vd_cmd_noise(int argc, char **argv) {
     } else if (v && (!strcmp(a, "--dtype") || !strcmp(a, "--accum"))) {
       vd_noise_prec p;
       if (!vd_noise_prec_parse(v, &p) || p == VD_NOISE_PLAN) {
-        fprintf(stderr, "verdict noise: %s: expected bf16, fp16, fp32 or fp64, got '%s'\n", a, v);
+        fprintf(stderr, "verdict noise: %s: expected bf16, fp16, fp32 or fp64, got '%s'\n", VD_SHOW(a), VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
       if (!strcmp(a, "--dtype")) o.dtype = p, have_dtype = 1;
@@ -74,7 +75,7 @@ int vd_cmd_noise(int argc, char **argv) {
       char *e;
       double x = strtod(v, &e);
       if (*e || !(x > 0) || x > 1e30) {
-        fprintf(stderr, "verdict noise: %s: expected a positive number, got '%s'\n", a, v);
+        fprintf(stderr, "verdict noise: %s: expected a positive number, got '%s'\n", VD_SHOW(a), VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
       if (!strcmp(a, "--scale")) o.scale = x;
@@ -83,7 +84,7 @@ int vd_cmd_noise(int argc, char **argv) {
     } else if (v && !strcmp(a, "--seed")) {
       long s = vd_cli_parse_long(v);
       if (s < 0) {
-        fprintf(stderr, "verdict noise: --seed: expected a non-negative integer, got '%s'\n", v);
+        fprintf(stderr, "verdict noise: --seed: expected a non-negative integer, got '%s'\n", VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
       o.seed = (uint64_t)s;

@@ -32,6 +32,7 @@
 #include "../common/clock.h"
 #include "../common/digest.h"
 #include "../common/mem.h"
+#include "../common/text.h"
 #include "../solver/smt.h"
 #include "cert.h"
 #include "cli.h"
@@ -258,7 +259,7 @@ static int plan_matches(const char *path, const char *want, const char *what) {
   vd_diag d;
   vd_diag_clear(&d);
   if (vd_digest_file(path, dg, &d) != VD_OK) {
-    fprintf(stderr, "verdict recheck: %s: cannot read\n", path);
+    fprintf(stderr, "verdict recheck: %s: cannot read\n", VD_SHOW(path));
     return -1;
   }
   vd_digest_hex(dg, hex);
@@ -283,20 +284,20 @@ int vd_cmd_recheck(int argc, char **argv) {
       return VD_EXIT_OK;
     }
     if (takes && !val) {
-      fprintf(stderr, "verdict recheck: missing value for option '%s'\n", a);
+      fprintf(stderr, "verdict recheck: missing value for option '%s'\n", VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
     }
     if (!strcmp(a, "--solver")) {
       solver = argv[++i];
       if (strcmp(solver, "cvc5") && strcmp(solver, "z3")) {
-        fprintf(stderr, "verdict recheck: --solver: expected cvc5 or z3, got '%s'\n", solver);
+        fprintf(stderr, "verdict recheck: --solver: expected cvc5 or z3, got '%s'\n", VD_SHOW(solver));
         return VD_EXIT_BAD_INPUT;
       }
     } else if (!strcmp(a, "--timeout")) {
       char *end = NULL;
       double s = strtod(argv[++i], &end);
       if (!end || *end || !(s > 0) || s > 86400) {
-        fprintf(stderr, "verdict recheck: --timeout: expected seconds in (0, 86400], got '%s'\n", argv[i]);
+        fprintf(stderr, "verdict recheck: --timeout: expected seconds in (0, 86400], got '%s'\n", VD_SHOW(argv[i]));
         return VD_EXIT_BAD_INPUT;
       }
       timeout_ms = (unsigned)(s * 1000 + 0.5);
@@ -306,7 +307,7 @@ int vd_cmd_recheck(int argc, char **argv) {
     else if (!strcmp(a, "--threads")) {
       long n = vd_cli_parse_long(argv[++i]);
       if (n < 1 || n > 1024) {
-        fprintf(stderr, "verdict recheck: --threads: expected 1..1024, got '%s'\n", argv[i]);
+        fprintf(stderr, "verdict recheck: --threads: expected 1..1024, got '%s'\n", VD_SHOW(argv[i]));
         return VD_EXIT_BAD_INPUT;
       }
       threads = (int)n;
@@ -314,7 +315,7 @@ int vd_cmd_recheck(int argc, char **argv) {
     else if (a[0] == '-') return vd_cli_unknown_option("verdict recheck", a, recheck_usage, "verdict recheck --help");
     else if (!dir) dir = a;
     else {
-      fprintf(stderr, "verdict recheck: one certificate directory expected, got '%s' too\n", a);
+      fprintf(stderr, "verdict recheck: one certificate directory expected, got '%s' too\n", VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
     }
   }
@@ -333,14 +334,14 @@ int vd_cmd_recheck(int argc, char **argv) {
   json_error_t je;
   json_t *m = json_load_file(mpath, 0, &je);
   if (!m) {
-    fprintf(stderr, "verdict recheck: %s: line %d: %s\n", mpath, je.line, je.text);
+    fprintf(stderr, "verdict recheck: %s: line %d: %s\n", VD_SHOW(mpath), je.line, VD_SHOW(je.text));
     return VD_EXIT_BAD_INPUT;
   }
   int code = VD_EXIT_OK;
   json_t *classes = json_object_get(m, "classes"), *stages = json_object_get(m, "stages");
   const char *fmt = jstr(m, "format"), *run_verdict = jstr(m, "verdict");
   if (!fmt || strcmp(fmt, VD_CERT_FORMAT) || !json_is_array(classes) || !json_is_array(stages) || !run_verdict) {
-    fprintf(stderr, "verdict recheck: %s: record manifest: field %s: missing or not of format %s\n", mpath,
+    fprintf(stderr, "verdict recheck: %s: record manifest: field %s: missing or not of format %s\n", VD_SHOW(mpath),
             !fmt || strcmp(fmt, VD_CERT_FORMAT) ? "format" : !json_is_array(classes) ? "classes"
                                                              : !json_is_array(stages) ? "stages" : "verdict",
             VD_CERT_FORMAT);
@@ -376,7 +377,7 @@ int vd_cmd_recheck(int argc, char **argv) {
      * tables below stay as large as the manifest) */
     if (!json_is_integer(cl) || json_integer_value(cl) < 0 ||
         (size_t)json_integer_value(cl) >= json_array_size(stages)) {
-      fprintf(stderr, "verdict recheck: %s: record classes[%zu]: field class: expected a stage id below %zu\n", mpath,
+      fprintf(stderr, "verdict recheck: %s: record classes[%zu]: field class: expected a stage id below %zu\n", VD_SHOW(mpath),
               i, json_array_size(stages));
       vd_free(jobs);
       json_decref(m);
@@ -400,7 +401,7 @@ int vd_cmd_recheck(int argc, char **argv) {
       continue;
     }
     if (!sha || strlen(sha) != 64 || strchr(file, '/') || file[0] == '.') {
-      fprintf(stderr, "verdict recheck: %s: record classes[%zu]: field %s: invalid\n", mpath, i,
+      fprintf(stderr, "verdict recheck: %s: record classes[%zu]: field %s: invalid\n", VD_SHOW(mpath), i,
               !sha || strlen(sha) != 64 ? "sha256" : "file");
       vd_free(jobs);
       vd_free(has);
