@@ -23,6 +23,7 @@ from .convert import ConvertError
 I32 = (-(1 << 31), (1 << 31) - 1)
 I64 = (-(1 << 63), (1 << 63) - 1)
 MAX_DIMS = 8  # plans/plan.h VD_MAX_DIMS
+LIN_PART_MAX = 1 << 20  # common/limits.h LIN_PART_MAX: the reader refuses more parts
 
 
 def show(v):
@@ -152,6 +153,8 @@ def _check_lin(c, lin, shape, persistent, replicas, nm):
     k, n = c.ints(lin.get("part", [0, 1]), "lin.part", 2)
     if n < 1 or not 0 <= k < n:
         c.bad("lin.part", "expected [k, n] with 0 <= k < n, got [%s, %s]" % (show(k), show(n)))
+    if n > LIN_PART_MAX:
+        c.bad("lin.part", "expected a part count n <= %d (verdict's LIN_PART_MAX), got %s" % (LIN_PART_MAX, show(n)))
     dps = c.ints(lin.get("dp_shift", [0] * nd), "lin.dp_shift", nd)
     mbs = c.ints(lin.get("mb_shift", [0] * nd), "lin.mb_shift", nd)
     dpp = c.int_in(lin.get("dp_part", 0), "lin.dp_part", *I64)
