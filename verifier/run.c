@@ -789,6 +789,10 @@ static vd_rc solve_stages(vd_run *r, const vd_run_opts *o, vd_diag *d) {
     }
   }
   if (first_rc != VD_OK && d) *d = first_diag;
+  /* A stop during the last re-solve above cut that check short (its
+   * verdict reads "run interrupted") with no stage left to look again:
+   * the run is interrupted, whatever the loop saw. */
+  if (vd_ctl_stopped()) r->interrupted = vd_ctl_stopped();
   if (r->interrupted) interrupt_stages(r, o, skipped);
   for (size_t i = 0; i < n; i++) {
     switch (r->verdicts[i].verdict) {
