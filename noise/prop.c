@@ -705,6 +705,30 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
   if (is_contraction(op) && (any_split || !bit_in) &&
       (rc = contraction_terms(c, k, op, b, km, s1, vs, ua, nfac, w->s1v, w->kv, w->s2v, d)) != VD_OK)
     goto done;
+  /* differences are quantised: two floats near y differ by a multiple of their spacing, so the
+     difference an elementwise operator's inputs carry into it is a multiple of q_e, their ulps
+     pushed through the operator (the smallest over the inputs that differ; kept in kv, which only
+     a contraction uses).  A standard deviation sigma below q means most elements do not differ at
+     all: the mean |d| that makes roundings flip is then sigma^2 / q (a difference of q with
+     probability sigma^2 / q^2), not the 0.8 sigma of a Gaussian. */
+  int quant = is_elementwise(op) && !is_contraction(op) && !bit_in && u > 0;
+  for (uint32_t i = 0; quant && i < gn->n_in; i++) {
+    uint32_t v = iv[i];
+    if (!c->erv[v]) continue;
+    const double *x = c->val[v];
+    double ui = unit_of(c, ptensor(c, v));
+    int64_t n = vd_tensor_numel(ptensor(c, v));
+    for (int64_t e = 0; e < n; e++) w->tmpd[e] = x[e] + VD_NOISE_ULP * ui * fabs(x[e]);
+    if ((rc = probe(c, k, i, b, w, d)) != VD_OK) goto done;
+    for (uint32_t j = 0; j < gn->n_out; j++) {
+      int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+      double *q = w->kv[j];
+      for (int64_t e = 0; e < m; e++) {
+        double dq = fabs(w->tmpo[j][e] - w->base[j][e]);
+        if (dq > 0 && isfinite(dq) && (q[e] == 0 || dq < q[e])) q[e] = dq;
+      }
+    }
+  }
   for (uint32_t j = 0; j < gn->n_out; j++) {
     uint32_t v = ov[j];
     const double *yv = c->val[v];
@@ -753,7 +777,9 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
         double K = is_contraction(op) ? (k1e[e] >= 1 ? k1e[e] : 1) : 1.0;
         double Kk = kernel_dependent(op) && !low ? 4.0 : 1.0;
         double ui = is_contraction(op) ? ua : u;
-        double a2 = VD_NOISE_ULP * ye * 0.8 * sqrt(prop) * (u * Kk + (is_contraction(op) ? ui * K : 0.0));
+        double sig = sqrt(prop), ead = 0.8 * sig;
+        if (quant && k1e[e] > 0 && sig * sig / k1e[e] < ead) ead = sig * sig / k1e[e];
+        double a2 = VD_NOISE_ULP * ye * ead * (u * Kk + (is_contraction(op) ? ui * K : 0.0));
         double cap = 2.0 * VD_NOISE_RV * ye * ye * (u * u * Kk + (is_contraction(op) ? ui * ui * K : 0.0));
         rv[e] += a2 < cap ? a2 : cap;
         wv[e] += is_contraction(op) ? g2 * s1e[e] + 2.0 * u * ye : 2.0 * u * ye * Kk;
