@@ -28,11 +28,16 @@
  *   + flips:     when the inputs differ, roundings of values that differ by d
  *                flip with probability |d| / ulp: (u |y| / ln 2) E|d|, at most
  *                2 r u^2 y^2 (times the internal roundings of a contraction
- *                or of a float kernel); worst 2u|y|;
+ *                or of a float kernel); worst 2u|y|.  E|d| is 0.8 sigma, or,
+ *                for an elementwise operator, sigma^2 / q when smaller: the
+ *                inputs' differences are multiples of their spacing, q once
+ *                pushed through the operator, so a sigma below q means most
+ *                elements do not differ at all;
  *   + kernels:   bfloat16/float16 kernels on another shape than the single
  *                plan's (vectorised body against scalar remainder, another
- *                blocking of a matmul) round differently: 2 r u^2 y^2, or a
- *                contraction's reassociation.
+ *                blocking of a matmul) round differently, whatever their
+ *                inputs: 2 r u^2 y^2, and for a contraction also the
+ *                reassociation of its sums.
  * r = VD_NOISE_RV (noise.h): one rounding, uniform in half an ulp.  Data
  * movement on bit-identical inputs, and every operator on bit-identical
  * inputs that neither splits nor combines a sum nor runs a low-precision
