@@ -322,8 +322,8 @@ static int mapped(const vd_noise_ctx *c, uint32_t v) {
  * the node the verifier's finding names); else the nearest producer that carries data from a mapped
  * value into the un-mapped region; else the nearest producer.  A node that reads nothing mapped, or
  * whose output is zero everywhere (a buffer created empty: zeros_like(x) is captured as x scaled by
- * 0), carries no data.  -1 when every input the pieces' producers read is mapped (the first beyond
- * tensor is itself the departure). */
+ * 0), carries no data.  -1 when every input the pieces' producers read is mapped, or when lineage
+ * inference stopped at a piece's own producer (the first beyond tensor is itself the departure). */
 static vd_rc find_departure(vd_noise_ctx *c, vd_noise_result *r, int64_t c_stuck, vd_diag *d) {
   const vd_graph_t *g = &c->gpx;
   const vd_noise_row *row = &r->rows[r->first_beyond];
@@ -352,6 +352,7 @@ static vd_rc find_departure(vd_noise_ctx *c, vd_noise_result *r, int64_t c_stuck
     }
   }
   int64_t best = -1, best_src = -1, stuck = -1; /* gpx nodes: carrying data; any; the stuck node */
+  int piece_stuck = 0;
   for (size_t head = 0; head < sp; head++) {
     uint32_t x = stack[head];
     int32_t k = g->values[x].producer;
@@ -370,7 +371,10 @@ static vd_rc find_departure(vd_noise_ctx *c, vd_noise_result *r, int64_t c_stuck
         stack[sp++] = u;
       }
     }
-    if (mapped(c, x)) continue; /* a piece itself: its producer is the row's own node */
+    if (mapped(c, x)) { /* a piece itself: its producer is the row's own node */
+      if ((int64_t)gn->pnode == c_stuck) piece_stuck = 1;
+      continue;
+    }
     /* an output that is zero everywhere carries nothing of what the node read (a buffer created
        empty: zeros_like(x) is captured as x scaled by 0): a source, not a departure */
     if (reads_mapped && c->val[x]) {
@@ -384,6 +388,7 @@ static vd_rc find_departure(vd_noise_ctx *c, vd_noise_result *r, int64_t c_stuck
   }
   if (stuck >= 0) best = stuck;
   if (best < 0) best = best_src;
+  if (piece_stuck) best = -1; /* lineage inference stopped at the tensor's own producer: it is the departure */
   r->departure_node = best >= 0 ? (int64_t)g->nodes[best].pnode : -1;
   vd_free(seen);
   vd_free(stack);
