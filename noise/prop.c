@@ -783,7 +783,7 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
                     output's, and the internal ones (K partial sums of a contraction, in the
                     accumulation precision; a few in a float kernel of the output precision) */
         double K = is_contraction(op) ? (k1e[e] >= 1 ? k1e[e] : 1) : 1.0;
-        double Kk = kernel_dependent(op) && !low ? 4.0 : 1.0;
+        double Kk = kernel_dependent(op) && !low && op != VD_OP_SQRT ? 4.0 : 1.0; /* IEEE sqrt: one correct rounding */
         double ui = is_contraction(op) ? ua : u;
         double sig = sqrt(prop), ead = 0.8 * sig;
         if (quant && k1e[e] > 0 && sig * sig / k1e[e] < ead) ead = sig * sig / k1e[e];
