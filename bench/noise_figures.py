@@ -6,7 +6,7 @@ library only).
 
 Prints, per configuration and precision, the verdict, the tensors compared, how many must be
 bit-identical, how many differ, and the distribution of realistic bound / observed deviation on
-the tensors that differ; per bug, the verdict and the first tensor beyond rounding.  Writes one
+the tensors that differ; per bug, the verdict, the first tensor beyond rounding and its first point of departure.  Writes one
 SVG: observed deviation (x) against realistic bound (y), log-log, every tensor that differs, one
 colour per precision, with the lines bound = observed and bound = 10 x observed.
 """
@@ -43,7 +43,9 @@ def main(out, svg):
         verdict = "beyond" if s["beyond"] else "missing" if s["missing"] else "within"
         if name.startswith("bug_"):
             fb = j["first_beyond"]["name"] if j["first_beyond"] else "-"
-            bugs.append((name[4:], dt, verdict, j.get("plan_verdict") or "-", fb, j.get("inference_stopped_at") or "-"))
+            dep = j["departure"]["node"] if j.get("departure") else "-"
+            bugs.append((name[4:], dt, verdict, j.get("plan_verdict") or "-", fb, dep,
+                         j.get("inference_stopped_at") or "-"))
             continue
         for x in t:
             if x.get("observed") and x["observed"] > 0:
@@ -57,10 +59,11 @@ def main(out, svg):
     for r in rows:
         print("| %s | %s | %s | %d | %d | %d | %.2f | %.2f | %.2f | %.2f | %.3g | %.0f%% |" % (r[:6] + r[6:11] + (100 * r[11],)))
     print()
-    print("| bug | dtype | compare | plans (verdict) | first tensor beyond rounding | lineage inference stopped at |")
-    print("|---|---|---|---|---|---|")
+    print("| bug | dtype | compare | plans (verdict) | first tensor beyond rounding | first point of departure | lineage inference stopped at |")
+    print("|---|---|---|---|---|---|---|")
     for b in bugs:
-        print("| %s | %s | %s | %s | `%s` | %s |" % (b[0], b[1], b[2], b[3], b[4], b[5][:90].replace("|", "/")))
+        print("| %s | %s | %s | %s | `%s` | %s | %s |" % (b[0], b[1], b[2], b[3], b[4], b[5].replace("|", "/"),
+                                                   b[6][:90].replace("|", "/")))
     write_svg(svg, pts)
 
 

@@ -310,6 +310,91 @@ static vd_rc one_lineage(vd_noise_ctx *c, const vd_lineage *L, vd_noise_row *row
   return VD_OK;
 }
 
+/* Is gpx value v mapped: an initial value, or a tensor with a lineage (annotated or inferred)? */
+static int mapped(const vd_noise_ctx *c, uint32_t v) {
+  return c->gpx.values[v].is_initial || c->pp->tensors[c->gpx.values[v].tensor].has_lin;
+}
+
+/* The first point of departure of the first tensor beyond rounding (docs/noise.md): walking back
+ * (breadth first) from the parallel pieces of that single tensor through the values with no
+ * single-device counterpart (no lineage), the producers of those values.  The one named is the node
+ * where lineage inference stopped when the walk reaches it (the lineages were lost there, and it is
+ * the node the verifier's finding names); else the nearest producer that carries data from a mapped
+ * value into the un-mapped region; else the nearest producer.  A node that reads nothing mapped, or
+ * whose output is zero everywhere (a buffer created empty: zeros_like(x) is captured as x scaled by
+ * 0), carries no data.  -1 when every input the pieces' producers read is mapped, or when lineage
+ * inference stopped at a piece's own producer (the first beyond tensor is itself the departure). */
+static vd_rc find_departure(vd_noise_ctx *c, vd_noise_result *r, int64_t c_stuck, vd_diag *d) {
+  const vd_graph_t *g = &c->gpx;
+  const vd_noise_row *row = &r->rows[r->first_beyond];
+  const vd_lin_table *lt = &c->lt;
+  const vd_lineage *L = NULL;
+  for (size_t li = 0; li < lt->n_lins && !L; li++)
+    if (lt->lins[li].svalue == row->svalue && lt->lins[li].initial == row->initial) L = &lt->lins[li];
+  if (!L) return VD_OK;
+  uint8_t *seen = vd_calloc(g->n_values + 1, 1);
+  uint32_t *stack = vd_calloc(g->n_values + 1, sizeof(uint32_t));
+  if (!seen || !stack) {
+    vd_free(seen);
+    vd_free(stack);
+    return VD_OOM(d);
+  }
+  size_t sp = 0;
+  for (uint32_t i = 0; i < L->n_pieces; i++) {
+    const vd_lin_piece *p = &lt->pieces[L->piece_off + i];
+    int32_t r0 = p->all_rep ? 0 : p->replica, r1 = p->all_rep ? lt->replicas : p->replica + 1;
+    for (int32_t rep = r0; rep < r1; rep++) {
+      int32_t x = p->initial ? vd_graph_first(g, p->ptensor, rep, p->mb) : vd_graph_last(g, p->ptensor, rep, p->mb);
+      if (x >= 0 && !seen[x]) {
+        seen[x] = 1;
+        stack[sp++] = (uint32_t)x;
+      }
+    }
+  }
+  int64_t best = -1, best_src = -1, stuck = -1; /* gpx nodes: carrying data; any; the stuck node */
+  int piece_stuck = 0;
+  for (size_t head = 0; head < sp; head++) {
+    uint32_t x = stack[head];
+    int32_t k = g->values[x].producer;
+    if (k < 0) continue;
+    const vd_gnode_t *gn = &g->nodes[k];
+    const uint32_t *iv = vd_gnode_inputs(g, gn);
+    int reads_mapped = 0;
+    for (uint32_t i = 0; i < gn->n_in; i++) {
+      uint32_t u = iv[i];
+      if (mapped(c, u)) {
+        reads_mapped = 1;
+        continue;
+      }
+      if (!seen[u]) {
+        seen[u] = 1;
+        stack[sp++] = u;
+      }
+    }
+    if (mapped(c, x)) { /* a piece itself: its producer is the row's own node */
+      if ((int64_t)gn->pnode == c_stuck) piece_stuck = 1;
+      continue;
+    }
+    /* an output that is zero everywhere carries nothing of what the node read (a buffer created
+       empty: zeros_like(x) is captured as x scaled by 0): a source, not a departure */
+    if (reads_mapped && c->val[x]) {
+      int64_t n = vd_tensor_numel(&c->pp->tensors[g->values[x].tensor]), e = 0;
+      while (e < n && c->val[x][e] == 0) e++;
+      if (e == n) reads_mapped = 0;
+    }
+    if (reads_mapped && best < 0) best = k;
+    if (best_src < 0) best_src = k;
+    if (stuck < 0 && (int64_t)gn->pnode == c_stuck) stuck = k;
+  }
+  if (stuck >= 0) best = stuck;
+  if (best < 0) best = best_src;
+  if (piece_stuck) best = -1; /* lineage inference stopped at the tensor's own producer: it is the departure */
+  r->departure_node = best >= 0 ? (int64_t)g->nodes[best].pnode : -1;
+  vd_free(seen);
+  vd_free(stack);
+  return VD_OK;
+}
+
 vd_rc vd_noise_i_map(vd_noise_ctx *c, vd_noise_result *r, vd_diag *d) {
   const vd_lin_table *lt = &c->lt;
   r->rows = vd_calloc(lt->n_lins + 1, sizeof(*r->rows));
@@ -362,6 +447,8 @@ vd_rc vd_noise_i_map(vd_noise_ctx *c, vd_noise_result *r, vd_diag *d) {
         if (r->rows[i].status == VD_NOISE_BEYOND && r->first_beyond < 0) r->first_beyond = (int64_t)i;
         if (r->rows[i].status == VD_NOISE_MISSING && r->first_missing < 0) r->first_missing = (int64_t)i;
       }
+      r->departure_node = -1;
+      if (r->first_beyond >= 0) rc = find_departure(c, r, r->infer.stuck_node, d);
     }
   }
   vd_free(ord);

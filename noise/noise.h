@@ -136,6 +136,13 @@ typedef struct {
   /* Lineage inference: where it stopped (the node the verifier's hint names). */
   vd_lin_infer_stats infer;
   char stuck[512];                     /* "" or the stuck node's description */
+  /* The first point of departure (docs/noise.md, "Reading a compare report"): when the first
+   * tensor beyond rounding reads values that have no single-device counterpart (no lineage), the
+   * earliest parallel node on that un-mapped path, to which the deviation is attributed.  -1 and
+   * "" when the first beyond tensor is itself the departure (every input it reads is mapped). */
+  int64_t departure_node;              /* parallel plan node index, or -1 */
+  int departure_is_stuck;              /* it is the node lineage inference stopped at */
+  char departure[512];                 /* "" or its description */
   int compared;                        /* 1: compare mode */
 } vd_noise_result;
 

@@ -28,11 +28,16 @@
  *   + flips:     when the inputs differ, roundings of values that differ by d
  *                flip with probability |d| / ulp: (u |y| / ln 2) E|d|, at most
  *                2 r u^2 y^2 (times the internal roundings of a contraction
- *                or of a float kernel); worst 2u|y|;
+ *                or of a float kernel); worst 2u|y|.  E|d| is 0.8 sigma, or,
+ *                for an elementwise operator, sigma^2 / q when smaller: the
+ *                inputs' differences are multiples of their spacing, q once
+ *                pushed through the operator, so a sigma below q means most
+ *                elements do not differ at all;
  *   + kernels:   bfloat16/float16 kernels on another shape than the single
  *                plan's (vectorised body against scalar remainder, another
- *                blocking of a matmul) round differently: 2 r u^2 y^2, or a
- *                contraction's reassociation.
+ *                blocking of a matmul) round differently, whatever their
+ *                inputs: 2 r u^2 y^2, and for a contraction also the
+ *                reassociation of its sums.
  * r = VD_NOISE_RV (noise.h): one rounding, uniform in half an ulp.  Data
  * movement on bit-identical inputs, and every operator on bit-identical
  * inputs that neither splits nor combines a sum nor runs a low-precision
@@ -697,7 +702,7 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
     nfac[j] = is_contraction(op) && pj > in_parts ? (double)pj / (double)in_parts : 0.0;
     /* a contraction on another shape than the single plan's, in low precision: another
        blocking of the same sums, as if reassociated (both sides' roundings independent) */
-    if (is_contraction(op) && nfac[j] == 0 && bit_in && low && !whole_single(c, ov[j])) nfac[j] = 1.0;
+    if (is_contraction(op) && nfac[j] == 0 && low && !whole_single(c, ov[j])) nfac[j] = 1.0;
     any_split |= nfac[j] > 0;
     vs[j] = s1[j] = 0;
     km[j] = 1;
@@ -705,6 +710,30 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
   if (is_contraction(op) && (any_split || !bit_in) &&
       (rc = contraction_terms(c, k, op, b, km, s1, vs, ua, nfac, w->s1v, w->kv, w->s2v, d)) != VD_OK)
     goto done;
+  /* differences are quantised: two floats near y differ by a multiple of their spacing, so the
+     difference an elementwise operator's inputs carry into it is a multiple of q_e, their ulps
+     pushed through the operator (the smallest over the inputs that differ; kept in kv, which only
+     a contraction uses).  A standard deviation sigma below q means most elements do not differ at
+     all: the mean |d| that makes roundings flip is then sigma^2 / q (a difference of q with
+     probability sigma^2 / q^2), not the 0.8 sigma of a Gaussian. */
+  int quant = is_elementwise(op) && !is_contraction(op) && !bit_in && u > 0;
+  for (uint32_t i = 0; quant && i < gn->n_in; i++) {
+    uint32_t v = iv[i];
+    if (!c->erv[v]) continue;
+    const double *x = c->val[v];
+    double ui = unit_of(c, ptensor(c, v));
+    int64_t n = vd_tensor_numel(ptensor(c, v));
+    for (int64_t e = 0; e < n; e++) w->tmpd[e] = x[e] + ui * fabs(x[e]); /* the smallest spacing near x */
+    if ((rc = probe(c, k, i, b, w, d)) != VD_OK) goto done;
+    for (uint32_t j = 0; j < gn->n_out; j++) {
+      int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+      double *q = w->kv[j];
+      for (int64_t e = 0; e < m; e++) {
+        double dq = fabs(w->tmpo[j][e] - w->base[j][e]);
+        if (dq > 0 && isfinite(dq) && (q[e] == 0 || dq < q[e])) q[e] = dq;
+      }
+    }
+  }
   for (uint32_t j = 0; j < gn->n_out; j++) {
     uint32_t v = ov[j];
     const double *yv = c->val[v];
@@ -712,7 +741,10 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
     double *rv = w->rvar[j], *wv = w->wvec[j];
     const double *s1e = w->s1v[j], *k1e = w->kv[j];
     int split = nfac[j] > 0;
-    int kernel = bit_in && kernel_dependent(op) && !whole_single(c, v) && low;
+    /* a low-precision kernel on another shape takes another code path whatever its inputs: for a
+       contraction too (bfloat16 batched matmuls of another batch shape were measured to differ by
+       whole output roundings on bit-identical inputs) */
+    int kernel = (kernel_dependent(op) || is_contraction(op)) && !whole_single(c, v) && low;
     int amp = !bit_in && !is_move(op) && u > 0;
     double gsplit = split ? vd_noise_gamma(km[j], ua) + vd_noise_gamma(km[j] * nfac[j], ua) : 0;
     double nm = coll_sum ? (double)gn->n_part : (double)gn->n_in, gcomb = vd_noise_gamma(nm - 1.0, ua);
@@ -751,9 +783,11 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
                     output's, and the internal ones (K partial sums of a contraction, in the
                     accumulation precision; a few in a float kernel of the output precision) */
         double K = is_contraction(op) ? (k1e[e] >= 1 ? k1e[e] : 1) : 1.0;
-        double Kk = kernel_dependent(op) && !low ? 4.0 : 1.0;
+        double Kk = kernel_dependent(op) && !low && op != VD_OP_SQRT ? 4.0 : 1.0; /* IEEE sqrt: one correct rounding */
         double ui = is_contraction(op) ? ua : u;
-        double a2 = VD_NOISE_ULP * ye * 0.8 * sqrt(prop) * (u * Kk + (is_contraction(op) ? ui * K : 0.0));
+        double sig = sqrt(prop), ead = 0.8 * sig;
+        if (quant && k1e[e] > 0 && sig * sig / k1e[e] < ead) ead = sig * sig / k1e[e];
+        double a2 = VD_NOISE_ULP * ye * ead * (u * Kk + (is_contraction(op) ? ui * K : 0.0));
         double cap = 2.0 * VD_NOISE_RV * ye * ye * (u * u * Kk + (is_contraction(op) ? ui * ui * K : 0.0));
         rv[e] += a2 < cap ? a2 : cap;
         wv[e] += is_contraction(op) ? g2 * s1e[e] + 2.0 * u * ye : 2.0 * u * ye * Kk;

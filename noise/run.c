@@ -64,10 +64,22 @@ static void describe_stuck(const vd_noise_ctx *c, vd_noise_result *r) {
            vd_plan_s(c->pp, n->name), n->rank, why, origin);
 }
 
+/* The first point of departure (map.c found the node): "OP 'NAME' on rank R". */
+static void describe_departure(const vd_noise_ctx *c, vd_noise_result *r) {
+  r->departure[0] = '\0';
+  r->departure_is_stuck = 0;
+  if (r->departure_node < 0 || (size_t)r->departure_node >= c->pp->n_nodes) return;
+  const vd_node_t *n = &c->pp->nodes[r->departure_node];
+  r->departure_is_stuck = r->infer.stuck_node == r->departure_node;
+  snprintf(r->departure, sizeof(r->departure), "%s '%.200s' on rank %d", vd_node_op(c->pp, n),
+           vd_plan_s(c->pp, n->name), n->rank);
+}
+
 vd_rc vd_noise_run(const vd_plan_t *sp, vd_plan_t *pp, const vd_noise_dump *sd, const vd_noise_dump *pd,
                    const vd_noise_opts *o, vd_noise_result *r, vd_diag *d) {
   memset(r, 0, sizeof(*r));
   r->first_beyond = r->first_missing = -1;
+  r->departure_node = -1;
   r->compared = sd != NULL;
   vd_noise_ctx c;
   memset(&c, 0, sizeof(c));
@@ -102,6 +114,7 @@ vd_rc vd_noise_run(const vd_plan_t *sp, vd_plan_t *pp, const vd_noise_dump *sd, 
   r->n_parallel_values = c.gpx.n_values;
   r->n_evaluated = c.n_evaluated;
   describe_stuck(&c, r);
+  describe_departure(&c, r);
 done:
   ctx_free(&c);
   return rc;

@@ -133,6 +133,11 @@ void vd_noise_write_text(FILE *f, const vd_noise_result *r, const vd_noise_repor
               w->family, w->observed,
               w->bitid ? ", must be bit-identical (computed by the same operations on identical inputs)" : "");
       if (!w->bitid) fprintf(f, "    realistic bound %.3g, worst-case bound %.3g\n", w->realistic, w->worst);
+      if (r->departure[0])
+        fprintf(f, "  first point of departure: %s: its output has no single-device counterpart, and #%lld is computed "
+                   "from it through values that have none either: the deviation is attributed to it%s\n",
+                r->departure, (long long)r->first_beyond,
+                r->departure_is_stuck ? " (the node where lineage inference stopped, as the verifier's finding)" : "");
       if (x->plan_verdict && strcmp(x->plan_verdict, "EQUIVALENT") == 0)
         fprintf(f, "  The plans are proven EQUIVALENT, so this difference does not come from the plan: it comes from "
                    "outside it (a kernel, the data order, a precision setting, non-determinism). Look at %s first.\n",
@@ -229,6 +234,14 @@ int vd_noise_write_json(const char *path, const vd_noise_result *r, const vd_noi
     fprintf(f, "{\"index\":%lld,\"name\":", (long long)r->first_beyond);
     vd_cli_json_str(f, r->rows[r->first_beyond].name);
     fputc('}', f);
+  } else {
+    fputs("null", f);
+  }
+  fprintf(f, ",\"departure\":");
+  if (r->departure[0]) {
+    fprintf(f, "{\"node\":");
+    vd_cli_json_str(f, r->departure);
+    fprintf(f, ",\"inference_stopped_here\":%s}", r->departure_is_stuck ? "true" : "false");
   } else {
     fputs("null", f);
   }

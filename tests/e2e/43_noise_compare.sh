@@ -5,7 +5,8 @@
 # (missing, exit 1), a truncated record and a wrong header (bad input, exit 2, the line and the
 # field named).  A bug outside the plan (TP rank 1 runs its MLP down projection in bfloat16) on
 # a plan verdict proves EQUIVALENT is beyond rounding and the report says the difference comes
-# from outside the plan.  `verdict noise --json` gives every tensor's bounds and bit-identical flag.
+# from outside the plan.  A bug in the plan (SP's missing all_gather) is attributed to its first point
+# of departure, the node the verifier's finding names.  `verdict noise --json` gives every tensor's bounds and bit-identical flag.
 . "$(dirname "$0")/lib.sh"
 set -e
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -83,4 +84,16 @@ expect_in "^compare: BEYOND ROUNDING" "$TMP/out"
 expect_in "plans: EQUIVALENT" "$TMP/out"
 expect_in "first beyond rounding: #[0-9]* llama_single.py:[0-9]* transpose" "$TMP/out"
 expect_in "The plans are proven EQUIVALENT, so this difference does not come from the plan" "$TMP/out"
-echo "ok   noise and compare: within, beyond, missing, bad input; a bug outside the plan"
+
+# a bug in the plan whose first beyond-rounding tensor is computed from values with no single-device
+# counterpart (SP without its all_gather: the concat of zero buffers): compare attributes it to the
+# first point of departure, the concat, the node the verifier's finding names
+cap nosp --set sp=1 --set bug=no_sp_gather
+cmp_ nosp "$TMP/nosp.p.dump" 1 --json "$TMP/nosp.json"
+expect_in "^compare: BEYOND ROUNDING" "$TMP/out"
+expect_in "plans: NOT EQUIVALENT" "$TMP/out"
+expect_in "first point of departure: concat 'llama_parallel.py:[0-9]*' on rank 0: .*(the node where lineage inference stopped" "$TMP/out"
+expect_exit 1 "$VERDICT" --sm "$TMP/nosp.s.plan" --pm "$TMP/nosp.p.plan"
+dep=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["departure"]; assert d["inference_stopped_here"]; print(d["node"].split(" on rank")[0])' "$TMP/nosp.json")
+grep -qF "WRONG_VALUE at $dep" "$TMP/out" || fail "the departure ($dep) is not the node the finding names"
+echo "ok   noise and compare: within, beyond, missing, bad input; a bug outside the plan; a departure"
