@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../common/mem.h"
+#include "../common/text.h"
 #include "noise_int.h"
 
 static void ctx_free(vd_noise_ctx *c) {
@@ -57,10 +58,11 @@ static void describe_stuck(const vd_noise_ctx *c, vd_noise_result *r) {
   char origin[200] = "";
   if (is->stuck_why == VD_LIN_STUCK_FACTOR && is->stuck_origin >= 0 && (size_t)is->stuck_origin < c->pp->n_nodes) {
     const vd_node_t *on = &c->pp->nodes[is->stuck_origin];
-    snprintf(origin, sizeof(origin), "; the factor comes from %s '%.120s'", vd_node_op(c->pp, on),
+    vd_text_fmt(origin, sizeof(origin), "; the factor comes from %s '%.120s'", vd_node_op(c->pp, on),
              vd_plan_s(c->pp, on->name));
   }
-  snprintf(r->stuck, sizeof(r->stuck), "%s '%.120s' on rank %d: %s%s", vd_node_op(c->pp, n),
+  /* cut between characters (common/text.h): names are any UTF-8 */
+  vd_text_fmt(r->stuck, sizeof(r->stuck), "%s '%.120s' on rank %d: %s%s", vd_node_op(c->pp, n),
            vd_plan_s(c->pp, n->name), n->rank, why, origin);
 }
 
