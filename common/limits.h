@@ -94,14 +94,15 @@
     "asks for more is bad input, so verify memory (about 150 bytes per execution) follows the file.") \
   X(EXEC_SLACK, 1 << 20, NULL,                                                                           \
     "node executions allowed to any plan on top of EXEC_PER_BYTE per byte (small files).")             \
-  X(REPLICA_EXEC_PER_BYTE, 32, NULL,                                                                     \
-    "node executions in all replicas (replicas x one replica's executions) per byte of the parallel "  \
-    "plan, plus REPLICA_EXEC_SLACK.  `replicas` costs a few bytes, but the lineage table and `verdict "  \
-    "exec` work per replica (verify about 180 bytes and exec about 700 bytes per execution).  The "      \
-    "Llama-3 405B shape runs 3.4 per byte; beyond the bound verify and exec stop at once, INCONCLUSIVE " \
-    "(exit 3): the plan is valid, verdict declines the work (a 13 KB plan at dp 10^6 ran past 300 s).")   \
-  X(REPLICA_EXEC_SLACK, 1 << 20, NULL,                                                                   \
-    "node executions in all replicas allowed to any plan on top of REPLICA_EXEC_PER_BYTE per byte.")     \
+  X(REPLICA_EXEC_PER_BYTE, 64, NULL,                                                                     \
+    "node executions and annotated tensor instances in all replicas (replicas x one replica's) per "    \
+    "byte of the parallel plan, plus REPLICA_EXEC_SLACK.  `replicas` costs a few bytes, but the lineage " \
+    "table and `verdict exec` work per replica.  The Llama-3 405B shape: 6.7 per byte.  Beyond the "     \
+    "bound verify and exec stop at once, INCONCLUSIVE (exit 3): the plan is valid, verdict declines the " \
+    "work (a 13 KB plan at dp 10^6 ran past 300 s and 2 GB).")                                          \
+  X(REPLICA_EXEC_SLACK, 1 << 18, NULL,                                                                   \
+    "node executions and annotated instances in all replicas allowed to any plan on top of "             \
+    "REPLICA_EXEC_PER_BYTE per byte (a tiny file at the bound: about 400 MB and 4 s of verify).")               \
   X(CUT_VALUES_PER_VALUE, 64, NULL,                                                                      \
     "stage values cut in one round (operand references count 1/16) per value of the two graphs, plus "   \
     "one per node execution in all "                                                                     \

@@ -8,7 +8,8 @@
  * file.  Two bounds, both proportional to the file:
  *  - executions of one replica (EXEC_PER_BYTE, EXEC_SLACK): a format rule,
  *    checked by the reader; beyond it the file is bad input (exit 2);
- *  - executions in all replicas (REPLICA_EXEC_PER_BYTE, REPLICA_EXEC_SLACK):
+ *  - executions and annotated instances in all replicas
+ *    (REPLICA_EXEC_PER_BYTE, REPLICA_EXEC_SLACK):
  *    the plan is well formed, but the verifier's lineage table and the
  *    oracle's runs are per replica; beyond it verify and exec stop at once
  *    with INCONCLUSIVE (exit 3) naming the limit (verifier/run.c,
@@ -59,11 +60,16 @@ vd_rc vd_plan_replica_work(const vd_plan_t *p, char *why, size_t n, vd_diag *d) 
   uint64_t reps = p->world.replicas > 0 ? (uint64_t)p->world.replicas : 1, exec = 0;
   if (n) why[0] = '\0';
   VD_CHECK(vd_plan_executions(p, UINT64_MAX, &exec, d));
+  /* Annotated instances count as executions: each is a lineage point per
+   * replica, and one node may read 65535 of them. */
+  uint64_t nm = p->world.nm > 0 ? (uint64_t)p->world.nm : 1;
+  for (size_t t = 0; t < p->n_tensors; t++)
+    if (p->tensors[t].has_lin) exec += p->tensors[t].scope == VD_SCOPE_PER_MB ? nm : 1;
   if (exec <= budget / reps) return VD_OK;
   if (n)
     snprintf(why, n,
-             "%" PRIu64 " node executions in all %" PRIu64 " replicas pass REPLICA_EXEC_PER_BYTE (%d per "
-             "byte of this %zu-byte plan, plus %d; `verdict limits`)",
+             "%" PRIu64 " node executions and annotated instances in all %" PRIu64 " replicas pass "
+             "REPLICA_EXEC_PER_BYTE (%d per byte of this %zu-byte plan, plus %d; `verdict limits`)",
              exec * reps < exec ? UINT64_MAX : exec * reps, reps, VD_LIM_REPLICA_EXEC_PER_BYTE, p->file_bytes,
              VD_LIM_REPLICA_EXEC_SLACK);
   return VD_OK;

@@ -294,7 +294,8 @@ vd_rc vd_plan_strip(vd_plan_t *p, size_t *n_kept, size_t *n_stripped, vd_diag *d
  * its rank that runs its segment); counting stops once past `stop`.
  * O(steps + nodes). */
 vd_rc vd_plan_executions(const vd_plan_t *p, uint64_t stop, uint64_t *out, vd_diag *d);
-/* Executions in all replicas against REPLICA_EXEC_PER_BYTE * file_bytes +
+/* Executions and annotated tensor instances in all replicas against
+ * REPLICA_EXEC_PER_BYTE * file_bytes +
  * REPLICA_EXEC_SLACK (common/limits.h).  Within: why[0] = 0.  Beyond: why
  * gets the one-line reason naming the limit (the caller reports it as
  * INCONCLUSIVE).  VD_OK either way; an error only for ENOMEM. */
