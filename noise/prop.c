@@ -289,25 +289,32 @@ typedef struct {
   int64_t *ocap;
 } workbuf;
 
+/* Frees the buffers sized by the operand count (w->cap); tmpd is sized by
+ * elements and outlives a regrowth. */
+static void work_free_slots(workbuf *w) {
+  if (w->tmpo)
+    for (uint32_t i = 0; i < w->cap; i++) vd_free(w->tmpo[i]);
+  vd_free(w->tmpo);
+  vd_free(w->ins);
+  vd_free(w->ocap);
+  vd_free(w->tmpc);
+  if (w->absd)
+    for (uint32_t i = 0; i < w->cap; i++) vd_free(w->absd[i]);
+  vd_free(w->absd);
+  vd_free(w->abscap);
+  vd_free(w->wvec);
+  vd_free(w->wtmp);
+  vd_free(w->s1v);
+  vd_free(w->base);
+  vd_free(w->rvar);
+  vd_free(w->kv);
+  vd_free(w->s2v);
+  vd_free(w->blk);
+}
+
 static vd_rc work_fit(workbuf *w, uint32_t n, vd_diag *d) {
   if (n > w->cap) {
-    for (uint32_t i = 0; i < w->cap; i++) vd_free(w->tmpo[i]);
-    vd_free(w->tmpo);
-    vd_free(w->ins);
-    vd_free(w->ocap);
-    vd_free(w->tmpc);
-    if (w->absd)
-      for (uint32_t i = 0; i < w->cap; i++) vd_free(w->absd[i]);
-    vd_free(w->absd);
-    vd_free(w->abscap);
-    vd_free(w->wvec);
-    vd_free(w->wtmp);
-    vd_free(w->s1v);
-    vd_free(w->base);
-    vd_free(w->rvar);
-    vd_free(w->kv);
-    vd_free(w->s2v);
-    vd_free(w->blk);
+    work_free_slots(w);
     w->blk = vd_calloc(n, sizeof(double *));
     w->kv = vd_calloc(n, sizeof(double *));
     w->s2v = vd_calloc(n, sizeof(double *));
@@ -345,24 +352,8 @@ static vd_rc buf_at_least(double **p, int64_t *cap, int64_t n, vd_diag *d) {
 }
 
 static void work_free(workbuf *w) {
-  for (uint32_t i = 0; i < w->cap; i++) vd_free(w->tmpo[i]);
-  vd_free(w->tmpo);
-  vd_free(w->ins);
-  vd_free(w->ocap);
+  work_free_slots(w);
   vd_free(w->tmpd);
-  vd_free(w->tmpc);
-  if (w->absd)
-    for (uint32_t i = 0; i < w->cap; i++) vd_free(w->absd[i]);
-  vd_free(w->absd);
-  vd_free(w->abscap);
-  vd_free(w->wvec);
-  vd_free(w->wtmp);
-  vd_free(w->s1v);
-  vd_free(w->base);
-  vd_free(w->rvar);
-  vd_free(w->kv);
-  vd_free(w->s2v);
-  vd_free(w->blk);
   memset(w, 0, sizeof(*w));
 }
 
