@@ -21,16 +21,7 @@ Values the capture decomposes into several registry operators (log_softmax -> ex
 sub) have no torch tensor of their own and are absent: verdict recomputes them from their
 inputs.
 """
-
-
-def _used(tr):
-    used = set()
-    for n in tr["nodes"]:
-        used.update(n["in"])
-        used.update(n["out"])
-    for d in tr["decls"]:
-        used.add(d["pid"])
-    return used
+from .assemble import _used  # the values a trace reads, writes or declares
 
 
 def _fmt(vals):
