@@ -25,7 +25,7 @@ CFLAGS  := $(CFLAGS_BASE) $(OPT) $(EXTRA_CFLAGS)
 # the report-writer fuzz target (libxml2, and clang's OpenMP runtime libomp).
 DEMO_PACKAGES := libz3-dev libgmp-dev libigraph-dev libmsgpack-dev libssl-dev libjansson-dev
 DEB_PACKAGES := $(DEMO_PACKAGES) libcmocka-dev python3 python3-msgpack \
-                clang libclang-rt-dev valgrind python3-torch graphviz \
+                clang libclang-rt-dev valgrind python3-venv graphviz \
                 python3-jsonschema python3-pip python3-yaml libxml2-utils libxml2-dev libomp-dev cvc5
 
 LIB_SRC := $(filter-out verifier/main.c,$(foreach m,$(MODULES),$(wildcard $(m)/*.c)))
@@ -35,14 +35,21 @@ TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 TEST_SUPPORT := $(wildcard tests/support/*.c)
 E2E     := $(sort $(wildcard tests/e2e/[0-9]*.sh))
 
-.PHONY: all deps deps-demo test unit e2e asan demo fuzz fuzz-short fuzz-pickle fuzz-pickle-short clean bugs corpus bench valgrind lint torch-demo soundness noise-demo
+
+.PHONY: all deps deps-demo deps-debian test unit e2e asan demo fuzz fuzz-short fuzz-pickle fuzz-pickle-short clean bugs corpus bench valgrind lint torch-demo soundness noise-demo
 all: $(BIN)/verdict
 
 # Installs missing Debian packages (as root, or through sudo); does nothing
-# when all are present.
+# when all are present.  `deps` also creates the PyTorch tools' Python
+# environment (.venv, tools/requirements-torch.txt, pinned) from the Python
+# package index; nothing outside the project is touched.
+VENV := .venv
+VENV_STAMP := $(VENV)/.verdict-pins
 deps: PKGS = $(DEB_PACKAGES)
 deps-demo: PKGS = $(DEMO_PACKAGES)
-deps deps-demo:
+deps: deps-debian $(VENV_STAMP)
+deps-demo: deps-debian
+deps-debian:
 	@missing=""; for p in $(PKGS); do \
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -51,6 +58,15 @@ deps deps-demo:
 	  $$SUDO apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
+
+# The Python environment (docs/torch.md): made once, and again when the pins change.
+$(VENV_STAMP): tools/requirements-torch.txt | deps-debian
+	@echo "make deps: creating $(VENV) (Debian's /usr/bin/python3) with $$(grep -c '==' $<) pinned packages" \
+	  "from the Python package index: torch $$(sed -n 's/^torch==//p' $<) and the CUDA runtime its Linux wheel" \
+	  "pulls in (about 3.5 GB to download, 7 GB on disk; the capture runs on the CPU)"
+	@[ -x $(VENV)/bin/python ] || /usr/bin/python3 -m venv $(VENV)
+	@$(VENV)/bin/pip install --no-input --disable-pip-version-check -q -r $<
+	@cp $< $@
 
 $(BUILD)/%.o: %.c $(wildcard */*.h) $(wildcard */*.def)
 	@mkdir -p $(dir $@)

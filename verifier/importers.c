@@ -134,7 +134,7 @@ static vd_rc check_tools(const char *tool, char *tp, size_t cap, vd_diag *d) {
     VD_FAIL(d, VD_EINPUT, python(), NULL, NULL,
             "no Python interpreter here; %s needs Debian's /usr/bin/python3 with python3-msgpack%s "
             "(make deps installs them; VERDICT_PYTHON names another)",
-            tool, strcmp(tool, "torch2plan") ? "" : " and python3-torch");
+            tool, strcmp(tool, "torch2plan") ? "" : " (PyTorch itself comes from the project's .venv)");
   if (tool_path(tool, tp, cap) != 0 || access(tp, R_OK) != 0)
     VD_FAIL(d, VD_EINPUT, tp, NULL, NULL, "the converter tools/%s is not found next to the verdict binary "
             "(VERDICT_TOOLS=DIR names its folder)", tool);

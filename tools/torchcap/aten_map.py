@@ -21,6 +21,7 @@ import sys
 import torch
 
 from .api import CaptureError
+from . import collectives, memory
 
 _DEBUG = bool(os.environ.get("TORCH2PLAN_DEBUG"))
 _DT = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -293,6 +294,17 @@ def _cat(E, args, kw, out):
     return E.op("concat", [E.x(t) for t in ts], _shape(out), {"dim": dim}, _dt(out))
 
 
+def _as_strided(E, args, kw, out):
+    """A view given by sizes and strides (DDP hands gradients back as such views of the reduced
+    bucket): its value is what the storage holds there (memory.py)."""
+    if not out.is_contiguous():
+        E.fail("a non-contiguous as_strided view (strides %s) is not supported" % (list(out.stride()),))
+    pieces = E.rec.memory.pieces(out)
+    if not pieces:
+        E.fail("an as_strided view of memory the step did not write")
+    return memory.rebuild(E.rec, out, pieces, _dt(out), E.src)
+
+
 def _mm(E, args, kw, out):
     return E.op("matmul", [E.x(args[0]), E.x(args[1])], _shape(out), {}, _dt(out))
 
@@ -330,6 +342,16 @@ def _addc(opname):
             m = E.op("scale", [m], _shape(out), {"factor": float(value)}, _dt(out))
         return E.op("add", [E.x(args[0]), m], _shape(out), {}, _dt(out))
     return h
+
+
+def _lerp(E, args, kw, out):
+    """lerp(a, b, w) = a + w * (b - a) with a scalar weight (torch 2's Adam: exp_avg.lerp_)."""
+    w = kw.get("weight", args[2] if len(args) > 2 else None)
+    if not isinstance(w, numbers.Number):
+        E.fail("lerp with a tensor weight")
+    shape, dt = _shape(out), _dt(out)
+    d = E.op("sub", [E.x(args[1]), E.x(args[0])], shape, {}, dt)
+    return E.op("add", [E.x(args[0]), E.op("scale", [d], shape, {"factor": float(w)}, dt)], shape, {}, dt)
 
 
 def _embedding(E, args, kw, out):
@@ -462,7 +484,7 @@ TABLE = {
     "view": _view, "_unsafe_view": _view, "_reshape_alias": _view, "reshape": _view,
     "unsqueeze": _view, "squeeze": _view, "flatten": _view,
     "expand": _expand, "t": _t, "transpose": _transpose, "permute": _permute,
-    "slice": _slice_op, "select": _select, "cat": _cat,
+    "slice": _slice_op, "select": _select, "cat": _cat, "as_strided": _as_strided,
     "slice_backward": _slice_backward, "select_backward": _select_backward,
     # arithmetic
     "add": _binary("add"), "sub": _binary("sub"), "mul": _binary("mul"), "div": _binary("div"),
@@ -471,7 +493,7 @@ TABLE = {
     "sigmoid": _unary("sigmoid"), "tanh": _unary("tanh"), "silu": _unary("silu"),
     "gelu": _gelu, "gelu_backward": _gelu_bwd, "silu_backward": _silu_bwd,
     "sum": _reduce("sum"), "mean": _mean,
-    "addcmul": _addc("mul"), "addcdiv": _addc("div"),
+    "addcmul": _addc("mul"), "addcdiv": _addc("div"), "lerp": _lerp,
     "ones_like": _like(1.0), "zeros_like": _like(0.0), "full_like": _like(None),
     # linear algebra and layers
     "mm": _mm, "bmm": _mm, "addmm": _addmm,
@@ -504,12 +526,11 @@ def record(rec, func, args, kwargs, out):
     if ns == "profiler":
         return
     if ns == "c10d":
-        # torch.distributed's own dispatch of a call the wrapped dist.* functions record
-        if rec.in_coll:
-            return
-        raise CaptureError("%s: %s was called outside the wrapped torch.distributed functions "
-                           "(supported: dist.all_reduce, all_gather, send, recv, isend, irecv)"
-                           % (rec.src_here()[0], full))
+        return collectives.record_c10d(rec, func, args, kwargs, out)
+    if ns == "_c10d_functional":
+        return collectives.record_functional(rec, func, args, kwargs, out)
+    if rec.pending_snapshots:
+        rec.flush_snapshots()
     if _DEBUG:
         sys.stderr.write("[rank %d %s] %s %s\n" % (rec.rank, rec.phase, full, rec.src_here()[0]))
     tensors = _flat_tensors(args, []) + _flat_tensors(list(kwargs.values()), [])
@@ -539,7 +560,7 @@ def record(rec, func, args, kwargs, out):
     if not outs and not name.endswith("_"):
         return  # metadata queries (is_same_size, ...): no value is produced
     if kwargs.get("out") is not None:
-        raise CaptureError("%s: %s with out= is not supported" % (where(), full))
+        return _record_out(rec, name, full, args, kwargs, where())
     if name in CREATION_EMPTY:
         for o in outs:
             rec.bind(o, None, "empty").src = where()
@@ -575,7 +596,7 @@ def record(rec, func, args, kwargs, out):
         pids = MULTI[base](E, args, kwargs, list(out) if isinstance(out, (list, tuple)) else [out])
         for o, p in zip(outs, pids):
             if p is not None:
-                rec.bind(o, p)
+                rec.bind(o, p, alias=memory.is_view_of(o, tensors))
         _note_fwd(rec, outs, src)
         return
     h = TABLE.get(base)
@@ -593,8 +614,23 @@ def record(rec, func, args, kwargs, out):
     c = rec.cell_of(outs[0])
     if c is not None and c.pid == pid and c.kind == "data":
         return
-    rec.bind(outs[0], pid)
+    rec.bind(outs[0], pid, alias=memory.is_view_of(outs[0], tensors))
     _note_fwd(rec, outs, src)
+
+
+def _record_out(rec, name, full, args, kwargs, src):
+    """An `out=` kernel (DDP's reducer divides gradients into bucket views with mul.out): the
+    operator's value, written into the out tensor (through whatever view of a storage it is)."""
+    kw = dict(kwargs)
+    dst = kw.pop("out")
+    h = TABLE.get(name)
+    if h is None or not isinstance(dst, torch.Tensor):
+        raise CaptureError("%s: %s has no mapping to a verdict operator (tools/torchcap/aten_map.py)"
+                           % (src, full))
+    E = Emit(rec, name, src)
+    pid = h(E, args, kw, dst)
+    rec.write(dst, pid, src)
+    _note_fwd(rec, [dst], src)
 
 
 def _note_fwd(rec, ts, src):

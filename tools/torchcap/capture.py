@@ -2,19 +2,20 @@
 
 What it implements: the `Capture` handle a user's `step(cap)` receives (boundary declarations,
 mesh, the step context) and the recorder behind it.  Inside `with cap.step():` a
-TorchDispatchMode sees every aten operator that runs (forward, autograd backward, optimizer),
-executes it for real, and appends registry operators to the rank's trace through the mapping
-table (aten_map.py).  torch.distributed collectives and point-to-point calls are not dispatched
-in torch 1.13, so the recorder wraps the torch.distributed functions for the duration of the step
-and records each call with its group's global ranks and its order within that group.
+TorchDispatchMode sees every operator that runs (forward, autograd backward, optimizer, and in
+PyTorch 2 every torch.distributed call, DDP's C++ reducer and the functional collectives of
+DTensor and FSDP2 included), executes it for real, and appends registry operators to the rank's
+trace through the mapping tables (aten_map.py, collectives.py).
 
 Values.  Each torch tensor the step touches has a *cell* holding the id of the SSA value it
-currently holds (a "pid").  Every recorded operator output is a fresh pid; an in-place operator
-or a collective writes a fresh pid into the target's cell.  Aliases (detach, alias) share a cell;
-copies (clone, contiguous) get their own cell with the same pid.  When an in-place write hits a
-storage that other cells view, those cells become stale, and reading a stale cell is an error
-(the capture would otherwise record an old value).  Every tensor seen is kept alive until the
-end of the capture, so Python ids are never reused.
+currently holds (a "pid") and the version of its storage when it was bound.  Every recorded
+operator output is a fresh pid; an in-place operator, an `out=` kernel or a collective writes a
+fresh pid into the target, through whatever view of a storage the target is.  memory.py keeps
+what every storage holds, so a cell stays valid until a later write overlaps it, and a read of a
+region written through other views (a gradient bucket, a flat parameter) is rebuilt from the
+pieces.  Aliases (detach, alias) share a cell; copies (clone, contiguous) get their own cell with
+the same pid.  Every tensor seen is kept alive until the end of the capture, so Python ids and
+storages are never reused.
 
 Nothing is dropped silently: an aten operator without a mapping, a tensor that was neither
 declared nor produced in the step, a constant created inside the step and then used as data,
@@ -32,7 +33,8 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .api import CaptureError, Partial, Placement, Replicate, Shard
-from . import aten_map
+from . import aten_map, collectives
+from .memory import Memory, rebuild
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _TOOL_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -62,18 +64,14 @@ def _display_path(fn):
 
 
 class Cell:
-    __slots__ = ("pid", "kind", "storage", "stale", "tensor", "src")
+    __slots__ = ("pid", "kind", "version", "tensor", "src")
 
-    def __init__(self, pid, kind, tensor, src=None):
+    def __init__(self, pid, kind, tensor, version, src=None):
         self.pid = pid          # SSA value id, None for empty / host / const cells
         self.kind = kind        # "data", "empty", "const", "host"
-        self.tensor = tensor    # kept alive: ids must not be reused
-        self.stale = None       # source line of the in-place write that made it stale
+        self.tensor = tensor    # kept alive: ids (and storages) must not be reused
+        self.version = version  # the storage's version when pid was bound (memory.py)
         self.src = src
-        try:
-            self.storage = tensor.storage().data_ptr()
-        except Exception:  # pragma: no cover - tensors without storage
-            self.storage = None
 
 
 class Recorder:
@@ -81,6 +79,7 @@ class Recorder:
         self.rank = rank
         self.world = world
         self.cells = {}          # id(tensor) -> Cell
+        self.memory = Memory()   # what each storage holds (views, buckets, flat buffers)
         self.values = {}         # pid -> {"shape": [...], "dtype": str}
         self.nodes = []
         self.next_pid = 1
@@ -92,7 +91,9 @@ class Recorder:
         self.pending_bwd = []    # node indices waiting for their autograd node's forward line
         self.bwd_caller = None
         self.active = False
-        self.in_coll = 0         # inside a wrapped torch.distributed call
+        self.redop_hint = None   # the reduction of the torch.distributed call being made
+        self.last_work = None    # the Work of the c10d call being recorded
+        self.pending_snapshots = []  # (work, tensor, pid) of receives, copied once complete
         self.paths = {}          # "file.py:LINE" -> "path/to/file.py:LINE" (None: two files share the name)
         self.dump = None         # pid -> float64 copy of its value (torch2plan --dump-*), or None
         self.quiet = False       # taking a snapshot: the dispatch mode records nothing
@@ -107,8 +108,14 @@ class Recorder:
     def cell_of(self, t):
         return self.cells.get(id(t))
 
-    def bind(self, t, pid, kind="data"):
-        c = Cell(pid, kind, t)
+    def bind(self, t, pid, kind="data", alias=False):
+        """t holds value pid.  A fresh tensor's storage now holds pid; a view's (alias) storage
+        already holds it, through the base's writes."""
+        if kind == "data" and pid is not None and not alias:
+            version = self.memory.store(t, pid, t.numel())
+        else:
+            version = self.memory.version(t)
+        c = Cell(pid, kind, t, version)
         self.cells[id(t)] = c
         if pid is not None and kind == "data":
             self.snapshot(t, pid)
@@ -131,31 +138,39 @@ class Recorder:
         self.cells[id(dst_t)] = self.cells[id(src_t)]
 
     def write(self, t, pid, where):
-        """An in-place write of value pid into tensor t: other views of its storage go stale."""
+        """An in-place write of value pid into tensor t (through whatever view t is)."""
         c = self.cells.get(id(t))
         if c is None:
             c = self.bind(t, pid)
         else:
             c.pid = pid
             c.kind = "data"
-        self.snapshot(t, pid)
-        st = c.storage
-        if st is not None:
-            for other in self.cells.values():
-                if other is not c and other.storage == st and other.kind == "data":
-                    other.stale = where
-        c.stale = None
+            c.version = self.memory.store(t, pid, t.numel())
+            self.snapshot(t, pid)
+        return c
 
     def read(self, t, where, what):
         """The pid a tensor holds, or CaptureError when it holds no recordable value."""
         c = self.cells.get(id(t))
+        if c is not None and c.kind == "data" and self.memory.unchanged_since(t, c.version):
+            return c.pid
+        if c is None or c.kind in ("data", "empty"):
+            try:
+                pieces = self.memory.pieces(t)
+            except CaptureError as e:
+                raise CaptureError("%s: %s: %s" % (where, what, e))
+            if pieces:
+                pid = rebuild(self, t, pieces, DTYPES.get(t.dtype, "f32"), where)
+                self.bind(t, pid, alias=True)
+                return pid
         if c is None:
             raise CaptureError("%s: %s reads a tensor of shape %s that was neither declared "
                                "(cap.param / cap.input / cap.optimizer) nor produced inside the step"
                                % (where, what, list(t.shape)))
-        if c.stale:
-            raise CaptureError("%s: %s reads a view whose storage was written in place at %s; "
-                               "views of an updated tensor are not tracked" % (where, what, c.stale))
+        if c.kind == "data":
+            raise CaptureError("%s: %s reads a view whose storage was partly written in place "
+                               "through another view that is not tracked element by element"
+                               % (where, what))
         if c.kind == "empty":
             raise CaptureError("%s: %s reads an uninitialised tensor (torch.empty) created at %s"
                                % (where, what, c.src))
@@ -164,6 +179,22 @@ class Recorder:
                                "create it before the step and declare it with cap.input"
                                % (where, what, c.src))
         return c.pid
+
+    def flush_snapshots(self, wait=False):
+        """--dump-*: a receive's value, copied once its work has completed."""
+        if self.dump is None:
+            self.pending_snapshots = []
+            return
+        left = []
+        for work, t, pid in self.pending_snapshots:
+            w = dist.distributed_c10d.Work.unbox(work) if isinstance(work, torch.ScriptObject) else work
+            if w is None or wait or w.is_completed():
+                if w is not None and wait:
+                    w.wait()
+                self.snapshot(t, pid)
+            else:
+                left.append((work, t, pid))
+        self.pending_snapshots = left
 
     # ---- nodes -------------------------------------------------------------------------------
     def src_here(self):
@@ -368,9 +399,14 @@ class Capture:
         return self._declare("loss", t, name, mb_index, placements)
 
     def params(self, module, prefix="", **placements):
-        """Declares every parameter of a module under its own (prefixed) name."""
+        """Declares every parameter of a module under its own (prefixed) name, and its buffers
+        (a causal mask, position tables) as inputs: the module states both, so the user need
+        not.  A buffer already declared is left as it is."""
         for n, p in module.named_parameters():
             self.param(p, prefix + n, **placements)
+        for n, b in module.named_buffers():
+            if self.rec.cell_of(b) is None:
+                self.input(b, prefix + n)
 
     def optimizer(self, opt, step=1, seed=0):
         """Declares the state of a torch.optim.SGD (momentum 0) or Adam optimizer.
@@ -435,7 +471,7 @@ class Capture:
             raise CaptureError("cap.step() may run once")
         self.stepped = True
         rec = self.rec
-        patches = _patch_dist(rec, self) if self.parallel else []
+        patches = collectives.hint_wrappers(rec) if self.parallel else []
         real_backward = torch.autograd.backward
 
         def backward(tensors, grad_tensors=None, *a, **k):
@@ -460,6 +496,7 @@ class Capture:
                 yield self
         finally:
             rec.active = False
+            rec.flush_snapshots(wait=True)
             torch.autograd.backward = real_backward
             for mod, name, fn in patches:
                 setattr(mod, name, fn)
@@ -510,137 +547,3 @@ def _hook_graph(rec, tensors):
             if nxt is not None:
                 stack.append(nxt)
     return hooks
-
-
-# ---- torch.distributed ---------------------------------------------------------------------
-
-def _group_ranks(group):
-    if group is None or group is dist.group.WORLD:
-        return tuple(range(dist.get_world_size()))
-    return tuple(dist.get_process_group_ranks(group))
-
-
-def _patch_dist(rec, cap):
-    import torch.distributed.distributed_c10d as c10d
-    real = {n: getattr(dist, n) for n in ("all_reduce", "all_gather", "send", "recv", "isend", "irecv",
-                                          "broadcast", "reduce_scatter", "all_to_all", "all_gather_into_tensor",
-                                          "_all_gather_base", "reduce_scatter_tensor", "_reduce_scatter_base",
-                                          "reduce", "gather", "scatter", "all_to_all_single")}
-
-    def coll_info(kind, group):
-        ranks = _group_ranks(group)
-        seq = rec.coll_seq.get(ranks, 0)
-        rec.coll_seq[ranks] = seq + 1
-        return {"kind": kind, "group": list(ranks), "seq": seq}
-
-    def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
-        where = rec.src_here()[0]
-        pin = rec.read(tensor, where, "dist.all_reduce")
-        if op == dist.ReduceOp.SUM:
-            red = "sum"
-        elif op == dist.ReduceOp.MAX:
-            red = "max"
-        else:
-            raise CaptureError("%s: dist.all_reduce with op %s is not supported (SUM, MAX)" % (where, op))
-        w = real["all_reduce"](tensor, op=op, group=group, async_op=async_op)
-        pout = rec.new_value(_dims(tensor), DTYPES.get(tensor.dtype, "f32"))
-        attrs = {} if red == "sum" else {"reduce": red}
-        rec.emit("all_reduce", [pin], [pout], attrs, aten="dist.all_reduce", phase="comm",
-                 coll=coll_info("all_reduce", group), src=where)
-        rec.write(tensor, pout, where)
-        return w
-
-    def all_gather(tensor_list, tensor, group=None, async_op=False):
-        where = rec.src_here()[0]
-        pin = rec.read(tensor, where, "dist.all_gather")
-        w = real["all_gather"](tensor_list, tensor, group=group, async_op=async_op)
-        n = len(tensor_list)
-        shape = _dims(tensor)
-        dt = DTYPES.get(tensor.dtype, "f32")
-        x = pin
-        if not shape:
-            shape = [1]
-            x = rec.new_value(shape, dt)
-            rec.emit("view", [pin], [x], aten="dist.all_gather", src=where)
-        gshape = [shape[0] * n] + shape[1:]
-        g = rec.new_value(gshape, dt)
-        rec.emit("all_gather", [x], [g], {"dim": 0}, aten="dist.all_gather", phase="comm",
-                 coll=coll_info("all_gather", group), src=where)
-        for i, t in enumerate(tensor_list):
-            p = rec.new_value(shape, dt)
-            rec.emit("chunk", [g], [p], {"dim": 0, "index": i, "chunks": n}, aten="dist.all_gather", src=where)
-            if list(t.shape) != shape:
-                q = rec.new_value(_dims(t), dt)
-                rec.emit("view", [p], [q], aten="dist.all_gather", src=where)
-                p = q
-            rec.write(t, p, where)
-        return w
-
-    def send(tensor, dst, group=None, tag=0, _fn="send"):
-        where = rec.src_here()[0]
-        if group is not None and group is not dist.group.WORLD:
-            raise CaptureError("%s: dist.send with a group is not supported (use global ranks)" % where)
-        pin = rec.read(tensor, where, "dist.send")
-        key = (rec.rank, int(dst))
-        seq = rec.p2p_seq.get(key, 0)
-        rec.p2p_seq[key] = seq + 1
-        rec.emit("send", [pin], [], aten="dist.send", phase="comm",
-                 coll={"kind": "p2p", "group": [rec.rank, int(dst)], "seq": seq}, src=where)
-        return real[_fn](tensor, dst, group=group, tag=tag)
-
-    def recv(tensor, src=None, group=None, tag=0, _fn="recv"):
-        where = rec.src_here()[0]
-        if src is None or (group is not None and group is not dist.group.WORLD):
-            raise CaptureError("%s: dist.recv needs an explicit source rank and no group" % where)
-        r = real[_fn](tensor, src=src, group=group, tag=tag)
-        if _fn == "irecv":
-            r.wait()
-        key = (int(src), rec.rank)
-        seq = rec.p2p_seq.get(key, 0)
-        rec.p2p_seq[key] = seq + 1
-        pout = rec.new_value(_dims(tensor), DTYPES.get(tensor.dtype, "f32"))
-        rec.emit("recv", [], [pout], aten="dist.recv", phase="comm",
-                 coll={"kind": "p2p", "group": [int(src), rec.rank], "seq": seq}, src=where)
-        rec.write(tensor, pout, where)
-        return r
-
-    def isend(tensor, dst, group=None, tag=0):
-        return send(tensor, dst, group=group, tag=tag, _fn="isend")
-
-    def irecv(tensor, src=None, group=None, tag=0):
-        recv(tensor, src=src, group=group, tag=tag, _fn="irecv")
-        return _Done()
-
-    def unsupported(name):
-        def f(*a, **k):
-            raise CaptureError("%s: dist.%s is not supported by torch2plan (supported: all_reduce, "
-                               "all_gather, send, recv, isend, irecv)" % (rec.src_here()[0], name))
-        return f
-
-    def guarded(fn):
-        def g(*a, **k):
-            rec.in_coll += 1
-            try:
-                return fn(*a, **k)
-            finally:
-                rec.in_coll -= 1
-        return g
-
-    mine = {"all_reduce": all_reduce, "all_gather": all_gather, "send": send, "recv": recv,
-            "isend": isend, "irecv": irecv}
-    patches = []
-    for n, fn in real.items():
-        new = guarded(mine[n]) if n in mine else unsupported(n)
-        for mod in (dist, c10d):
-            if hasattr(mod, n):
-                patches.append((mod, n, getattr(mod, n)))
-                setattr(mod, n, new)
-    return patches
-
-
-class _Done:
-    def wait(self):
-        return True
-
-    def is_completed(self):
-        return True

@@ -1,0 +1,405 @@
+"""tools/torchcap/collectives.py - torch.distributed traffic, recorded where torch dispatches it.
+
+In PyTorch 2 every collective and point-to-point call reaches the dispatcher as an operator of
+the `c10d` namespace (dist.all_reduce -> c10d.allreduce_, DDP's C++ reducer too) or, for the
+functional collectives DTensor and FSDP2 emit, of `_c10d_functional` (all_reduce,
+all_gather_into_tensor, reduce_scatter_tensor, wait_tensor).  The capture's dispatch mode hands
+each such call here; TABLE maps the operator to a handler that records registry collectives
+(ops/ops.def: all_reduce, all_gather, reduce_scatter, broadcast, send, recv) with the group's
+global ranks and the call's order within the group, and writes the result into the tensors the
+call fills (through the storage model, so buckets and flat buffers are right).
+
+The reduction of a c10d call is an opaque object in Python.  It is learnt from the Python entry
+point that made the call (dist.all_reduce's `op`, recorded by `hint_wrappers`) and otherwise, for
+calls made from C++ (DDP's reducer), by asking the group: the inputs are all-gathered outside the
+capture and the result compared with their sum, mean and maximum; a result none of them explains,
+or that two of them explain, is refused.
+
+Collectives run to completion before they are recorded (a collective needs every member anyway,
+so waiting early changes no value); sends and receives are not waited for (pipeline schedules post
+both before waiting), and a receive's value is copied for --dump-* once its work completes.
+"""
+import torch
+import torch.distributed as dist
+
+from .api import CaptureError
+
+_RED = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.MAX: "max", dist.ReduceOp.AVG: "avg"}
+_FN_RED = {"sum": "sum", "max": "max", "avg": "avg"}
+
+
+def _ranks_of_pg(pg):
+    return tuple(dist.get_process_group_ranks(pg))
+
+
+def _pg(obj):
+    if isinstance(obj, torch.ScriptObject):
+        return dist.ProcessGroup.unbox(obj)
+    return obj
+
+
+def _pg_by_name(name):
+    from torch.distributed.distributed_c10d import _resolve_process_group
+    return _resolve_process_group(name)
+
+
+def _dt(rec, t):
+    from .capture import DTYPES
+    return DTYPES.get(t.dtype, "f32")
+
+
+def _dims(t):
+    return [int(s) for s in t.shape]
+
+
+class Call:
+    """One dispatched collective: the recorder, the user's line, the group."""
+
+    def __init__(self, rec, name, pg):
+        self.rec = rec
+        self.name = name
+        self.pg = pg
+        self.ranks = _ranks_of_pg(pg)
+        self.where = rec.src_here()[0]
+
+    def fail(self, why):
+        raise CaptureError("%s: %s: %s" % (self.where, self.name, why))
+
+    def info(self, kind):
+        seq = self.rec.coll_seq.get(self.ranks, 0)
+        self.rec.coll_seq[self.ranks] = seq + 1
+        return {"kind": kind, "group": list(self.ranks), "seq": seq}
+
+    def emit(self, op, ins, shape, dt, attrs=None, kind=None):
+        out = self.rec.new_value(shape, dt)
+        self.rec.emit(op, ins, [out], attrs or {}, aten=self.name, phase="comm",
+                      coll=self.info(kind or op), src=self.where)
+        return out
+
+    def local(self, op, ins, shape, dt, attrs=None):
+        """A local identity step (view, chunk) around a collective."""
+        out = self.rec.new_value(shape, dt)
+        self.rec.emit(op, ins, [out], attrs or {}, aten=self.name, src=self.where)
+        return out
+
+    def reduced(self, pin, shape, dt, red):
+        """all_reduce of pin with reduction red ("sum", "max", "avg": a sum scaled by 1/n)."""
+        attrs = {"reduce": "max"} if red == "max" else {}
+        out = self.emit("all_reduce", [pin], shape, dt, attrs)
+        if red == "avg":
+            out = self.local("scale", [out], shape, dt, {"factor": 1.0 / len(self.ranks)})
+        return out
+
+
+def _wait(work):
+    if isinstance(work, torch.ScriptObject):
+        work = dist.distributed_c10d.Work.unbox(work)
+    if work is not None:
+        work.wait()
+
+
+def _reduction(call, inputs, results):
+    """The reduction a c10d call applied: its Python entry point's `op`, else learnt from the
+    group's inputs (see the module comment)."""
+    hint = call.rec.redop_hint
+    if hint is not None:
+        call.rec.redop_hint = None
+        red = _RED.get(hint)
+        if red is None:
+            call.fail("reduction %s is not supported (SUM, AVG, MAX)" % hint)
+        return red
+    outs = []
+    for x, r in zip(inputs, results):
+        gathered = [torch.empty_like(x) for _ in call.ranks]
+        dist.all_gather(gathered, x, group=call.pg)
+        st = torch.stack([g.double() for g in gathered])
+        outs.append((st, r.double()))
+    fits = []
+    for red, f in (("sum", lambda s: s.sum(0)), ("avg", lambda s: s.mean(0)), ("max", lambda s: s.amax(0))):
+        if all(torch.allclose(f(st).reshape(r.shape), r, rtol=1e-5, atol=1e-12) for st, r in outs):
+            fits.append(red)
+    if len(fits) != 1:
+        call.fail("could not tell the reduction of a call made from C++ (%s fit the values)"
+                  % (" and ".join(fits) or "none of sum, avg, max"))
+    return fits[0]
+
+
+# ---- handlers: (call, args) -> None; they read inputs, record, and write outputs -----------------
+
+def _allreduce(call, args):
+    tensors = list(args[0])
+    before = [t.detach().clone() for t in tensors]
+    _wait(call.rec.last_work)
+    red = _reduction(call, before, tensors)
+    for t, b in zip(tensors, before):
+        pin = call.rec.read(t, call.where, call.name)
+        call.rec.write(t, call.reduced(pin, _dims(t), _dt(call.rec, t), red), call.where)
+
+
+def _gather_into(call, x, pin, n):
+    """all_gather of x along dim 0 (a 0-d tensor as [1])."""
+    shape = _dims(x) or [1]
+    dt = _dt(call.rec, x)
+    if not _dims(x):
+        pin = call.local("view", [pin], shape, dt)
+    return call.emit("all_gather", [pin], [shape[0] * n] + shape[1:], dt, {"dim": 0}), shape, dt
+
+
+def _allgather(call, args):
+    outputs, inputs = args[0], args[1]
+    _wait(call.rec.last_work)
+    for outs, x in zip(outputs, inputs):
+        pin = call.rec.read(x, call.where, call.name)
+        g, shape, dt = _gather_into(call, x, pin, len(outs))
+        for i, t in enumerate(outs):
+            p = call.local("chunk", [g], shape, dt, {"dim": 0, "index": i, "chunks": len(outs)})
+            if _dims(t) != shape:
+                p = call.local("view", [p], _dims(t), dt)
+            call.rec.write(t, p, call.where)
+
+
+def _write_shaped(call, t, p, shape, dt):
+    if _dims(t) != shape:
+        p = call.local("view", [p], _dims(t), dt)
+    call.rec.write(t, p, call.where)
+
+
+def _allgather_base(call, args):
+    out, x = args[0], args[1]
+    _wait(call.rec.last_work)
+    pin = call.rec.read(x, call.where, call.name)
+    g, shape, dt = _gather_into(call, x, pin, len(call.ranks))
+    _write_shaped(call, out, g, [shape[0] * len(call.ranks)] + shape[1:], dt)
+
+
+def _reduce_scatter_base(call, args):
+    out, x = args[0], args[1]
+    before = x.detach().clone()
+    _wait(call.rec.last_work)
+    red = _reduction_rs(call, before, out)
+    _reduce_scatter_one(call, out, x, red)
+
+
+def _reduce_scatter_one(call, out, x, red):
+    n = len(call.ranks)
+    dt = _dt(call.rec, x)
+    pin = call.rec.read(x, call.where, call.name)
+    shape = _dims(x)
+    if not shape or shape[0] % n:
+        call.fail("reduce-scatter of a tensor whose first dim (%s) is not a multiple of the group "
+                  "size %d" % (shape[:1], n))
+    p = call.emit("reduce_scatter", [pin], [shape[0] // n] + shape[1:], dt, {"dim": 0})
+    if red == "avg":
+        p = call.local("scale", [p], [shape[0] // n] + shape[1:], dt, {"factor": 1.0 / n})
+    elif red != "sum":
+        call.fail("reduce-scatter with reduction %s is not supported (SUM, AVG)" % red)
+    _write_shaped(call, out, p, [shape[0] // n] + shape[1:], dt)
+
+
+def _reduction_rs(call, x, out):
+    """A reduce-scatter's reduction, learnt as for all_reduce on this rank's chunk."""
+    if call.rec.redop_hint is not None:
+        return _reduction(call, [], [])
+    n = len(call.ranks)
+    me = call.ranks.index(dist.get_rank())
+    mine = x.reshape(n, -1)[me].reshape(out.shape)
+    return _reduction(call, [mine], [out])
+
+
+def _reduce_scatter(call, args):
+    outputs, inputs = args[0], args[1]
+    _wait(call.rec.last_work)
+    red = _reduction(call, [], []) if call.rec.redop_hint is not None else None
+    for out, parts in zip(outputs, inputs):
+        if red is None:
+            me = call.ranks.index(dist.get_rank())
+            red = _reduction(call, [parts[me].detach().clone()], [out])
+        dt = _dt(call.rec, out)
+        pins = [call.rec.read(p, call.where, call.name) for p in parts]
+        cat = call.local("concat", pins, [sum(_dims(p)[0] for p in parts)] + _dims(parts[0])[1:], dt, {"dim": 0})
+        n = len(call.ranks)
+        shape = [_dims(parts[0])[0] * n] + _dims(parts[0])[1:]
+        p = call.emit("reduce_scatter", [cat], [shape[0] // n] + shape[1:], dt, {"dim": 0})
+        if red == "avg":
+            p = call.local("scale", [p], _dims(out), dt, {"factor": 1.0 / n})
+        call.rec.write(out, p, call.where)
+
+
+def _broadcast(call, args):
+    tensors, root = list(args[0]), int(args[2])
+    root_pos = root          # c10d's root is the rank within the group
+    me = call.ranks.index(dist.get_rank())
+    _wait(call.rec.last_work)
+    for t in tensors:
+        dt = _dt(call.rec, t)
+        ins = [call.rec.read(t, call.where, call.name)] if me == root_pos else []
+        p = call.emit("broadcast", ins, _dims(t), dt, {"root": root_pos})
+        call.rec.write(t, p, call.where)
+
+
+def _p2p_key(call, peer_in_group, sending):
+    peer = call.ranks[peer_in_group]
+    me = call.rec.rank
+    key = (me, peer) if sending else (peer, me)
+    seq = call.rec.p2p_seq.get(key, 0)
+    call.rec.p2p_seq[key] = seq + 1
+    return {"kind": "p2p", "group": list(key), "seq": seq}
+
+
+def _send(call, args):
+    for t in args[0]:
+        pin = call.rec.read(t, call.where, call.name)
+        call.rec.emit("send", [pin], [], aten=call.name, phase="comm",
+                      coll=_p2p_key(call, int(args[2]), True), src=call.where)
+
+
+def _recv(call, args):
+    for t in args[0]:
+        pout = call.rec.new_value(_dims(t), _dt(call.rec, t))
+        call.rec.emit("recv", [], [pout], aten=call.name, phase="comm",
+                      coll=_p2p_key(call, int(args[2]), False), src=call.where)
+        call.rec.write(t, pout, call.where)
+        call.rec.pending_snapshots.append((call.rec.last_work, t, pout))
+
+
+def _barrier(call, args):
+    return None
+
+
+# c10d operator -> (handler, index of the process group argument)
+C10D = {
+    "allreduce_": (_allreduce, 1),
+    "allgather_": (_allgather, 2),
+    "_allgather_base_": (_allgather_base, 2),
+    "_reduce_scatter_base_": (_reduce_scatter_base, 2),
+    "reduce_scatter_": (_reduce_scatter, 2),
+    "broadcast_": (_broadcast, 1),
+    "send": (_send, 1),
+    "recv_": (_recv, 1),
+    "barrier": (_barrier, 1),
+    "monitored_barrier_": (_barrier, 1),
+}
+
+
+def record_c10d(rec, func, args, kwargs, out):
+    name = str(func).split(".")[1]
+    entry = C10D.get(name)
+    if entry is None:
+        raise CaptureError("%s: torch.distributed's %s is not supported by torch2plan (supported: "
+                           "all_reduce, all_gather, all_gather_into_tensor, reduce_scatter, "
+                           "reduce_scatter_tensor, broadcast, send, recv, barrier)"
+                           % (rec.src_here()[0], str(func)))
+    handler, pg_at = entry
+    rec.last_work = out[-1] if isinstance(out, (list, tuple)) else out
+    call = Call(rec, "c10d." + name, _pg(args[pg_at]))
+    try:
+        handler(call, args)
+    finally:
+        rec.last_work = None
+        rec.redop_hint = None
+
+
+# ---- functional collectives (DTensor, FSDP2): a new output tensor, waited for later ------------
+
+def _fn_all_reduce(call, args, out):
+    red = _FN_RED.get(str(args[1]).lower())
+    if red is None:
+        call.fail("reduction %r is not supported (sum, avg, max)" % args[1])
+    x = args[0]
+    pin = call.rec.read(x, call.where, call.name)
+    return call.reduced(pin, _dims(x), _dt(call.rec, x), red)
+
+
+def _fn_all_gather(call, args, out):
+    x = args[0]
+    pin = call.rec.read(x, call.where, call.name)
+    g, shape, dt = _gather_into(call, x, pin, len(call.ranks))
+    full = [shape[0] * len(call.ranks)] + shape[1:]
+    return g if _dims(out) == full else call.local("view", [g], _dims(out), dt)
+
+
+def _fn_reduce_scatter(call, args, out):
+    red = _FN_RED.get(str(args[1]).lower())
+    if red not in ("sum", "avg"):
+        call.fail("reduction %r is not supported (sum, avg)" % args[1])
+    x = args[0]
+    n = len(call.ranks)
+    dt = _dt(call.rec, x)
+    shape = _dims(x)
+    if not shape or shape[0] % n:
+        call.fail("reduce-scatter of a tensor whose first dim (%s) is not a multiple of the group "
+                  "size %d" % (shape[:1], n))
+    pin = call.rec.read(x, call.where, call.name)
+    p = call.emit("reduce_scatter", [pin], [shape[0] // n] + shape[1:], dt, {"dim": 0})
+    if red == "avg":
+        p = call.local("scale", [p], _dims(out), dt, {"factor": 1.0 / n})
+    return p
+
+
+def _fn_broadcast(call, args, out):
+    x, root = args[0], int(args[1])
+    me = call.ranks.index(dist.get_rank())
+    ins = [call.rec.read(x, call.where, call.name)] if call.ranks.index(root) == me else []
+    return call.emit("broadcast", ins, _dims(x), _dt(call.rec, x), {"root": call.ranks.index(root)})
+
+
+# functional operator -> (handler, index of the group-name argument)
+FUNCTIONAL = {
+    "all_reduce": (_fn_all_reduce, 2),
+    "all_gather_into_tensor": (_fn_all_gather, 2),
+    "reduce_scatter_tensor": (_fn_reduce_scatter, 3),
+    "broadcast": (_fn_broadcast, 2),
+}
+
+
+def record_functional(rec, func, args, kwargs, out):
+    name = str(func).split(".")[1]
+    if name == "wait_tensor":
+        # the value was recorded when the collective was issued; it is real from now on
+        c = rec.cell_of(args[0])
+        if c is not None and c.pid is not None:
+            rec.share(args[0], out)
+            rec.snapshot(out, c.pid)
+        return
+    base = name[:-1] if name.endswith("_") else name
+    entry = FUNCTIONAL.get(base)
+    if entry is None:
+        raise CaptureError("%s: the functional collective %s is not supported by torch2plan "
+                           "(supported: all_reduce, all_gather_into_tensor, reduce_scatter_tensor, "
+                           "broadcast, wait_tensor)" % (rec.src_here()[0], str(func)))
+    handler, name_at = entry
+    call = Call(rec, "_c10d_functional." + name, _pg_by_name(args[name_at]))
+    pid = handler(call, args, out if base == name else args[0])
+    if base == name:
+        rec.bind(out, pid)
+    else:
+        rec.write(args[0], pid, call.where)
+
+
+def hint_wrappers(rec):
+    """Wraps the torch.distributed entry points that take a reduction, so that the c10d call they
+    make is recorded with it: [(module, name, original)] to restore after the step."""
+    import torch.distributed.distributed_c10d as c10d
+    patches = []
+
+    def wrap(fn, op_pos):
+        def w(*a, **k):
+            op = k.get("op", a[op_pos] if len(a) > op_pos else dist.ReduceOp.SUM)
+            rec.redop_hint = op
+            try:
+                return fn(*a, **k)
+            finally:
+                rec.redop_hint = None
+        return w
+    for name, op_pos in (("all_reduce", 1), ("reduce_scatter", 2), ("reduce_scatter_tensor", 2),
+                         ("_reduce_scatter_base", 2), ("all_reduce_coalesced", 1)):
+        for mod in (dist, c10d):
+            if hasattr(mod, name):
+                orig = getattr(mod, name)
+                patches.append((mod, name, orig))
+        fn = getattr(c10d, name, None) or getattr(dist, name)
+        w = wrap(fn, op_pos)
+        for mod in (dist, c10d):
+            if hasattr(mod, name):
+                setattr(mod, name, w)
+    return patches
