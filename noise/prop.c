@@ -691,9 +691,11 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
   for (uint32_t j = 0; j < gn->n_out; j++) {
     int64_t pj = part_n(ptensor(c, ov[j]));
     nfac[j] = is_contraction(op) && pj > in_parts ? (double)pj / (double)in_parts : 0.0;
-    /* a contraction on another shape than the single plan's, in low precision: another
-       blocking of the same sums, as if reassociated (both sides' roundings independent) */
-    if (is_contraction(op) && nfac[j] == 0 && low && !whole_single(c, ov[j])) nfac[j] = 1.0;
+    /* a contraction on another shape than the single plan's: another blocking of the same sums,
+       as if reassociated (both sides' roundings independent).  In any precision: PyTorch 2's CPU
+       matmuls (oneDNN/MKL) block by the row count, so a float32 linear over half the rows was
+       measured to differ by 1e-7 on bit-identical inputs (1.13's kernels did not) */
+    if (is_contraction(op) && nfac[j] == 0 && !whole_single(c, ov[j])) nfac[j] = 1.0;
     any_split |= nfac[j] > 0;
     vs[j] = s1[j] = 0;
     km[j] = 1;
@@ -735,7 +737,7 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
     /* a low-precision kernel on another shape takes another code path whatever its inputs: for a
        contraction too (bfloat16 batched matmuls of another batch shape were measured to differ by
        whole output roundings on bit-identical inputs) */
-    int kernel = (kernel_dependent(op) || is_contraction(op)) && !whole_single(c, v) && low;
+    int kernel = ((kernel_dependent(op) && low) || is_contraction(op)) && !whole_single(c, v);
     int amp = !bit_in && !is_move(op) && u > 0;
     double gsplit = split ? vd_noise_gamma(km[j], ua) + vd_noise_gamma(km[j] * nfac[j], ua) : 0;
     double nm = coll_sum ? (double)gn->n_part : (double)gn->n_in, gcomb = vd_noise_gamma(nm - 1.0, ua);
