@@ -1177,7 +1177,8 @@ static uint32_t tr_value(const cctx *c, uint32_t u, int32_t m0, int32_t m) {
  * part, part count and replica structure). */
 static int piece_like(const vd_lin_table *lt, uint32_t a, uint32_t b) {
   const vd_lin_piece *p = &lt->pieces[a], *q = &lt->pieces[b];
-  return p->lineage == q->lineage && p->part_k == q->part_k && p->part_n == q->part_n && p->all_rep == q->all_rep &&
+  return p->lineage == q->lineage && p->part_k == q->part_k && p->part_n == q->part_n && p->f == q->f &&
+         p->all_rep == q->all_rep &&
          p->replica == q->replica && p->initial == q->initial;
 }
 
@@ -1731,7 +1732,7 @@ static vd_rc prepare_groups(cctx *c) {
     for (size_t a = L->piece_off; a < e;) {
       size_t b = a + 1;
       const vd_lin_piece *p = &lt->pieces[a];
-      while (b < e && lt->pieces[b].part_n == p->part_n &&
+      while (b < e && lt->pieces[b].part_n == p->part_n && lt->pieces[b].f == p->f &&
              !memcmp(lt->pieces[b].lo, p->lo, (size_t)nd * sizeof(int64_t)) &&
              !memcmp(lt->pieces[b].hi, p->hi, (size_t)nd * sizeof(int64_t)))
         b++;
@@ -1765,7 +1766,7 @@ static vd_rc cut_lineage(cctx *c, uint32_t li) {
   for (size_t a = L->piece_off; a < e;) {
     size_t b = a + 1;
     const vd_lin_piece *p = &lt->pieces[a];
-    while (b < e && lt->pieces[b].part_n == p->part_n && !memcmp(lt->pieces[b].lo, p->lo, (size_t)nd * sizeof(int64_t)) &&
+    while (b < e && lt->pieces[b].part_n == p->part_n && lt->pieces[b].f == p->f && !memcmp(lt->pieces[b].lo, p->lo, (size_t)nd * sizeof(int64_t)) &&
            !memcmp(lt->pieces[b].hi, p->hi, (size_t)nd * sizeof(int64_t)))
       b++;
     if (!c->done[a]) {
