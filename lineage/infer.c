@@ -1663,7 +1663,12 @@ static int emit(ictx *c, uint32_t ti, vd_plan_t *pp) {
      * be a hypothesis nothing proves). */
     if (gp->values[first].is_initial || gp->values[first].producer < 0) return 0;
     const vlin *l = vl_at(c, last);
-    if (!aligned(c, (uint32_t)last) || l->noemit || fabs(l->f - 1.0) > 1e-12) return 0;
+    /* A factor f != 1 is written (vd_lineage_ann.factor): the claim is then
+     * "f x the part", proven like any other (an averaging DP reducer's
+     * inputs are dp x their share; without it the whole backward had no
+     * candidate).  f must be finite and the same in every microbatch. */
+    if (!aligned(c, (uint32_t)last) || l->noemit || !isfinite(l->f) || l->f == 0.0) return 0;
+    if (m > 0 && l->f != vd_lineage_factor(&a)) return 0;
     /* A slice of a broadcast dim is right wherever it sits, but the copies
      * of one claim must cover the single tensor: no candidate; the stages
      * that read it grow to its producers. */
@@ -1682,6 +1687,7 @@ static int emit(ictx *c, uint32_t ti, vd_plan_t *pp) {
       memcpy(a.hi, l->hi, sizeof(a.hi));
       memcpy(a.dp_shift, l->dlo, sizeof(a.dp_shift));
       a.part_k = k, a.part_n = n, a.dp_part = dk;
+      a.factor = fabs(l->f - 1.0) <= 1e-12 ? 0.0 : l->f;
       k_first = k;
     } else {
       if ((int32_t)s != stensor || n != a.part_n || dk != a.dp_part) return 0;

@@ -240,6 +240,7 @@ static vd_rc tensor_pieces(lctx *c, uint32_t ti, uint32_t s, vd_lin_piece *out, 
         x->all_rep = (uint8_t)compact;
         vd_tensor_lineage_at(pt, d, mb, x->lo, x->hi, &x->part_k);
         x->part_n = pt->lin.part_n;
+        x->f = vd_lineage_factor(&pt->lin);
         for (int32_t i = st->ndim; i < VD_MAX_DIMS; i++) x->lo[i] = x->hi[i] = 0;
       }
     }
@@ -319,7 +320,7 @@ static vd_rc collect(lctx *c, vd_lin_piece **out, size_t *n_out, size_t *n_point
 /* ---- step 3: grouping --------------------------------------------------- */
 
 /* Orders the pieces of one single tensor (nd dimensions): initial first,
- * then slice, part_n, part k, replica, value.  A total order (value and
+ * then slice, part_n, factor, part k, replica, value.  A total order (value and
  * replica tell any two pieces apart), so the result is unique. */
 static int piece_cmp(const void *a, const void *b, void *ndp) {
   const vd_lin_piece *x = a, *y = b;
@@ -327,6 +328,7 @@ static int piece_cmp(const void *a, const void *b, void *ndp) {
   int r = slice_cmp(x, y, *(const int32_t *)ndp);
   if (r) return r;
   if ((r = cmp_i64(x->part_n, y->part_n))) return r;
+  if (x->f != y->f) return x->f < y->f ? -1 : 1; /* f x the slice: another claim */
   if ((r = cmp_i64(x->part_k, y->part_k))) return r;
   if (x->replica != y->replica) return x->replica < y->replica ? -1 : 1;
   return x->value < y->value ? -1 : x->value > y->value;
@@ -438,7 +440,8 @@ static int piece_oob(const lctx *c, const vd_lin_piece *p, const vd_tensor_t *st
   return box_oob(lo, hi, st);
 }
 
-/* Part completeness of the pieces [a, b) of one (slice, part_n) group.
+/* Part completeness of the pieces [a, b) of one (slice, part_n, f) group:
+ * the parts of f x the slice (an inferred factor makes another claim).
  * Messages are formatted only when an issue is found (this runs for every
  * group of the table). */
 static vd_rc check_parts(lctx *c, const vd_lineage *L, size_t a, size_t b) {
@@ -854,7 +857,7 @@ static vd_rc validate_one(lctx *c, size_t li, vscratch *x) {
     x->sl[k++] = (uint32_t)i;
     for (size_t g0 = i; g0 < j;) {
       size_t g1 = g0 + 1;
-      while (g1 < j && t->pieces[g1].part_n == t->pieces[g0].part_n) g1++;
+      while (g1 < j && t->pieces[g1].part_n == t->pieces[g0].part_n && t->pieces[g1].f == t->pieces[g0].f) g1++;
       VD_CHECK(check_parts(c, L, g0, g1));
       g0 = g1;
     }

@@ -43,6 +43,8 @@ typedef struct {
   uint32_t lineage;  /* index of its vd_lineage in the table */
   int64_t lo[VD_MAX_DIMS], hi[VD_MAX_DIMS]; /* slice, single-device coordinates */
   int64_t part_k, part_n;
+  double f;          /* the value is f times its part (1 but for an inferred candidate's
+                        factor, vd_lineage_ann.factor); the parts of one slice share it */
   uint8_t initial;   /* 1: the initial value (a hypothesis given by the plan) */
   uint8_t all_rep;   /* 1: one piece for every replica d of the point (replica = 0
                         here): its slice in replica d is lo/hi shifted by d times

@@ -107,6 +107,14 @@ vd_rc vd_noise_run(const vd_plan_t *sp, vd_plan_t *pp, const vd_noise_dump *sd, 
     goto done;
   }
   if ((rc = vd_lin_infer(&c.gs, &c.gp0, pp, &c.inferred, &r->infer, d)) != VD_OK) goto done;
+  /* The mapping compares a dump with its single value's: a candidate with a
+   * factor (f x the part) would need one more bound; left unmapped. */
+  for (size_t ti = 0; ti < pp->n_tensors; ti++)
+    if (c.inferred && c.inferred[ti] && pp->tensors[ti].lin.factor != 0.0) {
+      pp->tensors[ti].has_lin = 0;
+      c.inferred[ti] = 0;
+      if (r->infer.n_inferred) r->infer.n_inferred--;
+    }
   if ((rc = vd_lin_build(&c.gs, &c.gp0, &c.lt, d)) != VD_OK) goto done;
   if ((rc = vd_noise_i_propagate(&c, d)) != VD_OK) {
     vd_diag_set_file(d, pd ? "the parallel dump" : o->pm);

@@ -94,7 +94,15 @@ typedef struct {
   int64_t dp_shift[VD_MAX_DIMS];
   int64_t mb_shift[VD_MAX_DIMS];
   int64_t dp_part, mb_part;
+  /* In memory only, never in a file: an inferred candidate (lineage/infer.c)
+   * may claim the value is `factor` times the part (a per-replica mean loss
+   * with an averaging reducer makes every backward value dp x its share).
+   * 0 stands for 1, so annotations read or built elsewhere need not set it. */
+  double factor;
 } vd_lineage_ann;
+
+/* The factor of an annotation (1 when unset). */
+static inline double vd_lineage_factor(const vd_lineage_ann *a) { return a->factor == 0.0 ? 1.0 : a->factor; }
 
 typedef struct {
   int64_t id;            /* file id */

@@ -84,8 +84,33 @@ static vd_rc make_single_leaf(solve_ctx *c, uint32_t i) {
   return vd_smt_tensor_vars(c->s, &c->ten[i], &sh, prefix, c->d);
 }
 
+/* The numeral of a lineage factor f: the rational of smallest denominator
+ * (up to 4096) within 1e-12 of f, else f's exact binary value.  SOUNDNESS:
+ * any numeral will do, as long as the stage proving a candidate and every
+ * stage assuming it read the same one: both come from the piece's f here. */
+static vd_term factor_num(vd_smt *s, double f) {
+  for (int64_t q = 1; q <= 4096 && fabs(f) < 1e12; q++) {
+    double p = nearbyint(f * (double)q);
+    if (fabs(p / (double)q - f) <= 1e-12 * fabs(f)) {
+      char pq[64];
+      snprintf(pq, sizeof(pq), "%lld/%lld", (long long)p, (long long)q);
+      return vd_smt_num_rat(s, pq);
+    }
+  }
+  return vd_smt_num_double(s, f);
+}
+
+/* t[e] := f * t[e] for a factor f != 1. */
+static vd_rc scale_terms(solve_ctx *c, vd_smt_tensor *t, double f) {
+  if (f == 1.0) return VD_OK;
+  vd_term k = factor_num(c->s, f);
+  for (int64_t e = 0; e < t->numel; e++) t->t[e] = vd_smt_mul(c->s, k, t->t[e]);
+  return vd_smt_status(c->s, c->d, "lineage factor");
+}
+
 /* SOUNDNESS: a parallel leaf is a proven (or given) lineage point; its terms
- * are the single value's slice (replica) or a part of it (partial sum). */
+ * are the single value's slice (replica) or a part of it (partial sum),
+ * times the lineage's factor (an inferred candidate's, proven like it). */
 static vd_rc make_parallel_leaf(solve_ctx *c, uint32_t i) {
   const vd_stage_value *sv = &c->st->vals[i];
   if (sv->leaf_piece < 0 || sv->hyp_svalue < 0) {
@@ -116,6 +141,7 @@ static vd_rc make_parallel_leaf(solve_ctx *c, uint32_t i) {
     rc = vd_smt_partial_parts(c->s, &slice, key, pc->part_n, pc->part_k, &c->ten[i], c->d);
   }
   vd_smt_tensor_free(&slice);
+  if (rc == VD_OK) rc = scale_terms(c, &c->ten[i], pc->f);
   return rc;
 }
 
@@ -366,15 +392,22 @@ static vd_rc build_pairs(solve_ctx *c, pair_list *pl) {
     if (t->part_n <= 1) {
       for (uint32_t j = 0; j < t->n_pieces && rc == VD_OK; j++) {
         const vd_smt_tensor *pt = &c->ten[pp[2 * j + 1]];
+        double f = c->lt->pieces[pp[2 * j]].f;
+        vd_term k = f == 1.0 ? NULL : factor_num(c->s, f);
         if (pt->numel != slice.numel) {
           rc = VD_ERR(c->d, VD_EINTERNAL, NULL, "target", "shape", "piece has %lld elements, slice %lld",
                       (long long)pt->numel, (long long)slice.numel);
           break;
         }
         for (int64_t e = 0; e < slice.numel; e++)
-          if (pairs_push(pl, pt->t[e], slice.t[e], (pair_meta){ti, (int32_t)pp[2 * j], e})) rc = VD_OOM(c->d);
+          if (pairs_push(pl, pt->t[e], k ? vd_smt_mul(c->s, k, slice.t[e]) : slice.t[e],
+                         (pair_meta){ti, (int32_t)pp[2 * j], e}))
+            rc = VD_OOM(c->d);
+        if (rc == VD_OK && k) rc = vd_smt_status(c->s, c->d, "lineage factor");
       }
     } else {
+      /* one factor for every part (lineage/lineage.c check_parts) */
+      if (t->n_pieces) rc = scale_terms(c, &slice, c->lt->pieces[pp[0]].f);
       sum = vd_calloc((size_t)slice.numel, sizeof(*sum));
       if (!sum) rc = VD_OOM(c->d);
       if (rc == VD_OK) rc = parts_sum(c, t, &slice, sum);
@@ -938,7 +971,10 @@ static void leaf_fill(solve_ctx *c, num_ctx *n, uint32_t i) {
     shape_of(hv, &hs);
     const double *src = n->val[sv->hyp_svalue];
     for (int64_t e = 0; e < ne; e++) n->val[i][e] = src[slice_at(&hs, sv->rlo, sv->rhi, e)];
-    if (pc->part_n <= 1) return;
+    if (pc->part_n <= 1) {
+      for (int64_t e = 0; pc->f != 1.0 && e < ne; e++) n->val[i][e] *= pc->f;
+      return;
+    }
     char key[256], hname[160];
     snprintf(hname, sizeof(hname), "%s@v%u", vd_plan_s(c->lt->gs->plan, tensor_of(c, hv)->name), hv->value);
     vd_smt_slice_key(key, sizeof(key), hname, sv->ndim, sv->rlo, sv->rhi);
@@ -953,6 +989,7 @@ static void leaf_fill(solve_ctx *c, num_ctx *n, uint32_t i) {
         if (j == pc->part_k) n->val[i][e] = pj;
       }
       if (pc->part_k == pc->part_n - 1) n->val[i][e] = rest;
+      n->val[i][e] *= pc->f;
     }
     return;
   }
@@ -1048,7 +1085,7 @@ static vd_rc eval_once(solve_ctx *c, num_ctx *n, const vd_stage_verdict *v, int 
       double sv = n->val[t->svalue][slice_at(&ss, t->rlo, t->rhi, e)];
       if (t->part_n <= 1) {
         for (uint32_t j = 0; j < t->n_pieces && !*hit; j++)
-          if (differs(n->val[pp[2 * j + 1]][e], sv)) {
+          if (differs(n->val[pp[2 * j + 1]][e], c->lt->pieces[pp[2 * j]].f * sv)) {
             *hit = 1;
             snprintf(note, nn, "target %u element %lld: a copy evaluates to %.17g, the single value to %.17g", ti,
                      (long long)e, n->val[pp[2 * j + 1]][e], sv);
@@ -1061,6 +1098,7 @@ static vd_rc eval_once(solve_ctx *c, num_ctx *n, const vd_stage_verdict *v, int 
               sum += n->val[pp[2 * j + 1]][e];
               break;
             }
+        if (t->n_pieces) sv *= c->lt->pieces[pp[0]].f;
         if (differs(sum, sv)) {
           *hit = 1;
           snprintf(note, nn, "target %u element %lld: the sum of the parts evaluates to %.17g, the single value to %.17g",

@@ -66,6 +66,7 @@ static void put(buf_t *b, const void *p, size_t n) {
   b->n += n;
 }
 static void put_i64(buf_t *b, int64_t v) { put(b, &v, sizeof(v)); }
+static void put_f64(buf_t *b, double v) { put(b, &v, sizeof(v)); }
 static void put_str(buf_t *b, const char *s) {
   size_t n = strlen(s);
   put_i64(b, (int64_t)n);
@@ -194,6 +195,7 @@ static void serialize(const vd_lin_table *lt, const vd_stage *st, buf_t *b) {
     if (lt && (size_t)v->leaf_piece < lt->n_pieces) {
       put_i64(b, lt->pieces[v->leaf_piece].part_k);
       put_i64(b, lt->pieces[v->leaf_piece].part_n);
+      put_f64(b, lt->pieces[v->leaf_piece].f);
     } else {
       put_i64(b, -1);
       put_i64(b, -1);
@@ -228,6 +230,7 @@ static void serialize(const vd_lin_table *lt, const vd_stage *st, buf_t *b) {
       /* A piece's part index is part of the claim only for a sum target
        * (part_n > 1); one part of a sum by part claims the piece whole. */
       if (tg->part_n > 1) put_i64(b, lt && piece < lt->n_pieces ? lt->pieces[piece].part_k : -1);
+      put_f64(b, lt && piece < lt->n_pieces ? lt->pieces[piece].f : 1.0); /* an inferred factor */
       put_i64(b, st->idx[tg->piece_off + 2 * k + 1]);
     }
   }

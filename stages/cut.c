@@ -666,6 +666,28 @@ static vd_rc bridge_stop(cctx *c, cone_t *k, uint32_t vi) {
   return VD_OK;
 }
 
+/* When the single value of stop value vi is a broadcast of a scalar (one
+ * input of one element: the loss gradient's sum_backward, an expand), adds
+ * its producer to cone k: the stage then knows that every element of the
+ * hypothesis is the same term.  As free symbols they were unrelated, and a
+ * rank that permutes such a value (a correct program: it is constant) was a
+ * false alarm (soundness fuzzer, llama3 tp2 cp2: a pair permutation of the
+ * token loss's gradient).  SOUNDNESS: the node is the single plan's own;
+ * its input becomes a free symbol, so the proof still holds for the real
+ * values. */
+static vd_rc bridge_broadcast(cctx *c, cone_t *k, uint32_t vi) {
+  const vd_graph_t *g = c->gs;
+  uint64_t v = k->v[vi].key;
+  int32_t pr = g->values[v].producer;
+  if (pr < 0) return VD_OK;
+  const vd_gnode_t *gn = &g->nodes[pr];
+  if (gn->n_in != 1 || gn->n_out != 1) return VD_OK;
+  const vd_tensor_t *x = &g->plan->tensors[g->values[vd_gnode_inputs(g, gn)[0]].tensor];
+  const vd_tensor_t *y = &g->plan->tensors[g->values[v].tensor];
+  if (vd_tensor_numel(x) != 1 || vd_tensor_numel(y) < 2) return VD_OK;
+  return cone_node(c, k, g, (uint32_t)pr, 0, 1, c->spos, 0);
+}
+
 static vd_rc single_walk(cctx *c, uint32_t svalue, int target_is_leaf, int *ok) {
   const vd_lin_table *lt = c->lt;
   const vd_graph_t *g = c->gs;
@@ -712,6 +734,7 @@ static vd_rc single_walk(cctx *c, uint32_t svalue, int target_is_leaf, int *ok) 
     for (uint32_t u = 0; u < gn->n_in; u++) {
       uint32_t xi = hmap_get(&k->vmap, vd_gnode_inputs(g, gn)[u]);
       if (k->v[xi].piece >= 0 && !k->v[xi].target && !k->v[xi].produced) VD_CHECK(bridge_stop(c, k, xi));
+      if (k->v[xi].piece >= 0 && !k->v[xi].target && !k->v[xi].produced) VD_CHECK(bridge_broadcast(c, k, xi));
     }
   }
   for (size_t i = 0; i < k->n_nd; i++) {
@@ -1177,7 +1200,8 @@ static uint32_t tr_value(const cctx *c, uint32_t u, int32_t m0, int32_t m) {
  * part, part count and replica structure). */
 static int piece_like(const vd_lin_table *lt, uint32_t a, uint32_t b) {
   const vd_lin_piece *p = &lt->pieces[a], *q = &lt->pieces[b];
-  return p->lineage == q->lineage && p->part_k == q->part_k && p->part_n == q->part_n && p->all_rep == q->all_rep &&
+  return p->lineage == q->lineage && p->part_k == q->part_k && p->part_n == q->part_n && p->f == q->f &&
+         p->all_rep == q->all_rep &&
          p->replica == q->replica && p->initial == q->initial;
 }
 
@@ -1731,7 +1755,7 @@ static vd_rc prepare_groups(cctx *c) {
     for (size_t a = L->piece_off; a < e;) {
       size_t b = a + 1;
       const vd_lin_piece *p = &lt->pieces[a];
-      while (b < e && lt->pieces[b].part_n == p->part_n &&
+      while (b < e && lt->pieces[b].part_n == p->part_n && lt->pieces[b].f == p->f &&
              !memcmp(lt->pieces[b].lo, p->lo, (size_t)nd * sizeof(int64_t)) &&
              !memcmp(lt->pieces[b].hi, p->hi, (size_t)nd * sizeof(int64_t)))
         b++;
@@ -1765,7 +1789,7 @@ static vd_rc cut_lineage(cctx *c, uint32_t li) {
   for (size_t a = L->piece_off; a < e;) {
     size_t b = a + 1;
     const vd_lin_piece *p = &lt->pieces[a];
-    while (b < e && lt->pieces[b].part_n == p->part_n && !memcmp(lt->pieces[b].lo, p->lo, (size_t)nd * sizeof(int64_t)) &&
+    while (b < e && lt->pieces[b].part_n == p->part_n && lt->pieces[b].f == p->f && !memcmp(lt->pieces[b].lo, p->lo, (size_t)nd * sizeof(int64_t)) &&
            !memcmp(lt->pieces[b].hi, p->hi, (size_t)nd * sizeof(int64_t)))
       b++;
     if (!c->done[a]) {

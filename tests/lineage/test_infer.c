@@ -194,7 +194,8 @@ static void test_infer_chunk_rebase(void **st) {
 
 /* single: a = scale(x [4,2], 0.25); b = exp(a).  parallel: x' = rows
  * [0,2) of x; a' = scale(x', fa); b0' = div(a', scalar dv) (no single
- * twin); b' = exp(b0').  fa = 0.5, dv = 2: a' is 2 x a's rows, b0' is a's
+ * twin); b' = exp(b0').  fa = 0.5, dv = 2: a' is 2 x a's rows (a candidate
+ * with factor 2), b0' is a's
  * rows again, b' is b's rows.  dv = 1: the factor 2 stays and exp (not
  * linear) stops; the first stuck node is that exp, for FACTOR. */
 static void factor_case(double dv, int cancels) {
@@ -227,8 +228,13 @@ static void factor_case(double dv, int cancels) {
   uint8_t *inf = NULL;
   vd_lin_infer_stats is;
   run_infer(&s, &p, &inf, &is);
-  assert_false(inf[pa]); /* 2 x a slice: no annotation states it */
-  assert_int_equal(inf[pb0], cancels);
+  /* 2 x a slice: a candidate with a factor (vd_lineage_ann.factor), a
+   * claim its stage proves like any other */
+  assert_true(inf[pa]);
+  assert_true(vd_lineage_factor(&p.tensors[pa].lin) == 2.0);
+  assert_int_equal(p.tensors[pa].lin.full, 2);
+  assert_true(inf[pb0]);
+  assert_true(vd_lineage_factor(&p.tensors[pb0].lin) == (cancels ? 1.0 : 2.0));
   /* without the cancellation exp's rule stops at the factor, and exp's
    * output is GUESSED to be b's rows (guess_outputs): a candidate whose
    * stage must refute it (exp(2a) is not exp(a)), so the failure stays as

@@ -23,7 +23,12 @@
  * preserve values, most change them; the oracle decides which, so no
  * mutation needs to know its own effect.
  *
- *   soundness [-n N] [--first I] [--seed S] [--threads T] [--out DIR] [--no-cross-check] [-v]
+ *   soundness [-n N] [--first I] [--seed S] [--threads T] [--out DIR] [--no-cross-check] [--strip] [-v]
+ *
+ * --strip strips the generated parallel plans to their boundary (as `verdict
+ * plan strip --keep boundary`), so every other lineage is inferred, and adds
+ * the rewrites inference must see through (scale split in two, loss scaling
+ * then unscaling, mean as sum x 1/count, a renamed plan) to the kinds drawn.
  *
  * N defaults to $N or 400; the seed is fixed (1) so `make test` is
  * deterministic.  Mutant i depends only on (seed, i), so a long run can be
@@ -150,8 +155,18 @@ typedef struct {
   int64_t group_coll;
   int64_t group_perm[64];
   uint32_t group_n;
+  int rename; /* M_RENAME: names written reversed with a prefix */
   char desc[256];
 } edit_t;
+
+/* M_RENAME's name for `name` (buf of n bytes). */
+static const char *renamed(const edit_t *e, const char *name, char *buf, size_t n) {
+  if (!e->rename) return name;
+  size_t l = strlen(name), at = (size_t)snprintf(buf, n, "zz.");
+  for (size_t i = 0; i < l && at + 1 < n; i++) buf[at++] = name[l - 1 - i];
+  buf[at < n ? at : n - 1] = 0;
+  return buf;
+}
 
 static vd_rc emit_node(vd_plan_t *q, const vd_plan_t *p, const vd_node_t *proto, const newnode_t *nn,
                        const char *name) {
@@ -199,8 +214,10 @@ static vd_rc rebuild(const vd_plan_t *p, const edit_t *e, vd_plan_t *q) {
       VD_CHECK(vd_plan_add_step(q, r, p->steps[at].segment, p->steps[at].mb));
     }
   }
+  char nbuf[400];
   for (size_t i = 0; i < p->n_tensors; i++)
-    VD_CHECK(vd_plan_add_tensor(q, &p->tensors[i], vd_plan_s(p, p->tensors[i].name), NULL));
+    VD_CHECK(vd_plan_add_tensor(q, &p->tensors[i], renamed(e, vd_plan_s(p, p->tensors[i].name), nbuf, sizeof(nbuf)),
+                                NULL));
   for (int k = 0; k < e->n_new; k++) {
     vd_tensor_t t = p->tensors[e->proto[k]];
     t.has_lin = 0;
@@ -225,7 +242,7 @@ static vd_rc rebuild(const vd_plan_t *p, const edit_t *e, vd_plan_t *q) {
     int32_t act = e->action ? e->action[i] : -1;
     if (act == -2) continue;
     if (act >= 0) {
-      VD_CHECK(emit_node(q, p, n, &e->repl[act], vd_plan_s(p, n->name)));
+      VD_CHECK(emit_node(q, p, n, &e->repl[act], renamed(e, vd_plan_s(p, n->name), nbuf, sizeof(nbuf))));
     } else {
       newnode_t nn = {vd_node_op(p, n), {0}, n->n_in, {0}, n->n_out, n->coll, NULL, n->n_group, n->span_replicas,
                       (int64_t)i, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
@@ -238,7 +255,8 @@ static vd_rc rebuild(const vd_plan_t *p, const edit_t *e, vd_plan_t *q) {
           for (uint32_t k = 0; k < n->n_group; k++) gp[k] = vd_node_group(p, n)[e->group_perm[k]];
           g = gp;
         }
-        VD_CHECK(vd_plan_add_node(q, n, vd_node_op(p, n), vd_plan_s(p, n->name), vd_node_inputs(p, n), n->n_in,
+        VD_CHECK(vd_plan_add_node(q, n, vd_node_op(p, n), renamed(e, vd_plan_s(p, n->name), nbuf, sizeof(nbuf)),
+                                  vd_node_inputs(p, n), n->n_in,
                                   vd_node_outputs(p, n), n->n_out, g, n->n_group, &idx));
         for (uint32_t k = 0; k < n->n_attr; k++) VD_CHECK(vd_plan_attr_copy(q, idx, p, &p->attrs[n->attr_off + k]));
         goto after;
@@ -251,7 +269,7 @@ static vd_rc rebuild(const vd_plan_t *p, const edit_t *e, vd_plan_t *q) {
         for (uint32_t k = 0; k < n->n_group; k++) gp[k] = vd_node_group(p, n)[e->group_perm[k]];
         nn.group = gp;
       }
-      VD_CHECK(emit_node(q, p, n, &nn, vd_plan_s(p, n->name)));
+      VD_CHECK(emit_node(q, p, n, &nn, renamed(e, vd_plan_s(p, n->name), nbuf, sizeof(nbuf))));
     }
   after:
     if ((int64_t)i == e->after)
@@ -285,12 +303,20 @@ enum {
   M_SUM_MEAN,   /* sum over dims rewritten as mean * c, with c the element count (exact) or another value */
   M_COUNT,      /* input read through view [.., 1] -> expand [.., K] -> sum -> scale c: c = 1/K keeps the
                    value; any other c (1/2: the reduced count's inverse) changes it */
+  M__BASE,      /* the kinds above run on annotated plans; those below only with --strip (issue 26:
+                   rewrites that lineage inference must see through), so the annotated run's
+                   mutants stay the ones it always drew */
+  M_SCALE_SPLIT = M__BASE, /* scale(x, c) as scale(scale(x, a), c / a); a wrong c / a sometimes */
+  M_LOSS_SCALE, /* scale_backward by 1024 then scale by 1/1024 before an input (mixed precision) */
+  M_MEAN_SUM,   /* mean as sum * (1 / count), or a wrong count */
+  M_RENAME,     /* every node and tensor renamed */
   M__COUNT
 };
 static const char *const mname[M__COUNT] = {"const",     "attr",   "operand-order", "view-pair",
                                             "tpose-pair", "permute", "drop",          "duplicate",
                                             "neutral",   "coll-group", "coll-member", "schedule",
-                                            "op-swap",   "sum-as-mean", "count"};
+                                            "op-swap",   "sum-as-mean", "count",       "scale-split",
+                                            "loss-scale", "mean-as-sum", "rename"};
 
 static int is_op(const vd_plan_t *p, const vd_node_t *n, const char *op) { return strcmp(vd_node_op(p, n), op) == 0; }
 
@@ -344,6 +370,20 @@ static int has_view_input(const vd_plan_t *p, const vd_node_t *n, void *arg) {
   for (uint32_t k = 0; k < n->n_out; k++)
     if (vd_node_outputs(p, n)[k] == vd_node_inputs(p, n)[0]) return 0;
   return 1;
+}
+
+/* A local node with an input that is not also its output (any shape). */
+static int local_input(const vd_plan_t *p, const vd_node_t *n, void *arg) {
+  (void)arg;
+  if (n->coll >= 0 || n->n_in == 0 || n->n_in > 3 || n->n_out > 2) return 0;
+  for (uint32_t k = 0; k < n->n_out; k++)
+    if (vd_node_outputs(p, n)[k] == vd_node_inputs(p, n)[0]) return 0;
+  return 1;
+}
+
+static int op_named(const vd_plan_t *p, const vd_node_t *n, void *arg) {
+  return n->n_in == 1 && n->n_out == 1 && vd_node_inputs(p, n)[0] != vd_node_outputs(p, n)[0] &&
+         is_op(p, n, (const char *)arg);
 }
 
 static int coll_node(const vd_plan_t *p, const vd_node_t *n, void *arg) {
@@ -667,6 +707,80 @@ static int mutate(const vd_plan_t *p, int k, rng_t *r, edit_t *e, int32_t *act) 
              (long long)n->id, vd_plan_s(p, n->name), n->rank, c, cnt);
     return 1;
   }
+  case M_SCALE_SPLIT: {
+    int64_t ni = pick_node(p, r, op_named, rbelow(r, 2) ? "scale" : "scale_backward");
+    if (ni < 0) return 0;
+    const vd_node_t *n = &p->nodes[ni];
+    double c = vd_node_attr_float(p, n, "factor", 1.0), a = 4.0;
+    if (c == 0.0) return 0;
+    int exact = rbelow(r, 3) != 0;
+    uint32_t x = vd_node_inputs(p, n)[0];
+    e->n_new = 1;
+    e->proto[0] = x;
+    e->new_ndim[0] = p->tensors[x].ndim;
+    memcpy(e->new_shape[0], p->tensors[x].shape, sizeof(e->new_shape[0]));
+    e->before = ni;
+    e->ins[0] = (newnode_t){"scale", {x}, 1, {nt0}, 1, -1, NULL, 0, 0, -1, "factor", VD_ATTR_FLOAT, 0, a, NULL,
+                            NULL, NULL, 0};
+    e->n_ins = 1;
+    redirect_input(p, e, ni, 0, nt0);
+    e->repl[0].set_key = "factor", e->repl[0].set_kind = VD_ATTR_FLOAT;
+    e->repl[0].set_f = exact ? c / a : c / 2.0;
+    snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (%s, rank %d): factor %.17g as %g x %.17g", (long long)n->id,
+             vd_plan_s(p, n->name), vd_node_op(p, n), n->rank, c, a, e->repl[0].set_f);
+    return 1;
+  }
+  case M_LOSS_SCALE: {
+    int64_t ni = pick_node(p, r, local_input, NULL);
+    if (ni < 0) return 0;
+    const vd_node_t *n = &p->nodes[ni];
+    uint32_t x = vd_node_inputs(p, n)[0];
+    double up = 1024.0, down = rbelow(r, 3) ? 1.0 / 1024.0 : 1.0 / 512.0;
+    e->n_new = 2;
+    e->proto[0] = e->proto[1] = x;
+    for (int j = 0; j < 2; j++) {
+      e->new_ndim[j] = p->tensors[x].ndim;
+      memcpy(e->new_shape[j], p->tensors[x].shape, sizeof(e->new_shape[j]));
+    }
+    e->before = ni;
+    e->ins[0] = (newnode_t){"scale_backward", {x}, 1, {nt0}, 1, -1, NULL, 0, 0, -1, "factor", VD_ATTR_FLOAT, 0, up,
+                            NULL, NULL, NULL, 0};
+    e->ins[1] = (newnode_t){"scale", {nt0}, 1, {nt0 + 1}, 1, -1, NULL, 0, 0, -1, "factor", VD_ATTR_FLOAT, 0, down,
+                            NULL, NULL, NULL, 0};
+    e->n_ins = 2;
+    redirect_input(p, e, ni, 0, nt0 + 1);
+    snprintf(e->desc, sizeof(e->desc), "input 0 of node %lld '%s' (%s, rank %d) scaled by %g then %g",
+             (long long)n->id, vd_plan_s(p, n->name), vd_node_op(p, n), n->rank, up, down);
+    return 1;
+  }
+  case M_MEAN_SUM: {
+    int64_t ni = pick_node(p, r, op_named, "mean");
+    if (ni < 0) return 0;
+    const vd_node_t *n = &p->nodes[ni];
+    const vd_tensor_t *x = &p->tensors[vd_node_inputs(p, n)[0]];
+    uint32_t y = vd_node_outputs(p, n)[0];
+    double cnt = (double)vd_tensor_numel(x) / (double)vd_tensor_numel(&p->tensors[y]);
+    int exact = rbelow(r, 3) != 0;
+    double c = exact ? 1.0 / cnt : 2.0 / cnt;
+    e->n_new = 1;
+    e->proto[0] = y;
+    e->new_ndim[0] = p->tensors[y].ndim;
+    memcpy(e->new_shape[0], p->tensors[y].shape, sizeof(e->new_shape[0]));
+    redirect_input(p, e, ni, 0, vd_node_inputs(p, n)[0]);
+    e->repl[0].op = "sum";
+    e->repl[0].out[0] = nt0;
+    e->after = ni;
+    e->aft[0] = (newnode_t){"scale", {nt0}, 1, {y}, 1, -1, NULL, 0, 0, -1, "factor", VD_ATTR_FLOAT, 0, c, NULL, NULL,
+                            NULL, 0};
+    e->n_aft = 1;
+    snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (mean, rank %d) became sum * %.17g (count %.17g)",
+             (long long)n->id, vd_plan_s(p, n->name), n->rank, c, cnt);
+    return 1;
+  }
+  case M_RENAME:
+    e->rename = 1;
+    snprintf(e->desc, sizeof(e->desc), "every node and tensor renamed");
+    return 1;
   case M_SCHEDULE: {
     int32_t rk = (int32_t)rbelow(r, (uint32_t)p->world.stored_ranks);
     const vd_program_t *pr = &p->programs[rk];
@@ -721,7 +835,7 @@ int main(int argc, char **argv) {
   long n_mut = getenv("N") ? atol(getenv("N")) : 400;
   uint64_t seed = 1;
   const char *out = "build/soundness";
-  int verbose = 0, threads = 0, cross = 1;
+  int verbose = 0, threads = 0, cross = 1, strip = 0;
   long first = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) n_mut = atol(argv[++i]);
@@ -730,6 +844,7 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
     else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) out = argv[++i];
     else if (strcmp(argv[i], "-v") == 0) verbose = 1;
+    else if (strcmp(argv[i], "--strip") == 0) strip = 1;
     else if (strcmp(argv[i], "--no-cross-check") == 0) cross = 0; /* for timing the cross-check */
     else {
       fprintf(stderr, "usage: soundness [-n N] [--first I] [--seed S] [--threads T] [--out DIR] [--no-cross-check] [-v]\n");
@@ -754,6 +869,11 @@ int main(int argc, char **argv) {
       fprintf(stderr, "soundness: gen '%s': %s\n", cfg[c].name, line);
       return 2;
     }
+    size_t kept = 0, stripped = 0;
+    if (strip && vd_plan_strip(&pp[c], &kept, &stripped, &d) != VD_OK) {
+      fprintf(stderr, "soundness: strip '%s' failed\n", cfg[c].name);
+      return 2;
+    }
     snprintf(spath[c], sizeof(spath[c]), "%s/cfg%d.single.plan", out, c);
     if (vd_plan_write_file(&sp[c], spath[c], &d) != VD_OK) {
       fprintf(stderr, "soundness: cannot write %s\n", spath[c]);
@@ -763,7 +883,7 @@ int main(int argc, char **argv) {
 
   tally_t t[M__COUNT];
   memset(t, 0, sizeof(t));
-  long unsound = 0;
+  long unsound = 0, inc_agree = 0;
   size_t cross_agree = 0, cross_unknown = 0, cross_disagree = 0;
   time_t t0 = time(NULL);
   for (long i = first; i < first + n_mut; i++) {
@@ -774,7 +894,7 @@ int main(int argc, char **argv) {
     int32_t *act = vd_malloc((pp[c].n_nodes + 1) * sizeof(int32_t));
     if (!act) return 2;
     for (int tries = 0; tries < 20; tries++) {
-      k = (int)rbelow(&r, M__COUNT);
+      k = (int)rbelow(&r, strip ? M__COUNT : M__BASE);
       if (mutate(&pp[c], k, &r, &e, act)) break;
       k = -1;
     }
@@ -855,13 +975,15 @@ int main(int argc, char **argv) {
     else t[k].x_uns++;
     int bad = vcode == 0 && x == VD_EXEC_DISAGREE;
     int fa = vcode == 1 && x == VD_EXEC_AGREE;
+    int inc = vcode == 3 && x == VD_EXEC_AGREE; /* value-preserving and not proven */
+    inc_agree += inc;
     t[k].unsound += bad;
     t[k].false_alarm += fa;
     t[k].both_ne += vcode == 1 && x == VD_EXEC_DISAGREE;
-    if (bad || fa || verbose) {
+    if (bad || fa || inc || verbose) {
       printf("  #%ld %-13s %-28s verdict %s, exec %s: %s%s\n", i, mname[k], cfg[c].name,
              verdict_name[vcode < 4 && vcode >= 0 ? vcode : 2],
-             x < 0 ? "error" : vd_exec_status_names[x], e.desc, bad ? "  <-- UNSOUND" : fa ? "  (false alarm)" : "");
+             x < 0 ? "error" : vd_exec_status_names[x], e.desc, bad ? "  <-- UNSOUND" : fa ? "  (false alarm)" : inc ? "  (not proven)" : "");
       if (bad && x == VD_EXEC_DISAGREE && xr.reason[0]) printf("       exec: %s\n", xr.reason);
     }
     if (bad) {
@@ -879,8 +1001,8 @@ int main(int argc, char **argv) {
     }
   }
 
-  printf("\nsoundness: %ld mutants (#%ld..#%ld), seed %llu, %ld s\n", n_mut, first, first + n_mut - 1,
-         (unsigned long long)seed, (long)(time(NULL) - t0));
+  printf("\nsoundness: %ld mutants (#%ld..#%ld), seed %llu, %ld s%s\n", n_mut, first, first + n_mut - 1,
+         (unsigned long long)seed, (long)(time(NULL) - t0), strip ? ", boundary-only plans (--strip)" : "");
   printf("%-14s %7s %8s | %6s %6s %6s %5s | %6s %6s %5s | %7s %11s\n", "mutation", "applied", "rejected", "EQ", "NE",
          "INCONC", "err", "agree", "disagr", "unsup", "UNSOUND", "false-alarm");
   tally_t s;
@@ -901,6 +1023,7 @@ int main(int argc, char **argv) {
          s.x_dis, caught, s.unsound, s.x_dis - caught - s.unsound);
   printf("false-alarm rate: %ld of %ld value-preserving mutants (exec agrees) = %.1f%%\n", s.false_alarm, s.x_agree,
          s.x_agree ? 100.0 * (double)s.false_alarm / (double)s.x_agree : 0.0);
+  printf("INCONCLUSIVE on value-preserving mutants: %ld\n", inc_agree);
   printf("unsound EQUIVALENT: %ld\n", s.unsound);
   for (int c = 0; c < n_cfg; c++) {
     vd_plan_free(&sp[c]);
