@@ -219,6 +219,7 @@ typedef struct {
   uint8_t *noted;
   size_t n_known;
   uint64_t *dirty[3];
+  int factor_escapes; /* a factor does not cancel somewhere (factor_escapes): no candidate carries one */
 } ictx;
 
 #define VL_CHUNK ((size_t)1 << 16)
@@ -1645,6 +1646,53 @@ static int guess_pass(ictx *c) {
 
 /* ---- emission ------------------------------------------------------------ */
 
+/* The factor of output o of node pn from its inputs', as propagation would
+ * give it: through the single twin's rule, or for a copy or a constant
+ * scaling without a twin (scale_through) directly; 0 when none fits. */
+static int node_factor(const ictx *c, const vd_gnode_t *pn, int op, uint32_t o, double *fo) {
+  const double f0 = vl_at(c, vd_gnode_inputs(c->gp, pn)[0])->f;
+  double s;
+  if (rules[op].kind == VD_PROP_COPY && pn->n_in == 1) return *fo = f0, 1;
+  int32_t sm = match_single(c, pn, op);
+  if (sm >= 0) return out_factor(c, pn, &c->gs->nodes[sm], op, &rules[op], o, fo);
+  if (pn->n_in == 1 && scaling(c->pp, &c->pp->nodes[pn->pnode], op, &s) && s != 0.0) return *fo = f0 * s, 1;
+  return 0;
+}
+
+/* Whether a constant factor that some value carries fails to cancel: a node
+ * reads a value of factor f != 1 and computes an annotated value (factor 1)
+ * with another factor, or no factor fits its output at all.  That is a
+ * scaling bug's signature (a loss divided by a local count, a sum where a
+ * mean belongs), and then no candidate carries a factor: the stages grow
+ * from the annotated values to the operator that introduced it, which the
+ * failing stage then contains and the finding names (verifier/findings.c
+ * factor_origin).  With factors, each stage would hold only where the
+ * factor first shows, far from its cause.  A correct program whose factors
+ * cancel (a per-replica mean loss, an averaging reducer) keeps them. */
+static int factor_escapes(const ictx *c) {
+  for (size_t g = 0; g < c->gp->n_nodes; g++) {
+    const vd_gnode_t *pn = &c->gp->nodes[g];
+    int op = c->pop[pn->pnode];
+    if (op < 0 || pn->n_in == 0 || pn->n_out == 0) continue;
+    const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
+    int scaled = 0, all_in = 1, any_out = 0;
+    for (uint32_t i = 0; i < pn->n_in; i++) {
+      const vlin *x = vl_at(c, in[i]);
+      all_in &= x->known;
+      scaled |= x->known && !x->zero && fabs(x->f - 1.0) > 1e-12;
+    }
+    if (!scaled || !all_in) continue;
+    for (uint32_t o = 0; o < pn->n_out; o++) {
+      any_out |= vl_at(c, out[o])->known;
+      double fo;
+      if (c->seeded[out[o]] && (!node_factor(c, pn, op, o, &fo) || fabs(fo - 1.0) > 1e-12)) return 1;
+    }
+    double fo;
+    if (!any_out && !node_factor(c, pn, op, 0, &fo)) return 1;
+  }
+  return 0;
+}
+
 /* Writes the candidate of tensor ti when every instance's final value has a
  * lineage that fits the plan's affine annotation form; 1 if written. */
 static int emit(ictx *c, uint32_t ti, vd_plan_t *pp) {
@@ -1668,6 +1716,7 @@ static int emit(ictx *c, uint32_t ti, vd_plan_t *pp) {
      * inputs are dp x their share; without it the whole backward had no
      * candidate).  f must be finite and the same in every microbatch. */
     if (!aligned(c, (uint32_t)last) || l->noemit || !isfinite(l->f) || l->f == 0.0) return 0;
+    if (c->factor_escapes && fabs(l->f - 1.0) > 1e-12) return 0;
     if (m > 0 && l->f != vd_lineage_factor(&a)) return 0;
     /* A slice of a broadcast dim is right wherever it sits, but the copies
      * of one claim must cover the single tensor: no candidate; the stages
@@ -1945,6 +1994,7 @@ vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, ui
     rc = vd_diag_set(d, VD_ECANCELED, __FILE__, __LINE__, NULL, NULL, NULL, "lineage inference interrupted");
     goto done;
   }
+  c.factor_escapes = factor_escapes(&c);
   /* In parallel: each tensor writes only its own annotation and flag, and
    * reads lineages that no longer change. */
   size_t n_inferred = 0, n_unknown = 0;

