@@ -1647,14 +1647,19 @@ static int guess_pass(ictx *c) {
 /* ---- emission ------------------------------------------------------------ */
 
 /* The factor of output o of node pn from its inputs', as propagation would
- * give it: through the single twin's rule, or for a copy or a constant
- * scaling without a twin (scale_through) directly; 0 when none fits. */
+ * give it: through the rule of the single twin computing o's single value
+ * (an annotated output's is its annotation's), or for a copy or a constant
+ * scaling without one (scale_through: the logged loss's average over the
+ * replicas) directly; 0 when none fits. */
 static int node_factor(const ictx *c, const vd_gnode_t *pn, int op, uint32_t o, double *fo) {
   const double f0 = vl_at(c, vd_gnode_inputs(c->gp, pn)[0])->f;
+  const vlin *y = vl_at(c, vd_gnode_outputs(c->gp, pn)[o]);
   double s;
   if (rules[op].kind == VD_PROP_COPY && pn->n_in == 1) return *fo = f0, 1;
   int32_t sm = match_single(c, pn, op);
-  if (sm >= 0) return out_factor(c, pn, &c->gs->nodes[sm], op, &rules[op], o, fo);
+  const vd_gnode_t *sn = sm >= 0 ? &c->gs->nodes[sm] : NULL;
+  if (sn && y->known && (o >= sn->n_out || (int32_t)vd_gnode_outputs(c->gs, sn)[o] != y->sv)) sn = NULL;
+  if (sn) return out_factor(c, pn, sn, op, &rules[op], o, fo);
   if (pn->n_in == 1 && scaling(c->pp, &c->pp->nodes[pn->pnode], op, &s) && s != 0.0) return *fo = f0 * s, 1;
   return 0;
 }

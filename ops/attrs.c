@@ -55,6 +55,9 @@ static const vd_op_attr_spec A_REDUCE[] = {{"dims", VD_AT_DIMS, VD_AT_OPTIONAL, 
                                            BOOL("keepdim"), END};
 static const vd_op_attr_spec A_FACTOR[] = {ANYNUM("factor", VD_AT_REQUIRED), END};
 static const vd_op_attr_spec A_START[] = {INT("start", VD_AT_OPTIONAL, -BIG, BIG), END};
+/* gelu: tanh = 1 for the tanh approximation (PyTorch's approximate="tanh",
+ * GPT-2's gelu_new), another function than the exact erf form. */
+static const vd_op_attr_spec A_GELU[] = {BOOL("tanh"), END};
 static const vd_op_attr_spec A_EPS[] = {NUM("eps", VD_AT_OPTIONAL, 0, INFINITY), END};
 static const vd_op_attr_spec A_ROPE[] = {NUM("theta", VD_AT_OPTIONAL, 0, INFINITY),
                                          INT("pos_offset", VD_AT_OPTIONAL, -BIG, BIG), DIM("seq_dim", VD_AT_OPTIONAL),
@@ -101,13 +104,13 @@ static const vd_op_schema schema[VD_OP__COUNT] = {
     S(CHUNK_BACKWARD, A_CHUNK), S(CONCAT, A_DIM), S(EXPAND, A_NONE),
     S(ADD, A_SCALAR), S(SUB, A_SCALAR), S(MUL, A_SCALAR), S(DIV, A_SCALAR), S(NEG, A_NONE), S(POW, A_EXPONENT),
     S(SQRT, A_NONE), S(RSQRT, A_NONE), S(EXP, A_NONE), S(LOG, A_NONE), S(SIGMOID, A_NONE), S(TANH, A_NONE),
-    S(SILU, A_NONE), S(GELU, A_NONE), S(SUM, A_REDUCE), S(MEAN, A_REDUCE), S(SUM_TO, A_NONE),
+    S(SILU, A_NONE), S(GELU, A_GELU), S(SUM, A_REDUCE), S(MEAN, A_REDUCE), S(SUM_TO, A_NONE),
     S(ACCUMULATE, A_NONE), S(SCALE, A_FACTOR),
     S(ADD_BACKWARD, A_SCALAR_OPT), S(SUB_BACKWARD, A_SCALAR_OPT), S(MUL_BACKWARD, A_SCALAR),
     S(DIV_BACKWARD, A_SCALAR), S(NEG_BACKWARD, A_NONE), S(SCALE_BACKWARD, A_FACTOR),
     S(POW_BACKWARD, A_EXPONENT), S(SQRT_BACKWARD, A_NONE), S(RSQRT_BACKWARD, A_NONE), S(EXP_BACKWARD, A_NONE),
     S(LOG_BACKWARD, A_NONE), S(SIGMOID_BACKWARD, A_NONE), S(TANH_BACKWARD, A_NONE), S(SILU_BACKWARD, A_NONE),
-    S(GELU_BACKWARD, A_NONE), S(SUM_BACKWARD, A_REDUCE), S(MEAN_BACKWARD, A_REDUCE),
+    S(GELU_BACKWARD, A_GELU), S(SUM_BACKWARD, A_REDUCE), S(MEAN_BACKWARD, A_REDUCE),
     S(MATMUL, A_NONE), S(LINEAR, A_NONE), S(EMBEDDING, A_START), S(RMS_NORM, A_EPS), S(LAYER_NORM, A_EPS),
     S(ROPE, A_ROPE), S(CAUSAL_MASK, A_MASK), S(SOFTMAX, A_DIM), S(PICK, A_START),
     S(MATMUL_BACKWARD, A_NONE), S(LINEAR_BACKWARD, A_NONE), S(EMBEDDING_BACKWARD, A_START),

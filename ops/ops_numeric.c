@@ -176,6 +176,15 @@ static double gelu_f(double x) { return 0.5 * x * (1.0 + erf(x / sqrt(2.0))); }
 static double gelu_g(double x) {
   return 0.5 * (1.0 + erf(x / sqrt(2.0))) + x * exp(-0.5 * x * x) / sqrt(2.0 * M_PI);
 }
+/* the tanh approximation: 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3) */
+static double gelu_tanh_f(double x) {
+  double u = sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+  return 0.5 * x * (1.0 + tanh(u));
+}
+static double gelu_tanh_g(double x) {
+  double k = sqrt(2.0 / M_PI), u = k * (x + 0.044715 * x * x * x), t = tanh(u);
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * k * (1.0 + 3.0 * 0.044715 * x * x);
+}
 double vd_op_i_silu(double x) { return x * sigm(x); }
 double vd_op_i_silu_grad(double x) {
   double s = sigm(x);
@@ -495,6 +504,7 @@ static double u_sigmoid(double x, double p) { (void)p; return sigm(x); }
 static double u_tanh(double x, double p) { (void)p; return tanh(x); }
 static double u_silu(double x, double p) { (void)p; return silu_f(x); }
 static double u_gelu(double x, double p) { (void)p; return gelu_f(x); }
+static double u_gelu_tanh(double x, double p) { (void)p; return gelu_tanh_f(x); }
 static double u_scale(double x, double p) { return x * p; }
 
 vd_rc vd_op_i_shape_neg(const vd_op_call *c) { return shape_same1(c); }
@@ -519,7 +529,7 @@ vd_rc vd_op_i_eval_tanh(const vd_op_call *c) { return unary(c, u_tanh, 0); }
 vd_rc vd_op_i_shape_silu(const vd_op_call *c) { return shape_same1(c); }
 vd_rc vd_op_i_eval_silu(const vd_op_call *c) { return unary(c, u_silu, 0); }
 vd_rc vd_op_i_shape_gelu(const vd_op_call *c) { return shape_same1(c); }
-vd_rc vd_op_i_eval_gelu(const vd_op_call *c) { return unary(c, u_gelu, 0); }
+vd_rc vd_op_i_eval_gelu(const vd_op_call *c) { return unary(c, aint(c, "tanh", 0) ? u_gelu_tanh : u_gelu, 0); }
 vd_rc vd_op_i_shape_scale(const vd_op_call *c) {
   if (!ahas(c, "factor")) return bad(c, "attrs.factor", "missing");
   return shape_same1(c);
@@ -685,6 +695,7 @@ static double d_sigmoid(double x, double p) { (void)p; double s = sigm(x); retur
 static double d_tanh(double x, double p) { (void)p; double t = tanh(x); return 1.0 - t * t; }
 static double d_silu(double x, double p) { (void)p; return silu_g(x); }
 static double d_gelu(double x, double p) { (void)p; return gelu_g(x); }
+static double d_gelu_tanh(double x, double p) { (void)p; return gelu_tanh_g(x); }
 
 vd_rc vd_op_i_shape_neg_backward(const vd_op_call *c) { return shape_same1(c); }
 vd_rc vd_op_i_eval_neg_backward(const vd_op_call *c) { return unary(c, u_neg, 0); }
@@ -710,7 +721,7 @@ vd_rc vd_op_i_eval_tanh_backward(const vd_op_call *c) { return unary_bwd(c, d_ta
 vd_rc vd_op_i_shape_silu_backward(const vd_op_call *c) { return shape_same2(c); }
 vd_rc vd_op_i_eval_silu_backward(const vd_op_call *c) { return unary_bwd(c, d_silu, 0); }
 vd_rc vd_op_i_shape_gelu_backward(const vd_op_call *c) { return shape_same2(c); }
-vd_rc vd_op_i_eval_gelu_backward(const vd_op_call *c) { return unary_bwd(c, d_gelu, 0); }
+vd_rc vd_op_i_eval_gelu_backward(const vd_op_call *c) { return unary_bwd(c, aint(c, "tanh", 0) ? d_gelu_tanh : d_gelu, 0); }
 
 /* ---- dropout ----------------------------------------------------------------
  *
@@ -1704,6 +1715,7 @@ static const sym1_t sym1[] = {
     {"exp", u_exp},         {"log", u_log},   {"sqrt", u_sqrt},     {"rsqrt", u_rsqrt},
     {"sigmoid", u_sigmoid}, {"tanh", u_tanh}, {"rot_cos", s_cos},   {"rot_sin", s_sin},
     {"gelu", u_gelu},       {"gelu_grad", d_gelu},
+    {"gelu_tanh", u_gelu_tanh}, {"gelu_tanh_grad", d_gelu_tanh},
 };
 
 int vd_op_symbol_value(const char *name, size_t n, const double *a, double *out) {

@@ -417,7 +417,8 @@ ENC(exp) { return unary_uf(c, s, "exp"); }
 ENC(log) { return unary_uf(c, s, "log"); }
 ENC(sigmoid) { return unary_uf(c, s, "sigmoid"); }
 ENC(tanh) { return unary_uf(c, s, "tanh"); }
-ENC(gelu) { return unary_uf(c, s, "gelu"); }
+/* the exact and the tanh forms are two functions (attribute tanh) */
+ENC(gelu) { return unary_uf(c, s, aint(c, "tanh", 0) ? "gelu_tanh" : "gelu"); }
 
 static vd_term silu_t(vd_smt *s, vd_term x) { return vd_smt_mul(s, x, uf1(s, "sigmoid", x)); }
 /* silu'(x) = s (1 + x (1 - s)), s = sigmoid(x) */
@@ -454,6 +455,7 @@ static vd_term d_tanh(vd_smt *s, vd_term x) {
   return vd_smt_sub(s, I(s, 1), vd_smt_mul(s, t, t));
 }
 static vd_term d_gelu(vd_smt *s, vd_term x) { return uf1(s, "gelu_grad", x); }
+static vd_term d_gelu_tanh(vd_smt *s, vd_term x) { return uf1(s, "gelu_tanh_grad", x); }
 
 ENC(sqrt_backward) { return unary_bwd(c, s, d_sqrt); }
 ENC(rsqrt_backward) { return unary_bwd(c, s, d_rsqrt); }
@@ -462,7 +464,7 @@ ENC(log_backward) { return unary_bwd(c, s, d_log); }
 ENC(sigmoid_backward) { return unary_bwd(c, s, d_sigmoid); }
 ENC(tanh_backward) { return unary_bwd(c, s, d_tanh); }
 ENC(silu_backward) { return unary_bwd(c, s, silu_grad_t); }
-ENC(gelu_backward) { return unary_bwd(c, s, d_gelu); }
+ENC(gelu_backward) { return unary_bwd(c, s, aint(c, "tanh", 0) ? d_gelu_tanh : d_gelu); }
 
 /* Dropout: y = x * m(x), gx = g * m(x), m = dropout_mask(x, p), one binary
  * symbol shared by both graphs and by forward and backward (so the masks of

@@ -354,19 +354,170 @@ def _lerp(E, args, kw, out):
     return E.op("add", [E.x(args[0]), E.op("scale", [d], shape, {"factor": float(w)}, dt)], shape, {}, dt)
 
 
+def _const_values(E, t):
+    """The values of a constant tensor made inside the step from no data (torch.arange
+    positions, a mask from torch.ones(...).tril()), known at capture; None for data."""
+    c = E.rec.cell_of(t)
+    return t if isinstance(t, torch.Tensor) and c is not None and c.kind == "const" else None
+
+
+def _row_range(E, ids, n_rows):
+    """(start, count) when a constant index tensor picks the rows start, start + 1, ... in
+    row-major order (positions: torch.arange, shifted or not); else the capture refuses."""
+    v = [int(x) for x in ids.reshape(-1).tolist()]
+    start = v[0] if v else 0
+    if not v or v != list(range(start, start + len(v))) or start < 0 or start + len(v) > n_rows:
+        E.fail("a constant index tensor that is not consecutive rows (torch.arange) is not supported")
+    return start, len(v)
+
+
 def _embedding(E, args, kw, out):
     w, ids = args[0], args[1]
     pad = args[2] if len(args) > 2 else -1
     if pad not in (-1, None) or (len(args) > 3 and args[3]) or (len(args) > 4 and args[4]):
         E.fail("padding_idx, scale_grad_by_freq and sparse are not supported")
+    if _const_values(E, ids) is not None:
+        # learned positions: the rows [start, start + n) of the table, whatever the ids' shape
+        start, n = _row_range(E, ids, w.shape[0])
+        rows = _slice(E, E.x(w), _shape(w), 0, start, start + n, _dt(out))
+        return E.op("view", [rows], _shape(out), {}, _dt(out))
     return E.op("embedding", [E.x(ids), E.x(w)], _shape(out), {}, _dt(out))
 
 
 def _embedding_bwd(E, args, kw, out):
-    g, ids = args[0], args[1]
+    g, ids, n_rows = args[0], args[1], int(args[2])
     if (len(args) > 3 and args[3] not in (-1, None)) or (len(args) > 4 and args[4]):
         E.fail("padding_idx and scale_grad_by_freq are not supported")
+    if _const_values(E, ids) is not None:
+        start, n = _row_range(E, ids, n_rows)
+        h = _shape(out)[1]
+        gv = E.op("view", [E.x(g)], [n, h], {}, _dt(out))
+        return _place_rows(E, gv, n_rows, h, start, n, _dt(out))
     return E.op("embedding_backward", [E.x(ids), E.x(g)], _shape(out), {}, _dt(out))
+
+
+def _place_rows(E, gv, n_rows, h, start, n, dt):
+    """The [n_rows, h] gradient whose rows [start, start + n) are gv and the others zero: one
+    chunk_backward when the range is a chunk, else one per gcd-sized piece, summed."""
+    if start == 0 and n == n_rows:
+        return gv
+    if n_rows % n == 0 and start % n == 0:
+        return E.op("chunk_backward", [gv], [n_rows, h], {"dim": 0, "index": start // n, "chunks": n_rows // n}, dt)
+    q = math.gcd(math.gcd(start, n), n_rows)
+    acc = None
+    for i in range(n // q):
+        piece = E.op("chunk", [gv], [q, h], {"dim": 0, "index": i, "chunks": n // q}, dt)
+        full = E.op("chunk_backward", [piece], [n_rows, h],
+                    {"dim": 0, "index": start // q + i, "chunks": n_rows // q}, dt)
+        acc = full if acc is None else E.op("add", [acc, full], [n_rows, h], {}, dt)
+    return acc
+
+
+def _causal_attrs(E, mask, shape):
+    """The causal_mask attributes of a constant boolean mask (True = filled) broadcast over a
+    [.., q, k] tensor: filled exactly where j - i > d for one offset d (a causal mask, shifted
+    for a chunk of queries or keys), the same for every leading index.  None: nothing filled."""
+    if len(shape) < 2:
+        E.fail("a mask over a tensor of fewer than 2 dims")
+    m = mask.to(torch.bool).expand(shape).reshape(-1, shape[-2], shape[-1])
+    if not bool((m == m[0]).all()):
+        E.fail("a constant mask that differs along the leading dims is not supported")
+    m = m[0]
+    if not bool(m.any()):
+        return None
+    nq, nk = shape[-2], shape[-1]
+    i = torch.arange(nq).view(-1, 1)
+    j = torch.arange(nk).view(1, -1)
+    for d in range(-nq, nk):
+        if bool((m == (j - i > d)).all()):
+            return {"q_offset": d, "k_offset": 0} if d >= 0 else {"q_offset": 0, "k_offset": -d}
+    E.fail("a constant mask that is not causal (filled where key > query + offset) is not supported")
+
+
+def _fill_value(E, v):
+    v = float(v)
+    if v != v:
+        E.fail("a fill value of NaN")
+    return max(-1e4, min(1e4, v))  # -inf: exp() of -1e4 is 0 in double (docs/operators.md causal_mask)
+
+
+def _masked(E, x, mask, value, out):
+    """x where mask is False, value where True, for a constant causal mask: causal_mask (the
+    backward's masked_fill of the gradient with 0: causal_mask_backward)."""
+    if _const_values(E, mask) is None:
+        E.fail("a mask computed from data (only constant masks, e.g. a causal one, are supported)")
+    a = _causal_attrs(E, mask, _shape(out))
+    if a is None:
+        return E.x(x)
+    v = _fill_value(E, value)
+    if v == 0.0 and E.rec.phase != "fwd":
+        return E.op("causal_mask_backward", [E.x(x)], _shape(out), a, _dt(out))
+    a["fill"] = v
+    return E.op("causal_mask", [E.x(x)], _shape(out), a, _dt(out))
+
+
+def _masked_fill(E, args, kw, out):
+    x, mask, value = args[0], args[1], args[2]
+    if isinstance(value, torch.Tensor):
+        if _const_values(E, value) is None or value.numel() != 1:
+            E.fail("a fill value computed from data")
+        value = value.item()
+    if _shape(x) != _shape(out):
+        E.fail("a mask that broadcasts the filled tensor")
+    return _masked(E, x, mask, value, out)
+
+
+def _where(E, args, kw, out):
+    """torch.where(cond, a, b) with a constant condition and one side a constant scalar."""
+    cond, a, b = args[0], args[1], args[2]
+
+    def scalar(t):
+        if isinstance(t, numbers.Number):
+            return float(t)
+        if _const_values(E, t) is not None and t.numel() == 1:
+            return float(t.item())
+        return None
+    sa, sb = scalar(a), scalar(b)
+    if sb is not None and sa is None and _shape(a) == _shape(out):
+        return _masked(E, a, ~cond.to(torch.bool), sb, out)
+    if sa is not None and sb is None and _shape(b) == _shape(out):
+        return _masked(E, b, cond, sa, out)
+    E.fail("where() needs a constant condition, one data operand of the output's shape and a "
+           "constant scalar")
+
+
+def _layer_norm(E, args, kw, outs):
+    x, shape, w, b = args[0], list(args[1]), args[2], args[3]
+    eps = float(args[4])
+    if len(shape) != 1:
+        E.fail("a layer norm over %d trailing dims (only the last one is supported)" % len(shape))
+    if w is None or b is None:
+        E.fail("a layer norm without a weight or a bias (elementwise_affine=False, bias=False)")
+    y = E.op("layer_norm", [E.x(x), E.x(w), E.x(b)], _shape(outs[0]), {"eps": eps}, _dt(outs[0]))
+    # mean and rstd are only read by the backward, which recomputes them from x
+    for t in outs[1:]:
+        E.rec.bind(t, None, "aux").src = E.src
+    E.rec.ln_eps[outs[1].data_ptr()] = eps  # (autograd hands the backward a shallow copy of mean)
+    return [y, None, None]
+
+
+def _layer_norm_bwd(E, args, kw, outs):
+    g, x, shape, w, b = args[0], args[1], list(args[2]), args[5], args[6]
+    if len(shape) != 1 or w is None or b is None:
+        E.fail("a layer norm over more than the last dim, or without a weight or a bias")
+    eps = _ln_eps(E, args[3])
+    shapes = [_shape(x), _shape(w), _shape(b)]
+    pids = [E.rec.new_value(sh, _dt(x)) for sh in shapes]
+    E.rec.emit("layer_norm_backward", [E.x(x), E.x(w), E.x(g)], pids, {"eps": eps}, aten="aten." + E.name)
+    return [p if o is not None else None for p, o in zip(pids, outs)]
+
+
+def _ln_eps(E, mean):
+    """The eps of the forward layer norm whose saved mean the backward reads."""
+    eps = E.rec.ln_eps.get(mean.data_ptr())
+    if eps is None:
+        E.fail("the saved statistics of a layer norm this capture did not record")
+    return eps
 
 
 def _softmax(E, args, kw, out):
@@ -446,16 +597,20 @@ def _silu_bwd(E, args, kw, out):
     return E.op("silu_backward", [E.x(args[1]), E.x(args[0])], _shape(out), {}, _dt(out))
 
 
+def _gelu_attrs(E, approximate):
+    if approximate not in ("none", "tanh"):
+        E.fail("gelu approximate=%r" % (approximate,))
+    return {"tanh": 1} if approximate == "tanh" else {}
+
+
 def _gelu(E, args, kw, out):
-    if kw.get("approximate", args[1] if len(args) > 1 else "none") != "none":
-        E.fail("approximate gelu")
-    return E.op("gelu", [E.x(args[0])], _shape(out), {}, _dt(out))
+    a = _gelu_attrs(E, kw.get("approximate", args[1] if len(args) > 1 else "none"))
+    return E.op("gelu", [E.x(args[0])], _shape(out), a, _dt(out))
 
 
 def _gelu_bwd(E, args, kw, out):
-    if kw.get("approximate", args[2] if len(args) > 2 else "none") != "none":
-        E.fail("approximate gelu")
-    return E.op("gelu_backward", [E.x(args[1]), E.x(args[0])], _shape(out), {}, _dt(out))
+    a = _gelu_attrs(E, kw.get("approximate", args[2] if len(args) > 2 else "none"))
+    return E.op("gelu_backward", [E.x(args[1]), E.x(args[0])], _shape(out), a, _dt(out))
 
 
 def _sigmoid_bwd(E, args, kw, out):
@@ -500,9 +655,12 @@ TABLE = {
     "embedding": _embedding, "embedding_dense_backward": _embedding_bwd,
     "_softmax": _softmax, "_softmax_backward_data": _softmax_bwd,
     "_log_softmax": _log_softmax, "_log_softmax_backward_data": _log_softmax_bwd,
+    # constant masks (causal attention)
+    "masked_fill": _masked_fill, "where": _where,
 }
 MULTI = {"split": _split, "split_with_sizes": _split, "unsafe_split": _split,
-         "nll_loss_forward": _nll_fwd}
+         "nll_loss_forward": _nll_fwd, "native_layer_norm": _layer_norm,
+         "native_layer_norm_backward": _layer_norm_bwd}
 TABLE["nll_loss_backward"] = _nll_bwd
 
 ALIASES = {"detach", "alias", "lift_fresh"}
@@ -547,6 +705,13 @@ def record(rec, func, args, kwargs, out):
             if rec.cell_of(o) is None or rec.cell_of(o).kind == "host":
                 rec.bind(o, None, "host")
         return
+    # a value computed from constants only (torch.arange positions, a mask from
+    # torch.ones(...).tril() and its slices and negation) is a constant too: the handlers
+    # that accept one read its values (the causal mask, consecutive rows)
+    if tensors and all(c is not None and c.kind == "const" for c in cells) and name not in ("copy_", "fill_", "zero_"):
+        for o in outs:
+            rec.bind(o, None, "const").src = where()
+        return
     if any(c is not None and c.kind == "host" for c in cells):
         raise CaptureError("%s: aten.%s mixes optimizer step counters with data" % (where(), name))
     if not tensors:
@@ -574,6 +739,13 @@ def record(rec, func, args, kwargs, out):
         return
     if name in ("copy_",):
         dst, s = args[0], args[1]
+        sc = rec.cell_of(s)
+        if sc is not None and sc.kind == "const":
+            # a constant copied (DDP's broadcast of a mask buffer unflattens it): dst holds it
+            rec.memory.forget(dst)
+            c = rec.bind(dst, None, "const")
+            c.src, c.version = src, rec.memory.version(dst)
+            return
         p = E.x(s)
         if _shape(s) != _shape(dst):
             p = E.op("expand", [p], _shape(dst), {}, _dt(dst))
@@ -593,9 +765,10 @@ def record(rec, func, args, kwargs, out):
     inplace = name.endswith("_") and not name.startswith("_") and name[:-1] in TABLE
     base = name[:-1] if inplace else name
     if base in MULTI:
-        pids = MULTI[base](E, args, kwargs, list(out) if isinstance(out, (list, tuple)) else [out])
-        for o, p in zip(outs, pids):
-            if p is not None:
+        raw = list(out) if isinstance(out, (list, tuple)) else [out]
+        pids = MULTI[base](E, args, kwargs, raw)
+        for o, p in zip(raw, pids):
+            if p is not None and o is not None:
                 rec.bind(o, p, alias=memory.is_view_of(o, tensors))
         _note_fwd(rec, outs, src)
         return

@@ -68,7 +68,7 @@ class Cell:
 
     def __init__(self, pid, kind, tensor, version, src=None):
         self.pid = pid          # SSA value id, None for empty / host / const cells
-        self.kind = kind        # "data", "empty", "const", "host"
+        self.kind = kind        # "data", "empty", "const", "host", "aux" (saved statistics)
         self.tensor = tensor    # kept alive: ids (and storages) must not be reused
         self.version = version  # the storage's version when pid was bound (memory.py)
         self.src = src
@@ -97,6 +97,8 @@ class Recorder:
         self.paths = {}          # "file.py:LINE" -> "path/to/file.py:LINE" (None: two files share the name)
         self.dump = None         # pid -> float64 copy of its value (torch2plan --dump-*), or None
         self.quiet = False       # taking a snapshot: the dispatch mode records nothing
+        self.allreduce_inputs = None  # the current c10d all_reduce's inputs, before it ran
+        self.ln_eps = {}         # data_ptr of a layer norm's saved mean -> its eps (the backward's)
 
     # ---- values and cells ----------------------------------------------------------------
     def new_value(self, shape, dtype):
@@ -174,6 +176,9 @@ class Recorder:
         if c.kind == "empty":
             raise CaptureError("%s: %s reads an uninitialised tensor (torch.empty) created at %s"
                                % (where, what, c.src))
+        if c.kind == "aux":
+            raise CaptureError("%s: %s reads the statistics a layer norm at %s saves for its backward "
+                               "(only its backward may)" % (where, what, c.src))
         if c.kind == "const":
             raise CaptureError("%s: %s reads a constant tensor created inside the step at %s; "
                                "create it before the step and declare it with cap.input"
@@ -236,6 +241,10 @@ class _Mode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if not self.rec.quiet and str(func).startswith("c10d.allreduce_"):
+            # the reduction of a call from C++ is learnt from its inputs (collectives.py), which
+            # an in-place all_reduce overwrites, maybe before it returns: copied first
+            self.rec.allreduce_inputs = [t.detach().clone() for t in args[0]]
         out = func(*args, **kwargs)
         if not self.rec.quiet:
             aten_map.record(self.rec, func, args, kwargs, out)
@@ -399,14 +408,19 @@ class Capture:
         return self._declare("loss", t, name, mb_index, placements)
 
     def params(self, module, prefix="", **placements):
-        """Declares every parameter of a module under its own (prefixed) name, and its buffers
-        (a causal mask, position tables) as inputs: the module states both, so the user need
-        not.  A buffer already declared is left as it is."""
+        """Declares every parameter of a module under its own (prefixed) name, its floating-point
+        buffers (position tables, running statistics) as inputs, and its boolean and integer
+        buffers (a causal mask, position ids) as constants whose values the capture reads: the
+        module states all of them, so the user need not.  A buffer already declared is left."""
         for n, p in module.named_parameters():
             self.param(p, prefix + n, **placements)
         for n, b in module.named_buffers():
-            if self.rec.cell_of(b) is None:
+            if self.rec.cell_of(b) is not None:
+                continue
+            if b.is_floating_point():
                 self.input(b, prefix + n)
+            else:  # a boolean or integer buffer (a causal mask, positions) is a constant
+                self.rec.bind(b, None, "const").src = "buffer " + prefix + n
 
     def optimizer(self, opt, step=1, seed=0):
         """Declares the state of a torch.optim.SGD (momentum 0) or Adam optimizer.

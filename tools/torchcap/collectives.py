@@ -128,7 +128,8 @@ def _reduction(call, inputs, results):
 
 def _allreduce(call, args):
     tensors = list(args[0])
-    before = [t.detach().clone() for t in tensors]
+    before = call.rec.allreduce_inputs or [t.detach().clone() for t in tensors]
+    call.rec.allreduce_inputs = None
     _wait(call.rec.last_work)
     red = _reduction(call, before, tensors)
     for t, b in zip(tensors, before):
@@ -231,6 +232,12 @@ def _broadcast(call, args):
     me = call.ranks.index(dist.get_rank())
     _wait(call.rec.last_work)
     for t in tensors:
+        c = call.rec.cell_of(t)
+        if c is not None and c.kind == "const":
+            # a constant (DDP broadcasts a boolean mask buffer at construction) holds the
+            # root's value afterwards: still a constant, read by value where it is used
+            c.src = call.where
+            continue
         dt = _dt(call.rec, t)
         ins = [call.rec.read(t, call.where, call.name)] if me == root_pos else []
         p = call.emit("broadcast", ins, _dims(t), dt, {"root": root_pos})

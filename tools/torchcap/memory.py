@@ -117,6 +117,18 @@ class Memory:
         st.log.append((st.version, lo, hi))
         return st.version
 
+    def forget(self, t):
+        """t's range of the storage now holds no recorded value (a constant was written there):
+        reads through other views of it find a gap and are refused, never an old value."""
+        st = self._storage(t)
+        if st is None:
+            return 0
+        lo, hi = span(t)
+        st.segments = [s for s in st.segments if s.hi <= lo or s.lo >= hi]
+        st.version += 1
+        st.log.append((st.version, lo, hi))
+        return st.version
+
     def unchanged_since(self, t, version):
         """No write since `version` touched the part of the storage t covers."""
         st = self._storage(t)

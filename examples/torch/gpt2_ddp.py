@@ -1,0 +1,45 @@
+"""examples/torch/gpt2_ddp.py - the GPT-2 of gpt2.py trained data-parallel with PyTorch's own
+DistributedDataParallel (its C++ bucketed reducer averages the gradients), as one writes it:
+each rank takes its share of the global batch, computes the mean loss over it, and DDP does the
+rest.  The parallel program of gpt2_single.py (tools/torch2plan --nproc DP, --set dp=DP).
+--set bucket_mb=X sets DDP's bucket size (small values make several buckets).
+Bugs (--set bug=NAME): loss_scale multiplies the loss by the world size before backward (a port
+from a sum-reduced loss: DDP already averages); same_data gives every rank the first shard.
+"""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt2  # noqa: E402
+from torchcap import Shard  # noqa: E402
+
+
+def step(cap):
+    c = gpt2.config(cap.args)
+    dp = int(c["dp"]) if int(c["dp"]) > 1 else cap.world
+    cap.mesh(dp=dp)
+    model = gpt2.build()
+    idx, targets = gpt2.batch()
+    share = 0 if c["bug"] == "same_data" else cap.rank
+    mine = [t.chunk(dp)[share].clone() for t in (idx, targets)]
+    cap.params(model)
+    cap.input(mine[0], "idx", dp=Shard(0))
+    cap.input(mine[1], "targets", dp=Shard(0))
+    ddp = DDP(model, bucket_cap_mb=float(c.get("bucket_mb", 25)))
+    opt = gpt2.make_optimizer(c, ddp.parameters())
+    cap.optimizer(opt)
+    with cap.step():
+        loss = ddp(*mine)
+        if c["bug"] == "loss_scale":
+            (loss * dist.get_world_size()).backward()   # BUG: DDP averages already
+        else:
+            loss.backward()
+        opt.step()
+        # the logged loss: the mean of the replicas' means (each over its share of the batch)
+        logged = loss.detach().clone()
+        dist.all_reduce(logged, op=dist.ReduceOp.AVG)
+    cap.loss(logged, "loss")
