@@ -1,8 +1,9 @@
 """examples/torch/gpt2.py - a small GPT-2, written the way people write it: nn.Embedding for
 tokens and learned positions (torch.arange), pre-LayerNorm blocks, causal self-attention with a
 masked_fill of a boolean mask, a GELU MLP, the output head tied to the token embedding, and
-F.cross_entropy.  Nothing here knows about parallelism: gpt2_single.py trains it on one device,
-the gpt2_*.py programs parallelize this very module with DDP, FSDP2, DTensor, pipelining or ZeRO.
+F.cross_entropy (--set attn=sdpa: F.scaled_dot_product_attention instead).  Nothing here knows
+about parallelism: gpt2_single.py trains it on one device, gpt2_ddp.py data-parallel with
+DistributedDataParallel (tests/e2e/44_torch_gpt2.sh).
 
 `build(args)` gives the model with its deterministic initial weights (every program starts from
 the same checkpoint), `batch()` the global batch, `make_optimizer` the optimizer of --set opt=.
@@ -19,7 +20,8 @@ LR = 0.05
 
 def config(args):
     """Run configuration from torch2plan --set KEY=VALUE (strings)."""
-    c = {"dp": 1, "tp": 1, "pp": 1, "nm": 1, "opt": "sgd", "bug": "", "schedule": "gpipe", "clip": 0.0}
+    c = {"dp": 1, "tp": 1, "pp": 1, "nm": 1, "opt": "sgd", "bug": "", "schedule": "gpipe", "clip": 0.0,
+         "attn": "mask"}
     for k, v in args.items():
         c[k] = type(c[k])(v) if k in c and not isinstance(c[k], str) else v
     return c
@@ -33,14 +35,18 @@ class CausalSelfAttention(nn.Module):
         self.v_proj = nn.Linear(N_EMBD, N_EMBD)
         self.out_proj = nn.Linear(N_EMBD, N_EMBD)
         self.register_buffer("mask", torch.ones(BLOCK, BLOCK, dtype=torch.bool).tril(), persistent=False)
+        self.sdpa = False   # --set attn=sdpa: F.scaled_dot_product_attention(is_causal=True)
 
     def forward(self, x):
         b, t, _ = x.shape
         heads = self.q_proj.out_features // (N_EMBD // N_HEAD)   # fewer on a tensor-parallel rank
         q, k, v = (p(x).view(b, t, heads, -1).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-        att = att.masked_fill(~self.mask[:t, :t], float("-inf"))
-        y = F.softmax(att, dim=-1) @ v
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+            att = att.masked_fill(~self.mask[:t, :t], float("-inf"))
+            y = F.softmax(att, dim=-1) @ v
         return self.out_proj(y.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -86,10 +92,14 @@ class GPT2(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
 
-def build(dtype=torch.float64):
-    """The model with the shared initial weights (seeded: the same checkpoint on every rank)."""
+def build(c=None, dtype=torch.float64):
+    """The model with the shared initial weights (seeded: the same checkpoint on every rank);
+    c (config()) chooses the attention kernel."""
     torch.manual_seed(1234)
     model = GPT2().to(dtype)
+    for m in model.modules():
+        if isinstance(m, CausalSelfAttention):
+            m.sdpa = bool(c) and c["attn"] == "sdpa"
     with torch.no_grad():               # non-trivial norms and biases, so that every term shows
         for name, p in model.named_parameters():
             if name.endswith("bias") or ".ln_" in name or name.startswith("ln_"):

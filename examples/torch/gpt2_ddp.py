@@ -22,7 +22,7 @@ def step(cap):
     c = gpt2.config(cap.args)
     dp = int(c["dp"]) if int(c["dp"]) > 1 else cap.world
     cap.mesh(dp=dp)
-    model = gpt2.build()
+    model = gpt2.build(c)
     idx, targets = gpt2.batch()
     share = 0 if c["bug"] == "same_data" else cap.rank
     mine = [t.chunk(dp)[share].clone() for t in (idx, targets)]

@@ -13,7 +13,7 @@ import gpt2  # noqa: E402
 
 def step(cap):
     c = gpt2.config(cap.args)
-    model = gpt2.build()
+    model = gpt2.build(c)
     idx, targets = gpt2.batch()
     cap.params(model)
     cap.input(idx, "idx")

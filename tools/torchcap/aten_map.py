@@ -486,6 +486,79 @@ def _where(E, args, kw, out):
            "constant scalar")
 
 
+class _Attn:
+    """F.scaled_dot_product_attention's CPU kernel as registry operators: s = scale * q k^T, the
+    causal mask (is_causal), p = softmax(s), y = p v.  The backward recomputes p from q and k,
+    as the fused kernel does, and applies the chain rule through the same operators."""
+
+    def __init__(self, E, q, k, v, dropout_p, is_causal, attn_mask, scale):
+        if dropout_p:
+            E.fail("attention dropout (dropout_p=%g) is not supported" % dropout_p)
+        if attn_mask is not None:
+            E.fail("an explicit attn_mask is not supported (is_causal=True is)")
+        if q.dim() < 2 or q.shape[:-2] != k.shape[:-2] or k.shape != v.shape[:-1] + k.shape[-1:]:
+            E.fail("query %s, key %s, value %s of different heads (grouped-query attention: "
+                   "expand k and v)" % (list(q.shape), list(k.shape), list(v.shape)))
+        self.E, self.dt = E, _dt(q)
+        self.q, self.k, self.v = E.x(q), E.x(k), E.x(v)
+        self.qs, self.ks, self.vs = _shape(q), _shape(k), _shape(v)
+        self.scale = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+        nq, nk = q.shape[-2], k.shape[-2]
+        self.ss = self.qs[:-1] + [nk]
+        # torch's is_causal is the top-left aligned mask: key j is seen by query i when j <= i
+        self.mask = {"q_offset": 0, "k_offset": 0} if is_causal and nk > 1 else None
+        del nq
+
+    def t(self, pid, shape):
+        nd = len(shape)
+        return self.E.op("transpose", [pid], shape[:-2] + [shape[-1], shape[-2]],
+                         {"dim0": nd - 2, "dim1": nd - 1}, self.dt)
+
+    def probs(self):
+        E, dt = self.E, self.dt
+        sc = E.op("matmul", [self.q, self.t(self.k, self.ks)], self.ss, {}, dt)
+        sc = E.op("scale", [sc], self.ss, {"factor": self.scale}, dt)
+        if self.mask:
+            sc = E.op("causal_mask", [sc], self.ss, dict(self.mask, fill=-1e4), dt)
+        return E.op("softmax", [sc], self.ss, {"dim": len(self.ss) - 1}, dt)
+
+    def forward(self):
+        p = self.probs()
+        return self.E.op("matmul", [p, self.v], self.qs[:-1] + self.vs[-1:], {}, self.dt)
+
+    def backward(self, g):
+        E, dt = self.E, self.dt
+        p = self.probs()
+        dv = E.op("matmul", [self.t(p, self.ss), g], self.vs, {}, dt)
+        dp = E.op("matmul", [g, self.t(self.v, self.vs)], self.ss, {}, dt)
+        ds = E.op("softmax_backward", [p, dp], self.ss, {"dim": len(self.ss) - 1}, dt)
+        if self.mask:
+            ds = E.op("causal_mask_backward", [ds], self.ss, dict(self.mask), dt)
+        ds = E.op("scale", [ds], self.ss, {"factor": self.scale}, dt)
+        dq = E.op("matmul", [ds, self.k], self.qs, {}, dt)
+        dk = E.op("matmul", [self.t(ds, self.ss), self.q], self.ks, {}, dt)
+        return dq, dk, dv
+
+
+def _sdpa(E, args, kw, outs):
+    q, k, v = args[:3]
+    dropout_p = args[3] if len(args) > 3 else kw.get("dropout_p", 0.0)
+    causal = args[4] if len(args) > 4 else kw.get("is_causal", False)
+    a = _Attn(E, q, k, v, dropout_p, causal, kw.get("attn_mask"), kw.get("scale"))
+    for t in outs[1:]:
+        if t is not None:
+            E.rec.bind(t, None, "aux").src = E.src
+    return [a.forward()] + [None] * (len(outs) - 1)
+
+
+def _sdpa_bwd(E, args, kw, outs):
+    g, q, k, v = args[:4]
+    dropout_p = args[6] if len(args) > 6 else kw.get("dropout_p", 0.0)
+    causal = args[7] if len(args) > 7 else kw.get("is_causal", False)
+    a = _Attn(E, q, k, v, dropout_p, causal, kw.get("attn_mask"), kw.get("scale"))
+    return list(a.backward(E.x(g)))
+
+
 def _layer_norm(E, args, kw, outs):
     x, shape, w, b = args[0], list(args[1]), args[2], args[3]
     eps = float(args[4])
@@ -660,7 +733,9 @@ TABLE = {
 }
 MULTI = {"split": _split, "split_with_sizes": _split, "unsafe_split": _split,
          "nll_loss_forward": _nll_fwd, "native_layer_norm": _layer_norm,
-         "native_layer_norm_backward": _layer_norm_bwd}
+         "native_layer_norm_backward": _layer_norm_bwd,
+         "_scaled_dot_product_flash_attention_for_cpu": _sdpa,
+         "_scaled_dot_product_flash_attention_for_cpu_backward": _sdpa_bwd}
 TABLE["nll_loss_backward"] = _nll_bwd
 
 ALIASES = {"detach", "alias", "lift_fresh"}

@@ -1,0 +1,39 @@
+# A GPT-2 written the natural way (examples/torch/gpt2.py: nn.LayerNorm, learned positions from
+# torch.arange, a causal masked_fill of a boolean buffer or F.scaled_dot_product_attention, tanh
+# GELU, a tied head, F.cross_entropy) trained on one device and with PyTorch's
+# DistributedDataParallel (its C++ bucketed reducer):
+#  - the single-device capture is faithful (torch's own step on the executor's values agrees),
+#    with SGD and with AdamW (weight decay), with either attention kernel;
+#  - DDP over 2 ranks is EQUIVALENT and agrees under the executor, in one bucket and in several;
+#  - the loss multiplied by the world size before backward (DDP averages already) is NOT
+#    EQUIVALENT, and the executor disagrees.
+. "$(dirname "$0")/lib.sh"
+set -e
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+T2P="/usr/bin/python3 $ROOT/tools/torch2plan"
+EX=$ROOT/examples/torch
+for conf in "--set opt=adamw" "--set attn=sdpa"; do
+  expect_exit 0 $T2P --single "$EX/gpt2_single.py" --out-single "$TMP/s1.plan" $conf
+  expect_exit 0 "$VERDICT" exec --sm "$TMP/s1.plan" --dump "$TMP/v" --seed 3
+  expect_exit 0 $T2P --single "$EX/gpt2_single.py" --replay "$TMP/v" $conf --tol 1e-12
+  expect_in "replay AGREE" "$TMP/out"
+done
+cap() {
+  expect_exit 0 $T2P --single "$EX/gpt2_single.py" --parallel "$EX/gpt2_ddp.py" --nproc 2 --set dp=2 \
+    --out-single "$TMP/s.plan" --out-parallel "$TMP/p.plan" "$@"
+  expect_in "1 stored ranks x 2 replicas" "$TMP/out"
+}
+for conf in "--set opt=sgd" "--set attn=sdpa --set opt=adamw --set bucket_mb=0.002"; do
+  cap $conf
+  expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+  expect_in "^EQUIVALENT" "$TMP/out"
+  expect_in "0 dropped after a failed proof, 1 round" "$TMP/out"
+  expect_exit 0 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+  expect_in "AGREE" "$TMP/out"
+done
+cap --set bug=loss_scale
+expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+expect_in "^NOT EQUIVALENT" "$TMP/out"
+expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+expect_in "DISAGREE" "$TMP/out"
+echo ok
