@@ -1845,10 +1845,12 @@ static void find_stuck(ictx *c, vd_lin_infer_stats *s) {
     uint32_t seeded_out = 0;
     for (uint32_t o = 0; o < pn->n_out; o++)
       if (c->seeded[out[o]]) seeded = 1, seeded_out = o;
-    if (all_in && seeded) {
+    double fo;
+    if (all_in && seeded && !(node_factor(c, pn, op, seeded_out, &fo) && fabs(fo - 1.0) <= 1e-12)) {
       /* an annotated result (an updated weight, the loss) computed from a
        * value that is a constant multiple of its single-device value, or
-       * of one addend of what the single twin reads */
+       * of one addend of what the single twin reads (a factor that the
+       * operator cancels, as the logged loss's average does, is not) */
       for (uint32_t i = 0; i < pn->n_in; i++) {
         const vlin *x = vl_at(c, in[i]);
         if (x->zero || x->f == 1.0) continue;
@@ -1861,14 +1863,13 @@ static void find_stuck(ictx *c, vd_lin_infer_stats *s) {
         return;
       }
     }
-    if (!all_in || any_out) continue;
+    if (!all_in || any_out || seeded) continue;
     int why = VD_LIN_STUCK_SLICE;
     uint32_t at = 0;
     int32_t sm = -1;
     for (uint32_t i = 0; i < pn->n_in && why == VD_LIN_STUCK_SLICE; i++)
       if (vl_at(c, in[i])->zero) why = VD_LIN_STUCK_ZERO, at = i;
     if (why == VD_LIN_STUCK_SLICE && rules[op].kind != VD_PROP_COPY) sm = match_single(c, pn, op);
-    double fo;
     if (why == VD_LIN_STUCK_SLICE && sm >= 0 && !out_factor(c, pn, &c->gs->nodes[sm], op, &rules[op], 0, &fo)) {
       why = VD_LIN_STUCK_FACTOR;
       for (uint32_t i = pn->n_in; i-- > 0;)

@@ -99,18 +99,17 @@ if [ -d "$C" ]; then
   expect_exit 0 "$VERDICT" plan validate "$TMP/np.plan"
   rm -f "$TMP/np.plan.tmp" "$TMP/ns.plan.tmp"
 fi
-if true; then  # the PyTorch tools run under the project's .venv (make deps); never skipped
-  T2P="/usr/bin/python3 $ROOT/tools/torch2plan --single $ROOT/tests/torch/tiny_single.py"
-  all_refused $T2P --out-single
-  ln -s "$TMP/victim" "$TMP/t.plan.tmp"
-  echo old >"$TMP/t.plan"
-  chmod 600 "$TMP/t.plan"
-  expect_exit 0 $T2P --out-single "$TMP/t.plan"
-  [ "$(cat "$TMP/victim")" = keep ] || fail "torch2plan followed a planted .tmp link"
-  [ "$(stat -c %a "$TMP/t.plan")" = 600 ] || fail "torch2plan: 0600 became $(stat -c %a "$TMP/t.plan")"
-  expect_exit 0 "$VERDICT" plan validate "$TMP/t.plan"
-  # the parallel output too, refused before anything is captured
-  refused "$TMP/fifo" "is a FIFO" $T2P --parallel "$ROOT/tests/torch/tiny_parallel.py" --nproc 2 \
-    --out-single "$TMP/t2.plan" --out-parallel "$TMP/fifo"
-fi
+# (the PyTorch tools run under the project's .venv, made by make deps: never skipped)
+T2P="/usr/bin/python3 $ROOT/tools/torch2plan --single $ROOT/tests/torch/tiny_single.py"
+all_refused $T2P --out-single
+ln -s "$TMP/victim" "$TMP/t.plan.tmp"
+echo old >"$TMP/t.plan"
+chmod 600 "$TMP/t.plan"
+expect_exit 0 $T2P --out-single "$TMP/t.plan"
+[ "$(cat "$TMP/victim")" = keep ] || fail "torch2plan followed a planted .tmp link"
+[ "$(stat -c %a "$TMP/t.plan")" = 600 ] || fail "torch2plan: 0600 became $(stat -c %a "$TMP/t.plan")"
+expect_exit 0 "$VERDICT" plan validate "$TMP/t.plan"
+# the parallel output too, refused before anything is captured
+refused "$TMP/fifo" "is a FIFO" $T2P --parallel "$ROOT/tests/torch/tiny_parallel.py" --nproc 2 \
+  --out-single "$TMP/t2.plan" --out-parallel "$TMP/fifo"
 echo ok

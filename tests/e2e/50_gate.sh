@@ -192,8 +192,8 @@ expect_exit 0 "$V" gate gate.manifest --cache "$TMP/small" --cache-max-mb 1 -q
 
 # -- PyTorch programs captured in the run: torch2plan's exit 1 (the DP
 # replicas ran different programs) is the configuration's NOT EQUIVALENT
-if true; then  # the PyTorch tools run under the project's .venv (make deps); never skipped
-  cat >"$TMP/t.manifest" <<EOF
+# (the PyTorch tools run under the project's .venv, made by make deps: never skipped)
+cat >"$TMP/t.manifest" <<EOF
 [tiny-replica]
 torch-single   = $R/tests/torch/tiny_single.py
 torch-parallel = $R/tests/torch/tiny_parallel.py
@@ -202,10 +202,9 @@ set = dp=2
 set = variant=replica
 expect = equivalent
 EOF
-  expect_exit 1 "$V" gate t.manifest --no-cache
-  expect_in "^  tiny-replica *NOT EQUIVALENT *EQUIVALENT *NO" "$TMP/out"
-  expect_in "DP replica 1 (rank 2) ran a different program" "$TMP/out"
-fi
+expect_exit 1 "$V" gate t.manifest --no-cache
+expect_in "^  tiny-replica *NOT EQUIVALENT *EQUIVALENT *NO" "$TMP/out"
+expect_in "DP replica 1 (rank 2) ran a different program" "$TMP/out"
 
 # -- nnScaler pickles given straight to verify (converted in the run)
 C=$R/../shared/corpus/nnscaler
