@@ -438,15 +438,18 @@ def _fill_value(E, v):
     v = float(v)
     if v != v:
         E.fail("a fill value of NaN")
-    return max(-1e4, min(1e4, v))  # -inf: exp() of -1e4 is 0 in double (docs/operators.md causal_mask)
+    if v in (float("inf"), float("-inf")):
+        return math.copysign(1e4, v)  # exp() of -1e4 is 0 in double (docs/operators.md causal_mask)
+    return v
 
 
-def _masked(E, x, mask, value, out):
-    """x where mask is False, value where True, for a constant causal mask: causal_mask (the
-    backward's masked_fill of the gradient with 0: causal_mask_backward)."""
+def _masked(E, x, mask, value, out, filled_where=True):
+    """x where the constant mask is not filled_where, value where it is, for a causal mask:
+    causal_mask (the backward's masked_fill of the gradient with 0: causal_mask_backward)."""
     if _const_values(E, mask) is None:
         E.fail("a mask computed from data (only constant masks, e.g. a causal one, are supported)")
-    a = _causal_attrs(E, mask, _shape(out))
+    m = mask.to(torch.bool)
+    a = _causal_attrs(E, m if filled_where else ~m, _shape(out))
     if a is None:
         return E.x(x)
     v = _fill_value(E, value)
@@ -479,7 +482,7 @@ def _where(E, args, kw, out):
         return None
     sa, sb = scalar(a), scalar(b)
     if sb is not None and sa is None and _shape(a) == _shape(out):
-        return _masked(E, a, ~cond.to(torch.bool), sb, out)
+        return _masked(E, a, cond, sb, out, filled_where=False)
     if sa is not None and sb is None and _shape(b) == _shape(out):
         return _masked(E, b, cond, sa, out)
     E.fail("where() needs a constant condition, one data operand of the output's shape and a "
@@ -503,11 +506,10 @@ class _Attn:
         self.q, self.k, self.v = E.x(q), E.x(k), E.x(v)
         self.qs, self.ks, self.vs = _shape(q), _shape(k), _shape(v)
         self.scale = float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-        nq, nk = q.shape[-2], k.shape[-2]
+        nk = k.shape[-2]
         self.ss = self.qs[:-1] + [nk]
         # torch's is_causal is the top-left aligned mask: key j is seen by query i when j <= i
         self.mask = {"q_offset": 0, "k_offset": 0} if is_causal and nk > 1 else None
-        del nq
 
     def t(self, pid, shape):
         nd = len(shape)
