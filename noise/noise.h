@@ -61,6 +61,9 @@ double vd_noise_unit_of_dtype(vd_dtype dt);
  * VD_NOISE_RV u^2 y^2 with VD_NOISE_RV = (1 / ln 2)^2 / 12. */
 #define VD_NOISE_ULP 1.4426950408889634
 #define VD_NOISE_RV 0.17344824582650045
+/* a GEMM extent (rows or columns) below which the CPU kernels take small-matrix code paths whose
+ * summation order differs (measured below 12 on PyTorch 2.9.1; noise/prop.c) */
+#define VD_NOISE_GEMM_PATH 16
 /* gamma_k = k u / (1 - k u) (Higham), +inf when k u >= 1. */
 double vd_noise_gamma(double k, double u);
 

@@ -154,6 +154,50 @@ static int whole_single(const vd_noise_ctx *c, uint32_t v) {
   return 1;
 }
 
+/* The extents a GEMM kernel chooses its code path by, per matrix of tensor t: a linear flattens
+ * its leading dims into rows, a matmul keeps them as a batch of matrices. */
+static void gemm_extents(int op, const vd_tensor_t *t, int64_t *rows, int64_t *cols) {
+  *cols = t->ndim > 0 ? t->shape[t->ndim - 1] : 1;
+  if (op == VD_OP_LINEAR || op == VD_OP_LINEAR_BACKWARD)
+    *rows = *cols > 0 ? vd_tensor_numel(t) / *cols : 0;
+  else
+    *rows = t->ndim > 1 ? t->shape[t->ndim - 2] : 1;
+}
+
+static const vd_tensor_t *single_of(const vd_noise_ctx *c, const vd_tensor_t *t) {
+  if (!t->has_lin) return NULL;
+  int64_t si = vd_plan_find_tensor(c->sp, t->lin.full);
+  return si < 0 ? NULL : &c->sp->tensors[si];
+}
+
+/* Whether a contraction whose output v has another shape than its single tensor (no part of its
+ * sums split: the caller checked) still sums each element in the single kernel's order.
+ * Measured on PyTorch 2.9.1's CPU kernels (float32, docs/noise.md "Assumptions"): a GEMM computes
+ * a row or column alike in an M x N and a 2M x N product when the extent that differs is at least
+ * 12 on both sides (below it MKL/oneDNN take small-matrix paths whose order along the contraction
+ * differs, like a reassociated sum: up to 4 ulps at K = 100); a reduction keeps each output
+ * element's order when its input's innermost extent is the single input's (a row-wise mean over
+ * half the rows: bit-identical; a column sum over another number of columns: not). */
+static int contraction_keeps_order(const vd_noise_ctx *c, int op, uint32_t v, const uint32_t *iv,
+                                   uint32_t n_in) {
+  const vd_tensor_t *t = ptensor(c, v), *st = single_of(c, t);
+  if (!st) return 0;
+  if (op == VD_OP_MATMUL || op == VD_OP_LINEAR || op == VD_OP_MATMUL_BACKWARD || op == VD_OP_LINEAR_BACKWARD) {
+    int64_t r, cl, sr, scl;
+    gemm_extents(op, t, &r, &cl);
+    gemm_extents(op, st, &sr, &scl);
+    if (r != sr && (r < VD_NOISE_GEMM_PATH || sr < VD_NOISE_GEMM_PATH)) return 0;
+    if (cl != scl && (cl < VD_NOISE_GEMM_PATH || scl < VD_NOISE_GEMM_PATH)) return 0;
+    return 1;
+  }
+  for (uint32_t i = 0; i < n_in; i++) {
+    const vd_tensor_t *x = ptensor(c, iv[i]), *sx = single_of(c, x);
+    if (!is_float(x->dtype)) continue;
+    if (!sx || x->ndim < 1 || sx->ndim != x->ndim || sx->shape[sx->ndim - 1] != x->shape[x->ndim - 1]) return 0;
+  }
+  return 1;
+}
+
 /* ---- evaluation ---------------------------------------------------------------- */
 
 typedef struct {
@@ -683,6 +727,7 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
   /* new rounding discrepancies */
   int combine = coll_sum || (is_sum_of_inputs(op) && in_parts > out_parts);
   double *nfac = w->tmpc, *vs = w->tmpc + gn->n_out, *s1 = w->tmpc + 2 * gn->n_out, *km = w->tmpc + 3 * gn->n_out;
+  double *reblock = w->tmpc + 4 * gn->n_out; /* 1: a contraction on another shape, not split */
   int any_split = 0;
   const vd_tensor_t *t0 = ptensor(c, ov[0]);
   double u = unit_of(c, t0), ua = accum_unit(c, u);
@@ -691,11 +736,16 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
   for (uint32_t j = 0; j < gn->n_out; j++) {
     int64_t pj = part_n(ptensor(c, ov[j]));
     nfac[j] = is_contraction(op) && pj > in_parts ? (double)pj / (double)in_parts : 0.0;
-    /* a contraction on another shape than the single plan's: another blocking of the same sums,
-       as if reassociated (both sides' roundings independent).  In any precision: PyTorch 2's CPU
-       matmuls (oneDNN/MKL) block by the row count, so a float32 linear over half the rows was
-       measured to differ by 1e-7 on bit-identical inputs (1.13's kernels did not) */
-    if (is_contraction(op) && nfac[j] == 0 && !whole_single(c, ov[j])) nfac[j] = 1.0;
+    /* a contraction on another shape than the single plan's may block the same sums otherwise.
+       In any precision: PyTorch 2's CPU matmuls (oneDNN/MKL) choose their code path by the row
+       count, so a float32 linear over half the rows was measured to differ by 1e-7 on
+       bit-identical inputs (1.13's kernels did not).  The worst case takes the sums as
+       reassociated; the realistic bound does not: the kernel keeps each element's order along the
+       contraction and its output differs by an ulp where it does (the kernel term below; measured
+       2.9.1: a 16-row weight gradient of 32 tokens, 1.5 ulp; half-batch forward linears, 0) */
+    reblock[j] = is_contraction(op) && nfac[j] == 0 && !whole_single(c, ov[j]);
+    if (reblock[j]) nfac[j] = 1.0;
+    if (reblock[j] && !contraction_keeps_order(c, op, ov[j], iv, gn->n_in)) reblock[j] = 2.0;
     any_split |= nfac[j] > 0;
     vs[j] = s1[j] = 0;
     km[j] = 1;
@@ -733,17 +783,19 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
     int64_t m = vd_tensor_numel(ptensor(c, v));
     double *rv = w->rvar[j], *wv = w->wvec[j];
     const double *s1e = w->s1v[j], *k1e = w->kv[j];
-    int split = nfac[j] > 0;
+    /* reblock 1: the same order on another shape; 2: another order, as if reassociated */
+    int split = nfac[j] > 0 && reblock[j] != 1.0;
     /* a low-precision kernel on another shape takes another code path whatever its inputs: for a
        contraction too (bfloat16 batched matmuls of another batch shape were measured to differ by
        whole output roundings on bit-identical inputs) */
-    int kernel = ((kernel_dependent(op) && low) || is_contraction(op)) && !whole_single(c, v);
+    int kernel = (((kernel_dependent(op) || is_contraction(op)) && low) || reblock[j] == 2.0) && !whole_single(c, v);
     int amp = !bit_in && !is_move(op) && u > 0;
-    double gsplit = split ? vd_noise_gamma(km[j], ua) + vd_noise_gamma(km[j] * nfac[j], ua) : 0;
+    double gsplit = nfac[j] > 0 ? vd_noise_gamma(km[j], ua) + vd_noise_gamma(km[j] * nfac[j], ua) : 0;
     double nm = coll_sum ? (double)gn->n_part : (double)gn->n_in, gcomb = vd_noise_gamma(nm - 1.0, ua);
     double g2 = 2.0 * vd_noise_gamma(km[j], ua);
     for (int64_t e = 0; e < m; e++) {
       double ye = fabs(yv[e]), prop = rv[e];
+      if (reblock[j] == 1.0) wv[e] += gsplit * s1e[e]; /* worst case: as if reassociated */
       if (split) { /* both sides' roundings of the sum, in the accumulation precision */
         double K = k1e[e] >= 1 ? k1e[e] : 1;
         double var = VD_NOISE_RV * ua * ua * K * (ye * ye / 3.0 + w->s2v[j][e] / 2.0) * (1.0 + nfac[j]);

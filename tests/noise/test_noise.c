@@ -40,13 +40,13 @@ static void test_prec(void **st) {
 }
 
 /* Runs noise mode on a generated mlp pair. */
-static void run_mlp(int64_t dp, int64_t tp, vd_noise_prec prec, vd_noise_result *r) {
+static void run_mlp_batch(int64_t dp, int64_t tp, int64_t batch, vd_noise_prec prec, vd_noise_result *r) {
   vd_gen_config c;
   vd_gen_config_default(&c);
   c.model = VD_GEN_MLP;
   c.layers = 1;
   c.hidden = 16;
-  c.batch = 8;
+  c.batch = batch;
   c.dp = dp;
   c.tp = tp;
   vd_plan_t s, p;
@@ -63,6 +63,36 @@ static void run_mlp(int64_t dp, int64_t tp, vd_noise_prec prec, vd_noise_result 
   assert_int_equal(vd_noise_run(&s, &p, NULL, NULL, &o, r, &d), VD_OK);
   vd_plan_free(&s);
   vd_plan_free(&p);
+}
+
+static void run_mlp(int64_t dp, int64_t tp, vd_noise_prec prec, vd_noise_result *r) {
+  run_mlp_batch(dp, tp, 8, prec, r);
+}
+
+static size_t count_bitid(const vd_noise_result *r, const char *family) {
+  size_t n = 0;
+  for (size_t i = 0; i < r->n_rows; i++) n += !strcmp(r->rows[i].family, family) && r->rows[i].bitid;
+  return n;
+}
+
+/* A float32 GEMM over half the rows keeps each row's order when both row counts are large enough
+ * (PyTorch 2's blocked kernels): DP's forward stays bit-identical at 32 rows a replica, and is
+ * not at 4 (small-matrix paths sum in another order).  In bfloat16 it never is. */
+static void test_gemm_rows(void **st) {
+  (void)st;
+  vd_noise_result big, small, low;
+  run_mlp_batch(2, 1, 64, VD_NOISE_FP32, &big);
+  run_mlp_batch(2, 1, 8, VD_NOISE_FP32, &small);
+  run_mlp_batch(2, 1, 64, VD_NOISE_BF16, &low);
+  size_t nf = 0;
+  for (size_t i = 0; i < big.n_rows; i++) nf += !strcmp(big.rows[i].family, "fwd");
+  assert_true(nf > 2);
+  assert_int_equal(count_bitid(&big, "fwd"), nf);
+  assert_true(count_bitid(&small, "fwd") < nf);
+  assert_true(count_bitid(&low, "fwd") < nf);
+  vd_noise_result_free(&big);
+  vd_noise_result_free(&small);
+  vd_noise_result_free(&low);
 }
 
 static void test_bitid_marks(void **st) {
@@ -233,7 +263,7 @@ static void test_fault(void **st) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_prec),        cmocka_unit_test(test_bitid_marks), cmocka_unit_test(test_monotone_k),
+      cmocka_unit_test(test_prec),        cmocka_unit_test(test_bitid_marks), cmocka_unit_test(test_gemm_rows), cmocka_unit_test(test_monotone_k),
       cmocka_unit_test(test_monotone_dtype), cmocka_unit_test(test_dump_read),
       cmocka_unit_test(test_fault),
   };
