@@ -10,7 +10,7 @@
  * (a zero_grad scale), so that an accumulator's first addition copies its
  * addend.  Seeds are the annotated tensors' initial values and final
  * versions.  Each operator's rule (vd_lin_prop_rule, one row per registry
- * operator, checked complete at compile time) says how a node maps its
+ * operator: the prop column of ops/ops.def) says how a node maps its
  * inputs' lineages to its outputs:
  *  - COPY: output = input (no single node needed: the output holds the same
  *    single value as the input);
@@ -60,103 +60,14 @@
 
 /* ---- the rule table ------------------------------------------------------ */
 
-#define R(kind, lin, bwd) {1, VD_PROP_##kind, VD_PLIN_##lin, bwd}
+/* ops.def's prop column: PR(kind, partial-sum rule, bwd_pair). */
+#define PR(kind, lin, bwd) {1, VD_PROP_##kind, VD_PLIN_##lin, bwd}
 static const vd_lin_prop_rule rules[VD_OP__COUNT] = {
-    [VD_OP_IDENTITY] = R(COPY, NONE, 0),
-    [VD_OP_CONTIGUOUS] = R(COPY, NONE, 0),
-    [VD_OP_CAST] = R(COPY, NONE, 0),
-    [VD_OP_VIEW] = R(VIEW, NONE, 0),
-    [VD_OP_RESHAPE] = R(VIEW, NONE, 0),
-    [VD_OP_TRANSPOSE] = R(MAP, MULTI, 0),
-    [VD_OP_MULTIREF] = R(COPY, NONE, 0),
-    [VD_OP_MULTIREF_BACKWARD] = R(MAP, SUM, 0),
-    [VD_OP_CHUNK] = R(CHUNK, NONE, 0),
-    [VD_OP_CHUNK_BACKWARD] = R(NONE, NONE, 0), /* zero-padded slice: no lineage form */
-    [VD_OP_CONCAT] = R(MAP, SUM, 0),
-    [VD_OP_EXPAND] = R(MAP, MULTI, 0),
-    [VD_OP_ADD] = R(ACCUM, SUM, 0),
-    [VD_OP_SUB] = R(MAP, SUM, 0),
-    [VD_OP_MUL] = R(MAP, MULTI, 0),
-    [VD_OP_DIV] = R(MAP, NONE, 0),
-    [VD_OP_NEG] = R(MAP, MULTI, 0),
-    [VD_OP_POW] = R(MAP, NONE, 0),
-    [VD_OP_SQRT] = R(MAP, NONE, 0),
-    [VD_OP_RSQRT] = R(MAP, NONE, 0),
-    [VD_OP_EXP] = R(MAP, NONE, 0),
-    [VD_OP_LOG] = R(MAP, NONE, 0),
-    [VD_OP_SIGMOID] = R(MAP, NONE, 0),
-    [VD_OP_TANH] = R(MAP, NONE, 0),
-    [VD_OP_SILU] = R(MAP, NONE, 0),
-    [VD_OP_GELU] = R(MAP, NONE, 0),
-    [VD_OP_SUM] = R(MAP, MULTI, 0),
-    [VD_OP_MEAN] = R(MAP, NONE, 0), /* NONE: a mean over a slice is not a part of the mean */
-    [VD_OP_SUM_TO] = R(MAP, MULTI, 0),
-    [VD_OP_ACCUMULATE] = R(ACCUM, SUM, 0),
-    [VD_OP_SCALE] = R(SCALE, MULTI, 0),
-    [VD_OP_ADD_BACKWARD] = R(MAP, MULTI, 1),
-    [VD_OP_SUB_BACKWARD] = R(MAP, MULTI, 1),
-    [VD_OP_MUL_BACKWARD] = R(MAP, OTHER, 1),
-    [VD_OP_DIV_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_NEG_BACKWARD] = R(MAP, MULTI, 1),
-    [VD_OP_SCALE_BACKWARD] = R(MAP, MULTI, 1),
-    [VD_OP_POW_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_SQRT_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_RSQRT_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_EXP_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_LOG_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_SIGMOID_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_TANH_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_SILU_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_GELU_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_SUM_BACKWARD] = R(MAP, MULTI, 1),
-    [VD_OP_MEAN_BACKWARD] = R(MAP, MULTI, 1),
-    [VD_OP_MATMUL] = R(MAP, MULTI, 0),
-    [VD_OP_LINEAR] = R(MAP, MULTI, 0),
-    [VD_OP_EMBEDDING] = R(MAP, MULTI, 0),
-    [VD_OP_RMS_NORM] = R(MAP, NONE, 0),
-    [VD_OP_LAYER_NORM] = R(MAP, NONE, 0),
-    [VD_OP_ROPE] = R(MAP, NONE, 0),
-    [VD_OP_CAUSAL_MASK] = R(MAP, NONE, 0),
-    [VD_OP_SOFTMAX] = R(MAP, NONE, 0),
-    [VD_OP_PICK] = R(MAP, MULTI, 0),
-    [VD_OP_MATMUL_BACKWARD] = R(MAP, MULTI, 1),
-    [VD_OP_LINEAR_BACKWARD] = R(MAP, MULTI, 1),
-    [VD_OP_EMBEDDING_BACKWARD] = R(MAP, MULTI, 1),
-    [VD_OP_RMS_NORM_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_LAYER_NORM_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_ROPE_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_CAUSAL_MASK_BACKWARD] = R(MAP, MULTI, 1),
-    [VD_OP_SOFTMAX_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_PICK_BACKWARD] = R(MAP, MULTI, 1),
-    [VD_OP_CREATE_MASK] = R(MAP, CONST, 0),
-    [VD_OP_APPLY_MASK] = R(MAP, NONE, 0),
-    [VD_OP_APPLY_ROTARY_EMB] = R(MAP, PAIRED, 0),
-    [VD_OP_APPLY_MASK_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_APPLY_ROTARY_EMB_BACKWARD] = R(MAP, PAIRED, 1),
-    [VD_OP_DROPOUT] = R(MAP, NONE, 0),
-    [VD_OP_DROPOUT_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_TOPK_GATE] = R(MAP, NONE, 0),
-    [VD_OP_GROUPED_MLP] = R(MAP, SEP, 0),
-    [VD_OP_TOPK_GATE_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_GROUPED_MLP_BACKWARD] = R(MAP, SEP, 1),
-    [VD_OP_GATE_FW] = R(MAP, NONE, 0),
-    [VD_OP_NNSCALER_MOE_GMM] = R(MAP, SEP, 0),
-    [VD_OP_GATE_FW_BACKWARD] = R(MAP, NONE, 1),
-    [VD_OP_NNSCALER_MOE_GMM_BACKWARD] = R(MAP, SEP, 1),
-    [VD_OP_ALL_REDUCE] = R(ALL_REDUCE, NONE, 0),
-    [VD_OP_ALL_GATHER] = R(ALL_GATHER, NONE, 0),
-    [VD_OP_REDUCE_SCATTER] = R(REDUCE_SCATTER, NONE, 0),
-    [VD_OP_ALL_TO_ALL] = R(ALL_TO_ALL, NONE, 0),
-    [VD_OP_BROADCAST] = R(COPY, NONE, 0),
-    [VD_OP_SEND] = R(COPY, NONE, 0),
-    [VD_OP_RECV] = R(COPY, NONE, 0),
-    [VD_OP_SUMSQ] = R(MAP, SEP, 0),
-    [VD_OP_CLIP_COEF] = R(MAP, NONE, 0),
-    [VD_OP_SGD_STEP] = R(MAP, NONE, 0),
-    [VD_OP_ADAM_STEP] = R(MAP, NONE, 0),
+#define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, attrs, eqv, prop, ...) [VD_OP_##ID] = prop,
+#include "../ops/ops.def"
+#undef VD_OP
 };
-#undef R
-_Static_assert(sizeof(rules) / sizeof(rules[0]) == VD_OP__COUNT, "one propagation rule per operator");
+#undef PR
 
 const vd_lin_prop_rule *vd_lin_prop_rule_of(int op) { return &rules[op]; }
 

@@ -34,8 +34,8 @@
 #include "ops.h"
 #include "ops_moe.h"
 
-#define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, safety) \
-  vd_rc vd_op_i_eval_##name(const vd_op_call *c);                             \
+#define VD_OP(ID, name, ...)                      \
+  vd_rc vd_op_i_eval_##name(const vd_op_call *c); \
   vd_rc vd_op_i_shape_##name(const vd_op_call *c);
 #include "ops.def"
 #undef VD_OP
