@@ -16,7 +16,7 @@
  * ops.def's arity is that of the merged instance).
  *
  * Not here: ranges that depend on shapes (a dim against the tensor's rank,
- * chunk index against chunks) stay with the shape checks of ops_numeric.c,
+ * chunk index against chunks) stay with the shape checks of ops/ops_num_*.c,
  * which name the node and field as well.  Operators outside the registry are
  * skipped: the verifier reports them as unsupported (exit 3).
  *

@@ -3,7 +3,7 @@
  * collective of docs/operators.md.
  *
  * ops/ops.def is the only list of operators (an X-macro); ops.c expands
- * it into vd_op_table and ops_numeric.c holds the double-precision
+ * it into vd_op_table and ops_num_*.c hold the double-precision
  * evaluators and shape checks.  Everything outside solver/ reads operator
  * properties through the vd_op_* accessors below, never with a switch.
  *

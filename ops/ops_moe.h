@@ -45,7 +45,7 @@ void vd_moe_gmm_read(const vd_plan_t *p, const vd_node_t *n, const vd_op_shape *
  * (+ ".e<e>" when e >= 0) + ".j<j>". */
 void vd_moe_gate_sym(char *buf, size_t n, const vd_moe_gate_cfg *g, const char *what, int64_t e, int64_t j);
 
-/* Helpers of ops_numeric.c that ops_moe.c shares: the one error line of a
+/* Helpers of the numeric evaluators (ops/ops_num.c) that ops_moe.c shares: the one error line of a
  * numeric operator ("<op>: <text>" on record and field), silu and its
  * derivative. */
 vd_rc vd_op_i_bad(const vd_op_call *c, const char *field, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -53,7 +53,7 @@ double vd_op_i_silu(double x);
 double vd_op_i_silu_grad(double x);
 
 /* One SwiGLU expert, shared by nnscaler_moe_gmm (here) and grouped_mlp
- * (ops_numeric.c): on token x [h], expert e of w1, w3 [E, f, h] and
+ * (ops/ops_num_moe.c): on token x [h], expert e of w1, w3 [E, f, h] and
  * w2 [E, h, f], a = x w1[e]^T, b = x w3[e]^T, hd = silu(a) * b,
  * o = hd w2[e]^T.  The scratch vectors (a, b, hd, ga, gb: f each; o, go: h
  * each) belong to the caller. */

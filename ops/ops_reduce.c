@@ -15,7 +15,7 @@
  * without a rule function (red_<name>) does not compile.  Shared rules are
  * aliased with #define, so the X-macro stays the only list of operators.
  *
- * Not here: shape checking (ops_numeric.c); a rule assumes the registry's
+ * Not here: shape checking (ops/ops_num_*.c); a rule assumes the registry's
  * shape check would pass and reports an unusual form (wrong rank, a bad
  * dimension attribute) as "no rule" so the stage is simply not reduced.
  */
