@@ -73,9 +73,13 @@ static int fanin_inputs(const ictx *c, const vd_gnode_t *pn, const vd_gnode_t *s
  * but a candidate (a stage target, proven or dropped like any other); it
  * only splits the undecided region into stages that end at it.  Returns
  * the number of values guessed. */
-int guess_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
-  const vd_gnode_t *pn = &c->gp->nodes[gi];
-  if (pn->n_in < 2) return 0;
+/* Whether node pn is one to guess at: some inputs known (each a plain
+ * lineage), and the others undecided values that a reshaping or a
+ * collective produced (the dispatch and combine chains): where a computing
+ * operator's rule stopped, its stage decides better than a guess
+ * (nnScaler's written-out norms would otherwise get a guess per gradient,
+ * doubling the stages). */
+static int guess_applies(const ictx *c, const vd_gnode_t *pn) {
   const uint32_t *in = vd_gnode_inputs(c->gp, pn);
   int n_known = 0, n_open = 0;
   for (uint32_t i = 0; i < pn->n_in; i++) {
@@ -87,42 +91,81 @@ int guess_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
     }
     const vd_value_t *v = &c->gp->values[in[i]];
     if (c->seeded[in[i]] || v->is_initial || v->producer < 0) return 0;
-    /* only values a reshaping or a collective produced (the dispatch and
-     * combine chains): where a computing operator's rule stopped, its
-     * stage decides better than a guess (nnScaler's written-out norms
-     * would otherwise get a guess per gradient, doubling the stages) */
     int pop = c->pop[c->gp->nodes[v->producer].pnode];
     if (pop < 0 || rules[pop].kind == VD_PROP_MAP || rules[pop].kind == VD_PROP_ACCUM ||
         rules[pop].kind == VD_PROP_SCALE)
       return 0;
     n_open++;
   }
-  if (!n_known || !n_open) return 0;
+  return n_known && n_open;
+}
+
+/* The single inputs sin[] of pn's single twin (a multiref_backward
+ * matched by name: its fan-in's); 0 when there is none. */
+static int guess_twin_inputs(ictx *c, const vd_gnode_t *pn, int op, uint32_t *sin) {
   int32_t sm = match_single_in(c, pn, op, 1);
-  uint32_t sin[MAXOPD];
   if (sm >= 0) {
     if (pn->n_in > MAXOPD) return 0;
     memcpy(sin, vd_gnode_inputs(c->gs, &c->gs->nodes[sm]), pn->n_in * sizeof(*sin));
-  } else if (op == VD_OP_MULTIREF_BACKWARD) {
-    sm = match_by_name(c, pn, op);
-    if (sm < 0 || !fanin_inputs(c, pn, &c->gs->nodes[sm], sin)) return 0;
-  } else {
-    return 0;
+    return 1;
   }
-  dsu u;
-  if (!node_links(c, pn, op, &u)) return 0;
-  /* the part the known inputs are (a SUM rule adds parts of one slice) */
-  int64_t k = 0, n = 1, dk = 0;
-  if (ru->lin == VD_PLIN_SUM) {
-    int first = 1;
-    for (uint32_t i = 0; i < pn->n_in; i++) {
-      if (!vl_at(c, in[i])->known) continue;
-      int64_t ki, ni, dki;
-      if (!norm_part(vl_at(c, in[i]), &ki, &ni, &dki)) return 0;
-      if (!first && (ki != k || ni != n || dki != dk)) return 0;
-      k = ki, n = ni, dk = dki, first = 0;
+  if (op != VD_OP_MULTIREF_BACKWARD) return 0;
+  sm = match_by_name(c, pn, op);
+  return sm >= 0 && fanin_inputs(c, pn, &c->gs->nodes[sm], sin);
+}
+
+/* The part the known inputs are (a SUM rule adds parts of one slice; other
+ * rules: the whole, 0 of 1); 0 when the known inputs disagree. */
+static int known_part(const ictx *c, const vd_gnode_t *pn, const vd_lin_prop_rule *ru, int64_t *k, int64_t *n,
+                      int64_t *dk) {
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn);
+  *k = 0, *n = 1, *dk = 0;
+  if (ru->lin != VD_PLIN_SUM) return 1;
+  int first = 1;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    if (!vl_at(c, in[i])->known) continue;
+    int64_t ki, ni, dki;
+    if (!norm_part(vl_at(c, in[i]), &ki, &ni, &dki)) return 0;
+    if (!first && (ki != *k || ni != *n || dki != *dk)) return 0;
+    *k = ki, *n = ni, *dk = dki, first = 0;
+  }
+  return 1;
+}
+
+/* Dim j of the guess l for undecided input i: whole where its parallel
+ * width is the single one, else the slice of a known input dim linked to
+ * it; 0 when none fits. */
+static int guess_dim(const ictx *c, dsu *u, const vd_gnode_t *pn, uint32_t i, const vd_tensor_t *st,
+                     const vd_tensor_t *pt, int32_t j, vlin *l) {
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn);
+  l->lo[j] = 0, l->hi[j] = st->shape[j];
+  if (pt->shape[j] == st->shape[j]) return 1;
+  int cj = dfind(u, dix(u, 0, (int)i, j));
+  for (uint32_t i2 = 0; i2 < pn->n_in; i2++) {
+    const vlin *x = vl_at(c, in[i2]);
+    if (!x->known) continue;
+    for (int32_t k2 = 0; k2 < x->nd; k2++) {
+      if (dfind(u, dix(u, 0, (int)i2, k2)) != cj || stens(c, x->sv)->shape[k2] != st->shape[j] ||
+          x->hi[k2] - x->lo[k2] != pt->shape[j])
+        continue;
+      l->lo[j] = x->lo[k2], l->hi[j] = x->hi[k2], l->dlo[j] = x->dlo[k2];
+      return 1;
     }
   }
+  return 0;
+}
+
+int guess_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
+  const vd_gnode_t *pn = &c->gp->nodes[gi];
+  if (pn->n_in < 2) return 0;
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn);
+  if (!guess_applies(c, pn)) return 0;
+  uint32_t sin[MAXOPD];
+  if (!guess_twin_inputs(c, pn, op, sin)) return 0;
+  dsu u;
+  if (!node_links(c, pn, op, &u)) return 0;
+  int64_t k, n, dk;
+  if (!known_part(c, pn, ru, &k, &n, &dk)) return 0;
   int guessed = 0;
   for (uint32_t i = 0; i < pn->n_in; i++) {
     if (vl_at(c, in[i])->known) continue;
@@ -136,23 +179,7 @@ int guess_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
     l.f = 1.0, l.fsrc = -1;
     l.k0 = k, l.cnt = 1, l.n = n, l.dk = dk;
     int ok = 1;
-    for (int32_t j = 0; j < pt->ndim && ok; j++) {
-      l.lo[j] = 0, l.hi[j] = st->shape[j];
-      if (pt->shape[j] == st->shape[j]) continue;
-      int cj = dfind(&u, dix(&u, 0, (int)i, j)), done = 0;
-      for (uint32_t i2 = 0; i2 < pn->n_in && !done; i2++) {
-        const vlin *x = vl_at(c, in[i2]);
-        if (!x->known) continue;
-        for (int32_t k2 = 0; k2 < x->nd && !done; k2++) {
-          if (dfind(&u, dix(&u, 0, (int)i2, k2)) != cj || stens(c, x->sv)->shape[k2] != st->shape[j] ||
-              x->hi[k2] - x->lo[k2] != pt->shape[j])
-            continue;
-          l.lo[j] = x->lo[k2], l.hi[j] = x->hi[k2], l.dlo[j] = x->dlo[k2];
-          done = 1;
-        }
-      }
-      ok = done;
-    }
+    for (int32_t j = 0; j < pt->ndim && ok; j++) ok = guess_dim(c, &u, pn, i, st, pt, j, &l);
     if (!ok) continue;
     vl_put(c, in[i], &l);
     guessed++;
