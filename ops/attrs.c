@@ -16,13 +16,14 @@
  * ops.def's arity is that of the merged instance).
  *
  * Not here: ranges that depend on shapes (a dim against the tensor's rank,
- * chunk index against chunks) stay with the shape checks of ops_numeric.c,
+ * chunk index against chunks) stay with the shape checks of ops/ops_num_*.c,
  * which name the node and field as well.  Operators outside the registry are
  * skipped: the verifier reports them as unsupported (exit 3).
  *
- * The table is indexed by vd_op_id with designated initializers; a row left
- * out is NULL, which vd_op_attr_schema reports and tests/ops/test_attrs.c
- * checks for every operator.
+ * Which list an operator takes is the attrs column of its ops.def row
+ * (AT(list), or AT_MEMBER for a collective's per-member arity); the lists
+ * are below.  A row without that column does not compile (ops/ops.c names
+ * every column); tests/ops/test_attrs.c checks every operator has a schema.
  */
 #include <math.h>
 #include <stdio.h>
@@ -92,41 +93,20 @@ static const vd_op_attr_spec A_ADAM[] = {ANYNUM("lr", VD_AT_OPTIONAL),
                                          INT("step", VD_AT_OPTIONAL, 1, BIG),
                                          ANYNUM("weight_decay", VD_AT_OPTIONAL), END};
 
-/* ---- the table -------------------------------------------------------------- */
+/* ---- the table: ops.def's attrs column ------------------------------------- */
 
-#define S(ID, list) [VD_OP_##ID] = {list, 0, 0, 0, 0, 0}
+#define AT(list) {list, 0, 0, 0, 0, 0}
 /* A collective's node is one member: its own inputs and outputs. */
-#define C(ID, list, in_lo, in_hi, out_lo, out_hi) [VD_OP_##ID] = {list, 1, in_lo, in_hi, out_lo, out_hi}
+#define AT_MEMBER(list, in_lo, in_hi, out_lo, out_hi) {list, 1, in_lo, in_hi, out_lo, out_hi}
 
 static const vd_op_schema schema[VD_OP__COUNT] = {
-    S(IDENTITY, A_NONE), S(CONTIGUOUS, A_NONE), S(CAST, A_NONE), S(VIEW, A_NONE), S(RESHAPE, A_NONE),
-    S(TRANSPOSE, A_TRANSPOSE), S(MULTIREF, A_NONE), S(MULTIREF_BACKWARD, A_NONE), S(CHUNK, A_CHUNK),
-    S(CHUNK_BACKWARD, A_CHUNK), S(CONCAT, A_DIM), S(EXPAND, A_NONE),
-    S(ADD, A_SCALAR), S(SUB, A_SCALAR), S(MUL, A_SCALAR), S(DIV, A_SCALAR), S(NEG, A_NONE), S(POW, A_EXPONENT),
-    S(SQRT, A_NONE), S(RSQRT, A_NONE), S(EXP, A_NONE), S(LOG, A_NONE), S(SIGMOID, A_NONE), S(TANH, A_NONE),
-    S(SILU, A_NONE), S(GELU, A_GELU), S(SUM, A_REDUCE), S(MEAN, A_REDUCE), S(SUM_TO, A_NONE),
-    S(ACCUMULATE, A_NONE), S(SCALE, A_FACTOR),
-    S(ADD_BACKWARD, A_SCALAR_OPT), S(SUB_BACKWARD, A_SCALAR_OPT), S(MUL_BACKWARD, A_SCALAR),
-    S(DIV_BACKWARD, A_SCALAR), S(NEG_BACKWARD, A_NONE), S(SCALE_BACKWARD, A_FACTOR),
-    S(POW_BACKWARD, A_EXPONENT), S(SQRT_BACKWARD, A_NONE), S(RSQRT_BACKWARD, A_NONE), S(EXP_BACKWARD, A_NONE),
-    S(LOG_BACKWARD, A_NONE), S(SIGMOID_BACKWARD, A_NONE), S(TANH_BACKWARD, A_NONE), S(SILU_BACKWARD, A_NONE),
-    S(GELU_BACKWARD, A_GELU), S(SUM_BACKWARD, A_REDUCE), S(MEAN_BACKWARD, A_REDUCE),
-    S(MATMUL, A_NONE), S(LINEAR, A_NONE), S(EMBEDDING, A_START), S(RMS_NORM, A_EPS), S(LAYER_NORM, A_EPS),
-    S(ROPE, A_ROPE), S(CAUSAL_MASK, A_MASK), S(SOFTMAX, A_DIM), S(PICK, A_START),
-    S(MATMUL_BACKWARD, A_NONE), S(LINEAR_BACKWARD, A_NONE), S(EMBEDDING_BACKWARD, A_START),
-    S(RMS_NORM_BACKWARD, A_EPS), S(LAYER_NORM_BACKWARD, A_EPS), S(ROPE_BACKWARD, A_ROPE),
-    S(CAUSAL_MASK_BACKWARD, A_MASK), S(SOFTMAX_BACKWARD, A_DIM), S(PICK_BACKWARD, A_START),
-    S(CREATE_MASK, A_FILL), S(APPLY_MASK, A_NONE), S(APPLY_ROTARY_EMB, A_NONE), S(APPLY_MASK_BACKWARD, A_NONE),
-    S(APPLY_ROTARY_EMB_BACKWARD, A_NONE), S(DROPOUT, A_DROPOUT), S(DROPOUT_BACKWARD, A_DROPOUT),
-    S(TOPK_GATE, A_TOPK), S(GROUPED_MLP, A_GMLP), S(TOPK_GATE_BACKWARD, A_TOPK), S(GROUPED_MLP_BACKWARD, A_GMLP),
-    S(GATE_FW, A_GATE_FW), S(NNSCALER_MOE_GMM, A_MOE_GMM), S(GATE_FW_BACKWARD, A_GATE_FW),
-    S(NNSCALER_MOE_GMM_BACKWARD, A_MOE_GMM),
-    C(ALL_REDUCE, A_ALL_REDUCE, 1, 1, 1, 1), C(ALL_GATHER, A_DIM, 1, 1, 1, 1), C(REDUCE_SCATTER, A_DIM, 1, 1, 1, 1),
-    C(ALL_TO_ALL, A_ALL_TO_ALL, 1, 1, 1, 1),
-    /* Only the root member has the input. */
-    C(BROADCAST, A_ROOT, 0, 1, 1, 1), C(SEND, A_NONE, 1, 1, 0, 0), C(RECV, A_NONE, 0, 0, 1, 1),
-    S(SUMSQ, A_NONE), S(CLIP_COEF, A_CLIP), S(SGD_STEP, A_SGD), S(ADAM_STEP, A_ADAM),
+#define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, attrs, ...) [VD_OP_##ID] = attrs,
+#include "ops.def"
+#undef VD_OP
 };
+
+#undef AT
+#undef AT_MEMBER
 
 const vd_op_schema *vd_op_attr_schema(vd_op_id op) {
   if (op < 0 || op >= VD_OP__COUNT) return NULL;

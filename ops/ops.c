@@ -3,7 +3,8 @@
  * accessors.
  *
  * The table is const and complete at compile time: a row missing a column
- * does not compile, a row without evaluator or shape check does not link,
+ * does not compile (the expansion below names all of them), a row without
+ * evaluator or shape check does not link,
  * and tests/ops/test_ops_numeric.c checks that no required column is
  * NULL or empty and that docs/operators.md and the table name the same
  * operators.
@@ -13,30 +14,33 @@
 #include <assert.h>
 #include <string.h>
 
-/* Prototypes of the evaluators and shape checks (defined in ops_numeric.c). */
-#define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, safety) \
-  vd_rc vd_op_i_eval_##name(const vd_op_call *c);                             \
+/* Prototypes of the evaluators and shape checks (ops/ops_num_*.c). */
+#define VD_OP(ID, name, ...)                      \
+  vd_rc vd_op_i_eval_##name(const vd_op_call *c); \
   vd_rc vd_op_i_shape_##name(const vd_op_call *c);
 #include "ops.def"
 #undef VD_OP
 
+/* The index column: IX(slot, IN|OUT, t, dim, ndim, offset) or IX_NONE. */
+#define IX_SIDE_IN 0
+#define IX_SIDE_OUT 1
+#define IX(slot, side, t, dim, ndim, offset) {slot, IX_SIDE_##side, t, dim, ndim, offset}
+#define IX_NONE {-1, 0, 0, 0, 0, NULL}
+
+/* Every column is named: a row with a column missing or extra does not
+ * compile here (macro arity), whatever the other expansions read. */
 const vd_op_info vd_op_table[VD_OP__COUNT] = {
-#define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, safety)       \
-  [VD_OP_##ID] = {#name, min_in, max_in, min_out, max_out, flags, VD_OP_##bwd,       \
-                  vd_op_i_eval_##name, vd_op_i_shape_##name, safety},
+#define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, attrs, eqv, prop, index, safety) \
+  [VD_OP_##ID] = {#name, min_in, max_in, min_out, max_out, flags, VD_OP_##bwd,                        \
+                  vd_op_i_eval_##name, vd_op_i_shape_##name, safety, index},
 #include "ops.def"
 #undef VD_OP
 };
 
-/* One row per enum value: a count mismatch means ops.def and the table
- * diverged (cannot happen with one X-macro, but the check is free). */
-#define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, safety) +1
-_Static_assert(0
-#include "ops.def"
-               == VD_OP__COUNT, "ops.def rows and vd_op_id disagree");
-#undef VD_OP
-_Static_assert(sizeof(vd_op_table) / sizeof(vd_op_table[0]) == VD_OP__COUNT,
-               "vd_op_table has one row per operator");
+#undef IX
+#undef IX_NONE
+#undef IX_SIDE_IN
+#undef IX_SIDE_OUT
 
 int64_t vd_op_shape_numel(const vd_op_shape *s) {
   int64_t n = 1;
@@ -88,15 +92,9 @@ const vd_op_info *vd_op_get(vd_op_id op) {
 const char *vd_op_name(vd_op_id op) { return vd_op_get(op)->name; }
 
 int vd_op_copies_elements(int op) {
-  switch (op) {
-  case VD_OP_IDENTITY: case VD_OP_CONTIGUOUS: case VD_OP_CAST: case VD_OP_VIEW: case VD_OP_RESHAPE:
-  case VD_OP_TRANSPOSE: case VD_OP_MULTIREF: case VD_OP_CHUNK: case VD_OP_CONCAT: case VD_OP_EXPAND:
-  case VD_OP_ALL_GATHER: case VD_OP_ALL_TO_ALL: case VD_OP_BROADCAST: case VD_OP_SEND: case VD_OP_RECV:
-    return 1;
-  default:
-    return 0;
-  }
+  return op >= 0 && op < VD_OP__COUNT && (vd_op_table[op].flags & VD_OPF_MOVES) != 0;
 }
+const vd_op_index *vd_op_index_of(vd_op_id op) { return &vd_op_get(op)->index; }
 uint32_t vd_op_flags(vd_op_id op) { return vd_op_get(op)->flags; }
 int vd_op_has(vd_op_id op, uint32_t flag) { return (vd_op_get(op)->flags & flag) != 0; }
 vd_op_id vd_op_backward(vd_op_id op) { return (vd_op_id)vd_op_get(op)->backward; }

@@ -3,7 +3,7 @@
  * collective of docs/operators.md.
  *
  * ops/ops.def is the only list of operators (an X-macro); ops.c expands
- * it into vd_op_table and ops_numeric.c holds the double-precision
+ * it into vd_op_table and ops_num_*.c hold the double-precision
  * evaluators and shape checks.  Everything outside solver/ reads operator
  * properties through the vd_op_* accessors below, never with a switch.
  *
@@ -18,10 +18,12 @@
  * Not here: the symbolic encoders.  ops/ must not depend on solver/ (make
  * lint), so the encoders cannot be a column of this table without an
  * opaque slot that nothing here could fill.  solver/smt_encode.c expands
- * the same ops.def X-macro into its own table (enc_table), one row per
- * operator with a compile-time count check: ops.def stays the only list of
- * operators, and every per-operator table (this one, the reduction rules
- * of ops_reduce.c, the encoders) is an expansion of it.
+ * the same ops.def X-macro into its own table (enc_table, enc_<name> per
+ * row: a row without its encoder does not compile).  ops.def stays the
+ * only list of operators; every per-operator table (this one, the
+ * attribute schema of attrs.c, the equivariances of ops_eqv.c, the
+ * reduction rules of ops_reduce.c, lineage's propagation rules, the
+ * encoders) is an expansion of its rows.
  *
  * Layer: ops/ is the operator registry and everything per-operator that is
  * not SMT; it may include common/ and plans/ (never solver/: the encoders
@@ -40,7 +42,7 @@
 
 typedef enum {
   VD_OP__NONE = -1,    /* "no backward operator" */
-#define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, safety) VD_OP_##ID,
+#define VD_OP(ID, ...) VD_OP_##ID,
 #include "ops.def"
 #undef VD_OP
   VD_OP__COUNT
@@ -62,7 +64,21 @@ enum {
   VD_OPF_COLLECTIVE = 1u << 4,    /* spans ranks; a call carries all participants */
   VD_OPF_BACKWARD = 1u << 5,      /* is the backward operator of some forward op */
   VD_OPF_INPLACE_OK = 1u << 6,    /* may read and write the same persistent tensor */
+  VD_OPF_MOVES = 1u << 7,         /* every output element is a copy of an input element */
+  VD_OPF_REPEATS = 1u << 8,       /* a MOVES operator that repeats elements (expand) */
 };
+
+/* The integer index operand of a gather or scatter (ops.def column
+ * `index`): input `slot` holds indices into dimension `dim` of operand t
+ * (an output when from_out), shifted by the int attribute `offset` (the
+ * index range is [offset, offset + extent)); ndim > 0: only when that
+ * operand has rank ndim.  slot < 0: the operator has no index operand. */
+typedef struct {
+  int8_t slot;
+  uint8_t from_out;
+  uint8_t t, dim, ndim;
+  const char *offset;
+} vd_op_index;
 
 /* ---- one call ------------------------------------------------------------ */
 
@@ -124,6 +140,7 @@ typedef struct {
   vd_op_eval_fn eval;        /* numeric evaluator (assumes shape checked) */
   vd_op_shape_fn shape;      /* shape and arity check, VD_EINPUT on mismatch */
   const char *reduction_safety; /* why checking on reduced shapes is sound */
+  vd_op_index index;         /* the integer index operand, slot -1 if none */
 } vd_op_info;
 
 extern const vd_op_info vd_op_table[VD_OP__COUNT];
@@ -142,6 +159,8 @@ const char *vd_op_name(vd_op_id op);
  * transposes, chunks, concatenation, expand, gathers, moves): the values
  * are rearranged, never computed. */
 int vd_op_copies_elements(int op);
+/* The index operand of op (slot -1: none). */
+const vd_op_index *vd_op_index_of(vd_op_id op);
 uint32_t vd_op_flags(vd_op_id op);
 int vd_op_has(vd_op_id op, uint32_t flag);
 vd_op_id vd_op_backward(vd_op_id op);

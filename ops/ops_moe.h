@@ -1,15 +1,15 @@
 /*
  * ops/ops_moe.h - the mixture-of-experts operators of the nnScaler
  * DeepSeek-style MoE models (gate_fw, nnscaler_moe_gmm and their backward
- * operators): numeric side in ops/ops_moe.c, symbolic encoders in
- * solver/smt_moe.c.  Included by ops/ and solver/ only.
+ * operators): numeric side and reduction rules in ops/ops_moe.c.  The
+ * symbolic encoders are solver/'s (solver/smt_moe.h): ops/ declares
+ * nothing that a module above it defines.
  *
- * The registry's three X-macro tables reach them as every other row: the
+ * The registry's X-macro tables reach them as every other row: the
  * numeric evaluators and shape checks by their vd_op_i_* names (declared by
- * ops_numeric.c's own expansion as well), the encoders and reduction rules
- * through the enc_<name> / red_<name> aliases below, which smt_encode.c and
- * ops_reduce.c pick up by including this header.  Keeping the bulk in one
- * file keeps the shared registry files' edits to a few lines.
+ * the expansion in ops.c as well), the reduction rules through the
+ * red_<name> aliases below, which ops_reduce.c picks up by including this
+ * header.
  */
 #ifndef VD_OPS_MOE_H
 #define VD_OPS_MOE_H
@@ -17,8 +17,6 @@
 #include <stddef.h>
 
 #include "ops.h"
-
-struct vd_op_encode_call;
 
 /* Largest expert count a routing symbol's numeric meaning handles (args are
  * the logits, plus the bias row). */
@@ -47,7 +45,7 @@ void vd_moe_gmm_read(const vd_plan_t *p, const vd_node_t *n, const vd_op_shape *
  * (+ ".e<e>" when e >= 0) + ".j<j>". */
 void vd_moe_gate_sym(char *buf, size_t n, const vd_moe_gate_cfg *g, const char *what, int64_t e, int64_t j);
 
-/* Helpers of ops_numeric.c that ops_moe.c shares: the one error line of a
+/* Helpers of the numeric evaluators (ops/ops_num.c) that ops_moe.c shares: the one error line of a
  * numeric operator ("<op>: <text>" on record and field), silu and its
  * derivative. */
 vd_rc vd_op_i_bad(const vd_op_call *c, const char *field, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -55,7 +53,7 @@ double vd_op_i_silu(double x);
 double vd_op_i_silu_grad(double x);
 
 /* One SwiGLU expert, shared by nnscaler_moe_gmm (here) and grouped_mlp
- * (ops_numeric.c): on token x [h], expert e of w1, w3 [E, f, h] and
+ * (ops/ops_num_moe.c): on token x [h], expert e of w1, w3 [E, f, h] and
  * w2 [E, h, f], a = x w1[e]^T, b = x w3[e]^T, hd = silu(a) * b,
  * o = hd w2[e]^T.  The scratch vectors (a, b, hd, ga, gb: f each; o, go: h
  * each) belong to the caller. */
@@ -84,12 +82,6 @@ vd_rc vd_op_i_shape_nnscaler_moe_gmm(const vd_op_call *c);
 vd_rc vd_op_i_eval_nnscaler_moe_gmm_backward(const vd_op_call *c);
 vd_rc vd_op_i_shape_nnscaler_moe_gmm_backward(const vd_op_call *c);
 
-/* Symbolic encoders (contract of struct vd_op_encode_call in smt.h). */
-vd_rc vd_moe_enc_gate_fw(const struct vd_op_encode_call *c);
-vd_rc vd_moe_enc_gate_fw_backward(const struct vd_op_encode_call *c);
-vd_rc vd_moe_enc_nnscaler_moe_gmm(const struct vd_op_encode_call *c);
-vd_rc vd_moe_enc_nnscaler_moe_gmm_backward(const struct vd_op_encode_call *c);
-
 /* Shape reduction rules (contract of vd_op_reduce_fn in ops.h). */
 vd_rc vd_moe_red_gate_fw(const vd_op_reduce_call *c, int *norule);
 vd_rc vd_moe_red_gate_fw_backward(const vd_op_reduce_call *c, int *norule);
@@ -100,10 +92,6 @@ vd_rc vd_moe_red_nnscaler_moe_gmm_backward(const vd_op_reduce_call *c, int *noru
  * 1 and *out for one of ours, 0 otherwise. */
 int vd_moe_uf_value(const char *name, size_t n, const double *args, double *out);
 
-#define enc_gate_fw vd_moe_enc_gate_fw
-#define enc_gate_fw_backward vd_moe_enc_gate_fw_backward
-#define enc_nnscaler_moe_gmm vd_moe_enc_nnscaler_moe_gmm
-#define enc_nnscaler_moe_gmm_backward vd_moe_enc_nnscaler_moe_gmm_backward
 #define red_gate_fw vd_moe_red_gate_fw
 #define red_gate_fw_backward vd_moe_red_gate_fw_backward
 #define red_nnscaler_moe_gmm vd_moe_red_nnscaler_moe_gmm

@@ -69,8 +69,10 @@ static void node_label(const vd_plan_t *p, uint32_t pnode, int32_t replica, int3
            vd_node_op(p, nd), nd->rank, replica, mb);
 }
 
-/* Smallest index range of the embedding/pick consumers of integer value v,
- * followed through data-movement operators (depth-bounded). */
+/* Smallest index range of the consumers that index with integer value v
+ * (the index column of ops.def: embedding ids, pick labels), followed
+ * through data-movement operators that do not repeat elements
+ * (depth-bounded). */
 static int64_t int_bound(const run_t *r, uint32_t v, int depth) {
   int64_t best = INT64_MAX;
   const vd_value_t *val = &r->g.values[v];
@@ -81,21 +83,14 @@ static int64_t int_bound(const run_t *r, uint32_t v, int depth) {
     const uint32_t *in = vd_gnode_inputs(&r->g, gn), *out = vd_gnode_outputs(&r->g, gn);
     vd_op_id op = vd_op_lookup(vd_node_op(r->p, pn));
     int64_t b = INT64_MAX;
-    if (op == VD_OP_EMBEDDING && gn->n_in == 2 && in[0] == v) {
-      b = vtensor(r, in[1])->shape[0] + vd_node_attr_int(r->p, pn, "start", 0);
-    } else if (op == VD_OP_PICK && gn->n_in == 2 && in[1] == v) {
-      const vd_tensor_t *x = vtensor(r, in[0]);
-      b = x->ndim == 2 ? x->shape[1] + vd_node_attr_int(r->p, pn, "start", 0) : INT64_MAX;
-    } else if (op == VD_OP_EMBEDDING_BACKWARD && gn->n_in == 2 && in[0] == v && gn->n_out == 1) {
-      b = vtensor(r, out[0])->shape[0] + vd_node_attr_int(r->p, pn, "start", 0);
-    } else if (op == VD_OP_PICK_BACKWARD && gn->n_in == 2 && in[0] == v && gn->n_out == 1) {
-      const vd_tensor_t *x = vtensor(r, out[0]);
-      b = x->ndim == 2 ? x->shape[1] + vd_node_attr_int(r->p, pn, "start", 0) : INT64_MAX;
-    } else if (depth < 8 && op != VD_OP__UNKNOWN && (vd_op_flags(op) & VD_OPF_LINEAR) &&
-               (op == VD_OP_IDENTITY || op == VD_OP_CONTIGUOUS || op == VD_OP_CAST || op == VD_OP_VIEW ||
-                op == VD_OP_RESHAPE || op == VD_OP_TRANSPOSE || op == VD_OP_MULTIREF || op == VD_OP_CHUNK ||
-                op == VD_OP_CONCAT || op == VD_OP_ALL_GATHER || op == VD_OP_BROADCAST || op == VD_OP_SEND ||
-                op == VD_OP_RECV || op == VD_OP_ALL_TO_ALL)) {
+    if (op == VD_OP__UNKNOWN) continue;
+    const vd_op_index *ix = vd_op_index_of(op);
+    if (ix->slot >= 0 && gn->n_in == vd_op_get(op)->min_in && in[ix->slot] == v &&
+        (!ix->from_out || gn->n_out == 1)) {
+      const vd_tensor_t *x = vtensor(r, ix->from_out ? out[ix->t] : in[ix->t]);
+      b = !ix->ndim || x->ndim == ix->ndim ? x->shape[ix->dim] + vd_node_attr_int(r->p, pn, ix->offset, 0) : INT64_MAX;
+    } else if (depth < 8 && vd_op_has(op, VD_OPF_LINEAR) && vd_op_has(op, VD_OPF_MOVES) &&
+               !vd_op_has(op, VD_OPF_REPEATS)) {
       for (uint32_t o = 0; o < gn->n_out; o++) {
         int64_t x = int_bound(r, out[o], depth + 1);
         if (x < b) b = x;

@@ -4,7 +4,7 @@
  * backward, plus the collectives applied to a merged instance.
  *
  * Each encoder computes, over tensors of terms, exactly what the numeric
- * evaluator of ops/ops_numeric.c computes over doubles (the test
+ * evaluator of ops/ops_num_*.c computes over doubles (the test
  * tests/solver/test_smt_encode.c checks that on random inputs), with these
  * representation choices:
  *  - linear and polynomial operators are interpreted (add .. matmul, sums,
@@ -41,7 +41,8 @@
 #include "../common/limits.h"
 #include "../common/mem.h"
 #include "smt.h"
-#include "../ops/ops_moe.h" /* enc_gate_fw, enc_nnscaler_moe_gmm (+ backward) for the table */
+#include "../ops/ops_moe.h" /* vd_moe_uf_value */
+#include "smt_moe.h"        /* enc_gate_fw, enc_nnscaler_moe_gmm (+ backward) for the table */
 
 typedef const struct vd_op_encode_call call_t;
 
@@ -65,7 +66,7 @@ static int32_t adim(call_t *c, const char *key, int64_t def, int32_t ndim) {
   return (int32_t)(v < 0 ? v + ndim : v);
 }
 
-/* `dims` (INT, INTS or absent = all) as a mask, as in ops_numeric.c. */
+/* `dims` (INT, INTS or absent = all) as a mask, as in ops/ops_num.h. */
 static void dims_mask(call_t *c, int32_t ndim, int *mask) {
   const vd_attr_t *a = c->node && c->plan ? vd_node_attr(c->plan, c->node, "dims") : NULL;
   for (int32_t i = 0; i < ndim; i++) mask[i] = a == NULL;
@@ -479,7 +480,7 @@ ENC(gelu_backward) { return unary_bwd(c, s, aint(c, "tanh", 0) ? d_gelu_tanh : d
  * dropout is still caught as long as the values there differ, which the
  * solver may choose).  p is an argument, so dropouts of different rates
  * never share a mask.  Identity when p == 0 or training is false (the
- * same test as ops_numeric.c's dropout_on). */
+ * same test as ops_num_arith.c's dropout_on). */
 static int dropout_on_t(call_t *c, double *p) { return vd_op_dropout_active(c->plan, c->node, p); }
 static vd_term dropout_mask_t(vd_smt *s, vd_term x, double p) {
   vd_term a[2] = {x, D(s, p)};
@@ -499,7 +500,7 @@ ENC(dropout_backward) {
   return VD_OK;
 }
 
-/* Reductions: the reduced index of x-index idx (as ops_numeric.c). */
+/* Reductions: the reduced index of x-index idx (as ops/ops_num_arith.c). */
 static int64_t reduced_index(const vd_op_shape *x, const int *mask, int keep, const int64_t *idx) {
   int64_t f = 0;
   for (int32_t i = 0; i < x->ndim; i++) {
@@ -952,7 +953,7 @@ static vd_rc mask(call_t *c, vd_smt *s, int backward) {
 ENC(causal_mask) { return mask(c, s, 0); }
 ENC(causal_mask_backward) { return mask(c, s, 1); }
 
-/* nnScaler Llama-3 custom operators (ops_numeric.c states their meaning).
+/* nnScaler Llama-3 custom operators (ops/ops_num_llama3.c states their meaning).
  * create_mask depends on shapes only; apply_rotary_emb's cos/sin are
  * uninterpreted functions rot_cos/rot_sin of the freqs_cis element (its
  * angle), so both plans agree exactly when they rotate the same element by
@@ -1331,19 +1332,13 @@ ENC(adam_step) {
 
 /* ---- the table ----------------------------------------------------------- */
 
-/* One row per row of ops/ops.def: a row without an encoder (enc_<name>)
- * does not compile, and the count check below catches a table that stops
- * being an expansion of ops.def. */
+/* One entry per row of ops/ops.def: a row without an encoder (enc_<name>)
+ * does not compile. */
 static const vd_op_encode_fn enc_table[VD_OP__COUNT] = {
-#define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, safety) [VD_OP_##ID] = enc_##name,
+#define VD_OP(ID, name, ...) [VD_OP_##ID] = enc_##name,
 #include "../ops/ops.def"
 #undef VD_OP
 };
-#define VD_OP(ID, name, min_in, max_in, min_out, max_out, flags, bwd, safety) +1
-_Static_assert(0
-#include "../ops/ops.def"
-               == sizeof(enc_table) / sizeof(enc_table[0]), "enc_table has one row per ops.def row");
-#undef VD_OP
 
 vd_op_encode_fn vd_smt_encoder(vd_op_id op) {
   if (op < 0 || op >= VD_OP__COUNT) return NULL;
@@ -1360,7 +1355,7 @@ vd_rc vd_smt_encode(const struct vd_op_encode_call *c) {
 /* ---- numeric meaning of the symbols -------------------------------------- */
 
 int vd_smt_uf_value(const char *name, size_t n, const double *a, double *out) {
-  /* One definition of each symbol: the registry's (ops_numeric.c), plus
+  /* One definition of each symbol: the registry's (ops/ops_num_arith.c), plus
    * the MoE routing symbols (ops_moe.c). */
   return vd_op_symbol_value(name, n, a, out) || vd_moe_uf_value(name, n, a, out);
 }

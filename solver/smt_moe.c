@@ -12,6 +12,7 @@
 
 #include "../common/mem.h"
 #include "../ops/ops_moe.h"
+#include "smt_moe.h"
 #include "smt.h"
 
 typedef vd_moe_gate_cfg gate_cfg;

@@ -208,9 +208,7 @@ static vd_rc apply(vd_reducer *c, const vd_lin_table *lt, vd_stage *st, vd_diag 
  * row).  Such a stage is not reduced. */
 static int32_t index_computed_by(const vd_stage *st, uint32_t i) {
   const vd_stage_node *n = &st->nodes[i];
-  int32_t slot = n->op == VD_OP_EMBEDDING || n->op == VD_OP_EMBEDDING_BACKWARD || n->op == VD_OP_PICK_BACKWARD ? 0
-                 : n->op == VD_OP_PICK                                                                        ? 1
-                                                                                                               : -1;
+  int32_t slot = n->op >= 0 && n->op < VD_OP__COUNT ? vd_op_index_of((vd_op_id)n->op)->slot : -1;
   if (slot < 0 || (uint32_t)slot >= n->n_in) return -1;
   /* Depth-first over the copies' inputs (a concat or all_gather copies
    * several), at most as many steps as the stage has nodes. */

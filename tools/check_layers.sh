@@ -14,6 +14,9 @@
 #   bugs     bug injection (plans API only, by design; see below)
 #   verifier the verdict binary
 # bugs/ is placed after solver only for ordering; ALLOWED_bugs narrows it.
+# Second check (needs ctags): a module's header must not declare a function
+# that a module above it defines - an upward link no include shows (the
+# MoE encoders were once declared in ops/ops_moe.h, defined in solver/).
 set -eu
 cd "$(dirname "$0")/.."
 LAYERS="common plans ops graph oracle lineage noise stages solver bugs verifier"
@@ -37,5 +40,26 @@ for mod in $LAYERS; do
     done
   done
 done
-[ $fail = 0 ] && echo "ok   layering ($LAYERS)"
+# Prototypes in headers against the module of their definition.
+if command -v ctags >/dev/null 2>&1; then
+  defs=$(ctags -x --c-kinds=f */*.c 2>/dev/null | awk '{ split($4, p, "/"); print $1, p[1] }')
+  protos=$(ctags -x --c-kinds=p */*.h 2>/dev/null | awk '{ split($4, p, "/"); print $1, p[1], $4 }')
+  up=$(printf '%s\n' "$protos" | while read -r name hmod hfile; do
+    [ -n "$name" ] || continue
+    dmod=$(printf '%s\n' "$defs" | awk -v n="$name" '$1 == n { print $2; exit }')
+    [ -n "$dmod" ] || continue
+    hp=$(pos "$hmod")
+    dp=$(pos "$dmod")
+    if [ "$hp" -ge 0 ] && [ "$dp" -gt "$hp" ]; then
+      echo "layering: $hfile declares $name, defined in $dmod/ (order: $LAYERS)"
+    fi
+  done)
+  if [ -n "$up" ]; then
+    printf '%s\n' "$up"
+    fail=1
+  fi
+else
+  echo "skip layering of declarations (no ctags)"
+fi
+[ $fail = 0 ] && echo "ok   layering ($LAYERS; declarations in headers)"
 exit $fail

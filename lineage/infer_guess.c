@@ -1,0 +1,258 @@
+/*
+ * lineage/infer_guess.c - guesses of the lineage inference from a consumer
+ * (guess_node, guess_outputs, fanin_inputs): where propagation stops, a
+ * consumer's single twin suggests a candidate (each only a candidate).
+ */
+#include "infer.h"
+
+/* ---- guesses from a consumer -------------------------------------------- */
+
+/* The producer of Gp value v and of Gs value sv are nodes of the same name
+ * and operator (the backward of one forward view, say). */
+static int same_producer(const ictx *c, uint32_t v, uint32_t sv) {
+  int32_t p = c->gp->values[v].producer, q = c->gs->values[sv].producer;
+  if (p < 0 || q < 0) return 0;
+  const vd_node_t *a = &c->pp->nodes[c->gp->nodes[p].pnode], *b = &c->sp->nodes[c->gs->nodes[q].pnode];
+  return c->pop[c->gp->nodes[p].pnode] == c->sop[c->gs->nodes[q].pnode] &&
+         !strcmp(vd_plan_s(c->pp, a->name), vd_plan_s(c->sp, b->name));
+}
+
+/* The single inputs of gradient sum sn (a multiref_backward of the parallel
+ * node's name) that parallel multiref_backward pn's inputs stand for, when
+ * the parallel fan-in is split differently (tensor parallelism sums the
+ * branches inside the TP region first, then all-reduces, then adds the rest:
+ * fewer inputs than the single node).  Each known input takes a distinct
+ * single input holding its value (exact, else the same copy root); each
+ * undecided input the one remaining single input whose producer has its
+ * producer's name and operator (the backward of the same forward node).
+ * sin[i] is input i's; 0 when some input has none or more than one.  A
+ * naming heuristic only: the guess it feeds is a candidate like any other. */
+static int fanin_inputs(const ictx *c, const vd_gnode_t *pn, const vd_gnode_t *sn, uint32_t *sin) {
+  if (pn->n_in > MAXOPD || sn->n_in > 4 * MAXOPD || sn->n_in < pn->n_in) return 0;
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn), *s_in = vd_gnode_inputs(c->gs, sn);
+  uint8_t used[4 * MAXOPD], placed[MAXOPD];
+  memset(used, 0, sizeof(used));
+  memset(placed, 0, sizeof(placed));
+  for (int exact = 1; exact >= 0; exact--)
+    for (uint32_t i = 0; i < pn->n_in; i++) {
+      const vlin *x = vl_at(c, in[i]);
+      if (!x->known || placed[i]) continue;
+      for (uint32_t j = 0; j < sn->n_in && !placed[i]; j++) {
+        if (used[j] || (exact ? s_in[j] != (uint32_t)x->sv : c->sroot[s_in[j]] != c->sroot[x->sv])) continue;
+        used[j] = placed[i] = 1;
+        sin[i] = s_in[j];
+      }
+    }
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    if (vl_at(c, in[i])->known) {
+      if (!placed[i]) return 0;
+      continue;
+    }
+    int32_t pick = -1, n_pick = 0;
+    for (uint32_t j = 0; j < sn->n_in; j++)
+      if (!used[j] && same_producer(c, in[i], s_in[j])) pick = (int32_t)j, n_pick++;
+    if (n_pick != 1) return 0;
+    used[pick] = 1;
+    sin[i] = s_in[pick];
+  }
+  return 1;
+}
+
+
+/* A value that propagation left undecided (its producers have no rule that
+ * decides it: the expert-parallel dispatch, whose unsqueeze, expand,
+ * all_to_all and view chain has no single twin) gets a GUESS from one of
+ * its consumers: a MAP or ACCUM node whose other inputs are known and that
+ * matches a single node on them (the residual add of the routed MoE output
+ * and the shared expert's, the gradient sum of a normalised input, the
+ * grouped expert MLP on annotated expert weights).  The undecided input is
+ * then taken to hold the single node's corresponding input, sliced like
+ * the known inputs along the dimensions the operator links, whole where
+ * its parallel width is the single one; under a SUM rule it is the same
+ * part as the known inputs.  SOUNDNESS: nothing follows from the guess
+ * but a candidate (a stage target, proven or dropped like any other); it
+ * only splits the undecided region into stages that end at it.  Returns
+ * the number of values guessed. */
+/* Whether node pn is one to guess at: some inputs known (each a plain
+ * lineage), and the others undecided values that a reshaping or a
+ * collective produced (the dispatch and combine chains): where a computing
+ * operator's rule stopped, its stage decides better than a guess
+ * (nnScaler's written-out norms would otherwise get a guess per gradient,
+ * doubling the stages). */
+static int guess_applies(const ictx *c, const vd_gnode_t *pn) {
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn);
+  int n_known = 0, n_open = 0;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    const vlin *x = vl_at(c, in[i]);
+    if (x->known && (x->zero || x->sv < 0 || x->split)) return 0;
+    if (x->known) {
+      n_known++;
+      continue;
+    }
+    const vd_value_t *v = &c->gp->values[in[i]];
+    if (c->seeded[in[i]] || v->is_initial || v->producer < 0) return 0;
+    int pop = c->pop[c->gp->nodes[v->producer].pnode];
+    if (pop < 0 || rules[pop].kind == VD_PROP_MAP || rules[pop].kind == VD_PROP_ACCUM ||
+        rules[pop].kind == VD_PROP_SCALE)
+      return 0;
+    n_open++;
+  }
+  return n_known && n_open;
+}
+
+/* The single inputs sin[] of pn's single twin (a multiref_backward
+ * matched by name: its fan-in's); 0 when there is none. */
+static int guess_twin_inputs(ictx *c, const vd_gnode_t *pn, int op, uint32_t *sin) {
+  int32_t sm = match_single_in(c, pn, op, 1);
+  if (sm >= 0) {
+    if (pn->n_in > MAXOPD) return 0;
+    memcpy(sin, vd_gnode_inputs(c->gs, &c->gs->nodes[sm]), pn->n_in * sizeof(*sin));
+    return 1;
+  }
+  if (op != VD_OP_MULTIREF_BACKWARD) return 0;
+  sm = match_by_name(c, pn, op);
+  return sm >= 0 && fanin_inputs(c, pn, &c->gs->nodes[sm], sin);
+}
+
+/* The part the known inputs are (a SUM rule adds parts of one slice; other
+ * rules: the whole, 0 of 1); 0 when the known inputs disagree. */
+static int known_part(const ictx *c, const vd_gnode_t *pn, const vd_lin_prop_rule *ru, int64_t *k, int64_t *n,
+                      int64_t *dk) {
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn);
+  *k = 0, *n = 1, *dk = 0;
+  if (ru->lin != VD_PLIN_SUM) return 1;
+  int first = 1;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    if (!vl_at(c, in[i])->known) continue;
+    int64_t ki, ni, dki;
+    if (!norm_part(vl_at(c, in[i]), &ki, &ni, &dki)) return 0;
+    if (!first && (ki != *k || ni != *n || dki != *dk)) return 0;
+    *k = ki, *n = ni, *dk = dki, first = 0;
+  }
+  return 1;
+}
+
+/* Dim j of the guess l for undecided input i: whole where its parallel
+ * width is the single one, else the slice of a known input dim linked to
+ * it; 0 when none fits. */
+static int guess_dim(const ictx *c, dsu *u, const vd_gnode_t *pn, uint32_t i, const vd_tensor_t *st,
+                     const vd_tensor_t *pt, int32_t j, vlin *l) {
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn);
+  l->lo[j] = 0, l->hi[j] = st->shape[j];
+  if (pt->shape[j] == st->shape[j]) return 1;
+  int cj = dfind(u, dix(u, 0, (int)i, j));
+  for (uint32_t i2 = 0; i2 < pn->n_in; i2++) {
+    const vlin *x = vl_at(c, in[i2]);
+    if (!x->known) continue;
+    for (int32_t k2 = 0; k2 < x->nd; k2++) {
+      if (dfind(u, dix(u, 0, (int)i2, k2)) != cj || stens(c, x->sv)->shape[k2] != st->shape[j] ||
+          x->hi[k2] - x->lo[k2] != pt->shape[j])
+        continue;
+      l->lo[j] = x->lo[k2], l->hi[j] = x->hi[k2], l->dlo[j] = x->dlo[k2];
+      return 1;
+    }
+  }
+  return 0;
+}
+
+int guess_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
+  const vd_gnode_t *pn = &c->gp->nodes[gi];
+  if (pn->n_in < 2) return 0;
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn);
+  if (!guess_applies(c, pn)) return 0;
+  uint32_t sin[MAXOPD];
+  if (!guess_twin_inputs(c, pn, op, sin)) return 0;
+  dsu u;
+  if (!node_links(c, pn, op, &u)) return 0;
+  int64_t k, n, dk;
+  if (!known_part(c, pn, ru, &k, &n, &dk)) return 0;
+  int guessed = 0;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    if (vl_at(c, in[i])->known) continue;
+    const vd_tensor_t *pt = ptens(c, in[i]), *st = stens(c, (int32_t)sin[i]);
+    if (pt->ndim != st->ndim) continue;
+    vlin l;
+    memset(&l, 0, sizeof(l));
+    l.known = 1, l.guess = 1;
+    l.sv = (int32_t)sin[i];
+    l.nd = st->ndim;
+    l.f = 1.0, l.fsrc = -1;
+    l.k0 = k, l.cnt = 1, l.n = n, l.dk = dk;
+    int ok = 1;
+    for (int32_t j = 0; j < pt->ndim && ok; j++) ok = guess_dim(c, &u, pn, i, st, pt, j, &l);
+    if (!ok) continue;
+    vl_put(c, in[i], &l);
+    guessed++;
+  }
+  return guessed;
+}
+
+/* The other guess: a MAP or ACCUM node whose inputs all have lineages but
+ * whose rule cannot combine them (a partial sum or a constant factor where
+ * the operator needs the whole value: a missing reduction or a wrong scale
+ * upstream, or a legitimate rule gap) is guessed to compute its single
+ * twin's output, whole and unscaled, sliced along the linked dimensions like
+ * its inputs.  When the inputs are wrong, the guess fails its proof in a
+ * stage as small as the node, instead of leaving the rest of the model to
+ * one stage (the bug is then reported at the first annotated value after
+ * it, docs/bugs.md); when the rule was only too weak, the guess is right.
+ * SOUNDNESS as for guess_node: a candidate only. */
+int guess_outputs(ictx *c, uint32_t gi, int op) {
+  const vd_gnode_t *pn = &c->gp->nodes[gi];
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
+  if (pn->n_in == 0 || pn->n_out == 0) return 0;
+  /* forward computation only: partial sums and factors legitimately meet
+   * in the backward and the optimizer (a gradient norm adds the squared
+   * norms of sharded and replicated gradients), where a guess would only
+   * fail and cost a round */
+  if (c->pp->nodes[pn->pnode].phase != VD_PHASE_FWD || vd_op_has((vd_op_id)op, VD_OPF_BACKWARD)) return 0;
+  int odd = 0;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    const vlin *x = vl_at(c, in[i]);
+    if (!x->known || x->zero || x->sv < 0 || x->split || x->noemit) return 0;
+    int64_t k, n, dk;
+    if (!norm_part(x, &k, &n, &dk)) return 0;
+    odd |= n > 1 || x->f != 1.0;
+  }
+  if (!odd) return 0; /* only partial sums and factors: other gaps stay gaps */
+  for (uint32_t o = 0; o < pn->n_out; o++)
+    if (vl_at(c, out[o])->known || c->seeded[out[o]]) return 0;
+  int32_t sm = match_single(c, pn, op);
+  if (sm < 0) return 0;
+  dsu u;
+  if (!node_links(c, pn, op, &u)) return 0;
+  const uint32_t *sout = vd_gnode_outputs(c->gs, &c->gs->nodes[sm]);
+  int guessed = 0;
+  for (uint32_t o = 0; o < pn->n_out; o++) {
+    const vd_tensor_t *pt = ptens(c, out[o]), *st = stens(c, (int32_t)sout[o]);
+    if (pt->ndim != st->ndim) continue;
+    vlin l;
+    memset(&l, 0, sizeof(l));
+    l.known = 1, l.guess = 1;
+    l.sv = (int32_t)sout[o];
+    l.nd = st->ndim;
+    l.f = 1.0, l.fsrc = -1;
+    l.k0 = 0, l.cnt = 1, l.n = 1, l.dk = 0;
+    int ok = 1;
+    for (int32_t j = 0; j < pt->ndim && ok; j++) {
+      l.lo[j] = 0, l.hi[j] = st->shape[j];
+      if (pt->shape[j] == st->shape[j]) continue;
+      int cj = dfind(&u, dix(&u, 1, (int)o, j)), done = 0;
+      for (uint32_t i = 0; i < pn->n_in && !done; i++) {
+        const vlin *x = vl_at(c, in[i]);
+        for (int32_t k2 = 0; k2 < x->nd && !done; k2++) {
+          if (dfind(&u, dix(&u, 0, (int)i, k2)) != cj || stens(c, x->sv)->shape[k2] != st->shape[j] ||
+              x->hi[k2] - x->lo[k2] != pt->shape[j] || ((x->uni >> k2) & 1))
+            continue;
+          l.lo[j] = x->lo[k2], l.hi[j] = x->hi[k2], l.dlo[j] = x->dlo[k2];
+          done = 1;
+        }
+      }
+      ok = done;
+    }
+    if (!ok) continue;
+    vl_put(c, out[o], &l);
+    guessed++;
+  }
+  return guessed;
+}

@@ -1,0 +1,481 @@
+/*
+ * lineage/infer_kinds.c - the propagation rules other than MAP: view and reshape
+ * (view_node), sums (sum_node), scaling, chunks and the collectives
+ * (coll_node), and prop_node, which picks a node's rule.
+ */
+#include "infer.h"
+
+/* ---- view / reshape ------------------------------------------------------ */
+
+typedef struct {
+  vd_op_red g[VD_MAX_DIMS];
+  int n;
+} vgroups;
+
+static vd_rc view_group(void *sink, const vd_op_red *r) {
+  vgroups *v = sink;
+  if (v->n >= VD_MAX_DIMS) return VD_OK;
+  if (r->kind == VD_RED_EQ) {
+    vd_op_red e = *r;
+    e.kind = VD_RED_PROD;
+    e.na = e.nb = 1;
+    v->g[v->n++] = e;
+  } else if (r->kind == VD_RED_PROD) {
+    v->g[v->n++] = *r;
+  }
+  return VD_OK;
+}
+
+/* A view maps single coordinates to single coordinates.  The single node's
+ * reshape groups (a run of input dims whose product is a run of output
+ * dims, from the reduction rule on the SINGLE shapes) carry a box to a box
+ * when, in each group, every dim but the first is held whole on the input
+ * side, and the flat range then splits into a slice of the first output dim
+ * times whole inner dims.  Dims of size 1 are outside every group. */
+static void view_node(ictx *c, uint32_t gi, int op) {
+  const vd_gnode_t *pn = &c->gp->nodes[gi];
+  if (pn->n_in != 1 || pn->n_out != 1) return;
+  int32_t sm = match_single(c, pn, op);
+  uint32_t in = vd_gnode_inputs(c->gp, pn)[0], out = vd_gnode_outputs(c->gp, pn)[0];
+  if (sm < 0 || !aligned_any(c, in)) return;
+  const vlin *x = vl_at(c, in);
+  int32_t so = (int32_t)vd_gnode_outputs(c->gs, &c->gs->nodes[sm])[0];
+  const vd_tensor_t *xs = stens(c, x->sv), *ys = stens(c, so), *pt = ptens(c, out);
+  if (ys->ndim != pt->ndim) return;
+  vd_op_shape ish, osh;
+  ish.ndim = xs->ndim;
+  memcpy(ish.d, xs->shape, sizeof(ish.d));
+  osh.ndim = ys->ndim;
+  memcpy(osh.d, ys->shape, sizeof(osh.d));
+  vgroups v;
+  v.n = 0;
+  vd_op_reduce_call rc = {.op = op, .plan = c->sp, .node = &c->sp->nodes[c->gs->nodes[sm].pnode], .n_in = 1,
+                          .n_out = 1, .in_shape = &ish, .out_shape = &osh, .emit = view_group, .sink = &v};
+  int norule = 0;
+  if (vd_op_reduce_rule((vd_op_id)op)(&rc, &norule) != VD_OK || norule) return;
+  vlin l = *x;
+  l.sv = so;
+  l.nd = ys->ndim;
+  l.split = 0, l.si = l.ilo = l.ihi = l.dil = 0;
+  l.uni = 0;
+  uint8_t set[VD_MAX_DIMS] = {0};
+  for (int32_t j = 0; j < ys->ndim; j++) {
+    l.lo[j] = 0, l.hi[j] = ys->shape[j], l.dlo[j] = 0;
+    if (ys->shape[j] == 1) set[j] = 1;
+  }
+  for (int q = 0; q < v.n; q++) {
+    const vd_op_red *g = &v.g[q];
+    int32_t a0 = g->a.dim, b0 = g->b.dim;
+    if (a0 + g->na > xs->ndim || b0 + g->nb > ys->ndim) return;
+    if (x->split > a0 && x->split <= a0 + g->na) {
+      /* A split input dim: kept by a 1-1 group, or taken apart into its
+       * [outer, inner] pair, which is a box again. */
+      if (g->na != 1) return;
+      if (g->nb == 1) {
+        l.lo[b0] = x->lo[a0], l.hi[b0] = x->hi[a0], l.dlo[b0] = x->dlo[a0];
+        l.split = b0 + 1, l.si = x->si, l.ilo = x->ilo, l.ihi = x->ihi, l.dil = x->dil;
+      } else if (g->nb == 2 && ys->shape[b0 + 1] == x->si) {
+        l.lo[b0] = x->lo[a0], l.hi[b0] = x->hi[a0], l.dlo[b0] = x->dlo[a0];
+        l.lo[b0 + 1] = x->ilo, l.hi[b0 + 1] = x->ihi, l.dlo[b0 + 1] = x->dil;
+      } else {
+        return;
+      }
+      for (int e = 0; e < g->nb; e++) set[b0 + e] = 1;
+      continue;
+    }
+    if (g->na == 2 && g->nb == 1 && x->hi[a0 + 1] - x->lo[a0 + 1] != xs->shape[a0 + 1] && !l.split) {
+      /* [b, s] merged with s sliced: the rows are no range of [b*s], but
+       * a box of the split pair. */
+      l.lo[b0] = x->lo[a0], l.hi[b0] = x->hi[a0], l.dlo[b0] = x->dlo[a0];
+      l.split = b0 + 1, l.si = xs->shape[a0 + 1];
+      l.ilo = x->lo[a0 + 1], l.ihi = x->hi[a0 + 1], l.dil = x->dlo[a0 + 1];
+      set[b0] = 1;
+      continue;
+    }
+    int64_t inner_i = 1, inner_o = 1;
+    for (int e = 1; e < g->na; e++) {
+      if (x->hi[a0 + e] - x->lo[a0 + e] != xs->shape[a0 + e]) return;
+      inner_i *= xs->shape[a0 + e];
+    }
+    for (int e = 1; e < g->nb; e++) inner_o *= ys->shape[b0 + e];
+    int64_t lo = x->lo[a0] * inner_i, w = (x->hi[a0] - x->lo[a0]) * inner_i, dl = x->dlo[a0] * inner_i;
+    if (lo % inner_o || w % inner_o || dl % inner_o) return;
+    l.lo[b0] = lo / inner_o, l.hi[b0] = (lo + w) / inner_o, l.dlo[b0] = dl / inner_o;
+    if (g->na == 1 && g->nb == 1 && ((x->uni >> a0) & 1)) l.uni |= 1u << b0;
+    set[b0] = 1;
+    for (int e = 1; e < g->nb; e++) set[b0 + e] = 1;
+  }
+  for (int32_t j = 0; j < ys->ndim; j++)
+    if (!set[j]) return;
+  vl_put(c, out, &l);
+}
+
+/* ---- the other rule kinds --------------------------------------------- */
+
+static void copy_node(ictx *c, const vd_gnode_t *pn, int op) {
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
+  if (pn->n_part) {
+    /* send/recv, broadcast: the merged instance's outputs take the source's lineage. */
+    if (pn->n_in < 1 || !vl_at(c, in[0])->known) return;
+    for (uint32_t i = 0; i < pn->n_in; i++)
+      if (!vl_at(c, in[i])->known) return;
+    for (uint32_t o = 0; o < pn->n_out; o++) vl_put(c, out[o], vl_at(c, in[pn->n_in == pn->n_out ? o : 0]));
+    return;
+  }
+  if (pn->n_in < 1 || !vl_at(c, in[0])->known) return;
+  /* When the single plan runs the same operator on the same value (a
+   * multiref the single plan has too), the outputs name ITS outputs, so
+   * that single consumers downstream match; otherwise the output holds the
+   * input's single value. */
+  int32_t sm = vl_at(c, in[0])->zero ? -1 : match_single(c, pn, op);
+  for (uint32_t o = 0; o < pn->n_out; o++) {
+    vlin l = *vl_at(c, in[0]);
+    if (sm >= 0) l.sv = (int32_t)vd_gnode_outputs(c->gs, &c->gs->nodes[sm])[o];
+    vl_put(c, out[o], &l);
+  }
+}
+
+static int same_slice(const vlin *a, const vlin *b) {
+  if (a->sv != b->sv || a->nd != b->nd || a->split || b->split) return 0;
+  for (int32_t i = 0; i < a->nd; i++)
+    if (a->lo[i] != b->lo[i] || a->hi[i] != b->hi[i] || a->dlo[i] != b->dlo[i]) return 0;
+  return 1;
+}
+
+/* The same slice (bounds and shifts) of two single values of one shape. */
+static int same_slice_shape(const ictx *c, const vlin *a, const vlin *b) {
+  if (a->nd != b->nd || a->split || b->split) return 0;
+  const vd_tensor_t *x = stens(c, a->sv), *y = stens(c, b->sv);
+  if (x->ndim != y->ndim) return 0;
+  for (int32_t i = 0; i < a->nd; i++)
+    if (x->shape[i] != y->shape[i] || a->lo[i] != b->lo[i] || a->hi[i] != b->hi[i] || a->dlo[i] != b->dlo[i])
+      return 0;
+  return 1;
+}
+
+/* accumulate / add: 0 + x = x; parts [a, a+p) + [a+p, a+p+q) of one slice
+ * are parts [a, a+p+q).  Returns 1 when decided. */
+static int accum_node(ictx *c, const vd_gnode_t *pn) {
+  if (pn->n_in != 2 || pn->n_out != 1) return 0;
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn);
+  uint32_t out = vd_gnode_outputs(c->gp, pn)[0];
+  const vlin *a = vl_at(c, in[0]), *b = vl_at(c, in[1]);
+  if (!a->known || !b->known) return 0;
+  if (a->zero || b->zero) {
+    vl_put(c, out, a->zero ? b : a);
+    return 1;
+  }
+  if (!same_slice(a, b) || a->n != b->n || a->dk != b->dk || a->n < 2 || a->f != b->f) return 0;
+  const vlin *lo = a->k0 < b->k0 ? a : b, *hi = a->k0 < b->k0 ? b : a;
+  if (lo->k0 + lo->cnt != hi->k0) return 0;
+  vlin l = *lo;
+  l.cnt = lo->cnt + hi->cnt;
+  vl_put(c, out, &l);
+  return 1;
+}
+
+/* A plain elementwise sum of whole operands of one shape: multiref_backward,
+ * accumulate, a two-input add (no scalar). */
+int is_sum(const vd_plan_t *p, const vd_node_t *nd, int op, uint32_t n_in) {
+  if (op == VD_OP_MULTIREF_BACKWARD || op == VD_OP_ACCUMULATE) return 1;
+  return op == VD_OP_ADD && n_in == 2 && !vd_node_attr(p, nd, "scalar");
+}
+
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* A sum whose single twin is another summing operator, or the same one
+ * with its operands in another order: the parallel plan accumulates a
+ * gradient fan-in (accumulate of a received part and a local one) where
+ * the single plan has one multiref_backward of the same two values.  When
+ * every input holds the same slice, parts and factor of single values
+ * x1..xk, and exactly one single sum node (up to equal outputs) reads the
+ * multiset {x1..xk} (exact values first, then copy roots, as match_single),
+ * the output holds that slice and parts of its output: the slice of a sum
+ * is the sum of the slices, and part k of a sum of partial sums is the sum
+ * of the parts k.  SOUNDNESS: as any rule, it only proposes a candidate.
+ * Returns 1 when decided. */
+static int sum_node(ictx *c, const vd_gnode_t *pn, int op) {
+  if (pn->n_out != 1 || pn->n_in < 2 || pn->n_in > MAXOPD || pn->n_part) return 0;
+  if (!is_sum(c->pp, &c->pp->nodes[pn->pnode], op, pn->n_in)) return 0;
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn);
+  const vlin *a = vl_at(c, in[0]);
+  uint32_t want[MAXOPD], have[MAXOPD];
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    const vlin *x = vl_at(c, in[i]);
+    if (!x->known || x->zero || x->sv < 0 || x->noemit || !aligned(c, in[i])) return 0;
+    if (i && (!same_slice_shape(c, a, x) || x->k0 != a->k0 || x->cnt != a->cnt || x->n != a->n || x->dk != a->dk ||
+              x->f != a->f))
+      return 0;
+  }
+  const vd_tensor_t *at = stens(c, a->sv);
+  for (int exact = 1; exact >= 0; exact--) {
+    for (uint32_t i = 0; i < pn->n_in; i++)
+      want[i] = exact ? (uint32_t)vl_at(c, in[i])->sv : c->sroot[vl_at(c, in[i])->sv];
+    qsort(want, pn->n_in, sizeof(*want), cmp_u32);
+    uint32_t root = c->sroot[a->sv];
+    int32_t found = -1, n_found = 0;
+    for (uint32_t q = c->rv_off[root]; q < c->rv_off[root + 1]; q++) {
+      const vd_value_t *sv0 = &c->gs->values[c->rv[q]];
+      if (exact && c->rv[q] != (uint32_t)a->sv) continue;
+      const uint32_t *cons = vd_value_consumers(c->gs, sv0);
+      for (uint32_t k = 0; k < sv0->n_cons; k++) {
+        const vd_gnode_t *sn = &c->gs->nodes[cons[k]];
+        int sop = c->sop[sn->pnode];
+        if ((int32_t)cons[k] == found || sn->n_in != pn->n_in || sn->n_out != 1 || sn->n_part || sop < 0 ||
+            !is_sum(c->sp, &c->sp->nodes[sn->pnode], sop, sn->n_in))
+          continue;
+        const uint32_t *sin = vd_gnode_inputs(c->gs, sn);
+        const vd_tensor_t *ot = stens(c, (int32_t)vd_gnode_outputs(c->gs, sn)[0]);
+        int ok = ot->ndim == at->ndim;
+        for (int32_t j = 0; j < at->ndim && ok; j++) ok = ot->shape[j] == at->shape[j];
+        for (uint32_t i = 0; i < sn->n_in && ok; i++) have[i] = exact ? sin[i] : c->sroot[sin[i]];
+        if (!ok) continue;
+        qsort(have, sn->n_in, sizeof(*have), cmp_u32);
+        if (memcmp(have, want, sn->n_in * sizeof(*have))) continue;
+        if (found >= 0 && same_outputs(c, &c->gs->nodes[found], sn)) continue;
+        found = (int32_t)cons[k];
+        n_found++;
+      }
+    }
+    if (n_found > 1) return 0;
+    if (n_found == 1) {
+      vlin l = *a;
+      l.sv = (int32_t)vd_gnode_outputs(c->gs, &c->gs->nodes[found])[0];
+      l.guess = 0;
+      for (uint32_t i = 1; i < pn->n_in; i++) l.uni &= vl_at(c, in[i])->uni;
+      vl_put(c, vd_gnode_outputs(c->gp, pn)[0], &l);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static int attr_dim(const ictx *c, const vd_gnode_t *pn, int32_t nd, int32_t *dim) {
+  int64_t d = vd_node_attr_int(c->pp, &c->pp->nodes[pn->pnode], "dim", 0);
+  if (d < 0) d += nd;
+  if (d < 0 || d >= nd) return 0;
+  *dim = (int32_t)d;
+  return 1;
+}
+
+/* When the single plan chunks the same value along the same dim and one of
+ * its chunks contains slice l (rotate_half's x[..., :h] on a head-sharded
+ * x), l is rewritten as a slice of that chunk's output, so that the single
+ * consumers of the chunk (rotate_half's neg and cat) match downstream. */
+static void rebase_on_single_chunk(const ictx *c, vlin *l, int32_t dim) {
+  uint32_t root = c->sroot[l->sv];
+  int64_t w = stens(c, l->sv)->shape[dim];
+  for (uint32_t q = c->rv_off[root]; q < c->rv_off[root + 1]; q++) {
+    const vd_value_t *sv0 = &c->gs->values[c->rv[q]];
+    const uint32_t *cons = vd_value_consumers(c->gs, sv0);
+    for (uint32_t k = 0; k < sv0->n_cons; k++) {
+      const vd_gnode_t *sn = &c->gs->nodes[cons[k]];
+      if (c->sop[sn->pnode] != VD_OP_CHUNK || sn->n_in != 1 || sn->n_out != 1) continue;
+      const vd_node_t *nd = &c->sp->nodes[sn->pnode];
+      int64_t d = vd_node_attr_int(c->sp, nd, "dim", 0);
+      if (d < 0) d += l->nd;
+      int64_t chunks = vd_node_attr_int(c->sp, nd, "chunks", 1), index = vd_node_attr_int(c->sp, nd, "index", 0);
+      if (d != dim || chunks < 1 || w % chunks || index < 0 || index >= chunks) continue;
+      int64_t lo = index * (w / chunks), hi = lo + w / chunks;
+      int32_t so = (int32_t)vd_gnode_outputs(c->gs, sn)[0];
+      if (l->lo[dim] < lo || l->hi[dim] > hi || stens(c, so)->ndim != l->nd) continue;
+      l->sv = so;
+      l->lo[dim] -= lo;
+      l->hi[dim] -= lo;
+      return;
+    }
+  }
+}
+
+static void chunk_node(ictx *c, const vd_gnode_t *pn) {
+  uint32_t in = vd_gnode_inputs(c->gp, pn)[0], out = vd_gnode_outputs(c->gp, pn)[0];
+  if (!aligned(c, in)) return;
+  const vlin *x = vl_at(c, in);
+  int32_t dim;
+  if (!attr_dim(c, pn, x->nd, &dim)) return;
+  const vd_node_t *nd = &c->pp->nodes[pn->pnode];
+  int64_t chunks = vd_node_attr_int(c->pp, nd, "chunks", 1), index = vd_node_attr_int(c->pp, nd, "index", 0);
+  int64_t w = x->hi[dim] - x->lo[dim];
+  if (chunks < 1 || w % chunks || index < 0 || index >= chunks) return;
+  vlin l = *x;
+  l.lo[dim] = x->lo[dim] + index * (w / chunks);
+  l.hi[dim] = l.lo[dim] + w / chunks;
+  /* Replica shifts along dim scale with the chunk only when the replicas
+   * chunk alike, which they do (one program); the shift itself is kept. */
+  if (l.dlo[dim] == 0) rebase_on_single_chunk(c, &l, dim);
+  vl_put(c, out, &l);
+}
+
+static void coll_node(ictx *c, const vd_gnode_t *pn, int kind) {
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
+  if (pn->n_in == 0 || pn->n_in != pn->n_out) return;
+  for (uint32_t i = 0; i < pn->n_in; i++)
+    if (!aligned(c, in[i])) return;
+  const vlin *x0 = vl_at(c, in[0]);
+  if (kind == VD_PROP_ALL_REDUCE || kind == VD_PROP_REDUCE_SCATTER) {
+    /* Every participant holds a part of one slice. */
+    for (uint32_t i = 0; i < pn->n_in; i++) {
+      const vlin *x = vl_at(c, in[i]);
+      if (!same_slice(x0, x) || x->n != x0->n || x->n < 2 || x->f != x0->f) return;
+    }
+    vlin l = *x0;
+    l.k0 = 0, l.cnt = 1, l.n = 1, l.dk = 0;
+    if (kind == VD_PROP_ALL_REDUCE) {
+      for (uint32_t o = 0; o < pn->n_out; o++) vl_put(c, out[o], &l);
+      return;
+    }
+    int32_t dim;
+    if (!attr_dim(c, pn, x0->nd, &dim)) return;
+    int64_t w = x0->hi[dim] - x0->lo[dim], p = pn->n_out;
+    if (w % p) return;
+    for (uint32_t o = 0; o < pn->n_out; o++) {
+      vlin y = l;
+      y.lo[dim] = x0->lo[dim] + (int64_t)o * (w / p);
+      y.hi[dim] = y.lo[dim] + w / p;
+      vl_put(c, out[o], &y);
+    }
+    return;
+  }
+  /* all_gather: whole parts, contiguous along dim in group order. */
+  int32_t dim;
+  if (!attr_dim(c, pn, x0->nd, &dim)) return;
+  vlin l = *x0;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    const vlin *x = vl_at(c, in[i]);
+    if (x->sv != x0->sv || x->n != 1 || x->cnt != 1 || x->f != x0->f) return;
+    for (int32_t j = 0; j < x->nd; j++) {
+      if (j == dim) continue;
+      if (x->lo[j] != x0->lo[j] || x->hi[j] != x0->hi[j] || x->dlo[j] != x0->dlo[j]) return;
+    }
+    if (i > 0 && (x->lo[dim] != l.hi[dim] || x->dlo[dim] != x0->dlo[dim])) return;
+    l.hi[dim] = x->hi[dim];
+  }
+  for (uint32_t o = 0; o < pn->n_out; o++) vl_put(c, out[o], &l);
+}
+
+/* all_to_all (split_dim s, concat_dim t, group order): output j is chunk j
+ * along s of every input, concatenated along t.  A box when the inputs are
+ * whole slices of one value, equal except along t, where they follow each
+ * other in group order (as all_gather's), and their common s slice splits
+ * evenly.  s == t (a pure permutation of chunks) is left undecided. */
+static void a2a_node(ictx *c, const vd_gnode_t *pn) {
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
+  if (pn->n_in == 0 || pn->n_in != pn->n_out) return;
+  for (uint32_t i = 0; i < pn->n_in; i++)
+    if (!aligned(c, in[i])) return;
+  const vlin *x0 = vl_at(c, in[0]);
+  const vd_node_t *nd = &c->pp->nodes[pn->pnode];
+  int64_t sd = vd_node_attr_int(c->pp, nd, "split_dim", -1), td = vd_node_attr_int(c->pp, nd, "concat_dim", -1);
+  if (sd < 0) sd += x0->nd;
+  if (td < 0) td += x0->nd;
+  if (sd < 0 || sd >= x0->nd || td < 0 || td >= x0->nd || sd == td) return;
+  int64_t p = pn->n_in, w = x0->hi[sd] - x0->lo[sd];
+  if (w % p) return;
+  vlin l = *x0;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    const vlin *x = vl_at(c, in[i]);
+    if (x->sv != x0->sv || x->n != 1 || x->cnt != 1 || x->f != x0->f) return;
+    for (int32_t j = 0; j < x->nd; j++) {
+      if (j == td) continue;
+      if (x->lo[j] != x0->lo[j] || x->hi[j] != x0->hi[j] || x->dlo[j] != x0->dlo[j]) return;
+    }
+    if (i > 0 && (x->lo[td] != l.hi[td] || x->dlo[td] != x0->dlo[td])) return;
+    l.hi[td] = x->hi[td];
+  }
+  for (uint32_t o = 0; o < pn->n_out; o++) {
+    vlin y = l;
+    y.lo[sd] = x0->lo[sd] + (int64_t)o * (w / p);
+    y.hi[sd] = y.lo[sd] + w / p;
+    vl_put(c, out[o], &y);
+  }
+}
+
+/* After the operator's own rule: a constant scaling without a single twin
+ * (x / 1, a loss divided by the microbatch count) keeps its input's lineage
+ * with the factor multiplied, and so does x + 0; a scalar added to a known zero whose twin the
+ * single plan adds the same scalar to is that twin's constant (the ones of
+ * a loss gradient seed, written 0*x + 1). */
+static void scale_through(ictx *c, const vd_gnode_t *pn, int op) {
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
+  if (pn->n_in != 1) return;
+  const vlin *x = vl_at(c, in[0]);
+  const vd_node_t *nd = &c->pp->nodes[pn->pnode];
+  double s;
+  if (x->known && !x->zero && scaling(c->pp, nd, op, &s) && s != 0.0) {
+    vlin l = *x;
+    l.f *= s;
+    if (s != 1.0) l.fsrc = l.f != 1.0 ? (int32_t)(pn - c->gp->nodes) : -1;
+    vl_put(c, out[0], &l);
+    return;
+  }
+  if (x->known && (op == VD_OP_ADD || op == VD_OP_SUB) && vd_node_attr(c->pp, nd, "scalar") &&
+      !adds_constant(c->pp, nd, op)) {
+    vl_put(c, out[0], x); /* x + 0 (python's sum() starts with 0 + x) */
+    return;
+  }
+  if (!x->known || !x->zero || x->sv < 0 || (op != VD_OP_ADD && op != VD_OP_SUB)) return;
+  const vd_attr_t *a = vd_node_attr(c->pp, nd, "scalar");
+  int32_t sm = a ? match_single(c, pn, op) : -1;
+  if (sm < 0) return;
+  const vd_gnode_t *sn = &c->gs->nodes[sm];
+  const vd_attr_t *b = vd_node_attr(c->sp, &c->sp->nodes[sn->pnode], "scalar");
+  if (!b || !vd_attr_equal(c->pp, a, c->sp, b)) return;
+  vlin l = *x;
+  l.zero = 0;
+  l.sv = (int32_t)vd_gnode_outputs(c->gs, sn)[0];
+  l.k0 = 0, l.cnt = 1, l.n = 1, l.dk = 0, l.f = 1.0, l.fsrc = -1;
+  if (stens(c, l.sv)->ndim != l.nd) return;
+  vl_put(c, out[0], &l);
+}
+
+/* The rule of Gp node gi, applied when none of its outputs has a lineage
+ * yet; 1 when it was applied (its outputs may have got lineages). */
+int prop_node(ictx *c, uint32_t gi) {
+  const vd_gnode_t *pn = &c->gp->nodes[gi];
+  int op = c->pop[pn->pnode];
+  if (op < 0) return 0;
+  const vd_lin_prop_rule *ru = &rules[op];
+  const uint32_t *out = vd_gnode_outputs(c->gp, pn);
+  /* Outputs already seeded (annotated final versions) keep their annotation. */
+  int seeded = 0;
+  for (uint32_t o = 0; o < pn->n_out; o++) seeded |= vl_at(c, out[o])->known;
+  if (seeded) return 0;
+  switch (ru->kind) {
+  case VD_PROP_COPY: copy_node(c, pn, op); break;
+  case VD_PROP_MAP:
+    map_node(c, gi, op, ru);
+    if (!vl_at(c, out[0])->known) sum_node(c, pn, op);
+    break;
+  case VD_PROP_ACCUM:
+    if (!accum_node(c, pn)) map_node(c, gi, op, ru);
+    if (!vl_at(c, out[0])->known) sum_node(c, pn, op);
+    break;
+  case VD_PROP_SCALE:
+    map_node(c, gi, op, ru);
+    if (vd_node_attr_float(c->pp, &c->pp->nodes[pn->pnode], "factor", 1.0) == 0.0 && pn->n_out == 1) {
+      /* a known zero, named after the single twin's zero when there is one */
+      vlin *l = vl_slot(c, out[0]);
+      if (!l) break;
+      if (!l->known) {
+        memset(l, 0, sizeof(*l));
+        l->sv = -1;
+      }
+      l->known = l->zero = 1;
+      l->f = 1.0;
+      l->fsrc = -1;
+    }
+    break;
+  case VD_PROP_CHUNK: chunk_node(c, pn); break;
+  case VD_PROP_VIEW: view_node(c, gi, op); break;
+  case VD_PROP_ALL_REDUCE:
+  case VD_PROP_ALL_GATHER:
+  case VD_PROP_REDUCE_SCATTER: coll_node(c, pn, ru->kind); break;
+  case VD_PROP_ALL_TO_ALL: a2a_node(c, pn); break;
+  default: break;
+  }
+  if (pn->n_out == 1 && !vl_at(c, out[0])->known) scale_through(c, pn, op);
+  return 1;
+}
