@@ -2,10 +2,14 @@
 DistributedDataParallel (its C++ bucketed reducer averages the gradients), as one writes it:
 each rank takes its share of the global batch, computes the mean loss over it, and DDP does the
 rest.  The parallel program of gpt2_single.py (tools/torch2plan --nproc DP, --set dp=DP).
---set bucket_mb=X sets DDP's bucket size (small values make several buckets).
+--set bucket_mb=X sets DDP's bucket size (small values make several buckets); --set accum=N
+accumulates the gradients of N microbatches of the rank's share, the first N-1 under no_sync().
 Bugs (--set bug=NAME): loss_scale multiplies the loss by the world size before backward (a port
-from a sum-reduced loss: DDP already averages); same_data gives every rank the first shard.
+from a sum-reduced loss: DDP already averages); same_data gives every rank the first shard;
+ignored leaves the last block's MLP weight out of DDP's reducer (its gradient stays the
+rank's own); accum_nodiv does not divide the microbatches' losses by their count.
 """
+import contextlib
 import os
 import sys
 
@@ -16,6 +20,18 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2  # noqa: E402
 from torchcap import Shard  # noqa: E402
+
+
+def accumulate(ddp, batch, n, divide=True):
+    """Gradient accumulation over n microbatches; DDP reduces once, in the last backward."""
+    total = 0
+    for m, (x, y) in enumerate(zip(*(t.chunk(n) for t in batch))):
+        sync = contextlib.nullcontext() if m == n - 1 else ddp.no_sync()
+        with sync:
+            loss = ddp(x, y)
+            (loss / n if divide else loss).backward()
+        total = total + loss.detach()
+    return total / n
 
 
 def step(cap):
@@ -29,15 +45,22 @@ def step(cap):
     cap.params(model)
     cap.input(mine[0], "idx", dp=Shard(0))
     cap.input(mine[1], "targets", dp=Shard(0))
+    last_fc = [n for n, _ in model.named_parameters() if n.endswith("mlp.fc.weight")][-1]
+    if c["bug"] == "ignored":   # BUG: a parameter DDP does not reduce
+        DDP._set_params_and_buffers_to_ignore_for_model(model, [last_fc])
     ddp = DDP(model, bucket_cap_mb=float(c.get("bucket_mb", 25)))
+    accum = int(c.get("accum", 1))
     opt = gpt2.make_optimizer(c, ddp.parameters())
     cap.optimizer(opt)
     with cap.step():
-        loss = ddp(*mine)
-        if c["bug"] == "loss_scale":
-            (loss * dist.get_world_size()).backward()   # BUG: DDP averages already
+        if accum > 1:
+            loss = accumulate(ddp, mine, accum, divide=c["bug"] != "accum_nodiv")
         else:
-            loss.backward()
+            loss = ddp(*mine)
+            if c["bug"] == "loss_scale":
+                (loss * dist.get_world_size()).backward()   # BUG: DDP averages already
+            else:
+                loss.backward()
         opt.step()
         # the logged loss: the mean of the replicas' means (each over its share of the batch)
         logged = loss.detach().clone()

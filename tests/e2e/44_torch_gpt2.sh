@@ -4,9 +4,11 @@
 # DistributedDataParallel (its C++ bucketed reducer):
 #  - the single-device capture is faithful (torch's own step on the executor's values agrees),
 #    with SGD and with AdamW (weight decay), with either attention kernel;
-#  - DDP over 2 ranks is EQUIVALENT and agrees under the executor, in one bucket and in several;
-#  - the loss multiplied by the world size before backward (DDP averages already) is NOT
-#    EQUIVALENT, and the executor disagrees.
+#  - DDP over 2 ranks is EQUIVALENT and agrees under the executor, in one bucket and in several,
+#    and with gradient accumulation over 2 microbatches under no_sync();
+#  - the loss multiplied by the world size before backward (DDP averages already), and
+#    accumulation that does not divide by the microbatch count, are NOT EQUIVALENT, and the
+#    executor disagrees.
 . "$(dirname "$0")/lib.sh"
 set -e
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -23,7 +25,7 @@ cap() {
     --out-single "$TMP/s.plan" --out-parallel "$TMP/p.plan" "$@"
   expect_in "1 stored ranks x 2 replicas" "$TMP/out"
 }
-for conf in "--set opt=sgd" "--set attn=sdpa --set opt=adamw --set bucket_mb=0.002"; do
+for conf in "--set opt=sgd" "--set attn=sdpa --set opt=adamw --set bucket_mb=0.002" "--set accum=2"; do
   cap $conf
   expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
   expect_in "^EQUIVALENT" "$TMP/out"
@@ -31,9 +33,13 @@ for conf in "--set opt=sgd" "--set attn=sdpa --set opt=adamw --set bucket_mb=0.0
   expect_exit 0 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
   expect_in "AGREE" "$TMP/out"
 done
-cap --set bug=loss_scale
-expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "^NOT EQUIVALENT" "$TMP/out"
-expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "DISAGREE" "$TMP/out"
+# bugs: the loss scaled by the world size; accumulation under no_sync() without dividing by
+# the microbatch count
+for conf in "--set bug=loss_scale" "--set accum=2 --set bug=accum_nodiv"; do
+  cap $conf
+  expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+  expect_in "^NOT EQUIVALENT" "$TMP/out"
+  expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+  expect_in "DISAGREE" "$TMP/out"
+done
 echo ok
