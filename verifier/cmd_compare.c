@@ -43,6 +43,16 @@ static void usage(FILE *f) {
           "  Exit: 0 every tensor within rounding, 1 one beyond rounding or missing, 2 bad input or usage.\n");
 }
 
+/* The options of compare, in the order of its help text. */
+enum { C_SM = 1, C_PM, C_SINGLE_DUMP, C_PARALLEL_DUMP, C_DTYPE, C_ACCUM, C_LAMBDA, C_NO_VERIFY, C_JSON, C_HTML,
+       C_QUIET, C_VERBOSE, C_HELP };
+static const vd_cli_opt compare_opts[] = {
+    {"--sm", "FILE", C_SM}, {"--pm", "FILE", C_PM}, {"--single-dump", "A", C_SINGLE_DUMP},
+    {"--parallel-dump", "B", C_PARALLEL_DUMP}, {"--dtype", "T", C_DTYPE}, {"--accum", "T", C_ACCUM},
+    {"--lambda", "X", C_LAMBDA}, {"--no-verify", NULL, C_NO_VERIFY}, {"--json", "FILE", C_JSON},
+    {"--html", "FILE", C_HTML}, {"-q", NULL, C_QUIET}, {"-v", NULL, C_VERBOSE}, {"--help", NULL, C_HELP},
+    {"-h", NULL, C_HELP}, {NULL, NULL, 0}};
+
 int vd_cmd_compare(int argc, char **argv) {
   const char *sm = NULL, *pm = NULL, *sdp = NULL, *pdp = NULL, *json = NULL, *html = NULL;
   vd_noise_opts o;
@@ -54,37 +64,31 @@ int vd_cmd_compare(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    const vd_cli_opt *opt = vd_cli_opt_find(compare_opts, a);
+    int id = opt && (!opt->arg || v) ? opt->id : 0; /* a value option without its value is unknown */
+    const char **path = id == C_SM ? &sm : id == C_PM ? &pm : id == C_SINGLE_DUMP ? &sdp
+                      : id == C_PARALLEL_DUMP ? &pdp : id == C_JSON ? &json : id == C_HTML ? &html : NULL;
+    if (id == C_HELP) {
       usage(stdout);
       return VD_EXIT_OK;
-    } else if (!strcmp(a, "-q")) {
+    } else if (id == C_QUIET) {
       quiet = 1;
-    } else if (!strcmp(a, "-v")) {
+    } else if (id == C_VERBOSE) {
       verbose = 1;
-    } else if (!strcmp(a, "--no-verify")) {
+    } else if (id == C_NO_VERIFY) {
       verify = 0;
-    } else if (v && !strcmp(a, "--sm")) {
-      sm = v, i++;
-    } else if (v && !strcmp(a, "--pm")) {
-      pm = v, i++;
-    } else if (v && !strcmp(a, "--single-dump")) {
-      sdp = v, i++;
-    } else if (v && !strcmp(a, "--parallel-dump")) {
-      pdp = v, i++;
-    } else if (v && !strcmp(a, "--json")) {
-      json = v, i++;
-    } else if (v && !strcmp(a, "--html")) {
-      html = v, i++;
-    } else if (v && (!strcmp(a, "--dtype") || !strcmp(a, "--accum"))) {
+    } else if (path) {
+      *path = v, i++;
+    } else if (id == C_DTYPE || id == C_ACCUM) {
       vd_noise_prec p;
       if (!vd_noise_prec_parse(v, &p) || p == VD_NOISE_PLAN) {
         fprintf(stderr, "verdict compare: %s: expected bf16, fp16, fp32 or fp64, got '%s'\n", VD_SHOW(a), VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
-      if (!strcmp(a, "--dtype")) o.dtype = p;
+      if (id == C_DTYPE) o.dtype = p;
       else o.accum = p;
       i++;
-    } else if (v && !strcmp(a, "--lambda")) {
+    } else if (id == C_LAMBDA) {
       char *e;
       double x = strtod(v, &e);
       if (*e || !(x > 0) || x > 1e30) {
@@ -94,7 +98,7 @@ int vd_cmd_compare(int argc, char **argv) {
       o.lambda = x;
       i++;
     } else {
-      return vd_cli_unknown_option("verdict compare", a, usage, "verdict compare --help");
+      return vd_cli_unknown_option("verdict compare", a, compare_opts, "verdict compare --help");
     }
   }
   if (!sm || !pm || !sdp || !pdp) {

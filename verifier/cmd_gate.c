@@ -103,50 +103,60 @@ static int parse_positive_double(const char *opt, const char *val, double lo, do
   return 0;
 }
 
+/* The options of gate, in the order of its help text. */
+enum {
+  GT_CACHE = 1, GT_NO_CACHE, GT_CACHE_MAX_MB, GT_JSON, GT_JUNIT, GT_SARIF, GT_GITHUB, GT_THREADS, GT_STAGE_TIMEOUT,
+  GT_STAGE_BUDGET, GT_QUIET, GT_VERBOSE, GT_HELP
+};
+static const vd_cli_opt gate_opts[] = {
+    {"--cache", "DIR", GT_CACHE}, {"--no-cache", NULL, GT_NO_CACHE}, {"--cache-max-mb", "N", GT_CACHE_MAX_MB},
+    {"--json", "FILE", GT_JSON}, {"--junit", "FILE", GT_JUNIT}, {"--sarif", "FILE", GT_SARIF},
+    {"--github", NULL, GT_GITHUB}, {"--threads", "N", GT_THREADS}, {"--stage-timeout", "S", GT_STAGE_TIMEOUT},
+    {"--stage-budget", "N", GT_STAGE_BUDGET}, {"-q", NULL, GT_QUIET}, {"-v", NULL, GT_VERBOSE},
+    {"-h", NULL, GT_HELP}, {"--help", NULL, GT_HELP}, {NULL, NULL, 0}};
+
 static int parse(int argc, char **argv, gopts *g) {
   memset(g, 0, sizeof(*g));
   g->stage_timeout_ms = VD_LIM_STAGE_TIMEOUT_MS;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    int id = vd_cli_opt_id(gate_opts, a);
+    if (id == GT_HELP) {
       gate_usage(stdout);
       return -1;
     }
-    int takes = !strcmp(a, "--cache") || !strcmp(a, "--json") || !strcmp(a, "--junit") || !strcmp(a, "--sarif") ||
-                !strcmp(a, "--threads") || !strcmp(a, "--cache-max-mb") || !strcmp(a, "--stage-timeout") ||
-                !strcmp(a, "--stage-budget");
-    if (takes && !val) {
+    if (vd_cli_opt_takes(gate_opts, a) && !val) {
       fprintf(stderr, "verdict gate: missing value for option '%s'\n", VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
     }
     double x;
-    if (!strcmp(a, "--cache")) g->cache_dir = argv[++i];
-    else if (!strcmp(a, "--no-cache")) g->no_cache = 1;
-    else if (!strcmp(a, "--json")) g->json = argv[++i];
-    else if (!strcmp(a, "--junit")) g->junit = argv[++i];
-    else if (!strcmp(a, "--sarif")) g->sarif = argv[++i];
-    else if (!strcmp(a, "--github")) g->github = 1;
-    else if (!strcmp(a, "-q")) g->quiet = 1;
-    else if (!strcmp(a, "-v")) g->verbose = 1;
-    else if (!strcmp(a, "--threads")) {
+    if (id == GT_CACHE) g->cache_dir = argv[++i];
+    else if (id == GT_NO_CACHE) g->no_cache = 1;
+    else if (id == GT_JSON) g->json = argv[++i];
+    else if (id == GT_JUNIT) g->junit = argv[++i];
+    else if (id == GT_SARIF) g->sarif = argv[++i];
+    else if (id == GT_GITHUB) g->github = 1;
+    else if (id == GT_QUIET) g->quiet = 1;
+    else if (id == GT_VERBOSE) g->verbose = 1;
+    else if (id == GT_THREADS) {
       long n = vd_cli_parse_long(argv[++i]);
       if (n < 1 || n > 1024) return fprintf(stderr, "verdict gate: --threads: expected 1..1024, got '%s'\n", VD_SHOW(argv[i])), 2;
       g->threads = (int)n;
-    } else if (!strcmp(a, "--cache-max-mb")) {
+    } else if (id == GT_CACHE_MAX_MB) {
       long n = vd_cli_parse_long(argv[++i]);
       if (n < 1 || n > 1000000)
         return fprintf(stderr, "verdict gate: --cache-max-mb: expected 1..1000000, got '%s'\n", VD_SHOW(argv[i])), 2;
       g->cache_max_mb = n;
-    } else if (!strcmp(a, "--stage-timeout")) {
+    } else if (id == GT_STAGE_TIMEOUT) {
       if (!strcmp(argv[++i], "none")) g->stage_timeout_ms = 0;
       else if (parse_positive_double(a, argv[i], 0, 4000000, &x)) return VD_EXIT_BAD_INPUT;
       else g->stage_timeout_ms = (unsigned)ceil(x * 1000);
-    } else if (!strcmp(a, "--stage-budget")) {
+    } else if (id == GT_STAGE_BUDGET) {
       if (!strcmp(argv[++i], "none")) g->stage_budget = UINT64_MAX;
       else if (parse_positive_double(a, argv[i], 0, 4000, &x)) return VD_EXIT_BAD_INPUT;
       else g->stage_budget = (uint64_t)ceil(x * 1e6);
     } else if (a[0] == '-' && a[1]) {
-      return vd_cli_unknown_option("verdict gate", a, gate_usage, "verdict gate --help");
+      return vd_cli_unknown_option("verdict gate", a, gate_opts, "verdict gate --help");
     } else if (g->manifest) {
       fprintf(stderr, "verdict gate: one manifest only (got '%s' and '%s')\n", VD_SHOW(g->manifest), VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;

@@ -59,6 +59,14 @@ static int opt_int(const char *name, const char *v, long *out) {
   return 1;
 }
 
+/* The options of mutate, in the order of its help text. */
+enum { M_LIST = 1, M_BUG, M_RANK, M_LAYER, M_MICROBATCH, M_SEED, M_QUIET, M_TSV, M_HELP };
+static const vd_cli_opt mutate_opts[] = {
+    {"--list", NULL, M_LIST},  {"--bug", "N", M_BUG},   {"--rank", "R", M_RANK},
+    {"--layer", "L", M_LAYER}, {"--microbatch", "M", M_MICROBATCH}, {"--seed", "N", M_SEED},
+    {"-q", NULL, M_QUIET},     {"--tsv", NULL, M_TSV},  {"--help", NULL, M_HELP},
+    {"-h", NULL, M_HELP},      {NULL, NULL, 0}};
+
 int vd_cmd_mutate(int argc, char **argv) {
   const char *files[2] = {NULL, NULL};
   int nfiles = 0, do_list = 0, tsv = 0, quiet = 0;
@@ -67,35 +75,34 @@ int vd_cmd_mutate(int argc, char **argv) {
   vd_bug_opts_default(&o);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+    const vd_cli_opt *opt = vd_cli_opt_find(mutate_opts, a);
+    int id = opt ? opt->id : 0;
+    if (id == M_HELP) {
       usage(stdout);
       return VD_EXIT_OK;
-    } else if (strcmp(a, "--list") == 0) {
+    } else if (id == M_LIST) {
       do_list = 1;
-    } else if (strcmp(a, "--tsv") == 0) {
+    } else if (id == M_TSV) {
       tsv = 1;
-    } else if (strcmp(a, "-q") == 0) {
+    } else if (id == M_QUIET) {
       quiet = 1;
-    } else if ((strcmp(a, "--bug") == 0 || strcmp(a, "--rank") == 0 || strcmp(a, "--layer") == 0 ||
-                strcmp(a, "--microbatch") == 0 || strcmp(a, "--seed") == 0) &&
-               i + 1 < argc) {
+    } else if (opt && opt->arg && i + 1 < argc) {
       if (!opt_int(a, argv[++i], &v)) return VD_EXIT_BAD_INPUT;
-      if (strcmp(a, "--bug") == 0) bug = v;
-      else if (strcmp(a, "--rank") == 0) o.rank = (int32_t)v;
-      else if (strcmp(a, "--layer") == 0) o.layer = (int32_t)v;
-      else if (strcmp(a, "--microbatch") == 0) o.mb = (int32_t)v;
+      if (id == M_BUG) bug = v;
+      else if (id == M_RANK) o.rank = (int32_t)v;
+      else if (id == M_LAYER) o.layer = (int32_t)v;
+      else if (id == M_MICROBATCH) o.mb = (int32_t)v;
       else o.seed = (uint64_t)v;
     } else if (a[0] != '-' && nfiles < 2) {
       files[nfiles++] = a;
     } else if (a[0] != '-') {
       fprintf(stderr, "verdict mutate: IN and OUT expected, got also '%s'\n", VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
-    } else if (i + 1 == argc && (!strcmp(a, "--bug") || !strcmp(a, "--rank") || !strcmp(a, "--layer") ||
-                                 !strcmp(a, "--microbatch") || !strcmp(a, "--seed"))) {
+    } else if (opt && opt->arg) {
       fprintf(stderr, "verdict mutate: missing value for option '%s'\n", VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
     } else {
-      return vd_cli_unknown_option("verdict mutate", a, usage, "verdict mutate --help");
+      return vd_cli_unknown_option("verdict mutate", a, mutate_opts, "verdict mutate --help");
     }
   }
   if (do_list) return list(tsv);

@@ -37,6 +37,14 @@ static void usage(FILE *f) {
           "  Exit: 0 computed, 2 bad input or usage.\n");
 }
 
+/* The options of noise, in the order of its help text. */
+enum { N_SM = 1, N_PM, N_DTYPE, N_ACCUM, N_SCALE, N_LAMBDA, N_JSON, N_HTML, N_QUIET, N_SEED, N_HELP };
+static const vd_cli_opt noise_opts[] = {
+    {"--sm", "FILE", N_SM}, {"--pm", "FILE", N_PM}, {"--dtype", "T", N_DTYPE}, {"--accum", "T", N_ACCUM},
+    {"--scale", "X", N_SCALE}, {"--lambda", "X", N_LAMBDA}, {"--json", "FILE", N_JSON}, {"--html", "FILE", N_HTML},
+    {"-q", NULL, N_QUIET}, {"--seed", "N", N_SEED}, {"--help", NULL, N_HELP}, {"-h", NULL, N_HELP},
+    {NULL, NULL, 0}};
+
 int vd_cmd_noise(int argc, char **argv) {
   const char *sm = NULL, *pm = NULL, *json = NULL, *html = NULL;
   vd_noise_opts o;
@@ -49,39 +57,36 @@ int vd_cmd_noise(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    const vd_cli_opt *opt = vd_cli_opt_find(noise_opts, a);
+    int id = opt && (!opt->arg || v) ? opt->id : 0; /* a value option without its value is unknown */
+    const char **path = id == N_SM ? &sm : id == N_PM ? &pm : id == N_JSON ? &json : id == N_HTML ? &html : NULL;
+    if (id == N_HELP) {
       usage(stdout);
       return VD_EXIT_OK;
-    } else if (!strcmp(a, "-q")) {
+    } else if (id == N_QUIET) {
       quiet = 1;
-    } else if (v && !strcmp(a, "--sm")) {
-      sm = v, i++;
-    } else if (v && !strcmp(a, "--pm")) {
-      pm = v, i++;
-    } else if (v && !strcmp(a, "--json")) {
-      json = v, i++;
-    } else if (v && !strcmp(a, "--html")) {
-      html = v, i++;
-    } else if (v && (!strcmp(a, "--dtype") || !strcmp(a, "--accum"))) {
+    } else if (path) {
+      *path = v, i++;
+    } else if (id == N_DTYPE || id == N_ACCUM) {
       vd_noise_prec p;
       if (!vd_noise_prec_parse(v, &p) || p == VD_NOISE_PLAN) {
         fprintf(stderr, "verdict noise: %s: expected bf16, fp16, fp32 or fp64, got '%s'\n", VD_SHOW(a), VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
-      if (!strcmp(a, "--dtype")) o.dtype = p, have_dtype = 1;
+      if (id == N_DTYPE) o.dtype = p, have_dtype = 1;
       else o.accum = p;
       i++;
-    } else if (v && (!strcmp(a, "--scale") || !strcmp(a, "--lambda"))) {
+    } else if (id == N_SCALE || id == N_LAMBDA) {
       char *e;
       double x = strtod(v, &e);
       if (*e || !(x > 0) || x > 1e30) {
         fprintf(stderr, "verdict noise: %s: expected a positive number, got '%s'\n", VD_SHOW(a), VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
-      if (!strcmp(a, "--scale")) o.scale = x;
+      if (id == N_SCALE) o.scale = x;
       else o.lambda = x;
       i++;
-    } else if (v && !strcmp(a, "--seed")) {
+    } else if (id == N_SEED) {
       long s = vd_cli_parse_long(v);
       if (s < 0) {
         fprintf(stderr, "verdict noise: --seed: expected a non-negative integer, got '%s'\n", VD_SHOW(v));
@@ -90,7 +95,7 @@ int vd_cmd_noise(int argc, char **argv) {
       o.seed = (uint64_t)s;
       i++;
     } else {
-      return vd_cli_unknown_option("verdict noise", a, usage, "verdict noise --help");
+      return vd_cli_unknown_option("verdict noise", a, noise_opts, "verdict noise --help");
     }
   }
   if (!sm || !pm || !have_dtype) {

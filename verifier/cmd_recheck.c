@@ -271,29 +271,35 @@ static int plan_matches(const char *path, const char *want, const char *what) {
   return 1;
 }
 
+/* The options of recheck, in the order of its help text. */
+enum { R_PM = 1, R_SOLVER, R_TIMEOUT, R_SM, R_THREADS, R_QUIET, R_HELP };
+static const vd_cli_opt recheck_opts[] = {
+    {"--pm", "FILE", R_PM},   {"--solver", "NAME", R_SOLVER}, {"--timeout", "S", R_TIMEOUT},
+    {"--sm", "FILE", R_SM},   {"--threads", "N", R_THREADS},  {"-q", NULL, R_QUIET},
+    {"-h", NULL, R_HELP},     {"--help", NULL, R_HELP},       {NULL, NULL, 0}};
+
 int vd_cmd_recheck(int argc, char **argv) {
   const char *dir = NULL, *solver = "cvc5", *sm = NULL, *pm = NULL;
   unsigned timeout_ms = 60000;
   int threads = 0, quiet = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-    int takes = !strcmp(a, "--solver") || !strcmp(a, "--timeout") || !strcmp(a, "--sm") || !strcmp(a, "--pm") ||
-                !strcmp(a, "--threads");
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    int id = vd_cli_opt_id(recheck_opts, a);
+    if (id == R_HELP) {
       recheck_usage(stdout);
       return VD_EXIT_OK;
     }
-    if (takes && !val) {
+    if (vd_cli_opt_takes(recheck_opts, a) && !val) {
       fprintf(stderr, "verdict recheck: missing value for option '%s'\n", VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
     }
-    if (!strcmp(a, "--solver")) {
+    if (id == R_SOLVER) {
       solver = argv[++i];
       if (strcmp(solver, "cvc5") && strcmp(solver, "z3")) {
         fprintf(stderr, "verdict recheck: --solver: expected cvc5 or z3, got '%s'\n", VD_SHOW(solver));
         return VD_EXIT_BAD_INPUT;
       }
-    } else if (!strcmp(a, "--timeout")) {
+    } else if (id == R_TIMEOUT) {
       char *end = NULL;
       double s = strtod(argv[++i], &end);
       if (!end || *end || !(s > 0) || s > 86400) {
@@ -302,17 +308,17 @@ int vd_cmd_recheck(int argc, char **argv) {
       }
       timeout_ms = (unsigned)(s * 1000 + 0.5);
       if (!timeout_ms) timeout_ms = 1;
-    } else if (!strcmp(a, "--sm")) sm = argv[++i];
-    else if (!strcmp(a, "--pm")) pm = argv[++i];
-    else if (!strcmp(a, "--threads")) {
+    } else if (id == R_SM) sm = argv[++i];
+    else if (id == R_PM) pm = argv[++i];
+    else if (id == R_THREADS) {
       long n = vd_cli_parse_long(argv[++i]);
       if (n < 1 || n > 1024) {
         fprintf(stderr, "verdict recheck: --threads: expected 1..1024, got '%s'\n", VD_SHOW(argv[i]));
         return VD_EXIT_BAD_INPUT;
       }
       threads = (int)n;
-    } else if (!strcmp(a, "-q")) quiet = 1;
-    else if (a[0] == '-') return vd_cli_unknown_option("verdict recheck", a, recheck_usage, "verdict recheck --help");
+    } else if (id == R_QUIET) quiet = 1;
+    else if (a[0] == '-') return vd_cli_unknown_option("verdict recheck", a, recheck_opts, "verdict recheck --help");
     else if (!dir) dir = a;
     else {
       fprintf(stderr, "verdict recheck: one certificate directory expected, got '%s' too\n", VD_SHOW(a));
