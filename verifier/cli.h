@@ -40,9 +40,6 @@ int vd_cmd_recheck(int argc, char **argv); /* re-prove a certificate (cmd_rechec
  * ENOMEM, internal errors and a stop (VD_ECANCELED). */
 int vd_cli_report_diag(const vd_diag *d);
 
-/* Writes s[0..n) (stopping at a NUL) escaped for mode (common/text.h):
- * the one path by which a name reaches a stream unbounded. */
-void vd_cli_put(FILE *f, const char *s, size_t n, vd_text_mode mode);
 /* Writes s escaped for a terminal or a plain-text report (no control
  * characters, no line breaks; NULL writes nothing). */
 void vd_cli_plain_str(FILE *f, const char *s);

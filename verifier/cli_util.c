@@ -30,7 +30,7 @@ long vd_cli_parse_long(const char *s) {
   return v;
 }
 
-void vd_cli_put(FILE *f, const char *s, size_t n, vd_text_mode mode) {
+static void vd_cli_put(FILE *f, const char *s, size_t n, vd_text_mode mode) {
   char piece[VD_TEXT_CHAR_MAX];
   for (size_t i = 0; i < n && s[i];) {
     size_t used, m = vd_text_escape_char(s + i, n - i, mode, piece, &used);
