@@ -45,26 +45,32 @@ static const vd_cli_opt noise_opts[] = {
     {"-q", NULL, N_QUIET}, {"--seed", "N", N_SEED}, {"--help", NULL, N_HELP}, {"-h", NULL, N_HELP},
     {NULL, NULL, 0}};
 
-int vd_cmd_noise(int argc, char **argv) {
-  const char *sm = NULL, *pm = NULL, *json = NULL, *html = NULL;
+/* The command line of noise. */
+typedef struct {
+  const char *sm, *pm, *json, *html;
   vd_noise_opts o;
-  memset(&o, 0, sizeof(o));
-  o.dtype = VD_NOISE_PLAN;
-  o.accum = VD_NOISE_PLAN;
-  o.scale = 1.0;
-  o.lambda = 3.0;
-  int quiet = 0, have_dtype = 0;
+  int quiet, have_dtype;
+} noise_args;
+
+/* Returns -1 to go on, else the exit code (help printed, or bad usage). */
+static int parse_args(int argc, char **argv, noise_args *ca) {
+  memset(ca, 0, sizeof(*ca));
+  ca->o.dtype = VD_NOISE_PLAN;
+  ca->o.accum = VD_NOISE_PLAN;
+  ca->o.scale = 1.0;
+  ca->o.lambda = 3.0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     const vd_cli_opt *opt = vd_cli_opt_find(noise_opts, a);
     int id = opt && (!opt->arg || v) ? opt->id : 0; /* a value option without its value is unknown */
-    const char **path = id == N_SM ? &sm : id == N_PM ? &pm : id == N_JSON ? &json : id == N_HTML ? &html : NULL;
+    const char **path = id == N_SM ? &ca->sm : id == N_PM ? &ca->pm : id == N_JSON ? &ca->json
+                      : id == N_HTML ? &ca->html : NULL;
     if (id == N_HELP) {
       usage(stdout);
       return VD_EXIT_OK;
     } else if (id == N_QUIET) {
-      quiet = 1;
+      ca->quiet = 1;
     } else if (path) {
       *path = v, i++;
     } else if (id == N_DTYPE || id == N_ACCUM) {
@@ -73,8 +79,8 @@ int vd_cmd_noise(int argc, char **argv) {
         fprintf(stderr, "verdict noise: %s: expected bf16, fp16, fp32 or fp64, got '%s'\n", VD_SHOW(a), VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
-      if (id == N_DTYPE) o.dtype = p, have_dtype = 1;
-      else o.accum = p;
+      if (id == N_DTYPE) ca->o.dtype = p, ca->have_dtype = 1;
+      else ca->o.accum = p;
       i++;
     } else if (id == N_SCALE || id == N_LAMBDA) {
       char *e;
@@ -83,8 +89,8 @@ int vd_cmd_noise(int argc, char **argv) {
         fprintf(stderr, "verdict noise: %s: expected a positive number, got '%s'\n", VD_SHOW(a), VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
-      if (id == N_SCALE) o.scale = x;
-      else o.lambda = x;
+      if (id == N_SCALE) ca->o.scale = x;
+      else ca->o.lambda = x;
       i++;
     } else if (id == N_SEED) {
       long s = vd_cli_parse_long(v);
@@ -92,12 +98,22 @@ int vd_cmd_noise(int argc, char **argv) {
         fprintf(stderr, "verdict noise: --seed: expected a non-negative integer, got '%s'\n", VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
-      o.seed = (uint64_t)s;
+      ca->o.seed = (uint64_t)s;
       i++;
     } else {
       return vd_cli_unknown_option("verdict noise", a, noise_opts, "verdict noise --help");
     }
   }
+  return -1;
+}
+
+int vd_cmd_noise(int argc, char **argv) {
+  noise_args ca;
+  int prc = parse_args(argc, argv, &ca);
+  if (prc >= 0) return prc;
+  const char *sm = ca.sm, *pm = ca.pm, *json = ca.json, *html = ca.html;
+  vd_noise_opts o = ca.o;
+  int quiet = ca.quiet, have_dtype = ca.have_dtype;
   if (!sm || !pm || !have_dtype) {
     fprintf(stderr, "verdict noise: --sm, --pm and --dtype are required\n");
     usage(stderr);
