@@ -351,6 +351,29 @@ static void catch_signals(void) {
   sigaction(SIGTERM, &sa, NULL);
 }
 
+/* The reports of a finished run: the text one and every file the options
+ * name.  Returns the exit code (the verdict's, or that of a report that
+ * could not be written). */
+static int write_reports(const vd_run *r, const vd_run_opts *o, vd_diag *d) {
+  /* With --json - the JSON owns stdout and the text report goes to stderr. */
+  vd_report_text(r, o, o->json_path && !strcmp(o->json_path, "-") ? stderr : stdout);
+  int code = vd_run_exit_code(r);
+  if (o->json_path && vd_report_json(r, o, o->json_path, d) != VD_OK) code = vd_cli_report_diag(d);
+  if (o->html_path && vd_report_html(r, o, o->html_path, d) != VD_OK) code = vd_cli_report_diag(d);
+  /* The CI outputs take configurations; a verify run is one. */
+  vd_report_config cfg;
+  vd_report_config_single(&cfg, r, o);
+  if (o->junit_path && vd_report_junit_configs(&cfg, 1, o->junit_path, d) != VD_OK) code = vd_cli_report_diag(d);
+  if (o->sarif_path && vd_report_sarif_configs(&cfg, 1, o->sarif_path, d) != VD_OK) code = vd_cli_report_diag(d);
+  if ((o->github || o->summary_path) &&
+      vd_report_github_configs(&cfg, 1, o->github ? (o->json_path && !strcmp(o->json_path, "-") ? stderr : stdout) : NULL,
+                               o->summary_path, d) != VD_OK)
+    code = vd_cli_report_diag(d);
+  if (o->dot_path && vd_report_dot_stage(r, (size_t)o->dot_stage, o->dot_path, d) != VD_OK) code = vd_cli_report_diag(d);
+  if (o->dump_stages && vd_report_stages(r, o->dump_stages, d) != VD_OK) code = vd_cli_report_diag(d);
+  return code;
+}
+
 int vd_cmd_verify(int argc, char **argv) {
   vd_run_opts o;
   cache_args ca;
@@ -391,22 +414,7 @@ int vd_cmd_verify(int argc, char **argv) {
     vd_cache_close(cache);
     return vd_cli_report_diag(&d);
   }
-  /* With --json - the JSON owns stdout and the text report goes to stderr. */
-  vd_report_text(&r, &o, o.json_path && !strcmp(o.json_path, "-") ? stderr : stdout);
-  int code = vd_run_exit_code(&r);
-  if (o.json_path && vd_report_json(&r, &o, o.json_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
-  if (o.html_path && vd_report_html(&r, &o, o.html_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
-  /* The CI outputs take configurations; a verify run is one. */
-  vd_report_config cfg;
-  vd_report_config_single(&cfg, &r, &o);
-  if (o.junit_path && vd_report_junit_configs(&cfg, 1, o.junit_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
-  if (o.sarif_path && vd_report_sarif_configs(&cfg, 1, o.sarif_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
-  if ((o.github || o.summary_path) &&
-      vd_report_github_configs(&cfg, 1, o.github ? (o.json_path && !strcmp(o.json_path, "-") ? stderr : stdout) : NULL,
-                               o.summary_path, &d) != VD_OK)
-    code = vd_cli_report_diag(&d);
-  if (o.dot_path && vd_report_dot_stage(&r, (size_t)o.dot_stage, o.dot_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
-  if (o.dump_stages && vd_report_stages(&r, o.dump_stages, &d) != VD_OK) code = vd_cli_report_diag(&d);
+  int code = write_reports(&r, &o, &d);
   FILE *tf = o.json_path && !strcmp(o.json_path, "-") ? stderr : stdout;
   if (o.cross_check && vd_cert_cross_summary(&r, &o, tf) > 0 && code != VD_EXIT_BAD_INPUT) {
     /* SOUNDNESS: the normal form proved something Z3 refutes: no verdict
