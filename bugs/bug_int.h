@@ -34,8 +34,6 @@ typedef struct {
 vd_rc vd_bug_i_list_push(vd_bug_list *l, uint32_t v);
 void vd_bug_i_list_free(vd_bug_list *l);
 
-/* Deep copy of in into out (initialized here). */
-vd_rc vd_bug_i_copy(const vd_plan_t *in, vd_plan_t *out);
 
 /* ---- queries ---------------------------------------------------------- */
 
@@ -56,8 +54,6 @@ const char *vd_bug_i_filters(const vd_bug_ctx *c);
 typedef int (*vd_bug_pred)(const vd_plan_t *p, const vd_node_t *n);
 /* Candidates: node indices satisfying pred that pass the rank/layer filters. */
 vd_rc vd_bug_i_candidates(vd_bug_ctx *c, vd_bug_pred pred, vd_bug_list *out);
-/* Passes opts.rank / opts.layer. */
-int vd_bug_i_passes(const vd_bug_ctx *c, const vd_node_t *n);
 /* Pipeline stage of a stored rank (rank layout of docs/models.md). */
 int32_t vd_bug_i_stage(const vd_plan_t *p, int32_t rank);
 /* Index of the last node before node index `before` (or anywhere if
@@ -74,7 +70,6 @@ int64_t vd_bug_i_new_node_id(const vd_plan_t *p);
  * the other microbatches (mutate_mb.c).  VD_EUSAGE when a changed node is a
  * collective or runs once, or the bug added or removed nodes or steps. */
 vd_rc vd_bug_i_confine_mb(vd_bug_ctx *c, int32_t mb);
-int64_t vd_bug_i_new_tensor_id(const vd_plan_t *p);
 int64_t vd_bug_i_new_coll(const vd_plan_t *p);
 
 /* ---- edits (on c->p) -------------------------------------------------- */
@@ -86,7 +81,6 @@ vd_rc vd_bug_i_set_refs(vd_plan_t *p, uint32_t ni, int outputs, const uint32_t *
 void vd_bug_i_clear_attrs(vd_plan_t *p, uint32_t ni);
 vd_rc vd_bug_i_attr_float(vd_plan_t *p, uint32_t ni, const char *key, double v);
 vd_rc vd_bug_i_attr_int(vd_plan_t *p, uint32_t ni, const char *key, int64_t v);
-vd_rc vd_bug_i_attr_ints(vd_plan_t *p, uint32_t ni, const char *key, const int64_t *v, uint32_t n);
 /* Moves the last node of the array to index pos (pos <= n_nodes - 1). */
 void vd_bug_i_move_last(vd_plan_t *p, uint32_t pos);
 /* Moves node from index `from` to index `to` (shifting the ones between). */

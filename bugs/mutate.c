@@ -148,7 +148,7 @@ static vd_rc dup_array(void **dst, size_t *cap, const void *src, size_t n, size_
   return VD_OK;
 }
 
-vd_rc vd_bug_i_copy(const vd_plan_t *in, vd_plan_t *out) {
+static vd_rc vd_bug_i_copy(const vd_plan_t *in, vd_plan_t *out) {
   memset(out, 0, sizeof(*out));
   out->kind = in->kind;
   out->model = in->model;
@@ -224,7 +224,7 @@ int vd_bug_i_is_reducer(const vd_plan_t *p, const vd_node_t *n) {
          p->tensors[vd_node_inputs(p, n)[0]].role == VD_ROLE_GRAD;
 }
 
-int vd_bug_i_passes(const vd_bug_ctx *c, const vd_node_t *n) {
+static int vd_bug_i_passes(const vd_bug_ctx *c, const vd_node_t *n) {
   if (c->o->rank >= 0 && n->rank != c->o->rank) return 0;
   if (c->o->layer >= 0 && n->layer != c->o->layer) return 0;
   return 1;
@@ -285,7 +285,7 @@ int64_t vd_bug_i_new_node_id(const vd_plan_t *p) {
   return m + 1;
 }
 
-int64_t vd_bug_i_new_tensor_id(const vd_plan_t *p) {
+static int64_t vd_bug_i_new_tensor_id(const vd_plan_t *p) {
   int64_t m = -1;
   for (size_t i = 0; i < p->n_tensors; i++)
     if (p->tensors[i].id > m) m = p->tensors[i].id;
@@ -387,20 +387,6 @@ vd_rc vd_bug_i_attr_int(vd_plan_t *p, uint32_t ni, const char *key, int64_t v) {
   a->kind = VD_ATTR_INT;
   a->len = 0;
   a->v.i = v;
-  return VD_OK;
-}
-
-vd_rc vd_bug_i_attr_ints(vd_plan_t *p, uint32_t ni, const char *key, const int64_t *v, uint32_t n) {
-  if (p->n_ints + n > UINT32_MAX) return VD_ENOMEM;
-  if (VD_GROW(p->ints, p->cap_ints, p->n_ints + n)) return VD_ENOMEM;
-  if (n) memcpy(p->ints + p->n_ints, v, n * sizeof(*v));
-  uint32_t off = (uint32_t)p->n_ints;
-  p->n_ints += n;
-  vd_attr_t *a;
-  VD_CHECK(attr_slot(p, ni, key, &a));
-  a->kind = VD_ATTR_INTS;
-  a->len = n;
-  a->v.off = off;
   return VD_OK;
 }
 

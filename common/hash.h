@@ -5,6 +5,11 @@
  * bit, so keys built from small consecutive ids (node, replica, mb) spread
  * over the whole table.  Tables only; no output depends on hash values
  * except through the tables' deterministic lookups.
+ *
+ * SplitMix64 (vd_hash_splitmix64, and its finaliser alone) is the other
+ * mixer: the deterministic random values of noise/ and the tests, and the
+ * id map of plans/idmap.c.  Those values are part of the output (noise
+ * bounds, generated inputs): its constants never change.
  */
 #ifndef VD_HASH_H
 #define VD_HASH_H
@@ -20,6 +25,16 @@ static inline uint64_t vd_hash_mix64(uint64_t x) {
   x ^= x >> 33;
   return x;
 }
+
+/* SplitMix64's finaliser (Steele, Lea and Flood's variant 13). */
+static inline uint64_t vd_hash_splitmix_fin(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+/* SplitMix64 of one state: the golden-ratio step, then the finaliser. */
+static inline uint64_t vd_hash_splitmix64(uint64_t x) { return vd_hash_splitmix_fin(x + 0x9e3779b97f4a7c15ULL); }
 
 /* Hash of n bytes, a 64-bit word at a time (canonical stage forms are
  * kilobytes; a byte-at-a-time hash was a tenth of the cut's CPU). */

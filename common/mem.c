@@ -113,7 +113,7 @@ void vd_free(void *p) {
   free(h);
 }
 
-char *vd_strndup(const char *s, size_t n) {
+static char *vd_strndup(const char *s, size_t n) {
   char *d = vd_malloc(n + 1);
   if (!d) return NULL;
   memcpy(d, s, n);

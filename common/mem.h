@@ -26,7 +26,6 @@ void *vd_calloc(size_t count, size_t size);
 void *vd_realloc_array(void *p, size_t count, size_t size);
 void vd_free(void *p);
 char *vd_strdup(const char *s);
-char *vd_strndup(const char *s, size_t n);
 
 /* Bytes currently allocated and the high-water mark since start. */
 size_t vd_mem_current(void);

@@ -108,7 +108,7 @@ size_t vd_text_escape_char(const char *s, size_t n, vd_text_mode mode, char *out
   return k;
 }
 
-char *vd_text_escape(char *dst, size_t cap, const char *s, size_t n, vd_text_mode mode) {
+static char *vd_text_escape(char *dst, size_t cap, const char *s, size_t n, vd_text_mode mode) {
   const size_t el = sizeof(VD_TEXT_ELLIPSIS) - 1;
   size_t at = 0, safe = 0, i = 0;
   char piece[VD_TEXT_CHAR_MAX];

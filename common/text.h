@@ -7,7 +7,7 @@
  * paths) come from files and command lines: any valid UTF-8 the plan
  * reader accepts (plans/io.c refuses invalid UTF-8 and NUL bytes), and any
  * bytes for paths.  Each writer passes every such string through
- * vd_text_escape (or vd_text_escape_char when streaming) with its mode, so
+ * vd_text_esc (or vd_text_escape_char when streaming) with its mode, so
  * that:
  *   - every output is valid UTF-8 (a byte that is not part of a valid,
  *     shortest-form, non-surrogate UTF-8 sequence is shown as \xNN, or
@@ -64,13 +64,10 @@ size_t vd_text_cut(const char *s, size_t n, size_t budget);
  * output length and sets *used to the input bytes consumed (>= 1). */
 size_t vd_text_escape_char(const char *s, size_t n, vd_text_mode mode, char *out, size_t *used);
 
-/* Writes s[0..n) (stopping at a NUL) escaped for mode into dst, cap >= 1
- * bytes, always NUL-terminated.  When the escaped text does not fit it is
- * cut between two escaped characters and ends with VD_TEXT_ELLIPSIS.
- * Returns dst. */
-char *vd_text_escape(char *dst, size_t cap, const char *s, size_t n, vd_text_mode mode);
-
-/* vd_text_escape of the whole NUL-terminated s (NULL counts as ""). */
+/* Writes the NUL-terminated s (NULL counts as "") escaped for mode into
+ * dst, cap >= 1 bytes, always NUL-terminated.  When the escaped text does
+ * not fit it is cut between two escaped characters and ends with
+ * VD_TEXT_ELLIPSIS.  Returns dst. */
 char *vd_text_esc(char *dst, size_t cap, const char *s, vd_text_mode mode);
 
 /* An escaped name for a printf argument, in a buffer local to the enclosing

@@ -49,7 +49,6 @@ void vd_noise_dump_free(vd_noise_dump *dump) {
 }
 
 const char *vd_noise_dump_kind(const vd_noise_dump *dump) { return dump->kind; }
-size_t vd_noise_dump_records(const vd_noise_dump *dump) { return dump->n_recs; }
 
 /* Reads the whole file (a regular file; at most 4 GiB). */
 static vd_rc slurp(const char *path, char **buf, size_t *len, vd_diag *d) {

@@ -88,7 +88,6 @@ const char *vd_noise_dump_kind(const vd_noise_dump *dump);
 /* Values of (id, replica) before the step (last = 0) or after it (last = 1),
  * or NULL; *n gets the count. */
 const double *vd_noise_dump_get(const vd_noise_dump *dump, int64_t id, int32_t replica, int last, int64_t *n);
-size_t vd_noise_dump_records(const vd_noise_dump *dump);
 
 /* ---- the analysis (noise/run.c, noise/prop.c, noise/map.c) ------------------ */
 

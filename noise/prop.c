@@ -51,17 +51,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/hash.h"
 #include "../common/mem.h"
 #include "noise_int.h"
 
 /* ---- small helpers --------------------------------------------------------- */
 
-static uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+static uint64_t mix64(uint64_t x) { return vd_hash_splitmix64(x); }
 
 /* Uniform in [0, 1) from a key. */
 static double unit01(uint64_t k) { return (double)(mix64(k) >> 11) * (1.0 / 9007199254740992.0); }

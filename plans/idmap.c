@@ -5,18 +5,11 @@
 
 #include <string.h>
 
+#include "../common/hash.h"
 #include "../common/mem.h"
 
 /* splitmix64 finaliser: consecutive ids spread over the whole table. */
-static inline uint64_t mix(int64_t k) {
-  uint64_t x = (uint64_t)k;
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
+static inline uint64_t mix(int64_t k) { return vd_hash_splitmix_fin((uint64_t)k); }
 
 static vd_rc alloc_table(vd_idmap_t *m, size_t cap) {
   m->keys = vd_malloc(cap * sizeof(*m->keys));

@@ -17,12 +17,6 @@ const char *const vd_role_names[VD_ROLE__COUNT] = {"input", "weight", "grad", "a
 const char *const vd_scope_names[VD_SCOPE__COUNT] = {"mb", "persistent"};
 const char *const vd_phase_names[VD_PHASE__COUNT] = {"fwd", "bwd", "comm", "opt"};
 
-int vd_plan_enum_lookup(const char *const *names, int count, const char *name) {
-  for (int i = 0; i < count; i++)
-    if (strcmp(names[i], name) == 0) return i;
-  return -1;
-}
-
 vd_rc vd_plan_init(vd_plan_t *p, vd_plan_kind kind) {
   memset(p, 0, sizeof(*p));
   p->kind = kind;

@@ -83,8 +83,6 @@ extern const char *const vd_dtype_names[VD_DT__COUNT];
 extern const char *const vd_role_names[VD_ROLE__COUNT];
 extern const char *const vd_scope_names[VD_SCOPE__COUNT];
 extern const char *const vd_phase_names[VD_PHASE__COUNT];
-/* Returns the enum value for name, or -1. */
-int vd_plan_enum_lookup(const char *const *names, int count, const char *name);
 
 typedef struct {
   int64_t full;                /* single-plan tensor id */

@@ -305,7 +305,7 @@ void vd_stage_canon_key_free(vd_stage_canon_key *k) {
   memset(k, 0, sizeof(*k));
 }
 
-vd_rc vd_stage_canon_add(vd_stage_canon_tab *t, const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
+static vd_rc vd_stage_canon_add(vd_stage_canon_tab *t, const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
   VD_CHECK(vd_stage_canon_key_of(lt, st, &t->b, d));
   return vd_stage_canon_insert(t, st, &t->b, d);
 }

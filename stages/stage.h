@@ -204,7 +204,7 @@ typedef struct vd_stage_canon_tab vd_stage_canon_tab;
 /* The canonical serialization of one stage and its hash, computed apart from
  * the table (vd_stage_canon_key_of may run on several stages in parallel;
  * the insertions, vd_stage_canon_insert, in stage order give the classes
- * vd_stage_canon_add gives).  The buffer is reused across calls. */
+ * vd_stage_canon gives).  The buffer is reused across calls. */
 typedef struct {
   uint8_t *b;
   size_t n, cap;
@@ -215,7 +215,6 @@ vd_rc vd_stage_canon_key_of(const vd_lin_table *lt, const vd_stage *st, vd_stage
 vd_rc vd_stage_canon_insert(vd_stage_canon_tab *t, vd_stage *st, const vd_stage_canon_key *k, vd_diag *d);
 void vd_stage_canon_key_free(vd_stage_canon_key *k); /* the buffer; accepts NULL */
 vd_rc vd_stage_canon_new(vd_stage_canon_tab **t, vd_diag *d);
-vd_rc vd_stage_canon_add(vd_stage_canon_tab *t, const vd_lin_table *lt, vd_stage *st, vd_diag *d);
 void vd_stage_canon_free(vd_stage_canon_tab *t); /* accepts NULL */
 
 void vd_stage_free(vd_stage *st);

@@ -40,9 +40,6 @@ int vd_cmd_recheck(int argc, char **argv); /* re-prove a certificate (cmd_rechec
  * ENOMEM, internal errors and a stop (VD_ECANCELED). */
 int vd_cli_report_diag(const vd_diag *d);
 
-/* Writes s[0..n) (stopping at a NUL) escaped for mode (common/text.h):
- * the one path by which a name reaches a stream unbounded. */
-void vd_cli_put(FILE *f, const char *s, size_t n, vd_text_mode mode);
 /* Writes s escaped for a terminal or a plain-text report (no control
  * characters, no line breaks; NULL writes nothing). */
 void vd_cli_plain_str(FILE *f, const char *s);
@@ -53,10 +50,37 @@ void vd_cli_json_str(FILE *f, const char *s);
 void vd_cli_xml_text(FILE *f, const char *s, size_t n);
 void vd_cli_xml_str(FILE *f, const char *s);
 
+/* One row of a command's option table: the option as typed, the value it
+ * takes (NULL: a flag) and the command's code for it (> 0).  The table is
+ * the one list of a command's options: its parser looks every argument up
+ * in it, and an unknown option is matched against it ("did you mean").
+ * Rows stand in the order of the command's help text, so that of two
+ * equally close options the one listed first is suggested; a table ends
+ * with a row whose name is NULL. */
+typedef struct {
+  const char *name;
+  const char *arg;
+  int id;
+} vd_cli_opt;
+
+/* The row of tab whose name is arg, or NULL. */
+const vd_cli_opt *vd_cli_opt_find(const vd_cli_opt *tab, const char *arg);
+/* Its id, or 0 when arg is not an option of tab. */
+int vd_cli_opt_id(const vd_cli_opt *tab, const char *arg);
+/* Whether arg is an option of tab that takes a value. */
+int vd_cli_opt_takes(const vd_cli_opt *tab, const char *arg);
+
 /* Prints "WHO: unknown option 'ARG'; did you mean '--x'? (see HELP)" to
- * stderr, the suggestion being the closest option that `usage` prints, and
- * returns the exit code of a usage error. */
-int vd_cli_unknown_option(const char *who, const char *arg, void (*usage)(FILE *), const char *help);
+ * stderr, the suggestion being the closest option of tab (none when no
+ * option is close), and returns the exit code of a usage error. */
+int vd_cli_unknown_option(const char *who, const char *arg, const vd_cli_opt *tab, const char *help);
+
+/* The closest option of tab to arg (vd_cli_closest), or NULL. */
+const char *vd_cli_opt_closest(const vd_cli_opt *tab, const char *arg);
+
+/* The closest of names[0..n) to arg (edit distance, a long prefix counting
+ * as close; arg itself excluded), or NULL when none is close enough. */
+const char *vd_cli_closest(const char *arg, const char *const *names, size_t n);
 
 /* Levenshtein distance of two short strings (over 64 bytes: 99). */
 int vd_cli_edit_distance(const char *a, size_t na, const char *b, size_t nb);

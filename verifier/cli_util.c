@@ -30,7 +30,7 @@ long vd_cli_parse_long(const char *s) {
   return v;
 }
 
-void vd_cli_put(FILE *f, const char *s, size_t n, vd_text_mode mode) {
+static void vd_cli_put(FILE *f, const char *s, size_t n, vd_text_mode mode) {
   char piece[VD_TEXT_CHAR_MAX];
   for (size_t i = 0; i < n && s[i];) {
     size_t used, m = vd_text_escape_char(s + i, n - i, mode, piece, &used);
@@ -79,46 +79,49 @@ int vd_cli_edit_distance(const char *a, size_t na, const char *b, size_t nb) {
   return row[nb];
 }
 
-/* The options a command knows are the ones its usage text lists: reading
- * them from there keeps one list per command (no second table to forget). */
-static void closest_option(const char *arg, void (*usage)(FILE *), char *out, size_t n) {
-  out[0] = '\0';
-  char *text = NULL;
-  size_t len = 0;
-  FILE *m = open_memstream(&text, &len);
-  if (!m) return;
-  usage(m);
-  if (fclose(m) != 0 || !text) {
-    free(text);
-    return;
-  }
-  size_t na = strlen(arg);
-  int best = 99;
-  for (const char *p = text; *p; p++) {
-    if (*p != '-' || (p > text && !isspace((unsigned char)p[-1]) && p[-1] != ',')) continue;
-    size_t k = 0;
-    while (p[k] && (isalnum((unsigned char)p[k]) || p[k] == '-' || p[k] == '_')) k++;
-    if (k < 2 || (k == na && !strncmp(p, arg, k))) {
-      p += k ? k - 1 : 0;
-      continue;
-    }
-    int dist = vd_cli_edit_distance(arg, na, p, k);
-    /* a unique-looking prefix counts as close (--thread for --threads) */
-    if (na >= 4 && k > na && !strncmp(p, arg, na)) dist = 1;
-    if (dist < best) {
-      best = dist;
-      snprintf(out, n, "%.*s", (int)k, p);
-    }
-    p += k - 1;
-  }
-  free(text); /* open_memstream's buffer comes from malloc */
-  if (best > 2 && best * 3 > (int)na) out[0] = '\0';
+const vd_cli_opt *vd_cli_opt_find(const vd_cli_opt *tab, const char *arg) {
+  for (const vd_cli_opt *o = tab; o->name; o++)
+    if (!strcmp(o->name, arg)) return o;
+  return NULL;
 }
 
-int vd_cli_unknown_option(const char *who, const char *arg, void (*usage)(FILE *), const char *help) {
-  char near[64];
-  closest_option(arg, usage, near, sizeof(near));
-  if (near[0]) fprintf(stderr, "%s: unknown option '%s'; did you mean '%s'? (see %s)\n", who, VD_SHOW(arg), near, help);
+int vd_cli_opt_id(const vd_cli_opt *tab, const char *arg) {
+  const vd_cli_opt *o = vd_cli_opt_find(tab, arg);
+  return o ? o->id : 0;
+}
+
+int vd_cli_opt_takes(const vd_cli_opt *tab, const char *arg) {
+  const vd_cli_opt *o = vd_cli_opt_find(tab, arg);
+  return o && o->arg;
+}
+
+/* Close means: at most 2 edits, or edits fewer than a third of the
+ * argument's length; a prefix of 4+ characters counts as one edit
+ * (--thread for --threads).  The first of equally close names wins. */
+const char *vd_cli_closest(const char *arg, const char *const *names, size_t n) {
+  size_t na = strlen(arg);
+  int best = 99;
+  const char *near = NULL;
+  for (size_t i = 0; i < n; i++) {
+    size_t k = strlen(names[i]);
+    if (k < 2 || !strcmp(names[i], arg)) continue;
+    int dist = vd_cli_edit_distance(arg, na, names[i], k);
+    if (na >= 4 && k > na && !strncmp(names[i], arg, na)) dist = 1;
+    if (dist < best) best = dist, near = names[i];
+  }
+  return best > 2 && best * 3 > (int)na ? NULL : near;
+}
+
+const char *vd_cli_opt_closest(const vd_cli_opt *tab, const char *arg) {
+  const char *names[64];
+  size_t n = 0;
+  for (const vd_cli_opt *o = tab; o->name && n < sizeof(names) / sizeof(names[0]); o++) names[n++] = o->name;
+  return vd_cli_closest(arg, names, n);
+}
+
+int vd_cli_unknown_option(const char *who, const char *arg, const vd_cli_opt *tab, const char *help) {
+  const char *near = vd_cli_opt_closest(tab, arg);
+  if (near) fprintf(stderr, "%s: unknown option '%s'; did you mean '%s'? (see %s)\n", who, VD_SHOW(arg), near, help);
   else fprintf(stderr, "%s: unknown option '%s' (see %s)\n", who, VD_SHOW(arg), help);
   return VD_EXIT_BAD_INPUT;
 }

@@ -43,60 +43,102 @@ static void usage(FILE *f) {
           "  Exit: 0 every tensor within rounding, 1 one beyond rounding or missing, 2 bad input or usage.\n");
 }
 
-int vd_cmd_compare(int argc, char **argv) {
-  const char *sm = NULL, *pm = NULL, *sdp = NULL, *pdp = NULL, *json = NULL, *html = NULL;
+/* The options of compare, in the order of its help text. */
+enum { C_SM = 1, C_PM, C_SINGLE_DUMP, C_PARALLEL_DUMP, C_DTYPE, C_ACCUM, C_LAMBDA, C_NO_VERIFY, C_JSON, C_HTML,
+       C_QUIET, C_VERBOSE, C_HELP };
+static const vd_cli_opt compare_opts[] = {
+    {"--sm", "FILE", C_SM}, {"--pm", "FILE", C_PM}, {"--single-dump", "A", C_SINGLE_DUMP},
+    {"--parallel-dump", "B", C_PARALLEL_DUMP}, {"--dtype", "T", C_DTYPE}, {"--accum", "T", C_ACCUM},
+    {"--lambda", "X", C_LAMBDA}, {"--no-verify", NULL, C_NO_VERIFY}, {"--json", "FILE", C_JSON},
+    {"--html", "FILE", C_HTML}, {"-q", NULL, C_QUIET}, {"-v", NULL, C_VERBOSE}, {"--help", NULL, C_HELP},
+    {"-h", NULL, C_HELP}, {NULL, NULL, 0}};
+
+/* The command line of compare. */
+typedef struct {
+  const char *sm, *pm, *sdp, *pdp, *json, *html;
   vd_noise_opts o;
-  memset(&o, 0, sizeof(o));
-  o.dtype = VD_NOISE_PLAN;
-  o.accum = VD_NOISE_PLAN;
-  o.lambda = 3.0;
-  int quiet = 0, verbose = 0, verify = 1;
+  int quiet, verbose, verify;
+} compare_args;
+
+/* Returns -1 to go on, else the exit code (help printed, or bad usage). */
+static int parse_args(int argc, char **argv, compare_args *ca) {
+  memset(ca, 0, sizeof(*ca));
+  ca->o.dtype = VD_NOISE_PLAN;
+  ca->o.accum = VD_NOISE_PLAN;
+  ca->o.lambda = 3.0;
+  ca->verify = 1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    const vd_cli_opt *opt = vd_cli_opt_find(compare_opts, a);
+    int id = opt && (!opt->arg || v) ? opt->id : 0; /* a value option without its value is unknown */
+    const char **path = id == C_SM ? &ca->sm : id == C_PM ? &ca->pm : id == C_SINGLE_DUMP ? &ca->sdp
+                      : id == C_PARALLEL_DUMP ? &ca->pdp : id == C_JSON ? &ca->json : id == C_HTML ? &ca->html : NULL;
+    if (id == C_HELP) {
       usage(stdout);
       return VD_EXIT_OK;
-    } else if (!strcmp(a, "-q")) {
-      quiet = 1;
-    } else if (!strcmp(a, "-v")) {
-      verbose = 1;
-    } else if (!strcmp(a, "--no-verify")) {
-      verify = 0;
-    } else if (v && !strcmp(a, "--sm")) {
-      sm = v, i++;
-    } else if (v && !strcmp(a, "--pm")) {
-      pm = v, i++;
-    } else if (v && !strcmp(a, "--single-dump")) {
-      sdp = v, i++;
-    } else if (v && !strcmp(a, "--parallel-dump")) {
-      pdp = v, i++;
-    } else if (v && !strcmp(a, "--json")) {
-      json = v, i++;
-    } else if (v && !strcmp(a, "--html")) {
-      html = v, i++;
-    } else if (v && (!strcmp(a, "--dtype") || !strcmp(a, "--accum"))) {
+    } else if (id == C_QUIET) {
+      ca->quiet = 1;
+    } else if (id == C_VERBOSE) {
+      ca->verbose = 1;
+    } else if (id == C_NO_VERIFY) {
+      ca->verify = 0;
+    } else if (path) {
+      *path = v, i++;
+    } else if (id == C_DTYPE || id == C_ACCUM) {
       vd_noise_prec p;
       if (!vd_noise_prec_parse(v, &p) || p == VD_NOISE_PLAN) {
         fprintf(stderr, "verdict compare: %s: expected bf16, fp16, fp32 or fp64, got '%s'\n", VD_SHOW(a), VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
-      if (!strcmp(a, "--dtype")) o.dtype = p;
-      else o.accum = p;
+      if (id == C_DTYPE) ca->o.dtype = p;
+      else ca->o.accum = p;
       i++;
-    } else if (v && !strcmp(a, "--lambda")) {
+    } else if (id == C_LAMBDA) {
       char *e;
       double x = strtod(v, &e);
       if (*e || !(x > 0) || x > 1e30) {
         fprintf(stderr, "verdict compare: --lambda: expected a positive number, got '%s'\n", VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
-      o.lambda = x;
+      ca->o.lambda = x;
       i++;
     } else {
-      return vd_cli_unknown_option("verdict compare", a, usage, "verdict compare --help");
+      return vd_cli_unknown_option("verdict compare", a, compare_opts, "verdict compare --help");
     }
   }
+  return -1;
+}
+
+/* The verdict on the plan pair itself (quiet, one failure), or NULL when
+ * it could not be reached. */
+static const char *plan_verdict_of(const char *sm, const char *pm) {
+  const char *plan_verdict = NULL;
+  vd_run_opts ro;
+  memset(&ro, 0, sizeof(ro));
+  ro.sm = sm;
+  ro.pm = pm;
+  ro.quiet = 1;
+  ro.max_failures = 1;
+  vd_run run;
+  memset(&run, 0, sizeof(run));
+  vd_diag vd;
+  vd_diag_clear(&vd);
+  if (vd_run_verify(&ro, &run, &vd) == VD_OK) {
+    int rc = vd_run_exit_code(&run);
+    plan_verdict = rc == 0 ? "EQUIVALENT" : rc == 1 ? "NOT EQUIVALENT" : "INCONCLUSIVE";
+  }
+  vd_run_free(&run);
+  return plan_verdict;
+}
+
+int vd_cmd_compare(int argc, char **argv) {
+  compare_args ca;
+  int prc = parse_args(argc, argv, &ca);
+  if (prc >= 0) return prc;
+  const char *sm = ca.sm, *pm = ca.pm, *sdp = ca.sdp, *pdp = ca.pdp, *json = ca.json, *html = ca.html;
+  vd_noise_opts o = ca.o;
+  int quiet = ca.quiet, verbose = ca.verbose, verify = ca.verify;
   if (!sm || !pm || !sdp || !pdp) {
     fprintf(stderr, "verdict compare: --sm, --pm, --single-dump and --parallel-dump are required\n");
     usage(stderr);
@@ -126,23 +168,7 @@ int vd_cmd_compare(int argc, char **argv) {
     code = VD_EXIT_BAD_INPUT;
     goto done;
   }
-  if (verify) {
-    vd_run_opts ro;
-    memset(&ro, 0, sizeof(ro));
-    ro.sm = sm;
-    ro.pm = pm;
-    ro.quiet = 1;
-    ro.max_failures = 1;
-    vd_run run;
-    memset(&run, 0, sizeof(run));
-    vd_diag vd;
-    vd_diag_clear(&vd);
-    if (vd_run_verify(&ro, &run, &vd) == VD_OK) {
-      int rc = vd_run_exit_code(&run);
-      plan_verdict = rc == 0 ? "EQUIVALENT" : rc == 1 ? "NOT EQUIVALENT" : "INCONCLUSIVE";
-    }
-    vd_run_free(&run);
-  }
+  if (verify) plan_verdict = plan_verdict_of(sm, pm);
   if (vd_noise_run(&sp, &pp, sd, pd, &o, &r, &d) != VD_OK) {
     if (!d.file[0]) vd_diag_set_file(&d, pdp);
     code = vd_cli_report_diag(&d);

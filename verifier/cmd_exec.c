@@ -70,6 +70,14 @@ typedef struct {
   int quiet, reduce; /* reduce -1: by size */
 } exec_args;
 
+/* The options of exec, in the order of its help text. */
+enum { X_SM = 1, X_PM, X_NO_REDUCE, X_DUMP, X_SEED, X_TOL, X_REDUCE, X_QUIET, X_HELP };
+static const vd_cli_opt exec_opts[] = {
+    {"--sm", "FILE", X_SM},     {"--pm", "FILE", X_PM},   {"--no-reduce", NULL, X_NO_REDUCE},
+    {"--dump", "FILE", X_DUMP}, {"--seed", "N", X_SEED},  {"--tol", "T", X_TOL},
+    {"--reduce", NULL, X_REDUCE}, {"-q", NULL, X_QUIET}, {"--help", NULL, X_HELP},
+    {"-h", NULL, X_HELP},       {NULL, NULL, 0}};
+
 /* Returns -1 to go on, else the exit code (help printed, or bad usage). */
 static int parse_args(int argc, char **argv, exec_args *x) {
   memset(x, 0, sizeof(*x));
@@ -78,25 +86,24 @@ static int parse_args(int argc, char **argv, exec_args *x) {
   x->reduce = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+    const vd_cli_opt *opt = vd_cli_opt_find(exec_opts, a);
+    int id = opt ? opt->id : 0;
+    if (id == X_HELP) {
       usage(stdout);
       return VD_EXIT_OK;
-    } else if (strcmp(a, "-q") == 0) {
+    } else if (id == X_QUIET) {
       x->quiet = 1;
-    } else if (strcmp(a, "--reduce") == 0) {
-      x->reduce = 1;
-    } else if (strcmp(a, "--no-reduce") == 0) {
-      x->reduce = 0;
-    } else if ((strcmp(a, "--sm") == 0 || strcmp(a, "--pm") == 0 || strcmp(a, "--seed") == 0 ||
-                strcmp(a, "--tol") == 0 || strcmp(a, "--dump") == 0) && i + 1 < argc) {
+    } else if (id == X_REDUCE || id == X_NO_REDUCE) {
+      x->reduce = id == X_REDUCE;
+    } else if (opt && opt->arg && i + 1 < argc) {
       const char *v = argv[++i];
-      if (strcmp(a, "--dump") == 0) {
+      if (id == X_DUMP) {
         x->dump = v;
-      } else if (strcmp(a, "--sm") == 0) {
+      } else if (id == X_SM) {
         x->sm = v;
-      } else if (strcmp(a, "--pm") == 0) {
+      } else if (id == X_PM) {
         x->pm = v;
-      } else if (strcmp(a, "--seed") == 0) {
+      } else if (id == X_SEED) {
         long sd = vd_cli_parse_long(v);
         if (sd < 0) {
           fprintf(stderr, "verdict exec: --seed: expected a non-negative integer, got '%s'\n", VD_SHOW(v));
@@ -112,12 +119,11 @@ static int parse_args(int argc, char **argv, exec_args *x) {
         }
         x->o.tol = t;
       }
-    } else if (i + 1 == argc && (!strcmp(a, "--sm") || !strcmp(a, "--pm") || !strcmp(a, "--seed") ||
-                                   !strcmp(a, "--tol") || !strcmp(a, "--dump"))) {
+    } else if (opt && opt->arg) {
       fprintf(stderr, "verdict exec: missing value for option '%s'\n", VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
     } else {
-      return vd_cli_unknown_option("verdict exec", a, usage, "verdict exec --help");
+      return vd_cli_unknown_option("verdict exec", a, exec_opts, "verdict exec --help");
     }
   }
   if (x->dump) {

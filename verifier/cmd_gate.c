@@ -103,50 +103,60 @@ static int parse_positive_double(const char *opt, const char *val, double lo, do
   return 0;
 }
 
+/* The options of gate, in the order of its help text. */
+enum {
+  GT_CACHE = 1, GT_NO_CACHE, GT_CACHE_MAX_MB, GT_JSON, GT_JUNIT, GT_SARIF, GT_GITHUB, GT_THREADS, GT_STAGE_TIMEOUT,
+  GT_STAGE_BUDGET, GT_QUIET, GT_VERBOSE, GT_HELP
+};
+static const vd_cli_opt gate_opts[] = {
+    {"--cache", "DIR", GT_CACHE}, {"--no-cache", NULL, GT_NO_CACHE}, {"--cache-max-mb", "N", GT_CACHE_MAX_MB},
+    {"--json", "FILE", GT_JSON}, {"--junit", "FILE", GT_JUNIT}, {"--sarif", "FILE", GT_SARIF},
+    {"--github", NULL, GT_GITHUB}, {"--threads", "N", GT_THREADS}, {"--stage-timeout", "S", GT_STAGE_TIMEOUT},
+    {"--stage-budget", "N", GT_STAGE_BUDGET}, {"-q", NULL, GT_QUIET}, {"-v", NULL, GT_VERBOSE},
+    {"-h", NULL, GT_HELP}, {"--help", NULL, GT_HELP}, {NULL, NULL, 0}};
+
 static int parse(int argc, char **argv, gopts *g) {
   memset(g, 0, sizeof(*g));
   g->stage_timeout_ms = VD_LIM_STAGE_TIMEOUT_MS;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    int id = vd_cli_opt_id(gate_opts, a);
+    if (id == GT_HELP) {
       gate_usage(stdout);
       return -1;
     }
-    int takes = !strcmp(a, "--cache") || !strcmp(a, "--json") || !strcmp(a, "--junit") || !strcmp(a, "--sarif") ||
-                !strcmp(a, "--threads") || !strcmp(a, "--cache-max-mb") || !strcmp(a, "--stage-timeout") ||
-                !strcmp(a, "--stage-budget");
-    if (takes && !val) {
+    if (vd_cli_opt_takes(gate_opts, a) && !val) {
       fprintf(stderr, "verdict gate: missing value for option '%s'\n", VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
     }
     double x;
-    if (!strcmp(a, "--cache")) g->cache_dir = argv[++i];
-    else if (!strcmp(a, "--no-cache")) g->no_cache = 1;
-    else if (!strcmp(a, "--json")) g->json = argv[++i];
-    else if (!strcmp(a, "--junit")) g->junit = argv[++i];
-    else if (!strcmp(a, "--sarif")) g->sarif = argv[++i];
-    else if (!strcmp(a, "--github")) g->github = 1;
-    else if (!strcmp(a, "-q")) g->quiet = 1;
-    else if (!strcmp(a, "-v")) g->verbose = 1;
-    else if (!strcmp(a, "--threads")) {
+    if (id == GT_CACHE) g->cache_dir = argv[++i];
+    else if (id == GT_NO_CACHE) g->no_cache = 1;
+    else if (id == GT_JSON) g->json = argv[++i];
+    else if (id == GT_JUNIT) g->junit = argv[++i];
+    else if (id == GT_SARIF) g->sarif = argv[++i];
+    else if (id == GT_GITHUB) g->github = 1;
+    else if (id == GT_QUIET) g->quiet = 1;
+    else if (id == GT_VERBOSE) g->verbose = 1;
+    else if (id == GT_THREADS) {
       long n = vd_cli_parse_long(argv[++i]);
       if (n < 1 || n > 1024) return fprintf(stderr, "verdict gate: --threads: expected 1..1024, got '%s'\n", VD_SHOW(argv[i])), 2;
       g->threads = (int)n;
-    } else if (!strcmp(a, "--cache-max-mb")) {
+    } else if (id == GT_CACHE_MAX_MB) {
       long n = vd_cli_parse_long(argv[++i]);
       if (n < 1 || n > 1000000)
         return fprintf(stderr, "verdict gate: --cache-max-mb: expected 1..1000000, got '%s'\n", VD_SHOW(argv[i])), 2;
       g->cache_max_mb = n;
-    } else if (!strcmp(a, "--stage-timeout")) {
+    } else if (id == GT_STAGE_TIMEOUT) {
       if (!strcmp(argv[++i], "none")) g->stage_timeout_ms = 0;
       else if (parse_positive_double(a, argv[i], 0, 4000000, &x)) return VD_EXIT_BAD_INPUT;
       else g->stage_timeout_ms = (unsigned)ceil(x * 1000);
-    } else if (!strcmp(a, "--stage-budget")) {
+    } else if (id == GT_STAGE_BUDGET) {
       if (!strcmp(argv[++i], "none")) g->stage_budget = UINT64_MAX;
       else if (parse_positive_double(a, argv[i], 0, 4000, &x)) return VD_EXIT_BAD_INPUT;
       else g->stage_budget = (uint64_t)ceil(x * 1e6);
     } else if (a[0] == '-' && a[1]) {
-      return vd_cli_unknown_option("verdict gate", a, gate_usage, "verdict gate --help");
+      return vd_cli_unknown_option("verdict gate", a, gate_opts, "verdict gate --help");
     } else if (g->manifest) {
       fprintf(stderr, "verdict gate: one manifest only (got '%s' and '%s')\n", VD_SHOW(g->manifest), VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
@@ -215,6 +225,33 @@ static int config_question(const vd_mf_entry *e, uint8_t *what, size_t *n) {
   return 0;
 }
 
+/* A configuration whose files a run already proved EQUIVALENT: no run,
+ * empty but valid plans and graphs (every report writer can walk them). */
+static void use_cached(gcfg *c, vd_cache *cache, double t0) {
+  const vd_mf_entry *e = c->e;
+  c->run.config_cached = 1;
+  c->have_run = 1;
+  /* empty but valid plans and graphs: every report writer can walk them */
+  if (vd_plan_init(&c->run.sp, VD_PLAN_SINGLE) != VD_OK || vd_plan_init(&c->run.pp, VD_PLAN_PARALLEL) != VD_OK) {
+    vd_run_free(&c->run);
+    c->have_run = 0;
+    snprintf(c->error, sizeof(c->error), "out of memory");
+    c->exit_code = VD_EXIT_INCONCLUSIVE;
+    return;
+  }
+  c->run.sg.plan = &c->run.sp;
+  c->run.pg.plan = &c->run.pp;
+  memset(&c->opts, 0, sizeof(c->opts));
+  c->opts.sm = e->single;
+  c->opts.pm = e->parallel;
+  c->opts.quiet = 1;
+  c->opts.max_failures = VD_LIM_MAX_FAILURES;
+  c->opts.cache = cache;
+  c->exit_code = VD_EXIT_OK;
+  c->as_expected = e->expected == VD_EXIT_OK;
+  c->secs = vd_clock_s() - t0;
+}
+
 /* Converts (when needed) and verifies one configuration. */
 static void run_one(gcfg *c, const gopts *g, vd_cache *cache) {
   const vd_mf_entry *e = c->e;
@@ -227,27 +264,7 @@ static void run_one(gcfg *c, const gopts *g, vd_cache *cache) {
   if (keyed && vd_cache_config_lookup(cache, what, n_what, &c->run.cached)) {
     /* SOUNDNESS: the same files, by SHA-256, were proven EQUIVALENT by this
      * binary (docs/verifier.md section 9) */
-    c->run.config_cached = 1;
-    c->have_run = 1;
-    /* empty but valid plans and graphs: every report writer can walk them */
-    if (vd_plan_init(&c->run.sp, VD_PLAN_SINGLE) != VD_OK || vd_plan_init(&c->run.pp, VD_PLAN_PARALLEL) != VD_OK) {
-      vd_run_free(&c->run);
-      c->have_run = 0;
-      snprintf(c->error, sizeof(c->error), "out of memory");
-      c->exit_code = VD_EXIT_INCONCLUSIVE;
-      return;
-    }
-    c->run.sg.plan = &c->run.sp;
-    c->run.pg.plan = &c->run.pp;
-    memset(&c->opts, 0, sizeof(c->opts));
-    c->opts.sm = e->single;
-    c->opts.pm = e->parallel;
-    c->opts.quiet = 1;
-    c->opts.max_failures = VD_LIM_MAX_FAILURES;
-    c->opts.cache = cache;
-    c->exit_code = VD_EXIT_OK;
-    c->as_expected = e->expected == VD_EXIT_OK;
-    c->secs = vd_clock_s() - t0;
+    use_cached(c, cache, t0);
     return;
   }
   vd_import_tmp imp;
@@ -388,6 +405,74 @@ static vd_rc write_json(const gcfg *cs, size_t n, const gopts *g, int code, cons
 
 /* ---- the command --------------------------------------------------------- */
 
+/* The gate's exit code (file header): every configuration as expected,
+ * else the worst kind of surprise; *n_ok counts the expected ones. */
+static int gate_exit_code(const gcfg *cs, size_t n, int *n_ok) {
+  int any1 = 0, any2 = 0, any3 = 0;
+  for (size_t i = 0; i < n; i++) {
+    const gcfg *c = &cs[i];
+    if (c->as_expected) {
+      (*n_ok)++;
+      continue;
+    }
+    /* a verdict against the manifest: NOT EQUIVALENT unexpectedly or of
+     * another class, or EQUIVALENT where another outcome was expected */
+    if (c->exit_code == VD_EXIT_NOT_EQUIV || c->exit_code == VD_EXIT_OK) any1 = 1;
+    else if (c->exit_code == 2) any2 = 1;
+    else any3 = 1;
+  }
+  return any1 ? VD_EXIT_NOT_EQUIV : any2 ? VD_EXIT_BAD_INPUT : any3 ? VD_EXIT_INCONCLUSIVE : VD_EXIT_OK;
+}
+
+/* The summary table: a row per configuration. */
+static void print_table(FILE *out, const gcfg *cs, const vd_manifest *m, int code, int n_ok) {
+  fprintf(out, "%s: %d of %zu configurations as expected\n", code ? "GATE FAILED" : "GATE PASSED", n_ok, m->n);
+  size_t w = 13;
+  for (size_t i = 0; i < m->n; i++)
+    if (strlen(m->v[i].name) > w) w = strlen(m->v[i].name);
+  fprintf(out, "  %-*s  %-34s  %-34s  %-8s  %15s  %8s\n", (int)w, "configuration", "outcome", "expected", "as exp.",
+          "classes/reused", "seconds");
+  for (size_t i = 0; i < m->n; i++) {
+    const gcfg *c = &cs[i];
+    char oc[64], ex[64], cl[48];
+    snprintf(oc, sizeof(oc), "%s%s%.20s", expect_word(c->exit_code), c->classes[0] ? ": " : "", c->classes);
+    snprintf(ex, sizeof(ex), "%s%s%s", expect_word(c->e->expected), c->e->expect_dx >= 0 ? ": " : "",
+             c->e->expect_dx >= 0 ? vd_diagnosis_names[c->e->expect_dx] : "");
+    if (c->run.config_cached) snprintf(cl, sizeof(cl), "unchanged");
+    else if (c->have_run) snprintf(cl, sizeof(cl), "%zu/%zu", c->run.n_solved, c->run.n_cache_reused);
+    else snprintf(cl, sizeof(cl), "-");
+    fprintf(out, "  %-*s  %-34s  %-34s  %-8s  %15s  %8.2f\n", (int)w, c->e->name, oc, ex, c->as_expected ? "yes" : "NO",
+            cl, c->secs);
+  }
+}
+
+/* The machine-readable outputs the options name; returns the exit code
+ * (code, or that of an output that could not be written). */
+static int write_outputs(gcfg *cs, size_t n, const gopts *g, int code, vd_cache *cache, const vd_cache_stats *tot,
+                         vd_diag *d) {
+  vd_report_config *rc = vd_calloc(n, sizeof(*rc));
+  if (!rc) code = VD_EXIT_INCONCLUSIVE;
+  for (size_t i = 0; rc && i < n; i++) {
+    rc[i].name = cs[i].e->name;
+    rc[i].run = cs[i].have_run ? &cs[i].run : NULL;
+    rc[i].opts = cs[i].have_run ? &cs[i].opts : NULL;
+    rc[i].exit_code = cs[i].exit_code;
+    rc[i].expected = cs[i].e->expected;
+    rc[i].error = cs[i].have_run ? NULL : cs[i].error;
+    rc[i].expected_dx = cs[i].e->expect_dx > 0 ? cs[i].e->expect_dx : VD_DX_NONE;
+  }
+  vd_diag_clear(d);
+  if (rc && g->json && write_json(cs, n, g, code, cache, tot, d) != VD_OK) code = vd_cli_report_diag(d);
+  if (rc && g->junit && vd_report_junit_configs(rc, n, g->junit, d) != VD_OK) code = vd_cli_report_diag(d);
+  if (rc && g->sarif && vd_report_sarif_configs(rc, n, g->sarif, d) != VD_OK) code = vd_cli_report_diag(d);
+  if (rc && g->github) {
+    const char *sum = getenv("GITHUB_STEP_SUMMARY");
+    if (vd_report_github_configs(rc, n, stdout, sum && *sum ? sum : NULL, d) != VD_OK) code = vd_cli_report_diag(d);
+  }
+  vd_free(rc);
+  return code;
+}
+
 int vd_cmd_gate(int argc, char **argv) {
   gopts g;
   int prc = parse(argc, argv, &g);
@@ -420,42 +505,11 @@ int vd_cmd_gate(int argc, char **argv) {
               expect_word(cs[i].exit_code), cs[i].classes[0] ? ": " : "", cs[i].classes, cs[i].secs);
   }
   double total = vd_clock_s() - t0;
-  /* the gate's exit code (file header) */
-  int n_ok = 0, any1 = 0, any2 = 0, any3 = 0;
-  for (size_t i = 0; i < m.n; i++) {
-    const gcfg *c = &cs[i];
-    if (c->as_expected) {
-      n_ok++;
-      continue;
-    }
-    /* a verdict against the manifest: NOT EQUIVALENT unexpectedly or of
-     * another class, or EQUIVALENT where another outcome was expected */
-    if (c->exit_code == VD_EXIT_NOT_EQUIV || c->exit_code == VD_EXIT_OK) any1 = 1;
-    else if (c->exit_code == 2) any2 = 1;
-    else any3 = 1;
-  }
-  int code = any1 ? VD_EXIT_NOT_EQUIV : any2 ? VD_EXIT_BAD_INPUT : any3 ? VD_EXIT_INCONCLUSIVE : VD_EXIT_OK;
+  int n_ok = 0;
+  int code = gate_exit_code(cs, m.n, &n_ok);
   vd_cache_stats tot;
   vd_cache_stats_get(cache, &tot);
-  /* the summary table */
-  fprintf(out, "%s: %d of %zu configurations as expected\n", code ? "GATE FAILED" : "GATE PASSED", n_ok, m.n);
-  size_t w = 13;
-  for (size_t i = 0; i < m.n; i++)
-    if (strlen(m.v[i].name) > w) w = strlen(m.v[i].name);
-  fprintf(out, "  %-*s  %-34s  %-34s  %-8s  %15s  %8s\n", (int)w, "configuration", "outcome", "expected", "as exp.",
-          "classes/reused", "seconds");
-  for (size_t i = 0; i < m.n; i++) {
-    const gcfg *c = &cs[i];
-    char oc[64], ex[64], cl[48];
-    snprintf(oc, sizeof(oc), "%s%s%.20s", expect_word(c->exit_code), c->classes[0] ? ": " : "", c->classes);
-    snprintf(ex, sizeof(ex), "%s%s%s", expect_word(c->e->expected), c->e->expect_dx >= 0 ? ": " : "",
-             c->e->expect_dx >= 0 ? vd_diagnosis_names[c->e->expect_dx] : "");
-    if (c->run.config_cached) snprintf(cl, sizeof(cl), "unchanged");
-    else if (c->have_run) snprintf(cl, sizeof(cl), "%zu/%zu", c->run.n_solved, c->run.n_cache_reused);
-    else snprintf(cl, sizeof(cl), "-");
-    fprintf(out, "  %-*s  %-34s  %-34s  %-8s  %15s  %8.2f\n", (int)w, c->e->name, oc, ex, c->as_expected ? "yes" : "NO",
-            cl, c->secs);
-  }
+  print_table(out, cs, &m, code, n_ok);
   fprintf(out, "  proof cache%s%s: %zu classes reused (%zu from the directory, %zu shared between configurations), "
                "%zu proven and stored",
           dir ? " " : " (memory only)", dir ? VD_SHOW(dir) : "", tot.hits_disk + tot.hits_memory, tot.hits_disk, tot.hits_memory,
@@ -472,27 +526,7 @@ int vd_cmd_gate(int argc, char **argv) {
     if (c->have_run) vd_report_text(&c->run, &c->opts, out);
     else fprintf(out, "%s\n", VD_SHOW(c->error));
   }
-  /* the machine-readable outputs */
-  vd_report_config *rc = vd_calloc(m.n, sizeof(*rc));
-  if (!rc) code = VD_EXIT_INCONCLUSIVE;
-  for (size_t i = 0; rc && i < m.n; i++) {
-    rc[i].name = cs[i].e->name;
-    rc[i].run = cs[i].have_run ? &cs[i].run : NULL;
-    rc[i].opts = cs[i].have_run ? &cs[i].opts : NULL;
-    rc[i].exit_code = cs[i].exit_code;
-    rc[i].expected = cs[i].e->expected;
-    rc[i].error = cs[i].have_run ? NULL : cs[i].error;
-    rc[i].expected_dx = cs[i].e->expect_dx > 0 ? cs[i].e->expect_dx : VD_DX_NONE;
-  }
-  vd_diag_clear(&d);
-  if (rc && g.json && write_json(cs, m.n, &g, code, cache, &tot, &d) != VD_OK) code = vd_cli_report_diag(&d);
-  if (rc && g.junit && vd_report_junit_configs(rc, m.n, g.junit, &d) != VD_OK) code = vd_cli_report_diag(&d);
-  if (rc && g.sarif && vd_report_sarif_configs(rc, m.n, g.sarif, &d) != VD_OK) code = vd_cli_report_diag(&d);
-  if (rc && g.github) {
-    const char *sum = getenv("GITHUB_STEP_SUMMARY");
-    if (vd_report_github_configs(rc, m.n, stdout, sum && *sum ? sum : NULL, &d) != VD_OK) code = vd_cli_report_diag(&d);
-  }
-  vd_free(rc);
+  code = write_outputs(cs, m.n, &g, code, cache, &tot, &d);
   for (size_t i = 0; i < m.n; i++)
     if (cs[i].have_run) vd_run_free(&cs[i].run);
   vd_free(cs);

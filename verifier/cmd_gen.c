@@ -55,100 +55,113 @@ static int bad(const char *msg, const char *arg) {
   return VD_EXIT_BAD_INPUT;
 }
 
+/* The options of gen, in the order of its help text: the integer sizes
+ * (G_LAYERS..G_EP) and the flags (G_SP..G_LOSS_MASK) are ranges. */
+enum {
+  G_HELP = 1, G_MODEL, G_SINGLE, G_PARALLEL, G_LAYERS, G_HIDDEN, G_HEADS, G_KV_HEADS, G_FFN, G_VOCAB, G_SEQ,
+  G_BATCH, G_EXPERTS, G_TOPK, G_DP, G_TP, G_PP, G_NM, G_CP, G_EP, G_SP, G_TIE, G_LOSS_MASK, G_LOSS, G_OPTIMIZER,
+  G_GRAD_CLIP, G_SEED, G_ZERO
+};
+static const vd_cli_opt gen_opts[] = {
+    {"--model", "NAME", G_MODEL}, {"--single", "FILE", G_SINGLE}, {"--parallel", "FILE", G_PARALLEL},
+    {"--layers", "N", G_LAYERS}, {"--hidden", "N", G_HIDDEN}, {"--heads", "N", G_HEADS},
+    {"--kv-heads", "N", G_KV_HEADS}, {"--ffn", "N", G_FFN}, {"--vocab", "N", G_VOCAB}, {"--seq", "N", G_SEQ},
+    {"--batch", "N", G_BATCH}, {"--experts", "N", G_EXPERTS}, {"--topk", "N", G_TOPK}, {"--loss", "ce|sum", G_LOSS},
+    {"--optimizer", "sgd|adam", G_OPTIMIZER}, {"--grad-clip", "X", G_GRAD_CLIP},
+    {"--tie-embeddings", NULL, G_TIE}, {"--loss-mask", NULL, G_LOSS_MASK}, {"--seed", "N", G_SEED},
+    {"--dp", "N", G_DP}, {"--tp", "N", G_TP}, {"--pp", "N", G_PP}, {"--nm", "N", G_NM}, {"--sp", NULL, G_SP},
+    {"--cp", "N", G_CP}, {"--ep", "N", G_EP}, {"--zero", "0|1", G_ZERO}, {"--help", NULL, G_HELP},
+    {"-h", NULL, G_HELP}, {NULL, NULL, 0}};
+
+/* --model, --optimizer, --loss, --zero, --grad-clip and --seed: a value
+ * checked against its own rule.  Returns 0, or the exit code. */
+static int set_choice(vd_gen_config *c, int id, const char *v) {
+  if (id == G_MODEL) {
+    int m = vd_gen_model_lookup(v);
+    if (m < 0) {
+      fprintf(stderr, "verdict gen: --model must be mlp, llama3 or moe, got '%s'\n", VD_SHOW(v));
+      return VD_EXIT_BAD_INPUT;
+    }
+    c->model = (vd_gen_model)m;
+  } else if (id == G_OPTIMIZER) {
+    if (!strcmp(v, "sgd")) c->optimizer = VD_GEN_SGD;
+    else if (!strcmp(v, "adam")) c->optimizer = VD_GEN_ADAM;
+    else {
+      fprintf(stderr, "verdict gen: --optimizer must be sgd or adam, got '%s'\n", VD_SHOW(v));
+      return VD_EXIT_BAD_INPUT;
+    }
+  } else if (id == G_LOSS) {
+    if (!strcmp(v, "ce")) c->loss = VD_GEN_LOSS_CE;
+    else if (!strcmp(v, "sum")) c->loss = VD_GEN_LOSS_SUM;
+    else {
+      fprintf(stderr, "verdict gen: --loss must be ce or sum, got '%s'\n", VD_SHOW(v));
+      return VD_EXIT_BAD_INPUT;
+    }
+  } else if (id == G_ZERO) {
+    long x = vd_cli_parse_long(v);
+    if (x != 0 && x != 1) {
+      fprintf(stderr, "verdict gen: --zero must be 0 or 1, got '%s'\n", VD_SHOW(v));
+      return VD_EXIT_BAD_INPUT;
+    }
+    c->zero = (int)x;
+  } else if (id == G_GRAD_CLIP) {
+    char *end;
+    double x = strtod(v, &end);
+    if (*end || end == v || !(x >= 0) || x > 1e300) {
+      fprintf(stderr, "verdict gen: --grad-clip needs a number >= 0, got '%s'\n", VD_SHOW(v));
+      return VD_EXIT_BAD_INPUT;
+    }
+    c->grad_clip = x;
+  } else { /* G_SEED */
+    long x = vd_cli_parse_long(v);
+    if (x < 0) {
+      fprintf(stderr, "verdict gen: --seed needs a non-negative integer, got '%s'\n", VD_SHOW(v));
+      return VD_EXIT_BAD_INPUT;
+    }
+    c->seed = (uint64_t)x;
+  }
+  return 0;
+}
+
 int vd_cmd_gen(int argc, char **argv) {
   vd_gen_config c;
   vd_gen_config_default(&c);
   const char *single = NULL, *parallel = NULL;
-  struct {
-    const char *opt;
-    int64_t *dst;
-  } ints[] = {{"--layers", &c.layers}, {"--hidden", &c.hidden}, {"--heads", &c.heads},
-              {"--kv-heads", &c.kv_heads}, {"--ffn", &c.ffn}, {"--vocab", &c.vocab},
-              {"--seq", &c.seq}, {"--batch", &c.batch}, {"--dp", &c.dp}, {"--tp", &c.tp},
-              {"--pp", &c.pp}, {"--nm", &c.nm}, {"--cp", &c.cp}, {"--ep", &c.ep},
-              {"--experts", &c.experts}, {"--topk", &c.topk}};
+  int64_t *ints[] = {[G_LAYERS] = &c.layers, [G_HIDDEN] = &c.hidden, [G_HEADS] = &c.heads,
+                     [G_KV_HEADS] = &c.kv_heads, [G_FFN] = &c.ffn, [G_VOCAB] = &c.vocab, [G_SEQ] = &c.seq,
+                     [G_BATCH] = &c.batch, [G_DP] = &c.dp, [G_TP] = &c.tp, [G_PP] = &c.pp, [G_NM] = &c.nm,
+                     [G_CP] = &c.cp, [G_EP] = &c.ep, [G_EXPERTS] = &c.experts, [G_TOPK] = &c.topk};
+  int *flags[] = {[G_SP] = &c.sp, [G_TIE] = &c.tie_embeddings, [G_LOSS_MASK] = &c.loss_mask};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    int id = vd_cli_opt_id(gen_opts, a);
+    if (id == G_HELP) {
       usage(stdout);
       return VD_EXIT_OK;
     }
-    if (!strcmp(a, "--sp")) {
-      c.sp = 1;
-      continue;
-    }
-    if (!strcmp(a, "--tie-embeddings")) {
-      c.tie_embeddings = 1;
-      continue;
-    }
-    if (!strcmp(a, "--loss-mask")) {
-      c.loss_mask = 1;
+    if (id >= G_SP && id <= G_LOSS_MASK) {
+      *flags[id] = 1;
       continue;
     }
     if (a[0] != '-' || a[1] != '-') return bad("unexpected argument", a);
     if (i + 1 >= argc) return bad("option needs a value", a);
     const char *v = argv[++i];
-    int done = 0;
-    for (size_t k = 0; k < sizeof(ints) / sizeof(ints[0]); k++)
-      if (!strcmp(a, ints[k].opt)) {
-        long x = vd_cli_parse_long(v);
-        if (x <= 0) {
-          fprintf(stderr, "verdict gen: %s needs a positive integer, got '%s'\n", a, VD_SHOW(v));
-          return VD_EXIT_BAD_INPUT;
-        }
-        *ints[k].dst = x;
-        done = 1;
-      }
-    if (done) continue;
-    if (!strcmp(a, "--model")) {
-      int m = vd_gen_model_lookup(v);
-      if (m < 0) {
-        fprintf(stderr, "verdict gen: --model must be mlp, llama3 or moe, got '%s'\n", VD_SHOW(v));
-        return VD_EXIT_BAD_INPUT;
-      }
-      c.model = (vd_gen_model)m;
-    } else if (!strcmp(a, "--optimizer")) {
-      if (!strcmp(v, "sgd")) c.optimizer = VD_GEN_SGD;
-      else if (!strcmp(v, "adam")) c.optimizer = VD_GEN_ADAM;
-      else {
-        fprintf(stderr, "verdict gen: --optimizer must be sgd or adam, got '%s'\n", VD_SHOW(v));
-        return VD_EXIT_BAD_INPUT;
-      }
-    } else if (!strcmp(a, "--loss")) {
-      if (!strcmp(v, "ce")) c.loss = VD_GEN_LOSS_CE;
-      else if (!strcmp(v, "sum")) c.loss = VD_GEN_LOSS_SUM;
-      else {
-        fprintf(stderr, "verdict gen: --loss must be ce or sum, got '%s'\n", VD_SHOW(v));
-        return VD_EXIT_BAD_INPUT;
-      }
-    } else if (!strcmp(a, "--zero")) {
+    if (id >= G_LAYERS && id <= G_EP) {
       long x = vd_cli_parse_long(v);
-      if (x != 0 && x != 1) {
-        fprintf(stderr, "verdict gen: --zero must be 0 or 1, got '%s'\n", VD_SHOW(v));
+      if (x <= 0) {
+        fprintf(stderr, "verdict gen: %s needs a positive integer, got '%s'\n", a, VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
-      c.zero = (int)x;
-    } else if (!strcmp(a, "--grad-clip")) {
-      char *end;
-      double x = strtod(v, &end);
-      if (*end || end == v || !(x >= 0) || x > 1e300) {
-        fprintf(stderr, "verdict gen: --grad-clip needs a number >= 0, got '%s'\n", VD_SHOW(v));
-        return VD_EXIT_BAD_INPUT;
-      }
-      c.grad_clip = x;
-    } else if (!strcmp(a, "--seed")) {
-      long x = vd_cli_parse_long(v);
-      if (x < 0) {
-        fprintf(stderr, "verdict gen: --seed needs a non-negative integer, got '%s'\n", VD_SHOW(v));
-        return VD_EXIT_BAD_INPUT;
-      }
-      c.seed = (uint64_t)x;
-    } else if (!strcmp(a, "--single")) {
+      *ints[id] = x;
+    } else if (id == G_SINGLE) {
       single = v;
-    } else if (!strcmp(a, "--parallel")) {
+    } else if (id == G_PARALLEL) {
       parallel = v;
+    } else if (id) {
+      int rc = set_choice(&c, id, v);
+      if (rc) return rc;
     } else {
-      return vd_cli_unknown_option("verdict gen", a, usage, "verdict gen --help");
+      return vd_cli_unknown_option("verdict gen", a, gen_opts, "verdict gen --help");
     }
   }
   if (!single || !parallel) return bad("both --single FILE and --parallel FILE are required", NULL);

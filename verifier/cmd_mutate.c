@@ -59,45 +59,84 @@ static int opt_int(const char *name, const char *v, long *out) {
   return 1;
 }
 
-int vd_cmd_mutate(int argc, char **argv) {
-  const char *files[2] = {NULL, NULL};
-  int nfiles = 0, do_list = 0, tsv = 0, quiet = 0;
-  long bug = -1, v;
+/* The options of mutate, in the order of its help text. */
+enum { M_LIST = 1, M_BUG, M_RANK, M_LAYER, M_MICROBATCH, M_SEED, M_QUIET, M_TSV, M_HELP };
+static const vd_cli_opt mutate_opts[] = {
+    {"--list", NULL, M_LIST},  {"--bug", "N", M_BUG},   {"--rank", "R", M_RANK},
+    {"--layer", "L", M_LAYER}, {"--microbatch", "M", M_MICROBATCH}, {"--seed", "N", M_SEED},
+    {"-q", NULL, M_QUIET},     {"--tsv", NULL, M_TSV},  {"--help", NULL, M_HELP},
+    {"-h", NULL, M_HELP},      {NULL, NULL, 0}};
+
+/* The command line of mutate. */
+typedef struct {
+  const char *files[2];
+  int nfiles, do_list, tsv, quiet;
+  long bug;
   vd_bug_opts o;
-  vd_bug_opts_default(&o);
+} mutate_args;
+
+/* Returns -1 to go on, else the exit code (help printed, or bad usage). */
+static int parse_args(int argc, char **argv, mutate_args *ma) {
+  memset(ma, 0, sizeof(*ma));
+  ma->bug = -1;
+  long v;
+  vd_bug_opts_default(&ma->o);
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+    const vd_cli_opt *opt = vd_cli_opt_find(mutate_opts, a);
+    int id = opt ? opt->id : 0;
+    if (id == M_HELP) {
       usage(stdout);
       return VD_EXIT_OK;
-    } else if (strcmp(a, "--list") == 0) {
-      do_list = 1;
-    } else if (strcmp(a, "--tsv") == 0) {
-      tsv = 1;
-    } else if (strcmp(a, "-q") == 0) {
-      quiet = 1;
-    } else if ((strcmp(a, "--bug") == 0 || strcmp(a, "--rank") == 0 || strcmp(a, "--layer") == 0 ||
-                strcmp(a, "--microbatch") == 0 || strcmp(a, "--seed") == 0) &&
-               i + 1 < argc) {
+    } else if (id == M_LIST) {
+      ma->do_list = 1;
+    } else if (id == M_TSV) {
+      ma->tsv = 1;
+    } else if (id == M_QUIET) {
+      ma->quiet = 1;
+    } else if (opt && opt->arg && i + 1 < argc) {
       if (!opt_int(a, argv[++i], &v)) return VD_EXIT_BAD_INPUT;
-      if (strcmp(a, "--bug") == 0) bug = v;
-      else if (strcmp(a, "--rank") == 0) o.rank = (int32_t)v;
-      else if (strcmp(a, "--layer") == 0) o.layer = (int32_t)v;
-      else if (strcmp(a, "--microbatch") == 0) o.mb = (int32_t)v;
-      else o.seed = (uint64_t)v;
-    } else if (a[0] != '-' && nfiles < 2) {
-      files[nfiles++] = a;
+      if (id == M_BUG) ma->bug = v;
+      else if (id == M_RANK) ma->o.rank = (int32_t)v;
+      else if (id == M_LAYER) ma->o.layer = (int32_t)v;
+      else if (id == M_MICROBATCH) ma->o.mb = (int32_t)v;
+      else ma->o.seed = (uint64_t)v;
+    } else if (a[0] != '-' && ma->nfiles < 2) {
+      ma->files[ma->nfiles++] = a;
     } else if (a[0] != '-') {
       fprintf(stderr, "verdict mutate: IN and OUT expected, got also '%s'\n", VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
-    } else if (i + 1 == argc && (!strcmp(a, "--bug") || !strcmp(a, "--rank") || !strcmp(a, "--layer") ||
-                                 !strcmp(a, "--microbatch") || !strcmp(a, "--seed"))) {
+    } else if (opt && opt->arg) {
       fprintf(stderr, "verdict mutate: missing value for option '%s'\n", VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
     } else {
-      return vd_cli_unknown_option("verdict mutate", a, usage, "verdict mutate --help");
+      return vd_cli_unknown_option("verdict mutate", a, mutate_opts, "verdict mutate --help");
     }
   }
+  return -1;
+}
+
+/* The line saying what was injected where, and the diagnosis to expect. */
+static void describe(long bug, const vd_bug_result *r) {
+  const vd_bug_info *b = vd_bug_info_get((int)bug);
+  printf("mutate: bug %ld (%s, %s): %s\n", bug, b->name, vd_bug_class_names[b->cls], VD_SHOW(r->what));
+  printf("  nodes");
+  for (size_t i = 0; i < r->n_nodes; i++) printf("%s%lld", i ? "," : " ", (long long)r->nodes[i]);
+  printf("; ranks");
+  for (size_t i = 0; i < r->n_ranks; i++) printf("%s%d", i ? "," : " ", r->ranks[i]);
+  printf("; layer %d; %s", r->layer, r->per_mb ? "runs per microbatch" : "runs once");
+  if (r->mb >= 0) printf("; microbatch %d", r->mb);
+  printf("; expected diagnosis %s\n", b->diagnosis);
+}
+
+int vd_cmd_mutate(int argc, char **argv) {
+  mutate_args ma;
+  int prc = parse_args(argc, argv, &ma);
+  if (prc >= 0) return prc;
+  const char *const *files = ma.files;
+  int nfiles = ma.nfiles, do_list = ma.do_list, tsv = ma.tsv, quiet = ma.quiet;
+  long bug = ma.bug;
+  vd_bug_opts o = ma.o;
   if (do_list) return list(tsv);
   if (bug < 0 || nfiles != 2) {
     fprintf(stderr, "verdict mutate: --bug N, IN.plan and OUT.plan are required\n");
@@ -137,17 +176,7 @@ int vd_cmd_mutate(int argc, char **argv) {
     code = vd_cli_report_diag(&d);
     goto done;
   }
-  if (!quiet) {
-    const vd_bug_info *b = vd_bug_info_get((int)bug);
-    printf("mutate: bug %ld (%s, %s): %s\n", bug, b->name, vd_bug_class_names[b->cls], VD_SHOW(r->what));
-    printf("  nodes");
-    for (size_t i = 0; i < r->n_nodes; i++) printf("%s%lld", i ? "," : " ", (long long)r->nodes[i]);
-    printf("; ranks");
-    for (size_t i = 0; i < r->n_ranks; i++) printf("%s%d", i ? "," : " ", r->ranks[i]);
-    printf("; layer %d; %s", r->layer, r->per_mb ? "runs per microbatch" : "runs once");
-    if (r->mb >= 0) printf("; microbatch %d", r->mb);
-    printf("; expected diagnosis %s\n", b->diagnosis);
-  }
+  if (!quiet) describe(bug, r);
   code = VD_EXIT_OK;
 done:
   vd_plan_free(&in);

@@ -37,62 +37,83 @@ static void usage(FILE *f) {
           "  Exit: 0 computed, 2 bad input or usage.\n");
 }
 
-int vd_cmd_noise(int argc, char **argv) {
-  const char *sm = NULL, *pm = NULL, *json = NULL, *html = NULL;
+/* The options of noise, in the order of its help text. */
+enum { N_SM = 1, N_PM, N_DTYPE, N_ACCUM, N_SCALE, N_LAMBDA, N_JSON, N_HTML, N_QUIET, N_SEED, N_HELP };
+static const vd_cli_opt noise_opts[] = {
+    {"--sm", "FILE", N_SM}, {"--pm", "FILE", N_PM}, {"--dtype", "T", N_DTYPE}, {"--accum", "T", N_ACCUM},
+    {"--scale", "X", N_SCALE}, {"--lambda", "X", N_LAMBDA}, {"--json", "FILE", N_JSON}, {"--html", "FILE", N_HTML},
+    {"-q", NULL, N_QUIET}, {"--seed", "N", N_SEED}, {"--help", NULL, N_HELP}, {"-h", NULL, N_HELP},
+    {NULL, NULL, 0}};
+
+/* The command line of noise. */
+typedef struct {
+  const char *sm, *pm, *json, *html;
   vd_noise_opts o;
-  memset(&o, 0, sizeof(o));
-  o.dtype = VD_NOISE_PLAN;
-  o.accum = VD_NOISE_PLAN;
-  o.scale = 1.0;
-  o.lambda = 3.0;
-  int quiet = 0, have_dtype = 0;
+  int quiet, have_dtype;
+} noise_args;
+
+/* Returns -1 to go on, else the exit code (help printed, or bad usage). */
+static int parse_args(int argc, char **argv, noise_args *ca) {
+  memset(ca, 0, sizeof(*ca));
+  ca->o.dtype = VD_NOISE_PLAN;
+  ca->o.accum = VD_NOISE_PLAN;
+  ca->o.scale = 1.0;
+  ca->o.lambda = 3.0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    const vd_cli_opt *opt = vd_cli_opt_find(noise_opts, a);
+    int id = opt && (!opt->arg || v) ? opt->id : 0; /* a value option without its value is unknown */
+    const char **path = id == N_SM ? &ca->sm : id == N_PM ? &ca->pm : id == N_JSON ? &ca->json
+                      : id == N_HTML ? &ca->html : NULL;
+    if (id == N_HELP) {
       usage(stdout);
       return VD_EXIT_OK;
-    } else if (!strcmp(a, "-q")) {
-      quiet = 1;
-    } else if (v && !strcmp(a, "--sm")) {
-      sm = v, i++;
-    } else if (v && !strcmp(a, "--pm")) {
-      pm = v, i++;
-    } else if (v && !strcmp(a, "--json")) {
-      json = v, i++;
-    } else if (v && !strcmp(a, "--html")) {
-      html = v, i++;
-    } else if (v && (!strcmp(a, "--dtype") || !strcmp(a, "--accum"))) {
+    } else if (id == N_QUIET) {
+      ca->quiet = 1;
+    } else if (path) {
+      *path = v, i++;
+    } else if (id == N_DTYPE || id == N_ACCUM) {
       vd_noise_prec p;
       if (!vd_noise_prec_parse(v, &p) || p == VD_NOISE_PLAN) {
         fprintf(stderr, "verdict noise: %s: expected bf16, fp16, fp32 or fp64, got '%s'\n", VD_SHOW(a), VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
-      if (!strcmp(a, "--dtype")) o.dtype = p, have_dtype = 1;
-      else o.accum = p;
+      if (id == N_DTYPE) ca->o.dtype = p, ca->have_dtype = 1;
+      else ca->o.accum = p;
       i++;
-    } else if (v && (!strcmp(a, "--scale") || !strcmp(a, "--lambda"))) {
+    } else if (id == N_SCALE || id == N_LAMBDA) {
       char *e;
       double x = strtod(v, &e);
       if (*e || !(x > 0) || x > 1e30) {
         fprintf(stderr, "verdict noise: %s: expected a positive number, got '%s'\n", VD_SHOW(a), VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
-      if (!strcmp(a, "--scale")) o.scale = x;
-      else o.lambda = x;
+      if (id == N_SCALE) ca->o.scale = x;
+      else ca->o.lambda = x;
       i++;
-    } else if (v && !strcmp(a, "--seed")) {
+    } else if (id == N_SEED) {
       long s = vd_cli_parse_long(v);
       if (s < 0) {
         fprintf(stderr, "verdict noise: --seed: expected a non-negative integer, got '%s'\n", VD_SHOW(v));
         return VD_EXIT_BAD_INPUT;
       }
-      o.seed = (uint64_t)s;
+      ca->o.seed = (uint64_t)s;
       i++;
     } else {
-      return vd_cli_unknown_option("verdict noise", a, usage, "verdict noise --help");
+      return vd_cli_unknown_option("verdict noise", a, noise_opts, "verdict noise --help");
     }
   }
+  return -1;
+}
+
+int vd_cmd_noise(int argc, char **argv) {
+  noise_args ca;
+  int prc = parse_args(argc, argv, &ca);
+  if (prc >= 0) return prc;
+  const char *sm = ca.sm, *pm = ca.pm, *json = ca.json, *html = ca.html;
+  vd_noise_opts o = ca.o;
+  int quiet = ca.quiet, have_dtype = ca.have_dtype;
   if (!sm || !pm || !have_dtype) {
     fprintf(stderr, "verdict noise: --sm, --pm and --dtype are required\n");
     usage(stderr);

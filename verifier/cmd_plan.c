@@ -366,17 +366,26 @@ static int stats(FILE *f, const vd_plan_t *p, const char *path) {
   return VD_EXIT_OK;
 }
 
+/* The options of plan's subcommands (--keep: strip; --json: dump), in the
+ * order of plan_usage, and the subcommands. */
+enum { P_KEEP = 1, P_JSON, P_HELP };
+static const vd_cli_opt plan_opts[] = {
+    {"--keep", "boundary", P_KEEP}, {"--json", NULL, P_JSON}, {"--help", NULL, P_HELP}, {"-h", NULL, P_HELP},
+    {NULL, NULL, 0}};
+static const char *const plan_subs[] = {"validate", "dump", "stats", "strip"};
+
 /* verdict plan strip --keep boundary IN OUT */
 static int cmd_strip(int argc, char **argv) {
   const char *keep = NULL, *in = NULL, *out = NULL;
   for (int i = 2; i < argc; i++) {
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+    int id = vd_cli_opt_id(plan_opts, argv[i]);
+    if (id == P_HELP) {
       plan_usage(stdout);
       return VD_EXIT_OK;
     }
-    if (strcmp(argv[i], "--keep") == 0 && i + 1 < argc) keep = argv[++i];
+    if (id == P_KEEP && i + 1 < argc) keep = argv[++i];
     else if (argv[i][0] == '-' && argv[i][1]) {
-      return vd_cli_unknown_option("verdict plan strip", argv[i], plan_usage, "verdict plan --help");
+      return vd_cli_unknown_option("verdict plan strip", argv[i], plan_opts, "verdict plan --help");
     } else if (!in) in = argv[i];
     else if (!out) out = argv[i];
     else {
@@ -420,15 +429,16 @@ int vd_cmd_plan(int argc, char **argv) {
   int json = 0;
   const char *path = NULL;
   for (int i = 2; i < argc; i++) {
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+    int id = vd_cli_opt_id(plan_opts, argv[i]);
+    if (id == P_HELP) {
       plan_usage(stdout);
       return VD_EXIT_OK;
     }
-    if (strcmp(argv[i], "--json") == 0 && strcmp(sub, "dump") == 0) json = 1;
+    if (id == P_JSON && strcmp(sub, "dump") == 0) json = 1;
     else if (argv[i][0] == '-' && argv[i][1]) {
       char who[64];
       snprintf(who, sizeof(who), "verdict plan %s", sub);
-      return vd_cli_unknown_option(who, argv[i], plan_usage, "verdict plan --help");
+      return vd_cli_unknown_option(who, argv[i], plan_opts, "verdict plan --help");
     } else if (!path) path = argv[i];
     else {
       fprintf(stderr, "verdict: plan %s: one FILE expected, got also '%s'\n", VD_SHOW(sub), VD_SHOW(argv[i]));
@@ -436,7 +446,11 @@ int vd_cmd_plan(int argc, char **argv) {
     }
   }
   if (strcmp(sub, "validate") && strcmp(sub, "dump") && strcmp(sub, "stats")) {
-    fprintf(stderr, "verdict: plan: unknown subcommand '%s' (validate, dump, stats, strip)\n", VD_SHOW(sub));
+    const char *near = vd_cli_closest(sub, plan_subs, sizeof(plan_subs) / sizeof(plan_subs[0]));
+    if (near)
+      fprintf(stderr, "verdict: plan: unknown subcommand '%s'; did you mean '%s'? (validate, dump, stats, strip)\n",
+              VD_SHOW(sub), near);
+    else fprintf(stderr, "verdict: plan: unknown subcommand '%s' (validate, dump, stats, strip)\n", VD_SHOW(sub));
     return VD_EXIT_BAD_INPUT;
   }
   if (!path) {

@@ -271,104 +271,117 @@ static int plan_matches(const char *path, const char *want, const char *what) {
   return 1;
 }
 
-int vd_cmd_recheck(int argc, char **argv) {
-  const char *dir = NULL, *solver = "cvc5", *sm = NULL, *pm = NULL;
-  unsigned timeout_ms = 60000;
-  int threads = 0, quiet = 0;
+/* The options of recheck, in the order of its help text. */
+enum { R_PM = 1, R_SOLVER, R_TIMEOUT, R_SM, R_THREADS, R_QUIET, R_HELP };
+static const vd_cli_opt recheck_opts[] = {
+    {"--pm", "FILE", R_PM},   {"--solver", "NAME", R_SOLVER}, {"--timeout", "S", R_TIMEOUT},
+    {"--sm", "FILE", R_SM},   {"--threads", "N", R_THREADS},  {"-q", NULL, R_QUIET},
+    {"-h", NULL, R_HELP},     {"--help", NULL, R_HELP},       {NULL, NULL, 0}};
+
+/* The command line of recheck. */
+typedef struct {
+  const char *dir, *solver, *sm, *pm;
+  unsigned timeout_ms;
+  int threads, quiet;
+} recheck_args;
+
+/* Returns -1 to go on, else the exit code (help printed, or bad usage). */
+static int parse_args(int argc, char **argv, recheck_args *ra) {
+  *ra = (recheck_args){.solver = "cvc5", .timeout_ms = 60000};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-    int takes = !strcmp(a, "--solver") || !strcmp(a, "--timeout") || !strcmp(a, "--sm") || !strcmp(a, "--pm") ||
-                !strcmp(a, "--threads");
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+    int id = vd_cli_opt_id(recheck_opts, a);
+    if (id == R_HELP) {
       recheck_usage(stdout);
       return VD_EXIT_OK;
     }
-    if (takes && !val) {
+    if (vd_cli_opt_takes(recheck_opts, a) && !val) {
       fprintf(stderr, "verdict recheck: missing value for option '%s'\n", VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
     }
-    if (!strcmp(a, "--solver")) {
-      solver = argv[++i];
-      if (strcmp(solver, "cvc5") && strcmp(solver, "z3")) {
-        fprintf(stderr, "verdict recheck: --solver: expected cvc5 or z3, got '%s'\n", VD_SHOW(solver));
+    if (id == R_SOLVER) {
+      ra->solver = argv[++i];
+      if (strcmp(ra->solver, "cvc5") && strcmp(ra->solver, "z3")) {
+        fprintf(stderr, "verdict recheck: --solver: expected cvc5 or z3, got '%s'\n", VD_SHOW(ra->solver));
         return VD_EXIT_BAD_INPUT;
       }
-    } else if (!strcmp(a, "--timeout")) {
+    } else if (id == R_TIMEOUT) {
       char *end = NULL;
       double s = strtod(argv[++i], &end);
       if (!end || *end || !(s > 0) || s > 86400) {
         fprintf(stderr, "verdict recheck: --timeout: expected seconds in (0, 86400], got '%s'\n", VD_SHOW(argv[i]));
         return VD_EXIT_BAD_INPUT;
       }
-      timeout_ms = (unsigned)(s * 1000 + 0.5);
-      if (!timeout_ms) timeout_ms = 1;
-    } else if (!strcmp(a, "--sm")) sm = argv[++i];
-    else if (!strcmp(a, "--pm")) pm = argv[++i];
-    else if (!strcmp(a, "--threads")) {
+      ra->timeout_ms = (unsigned)(s * 1000 + 0.5);
+      if (!ra->timeout_ms) ra->timeout_ms = 1;
+    } else if (id == R_SM) ra->sm = argv[++i];
+    else if (id == R_PM) ra->pm = argv[++i];
+    else if (id == R_THREADS) {
       long n = vd_cli_parse_long(argv[++i]);
       if (n < 1 || n > 1024) {
         fprintf(stderr, "verdict recheck: --threads: expected 1..1024, got '%s'\n", VD_SHOW(argv[i]));
         return VD_EXIT_BAD_INPUT;
       }
-      threads = (int)n;
-    } else if (!strcmp(a, "-q")) quiet = 1;
-    else if (a[0] == '-') return vd_cli_unknown_option("verdict recheck", a, recheck_usage, "verdict recheck --help");
-    else if (!dir) dir = a;
+      ra->threads = (int)n;
+    } else if (id == R_QUIET) ra->quiet = 1;
+    else if (a[0] == '-') return vd_cli_unknown_option("verdict recheck", a, recheck_opts, "verdict recheck --help");
+    else if (!ra->dir) ra->dir = a;
     else {
       fprintf(stderr, "verdict recheck: one certificate directory expected, got '%s' too\n", VD_SHOW(a));
       return VD_EXIT_BAD_INPUT;
     }
   }
-  if (!dir) {
+  if (!ra->dir) {
     fprintf(stderr, "verdict recheck: a certificate directory is required (verdict --certificate DIR)\n");
     return VD_EXIT_BAD_INPUT;
   }
-  char bbuf[4096];
-  const char *bin = find_binary(solver, bbuf, sizeof(bbuf));
-  if (!bin && !strcmp(solver, "cvc5")) {
-    fprintf(stderr, "verdict recheck: cvc5 not found (apt-get install cvc5)\n");
-    return VD_EXIT_BAD_INPUT;
-  }
-  char mpath[4096];
-  snprintf(mpath, sizeof(mpath), "%s/%s", dir, VD_CERT_MANIFEST);
+  return -1;
+}
+
+/* Reads DIR's manifest and checks its format; *mp is NULL on an error.
+ * Returns -1 to go on, else the exit code. */
+static int load_manifest(const char *mpath, json_t **mp, json_t **classes_p, json_t **stages_p,
+                         const char **verdict_p) {
   json_error_t je;
   json_t *m = json_load_file(mpath, 0, &je);
+  *mp = m;
   if (!m) {
     fprintf(stderr, "verdict recheck: %s: line %d: %s\n", VD_SHOW(mpath), je.line, VD_SHOW(je.text));
     return VD_EXIT_BAD_INPUT;
   }
-  int code = VD_EXIT_OK;
   json_t *classes = json_object_get(m, "classes"), *stages = json_object_get(m, "stages");
   const char *fmt = jstr(m, "format"), *run_verdict = jstr(m, "verdict");
+  *classes_p = classes, *stages_p = stages, *verdict_p = run_verdict;
   if (!fmt || strcmp(fmt, VD_CERT_FORMAT) || !json_is_array(classes) || !json_is_array(stages) || !run_verdict) {
     fprintf(stderr, "verdict recheck: %s: record manifest: field %s: missing or not of format %s\n", VD_SHOW(mpath),
             !fmt || strcmp(fmt, VD_CERT_FORMAT) ? "format" : !json_is_array(classes) ? "classes"
                                                              : !json_is_array(stages) ? "stages" : "verdict",
             VD_CERT_FORMAT);
     json_decref(m);
+    *mp = NULL;
     return VD_EXIT_BAD_INPUT;
   }
-  double t0 = vd_clock_s();
-  /* the plans */
-  json_t *plans = json_object_get(m, "plans");
-  if (sm || pm) {
-    int ok1 = sm ? plan_matches(sm, jstr(json_object_get(plans, "single"), "sha256"), "single") : 1;
-    int ok2 = pm ? plan_matches(pm, jstr(json_object_get(plans, "parallel"), "sha256"), "parallel") : 1;
-    if (ok1 < 0 || ok2 < 0) {
-      json_decref(m);
-      return VD_EXIT_BAD_INPUT;
-    }
-    if (!ok1 || !ok2) code = VD_EXIT_NOT_EQUIV;
-  }
-  /* the classes */
+  return -1;
+}
+
+/* The manifest's classes: one job per obligation, and which classes have
+ * one (has) and were proved equivalent (proved). */
+typedef struct {
+  job *jobs;
+  size_t n_jobs;
+  long long max_cls;
+  uint8_t *has, *proved;
+} class_set;
+
+static void class_set_free(class_set *cs) {
+  vd_free(cs->jobs);
+  vd_free(cs->has);
+  vd_free(cs->proved);
+}
+
+/* Returns -1 to go on, else the exit code (the caller frees cs). */
+static int collect_jobs(const char *mpath, json_t *classes, json_t *stages, int quiet, class_set *cs) {
   size_t nc = json_array_size(classes);
-  job *jobs = vd_calloc(nc + 1, sizeof(job));
-  if (!jobs) {
-    json_decref(m);
-    fprintf(stderr, "verdict recheck: out of memory\n");
-    return VD_EXIT_INCONCLUSIVE;
-  }
-  size_t n_jobs = 0, n_without = 0;
   long long max_cls = -1;
   for (size_t i = 0; i < nc; i++) {
     json_t *c = json_array_get(classes, i);
@@ -379,22 +392,20 @@ int vd_cmd_recheck(int argc, char **argv) {
         (size_t)json_integer_value(cl) >= json_array_size(stages)) {
       fprintf(stderr, "verdict recheck: %s: record classes[%zu]: field class: expected a stage id below %zu\n", VD_SHOW(mpath),
               i, json_array_size(stages));
-      vd_free(jobs);
-      json_decref(m);
       return VD_EXIT_BAD_INPUT;
     }
     if (json_integer_value(cl) > max_cls) max_cls = json_integer_value(cl);
   }
   /* class id -> has an obligation */
-  uint8_t *has = vd_calloc((size_t)max_cls + 2, 1);
-  uint8_t *proved = vd_calloc((size_t)max_cls + 2, 1);
+  uint8_t *has = cs->has = vd_calloc((size_t)max_cls + 2, 1);
+  uint8_t *proved = cs->proved = vd_calloc((size_t)max_cls + 2, 1);
+  cs->max_cls = max_cls;
   for (size_t i = 0; has && proved && i < nc; i++) {
     json_t *c = json_array_get(classes, i);
     long long cl = json_integer_value(json_object_get(c, "class"));
     const char *file = jstr(c, "file"), *sha = jstr(c, "sha256"), *verdict = jstr(c, "verdict");
     proved[cl] = verdict && !strcmp(verdict, "equivalent");
     if (!file) {
-      n_without++;
       if (!quiet || proved[cl])
         printf("%s: class %lld (%s) has no obligation: %s\n", proved[cl] ? "NOT RE-PROVEN" : "note", cl,
                verdict ? verdict : "?", jstr(c, "why") ? jstr(c, "why") : "?");
@@ -403,86 +414,138 @@ int vd_cmd_recheck(int argc, char **argv) {
     if (!sha || strlen(sha) != 64 || strchr(file, '/') || file[0] == '.') {
       fprintf(stderr, "verdict recheck: %s: record classes[%zu]: field %s: invalid\n", VD_SHOW(mpath), i,
               !sha || strlen(sha) != 64 ? "sha256" : "file");
-      vd_free(jobs);
-      vd_free(has);
-      vd_free(proved);
-      json_decref(m);
       return VD_EXIT_BAD_INPUT;
     }
     has[cl] = 1;
-    jobs[n_jobs++] = (job){.file = file, .sha = sha, .verdict = verdict ? verdict : "?", .cls = cl};
+    cs->jobs[cs->n_jobs++] = (job){.file = file, .sha = sha, .verdict = verdict ? verdict : "?", .cls = cl};
   }
   if (!has || !proved) {
-    vd_free(jobs);
-    vd_free(has);
-    vd_free(proved);
-    json_decref(m);
     fprintf(stderr, "verdict recheck: out of memory\n");
     return VD_EXIT_INCONCLUSIVE;
   }
-  /* the stage -> class map, re-derived */
+  return -1;
+}
+
+/* The stage -> class map, re-derived: the stages whose class has no
+ * obligation (printed, the first 10). */
+static size_t count_unmapped(const char *mpath, json_t *stages, const char *run_verdict, const class_set *cs) {
   size_t ns = json_array_size(stages), n_unmapped = 0;
   for (size_t i = 0; i < ns; i++) {
     json_t *v = json_array_get(stages, i);
     long long cl = json_is_integer(v) ? json_integer_value(v) : -1;
-    if (cl < 0 || cl > max_cls || (!has[cl] && !strcmp(run_verdict, "equivalent"))) {
+    if (cl < 0 || cl > cs->max_cls || (!cs->has[cl] && !strcmp(run_verdict, "equivalent"))) {
       if (n_unmapped++ < 10)
         printf("UNMAPPED: stage %zu maps to %s%lld, which has no obligation in %s\n", i, cl < 0 ? "no class " : "class ",
                cl, mpath);
     }
   }
+  return n_unmapped;
+}
+
+/* What the solver calls said, counted. */
+typedef struct {
+  size_t reproven, refuted, vacuity_ok, disagree, unknown, changed;
+  double solver_s;
+} tally;
+
+static void tally_job(const char *dir, const char *solver, const job *j, tally *tl) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/%s", dir, j->file);
+  tl->solver_s += j->secs;
+  if (j->missing) {
+    printf("MISSING: class %lld: %s cannot be read\n", j->cls, path);
+    tl->changed++;
+    return;
+  }
+  if (j->changed) {
+    printf("CHANGED: class %lld: %s does not have the SHA-256 the manifest recorded: refused\n", j->cls, path);
+    tl->changed++;
+    return;
+  }
+  int vac_sat = !strcmp(j->vac, "sat");
+  if (vac_sat) tl->vacuity_ok++;
+  else if (!strcmp(j->vac, "unsat")) {
+    printf("VACUOUS: class %lld: %s says its hypotheses alone are unsat: the obligation proves nothing; attach %s\n",
+           j->cls, solver, path);
+    tl->disagree++;
+  } else {
+    printf("UNDECIDED: class %lld: vacuity check: %s says '%s' (%s)\n", j->cls, solver, j->vac, path);
+    tl->unknown++;
+  }
+  int want_unsat = !strcmp(j->verdict, "equivalent"), want_sat = !strcmp(j->verdict, "not equivalent");
+  if (!strcmp(j->ans, "unsat")) {
+    if (want_unsat) tl->reproven++;
+    else if (want_sat) {
+      printf("DISAGREEMENT: class %lld: verdict says not equivalent, %s says unsat (equivalent); attach %s\n",
+             j->cls, solver, path);
+      tl->disagree++;
+    }
+  } else if (!strcmp(j->ans, "sat")) {
+    if (want_sat) tl->refuted++;
+    else if (want_unsat) {
+      printf("DISAGREEMENT: class %lld: verdict says equivalent, %s says sat (a counterexample exists); attach %s\n",
+             j->cls, solver, path);
+      tl->disagree++;
+    }
+  } else if (want_unsat || want_sat) {
+    printf("UNDECIDED: class %lld: %s says '%s' (%s)\n", j->cls, solver, j->ans, path);
+    tl->unknown++;
+  }
+}
+
+int vd_cmd_recheck(int argc, char **argv) {
+  recheck_args ra;
+  int rc = parse_args(argc, argv, &ra);
+  if (rc >= 0) return rc;
+  const char *dir = ra.dir, *solver = ra.solver;
+  char bbuf[4096];
+  const char *bin = find_binary(solver, bbuf, sizeof(bbuf));
+  if (!bin && !strcmp(solver, "cvc5")) {
+    fprintf(stderr, "verdict recheck: cvc5 not found (apt-get install cvc5)\n");
+    return VD_EXIT_BAD_INPUT;
+  }
+  char mpath[4096];
+  snprintf(mpath, sizeof(mpath), "%s/%s", dir, VD_CERT_MANIFEST);
+  json_t *m, *classes, *stages;
+  const char *run_verdict;
+  if ((rc = load_manifest(mpath, &m, &classes, &stages, &run_verdict)) >= 0) return rc;
+  int code = VD_EXIT_OK;
+  double t0 = vd_clock_s();
+  /* the plans */
+  json_t *plans = json_object_get(m, "plans");
+  if (ra.sm || ra.pm) {
+    int ok1 = ra.sm ? plan_matches(ra.sm, jstr(json_object_get(plans, "single"), "sha256"), "single") : 1;
+    int ok2 = ra.pm ? plan_matches(ra.pm, jstr(json_object_get(plans, "parallel"), "sha256"), "parallel") : 1;
+    if (ok1 < 0 || ok2 < 0) {
+      json_decref(m);
+      return VD_EXIT_BAD_INPUT;
+    }
+    if (!ok1 || !ok2) code = VD_EXIT_NOT_EQUIV;
+  }
+  /* the classes */
+  size_t nc = json_array_size(classes);
+  class_set cs = {.jobs = vd_calloc(nc + 1, sizeof(job))};
+  if (!cs.jobs) {
+    json_decref(m);
+    fprintf(stderr, "verdict recheck: out of memory\n");
+    return VD_EXIT_INCONCLUSIVE;
+  }
+  if ((rc = collect_jobs(mpath, classes, stages, ra.quiet, &cs)) >= 0) {
+    class_set_free(&cs);
+    json_decref(m);
+    return rc;
+  }
+  size_t ns = json_array_size(stages), n_unmapped = count_unmapped(mpath, stages, run_verdict, &cs);
   if (n_unmapped) code = VD_EXIT_NOT_EQUIV;
   /* the solver calls */
-  int nt = threads ? threads : omp_get_max_threads();
+  int nt = ra.threads ? ra.threads : omp_get_max_threads();
+  job *jobs = cs.jobs;
+  size_t n_jobs = cs.n_jobs;
+  unsigned timeout_ms = ra.timeout_ms;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
   for (size_t k = 0; k < n_jobs; k++) check_one(dir, solver, bin, timeout_ms, &jobs[k]);
-  size_t reproven = 0, refuted = 0, vacuity_ok = 0, disagree = 0, unknown = 0, changed = 0;
-  double solver_s = 0;
-  for (size_t k = 0; k < n_jobs; k++) {
-    job *j = &jobs[k];
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/%s", dir, j->file);
-    solver_s += j->secs;
-    if (j->missing) {
-      printf("MISSING: class %lld: %s cannot be read\n", j->cls, path);
-      changed++;
-      continue;
-    }
-    if (j->changed) {
-      printf("CHANGED: class %lld: %s does not have the SHA-256 the manifest recorded: refused\n", j->cls, path);
-      changed++;
-      continue;
-    }
-    int vac_sat = !strcmp(j->vac, "sat");
-    if (vac_sat) vacuity_ok++;
-    else if (!strcmp(j->vac, "unsat")) {
-      printf("VACUOUS: class %lld: %s says its hypotheses alone are unsat: the obligation proves nothing; attach %s\n",
-             j->cls, solver, path);
-      disagree++;
-    } else {
-      printf("UNDECIDED: class %lld: vacuity check: %s says '%s' (%s)\n", j->cls, solver, j->vac, path);
-      unknown++;
-    }
-    int want_unsat = !strcmp(j->verdict, "equivalent"), want_sat = !strcmp(j->verdict, "not equivalent");
-    if (!strcmp(j->ans, "unsat")) {
-      if (want_unsat) reproven++;
-      else if (want_sat) {
-        printf("DISAGREEMENT: class %lld: verdict says not equivalent, %s says unsat (equivalent); attach %s\n",
-               j->cls, solver, path);
-        disagree++;
-      }
-    } else if (!strcmp(j->ans, "sat")) {
-      if (want_sat) refuted++;
-      else if (want_unsat) {
-        printf("DISAGREEMENT: class %lld: verdict says equivalent, %s says sat (a counterexample exists); attach %s\n",
-               j->cls, solver, path);
-        disagree++;
-      }
-    } else if (want_unsat || want_sat) {
-      printf("UNDECIDED: class %lld: %s says '%s' (%s)\n", j->cls, solver, j->ans, path);
-      unknown++;
-    }
-  }
+  tally tl = {0};
+  for (size_t k = 0; k < n_jobs; k++) tally_job(dir, solver, &jobs[k], &tl);
   size_t want = 0;
   for (size_t i = 0; i < nc; i++) {
     const char *v = jstr(json_array_get(classes, i), "verdict");
@@ -491,13 +554,11 @@ int vd_cmd_recheck(int argc, char **argv) {
   printf("recheck: %zu of %zu class(es) proved equivalent re-proven by %s%s (unsat), %zu refutation(s) confirmed, "
          "%zu of %zu obligation(s) not vacuous (hypotheses sat); %zu stage(s) mapped to their class, %zu unmapped; "
          "%zu disagreement(s), %zu changed or missing, %zu undecided; %.2f s (%.2f s of solver calls)\n",
-         reproven, want, solver, bin ? "" : " (library)", refuted, vacuity_ok, n_jobs, ns - n_unmapped, n_unmapped,
-         disagree, changed, unknown, vd_clock_s() - t0, solver_s);
-  if (disagree || changed) code = VD_EXIT_NOT_EQUIV;
-  else if (code == VD_EXIT_OK && (unknown || reproven < want)) code = VD_EXIT_INCONCLUSIVE;
-  vd_free(jobs);
-  vd_free(has);
-  vd_free(proved);
+         tl.reproven, want, solver, bin ? "" : " (library)", tl.refuted, tl.vacuity_ok, n_jobs, ns - n_unmapped, n_unmapped,
+         tl.disagree, tl.changed, tl.unknown, vd_clock_s() - t0, tl.solver_s);
+  if (tl.disagree || tl.changed) code = VD_EXIT_NOT_EQUIV;
+  else if (code == VD_EXIT_OK && (tl.unknown || tl.reproven < want)) code = VD_EXIT_INCONCLUSIVE;
+  class_set_free(&cs);
   json_decref(m);
   return code;
 }

@@ -161,6 +161,142 @@ static int writable(const char *opt, const char *path, int dash_ok) {
   return 0;
 }
 
+/* The options of the main form, in the order of verify_usage. */
+enum {
+  O_SM = 1, O_PM, O_THREADS, O_JSON, O_HTML, O_JUNIT, O_SARIF, O_GITHUB, O_SUMMARY, O_DOT_STAGE, O_STAGE_BUDGET,
+  O_STAGE_TIMEOUT, O_DEADLINE, O_MAX_FAILURES, O_SEED, O_NO_REUSE, O_NO_FAST_PATH, O_NO_REDUCE, O_NO_INFER,
+  O_DUMP_STAGES, O_CACHE, O_CACHE_MAX_MB, O_CERTIFICATE, O_CROSS_CHECK, O_QUIET, O_VERBOSE, O_VERSION, O_HELP
+};
+static const vd_cli_opt verify_opts[] = {
+    {"--sm", "FILE", O_SM}, {"--pm", "FILE", O_PM}, {"--threads", "N", O_THREADS}, {"--json", "FILE", O_JSON},
+    {"--html", "FILE", O_HTML}, {"--junit", "FILE", O_JUNIT}, {"--sarif", "FILE", O_SARIF}, {"--github", NULL, O_GITHUB},
+    {"--summary", "FILE", O_SUMMARY}, {"--dot-stage", "N FILE", O_DOT_STAGE}, {"--stage-budget", "N", O_STAGE_BUDGET},
+    {"--stage-timeout", "S", O_STAGE_TIMEOUT}, {"--deadline", "S", O_DEADLINE}, {"--max-failures", "N", O_MAX_FAILURES},
+    {"--seed", "N", O_SEED}, {"--no-reuse", NULL, O_NO_REUSE}, {"--no-fast-path", NULL, O_NO_FAST_PATH},
+    {"--no-reduce", NULL, O_NO_REDUCE}, {"--no-infer", NULL, O_NO_INFER}, {"--dump-stages", "FILE", O_DUMP_STAGES},
+    {"--cache", "DIR", O_CACHE}, {"--cache-max-mb", "N", O_CACHE_MAX_MB}, {"--certificate", "DIR", O_CERTIFICATE},
+    {"--cross-check", NULL, O_CROSS_CHECK}, {"-q", NULL, O_QUIET}, {"-v", NULL, O_VERBOSE},
+    {"--version", NULL, O_VERSION}, {"-h", NULL, O_HELP}, {"--help", NULL, O_HELP}, {NULL, NULL, 0}};
+
+/* The options that only set a path or a flag: where each one goes. */
+static const char **path_of(int id, vd_run_opts *o, cache_args *ca) {
+  switch (id) {
+  case O_SM: return &o->sm;
+  case O_PM: return &o->pm;
+  case O_JSON: return &o->json_path;
+  case O_DUMP_STAGES: return &o->dump_stages;
+  case O_HTML: return &o->html_path;
+  case O_JUNIT: return &o->junit_path;
+  case O_SARIF: return &o->sarif_path;
+  case O_SUMMARY: return &o->summary_path;
+  case O_CACHE: return &ca->dir;
+  case O_CERTIFICATE: return &o->certificate;
+  default: return NULL;
+  }
+}
+
+static int *flag_of(int id, vd_run_opts *o) {
+  switch (id) {
+  case O_GITHUB: return &o->github;
+  case O_CROSS_CHECK: return &o->cross_check;
+  case O_NO_REUSE: return &o->no_reuse;
+  case O_NO_FAST_PATH: return &o->no_fast_path;
+  case O_NO_REDUCE: return &o->no_reduce;
+  case O_NO_INFER: return &o->no_infer;
+  case O_QUIET: return &o->quiet;
+  case O_VERBOSE: return &o->verbose;
+  default: return NULL;
+  }
+}
+
+/* An option with a checked value at argv[*i] (the option itself at
+ * argv[*i - 1]); advances *i past what it used.  Returns 0, or the exit
+ * code. */
+static int set_value(int id, int argc, char **argv, int *i, vd_run_opts *o, cache_args *ca) {
+  const char *a = argv[*i - 1];
+  long n;
+  unsigned ms = 0;
+  switch (id) {
+  case O_CACHE_MAX_MB:
+    if (need_num(a, argv[*i], &n) || n < 1 || n > 1000000) {
+      if (n >= 0) fprintf(stderr, "verdict: --cache-max-mb: expected 1..1000000, got %ld\n", n);
+      return VD_EXIT_BAD_INPUT;
+    }
+    ca->max_mb = n;
+    return 0;
+  case O_DOT_STAGE:
+    if (need_num(a, argv[*i], &n) || *i + 1 >= argc) {
+      if (n >= 0) fprintf(stderr, "verdict: --dot-stage N FILE: missing FILE\n");
+      return VD_EXIT_BAD_INPUT;
+    }
+    o->dot_stage = n;
+    o->dot_path = argv[++*i];
+    return 0;
+  case O_THREADS:
+    if (need_num(a, argv[*i], &n) || n < 1 || n > 1024) {
+      if (n >= 0) fprintf(stderr, "verdict: --threads: expected 1..1024, got %ld\n", n);
+      return VD_EXIT_BAD_INPUT;
+    }
+    o->threads = (int)n;
+    return 0;
+  case O_STAGE_TIMEOUT: return parse_seconds(a, argv[*i], &o->stage_timeout_ms) ? VD_EXIT_BAD_INPUT : 0;
+  case O_DEADLINE:
+    if (parse_seconds(a, argv[*i], &ms)) return VD_EXIT_BAD_INPUT;
+    o->deadline_s = ms / 1000.0;
+    return 0;
+  case O_STAGE_BUDGET: return parse_budget(a, argv[*i], &o->stage_budget) ? VD_EXIT_BAD_INPUT : 0;
+  case O_MAX_FAILURES:
+    if (need_num(a, argv[*i], &n)) return VD_EXIT_BAD_INPUT;
+    o->max_failures = (int)(n > 1000000 ? 1000000 : n);
+    return 0;
+  default: /* O_SEED */
+    if (need_num(a, argv[*i], &n)) return VD_EXIT_BAD_INPUT;
+    if (n < 1) {
+      /* 0 is the solver options' "unset" (vd_stage_solve_opts.seed). */
+      fprintf(stderr, "verdict: --seed: expected a positive integer, got 0\n");
+      return VD_EXIT_BAD_INPUT;
+    }
+    o->seed = (uint64_t)n;
+    return 0;
+  }
+}
+
+/* Returns 0 to go on, -1 when help or the version was printed, else the
+ * exit code of a usage error. */
+static int parse_args(int argc, char **argv, vd_run_opts *o, cache_args *ca) {
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const vd_cli_opt *opt = vd_cli_opt_find(verify_opts, a);
+    int id = opt ? opt->id : 0;
+    if (id == O_HELP) {
+      verify_usage(stdout);
+      return -1;
+    }
+    if (opt && opt->arg && i + 1 >= argc) {
+      fprintf(stderr, "verdict: missing value for option '%s'\n", VD_SHOW(a));
+      return VD_EXIT_BAD_INPUT;
+    }
+    const char **path = path_of(id, o, ca);
+    int *flag = flag_of(id, o);
+    if (path) *path = argv[++i];
+    else if (flag) *flag = 1;
+    else if (id == O_VERSION) {
+      printf("verdict %s (plan format v1)\n", VD_VERSION_STRING);
+      return -1;
+    } else if (opt) {
+      i++;
+      int rc = set_value(id, argc, argv, &i, o, ca);
+      if (rc) return rc;
+    } else if (a[0] != '-') {
+      return fprintf(stderr, "verdict: unexpected argument '%s': plans are given as --sm SINGLE.plan --pm "
+                             "PARALLEL.plan\n", VD_SHOW(a)), VD_EXIT_BAD_INPUT;
+    } else {
+      return vd_cli_unknown_option("verdict", a, verify_opts, "verdict --sm S --pm P --help");
+    }
+  }
+  return 0;
+}
+
 static int parse(int argc, char **argv, vd_run_opts *o, cache_args *ca) {
   memset(o, 0, sizeof(*o));
   memset(ca, 0, sizeof(*ca));
@@ -168,91 +304,8 @@ static int parse(int argc, char **argv, vd_run_opts *o, cache_args *ca) {
   o->stage_budget = 0; /* VD_LIM_STAGE_BUDGET */
   o->max_failures = VD_LIM_MAX_FAILURES;
   o->seed = VD_LIM_SEED;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-    long n;
-    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-      verify_usage(stdout);
-      return -1;
-    }
-    int takes = !strcmp(a, "--sm") || !strcmp(a, "--pm") || !strcmp(a, "--json") || !strcmp(a, "--threads") ||
-                !strcmp(a, "--stage-timeout") || !strcmp(a, "--stage-budget") || !strcmp(a, "--max-failures") || !strcmp(a, "--seed") ||
-                !strcmp(a, "--dump-stages") || !strcmp(a, "--html") || !strcmp(a, "--junit") || !strcmp(a, "--dot-stage") ||
-                !strcmp(a, "--sarif") || !strcmp(a, "--summary") || !strcmp(a, "--deadline") ||
-                !strcmp(a, "--cache") || !strcmp(a, "--cache-max-mb") || !strcmp(a, "--certificate");
-    if (takes && !val) {
-      fprintf(stderr, "verdict: missing value for option '%s'\n", VD_SHOW(a));
-      return VD_EXIT_BAD_INPUT;
-    }
-    if (!strcmp(a, "--sm")) o->sm = argv[++i];
-    else if (!strcmp(a, "--pm")) o->pm = argv[++i];
-    else if (!strcmp(a, "--json")) o->json_path = argv[++i];
-    else if (!strcmp(a, "--dump-stages")) o->dump_stages = argv[++i];
-    else if (!strcmp(a, "--html")) o->html_path = argv[++i];
-    else if (!strcmp(a, "--junit")) o->junit_path = argv[++i];
-    else if (!strcmp(a, "--sarif")) o->sarif_path = argv[++i];
-    else if (!strcmp(a, "--summary")) o->summary_path = argv[++i];
-    else if (!strcmp(a, "--github")) o->github = 1;
-    else if (!strcmp(a, "--cache")) ca->dir = argv[++i];
-    else if (!strcmp(a, "--cache-max-mb")) {
-      if (need_num(a, argv[++i], &n) || n < 1 || n > 1000000) {
-        if (n >= 0) fprintf(stderr, "verdict: --cache-max-mb: expected 1..1000000, got %ld\n", n);
-        return VD_EXIT_BAD_INPUT;
-      }
-      ca->max_mb = n;
-    }
-    else if (!strcmp(a, "--certificate")) o->certificate = argv[++i];
-    else if (!strcmp(a, "--cross-check")) o->cross_check = 1;
-    else if (!strcmp(a, "--dot-stage")) {
-      if (need_num(a, argv[++i], &n) || i + 1 >= argc) {
-        if (n >= 0) fprintf(stderr, "verdict: --dot-stage N FILE: missing FILE\n");
-        return VD_EXIT_BAD_INPUT;
-      }
-      o->dot_stage = n;
-      o->dot_path = argv[++i];
-    }
-    else if (!strcmp(a, "--threads")) {
-      if (need_num(a, argv[++i], &n) || n < 1 || n > 1024) {
-        if (n >= 0) fprintf(stderr, "verdict: --threads: expected 1..1024, got %ld\n", n);
-        return VD_EXIT_BAD_INPUT;
-      }
-      o->threads = (int)n;
-    } else if (!strcmp(a, "--stage-timeout")) {
-      if (parse_seconds(a, argv[++i], &o->stage_timeout_ms)) return VD_EXIT_BAD_INPUT;
-    } else if (!strcmp(a, "--deadline")) {
-      unsigned ms = 0;
-      if (parse_seconds(a, argv[++i], &ms)) return VD_EXIT_BAD_INPUT;
-      o->deadline_s = ms / 1000.0;
-    } else if (!strcmp(a, "--version")) {
-      printf("verdict %s (plan format v1)\n", VD_VERSION_STRING);
-      return -1;
-    } else if (!strcmp(a, "--stage-budget")) {
-      if (parse_budget(a, argv[++i], &o->stage_budget)) return VD_EXIT_BAD_INPUT;
-    } else if (!strcmp(a, "--max-failures")) {
-      if (need_num(a, argv[++i], &n)) return VD_EXIT_BAD_INPUT;
-      o->max_failures = (int)(n > 1000000 ? 1000000 : n);
-    } else if (!strcmp(a, "--seed")) {
-      if (need_num(a, argv[++i], &n)) return VD_EXIT_BAD_INPUT;
-      if (n < 1) {
-        /* 0 is the solver options' "unset" (vd_stage_solve_opts.seed). */
-        fprintf(stderr, "verdict: --seed: expected a positive integer, got 0\n");
-        return VD_EXIT_BAD_INPUT;
-      }
-      o->seed = (uint64_t)n;
-    } else if (!strcmp(a, "--no-reuse")) o->no_reuse = 1;
-    else if (!strcmp(a, "--no-fast-path")) o->no_fast_path = 1;
-    else if (!strcmp(a, "--no-reduce")) o->no_reduce = 1;
-    else if (!strcmp(a, "--no-infer")) o->no_infer = 1;
-    else if (!strcmp(a, "-q")) o->quiet = 1;
-    else if (!strcmp(a, "-v")) o->verbose = 1;
-    else {
-      if (a[0] != '-')
-        return fprintf(stderr, "verdict: unexpected argument '%s': plans are given as --sm SINGLE.plan --pm "
-                               "PARALLEL.plan\n", VD_SHOW(a)), VD_EXIT_BAD_INPUT;
-      return vd_cli_unknown_option("verdict", a, verify_usage, "verdict --sm S --pm P --help");
-    }
-  }
+  int rc = parse_args(argc, argv, o, ca);
+  if (rc) return rc;
   if (!o->sm || !o->pm) {
     fprintf(stderr, "verdict: both --sm SINGLE and --pm PARALLEL are required\n");
     return VD_EXIT_BAD_INPUT;
@@ -298,6 +351,29 @@ static void catch_signals(void) {
   sigaction(SIGTERM, &sa, NULL);
 }
 
+/* The reports of a finished run: the text one and every file the options
+ * name.  Returns the exit code (the verdict's, or that of a report that
+ * could not be written). */
+static int write_reports(const vd_run *r, const vd_run_opts *o, vd_diag *d) {
+  /* With --json - the JSON owns stdout and the text report goes to stderr. */
+  vd_report_text(r, o, o->json_path && !strcmp(o->json_path, "-") ? stderr : stdout);
+  int code = vd_run_exit_code(r);
+  if (o->json_path && vd_report_json(r, o, o->json_path, d) != VD_OK) code = vd_cli_report_diag(d);
+  if (o->html_path && vd_report_html(r, o, o->html_path, d) != VD_OK) code = vd_cli_report_diag(d);
+  /* The CI outputs take configurations; a verify run is one. */
+  vd_report_config cfg;
+  vd_report_config_single(&cfg, r, o);
+  if (o->junit_path && vd_report_junit_configs(&cfg, 1, o->junit_path, d) != VD_OK) code = vd_cli_report_diag(d);
+  if (o->sarif_path && vd_report_sarif_configs(&cfg, 1, o->sarif_path, d) != VD_OK) code = vd_cli_report_diag(d);
+  if ((o->github || o->summary_path) &&
+      vd_report_github_configs(&cfg, 1, o->github ? (o->json_path && !strcmp(o->json_path, "-") ? stderr : stdout) : NULL,
+                               o->summary_path, d) != VD_OK)
+    code = vd_cli_report_diag(d);
+  if (o->dot_path && vd_report_dot_stage(r, (size_t)o->dot_stage, o->dot_path, d) != VD_OK) code = vd_cli_report_diag(d);
+  if (o->dump_stages && vd_report_stages(r, o->dump_stages, d) != VD_OK) code = vd_cli_report_diag(d);
+  return code;
+}
+
 int vd_cmd_verify(int argc, char **argv) {
   vd_run_opts o;
   cache_args ca;
@@ -338,22 +414,7 @@ int vd_cmd_verify(int argc, char **argv) {
     vd_cache_close(cache);
     return vd_cli_report_diag(&d);
   }
-  /* With --json - the JSON owns stdout and the text report goes to stderr. */
-  vd_report_text(&r, &o, o.json_path && !strcmp(o.json_path, "-") ? stderr : stdout);
-  int code = vd_run_exit_code(&r);
-  if (o.json_path && vd_report_json(&r, &o, o.json_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
-  if (o.html_path && vd_report_html(&r, &o, o.html_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
-  /* The CI outputs take configurations; a verify run is one. */
-  vd_report_config cfg;
-  vd_report_config_single(&cfg, &r, &o);
-  if (o.junit_path && vd_report_junit_configs(&cfg, 1, o.junit_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
-  if (o.sarif_path && vd_report_sarif_configs(&cfg, 1, o.sarif_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
-  if ((o.github || o.summary_path) &&
-      vd_report_github_configs(&cfg, 1, o.github ? (o.json_path && !strcmp(o.json_path, "-") ? stderr : stdout) : NULL,
-                               o.summary_path, &d) != VD_OK)
-    code = vd_cli_report_diag(&d);
-  if (o.dot_path && vd_report_dot_stage(&r, (size_t)o.dot_stage, o.dot_path, &d) != VD_OK) code = vd_cli_report_diag(&d);
-  if (o.dump_stages && vd_report_stages(&r, o.dump_stages, &d) != VD_OK) code = vd_cli_report_diag(&d);
+  int code = write_reports(&r, &o, &d);
   FILE *tf = o.json_path && !strcmp(o.json_path, "-") ? stderr : stdout;
   if (o.cross_check && vd_cert_cross_summary(&r, &o, tf) > 0 && code != VD_EXIT_BAD_INPUT) {
     /* SOUNDNESS: the normal form proved something Z3 refutes: no verdict

@@ -38,7 +38,7 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-size_t vd_noise_ratio_stats(const vd_noise_result *r, double q[5]) {
+static size_t vd_noise_ratio_stats(const vd_noise_result *r, double q[5]) {
   double *v = vd_calloc(r->n_rows + 1, sizeof(double));
   size_t n = 0;
   for (size_t i = 0; v && i < r->n_rows; i++) {

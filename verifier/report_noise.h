@@ -22,11 +22,6 @@ typedef struct {
  * Returns -1 on success, else the exit code after printing the error. */
 int vd_noise_load_pair(const char *sm, const char *pm, vd_plan_t *sp, vd_plan_t *pp);
 
-/* The ratio distribution of realistic bound over observed deviation on the
- * rows that differ (observed > 0): min, 10th percentile, median, 90th, max;
- * returns how many rows. */
-size_t vd_noise_ratio_stats(const vd_noise_result *r, double q[5]);
-
 void vd_noise_write_text(FILE *f, const vd_noise_result *r, const vd_noise_report_ctx *x);
 /* Write to path ("-": stdout); 0 on success, else prints the error and returns 2. */
 int vd_noise_write_json(const char *path, const vd_noise_result *r, const vd_noise_report_ctx *x);

@@ -54,6 +54,23 @@ expect_exit 2 "$VERDICT" plan stats --jsn "$TMP/p.plan"
 expect_in "did you mean '--json'" "$TMP/err"
 expect_exit 2 "$VERDICT" mutat
 expect_in "did you mean 'mutate'" "$TMP/err"
+# The suggestions come from each command's option table (verifier/cli.h):
+# every option counts, bracketed ones too ([--tsv], [--seed N]), and words
+# its help text only mentions (another command's options) never do.
+expect_exit 2 "$VERDICT" plan valdate "$TMP/p.plan"
+expect_in "unknown subcommand 'valdate'; did you mean 'validate'? (validate, dump, stats, strip)" "$TMP/err"
+expect_exit 2 "$VERDICT" limits --hepl
+expect_in "unexpected argument '--hepl'; did you mean '--help'?" "$TMP/err"
+expect_exit 2 "$VERDICT" mutate --list --tvs
+expect_in "did you mean '--tsv'" "$TMP/err"
+expect_exit 2 "$VERDICT" noise --sm "$TMP/s.plan" --sede 3
+expect_in "did you mean '--seed'" "$TMP/err"
+expect_exit 2 "$VERDICT" recheck "$TMP" --certificat "$TMP"
+expect_in "unknown option '--certificat' (see verdict recheck --help)" "$TMP/err"
+expect_exit 2 "$VERDICT" compare --dump-singl "$TMP/a"
+expect_in "unknown option '--dump-singl' (see verdict compare --help)" "$TMP/err"
+expect_exit 2 "$VERDICT" gate "$TMP/m.toml" --smm "$TMP/s.plan"
+expect_in "unknown option '--smm' (see verdict gate --help)" "$TMP/err"
 expect_exit 2 "$VERDICT" --sm "$TMP/s.plan" --pm "$TMP/p.plan" --frobnicate
 expect_in "unknown option '--frobnicate' (see" "$TMP/err"
 expect_exit 2 "$VERDICT" exec --sm "$TMP/s.plan" --tol

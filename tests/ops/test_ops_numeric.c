@@ -22,6 +22,7 @@
 
 #include <cmocka.h>
 
+#include "../../common/hash.h"
 #include "../../common/mem.h"
 #include "../../ops/ops.h"
 
@@ -85,10 +86,7 @@ static vd_op_shape shp(int nd, ...) {
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static double urand(void) { /* splitmix64 -> [0,1) */
-  uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
+  uint64_t z = vd_hash_splitmix_fin(rng_state += 0x9e3779b97f4a7c15ull);
   return (double)(z >> 11) / 9007199254740992.0;
 }
 
