@@ -341,123 +341,130 @@ static vd_rc cross_check(vd_smt *s, const vd_term *par, const vd_term *single, s
   return VD_OK;
 }
 
-vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t n, vd_smt_result *res,
-                   vd_diag *d) {
+/* OPTIMIZATION-ONLY: a stage that is probably failing gets the witness
+ * before any normal form.  Found: a genuine counterexample (see witness);
+ * not found: nothing is concluded, res is reset and the check goes on as
+ * usual.  *finished = 1 when the check ends here. */
+static vd_rc witness_first(vd_smt *s, const vd_term *par, const vd_term *single, size_t n, size_t *open,
+                           vd_smt_result *res, vd_diag *d, unsigned wall, double t_end, double t0, int *finished) {
+  for (size_t i = 0; i < n; i++) open[i] = i;
+  vd_rc rc = vd_smt_i_chk_run_job(s, par, single, open, n, JOB_WITNESS, left_ms(wall, t_end), res, d);
+  if (rc == VD_OK && (res->verdict == VD_SMT_NOT_EQUIVALENT || res->limit == VD_SMT_LIMIT_WALL)) {
+    /* A difference, or the wall clock spent: the check ends here. */
+    res->ms_fast = vd_clock_ms() - t0;
+    *finished = 1;
+    return rc;
+  }
+  if (rc != VD_OK) {
+    *finished = 1;
+    return rc;
+  }
+  vd_smt_result_free(res);
   memset(res, 0, sizeof(*res));
   res->verdict = VD_SMT_INCONCLUSIVE;
-  VD_CHECK(vd_smt_status(s, d, "check"));
-  for (size_t i = 0; i < n; i++)
-    if (!par[i] || !single[i])
-      VD_FAIL(d, VD_EINTERNAL, NULL, "check", par[i] ? "single" : "parallel", "pair %zu has no term", i);
-  if (n == 0) {
+  return VD_OK;
+}
+
+/* OPTIMIZATION-ONLY: the normal form at the probe budget; when it gives up,
+ * the witness on the pairs it left open (see nf_phase).  *decided = 1 when
+ * the probe's result stands, *finished = 1 when the check ends here. */
+static vd_rc probe_nf(vd_smt *s, const vd_term *par, const vd_term *single, size_t n, int *proved, size_t *open,
+                      vd_smt_result *res, vd_diag *d, unsigned wall, double t_end, double t0, uint64_t probe,
+                      int *decided, int *finished) {
+  vd_rc rc = nf_path(s, par, single, n, proved, res, probe);
+  if (rc == VD_OK && !vd_smt_i_oom(s) && !res->nf_gave_up) {
+    *decided = 1;
+  } else if (rc == VD_OK && !vd_smt_i_oom(s)) {
+    size_t n_open = 0, n_fast = res->n_fast;
+    for (size_t i = 0; i < n; i++)
+      if (!proved[i]) open[n_open++] = i;
+    uint64_t probe_steps = res->nf_steps;
+    rc = vd_smt_i_chk_run_job(s, par, single, open, n_open, JOB_WITNESS, left_ms(wall, t_end), res, d);
+    if (rc == VD_OK && (res->verdict == VD_SMT_NOT_EQUIVALENT || res->limit == VD_SMT_LIMIT_WALL)) {
+      /* A difference, or the wall clock spent: the check ends here. */
+      res->n_fast = n_fast;
+      res->nf_steps = probe_steps;
+      res->nf_gave_up = 1;
+      res->ms_fast = vd_clock_ms() - t0;
+      *finished = 1;
+      return rc;
+    }
+    if (rc == VD_OK) {
+      vd_smt_result_free(res);
+      memset(res, 0, sizeof(*res));
+      res->verdict = VD_SMT_INCONCLUSIVE;
+      memset(proved, 0, n * sizeof(*proved));
+    }
+  }
+  if (rc == VD_ENOMEM || vd_smt_i_oom(s)) {
+    *finished = 1;
+    return VD_OOM(d);
+  }
+  return rc;
+}
+
+/* The normal-form paths: witness first (when asked), pass 0, the probe,
+ * then the full budget.  proved[i] marks the pairs proved; *finished = 1
+ * when the check ends here (a difference, the wall clock, an error, or
+ * every pair proved). */
+static vd_rc nf_phase(vd_smt *s, const vd_term *par, const vd_term *single, size_t n, int *proved, size_t *open,
+                      vd_smt_result *res, vd_diag *d, unsigned wall, double t_end, double t0, int *finished) {
+  /* OPTIMIZATION-ONLY: a probe at an eighth of the budget first.  When
+   * it gives up (a stage the size of a model: a bug upstream of the
+   * inferred lineages of a boundary-only plan grows them so), the random
+   * witness runs before the rest of the budget is spent: a real bug is
+   * then found in a fraction of the normal form's work.  A probe that
+   * finishes is the normal form's result; one that gives up without a
+   * witness is discarded and the full budget runs as before.  Both are
+   * step budgets, so the path taken depends on the terms only. */
+  uint64_t full = vd_smt_i_nf_budget(s);
+  uint64_t probe = (full ? full : VD_SMT_DEFAULT_NF_STEPS) / 8;
+  int decided = 0;
+  vd_rc rc;
+  if (vd_smt_i_witness_first(s)) {
+    rc = witness_first(s, par, single, n, open, res, d, wall, t_end, t0, finished);
+    if (*finished) return rc;
+  }
+  /* Pass 0 (linear combinations of shared subterms: a walk of the sum
+   * trees, no normalisation) first, on the full budget: a large correct
+   * stage it proves (the MoE gate weight gradient over 256 microbatch
+   * replicas: 1.3 million steps) must not pay the probe's witness, a Z3
+   * evaluation of its whole DAG (30 s there). */
+  rc = sum_pass(s, par, single, n, proved, res, full);
+  size_t n_sum = 0;
+  for (size_t i = 0; i < n; i++) n_sum += (size_t)proved[i];
+  if (rc == VD_OK && n_sum == n) {
+    res->n_fast = n;
+    decided = 1;
+  }
+  if (rc == VD_OK && !decided) memset(proved, 0, n * sizeof(*proved));
+  if (rc == VD_OK && !decided && probe && (full == 0 || probe < full)) {
+    rc = probe_nf(s, par, single, n, proved, open, res, d, wall, t_end, t0, probe, &decided, finished);
+    if (*finished) return rc;
+  }
+  if (rc == VD_OK && !decided) rc = nf_path(s, par, single, n, proved, res, full);
+  *finished = 1;
+  if (vd_smt_i_oom(s)) return VD_OOM(d);
+  res->ms_fast = vd_clock_ms() - t0;
+  if (rc == VD_ENOMEM) return VD_OOM(d);
+  if (rc != VD_OK) {
+    rc = vd_smt_status(s, d, "check (normal form)");
+    if (rc == VD_OK) rc = VD_ERR(d, VD_EINTERNAL, NULL, "check", NULL, "normal form failed");
+    return rc;
+  }
+  if (res->n_fast == n) {
     res->verdict = VD_SMT_EQUIVALENT;
     res->by_fast_path = 1;
     return VD_OK;
   }
-  int *proved = vd_calloc(n, sizeof(int));
-  size_t *open = vd_malloc(sizeof(size_t) * n);
-  vd_rc rc = VD_OK;
-  if (!proved || !open) {
-    rc = VD_OOM(d);
-    goto done;
-  }
-  double t0 = vd_clock_ms();
-  /* One wall clock for the whole check: the witness and the solver jobs
-   * share it (the normal form runs here, bounded by its step budget). */
-  unsigned wall = vd_smt_i_timeout(s);
-  double t_end = t0 + wall;
-  if (vd_smt_i_fast_path(s)) {
-    /* OPTIMIZATION-ONLY: a probe at an eighth of the budget first.  When
-     * it gives up (a stage the size of a model: a bug upstream of the
-     * inferred lineages of a boundary-only plan grows them so), the random
-     * witness runs before the rest of the budget is spent: a real bug is
-     * then found in a fraction of the normal form's work.  A probe that
-     * finishes is the normal form's result; one that gives up without a
-     * witness is discarded and the full budget runs as before.  Both are
-     * step budgets, so the path taken depends on the terms only. */
-    uint64_t full = vd_smt_i_nf_budget(s);
-    uint64_t probe = (full ? full : VD_SMT_DEFAULT_NF_STEPS) / 8;
-    int decided = 0;
-    if (vd_smt_i_witness_first(s)) {
-      /* A stage that is probably failing: the witness before any normal
-       * form.  Found: a genuine counterexample (see witness); not found:
-       * nothing is concluded and the check goes on as usual. */
-      for (size_t i = 0; i < n; i++) open[i] = i;
-      rc = vd_smt_i_chk_run_job(s, par, single, open, n, JOB_WITNESS, left_ms(wall, t_end), res, d);
-      if (rc == VD_OK && (res->verdict == VD_SMT_NOT_EQUIVALENT || res->limit == VD_SMT_LIMIT_WALL)) {
-        /* A difference, or the wall clock spent: the check ends here. */
-        res->ms_fast = vd_clock_ms() - t0;
-        goto done;
-      }
-      if (rc != VD_OK) goto done;
-      vd_smt_result_free(res);
-      memset(res, 0, sizeof(*res));
-      res->verdict = VD_SMT_INCONCLUSIVE;
-    }
-    /* Pass 0 (linear combinations of shared subterms: a walk of the sum
-     * trees, no normalisation) first, on the full budget: a large correct
-     * stage it proves (the MoE gate weight gradient over 256 microbatch
-     * replicas: 1.3 million steps) must not pay the probe's witness, a Z3
-     * evaluation of its whole DAG (30 s there). */
-    rc = sum_pass(s, par, single, n, proved, res, full);
-    size_t n_sum = 0;
-    for (size_t i = 0; i < n; i++) n_sum += (size_t)proved[i];
-    if (rc == VD_OK && n_sum == n) {
-      res->n_fast = n;
-      decided = 1;
-    }
-    if (rc == VD_OK && !decided) memset(proved, 0, n * sizeof(*proved));
-    if (rc == VD_OK && !decided && probe && (full == 0 || probe < full)) {
-      rc = nf_path(s, par, single, n, proved, res, probe);
-      if (rc == VD_OK && !vd_smt_i_oom(s) && !res->nf_gave_up) {
-        decided = 1;
-      } else if (rc == VD_OK && !vd_smt_i_oom(s)) {
-        size_t n_open = 0, n_fast = res->n_fast;
-        for (size_t i = 0; i < n; i++)
-          if (!proved[i]) open[n_open++] = i;
-        uint64_t probe_steps = res->nf_steps;
-        rc = vd_smt_i_chk_run_job(s, par, single, open, n_open, JOB_WITNESS, left_ms(wall, t_end), res, d);
-        if (rc == VD_OK && (res->verdict == VD_SMT_NOT_EQUIVALENT || res->limit == VD_SMT_LIMIT_WALL)) {
-          /* A difference, or the wall clock spent: the check ends here. */
-          res->n_fast = n_fast;
-          res->nf_steps = probe_steps;
-          res->nf_gave_up = 1;
-          res->ms_fast = vd_clock_ms() - t0;
-          goto done;
-        }
-        if (rc == VD_OK) {
-          vd_smt_result_free(res);
-          memset(res, 0, sizeof(*res));
-          res->verdict = VD_SMT_INCONCLUSIVE;
-          memset(proved, 0, n * sizeof(*proved));
-        }
-      }
-      if (rc == VD_ENOMEM || vd_smt_i_oom(s)) {
-        rc = VD_OOM(d);
-        goto done;
-      }
-    }
-    if (rc == VD_OK && !decided) rc = nf_path(s, par, single, n, proved, res, full);
-    if (vd_smt_i_oom(s)) {
-      rc = VD_OOM(d);
-      goto done;
-    }
-    res->ms_fast = vd_clock_ms() - t0;
-    if (rc == VD_ENOMEM) {
-      rc = VD_OOM(d);
-      goto done;
-    }
-    if (rc != VD_OK) {
-      rc = vd_smt_status(s, d, "check (normal form)");
-      if (rc == VD_OK) rc = VD_ERR(d, VD_EINTERNAL, NULL, "check", NULL, "normal form failed");
-      goto done;
-    }
-    if (res->n_fast == n) {
-      res->verdict = VD_SMT_EQUIVALENT;
-      res->by_fast_path = 1;
-      goto done;
-    }
-  }
+  *finished = 0;
+  return VD_OK;
+}
+
+/* The pairs the normal form left open: the witness, then (unless the terms
+ * outgrew the normal form's budget) Z3's simplifier and solver. */
+static vd_rc solver_phase(vd_smt *s, const vd_term *par, const vd_term *single, size_t n, const int *proved,
+                          size_t *open, vd_smt_result *res, vd_diag *d, unsigned wall, double t_end) {
   size_t n_open = 0;
   for (size_t i = 0; i < n; i++)
     if (!proved[i]) open[n_open++] = i;
@@ -466,7 +473,7 @@ vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
   uint64_t nf_steps = res->nf_steps;
   int nf_gave_up = res->nf_gave_up;
   double ms_fast = res->ms_fast;
-  rc = vd_smt_i_chk_run_job(s, par, single, open, n_open, JOB_WITNESS, left_ms(wall, t_end), res, d);
+  vd_rc rc = vd_smt_i_chk_run_job(s, par, single, open, n_open, JOB_WITNESS, left_ms(wall, t_end), res, d);
   int found = rc == VD_OK && res->verdict == VD_SMT_NOT_EQUIVALENT;
   int out_of_time = rc == VD_OK && !found && res->limit == VD_SMT_LIMIT_WALL;
   /* The witness may have cleared res: the normal form's figures stay. */
@@ -498,6 +505,40 @@ vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
     if (rc == VD_OK) rc = VD_ERR(d, VD_EINTERNAL, NULL, "check", NULL, "witness failed");
   }
   res->ms_solver = vd_clock_ms() - t1;
+  return rc;
+}
+
+vd_rc vd_smt_check(vd_smt *s, const vd_term *par, const vd_term *single, size_t n, vd_smt_result *res,
+                   vd_diag *d) {
+  memset(res, 0, sizeof(*res));
+  res->verdict = VD_SMT_INCONCLUSIVE;
+  VD_CHECK(vd_smt_status(s, d, "check"));
+  for (size_t i = 0; i < n; i++)
+    if (!par[i] || !single[i])
+      VD_FAIL(d, VD_EINTERNAL, NULL, "check", par[i] ? "single" : "parallel", "pair %zu has no term", i);
+  if (n == 0) {
+    res->verdict = VD_SMT_EQUIVALENT;
+    res->by_fast_path = 1;
+    return VD_OK;
+  }
+  int *proved = vd_calloc(n, sizeof(int));
+  size_t *open = vd_malloc(sizeof(size_t) * n);
+  vd_rc rc = VD_OK;
+  if (!proved || !open) {
+    rc = VD_OOM(d);
+    goto done;
+  }
+  double t0 = vd_clock_ms();
+  /* One wall clock for the whole check: the witness and the solver jobs
+   * share it (the normal form runs here, bounded by its step budget). */
+  unsigned wall = vd_smt_i_timeout(s);
+  double t_end = t0 + wall;
+  if (vd_smt_i_fast_path(s)) {
+    int finished = 0;
+    rc = nf_phase(s, par, single, n, proved, open, res, d, wall, t_end, t0, &finished);
+    if (finished) goto done;
+  }
+  rc = solver_phase(s, par, single, n, proved, open, res, d, wall, t_end);
 done:
   if (rc == VD_OK && res->verdict == VD_SMT_EQUIVALENT && res->n_fast > 0 && vd_smt_i_cross_check(s) && open)
     rc = cross_check(s, par, single, n, open, res, d);

@@ -274,13 +274,11 @@ static void proved_without_values(vd_smt_result *res, unsigned ms) {
            "a counterexample exists; its values were not computed within the wall-clock limit %.3g s", ms / 1e3);
 }
 
-/* Runs the open pairs through a job of the given mode (see the file
- * comment) with ms of wall clock (0: none).  On return res holds the
- * verdict; its diff indices are positions in par/single.  A witness that
- * finds nothing leaves res INCONCLUSIVE (limit WALL when the clock ended
- * it). */
-vd_rc vd_smt_i_chk_run_job(vd_smt *s, const vd_term *par, const vd_term *single, const size_t *open, size_t n_open,
-                     int mode, unsigned ms, vd_smt_result *res, vd_diag *d) {
+/* A job for n_open pairs in mode: its own fresh Z3 context (budget and
+ * seed of s), synchronisation, and room for the translated pairs.  On
+ * failure *out is NULL and the error is in d. */
+static vd_rc job_new(vd_smt *s, size_t n_open, int mode, vd_diag *d, job_t **out) {
+  *out = NULL;
   job_t *j = vd_calloc(1, sizeof(*j));
   if (!j) return VD_OOM(d);
   pthread_mutex_init(&j->mu, NULL);
@@ -305,6 +303,14 @@ vd_rc vd_smt_i_chk_run_job(vd_smt *s, const vd_term *par, const vd_term *single,
     job_free(j);
     return VD_OOM(d);
   }
+  *out = j;
+  return VD_OK;
+}
+
+/* The open pairs of s translated into the job's context; a failure is
+ * left sticky on j->js. */
+static void job_translate(vd_smt *s, job_t *j, const vd_term *par, const vd_term *single, const size_t *open,
+                          size_t n_open) {
   /* SOUNDNESS: Z3_translate copies a term into another context with the
    * same structure and symbol names, so the question asked is the same. */
   Z3_context src = vd_smt_i_z3(s), dst = vd_smt_i_z3(j->js);
@@ -338,13 +344,14 @@ vd_rc vd_smt_i_chk_run_job(vd_smt *s, const vd_term *par, const vd_term *single,
   } else {
     vd_smt_i_fail(j->js, "out of memory (Z3_mk_ast_vector)");
   }
-  if (vd_smt_i_failed(j->js)) {
-    vd_smt_i_fail(s, vd_smt_error(j->js)); /* the error is the stage's, sticky on s */
-    rc = vd_smt_i_chk_out_of_memory(j->js) ? VD_OOM(d) : vd_smt_status(j->js, d, "check (translate)");
-    job_free(j);
-    return rc;
-  }
-  int interrupted = 0, run_stopped = 0;
+}
+
+/* Runs the job on a helper thread (here when none starts) and waits up to
+ * ms (0: no limit), then interrupts it and waits a grace period.  Returns 1
+ * when the job was abandoned: res then holds the verdict, and the thread
+ * owns j (it frees it when Z3 returns).  *interrupted, *run_stopped: the
+ * job was interrupted, by a stop of the run. */
+static int job_wait(job_t *j, unsigned ms, vd_smt_result *res, int *interrupted, int *run_stopped) {
   pthread_attr_t at;
   pthread_t th;
   int started = 0;
@@ -359,44 +366,51 @@ vd_rc vd_smt_i_chk_run_job(vd_smt *s, const vd_term *par, const vd_term *single,
     /* No thread: run here; the budget still bounds it. */
     job_work(j);
     j->done = 1;
-  } else {
-    struct timespec dl;
-    if (ms) deadline_after(&dl, ms);
-    pthread_mutex_lock(&j->mu);
-    if (!wait_done(j, ms ? &dl : NULL, 1)) {
-      /* Z3_interrupt is the one Z3 call that is safe from another thread. */
-      __atomic_store_n(&j->stop, 1, __ATOMIC_RELEASE);
-      Z3_interrupt(vd_smt_i_z3(j->js));
-      interrupted = 1;
-      run_stopped = vd_ctl_stopped() != 0;
-      unsigned grace = ms / 4 + 200 > 2000 ? 2000 : ms / 4 + 200;
-      if (run_stopped && grace > 1000) grace = 1000;
-      deadline_after(&dl, grace);
-      if (!wait_done(j, &dl, 0)) {
-        j->abandoned = 1;
-        vd_smt_i_orphan_add(1);
-        /* It may run on for minutes: let it only take idle CPU. */
-        pid_t tid = __atomic_load_n(&j->tid, __ATOMIC_ACQUIRE);
-        if (tid > 0) setpriority(PRIO_PROCESS, (id_t)tid, 19);
-        int found = __atomic_load_n(&j->found, __ATOMIC_ACQUIRE);
-        pthread_mutex_unlock(&j->mu);
-        if (found) {
-          proved_without_values(res, ms);
-          return VD_OK;
-        }
-        res->verdict = VD_SMT_INCONCLUSIVE;
-        res->limit = VD_SMT_LIMIT_WALL;
-        if (run_stopped)
-          snprintf(res->reason, sizeof(res->reason), "run interrupted (Z3 ignored the interrupt; its check was abandoned)");
-        else
-          snprintf(res->reason, sizeof(res->reason),
-                   "wall-clock limit %.3g s (Z3 ignored the interrupt; its check was abandoned)", ms / 1e3);
-        return VD_OK;
-      }
-    }
-    pthread_mutex_unlock(&j->mu);
+    return 0;
   }
-  rc = j->rc;
+  struct timespec dl;
+  if (ms) deadline_after(&dl, ms);
+  pthread_mutex_lock(&j->mu);
+  if (!wait_done(j, ms ? &dl : NULL, 1)) {
+    /* Z3_interrupt is the one Z3 call that is safe from another thread. */
+    __atomic_store_n(&j->stop, 1, __ATOMIC_RELEASE);
+    Z3_interrupt(vd_smt_i_z3(j->js));
+    *interrupted = 1;
+    *run_stopped = vd_ctl_stopped() != 0;
+    unsigned grace = ms / 4 + 200 > 2000 ? 2000 : ms / 4 + 200;
+    if (*run_stopped && grace > 1000) grace = 1000;
+    deadline_after(&dl, grace);
+    if (!wait_done(j, &dl, 0)) {
+      j->abandoned = 1;
+      vd_smt_i_orphan_add(1);
+      /* It may run on for minutes: let it only take idle CPU. */
+      pid_t tid = __atomic_load_n(&j->tid, __ATOMIC_ACQUIRE);
+      if (tid > 0) setpriority(PRIO_PROCESS, (id_t)tid, 19);
+      int found = __atomic_load_n(&j->found, __ATOMIC_ACQUIRE);
+      pthread_mutex_unlock(&j->mu);
+      if (found) {
+        proved_without_values(res, ms);
+        return 1;
+      }
+      res->verdict = VD_SMT_INCONCLUSIVE;
+      res->limit = VD_SMT_LIMIT_WALL;
+      if (*run_stopped)
+        snprintf(res->reason, sizeof(res->reason), "run interrupted (Z3 ignored the interrupt; its check was abandoned)");
+      else
+        snprintf(res->reason, sizeof(res->reason),
+                 "wall-clock limit %.3g s (Z3 ignored the interrupt; its check was abandoned)", ms / 1e3);
+      return 1;
+    }
+  }
+  pthread_mutex_unlock(&j->mu);
+  return 0;
+}
+
+/* The finished job's outcome into res (diff indices mapped back through
+ * open), then the job freed. */
+static vd_rc job_collect(vd_smt *s, job_t *j, const size_t *open, unsigned ms, int interrupted, int run_stopped,
+                         vd_smt_result *res, vd_diag *d) {
+  vd_rc rc = j->rc;
   int found = __atomic_load_n(&j->found, __ATOMIC_ACQUIRE);
   if (interrupted && rc != VD_ENOMEM && (rc != VD_OK || j->res.verdict == VD_SMT_INCONCLUSIVE)) {
     /* Z3 stopped at the interruption (as an error, "canceled", or as
@@ -442,4 +456,26 @@ vd_rc vd_smt_i_chk_run_job(vd_smt *s, const vd_term *par, const vd_term *single,
   }
   job_free(j);
   return rc;
+}
+
+/* Runs the open pairs through a job of the given mode (see the file
+ * comment) with ms of wall clock (0: none).  On return res holds the
+ * verdict; its diff indices are positions in par/single.  A witness that
+ * finds nothing leaves res INCONCLUSIVE (limit WALL when the clock ended
+ * it). */
+vd_rc vd_smt_i_chk_run_job(vd_smt *s, const vd_term *par, const vd_term *single, const size_t *open, size_t n_open,
+                           int mode, unsigned ms, vd_smt_result *res, vd_diag *d) {
+  job_t *j;
+  vd_rc rc = job_new(s, n_open, mode, d, &j);
+  if (rc != VD_OK) return rc;
+  job_translate(s, j, par, single, open, n_open);
+  if (vd_smt_i_failed(j->js)) {
+    vd_smt_i_fail(s, vd_smt_error(j->js)); /* the error is the stage's, sticky on s */
+    rc = vd_smt_i_chk_out_of_memory(j->js) ? VD_OOM(d) : vd_smt_status(j->js, d, "check (translate)");
+    job_free(j);
+    return rc;
+  }
+  int interrupted = 0, run_stopped = 0;
+  if (job_wait(j, ms, res, &interrupted, &run_stopped)) return VD_OK;
+  return job_collect(s, j, open, ms, interrupted, run_stopped, res, d);
 }

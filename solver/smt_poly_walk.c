@@ -305,53 +305,123 @@ vd_rc vd_smt_nf_prepare(vd_smt_nf *nf, const vd_term *roots, size_t n_roots) {
   return rc;
 }
 
-/* Normal form of node a whose arguments are all memoised. */
-static int64_t node_nf(vd_smt_nf *nf, Z3_ast a) {
+/* Normal form of a numeral (an atom when its text is no rational). */
+static int64_t numeral_nf(vd_smt_nf *nf, Z3_ast a) {
   Z3_context z = nf->z;
-  if (charge(nf, 1)) return -1;
-  nf->steps++;
-  Z3_ast_kind kind = Z3_get_ast_kind(z, a);
-  if (kind == Z3_NUMERAL_AST) {
-    Z3_string str = Z3_get_numeral_string(z, a);
-    if (!str || mpq_set_str(nf->t2, str, 10) != 0) {
-      uint32_t key[2] = {A_CONST, Z3_get_ast_id(z, a)};
-      return vd_smt_i_nf_atom_poly(nf, key, 2);
-    }
-    mpq_canonicalize(nf->t2);
-    mpq_t c;
-    mpq_init(c);
-    mpq_set(c, nf->t2);
-    int64_t r = vd_smt_i_nf_poly_const(nf, c);
-    mpq_clear(c);
-    return r;
-  }
-  if (kind != Z3_APP_AST) {
+  Z3_string str = Z3_get_numeral_string(z, a);
+  if (!str || mpq_set_str(nf->t2, str, 10) != 0) {
     uint32_t key[2] = {A_CONST, Z3_get_ast_id(z, a)};
     return vd_smt_i_nf_atom_poly(nf, key, 2);
   }
-  if (nf->prepared && sum_head(nf, a)) {
-    if (gather(nf, a, 0)) return -1;
-    return leaves_sum(nf);
-  }
-  Z3_app app = Z3_to_app(z, a);
-  Z3_func_decl f = Z3_get_app_decl(z, app);
-  Z3_decl_kind dk = Z3_get_decl_kind(z, f);
-  unsigned na = Z3_get_app_num_args(z, app);
-  uint32_t *ch = vd_malloc(sizeof(uint32_t) * (na + 4));
-  int *sg = vd_malloc(sizeof(int) * (na + 1));
-  int64_t r = -1;
+  mpq_canonicalize(nf->t2);
   mpq_t c;
   mpq_init(c);
-  if (!ch || !sg) {
-    nf->oom = 1;
-    goto done;
+  mpq_set(c, nf->t2);
+  int64_t r = vd_smt_i_nf_poly_const(nf, c);
+  mpq_clear(c);
+  return r;
+}
+
+/* The product of the arguments (c: scratch). */
+static int64_t mul_nf(vd_smt_nf *nf, const uint32_t *args, unsigned na, mpq_t c) {
+  int64_t r;
+#ifdef VD_TEST_BREAK_NF
+  /* TEST ONLY (the broken-NF build of `make e2e`, tests/e2e/50_certificate.sh):
+   * a deliberately wrong rule, c * x -> x for a numeral c != 0, so that
+   * `verdict recheck` and --cross-check are seen catching a normal form
+   * that proves a false equality.  Never defined in a real build. */
+  r = nf->one_poly;
+  for (unsigned i = 0; i < na && r >= 0; i++)
+    if (!(vd_smt_i_nf_poly_is_const(nf, args[i], c) && mpq_sgn(c) != 0)) r = vd_smt_i_nf_poly_mul(nf, (uint32_t)r, args[i]);
+  return r;
+#endif
+  (void)c;
+  r = na ? args[0] : nf->one_poly;
+  for (unsigned i = 1; i < na && r >= 0; i++) r = vd_smt_i_nf_poly_mul(nf, (uint32_t)r, args[i]);
+  return r;
+}
+
+/* x / c for a non-zero numeral c; otherwise an atom [A_DIV, args] (the
+ * key is written into ch[2..], just before args = ch + 3). */
+static int64_t div_nf(vd_smt_nf *nf, uint32_t *ch, const uint32_t *args, unsigned na, mpq_t c) {
+  if (na == 2 && vd_smt_i_nf_poly_is_const(nf, args[1], c) && mpq_sgn(c) != 0) {
+    mpq_inv(c, c);
+    return vd_smt_i_nf_poly_scale(nf, args[0], c);
   }
+  ch[2] = A_DIV;
+  return vd_smt_i_nf_atom_poly(nf, ch + 2, na + 1);
+}
+
+/* x ^ e for a numeral 0 <= e <= MAX_POW into *r; 1 when not (a generic atom). */
+static int power_nf(vd_smt_nf *nf, const uint32_t *args, unsigned na, mpq_t c, int64_t *r) {
+  if (na == 2 && vd_smt_i_nf_poly_is_const(nf, args[1], c) && mpz_cmp_ui(mpq_denref(c), 1) == 0 && mpq_sgn(c) >= 0 &&
+      mpz_cmp_ui(mpq_numref(c), MAX_POW) <= 0) {
+    unsigned long e = mpz_get_ui(mpq_numref(c));
+    *r = nf->one_poly;
+    for (unsigned long i = 0; i < e && *r >= 0; i++) *r = vd_smt_i_nf_poly_mul(nf, (uint32_t)*r, args[0]);
+    return 0;
+  }
+  return 1;
+}
+
+/* <=, >=, <, > into *r (left -1 on failure); 1 when not binary (a generic atom). */
+static int cmp_nf(vd_smt_nf *nf, Z3_decl_kind dk, const uint32_t *args, unsigned na, mpq_t c, int64_t *r) {
+  if (na != 2) return 1;
+  /* a <= b  iff  a - b <= 0; ge/gt swap the sides. */
+  int swap = dk == Z3_OP_GE || dk == Z3_OP_GT, strict = dk == Z3_OP_LT || dk == Z3_OP_GT;
+  uint32_t pr[2] = {args[swap ? 1 : 0], args[swap ? 0 : 1]};
+  int sgn[2] = {1, -1};
+  int64_t d = vd_smt_i_nf_poly_sum(nf, pr, sgn, 2);
+  if (d < 0) return 0;
+  if (vd_smt_i_nf_poly_is_const(nf, (uint32_t)d, c)) {
+    int holds = strict ? mpq_sgn(c) < 0 : mpq_sgn(c) <= 0;
+    *r = holds ? nf->true_poly : nf->false_poly;
+    return 0;
+  }
+  int64_t m = vd_smt_i_nf_poly_monic(nf, (uint32_t)d, 1);
+  if (m < 0) return 0;
+  uint32_t key[2] = {strict ? A_LT : A_LE, (uint32_t)m};
+  *r = vd_smt_i_nf_atom_poly(nf, key, 2);
+  return 0;
+}
+
+/* = into *r (left -1 on failure); 1 when not binary (a generic atom). */
+static int eq_nf(vd_smt_nf *nf, Z3_app app, const uint32_t *args, unsigned na, mpq_t c, int64_t *r) {
+  Z3_context z = nf->z;
+  if (na != 2) return 1;
+  if (args[0] == args[1]) {
+    *r = nf->true_poly;
+    return 0;
+  }
+  Z3_sort_kind sk = Z3_get_sort_kind(z, Z3_get_sort(z, Z3_get_app_arg(z, app, 0)));
+  if (sk != Z3_REAL_SORT && sk != Z3_INT_SORT) {
+    uint32_t key[3] = {A_EQGEN, args[0] < args[1] ? args[0] : args[1], args[0] < args[1] ? args[1] : args[0]};
+    *r = vd_smt_i_nf_atom_poly(nf, key, 3);
+    return 0;
+  }
+  int sgn[2] = {1, -1};
+  int64_t d = vd_smt_i_nf_poly_sum(nf, args, sgn, 2);
+  if (d < 0) return 0;
+  if (vd_smt_i_nf_poly_is_const(nf, (uint32_t)d, c)) {
+    *r = mpq_sgn(c) == 0 ? nf->true_poly : nf->false_poly;
+    return 0;
+  }
+  int64_t m = vd_smt_i_nf_poly_monic(nf, (uint32_t)d, 0);
+  if (m < 0) return 0;
+  uint32_t key[2] = {A_EQ, (uint32_t)m};
+  *r = vd_smt_i_nf_atom_poly(nf, key, 2);
+  return 0;
+}
+
+/* Normal form of application a (declaration f, na arguments whose normal
+ * forms are args = ch + 3; ch[0..2] are free for a key in front of them,
+ * sg has na + 1 entries, c is scratch). */
+static int64_t app_nf(vd_smt_nf *nf, Z3_ast a, Z3_app app, Z3_func_decl f, unsigned na, uint32_t *ch, int *sg,
+                      mpq_t c) {
+  Z3_context z = nf->z;
+  Z3_decl_kind dk = Z3_get_decl_kind(z, f);
   uint32_t *args = ch + 3;
-  for (unsigned i = 0; i < na; i++) {
-    int64_t v = memo_of(nf, Z3_get_app_arg(z, app, i));
-    if (v < 0) goto done; /* only after a failure */
-    args[i] = (uint32_t)v;
-  }
+  int64_t r = -1;
   switch (dk) {
   case Z3_OP_TRUE: r = nf->true_poly; break;
   case Z3_OP_FALSE: r = nf->false_poly; break;
@@ -365,84 +435,17 @@ static int64_t node_nf(vd_smt_nf *nf, Z3_ast a) {
     r = na == 1 ? vd_smt_i_nf_poly_sum(nf, args, sg, 1) : -1;
     break;
   case Z3_OP_TO_REAL: r = na == 1 ? (int64_t)args[0] : -1; break;
-  case Z3_OP_MUL:
-#ifdef VD_TEST_BREAK_NF
-    /* TEST ONLY (the broken-NF build of `make e2e`, tests/e2e/50_certificate.sh):
-     * a deliberately wrong rule, c * x -> x for a numeral c != 0, so that
-     * `verdict recheck` and --cross-check are seen catching a normal form
-     * that proves a false equality.  Never defined in a real build. */
-    r = nf->one_poly;
-    for (unsigned i = 0; i < na && r >= 0; i++)
-      if (!(vd_smt_i_nf_poly_is_const(nf, args[i], c) && mpq_sgn(c) != 0)) r = vd_smt_i_nf_poly_mul(nf, (uint32_t)r, args[i]);
+  case Z3_OP_MUL: r = mul_nf(nf, args, na, c); break;
+  case Z3_OP_DIV: r = div_nf(nf, ch, args, na, c); break;
+  case Z3_OP_POWER:
+    if (power_nf(nf, args, na, c, &r)) goto generic;
     break;
-#endif
-    r = na ? args[0] : nf->one_poly;
-    for (unsigned i = 1; i < na && r >= 0; i++) r = vd_smt_i_nf_poly_mul(nf, (uint32_t)r, args[i]);
+  case Z3_OP_LE: case Z3_OP_GE: case Z3_OP_LT: case Z3_OP_GT:
+    if (cmp_nf(nf, dk, args, na, c, &r)) goto generic;
     break;
-  case Z3_OP_DIV:
-    if (na == 2 && vd_smt_i_nf_poly_is_const(nf, args[1], c) && mpq_sgn(c) != 0) {
-      mpq_inv(c, c);
-      r = vd_smt_i_nf_poly_scale(nf, args[0], c);
-    } else {
-      ch[2] = A_DIV;
-      r = vd_smt_i_nf_atom_poly(nf, ch + 2, na + 1);
-    }
+  case Z3_OP_EQ:
+    if (eq_nf(nf, app, args, na, c, &r)) goto generic;
     break;
-  case Z3_OP_POWER: {
-    if (na == 2 && vd_smt_i_nf_poly_is_const(nf, args[1], c) && mpz_cmp_ui(mpq_denref(c), 1) == 0 && mpq_sgn(c) >= 0 &&
-        mpz_cmp_ui(mpq_numref(c), MAX_POW) <= 0) {
-      unsigned long e = mpz_get_ui(mpq_numref(c));
-      r = nf->one_poly;
-      for (unsigned long i = 0; i < e && r >= 0; i++) r = vd_smt_i_nf_poly_mul(nf, (uint32_t)r, args[0]);
-    } else {
-      goto generic;
-    }
-    break;
-  }
-  case Z3_OP_LE: case Z3_OP_GE: case Z3_OP_LT: case Z3_OP_GT: {
-    if (na != 2) goto generic;
-    /* a <= b  iff  a - b <= 0; ge/gt swap the sides. */
-    int swap = dk == Z3_OP_GE || dk == Z3_OP_GT, strict = dk == Z3_OP_LT || dk == Z3_OP_GT;
-    uint32_t pr[2] = {args[swap ? 1 : 0], args[swap ? 0 : 1]};
-    int sgn[2] = {1, -1};
-    int64_t d = vd_smt_i_nf_poly_sum(nf, pr, sgn, 2);
-    if (d < 0) break;
-    if (vd_smt_i_nf_poly_is_const(nf, (uint32_t)d, c)) {
-      int holds = strict ? mpq_sgn(c) < 0 : mpq_sgn(c) <= 0;
-      r = holds ? nf->true_poly : nf->false_poly;
-      break;
-    }
-    int64_t m = vd_smt_i_nf_poly_monic(nf, (uint32_t)d, 1);
-    if (m < 0) break;
-    uint32_t key[2] = {strict ? A_LT : A_LE, (uint32_t)m};
-    r = vd_smt_i_nf_atom_poly(nf, key, 2);
-    break;
-  }
-  case Z3_OP_EQ: {
-    if (na != 2) goto generic;
-    if (args[0] == args[1]) {
-      r = nf->true_poly;
-      break;
-    }
-    Z3_sort_kind sk = Z3_get_sort_kind(z, Z3_get_sort(z, Z3_get_app_arg(z, app, 0)));
-    if (sk != Z3_REAL_SORT && sk != Z3_INT_SORT) {
-      uint32_t key[3] = {A_EQGEN, args[0] < args[1] ? args[0] : args[1], args[0] < args[1] ? args[1] : args[0]};
-      r = vd_smt_i_nf_atom_poly(nf, key, 3);
-      break;
-    }
-    int sgn[2] = {1, -1};
-    int64_t d = vd_smt_i_nf_poly_sum(nf, args, sgn, 2);
-    if (d < 0) break;
-    if (vd_smt_i_nf_poly_is_const(nf, (uint32_t)d, c)) {
-      r = mpq_sgn(c) == 0 ? nf->true_poly : nf->false_poly;
-      break;
-    }
-    int64_t m = vd_smt_i_nf_poly_monic(nf, (uint32_t)d, 0);
-    if (m < 0) break;
-    uint32_t key[2] = {A_EQ, (uint32_t)m};
-    r = vd_smt_i_nf_atom_poly(nf, key, 2);
-    break;
-  }
   case Z3_OP_ITE:
     if (na != 3) goto generic;
     if (args[0] == nf->true_poly || args[1] == args[2]) r = args[1];
@@ -469,6 +472,43 @@ static int64_t node_nf(vd_smt_nf *nf, Z3_ast a) {
     r = vd_smt_i_nf_atom_poly(nf, ch + 1, na + 2);
     break;
   }
+  return r;
+}
+
+/* Normal form of node a whose arguments are all memoised. */
+static int64_t node_nf(vd_smt_nf *nf, Z3_ast a) {
+  Z3_context z = nf->z;
+  if (charge(nf, 1)) return -1;
+  nf->steps++;
+  Z3_ast_kind kind = Z3_get_ast_kind(z, a);
+  if (kind == Z3_NUMERAL_AST) return numeral_nf(nf, a);
+  if (kind != Z3_APP_AST) {
+    uint32_t key[2] = {A_CONST, Z3_get_ast_id(z, a)};
+    return vd_smt_i_nf_atom_poly(nf, key, 2);
+  }
+  if (nf->prepared && sum_head(nf, a)) {
+    if (gather(nf, a, 0)) return -1;
+    return leaves_sum(nf);
+  }
+  Z3_app app = Z3_to_app(z, a);
+  Z3_func_decl f = Z3_get_app_decl(z, app);
+  unsigned na = Z3_get_app_num_args(z, app);
+  uint32_t *ch = vd_malloc(sizeof(uint32_t) * (na + 4));
+  int *sg = vd_malloc(sizeof(int) * (na + 1));
+  int64_t r = -1;
+  mpq_t c;
+  mpq_init(c);
+  if (!ch || !sg) {
+    nf->oom = 1;
+    goto done;
+  }
+  uint32_t *args = ch + 3;
+  for (unsigned i = 0; i < na; i++) {
+    int64_t v = memo_of(nf, Z3_get_app_arg(z, app, i));
+    if (v < 0) goto done; /* only after a failure */
+    args[i] = (uint32_t)v;
+  }
+  r = app_nf(nf, a, app, f, na, ch, sg, c);
 done:
   mpq_clear(c);
   vd_free(ch);
