@@ -6,7 +6,7 @@
 # end-to-end scripts run against bin/verdict.
 
 CC      ?= gcc
-MODULES := common plans ops graph oracle lineage noise stages solver verifier bugs
+MODULES := common plans gen ops graph oracle lineage noise stages solver verifier bugs
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -fopenmp
 OPT     ?= -O2 -g
 LIBS    := -lmsgpackc -lz3 -lgmp -lcrypto -ljansson -lm -fopenmp

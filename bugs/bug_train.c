@@ -169,7 +169,7 @@ static int loss_scale(const vd_plan_t *p, const vd_node_t *n) {
   return vd_bug_i_is(p, n, "scale") && vd_bug_i_is_fwd(p, n) && strcmp(vd_bug_i_name(p, n), "loss") == 0;
 }
 
-/* --loss-mask plans (plans/gen_llama3.c): loss = ce.sum * pow(count, -1)
+/* --loss-mask plans (gen/llama3.c): loss = ce.sum * pow(count, -1)
  * with count all-reduced once, before the microbatches, from each rank's
  * local sum(mask). */
 static int count_inv(const vd_plan_t *p, const vd_node_t *n) {

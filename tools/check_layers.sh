@@ -3,7 +3,8 @@
 # above it in the pipeline.  The order is written once, here: a module may
 # include its own headers and those of the modules listed before it.
 #   common   allocator, diagnostics
-#   plans    plan format, reader/writer, validation, generators
+#   plans    plan format, reader/writer, validation
+#   gen      model generators (plans through the plans/ builder only)
 #   ops      operator registry: arity, attributes, shapes, reduction, numerics
 #   graph    SSA DAG of a plan
 #   oracle   numeric executor (an independent judge: no lineage/stages/solver)
@@ -19,7 +20,7 @@
 # MoE encoders were once declared in ops/ops_moe.h, defined in solver/).
 set -eu
 cd "$(dirname "$0")/.."
-LAYERS="common plans ops graph oracle lineage noise stages solver bugs verifier"
+LAYERS="common plans gen ops graph oracle lineage noise stages solver bugs verifier"
 ALLOWED_bugs="common plans bugs"
 fail=0
 pos() { i=0; for l in $LAYERS; do [ "$l" = "$1" ] && { echo $i; return; }; i=$((i + 1)); done; echo -1; }

@@ -1,6 +1,6 @@
 /*
  * verifier/cmd_gen.c - `verdict gen`: build a single-device and a parallel
- * plan for a model (plans/gen.h) and write them with vd_plan_write_file.
+ * plan for a model (gen/gen.h) and write them with vd_plan_write_file.
  * Every error is one line on stderr and exit code 2.
  */
 #include <stdio.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "../common/outfile.h"
-#include "../plans/gen.h"
+#include "../gen/gen.h"
 #include "cli.h"
 
 static void usage(FILE *f) {

@@ -22,7 +22,7 @@
 
 #include "../../bugs/bugs.h"
 #include "../../common/mem.h"
-#include "../../plans/gen.h"
+#include "../../gen/gen.h"
 #include "../../oracle/exec.h"
 #include "../support/fault.h"
 

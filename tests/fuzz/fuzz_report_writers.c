@@ -36,7 +36,7 @@
 #include <unistd.h>
 
 #include "../../bugs/bugs.h"
-#include "../../plans/gen.h"
+#include "../../gen/gen.h"
 #include "../../verifier/report.h"
 #include "../../verifier/run.h"
 

@@ -23,7 +23,7 @@
 #include "../../graph/graph.h"
 #include "../../lineage/lineage.h"
 #include "../../ops/ops.h"
-#include "../../plans/gen.h"
+#include "../../gen/gen.h"
 #include "../support/fault.h"
 #include "../support/plan_builders.h"
 

@@ -16,7 +16,7 @@
 #include "../../common/mem.h"
 #include "../../graph/graph.h"
 #include "../../lineage/lineage.h"
-#include "../../plans/gen.h"
+#include "../../gen/gen.h"
 #include "../support/plan_builders.h"
 #include "../support/fault.h"
 #include "../support/pipeline.h"

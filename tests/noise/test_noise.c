@@ -21,7 +21,7 @@
 
 #include "../../common/mem.h"
 #include "../../noise/noise.h"
-#include "../../plans/gen.h"
+#include "../../gen/gen.h"
 #include "../support/fault.h"
 
 static void test_prec(void **st) {

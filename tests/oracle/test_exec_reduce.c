@@ -21,7 +21,7 @@
 #include <cmocka.h>
 
 #include "../../bugs/bugs.h"
-#include "../../plans/gen.h"
+#include "../../gen/gen.h"
 #include "../../oracle/exec.h"
 
 static void fail_diag(const char *what, vd_diag *d) {

@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "../../bugs/bugs.h"
-#include "../../plans/gen.h"
+#include "../../gen/gen.h"
 #include "../../solver/stage_solve.h"
 #include "../support/fault.h"
 #include "../support/pipeline.h"

@@ -46,7 +46,7 @@
 #include "../../common/mem.h"
 #include "../../oracle/exec.h"
 #include "../../ops/ops.h"
-#include "../../plans/gen.h"
+#include "../../gen/gen.h"
 #include "../../plans/plan.h"
 #include "../../solver/smt.h"
 #include "../../verifier/run.h"

@@ -16,7 +16,7 @@
 #include "../../common/mem.h"
 #include "../../graph/graph.h"
 #include "../../lineage/lineage.h"
-#include "../../plans/gen.h"
+#include "../../gen/gen.h"
 #include "../../ops/ops.h"
 #include "../../stages/stage.h"
 #include "../support/plan_builders.h"

@@ -11,7 +11,7 @@
 
 #include "../../graph/graph.h"
 #include "../../lineage/lineage.h"
-#include "../../plans/gen.h"
+#include "../../gen/gen.h"
 #include "stage_builder.h"
 #include "../support/fault.h"
 #include "../support/pipeline.h"

@@ -6,7 +6,7 @@
 
 #include <string.h>
 
-#include "../../plans/gen.h"
+#include "../../gen/gen.h"
 
 vd_rc tp_pair_lineage(tp_pair *x, vd_diag *d) {
   vd_graph_opts o = {.expand_replicas = 0};

@@ -28,7 +28,7 @@
 
 #include "../../bugs/bugs.h"
 #include "../../common/ctl.h"
-#include "../../plans/gen.h"
+#include "../../gen/gen.h"
 #include "../../verifier/report.h"
 #include "../../verifier/run.h"
 

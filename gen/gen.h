@@ -1,5 +1,5 @@
 /*
- * plans/gen.h - plan generators for real model families.
+ * gen/gen.h - plan generators for real model families.
  *
  * From one model description (vd_gen_config) vd_gen_build emits two plans:
  * the single-device plan (the same model at dp=tp=pp=cp=ep=1, nm=1, global
@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "../common/diag.h"
-#include "plan.h"
+#include "../plans/plan.h"
 
 typedef enum { VD_GEN_MLP, VD_GEN_LLAMA3, VD_GEN_MOE } vd_gen_model;
 typedef enum { VD_GEN_SGD, VD_GEN_ADAM } vd_gen_optimizer;

@@ -1,6 +1,6 @@
 /*
- * plans/gen_moe.c - DeepSeek-style mixture of experts: Llama-3 attention
- * (gen_llama3.c) and an FFN made of a router (linear + topk_gate), routed
+ * gen/moe.c - DeepSeek-style mixture of experts: Llama-3 attention
+ * (llama3.c) and an FFN made of a router (linear + topk_gate), routed
  * experts (grouped_mlp) and a shared expert (SwiGLU), summed.
  *
  * Parallel forms: the router runs on the norm output before the TP region
@@ -13,7 +13,7 @@
  * back, and a sum combines them.  Flattened token tensors and the dispatched
  * buffers have no single counterpart that is a slice: they carry no lineage.
  */
-#include "gen_int.h"
+#include "gen_models.h"
 
 /* view helper */
 static int view(vd_gen_ctx *g, int x, const char *name, int l, int ndim, const int64_t *shape, vd_gen_lay fl,

@@ -1,11 +1,11 @@
 /*
- * plans/gen_mlp.c - the MLP model: a stack of Megatron MLP blocks
+ * gen/mlp.c - the MLP model: a stack of Megatron MLP blocks
  *     x -> linear(fc1, h -> ffn) -> silu -> linear(fc2, ffn -> h) -> next
  * with a sum loss.  TP: fc1 column-parallel (region entry: forward
  * identity, backward all_reduce), fc2 row-parallel with an all_reduce of its
- * partial output.  DP/PP/microbatches come from the engine (gen.c).
+ * partial output.  DP/PP/microbatches come from the engine (gen_int.h).
  */
-#include "gen_int.h"
+#include "gen_models.h"
 
 vd_rc vd_gen_i_mlp(vd_gen_ctx *g) {
   const vd_gen_config *c = g->c;

@@ -1,6 +1,8 @@
 /*
- * plans/gen_int.h - private to plans/gen*.c: the SPMD emission engine the
- * model generators (gen_mlp.c, gen_llama3.c, gen_moe.c) are written against.
+ * gen/gen_int.h - private to gen/: the SPMD emission engine the model
+ * generators (mlp.c, llama3.c, moe.c) are written against.  The engine's
+ * own cross-file internals are in gen_engine.h, the models in gen_models.h:
+ * build.c -> models -> this API, and the engine never includes a model.
  *
  * A model is written ONCE, as forward code over distributed tensors
  * ("dtensors"): a dtensor lives on one pipeline stage and has one plan
@@ -188,20 +190,8 @@ int vd_gen_i_token_count(vd_gen_ctx *g, int mask, const char *name);
 /* Marks the loss: its gradient is seeded with an input "loss.grad". */
 void vd_gen_i_loss(vd_gen_ctx *g, int loss);
 
-/* Model builders (gen_mlp.c, gen_llama3.c, gen_moe.c): record the forward. */
-vd_rc vd_gen_i_mlp(vd_gen_ctx *g);
-vd_rc vd_gen_i_llama3(vd_gen_ctx *g);
-vd_rc vd_gen_i_moe(vd_gen_ctx *g);
-/* Llama-3 pieces shared with the MoE model (gen_llama3.c). */
-int vd_gen_i_llama_embed(vd_gen_ctx *g);
-/* Attention block of layer l on residual x (returns the new residual). */
-int vd_gen_i_llama_attention(vd_gen_ctx *g, int l, int x);
-/* Final norm, LM head and loss; marks the loss. */
-int vd_gen_i_llama_head(vd_gen_ctx *g, int x);
 /* Stage of layer l (-1 embedding, layers = head). */
 static inline int vd_gen_i_stage(const vd_gen_ctx *g, int64_t l) { return g->layer_stage[l + 1]; }
-/* Residual-stream layout (seq split by cp, and by tp under SP). */
-vd_gen_lay vd_gen_i_res_lay(const vd_gen_ctx *g);
 
 /* Formats into a small rotating buffer (names); not thread-safe per ctx only. */
 const char *vd_gen_i_fmt(vd_gen_ctx *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,5 +1,5 @@
 /*
- * plans/gen_llama3.c - the Llama-3 style dense decoder:
+ * gen/llama3.c - the Llama-3 style dense decoder:
  *   embedding -> L x [rms_norm, GQA attention with RoPE and causal mask,
  *   residual, rms_norm, SwiGLU FFN, residual] -> rms_norm -> LM head ->
  *   cross-entropy (written out as docs/operators.md says) or sum loss.
@@ -8,9 +8,9 @@
  * all_gather on the sequence dim instead of all_reduce / identity), CP
  * (sequence split; K and V all-gathered over the CP group; rope and the
  * causal mask at global positions).  The attention and head pieces are
- * shared with gen_moe.c.
+ * shared with moe.c.
  */
-#include "gen_int.h"
+#include "gen_models.h"
 
 #include <math.h>
 

@@ -1,5 +1,5 @@
 /*
- * tests/plans/test_gen.c - the plan generators (plans/gen*.c) on a matrix of
+ * tests/gen/test_gen.c - the plan generators (gen/) on a matrix of
  * configurations built in memory: both plans validate, world/rank counts
  * and lineage annotations are what the parallel scheme implies (weights tile
  * their single tensor, per-microbatch gradients are parts of it, the loss is
@@ -16,7 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../plans/gen.h"
+#include "../../gen/gen.h"
 #include "../../oracle/exec.h"
 
 static int64_t single_id(const vd_plan_t *s, const char *name) {
