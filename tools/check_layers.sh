@@ -43,7 +43,8 @@ for mod in $LAYERS; do
 done
 # Prototypes in headers against the module of their definition.
 if command -v ctags >/dev/null 2>&1; then
-  defs=$(ctags -x --c-kinds=f */*.c 2>/dev/null | awk '{ split($4, p, "/"); print $1, p[1] }')
+  # external definitions only: a static function of another module is another function
+  defs=$(ctags -x --c-kinds=f */*.c 2>/dev/null | awk '$5 != "static" { split($4, p, "/"); print $1, p[1] }')
   protos=$(ctags -x --c-kinds=p */*.h 2>/dev/null | awk '{ split($4, p, "/"); print $1, p[1], $4 }')
   up=$(printf '%s\n' "$protos" | while read -r name hmod hfile; do
     [ -n "$name" ] || continue
