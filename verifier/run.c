@@ -140,11 +140,9 @@ vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   return rc;
 }
 
-static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
+/* Loads and checks both plans, and hashes their files for the reports. */
+static vd_rc load_plans(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   double t = vd_clock_s();
-  /* The phases before solving (lineage validation) use OpenMP's default
-   * team: the solver's thread count. */
-  if (o->threads > 0) omp_set_num_threads(o->threads);
   vd_progress_phase(&r->prog, "loading the plans", -1, NULL, 0);
   VD_CHECK(load_plan(o->sm, VD_PLAN_SINGLE, &r->sp, d));
   VD_CHECK(load_plan(o->pm, VD_PLAN_PARALLEL, &r->pp, d));
@@ -156,11 +154,13 @@ static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   vd_digest_hex(dg, r->pm_sha256);
   VD_CHECK(vd_lin_check_pair(&r->sp, o->sm, &r->pp, o->pm, d));
   r->phase_s[VD_RUN_LOAD] = vd_clock_s() - t;
-  /* A stop request (common/ctl.h) is looked at between the phases too:
-   * loading and the graphs do not poll it. */
-  if (vd_ctl_stopped()) return VD_ECANCELED;
+  return VD_OK;
+}
 
-  t = vd_clock_s();
+/* The two graphs; the parallel one's issues go to the run's list, and
+ * *pg_rc is how building it went (VD_OK or VD_EINPUT). */
+static vd_rc build_graphs(const vd_run_opts *o, vd_run *r, vd_rc *pg_rc, vd_diag *d) {
+  double t = vd_clock_s();
   vd_progress_phase(&r->prog, "building the graphs", -1, NULL, 0);
   vd_graph_opts sgo = {.expand_replicas = 1}, pgo = {.expand_replicas = 0};
   vd_rc rc = vd_graph_build(&r->sp, &sgo, &r->sg, d);
@@ -177,33 +177,33 @@ static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
     if (d) *d = gd;
     return rc;
   }
+  *pg_rc = rc;
   VD_CHECK(vd_run_i_collect_issues(r, r->pg.issues, r->pg.n_issues, r->pg.n_issues_dropped, "parallel plan: "));
   r->phase_s[VD_RUN_GRAPH] = vd_clock_s() - t;
-  if (r->n_issues || r->n_issues_dropped) return VD_OK; /* stages need a well-formed graph */
-  if (vd_ctl_stopped()) return VD_ECANCELED;
-  {
-    /* The lineage table and the stages work per replica: a plan whose
-     * replicas ask for more than its file allows stops here, INCONCLUSIVE
-     * naming the limit (plans/budget.c), before inference, the lineage table
-     * or a stage (the replica-0 graphs are the file's size). */
-    vd_issue is;
-    vd_issue_init(&is, "verifier", 0, "limit", VD_DX_NONE);
-    char why[sizeof(is.detail)];
-    VD_CHECK(vd_plan_replica_work(&r->pp, why, sizeof(why), d));
-    if (why[0]) {
-      snprintf(is.detail, sizeof(is.detail), "%.100s: %.200s", o->pm, why);
-      return vd_issue_push(&r->limits, &r->n_limits, &r->cap_limits, 0, &r->n_limits_dropped, &is) ? VD_OOM(d)
-                                                                                                  : VD_OK;
-    }
-  }
+  return VD_OK;
+}
 
-  if (!o->no_infer) {
-    t = vd_clock_s();
-    vd_ctl_set(VD_CTL_INFER_VALUES, 0);
-    vd_progress_phase(&r->prog, "inferring lineages", VD_CTL_INFER_VALUES, "values with a lineage", 0);
-    VD_CHECK(vd_lin_infer(&r->sg, &r->pg, &r->pp, &r->inferred, &r->infer, d));
-    r->phase_s[VD_RUN_LINEAGE] += vd_clock_s() - t;
+/* The lineage table and the stages work per replica: a plan whose replicas
+ * ask for more than its file allows stops here, INCONCLUSIVE naming the
+ * limit (plans/budget.c), before inference, the lineage table or a stage
+ * (the replica-0 graphs are the file's size).  *over: the limit was hit. */
+static vd_rc replica_work_limit(const vd_run_opts *o, vd_run *r, int *over, vd_diag *d) {
+  vd_issue is;
+  vd_issue_init(&is, "verifier", 0, "limit", VD_DX_NONE);
+  char why[sizeof(is.detail)];
+  VD_CHECK(vd_plan_replica_work(&r->pp, why, sizeof(why), d));
+  *over = why[0] != 0;
+  if (why[0]) {
+    snprintf(is.detail, sizeof(is.detail), "%.100s: %.200s", o->pm, why);
+    return vd_issue_push(&r->limits, &r->n_limits, &r->cap_limits, 0, &r->n_limits_dropped, &is) ? VD_OOM(d)
+                                                                                                : VD_OK;
   }
+  return VD_OK;
+}
+
+/* Rounds of cut-and-solve, each without the candidates the one before
+ * dropped, until none is dropped or the last round. */
+static vd_rc run_rounds(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   size_t n_graph_issues = r->n_issues, n_graph_dropped = r->n_issues_dropped;
   for (;;) {
     r->infer_rounds++;
@@ -224,6 +224,31 @@ static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
     r->n_dropped += n_drop;
     vd_run_i_reset_round(r, n_graph_issues, n_graph_dropped);
   }
-  return rc;
+  return VD_OK;
 }
 
+static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
+  /* The phases before solving (lineage validation) use OpenMP's default
+   * team: the solver's thread count. */
+  if (o->threads > 0) omp_set_num_threads(o->threads);
+  VD_CHECK(load_plans(o, r, d));
+  /* A stop request (common/ctl.h) is looked at between the phases too:
+   * loading and the graphs do not poll it. */
+  if (vd_ctl_stopped()) return VD_ECANCELED;
+  vd_rc rc = VD_OK;
+  VD_CHECK(build_graphs(o, r, &rc, d));
+  if (r->n_issues || r->n_issues_dropped) return VD_OK; /* stages need a well-formed graph */
+  if (vd_ctl_stopped()) return VD_ECANCELED;
+  int over = 0;
+  VD_CHECK(replica_work_limit(o, r, &over, d));
+  if (over) return VD_OK;
+  if (!o->no_infer) {
+    double t = vd_clock_s();
+    vd_ctl_set(VD_CTL_INFER_VALUES, 0);
+    vd_progress_phase(&r->prog, "inferring lineages", VD_CTL_INFER_VALUES, "values with a lineage", 0);
+    VD_CHECK(vd_lin_infer(&r->sg, &r->pg, &r->pp, &r->inferred, &r->infer, d));
+    r->phase_s[VD_RUN_LINEAGE] += vd_clock_s() - t;
+  }
+  VD_CHECK(run_rounds(o, r, d));
+  return rc;
+}

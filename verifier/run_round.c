@@ -148,10 +148,10 @@ vd_rc vd_run_i_recut_reported(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   return VD_OK;
 }
 
-/* One round: lineage table, stages, solving (with the current candidates). */
-vd_rc vd_run_i_analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
+/* The round's lineage table, built again without the candidates its
+ * issues implicate; its issues go to the run's list. */
+static vd_rc build_lineage_table(vd_run *r, vd_diag *d) {
   double t = vd_clock_s();
-  vd_rc rc;
   vd_ctl_set(VD_CTL_LIN_PIECES, 0);
   vd_ctl_set(VD_CTL_LIN_CHECKED, 0);
   vd_progress_phase(&r->prog, "checking the lineage table", VD_CTL_LIN_PIECES, "pieces collected", 0);
@@ -174,73 +174,49 @@ vd_rc vd_run_i_analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   }
   VD_CHECK(vd_run_i_collect_issues(r, r->lt.issues, r->lt.n_issues, r->lt.n_issues_dropped, NULL));
   r->phase_s[VD_RUN_LINEAGE] += vd_clock_s() - t;
-  /* Different global batches: every stage downstream of the data compares
-   * different samples, so solving would only repeat the BATCH diagnosis. */
-  for (size_t i = 0; i < r->lt.n_issues; i++)
-    if (r->lt.issues[i].kind == VD_LISSUE_BATCH) return VD_OK;
+  return VD_OK;
+}
 
-  t = vd_clock_s();
-  /* Each stage is reduced and classified as soon as it is cut; a class
-   * member's body is freed at once (OPTIMIZATION-ONLY: memory follows the
-   * classes, not the stages; vd_stage_recut restores it for reports). */
-  vd_ctl_set(VD_CTL_STAGES_CUT, 0);
-  vd_ctl_set(VD_CTL_CUT_LINEAGES, 0);
-  vd_progress_phase(&r->prog, "cutting stages", VD_CTL_STAGES_CUT, "stages cut", 0);
-  vd_progress_second(&r->prog, VD_CTL_CUT_LINEAGES, "lineages cut");
-  struct stage_hook *h = vd_calloc(1, sizeof(*h)); /* (its batch is large: not on the stack) */
-  if (!h) return VD_OOM(d);
-  h->r = r;
-  h->o = o;
-  {
-    /* Per value of the two graphs, plus one per node execution in all
-     * replicas (sums by part and collectives spanning replicas hold every
-     * replica's piece; REPLICA_EXEC_PER_BYTE bounds those executions). */
-    uint64_t ex = 0;
-    rc = vd_plan_executions(&r->pp, UINT64_MAX, &ex, d);
-    if (rc != VD_OK) {
-      vd_free(h);
-      return rc;
-    }
-    uint64_t reps = r->pp.world.replicas > 0 ? (uint64_t)r->pp.world.replicas : 1;
-    h->cut_budget = (uint64_t)VD_LIM_CUT_VALUES_SLACK + ex * reps +
-                    (uint64_t)VD_LIM_CUT_VALUES_PER_VALUE * ((uint64_t)r->sg.n_values + (uint64_t)r->pg.n_values);
-  }
-  rc = o->no_reuse ? VD_OK : vd_stage_canon_new(&h->tab, d);
-  if (rc == VD_OK) rc = vd_stage_cut_hook(&r->lt, &r->set, stage_hook, h, d);
-  if (rc == VD_OK) rc = hook_flush(h, &r->set, d);
-  r->cut_values = h->cut_values;
-  r->cut_budget = h->cut_budget;
-  if (h->over) {
-    /* SOUNDNESS: nothing of this round is solved (its stages are dropped);
-     * the limit makes the run INCONCLUSIVE, never EQUIVALENT. */
-    vd_issue is;
-    vd_issue_init(&is, "stages", 0, "limit", VD_DX_NONE);
-    snprintf(is.detail, sizeof(is.detail),
-             "the stages cut so far hold %llu values, past CUT_VALUES_PER_VALUE (%d per value of the two graphs, "
-             "plus the node executions of all replicas, plus %d; `verdict limits`): a node with many outputs is copied into every stage "
-             "that reads one of them",
-             (unsigned long long)h->cut_values, VD_LIM_CUT_VALUES_PER_VALUE, VD_LIM_CUT_VALUES_SLACK);
-    vd_stage_set_free(&r->set);
-    memset(&r->set, 0, sizeof(r->set));
-    for (size_t j = 0; j < VD_RUN_HOOK_BATCH; j++) vd_stage_canon_key_free(&h->key[j]);
-    vd_stage_canon_free(h->tab);
-    vd_free(h->shape);
-    vd_free(h);
-    if (d) vd_diag_clear(d);
-    VD_CHECK(vd_issue_push(&r->limits, &r->n_limits, &r->cap_limits, 0, &r->n_limits_dropped, &is));
-    r->round_final = 1;
-    r->phase_s[VD_RUN_STAGES] += vd_clock_s() - t;
-    return VD_OK;
-  }
-  vd_stage_canon_free(h->tab);
+/* The bound on the values the cut may copy into stages: per value of the
+ * two graphs, plus one per node execution in all replicas (sums by part and
+ * collectives spanning replicas hold every replica's piece;
+ * REPLICA_EXEC_PER_BYTE bounds those executions). */
+static vd_rc cut_budget_of(const vd_run *r, uint64_t *budget, vd_diag *d) {
+  uint64_t ex = 0;
+  VD_CHECK(vd_plan_executions(&r->pp, UINT64_MAX, &ex, d));
+  uint64_t reps = r->pp.world.replicas > 0 ? (uint64_t)r->pp.world.replicas : 1;
+  *budget = (uint64_t)VD_LIM_CUT_VALUES_SLACK + ex * reps +
+            (uint64_t)VD_LIM_CUT_VALUES_PER_VALUE * ((uint64_t)r->sg.n_values + (uint64_t)r->pg.n_values);
+  return VD_OK;
+}
+
+/* The cut stopped past its bound (stage_hook).  SOUNDNESS: nothing of this
+ * round is solved (its stages are dropped); the limit makes the run
+ * INCONCLUSIVE, never EQUIVALENT.  Frees h. */
+static vd_rc cut_over_limit(vd_run *r, struct stage_hook *h, double t, vd_diag *d) {
+  vd_issue is;
+  vd_issue_init(&is, "stages", 0, "limit", VD_DX_NONE);
+  snprintf(is.detail, sizeof(is.detail),
+           "the stages cut so far hold %llu values, past CUT_VALUES_PER_VALUE (%d per value of the two graphs, "
+           "plus the node executions of all replicas, plus %d; `verdict limits`): a node with many outputs is copied into every stage "
+           "that reads one of them",
+           (unsigned long long)h->cut_values, VD_LIM_CUT_VALUES_PER_VALUE, VD_LIM_CUT_VALUES_SLACK);
+  vd_stage_set_free(&r->set);
+  memset(&r->set, 0, sizeof(r->set));
   for (size_t j = 0; j < VD_RUN_HOOK_BATCH; j++) vd_stage_canon_key_free(&h->key[j]);
-  if (rc == VD_OK) rc = vd_run_i_collect_issues(r, r->set.issues, r->set.n_issues, r->set.n_issues_dropped, NULL);
-  for (size_t i = 0; i < h->n_shape && rc == VD_OK; i++)
-    rc = vd_issue_push(&r->issues, &r->n_issues, &r->cap_issues, 0, &r->n_issues_dropped, &h->shape[i]);
+  vd_stage_canon_free(h->tab);
   vd_free(h->shape);
   vd_free(h);
-  if (rc != VD_OK) return rc;
-  vd_progress_phase(&r->prog, "grouping stages into symmetry classes", -1, NULL, 0);
+  if (d) vd_diag_clear(d);
+  VD_CHECK(vd_issue_push(&r->limits, &r->n_limits, &r->cap_limits, 0, &r->n_limits_dropped, &is));
+  r->round_final = 1;
+  r->phase_s[VD_RUN_STAGES] += vd_clock_s() - t;
+  return VD_OK;
+}
+
+/* The stages' sums: per-replica, per-microbatch stages represented, and
+ * the sums by part with the parts they stand for. */
+static void count_represented(vd_run *r) {
   r->n_represented = 0;
   r->n_sum_stages = r->n_sum_parts = 0;
   for (size_t i = 0; i < r->set.n_stages; i++) {
@@ -252,6 +228,50 @@ vd_rc vd_run_i_analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
       r->n_sum_parts += (size_t)(st->n_rep ? st->n_rep : 1) * (st->n_mb ? st->n_mb : 1);
     }
   }
+}
+
+/* One round: lineage table, stages, solving (with the current candidates). */
+vd_rc vd_run_i_analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
+  vd_rc rc;
+  VD_CHECK(build_lineage_table(r, d));
+  /* Different global batches: every stage downstream of the data compares
+   * different samples, so solving would only repeat the BATCH diagnosis. */
+  for (size_t i = 0; i < r->lt.n_issues; i++)
+    if (r->lt.issues[i].kind == VD_LISSUE_BATCH) return VD_OK;
+
+  double t = vd_clock_s();
+  /* Each stage is reduced and classified as soon as it is cut; a class
+   * member's body is freed at once (OPTIMIZATION-ONLY: memory follows the
+   * classes, not the stages; vd_stage_recut restores it for reports). */
+  vd_ctl_set(VD_CTL_STAGES_CUT, 0);
+  vd_ctl_set(VD_CTL_CUT_LINEAGES, 0);
+  vd_progress_phase(&r->prog, "cutting stages", VD_CTL_STAGES_CUT, "stages cut", 0);
+  vd_progress_second(&r->prog, VD_CTL_CUT_LINEAGES, "lineages cut");
+  struct stage_hook *h = vd_calloc(1, sizeof(*h)); /* (its batch is large: not on the stack) */
+  if (!h) return VD_OOM(d);
+  h->r = r;
+  h->o = o;
+  rc = cut_budget_of(r, &h->cut_budget, d);
+  if (rc != VD_OK) {
+    vd_free(h);
+    return rc;
+  }
+  rc = o->no_reuse ? VD_OK : vd_stage_canon_new(&h->tab, d);
+  if (rc == VD_OK) rc = vd_stage_cut_hook(&r->lt, &r->set, stage_hook, h, d);
+  if (rc == VD_OK) rc = hook_flush(h, &r->set, d);
+  r->cut_values = h->cut_values;
+  r->cut_budget = h->cut_budget;
+  if (h->over) return cut_over_limit(r, h, t, d);
+  vd_stage_canon_free(h->tab);
+  for (size_t j = 0; j < VD_RUN_HOOK_BATCH; j++) vd_stage_canon_key_free(&h->key[j]);
+  if (rc == VD_OK) rc = vd_run_i_collect_issues(r, r->set.issues, r->set.n_issues, r->set.n_issues_dropped, NULL);
+  for (size_t i = 0; i < h->n_shape && rc == VD_OK; i++)
+    rc = vd_issue_push(&r->issues, &r->n_issues, &r->cap_issues, 0, &r->n_issues_dropped, &h->shape[i]);
+  vd_free(h->shape);
+  vd_free(h);
+  if (rc != VD_OK) return rc;
+  vd_progress_phase(&r->prog, "grouping stages into symmetry classes", -1, NULL, 0);
+  count_represented(r);
   r->phase_s[VD_RUN_STAGES] += vd_clock_s() - t;
 
   t = vd_clock_s();
