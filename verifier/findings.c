@@ -597,59 +597,61 @@ static int cmp_finding(const void *a, const void *b) {
 /* Plan of an issue's node or tensor, or NULL. */
 static const vd_plan_t *issue_plan(const vd_run *r, const vd_issue *is) { return is->single ? &r->sp : &r->pp; }
 
-vd_rc vd_findings_build(const vd_run *r, vd_findings *out, vd_diag *d) {
-  memset(out, 0, sizeof(*out));
-  /* A run stopped before its graphs were built (common/ctl.h) has nothing
-   * to group. */
-  if (!r->pg.plan || !r->sg.plan) return VD_OK;
-  size_t ni = r->n_issues, ns = r->verdicts ? r->set.n_stages : 0;
-  size_t n = ni + ns;
-  size_t *parent = vd_malloc((n ? n : 1) * sizeof(size_t));
-  int32_t *dn = vd_malloc((ns ? ns : 1) * sizeof(int32_t));
-  uint32_t *sgpos = NULL, *sppos = NULL, *pgpos = NULL, *pppos = NULL;
-  size_t *root_of = NULL;
-  kvs keys = {0};
-  size_t cap_f = 0;
-  vd_rc rc = VD_OK;
-  char key[512], sig[400], why[256];
-  if (!parent || !dn) goto oom;
-  if (topo_positions(&r->pg, &pgpos, &pppos) != VD_OK) goto oom;
-  if (topo_positions(&r->sg, &sgpos, &sppos) != VD_OK) goto oom;
-  for (size_t i = 0; i < n; i++) parent[i] = i;
+/* The grouping of one run's issues and failing stages into findings:
+ * items 0..ni are the issues, ni..ni+ns the stages; parent is their
+ * union-find, dn the stages' diverging nodes, *pos the nodes' topological
+ * positions in the four graphs, keys the grouping keys. */
+struct grouping {
+  const vd_run *r;
+  size_t ni, ns, n;
+  size_t *parent;
+  int32_t *dn;
+  uint32_t *sgpos, *sppos, *pgpos, *pppos;
+  kvs keys;
+};
 
-  /* Issues: by node and by tensor; BATCH absorbs DATAFLOW. */
+/* Issues: by node and by tensor; BATCH absorbs DATAFLOW. */
+static void key_issues(struct grouping *g) {
+  const vd_run *r = g->r;
+  char key[512], sig[400];
   size_t batch = SIZE_MAX;
-  for (size_t i = 0; i < ni; i++)
+  for (size_t i = 0; i < g->ni; i++)
     if (r->issues[i].diagnosis == VD_DX_BATCH && batch == SIZE_MAX) batch = i;
-  for (size_t i = 0; i < ni; i++) {
+  for (size_t i = 0; i < g->ni; i++) {
     const vd_issue *is = &r->issues[i];
     const vd_plan_t *p = issue_plan(r, is);
-    if (batch != SIZE_MAX && is->diagnosis == VD_DX_DATAFLOW) uf_union(parent, batch, i);
+    if (batch != SIZE_MAX && is->diagnosis == VD_DX_DATAFLOW) uf_union(g->parent, batch, i);
     if (is->pnode >= 0 && (size_t)is->pnode < p->n_nodes) {
       node_sig(sig, sizeof(sig), p, is->pnode, !is->single);
       snprintf(key, sizeof(key), "I|%d|%s|%s|%s", (int)is->diagnosis, is->source, is->kind_name, sig);
-      add_key(&keys, i, key);
+      add_key(&g->keys, i, key);
       snprintf(key, sizeof(key), "C|%s", sig);
-      add_key(&keys, i, key);
+      add_key(&g->keys, i, key);
     }
     if (is->tensor >= 0 && (size_t)is->tensor < p->n_tensors) {
       char nm[200];
       norm_name(nm, sizeof(nm), vd_plan_s(p, p->tensors[is->tensor].name));
       snprintf(key, sizeof(key), "T|%d|%s|%s|%d|%s", (int)is->diagnosis, is->source, is->kind_name, !is->single, nm);
-      add_key(&keys, i, key);
+      add_key(&g->keys, i, key);
       if (is->pnode < 0) {
         /* No node: the same kind of problem in one module on one rank
          * (two swapped gradients are two such entries, one cause). */
         prefix_comps(nm, sizeof(nm), vd_plan_s(p, p->tensors[is->tensor].name), 3);
         snprintf(key, sizeof(key), "M|%d|%s|%s|%d|%lld|%s", (int)is->diagnosis, is->source, is->kind_name, !is->single,
                  (long long)is->rank, nm);
-        add_key(&keys, i, key);
+        add_key(&g->keys, i, key);
       }
     }
   }
-  /* Failing stages: diverging node of class representatives (members use
-   * the same stage-local node). */
-  for (size_t i = 0; i < ns; i++) {
+}
+
+/* Failing stages: diverging node of class representatives (members use
+ * the same stage-local node). */
+static void key_stages(struct grouping *g) {
+  const vd_run *r = g->r;
+  char key[512], sig[400], why[256];
+  int32_t *dn = g->dn;
+  for (size_t i = 0; i < g->ns; i++) {
     dn[i] = -1;
     const vd_stage *st = &r->set.stages[i];
     const vd_stage_verdict *v = &r->verdicts[i];
@@ -660,168 +662,213 @@ vd_rc vd_findings_build(const vd_run *r, vd_findings *out, vd_diag *d) {
     else
       dn[i] = vd_rep_diverging(r, i, why, sizeof(why));
     snprintf(key, sizeof(key), "S|%d|%zu|%d", (int)v->diagnosis, c, dn[i]);
-    add_key(&keys, ni + i, key);
+    add_key(&g->keys, g->ni + i, key);
     if (dn[i] >= 0 && st->nodes[dn[i]].side) {
       uint32_t pn = r->pg.nodes[st->nodes[dn[i]].gnode].pnode;
       node_sig(sig, sizeof(sig), &r->pp, pn, 1);
       snprintf(key, sizeof(key), "N|%s", sig);
-      add_key(&keys, ni + i, key);
+      add_key(&g->keys, g->ni + i, key);
       /* The same kind of node under many names with the same diagnosis and
        * factor (every DP reducer of a rank averaging, every accumulator of a
        * layer rescaled): one cause. */
       const char *lc = last_comp(vd_plan_s(&r->pp, r->pp.nodes[pn].name));
       if (lc) {
         snprintf(key, sizeof(key), "R|%d|%s|%s|%s", (int)v->diagnosis, v->factor, vd_node_op(&r->pp, &r->pp.nodes[pn]), lc);
-        add_key(&keys, ni + i, key);
+        add_key(&g->keys, g->ni + i, key);
       }
       snprintf(key, sizeof(key), "C|%s", sig);
-      add_key(&keys, ni + i, key);
+      add_key(&g->keys, g->ni + i, key);
     }
   }
-  if (keys.oom) goto oom;
-  if (keys.n > 1) qsort(keys.v, keys.n, sizeof(*keys.v), kv_cmp); /* keys.v is NULL when empty */
-  for (size_t k = 1; k < keys.n; k++)
-    if (!strcmp(keys.v[k].key, keys.v[k - 1].key)) {
-      /* C| keys join a stage to an issue only (two stages need N| or S|). */
-      if (keys.v[k].key[0] == 'C' && keys.v[k - 1].item >= ni) continue;
-      uf_union(parent, keys.v[k - 1].item, keys.v[k].item);
-    }
+}
 
-  /* Findings, one per root (roots are each group's lowest item). */
-  root_of = vd_malloc((n ? n : 1) * sizeof(size_t));
-  if (!root_of) goto oom;
-  for (size_t i = 0; i < n; i++) root_of[i] = SIZE_MAX;
-  for (size_t i = 0; i < n; i++) {
+/* Items sharing a key are one group. */
+static void join_keys(struct grouping *g) {
+  kvs *keys = &g->keys;
+  if (keys->n > 1) qsort(keys->v, keys->n, sizeof(*keys->v), kv_cmp); /* keys.v is NULL when empty */
+  for (size_t k = 1; k < keys->n; k++)
+    if (!strcmp(keys->v[k].key, keys->v[k - 1].key)) {
+      /* C| keys join a stage to an issue only (two stages need N| or S|). */
+      if (keys->v[k].key[0] == 'C' && keys->v[k - 1].item >= g->ni) continue;
+      uf_union(g->parent, keys->v[k - 1].item, keys->v[k].item);
+    }
+}
+
+/* Findings, one per root (roots are each group's lowest item), with their
+ * issues and stages (n_ranks / n_mbs serve as their capacities here). */
+static vd_rc gather_findings(const struct grouping *g, size_t *root_of, vd_findings *out) {
+  const vd_run *r = g->r;
+  size_t ni = g->ni, cap_f = 0;
+  for (size_t i = 0; i < g->n; i++) root_of[i] = SIZE_MAX;
+  for (size_t i = 0; i < g->n; i++) {
     if (i >= ni && r->verdicts[i - ni].verdict != VD_SMT_NOT_EQUIVALENT) continue;
-    size_t root = uf_find(parent, i);
+    size_t root = uf_find(g->parent, i);
     if (root_of[root] == SIZE_MAX) {
-      if (VD_GROW(out->v, cap_f, out->n + 1)) goto oom;
+      if (VD_GROW(out->v, cap_f, out->n + 1)) return VD_ENOMEM;
       memset(&out->v[out->n], 0, sizeof(out->v[0]));
       root_of[root] = out->n++;
     }
     vd_finding *f = &out->v[root_of[root]];
     if (i < ni) {
-      if (VD_GROW(f->issues, f->n_ranks, f->n_issues + 1)) goto oom;
+      if (VD_GROW(f->issues, f->n_ranks, f->n_issues + 1)) return VD_ENOMEM;
       f->issues[f->n_issues++] = i;
     } else {
-      if (VD_GROW(f->stages, f->n_mbs, f->n_stages + 1)) goto oom;
+      if (VD_GROW(f->stages, f->n_mbs, f->n_stages + 1)) return VD_ENOMEM;
       f->stages[f->n_stages++] = i - ni;
     }
   }
-  /* (n_ranks / n_mbs served as capacities above.) */
-  for (size_t k = 0; k < out->n; k++) {
-    vd_finding *f = &out->v[k];
-    f->n_ranks = f->n_mbs = 0;
-    foot ft = {0};
-    f->structural = f->n_issues > 0;
-    f->local_node = -1;
-    f->pnode = -1;
-    f->node_rank = -1;
-    f->node_mb = -1;
-    if (f->structural) {
-      /* The representative issue: a BATCH one when there is one, else the
-       * earliest by node position, else the first listed. */
-      size_t best = f->issues[0];
-      uint64_t bpos = UINT64_MAX;
-      for (size_t j = 0; j < f->n_issues; j++) {
-        const vd_issue *is = &r->issues[f->issues[j]];
-        uint64_t pos = UINT64_MAX - 1;
-        if (is->pnode >= 0)
-          pos = is->single ? sppos[is->pnode] : (uint64_t)1 << 32 | pppos[is->pnode];
-        if (is->diagnosis == VD_DX_BATCH) pos = 0;
-        if (pos < bpos) {
-          bpos = pos;
-          best = f->issues[j];
-        }
-      }
-      const vd_issue *is = &r->issues[best];
-      f->rep = best;
-      f->diagnosis = is->diagnosis;
-      f->topo = bpos;
-      f->pnode = is->pnode;
-      f->side = !is->single;
-      f->node_rank = is->rank;
-      f->node_mb = is->mb;
-      vd_text_fmt(f->why, sizeof(f->why), "%s %s", VD_SHOW(is->source), VD_SHOW(is->kind_name));
-      for (size_t j = 0; j < f->n_issues; j++) {
-        const vd_issue *js = &r->issues[f->issues[j]];
-        foot_rank(&ft, js->rank);
-        foot_i32(&ft, &ft.m, &ft.nm, &ft.cm, (int32_t)js->mb);
-        if (!js->single && js->pnode >= 0) foot_i32(&ft, &ft.l, &ft.nl, &ft.cl, r->pp.nodes[js->pnode].layer);
-      }
-    } else {
-      /* The representative stage: among those with their own
-       * counterexample, the one whose diverging node comes first. */
-      size_t rep = f->stages[0];
-      uint64_t rpos = UINT64_MAX;
-      int rcex = 0;
-      for (size_t j = 0; j < f->n_stages; j++) {
-        size_t i = f->stages[j];
-        int cex = r->verdicts[i].n_elems > 0;
-        uint64_t pos = UINT64_MAX - 1;
-        if (dn[i] >= 0) {
-          const vd_stage_node *sn = &r->set.stages[i].nodes[dn[i]];
-          pos = sn->side ? (uint64_t)1 << 32 | pgpos[sn->gnode] : sgpos[sn->gnode];
-        }
-        if ((cex && !rcex) || (cex == rcex && pos < rpos)) {
-          rep = i;
-          rpos = pos;
-          rcex = cex;
-        }
-      }
-      f->rep = rep;
-      f->diagnosis = r->verdicts[rep].diagnosis;
-      f->local_node = vd_rep_diverging(r, rep, f->why, sizeof(f->why));
-      f->topo = UINT64_MAX - 1;
-      if (f->local_node >= 0) {
-        const vd_stage_node *sn = &r->set.stages[rep].nodes[f->local_node];
-        const vd_graph_t *g = sn->side ? &r->pg : &r->sg;
-        f->side = sn->side;
-        f->pnode = g->nodes[sn->gnode].pnode;
-        f->node_rank = sn->side ? vd_graph_rank(g, g->plan->nodes[f->pnode].rank, sn->replica) : -1;
-        f->node_mb = g->nodes[sn->gnode].mb;
-        f->topo = sn->side ? (uint64_t)1 << 32 | pgpos[sn->gnode] : sgpos[sn->gnode];
-      }
+  return VD_OK;
+}
+
+/* A structural finding: its representative issue is a BATCH one when there
+ * is one, else the earliest by node position, else the first listed. */
+static void describe_by_issue(const struct grouping *g, vd_finding *f, foot *ft) {
+  const vd_run *r = g->r;
+  size_t best = f->issues[0];
+  uint64_t bpos = UINT64_MAX;
+  for (size_t j = 0; j < f->n_issues; j++) {
+    const vd_issue *is = &r->issues[f->issues[j]];
+    uint64_t pos = UINT64_MAX - 1;
+    if (is->pnode >= 0)
+      pos = is->single ? g->sppos[is->pnode] : (uint64_t)1 << 32 | g->pppos[is->pnode];
+    if (is->diagnosis == VD_DX_BATCH) pos = 0;
+    if (pos < bpos) {
+      bpos = pos;
+      best = f->issues[j];
     }
-    /* Footprint of the failing stages (also those that follow from an issue). */
-    for (size_t j = 0; j < f->n_stages; j++) {
-      size_t i = f->stages[j];
-      const vd_stage *st = &r->set.stages[i];
-      f->n_instances += (size_t)(st->n_rep ? st->n_rep : 1) * (st->n_mb ? st->n_mb : 1);
-      if (f->structural) continue;
-      uint32_t fv[64];
-      size_t nf = vd_rep_flagged_values(r, i, fv, 64);
-      for (size_t q = 0; q < nf; q++) foot_value(&ft, r, st, fv[q]);
-      if (dn[i] >= 0) foot_node(&ft, r, st, dn[i], nf == 0);
-    }
-    if (ft.oom) {
-      vd_free(ft.r);
-      vd_free(ft.m);
-      vd_free(ft.l);
-      goto oom;
-    }
-    f->ranks = ft.r;
-    f->n_ranks = uniq_i64(ft.r, ft.nr);
-    f->mbs = ft.m;
-    f->n_mbs = uniq_i32(ft.m, ft.nm);
-    f->layers = ft.l;
-    f->n_layers = uniq_i32(ft.l, ft.nl);
   }
-  if (out->n > 1) qsort(out->v, out->n, sizeof(*out->v), cmp_finding);
-  goto done;
-oom:
-  rc = VD_OOM(d);
-  vd_findings_free(out);
-done:
-  for (size_t k = 0; k < keys.n; k++) vd_free(keys.v[k].key);
-  vd_free(keys.v);
+  const vd_issue *is = &r->issues[best];
+  f->rep = best;
+  f->diagnosis = is->diagnosis;
+  f->topo = bpos;
+  f->pnode = is->pnode;
+  f->side = !is->single;
+  f->node_rank = is->rank;
+  f->node_mb = is->mb;
+  vd_text_fmt(f->why, sizeof(f->why), "%s %s", VD_SHOW(is->source), VD_SHOW(is->kind_name));
+  for (size_t j = 0; j < f->n_issues; j++) {
+    const vd_issue *js = &r->issues[f->issues[j]];
+    foot_rank(ft, js->rank);
+    foot_i32(ft, &ft->m, &ft->nm, &ft->cm, (int32_t)js->mb);
+    if (!js->single && js->pnode >= 0) foot_i32(ft, &ft->l, &ft->nl, &ft->cl, r->pp.nodes[js->pnode].layer);
+  }
+}
+
+/* A finding of failing stages: its representative stage is, among those
+ * with their own counterexample, the one whose diverging node comes first. */
+static void describe_by_stage(const struct grouping *g, vd_finding *f) {
+  const vd_run *r = g->r;
+  size_t rep = f->stages[0];
+  uint64_t rpos = UINT64_MAX;
+  int rcex = 0;
+  for (size_t j = 0; j < f->n_stages; j++) {
+    size_t i = f->stages[j];
+    int cex = r->verdicts[i].n_elems > 0;
+    uint64_t pos = UINT64_MAX - 1;
+    if (g->dn[i] >= 0) {
+      const vd_stage_node *sn = &r->set.stages[i].nodes[g->dn[i]];
+      pos = sn->side ? (uint64_t)1 << 32 | g->pgpos[sn->gnode] : g->sgpos[sn->gnode];
+    }
+    if ((cex && !rcex) || (cex == rcex && pos < rpos)) {
+      rep = i;
+      rpos = pos;
+      rcex = cex;
+    }
+  }
+  f->rep = rep;
+  f->diagnosis = r->verdicts[rep].diagnosis;
+  f->local_node = vd_rep_diverging(r, rep, f->why, sizeof(f->why));
+  f->topo = UINT64_MAX - 1;
+  if (f->local_node >= 0) {
+    const vd_stage_node *sn = &r->set.stages[rep].nodes[f->local_node];
+    const vd_graph_t *gr = sn->side ? &r->pg : &r->sg;
+    f->side = sn->side;
+    f->pnode = gr->nodes[sn->gnode].pnode;
+    f->node_rank = sn->side ? vd_graph_rank(gr, gr->plan->nodes[f->pnode].rank, sn->replica) : -1;
+    f->node_mb = gr->nodes[sn->gnode].mb;
+    f->topo = sn->side ? (uint64_t)1 << 32 | g->pgpos[sn->gnode] : g->sgpos[sn->gnode];
+  }
+}
+
+/* One finding's representative and footprint (ranks, microbatches,
+ * layers); the footprint covers its failing stages too, also those that
+ * follow from an issue. */
+static vd_rc describe_finding(const struct grouping *g, vd_finding *f) {
+  const vd_run *r = g->r;
+  f->n_ranks = f->n_mbs = 0;
+  foot ft = {0};
+  f->structural = f->n_issues > 0;
+  f->local_node = -1;
+  f->pnode = -1;
+  f->node_rank = -1;
+  f->node_mb = -1;
+  if (f->structural) describe_by_issue(g, f, &ft);
+  else describe_by_stage(g, f);
+  for (size_t j = 0; j < f->n_stages; j++) {
+    size_t i = f->stages[j];
+    const vd_stage *st = &r->set.stages[i];
+    f->n_instances += (size_t)(st->n_rep ? st->n_rep : 1) * (st->n_mb ? st->n_mb : 1);
+    if (f->structural) continue;
+    uint32_t fv[64];
+    size_t nf = vd_rep_flagged_values(r, i, fv, 64);
+    for (size_t q = 0; q < nf; q++) foot_value(&ft, r, st, fv[q]);
+    if (g->dn[i] >= 0) foot_node(&ft, r, st, g->dn[i], nf == 0);
+  }
+  if (ft.oom) {
+    vd_free(ft.r);
+    vd_free(ft.m);
+    vd_free(ft.l);
+    return VD_ENOMEM;
+  }
+  f->ranks = ft.r;
+  f->n_ranks = uniq_i64(ft.r, ft.nr);
+  f->mbs = ft.m;
+  f->n_mbs = uniq_i32(ft.m, ft.nm);
+  f->layers = ft.l;
+  f->n_layers = uniq_i32(ft.l, ft.nl);
+  return VD_OK;
+}
+
+/* Groups the issues and failing stages of g (set up) into out. */
+static vd_rc group_findings(struct grouping *g, vd_findings *out) {
+  if (topo_positions(&g->r->pg, &g->pgpos, &g->pppos) != VD_OK) return VD_ENOMEM;
+  if (topo_positions(&g->r->sg, &g->sgpos, &g->sppos) != VD_OK) return VD_ENOMEM;
+  for (size_t i = 0; i < g->n; i++) g->parent[i] = i;
+  key_issues(g);
+  key_stages(g);
+  if (g->keys.oom) return VD_ENOMEM;
+  join_keys(g);
+  size_t *root_of = vd_malloc((g->n ? g->n : 1) * sizeof(size_t));
+  if (!root_of) return VD_ENOMEM;
+  vd_rc rc = gather_findings(g, root_of, out);
   vd_free(root_of);
-  vd_free(parent);
-  vd_free(dn);
-  vd_free(sgpos);
-  vd_free(sppos);
-  vd_free(pgpos);
-  vd_free(pppos);
+  for (size_t k = 0; k < out->n && rc == VD_OK; k++) rc = describe_finding(g, &out->v[k]);
+  if (rc == VD_OK && out->n > 1) qsort(out->v, out->n, sizeof(*out->v), cmp_finding);
+  return rc;
+}
+
+vd_rc vd_findings_build(const vd_run *r, vd_findings *out, vd_diag *d) {
+  memset(out, 0, sizeof(*out));
+  /* A run stopped before its graphs were built (common/ctl.h) has nothing
+   * to group. */
+  if (!r->pg.plan || !r->sg.plan) return VD_OK;
+  struct grouping g = {.r = r, .ni = r->n_issues, .ns = r->verdicts ? r->set.n_stages : 0};
+  g.n = g.ni + g.ns;
+  g.parent = vd_malloc((g.n ? g.n : 1) * sizeof(size_t));
+  g.dn = vd_malloc((g.ns ? g.ns : 1) * sizeof(int32_t));
+  vd_rc rc = g.parent && g.dn ? group_findings(&g, out) : VD_ENOMEM;
+  if (rc != VD_OK) {
+    rc = VD_OOM(d);
+    vd_findings_free(out);
+  }
+  for (size_t k = 0; k < g.keys.n; k++) vd_free(g.keys.v[k].key);
+  vd_free(g.keys.v);
+  vd_free(g.parent);
+  vd_free(g.dn);
+  vd_free(g.sgpos);
+  vd_free(g.sppos);
+  vd_free(g.pgpos);
+  vd_free(g.pppos);
   return rc;
 }
 
