@@ -93,14 +93,14 @@ unit: $(TEST_BIN)
 	  if ! $$t >$$t.log 2>&1; then echo "FAIL $$t"; cat $$t.log; fail=1; \
 	  else echo "ok   $$t"; fi; done; exit $$fail
 
-# A test-only verdict whose normal form has one rule flipped (solver/smt_poly.c,
+# A test-only verdict whose normal form has one rule flipped (solver/smt_poly_walk.c,
 # VD_TEST_BREAK_NF: x / c -> x): tests/e2e/50_certificate.sh shows that
 # `verdict recheck` and --cross-check catch the false proofs it makes.
 BROKEN_NF := $(BUILD)/broken-nf/verdict
-$(BROKEN_NF): $(BUILD)/verifier/main.o $(BUILD)/libverdict.a solver/smt_poly.c
+$(BROKEN_NF): $(BUILD)/verifier/main.o $(BUILD)/libverdict.a solver/smt_poly_walk.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DVD_TEST_BREAK_NF -c solver/smt_poly.c -o $(BUILD)/broken-nf/smt_poly.o
-	$(CC) $(CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(BUILD)/verifier/main.o $(BUILD)/broken-nf/smt_poly.o $(BUILD)/libverdict.a $(LIBS)
+	$(CC) $(CFLAGS) -DVD_TEST_BREAK_NF -c solver/smt_poly_walk.c -o $(BUILD)/broken-nf/smt_poly_walk.o
+	$(CC) $(CFLAGS) $(EXTRA_LDFLAGS) -o $@ $(BUILD)/verifier/main.o $(BUILD)/broken-nf/smt_poly_walk.o $(BUILD)/libverdict.a $(LIBS)
 
 e2e: $(BIN)/verdict $(BROKEN_NF)
 	@fail=0; for t in $(E2E); do \
