@@ -87,6 +87,18 @@ typedef struct {
   int64_t d[VD_MAX_DIMS];
 } vd_op_shape;
 
+/* The lines along dim of a shape: element (o, j, i) sits at (o * len + j) * inner + i
+ * (softmax, norms and other per-line operators, in the evaluators and the encoders). */
+typedef struct {
+  int64_t outer, len, inner;
+} vd_op_lines;
+static inline vd_op_lines vd_op_lines_of(const vd_op_shape *s, int32_t dim) {
+  vd_op_lines l = {1, s->d[dim], 1};
+  for (int32_t i = 0; i < dim; i++) l.outer *= s->d[i];
+  for (int32_t i = dim + 1; i < s->ndim; i++) l.inner *= s->d[i];
+  return l;
+}
+
 int64_t vd_op_shape_numel(const vd_op_shape *s);
 
 /* Row-major index helpers shared by the numeric evaluators and solver/'s

@@ -106,16 +106,6 @@ vd_rc vd_op_i_eval_apply_rotary_emb(const vd_op_call *c) { eval_rotary(c, 0); re
 vd_rc vd_op_i_shape_apply_rotary_emb_backward(const vd_op_call *c) { return shape_rotary(c, 1); }
 vd_rc vd_op_i_eval_apply_rotary_emb_backward(const vd_op_call *c) { eval_rotary(c, 1); return VD_OK; }
 
-/* Lines along dim: element (o, j, i) at (o * len + j) * inner + i. */
-typedef struct {
-  int64_t outer, len, inner;
-} lines_t;
-static lines_t lines_of(const vd_op_shape *s, int32_t dim) {
-  lines_t l = {1, s->d[dim], 1};
-  for (int32_t i = 0; i < dim; i++) l.outer *= s->d[i];
-  for (int32_t i = dim + 1; i < s->ndim; i++) l.inner *= s->d[i];
-  return l;
-}
 vd_rc vd_op_i_shape_softmax(const vd_op_call *c) {
   VD_CHECK(shape_same1(c));
   int32_t dim;
@@ -124,7 +114,7 @@ vd_rc vd_op_i_shape_softmax(const vd_op_call *c) {
 vd_rc vd_op_i_eval_softmax(const vd_op_call *c) {
   int32_t dim;
   VD_CHECK(get_dim(c, "dim", -1, c->in_shape[0].ndim, &dim));
-  lines_t l = lines_of(&c->in_shape[0], dim);
+  vd_op_lines l = vd_op_lines_of(&c->in_shape[0], dim);
   for (int64_t o = 0; o < l.outer; o++)
     for (int64_t i = 0; i < l.inner; i++) {
       const double *x = c->in[0] + o * l.len * l.inner + i;
@@ -144,7 +134,7 @@ vd_rc vd_op_i_shape_softmax_backward(const vd_op_call *c) {
 vd_rc vd_op_i_eval_softmax_backward(const vd_op_call *c) {
   int32_t dim;
   VD_CHECK(get_dim(c, "dim", -1, c->in_shape[0].ndim, &dim));
-  lines_t l = lines_of(&c->in_shape[0], dim);
+  vd_op_lines l = vd_op_lines_of(&c->in_shape[0], dim);
   for (int64_t o = 0; o < l.outer; o++)
     for (int64_t i = 0; i < l.inner; i++) {
       int64_t base = o * l.len * l.inner + i;

@@ -993,19 +993,9 @@ static vd_rc rotary(call_t *c, vd_smt *s, int backward) {
 ENC(apply_rotary_emb) { return rotary(c, s, 0); }
 ENC(apply_rotary_emb_backward) { return rotary(c, s, 1); }
 
-typedef struct {
-  int64_t outer, len, inner;
-} lines_t;
-static lines_t lines_of(const vd_op_shape *sh, int32_t dim) {
-  lines_t l = {1, sh->d[dim], 1};
-  for (int32_t i = 0; i < dim; i++) l.outer *= sh->d[i];
-  for (int32_t i = dim + 1; i < sh->ndim; i++) l.inner *= sh->d[i];
-  return l;
-}
-
 ENC(softmax) {
   int32_t dim = adim(c, "dim", -1, IN(0)->shape.ndim);
-  lines_t l = lines_of(&IN(0)->shape, dim);
+  vd_op_lines l = vd_op_lines_of(&IN(0)->shape, dim);
   vd_term k = dims_scale(s, c, 0, dim, dim + 1);
   vd_term *e = vd_malloc(sizeof(vd_term) * (size_t)(l.len + 1));
   if (!e) return VD_OOM(c->diag);
@@ -1022,7 +1012,7 @@ ENC(softmax) {
 
 ENC(softmax_backward) {
   int32_t dim = adim(c, "dim", -1, IN(0)->shape.ndim);
-  lines_t l = lines_of(&IN(0)->shape, dim);
+  vd_op_lines l = vd_op_lines_of(&IN(0)->shape, dim);
   vd_term k = dims_scale(s, c, 0, dim, dim + 1);
   vd_term *p = vd_malloc(sizeof(vd_term) * (size_t)(l.len + 1));
   if (!p) return VD_OOM(c->diag);
