@@ -103,6 +103,10 @@ static int64_t part_n(const vd_tensor_t *t) { return t->has_lin && t->lin.part_n
  *            another shape may give other bits on the same inputs. */
 enum { NZ_MOVE = 1, NZ_ELEM = 2, NZ_SUM = 4, NZ_ADDS = 8, NZ_KERN = 16 };
 
+/* A contraction's output against its single tensor: the same shape; another shape, each element
+ * summed in the same order (contraction_keeps_order); another shape and another order. */
+enum { SAME_SHAPE = 0, SAME_ORDER = 1, REORDERED = 2 };
+
 static const uint8_t nz_class[VD_OP__COUNT] = {
     [VD_OP_IDENTITY] = NZ_MOVE | NZ_ELEM, [VD_OP_CONTIGUOUS] = NZ_MOVE, [VD_OP_VIEW] = NZ_MOVE,
     [VD_OP_RESHAPE] = NZ_MOVE, [VD_OP_TRANSPOSE] = NZ_MOVE, [VD_OP_MULTIREF] = NZ_MOVE, [VD_OP_CHUNK] = NZ_MOVE,
@@ -138,13 +142,17 @@ static int is_sum_of_inputs(int op) { return nz_is(op, NZ_ADDS); }
 
 /* Whether parallel value v holds its single tensor whole (same shape, not a
  * part): the kernel then runs on the same shape on both sides. */
+static const vd_tensor_t *single_of(const vd_noise_ctx *c, const vd_tensor_t *t) {
+  if (!t->has_lin) return NULL;
+  int64_t si = vd_plan_find_tensor(c->sp, t->lin.full);
+  return si < 0 ? NULL : &c->sp->tensors[si];
+}
+
 static int whole_single(const vd_noise_ctx *c, uint32_t v) {
   const vd_tensor_t *t = ptensor(c, v);
   if (!t->has_lin || t->lin.part_n > 1) return 0;
-  int64_t si = vd_plan_find_tensor(c->sp, t->lin.full);
-  if (si < 0) return 0;
-  const vd_tensor_t *st = &c->sp->tensors[si];
-  if (st->ndim != t->ndim) return 0;
+  const vd_tensor_t *st = single_of(c, t);
+  if (!st || st->ndim != t->ndim) return 0;
   for (int32_t k = 0; k < t->ndim; k++)
     if (st->shape[k] != t->shape[k]) return 0;
   return 1;
@@ -160,17 +168,11 @@ static void gemm_extents(int op, const vd_tensor_t *t, int64_t *rows, int64_t *c
     *rows = t->ndim > 1 ? t->shape[t->ndim - 2] : 1;
 }
 
-static const vd_tensor_t *single_of(const vd_noise_ctx *c, const vd_tensor_t *t) {
-  if (!t->has_lin) return NULL;
-  int64_t si = vd_plan_find_tensor(c->sp, t->lin.full);
-  return si < 0 ? NULL : &c->sp->tensors[si];
-}
-
 /* Whether a contraction whose output v has another shape than its single tensor (no part of its
  * sums split: the caller checked) still sums each element in the single kernel's order.
  * Measured on PyTorch 2.9.1's CPU kernels (float32, docs/noise.md "Assumptions"): a GEMM computes
  * a row or column alike in an M x N and a 2M x N product when the extent that differs is at least
- * 12 on both sides (below it MKL/oneDNN take small-matrix paths whose order along the contraction
+ * 12 on both sides (VD_NOISE_GEMM_PATH, 16, keeps a margin; below it MKL/oneDNN take small-matrix paths whose order along the contraction
  * differs, like a reassociated sum: up to 4 ulps at K = 100); a reduction keeps each output
  * element's order when its input's innermost extent is the single input's (a row-wise mean over
  * half the rows: bit-identical; a column sum over another number of columns: not). */
@@ -723,7 +725,7 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
   /* new rounding discrepancies */
   int combine = coll_sum || (is_sum_of_inputs(op) && in_parts > out_parts);
   double *nfac = w->tmpc, *vs = w->tmpc + gn->n_out, *s1 = w->tmpc + 2 * gn->n_out, *km = w->tmpc + 3 * gn->n_out;
-  double *reblock = w->tmpc + 4 * gn->n_out; /* 1: a contraction on another shape, not split */
+  double *reblock = w->tmpc + 4 * gn->n_out; /* per output: SAME_SHAPE, SAME_ORDER or REORDERED */
   int any_split = 0;
   const vd_tensor_t *t0 = ptensor(c, ov[0]);
   double u = unit_of(c, t0), ua = accum_unit(c, u);
@@ -732,16 +734,15 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
   for (uint32_t j = 0; j < gn->n_out; j++) {
     int64_t pj = part_n(ptensor(c, ov[j]));
     nfac[j] = is_contraction(op) && pj > in_parts ? (double)pj / (double)in_parts : 0.0;
-    /* a contraction on another shape than the single plan's may block the same sums otherwise.
-       In any precision: PyTorch 2's CPU matmuls (oneDNN/MKL) choose their code path by the row
-       count, so a float32 linear over half the rows was measured to differ by 1e-7 on
-       bit-identical inputs (1.13's kernels did not).  The worst case takes the sums as
-       reassociated; the realistic bound does not: the kernel keeps each element's order along the
-       contraction and its output differs by an ulp where it does (the kernel term below; measured
-       2.9.1: a 16-row weight gradient of 32 tokens, 1.5 ulp; half-batch forward linears, 0) */
-    reblock[j] = is_contraction(op) && nfac[j] == 0 && !whole_single(c, ov[j]);
-    if (reblock[j]) nfac[j] = 1.0;
-    if (reblock[j] && !contraction_keeps_order(c, op, ov[j], iv, gn->n_in)) reblock[j] = 2.0;
+    /* a contraction on another shape than the single plan's, none of its sums split: PyTorch 2's
+       CPU kernels (oneDNN/MKL) may choose another code path by the shape (1.13's did not).  The
+       worst case takes its sums as reassociated; the realistic bound only where the measured
+       rule of contraction_keeps_order says the order changes */
+    reblock[j] = SAME_SHAPE;
+    if (is_contraction(op) && nfac[j] == 0 && !whole_single(c, ov[j])) {
+      nfac[j] = 1.0;
+      reblock[j] = contraction_keeps_order(c, op, ov[j], iv, gn->n_in) ? SAME_ORDER : REORDERED;
+    }
     any_split |= nfac[j] > 0;
     vs[j] = s1[j] = 0;
     km[j] = 1;
@@ -779,24 +780,22 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
     int64_t m = vd_tensor_numel(ptensor(c, v));
     double *rv = w->rvar[j], *wv = w->wvec[j];
     const double *s1e = w->s1v[j], *k1e = w->kv[j];
-    /* reblock 1: the same order on another shape; 2: another order, as if reassociated */
-    int split = nfac[j] > 0 && reblock[j] != 1.0;
+    int split = nfac[j] > 0 && reblock[j] != SAME_ORDER;
     /* a low-precision kernel on another shape takes another code path whatever its inputs: for a
        contraction too (bfloat16 batched matmuls of another batch shape were measured to differ by
        whole output roundings on bit-identical inputs) */
-    int kernel = (((kernel_dependent(op) || is_contraction(op)) && low) || reblock[j] == 2.0) && !whole_single(c, v);
+    int kernel = (((kernel_dependent(op) || is_contraction(op)) && low) || reblock[j] == REORDERED) && !whole_single(c, v);
     int amp = !bit_in && !is_move(op) && u > 0;
     double gsplit = nfac[j] > 0 ? vd_noise_gamma(km[j], ua) + vd_noise_gamma(km[j] * nfac[j], ua) : 0;
     double nm = coll_sum ? (double)gn->n_part : (double)gn->n_in, gcomb = vd_noise_gamma(nm - 1.0, ua);
     double g2 = 2.0 * vd_noise_gamma(km[j], ua);
     for (int64_t e = 0; e < m; e++) {
       double ye = fabs(yv[e]), prop = rv[e];
-      if (reblock[j] == 1.0) wv[e] += gsplit * s1e[e]; /* worst case: as if reassociated */
+      if (nfac[j] > 0) wv[e] += gsplit * s1e[e]; /* worst case: a split or reblocked sum, as if reassociated */
       if (split) { /* both sides' roundings of the sum, in the accumulation precision */
         double K = k1e[e] >= 1 ? k1e[e] : 1;
         double var = VD_NOISE_RV * ua * ua * K * (ye * ye / 3.0 + w->s2v[j][e] / 2.0) * (1.0 + nfac[j]);
         rv[e] += var;
-        wv[e] += gsplit * s1e[e];
         if (ua < u) { /* both sides round their (different) accumulators to the output precision */
           double a2 = VD_NOISE_ULP * u * ye * 0.8 * sqrt(var), cap = 2.0 * VD_NOISE_RV * u * u * ye * ye;
           rv[e] += a2 < cap ? a2 : cap;
