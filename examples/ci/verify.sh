@@ -1,14 +1,14 @@
 #!/bin/sh
-# examples/ci/verify.sh TARGET - one CI job of examples/ci/verdict-workflow.yml: capture the tiny
-# Llama of examples/torch (single-device and parallel, tools/torch2plan on CPU ranks) and verify the
+# examples/ci/verify.sh TARGET - one CI job of examples/ci/verdict-workflow.yml: capture a program
+# pair of examples/torch (single-device and parallel, tools/torch2plan on CPU ranks) and verify the
 # pair with every CI output.  Run it from anywhere; it works in the repository root, so the plans'
 # source locations are repository paths (examples/torch/llama_parallel.py:184), which GitHub and
 # SARIF viewers place on the code.
 #
-#   TARGET: a configuration of examples/torch/demo.sh (tp2 pp2 dp2 sp tp2pp2dp2 tp2pp2dp2sp tied),
-#           expected EQUIVALENT; or bug=NAME (no_allreduce grad_scale pp_recv dp_noavg no_sp_gather
-#           tie_noreduce), a hand-written bug expected NOT EQUIVALENT (a demonstration of the
-#           annotations: in your own gate every configuration is expected equivalent).
+#   TARGET: a configuration of examples/torch/demo.sh (`sh examples/torch/demo.sh --list`: tp2 ...
+#           tied, gpt2_ddp ...), expected EQUIVALENT; or bug=NAME (no_allreduce, grad_scale, ...), a
+#           hand-written bug expected NOT EQUIVALENT (a demonstration of the annotations: in your
+#           own gate every configuration is expected equivalent).
 #
 # Writes $OUT/TARGET.{single,parallel}.plan, .json, .junit.xml, .sarif (OUT=build/ci by default);
 # prints the text report and GitHub annotations (verdict --github), and appends the Markdown step
@@ -26,12 +26,14 @@ name=$(printf '%s' "$T" | tr -c 'a-zA-Z0-9_' '_')
 want=0
 case $T in bug=*) want=1 ;; esac
 mkdir -p "$OUT"
-np=${S%% *}
-sets=""
-for s in ${S#* }; do sets="$sets --set $s"; done
 # shellcheck disable=SC2086
-if ! /usr/bin/python3 tools/torch2plan --single examples/torch/llama_single.py \
-    --parallel examples/torch/llama_parallel.py --nproc "$np" $sets \
+set -- $S
+single=$1; parallel=$2; np=$3; shift 3
+sets=""
+for s in "$@"; do sets="$sets --set $s"; done
+# shellcheck disable=SC2086
+if ! /usr/bin/python3 tools/torch2plan --single "examples/torch/$single" \
+    --parallel "examples/torch/$parallel" --nproc "$np" $sets \
     --out-single "$OUT/$name.single.plan" --out-parallel "$OUT/$name.parallel.plan" >"$OUT/$name.capture.log" 2>&1; then
   cat "$OUT/$name.capture.log"
   echo "verify.sh: $T: the capture failed"

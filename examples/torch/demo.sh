@@ -1,45 +1,59 @@
 #!/bin/sh
-# examples/torch/demo.sh - `make torch-demo`: capture the tiny Llama's single-device and parallel
-# programs with tools/torch2plan, verify the pair with verdict and cross-check with verdict exec.
+# examples/torch/demo.sh - `make torch-demo`: capture a single-device and a parallel program of
+# examples/torch/ with tools/torch2plan, verify the pair with verdict and cross-check with verdict exec.
 #
 #   sh examples/torch/demo.sh VERDICT [CONFIG ...]     correct configurations (default: all);
 #                                                      each must be EQUIVALENT and exec AGREE
-#   sh examples/torch/demo.sh VERDICT bug=NAME         one hand-written bug (llama_parallel.py);
-#                                                      must be NOT EQUIVALENT and exec DISAGREE
-#   sh examples/torch/demo.sh --settings CONFIG|bug=NAME   print its --nproc and --set values
-# Configurations: tp2 pp2 dp2 sp tp2pp2dp2 tp2pp2dp2sp tied (tied embedding and head weights).
-# Bugs: no_allreduce grad_scale pp_recv dp_noavg no_sp_gather tie_noreduce.  Plans and reports
-# land in ${OUT:-build/torch}.  Exit 0 when every run ends as expected.
+#   sh examples/torch/demo.sh VERDICT bug=NAME         one hand-written bug; must be NOT
+#                                                      EQUIVALENT and exec DISAGREE
+#   sh examples/torch/demo.sh --settings CONFIG|bug=NAME   print "SINGLE PARALLEL NPROC SETTING..."
+#                                                      (the programs, --nproc and the --set values)
+#   sh examples/torch/demo.sh --list                   the configurations and the bugs
+# Plans and reports land in ${OUT:-build/torch}.  Exit 0 when every run ends as expected.
 set -u
 VERDICT=${1:?usage: demo.sh VERDICT [CONFIG ...|bug=NAME]}
 shift
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$ROOT/build/torch}
-mkdir -p "$OUT"
 EX=$ROOT/examples/torch
+LLAMA="llama_single.py llama_parallel.py"
+GPT2_DDP="gpt2_single.py gpt2_ddp.py"
 
-# name -> "nproc settings"
+# One row per configuration: name -> "single parallel nproc settings" (programs in examples/torch/).
+CONFIGS="tp2 pp2 dp2 sp tp2pp2dp2 tp2pp2dp2sp tied gpt2_ddp gpt2_ddp_buckets gpt2_ddp_accum"
 conf() {
   case $1 in
-    tp2) echo "2 tp=2" ;;
-    pp2) echo "2 pp=2 nm=2" ;;
-    dp2) echo "2 dp=2 opt=adam" ;;
-    sp) echo "2 tp=2 sp=1" ;;
-    tp2pp2dp2) echo "8 tp=2 pp=2 dp=2 nm=2 opt=adam" ;;
-    tp2pp2dp2sp) echo "8 tp=2 pp=2 dp=2 nm=2 sp=1 bucket=1" ;;
-    tied) echo "8 tp=2 pp=2 dp=2 nm=2 tie=1" ;;
+    tp2) echo "$LLAMA 2 tp=2" ;;
+    pp2) echo "$LLAMA 2 pp=2 nm=2" ;;
+    dp2) echo "$LLAMA 2 dp=2 opt=adam" ;;
+    sp) echo "$LLAMA 2 tp=2 sp=1" ;;
+    tp2pp2dp2) echo "$LLAMA 8 tp=2 pp=2 dp=2 nm=2 opt=adam" ;;
+    tp2pp2dp2sp) echo "$LLAMA 8 tp=2 pp=2 dp=2 nm=2 sp=1 bucket=1" ;;
+    tied) echo "$LLAMA 8 tp=2 pp=2 dp=2 nm=2 tie=1" ;;
+    gpt2_ddp) echo "$GPT2_DDP 2 dp=2 opt=adamw" ;;
+    gpt2_ddp_buckets) echo "$GPT2_DDP 2 dp=2 attn=sdpa opt=adamw bucket_mb=0.002" ;;
+    gpt2_ddp_accum) echo "$GPT2_DDP 2 dp=2 accum=2" ;;
     *) echo "" ;;
   esac
 }
-# bug -> configuration it is demonstrated on
+# One row per bug: bug -> the configuration it is demonstrated on.
+BUGS="no_allreduce grad_scale pp_recv dp_noavg no_sp_gather tie_noreduce loss_scale accum_nodiv"
 bugconf() {
   case $1 in
     no_allreduce|dp_noavg) echo tp2pp2dp2 ;;
     grad_scale|pp_recv|no_sp_gather) echo tp2pp2dp2sp ;;
     tie_noreduce) echo tied ;;
+    loss_scale) echo gpt2_ddp ;;
+    accum_nodiv) echo gpt2_ddp_accum ;;
     *) echo "" ;;
   esac
 }
+
+if [ "$VERDICT" = --list ]; then
+  echo "configurations: $CONFIGS"
+  echo "bugs: $BUGS"
+  exit 0
+fi
 
 # demo.sh --settings CONFIG|bug=NAME: print "NPROC SETTING..." for tools/torch2plan's --nproc and
 # --set (examples/ci/verify.sh captures the same configurations); exit 2 when unknown.
@@ -53,16 +67,19 @@ if [ "$VERDICT" = --settings ]; then
   exit 2
 fi
 
+mkdir -p "$OUT"
 now() { date +%s.%N; }
 
 # run NAME CONFIG EXPECT(0 equivalent|1 not) [bug]
 run() {
   name=$1; c=$(conf "$2"); want=$3; bug=${4:-}
-  np=${c%% *}; sets=""
-  for s in ${c#* }; do sets="$sets --set $s"; done
+  set -- $c
+  single=$1; parallel=$2; np=$3; shift 3
+  sets=""
+  for s in "$@"; do sets="$sets --set $s"; done
   [ -n "$bug" ] && sets="$sets --set bug=$bug"
   t0=$(now)
-  if ! /usr/bin/python3 "$ROOT/tools/torch2plan" --single "$EX/llama_single.py" --parallel "$EX/llama_parallel.py" \
+  if ! /usr/bin/python3 "$ROOT/tools/torch2plan" --single "$EX/$single" --parallel "$EX/$parallel" \
       --nproc "$np" $sets --out-single "$OUT/$name.single.plan" --out-parallel "$OUT/$name.parallel.plan" \
       >"$OUT/$name.capture.log" 2>&1; then
     cat "$OUT/$name.capture.log"
@@ -71,7 +88,7 @@ run() {
   fi
   t1=$(now)
   "$VERDICT" --sm "$OUT/$name.single.plan" --pm "$OUT/$name.parallel.plan" --json "$OUT/$name.json" \
-    >"$OUT/$name.report" 2>&1
+    >"$OUT/$name.report" 2>"$OUT/$name.stderr"   # stderr: progress lines and errors
   vrc=$?
   t2=$(now)
   "$VERDICT" exec --sm "$OUT/$name.single.plan" --pm "$OUT/$name.parallel.plan" -q >"$OUT/$name.exec" 2>&1
@@ -89,10 +106,10 @@ fail=0
 if [ $# -ge 1 ] && [ "${1#bug=}" != "$1" ]; then
   bug=${1#bug=}
   c=$(bugconf "$bug")
-  [ -n "$c" ] || { echo "demo.sh: unknown bug '$bug' (no_allreduce grad_scale pp_recv dp_noavg no_sp_gather tie_noreduce)"; exit 2; }
+  [ -n "$c" ] || { echo "demo.sh: unknown bug '$bug' ($BUGS)"; exit 2; }
   run "bug_$bug" "$c" 1 "$bug" || fail=1
 else
-  configs=${*:-tp2 pp2 dp2 sp tp2pp2dp2 tp2pp2dp2sp tied}
+  configs=${*:-$CONFIGS}
   for c in $configs; do
     [ -n "$(conf "$c")" ] || { echo "demo.sh: unknown configuration '$c'"; exit 2; }
     run "$c" "$c" 0 || fail=1
