@@ -280,6 +280,7 @@ vd_rc vd_plan_read_buffer(const char *buf, size_t len, const char *name, vd_plan
   vd_free(c.sbuf[0]);
   vd_free(c.sbuf[1]);
   vd_free(c.sbuf[2]);
+  vd_free(c.sbuf[3]);
   vd_free(c.ints);
   vd_free(c.refs[0]);
   vd_free(c.refs[1]);

@@ -137,6 +137,27 @@ vd_rc vd_plan_i_get_cstr(rctx *c, mobj *o, const char *field, int slot, const ch
   return VD_OK;
 }
 
+vd_rc vd_plan_i_get_lines(rctx *c, mobj *o, const char *field, int slot, const char **out) {
+  if (o->type != MSGPACK_OBJECT_ARRAY) RFAIL(c, field, "expected an array of strings, got %s", vd_plan_i_tname(o));
+  if (o->via.array.size > VD_PLAN_STACK_MAX)
+    RFAIL(c, field, "expected at most %d frames, got %" PRIu32, VD_PLAN_STACK_MAX, o->via.array.size);
+  size_t at = 0;
+  for (uint32_t i = 0; i < o->via.array.size; i++) {
+    const char *s;
+    uint32_t n = 0;
+    VD_CHECK(get_str(c, &o->via.array.ptr[i], field, &s, &n));
+    if (memchr(s, '\n', n)) RFAIL(c, field, "frame %" PRIu32 ": expected one line, got a newline", i);
+    if (VD_GROW(c->sbuf[slot], c->scap[slot], at + n + 2)) ROOM(c);
+    if (i) c->sbuf[slot][at++] = '\n';
+    memcpy(c->sbuf[slot] + at, s, n);
+    at += n;
+  }
+  if (VD_GROW(c->sbuf[slot], c->scap[slot], at + 1)) ROOM(c);
+  c->sbuf[slot][at] = '\0';
+  *out = c->sbuf[slot];
+  return VD_OK;
+}
+
 vd_rc vd_plan_i_get_enum(rctx *c, mobj *o, const char *field, const char *const *names, int count, int *v) {
   const char *s;
   uint32_t n = 0;

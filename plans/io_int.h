@@ -52,8 +52,8 @@ typedef struct {
   int64_t rec_id;
   const char *rec_name;
   uint32_t rec_name_len;
-  char *sbuf[3]; /* scratch strings: 0 op/name/model, 1 node name, 2 node src */
-  size_t scap[3];
+  char *sbuf[4]; /* scratch strings: 0 op/name/model, 1 node name, 2 node src, 3 node stack */
+  size_t scap[4];
   int64_t *ints;
   size_t cap_ints;
   uint32_t *refs[2];
@@ -93,6 +93,9 @@ vd_rc vd_plan_i_get_int(rctx *c, mobj *o, const char *field, int64_t *v);
 vd_rc vd_plan_i_get_i32(rctx *c, mobj *o, const char *field, int32_t *v);
 /* A string copied NUL-terminated into scratch slot `slot`. */
 vd_rc vd_plan_i_get_cstr(rctx *c, mobj *o, const char *field, int slot, const char **out);
+/* An array of at most VD_PLAN_STACK_MAX one-line strings, copied into scratch
+ * slot `slot` joined by '\n' (the node's `stack`). */
+vd_rc vd_plan_i_get_lines(rctx *c, mobj *o, const char *field, int slot, const char **out);
 vd_rc vd_plan_i_get_enum(rctx *c, mobj *o, const char *field, const char *const *names, int count, int *v);
 vd_rc vd_plan_i_get_bool(rctx *c, mobj *o, const char *field, int *v);
 vd_rc vd_plan_i_get_array(rctx *c, mobj *o, const char *field, uint32_t *n);

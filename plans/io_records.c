@@ -129,9 +129,9 @@ vd_rc vd_plan_i_read_tensor(rctx *c, mobj *o, uint32_t pos) {
 
 /* ---- nodes ------------------------------------------------------------- */
 
-enum { N_ID, N_OP, N_NAME, N_RANK, N_SEG, N_LAYER, N_PHASE, N_IN, N_OUT, N_ATTRS, N_COLL, N_GROUP, N_SPAN, N_SRC, N__N };
+enum { N_ID, N_OP, N_NAME, N_RANK, N_SEG, N_LAYER, N_PHASE, N_IN, N_OUT, N_ATTRS, N_COLL, N_GROUP, N_SPAN, N_SRC, N_STACK, N__N };
 static const char *const node_keys[N__N] = {"id", "op", "name", "rank", "segment", "layer", "phase",
-                                            "in", "out", "attrs", "coll", "group", "span_replicas", "src"};
+                                            "in", "out", "attrs", "coll", "group", "span_replicas", "src", "stack"};
 
 /* Index of the tensor with file id `id` among those read so far: 1 and *idx,
  * or 0 if there is none. */
@@ -247,7 +247,7 @@ vd_rc vd_plan_i_read_node(rctx *c, mobj *o, uint32_t pos) {
   mobj *f[N__N];
   vd_node_t n;
   memset(&n, 0, sizeof(n));
-  const char *op, *name = "", *src = "";
+  const char *op, *name = "", *src = "", *stack = "";
   int e = 0;
   vd_plan_i_peek_rec(c, o, "node", "nodes", pos);
   VD_CHECK(vd_plan_i_get_fields(c, o, "nodes", node_keys, N__N, f, ""));
@@ -255,6 +255,7 @@ vd_rc vd_plan_i_read_node(rctx *c, mobj *o, uint32_t pos) {
   VD_CHECK(vd_plan_i_get_int(c, f[N_ID], "id", &n.id));
   if (f[N_NAME]) VD_CHECK(vd_plan_i_get_cstr(c, f[N_NAME], "name", 1, &name));
   if (f[N_SRC]) VD_CHECK(vd_plan_i_get_cstr(c, f[N_SRC], "src", 2, &src));
+  if (f[N_STACK]) VD_CHECK(vd_plan_i_get_lines(c, f[N_STACK], "stack", 3, &stack));
   VD_CHECK(vd_plan_i_need(c, f[N_OP], "op"));
   VD_CHECK(vd_plan_i_get_cstr(c, f[N_OP], "op", 0, &op));
   if (!*op) RFAIL(c, "op", "expected an operator name, got \"\"");
@@ -281,7 +282,7 @@ vd_rc vd_plan_i_read_node(rctx *c, mobj *o, uint32_t pos) {
   if (f[N_GROUP]) VD_CHECK(vd_plan_i_get_ints(c, f[N_GROUP], "group", &n_group));
   uint32_t idx;
   if (vd_plan_add_node(c->p, &n, op, name, c->refs[0], n_in, c->refs[1], n_out, c->ints, n_group, &idx) != VD_OK ||
-      vd_plan_set_node_src(c->p, idx, src) != VD_OK)
+      vd_plan_set_node_src(c->p, idx, src) != VD_OK || vd_plan_set_node_stack(c->p, idx, stack) != VD_OK)
     ROOM(c);
   if (f[N_ATTRS]) {
     mobj *a = f[N_ATTRS];

@@ -88,15 +88,32 @@ static void pack_refs(msgpack_packer *pk, const vd_plan_t *p, const char *key, c
   for (uint32_t i = 0; i < n; i++) msgpack_pack_int64(pk, p->tensors[r[i]].id);
 }
 
+/* `lines` ('\n'-joined) as an array of strings. */
+static void pack_lines(msgpack_packer *pk, const char *key, const char *lines) {
+  size_t n = 1;
+  for (const char *s = lines; *s; s++) n += *s == '\n';
+  pack_cstr(pk, key);
+  msgpack_pack_array(pk, n);
+  for (const char *s = lines;;) {
+    const char *e = strchr(s, '\n');
+    size_t len = e ? (size_t)(e - s) : strlen(s);
+    msgpack_pack_str(pk, len);
+    msgpack_pack_str_body(pk, s, len);
+    if (!e) break;
+    s = e + 1;
+  }
+}
+
 static void pack_node(msgpack_packer *pk, const vd_plan_t *p, const vd_node_t *n) {
-  const char *name = vd_plan_s(p, n->name), *src = vd_plan_s(p, n->src);
-  size_t nk = 4 + (*name != 0) + (*src != 0) + (n->rank != 0) + (n->layer != -1) + (n->n_in != 0) + (n->n_out != 0) +
+  const char *name = vd_plan_s(p, n->name), *src = vd_plan_s(p, n->src), *stack = vd_plan_s(p, n->stack);
+  size_t nk = 4 + (*name != 0) + (*src != 0) + (*stack != 0) + (n->rank != 0) + (n->layer != -1) + (n->n_in != 0) + (n->n_out != 0) +
               (n->n_attr != 0) + (n->coll >= 0) + (n->n_group != 0) + (n->span_replicas != 0);
   msgpack_pack_map(pk, nk);
   pack_kv_int(pk, "id", n->id);
   pack_kv_str(pk, "op", vd_plan_s(p, n->op));
   if (*name) pack_kv_str(pk, "name", name);
   if (*src) pack_kv_str(pk, "src", src);
+  if (*stack) pack_lines(pk, "stack", stack);
   if (n->rank) pack_kv_int(pk, "rank", n->rank);
   pack_kv_int(pk, "segment", n->segment);
   if (n->layer != -1) pack_kv_int(pk, "layer", n->layer);

@@ -129,6 +129,7 @@ vd_rc vd_plan_add_node(vd_plan_t *p, const vd_node_t *n, const char *op, const c
                        const int64_t *group, uint32_t n_group, uint32_t *idx) {
   vd_node_t nn = *n;
   nn.src = 0; /* a pool offset of whatever plan n came from means nothing here */
+  nn.stack = 0;
   VD_CHECK(vd_plan_str(p, op, &nn.op));
   VD_CHECK(vd_plan_str(p, name, &nn.name));
   VD_CHECK(push_refs(p, in, n_in, &nn.in_off));
@@ -152,6 +153,14 @@ vd_rc vd_plan_set_node_src(vd_plan_t *p, uint32_t idx, const char *src) {
   uint32_t off;
   VD_CHECK(vd_plan_str(p, src, &off));
   p->nodes[idx].src = off;
+  return VD_OK;
+}
+
+vd_rc vd_plan_set_node_stack(vd_plan_t *p, uint32_t idx, const char *stack) {
+  if (idx >= p->n_nodes) return VD_EINTERNAL;
+  uint32_t off;
+  VD_CHECK(vd_plan_str(p, stack, &off));
+  p->nodes[idx].stack = off;
   return VD_OK;
 }
 

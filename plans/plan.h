@@ -135,6 +135,8 @@ typedef struct {
   uint32_t name;      /* source name ("layers.3.attn.wq"), string pool offset */
   uint32_t src;       /* where the user's code calls it ("gpt.py:84 torch.sum"), pool offset; ""
                          when unknown.  Set with vd_plan_set_node_src (add_node clears it) */
+  uint32_t stack;     /* the user's call stack (`stack`), innermost frame first, frames joined by
+                         '\n', pool offset; "" when unknown.  vd_plan_set_node_stack */
   int32_t rank;       /* stored rank */
   int32_t segment;    /* index into segments */
   int32_t layer;      /* model layer, -1 if none */
@@ -222,6 +224,10 @@ vd_rc vd_plan_add_node(vd_plan_t *p, const vd_node_t *n, const char *op, const c
 
 /* Sets node idx's source location (docs/plan-format.md `src`); "" clears it. */
 vd_rc vd_plan_set_node_src(vd_plan_t *p, uint32_t idx, const char *src);
+/* Sets node idx's call stack (`stack`: frames joined by '\n'); "" clears it. */
+vd_rc vd_plan_set_node_stack(vd_plan_t *p, uint32_t idx, const char *stack);
+/* Most frames a node's `stack` may hold. */
+#define VD_PLAN_STACK_MAX 32
 
 vd_rc vd_plan_attr_int(vd_plan_t *p, uint32_t node, const char *key, int64_t v);
 vd_rc vd_plan_attr_float(vd_plan_t *p, uint32_t node, const char *key, double v);

@@ -917,6 +917,12 @@ void vd_rep_fmt_footprint(char *buf, size_t n, const vd_finding *f) {
     snprintf(buf + at, n - at, "; %zu structural entr%s", f->n_issues, f->n_issues == 1 ? "y" : "ies");
 }
 
+const char *vd_rep_finding_stack(const vd_run *r, const vd_finding *f) {
+  if (f->pnode < 0) return "";
+  const vd_plan_t *p = f->side ? &r->pp : &r->sp;
+  return vd_plan_s(p, p->nodes[f->pnode].stack);
+}
+
 void vd_rep_fmt_title(char *buf, size_t n, const vd_run *r, const vd_finding *f) {
   if (f->pnode < 0) {
     vd_text_fmt(buf, n, "%s (%s)", vd_diagnosis_names[f->diagnosis], f->why[0] ? VD_SHOW(f->why) : "no single node");

@@ -86,4 +86,8 @@ void vd_rep_fmt_footprint(char *buf, size_t n, const vd_finding *f);
 /* One-line title of a finding: "MISSING_REDUCTION at identity 'layers.1.attn.o.all_reduce' (node 172)". */
 void vd_rep_fmt_title(char *buf, size_t n, const vd_run *r, const vd_finding *f);
 
+/* The user's call stack at the finding's node (plan `stack`: frames joined by
+ * '\n', innermost first), or "" when the plan does not record one. */
+const char *vd_rep_finding_stack(const vd_run *r, const vd_finding *f);
+
 #endif

@@ -244,11 +244,30 @@ void vd_report_text_issue(const vd_run *r, const vd_issue *is, FILE *f) {
   fputc('\n', f);
 }
 
+/* The user's call stack at a finding's node, a frame per line: the line that
+ * computed the value and the calls that led there (which layer, which step). */
+static void text_stack(FILE *f, const char *stack) {
+  if (!*stack) return;
+  fputs("   call stack, innermost first:\n", f);
+  for (const char *s = stack;;) {
+    const char *e = strchr(s, '\n');
+    char frame[512];
+    size_t len = e ? (size_t)(e - s) : strlen(s);
+    if (len >= sizeof(frame)) len = sizeof(frame) - 1;
+    memcpy(frame, s, len);
+    frame[len] = '\0';
+    fprintf(f, "      %s\n", VD_SHOW(frame));
+    if (!e) break;
+    s = e + 1;
+  }
+}
+
 void vd_report_text_finding(const vd_run *r, const vd_finding *fd, FILE *f) {
   char title[512], fp[1024];
   vd_rep_fmt_title(title, sizeof(title), r, fd);
   vd_rep_fmt_footprint(fp, sizeof(fp), fd);
   fprintf(f, "%s\n", VD_SHOW(title));
+  text_stack(f, vd_rep_finding_stack(r, fd));
   fprintf(f, "   footprint: %s\n", VD_SHOW(fp));
   if (fd->n_stages > 1 || (fd->structural && fd->n_stages)) {
     fprintf(f, "   %s:", fd->structural ? "failing stages that follow from it" : "stages");
@@ -869,6 +888,23 @@ static json_t *jints32(vd_jb *b, const int32_t *v, size_t n) {
   return a;
 }
 
+/* '\n'-joined lines as an array of strings ([] for ""). */
+static json_t *jlines(vd_jb *b, const char *lines) {
+  json_t *a = vd_jb_arr(b);
+  for (const char *s = lines; *s;) {
+    const char *e = strchr(s, '\n');
+    char line[512];
+    size_t len = e ? (size_t)(e - s) : strlen(s);
+    if (len >= sizeof(line)) len = sizeof(line) - 1; /* a frame is a path, a line and a function */
+    memcpy(line, s, len);
+    line[len] = '\0';
+    vd_jb_push(b, a, vd_jb_str(b, line));
+    if (!e) break;
+    s = e + 1;
+  }
+  return a;
+}
+
 static json_t *json_finding(vd_jb *b, const vd_run *r, const vd_finding *fd) {
   char title[512];
   vd_rep_fmt_title(title, sizeof(title), r, fd);
@@ -878,6 +914,7 @@ static json_t *json_finding(vd_jb *b, const vd_run *r, const vd_finding *fd) {
   vd_jb_set(b, o, "factor", vd_jb_str(b, fd->structural ? "" : r->verdicts[fd->rep].factor));
   vd_jb_set(b, o, "node", fd->pnode >= 0 ? jplan_node(b, r, fd->side, fd->pnode, fd->node_rank, fd->node_mb) : json_null());
   vd_jb_set(b, o, "why", vd_jb_str(b, fd->why));
+  vd_jb_set(b, o, "stack", jlines(b, vd_rep_finding_stack(r, fd)));
   vd_jb_set(b, o, "hint", vd_jb_str(b, vd_findings_hint(fd->diagnosis)));
   vd_jb_set(b, o, "ranks", jints64(b, fd->ranks, fd->n_ranks));
   vd_jb_set(b, o, "microbatches", jints32(b, fd->mbs, fd->n_mbs));

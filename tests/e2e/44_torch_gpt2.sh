@@ -42,4 +42,17 @@ for conf in "--set bug=loss_scale" "--set accum=2 --set bug=accum_nodiv"; do
   expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
   expect_in "DISAGREE" "$TMP/out"
 done
+# the finding carries the user's call stack: the model's line and the step's call of the model
+# (the plan's node `stack`: gpt2.py:92 <- gpt2_ddp.py accumulate <- step), in the text report and the JSON
+expect_exit 1 "$VERDICT" --sm "$TMP/s.plan" --pm "$TMP/p.plan" --json "$TMP/r.json"
+expect_in "call stack, innermost first:" "$TMP/out"
+grep -A6 "call stack, innermost first:" "$TMP/out" | grep -q "examples/torch/gpt2.py:[0-9]* in forward" ||
+  fail "the call stack does not name gpt2.py's forward"
+grep -A6 "call stack, innermost first:" "$TMP/out" | grep -q "examples/torch/gpt2_ddp.py:[0-9]* in step" ||
+  fail "the call stack does not name gpt2_ddp.py's step"
+/usr/bin/python3 - "$TMP/r.json" <<'PY' || fail "the JSON finding has no call stack"
+import json, sys
+f = json.load(open(sys.argv[1]))["findings"][0]
+assert len(f["stack"]) >= 2 and f["stack"][0].startswith("examples/torch/gpt2.py:"), f["stack"]
+PY
 echo ok

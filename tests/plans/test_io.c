@@ -307,6 +307,7 @@ static void build_rich(vd_plan_t *p) {
     assert_int_equal(vd_plan_add_node(p, &n, "mul", "layers.3.mul", in, 2, out, 2, NULL, 0, &ni), VD_OK);
     assert_int_equal(p->nodes[ni].src, 0);
     if (r) assert_int_equal(vd_plan_set_node_src(p, ni, "model.py:42 torch.mul"), VD_OK);
+    if (r) assert_int_equal(vd_plan_set_node_stack(p, ni, "model.py:42 in forward\ntrain.py:7 in step"), VD_OK);
     assert_int_equal(vd_plan_attr_int(p, ni, "i", -42), VD_OK);
     assert_int_equal(vd_plan_attr_int(p, ni, "big", INT64_MIN), VD_OK);
     assert_int_equal(vd_plan_attr_float(p, ni, "f", 1e-5), VD_OK);
@@ -399,6 +400,7 @@ static void compare_plans(const vd_plan_t *a, const vd_plan_t *b) {
     same_str(a, x->op, b, y->op);
     same_str(a, x->name, b, y->name);
     same_str(a, x->src, b, y->src);
+    same_str(a, x->stack, b, y->stack);
     assert_int_equal(x->rank, y->rank);
     assert_int_equal(x->segment, y->segment);
     assert_int_equal(x->layer, y->layer);
@@ -563,6 +565,12 @@ static void test_err_wrong_type(void **state) {
   expect_err("\"id\":100,", "\"id\":18446744073709551615,", "nodes[0]", "id", "fits in int64");
   expect_err("\"stored_ranks\":2", "\"stored_ranks\":4294967298", "world", "stored_ranks", "2^31");
   expect_err("\"segments\":[\"fwd\",\"bwd\"]", "\"segments\":[\"fwd\",2]", "plan", "segments[1]", "expected a string");
+  expect_err("\"in\":[10,11]", "\"in\":[10,11],\"stack\":\"m.py:3 in f\"", "node 100 'fc'", "stack",
+             "expected an array of strings, got a string");
+  expect_err("\"in\":[10,11]", "\"in\":[10,11],\"stack\":[\"m.py:3 in f\",7]", "node 100 'fc'", "stack",
+             "expected a string, got");
+  expect_err("\"in\":[10,11]", "\"in\":[10,11],\"stack\":[\"m.py:3 in f\nm.py:9 in g\"]", "node 100 'fc'",
+             "stack", "frame 0: expected one line");
   expect_err("[[0,0],[0,1],[1,-1]]", "[[0,0],[0],[1,-1]]", "schedule of rank 0", "step[1]", "[segment, mb]");
 }
 

@@ -105,7 +105,7 @@ def _fuse_linear(tr):
         v["in"] = [x, w] if w is not None else [x, b]
         v["attrs"] = {}
         v["aten"] = m["aten"]
-        v["src"] = m["src"]
+        v["src"], v["stack"] = m["src"], m.get("stack")
     return tr
 
 
@@ -190,13 +190,13 @@ def _fuse_bmm(tr):
             inserts.setdefault(ra[0], []).append(
                 {"op": "transpose", "in": [x], "out": [pid], "attrs": {"dim0": nd - 2, "dim1": nd - 1},
                  "phase": tnode["phase"], "ctx": tnode.get("ctx"), "aten": tnode["aten"], "coll": None,
-                 "src": tnode["src"]})
+                 "src": tnode["src"], "stack": tnode.get("stack")})
             new_in.append(pid)
         v["op"] = "matmul"
         v["in"] = new_in
         v["attrs"] = {}
         v["aten"] = m["aten"]
-        v["src"] = m["src"]
+        v["src"], v["stack"] = m["src"], m.get("stack")
     if inserts:
         out = []
         for i, n in enumerate(nodes):
@@ -424,6 +424,8 @@ def _node(nid, n, rank, seg, tid, coll=None, suffix="", paths=None):
     where = (paths or {}).get(n["src"]) if n["src"] else None
     if where:
         node["src"] = where + (" " + n["aten"] if n["aten"] else "")
+    if n.get("stack") and len(n["stack"]) > 1:
+        node["stack"] = list(n["stack"])   # the callers beyond the line itself: worth a report line
     if rank:
         node["rank"] = rank
     node["segment"] = seg

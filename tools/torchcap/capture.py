@@ -43,15 +43,37 @@ DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torc
           torch.int64: "i64", torch.int32: "i32", torch.bool: "bool"}
 
 
+STACK_FRAMES = 6   # frames of the user's code kept per node (plan `stack`)
+
+
+_LAUNCHER = os.path.join(os.path.dirname(_TOOL_DIR), "torch2plan")   # calls the user's step(cap)
+
+
+def _user_code(f):
+    fn = f.f_code.co_filename
+    return not (fn.startswith(_TORCH_DIR) or fn.startswith(_TOOL_DIR) or fn.startswith("<") or fn == _LAUNCHER)
+
+
 def user_frame():
     """The innermost frame outside torch and this tool: the user's line."""
     f = sys._getframe(1)
     while f is not None:
-        fn = f.f_code.co_filename
-        if not (fn.startswith(_TORCH_DIR) or fn.startswith(_TOOL_DIR) or fn.startswith("<")):
-            return fn, f.f_lineno
+        if _user_code(f):
+            return f.f_code.co_filename, f.f_lineno
         f = f.f_back
     return "?", 0
+
+
+def user_stack(limit=STACK_FRAMES):
+    """The user's frames, innermost first, as "path:LINE in function" (plan `stack`): which
+    layer and which call of the step led to the operator, beyond its own line."""
+    out = []
+    f = sys._getframe(1)
+    while f is not None and len(out) < limit:
+        if _user_code(f):
+            out.append("%s:%d in %s" % (_display_path(f.f_code.co_filename), f.f_lineno, f.f_code.co_name))
+        f = f.f_back
+    return out
 
 
 def _display_path(fn):
@@ -95,6 +117,7 @@ class Recorder:
         self.last_work = None    # the Work of the c10d call being recorded
         self.pending_snapshots = []  # (work, tensor, pid) of receives, copied once complete
         self.paths = {}          # "file.py:LINE" -> "path/to/file.py:LINE" (None: two files share the name)
+        self.stack_at = {}       # "file.py:LINE" -> the user's call stack when that line last ran an operator
         self.dump = None         # pid -> float64 copy of its value (torch2plan --dump-*), or None
         self.quiet = False       # taking a snapshot: the dispatch mode records nothing
         self.allreduce_inputs = None  # the current c10d all_reduce's inputs, before it ran
@@ -221,16 +244,21 @@ class Recorder:
                 self.pending_bwd.append(len(self.nodes))
             else:
                 node["src"] = s
+                node["stack"] = self.stack_at[s] = user_stack()
         else:
             node["src"] = src
+            node["stack"] = self.stack_at.get(src)
         self.nodes.append(node)
         return node
 
     def backward_node_done(self, src):
         # a backward operator is named by its forward operator's line, as frameworks name a
-        # backward node after its forward node (the phase says which is which)
+        # backward node after its forward node (the phase says which is which), and carries
+        # the call stack of that line's last forward run (a line that several call paths reach
+        # gets the last one's)
         for i in self.pending_bwd:
             self.nodes[i]["src"] = src
+            self.nodes[i]["stack"] = self.stack_at.get(src)
         self.pending_bwd = []
 
 
