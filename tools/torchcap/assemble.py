@@ -21,6 +21,7 @@ Microbatches are unrolled: each microbatch's operators and tensors are their own
 `world`, x_microbatches records the count); a node that serves one microbatch carries it in
 its name ("model.py:57 [mb 1]"), found by dataflow from the per-microbatch inputs.
 """
+import math
 import msgpack
 
 from .api import CaptureError
@@ -67,10 +68,19 @@ def _fuse_linear(tr):
     """Rewrites torch's lowering of a linear layer on a [.., k] input back to one operator:
 
         x2 = view(x [.., m, k] -> [M, k]);  y2 = matmul(x2, B);  y = view(y2 -> [.., m, n])
-        ==>  y = linear(x, W) when B = transpose(W), else y = matmul(x, B)  (B is 2-D)
+        ==>  y = linear(x, W) when B = transpose(W), else y = matmul(x, B)  (B is 2-D; B =
+             transpose(transpose(V)) is V)
 
-    an identity on values (row-major merge and split of the leading dims), applied only when
-    y2 is read by nothing but the final view.  x2 and B stay for the backward that reads them
+    and the same with a bias (nn.Linear: torch runs addmm, recorded as matmul then add):
+
+        ... z2 = add(y2, b [n]);  z = view(z2 -> [.., m, n])
+        ==>  y = linear(x, W);  z = add(y, b)      (y a new [.., m, n] value)
+
+    so that the product without its bias is a value of the plan, as it is where a parallel
+    program adds the bias on its own (Megatron's layers add it after the matmul, a row-parallel
+    one after the all-reduce): lineage inference then finds that value's twin.  An identity on
+    values (row-major merge and split of the leading dims), applied only when y2 (and z2) are
+    read by nothing but the next operator.  x2 and B stay for the backward that reads them
     (_prune_dead drops them otherwise).  The batched form keeps the batch and sequence dims
     apart, so their slices propagate to the result without a merged-dims lineage."""
     nodes = tr["nodes"]
@@ -81,15 +91,34 @@ def _fuse_linear(tr):
             prod[o] = i
         for x in n["in"]:
             readers.setdefault(x, []).append(i)
-    for i, m in enumerate(nodes):
+    next_pid = [max(vals) + 1 if vals else 1]
+
+    def only_reader(p, op):
+        r = readers.get(p, [])
+        return r[0] if len(r) == 1 and nodes[r[0]]["op"] == op else None
+
+    def bias_of(y2):
+        """(add node index, bias pid) when y2's only reader adds a [n] bias, else None."""
+        i = only_reader(y2, "add")
+        if i is None or len(nodes[i]["in"]) != 2 or nodes[i]["in"][0] != y2:
+            return None
+        b = nodes[i]["in"][1]
+        return (i, b) if vals[b]["shape"] == vals[y2]["shape"][-1:] else None
+
+    inserts = {}
+    for m in nodes:
         if m["op"] != "matmul" or len(m["in"]) != 2 or m["coll"] is not None:
             continue
         a, b = m["in"]
         y2 = m["out"][0]
-        ra = readers.get(y2, [])
-        if len(ra) != 1 or nodes[ra[0]]["op"] != "view":
+        bias = None
+        last = only_reader(y2, "view")
+        if last is None:
+            bias = bias_of(y2)
+            last = only_reader(nodes[bias[0]]["out"][0], "view") if bias else None
+        if last is None:
             continue
-        v = nodes[ra[0]]
+        v = nodes[last]
         pa = prod.get(a)
         if pa is None or nodes[pa]["op"] != "view" or len(vals[b]["shape"]) != 2:
             continue
@@ -101,11 +130,67 @@ def _fuse_linear(tr):
         w = None
         if pb is not None and nodes[pb]["op"] == "transpose" and len(vals[nodes[pb]["in"][0]]["shape"]) == 2:
             w = nodes[pb]["in"][0]
-        v["op"] = "linear" if w is not None else "matmul"
-        v["in"] = [x, w] if w is not None else [x, b]
-        v["attrs"] = {}
-        v["aten"] = m["aten"]
-        v["src"], v["stack"] = m["src"], m.get("stack")
+            pw = prod.get(w)
+            if pw is not None and nodes[pw]["op"] == "transpose":
+                # B = t(t(V)) = V (a linear's input gradient multiplies by its weight): matmul(x, V)
+                w, b = None, nodes[pw]["in"][0]
+        prod_node = v
+        if bias is not None:
+            y = next_pid[0]
+            next_pid[0] += 1
+            vals[y] = {"shape": list(ys), "dtype": vals[y2]["dtype"]}
+            prod_node = {"out": [y], "phase": m["phase"], "ctx": m.get("ctx"), "coll": None}
+            inserts[last] = [prod_node]
+            add = nodes[bias[0]]
+            v["op"], v["in"], v["attrs"] = "add", [y, bias[1]], {}
+            v["aten"], v["src"], v["stack"] = add["aten"], add["src"], add.get("stack")
+        prod_node["op"] = "linear" if w is not None else "matmul"
+        prod_node["in"] = [x, w] if w is not None else [x, b]
+        prod_node["attrs"] = {}
+        prod_node["aten"] = m["aten"]
+        prod_node["src"], prod_node["stack"] = m["src"], m.get("stack")
+    if inserts:
+        tr["nodes"] = [k for i, n in enumerate(nodes) for k in inserts.get(i, []) + [n]]
+    return tr
+
+
+def _sum_unmerged(tr):
+    """Rewrites a sum over the merged leading dims of a view back to a sum over those dims:
+
+        g2 = view(g [d0, .., dk, n] -> [d0*..*dk, n]);  s = sum(g2, dims=[0])
+        ==>  s = sum(g, dims=[0, .., k])
+        (keepdim: s3 = sum(g, dims=[0, .., k], keepdim) [1, .., 1, n];  s = view(s3 -> [1, n]))
+
+    The bias gradient of addmm (nn.Linear on a [.., k] input) sums the 2-D view of the output's
+    gradient; a program that adds the bias itself (Megatron's layers) sums the gradient over the
+    broadcast dims.  Same value; in this form the sum reads a value both plans compute, and the
+    slices of the leading dims (batch, sequence) propagate.  An identity on values."""
+    nodes = tr["nodes"]
+    vals = tr["values"]
+    prod = {o: i for i, n in enumerate(nodes) for o in n["out"]}
+    next_pid = max(vals) + 1 if vals else 1
+    inserts = {}
+    for i, n in enumerate(nodes):
+        if n["op"] != "sum" or n["attrs"].get("dims") != [0]:
+            continue
+        pv = prod.get(n["in"][0])
+        if pv is None or nodes[pv]["op"] != "view":
+            continue
+        g = nodes[pv]["in"][0]
+        gs, vs = vals[g]["shape"], vals[n["in"][0]]["shape"]
+        if len(vs) != 2 or len(gs) < 3 or gs[-1] != vs[1] or math.prod(gs[:-1]) != vs[0]:
+            continue
+        attrs = dict(n["attrs"], dims=list(range(len(gs) - 1)))
+        if not attrs.get("keepdim", 0):
+            n["in"], n["attrs"] = [g], attrs
+            continue
+        s3 = next_pid
+        next_pid += 1
+        vals[s3] = {"shape": [1] * (len(gs) - 1) + [gs[-1]], "dtype": vals[n["out"][0]]["dtype"]}
+        inserts[i] = [dict(n, **{"in": [g], "out": [s3], "attrs": attrs})]
+        n["op"], n["in"], n["attrs"] = "view", [s3], {}
+    if inserts:
+        tr["nodes"] = [k for i, n in enumerate(nodes) for k in inserts.get(i, []) + [n]]
     return tr
 
 
@@ -303,7 +388,7 @@ def _prune_dead(tr):
 def _normalize(tr, who):
     """The rewrites every trace goes through before it becomes a plan, in this order."""
     tr = _resolve_finals(tr, who)
-    for rewrite in (_fuse_linear, _fuse_bmm, _fuse_gather_cat, _cse, _prune_dead):
+    for rewrite in (_fuse_linear, _sum_unmerged, _fuse_bmm, _fuse_gather_cat, _cse, _prune_dead):
         tr = rewrite(tr)
     return tr
 

@@ -33,7 +33,7 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .api import CaptureError, Partial, Placement, Replicate, Shard
-from . import aten_map, collectives
+from . import aten_map, collectives, megatron
 from .memory import Memory, rebuild
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -436,12 +436,15 @@ class Capture:
         return self._declare("loss", t, name, mb_index, placements)
 
     def params(self, module, prefix="", **placements):
-        """Declares every parameter of a module under its own (prefixed) name, its floating-point
+        """Declares every parameter of a module under its own (prefixed) name (with the placement
+        Megatron-Core's layers state, tools/torchcap/megatron.py), its floating-point
         buffers (position tables, running statistics) as inputs, and its boolean and integer
         buffers (a causal mask, position ids) as constants whose values the capture reads: the
         module states all of them, so the user need not.  A buffer already declared is left."""
         for n, p in module.named_parameters():
-            self.param(p, prefix + n, **placements)
+            # what a framework states about the parameter (Megatron-Core's tp split), then the
+            # caller's placements, which win
+            self.param(p, prefix + n, **{**megatron.placements(p, prefix + n, self.mesh_dims), **placements})
         for n, b in module.named_buffers():
             if self.rec.cell_of(b) is not None:
                 continue
