@@ -20,7 +20,7 @@ LLAMA="llama_single.py llama_parallel.py"
 GPT2_DDP="gpt2_single.py gpt2_ddp.py"
 
 # One row per configuration: name -> "single parallel nproc settings" (programs in examples/torch/).
-CONFIGS="tp2 pp2 dp2 sp tp2pp2dp2 tp2pp2dp2sp tied gpt2_ddp gpt2_ddp_buckets gpt2_ddp_accum gpt2_mcore"
+CONFIGS="tp2 pp2 dp2 sp tp2pp2dp2 tp2pp2dp2sp tied gpt2_ddp gpt2_ddp_buckets gpt2_ddp_accum gpt2_mcore gpt2_pipe gpt2_pipe_1f1b"
 conf() {
   case $1 in
     tp2) echo "$LLAMA 2 tp=2" ;;
@@ -34,11 +34,13 @@ conf() {
     gpt2_ddp_buckets) echo "$GPT2_DDP 2 dp=2 attn=sdpa opt=adamw bucket_mb=0.002" ;;
     gpt2_ddp_accum) echo "$GPT2_DDP 2 dp=2 accum=2" ;;
     gpt2_mcore) echo "gpt2_single.py gpt2_mcore.py 2 tp=2" ;;
+    gpt2_pipe) echo "gpt2_single.py gpt2_pipe.py 2 schedule=gpipe nm=2" ;;
+    gpt2_pipe_1f1b) echo "gpt2_single.py gpt2_pipe.py 2 schedule=1f1b nm=4" ;;
     *) echo "" ;;
   esac
 }
 # One row per bug: bug -> the configuration it is demonstrated on.
-BUGS="no_allreduce grad_scale pp_recv dp_noavg no_sp_gather tie_noreduce loss_scale accum_nodiv no_bias_rowwise"
+BUGS="no_allreduce grad_scale pp_recv dp_noavg no_sp_gather tie_noreduce loss_scale accum_nodiv no_bias_rowwise noscale"
 bugconf() {
   case $1 in
     no_allreduce|dp_noavg) echo tp2pp2dp2 ;;
@@ -47,6 +49,7 @@ bugconf() {
     loss_scale) echo gpt2_ddp ;;
     accum_nodiv) echo gpt2_ddp_accum ;;
     no_bias_rowwise) echo gpt2_mcore ;;
+    noscale) echo gpt2_pipe ;;
     *) echo "" ;;
   esac
 }

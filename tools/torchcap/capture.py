@@ -33,7 +33,7 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .api import CaptureError, Partial, Placement, Replicate, Shard
-from . import aten_map, collectives, megatron
+from . import aten_map, collectives, megatron, pipelining
 from .memory import Memory, rebuild
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -516,7 +516,7 @@ class Capture:
             raise CaptureError("cap.step() may run once")
         self.stepped = True
         rec = self.rec
-        patches = collectives.hint_wrappers(rec) if self.parallel else []
+        patches = collectives.hint_wrappers(rec) + pipelining.setup_wrappers(rec) if self.parallel else []
         real_backward = torch.autograd.backward
 
         def backward(tensors, grad_tensors=None, *a, **k):
