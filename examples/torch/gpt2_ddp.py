@@ -61,6 +61,8 @@ def step(cap):
                 (loss * dist.get_world_size()).backward()   # BUG: DDP averages already
             else:
                 loss.backward()
+        if c["clip"]:   # the gradients are the reduced, replicated ones: every rank the same norm
+            torch.nn.utils.clip_grad_norm_(ddp.parameters(), c["clip"])
         opt.step()
         # the logged loss: the mean of the replicas' means (each over its share of the batch)
         logged = loss.detach().clone()
