@@ -119,4 +119,8 @@ def make_optimizer(c, params):
         return torch.optim.AdamW(params, lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
     if c["opt"] == "adam":
         return torch.optim.Adam(params, lr=LR, betas=(0.9, 0.95), eps=1e-8)
+    if c["opt"] == "sgdm":
+        return torch.optim.SGD(params, lr=LR, momentum=0.9, weight_decay=0.01)
+    if c["opt"] == "nesterov":
+        return torch.optim.SGD(params, lr=LR, momentum=0.9, dampening=0.0, nesterov=True, weight_decay=0.01)
     return torch.optim.SGD(params, lr=LR)

@@ -22,6 +22,9 @@ import gpt2  # noqa: E402
 from torchcap import Shard  # noqa: E402
 
 
+BUG = ""
+
+
 def accumulate(ddp, batch, n, divide=True):
     """Gradient accumulation over n microbatches; DDP reduces once, in the last backward."""
     total = 0
@@ -34,8 +37,26 @@ def accumulate(ddp, batch, n, divide=True):
     return total / n
 
 
+def mean_hook(group, bucket):
+    """A user's comm hook: sum the bucket over the group, then divide by its size."""
+    buf = bucket.buffer()
+    fut = dist.all_reduce(buf, group=group, async_op=True).get_future()
+    n = 1 if BUG == "hook_nodiv" else dist.get_world_size(group)   # BUG: the sum, not the mean
+    return fut.then(lambda f: f.value()[0].div_(n))
+
+
+def register_hook(ddp, name):
+    """--set hook=allreduce|fp16|bf16|user: DDP's stock hooks or mean_hook above."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    hooks = {"allreduce": default_hooks.allreduce_hook, "fp16": default_hooks.fp16_compress_hook,
+             "bf16": default_hooks.bf16_compress_hook, "user": mean_hook}
+    ddp.register_comm_hook(dist.group.WORLD, hooks[name])
+
+
 def step(cap):
+    global BUG
     c = gpt2.config(cap.args)
+    BUG = c["bug"]
     dp = int(c["dp"]) if int(c["dp"]) > 1 else cap.world
     cap.mesh(dp=dp)
     model = gpt2.build(c)
@@ -49,6 +70,8 @@ def step(cap):
     if c["bug"] == "ignored":   # BUG: a parameter DDP does not reduce
         DDP._set_params_and_buffers_to_ignore_for_model(model, [last_fc])
     ddp = DDP(model, bucket_cap_mb=float(c.get("bucket_mb", 25)))
+    if c.get("hook"):
+        register_hook(ddp, c["hook"])
     accum = int(c.get("accum", 1))
     opt = gpt2.make_optimizer(c, ddp.parameters())
     cap.optimizer(opt)
@@ -61,6 +84,8 @@ def step(cap):
                 (loss * dist.get_world_size()).backward()   # BUG: DDP averages already
             else:
                 loss.backward()
+        if c["clip"]:   # the gradients are the reduced, replicated ones: every rank the same norm
+            torch.nn.utils.clip_grad_norm_(ddp.parameters(), c["clip"])
         opt.step()
         # the logged loss: the mean of the replicas' means (each over its share of the batch)
         logged = loss.detach().clone()

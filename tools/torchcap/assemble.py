@@ -708,6 +708,8 @@ def parallel_plan(single_tr, trs, model):
             ok = ops == {"send", "recv"} and len(ms) == 2
         else:
             ok = len(ops) == 1 and len(ms) == len(key[0])
+            if ok and ops == {"all_reduce"}:   # members reduce tensors of one shape
+                ok = len({tuple(trs[r]["values"][n["in"][0]]["shape"]) for r, n in ms if n["in"]}) <= 1
         if not ok:
             raise CaptureError("collective %s: participants do not match: %s"
                                % (key, "; ".join("rank %d %s '%s'" % (r, n["op"], _node_name(n)) for r, n in ms)))

@@ -21,7 +21,7 @@ import sys
 import torch
 
 from .api import CaptureError
-from . import collectives, memory
+from . import buckets, collectives, memory
 
 _DEBUG = bool(os.environ.get("TORCH2PLAN_DEBUG"))
 _DT = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -809,6 +809,8 @@ def record(rec, func, args, kwargs, out):
         return
     src = where()
     E = Emit(rec, name, src)
+    if buckets.per_piece(rec, E, name, args, kwargs, out):
+        return   # an element-wise operator on a flat buffer of several values (a DDP bucket)
     if name in ALIASES:
         # an alias holds whatever its source holds (data, empty, constant); reads check it later
         if rec.cell_of(args[0]) is not None:

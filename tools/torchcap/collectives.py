@@ -133,8 +133,26 @@ def _allreduce(call, args):
     _wait(call.rec.last_work)
     red = _reduction(call, before, tensors)
     for t, b in zip(tensors, before):
+        if _allreduce_pieces(call, t, red):
+            continue
         pin = call.rec.read(t, call.where, call.name)
         call.rec.write(t, call.reduced(pin, _dims(t), _dt(call.rec, t), red), call.where)
+
+
+def _allreduce_pieces(call, t, red):
+    """An all_reduce of a flat buffer of several whole values (a DDP bucket in a comm hook that
+    reduces before it scales) is recorded as one all_reduce per value, in the buffer's order: the
+    same sums element by element when every rank's buffer has the same pieces, which the
+    assembler checks (every member of a collective has the same shape).  True when done."""
+    from . import buckets
+    pieces = buckets._whole_pieces(call.rec, t)
+    if pieces is None or red not in ("sum", "avg"):
+        return False
+    dt = _dt(call.rec, t)
+    for s, a, b in pieces:
+        out = call.reduced(s.pid, call.rec.values[s.pid]["shape"], dt, red)
+        call.rec.memory.store_span(t, a, b, out, s.numel)
+    return True
 
 
 def _gather_into(call, x, pin, n):

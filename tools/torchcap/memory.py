@@ -98,7 +98,15 @@ class Memory:
             raise CaptureError("a write through a view of another element size (%d bytes, storage "
                                "of %d) is not tracked" % (t.element_size(), st.itemsize))
         lo, hi = span(t)
-        seg = Segment(lo, hi, pid, 0, numel, None if _is_contiguous(t) else geometry(t))
+        return self._store(st, Segment(lo, hi, pid, 0, numel, None if _is_contiguous(t) else geometry(t)))
+
+    def store_span(self, t, lo, hi, pid, numel):
+        """Elements [lo, hi) of t's storage now hold all of value pid (buckets.py)."""
+        st = self._storage(t)
+        return 0 if st is None else self._store(st, Segment(lo, hi, pid, 0, numel))
+
+    def _store(self, st, seg):
+        lo, hi = seg.lo, seg.hi
         kept = []
         for s in st.segments:
             if s.hi <= lo or s.lo >= hi:

@@ -1,0 +1,94 @@
+"""tools/torchcap/buckets.py - element-wise operators on a flat buffer, recorded per piece.
+
+DDP's comm hooks receive the gradient bucket (`GradBucket.buffer()`, a flat tensor whose pieces
+are the copied gradients of several parameters) and operate on it as one tensor:
+`allreduce_hook` divides it by the world size before the all_reduce, `fp16_compress_hook` casts
+it to float16 (and back into the bucket after the all_reduce), a user's hook may scale it.  A
+read of the whole buffer is rebuilt from its pieces (memory.py: views, a concat), so recorded
+naively such an operator is one operator on the concatenation of every gradient of the bucket,
+which the single-device program never computes: lineage inference finds no twin for it.
+
+When an element-wise operator of one tensor operand (a cast `_to_copy`, `clone`, a scalar
+`mul`/`div`/`add`/`sub`, in place or not) reads a contiguous buffer that the storage model
+holds as several whole values (each piece all of one SSA value), it is recorded once per piece
+on that piece's value, and the output's storage gets the results at the same offsets.  This is
+an identity on values (the operator acts on every element independently), and each result is
+the gradient of one parameter, which the single-device program computes too.  Any other case
+(a piece that is part of a value, an output of another layout, a tensor operand) takes the
+normal path.
+"""
+import numbers
+
+import torch
+
+_SCALAR_OPS = {"mul", "div", "add", "sub"}
+_COPY_OPS = {"clone", "contiguous", "_to_copy"}
+
+
+def _whole_pieces(rec, t):
+    """The pieces of contiguous t if it is several whole values, else None."""
+    if not t.is_contiguous() or t.numel() <= 1:
+        return None
+    c = rec.cell_of(t)
+    if c is not None and c.kind == "data" and rec.memory.unchanged_since(t, c.version):
+        return None            # t holds one value: the normal path
+    try:
+        pieces = rec.memory.pieces(t)
+    except Exception:
+        return None
+    if not pieces or len(pieces) < 2:
+        return None
+    for s, a, b in pieces:
+        if s.geom is not None or s.base != 0 or b - a != s.numel:
+            return None
+    return pieces
+
+
+def per_piece(rec, E, name, args, kwargs, out):
+    """Records the call piece by piece when it is one of the operators above on a buffer of
+    several whole values: True when done, False for the normal path."""
+    inplace = name.endswith("_") and not name.startswith("_")
+    base = name[:-1] if inplace else name
+    if base in _SCALAR_OPS:
+        if len(args) != 2 or not isinstance(args[1], numbers.Number) or kwargs:
+            return False
+        attrs = {"scalar": float(args[1])}
+    elif base in _COPY_OPS and not inplace:
+        if base == "_to_copy" and set(kwargs) - {"dtype", "layout", "device"}:
+            return False
+        attrs = None
+    else:
+        return False
+    src_t = args[0]
+    if not isinstance(src_t, torch.Tensor):
+        return False
+    dst = src_t if inplace else out
+    if not isinstance(dst, torch.Tensor) or not dst.is_contiguous() or dst.numel() != src_t.numel():
+        return False
+    if inplace and not src_t.is_floating_point():
+        return False
+    pieces = _whole_pieces(rec, src_t)
+    if pieces is None:
+        return False
+    from .capture import DTYPES
+    dt = DTYPES.get(dst.dtype, "f32")
+    lo_src, lo_dst = src_t.storage_offset(), dst.storage_offset()
+    results = []
+    for s, a, b in pieces:
+        shape = rec.values[s.pid]["shape"]
+        if attrs is not None:
+            pid = E.op(base, [s.pid], shape, attrs, dt)
+        elif dst.dtype != src_t.dtype:
+            pid = E.op("cast", [s.pid], shape, {}, dt)
+        else:
+            pid = s.pid
+        results.append((a - lo_src + lo_dst, b - lo_src + lo_dst, pid, s.numel))
+    for a, b, pid, n in results:
+        rec.memory.store_span(dst, a, b, pid, n)
+    if not inplace:
+        # no single value: reads of the output are rebuilt from its pieces ("empty" cell, kept
+        # alive so that its storage is not reused)
+        c = rec.cell_of(dst)
+        if c is None:
+            rec.bind(dst, None, "empty").src = E.src
+    return True

@@ -1,0 +1,185 @@
+"""tools/torchcap/optim.py - optimizers and gradient clipping, as the capture sees them.
+
+`declare(cap, opt, step)` is what `cap.optimizer(opt)` does: it checks that the optimizer is one
+the capture records faithfully, switches `foreach` off (the per-tensor path runs aten operators
+the dispatch mode sees one by one), creates the optimizer's state before the step with nonzero
+values (torch creates it lazily; the captured step is then a steady-state step) and declares it.
+
+- torch.optim.SGD: momentum (the `momentum_buffer` of each parameter, named `<param>.momentum`),
+  dampening, nesterov, weight decay, maximize: every update is an aten operator (mul_, add_,
+  add with alpha) recorded like any other.  Without momentum there is no state.
+- torch.optim.Adam and AdamW (a subclass in PyTorch 2): `exp_avg` and `exp_avg_sq`; the step
+  counter is host state (its value only feeds Python floats).  No amsgrad, capturable.
+- torch.distributed.optim.ZeroRedundancyOptimizer: its local optimizer (one of the above, over
+  this rank's partition of the parameters) is declared as above, so the sharded state exists on
+  its owner only; its step runs the local optimizer and broadcasts every partition from its
+  owner (c10d.broadcast_, collectives.py), which writes the owner's updated values into the
+  other ranks' parameters.  The ranks run different programs (each updates its own partition),
+  so the plan stores every rank: the mesh's dp dim is kept as a plain data-parallel dim
+  (`zero`), not folded into replicas.
+
+The state's initial values are functions of the parameter's own elements (not of a
+generator's sequence), so that a rank holding a slice of a parameter holds the same slice of the
+state as the single-device program.
+
+`clip_wrappers(rec)`: torch.nn.utils.clip_grad_norm_ is recorded as what it computes, in the
+registry's clipping operators: `sumsq` of every gradient, their sum (adds), `clip_coef`
+(min(1, max_norm / (sqrt(total) + 1e-6)), torch's formula) and a `mul` of every gradient by the
+coefficient; the returned total norm is `sqrt(total)`.  torch's own function runs for the real
+values with the recorder quiet.  Only the 2-norm is supported (others are refused, exit 2).  A
+clamp written by hand has no registry operator and is refused by aten_map.py as any unmapped
+operator.
+"""
+import torch
+
+from .api import CaptureError
+
+
+def _dims(t):
+    return [int(s) for s in t.shape]
+
+
+def _dtype(t):
+    from .capture import DTYPES
+    return DTYPES.get(t.dtype, "f32")
+
+
+def _zero_class():
+    try:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        return ZeroRedundancyOptimizer
+    except Exception:  # pragma: no cover - torch built without distributed
+        return None
+
+
+def declare(cap, opt, step=1):
+    """cap.optimizer(opt): see the module comment."""
+    zero = _zero_class()
+    if zero is not None and isinstance(opt, zero):
+        if getattr(opt, "_overlap_with_ddp", False):
+            raise CaptureError("cap.optimizer: ZeroRedundancyOptimizer(overlap_with_ddp=True) steps inside "
+                               "a DDP comm hook; not supported (use the default overlap_with_ddp=False)")
+        if opt.parameters_as_bucket_view:
+            raise CaptureError("cap.optimizer: ZeroRedundancyOptimizer(parameters_as_bucket_view=True) "
+                               "is not supported (the default False broadcasts each parameter)")
+        cap.all_ranks = True
+        _declare_local(cap, opt.optim, step, "ZeroRedundancyOptimizer's local optimizer")
+        _wrap_step(cap.rec, opt)
+        return
+    _declare_local(cap, opt, step, "cap.optimizer")
+    _wrap_step(cap.rec, opt)
+
+
+def _declare_local(cap, opt, step, what):
+    by_id = {id(d.tensor): d for d in cap.decls if d.kind == "param"}
+    if isinstance(opt, torch.optim.SGD):
+        for g in opt.param_groups:
+            g["foreach"] = False
+            if g.get("momentum", 0):
+                _state(cap, opt, g, by_id, {"momentum_buffer": ".momentum"}, None, what)
+        return
+    if isinstance(opt, torch.optim.Adam):
+        for g in opt.param_groups:
+            g["foreach"] = False
+            g["fused"] = None
+            if g.get("amsgrad") or g.get("capturable"):
+                raise CaptureError("%s: Adam with amsgrad/capturable is not supported" % what)
+            _state(cap, opt, g, by_id, {"exp_avg": ".exp_avg", "exp_avg_sq": ".exp_avg_sq"}, step, what)
+        return
+    raise CaptureError("%s: only torch.optim.SGD, Adam and AdamW (and ZeroRedundancyOptimizer over "
+                       "them) are supported, got %s" % (what, type(opt).__name__))
+
+
+def _init_value(key, w):
+    if key == "exp_avg_sq":
+        return 0.01 + 0.05 * (1.0 + torch.cos(1000.0 * w + 2.0))
+    if key == "exp_avg":
+        return 0.05 * torch.sin(1000.0 * w + 1.0)
+    return 0.05 * torch.sin(1000.0 * w + 3.0)   # SGD's momentum buffer
+
+
+def _state(cap, opt, group, by_id, keys, step, what):
+    for p in group["params"]:
+        d = by_id.get(id(p))
+        if d is None:
+            raise CaptureError("%s: a parameter of the optimizer is not declared (cap.param)" % what)
+        st = opt.state[p]
+        if step is not None:
+            st["step"] = torch.tensor(float(step))
+            cap.host_tensors.append(st["step"])
+        for key, suffix in keys.items():
+            with torch.no_grad():
+                st[key] = _init_value(key, p.detach().double()).to(p.dtype)
+            t = st[key]
+            pid = cap.rec.new_value(_dims(t), _dtype(t))
+            cap.rec.bind(t, pid)
+            cap._replay_init(t, d.name + suffix)
+            cap.decls.append(type(d)("optstate", d.name + suffix, t, pid, d.placements, -1, d.src))
+
+
+def _wrap_step(rec, opt):
+    inner = opt.step
+
+    def step(*a, **k):
+        old = rec.phase
+        rec.phase = "opt"
+        try:
+            return inner(*a, **k)
+        finally:
+            rec.phase = old
+    opt.step = step
+
+
+# ---- gradient clipping -------------------------------------------------------------------------
+
+def clip_wrappers(rec):
+    """Replaces torch.nn.utils.clip_grad_norm_ for the step: [(module, name, original)]."""
+    import torch.nn.utils as nnu
+    import torch.nn.utils.clip_grad as cg
+    real = cg.clip_grad_norm_
+
+    def clip_grad_norm_(parameters, max_norm, norm_type=2.0, error_if_nonfinite=False, foreach=None):
+        if isinstance(parameters, torch.Tensor):
+            parameters = [parameters]
+        params = list(parameters)
+        where = rec.src_here()[0]
+        if float(norm_type) != 2.0:
+            raise CaptureError("%s: clip_grad_norm_ with norm_type=%s is not supported (the 2-norm is)"
+                               % (where, norm_type))
+        grads = [p.grad for p in params if p.grad is not None]
+        if not grads:
+            raise CaptureError("%s: clip_grad_norm_ of parameters without gradients" % where)
+        pids = [rec.read(g, where, "clip_grad_norm_") for g in grads]
+        dt = _dtype(grads[0])
+        total = None
+        for g, pid in zip(grads, pids):
+            sq = rec.new_value([], dt)
+            rec.emit("sumsq", [pid], [sq], aten="clip_grad_norm_", src=where)
+            if total is None:
+                total = sq
+            else:
+                s = rec.new_value([], dt)
+                rec.emit("add", [total, sq], [s], aten="clip_grad_norm_", src=where)
+                total = s
+        coef = rec.new_value([], dt)
+        rec.emit("clip_coef", [total], [coef], {"max_norm": float(max_norm)}, aten="clip_grad_norm_", src=where)
+        rec.quiet = True
+        try:
+            norm = real(params, max_norm, norm_type, error_if_nonfinite, foreach)
+        finally:
+            rec.quiet = False
+        for g, pid in zip(grads, pids):
+            out = rec.new_value(_dims(g), _dtype(g))
+            rec.emit("mul", [pid, coef], [out], aten="clip_grad_norm_", src=where)
+            rec.write(g, out, where)
+        root = rec.new_value([], dt)
+        rec.emit("sqrt", [total], [root], aten="clip_grad_norm_", src=where)
+        rec.bind(norm, root)
+        return norm
+    patches = []
+    for mod in (nnu, cg):
+        if getattr(mod, "clip_grad_norm_", None) is real:
+            patches.append((mod, "clip_grad_norm_", real))
+            setattr(mod, "clip_grad_norm_", clip_grad_norm_)
+    return patches
+
