@@ -25,7 +25,8 @@ cmp_() { # cmp_ NAME PDUMP EXIT [options]
 }
 cap ok
 cmp_ ok "$TMP/ok.p.dump" 0 --json "$TMP/ok.json" --html "$TMP/ok.html"
-expect_in "^compare: WITHIN ROUNDING (429 tensors: 429 within rounding, 0 beyond, 0 missing" "$TMP/out"
+# every tensor within rounding (the count follows the capture's rewrites: 414 at 9b3fb51)
+expect_in "^compare: WITHIN ROUNDING (\([0-9][0-9]*\) tensors: \1 within rounding, 0 beyond, 0 missing" "$TMP/out"
 expect_in "plans: EQUIVALENT" "$TMP/out"
 expect_in "realistic bound / observed on the [0-9]* tensors that differ" "$TMP/out"
 python3 - "$TMP/ok.json" <<'PY'
@@ -33,7 +34,7 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 assert j["mode"] == "compare" and j["summary"]["beyond"] == 0 and j["first_beyond"] is None, j["summary"]
 t = j["tensors"]
-assert len(t) == 429 and all(x["status"] == "within rounding" for x in t)
+assert len(t) > 300 and all(x["status"] == "within rounding" for x in t)
 assert any(x["bit_identical"] for x in t) and any(not x["bit_identical"] and x["observed"] > 0 for x in t)
 r = j["summary"]["ratio"]
 assert 1 <= r["median"] <= 20, r   # the realistic bound is near the observed deviation, not 1.0
@@ -82,7 +83,9 @@ cap lowprec --set bug=lowprec
 cmp_ lowprec "$TMP/lowprec.p.dump" 1
 expect_in "^compare: BEYOND ROUNDING" "$TMP/out"
 expect_in "plans: EQUIVALENT" "$TMP/out"
-expect_in "first beyond rounding: #[0-9]* llama_single.py:[0-9]* transpose" "$TMP/out"
+# the first tensor beyond rounding is on the MLP's line (the one lowprec runs in bfloat16)
+mlp_line=$(($(grep -n '^def mlp' "$ROOT/examples/torch/llama_single.py" | cut -d: -f1) + 1))
+expect_in "first beyond rounding: #[0-9]* llama_single.py:$mlp_line " "$TMP/out"
 expect_in "The plans are proven EQUIVALENT, so this difference does not come from the plan" "$TMP/out"
 
 # a bug in the plan whose first beyond-rounding tensor is computed from values with no single-device
