@@ -9,8 +9,7 @@ parallelize_module without untying it).  With dp>1 the mesh is 2-D (dp, tp): eac
 takes its share of the batch, and the gradients are averaged over dp by hand.
 Bugs (--set bug=NAME): row_as_col gives the MLP's proj ColwiseParallel where RowwiseParallel
 belongs; no_reduce gives out_proj RowwiseParallel(output_layouts=Partial()) with the local
-output used as is (the missing all-reduce of a row-parallel layer); shard0 declares q_proj's
-weight sharded on dim 1 (Shard(1) where Shard(0) is right).
+output used as is (the missing all-reduce of a row-parallel layer).
 """
 import os
 import sys
@@ -34,9 +33,7 @@ def block_plan(c):
     col = ColwiseParallel(input_layouts=seq)
     row = RowwiseParallel(output_layouts=seq, use_local_output=not sp)
     plan = {
-        "attn.q_proj": ColwiseParallel(input_layouts=seq,
-                                       **({"_bug_": 1} if False else {})) if bug != "shard0" else
-        ColwiseParallel(input_layouts=seq),
+        "attn.q_proj": col,
         "attn.k_proj": col,
         "attn.v_proj": col,
         "attn.out_proj": row,
@@ -79,8 +76,6 @@ def step(cap):
     dp_rank = mesh.get_local_rank("dp") if dp > 1 else 0
     mine = [t.chunk(dp)[dp_rank].clone() for t in (idx, targets)]
     cap.params(model)   # DTensor parameters: placements from DTensor; the rest replicated
-    if c["bug"] == "shard0":   # BUG: a wrong declaration of q_proj's placement
-        pass
     cap.input(mine[0], "idx", **({"dp": CapShard(0)} if dp > 1 else {}))
     cap.input(mine[1], "targets", **({"dp": CapShard(0)} if dp > 1 else {}))
     opt = gpt2.make_optimizer(c, model.parameters())
