@@ -433,6 +433,30 @@ static void scale_through(ictx *c, const vd_gnode_t *pn, int op) {
 
 /* The rule of Gp node gi, applied when none of its outputs has a lineage
  * yet; 1 when it was applied (its outputs may have got lineages). */
+/* A sum of one part of an n-part partial value and a whole value scaled by
+ * 1/n: DTensor's row-parallel linear adds bias/n on each of the n ranks
+ * (Replicate -> Partial divides by n) before the sum over them.  The scaled
+ * whole value is read as one of n equal parts of the whole: the n ranks'
+ * copies sum to it.  Retries map_node with that reading of the input, and
+ * restores the input's lineage.  SOUNDNESS: as any rule, it only proposes a
+ * candidate; the stage proofs decide. */
+static void sum_with_split_replica(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
+  const vd_gnode_t *pn = &c->gp->nodes[gi];
+  if (op != VD_OP_ADD || pn->n_in != 2 || pn->n_out != 1) return;
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn);
+  for (int w = 0; w < 2; w++) {
+    vlin *a = vl_slot(c, in[w]), *b = vl_slot(c, in[1 - w]);
+    if (!a || !b || !a->known || !b->known || a->zero || b->zero || a->noemit || b->noemit) continue;
+    if (a->n < 2 || a->cnt != 1 || a->f != 1.0 || b->n != 1 || b->cnt != 1) continue;
+    if (fabs(b->f * (double)a->n - 1.0) > 1e-12) continue;
+    vlin save = *b;
+    b->k0 = a->k0, b->n = a->n, b->cnt = 1, b->dk = a->dk, b->f = 1.0, b->fsrc = -1;
+    map_node(c, gi, op, ru);
+    *b = save;
+    if (vl_at(c, vd_gnode_outputs(c->gp, pn)[0])->known) return;
+  }
+}
+
 int prop_node(ictx *c, uint32_t gi) {
   const vd_gnode_t *pn = &c->gp->nodes[gi];
   int op = c->pop[pn->pnode];
@@ -452,6 +476,7 @@ int prop_node(ictx *c, uint32_t gi) {
   case VD_PROP_ACCUM:
     if (!accum_node(c, pn)) map_node(c, gi, op, ru);
     if (!vl_at(c, out[0])->known) sum_node(c, pn, op);
+    if (!vl_at(c, out[0])->known) sum_with_split_replica(c, gi, op, ru);
     break;
   case VD_PROP_SCALE:
     map_node(c, gi, op, ru);

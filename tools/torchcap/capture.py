@@ -33,7 +33,7 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .api import CaptureError, Partial, Placement, Replicate, Shard
-from . import aten_map, collectives, megatron, optim, pipelining
+from . import aten_map, collectives, dtensor, megatron, optim, pipelining
 from .memory import Memory, rebuild
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -269,6 +269,13 @@ class _Mode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if dtensor.is_dtensor_call(types):
+            # DTensor's own dispatch runs next, with this mode active: it sees the local
+            # operators and collectives each rank executes (dtensor.py)
+            return NotImplemented
+        if dtensor.is_fake_call(types):
+            # DTensor's sharding propagation on fake tensors: shapes only, nothing runs
+            return func(*args, **kwargs)
         if not self.rec.quiet and str(func).startswith("c10d.allreduce_"):
             # the reduction of a call from C++ is learnt from its inputs (collectives.py), which
             # an in-place all_reduce overwrites, maybe before it returns: copied first
@@ -428,6 +435,10 @@ class Capture:
             t.copy_(torch.tensor(v, dtype=torch.float64).view(t.shape).to(t.dtype))
 
     def param(self, t, name, **placements):
+        if dtensor.is_dtensor(t):
+            pl = dict(placements)
+            pl.update(dtensor.declared_placements(self, t, name))
+            return self._declare("param", dtensor.local_of(t), name, -1, pl)
         return self._declare("param", t, name, -1, placements)
 
     def input(self, t, name, mb_index=0, **placements):
@@ -443,6 +454,12 @@ class Capture:
         buffers (a causal mask, position ids) as constants whose values the capture reads: the
         module states all of them, so the user need not.  A buffer already declared is left."""
         for n, p in module.named_parameters():
+            if dtensor.is_dtensor(p):
+                # a DTensor parameter states its placements: its local tensor is declared
+                pl = dict(placements)
+                pl.update(dtensor.declared_placements(self, p, prefix + n))
+                self.param(dtensor.local_of(p), prefix + n, **pl)
+                continue
             # what a framework states about the parameter (Megatron-Core's tp split), then the
             # caller's placements, which win
             self.param(p, prefix + n, **{**megatron.placements(p, prefix + n, self.mesh_dims), **placements})
@@ -460,6 +477,7 @@ class Capture:
         with nonzero values (a steady-state step), named after its parameter plus ".momentum",
         ".exp_avg" or ".exp_avg_sq", with the parameter's placements; step counters are host
         state."""
+        dtensor.refuse_stateful_optimizer(opt)
         optim.declare(self, opt, step)
 
     # ---- the step ----------------------------------------------------------------------------

@@ -66,9 +66,19 @@ def main(argv):
             dist.destroy_process_group()
         return 0
     except CaptureError as e:
-        with open(out + ".err", "w") as f:
-            f.write("%s (rank %d)\n" % (e, rank) if parallel else "%s\n" % e)
-        return 2
+        return _refuse(out, "%s" % e, rank, parallel)
+    except RuntimeError as e:
+        from .dtensor import runtime_refusal
+        why = runtime_refusal(e)
+        if why is None:
+            raise
+        return _refuse(out, why, rank, parallel)
+
+
+def _refuse(out, why, rank, parallel):
+    with open(out + ".err", "w") as f:
+        f.write("%s (rank %d)\n" % (why, rank) if parallel else "%s\n" % why)
+    return 2
 
 
 if __name__ == "__main__":

@@ -1,0 +1,95 @@
+"""examples/torch/gpt2_dtensor.py - the GPT-2 of gpt2.py (model code unchanged) tensor-parallel with
+DTensor, as one writes it with torch.distributed.tensor.parallel: init_device_mesh, then
+parallelize_module with ColwiseParallel for q/k/v and the MLP's fc, RowwiseParallel for the
+attention's out_proj and the MLP's proj.  The parallel program of gpt2_single.py (tools/torch2plan
+--nproc TP*DP, --set tp=TP [dp=DP]).  --set sp=1 adds sequence parallelism: the residual stream
+between the blocks' layers is Shard(1) (sequence) and the LayerNorms run SequenceParallel().
+The embedding and the tied output head stay replicated (a tied weight cannot be split by
+parallelize_module without untying it).  With dp>1 the mesh is 2-D (dp, tp): each dp replica
+takes its share of the batch, and the gradients are averaged over dp by hand.
+Bugs (--set bug=NAME): row_as_col gives the MLP's proj ColwiseParallel where RowwiseParallel
+belongs; no_reduce gives out_proj RowwiseParallel(output_layouts=Partial()) with the local
+output used as is (the missing all-reduce of a row-parallel layer).
+"""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Partial, Replicate, Shard
+from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,
+                                               RowwiseParallel, SequenceParallel, parallelize_module)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt2  # noqa: E402
+from torchcap import Shard as CapShard  # noqa: E402
+
+
+def block_plan(c):
+    bug = c["bug"]
+    sp = int(c.get("sp", 0))
+    seq = Shard(1) if sp else Replicate()
+    col = ColwiseParallel(input_layouts=seq)
+    row = RowwiseParallel(output_layouts=seq, use_local_output=not sp)
+    plan = {
+        "attn.q_proj": col,
+        "attn.k_proj": col,
+        "attn.v_proj": col,
+        "attn.out_proj": row,
+        "mlp.fc": col,
+        "mlp.proj": ColwiseParallel() if bug == "row_as_col" else row,
+    }
+    if bug == "no_reduce":   # BUG: the row-parallel layer's partial sums are never reduced
+        plan["attn.out_proj"] = RowwiseParallel(output_layouts=Partial(), use_local_output=True)
+    if sp:
+        plan["ln_1"] = SequenceParallel()
+        plan["ln_2"] = SequenceParallel()
+    return plan
+
+
+def step(cap):
+    c = gpt2.config(cap.args)
+    tp = int(c["tp"]) if int(c["tp"]) > 1 else cap.world
+    dp = cap.world // tp
+    sp = int(c.get("sp", 0))
+    if dp > 1:
+        cap.mesh(tp=tp, dp=dp)
+        mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+        tp_mesh = mesh["tp"]
+    else:
+        cap.mesh(tp=tp)
+        tp_mesh = mesh = init_device_mesh("cpu", (tp,), mesh_dim_names=("tp",))
+    model = gpt2.build(c)
+    for i, block in enumerate(model.h):
+        parallelize_module(block, tp_mesh, block_plan(c))
+        # the attention's heads on this rank (the model derives them from q_proj.out_features)
+        block.attn.q_proj.out_features //= tp
+        if sp:
+            if i == 0:   # the replicated embedding output enters the blocks sequence-sharded
+                parallelize_module(block, tp_mesh, PrepareModuleInput(
+                    input_layouts=Replicate(), desired_input_layouts=Shard(1)))
+            if i == len(model.h) - 1:   # and leaves them replicated, for ln_f and the tied head
+                parallelize_module(block, tp_mesh, PrepareModuleOutput(
+                    output_layouts=Shard(1), desired_output_layouts=Replicate()))
+    idx, targets = gpt2.batch()
+    dp_rank = mesh.get_local_rank("dp") if dp > 1 else 0
+    mine = [t.chunk(dp)[dp_rank].clone() for t in (idx, targets)]
+    cap.params(model)   # DTensor parameters: placements from DTensor; the rest replicated
+    cap.input(mine[0], "idx", **({"dp": CapShard(0)} if dp > 1 else {}))
+    cap.input(mine[1], "targets", **({"dp": CapShard(0)} if dp > 1 else {}))
+    opt = gpt2.make_optimizer(c, model.parameters())
+    cap.optimizer(opt)
+    with cap.step():
+        loss = model(*mine)
+        loss.backward()
+        if dp > 1:   # average the gradients over the data-parallel replicas
+            dp_group = mesh.get_group("dp")
+            for p in model.parameters():
+                g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+                dist.all_reduce(g, op=dist.ReduceOp.AVG, group=dp_group)
+        opt.step()
+        logged = loss.detach().clone()
+        if dp > 1:
+            dist.all_reduce(logged, op=dist.ReduceOp.AVG, group=mesh.get_group("dp"))
+    cap.loss(logged, "loss")

@@ -1,0 +1,145 @@
+"""tools/torchcap/dtensor.py - DTensor (torch.distributed.tensor) under the capture.
+
+How the capture sees DTensor programs.  A TorchDispatchMode runs before tensor subclasses: an
+operator on DTensor arguments reaches the capture's mode first, with DTensor-typed arguments.
+The mode then returns NotImplemented (is_dtensor_call), so the dispatcher hands the operator to
+DTensor.__torch_dispatch__ with the mode still active: DTensor's sharding propagation decides
+what each rank runs, and every local aten operator on the rank's local tensor, and every
+functional collective of a redistribute (_c10d_functional all_gather_into_tensor /
+reduce_scatter_tensor / all_reduce + wait_tensor, their chunks and concatenations), reaches
+the mode as a plain-tensor operator and is recorded as what the rank really executes.  The
+DTensor wrappers themselves hold no value of their own: a DTensor's value is its local tensor's.
+
+Lineage at the boundary: a parameter that is a DTensor is declared as its local tensor, with the
+placements DTensor states (param.placements over param.device_mesh), mapped onto the capture's
+mesh dims by name (declared_placements).
+"""
+from .api import CaptureError, Partial, Replicate, Shard
+
+
+def _dtensor_cls():
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:   # a torch without DTensor
+        return None
+    return DTensor
+
+
+def _wrappers():
+    out = []
+    cls = _dtensor_cls()
+    if cls is not None:
+        out.append(cls)
+    try:   # what functional collectives return: a wrapper that waits (wait_tensor) when used
+        from torch.distributed._functional_collectives import AsyncCollectiveTensor
+        out.append(AsyncCollectiveTensor)
+    except ImportError:
+        pass
+    return tuple(out)
+
+
+def is_dtensor_call(types):
+    """An operator on DTensor (or AsyncCollectiveTensor) arguments: the subclass's own dispatch
+    unwraps it and runs the local operators, which the mode then records."""
+    w = _wrappers()
+    return bool(w) and any(isinstance(t, type) and issubclass(t, w) for t in types)
+
+
+def is_fake_call(types):
+    from torch._subclasses.fake_tensor import FakeTensor
+    return any(isinstance(t, type) and issubclass(t, FakeTensor) for t in types)
+
+
+def is_dtensor(t):
+    cls = _dtensor_cls()
+    return cls is not None and isinstance(t, cls)
+
+
+def _placement(p, name):
+    from torch.distributed.tensor import placement_types as pt
+    if isinstance(p, pt.Shard):
+        if getattr(p, "_offset", None) is not None or type(p).__name__ != "Shard":
+            raise CaptureError("DTensor parameter %r: placement %r (strided / uneven sharding) is not "
+                               "supported; use Shard(d), Replicate() or Partial()" % (name, p))
+        return Shard(p.dim)
+    if isinstance(p, pt.Replicate):
+        return Replicate()
+    if isinstance(p, pt.Partial):
+        if p.reduce_op != "sum":
+            raise CaptureError("DTensor parameter %r: Partial(%r) is not supported (sum only)"
+                               % (name, p.reduce_op))
+        return Partial()
+    raise CaptureError("DTensor parameter %r: placement %r is not supported" % (name, p))
+
+
+def declared_placements(cap, t, name):
+    """The capture's placements of DTensor t: {mesh dim name: Shard/Replicate/Partial}."""
+    mesh = t.device_mesh
+    names = mesh.mesh_dim_names
+    mine = [k for k, _ in cap.mesh_dims]
+    if names is None:
+        if mesh.ndim != 1 or len(mine) != 1:
+            raise CaptureError("DTensor parameter %r: its device mesh has no mesh_dim_names; name its "
+                               "dims as in cap.mesh (init_device_mesh(..., mesh_dim_names=(\"dp\", \"tp\")))"
+                               % name)
+        names = tuple(mine)
+    sizes = dict(cap.mesh_dims)
+    out = {}
+    import torch.distributed as dist
+    for i, (k, p) in enumerate(zip(names, t.placements)):
+        if k not in sizes or sizes[k] != mesh.size(i):
+            raise CaptureError("DTensor parameter %r: mesh dim %r of size %d is not a dim of cap.mesh (%s)"
+                               % (name, k, mesh.size(i), cap.mesh_dims))
+        if mesh.get_local_rank(i) != cap.coords().get(k):
+            raise CaptureError("DTensor parameter %r: this rank (%d) is at %s=%d on the device mesh but "
+                               "at %s=%d on cap.mesh; lay out both the same (cap.mesh lists the fastest "
+                               "dim first, init_device_mesh the slowest)"
+                               % (name, dist.get_rank(), k, mesh.get_local_rank(i), k, cap.coords().get(k)))
+        pl = _placement(p, name)
+        if not isinstance(pl, Replicate):
+            if k in out:
+                raise CaptureError("DTensor parameter %r: mesh dim %r twice" % (name, k))
+            out[k] = pl
+    nested = [p for p in t.placements if not isinstance(_placement(p, name), Replicate)]
+    if len(nested) > 1:
+        raise CaptureError("DTensor parameter %r: placements %s shard over several mesh dims; "
+                           "not supported" % (name, t.placements))
+    return out
+
+
+def local_of(t):
+    return t._local_tensor
+
+
+def runtime_refusal(exc):
+    """The message of a DTensor runtime error (a sharding propagation that fails: a layer given a
+    parallel style its shapes do not fit), naming the user's line, or None for other errors."""
+    import os
+    import traceback
+    import torch
+    tdir = os.path.join(os.path.dirname(torch.__file__), "distributed", "tensor")
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not any(f.filename.startswith(tdir) for f in frames):
+        return None
+    user = [f for f in frames if not f.filename.startswith(os.path.dirname(torch.__file__))
+            and not f.filename.startswith(os.path.dirname(os.path.abspath(__file__)))]
+    where = "%s:%d" % (os.path.basename(user[-1].filename), user[-1].lineno) if user else "?"
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return ("%s: DTensor refused the operator (%s); the program fails under DTensor itself: check the "
+            "parallel styles of parallelize_module (ColwiseParallel / RowwiseParallel / input and output "
+            "layouts) for the layer this line runs" % (where, first))
+
+
+def refuse_stateful_optimizer(opt):
+    """An optimizer with state (momentum, Adam's moments) over DTensor parameters would create its
+    state as DTensors, which the capture does not declare: refused, naming what to use instead."""
+    import torch
+    inner = getattr(opt, "optim", opt)   # ZeroRedundancyOptimizer's local optimizer
+    if not any(is_dtensor(p) for g in inner.param_groups for p in g["params"]):
+        return
+    plain_sgd = isinstance(inner, torch.optim.SGD) and all(
+        g.get("momentum", 0) == 0 for g in inner.param_groups)
+    if not plain_sgd:
+        raise CaptureError("cap.optimizer: %s with state over DTensor parameters is not supported (its "
+                           "state would be DTensors); use torch.optim.SGD without momentum"
+                           % type(inner).__name__)
