@@ -31,8 +31,9 @@ class _ReduceFromTP(torch.autograd.Function):
 class VocabParallelEmbedding(torch.nn.Module):
     """The rows [start, start + rows) of a vocab x hidden table (weight: this rank's shard)."""
 
-    def __init__(self, weight, start, group):
+    def __init__(self, weight, start, group, fill="index_put"):
         super().__init__()
+        self.fill = fill   # "masked_fill": the same lookup written with masked_fill
         self.weight = weight
         self.start = start
         self.end = start + weight.shape[0]
@@ -40,6 +41,10 @@ class VocabParallelEmbedding(torch.nn.Module):
 
     def forward(self, ids):
         input_mask = (ids < self.start) | (ids >= self.end)
+        if self.fill == "masked_fill":
+            masked_input = (ids - self.start).masked_fill(input_mask, 0)
+            out = torch.nn.functional.embedding(masked_input, self.weight)
+            return _ReduceFromTP.apply(out.masked_fill(input_mask.unsqueeze(-1), 0.0), self.group)
         masked_input = ids.clone() - self.start
         masked_input[input_mask] = 0
         out = torch.nn.functional.embedding(masked_input, self.weight)

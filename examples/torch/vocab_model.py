@@ -11,9 +11,9 @@ LR = 0.1
 
 
 def config(args):
-    c = {"tp": 1, "dp": 1, "bug": "", "ce": "full"}
+    c = {"tp": 1, "dp": 1, "bug": "", "ce": "full", "fill": "index_put"}
     for k, v in args.items():
-        c[k] = v if k in ("bug", "ce") else int(v)
+        c[k] = v if k in ("bug", "ce", "fill") else int(v)
     return c
 
 

@@ -2,6 +2,7 @@
 (--set dp=D): the token embedding is Megatron's VocabParallelEmbedding (megatron_vocab.py, each
 TP rank holds VOCAB/T rows); fc and the head are replicated; each DP replica takes its rows of
 the batch and the gradients are averaged over the DP group with all_reduce.
+--set fill=masked_fill: the embedding's masks applied with masked_fill instead of index_put_.
 --set ce=vocab: the head is split over the vocabulary too and the loss is Megatron's
 vocab_parallel_cross_entropy.
 Bugs (--set bug=NAME): vocab_shard makes TP rank 1 look up with rank 0's vocabulary range;
@@ -48,7 +49,7 @@ def step(cap):
     opt = torch.optim.SGD(params, lr=vm.LR)
     cap.optimizer(opt)
     emb_start = 0 if c["bug"] == "vocab_shard" else start   # BUG: every rank uses rank 0's range
-    emb = mv.VocabParallelEmbedding(wte, emb_start, tp_group)
+    emb = mv.VocabParallelEmbedding(wte, emb_start, tp_group, fill=c["fill"])
     with cap.step():
         h = F.gelu(F.linear(emb(ids), fc_w, fc_b), approximate="tanh")
         if vocab_ce:

@@ -120,7 +120,9 @@ def _fill(E, t, mask, value, out, inplace):
         else:
             rec.bind(out, tx.pid)
         return
-    if tx is None and isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() >= 1:
+    if tx is None and isinstance(t, torch.Tensor) and t.is_floating_point() and t.dim() >= 1 and not inplace:
+        # (the backward's zeroing of the masked gradient rows; in place, other views of the
+        # storage would keep the unzeroed value)
         m = _mask_of(E, mask, [int(s) for s in t.shape[:-1]])
         _bind(rec, out, Ix("gmask", m.base, m.bshape, m.lo, m.hi, pid=E.x(t)), E.src)
         return
@@ -186,17 +188,16 @@ def record(E, name, args, kw, out, inplace):
     if name in ("sub", "add"):
         if kw.get("alpha", 1) != 1 or isinstance(args[1], torch.Tensor) and _ix(rec, args[1]) is not None:
             E.fail("integer arithmetic on ids other than adding or subtracting a constant")
+        if inplace:
+            # an in-place shift would leave other views of the storage with the old values
+            E.fail("an in-place shift of integer ids (write m = ids - c)")
         v = _int_scalar(E, args[1])
         ix = _ix(rec, a0)
         if ix is None:
             ix = Ix("shift", E.x(a0), [int(s) for s in a0.shape])
         if ix.kind != "shift" or ix.masked:
             E.fail("arithmetic on %s" % ix.what())
-        nx = Ix("shift", ix.base, ix.bshape, off=ix.off + (v if name == "sub" else -v))
-        if inplace:
-            rec.ix[id(a0)] = nx
-        else:
-            _bind(rec, out, nx, E.src)
+        _bind(rec, out, Ix("shift", ix.base, ix.bshape, off=ix.off + (v if name == "sub" else -v)), E.src)
         return
     if name in VIEWS:
         ix = _ix(rec, a0)
