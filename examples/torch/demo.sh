@@ -18,9 +18,10 @@ OUT=${OUT:-$ROOT/build/torch}
 EX=$ROOT/examples/torch
 LLAMA="llama_single.py llama_parallel.py"
 GPT2_DDP="gpt2_single.py gpt2_ddp.py"
+VOCAB="vocab_single.py vocab_tp.py"
 
 # One row per configuration: name -> "single parallel nproc settings" (programs in examples/torch/).
-CONFIGS="tp2 pp2 dp2 sp tp2pp2dp2 tp2pp2dp2sp tied gpt2_ddp gpt2_ddp_buckets gpt2_ddp_accum"
+CONFIGS="tp2 pp2 dp2 sp tp2pp2dp2 tp2pp2dp2sp tied gpt2_ddp gpt2_ddp_buckets gpt2_ddp_accum vocab_tp2dp2"
 conf() {
   case $1 in
     tp2) echo "$LLAMA 2 tp=2" ;;
@@ -33,11 +34,12 @@ conf() {
     gpt2_ddp) echo "$GPT2_DDP 2 dp=2 opt=adamw" ;;
     gpt2_ddp_buckets) echo "$GPT2_DDP 2 dp=2 attn=sdpa opt=adamw bucket_mb=0.002" ;;
     gpt2_ddp_accum) echo "$GPT2_DDP 2 dp=2 accum=2" ;;
+    vocab_tp2dp2) echo "$VOCAB 4 tp=2 dp=2" ;;
     *) echo "" ;;
   esac
 }
 # One row per bug: bug -> the configuration it is demonstrated on.
-BUGS="no_allreduce grad_scale pp_recv dp_noavg no_sp_gather tie_noreduce loss_scale accum_nodiv"
+BUGS="no_allreduce grad_scale pp_recv dp_noavg no_sp_gather tie_noreduce loss_scale accum_nodiv vocab_shard"
 bugconf() {
   case $1 in
     no_allreduce|dp_noavg) echo tp2pp2dp2 ;;
@@ -45,6 +47,7 @@ bugconf() {
     tie_noreduce) echo tied ;;
     loss_scale) echo gpt2_ddp ;;
     accum_nodiv) echo gpt2_ddp_accum ;;
+    vocab_shard) echo vocab_tp2dp2 ;;
     *) echo "" ;;
   esac
 }
