@@ -21,7 +21,7 @@ import sys
 import torch
 
 from .api import CaptureError
-from . import buckets, collectives, memory
+from . import buckets, collectives, memory, vocab
 
 _DEBUG = bool(os.environ.get("TORCH2PLAN_DEBUG"))
 _DT = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -809,6 +809,13 @@ def record(rec, func, args, kwargs, out):
         return
     src = where()
     E = Emit(rec, name, src)
+    if vocab.handles(rec, name, args, cells):
+        # integer tensors and masks computed from the ids: Megatron's masked lookup (vocab.py)
+        vinplace = name.endswith("_") and not name.startswith("_")
+        vocab.record(E, name[:-1] if vinplace and name != "index_put_" and name != "masked_fill_" else name,
+                     args, kwargs, args[0] if vinplace else out, vinplace)
+        _note_fwd(rec, outs, src)
+        return
     if buckets.per_piece(rec, E, name, args, kwargs, out):
         return   # an element-wise operator on a flat buffer of several values (a DDP bucket)
     if name in ALIASES:

@@ -90,7 +90,7 @@ class Cell:
 
     def __init__(self, pid, kind, tensor, version, src=None):
         self.pid = pid          # SSA value id, None for empty / host / const cells
-        self.kind = kind        # "data", "empty", "const", "host", "aux" (saved statistics)
+        self.kind = kind        # "data", "empty", "const", "host", "aux" (saved statistics), "ix" (rec.ix)
         self.tensor = tensor    # kept alive: ids (and storages) must not be reused
         self.version = version  # the storage's version when pid was bound (memory.py)
         self.src = src
@@ -121,6 +121,7 @@ class Recorder:
         self.dump = None         # pid -> float64 copy of its value (torch2plan --dump-*), or None
         self.quiet = False       # taking a snapshot: the dispatch mode records nothing
         self.allreduce_inputs = None  # the current c10d all_reduce's inputs, before it ran
+        self.ix = {}             # id(tensor) -> vocab.Ix: ids and masks computed from the ids
         self.ln_eps = {}         # data_ptr of a layer norm's saved mean -> its eps (the backward's)
 
     # ---- values and cells ----------------------------------------------------------------
@@ -202,6 +203,9 @@ class Recorder:
         if c.kind == "aux":
             raise CaptureError("%s: %s reads the statistics a layer norm at %s saves for its backward "
                                "(only its backward may)" % (where, what, c.src))
+        if c.kind == "ix":
+            raise CaptureError("%s: %s reads %s (only Megatron's masked vocab-parallel lookup "
+                               "may read it)" % (where, what, self.ix[id(t)].what()))
         if c.kind == "const":
             raise CaptureError("%s: %s reads a constant tensor created inside the step at %s; "
                                "create it before the step and declare it with cap.input"
