@@ -224,10 +224,13 @@ void forward_partners(ictx *c, uint32_t q, int op) {
 static int32_t forward_partner(const ictx *c, uint32_t gi) { return c->fwd_of[gi]; }
 
 /* 1 when node nd (operator op) multiplies its one input by a constant:
- * scale (factor), mul by a scalar, div by a scalar (1/scalar); *s is it. */
+ * scale and scale_backward (factor: the backward of a scale is the same
+ * product, so a mixed-precision loss-gradient scaling by 1024 undone by a
+ * scale by 1/1024 is a factor 1 like any other pair), mul by a scalar, div
+ * by a scalar (1/scalar); *s is it. */
 int scaling(const vd_plan_t *p, const vd_node_t *nd, int op, double *s) {
   if (nd->n_in != 1) return 0;
-  if (op == VD_OP_SCALE) {
+  if (op == VD_OP_SCALE || op == VD_OP_SCALE_BACKWARD) {
     *s = vd_node_attr_float(p, nd, "factor", 1.0);
     return 1;
   }
