@@ -23,12 +23,16 @@
  * preserve values, most change them; the oracle decides which, so no
  * mutation needs to know its own effect.
  *
- *   soundness [-n N] [--first I] [--seed S] [--threads T] [--out DIR] [--no-cross-check] [--strip] [-v]
+ *   soundness [-n N] [--first I] [--seed S] [--threads T] [--out DIR] [--no-cross-check] [--strip]
+ *             [--deadline S] [-v]
  *
  * --strip strips the generated parallel plans to their boundary (as `verdict
  * plan strip --keep boundary`), so every other lineage is inferred, and adds
  * the rewrites inference must see through (scale split in two, loss scaling
  * then unscaling, mean as sum x 1/count, a renamed plan) to the kinds drawn.
+ * --deadline S stops each verification after S s of wall clock (as `verdict
+ * --deadline`: INCONCLUSIVE, counted like any); -v prints every mutant with
+ * its verification time and configuration index (cfgN.single.plan in DIR).
  *
  * N defaults to $N or 400; the seed is fixed (1) so `make test` is
  * deterministic.  Mutant i depends only on (seed, i), so a long run can be
@@ -43,6 +47,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../../common/ctl.h"
 #include "../../common/mem.h"
 #include "../../oracle/exec.h"
 #include "../../ops/ops.h"
@@ -836,6 +841,7 @@ int main(int argc, char **argv) {
   uint64_t seed = 1;
   const char *out = "build/soundness";
   int verbose = 0, threads = 0, cross = 1, strip = 0;
+  double deadline = 0;
   long first = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) n_mut = atol(argv[++i]);
@@ -843,11 +849,12 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
     else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
     else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) out = argv[++i];
+    else if (strcmp(argv[i], "--deadline") == 0 && i + 1 < argc) deadline = atof(argv[++i]);
     else if (strcmp(argv[i], "-v") == 0) verbose = 1;
     else if (strcmp(argv[i], "--strip") == 0) strip = 1;
     else if (strcmp(argv[i], "--no-cross-check") == 0) cross = 0; /* for timing the cross-check */
     else {
-      fprintf(stderr, "usage: soundness [-n N] [--first I] [--seed S] [--threads T] [--out DIR] [--no-cross-check] [-v]\n");
+      fprintf(stderr, "usage: soundness [-n N] [--first I] [--seed S] [--threads T] [--out DIR] [--no-cross-check] [--strip] [--deadline S] [-v]\n");
       return 2;
     }
   }
@@ -935,6 +942,7 @@ int main(int argc, char **argv) {
     o.seed = 1;
     o.max_failures = 1;
     o.threads = threads;
+    o.deadline_s = deadline;
     /* every class the normal form proves is also given to Z3's solver: a
      * disagreement is a bug of the normal form (or of Z3), counted below */
     o.cross_check = cross;
@@ -943,7 +951,12 @@ int main(int argc, char **argv) {
     memset(&run, 0, sizeof(run));
     vd_diag_clear(&d);
     int vcode;
+    struct timespec tv0, tv1;
+    clock_gettime(CLOCK_MONOTONIC, &tv0);
+    vd_ctl_clear_stop(); /* a previous mutant's --deadline stop is not this one's */
     rc = vd_run_verify(&o, &run, &d);
+    clock_gettime(CLOCK_MONOTONIC, &tv1);
+    double vsec = (double)(tv1.tv_sec - tv0.tv_sec) + 1e-9 * (double)(tv1.tv_nsec - tv0.tv_nsec);
     if (rc == VD_OK) vcode = vd_run_exit_code(&run);
     else vcode = rc == VD_EINPUT || rc == VD_EIO ? 2 : 3;
     for (size_t s_i = 0; rc == VD_OK && s_i < run.set.n_stages; s_i++) {
@@ -981,7 +994,7 @@ int main(int argc, char **argv) {
     t[k].false_alarm += fa;
     t[k].both_ne += vcode == 1 && x == VD_EXEC_DISAGREE;
     if (bad || fa || inc || verbose) {
-      printf("  #%ld %-13s %-28s verdict %s, exec %s: %s%s\n", i, mname[k], cfg[c].name,
+      printf("  #%ld %-13s %-28s cfg%d %6.1fs verdict %s, exec %s: %s%s\n", i, mname[k], cfg[c].name, c, vsec,
              verdict_name[vcode < 4 && vcode >= 0 ? vcode : 2],
              x < 0 ? "error" : vd_exec_status_names[x], e.desc, bad ? "  <-- UNSOUND" : fa ? "  (false alarm)" : inc ? "  (not proven)" : "");
       if (bad && x == VD_EXEC_DISAGREE && xr.reason[0]) printf("       exec: %s\n", xr.reason);
