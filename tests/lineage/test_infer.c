@@ -263,6 +263,56 @@ static void test_infer_factors(void **st) {
   factor_case(1.0, 0);
 }
 
+/* Commuted operands (issue 26): single c = op(a, b) over [4,2]; parallel
+ * c' = op(b', a') on rows [0,2) of each.  c' is c's rows, for add and mul
+ * alike; before, the single twin was looked up with the operands in order
+ * only and c' had no lineage. */
+static void commuted_case(const char *op) {
+  vd_plan_t s, p;
+  pb_ctx c;
+  pb_begin(&c, &s, VD_PLAN_SINGLE, 1, 1, 1);
+  int32_t f = pb_segment(&c, "fwd");
+  uint32_t a = pb_tensor(&c, "a", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 4, 2);
+  uint32_t b = pb_tensor(&c, "b", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 4, 2);
+  uint32_t y = pb_tensor(&c, "c", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 2);
+  uint32_t l = pb_tensor(&c, "l", 0, VD_ROLE_LOSS, VD_SCOPE_PER_MB, 2, 4, 2);
+  pb_node(&c, op, "c", 0, f, VD_PHASE_FWD, PB_T(a, b), PB_T(y));
+  pb_node(&c, "exp", "l", 0, f, VD_PHASE_FWD, PB_T(y), PB_T(l));
+  pb_step(&c, 0, f, 0);
+  assert_int_equal(c.rc, VD_OK);
+  pb_begin(&c, &p, VD_PLAN_PARALLEL, 1, 1, 1);
+  f = pb_segment(&c, "fwd");
+  uint32_t pa = pb_tensor(&c, "a", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 2, 2);
+  pb_lin(&c, pa, 1, 0, 2, 0, 2, 0, 1);
+  uint32_t pbt = pb_tensor(&c, "b", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 2, 2);
+  pb_lin(&c, pbt, 2, 0, 2, 0, 2, 0, 1);
+  uint32_t py = pb_tensor(&c, "other_name", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  uint32_t pl = pb_tensor(&c, "l", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  pb_node(&c, op, "other_name", 0, f, VD_PHASE_FWD, PB_T(pbt, pa), PB_T(py));
+  pb_node(&c, "exp", "l", 0, f, VD_PHASE_FWD, PB_T(py), PB_T(pl));
+  pb_step(&c, 0, f, 0);
+  assert_int_equal(c.rc, VD_OK);
+  uint8_t *inf = NULL;
+  vd_lin_infer_stats is;
+  run_infer(&s, &p, &inf, &is);
+  assert_true(inf[py]);
+  assert_int_equal(p.tensors[py].lin.full, 3);
+  assert_int_equal(p.tensors[py].lin.hi[0], 2);
+  assert_true(vd_lineage_factor(&p.tensors[py].lin) == 1.0);
+  assert_true(inf[pl]);
+  assert_int_equal(p.tensors[pl].lin.full, 4);
+  assert_int_equal(is.stuck_node, -1);
+  vd_free(inf);
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+static void test_infer_commuted(void **st) {
+  (void)st;
+  commuted_case("add");
+  commuted_case("mul");
+}
+
 /* Mixed precision's loss-gradient scaling: single b = exp(x [4,2]);
  * parallel x' = rows [0,2) of x, g' = scale_backward(x', 1024), h' =
  * scale(g', down), b' = exp(h').  scale_backward is a constant factor like
@@ -700,6 +750,7 @@ int main(void) {
       cmocka_unit_test(test_infer_chunk_rebase),
       cmocka_unit_test(test_infer_factors),
       cmocka_unit_test(test_infer_loss_scale),
+      cmocka_unit_test(test_infer_commuted),
       cmocka_unit_test(test_infer_stuck_addend),
       cmocka_unit_test(test_infer_exact_copy),
       cmocka_unit_test(test_infer_sum_twin),
