@@ -33,6 +33,35 @@ static int same_block_name(const char *a, const char *b) {
   }
 }
 
+/* Whether single node inputs sin are the single values the parallel inputs
+ * in hold (exact values, or values of the same copy root), input i against
+ * single input i, or against single input 1 - i when swap (two inputs). */
+static int reads_inputs(const ictx *c, const vd_gnode_t *pn, const uint32_t *in, const uint32_t *sin, int partial,
+                        int exact, int swap) {
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    const vlin *x = vl_at(c, in[i]);
+    if (partial && (!x->known || x->sv < 0)) continue;
+    uint32_t s = sin[swap ? 1 - i : i];
+    if (exact ? s != (uint32_t)x->sv : c->sroot[s] != c->sroot[x->sv]) return 0;
+  }
+  return 1;
+}
+
+/* Whether a binary add or mul of two same-shape tensors (no scalar) may be
+ * matched with its operands in the other order (issue 26: inference must not
+ * depend on how either side orders a commutative operator's operands).
+ * Same shapes on both sides, so the operator's dimension links are the same
+ * under the swap; a wrong match would only give a candidate its stage
+ * refutes. */
+static int commutes(const ictx *c, const vd_gnode_t *pn, int op, const vd_gnode_t *sn) {
+  if ((op != VD_OP_ADD && op != VD_OP_MUL) || pn->n_in != 2 || sn->n_in != 2) return 0;
+  if (vd_node_attr(c->pp, &c->pp->nodes[pn->pnode], "scalar")) return 0;
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn), *sin = vd_gnode_inputs(c->gs, sn);
+  const vd_tensor_t *a = ptens(c, in[0]), *b = ptens(c, in[1]), *sa = stens(c, sin[0]), *sb = stens(c, sin[1]);
+  return a->ndim == b->ndim && !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof(int64_t)) &&
+         sa->ndim == sb->ndim && !memcmp(sa->shape, sb->shape, (size_t)sa->ndim * sizeof(int64_t));
+}
+
 /* The single node with operator op whose inputs are the single values the
  * parallel inputs hold; -1 if none or ambiguous (ties broken by name, then
  * by the name up to instance numbers).  Exact matches come first: a single
@@ -68,12 +97,8 @@ int32_t match_single_in(const ictx *c, const vd_gnode_t *pn, int op, int partial
         const vd_gnode_t *sn = &c->gs->nodes[cons[k]];
         if (c->sop[sn->pnode] != op || sn->n_in != pn->n_in || sn->n_out != pn->n_out) continue;
         const uint32_t *sin = vd_gnode_inputs(c->gs, sn);
-        int ok = 1;
-        for (uint32_t i = 0; i < pn->n_in && ok; i++) {
-          const vlin *x = vl_at(c, in[i]);
-          if (partial && (!x->known || x->sv < 0)) continue;
-          ok = exact ? sin[i] == (uint32_t)x->sv : c->sroot[sin[i]] == c->sroot[x->sv];
-        }
+        int ok = reads_inputs(c, pn, in, sin, partial, exact, 0);
+        if (!ok && commutes(c, pn, op, sn)) ok = reads_inputs(c, pn, in, sin, partial, exact, 1);
         if (!ok || (int32_t)cons[k] == found) continue;
         if (found >= 0 && same_outputs(c, &c->gs->nodes[found], sn)) continue; /* one value, computed twice */
         found = (int32_t)cons[k];
@@ -224,10 +249,13 @@ void forward_partners(ictx *c, uint32_t q, int op) {
 static int32_t forward_partner(const ictx *c, uint32_t gi) { return c->fwd_of[gi]; }
 
 /* 1 when node nd (operator op) multiplies its one input by a constant:
- * scale (factor), mul by a scalar, div by a scalar (1/scalar); *s is it. */
+ * scale and scale_backward (factor: the backward of a scale is the same
+ * product, so a mixed-precision loss-gradient scaling by 1024 undone by a
+ * scale by 1/1024 is a factor 1 like any other pair), mul by a scalar, div
+ * by a scalar (1/scalar); *s is it. */
 int scaling(const vd_plan_t *p, const vd_node_t *nd, int op, double *s) {
   if (nd->n_in != 1) return 0;
-  if (op == VD_OP_SCALE) {
+  if (op == VD_OP_SCALE || op == VD_OP_SCALE_BACKWARD) {
     *s = vd_node_attr_float(p, nd, "factor", 1.0);
     return 1;
   }

@@ -263,6 +263,116 @@ static void test_infer_factors(void **st) {
   factor_case(1.0, 0);
 }
 
+/* Commuted operands (issue 26): single c = op(a, b) over [4,2]; parallel
+ * c' = op(b', a') on rows [0,2) of each.  c' is c's rows, for add and mul
+ * alike; before, the single twin was looked up with the operands in order
+ * only and c' had no lineage. */
+static void commuted_case(const char *op) {
+  vd_plan_t s, p;
+  pb_ctx c;
+  pb_begin(&c, &s, VD_PLAN_SINGLE, 1, 1, 1);
+  int32_t f = pb_segment(&c, "fwd");
+  uint32_t a = pb_tensor(&c, "a", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 4, 2);
+  uint32_t b = pb_tensor(&c, "b", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 4, 2);
+  uint32_t y = pb_tensor(&c, "c", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 2);
+  uint32_t l = pb_tensor(&c, "l", 0, VD_ROLE_LOSS, VD_SCOPE_PER_MB, 2, 4, 2);
+  pb_node(&c, op, "c", 0, f, VD_PHASE_FWD, PB_T(a, b), PB_T(y));
+  pb_node(&c, "exp", "l", 0, f, VD_PHASE_FWD, PB_T(y), PB_T(l));
+  pb_step(&c, 0, f, 0);
+  assert_int_equal(c.rc, VD_OK);
+  pb_begin(&c, &p, VD_PLAN_PARALLEL, 1, 1, 1);
+  f = pb_segment(&c, "fwd");
+  uint32_t pa = pb_tensor(&c, "a", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 2, 2);
+  pb_lin(&c, pa, 1, 0, 2, 0, 2, 0, 1);
+  uint32_t pbt = pb_tensor(&c, "b", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 2, 2);
+  pb_lin(&c, pbt, 2, 0, 2, 0, 2, 0, 1);
+  uint32_t py = pb_tensor(&c, "other_name", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  uint32_t pl = pb_tensor(&c, "l", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  pb_node(&c, op, "other_name", 0, f, VD_PHASE_FWD, PB_T(pbt, pa), PB_T(py));
+  pb_node(&c, "exp", "l", 0, f, VD_PHASE_FWD, PB_T(py), PB_T(pl));
+  pb_step(&c, 0, f, 0);
+  assert_int_equal(c.rc, VD_OK);
+  uint8_t *inf = NULL;
+  vd_lin_infer_stats is;
+  run_infer(&s, &p, &inf, &is);
+  assert_true(inf[py]);
+  assert_int_equal(p.tensors[py].lin.full, 3);
+  assert_int_equal(p.tensors[py].lin.hi[0], 2);
+  assert_true(vd_lineage_factor(&p.tensors[py].lin) == 1.0);
+  assert_true(inf[pl]);
+  assert_int_equal(p.tensors[pl].lin.full, 4);
+  assert_int_equal(is.stuck_node, -1);
+  vd_free(inf);
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+static void test_infer_commuted(void **st) {
+  (void)st;
+  commuted_case("add");
+  commuted_case("mul");
+}
+
+/* Mixed precision's loss-gradient scaling: single b = exp(x [4,2]);
+ * parallel x' = rows [0,2) of x, g' = scale_backward(x', 1024), h' =
+ * scale(g', down), b' = exp(h').  scale_backward is a constant factor like
+ * scale (issue 26): with down = 1/1024 the factors cancel and b' is b's
+ * rows; with down = 1/512, h' is 2 x x's rows and exp stops at the factor,
+ * which the stuck hint traces to the scale_backward. */
+static void loss_scale_case(double down, int cancels) {
+  vd_plan_t s, p;
+  pb_ctx c;
+  pb_begin(&c, &s, VD_PLAN_SINGLE, 1, 1, 1);
+  int32_t f = pb_segment(&c, "fwd");
+  uint32_t x = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 4, 2);
+  uint32_t b = pb_tensor(&c, "b", 0, VD_ROLE_LOSS, VD_SCOPE_PER_MB, 2, 4, 2);
+  pb_node(&c, "exp", "b", 0, f, VD_PHASE_FWD, PB_T(x), PB_T(b));
+  pb_step(&c, 0, f, 0);
+  assert_int_equal(c.rc, VD_OK);
+  pb_begin(&c, &p, VD_PLAN_PARALLEL, 1, 1, 1);
+  f = pb_segment(&c, "fwd");
+  uint32_t px = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 2, 2);
+  pb_lin(&c, px, 1, 0, 2, 0, 2, 0, 1);
+  uint32_t pg = pb_tensor(&c, "g", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  uint32_t ph = pb_tensor(&c, "h", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  uint32_t pbb = pb_tensor(&c, "b", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  uint32_t up = pb_node(&c, "scale_backward", "up", 0, f, VD_PHASE_FWD, PB_T(px), PB_T(pg));
+  pb_attr_float(&c, up, "factor", 1024.0);
+  uint32_t dn = pb_node(&c, "scale", "down", 0, f, VD_PHASE_FWD, PB_T(pg), PB_T(ph));
+  pb_attr_float(&c, dn, "factor", down);
+  uint32_t pex = pb_node(&c, "exp", "b", 0, f, VD_PHASE_FWD, PB_T(ph), PB_T(pbb));
+  pb_step(&c, 0, f, 0);
+  assert_int_equal(c.rc, VD_OK);
+  uint8_t *inf = NULL;
+  vd_lin_infer_stats is;
+  run_infer(&s, &p, &inf, &is);
+  /* before, scale_backward had no rule without a single twin: nothing past
+   * x had a lineage */
+  assert_true(inf[pg]);
+  assert_true(vd_lineage_factor(&p.tensors[pg].lin) == 1024.0);
+  assert_true(inf[ph]);
+  assert_true(vd_lineage_factor(&p.tensors[ph].lin) == (cancels ? 1.0 : 2.0));
+  assert_int_equal(inf[pbb], 1);
+  if (cancels) {
+    assert_int_equal(p.tensors[pbb].lin.full, 2);
+    assert_int_equal(p.tensors[pbb].lin.hi[0], 2);
+    assert_int_equal(is.stuck_node, -1);
+  } else {
+    assert_int_equal(is.stuck_node, (int64_t)pex);
+    assert_int_equal(is.stuck_why, VD_LIN_STUCK_FACTOR);
+    assert_true(is.stuck_f == 2.0);
+  }
+  vd_free(inf);
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+static void test_infer_loss_scale(void **st) {
+  (void)st;
+  loss_scale_case(1.0 / 1024.0, 1);
+  loss_scale_case(1.0 / 512.0, 0);
+}
+
 /* single: g = add(ge, gh); u = scale(g, -0.1); w = add(w, u) (an SGD
  * update of a weight used twice, its two gradient parts summed).
  * parallel: w = add(w, scale(x, lr)) where x is annotated as gh alone (the
@@ -639,6 +749,8 @@ int main(void) {
       cmocka_unit_test(test_infer_mlp),
       cmocka_unit_test(test_infer_chunk_rebase),
       cmocka_unit_test(test_infer_factors),
+      cmocka_unit_test(test_infer_loss_scale),
+      cmocka_unit_test(test_infer_commuted),
       cmocka_unit_test(test_infer_stuck_addend),
       cmocka_unit_test(test_infer_exact_copy),
       cmocka_unit_test(test_infer_sum_twin),

@@ -23,12 +23,17 @@
  * preserve values, most change them; the oracle decides which, so no
  * mutation needs to know its own effect.
  *
- *   soundness [-n N] [--first I] [--seed S] [--threads T] [--out DIR] [--no-cross-check] [--strip] [-v]
+ *   soundness [-n N] [--first I] [--seed S] [--threads T] [--out DIR] [--no-cross-check] [--strip]
+ *             [--deadline S] [--kind NAME] [-v]
  *
  * --strip strips the generated parallel plans to their boundary (as `verdict
  * plan strip --keep boundary`), so every other lineage is inferred, and adds
  * the rewrites inference must see through (scale split in two, loss scaling
  * then unscaling, mean as sum x 1/count, a renamed plan) to the kinds drawn.
+ * --deadline S stops each verification after S s of wall clock (as `verdict
+ * --deadline`: INCONCLUSIVE, counted like any); -v prints every mutant with
+ * its verification time and configuration index (cfgN.single.plan in DIR);
+ * --kind NAME draws only that kind (its name in the table).
  *
  * N defaults to $N or 400; the seed is fixed (1) so `make test` is
  * deterministic.  Mutant i depends only on (seed, i), so a long run can be
@@ -43,6 +48,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../../common/ctl.h"
 #include "../../common/mem.h"
 #include "../../oracle/exec.h"
 #include "../../ops/ops.h"
@@ -310,13 +316,16 @@ enum {
   M_LOSS_SCALE, /* scale_backward by 1024 then scale by 1/1024 before an input (mixed precision) */
   M_MEAN_SUM,   /* mean as sum * (1 / count), or a wrong count */
   M_RENAME,     /* every node and tensor renamed */
+  M_NOOP,       /* a same-shape identity, contiguous or view inserted before an input (no single twin) */
+  M_MATMUL,     /* linear(x, w) written as matmul(x, transpose(w)); transpose(w) back to w's layout sometimes */
   M__COUNT
 };
 static const char *const mname[M__COUNT] = {"const",     "attr",   "operand-order", "view-pair",
                                             "tpose-pair", "permute", "drop",          "duplicate",
                                             "neutral",   "coll-group", "coll-member", "schedule",
                                             "op-swap",   "sum-as-mean", "count",       "scale-split",
-                                            "loss-scale", "mean-as-sum", "rename"};
+                                            "loss-scale", "mean-as-sum", "rename",
+                                            "no-op",     "linear-matmul"};
 
 static int is_op(const vd_plan_t *p, const vd_node_t *n, const char *op) { return strcmp(vd_node_op(p, n), op) == 0; }
 
@@ -384,6 +393,11 @@ static int local_input(const vd_plan_t *p, const vd_node_t *n, void *arg) {
 static int op_named(const vd_plan_t *p, const vd_node_t *n, void *arg) {
   return n->n_in == 1 && n->n_out == 1 && vd_node_inputs(p, n)[0] != vd_node_outputs(p, n)[0] &&
          is_op(p, n, (const char *)arg);
+}
+
+/* A two-input node of operator arg (linear without a bias). */
+static int op_named2(const vd_plan_t *p, const vd_node_t *n, void *arg) {
+  return n->coll < 0 && n->n_in == 2 && n->n_out == 1 && is_op(p, n, (const char *)arg);
 }
 
 static int coll_node(const vd_plan_t *p, const vd_node_t *n, void *arg) {
@@ -777,6 +791,50 @@ static int mutate(const vd_plan_t *p, int k, rng_t *r, edit_t *e, int32_t *act) 
              (long long)n->id, vd_plan_s(p, n->name), n->rank, c, cnt);
     return 1;
   }
+  case M_NOOP: {
+    static const char *const ops[] = {"identity", "contiguous", "view"};
+    const char *op = ops[rbelow(r, 3)];
+    int64_t ni = pick_node(p, r, local_input, NULL);
+    if (ni < 0) return 0;
+    const vd_node_t *n = &p->nodes[ni];
+    uint32_t x = vd_node_inputs(p, n)[0];
+    e->n_new = 1;
+    e->proto[0] = x;
+    e->new_ndim[0] = p->tensors[x].ndim;
+    memcpy(e->new_shape[0], p->tensors[x].shape, sizeof(e->new_shape[0]));
+    e->before = ni;
+    e->ins[0] = (newnode_t){op, {x}, 1, {nt0}, 1, -1, NULL, 0, 0, -1, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
+    e->n_ins = 1;
+    redirect_input(p, e, ni, 0, nt0);
+    snprintf(e->desc, sizeof(e->desc), "%s (same shape) inserted before input 0 of node %lld '%s' (%s, rank %d)", op,
+             (long long)n->id, vd_plan_s(p, n->name), vd_node_op(p, n), n->rank);
+    return 1;
+  }
+  case M_MATMUL: {
+    int64_t ni = pick_node(p, r, op_named2, "linear");
+    if (ni < 0) return 0;
+    const vd_node_t *n = &p->nodes[ni];
+    uint32_t w = vd_node_inputs(p, n)[1];
+    const vd_tensor_t *wt = &p->tensors[w];
+    if (wt->ndim != 2) return 0;
+    /* a wrong layout now and then: w itself, [in, out] read as [out, in] */
+    int wrong = rbelow(r, 4) == 0 && wt->shape[0] == wt->shape[1];
+    e->n_new = 1;
+    e->proto[0] = vd_node_inputs(p, n)[0]; /* x's scope: written once per microbatch, as the linear runs */
+    e->new_ndim[0] = 2;
+    e->new_shape[0][0] = wt->shape[1];
+    e->new_shape[0][1] = wt->shape[0];
+    e->before = ni;
+    e->ins[0] = (newnode_t){wrong ? "identity" : "transpose", {w}, 1, {nt0}, 1, -1, NULL, 0, 0, -1,
+                            wrong ? NULL : "dim0", VD_ATTR_INT, 0, 0, NULL, NULL, NULL, 0};
+    e->n_ins = 1;
+    redirect_input(p, e, ni, 1, nt0);
+    e->repl[0].op = "matmul";
+    e->repl[0].attrs_from = -1;
+    snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (linear, rank %d) as matmul(x, %s(w))", (long long)n->id,
+             vd_plan_s(p, n->name), n->rank, wrong ? "identity" : "transpose");
+    return 1;
+  }
   case M_RENAME:
     e->rename = 1;
     snprintf(e->desc, sizeof(e->desc), "every node and tensor renamed");
@@ -836,6 +894,8 @@ int main(int argc, char **argv) {
   uint64_t seed = 1;
   const char *out = "build/soundness";
   int verbose = 0, threads = 0, cross = 1, strip = 0;
+  double deadline = 0;
+  int only = -1; /* --kind NAME: draw that kind only */
   long first = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) n_mut = atol(argv[++i]);
@@ -843,11 +903,20 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
     else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
     else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) out = argv[++i];
-    else if (strcmp(argv[i], "-v") == 0) verbose = 1;
+    else if (strcmp(argv[i], "--deadline") == 0 && i + 1 < argc) deadline = atof(argv[++i]);
+    else if (strcmp(argv[i], "--kind") == 0 && i + 1 < argc) {
+      const char *want = argv[++i];
+      for (int k = 0; k < M__COUNT; k++)
+        if (strcmp(mname[k], want) == 0) only = k;
+      if (only < 0) {
+        fprintf(stderr, "soundness: unknown kind '%s'\n", want);
+        return 2;
+      }
+    } else if (strcmp(argv[i], "-v") == 0) verbose = 1;
     else if (strcmp(argv[i], "--strip") == 0) strip = 1;
     else if (strcmp(argv[i], "--no-cross-check") == 0) cross = 0; /* for timing the cross-check */
     else {
-      fprintf(stderr, "usage: soundness [-n N] [--first I] [--seed S] [--threads T] [--out DIR] [--no-cross-check] [-v]\n");
+      fprintf(stderr, "usage: soundness [-n N] [--first I] [--seed S] [--threads T] [--out DIR] [--no-cross-check] [--strip] [--deadline S] [--kind NAME] [-v]\n");
       return 2;
     }
   }
@@ -895,6 +964,7 @@ int main(int argc, char **argv) {
     if (!act) return 2;
     for (int tries = 0; tries < 20; tries++) {
       k = (int)rbelow(&r, strip ? M__COUNT : M__BASE);
+      if (only >= 0) k = only;
       if (mutate(&pp[c], k, &r, &e, act)) break;
       k = -1;
     }
@@ -935,6 +1005,7 @@ int main(int argc, char **argv) {
     o.seed = 1;
     o.max_failures = 1;
     o.threads = threads;
+    o.deadline_s = deadline;
     /* every class the normal form proves is also given to Z3's solver: a
      * disagreement is a bug of the normal form (or of Z3), counted below */
     o.cross_check = cross;
@@ -943,7 +1014,12 @@ int main(int argc, char **argv) {
     memset(&run, 0, sizeof(run));
     vd_diag_clear(&d);
     int vcode;
+    struct timespec tv0, tv1;
+    clock_gettime(CLOCK_MONOTONIC, &tv0);
+    vd_ctl_clear_stop(); /* a previous mutant's --deadline stop is not this one's */
     rc = vd_run_verify(&o, &run, &d);
+    clock_gettime(CLOCK_MONOTONIC, &tv1);
+    double vsec = (double)(tv1.tv_sec - tv0.tv_sec) + 1e-9 * (double)(tv1.tv_nsec - tv0.tv_nsec);
     if (rc == VD_OK) vcode = vd_run_exit_code(&run);
     else vcode = rc == VD_EINPUT || rc == VD_EIO ? 2 : 3;
     for (size_t s_i = 0; rc == VD_OK && s_i < run.set.n_stages; s_i++) {
@@ -981,7 +1057,7 @@ int main(int argc, char **argv) {
     t[k].false_alarm += fa;
     t[k].both_ne += vcode == 1 && x == VD_EXEC_DISAGREE;
     if (bad || fa || inc || verbose) {
-      printf("  #%ld %-13s %-28s verdict %s, exec %s: %s%s\n", i, mname[k], cfg[c].name,
+      printf("  #%ld %-13s %-28s cfg%d %6.1fs verdict %s, exec %s: %s%s\n", i, mname[k], cfg[c].name, c, vsec,
              verdict_name[vcode < 4 && vcode >= 0 ? vcode : 2],
              x < 0 ? "error" : vd_exec_status_names[x], e.desc, bad ? "  <-- UNSOUND" : fa ? "  (false alarm)" : inc ? "  (not proven)" : "");
       if (bad && x == VD_EXEC_DISAGREE && xr.reason[0]) printf("       exec: %s\n", xr.reason);
