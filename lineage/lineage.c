@@ -46,7 +46,7 @@
 
 const char *const vd_lissue_names[VD_LISSUE__COUNT] = {"no_single", "out_of_bounds", "overlap", "gap",
                                                        "parts",     "uncovered",     "no_value",
-                                                       "batch"};
+                                                       "batch",     "unread_input"};
 
 #define NONE UINT32_MAX
 #define GRID_MAX ((size_t)VD_LIM_LIN_GRID_MAX) /* reason: common/limits.h */
@@ -62,7 +62,7 @@ typedef struct {
   vd_diag *d;
   const vd_plan_t *sp, *pp;
   int32_t D;
-  size_t cap_issues;
+  size_t cap_issues, cap_warnings;
   /* validate() runs lineages in parallel: then a thread's issues go to its
    * own list (sink), tagged with the lineage, and are merged in lineage
    * order afterwards, so the table is the same at any thread count. */
@@ -86,7 +86,9 @@ static vd_rc add_issue(lctx *c, vd_lissue_kind kind, int64_t st, int64_t pt, int
   vd_lin_table *t = c->t;
   vd_issue is;
   vd_issue_init(&is, "lineage", (unsigned)kind, vd_lissue_names[kind],
-                kind == VD_LISSUE_BATCH ? VD_DX_BATCH : VD_DX_DATAFLOW);
+                kind == VD_LISSUE_UNREAD  ? VD_DX_NONE
+                : kind == VD_LISSUE_BATCH ? VD_DX_BATCH
+                                          : VD_DX_DATAFLOW);
   is.stensor = st;
   is.tensor = pt;
   is.replica = rep;
@@ -96,6 +98,11 @@ static vd_rc add_issue(lctx *c, vd_lissue_kind kind, int64_t st, int64_t pt, int
   va_start(ap, fmt);
   vd_issue_vdetail(&is, fmt, ap);
   va_end(ap);
+  if (kind == VD_LISSUE_UNREAD) {
+    if (vd_issue_push(&t->warnings, &t->n_warnings, &c->cap_warnings, VD_LIN_MAX_ISSUES, &t->n_warnings_dropped, &is))
+      return VD_OOM(c->d);
+    return VD_OK;
+  }
   if (c->to_sink) {
     if (VD_GROW(c->sink, c->cap_sink, c->n_sink + 1)) return VD_OOM(c->d);
     c->sink[c->n_sink] = (tissue_t){c->cur_li, (uint32_t)c->n_sink, is};
@@ -172,6 +179,24 @@ static int slice_cmp(const vd_lin_piece *x, const vd_lin_piece *y, int32_t nd) {
 static int32_t single_value(const lctx *c, uint32_t s, int initial) {
   int32_t smb = c->sp->tensors[s].scope == VD_SCOPE_PER_MB ? 0 : -1;
   return initial ? vd_graph_first(c->t->gs, s, 0, smb) : vd_graph_last(c->t->gs, s, 0, smb);
+}
+
+/* 1 when annotated parallel tensor ti is a declared input that no instance
+ * of it, and no instance of its single tensor s, ever holds a value: an input
+ * both steps declare and neither reads.  It is left out of the comparison
+ * with a warning.  SOUNDNESS: an input's points are only assumptions of the
+ * proofs (nothing is claimed about its value), so leaving one out can only
+ * make a proof harder.  An input one step reads and the other does not stays
+ * a NO_VALUE issue: the steps then compute from different data. */
+static int unread_input(const lctx *c, uint32_t ti, uint32_t s) {
+  const vd_graph_t *gs = c->t->gs, *gp = c->t->gp;
+  if (c->pp->tensors[ti].role != VD_ROLE_INPUT) return 0;
+  for (uint32_t k = 0; k < gp->inst_per_replica[ti]; k++)
+    for (int32_t d = 0; d < c->D; d++)
+      if (vd_graph_first(gp, ti, d, c->pp->tensors[ti].scope == VD_SCOPE_PER_MB ? (int32_t)k : -1) >= 0) return 0;
+  for (uint32_t k = 0; k < gs->inst_per_replica[s]; k++)
+    if (vd_graph_first(gs, s, 0, c->sp->tensors[s].scope == VD_SCOPE_PER_MB ? (int32_t)k : -1) >= 0) return 0;
+  return 1;
 }
 
 /* What the first pass learns of one parallel tensor: its single tensor (NONE
@@ -281,6 +306,13 @@ static vd_rc collect(lctx *c, vd_lin_piece **out, size_t *n_out, size_t *n_point
       rc = add_issue(c, VD_LISSUE_NO_SINGLE, -1, (int64_t)ti, -1, -1,
                      "'%s' (rank %d) claims single tensor id %lld, which the single plan does not have",
                      pname(c, (uint32_t)ti), pt->rank, (long long)pt->lin.full);
+      continue;
+    }
+    if (unread_input(c, (uint32_t)ti, s)) {
+      rc = add_issue(c, VD_LISSUE_UNREAD, (int64_t)s, (int64_t)ti, -1, -1,
+                     "declared input '%s' (rank %d, as '%s') is read by neither step: left out of the "
+                     "comparison",
+                     pname(c, (uint32_t)ti), pt->rank, sname(c, s));
       continue;
     }
     size_t before = n;
@@ -1049,6 +1081,7 @@ void vd_lin_free(vd_lin_table *t) {
   vd_free(t->lin_of_svalue_initial);
   vd_free(t->lin_of_svalue_final);
   vd_free(t->issues);
+  vd_free(t->warnings);
   memset(t, 0, sizeof(*t));
 }
 

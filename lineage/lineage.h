@@ -70,6 +70,7 @@ typedef enum {
   VD_LISSUE_NO_VALUE,      /* annotated tensor instance that the graph never materialises */
   VD_LISSUE_BATCH,         /* a data input's replicas x microbatches span another extent than
                               the single tensor along one dimension: different global batches */
+  VD_LISSUE_UNREAD,        /* a warning, not an issue: a declared input that neither step reads */
   VD_LISSUE__COUNT
 } vd_lissue_kind;
 
@@ -96,6 +97,10 @@ typedef struct vd_lin_table {
   int32_t *lin_of_svalue_initial, *lin_of_svalue_final; /* n = gs->n_values */
   vd_lin_issue *issues; size_t n_issues;
   size_t n_issues_dropped; /* issues beyond VD_LIN_MAX_ISSUES, only counted */
+  /* Warnings (kind VD_LISSUE_UNREAD, diagnosis NONE): left out of the
+   * comparison, they cannot make a verdict fail. */
+  vd_lin_issue *warnings; size_t n_warnings;
+  size_t n_warnings_dropped;
 } vd_lin_table;
 
 /* At most this many issues are stored; the rest are only counted. */

@@ -597,6 +597,7 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
     fprintf(f, "  structural problems: %zu (%zu listed)\n", r->n_issues + r->n_issues_dropped, r->n_issues);
   else if (r->n_issues)
     fprintf(f, "  structural problems: %zu\n", r->n_issues);
+  for (size_t i = 0; i < r->lt.n_warnings; i++) fprintf(f, "  warning: %s\n", VD_SHOW(r->lt.warnings[i].detail));
   if (r->infer.n_inferred)
     fprintf(f, "  lineages: %zu annotated, %zu inferred (%zu dropped after a failed proof, %d round(s)), %zu "
                "unannotated left to the stages\n",
@@ -1030,6 +1031,14 @@ static json_t *json_report(vd_jb *b, const vd_run *r, const vd_run_opts *o, cons
     vd_jb_push(b, inconclusive, e);
   }
   vd_jb_set(b, root, "inconclusive", inconclusive);
+  json_t *warnings = vd_jb_arr(b);
+  for (size_t i = 0; i < r->lt.n_warnings && !b->oom; i++) {
+    json_t *e = vd_jb_obj(b);
+    vd_jb_set(b, e, "kind", vd_jb_str(b, r->lt.warnings[i].kind_name));
+    vd_jb_set(b, e, "detail", vd_jb_str(b, r->lt.warnings[i].detail));
+    vd_jb_push(b, warnings, e);
+  }
+  vd_jb_set(b, root, "warnings", warnings);
   return root;
 }
 

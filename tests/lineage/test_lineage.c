@@ -422,6 +422,48 @@ static void test_no_value(void **st) {
   pair_free(&x);
 }
 
+/* An input tensor of shape 4 x 8, annotated with the whole of single tensor full. */
+static vd_tensor_t input_4x8(int64_t id, int32_t rank, int64_t full) {
+  vd_tensor_t t;
+  memset(&t, 0, sizeof(t));
+  t.id = id;
+  t.rank = rank;
+  t.ndim = 2;
+  t.shape[0] = 4;
+  t.shape[1] = 8;
+  t.role = VD_ROLE_INPUT;
+  t.scope = VD_SCOPE_PER_MB;
+  t.has_lin = full >= 0;
+  t.lin.full = full;
+  t.lin.hi[0] = 4;
+  t.lin.hi[1] = 8;
+  t.lin.part_n = 1;
+  return t;
+}
+
+/* A declared input that neither plan reads is a warning and no issue; one
+ * that the single plan reads and the parallel plan never does stays a
+ * NO_VALUE issue (the steps compute from different data). */
+static void test_unread_input(void **st) {
+  (void)st;
+  pair_t x;
+  tp2(&x);
+  vd_tensor_t su = input_4x8(2000, 0, -1), pu = input_4x8(2000, 0, 2000), py = input_4x8(2001, 1, 5);
+  uint32_t idx, iy;
+  assert_int_equal(vd_plan_add_tensor(&x.s, &su, "mask", &idx), VD_OK);
+  assert_int_equal(vd_plan_add_tensor(&x.p, &pu, "r0.mask", &idx), VD_OK);
+  assert_int_equal(vd_plan_add_tensor(&x.p, &py, "r1.y_unread", &iy), VD_OK);
+  build(&x);
+  assert_int_equal(x.lt.n_warnings, 1);
+  assert_int_equal(x.lt.warnings[0].kind, VD_LISSUE_UNREAD);
+  assert_int_equal(x.lt.warnings[0].diagnosis, VD_DX_NONE);
+  assert_int_equal(x.lt.warnings[0].tensor, idx);
+  has(x.lt.warnings[0].detail, "declared input 'r0.mask' (rank 0, as 'mask') is read by neither step");
+  assert_int_equal(count(&x.lt, VD_LISSUE_UNREAD), 0);
+  assert_int_equal(issue(&x.lt, VD_LISSUE_NO_VALUE)->tensor, iy);
+  pair_free(&x);
+}
+
 /* A data input whose replicas x microbatches read another batch than the
  * single plan: one BATCH issue naming the dimension and both extents, listed
  * first, instead of per-piece gaps. */
@@ -498,7 +540,8 @@ int main(void) {
       cmocka_unit_test(test_gap),            cmocka_unit_test(test_overlap),
       cmocka_unit_test(test_parts),          cmocka_unit_test(test_no_single),
       cmocka_unit_test(test_out_of_bounds),  cmocka_unit_test(test_uncovered),
-      cmocka_unit_test(test_no_value),       cmocka_unit_test(test_issues_sorted_and_free_null),
+      cmocka_unit_test(test_no_value),       cmocka_unit_test(test_unread_input),
+             cmocka_unit_test(test_issues_sorted_and_free_null),
       cmocka_unit_test(test_alloc_failures), cmocka_unit_test(test_batch_mismatch),
       cmocka_unit_test(test_sort_parallel_same),
   };

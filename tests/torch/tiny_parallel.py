@@ -52,6 +52,8 @@ def step(cap):
     cap.param(w1, "w1", tp=Shard(0))
     cap.param(w2, "w2", tp=Shard(0) if v == "shape" else Shard(1))
     cap.input(x, "x", dp=Shard(0))
+    if v == "unread":
+        cap.input(torch.ones(6, 4), "unused")
     cap.input(y, "y", dp=Shard(0))
     opt = torch.optim.SGD([w1, w2], lr=0.1)
     cap.optimizer(opt)

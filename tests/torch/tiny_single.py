@@ -13,16 +13,18 @@ def data():
 
 def step(cap):
     w1, w2, x, y = data()
+    v = cap.args.get("variant", "")
     w1.requires_grad_()
     w2.requires_grad_()
     cap.param(w1, "w1")
     cap.param(w2, "w2")
     cap.input(x, "x")
+    if v == "unread":
+        cap.input(torch.ones(6, 4), "unused")
     cap.input(y, "y")
     bias = torch.ones(8)
     opt = torch.optim.SGD([w1, w2], lr=0.1)
     cap.optimizer(opt)
-    v = cap.args.get("variant", "")
     with cap.step():
         h = x @ w1.t()
         if v == "unmapped":
