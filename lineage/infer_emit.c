@@ -25,6 +25,15 @@ static int node_factor(const ictx *c, const vd_gnode_t *pn, int op, uint32_t o, 
   return 0;
 }
 
+/* 1 when l is one copy's share of a mean: cnt of n parts scaled by n / cnt,
+ * so that the copies average to the value (a replica's gradient under a
+ * per-replica mean loss).  Read as the whole value, such a share is a missing
+ * (averaging) reduction, not a wrong scale: its factor stays on the
+ * candidates, so the failing stage is the reader's alone. */
+static int mean_share(const vlin *l) {
+  return l->cnt < l->n && fabs(l->f * (double)l->cnt - (double)l->n) <= 1e-9 * (double)l->n;
+}
+
 /* Whether a constant factor that some value carries fails to cancel: a node
  * reads a value of factor f != 1 and computes an annotated value (factor 1)
  * with another factor, or no factor fits its output at all.  That is a
@@ -34,20 +43,23 @@ static int node_factor(const ictx *c, const vd_gnode_t *pn, int op, uint32_t o, 
  * failing stage then contains and the finding names (verifier/findings.c
  * factor_origin).  With factors, each stage would hold only where the
  * factor first shows, far from its cause.  A correct program whose factors
- * cancel (a per-replica mean loss, an averaging reducer) keeps them. */
+ * cancel (a per-replica mean loss, an averaging reducer) keeps them, and so
+ * does one whose factors only escape as shares of a mean (mean_share). */
 int factor_escapes(const ictx *c) {
   for (size_t g = 0; g < c->gp->n_nodes; g++) {
     const vd_gnode_t *pn = &c->gp->nodes[g];
     int op = c->pop[pn->pnode];
     if (op < 0 || pn->n_in == 0 || pn->n_out == 0) continue;
     const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
-    int scaled = 0, all_in = 1, any_out = 0;
+    int scaled = 0, all_in = 1, any_out = 0, shares_only = 1;
     for (uint32_t i = 0; i < pn->n_in; i++) {
       const vlin *x = vl_at(c, in[i]);
       all_in &= x->known;
-      scaled |= x->known && !x->zero && fabs(x->f - 1.0) > 1e-12;
+      int sc = x->known && !x->zero && fabs(x->f - 1.0) > 1e-12;
+      scaled |= sc;
+      if (sc) shares_only &= mean_share(x);
     }
-    if (!scaled || !all_in) continue;
+    if (!scaled || !all_in || shares_only) continue;
     for (uint32_t o = 0; o < pn->n_out; o++) {
       any_out |= vl_at(c, out[o])->known;
       double fo;
@@ -134,6 +146,8 @@ const char *const vd_lin_stuck_text[VD_LIN_STUCK__COUNT] = {
     [VD_LIN_STUCK_SLICE] = "reads slices that do not combine into a slice of the single-device result",
     [VD_LIN_STUCK_ADDEND] = "misses the sum's other addends (a missing reduction, e.g. of a shared or tied "
                             "weight's gradient?)",
+    [VD_LIN_STUCK_SHARE] = "reads it as the whole value, which the copies only average to (a missing "
+                           "reduction, e.g. a parameter left out of the data-parallel gradient all-reduce?)",
 };
 
 void vd_lin_stuck_phrase(const vd_lin_infer_stats *s, char *buf, size_t n) {
@@ -149,6 +163,10 @@ void vd_lin_stuck_phrase(const vd_lin_infer_stats *s, char *buf, size_t n) {
   case VD_LIN_STUCK_ADDEND:
     snprintf(buf, n, "input %u is %g x one addend of the sum that the single-device operator reads (scaled alike) "
              "and the operator %s", s->stuck_input, s->stuck_f, vd_lin_stuck_text[s->stuck_why]);
+    break;
+  case VD_LIN_STUCK_SHARE:
+    snprintf(buf, n, "input %u is one copy's share of a mean (part %lld of %lld, times %g) and the operator %s",
+             s->stuck_input, (long long)s->stuck_k, (long long)s->stuck_n, s->stuck_f, vd_lin_stuck_text[s->stuck_why]);
     break;
   default:
     snprintf(buf, n, "input %u and the operator %s", s->stuck_input, vd_lin_stuck_text[s->stuck_why]);
@@ -217,7 +235,9 @@ void find_stuck(ictx *c, vd_lin_infer_stats *s) {
         if (x->zero || x->f == 1.0) continue;
         s->stuck_node = pn->pnode;
         s->stuck_mb = pn->mb;
-        s->stuck_why = reads_one_addend(c, pn, op, seeded_out, i) ? VD_LIN_STUCK_ADDEND : VD_LIN_STUCK_FACTOR;
+        s->stuck_why = reads_one_addend(c, pn, op, seeded_out, i) ? VD_LIN_STUCK_ADDEND
+                       : mean_share(x)                           ? VD_LIN_STUCK_SHARE
+                                                                 : VD_LIN_STUCK_FACTOR;
         s->stuck_input = i;
         s->stuck_k = x->k0, s->stuck_n = x->n, s->stuck_f = x->f;
         s->stuck_origin = s->stuck_why == VD_LIN_STUCK_FACTOR && x->fsrc >= 0 ? (int64_t)c->gp->nodes[x->fsrc].pnode : -1;

@@ -217,8 +217,8 @@ typedef struct {
   int32_t stuck_mb;     /* its microbatch instance, -1 if none */
   int stuck_why;        /* vd_lin_stuck */
   uint32_t stuck_input; /* the input the reason is about */
-  int64_t stuck_k, stuck_n; /* PARTIAL: that input is part k of n */
-  double stuck_f;       /* FACTOR, ADDEND: that input's factor */
+  int64_t stuck_k, stuck_n; /* PARTIAL, SHARE: that input is part k of n */
+  double stuck_f;       /* FACTOR, ADDEND, SHARE: that input's factor */
   int64_t stuck_origin; /* FACTOR: plan node where the factor last changed, -1 unknown */
 } vd_lin_infer_stats;
 
@@ -230,6 +230,8 @@ typedef enum {
   VD_LIN_STUCK_SLICE,   /* a twin exists but the slices do not combine */
   VD_LIN_STUCK_ADDEND,  /* an annotated result reads f x one addend of the sum its single twin
                            reads (scaled by the same f): the other addends never arrived */
+  VD_LIN_STUCK_SHARE,   /* an annotated result reads one copy's share of a mean (part k of n, times
+                           n) as the whole value: the copies average to it (a missing reduction?) */
   VD_LIN_STUCK__COUNT
 } vd_lin_stuck;
 

@@ -279,6 +279,23 @@ static int32_t stuck_in_stage(const vd_run *r, size_t i, char *why, size_t n_why
 
 static int32_t diverging(const vd_run *r, size_t i, char *why, size_t n_why);
 
+/* Whether node k of failing stage i is where lineage inference saw an
+ * operator read a partial sum, or one copy's share of a mean, as the whole
+ * value (vd_lin_infer_stats PARTIAL, SHARE): the copies sum or average to
+ * what the operator needs, so the finding is a missing reduction there,
+ * whatever the stage's target then shows (an updated weight computed from
+ * an unreduced gradient is only WRONG_VALUE). */
+static int reads_unreduced(const vd_run *r, size_t i, int32_t k) {
+  const vd_lin_infer_stats *is = &r->infer;
+  if (k < 0 || !r->inferred || is->stuck_node < 0 || (size_t)is->stuck_node >= r->pp.n_nodes ||
+      (is->stuck_why != VD_LIN_STUCK_SHARE && is->stuck_why != VD_LIN_STUCK_PARTIAL))
+    return 0;
+  const vd_stage_node *sn = &r->set.stages[i].nodes[k];
+  if (!sn->side) return 0;
+  const vd_plan_t *p;
+  return vd_rep_pnode(r, sn, &p) == &r->pp.nodes[is->stuck_node] && p == &r->pp;
+}
+
 /* The reason is made plain text here, once for every format: cut on a
  * character boundary and escaped (the lineage phrase quotes names). */
 int32_t vd_rep_diverging(const vd_run *r, size_t i, char *why, size_t n_why) {
@@ -778,6 +795,8 @@ static void describe_by_stage(const struct grouping *g, vd_finding *f) {
   f->rep = rep;
   f->diagnosis = r->verdicts[rep].diagnosis;
   f->local_node = vd_rep_diverging(r, rep, f->why, sizeof(f->why));
+  if (f->diagnosis == VD_DX_WRONG_VALUE && reads_unreduced(r, rep, f->local_node))
+    f->diagnosis = VD_DX_MISSING_REDUCTION;
   f->topo = UINT64_MAX - 1;
   if (f->local_node >= 0) {
     const vd_stage_node *sn = &r->set.stages[rep].nodes[f->local_node];

@@ -8,7 +8,10 @@
 #    and with gradient accumulation over 2 microbatches under no_sync();
 #  - the loss multiplied by the world size before backward (DDP averages already), and
 #    accumulation that does not divide by the microbatch count, are NOT EQUIVALENT, and the
-#    executor disagrees.
+#    executor disagrees;
+#  - a parameter left out of DDP's reducer (bug=ignored) is NOT EQUIVALENT in about a second, a
+#    MISSING_REDUCTION at that parameter's optimizer update (the step's opt.step() line), whose
+#    input is one replica's share of the mean gradient.
 . "$(dirname "$0")/lib.sh"
 set -e
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -42,6 +45,14 @@ for conf in "--set bug=loss_scale" "--set accum=2 --set bug=accum_nodiv"; do
   expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
   expect_in "DISAGREE" "$TMP/out"
 done
+# a parameter DDP does not reduce: the finding is the missing reduction at its update, not a
+# wrong value at the loss (before: WRONG_VALUE at nll_loss_backward after 92 s)
+cap --set bug=ignored
+expect_exit 1 "$VERDICT" --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+expect_in "^ *1\. .*MISSING_REDUCTION at add 'gpt2_ddp.py:$(grep -n 'opt.step()' "$EX/gpt2_ddp.py" | head -1 | cut -d: -f1)'" "$TMP/out"
+expect_in "one copy's share of a mean (part 0 of 2, times 2)" "$TMP/out"
+expect_in "target: single 'h.1.mlp.fc.weight'" "$TMP/out"
+cap --set accum=2 --set bug=accum_nodiv
 # the finding carries the user's call stack: the model's line and the step's call of the model
 # (the plan's node `stack`: gpt2.py:92 <- gpt2_ddp.py accumulate <- step), in the text report and the JSON
 expect_exit 1 "$VERDICT" --sm "$TMP/s.plan" --pm "$TMP/p.plan" --json "$TMP/r.json"
