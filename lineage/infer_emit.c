@@ -255,6 +255,7 @@ void find_stuck(ictx *c, vd_lin_infer_stats *s) {
       why = VD_LIN_STUCK_FACTOR;
       for (uint32_t i = pn->n_in; i-- > 0;)
         if (vl_at(c, in[i])->f != 1.0) at = i;
+      if (mean_share(vl_at(c, in[at]))) why = VD_LIN_STUCK_SHARE;
     }
     for (uint32_t i = 0; i < pn->n_in && why == VD_LIN_STUCK_SLICE; i++) {
       const vlin *x = vl_at(c, in[i]);

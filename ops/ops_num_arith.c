@@ -51,6 +51,7 @@ static double u_log(double x, double p) { (void)p; return log(x); }
 static double u_sigmoid(double x, double p) { (void)p; return sigm(x); }
 static double u_tanh(double x, double p) { (void)p; return tanh(x); }
 static double u_silu(double x, double p) { (void)p; return silu_f(x); }
+static double u_relu(double x, double p) { (void)p; return x > 0.0 ? x : 0.0; }
 static double u_gelu(double x, double p) { (void)p; return gelu_f(x); }
 static double u_gelu_tanh(double x, double p) { (void)p; return gelu_tanh_f(x); }
 static double u_scale(double x, double p) { return x * p; }
@@ -76,6 +77,8 @@ vd_rc vd_op_i_shape_tanh(const vd_op_call *c) { return shape_same1(c); }
 vd_rc vd_op_i_eval_tanh(const vd_op_call *c) { return unary(c, u_tanh, 0); }
 vd_rc vd_op_i_shape_silu(const vd_op_call *c) { return shape_same1(c); }
 vd_rc vd_op_i_eval_silu(const vd_op_call *c) { return unary(c, u_silu, 0); }
+vd_rc vd_op_i_shape_relu(const vd_op_call *c) { return shape_same1(c); }
+vd_rc vd_op_i_eval_relu(const vd_op_call *c) { return unary(c, u_relu, 0); }
 vd_rc vd_op_i_shape_gelu(const vd_op_call *c) { return shape_same1(c); }
 vd_rc vd_op_i_eval_gelu(const vd_op_call *c) { return unary(c, aint(c, "tanh", 0) ? u_gelu_tanh : u_gelu, 0); }
 vd_rc vd_op_i_shape_scale(const vd_op_call *c) {
@@ -242,6 +245,7 @@ static double d_log(double x, double p) { (void)p; return 1.0 / x; }
 static double d_sigmoid(double x, double p) { (void)p; double s = sigm(x); return s * (1.0 - s); }
 static double d_tanh(double x, double p) { (void)p; double t = tanh(x); return 1.0 - t * t; }
 static double d_silu(double x, double p) { (void)p; return silu_g(x); }
+static double d_relu(double y, double p) { (void)p; return y > 0.0 ? 1.0 : 0.0; }
 static double d_gelu(double x, double p) { (void)p; return gelu_g(x); }
 static double d_gelu_tanh(double x, double p) { (void)p; return gelu_tanh_g(x); }
 
@@ -266,6 +270,8 @@ vd_rc vd_op_i_shape_sigmoid_backward(const vd_op_call *c) { return shape_same2(c
 vd_rc vd_op_i_eval_sigmoid_backward(const vd_op_call *c) { return unary_bwd(c, d_sigmoid, 0); }
 vd_rc vd_op_i_shape_tanh_backward(const vd_op_call *c) { return shape_same2(c); }
 vd_rc vd_op_i_eval_tanh_backward(const vd_op_call *c) { return unary_bwd(c, d_tanh, 0); }
+vd_rc vd_op_i_shape_relu_backward(const vd_op_call *c) { return shape_same2(c); }
+vd_rc vd_op_i_eval_relu_backward(const vd_op_call *c) { return unary_bwd(c, d_relu, 0); }
 vd_rc vd_op_i_shape_silu_backward(const vd_op_call *c) { return shape_same2(c); }
 vd_rc vd_op_i_eval_silu_backward(const vd_op_call *c) { return unary_bwd(c, d_silu, 0); }
 vd_rc vd_op_i_shape_gelu_backward(const vd_op_call *c) { return shape_same2(c); }
@@ -332,7 +338,7 @@ static double s_sin(double x, double p) { (void)p; return sin(x); }
 static const sym1_t sym1[] = {
     {"exp", u_exp},         {"log", u_log},   {"sqrt", u_sqrt},     {"rsqrt", u_rsqrt},
     {"sigmoid", u_sigmoid}, {"tanh", u_tanh}, {"rot_cos", s_cos},   {"rot_sin", s_sin},
-    {"gelu", u_gelu},       {"gelu_grad", d_gelu},
+    {"gelu", u_gelu},       {"gelu_grad", d_gelu},    {"relu", u_relu},     {"relu_grad", d_relu},
     {"gelu_tanh", u_gelu_tanh}, {"gelu_tanh_grad", d_gelu_tanh},
 };
 

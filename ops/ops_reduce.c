@@ -149,6 +149,7 @@ static vd_rc red_ew(const vd_op_reduce_call *c, int *norule) {
 #define red_sigmoid red_ew
 #define red_tanh red_ew
 #define red_silu red_ew
+#define red_relu red_ew
 #define red_gelu red_ew
 #define red_accumulate red_ew
 #define red_scale red_ew
@@ -162,6 +163,7 @@ static vd_rc red_ew(const vd_op_reduce_call *c, int *norule) {
 #define red_sigmoid_backward red_ew
 #define red_tanh_backward red_ew
 #define red_silu_backward red_ew
+#define red_relu_backward red_ew
 #define red_gelu_backward red_ew
 #define red_dropout red_ew
 #define red_dropout_backward red_ew

@@ -417,6 +417,7 @@ ENC(rsqrt) { return unary_uf(c, s, "rsqrt"); }
 ENC(exp) { return unary_uf(c, s, "exp"); }
 ENC(log) { return unary_uf(c, s, "log"); }
 ENC(sigmoid) { return unary_uf(c, s, "sigmoid"); }
+ENC(relu) { return unary_uf(c, s, "relu"); }
 ENC(tanh) { return unary_uf(c, s, "tanh"); }
 /* the exact and the tanh forms are two functions (attribute tanh) */
 ENC(gelu) { return unary_uf(c, s, aint(c, "tanh", 0) ? "gelu_tanh" : "gelu"); }
@@ -456,6 +457,8 @@ static vd_term d_tanh(vd_smt *s, vd_term x) {
   return vd_smt_sub(s, I(s, 1), vd_smt_mul(s, t, t));
 }
 static vd_term d_gelu(vd_smt *s, vd_term x) { return uf1(s, "gelu_grad", x); }
+/* of relu's output y: the step y > 0, uninterpreted like the function */
+static vd_term d_relu(vd_smt *s, vd_term y) { return uf1(s, "relu_grad", y); }
 static vd_term d_gelu_tanh(vd_smt *s, vd_term x) { return uf1(s, "gelu_tanh_grad", x); }
 
 ENC(sqrt_backward) { return unary_bwd(c, s, d_sqrt); }
@@ -465,6 +468,7 @@ ENC(log_backward) { return unary_bwd(c, s, d_log); }
 ENC(sigmoid_backward) { return unary_bwd(c, s, d_sigmoid); }
 ENC(tanh_backward) { return unary_bwd(c, s, d_tanh); }
 ENC(silu_backward) { return unary_bwd(c, s, silu_grad_t); }
+ENC(relu_backward) { return unary_bwd(c, s, d_relu); }
 ENC(gelu_backward) { return unary_bwd(c, s, aint(c, "tanh", 0) ? d_gelu_tanh : d_gelu); }
 
 /* Dropout: y = x * m(x), gx = g * m(x), m = dropout_mask(x, p), one binary

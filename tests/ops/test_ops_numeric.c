@@ -178,6 +178,7 @@ static fd_spec *specs(size_t *n) {
   SPEC("log", "log_backward", "", 1, {S2(2, 3)}, 1, {S2(2, 3)}, 0, 0, 1, "i0 g0", "0");
   SPEC("sigmoid", "sigmoid_backward", "", 1, {S2(2, 3)}, 1, {S2(2, 3)}, 0, 0, 0, "i0 g0", "0");
   SPEC("tanh", "tanh_backward", "", 1, {S2(2, 3)}, 1, {S2(2, 3)}, 0, 0, 0, "i0 g0", "0");
+  SPEC("relu", "relu_backward", "", 1, {S2(2, 3)}, 1, {S2(2, 3)}, 0, 0, 0, "o0 g0", "0");
   SPEC("silu", "silu_backward", "", 1, {S2(2, 3)}, 1, {S2(2, 3)}, 0, 0, 0, "i0 g0", "0");
   SPEC("gelu", "gelu_backward", "", 1, {S2(2, 3)}, 1, {S2(2, 3)}, 0, 0, 0, "i0 g0", "0");
   /* dropout: finite differences see the identity branch only.  The active

@@ -688,8 +688,32 @@ def _gelu_bwd(E, args, kw, out):
     return E.op("gelu_backward", [E.x(args[1]), E.x(args[0])], _shape(out), a, _dt(out))
 
 
+def _threshold_bwd(E, args, kw, out):
+    # autograd's ReLU backward: threshold_backward(grad, result, 0)
+    if float(args[2]) != 0.0:
+        E.fail("threshold_backward with threshold %r (nn.Threshold); only ReLU's 0 is mapped"
+               % (args[2],))
+    return E.op("relu_backward", [E.x(args[1]), E.x(args[0])], _shape(out), {}, _dt(out))
+
+
+def _one_minus(E, t, sh, dt):
+    return E.op("add", [E.op("neg", [t], sh, {}, dt)], sh, {"scalar": 1.0}, dt)
+
+
+def _tanh_bwd(E, args, kw, out):
+    # tanh_backward(grad, y) = grad * (1 - y*y), y the saved output: exact algebra
+    sh, dt = _shape(out), _dt(out)
+    y = E.x(args[1])
+    return E.op("mul", [E.x(args[0]), _one_minus(E, E.op("mul", [y, y], sh, {}, dt), sh, dt)],
+                sh, {}, dt)
+
+
 def _sigmoid_bwd(E, args, kw, out):
-    E.fail("sigmoid_backward takes the output, not the input; not mapped")
+    # sigmoid_backward(grad, y) = grad * y * (1 - y), y the saved output
+    sh, dt = _shape(out), _dt(out)
+    y = E.x(args[1])
+    gy = E.op("mul", [E.x(args[0]), y], sh, {}, dt)
+    return E.op("mul", [gy, _one_minus(E, y, sh, dt)], sh, {}, dt)
 
 
 def _like(value):
@@ -721,6 +745,8 @@ TABLE = {
     "rsub": _rsub, "neg": _unary("neg"), "pow": _pow,
     "rsqrt": _unary("rsqrt"), "sqrt": _unary("sqrt"), "exp": _unary("exp"), "log": _unary("log"),
     "sigmoid": _unary("sigmoid"), "tanh": _unary("tanh"), "silu": _unary("silu"),
+    "relu": _unary("relu"), "threshold_backward": _threshold_bwd,
+    "tanh_backward": _tanh_bwd, "sigmoid_backward": _sigmoid_bwd,
     "gelu": _gelu, "gelu_backward": _gelu_bwd, "silu_backward": _silu_bwd,
     "sum": _reduce("sum"), "mean": _mean,
     "addcmul": _addc("mul"), "addcdiv": _addc("div"), "lerp": _lerp,
