@@ -71,6 +71,24 @@ int factor_escapes(const ictx *c) {
   return 0;
 }
 
+/* Whether every reader of Gp value v is a scaling that brings v's factor
+ * back to 1 (cancels_factor): v is a step on the way to a value of the same
+ * single value and parts, f x (the part) then the part itself (a sum
+ * written as mean x count).  As a candidate it would cut the stages of that
+ * value between the two, where a replica computing the part in one step
+ * holds it from other leaves, and the replicas of one part could not be
+ * related (soundness fuzzer --strip #65, moe ce.sum): no candidate, the
+ * stage runs through it. */
+static int only_cancelled(const ictx *c, uint32_t v) {
+  const vd_value_t *x = &c->gp->values[v];
+  const uint32_t *cons = vd_value_consumers(c->gp, x);
+  for (uint32_t k = 0; k < x->n_cons; k++) {
+    const vd_gnode_t *pn = &c->gp->nodes[cons[k]];
+    if (!cancels_factor(c, pn, c->pop[pn->pnode])) return 0;
+  }
+  return x->n_cons > 0;
+}
+
 /* Writes the candidate of tensor ti when every instance's final value has a
  * lineage that fits the plan's affine annotation form; 1 if written. */
 int vd_lin_i_emit_tensor(ictx *c, uint32_t ti, vd_plan_t *pp) {
@@ -95,6 +113,7 @@ int vd_lin_i_emit_tensor(ictx *c, uint32_t ti, vd_plan_t *pp) {
      * candidate).  f must be finite and the same in every microbatch. */
     if (!aligned(c, (uint32_t)last) || l->noemit || !isfinite(l->f) || l->f == 0.0) return 0;
     if (c->factor_escapes && fabs(l->f - 1.0) > 1e-12) return 0;
+    if (fabs(l->f - 1.0) > 1e-12 && only_cancelled(c, (uint32_t)last)) return 0;
     if (m > 0 && l->f != vd_lineage_factor(&a)) return 0;
     /* A slice of a broadcast dim is right wherever it sits, but the copies
      * of one claim must cover the single tensor: no candidate; the stages
@@ -240,7 +259,7 @@ void find_stuck(ictx *c, vd_lin_infer_stats *s) {
                                                                  : VD_LIN_STUCK_FACTOR;
         s->stuck_input = i;
         s->stuck_k = x->k0, s->stuck_n = x->n, s->stuck_f = x->f;
-        s->stuck_origin = s->stuck_why == VD_LIN_STUCK_FACTOR && x->fsrc >= 0 ? (int64_t)c->gp->nodes[x->fsrc].pnode : -1;
+        s->stuck_origin = s->stuck_why != VD_LIN_STUCK_ADDEND && x->fsrc >= 0 ? (int64_t)c->gp->nodes[x->fsrc].pnode : -1;
         return;
       }
     }
@@ -269,7 +288,7 @@ void find_stuck(ictx *c, vd_lin_infer_stats *s) {
     s->stuck_k = vl_at(c, in[at])->k0;
     s->stuck_n = vl_at(c, in[at])->n;
     s->stuck_f = vl_at(c, in[at])->f;
-    s->stuck_origin = why == VD_LIN_STUCK_FACTOR && vl_at(c, in[at])->fsrc >= 0
+    s->stuck_origin = (why == VD_LIN_STUCK_FACTOR || why == VD_LIN_STUCK_SHARE) && vl_at(c, in[at])->fsrc >= 0
                           ? (int64_t)c->gp->nodes[vl_at(c, in[at])->fsrc].pnode : -1;
     return;
   }

@@ -219,7 +219,7 @@ typedef struct {
   uint32_t stuck_input; /* the input the reason is about */
   int64_t stuck_k, stuck_n; /* PARTIAL, SHARE: that input is part k of n */
   double stuck_f;       /* FACTOR, ADDEND, SHARE: that input's factor */
-  int64_t stuck_origin; /* FACTOR: plan node where the factor last changed, -1 unknown */
+  int64_t stuck_origin; /* FACTOR, SHARE: plan node where the factor last changed, -1 unknown */
 } vd_lin_infer_stats;
 
 typedef enum {

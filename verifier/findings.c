@@ -232,7 +232,10 @@ static int is_move_or_identity(const vd_run *r, const vd_stage *st, int32_t k) {
 static int32_t factor_origin(const vd_run *r, size_t i, char *why, size_t n_why) {
   const vd_lin_infer_stats *is = &r->infer;
   const vd_stage *st = &r->set.stages[i];
-  if (!r->inferred || is->stuck_node < 0 || is->stuck_why != VD_LIN_STUCK_FACTOR || is->stuck_origin < 0 ||
+  /* a share of a mean summed as a whole is a factor too (n / cnt) when the
+   * stage shows a SCALE: the divisor that made the share is the fault */
+  if (!r->inferred || is->stuck_node < 0 ||
+      (is->stuck_why != VD_LIN_STUCK_FACTOR && is->stuck_why != VD_LIN_STUCK_SHARE) || is->stuck_origin < 0 ||
       (size_t)is->stuck_origin >= r->pp.n_nodes || r->verdicts[i].diagnosis != VD_DX_SCALE)
     return -1;
   const vd_node_t *on = &r->pp.nodes[is->stuck_origin];

@@ -33,7 +33,7 @@ for bug in no_allreduce dp_noavg; do
     expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
     expect_in "^NOT EQUIVALENT" "$TMP/out"
     expect_in "inference stopped first at .* add 'llama_parallel.py:$(line 'h = h + attention').*part 0 of 2.*partial sum.*comes from rank 0 linear 'llama_parallel.py:$(line 'return leave_tp(F.linear(o')" "$TMP/out"
-    expect_in "^== finding 1 of 1: WRONG_VALUE at add 'llama_parallel.py:$(line 'h = h + attention')" "$TMP/out"
+    expect_in "^== finding 1 of 1: MISSING_REDUCTION at add 'llama_parallel.py:$(line 'h = h + attention')" "$TMP/out"
   fi
 done
 # The scaling bugs: each replica's loss divided by the wrong count.  The
