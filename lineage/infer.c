@@ -371,7 +371,7 @@ static void worklist_init(ictx *c) {
 #pragma omp parallel for schedule(dynamic, 1024)
   for (size_t q = 0; q < pp->n_nodes; q++) {
     int op = c->pop[q];
-    if (op >= 0 && rules[op].bwd_pair) forward_partners(c, (uint32_t)q, op);
+    if (op >= 0 && (rules[op].bwd_pair || op == VD_OP_MULTIREF_BACKWARD)) forward_partners(c, (uint32_t)q, op);
   }
   for (size_t i = 0; i < gp->n_nodes; i++)
     if (c->fwd_of[i] >= 0) c->rfw_off[c->fwd_of[i]]++;

@@ -38,13 +38,14 @@
 #define is_sum vd_lin_i_is_sum
 #define prop_node vd_lin_i_prop_node
 #define adds_constant vd_lin_i_adds_constant
+#define cancels_factor vd_lin_i_cancels_factor
 #define cmp_byname vd_lin_i_cmp_byname
 #define cmp_sname vd_lin_i_cmp_sname
 #define dfind vd_lin_i_dfind
 #define dix vd_lin_i_dix
 #define forward_partners vd_lin_i_forward_partners
 #define map_node vd_lin_i_map_node
-#define match_by_name vd_lin_i_match_by_name
+#define multiref_twin vd_lin_i_multiref_twin
 #define match_single vd_lin_i_match_single
 #define match_single_in vd_lin_i_match_single_in
 #define node_links vd_lin_i_node_links
@@ -147,13 +148,14 @@ int is_sum(const vd_plan_t *p, const vd_node_t *nd, int op, uint32_t n_in);
 int prop_node(ictx *c, uint32_t gi);
 /* infer_map.c */
 int adds_constant(const vd_plan_t *p, const vd_node_t *nd, int op);
+int cancels_factor(const ictx *c, const vd_gnode_t *pn, int op);
 int cmp_byname(const void *a, const void *b, void *arg);
 int cmp_sname(const void *a, const void *b, void *arg);
 int dfind(dsu *u, int x);
 int dix(const dsu *u, int out, int t, int dim);
 void forward_partners(ictx *c, uint32_t q, int op);
 void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru);
-int32_t match_by_name(const ictx *c, const vd_gnode_t *pn, int op);
+int32_t multiref_twin(const ictx *c, uint32_t gi);
 int32_t match_single(const ictx *c, const vd_gnode_t *pn, int op);
 int32_t match_single_in(const ictx *c, const vd_gnode_t *pn, int op, int partial);
 int node_links(const ictx *c, const vd_gnode_t *pn, int op, dsu *u);

@@ -7,24 +7,29 @@
 
 /* ---- guesses from a consumer -------------------------------------------- */
 
-/* The producer of Gp value v and of Gs value sv are nodes of the same name
- * and operator (the backward of one forward view, say). */
+/* The producer of Gp value v stands for the producer of Gs value sv: the
+ * same operator, and either the inputs it knows are the single values the
+ * Gs producer reads (match_single_in, partial: the backward of one forward
+ * node reads that node's inputs, known before its gradient is), or, where
+ * it reads nothing known (a view of a gradient), the same name. */
 static int same_producer(const ictx *c, uint32_t v, uint32_t sv) {
   int32_t p = c->gp->values[v].producer, q = c->gs->values[sv].producer;
   if (p < 0 || q < 0) return 0;
+  int op = c->pop[c->gp->nodes[p].pnode];
+  if (op < 0 || op != c->sop[c->gs->nodes[q].pnode]) return 0;
+  if (match_single_in(c, &c->gp->nodes[p], op, 1) == q) return 1;
   const vd_node_t *a = &c->pp->nodes[c->gp->nodes[p].pnode], *b = &c->sp->nodes[c->gs->nodes[q].pnode];
-  return c->pop[c->gp->nodes[p].pnode] == c->sop[c->gs->nodes[q].pnode] &&
-         !strcmp(vd_plan_s(c->pp, a->name), vd_plan_s(c->sp, b->name));
+  return !strcmp(vd_plan_s(c->pp, a->name), vd_plan_s(c->sp, b->name));
 }
 
-/* The single inputs of gradient sum sn (a multiref_backward of the parallel
- * node's name) that parallel multiref_backward pn's inputs stand for, when
+/* The single inputs of gradient sum sn (the multiref_backward multiref_twin
+ * pairs with the parallel one) that parallel multiref_backward pn's inputs stand for, when
  * the parallel fan-in is split differently (tensor parallelism sums the
  * branches inside the TP region first, then all-reduces, then adds the rest:
  * fewer inputs than the single node).  Each known input takes a distinct
  * single input holding its value (exact, else the same copy root); each
- * undecided input the one remaining single input whose producer has its
- * producer's name and operator (the backward of the same forward node).
+ * undecided input the one remaining single input whose producer is its
+ * producer's twin (same_producer: the backward of the same forward node).
  * sin[i] is input i's; 0 when some input has none or more than one.  A
  * naming heuristic only: the guess it feeds is a candidate like any other. */
 static int fanin_inputs(const ictx *c, const vd_gnode_t *pn, const vd_gnode_t *sn, uint32_t *sin) {
@@ -101,7 +106,7 @@ static int guess_applies(const ictx *c, const vd_gnode_t *pn) {
 }
 
 /* The single inputs sin[] of pn's single twin (a multiref_backward
- * matched by name: its fan-in's); 0 when there is none. */
+ * found through its forward multiref: its fan-in's); 0 when there is none. */
 static int guess_twin_inputs(ictx *c, const vd_gnode_t *pn, int op, uint32_t *sin) {
   int32_t sm = match_single_in(c, pn, op, 1);
   if (sm >= 0) {
@@ -110,7 +115,7 @@ static int guess_twin_inputs(ictx *c, const vd_gnode_t *pn, int op, uint32_t *si
     return 1;
   }
   if (op != VD_OP_MULTIREF_BACKWARD) return 0;
-  sm = match_by_name(c, pn, op);
+  sm = multiref_twin(c, (uint32_t)(pn - c->gp->nodes));
   return sm >= 0 && fanin_inputs(c, pn, &c->gs->nodes[sm], sin);
 }
 

@@ -431,6 +431,100 @@ static void scale_through(ictx *c, const vd_gnode_t *pn, int op) {
   vl_put(c, out[0], &l);
 }
 
+/* ---- element-identity chains ------------------------------------------ */
+
+/* A chain of at most IDENTITY_CHAIN single-input element-copying nodes
+ * (views, transposes, permutes, contiguous copies) whose composition puts
+ * every element back where it was: a transpose pair, a view and its inverse
+ * (issue 26: inference must not depend on no-op nodes without a twin; a
+ * stage over the chain's end grew through the whole backward, soundness
+ * fuzzer --strip #55).  Decided by running the chain's own evaluators on
+ * the element indices, so no operator needs a rule for it.  SOUNDNESS: it
+ * only proposes a candidate; the stage proofs decide. */
+#define IDENTITY_CHAIN 4
+#define IDENTITY_NUMEL_MAX ((int64_t)1 << 16)
+
+static void shape_of(const vd_tensor_t *t, vd_op_shape *s) {
+  s->ndim = t->ndim;
+  memcpy(s->d, t->shape, sizeof(s->d));
+}
+
+/* Whether chain[0..n) (nodes in execution order, each reading the previous
+ * one's output) maps every element of chain[0]'s input to the same place. */
+static int chain_is_identity(const ictx *c, const uint32_t *chain, int n) {
+  const vd_gnode_t *g0 = &c->gp->nodes[chain[0]];
+  int64_t numel = vd_tensor_numel(ptens(c, vd_gnode_inputs(c->gp, g0)[0]));
+  if (numel <= 0 || numel > IDENTITY_NUMEL_MAX) return 0;
+  double *a = vd_malloc((size_t)numel * sizeof(*a)), *b = vd_malloc((size_t)numel * sizeof(*b));
+  int ok = a && b;
+  for (int64_t e = 0; ok && e < numel; e++) a[e] = (double)e;
+  for (int i = 0; ok && i < n; i++) {
+    const vd_gnode_t *gn = &c->gp->nodes[chain[i]];
+    const vd_tensor_t *ti = ptens(c, vd_gnode_inputs(c->gp, gn)[0]), *to = ptens(c, vd_gnode_outputs(c->gp, gn)[0]);
+    if (vd_tensor_numel(to) != numel) {
+      ok = 0;
+      break;
+    }
+    vd_op_shape is, os;
+    shape_of(ti, &is);
+    shape_of(to, &os);
+    const double *in[1] = {a};
+    double *out[1] = {b};
+    vd_op_call call = {.op = c->pop[gn->pnode], .plan = c->pp, .node = &c->pp->nodes[gn->pnode], .n_in = 1,
+                       .n_out = 1, .n_part = 1, .in = in, .in_shape = &is, .out = out, .out_shape = &os};
+    ok = vd_op_check(&call) == VD_OK && vd_op_eval(&call) == VD_OK;
+    double *t = a;
+    a = b, b = t;
+  }
+  for (int64_t e = 0; ok && e < numel; e++) ok = a[e] == (double)e;
+  vd_free(a);
+  vd_free(b);
+  return ok;
+}
+
+/* Output of node pn: its value is that of the nearest known value upstream
+ * through an identity chain ending at pn, which it then shares. */
+static void identity_chain(ictx *c, const vd_gnode_t *pn) {
+  uint32_t chain[IDENTITY_CHAIN];
+  int n = 0;
+  const vd_gnode_t *at = pn;
+  for (;;) {
+    int op = c->pop[at->pnode];
+    if (n == IDENTITY_CHAIN || at->n_in != 1 || at->n_out != 1 || op < 0 || !vd_op_copies_elements(op) ||
+        vd_op_index_of((vd_op_id)op)->slot >= 0)
+      return;
+    chain[n++] = (uint32_t)(at - c->gp->nodes);
+    uint32_t v = vd_gnode_inputs(c->gp, at)[0];
+    if (vl_at(c, v)->known) break;
+    int32_t pr = c->gp->values[v].producer;
+    if (pr < 0) return;
+    at = &c->gp->nodes[pr];
+  }
+  uint32_t origin = vd_gnode_inputs(c->gp, at)[0], out = vd_gnode_outputs(c->gp, pn)[0];
+  const vd_tensor_t *a = ptens(c, origin), *b = ptens(c, out);
+  if (vl_at(c, origin)->zero || a->ndim != b->ndim || memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof(*a->shape)))
+    return;
+  for (int i = 0, j = n - 1; i < j; i++, j--) {
+    uint32_t t = chain[i];
+    chain[i] = chain[j], chain[j] = t;
+  }
+  if (n >= 2 && chain_is_identity(c, chain, n)) vl_put(c, out, vl_at(c, origin));
+}
+
+/* Whether node pn is a constant scaling that brings its input's factor
+ * back to 1 (a sum written as mean x count, a loss scale undone).  Its
+ * value is then its input's single value itself, and that reading wins
+ * over a single twin of the same operator: the single plan's next scale (the
+ * loss's 1/tokens) would name it after another value at another factor,
+ * true but a different split into microbatch parts, which a stage holding
+ * both cannot relate (soundness fuzzer --strip #65, moe ce.sum). */
+int cancels_factor(const ictx *c, const vd_gnode_t *pn, int op) {
+  double s;
+  if (pn->n_in != 1 || pn->n_out != 1 || !scaling(c->pp, &c->pp->nodes[pn->pnode], op, &s)) return 0;
+  const vlin *x = vl_at(c, vd_gnode_inputs(c->gp, pn)[0]);
+  return x->known && !x->zero && x->f != 1.0 && fabs(x->f * s - 1.0) <= 1e-12;
+}
+
 /* The rule of Gp node gi, applied when none of its outputs has a lineage
  * yet; 1 when it was applied (its outputs may have got lineages). */
 /* A sum of one part of an n-part partial value and a whole value scaled by
@@ -467,6 +561,10 @@ int prop_node(ictx *c, uint32_t gi) {
   int seeded = 0;
   for (uint32_t o = 0; o < pn->n_out; o++) seeded |= vl_at(c, out[o])->known;
   if (seeded) return 0;
+  if (cancels_factor(c, pn, op)) {
+    scale_through(c, pn, op);
+    return 1;
+  }
   switch (ru->kind) {
   case VD_PROP_COPY: copy_node(c, pn, op); break;
   case VD_PROP_MAP:
@@ -502,5 +600,6 @@ int prop_node(ictx *c, uint32_t gi) {
   default: break;
   }
   if (pn->n_out == 1 && !vl_at(c, out[0])->known) scale_through(c, pn, op);
+  if (pn->n_out == 1 && !vl_at(c, out[0])->known) identity_chain(c, pn);
   return 1;
 }

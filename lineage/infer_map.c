@@ -118,13 +118,10 @@ int32_t match_single_in(const ictx *c, const vd_gnode_t *pn, int op, int partial
 
 int32_t match_single(const ictx *c, const vd_gnode_t *pn, int op) { return match_single_in(c, pn, op, 0); }
 
-/* The single node with operator op and the same source name, when exactly
- * one exists (sbyname: single plan nodes sorted by name).  The fallback
- * for a gradient sum whose parallel fan-in differs from the single one
- * (a multiref_backward over an extra TP-entry branch): its inputs are then
- * not the single node's, but the candidate it yields is proven like any. */
-int32_t match_by_name(const ictx *c, const vd_gnode_t *pn, int op) {
-  const char *name = vd_plan_s(c->pp, c->pp->nodes[pn->pnode].name);
+/* The Gs instance in microbatch mb of the single plan node named `name` on
+ * rank `rank` with operator op, when exactly one exists (sbyname: single
+ * plan nodes sorted by name). */
+static int32_t single_named(const ictx *c, const char *name, int32_t rank, int op, int32_t mb) {
   if (!*name) return -1;
   size_t lo = 0, hi = c->sp->n_nodes;
   while (lo < hi) {
@@ -135,13 +132,53 @@ int32_t match_by_name(const ictx *c, const vd_gnode_t *pn, int op) {
   int32_t found = -1, n_found = 0;
   for (; lo < c->sp->n_nodes && !strcmp(vd_plan_s(c->sp, c->sp->nodes[c->sbyname[lo]].name), name); lo++) {
     uint32_t p = c->sbyname[lo];
-    if (c->sop[p] != op) continue;
-    for (int32_t g = c->sgfirst[p]; g >= 0; g = c->sgnext[g]) {
-      found = g;
-      n_found++;
-    }
+    if (c->sop[p] != op || c->sp->nodes[p].rank != rank) continue;
+    for (int32_t g = c->sgfirst[p]; g >= 0; g = c->sgnext[g])
+      if ((int32_t)c->gs->nodes[g].mb == mb) found = g, n_found++;
   }
   return n_found == 1 ? found : -1;
+}
+
+/* The one single multiref reading single value sv, else the one reading a
+ * copy of it (its copy root's values); -1 if none or several.  Its fan-out
+ * may differ from the parallel one's, so match_single, which pairs calls of
+ * the same arity, does not apply. */
+static int32_t single_multiref_of(const ictx *c, uint32_t sv) {
+  uint32_t root = c->sroot[sv];
+  for (int exact = 1; exact >= 0; exact--) {
+    uint32_t q0 = exact ? 0 : c->rv_off[root], q1 = exact ? 1 : c->rv_off[root + 1];
+    int32_t found = -1, n_found = 0;
+    for (uint32_t q = q0; q < q1; q++) {
+      const vd_value_t *x = &c->gs->values[exact ? sv : c->rv[q]];
+      const uint32_t *cons = vd_value_consumers(c->gs, x);
+      for (uint32_t k = 0; k < x->n_cons; k++)
+        if (c->sop[c->gs->nodes[cons[k]].pnode] == VD_OP_MULTIREF && (int32_t)cons[k] != found)
+          found = (int32_t)cons[k], n_found++;
+    }
+    if (n_found == 1) return found;
+    if (n_found > 1) return -1;
+  }
+  return -1;
+}
+
+/* The single twin of multiref_backward Gp node gi when its fan-in differs
+ * from the single one (a sum over an extra TP-entry branch), so that
+ * match_single cannot find it: the backward of the single multiref that
+ * copies what gi's forward multiref copies (single_multiref_of).  The forward is paired by
+ * name inside the parallel plan (forward_partners), the backward by name
+ * inside the single plan; no name is compared across the plans, which may
+ * name everything differently.  Its inputs are then not the single node's,
+ * but the candidate it yields is proven like any. */
+int32_t multiref_twin(const ictx *c, uint32_t gi) {
+  int32_t fp = c->fwd_of[gi];
+  if (fp < 0) return -1;
+  const vlin *l = vl_at(c, vd_gnode_inputs(c->gp, &c->gp->nodes[fp])[0]);
+  if (!l->known || l->sv < 0) return -1;
+  int32_t sf = single_multiref_of(c, (uint32_t)l->sv);
+  if (sf < 0) return -1;
+  const vd_gnode_t *sfn = &c->gs->nodes[sf];
+  const vd_node_t *sfd = &c->sp->nodes[sfn->pnode];
+  return single_named(c, vd_plan_s(c->sp, sfd->name), sfd->rank, VD_OP_MULTIREF_BACKWARD, sfn->mb);
 }
 
 /* Copy roots of the single graph: a value produced by identity,
@@ -207,10 +244,24 @@ int cmp_byname(const void *a, const void *b, void *arg) {
   return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
 }
 
+/* The sum form of a mean-like operator (mean -> sum, mean_backward ->
+ * sum_backward; a sum is its own), or -1. */
+static int sum_form(int op) {
+  switch (op) {
+  case VD_OP_SUM:
+  case VD_OP_MEAN: return VD_OP_SUM;
+  case VD_OP_SUM_BACKWARD:
+  case VD_OP_MEAN_BACKWARD: return VD_OP_SUM_BACKWARD;
+  default: return -1;
+  }
+}
+
+static int is_mean(int op) { return op == VD_OP_MEAN || op == VD_OP_MEAN_BACKWARD; }
+
 /* The forward partners of the Gp instances of backward plan node q (its
  * operator op), into fwd_of: per instance, the one Gp node of the same
  * microbatch among the instances of the plan nodes of q's rank, name and
- * layer whose operator's backward is op, else -1.  They depend on names
+ * layer whose operator's backward is op (or its sum form's), else -1.  They depend on names
  * and ranks only, so they are found once (the candidates once per plan
  * node, not per microbatch instance), in parallel: each q writes only its
  * own instances' entries. */
@@ -228,11 +279,19 @@ void forward_partners(ictx *c, uint32_t q, int op) {
   }
   for (int32_t gi = c->gfirst[q]; gi >= 0; gi = c->gnext[gi]) {
     int32_t best = -1, n_best = 0, mb = c->gp->nodes[gi].mb;
+    /* a block may copy two values (a multiref, a cast, a multiref again):
+     * a multiref's backward sums one gradient per copy it made */
+    uint32_t fanout = op == VD_OP_MULTIREF_BACKWARD ? nd->n_in : 0;
     for (size_t i = lo; i < c->pp->n_nodes; i++) {
       uint32_t p = c->byname[i];
       const vd_node_t *fd = &c->pp->nodes[p];
       if (fd->rank != nd->rank || strcmp(vd_plan_s(c->pp, fd->name), name)) break;
-      if (c->pop[p] < 0 || vd_op_backward((vd_op_id)c->pop[p]) != op || fd->layer != nd->layer) continue;
+      if (c->pop[p] < 0 || fd->layer != nd->layer) continue;
+      /* a sum's backward may follow a mean forward (and a mean's a sum):
+       * the same slices, up to the constant reduction_twin accounts for */
+      int bw = (int)vd_op_backward((vd_op_id)c->pop[p]);
+      if (bw != op && (sum_form(op) < 0 || sum_form(bw) != sum_form(op))) continue;
+      if (fanout && fd->n_out != fanout) continue;
       for (int32_t g = c->gfirst[p]; g >= 0; g = c->gnext[g])
         if (c->gp->nodes[g].mb == mb) {
           best = g;
@@ -396,7 +455,7 @@ static int32_t map_twin(const ictx *c, const vd_gnode_t *pn, int op, int *subset
   int32_t sm = match_single(c, pn, op);
   *subset = 0;
   if (sm < 0 && op == VD_OP_MULTIREF_BACKWARD) {
-    sm = match_by_name(c, pn, op);
+    sm = multiref_twin(c, (uint32_t)(pn - c->gp->nodes));
     const uint32_t *pin = vd_gnode_inputs(c->gp, pn);
     *subset = sm >= 0 && c->gs->nodes[sm].n_in > pn->n_in;
     for (uint32_t i = 0; i < pn->n_in && *subset; i++) *subset = !vl_at(c, pin[i])->noemit;
@@ -542,11 +601,51 @@ static int contract_parts(const ictx *c, const map_call *m, const vd_lin_prop_ru
   return 1;
 }
 
+/* Elements a sum-form node adds up per output element (its backward: per
+ * input element): the divisor of its mean form. */
+static double reduced_count(const vd_graph_t *g, const vd_gnode_t *n, int op) {
+  int64_t a = vd_tensor_numel(&g->plan->tensors[g->values[vd_gnode_inputs(g, n)[0]].tensor]);
+  int64_t b = vd_tensor_numel(&g->plan->tensors[g->values[vd_gnode_outputs(g, n)[0]].tensor]);
+  if (sum_form(op) == VD_OP_SUM_BACKWARD) {
+    int64_t t = a;
+    a = b, b = t;
+  }
+  return b > 0 ? (double)a / (double)b : 0.0;
+}
+
+/* Sum and mean are one linear operator up to a constant (issue 26: a sum
+ * written as mean x count, a per-microbatch mean against a whole-batch sum,
+ * a mean over a slice of the tokens).  For a sum-form node pn whose twin sm
+ * (-1: none of pn's own operator) is a sum or a mean: reads pn with the sum
+ * rule and returns the constant *rf that pn's value carries over its
+ * twin's on those inputs, (1/count_p if pn is a mean) x (count_s if the
+ * twin is one).  Returns the twin, or -1.  SOUNDNESS: it only proposes a
+ * candidate; the stage proofs decide. */
+static int32_t reduction_twin(const ictx *c, const vd_gnode_t *pn, int op, int32_t sm, double *rf) {
+  *rf = 1.0;
+  int sop = sm >= 0 ? op : is_mean(op) ? sum_form(op) : sum_form(op) == VD_OP_SUM ? VD_OP_MEAN : VD_OP_MEAN_BACKWARD;
+  if (sm < 0) sm = match_single(c, pn, sop);
+  if (sm < 0) return -1;
+  const vd_gnode_t *sn = &c->gs->nodes[sm];
+  const vd_attr_t *a = vd_node_attr(c->pp, &c->pp->nodes[pn->pnode], "dims");
+  const vd_attr_t *b = vd_node_attr(c->sp, &c->sp->nodes[sn->pnode], "dims");
+  if (!a != !b || (a && !vd_attr_equal(c->pp, a, c->sp, b))) return -1;
+  double cp = reduced_count(c->gp, pn, op), cs = reduced_count(c->gs, sn, sop);
+  if (cp <= 0.0 || cs <= 0.0) return -1;
+  *rf = (is_mean(op) ? 1.0 / cp : 1.0) * (is_mean(sop) ? cs : 1.0);
+  return sm;
+}
+
 void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
   const vd_gnode_t *pn = &c->gp->nodes[gi];
   if (pn->n_in + pn->n_out > MAXOPD) return;
   int subset;
   int32_t sm = map_twin(c, pn, op, &subset);
+  double rf = 1.0;
+  if (sum_form(op) >= 0) {
+    sm = reduction_twin(c, pn, op, sm, &rf);
+    ru = &rules[sum_form(op)];
+  }
   if (sm < 0) return;
   const vd_gnode_t *sn = &c->gs->nodes[sm];
   const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
@@ -568,8 +667,8 @@ void map_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
     vlin l;
     memset(&l, 0, sizeof(l));
     l.known = 1;
-    l.f = fo;
-    l.fsrc = factor_source(c, gi, ru, o, fo);
+    l.f = fo * rf;
+    l.fsrc = rf == 1.0 ? factor_source(c, gi, ru, o, fo) : l.f != 1.0 ? (int32_t)gi : -1;
     l.sv = (int32_t)sout[o];
     l.nd = st->ndim;
     int ok = 1;

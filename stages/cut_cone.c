@@ -220,6 +220,90 @@ static vd_rc bridge_broadcast(cctx *c, cone_t *k, uint32_t vi) {
   return cone_node(c, k, g, (uint32_t)pr, 0, 1, c->spos, 0);
 }
 
+/* A stop value is a leaf of the single cone: a hypothesis' single value.
+ * Reached: some node of the cone reads it. */
+static int is_stop(const cone_t *k, uint32_t vi) {
+  return k->v[vi].piece >= 0 && !k->v[vi].target && !k->v[vi].produced;
+}
+
+/* unread[i] = 1 for every stop value of cone k no node of it reads. */
+static size_t mark_unread(cctx *c, cone_t *k, uint8_t *unread) {
+  const vd_graph_t *g = c->gs;
+  size_t n = 0;
+  for (uint32_t i = 0; i < k->n; i++) unread[i] = (uint8_t)is_stop(k, i);
+  for (size_t i = 0; i < k->n_nd; i++) {
+    const vd_gnode_t *gn = &g->nodes[k->nd[i].gnode];
+    for (uint32_t u = 0; u < gn->n_in; u++) unread[hmap_get(&k->vmap, vd_gnode_inputs(g, gn)[u])] = 0;
+  }
+  for (uint32_t i = 0; i < k->n; i++) n += unread[i];
+  return n;
+}
+
+/* Single-side nodes between stop value vi and the stop values upstream of
+ * it, walked back at most BRIDGE_NODES nodes (the walk stops at stop values
+ * and initial values).  *hits = 1 when the walk meets a stop value in
+ * unreached[]. */
+#define BRIDGE_NODES 48u
+static size_t upstream_walk(const cctx *c, cone_t *k, uint32_t vi, const uint8_t *unreached,
+                            uint32_t *nodes, int *hits) {
+  const vd_graph_t *g = c->gs;
+  uint32_t todo[BRIDGE_NODES * 4];
+  size_t n = 0, nt = 0;
+  *hits = 0;
+  todo[nt++] = (uint32_t)k->v[vi].key;
+  while (nt) {
+    uint32_t v = todo[--nt];
+    int32_t pr = g->values[v].producer;
+    if (pr < 0) continue;
+    size_t j = 0;
+    while (j < n && nodes[j] != (uint32_t)pr) j++;
+    if (j < n) continue;
+    if (n == BRIDGE_NODES) return 0;
+    nodes[n++] = (uint32_t)pr;
+    const vd_gnode_t *gn = &g->nodes[pr];
+    for (uint32_t u = 0; u < gn->n_in; u++) {
+      uint32_t x = vd_gnode_inputs(g, gn)[u], xi = hmap_get(&k->vmap, x);
+      if (xi != NONE && is_stop(k, xi)) {
+        *hits |= unreached[xi];
+        continue;
+      }
+      if (nt == sizeof(todo) / sizeof(*todo)) return 0;
+      todo[nt++] = x;
+    }
+  }
+  return n;
+}
+
+/* Relates the stop values to each other when the cone leaves some unread.
+ * A hypothesis whose single value the target's walk never reads is one
+ * rank's frontier lying upstream of another's: one rank's inferred lineage
+ * stops at a value (the summed loss, a loss-gradient) that the other rank
+ * computes again from further upstream (its copy had no inferred lineage:
+ * the sum written as mean x count, a permuted gradient).  As free symbols
+ * the value and its own inputs were unrelated, and the stage failed on
+ * values the plan can never hold (soundness fuzzer, --strip: #65 moe
+ * ce.sum, #29 llama3 ce.token_loss.grad).  So each read stop value whose
+ * single computation reaches an unread one within BRIDGE_NODES nodes is
+ * computed in the stage.  SOUNDNESS: the nodes are the single plan's own
+ * and their other inputs are free symbols, so the proof still holds for the
+ * real values; a cone where every stop value is read is unchanged. */
+static vd_rc bridge_unreached(cctx *c, cone_t *k) {
+  uint8_t *unreached = vd_calloc(k->n ? k->n : 1, 1);
+  if (!unreached) return VD_OOM(c->d);
+  size_t n_stop = k->n, n_unreached = mark_unread(c, k, unreached);
+  vd_rc rc = VD_OK;
+  uint32_t nodes[BRIDGE_NODES];
+  for (uint32_t i = 0; i < n_stop && n_unreached && rc == VD_OK; i++) {
+    if (!is_stop(k, i) || unreached[i]) continue;
+    int hits;
+    size_t n = upstream_walk(c, k, i, unreached, nodes, &hits);
+    for (size_t j = 0; hits && j < n && rc == VD_OK; j++) rc = cone_node(c, k, c->gs, nodes[j], 0, 1, c->spos, 0);
+  }
+  c->n_stack = 0; /* the inputs cone_node pushed are leaves: nothing walks them */
+  vd_free(unreached);
+  return rc;
+}
+
 static vd_rc single_walk(cctx *c, uint32_t svalue, int target_is_leaf, int *ok) {
   const vd_lin_table *lt = c->lt;
   const vd_graph_t *g = c->gs;
@@ -260,6 +344,7 @@ static vd_rc single_walk(cctx *c, uint32_t svalue, int target_is_leaf, int *ok) 
    * before the walk, so cone_node never pushes them and the pop above only
    * sees the target's own.  Each is first related to the other stop values
    * it rearranges (bridge_stop; the nodes it adds come after the walk's). */
+  VD_CHECK(bridge_unreached(c, k));
   size_t n_walked = k->n_nd;
   for (size_t i = 0; i < n_walked; i++) {
     const vd_gnode_t *gn = &g->nodes[k->nd[i].gnode];
