@@ -24,7 +24,7 @@
  * mutation needs to know its own effect.
  *
  *   soundness [-n N] [--first I] [--seed S] [--threads T] [--out DIR] [--no-cross-check] [--strip]
- *             [--deadline S] [--kind NAME] [-v]
+ *             [--deadline S] [--kind NAME] [--max-false-alarms N] [--max-inconclusive N] [-v]
  *
  * --strip strips the generated parallel plans to their boundary (as `verdict
  * plan strip --keep boundary`), so every other lineage is inferred, and adds
@@ -34,6 +34,10 @@
  * --deadline`: INCONCLUSIVE, counted like any); -v prints every mutant with
  * its verification time and configuration index (cfgN.single.plan in DIR);
  * --kind NAME draws only that kind (its name in the table).
+ * --max-false-alarms N and --max-inconclusive N make the run fail (exit 1)
+ * when more value-preserving mutants than N are NOT EQUIVALENT or
+ * INCONCLUSIVE (`make soundness`: a false alarm blocks a correct launch, so
+ * it fails the suite like an unsound verdict); default: no limit.
  *
  * N defaults to $N or 400; the seed is fixed (1) so `make test` is
  * deterministic.  Mutant i depends only on (seed, i), so a long run can be
@@ -896,7 +900,7 @@ int main(int argc, char **argv) {
   int verbose = 0, threads = 0, cross = 1, strip = 0;
   double deadline = 0;
   int only = -1; /* --kind NAME: draw that kind only */
-  long first = 0;
+  long first = 0, max_fa = -1, max_inc = -1;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) n_mut = atol(argv[++i]);
     else if (strcmp(argv[i], "--first") == 0 && i + 1 < argc) first = atol(argv[++i]);
@@ -914,9 +918,11 @@ int main(int argc, char **argv) {
       }
     } else if (strcmp(argv[i], "-v") == 0) verbose = 1;
     else if (strcmp(argv[i], "--strip") == 0) strip = 1;
+    else if (strcmp(argv[i], "--max-false-alarms") == 0 && i + 1 < argc) max_fa = atol(argv[++i]);
+    else if (strcmp(argv[i], "--max-inconclusive") == 0 && i + 1 < argc) max_inc = atol(argv[++i]);
     else if (strcmp(argv[i], "--no-cross-check") == 0) cross = 0; /* for timing the cross-check */
     else {
-      fprintf(stderr, "usage: soundness [-n N] [--first I] [--seed S] [--threads T] [--out DIR] [--no-cross-check] [--strip] [--deadline S] [--kind NAME] [-v]\n");
+      fprintf(stderr, "usage: soundness [-n N] [--first I] [--seed S] [--threads T] [--out DIR] [--no-cross-check] [--strip] [--deadline S] [--kind NAME] [--max-false-alarms N] [--max-inconclusive N] [-v]\n");
       return 2;
     }
   }
@@ -1107,5 +1113,8 @@ int main(int argc, char **argv) {
   }
   printf("cross-check of the normal form against Z3 (every mutant): %zu class(es) agreed, %zu undecided by Z3, "
          "%zu disagreement(s)\n", cross_agree, cross_unknown, cross_disagree);
-  return s.unsound || cross_disagree ? 1 : 0;
+  int over_fa = max_fa >= 0 && s.false_alarm > max_fa, over_inc = max_inc >= 0 && inc_agree > max_inc;
+  if (over_fa) printf("FAIL: %ld false alarm(s), at most %ld allowed\n", s.false_alarm, max_fa);
+  if (over_inc) printf("FAIL: %ld INCONCLUSIVE value-preserving mutant(s), at most %ld allowed\n", inc_agree, max_inc);
+  return s.unsound || cross_disagree || over_fa || over_inc ? 1 : 0;
 }
