@@ -7,19 +7,67 @@
 
 /* ---- guesses from a consumer -------------------------------------------- */
 
-/* The producer of Gp value v stands for the producer of Gs value sv: the
- * same operator, and either the inputs it knows are the single values the
- * Gs producer reads (match_single_in, partial: the backward of one forward
- * node reads that node's inputs, known before its gradient is), or, where
- * it reads nothing known (a view of a gradient), the same name. */
-static int same_producer(const ictx *c, uint32_t v, uint32_t sv) {
+/* Whether Gp value v and Gs value sv are the same output of the same
+ * operator, each input of one holding the other's: known inputs the single
+ * values (or copies of them, same copy root), undecided ones produced alike
+ * (recursively, depth levels deep).  A view of a gradient reads nothing
+ * known; the chain under it reaches the backward of one forward node, which
+ * reads that node's inputs, known before its gradient is
+ * (match_single_in, partial).  Structure only: the two plans may name
+ * everything differently. */
+static int produced_alike(const ictx *c, uint32_t v, uint32_t sv, int depth) {
   int32_t p = c->gp->values[v].producer, q = c->gs->values[sv].producer;
   if (p < 0 || q < 0) return 0;
-  int op = c->pop[c->gp->nodes[p].pnode];
-  if (op < 0 || op != c->sop[c->gs->nodes[q].pnode]) return 0;
-  if (match_single_in(c, &c->gp->nodes[p], op, 1) == q) return 1;
-  const vd_node_t *a = &c->pp->nodes[c->gp->nodes[p].pnode], *b = &c->sp->nodes[c->gs->nodes[q].pnode];
+  const vd_gnode_t *pn = &c->gp->nodes[p], *sn = &c->gs->nodes[q];
+  int op = c->pop[pn->pnode];
+  if (op < 0 || op != c->sop[sn->pnode]) return 0;
+  if (match_single_in(c, pn, op, 1) == q) return 1;
+  if (depth == 0 || pn->n_in != sn->n_in || pn->n_out != sn->n_out) return 0;
+  const uint32_t *out = vd_gnode_outputs(c->gp, pn), *s_out = vd_gnode_outputs(c->gs, sn);
+  for (uint32_t k = 0; k < pn->n_out; k++)
+    if ((out[k] == v) != (s_out[k] == sv)) return 0;
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn), *s_in = vd_gnode_inputs(c->gs, sn);
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    const vlin *x = vl_at(c, in[i]);
+    if (x->known ? x->sv < 0 || c->sroot[s_in[i]] != c->sroot[x->sv] : !produced_alike(c, in[i], s_in[i], depth - 1))
+      return 0;
+  }
+  return 1;
+}
+
+/* Whether Gp value v and Gs value sv come from nodes of one operator. */
+static int same_operator(const ictx *c, uint32_t v, uint32_t sv) {
+  int32_t p = c->gp->values[v].producer, q = c->gs->values[sv].producer;
+  return p >= 0 && q >= 0 && c->pop[c->gp->nodes[p].pnode] >= 0 &&
+         c->pop[c->gp->nodes[p].pnode] == c->sop[c->gs->nodes[q].pnode];
+}
+
+/* Whether the producers of v and sv have one name: a tie-break among
+ * candidates of one operator for plans that share their names. */
+static int same_name(const ictx *c, uint32_t v, uint32_t sv) {
+  const vd_node_t *a = &c->pp->nodes[c->gp->nodes[c->gp->values[v].producer].pnode];
+  const vd_node_t *b = &c->sp->nodes[c->gs->nodes[c->gs->values[sv].producer].pnode];
   return !strcmp(vd_plan_s(c->pp, a->name), vd_plan_s(c->sp, b->name));
+}
+
+/* The one unused single input that undecided Gp value v stands for: the
+ * one produced alike (produced_alike), else the one left whose producer has
+ * v's producer's operator (the expert-parallel dispatch puts a chain with
+ * no single twin under a view the single plan applies to the experts'
+ * output), else among those the one of the same name; -1 if none or
+ * several. */
+static int32_t pick_single_input(const ictx *c, uint32_t v, const uint32_t *s_in, uint32_t n, const uint8_t *used) {
+  enum { ALIKE_DEPTH = 6 };
+  int32_t alike = -1, n_alike = 0, same_op = -1, n_op = 0, named = -1, n_named = 0;
+  for (uint32_t j = 0; j < n; j++) {
+    if (used[j] || !same_operator(c, v, s_in[j])) continue;
+    if (produced_alike(c, v, s_in[j], ALIKE_DEPTH)) alike = (int32_t)j, n_alike++;
+    if (same_name(c, v, s_in[j])) named = (int32_t)j, n_named++;
+    same_op = (int32_t)j, n_op++;
+  }
+  if (n_alike) return n_alike == 1 ? alike : -1;
+  if (n_op == 1) return same_op;
+  return n_named == 1 ? named : -1;
 }
 
 /* The single inputs of gradient sum sn (the multiref_backward multiref_twin
@@ -28,10 +76,9 @@ static int same_producer(const ictx *c, uint32_t v, uint32_t sv) {
  * branches inside the TP region first, then all-reduces, then adds the rest:
  * fewer inputs than the single node).  Each known input takes a distinct
  * single input holding its value (exact, else the same copy root); each
- * undecided input the one remaining single input whose producer is its
- * producer's twin (same_producer: the backward of the same forward node).
- * sin[i] is input i's; 0 when some input has none or more than one.  A
- * naming heuristic only: the guess it feeds is a candidate like any other. */
+ * undecided input the one remaining single input pick_single_input finds
+ * for it.  sin[i] is input i's; 0 when some input has none or more than
+ * one.  A heuristic only: the guess it feeds is a candidate like any other. */
 static int fanin_inputs(const ictx *c, const vd_gnode_t *pn, const vd_gnode_t *sn, uint32_t *sin) {
   if (pn->n_in > MAXOPD || sn->n_in > 4 * MAXOPD || sn->n_in < pn->n_in) return 0;
   const uint32_t *in = vd_gnode_inputs(c->gp, pn), *s_in = vd_gnode_inputs(c->gs, sn);
@@ -53,10 +100,8 @@ static int fanin_inputs(const ictx *c, const vd_gnode_t *pn, const vd_gnode_t *s
       if (!placed[i]) return 0;
       continue;
     }
-    int32_t pick = -1, n_pick = 0;
-    for (uint32_t j = 0; j < sn->n_in; j++)
-      if (!used[j] && same_producer(c, in[i], s_in[j])) pick = (int32_t)j, n_pick++;
-    if (n_pick != 1) return 0;
+    int32_t pick = pick_single_input(c, in[i], s_in, sn->n_in, used);
+    if (pick < 0) return 0;
     used[pick] = 1;
     sin[i] = s_in[pick];
   }
