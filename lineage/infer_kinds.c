@@ -449,6 +449,20 @@ static void shape_of(const vd_tensor_t *t, vd_op_shape *s) {
   memcpy(s->d, t->shape, sizeof(s->d));
 }
 
+/* Runs unary Gp node gn's evaluator on in (its input's shape) into out;
+ * 0 when the shapes do not check or the evaluator refuses. */
+static int eval_unary(const ictx *c, const vd_gnode_t *gn, const double *in, double *out) {
+  const vd_tensor_t *ti = ptens(c, vd_gnode_inputs(c->gp, gn)[0]), *to = ptens(c, vd_gnode_outputs(c->gp, gn)[0]);
+  vd_op_shape is, os;
+  shape_of(ti, &is);
+  shape_of(to, &os);
+  const double *ins[1] = {in};
+  double *outs[1] = {out};
+  vd_op_call call = {.op = c->pop[gn->pnode], .plan = c->pp, .node = &c->pp->nodes[gn->pnode], .n_in = 1,
+                     .n_out = 1, .n_part = 1, .in = ins, .in_shape = &is, .out = outs, .out_shape = &os};
+  return vd_op_check(&call) == VD_OK && vd_op_eval(&call) == VD_OK;
+}
+
 /* Whether chain[0..n) (nodes in execution order, each reading the previous
  * one's output) maps every element of chain[0]'s input to the same place. */
 static int chain_is_identity(const ictx *c, const uint32_t *chain, int n) {
@@ -460,19 +474,7 @@ static int chain_is_identity(const ictx *c, const uint32_t *chain, int n) {
   for (int64_t e = 0; ok && e < numel; e++) a[e] = (double)e;
   for (int i = 0; ok && i < n; i++) {
     const vd_gnode_t *gn = &c->gp->nodes[chain[i]];
-    const vd_tensor_t *ti = ptens(c, vd_gnode_inputs(c->gp, gn)[0]), *to = ptens(c, vd_gnode_outputs(c->gp, gn)[0]);
-    if (vd_tensor_numel(to) != numel) {
-      ok = 0;
-      break;
-    }
-    vd_op_shape is, os;
-    shape_of(ti, &is);
-    shape_of(to, &os);
-    const double *in[1] = {a};
-    double *out[1] = {b};
-    vd_op_call call = {.op = c->pop[gn->pnode], .plan = c->pp, .node = &c->pp->nodes[gn->pnode], .n_in = 1,
-                       .n_out = 1, .n_part = 1, .in = in, .in_shape = &is, .out = out, .out_shape = &os};
-    ok = vd_op_check(&call) == VD_OK && vd_op_eval(&call) == VD_OK;
+    ok = vd_tensor_numel(ptens(c, vd_gnode_outputs(c->gp, gn)[0])) == numel && eval_unary(c, gn, a, b);
     double *t = a;
     a = b, b = t;
   }
@@ -509,6 +511,47 @@ static void identity_chain(ictx *c, const vd_gnode_t *pn) {
     chain[i] = chain[j], chain[j] = t;
   }
   if (n >= 2 && chain_is_identity(c, chain, n)) vl_put(c, out, vl_at(c, origin));
+}
+
+/* A node applied again to its own output (a mask, a clamp, relu of relu:
+ * f(f(x)) = f(x)) computes the value its input holds.  The output then
+ * takes the input's lineage and the input's is kept from the candidates
+ * (noemit): a stage whose leaf were that input would see a free value,
+ * not one already masked, and could not prove f(leaf) = leaf (soundness
+ * fuzzer --strip #114, #177, a causal mask applied twice).  Decided by
+ * running both nodes' evaluators on a probe; the input must have pn as its
+ * only reader.  SOUNDNESS: it only proposes a candidate. */
+static void absorbs_producer(ictx *c, const vd_gnode_t *pn) {
+  int op = c->pop[pn->pnode];
+  if (pn->n_in != 1 || pn->n_out != 1 || op < 0) return;
+  uint32_t v = vd_gnode_inputs(c->gp, pn)[0];
+  const vlin *x = vl_at(c, v);
+  int32_t pr = c->gp->values[v].producer;
+  if (!x->known || x->zero || x->split || pr < 0 || c->gp->values[v].n_cons != 1) return;
+  const vd_gnode_t *pg = &c->gp->nodes[pr];
+  if (pg->n_in != 1 || pg->n_out != 1 || c->pop[pg->pnode] != op) return;
+  int64_t numel = vd_tensor_numel(ptens(c, v));
+  if (numel <= 0 || numel > IDENTITY_NUMEL_MAX ||
+      numel != vd_tensor_numel(ptens(c, vd_gnode_inputs(c->gp, pg)[0])) ||
+      numel != vd_tensor_numel(ptens(c, vd_gnode_outputs(c->gp, pn)[0])))
+    return;
+  double *a = vd_malloc((size_t)numel * sizeof(*a)), *b = vd_malloc((size_t)numel * sizeof(*b)),
+         *d = vd_malloc((size_t)numel * sizeof(*d));
+  int ok = a && b && d;
+  /* a probe with both signs and no repeats, so masks and clamps act */
+  for (int64_t e = 0; ok && e < numel; e++) a[e] = (double)((e * 7919) % 2003) / 97.0 - 10.0;
+  ok = ok && eval_unary(c, pg, a, b) && eval_unary(c, pn, b, d);
+  for (int64_t e = 0; ok && e < numel; e++) ok = d[e] == b[e];
+  int changed = 0;
+  for (int64_t e = 0; ok && e < numel && !changed; e++) changed = b[e] != a[e];
+  vd_free(a);
+  vd_free(b);
+  vd_free(d);
+  if (!ok || !changed) return; /* an f that moved nothing is identity_chain's */
+  vlin copy = *x;
+  vl_put(c, vd_gnode_outputs(c->gp, pn)[0], &copy);
+  vlin *in_slot = vl_slot(c, v);
+  if (in_slot) in_slot->noemit = 1;
 }
 
 /* Whether node pn is a constant scaling that brings its input's factor
@@ -601,5 +644,6 @@ int prop_node(ictx *c, uint32_t gi) {
   }
   if (pn->n_out == 1 && !vl_at(c, out[0])->known) scale_through(c, pn, op);
   if (pn->n_out == 1 && !vl_at(c, out[0])->known) identity_chain(c, pn);
+  if (pn->n_out == 1 && !vl_at(c, out[0])->known) absorbs_producer(c, pn);
   return 1;
 }
