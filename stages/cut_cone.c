@@ -243,7 +243,7 @@ static size_t mark_unread(cctx *c, cone_t *k, uint8_t *unread) {
  * it, walked back at most BRIDGE_NODES nodes (the walk stops at stop values
  * and initial values).  *hits = 1 when the walk meets a stop value in
  * unreached[]. */
-#define BRIDGE_NODES 16u
+#define BRIDGE_NODES 48u
 static size_t upstream_walk(const cctx *c, cone_t *k, uint32_t vi, const uint8_t *unreached,
                             uint32_t *nodes, int *hits) {
   const vd_graph_t *g = c->gs;
@@ -284,21 +284,24 @@ static size_t upstream_walk(const cctx *c, cone_t *k, uint32_t vi, const uint8_t
  * values the plan can never hold (soundness fuzzer, --strip: #65 moe
  * ce.sum, #29 llama3 ce.token_loss.grad).  So each read stop value whose
  * single computation reaches an unread one within BRIDGE_NODES nodes is
- * computed in the stage, when all such computations together take at most
- * BRIDGE_NODES nodes: a cone with many unread stop values (a DDP bucket's
- * gradients under fp16_compress_hook: 40 of 44) would otherwise pull in
- * whole backward blocks and the stage outgrew the solver (INCONCLUSIVE,
- * 30 s); it is left as it was.  The bridges the fuzzer needs take 1 or 2
- * nodes, the fp16 hook's up to 44: 16 keeps the first and not the second.  SOUNDNESS: the nodes are the single plan's own
+ * computed in the stage, when the unread stop values are the fewer and all
+ * such computations together take at most BRIDGE_NODES nodes.  A cone
+ * whose stop values are mostly unread (a DDP bucket's gradients under
+ * fp16_compress_hook: 40 of 44) is not one frontier behind another: there
+ * the bridges pulled in whole backward blocks and the stage outgrew the
+ * solver (INCONCLUSIVE at 30 s); it is left as it was.  The fuzzer's
+ * bridges have 1 or 2 unread stop values and up to 27 nodes (#338).
+ * SOUNDNESS: the nodes are the single plan's own
  * and their other inputs are free symbols, so the proof still holds for the
  * real values; a cone where every stop value is read is unchanged. */
 static vd_rc bridge_unreached(cctx *c, cone_t *k) {
   uint8_t *unreached = vd_calloc(k->n ? k->n : 1, 1);
   if (!unreached) return VD_OOM(c->d);
-  size_t n_stop = k->n, n_unreached = mark_unread(c, k, unreached), n_all = 0;
+  size_t n_values = k->n, n_unreached = mark_unread(c, k, unreached), n_stops = 0, n_all = 0;
+  for (uint32_t i = 0; i < n_values; i++) n_stops += (size_t)is_stop(k, i);
   uint32_t nodes[BRIDGE_NODES], all[BRIDGE_NODES];
-  int fits = 1;
-  for (uint32_t i = 0; i < n_stop && n_unreached && fits; i++) {
+  int fits = 2 * n_unreached <= n_stops;
+  for (uint32_t i = 0; i < n_values && n_unreached && fits; i++) {
     if (!is_stop(k, i) || unreached[i]) continue;
     int hits;
     size_t n = upstream_walk(c, k, i, unreached, nodes, &hits);
