@@ -234,6 +234,34 @@ def _slice_op(E, args, kw, out):
     return _slice(E, E.x(x), _shape(x), dim, int(start), int(min(end, n)), _dt(out))
 
 
+def _narrow(E, args, kw, out):
+    x, dim, start, length = args[0], _ndim_norm(int(args[1]), args[0].dim()), int(args[2]), int(args[3])
+    if start < 0:
+        start += x.shape[dim]
+    return _slice(E, E.x(x), _shape(x), dim, start, start + length, _dt(out))
+
+
+def _chunk_cat(E, args, kw, out):
+    """torch._chunk_cat(tensors, dim, num_chunks): row j of the [num_chunks, total] result is chunk
+    j of every tensor, flattened, one after the other (FSDP2 lays the unsharded gradients out so
+    for the reduce-scatter: row j goes to rank j).  As registry operators: each tensor viewed as
+    [num_chunks, numel / num_chunks] (chunk j along dim 0 is that row of its flattening), then
+    concatenated along dim 1."""
+    ts, dim, nc = args[0], int(args[1]), int(args[2])
+    if dim != 0:
+        E.fail("chunks along dim %d (FSDP2 chunks along dim 0)" % dim)
+    rows = []
+    for t in ts:
+        if t.dim() == 0 or t.shape[0] % nc:
+            E.fail("a tensor of shape %s whose dim 0 does not split into %d equal chunks (FSDP2 "
+                   "pads it; make dim 0 of every parameter a multiple of the data-parallel size)"
+                   % (_shape(t), nc))
+        rows.append(E.op("view", [E.x(t)], [nc, t.numel() // nc], {}, _dt(out)))
+    shape = [nc, sum(t.numel() // nc for t in ts)]
+    cat = rows[0] if len(rows) == 1 else E.op("concat", rows, shape, {"dim": 1}, _dt(out))
+    return cat if _shape(out) == shape else E.op("view", [cat], _shape(out), {}, _dt(out))
+
+
 def _split(E, args, kw, outs):
     x = args[0]
     nd = x.dim()
@@ -738,7 +766,7 @@ TABLE = {
     "view": _view, "_unsafe_view": _view, "_reshape_alias": _view, "reshape": _view,
     "unsqueeze": _view, "squeeze": _view, "flatten": _view,
     "expand": _expand, "t": _t, "transpose": _transpose, "permute": _permute,
-    "slice": _slice_op, "select": _select, "cat": _cat, "as_strided": _as_strided,
+    "slice": _slice_op, "narrow": _narrow, "select": _select, "cat": _cat, "as_strided": _as_strided,
     "slice_backward": _slice_backward, "select_backward": _select_backward,
     # arithmetic
     "add": _binary("add"), "sub": _binary("sub"), "mul": _binary("mul"), "div": _binary("div"),
@@ -758,8 +786,11 @@ TABLE = {
     "_log_softmax": _log_softmax, "_log_softmax_backward_data": _log_softmax_bwd,
     # constant masks (causal attention)
     "masked_fill": _masked_fill, "where": _where,
+    # FSDP2's layout of the gradients for the reduce-scatter (fsdp.py)
+    "_chunk_cat": _chunk_cat,
 }
 MULTI = {"split": _split, "split_with_sizes": _split, "unsafe_split": _split,
+         "split_with_sizes_copy": _split,
          "nll_loss_forward": _nll_fwd, "native_layer_norm": _layer_norm,
          "native_layer_norm_backward": _layer_norm_bwd,
          "_scaled_dot_product_flash_attention_for_cpu": _sdpa,
@@ -767,6 +798,10 @@ MULTI = {"split": _split, "split_with_sizes": _split, "unsafe_split": _split,
 TABLE["nll_loss_backward"] = _nll_bwd
 
 ALIASES = {"detach", "alias", "lift_fresh"}
+# views of an uninitialised buffer are uninitialised too: FSDP2 narrows its all-gather buffer
+# into per-parameter destinations before _foreach_copy_ writes the shards into them
+VIEWS_OF_EMPTY = {"narrow", "slice", "view", "_unsafe_view", "split", "split_with_sizes", "chunk",
+                  "select", "unflatten", "as_strided", "alias", "detach"}
 CREATION_EMPTY = {"empty", "empty_strided", "new_empty", "new_empty_strided", "empty_like"}
 
 
@@ -825,13 +860,17 @@ def record(rec, func, args, kwargs, out):
     if name == "_local_scalar_dense":
         raise CaptureError("%s: .item() / Python control flow on a data value (aten._local_scalar_dense) "
                            "cannot be captured" % where())
+    if kwargs.get("out") is not None:   # before the next test: a list out= kernel returns nothing
+        return _record_out(rec, name, full, args, kwargs, where())
     if not outs and not name.endswith("_"):
         return  # metadata queries (is_same_size, ...): no value is produced
-    if kwargs.get("out") is not None:
-        return _record_out(rec, name, full, args, kwargs, where())
     if name in CREATION_EMPTY:
         for o in outs:
             rec.bind(o, None, "empty").src = where()
+        return
+    if name in VIEWS_OF_EMPTY and cells and cells[0] is not None and cells[0].kind == "empty":
+        for o in outs:
+            rec.bind(o, None, "empty").src = cells[0].src
         return
     src = where()
     E = Emit(rec, name, src)
@@ -849,22 +888,12 @@ def record(rec, func, args, kwargs, out):
         if rec.cell_of(args[0]) is not None:
             rec.share(args[0], out)
         return
-    if name in ("copy_",):
-        dst, s = args[0], args[1]
-        sc = rec.cell_of(s)
-        if sc is not None and sc.kind == "const":
-            # a constant copied (DDP's broadcast of a mask buffer unflattens it): dst holds it
-            rec.memory.forget(dst)
-            c = rec.bind(dst, None, "const")
-            c.src, c.version = src, rec.memory.version(dst)
-            return
-        p = E.x(s)
-        if _shape(s) != _shape(dst):
-            p = E.op("expand", [p], _shape(dst), {}, _dt(dst))
-        elif s.dtype != dst.dtype:
-            p = E.op("cast", [p], _shape(dst), {}, _dt(dst))
-        rec.write(dst, p, src)
-        _note_fwd(rec, [dst], src)
+    if name == "copy_":
+        _copy_into(rec, E, args[0], args[1], src)
+        return
+    if name == "_foreach_copy_":   # FSDP2 copies the parameter shards into the all-gather buffer
+        for dst, s in zip(args[0], args[1]):
+            _copy_into(rec, E, dst, s, src)
         return
     if name == "zero_":
         rec.write(args[0], _const_like(E, args[0], 0.0, _shape(args[0]), _dt(args[0])), src)
@@ -903,11 +932,37 @@ def record(rec, func, args, kwargs, out):
     _note_fwd(rec, outs, src)
 
 
+def _copy_into(rec, E, dst, s, src):
+    """dst.copy_(s): dst holds s's value (broadcast and cast to dst as torch does)."""
+    sc = rec.cell_of(s)
+    if sc is not None and sc.kind == "const":
+        # a constant copied (DDP's broadcast of a mask buffer unflattens it): dst holds it
+        rec.memory.forget(dst)
+        c = rec.bind(dst, None, "const")
+        c.src, c.version = src, rec.memory.version(dst)
+        return
+    p = E.x(s)
+    if _shape(s) != _shape(dst):
+        p = E.op("expand", [p], _shape(dst), {}, _dt(dst))
+    elif s.dtype != dst.dtype:
+        p = E.op("cast", [p], _shape(dst), {}, _dt(dst))
+    rec.write(dst, p, src)
+    _note_fwd(rec, [dst], src)
+
+
 def _record_out(rec, name, full, args, kwargs, src):
     """An `out=` kernel (DDP's reducer divides gradients into bucket views with mul.out): the
-    operator's value, written into the out tensor (through whatever view of a storage it is)."""
+    operator's value, written into the out tensor (through whatever view of a storage it is);
+    a multi-output one (FSDP2's split_with_sizes_copy into the unsharded parameters) writes
+    each result into its out tensor."""
     kw = dict(kwargs)
     dst = kw.pop("out")
+    if name in MULTI and isinstance(dst, (list, tuple)):
+        E = Emit(rec, name, src)
+        for d, pid in zip(dst, MULTI[name](E, args, kw, list(dst))):
+            rec.write(d, pid, src)
+        _note_fwd(rec, list(dst), src)
+        return
     h = TABLE.get(name)
     if h is None or not isinstance(dst, torch.Tensor):
         raise CaptureError("%s: %s has no mapping to a verdict operator (tools/torchcap/aten_map.py)"

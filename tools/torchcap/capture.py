@@ -33,7 +33,7 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .api import CaptureError, Partial, Placement, Replicate, Shard
-from . import aten_map, collectives, dtensor, megatron, optim, pipelining
+from . import aten_map, collectives, dtensor, fsdp, megatron, optim, pipelining
 from .memory import Memory, rebuild
 
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -280,6 +280,15 @@ class _Mode(TorchDispatchMode):
         if dtensor.is_fake_call(types):
             # DTensor's sharding propagation on fake tensors: shapes only, nothing runs
             return func(*args, **kwargs)
+        if fsdp.is_fsdp(func):
+            # FSDP2's operators are Python functions over aten: run again with this mode active,
+            # so that their aten calls are recorded (fsdp.py)
+            impl = fsdp.kernel(func)
+            if impl is None:
+                raise CaptureError("%s: FSDP operator %s is not supported by this capture "
+                                   "(tools/torchcap/fsdp.py lists the ones it knows)" % (self.rec.src_here()[0], func))
+            with self:
+                return impl(*args, **kwargs)
         if not self.rec.quiet and str(func).startswith("c10d.allreduce_"):
             # the reduction of a call from C++ is learnt from its inputs (collectives.py), which
             # an in-place all_reduce overwrites, maybe before it returns: copied first

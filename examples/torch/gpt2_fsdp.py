@@ -1,0 +1,52 @@
+"""examples/torch/gpt2_fsdp.py - the GPT-2 of gpt2.py trained fully sharded with FSDP2, as one
+writes it with torch.distributed.fsdp.fully_shard: each transformer block is its own FSDP unit,
+the root unit holds the embeddings and the tied head.  Every rank stores dim-0 shards of the
+parameters (DTensors placed Shard(0) on the dp mesh) and of the optimizer state; FSDP all-gathers
+a unit's parameters before its forward and backward and reduce-scatters (averaging) its
+gradients.  The parallel program of gpt2_single.py (tools/torch2plan --nproc DP --set dp=DP;
+--set opt=sgdm|adam|adamw, clip=X).
+Bug (--set bug=sum_rs): the gradients are reduce-scattered as a sum where the loss is a mean
+(FSDP's gradient divide factor set to 1: each rank's gradient is DP times too large).
+STATUS (issue 25, in progress): the capture records the forward (all-gather copy-in, the gather,
+the copy-out into the unsharded parameters) and stops in the backward at the split of the
+reduce-scatter output (gpt2_fsdp.py:43); no test or demo row uses this program yet.
+"""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt2  # noqa: E402
+from torchcap import Shard  # noqa: E402
+
+
+def step(cap):
+    c = gpt2.config(cap.args)
+    dp = int(c["dp"]) if int(c["dp"]) > 1 else cap.world
+    cap.mesh(dp=dp)
+    mesh = init_device_mesh("cpu", (dp,), mesh_dim_names=("dp",))
+    model = gpt2.build(c)
+    idx, targets = gpt2.batch()
+    mine = [t.chunk(dp)[cap.rank].clone() for t in (idx, targets)]
+    units = [fully_shard(block, mesh=mesh) for block in model.h] + [fully_shard(model, mesh=mesh)]
+    cap.params(model)   # DTensor parameters, Shard(0) over dp: the layout comes from FSDP
+    cap.input(mine[0], "idx", dp=Shard(0))
+    cap.input(mine[1], "targets", dp=Shard(0))
+    if c["bug"] == "sum_rs":   # BUG: the reduce-scatter sums where the loss is a mean
+        for u in units:
+            u.set_gradient_divide_factor(1.0)
+    opt = gpt2.make_optimizer(c, model.parameters())
+    cap.optimizer(opt)
+    with cap.step():
+        loss = model(*mine)
+        loss.backward()
+        if c["clip"]:   # DTensor gradients: the norm of the sharded gradients, all-reduced
+            torch.nn.utils.clip_grad_norm_(model.parameters(), c["clip"])
+        opt.step()
+        logged = loss.detach().clone()
+        dist.all_reduce(logged, op=dist.ReduceOp.AVG)
+    cap.loss(logged, "loss")
