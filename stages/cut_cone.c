@@ -226,11 +226,13 @@ static int is_stop(const cone_t *k, uint32_t vi) {
   return k->v[vi].piece >= 0 && !k->v[vi].target && !k->v[vi].produced;
 }
 
-/* unread[i] = 1 for every stop value of cone k no node of it reads. */
-static size_t mark_unread(cctx *c, cone_t *k, uint8_t *unread) {
+/* unread[i] = 1 for every stop value of cone k no node of it reads; *n_stops
+ * = the stop values; returns the unread ones. */
+static size_t mark_unread(cctx *c, cone_t *k, uint8_t *unread, size_t *n_stops) {
   const vd_graph_t *g = c->gs;
   size_t n = 0;
-  for (uint32_t i = 0; i < k->n; i++) unread[i] = (uint8_t)is_stop(k, i);
+  *n_stops = 0;
+  for (uint32_t i = 0; i < k->n; i++) *n_stops += unread[i] = (uint8_t)is_stop(k, i);
   for (size_t i = 0; i < k->n_nd; i++) {
     const vd_gnode_t *gn = &g->nodes[k->nd[i].gnode];
     for (uint32_t u = 0; u < gn->n_in; u++) unread[hmap_get(&k->vmap, vd_gnode_inputs(g, gn)[u])] = 0;
@@ -297,8 +299,7 @@ static size_t upstream_walk(const cctx *c, cone_t *k, uint32_t vi, const uint8_t
 static vd_rc bridge_unreached(cctx *c, cone_t *k) {
   uint8_t *unreached = vd_calloc(k->n ? k->n : 1, 1);
   if (!unreached) return VD_OOM(c->d);
-  size_t n_values = k->n, n_unreached = mark_unread(c, k, unreached), n_stops = 0, n_all = 0;
-  for (uint32_t i = 0; i < n_values; i++) n_stops += (size_t)is_stop(k, i);
+  size_t n_values = k->n, n_stops, n_unreached = mark_unread(c, k, unreached, &n_stops), n_all = 0;
   uint32_t nodes[BRIDGE_NODES], all[BRIDGE_NODES];
   int fits = 2 * n_unreached <= n_stops;
   for (uint32_t i = 0; i < n_values && n_unreached && fits; i++) {

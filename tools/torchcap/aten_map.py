@@ -799,9 +799,10 @@ TABLE["nll_loss_backward"] = _nll_bwd
 
 ALIASES = {"detach", "alias", "lift_fresh"}
 # views of an uninitialised buffer are uninitialised too: FSDP2 narrows its all-gather buffer
-# into per-parameter destinations before _foreach_copy_ writes the shards into them
+# into per-parameter destinations before _foreach_copy_ writes the shards into them (an alias
+# shares its source's cell instead: ALIASES)
 VIEWS_OF_EMPTY = {"narrow", "slice", "view", "_unsafe_view", "split", "split_with_sizes", "chunk",
-                  "select", "unflatten", "as_strided", "alias", "detach"}
+                  "select", "unflatten", "as_strided"}
 CREATION_EMPTY = {"empty", "empty_strided", "new_empty", "new_empty_strided", "empty_like"}
 
 
