@@ -309,6 +309,12 @@ static void chunk_node(ictx *c, const vd_gnode_t *pn) {
   vl_put(c, out, &l);
 }
 
+/* The replicas a collective's group spans (1 unless span_replicas). */
+static int64_t span_reps(const ictx *c, const vd_gnode_t *pn) {
+  const vd_plan_t *p = c->pp;
+  return p->nodes[pn->pnode].span_replicas && p->world.replicas > 1 ? p->world.replicas : 1;
+}
+
 static void coll_node(ictx *c, const vd_gnode_t *pn, int kind) {
   const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
   if (pn->n_in == 0 || pn->n_in != pn->n_out) return;
@@ -329,12 +335,16 @@ static void coll_node(ictx *c, const vd_gnode_t *pn, int kind) {
     }
     int32_t dim;
     if (!attr_dim(c, pn, x0->nd, &dim)) return;
-    int64_t w = x0->hi[dim] - x0->lo[dim], p = pn->n_out;
+    /* A group spanning the replicas (replica-major, plans/plan.h) has
+     * n_out * R members: replica d's member o gets chunk d * n_out + o. */
+    int64_t reps = span_reps(c, pn);
+    int64_t w = x0->hi[dim] - x0->lo[dim], p = (int64_t)pn->n_out * reps;
     if (w % p) return;
     for (uint32_t o = 0; o < pn->n_out; o++) {
       vlin y = l;
       y.lo[dim] = x0->lo[dim] + (int64_t)o * (w / p);
       y.hi[dim] = y.lo[dim] + w / p;
+      if (reps > 1) y.dlo[dim] = (int64_t)pn->n_out * (w / p);
       vl_put(c, out[o], &y);
     }
     return;
@@ -352,6 +362,17 @@ static void coll_node(ictx *c, const vd_gnode_t *pn, int kind) {
     }
     if (i > 0 && (x->lo[dim] != l.hi[dim] || x->dlo[dim] != x0->dlo[dim])) return;
     l.hi[dim] = x->hi[dim];
+  }
+  int64_t reps = span_reps(c, pn);
+  if (reps > 1) {
+    /* Replica d's members follow replica d - 1's: the replicas' slices must
+     * continue one another (a shift of the whole replica-0 span), and every
+     * replica then holds the same concatenation. */
+    int64_t span = l.hi[dim] - l.lo[dim];
+    for (int32_t j = 0; j < l.nd; j++)
+      if (l.dlo[j] != (j == dim ? span : 0)) return;
+    l.hi[dim] = l.lo[dim] + reps * span;
+    l.dlo[dim] = 0;
   }
   for (uint32_t o = 0; o < pn->n_out; o++) vl_put(c, out[o], &l);
 }

@@ -178,6 +178,9 @@ vd_rc vd_stage_i_check_schedule(cctx *c) {
       for (uint32_t w = next[u]; w != NONE; w = next[w]) {
         int32_t pr = g->values[w].producer;
         if (pr < 0 || (size_t)pr == ni || g->nodes[pr].mb < 0) continue;
+        /* the optimizer's write is the next step's value, not a microbatch's contribution
+         * (FSDP and ZeRO-3 gather a weight before its update) */
+        if (p->nodes[g->nodes[pr].pnode].phase == VD_PHASE_OPT) continue;
         if (writer == NONE) {
           writer = (uint32_t)pr;
           first_mb = g->nodes[pr].mb;

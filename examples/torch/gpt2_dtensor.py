@@ -6,7 +6,8 @@ attention's out_proj and the MLP's proj.  The parallel program of gpt2_single.py
 between the blocks' layers is Shard(1) (sequence) and the LayerNorms run SequenceParallel().
 The embedding and the tied output head stay replicated (a tied weight cannot be split by
 parallelize_module without untying it).  With dp>1 the mesh is 2-D (dp, tp): each dp replica
-takes its share of the batch, and the gradients are averaged over dp by hand.
+takes its share of the batch, and the gradients are averaged over dp by hand.  --set opt=sgdm|adam|adamw
+picks the optimizer (its state is DTensors, as the parameters).
 Bugs (--set bug=NAME): row_as_col gives the MLP's proj ColwiseParallel where RowwiseParallel
 belongs; no_reduce gives out_proj RowwiseParallel(output_layouts=Partial()) with the local
 output used as is (the missing all-reduce of a row-parallel layer).

@@ -7,9 +7,7 @@ gradients.  The parallel program of gpt2_single.py (tools/torch2plan --nproc DP 
 --set opt=sgdm|adam|adamw, clip=X).
 Bug (--set bug=sum_rs): the gradients are reduce-scattered as a sum where the loss is a mean
 (FSDP's gradient divide factor set to 1: each rank's gradient is DP times too large).
-STATUS (issue 25, in progress): the capture records the forward (all-gather copy-in, the gather,
-the copy-out into the unsharded parameters) and stops in the backward at the split of the
-reduce-scatter output (gpt2_fsdp.py:43); no test or demo row uses this program yet.
+tests/e2e/52_torch_fsdp.sh; docs/torch.md "FSDP2".
 """
 import os
 import sys

@@ -856,7 +856,7 @@ def record(rec, func, args, kwargs, out):
     if not tensors:
         kind = "empty" if name in CREATION_EMPTY else "const"
         for o in outs:
-            rec.bind(o, None, kind).src = where()
+            _fresh(rec, o, kind, where())
         return
     if name == "_local_scalar_dense":
         raise CaptureError("%s: .item() / Python control flow on a data value (aten._local_scalar_dense) "
@@ -867,7 +867,7 @@ def record(rec, func, args, kwargs, out):
         return  # metadata queries (is_same_size, ...): no value is produced
     if name in CREATION_EMPTY:
         for o in outs:
-            rec.bind(o, None, "empty").src = where()
+            _fresh(rec, o, "empty", where())
         return
     if name in VIEWS_OF_EMPTY and cells and cells[0] is not None and cells[0].kind == "empty":
         for o in outs:
@@ -933,6 +933,14 @@ def record(rec, func, args, kwargs, out):
     _note_fwd(rec, outs, src)
 
 
+def _fresh(rec, t, kind, src):
+    """A tensor in new memory holds nothing recorded yet: what a freed tensor at the same address
+    held is forgotten (FSDP2 frees and reallocates its buffers every step), so that no read of
+    the new tensor finds the old values."""
+    rec.memory.forget(t)
+    rec.bind(t, None, kind).src = src
+
+
 def _copy_into(rec, E, dst, s, src):
     """dst.copy_(s): dst holds s's value (broadcast and cast to dst as torch does)."""
     sc = rec.cell_of(s)
@@ -958,6 +966,8 @@ def _record_out(rec, name, full, args, kwargs, src):
     each result into its out tensor."""
     kw = dict(kwargs)
     dst = kw.pop("out")
+    if name in LAYOUT_OUT and LAYOUT_OUT[name](rec, Emit(rec, name, src), args, kw, dst):
+        return
     if name in MULTI and isinstance(dst, (list, tuple)):
         E = Emit(rec, name, src)
         for d, pid in zip(dst, MULTI[name](E, args, kw, list(dst))):
@@ -972,6 +982,66 @@ def _record_out(rec, name, full, args, kwargs, src):
     pid = h(E, args, kw, dst)
     rec.write(dst, pid, src)
     _note_fwd(rec, [dst], src)
+
+
+# ---- out= kernels that lay values out in memory: recorded as what each element holds ------------
+# FSDP2 copies its all-gather buffer out into the unsharded parameters and lays the gradients out
+# for the reduce-scatter with these.  Recorded as values (views, slices, a concat) they would
+# mix every parameter of a unit into one value; as storage segments (memory.py), each element
+# keeps the value it came from, and the per-piece collectives (collectives.py) see the values.
+# Each returns False, for the value path, when a layout is not the plain one assumed.
+
+def _split_copy_layout(rec, E, args, kw, outs):
+    """split_with_sizes_copy(x, sizes, dim, out=outs): out i gets, row by row, the elements of
+    slice i of x along dim."""
+    x = args[0]
+    dim = _ndim_norm(int(args[2]) if len(args) > 2 else int(kw.get("dim", 0)), x.dim())
+    if not isinstance(outs, (list, tuple)) or not x.is_contiguous() or any(not o.is_contiguous() for o in outs):
+        return False
+    inner = math.prod(_shape(x)[dim + 1:])
+    outer = math.prod(_shape(x)[:dim])
+    row = int(x.shape[dim]) * inner
+    copies, start = [], 0
+    for o in outs:
+        n = int(o.shape[dim]) * inner
+        for r in range(outer):
+            lo = x.storage_offset() + r * row + start
+            pieces = rec.memory.range_pieces(x, lo, lo + n)
+            if pieces is None or x.dtype != o.dtype:
+                return False
+            copies.append((o, o.storage_offset() + r * n, pieces))
+        start += n
+    for o, at, pieces in copies:
+        for sg, a, b in pieces:
+            rec.memory.store_span(o, at, at + b - a, sg.pid, sg.numel, sg.base + a - sg.lo)
+            at += b - a
+    _note_fwd(rec, list(outs), E.src)
+    return True
+
+
+def _chunk_cat_layout(rec, E, args, kw, dst):
+    """_chunk_cat(tensors, 0, nc, out=dst): row j of dst holds chunk j of every tensor, flattened,
+    one after the other: elements [j m, (j + 1) m) of each tensor's row-major order."""
+    ts, dim, nc = args[0], int(args[1]), int(args[2])
+    if dim != 0 or not isinstance(dst, torch.Tensor) or not dst.is_contiguous():
+        return False
+    if any(t.dim() == 0 or t.shape[0] % nc or t.dtype != dst.dtype for t in ts):
+        return False
+    total = sum(t.numel() // nc for t in ts)
+    if dst.numel() != nc * total:
+        return False
+    lo, off = dst.storage_offset(), 0
+    for t in ts:
+        pid, m = E.x(t), t.numel() // nc   # t's own shape: its chunks are along its dim 0
+        for j in range(nc):
+            at = lo + j * total + off
+            rec.memory.store_span(dst, at, at + m, pid, t.numel(), j * m)
+        off += m
+    _note_fwd(rec, [dst], E.src)
+    return True
+
+
+LAYOUT_OUT = {"split_with_sizes_copy": _split_copy_layout, "_chunk_cat": _chunk_cat_layout}
 
 
 def _note_fwd(rec, ts, src):

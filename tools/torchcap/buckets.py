@@ -10,8 +10,8 @@ which the single-device program never computes: lineage inference finds no twin 
 
 When an element-wise operator of one tensor operand (a cast `_to_copy`, `clone`, a scalar
 `mul`/`div`/`add`/`sub`, in place or not) reads a contiguous buffer that the storage model
-holds as several whole values (each piece all of one SSA value), it is recorded once per piece
-on that piece's value, and the output's storage gets the results at the same offsets.  This is
+holds as several whole values (each all there once, in one piece or in several), it is recorded
+once per value, and the output's storage gets the results at the same offsets.  This is
 an identity on values (the operator acts on every element independently), and each result is
 the gradient of one parameter, which the single-device program computes too.  Any other case
 (a piece that is part of a value, an output of another layout, a tensor operand) takes the
@@ -26,7 +26,9 @@ _COPY_OPS = {"clone", "contiguous", "_to_copy"}
 
 
 def _whole_pieces(rec, t):
-    """The pieces of contiguous t if it is several whole values, else None."""
+    """The pieces of contiguous t if it holds several values, each all there exactly once (a
+    value may lie in several pieces: FSDP2 lays chunk j of every gradient out in rank j's block),
+    else None."""
     if not t.is_contiguous() or t.numel() <= 1:
         return None
     c = rec.cell_of(t)
@@ -38,10 +40,25 @@ def _whole_pieces(rec, t):
         return None
     if not pieces or len(pieces) < 2:
         return None
+    return pieces if covers_values(pieces) else None
+
+
+def covers_values(pieces):
+    """Every value of the pieces is covered once, element for element."""
+    spans = {}
     for s, a, b in pieces:
-        if s.geom is not None or s.base != 0 or b - a != s.numel:
-            return None
-    return pieces
+        if s.geom is not None:
+            return False
+        spans.setdefault(s.pid, []).append((s.base + a - s.lo, b - a, s.numel))
+    for parts in spans.values():
+        at = 0
+        for base, n, numel in sorted(parts):
+            if base != at:
+                return False
+            at += n
+        if at != parts[0][2]:
+            return False
+    return True
 
 
 def per_piece(rec, E, name, args, kwargs, out):
@@ -73,18 +90,22 @@ def per_piece(rec, E, name, args, kwargs, out):
     from .capture import DTYPES
     dt = DTYPES.get(dst.dtype, "f32")
     lo_src, lo_dst = src_t.storage_offset(), dst.storage_offset()
+    done = {}                  # value -> its result (a value in several pieces: once)
     results = []
     for s, a, b in pieces:
-        shape = rec.values[s.pid]["shape"]
-        if attrs is not None:
-            pid = E.op(base, [s.pid], shape, attrs, dt)
-        elif dst.dtype != src_t.dtype:
-            pid = E.op("cast", [s.pid], shape, {}, dt)
-        else:
-            pid = s.pid
-        results.append((a - lo_src + lo_dst, b - lo_src + lo_dst, pid, s.numel))
-    for a, b, pid, n in results:
-        rec.memory.store_span(dst, a, b, pid, n)
+        pid = done.get(s.pid)
+        if pid is None:
+            shape = rec.values[s.pid]["shape"]
+            if attrs is not None:
+                pid = E.op(base, [s.pid], shape, attrs, dt)
+            elif dst.dtype != src_t.dtype:
+                pid = E.op("cast", [s.pid], shape, {}, dt)
+            else:
+                pid = s.pid
+            done[s.pid] = pid
+        results.append((a - lo_src + lo_dst, b - lo_src + lo_dst, pid, s.numel, s.base + a - s.lo))
+    for a, b, pid, n, at in results:
+        rec.memory.store_span(dst, a, b, pid, n, at)
     if not inplace:
         # no single value: reads of the output are rebuilt from its pieces ("empty" cell, kept
         # alive so that its storage is not reused)

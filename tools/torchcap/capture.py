@@ -26,6 +26,7 @@ such as Adam's bias correction), recorded as constants of the step, never as dat
 """
 import os
 import sys
+import threading
 from contextlib import contextmanager
 
 import torch
@@ -123,6 +124,8 @@ class Recorder:
         self.allreduce_inputs = None  # the current c10d all_reduce's inputs, before it ran
         self.ix = {}             # id(tensor) -> vocab.Ix: ids and masks computed from the ids
         self.ln_eps = {}         # data_ptr of a layer norm's saved mean -> its eps (the backward's)
+        self.aliases = []        # tensors sharing another's cell (share), kept alive
+        self.view_root = {}      # pid of a view (row-major reshape) -> the value it reshapes
 
     # ---- values and cells ----------------------------------------------------------------
     def new_value(self, shape, dtype):
@@ -138,7 +141,7 @@ class Recorder:
         """t holds value pid.  A fresh tensor's storage now holds pid; a view's (alias) storage
         already holds it, through the base's writes."""
         if kind == "data" and pid is not None and not alias:
-            version = self.memory.store(t, pid, t.numel())
+            version = self.memory.store(t, self.stored_value(t, pid), t.numel())
         else:
             version = self.memory.version(t)
         c = Cell(pid, kind, t, version)
@@ -161,7 +164,10 @@ class Recorder:
             self.quiet = False
 
     def share(self, src_t, dst_t):
+        """dst_t (an alias) shares src_t's cell.  dst_t is kept alive as every celled tensor is:
+        a freed alias's id would be reused by a new tensor, which would find the alias's cell."""
         self.cells[id(dst_t)] = self.cells[id(src_t)]
+        self.aliases.append(dst_t)
 
     def write(self, t, pid, where):
         """An in-place write of value pid into tensor t (through whatever view t is)."""
@@ -171,9 +177,17 @@ class Recorder:
         else:
             c.pid = pid
             c.kind = "data"
-            c.version = self.memory.store(t, pid, t.numel())
+            c.version = self.memory.store(t, self.stored_value(t, pid), t.numel())
             self.snapshot(t, pid)
         return c
+
+    def stored_value(self, t, pid):
+        """The value a contiguous write of pid leaves in memory: a reshape's source, which has the
+        same elements in the same order, so that a buffer holds the values as they were made
+        (FSDP2 flattens each shard into its all-gather buffer: the buffer holds the shards)."""
+        if not (t.is_contiguous() or t.numel() <= 1):
+            return pid
+        return self.view_root.get(pid, pid)
 
     def read(self, t, where, what):
         """The pid a tensor holds, or CaptureError when it holds no recordable value."""
@@ -239,6 +253,8 @@ class Recorder:
         return short, (fn, line)
 
     def emit(self, op, ins, outs, attrs=None, aten="", phase=None, coll=None, src=None):
+        if op == "view" and len(ins) == 1 and len(outs) == 1:
+            self.view_root[outs[0]] = self.view_root.get(ins[0], ins[0])
         node = {"op": op, "in": list(ins), "out": list(outs), "attrs": dict(attrs or {}),
                 "phase": phase or self.phase, "ctx": self.phase, "aten": aten, "coll": coll}
         if src is None:
@@ -270,9 +286,14 @@ class _Mode(TorchDispatchMode):
     def __init__(self, rec):
         super().__init__()
         self.rec = rec
+        self.thread = threading.get_ident()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if threading.get_ident() != self.thread:
+            # a collective's own kernels on the backend's worker thread (gloo carries the
+            # dispatch mode over to it): they are the collective, recorded once as such
+            return func(*args, **kwargs)
         if dtensor.is_dtensor_call(types):
             # DTensor's own dispatch runs next, with this mode active: it sees the local
             # operators and collectives each rank executes (dtensor.py)
@@ -466,6 +487,7 @@ class Capture:
         buffers (position tables, running statistics) as inputs, and its boolean and integer
         buffers (a causal mask, position ids) as constants whose values the capture reads: the
         module states all of them, so the user need not.  A buffer already declared is left."""
+        fsdp.refuse_flat_parameters(module)
         for n, p in module.named_parameters():
             if dtensor.is_dtensor(p):
                 # a DTensor parameter states its placements: its local tensor is declared
@@ -490,7 +512,6 @@ class Capture:
         with nonzero values (a steady-state step), named after its parameter plus ".momentum",
         ".exp_avg" or ".exp_avg_sq", with the parameter's placements; step counters are host
         state."""
-        dtensor.refuse_stateful_optimizer(opt)
         optim.declare(self, opt, step)
 
     # ---- the step ----------------------------------------------------------------------------

@@ -149,9 +149,78 @@ def _allreduce_pieces(call, t, red):
     if pieces is None or red not in ("sum", "avg"):
         return False
     dt = _dt(call.rec, t)
+    done = {}
     for s, a, b in pieces:
-        out = call.reduced(s.pid, call.rec.values[s.pid]["shape"], dt, red)
-        call.rec.memory.store_span(t, a, b, out, s.numel)
+        if s.pid not in done:
+            done[s.pid] = call.reduced(s.pid, call.rec.values[s.pid]["shape"], dt, red)
+        call.rec.memory.store_span(t, a, b, done[s.pid], s.numel, s.base + a - s.lo)
+    return True
+
+
+def _allgather_pieces(call, out, x):
+    """An all-gather of a flat buffer of several whole values (FSDP2 gathers every parameter shard
+    of a unit in one buffer) is recorded as one all-gather per value, in the buffer's order, and
+    rank r's block of the output holds rank r's values at the offsets they have in the input.
+    The same elements as the one all-gather when every rank's buffer has the same pieces (the
+    assembler checks that the members of each collective have the same shape).  True when done."""
+    from . import buckets
+    n = len(call.ranks)
+    if not (out.is_contiguous() and out.numel() == n * x.numel()):
+        return False
+    pieces = buckets._whole_pieces(call.rec, x)
+    if pieces is None or any(s.base != 0 or b - a != s.numel for s, a, b in pieces):
+        return False
+    x_lo, o_lo, N = x.storage_offset(), out.storage_offset(), x.numel()
+    for s, a, b in pieces:
+        shape = call.rec.values[s.pid]["shape"]
+        pin = s.pid if shape else call.local("view", [s.pid], [1], _dt(call.rec, x))
+        g = call.emit("all_gather", [pin], [(shape or [1])[0] * n] + shape[1:], _dt(call.rec, x),
+                      {"dim": 0})
+        for r in range(n):
+            at = o_lo + r * N + a - x_lo
+            call.rec.memory.store_span(out, at, at + s.numel, g, n * s.numel, r * s.numel)
+    return True
+
+
+def _reduce_scatter_pieces(call, out, x, red):
+    """A reduce-scatter of a flat buffer whose block j holds chunk j of each of several values,
+    at the same offset in every block (FSDP2's `chunk_cat` of a unit's gradients), is recorded
+    as one reduce-scatter per value, and the output holds each result at its offset in the
+    block.  Element for element the same sums.  True when done."""
+    from . import buckets
+    n = len(call.ranks)
+    M = out.numel()
+    if not (out.is_contiguous() and x.numel() == n * M) or red not in ("sum", "avg"):
+        return False
+    pieces = buckets._whole_pieces(call.rec, x)
+    if pieces is None:
+        return False
+    x_lo = x.storage_offset()
+    blocks = [[] for _ in range(n)]
+    for s, a, b in pieces:
+        while a < b:       # a piece across a block boundary is cut there
+            j = (a - x_lo) // M
+            e = min(b, x_lo + (j + 1) * M)
+            blocks[j].append((a - x_lo - j * M, e - a, s.pid, s.base + a - s.lo, s.numel))
+            a = e
+    first = blocks[0]
+    for off, ln, pid, base, numel in first:
+        if base != 0 or ln * n != numel:
+            return False
+    for j, blk in enumerate(blocks):
+        if [(o, ln, p, bs - j * ln) for o, ln, p, bs, _ in blk] != [(o, ln, p, 0) for o, ln, p, _, _ in first]:
+            return False
+    dt = _dt(call.rec, x)
+    o_lo = out.storage_offset()
+    for off, ln, pid, _, numel in first:
+        shape = call.rec.values[pid]["shape"]
+        if not shape or shape[0] % n:
+            pid, shape = call.local("view", [pid], [numel], dt), [numel]
+        rshape = [shape[0] // n] + shape[1:]
+        p = call.emit("reduce_scatter", [pid], rshape, dt, {"dim": 0})
+        if red == "avg":
+            p = call.local("scale", [p], rshape, dt, {"factor": 1.0 / n})
+        call.rec.memory.store_span(out, o_lo + off, o_lo + off + ln, p, ln)
     return True
 
 
@@ -186,6 +255,8 @@ def _write_shaped(call, t, p, shape, dt):
 def _allgather_base(call, args):
     out, x = args[0], args[1]
     _wait(call.rec.last_work)
+    if _allgather_pieces(call, out, x):
+        return
     pin = call.rec.read(x, call.where, call.name)
     g, shape, dt = _gather_into(call, x, pin, len(call.ranks))
     _write_shaped(call, out, g, [shape[0] * len(call.ranks)] + shape[1:], dt)
@@ -196,6 +267,8 @@ def _reduce_scatter_base(call, args):
     before = x.detach().clone()
     _wait(call.rec.last_work)
     red = _reduction_rs(call, before, out)
+    if _reduce_scatter_pieces(call, out, x, red):
+        return
     _reduce_scatter_one(call, out, x, red)
 
 
@@ -427,4 +500,21 @@ def hint_wrappers(rec):
         for mod in (dist, c10d):
             if hasattr(mod, name):
                 setattr(mod, name, w)
-    return patches
+    return patches + [_quiet_wait(rec)]
+
+
+def _quiet_wait(rec):
+    """Work.wait runs the backend's completion kernels (gloo's reduce-scatter splits and copies its
+    buffers there, on the caller's thread): they are part of the collective, already recorded
+    as one operator, so they run unrecorded.  Returns the patch to undo."""
+    Work = dist.distributed_c10d.Work
+    orig = Work.wait
+
+    def wait(self, *a, **k):
+        was, rec.quiet = rec.quiet, True
+        try:
+            return orig(self, *a, **k)
+        finally:
+            rec.quiet = was
+    Work.wait = wait
+    return (Work, "wait", orig)

@@ -111,6 +111,13 @@ def local_of(t):
     return t._local_tensor
 
 
+def like(p, local):
+    """A DTensor of p's mesh and placements whose local tensor is `local`."""
+    from torch.distributed.tensor import DTensor
+    return DTensor.from_local(local, p.device_mesh, p.placements, run_check=False,
+                              shape=p.shape, stride=p.stride())
+
+
 def runtime_refusal(exc):
     """The message of a DTensor runtime error (a sharding propagation that fails: a layer given a
     parallel style its shapes do not fit), naming the user's line, or None for other errors."""
@@ -128,18 +135,3 @@ def runtime_refusal(exc):
     return ("%s: DTensor refused the operator (%s); the program fails under DTensor itself: check the "
             "parallel styles of parallelize_module (ColwiseParallel / RowwiseParallel / input and output "
             "layouts) for the layer this line runs" % (where, first))
-
-
-def refuse_stateful_optimizer(opt):
-    """An optimizer with state (momentum, Adam's moments) over DTensor parameters would create its
-    state as DTensors, which the capture does not declare: refused, naming what to use instead."""
-    import torch
-    inner = getattr(opt, "optim", opt)   # ZeroRedundancyOptimizer's local optimizer
-    if not any(is_dtensor(p) for g in inner.param_groups for p in g["params"]):
-        return
-    plain_sgd = isinstance(inner, torch.optim.SGD) and all(
-        g.get("momentum", 0) == 0 for g in inner.param_groups)
-    if not plain_sgd:
-        raise CaptureError("cap.optimizer: %s with state over DTensor parameters is not supported (its "
-                           "state would be DTensors); use torch.optim.SGD without momentum"
-                           % type(inner).__name__)

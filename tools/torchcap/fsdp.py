@@ -10,6 +10,10 @@ is a Python function over aten operators (narrow, split, `_foreach_copy_`,
 itself active (`kernel`), so the capture records the aten operators, whose handlers (aten_map.py)
 and the storage model (memory.py) give each element its value.  Nothing of FSDP's layout is
 assumed: an FSDP version whose operators are not in KERNELS is refused by name.
+
+The first FSDP (`FullyShardedDataParallel`) is refused (`refuse_flat_parameters`): its
+FlatParameter concatenates a unit's flattened parameters and shards that along its only dim, so
+a rank holds element ranges of the parameters that are no slices of them (a lineage is a box).
 """
 import importlib
 
@@ -34,3 +38,17 @@ def kernel(func):
         return getattr(importlib.import_module(_MODULE), fn, None)
     except ImportError:
         return None
+
+
+def refuse_flat_parameters(module):
+    """CaptureError when module is or holds the first FSDP's FullyShardedDataParallel."""
+    from .api import CaptureError
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+    except ImportError:  # pragma: no cover - torch built without distributed
+        return
+    if any(isinstance(m, FullyShardedDataParallel) for m in module.modules()):
+        raise CaptureError("cap.params: FullyShardedDataParallel (the first FSDP) is not supported: its "
+                           "FlatParameter shards the concatenation of a unit's flattened parameters, so a "
+                           "rank holds element ranges that are no slices of the parameters; use FSDP2's "
+                           "fully_shard (examples/torch/gpt2_fsdp.py), whose shards are dim-0 slices")

@@ -86,26 +86,28 @@ class Memory:
         return st
 
     def version(self, t):
+        """A stamp of t's storage now: which storage (its address) and its write count."""
         st = self._storage(t)
-        return 0 if st is None else st.version
+        return (None, 0) if st is None else (storage_key(t), st.version)
 
     def store(self, t, pid, numel):
         """Tensor t now holds value pid (numel elements): returns the storage's new version."""
         st = self._storage(t)
         if st is None:
-            return 0
+            return (None, 0)
         if t.element_size() != st.itemsize:
             raise CaptureError("a write through a view of another element size (%d bytes, storage "
                                "of %d) is not tracked" % (t.element_size(), st.itemsize))
         lo, hi = span(t)
-        return self._store(st, Segment(lo, hi, pid, 0, numel, None if _is_contiguous(t) else geometry(t)))
+        return self._store(t, st, Segment(lo, hi, pid, 0, numel, None if _is_contiguous(t) else geometry(t)))
 
-    def store_span(self, t, lo, hi, pid, numel):
-        """Elements [lo, hi) of t's storage now hold all of value pid (buckets.py)."""
+    def store_span(self, t, lo, hi, pid, numel, base=0):
+        """Elements [lo, hi) of t's storage now hold elements [base, base + hi - lo) of value pid
+        (numel elements): a buffer filled piece by piece (buckets.py, collectives.py)."""
         st = self._storage(t)
-        return 0 if st is None else self._store(st, Segment(lo, hi, pid, 0, numel))
+        return (None, 0) if st is None else self._store(t, st, Segment(lo, hi, pid, base, numel))
 
-    def _store(self, st, seg):
+    def _store(self, t, st, seg):
         lo, hi = seg.lo, seg.hi
         kept = []
         for s in st.segments:
@@ -123,22 +125,26 @@ class Memory:
         st.segments = kept
         st.version += 1
         st.log.append((st.version, lo, hi))
-        return st.version
+        return (storage_key(t), st.version)
 
     def forget(self, t):
         """t's range of the storage now holds no recorded value (a constant was written there):
         reads through other views of it find a gap and are refused, never an old value."""
         st = self._storage(t)
         if st is None:
-            return 0
+            return (None, 0)
         lo, hi = span(t)
         st.segments = [s for s in st.segments if s.hi <= lo or s.lo >= hi]
         st.version += 1
         st.log.append((st.version, lo, hi))
-        return st.version
+        return (storage_key(t), st.version)
 
-    def unchanged_since(self, t, version):
-        """No write since `version` touched the part of the storage t covers."""
+    def unchanged_since(self, t, stamp):
+        """No write since `stamp` (version) touched the part of the storage t covers, and t still
+        lives in that storage (FSDP2 frees and reallocates a parameter's storage under it)."""
+        key, version = stamp
+        if key != storage_key(t):
+            return False
         st = self._storage(t)
         if st is None or st.version == version:
             return True
@@ -161,6 +167,16 @@ class Memory:
             for s in st.segments:
                 if s.geom == geometry(t) and s.lo == lo and s.hi == hi:
                     return [(s, lo, hi)]
+            if permuted_layout(t) is None:
+                return None
+        return self.range_pieces(t, lo, hi)
+
+    def range_pieces(self, t, lo, hi):
+        """The segments answering elements [lo, hi) of t's storage, as pieces(t) does.  Adjacent
+        segments that continue one another (the same value, consecutive elements) come back as
+        one piece: a buffer copied piece by piece reads as the values it holds."""
+        st = self._storage(t)
+        if st is None:
             return None
         out, at = [], lo
         for s in st.segments:
@@ -173,15 +189,58 @@ class Memory:
             if s.lo > at:
                 return None
             a, b = max(s.lo, lo), min(s.hi, hi)
-            out.append((s, a, b))
+            if out and _continues(out[-1], s, a):
+                p, pa, _ = out[-1]
+                out[-1] = (Segment(pa, b, p.pid, p.base + pa - p.lo, p.numel), pa, b)
+            else:
+                out.append((s, a, b))
             at = b
         return out if at >= hi else None
 
 
+def _continues(piece, s, a):
+    """Segment s, read from element a on, continues piece (segment, lo, hi) of the same value."""
+    p, _, pb = piece
+    return (p.geom is None and p.pid == s.pid and pb == a
+            and p.base + pb - p.lo == s.base + a - s.lo)
+
+
+def permuted_layout(t):
+    """The dims of t from outermost to innermost when t is a permutation of a contiguous tensor
+    over exactly its span (a transposed weight autograd saved), else None."""
+    lo, hi = span(t)
+    if hi - lo != t.numel():
+        return None
+    order = sorted(range(t.dim()), key=lambda d: -t.stride(d))
+    step = 1
+    for d in reversed(order):
+        if t.shape[d] != 1 and t.stride(d) != step:
+            return None
+        step *= int(t.shape[d])
+    return order
+
+
 def rebuild(rec, t, pieces, dtype, where):
-    """The value of contiguous tensor t assembled from storage pieces (identities on values)."""
-    shape = [int(n) for n in t.shape]
-    n = t.numel()
+    """The value of tensor t assembled from storage pieces (identities on values): a contiguous
+    t directly, a permuted one as its contiguous layout, transposed into t's order."""
+    order = None if _is_contiguous(t) or pieces[0][0].geom is not None else permuted_layout(t)
+    if order is None:
+        return _rebuild_contiguous(rec, [int(n) for n in t.shape], pieces, dtype, where)
+    pid = _rebuild_contiguous(rec, [int(t.shape[d]) for d in order], pieces, dtype, where)
+    shape = [int(t.shape[d]) for d in order]
+    for i in range(len(order)):     # position i receives dim i of t: transpositions
+        j = order.index(i)
+        if j != i:
+            order[i], order[j] = order[j], order[i]
+            shape[i], shape[j] = shape[j], shape[i]
+            out = rec.new_value(shape, dtype)
+            rec.emit("transpose", [pid], [out], {"dim0": i, "dim1": j}, aten="memory", src=where)
+            pid = out
+    return pid
+
+
+def _rebuild_contiguous(rec, shape, pieces, dtype, where):
+    n = math.prod(shape)
     if len(pieces) == 1:
         s, a, b = pieces[0]
         if s.geom is not None or (s.base + a - s.lo == 0 and b - a == s.numel

@@ -99,8 +99,11 @@ def _init_value(key, w):
 
 
 def _state(cap, opt, group, by_id, keys, step, what):
+    from . import dtensor
     for p in group["params"]:
-        d = by_id.get(id(p))
+        dt = dtensor.is_dtensor(p)
+        local = dtensor.local_of(p) if dt else p
+        d = by_id.get(id(local))
         if d is None:
             raise CaptureError("%s: a parameter of the optimizer is not declared (cap.param)" % what)
         st = opt.state[p]
@@ -109,8 +112,12 @@ def _state(cap, opt, group, by_id, keys, step, what):
             cap.host_tensors.append(st["step"])
         for key, suffix in keys.items():
             with torch.no_grad():
-                st[key] = _init_value(key, p.detach().double()).to(p.dtype)
-            t = st[key]
+                t = _init_value(key, local.detach().double()).to(p.dtype)
+            # over a DTensor parameter (FSDP2, DTensor TP) the state is a DTensor of the same
+            # placements, as torch creates it; its local tensor is declared like the parameter's
+            st[key] = dtensor.like(p, t) if dt else t
+            if dt:
+                t = dtensor.local_of(st[key])
             pid = cap.rec.new_value(_dims(t), _dtype(t))
             cap.rec.bind(t, pid)
             cap._replay_init(t, d.name + suffix)
@@ -132,6 +139,23 @@ def _wrap_step(rec, opt):
 
 # ---- gradient clipping -------------------------------------------------------------------------
 
+def _sum_over_shards(rec, g, sq, dt):
+    """The sum of squares of DTensor gradient g from that of its local shard: all-reduced over
+    every mesh dim g is sharded on (FSDP2's dp, a tensor-parallel dim), as the norm of a sharded
+    DTensor is; a replicated dim holds the whole already."""
+    from . import collectives, dtensor
+    if not dtensor.is_dtensor(g):
+        return sq
+    for i, pl in enumerate(g.placements):
+        if pl.is_partial():
+            raise CaptureError("%s: clip_grad_norm_ of a gradient with a Partial placement (reduce it "
+                               "first)" % rec.src_here()[0])
+        if pl.is_shard():
+            call = collectives.Call(rec, "clip_grad_norm_", g.device_mesh.get_group(i))
+            sq = call.reduced(sq, [], dt, "sum")
+    return sq
+
+
 def clip_wrappers(rec):
     """Replaces torch.nn.utils.clip_grad_norm_ for the step: [(module, name, original)]."""
     import torch.nn.utils as nnu
@@ -149,12 +173,16 @@ def clip_wrappers(rec):
         grads = [p.grad for p in params if p.grad is not None]
         if not grads:
             raise CaptureError("%s: clip_grad_norm_ of parameters without gradients" % where)
+        from . import dtensor
+        dgrads = grads
+        grads = [dtensor.local_of(g) if dtensor.is_dtensor(g) else g for g in dgrads]
         pids = [rec.read(g, where, "clip_grad_norm_") for g in grads]
         dt = _dtype(grads[0])
         total = None
-        for g, pid in zip(grads, pids):
+        for g, pid in zip(dgrads, pids):
             sq = rec.new_value([], dt)
             rec.emit("sumsq", [pid], [sq], aten="clip_grad_norm_", src=where)
+            sq = _sum_over_shards(rec, g, sq, dt)
             if total is None:
                 total = sq
             else:
@@ -174,7 +202,7 @@ def clip_wrappers(rec):
             rec.write(g, out, where)
         root = rec.new_value([], dt)
         rec.emit("sqrt", [total], [root], aten="clip_grad_norm_", src=where)
-        rec.bind(norm, root)
+        rec.bind(dtensor.local_of(norm) if dtensor.is_dtensor(norm) else norm, root)
         return norm
     patches = []
     for mod in (nnu, cg):
