@@ -48,16 +48,17 @@ conf() {
   esac
 }
 # One row per bug: bug -> the configuration it is demonstrated on.
-BUGS="no_allreduce grad_scale pp_recv dp_noavg no_sp_gather tie_noreduce loss_scale accum_nodiv no_bias_rowwise noscale no_reduce sum_rs stale vocab_shard"
+BUGS="no_allreduce grad_scale pp_recv dp_noavg no_sp_gather tie_noreduce loss_scale ignored accum_nodiv no_bias_rowwise noscale drop_mb no_reduce sum_rs stale vocab_shard"
 bugconf() {
   case $1 in
     no_allreduce|dp_noavg) echo tp2pp2dp2 ;;
     grad_scale|pp_recv|no_sp_gather) echo tp2pp2dp2sp ;;
     tie_noreduce) echo tied ;;
-    loss_scale) echo gpt2_ddp ;;
+    loss_scale|ignored) echo gpt2_ddp ;;
     accum_nodiv) echo gpt2_ddp_accum ;;
     no_bias_rowwise) echo gpt2_mcore ;;
     noscale) echo gpt2_pipe ;;
+    drop_mb) echo gpt2_pipe_1f1b ;;
     no_reduce) echo gpt2_dtensor ;;
     sum_rs) echo gpt2_fsdp ;;
     stale) echo gpt2_zero ;;

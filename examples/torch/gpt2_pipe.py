@@ -6,7 +6,8 @@ stages, and averages the microbatches' gradients (scale_grads).  The head is tie
 embedding: rank 1 holds its own copy of wte.weight and the two copies' gradients are all-reduced
 after the schedule (Megatron's embedding group).  The parallel program of gpt2_single.py
 (tools/torch2plan --nproc 2).  Bug (--set bug=NAME): noscale runs the schedule with
-scale_grads=False although the loss is a per-microbatch mean (every gradient nm times too large).
+scale_grads=False although the loss is a per-microbatch mean (every gradient nm times too large);
+drop_mb drops the last microbatch's gradient (its loss keeps the value, detached).
 """
 import os
 import sys
@@ -75,7 +76,15 @@ def step(cap):
     outs = x_meta if first else torch.empty(b, gpt2.BLOCK, gpt2.VOCAB, dtype=torch.float64, device="meta")
     stage = PipelineStage(mod, cap.rank, 2, torch.device("cpu"), input_args=ins, output_args=outs)
     sched = Schedule1F1B if c["schedule"] == "1f1b" else ScheduleGPipe
-    schedule = sched(stage, n_microbatches=nm, loss_fn=loss_fn, scale_grads=c["bug"] != "noscale")
+    lf = loss_fn
+    if c["bug"] == "drop_mb":   # BUG: the last microbatch's loss keeps its value, not its gradient
+        seen = []
+
+        def lf(logits, targets):
+            seen.append(1)
+            loss = loss_fn(logits, targets)
+            return loss.detach() + 0 * loss if len(seen) == nm else loss
+    schedule = sched(stage, n_microbatches=nm, loss_fn=lf, scale_grads=c["bug"] != "noscale")
     opt = gpt2.make_optimizer(c, mod.parameters())
     cap.optimizer(opt)
     losses = []
