@@ -4,26 +4,12 @@
 # the executor agrees; a schedule that does not average the microbatches' gradients
 # (scale_grads=False with a mean loss) is NOT EQUIVALENT, and the executor disagrees.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/torch_lib.sh"
 set -e
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-T2P="/usr/bin/python3 $ROOT/tools/torch2plan"
-EX=$ROOT/examples/torch
-cap() {
-  expect_exit 0 $T2P --single "$EX/gpt2_single.py" --parallel "$EX/gpt2_pipe.py" --nproc 2 \
-    --out-single "$TMP/s.plan" --out-parallel "$TMP/p.plan" "$@"
-}
 for conf in "--set schedule=gpipe" "--set schedule=1f1b"; do
-  cap $conf
-  expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-  expect_in "^EQUIVALENT" "$TMP/out"
-  expect_in "0 dropped after a failed proof, 1 round" "$TMP/out"
-  expect_exit 0 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-  expect_in "AGREE" "$TMP/out"
+  capture_pair gpt2_single.py gpt2_pipe.py 2 $conf
+  pair_equivalent "0 dropped after a failed proof, 1 round"
 done
-cap --set bug=noscale
-expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "^NOT EQUIVALENT" "$TMP/out"
-expect_in "is 2 x its single-device value" "$TMP/out"
-expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "DISAGREE" "$TMP/out"
+capture_pair gpt2_single.py gpt2_pipe.py 2 --set bug=noscale
+pair_not_equivalent "is 2 x its single-device value"
 echo ok
