@@ -25,6 +25,7 @@
 #include "../../gen/gen.h"
 #include "../../oracle/exec.h"
 #include "../support/fault.h"
+#include "../support/files.h"
 
 typedef enum { CFG_BASE, CFG_SP, CFG_CP, CFG_ZERO, CFG_CLIP, CFG__COUNT } cfg_id;
 
@@ -107,9 +108,7 @@ typedef struct {
 /* Writes and re-reads the plan: the reader accepts what a mutation makes. */
 static void round_trip(const vd_plan_t *p) {
   char path[] = "/tmp/vd_test_bugs_XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  close(fd);
+  tfile_temp(path);
   vd_diag d;
   vd_diag_clear(&d);
   assert_int_equal(vd_plan_write_file(p, path, &d), VD_OK);

@@ -23,6 +23,7 @@
 #include "../../noise/noise.h"
 #include "../../gen/gen.h"
 #include "../support/fault.h"
+#include "../support/files.h"
 
 static void test_prec(void **st) {
   (void)st;
@@ -174,11 +175,7 @@ static void test_monotone_dtype(void **st) {
 
 static vd_rc read_text(const char *text, vd_noise_dump **out, vd_diag *d) {
   char path[] = "/tmp/vd_noise_dump_XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  FILE *f = fdopen(fd, "w");
-  fputs(text, f);
-  fclose(f);
+  tfile_temp_text(path, text);
   vd_diag_clear(d);
   vd_rc rc = vd_noise_dump_read(path, out, d);
   unlink(path);

@@ -25,6 +25,7 @@
 #include "../../common/hash.h"
 #include "../../common/mem.h"
 #include "../../ops/ops.h"
+#include "../support/files.h"
 
 /* ---- helpers ------------------------------------------------------------- */
 
@@ -868,19 +869,6 @@ static void test_table_complete(void **state) {
   }
 }
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)n + 1);
-  size_t got = fread(b, 1, (size_t)n, f);
-  b[got] = 0;
-  fclose(f);
-  return b;
-}
-
 static void trim(char *s) {
   size_t n = strlen(s);
   while (n && (s[n - 1] == ' ' || s[n - 1] == '`')) s[--n] = 0;
@@ -893,7 +881,7 @@ static void trim(char *s) {
  * registry op is named in the docs. */
 static void test_docs_and_registry_agree(void **state) {
   (void)state;
-  char *doc = slurp("docs/operators.md");
+  char *doc = tfile_slurp("docs/operators.md");
   if (!doc) fail_msg("cannot read docs/operators.md (run the tests from the repository root)");
   int n_doc = 0;
   for (char *line = strtok(doc, "\n"); line; line = strtok(NULL, "\n")) {
@@ -917,7 +905,7 @@ static void test_docs_and_registry_agree(void **state) {
   }
   free(doc);
   assert_true(n_doc > 40);
-  doc = slurp("docs/operators.md");
+  doc = tfile_slurp("docs/operators.md");
   for (int op = 0; op < VD_OP__COUNT; op++) {
     const char *nm = vd_op_name((vd_op_id)op);
     int found = 0;
