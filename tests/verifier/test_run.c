@@ -86,17 +86,23 @@ static int teardown(void **state) {
   return 0;
 }
 
+/* The options of every run here: s_path against pm, every failing stage
+ * reported (max_failures 0), seed 1, quiet (no timings: the report must
+ * then be byte-identical). */
+static void run_opts(vd_run_opts *o, const char *pm, int threads, int no_reuse) {
+  memset(o, 0, sizeof(*o));
+  o->sm = s_path;
+  o->pm = pm;
+  o->threads = threads;
+  o->no_reuse = no_reuse;
+  o->stage_timeout_ms = 60000;
+  o->seed = 1;
+  o->quiet = 1;
+}
+
 static void run(const char *pm, int threads, int no_reuse, vd_run *r, char **text) {
   vd_run_opts o;
-  memset(&o, 0, sizeof(o));
-  o.sm = s_path;
-  o.pm = pm;
-  o.threads = threads;
-  o.no_reuse = no_reuse;
-  o.stage_timeout_ms = 60000;
-  o.max_failures = 0; /* report every failing stage */
-  o.seed = 1;
-  o.quiet = 1;        /* no timings: the report must then be byte-identical */
+  run_opts(&o, pm, threads, no_reuse);
   vd_diag d;
   vd_diag_clear(&d);
   if (vd_run_verify(&o, r, &d) != VD_OK) fail_msg("run: %s", d.msg);
@@ -220,14 +226,7 @@ static void test_stop_anywhere(void **state) {
   int stopped_solving = 0;
   for (size_t k = 0; k < sizeof(deadlines) / sizeof(deadlines[0]); k++) {
     vd_run_opts o;
-    memset(&o, 0, sizeof(o));
-    o.sm = s_path;
-    o.pm = m_path;
-    o.threads = 2;
-    o.no_reuse = 1;
-    o.stage_timeout_ms = 60000;
-    o.seed = 1;
-    o.quiet = 1;
+    run_opts(&o, m_path, 2, 1);
     o.deadline_s = deadlines[k];
     vd_run r;
     vd_diag d;
