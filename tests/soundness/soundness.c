@@ -410,6 +410,28 @@ static int coll_node(const vd_plan_t *p, const vd_node_t *n, void *arg) {
   return n->coll >= 0 && n->n_group >= 2 && n->n_group <= 64 && !is_op(p, n, "send") && !is_op(p, n, "recv");
 }
 
+/* A new local node OP (scale or scale_backward) from tensor in to out, its
+ * factor attribute set to factor. */
+static newnode_t factor_node(const char *op, uint32_t in, uint32_t out, double factor) {
+  return (newnode_t){op, {in}, 1, {out}, 1, -1, NULL, 0, 0, -1, "factor", VD_ATTR_FLOAT, 0, factor, NULL, NULL, NULL, 0};
+}
+
+/* The edit makes one new tensor, shaped and scoped like tensor like. */
+static void one_new_like(const vd_plan_t *p, edit_t *e, uint32_t like) {
+  e->n_new = 1;
+  e->proto[0] = like;
+  e->new_ndim[0] = p->tensors[like].ndim;
+  memcpy(e->new_shape[0], p->tensors[like].shape, sizeof(e->new_shape[0]));
+}
+
+/* pick_node, then -1 (the mutation rejected) when the node has more inputs
+ * or outputs than a replacement node holds (3 and 2). */
+static int64_t pick_fitting(const vd_plan_t *p, rng_t *r, pred_fn f, void *arg) {
+  int64_t ni = pick_node(p, r, f, arg);
+  if (ni < 0 || p->nodes[ni].n_in > 3 || p->nodes[ni].n_out > 2) return -1;
+  return ni;
+}
+
 static void keep_all(edit_t *e, size_t n, int32_t *act) {
   for (size_t i = 0; i < n; i++) act[i] = -1;
   e->action = act;
@@ -427,6 +449,436 @@ static void redirect_input(const vd_plan_t *p, edit_t *e, int64_t ni, uint32_t s
   e->action[ni] = e->n_repl++;
 }
 
+/* Mutation: a float (M_CONST) or int (M_ATTR) attribute of a node changed. */
+static int mut_attr(const vd_plan_t *p, int k, rng_t *r, edit_t *e, int32_t *act) {
+  vd_attr_kind want = k == M_CONST ? VD_ATTR_FLOAT : VD_ATTR_INT;
+  int64_t ni = pick_node(p, r, has_kind_attr, &want);
+  if (ni < 0) return 0;
+  const vd_node_t *n = &p->nodes[ni];
+  uint32_t cand[16], nc = 0;
+  for (uint32_t i = 0; i < n->n_attr && nc < 16; i++)
+    if (p->attrs[n->attr_off + i].kind == want) cand[nc++] = i;
+  const vd_attr_t *a = &p->attrs[n->attr_off + cand[rbelow(r, nc)]];
+  newnode_t *rp = &e->repl[0];
+  *rp = (newnode_t){vd_node_op(p, n), {0}, n->n_in, {0}, n->n_out, n->coll, vd_node_group(p, n), n->n_group,
+                    n->span_replicas, ni, vd_plan_s(p, a->key), want, 0, 0, NULL, NULL, NULL, 0};
+  if (n->n_in > 3 || n->n_out > 2) return 0;
+  memcpy(rp->in, vd_node_inputs(p, n), n->n_in * sizeof(uint32_t));
+  memcpy(rp->out, vd_node_outputs(p, n), n->n_out * sizeof(uint32_t));
+  if (want == VD_ATTR_FLOAT) {
+    /* powers of two as well: extents shrink by powers of two under reduction */
+    static const double f[] = {2.0, 0.5, -1.0, 1.5, 0.0, 8.0, 0.125, 4.0, 0.25};
+    double g = f[rbelow(r, 9)];
+    rp->set_f = g == 0.0 ? 0.0 : a->v.f * g;
+    if (rp->set_f == a->v.f) rp->set_f = a->v.f + 1.0;
+    snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (%s, rank %d): %s %.17g -> %.17g", (long long)n->id,
+             vd_plan_s(p, n->name), vd_node_op(p, n), n->rank, rp->set_key, a->v.f, rp->set_f);
+  } else {
+    int64_t d = rbelow(r, 2) ? 1 : -1;
+    rp->set_i = a->v.i + d;
+    if (strcmp(rp->set_key, "keepdim") == 0) rp->set_i = !a->v.i;
+    snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (%s, rank %d): %s %lld -> %lld", (long long)n->id,
+             vd_plan_s(p, n->name), vd_node_op(p, n), n->rank, rp->set_key, (long long)a->v.i,
+             (long long)rp->set_i);
+  }
+  act[ni] = 0;
+  e->n_repl = 1;
+  return 1;
+}
+
+/* Mutation: the two inputs of a binary node swapped. */
+static int mut_operands(const vd_plan_t *p, rng_t *r, edit_t *e) {
+  int64_t ni = pick_fitting(p, r, binary_node, NULL);
+  if (ni < 0) return 0;
+  const vd_node_t *n = &p->nodes[ni];
+  redirect_input(p, e, ni, 0, vd_node_inputs(p, n)[1]);
+  e->repl[0].in[1] = vd_node_inputs(p, n)[0];
+  snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (%s, rank %d): inputs 0 and 1 swapped", (long long)n->id,
+           vd_plan_s(p, n->name), vd_node_op(p, n), n->rank);
+  return 1;
+}
+
+/* M_COUNT for mut_view_input: input 0 of node ni read as the sum of K copies
+ * of itself, times c. */
+static int view_count(const vd_plan_t *p, rng_t *r, edit_t *e, int64_t ni, uint32_t nt0) {
+  const vd_node_t *n = &p->nodes[ni];
+  uint32_t x = vd_node_inputs(p, n)[0];
+  const vd_tensor_t *t = &p->tensors[x];
+  int nd = t->ndim;
+  /* K copies of x summed: K x, times c */
+  enum { K = 8 };
+  static const double alt[] = {0.5, 0.25, 1.0, 2.0 / K};
+  double c = rbelow(r, 2) == 0 ? 1.0 / K : alt[rbelow(r, 4)];
+  e->n_new = 4;
+  e->proto[2] = e->proto[3] = x;
+  e->new_ndim[0] = e->new_ndim[1] = nd + 1;
+  memcpy(e->new_shape[0], t->shape, sizeof(t->shape));
+  memcpy(e->new_shape[1], t->shape, sizeof(t->shape));
+  e->new_shape[0][nd] = 1;
+  e->new_shape[1][nd] = K;
+  e->new_ndim[2] = e->new_ndim[3] = nd;
+  memcpy(e->new_shape[2], t->shape, sizeof(t->shape));
+  memcpy(e->new_shape[3], t->shape, sizeof(t->shape));
+  e->ins[0] = (newnode_t){"view", {x}, 1, {nt0}, 1, -1, NULL, 0, 0, -1, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
+  e->ins[1] = (newnode_t){"expand", {nt0}, 1, {nt0 + 1}, 1, -1, NULL, 0, 0, -1, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
+  e->ins[2] = (newnode_t){"sum", {nt0 + 1}, 1, {nt0 + 2}, 1, -1, NULL, 0, 0, -1, "dims", VD_ATTR_INT, -1, 0, NULL,
+                          NULL, NULL, 0};
+  e->ins[3] = factor_node("scale", nt0 + 2, nt0 + 3, c);
+  e->n_ins = 4;
+  redirect_input(p, e, ni, 0, nt0 + 3);
+  snprintf(e->desc, sizeof(e->desc), "input 0 of node %lld '%s' (%s, rank %d) read as sum of %d copies * %.17g",
+           (long long)n->id, vd_plan_s(p, n->name), vd_node_op(p, n), n->rank, K, c);
+  return 1;
+}
+
+/* M_PERMUTE for mut_view_input: input 0 of node ni read through view [.., d/2, 2],
+ * transpose and view back (a permutation of its last dim). */
+static int view_permute(const vd_plan_t *p, edit_t *e, int64_t ni, uint32_t nt0) {
+  const vd_node_t *n = &p->nodes[ni];
+  uint32_t x = vd_node_inputs(p, n)[0];
+  const vd_tensor_t *t = &p->tensors[x];
+  int nd = t->ndim;
+  /* permutation: view [.., d/2, 2] -> transpose(-1, -2) -> view back */
+  e->n_new = 3;
+  e->proto[2] = x;
+  e->new_ndim[0] = nd + 1;
+  memcpy(e->new_shape[0], t->shape, sizeof(t->shape));
+  e->new_shape[0][nd - 1] = t->shape[nd - 1] / 2;
+  e->new_shape[0][nd] = 2;
+  e->new_ndim[1] = nd + 1;
+  memcpy(e->new_shape[1], e->new_shape[0], sizeof(t->shape));
+  e->new_shape[1][nd - 1] = 2;
+  e->new_shape[1][nd] = t->shape[nd - 1] / 2;
+  e->new_ndim[2] = nd;
+  memcpy(e->new_shape[2], t->shape, sizeof(t->shape));
+  e->ins[0] = (newnode_t){"view", {x}, 1, {nt0}, 1, -1, NULL, 0, 0, -1, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
+  e->ins[1] = (newnode_t){"transpose", {nt0}, 1, {nt0 + 1}, 1, -1, NULL, 0, 0, -1, "dim0", VD_ATTR_INT, nd - 1,
+                          0, NULL, NULL, NULL, 0};
+  e->ins[2] = (newnode_t){"view", {nt0 + 1}, 1, {nt0 + 2}, 1, -1, NULL, 0, 0, -1, NULL, 0, 0, 0, NULL, NULL,
+                          NULL, 0};
+  e->n_ins = 3;
+  redirect_input(p, e, ni, 0, nt0 + 2);
+  snprintf(e->desc, sizeof(e->desc),
+           "pair permutation (view/transpose/view) of input 0 of node %lld '%s' (%s, rank %d)",
+           (long long)n->id, vd_plan_s(p, n->name), vd_node_op(p, n), n->rank);
+  return 1;
+}
+
+/* Mutation: an input read through inserted views, transposes, a scale or a sum of copies. */
+static int mut_view_input(const vd_plan_t *p, int k, rng_t *r, edit_t *e, uint32_t nt0) {
+  int64_t ni = pick_fitting(p, r, has_view_input, NULL);
+  if (ni < 0) return 0;
+  const vd_node_t *n = &p->nodes[ni];
+  uint32_t x = vd_node_inputs(p, n)[0];
+  const vd_tensor_t *t = &p->tensors[x];
+  int nd = t->ndim;
+  e->before = ni;
+  /* new tensors: [0] the intermediate, [1] the final (x's shape) */
+  e->proto[0] = e->proto[1] = x;
+  e->new_ndim[1] = nd;
+  memcpy(e->new_shape[1], t->shape, sizeof(t->shape));
+  if (k == M_NEUTRAL) {
+    e->n_new = 1;
+    e->new_ndim[0] = nd;
+    memcpy(e->new_shape[0], t->shape, sizeof(t->shape));
+    e->ins[0] = factor_node("scale", x, nt0, 1.0);
+    e->n_ins = 1;
+    redirect_input(p, e, ni, 0, nt0);
+    snprintf(e->desc, sizeof(e->desc), "scale by 1.0 inserted before input 0 of node %lld '%s' (%s, rank %d)",
+             (long long)n->id, vd_plan_s(p, n->name), vd_node_op(p, n), n->rank);
+    return 1;
+  }
+  if (k == M_COUNT) return view_count(p, r, e, ni, nt0);
+  e->n_new = 2;
+  if (k == M_VIEW_PAIR) {
+    /* merge the last two dims */
+    e->new_ndim[0] = nd - 1;
+    memcpy(e->new_shape[0], t->shape, sizeof(t->shape));
+    e->new_shape[0][nd - 2] = t->shape[nd - 2] * t->shape[nd - 1];
+    e->new_shape[0][nd - 1] = 0;
+    e->ins[0] = (newnode_t){"view", {x}, 1, {nt0}, 1, -1, NULL, 0, 0, -1, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
+    e->ins[1] = (newnode_t){"view", {nt0}, 1, {nt0 + 1}, 1, -1, NULL, 0, 0, -1, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
+    e->n_ins = 2;
+  } else if (k == M_TPOSE_PAIR) {
+    e->new_ndim[0] = nd;
+    memcpy(e->new_shape[0], t->shape, sizeof(t->shape));
+    e->new_shape[0][nd - 2] = t->shape[nd - 1];
+    e->new_shape[0][nd - 1] = t->shape[nd - 2];
+    for (int j = 0; j < 2; j++) {
+      e->ins[j] = (newnode_t){"transpose", {j ? nt0 : x}, 1, {nt0 + j}, 1, -1, NULL, 0, 0, -1, "dim0",
+                              VD_ATTR_INT, nd - 2, 0, NULL, NULL, NULL, 0};
+    }
+    /* dim1 via a second attribute: use the ints_key slot is not possible; emit dim1 as set below */
+    e->n_ins = 2;
+  } else {
+    return view_permute(p, e, ni, nt0);
+  }
+  redirect_input(p, e, ni, 0, nt0 + 1);
+  snprintf(e->desc, sizeof(e->desc), "%s inserted before input 0 of node %lld '%s' (%s, rank %d)",
+           k == M_VIEW_PAIR ? "view pair" : "transpose pair", (long long)n->id, vd_plan_s(p, n->name),
+           vd_node_op(p, n), n->rank);
+  return 1;
+}
+
+/* Mutation: a shape-preserving unary node dropped (M_DROP) or applied twice (M_DUP). */
+static int mut_drop_dup(const vd_plan_t *p, int k, rng_t *r, edit_t *e, int32_t *act, uint32_t nt0) {
+  int64_t ni = pick_node(p, r, unary_same, NULL);
+  if (ni < 0) return 0;
+  const vd_node_t *n = &p->nodes[ni];
+  uint32_t x = vd_node_inputs(p, n)[0], y = vd_node_outputs(p, n)[0];
+  if (k == M_DROP) {
+    /* y = x instead: an identity keeps the dataflow well formed */
+    e->repl[0] = (newnode_t){"identity", {x}, 1, {y}, 1, -1, NULL, 0, 0, -1, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
+    act[ni] = 0;
+    e->n_repl = 1;
+    snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (%s, rank %d) dropped (its output = its input)",
+             (long long)n->id, vd_plan_s(p, n->name), vd_node_op(p, n), n->rank);
+    return 1;
+  }
+  /* y = f(f(x)): first copy writes a new tensor, the original reads it */
+  one_new_like(p, e, x);
+  e->before = ni;
+  e->ins[0] = (newnode_t){vd_node_op(p, n), {x}, 1, {nt0}, 1, -1, NULL, 0, 0, ni, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
+  e->n_ins = 1;
+  redirect_input(p, e, ni, 0, nt0);
+  snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (%s, rank %d) applied twice", (long long)n->id,
+           vd_plan_s(p, n->name), vd_node_op(p, n), n->rank);
+  return 1;
+}
+
+/* Mutation: two positions of a collective's group swapped on every member. */
+static int mut_coll_group(const vd_plan_t *p, rng_t *r, edit_t *e) {
+  int64_t ni = pick_node(p, r, coll_node, NULL);
+  if (ni < 0) return 0;
+  const vd_node_t *n = &p->nodes[ni];
+  e->group_coll = n->coll;
+  e->group_n = n->n_group;
+  for (uint32_t i = 0; i < n->n_group; i++) e->group_perm[i] = i;
+  /* swap two positions */
+  uint32_t a = rbelow(r, n->n_group), b = (a + 1 + rbelow(r, n->n_group - 1)) % n->n_group;
+  e->group_perm[a] = b;
+  e->group_perm[b] = a;
+  snprintf(e->desc, sizeof(e->desc), "coll %lld (%s '%s'): group positions %u and %u swapped on every member",
+           (long long)n->coll, vd_node_op(p, n), vd_plan_s(p, n->name), a, b);
+  return 1;
+}
+
+/* Mutation: one collective member's attribute changed. */
+static int mut_coll_member(const vd_plan_t *p, rng_t *r, edit_t *e, int32_t *act) {
+  int64_t ni = pick_fitting(p, r, coll_node, NULL);
+  if (ni < 0) return 0;
+  const vd_node_t *n = &p->nodes[ni];
+  newnode_t *rp = &e->repl[0];
+  *rp = (newnode_t){vd_node_op(p, n), {0}, n->n_in, {0}, n->n_out, n->coll, vd_node_group(p, n), n->n_group,
+                    n->span_replicas, ni, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
+  memcpy(rp->in, vd_node_inputs(p, n), n->n_in * sizeof(uint32_t));
+  memcpy(rp->out, vd_node_outputs(p, n), n->n_out * sizeof(uint32_t));
+  if (is_op(p, n, "all_reduce")) {
+    rp->set_key = "reduce", rp->set_kind = VD_ATTR_STR, rp->set_s = "max";
+  } else if (vd_node_attr(p, n, "dim")) {
+    rp->set_key = "dim", rp->set_kind = VD_ATTR_INT, rp->set_i = vd_node_attr_int(p, n, "dim", 0) + 1;
+  } else if (vd_node_attr(p, n, "split_dim")) {
+    rp->set_key = "split_dim", rp->set_kind = VD_ATTR_INT, rp->set_i = vd_node_attr_int(p, n, "split_dim", 0) + 1;
+  } else {
+    return 0;
+  }
+  act[ni] = 0;
+  e->n_repl = 1;
+  snprintf(e->desc, sizeof(e->desc), "coll %lld member node %lld '%s' (%s, rank %d): attrs.%s changed",
+           (long long)n->coll, (long long)n->id, vd_plan_s(p, n->name), vd_node_op(p, n), n->rank, rp->set_key);
+  return 1;
+}
+
+/* Mutation: an operator replaced by a sibling of the same arity. */
+static int mut_op_swap(const vd_plan_t *p, rng_t *r, edit_t *e) {
+  static const char *const pairs[][2] = {{"add", "sub"},   {"sub", "add"},     {"mul", "div"},    {"div", "mul"},
+                                         {"sum", "mean"},  {"mean", "sum"},    {"silu", "gelu"},  {"gelu", "silu"},
+                                         {"exp", "sigmoid"}, {"sigmoid", "exp"}, {"identity", "neg"},
+                                         {"all_gather", "all_gather"}};
+  int64_t cand[4096];
+  uint32_t nc = 0;
+  for (size_t i = 0; i < p->n_nodes && nc < 4096; i++)
+    for (size_t j = 0; j + 1 < sizeof(pairs) / sizeof(pairs[0]); j++)
+      if (is_op(p, &p->nodes[i], pairs[j][0]) && p->nodes[i].n_in <= 3 && p->nodes[i].n_out <= 2) cand[nc++] = (int64_t)i;
+  if (!nc) return 0;
+  int64_t ni = cand[rbelow(r, nc)];
+  const vd_node_t *n = &p->nodes[ni];
+  const char *to = NULL;
+  for (size_t j = 0; j < sizeof(pairs) / sizeof(pairs[0]); j++)
+    if (is_op(p, n, pairs[j][0])) to = pairs[j][1];
+  redirect_input(p, e, ni, 0, vd_node_inputs(p, n)[0]);
+  e->repl[0].op = to;
+  snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (%s, rank %d) became %s", (long long)n->id,
+           vd_plan_s(p, n->name), vd_node_op(p, n), n->rank, to);
+  return 1;
+}
+
+/* Mutation: a sum rewritten as mean * c (the element count, or another value). */
+static int mut_sum_mean(const vd_plan_t *p, rng_t *r, edit_t *e) {
+  int64_t cand[4096];
+  uint32_t nc = 0;
+  for (size_t i = 0; i < p->n_nodes && nc < 4096; i++)
+    if (is_op(p, &p->nodes[i], "sum") && p->nodes[i].n_in == 1 && p->nodes[i].n_out == 1) cand[nc++] = (int64_t)i;
+  if (!nc) return 0;
+  int64_t ni = cand[rbelow(r, nc)];
+  const vd_node_t *n = &p->nodes[ni];
+  const vd_tensor_t *x = &p->tensors[vd_node_inputs(p, n)[0]];
+  uint32_t y = vd_node_outputs(p, n)[0];
+  /* the element count the mean divides by */
+  double cnt = 1;
+  const vd_attr_t *da = vd_node_attr(p, n, "dims");
+  if (!da) {
+    for (int i = 0; i < x->ndim; i++) cnt *= (double)x->shape[i];
+  } else {
+    uint32_t nd = da->kind == VD_ATTR_INTS ? da->len : 1;
+    for (uint32_t i = 0; i < nd; i++) {
+      int64_t dd = da->kind == VD_ATTR_INTS ? p->ints[da->v.off + i] : da->v.i;
+      if (dd < 0) dd += x->ndim;
+      if (dd < 0 || dd >= x->ndim) return 0;
+      cnt *= (double)x->shape[dd];
+    }
+  }
+  static const double alt[] = {1.0, 0.0, 0.5, 2.0, 0.25};
+  int exact = rbelow(r, 2) == 0;
+  double c = exact ? cnt : cnt * alt[rbelow(r, 5)];
+  if (!exact && c == cnt) c = cnt / 2;
+  one_new_like(p, e, y);
+  redirect_input(p, e, ni, 0, vd_node_inputs(p, n)[0]);
+  e->repl[0].op = "mean";
+  e->repl[0].out[0] = (uint32_t)p->n_tensors;
+  e->after = ni;
+  e->aft[0] = factor_node("scale", (uint32_t)p->n_tensors, y, c);
+  e->n_aft = 1;
+  snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (sum, rank %d) became mean * %.17g (element count %.17g)",
+           (long long)n->id, vd_plan_s(p, n->name), n->rank, c, cnt);
+  return 1;
+}
+
+/* Mutation: scale(x, c) as scale(scale(x, a), c / a), a wrong c / a sometimes. */
+static int mut_scale_split(const vd_plan_t *p, rng_t *r, edit_t *e, uint32_t nt0) {
+  int64_t ni = pick_node(p, r, op_named, rbelow(r, 2) ? "scale" : "scale_backward");
+  if (ni < 0) return 0;
+  const vd_node_t *n = &p->nodes[ni];
+  double c = vd_node_attr_float(p, n, "factor", 1.0), a = 4.0;
+  if (c == 0.0) return 0;
+  int exact = rbelow(r, 3) != 0;
+  uint32_t x = vd_node_inputs(p, n)[0];
+  one_new_like(p, e, x);
+  e->before = ni;
+  e->ins[0] = factor_node("scale", x, nt0, a);
+  e->n_ins = 1;
+  redirect_input(p, e, ni, 0, nt0);
+  e->repl[0].set_key = "factor", e->repl[0].set_kind = VD_ATTR_FLOAT;
+  e->repl[0].set_f = exact ? c / a : c / 2.0;
+  snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (%s, rank %d): factor %.17g as %g x %.17g", (long long)n->id,
+           vd_plan_s(p, n->name), vd_node_op(p, n), n->rank, c, a, e->repl[0].set_f);
+  return 1;
+}
+
+/* Mutation: scale_backward by 1024 then scale by 1/1024 (or 1/512) before an input. */
+static int mut_loss_scale(const vd_plan_t *p, rng_t *r, edit_t *e, uint32_t nt0) {
+  int64_t ni = pick_node(p, r, local_input, NULL);
+  if (ni < 0) return 0;
+  const vd_node_t *n = &p->nodes[ni];
+  uint32_t x = vd_node_inputs(p, n)[0];
+  double up = 1024.0, down = rbelow(r, 3) ? 1.0 / 1024.0 : 1.0 / 512.0;
+  e->n_new = 2;
+  e->proto[0] = e->proto[1] = x;
+  for (int j = 0; j < 2; j++) {
+    e->new_ndim[j] = p->tensors[x].ndim;
+    memcpy(e->new_shape[j], p->tensors[x].shape, sizeof(e->new_shape[j]));
+  }
+  e->before = ni;
+  e->ins[0] = factor_node("scale_backward", x, nt0, up);
+  e->ins[1] = factor_node("scale", nt0, nt0 + 1, down);
+  e->n_ins = 2;
+  redirect_input(p, e, ni, 0, nt0 + 1);
+  snprintf(e->desc, sizeof(e->desc), "input 0 of node %lld '%s' (%s, rank %d) scaled by %g then %g",
+           (long long)n->id, vd_plan_s(p, n->name), vd_node_op(p, n), n->rank, up, down);
+  return 1;
+}
+
+/* Mutation: a mean rewritten as sum * (1 / count), or a wrong count. */
+static int mut_mean_sum(const vd_plan_t *p, rng_t *r, edit_t *e, uint32_t nt0) {
+  int64_t ni = pick_node(p, r, op_named, "mean");
+  if (ni < 0) return 0;
+  const vd_node_t *n = &p->nodes[ni];
+  const vd_tensor_t *x = &p->tensors[vd_node_inputs(p, n)[0]];
+  uint32_t y = vd_node_outputs(p, n)[0];
+  double cnt = (double)vd_tensor_numel(x) / (double)vd_tensor_numel(&p->tensors[y]);
+  int exact = rbelow(r, 3) != 0;
+  double c = exact ? 1.0 / cnt : 2.0 / cnt;
+  one_new_like(p, e, y);
+  redirect_input(p, e, ni, 0, vd_node_inputs(p, n)[0]);
+  e->repl[0].op = "sum";
+  e->repl[0].out[0] = nt0;
+  e->after = ni;
+  e->aft[0] = factor_node("scale", nt0, y, c);
+  e->n_aft = 1;
+  snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (mean, rank %d) became sum * %.17g (count %.17g)",
+           (long long)n->id, vd_plan_s(p, n->name), n->rank, c, cnt);
+  return 1;
+}
+
+/* Mutation: a same-shape identity, contiguous or view inserted before an input. */
+static int mut_noop(const vd_plan_t *p, rng_t *r, edit_t *e, uint32_t nt0) {
+  static const char *const ops[] = {"identity", "contiguous", "view"};
+  const char *op = ops[rbelow(r, 3)];
+  int64_t ni = pick_node(p, r, local_input, NULL);
+  if (ni < 0) return 0;
+  const vd_node_t *n = &p->nodes[ni];
+  uint32_t x = vd_node_inputs(p, n)[0];
+  one_new_like(p, e, x);
+  e->before = ni;
+  e->ins[0] = (newnode_t){op, {x}, 1, {nt0}, 1, -1, NULL, 0, 0, -1, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
+  e->n_ins = 1;
+  redirect_input(p, e, ni, 0, nt0);
+  snprintf(e->desc, sizeof(e->desc), "%s (same shape) inserted before input 0 of node %lld '%s' (%s, rank %d)", op,
+           (long long)n->id, vd_plan_s(p, n->name), vd_node_op(p, n), n->rank);
+  return 1;
+}
+
+/* Mutation: linear(x, w) as matmul(x, transpose(w)); identity(w) sometimes. */
+static int mut_matmul(const vd_plan_t *p, rng_t *r, edit_t *e, uint32_t nt0) {
+  int64_t ni = pick_node(p, r, op_named2, "linear");
+  if (ni < 0) return 0;
+  const vd_node_t *n = &p->nodes[ni];
+  uint32_t w = vd_node_inputs(p, n)[1];
+  const vd_tensor_t *wt = &p->tensors[w];
+  if (wt->ndim != 2) return 0;
+  /* a wrong layout now and then: w itself, [in, out] read as [out, in] */
+  int wrong = rbelow(r, 4) == 0 && wt->shape[0] == wt->shape[1];
+  e->n_new = 1;
+  e->proto[0] = vd_node_inputs(p, n)[0]; /* x's scope: written once per microbatch, as the linear runs */
+  e->new_ndim[0] = 2;
+  e->new_shape[0][0] = wt->shape[1];
+  e->new_shape[0][1] = wt->shape[0];
+  e->before = ni;
+  e->ins[0] = (newnode_t){wrong ? "identity" : "transpose", {w}, 1, {nt0}, 1, -1, NULL, 0, 0, -1,
+                          wrong ? NULL : "dim0", VD_ATTR_INT, 0, 0, NULL, NULL, NULL, 0};
+  e->n_ins = 1;
+  redirect_input(p, e, ni, 1, nt0);
+  e->repl[0].op = "matmul";
+  e->repl[0].attrs_from = -1;
+  snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (linear, rank %d) as matmul(x, %s(w))", (long long)n->id,
+           vd_plan_s(p, n->name), n->rank, wrong ? "identity" : "transpose");
+  return 1;
+}
+
+/* Mutation: two steps of one rank's program swapped. */
+static int mut_schedule(const vd_plan_t *p, rng_t *r, edit_t *e) {
+  int32_t rk = (int32_t)rbelow(r, (uint32_t)p->world.stored_ranks);
+  const vd_program_t *pr = &p->programs[rk];
+  if (pr->n_steps < 2) return 0;
+  uint32_t a = rbelow(r, pr->n_steps - 1);
+  e->swap_a = pr->step_off + a;
+  e->swap_b = pr->step_off + a + 1;
+  snprintf(e->desc, sizeof(e->desc), "rank %d: steps %u (%s@%d) and %u (%s@%d) swapped", rk, a,
+           vd_plan_s(p, p->segments[p->steps[e->swap_a].segment]), p->steps[e->swap_a].mb, a + 1,
+           vd_plan_s(p, p->segments[p->steps[e->swap_b].segment]), p->steps[e->swap_b].mb);
+  return 1;
+}
+
 /* Returns 1 when a mutation of kind k was set up in e. */
 static int mutate(const vd_plan_t *p, int k, rng_t *r, edit_t *e, int32_t *act) {
   memset(e, 0, sizeof(*e));
@@ -437,424 +889,43 @@ static int mutate(const vd_plan_t *p, int k, rng_t *r, edit_t *e, int32_t *act) 
   uint32_t nt0 = (uint32_t)p->n_tensors; /* index of the first new tensor */
   switch (k) {
   case M_CONST:
-  case M_ATTR: {
-    vd_attr_kind want = k == M_CONST ? VD_ATTR_FLOAT : VD_ATTR_INT;
-    int64_t ni = pick_node(p, r, has_kind_attr, &want);
-    if (ni < 0) return 0;
-    const vd_node_t *n = &p->nodes[ni];
-    uint32_t cand[16], nc = 0;
-    for (uint32_t i = 0; i < n->n_attr && nc < 16; i++)
-      if (p->attrs[n->attr_off + i].kind == want) cand[nc++] = i;
-    const vd_attr_t *a = &p->attrs[n->attr_off + cand[rbelow(r, nc)]];
-    newnode_t *rp = &e->repl[0];
-    *rp = (newnode_t){vd_node_op(p, n), {0}, n->n_in, {0}, n->n_out, n->coll, vd_node_group(p, n), n->n_group,
-                      n->span_replicas, ni, vd_plan_s(p, a->key), want, 0, 0, NULL, NULL, NULL, 0};
-    if (n->n_in > 3 || n->n_out > 2) return 0;
-    memcpy(rp->in, vd_node_inputs(p, n), n->n_in * sizeof(uint32_t));
-    memcpy(rp->out, vd_node_outputs(p, n), n->n_out * sizeof(uint32_t));
-    if (want == VD_ATTR_FLOAT) {
-      /* powers of two as well: extents shrink by powers of two under reduction */
-      static const double f[] = {2.0, 0.5, -1.0, 1.5, 0.0, 8.0, 0.125, 4.0, 0.25};
-      double g = f[rbelow(r, 9)];
-      rp->set_f = g == 0.0 ? 0.0 : a->v.f * g;
-      if (rp->set_f == a->v.f) rp->set_f = a->v.f + 1.0;
-      snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (%s, rank %d): %s %.17g -> %.17g", (long long)n->id,
-               vd_plan_s(p, n->name), vd_node_op(p, n), n->rank, rp->set_key, a->v.f, rp->set_f);
-    } else {
-      int64_t d = rbelow(r, 2) ? 1 : -1;
-      rp->set_i = a->v.i + d;
-      if (strcmp(rp->set_key, "keepdim") == 0) rp->set_i = !a->v.i;
-      snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (%s, rank %d): %s %lld -> %lld", (long long)n->id,
-               vd_plan_s(p, n->name), vd_node_op(p, n), n->rank, rp->set_key, (long long)a->v.i,
-               (long long)rp->set_i);
-    }
-    act[ni] = 0;
-    e->n_repl = 1;
-    return 1;
-  }
-  case M_OPERANDS: {
-    int64_t ni = pick_node(p, r, binary_node, NULL);
-    if (ni < 0) return 0;
-    const vd_node_t *n = &p->nodes[ni];
-    if (n->n_in > 3 || n->n_out > 2) return 0;
-    redirect_input(p, e, ni, 0, vd_node_inputs(p, n)[1]);
-    e->repl[0].in[1] = vd_node_inputs(p, n)[0];
-    snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (%s, rank %d): inputs 0 and 1 swapped", (long long)n->id,
-             vd_plan_s(p, n->name), vd_node_op(p, n), n->rank);
-    return 1;
-  }
+  case M_ATTR:
+    return mut_attr(p, k, r, e, act);
+  case M_OPERANDS:
+    return mut_operands(p, r, e);
   case M_VIEW_PAIR:
   case M_TPOSE_PAIR:
   case M_PERMUTE:
   case M_NEUTRAL:
-  case M_COUNT: {
-    int64_t ni = pick_node(p, r, has_view_input, NULL);
-    if (ni < 0) return 0;
-    const vd_node_t *n = &p->nodes[ni];
-    if (n->n_in > 3 || n->n_out > 2) return 0;
-    uint32_t x = vd_node_inputs(p, n)[0];
-    const vd_tensor_t *t = &p->tensors[x];
-    int nd = t->ndim;
-    e->before = ni;
-    /* new tensors: [0] the intermediate, [1] the final (x's shape) */
-    e->proto[0] = e->proto[1] = x;
-    e->new_ndim[1] = nd;
-    memcpy(e->new_shape[1], t->shape, sizeof(t->shape));
-    if (k == M_NEUTRAL) {
-      e->n_new = 1;
-      e->new_ndim[0] = nd;
-      memcpy(e->new_shape[0], t->shape, sizeof(t->shape));
-      e->ins[0] = (newnode_t){"scale", {x}, 1, {nt0}, 1, -1, NULL, 0, 0, -1, "factor", VD_ATTR_FLOAT, 0, 1.0, NULL,
-                              NULL, NULL, 0};
-      e->n_ins = 1;
-      redirect_input(p, e, ni, 0, nt0);
-      snprintf(e->desc, sizeof(e->desc), "scale by 1.0 inserted before input 0 of node %lld '%s' (%s, rank %d)",
-               (long long)n->id, vd_plan_s(p, n->name), vd_node_op(p, n), n->rank);
-      return 1;
-    }
-    if (k == M_COUNT) {
-      /* K copies of x summed: K x, times c */
-      enum { K = 8 };
-      static const double alt[] = {0.5, 0.25, 1.0, 2.0 / K};
-      double c = rbelow(r, 2) == 0 ? 1.0 / K : alt[rbelow(r, 4)];
-      e->n_new = 4;
-      e->proto[2] = e->proto[3] = x;
-      e->new_ndim[0] = e->new_ndim[1] = nd + 1;
-      memcpy(e->new_shape[0], t->shape, sizeof(t->shape));
-      memcpy(e->new_shape[1], t->shape, sizeof(t->shape));
-      e->new_shape[0][nd] = 1;
-      e->new_shape[1][nd] = K;
-      e->new_ndim[2] = e->new_ndim[3] = nd;
-      memcpy(e->new_shape[2], t->shape, sizeof(t->shape));
-      memcpy(e->new_shape[3], t->shape, sizeof(t->shape));
-      e->ins[0] = (newnode_t){"view", {x}, 1, {nt0}, 1, -1, NULL, 0, 0, -1, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
-      e->ins[1] = (newnode_t){"expand", {nt0}, 1, {nt0 + 1}, 1, -1, NULL, 0, 0, -1, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
-      e->ins[2] = (newnode_t){"sum", {nt0 + 1}, 1, {nt0 + 2}, 1, -1, NULL, 0, 0, -1, "dims", VD_ATTR_INT, -1, 0, NULL,
-                              NULL, NULL, 0};
-      e->ins[3] = (newnode_t){"scale", {nt0 + 2}, 1, {nt0 + 3}, 1, -1, NULL, 0, 0, -1, "factor", VD_ATTR_FLOAT, 0, c,
-                              NULL, NULL, NULL, 0};
-      e->n_ins = 4;
-      redirect_input(p, e, ni, 0, nt0 + 3);
-      snprintf(e->desc, sizeof(e->desc), "input 0 of node %lld '%s' (%s, rank %d) read as sum of %d copies * %.17g",
-               (long long)n->id, vd_plan_s(p, n->name), vd_node_op(p, n), n->rank, K, c);
-      return 1;
-    }
-    e->n_new = 2;
-    if (k == M_VIEW_PAIR) {
-      /* merge the last two dims */
-      e->new_ndim[0] = nd - 1;
-      memcpy(e->new_shape[0], t->shape, sizeof(t->shape));
-      e->new_shape[0][nd - 2] = t->shape[nd - 2] * t->shape[nd - 1];
-      e->new_shape[0][nd - 1] = 0;
-      e->ins[0] = (newnode_t){"view", {x}, 1, {nt0}, 1, -1, NULL, 0, 0, -1, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
-      e->ins[1] = (newnode_t){"view", {nt0}, 1, {nt0 + 1}, 1, -1, NULL, 0, 0, -1, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
-      e->n_ins = 2;
-    } else if (k == M_TPOSE_PAIR) {
-      e->new_ndim[0] = nd;
-      memcpy(e->new_shape[0], t->shape, sizeof(t->shape));
-      e->new_shape[0][nd - 2] = t->shape[nd - 1];
-      e->new_shape[0][nd - 1] = t->shape[nd - 2];
-      for (int j = 0; j < 2; j++) {
-        e->ins[j] = (newnode_t){"transpose", {j ? nt0 : x}, 1, {nt0 + j}, 1, -1, NULL, 0, 0, -1, "dim0",
-                                VD_ATTR_INT, nd - 2, 0, NULL, NULL, NULL, 0};
-      }
-      /* dim1 via a second attribute: use the ints_key slot is not possible; emit dim1 as set below */
-      e->n_ins = 2;
-    } else {
-      /* permutation: view [.., d/2, 2] -> transpose(-1, -2) -> view back */
-      e->n_new = 3;
-      e->proto[2] = x;
-      e->new_ndim[0] = nd + 1;
-      memcpy(e->new_shape[0], t->shape, sizeof(t->shape));
-      e->new_shape[0][nd - 1] = t->shape[nd - 1] / 2;
-      e->new_shape[0][nd] = 2;
-      e->new_ndim[1] = nd + 1;
-      memcpy(e->new_shape[1], e->new_shape[0], sizeof(t->shape));
-      e->new_shape[1][nd - 1] = 2;
-      e->new_shape[1][nd] = t->shape[nd - 1] / 2;
-      e->new_ndim[2] = nd;
-      memcpy(e->new_shape[2], t->shape, sizeof(t->shape));
-      e->ins[0] = (newnode_t){"view", {x}, 1, {nt0}, 1, -1, NULL, 0, 0, -1, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
-      e->ins[1] = (newnode_t){"transpose", {nt0}, 1, {nt0 + 1}, 1, -1, NULL, 0, 0, -1, "dim0", VD_ATTR_INT, nd - 1,
-                              0, NULL, NULL, NULL, 0};
-      e->ins[2] = (newnode_t){"view", {nt0 + 1}, 1, {nt0 + 2}, 1, -1, NULL, 0, 0, -1, NULL, 0, 0, 0, NULL, NULL,
-                              NULL, 0};
-      e->n_ins = 3;
-      redirect_input(p, e, ni, 0, nt0 + 2);
-      snprintf(e->desc, sizeof(e->desc),
-               "pair permutation (view/transpose/view) of input 0 of node %lld '%s' (%s, rank %d)",
-               (long long)n->id, vd_plan_s(p, n->name), vd_node_op(p, n), n->rank);
-      return 1;
-    }
-    redirect_input(p, e, ni, 0, nt0 + 1);
-    snprintf(e->desc, sizeof(e->desc), "%s inserted before input 0 of node %lld '%s' (%s, rank %d)",
-             k == M_VIEW_PAIR ? "view pair" : "transpose pair", (long long)n->id, vd_plan_s(p, n->name),
-             vd_node_op(p, n), n->rank);
-    return 1;
-  }
+  case M_COUNT:
+    return mut_view_input(p, k, r, e, nt0);
   case M_DROP:
-  case M_DUP: {
-    int64_t ni = pick_node(p, r, unary_same, NULL);
-    if (ni < 0) return 0;
-    const vd_node_t *n = &p->nodes[ni];
-    uint32_t x = vd_node_inputs(p, n)[0], y = vd_node_outputs(p, n)[0];
-    if (k == M_DROP) {
-      /* y = x instead: an identity keeps the dataflow well formed */
-      e->repl[0] = (newnode_t){"identity", {x}, 1, {y}, 1, -1, NULL, 0, 0, -1, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
-      act[ni] = 0;
-      e->n_repl = 1;
-      snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (%s, rank %d) dropped (its output = its input)",
-               (long long)n->id, vd_plan_s(p, n->name), vd_node_op(p, n), n->rank);
-      return 1;
-    }
-    /* y = f(f(x)): first copy writes a new tensor, the original reads it */
-    e->n_new = 1;
-    e->proto[0] = x;
-    e->new_ndim[0] = p->tensors[x].ndim;
-    memcpy(e->new_shape[0], p->tensors[x].shape, sizeof(e->new_shape[0]));
-    e->before = ni;
-    e->ins[0] = (newnode_t){vd_node_op(p, n), {x}, 1, {nt0}, 1, -1, NULL, 0, 0, ni, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
-    e->n_ins = 1;
-    redirect_input(p, e, ni, 0, nt0);
-    snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (%s, rank %d) applied twice", (long long)n->id,
-             vd_plan_s(p, n->name), vd_node_op(p, n), n->rank);
-    return 1;
-  }
-  case M_COLL_GROUP: {
-    int64_t ni = pick_node(p, r, coll_node, NULL);
-    if (ni < 0) return 0;
-    const vd_node_t *n = &p->nodes[ni];
-    e->group_coll = n->coll;
-    e->group_n = n->n_group;
-    for (uint32_t i = 0; i < n->n_group; i++) e->group_perm[i] = i;
-    /* swap two positions */
-    uint32_t a = rbelow(r, n->n_group), b = (a + 1 + rbelow(r, n->n_group - 1)) % n->n_group;
-    e->group_perm[a] = b;
-    e->group_perm[b] = a;
-    snprintf(e->desc, sizeof(e->desc), "coll %lld (%s '%s'): group positions %u and %u swapped on every member",
-             (long long)n->coll, vd_node_op(p, n), vd_plan_s(p, n->name), a, b);
-    return 1;
-  }
-  case M_COLL_MEMBER: {
-    int64_t ni = pick_node(p, r, coll_node, NULL);
-    if (ni < 0) return 0;
-    const vd_node_t *n = &p->nodes[ni];
-    if (n->n_in > 3 || n->n_out > 2) return 0;
-    newnode_t *rp = &e->repl[0];
-    *rp = (newnode_t){vd_node_op(p, n), {0}, n->n_in, {0}, n->n_out, n->coll, vd_node_group(p, n), n->n_group,
-                      n->span_replicas, ni, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
-    memcpy(rp->in, vd_node_inputs(p, n), n->n_in * sizeof(uint32_t));
-    memcpy(rp->out, vd_node_outputs(p, n), n->n_out * sizeof(uint32_t));
-    if (is_op(p, n, "all_reduce")) {
-      rp->set_key = "reduce", rp->set_kind = VD_ATTR_STR, rp->set_s = "max";
-    } else if (vd_node_attr(p, n, "dim")) {
-      rp->set_key = "dim", rp->set_kind = VD_ATTR_INT, rp->set_i = vd_node_attr_int(p, n, "dim", 0) + 1;
-    } else if (vd_node_attr(p, n, "split_dim")) {
-      rp->set_key = "split_dim", rp->set_kind = VD_ATTR_INT, rp->set_i = vd_node_attr_int(p, n, "split_dim", 0) + 1;
-    } else {
-      return 0;
-    }
-    act[ni] = 0;
-    e->n_repl = 1;
-    snprintf(e->desc, sizeof(e->desc), "coll %lld member node %lld '%s' (%s, rank %d): attrs.%s changed",
-             (long long)n->coll, (long long)n->id, vd_plan_s(p, n->name), vd_node_op(p, n), n->rank, rp->set_key);
-    return 1;
-  }
-  case M_OP_SWAP: {
-    static const char *const pairs[][2] = {{"add", "sub"},   {"sub", "add"},     {"mul", "div"},    {"div", "mul"},
-                                           {"sum", "mean"},  {"mean", "sum"},    {"silu", "gelu"},  {"gelu", "silu"},
-                                           {"exp", "sigmoid"}, {"sigmoid", "exp"}, {"identity", "neg"},
-                                           {"all_gather", "all_gather"}};
-    int64_t cand[4096];
-    uint32_t nc = 0;
-    for (size_t i = 0; i < p->n_nodes && nc < 4096; i++)
-      for (size_t j = 0; j + 1 < sizeof(pairs) / sizeof(pairs[0]); j++)
-        if (is_op(p, &p->nodes[i], pairs[j][0]) && p->nodes[i].n_in <= 3 && p->nodes[i].n_out <= 2) cand[nc++] = (int64_t)i;
-    if (!nc) return 0;
-    int64_t ni = cand[rbelow(r, nc)];
-    const vd_node_t *n = &p->nodes[ni];
-    const char *to = NULL;
-    for (size_t j = 0; j < sizeof(pairs) / sizeof(pairs[0]); j++)
-      if (is_op(p, n, pairs[j][0])) to = pairs[j][1];
-    redirect_input(p, e, ni, 0, vd_node_inputs(p, n)[0]);
-    e->repl[0].op = to;
-    snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (%s, rank %d) became %s", (long long)n->id,
-             vd_plan_s(p, n->name), vd_node_op(p, n), n->rank, to);
-    return 1;
-  }
-  case M_SUM_MEAN: {
-    int64_t cand[4096];
-    uint32_t nc = 0;
-    for (size_t i = 0; i < p->n_nodes && nc < 4096; i++)
-      if (is_op(p, &p->nodes[i], "sum") && p->nodes[i].n_in == 1 && p->nodes[i].n_out == 1) cand[nc++] = (int64_t)i;
-    if (!nc) return 0;
-    int64_t ni = cand[rbelow(r, nc)];
-    const vd_node_t *n = &p->nodes[ni];
-    const vd_tensor_t *x = &p->tensors[vd_node_inputs(p, n)[0]];
-    uint32_t y = vd_node_outputs(p, n)[0];
-    /* the element count the mean divides by */
-    double cnt = 1;
-    const vd_attr_t *da = vd_node_attr(p, n, "dims");
-    if (!da) {
-      for (int i = 0; i < x->ndim; i++) cnt *= (double)x->shape[i];
-    } else {
-      uint32_t nd = da->kind == VD_ATTR_INTS ? da->len : 1;
-      for (uint32_t i = 0; i < nd; i++) {
-        int64_t dd = da->kind == VD_ATTR_INTS ? p->ints[da->v.off + i] : da->v.i;
-        if (dd < 0) dd += x->ndim;
-        if (dd < 0 || dd >= x->ndim) return 0;
-        cnt *= (double)x->shape[dd];
-      }
-    }
-    static const double alt[] = {1.0, 0.0, 0.5, 2.0, 0.25};
-    int exact = rbelow(r, 2) == 0;
-    double c = exact ? cnt : cnt * alt[rbelow(r, 5)];
-    if (!exact && c == cnt) c = cnt / 2;
-    e->n_new = 1;
-    e->proto[0] = y;
-    e->new_ndim[0] = p->tensors[y].ndim;
-    memcpy(e->new_shape[0], p->tensors[y].shape, sizeof(e->new_shape[0]));
-    redirect_input(p, e, ni, 0, vd_node_inputs(p, n)[0]);
-    e->repl[0].op = "mean";
-    e->repl[0].out[0] = (uint32_t)p->n_tensors;
-    e->after = ni;
-    e->aft[0] = (newnode_t){"scale", {(uint32_t)p->n_tensors}, 1, {y}, 1, -1, NULL, 0, 0, -1, "factor", VD_ATTR_FLOAT,
-                            0, c, NULL, NULL, NULL, 0};
-    e->n_aft = 1;
-    snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (sum, rank %d) became mean * %.17g (element count %.17g)",
-             (long long)n->id, vd_plan_s(p, n->name), n->rank, c, cnt);
-    return 1;
-  }
-  case M_SCALE_SPLIT: {
-    int64_t ni = pick_node(p, r, op_named, rbelow(r, 2) ? "scale" : "scale_backward");
-    if (ni < 0) return 0;
-    const vd_node_t *n = &p->nodes[ni];
-    double c = vd_node_attr_float(p, n, "factor", 1.0), a = 4.0;
-    if (c == 0.0) return 0;
-    int exact = rbelow(r, 3) != 0;
-    uint32_t x = vd_node_inputs(p, n)[0];
-    e->n_new = 1;
-    e->proto[0] = x;
-    e->new_ndim[0] = p->tensors[x].ndim;
-    memcpy(e->new_shape[0], p->tensors[x].shape, sizeof(e->new_shape[0]));
-    e->before = ni;
-    e->ins[0] = (newnode_t){"scale", {x}, 1, {nt0}, 1, -1, NULL, 0, 0, -1, "factor", VD_ATTR_FLOAT, 0, a, NULL,
-                            NULL, NULL, 0};
-    e->n_ins = 1;
-    redirect_input(p, e, ni, 0, nt0);
-    e->repl[0].set_key = "factor", e->repl[0].set_kind = VD_ATTR_FLOAT;
-    e->repl[0].set_f = exact ? c / a : c / 2.0;
-    snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (%s, rank %d): factor %.17g as %g x %.17g", (long long)n->id,
-             vd_plan_s(p, n->name), vd_node_op(p, n), n->rank, c, a, e->repl[0].set_f);
-    return 1;
-  }
-  case M_LOSS_SCALE: {
-    int64_t ni = pick_node(p, r, local_input, NULL);
-    if (ni < 0) return 0;
-    const vd_node_t *n = &p->nodes[ni];
-    uint32_t x = vd_node_inputs(p, n)[0];
-    double up = 1024.0, down = rbelow(r, 3) ? 1.0 / 1024.0 : 1.0 / 512.0;
-    e->n_new = 2;
-    e->proto[0] = e->proto[1] = x;
-    for (int j = 0; j < 2; j++) {
-      e->new_ndim[j] = p->tensors[x].ndim;
-      memcpy(e->new_shape[j], p->tensors[x].shape, sizeof(e->new_shape[j]));
-    }
-    e->before = ni;
-    e->ins[0] = (newnode_t){"scale_backward", {x}, 1, {nt0}, 1, -1, NULL, 0, 0, -1, "factor", VD_ATTR_FLOAT, 0, up,
-                            NULL, NULL, NULL, 0};
-    e->ins[1] = (newnode_t){"scale", {nt0}, 1, {nt0 + 1}, 1, -1, NULL, 0, 0, -1, "factor", VD_ATTR_FLOAT, 0, down,
-                            NULL, NULL, NULL, 0};
-    e->n_ins = 2;
-    redirect_input(p, e, ni, 0, nt0 + 1);
-    snprintf(e->desc, sizeof(e->desc), "input 0 of node %lld '%s' (%s, rank %d) scaled by %g then %g",
-             (long long)n->id, vd_plan_s(p, n->name), vd_node_op(p, n), n->rank, up, down);
-    return 1;
-  }
-  case M_MEAN_SUM: {
-    int64_t ni = pick_node(p, r, op_named, "mean");
-    if (ni < 0) return 0;
-    const vd_node_t *n = &p->nodes[ni];
-    const vd_tensor_t *x = &p->tensors[vd_node_inputs(p, n)[0]];
-    uint32_t y = vd_node_outputs(p, n)[0];
-    double cnt = (double)vd_tensor_numel(x) / (double)vd_tensor_numel(&p->tensors[y]);
-    int exact = rbelow(r, 3) != 0;
-    double c = exact ? 1.0 / cnt : 2.0 / cnt;
-    e->n_new = 1;
-    e->proto[0] = y;
-    e->new_ndim[0] = p->tensors[y].ndim;
-    memcpy(e->new_shape[0], p->tensors[y].shape, sizeof(e->new_shape[0]));
-    redirect_input(p, e, ni, 0, vd_node_inputs(p, n)[0]);
-    e->repl[0].op = "sum";
-    e->repl[0].out[0] = nt0;
-    e->after = ni;
-    e->aft[0] = (newnode_t){"scale", {nt0}, 1, {y}, 1, -1, NULL, 0, 0, -1, "factor", VD_ATTR_FLOAT, 0, c, NULL, NULL,
-                            NULL, 0};
-    e->n_aft = 1;
-    snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (mean, rank %d) became sum * %.17g (count %.17g)",
-             (long long)n->id, vd_plan_s(p, n->name), n->rank, c, cnt);
-    return 1;
-  }
-  case M_NOOP: {
-    static const char *const ops[] = {"identity", "contiguous", "view"};
-    const char *op = ops[rbelow(r, 3)];
-    int64_t ni = pick_node(p, r, local_input, NULL);
-    if (ni < 0) return 0;
-    const vd_node_t *n = &p->nodes[ni];
-    uint32_t x = vd_node_inputs(p, n)[0];
-    e->n_new = 1;
-    e->proto[0] = x;
-    e->new_ndim[0] = p->tensors[x].ndim;
-    memcpy(e->new_shape[0], p->tensors[x].shape, sizeof(e->new_shape[0]));
-    e->before = ni;
-    e->ins[0] = (newnode_t){op, {x}, 1, {nt0}, 1, -1, NULL, 0, 0, -1, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
-    e->n_ins = 1;
-    redirect_input(p, e, ni, 0, nt0);
-    snprintf(e->desc, sizeof(e->desc), "%s (same shape) inserted before input 0 of node %lld '%s' (%s, rank %d)", op,
-             (long long)n->id, vd_plan_s(p, n->name), vd_node_op(p, n), n->rank);
-    return 1;
-  }
-  case M_MATMUL: {
-    int64_t ni = pick_node(p, r, op_named2, "linear");
-    if (ni < 0) return 0;
-    const vd_node_t *n = &p->nodes[ni];
-    uint32_t w = vd_node_inputs(p, n)[1];
-    const vd_tensor_t *wt = &p->tensors[w];
-    if (wt->ndim != 2) return 0;
-    /* a wrong layout now and then: w itself, [in, out] read as [out, in] */
-    int wrong = rbelow(r, 4) == 0 && wt->shape[0] == wt->shape[1];
-    e->n_new = 1;
-    e->proto[0] = vd_node_inputs(p, n)[0]; /* x's scope: written once per microbatch, as the linear runs */
-    e->new_ndim[0] = 2;
-    e->new_shape[0][0] = wt->shape[1];
-    e->new_shape[0][1] = wt->shape[0];
-    e->before = ni;
-    e->ins[0] = (newnode_t){wrong ? "identity" : "transpose", {w}, 1, {nt0}, 1, -1, NULL, 0, 0, -1,
-                            wrong ? NULL : "dim0", VD_ATTR_INT, 0, 0, NULL, NULL, NULL, 0};
-    e->n_ins = 1;
-    redirect_input(p, e, ni, 1, nt0);
-    e->repl[0].op = "matmul";
-    e->repl[0].attrs_from = -1;
-    snprintf(e->desc, sizeof(e->desc), "node %lld '%s' (linear, rank %d) as matmul(x, %s(w))", (long long)n->id,
-             vd_plan_s(p, n->name), n->rank, wrong ? "identity" : "transpose");
-    return 1;
-  }
+  case M_DUP:
+    return mut_drop_dup(p, k, r, e, act, nt0);
+  case M_COLL_GROUP:
+    return mut_coll_group(p, r, e);
+  case M_COLL_MEMBER:
+    return mut_coll_member(p, r, e, act);
+  case M_OP_SWAP:
+    return mut_op_swap(p, r, e);
+  case M_SUM_MEAN:
+    return mut_sum_mean(p, r, e);
+  case M_SCALE_SPLIT:
+    return mut_scale_split(p, r, e, nt0);
+  case M_LOSS_SCALE:
+    return mut_loss_scale(p, r, e, nt0);
+  case M_MEAN_SUM:
+    return mut_mean_sum(p, r, e, nt0);
+  case M_NOOP:
+    return mut_noop(p, r, e, nt0);
+  case M_MATMUL:
+    return mut_matmul(p, r, e, nt0);
   case M_RENAME:
     e->rename = 1;
     snprintf(e->desc, sizeof(e->desc), "every node and tensor renamed");
     return 1;
-  case M_SCHEDULE: {
-    int32_t rk = (int32_t)rbelow(r, (uint32_t)p->world.stored_ranks);
-    const vd_program_t *pr = &p->programs[rk];
-    if (pr->n_steps < 2) return 0;
-    uint32_t a = rbelow(r, pr->n_steps - 1);
-    e->swap_a = pr->step_off + a;
-    e->swap_b = pr->step_off + a + 1;
-    snprintf(e->desc, sizeof(e->desc), "rank %d: steps %u (%s@%d) and %u (%s@%d) swapped", rk, a,
-             vd_plan_s(p, p->segments[p->steps[e->swap_a].segment]), p->steps[e->swap_a].mb, a + 1,
-             vd_plan_s(p, p->segments[p->steps[e->swap_b].segment]), p->steps[e->swap_b].mb);
-    return 1;
-  }
+  case M_SCHEDULE:
+    return mut_schedule(p, r, e);
   }
   return 0;
 }
