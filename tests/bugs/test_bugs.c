@@ -26,6 +26,7 @@
 #include "../../oracle/exec.h"
 #include "../support/fault.h"
 #include "../support/files.h"
+#include "../support/pipeline.h"
 
 typedef enum { CFG_BASE, CFG_SP, CFG_CP, CFG_ZERO, CFG_CLIP, CFG__COUNT } cfg_id;
 
@@ -35,17 +36,8 @@ typedef struct {
 } fixture;
 
 static void config(cfg_id id, vd_gen_config *c) {
-  vd_gen_config_default(c);
-  c->model = VD_GEN_LLAMA3;
-  c->layers = 2;
-  c->hidden = 16;
-  c->heads = 4;
-  c->seq = 8;
-  c->batch = 8;
-  c->dp = 2;
-  c->tp = 2;
-  c->pp = 2;
-  c->nm = 2;
+  tp_gen_config(c, &(tp_sizes){VD_GEN_LLAMA3, .layers = 2, .hidden = 16, .heads = 4, .seq = 8, .batch = 8, .dp = 2,
+                               .tp = 2, .pp = 2, .nm = 2});
   if (id == CFG_SP) c->sp = 1;
   if (id == CFG_CP) c->cp = 2;
   if (id == CFG_ZERO) {

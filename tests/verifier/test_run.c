@@ -31,6 +31,7 @@
 #include "../../gen/gen.h"
 #include "../../verifier/report.h"
 #include "../../verifier/run.h"
+#include "../support/pipeline.h"
 
 static char s_path[64], p_path[64], m_path[64], pb_path[64], mb_path[64];
 
@@ -54,11 +55,7 @@ static int setup(void **state) {
   snprintf(pb_path, sizeof(pb_path), "/tmp/vd_test_run_%d.pb.plan", (int)getpid());
   snprintf(mb_path, sizeof(mb_path), "/tmp/vd_test_run_%d.mb.plan", (int)getpid());
   vd_gen_config g;
-  vd_gen_config_default(&g);
-  g.model = VD_GEN_LLAMA3;
-  g.layers = 2;
-  g.tp = 2;
-  g.dp = 2;
+  tp_gen_config(&g, &(tp_sizes){VD_GEN_LLAMA3, .layers = 2, .tp = 2, .dp = 2});
   vd_plan_t s, p, m;
   vd_diag d;
   vd_diag_clear(&d);
