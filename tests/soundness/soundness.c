@@ -205,7 +205,9 @@ static vd_rc emit_node(vd_plan_t *q, const vd_plan_t *p, const vd_node_t *proto,
   return VD_OK;
 }
 
-static vd_rc rebuild(const vd_plan_t *p, const edit_t *e, vd_plan_t *q) {
+/* q's header, world, segments and programs: p's, with the steps e swaps
+ * swapped. */
+static vd_rc copy_header(const vd_plan_t *p, const edit_t *e, vd_plan_t *q) {
   VD_CHECK(vd_plan_init(q, p->kind));
   VD_CHECK(vd_plan_str(q, vd_plan_s(p, p->model), &q->model));
   vd_world_t w = p->world;
@@ -224,6 +226,11 @@ static vd_rc rebuild(const vd_plan_t *p, const edit_t *e, vd_plan_t *q) {
       VD_CHECK(vd_plan_add_step(q, r, p->steps[at].segment, p->steps[at].mb));
     }
   }
+  return VD_OK;
+}
+
+/* q's tensors: p's (renamed when e renames), then e's new ones. */
+static vd_rc copy_tensors(const vd_plan_t *p, const edit_t *e, vd_plan_t *q) {
   char nbuf[400];
   for (size_t i = 0; i < p->n_tensors; i++)
     VD_CHECK(vd_plan_add_tensor(q, &p->tensors[i], renamed(e, vd_plan_s(p, p->tensors[i].name), nbuf, sizeof(nbuf)),
@@ -239,6 +246,47 @@ static vd_rc rebuild(const vd_plan_t *p, const edit_t *e, vd_plan_t *q) {
     snprintf(nm, sizeof(nm), "%s.fuzz%d", vd_plan_s(p, p->tensors[e->proto[k]].name), k);
     VD_CHECK(vd_plan_add_tensor(q, &t, nm, NULL));
   }
+  return VD_OK;
+}
+
+/* Node i of p into q as it is (renamed, its collective's group permuted when
+ * e permutes it); a node wider than a newnode_t is added directly. */
+static vd_rc copy_node(const vd_plan_t *p, const edit_t *e, size_t i, vd_plan_t *q) {
+  const vd_node_t *n = &p->nodes[i];
+  char nbuf[400];
+  newnode_t nn = {vd_node_op(p, n), {0}, n->n_in, {0}, n->n_out, n->coll, NULL, n->n_group, n->span_replicas,
+                  (int64_t)i, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
+  if (n->n_in > 3 || n->n_out > 2) {
+    /* wide node: add directly */
+    uint32_t idx;
+    const int64_t *g = vd_node_group(p, n);
+    int64_t gp[64];
+    if (n->coll == e->group_coll && e->group_n == n->n_group) {
+      for (uint32_t k = 0; k < n->n_group; k++) gp[k] = vd_node_group(p, n)[e->group_perm[k]];
+      g = gp;
+    }
+    VD_CHECK(vd_plan_add_node(q, n, vd_node_op(p, n), renamed(e, vd_plan_s(p, n->name), nbuf, sizeof(nbuf)),
+                              vd_node_inputs(p, n), n->n_in,
+                              vd_node_outputs(p, n), n->n_out, g, n->n_group, &idx));
+    for (uint32_t k = 0; k < n->n_attr; k++) VD_CHECK(vd_plan_attr_copy(q, idx, p, &p->attrs[n->attr_off + k]));
+    return VD_OK;
+  }
+  memcpy(nn.in, vd_node_inputs(p, n), n->n_in * sizeof(uint32_t));
+  memcpy(nn.out, vd_node_outputs(p, n), n->n_out * sizeof(uint32_t));
+  int64_t gp[64];
+  nn.group = vd_node_group(p, n);
+  if (n->coll >= 0 && n->coll == e->group_coll && e->group_n == n->n_group) {
+    for (uint32_t k = 0; k < n->n_group; k++) gp[k] = vd_node_group(p, n)[e->group_perm[k]];
+    nn.group = gp;
+  }
+  VD_CHECK(emit_node(q, p, n, &nn, renamed(e, vd_plan_s(p, n->name), nbuf, sizeof(nbuf))));
+  return VD_OK;
+}
+
+static vd_rc rebuild(const vd_plan_t *p, const edit_t *e, vd_plan_t *q) {
+  VD_CHECK(copy_header(p, e, q));
+  VD_CHECK(copy_tensors(p, e, q));
+  char nbuf[400];
   int64_t next_id = 800000000;
   for (size_t i = 0; i < p->n_nodes; i++) {
     const vd_node_t *n = &p->nodes[i];
@@ -254,34 +302,8 @@ static vd_rc rebuild(const vd_plan_t *p, const edit_t *e, vd_plan_t *q) {
     if (act >= 0) {
       VD_CHECK(emit_node(q, p, n, &e->repl[act], renamed(e, vd_plan_s(p, n->name), nbuf, sizeof(nbuf))));
     } else {
-      newnode_t nn = {vd_node_op(p, n), {0}, n->n_in, {0}, n->n_out, n->coll, NULL, n->n_group, n->span_replicas,
-                      (int64_t)i, NULL, 0, 0, 0, NULL, NULL, NULL, 0};
-      if (n->n_in > 3 || n->n_out > 2) {
-        /* wide node: add directly */
-        uint32_t idx;
-        const int64_t *g = vd_node_group(p, n);
-        int64_t gp[64];
-        if (n->coll == e->group_coll && e->group_n == n->n_group) {
-          for (uint32_t k = 0; k < n->n_group; k++) gp[k] = vd_node_group(p, n)[e->group_perm[k]];
-          g = gp;
-        }
-        VD_CHECK(vd_plan_add_node(q, n, vd_node_op(p, n), renamed(e, vd_plan_s(p, n->name), nbuf, sizeof(nbuf)),
-                                  vd_node_inputs(p, n), n->n_in,
-                                  vd_node_outputs(p, n), n->n_out, g, n->n_group, &idx));
-        for (uint32_t k = 0; k < n->n_attr; k++) VD_CHECK(vd_plan_attr_copy(q, idx, p, &p->attrs[n->attr_off + k]));
-        goto after;
-      }
-      memcpy(nn.in, vd_node_inputs(p, n), n->n_in * sizeof(uint32_t));
-      memcpy(nn.out, vd_node_outputs(p, n), n->n_out * sizeof(uint32_t));
-      int64_t gp[64];
-      nn.group = vd_node_group(p, n);
-      if (n->coll >= 0 && n->coll == e->group_coll && e->group_n == n->n_group) {
-        for (uint32_t k = 0; k < n->n_group; k++) gp[k] = vd_node_group(p, n)[e->group_perm[k]];
-        nn.group = gp;
-      }
-      VD_CHECK(emit_node(q, p, n, &nn, renamed(e, vd_plan_s(p, n->name), nbuf, sizeof(nbuf))));
+      VD_CHECK(copy_node(p, e, i, q));
     }
-  after:
     if ((int64_t)i == e->after)
       for (int k = 0; k < e->n_aft; k++) {
         vd_node_t proto = *n;
@@ -964,198 +986,245 @@ typedef struct {
 
 static const char *const verdict_name[4] = {"EQUIVALENT", "NOT EQUIVALENT", "error", "INCONCLUSIVE"};
 
-int main(int argc, char **argv) {
-  long n_mut = getenv("N") ? atol(getenv("N")) : 400;
-  uint64_t seed = 1;
-  const char *out = "build/soundness";
-  int verbose = 0, threads = 0, cross = 1, strip = 0;
-  double deadline = 0;
-  int only = -1; /* --kind NAME: draw that kind only */
-  long first = 0, max_fa = -1, max_inc = -1;
+/* The command line. */
+typedef struct {
+  long n_mut, first, max_fa, max_inc;
+  uint64_t seed;
+  const char *out;
+  int verbose, threads, cross, strip;
+  int only; /* --kind NAME: draw that kind only (-1: any) */
+  double deadline;
+} opts_t;
+
+/* Reads the command line into *op; returns 0, or 2 (usage, said on stderr). */
+static int parse_args(int argc, char **argv, opts_t *op) {
+  *op = (opts_t){.n_mut = getenv("N") ? atol(getenv("N")) : 400, .seed = 1, .out = "build/soundness", .cross = 1,
+                 .only = -1, .max_fa = -1, .max_inc = -1};
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) n_mut = atol(argv[++i]);
-    else if (strcmp(argv[i], "--first") == 0 && i + 1 < argc) first = atol(argv[++i]);
-    else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) threads = atoi(argv[++i]);
-    else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
-    else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) out = argv[++i];
-    else if (strcmp(argv[i], "--deadline") == 0 && i + 1 < argc) deadline = atof(argv[++i]);
+    if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) op->n_mut = atol(argv[++i]);
+    else if (strcmp(argv[i], "--first") == 0 && i + 1 < argc) op->first = atol(argv[++i]);
+    else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) op->threads = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) op->seed = strtoull(argv[++i], NULL, 10);
+    else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) op->out = argv[++i];
+    else if (strcmp(argv[i], "--deadline") == 0 && i + 1 < argc) op->deadline = atof(argv[++i]);
     else if (strcmp(argv[i], "--kind") == 0 && i + 1 < argc) {
       const char *want = argv[++i];
       for (int k = 0; k < M__COUNT; k++)
-        if (strcmp(mname[k], want) == 0) only = k;
-      if (only < 0) {
+        if (strcmp(mname[k], want) == 0) op->only = k;
+      if (op->only < 0) {
         fprintf(stderr, "soundness: unknown kind '%s'\n", want);
         return 2;
       }
-    } else if (strcmp(argv[i], "-v") == 0) verbose = 1;
-    else if (strcmp(argv[i], "--strip") == 0) strip = 1;
-    else if (strcmp(argv[i], "--max-false-alarms") == 0 && i + 1 < argc) max_fa = atol(argv[++i]);
-    else if (strcmp(argv[i], "--max-inconclusive") == 0 && i + 1 < argc) max_inc = atol(argv[++i]);
-    else if (strcmp(argv[i], "--no-cross-check") == 0) cross = 0; /* for timing the cross-check */
+    } else if (strcmp(argv[i], "-v") == 0) op->verbose = 1;
+    else if (strcmp(argv[i], "--strip") == 0) op->strip = 1;
+    else if (strcmp(argv[i], "--max-false-alarms") == 0 && i + 1 < argc) op->max_fa = atol(argv[++i]);
+    else if (strcmp(argv[i], "--max-inconclusive") == 0 && i + 1 < argc) op->max_inc = atol(argv[++i]);
+    else if (strcmp(argv[i], "--no-cross-check") == 0) op->cross = 0; /* for timing the cross-check */
     else {
       fprintf(stderr, "usage: soundness [-n N] [--first I] [--seed S] [--threads T] [--out DIR] [--no-cross-check] [--strip] [--deadline S] [--kind NAME] [--max-false-alarms N] [--max-inconclusive N] [-v]\n");
       return 2;
     }
   }
-  setvbuf(stdout, NULL, _IOLBF, 0); /* findings appear as they happen in a long run's log */
-  char cmd[512];
-  snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", out);
-  if (system(cmd) != 0) return 2;
+  return 0;
+}
 
+/* The configurations mutated: their single and parallel plans (the parallel
+ * stripped with --strip) and the single plans' files. */
+typedef struct {
   config_t cfg[16];
-  int n_cfg = make_configs(cfg);
+  int n_cfg;
   vd_plan_t sp[16], pp[16];
   char spath[16][300];
+} corpus_t;
+
+/* Generates the corpus; returns 0, or 2 (said on stderr). */
+static int make_corpus(const opts_t *op, corpus_t *cp) {
+  cp->n_cfg = make_configs(cp->cfg);
   vd_diag d;
-  for (int c = 0; c < n_cfg; c++) {
+  for (int c = 0; c < cp->n_cfg; c++) {
     vd_diag_clear(&d);
-    if (vd_gen_build(&cfg[c].c, &sp[c], &pp[c], &d) != VD_OK) {
+    if (vd_gen_build(&cp->cfg[c].c, &cp->sp[c], &cp->pp[c], &d) != VD_OK) {
       char line[600];
       vd_diag_format(&d, line, sizeof(line));
-      fprintf(stderr, "soundness: gen '%s': %s\n", cfg[c].name, line);
+      fprintf(stderr, "soundness: gen '%s': %s\n", cp->cfg[c].name, line);
       return 2;
     }
     size_t kept = 0, stripped = 0;
-    if (strip && vd_plan_strip(&pp[c], &kept, &stripped, &d) != VD_OK) {
-      fprintf(stderr, "soundness: strip '%s' failed\n", cfg[c].name);
+    if (op->strip && vd_plan_strip(&cp->pp[c], &kept, &stripped, &d) != VD_OK) {
+      fprintf(stderr, "soundness: strip '%s' failed\n", cp->cfg[c].name);
       return 2;
     }
-    snprintf(spath[c], sizeof(spath[c]), "%s/cfg%d.single.plan", out, c);
-    if (vd_plan_write_file(&sp[c], spath[c], &d) != VD_OK) {
-      fprintf(stderr, "soundness: cannot write %s\n", spath[c]);
+    snprintf(cp->spath[c], sizeof(cp->spath[c]), "%s/cfg%d.single.plan", op->out, c);
+    if (vd_plan_write_file(&cp->sp[c], cp->spath[c], &d) != VD_OK) {
+      fprintf(stderr, "soundness: cannot write %s\n", cp->spath[c]);
       return 2;
     }
   }
+  return 0;
+}
 
+/* The counts over every mutant judged. */
+typedef struct {
   tally_t t[M__COUNT];
-  memset(t, 0, sizeof(t));
-  long unsound = 0, inc_agree = 0;
-  size_t cross_agree = 0, cross_unknown = 0, cross_disagree = 0;
-  time_t t0 = time(NULL);
-  for (long i = first; i < first + n_mut; i++) {
-    rng_t r = {seed * 0x100000001b3ull + (uint64_t)i * 0x9e3779b97f4a7c15ull};
-    rnext(&r);
-    int c = (int)rbelow(&r, (uint32_t)n_cfg), k = -1;
-    edit_t e;
-    int32_t *act = vd_malloc((pp[c].n_nodes + 1) * sizeof(int32_t));
-    if (!act) return 2;
-    for (int tries = 0; tries < 20; tries++) {
-      k = (int)rbelow(&r, strip ? M__COUNT : M__BASE);
-      if (only >= 0) k = only;
-      if (mutate(&pp[c], k, &r, &e, act)) break;
-      k = -1;
-    }
-    if (k < 0) {
-      vd_free(act);
-      continue;
-    }
-    vd_plan_t q;
-    memset(&q, 0, sizeof(q));
-    vd_rc rc = rebuild(&pp[c], &e, &q);
-    if (rc == VD_OK) rc = fix_transpose_dim1(&q);
-    vd_free(act);
-    if (rc != VD_OK) {
-      fprintf(stderr, "soundness: mutant %ld: rebuild failed (%s)\n", i, vd_rc_name(rc));
-      vd_plan_free(&q);
-      return 2;
-    }
-    t[k].applied++;
-    vd_diag_clear(&d);
-    char ppath[300];
-    snprintf(ppath, sizeof(ppath), "%s/mutant.plan", out);
-    if (vd_plan_validate(&q, "mutant", &d) != VD_OK || vd_op_check_plan(&q, "mutant", &d) != VD_OK ||
-        vd_plan_write_file(&q, ppath, &d) != VD_OK) {
-      t[k].rejected++;
-      if (verbose) {
-        char line[600];
-        vd_diag_format(&d, line, sizeof(line));
-        printf("  #%ld %-13s rejected: %s [%s]\n", i, mname[k], line, e.desc);
-      }
-      vd_plan_free(&q);
-      continue;
-    }
-    /* the verifier */
-    vd_run_opts o = {0};
-    o.sm = spath[c];
-    o.pm = ppath;
-    o.quiet = 1;
-    o.seed = 1;
-    o.max_failures = 1;
-    o.threads = threads;
-    o.deadline_s = deadline;
-    /* every class the normal form proves is also given to Z3's solver: a
-     * disagreement is a bug of the normal form (or of Z3), counted below */
-    o.cross_check = cross;
-    size_t cross_before = vd_smt_cross_disagreements();
-    vd_run run;
-    memset(&run, 0, sizeof(run));
-    vd_diag_clear(&d);
-    int vcode;
-    struct timespec tv0, tv1;
-    clock_gettime(CLOCK_MONOTONIC, &tv0);
-    vd_ctl_clear_stop(); /* a previous mutant's --deadline stop is not this one's */
-    rc = vd_run_verify(&o, &run, &d);
-    clock_gettime(CLOCK_MONOTONIC, &tv1);
-    double vsec = (double)(tv1.tv_sec - tv0.tv_sec) + 1e-9 * (double)(tv1.tv_nsec - tv0.tv_nsec);
-    if (rc == VD_OK) vcode = vd_run_exit_code(&run);
-    else vcode = rc == VD_EINPUT || rc == VD_EIO ? 2 : 3;
-    for (size_t s_i = 0; rc == VD_OK && s_i < run.set.n_stages; s_i++) {
-      const vd_stage *cst = &run.set.stages[s_i];
-      if (cst->canon_class >= 0 && (size_t)cst->canon_class != s_i) continue;
-      int cr = run.verdicts[s_i].cross;
-      cross_agree += cr == VD_SMT_CROSS_AGREE;
-      cross_unknown += cr == VD_SMT_CROSS_UNKNOWN;
-    }
-    if (vd_smt_cross_disagreements() > cross_before) {
-      printf("  #%ld %-13s %-28s NORMAL FORM / Z3 DISAGREEMENT (%zu): %s\n", i, mname[k], cfg[c].name,
-             vd_smt_cross_disagreements() - cross_before, e.desc);
-      cross_disagree += vd_smt_cross_disagreements() - cross_before;
-    }
-    vd_run_free(&run);
-    /* the oracle on unreduced shapes */
-    vd_exec_opts xo = {.seed = 1, .tol = 1e-9, .single_name = spath[c], .parallel_name = ppath};
-    vd_exec_result xr;
-    vd_diag xd;
-    vd_diag_clear(&xd);
-    vd_rc xrc = vd_exec_compare(&sp[c], &q, &xo, &xr, &xd);
-    int x = xrc != VD_OK ? -1 : (int)xr.status;
-    if (vcode == 0) t[k].v_eq++;
-    else if (vcode == 1) t[k].v_ne++;
-    else if (vcode == 3) t[k].v_inc++;
-    else t[k].v_err++;
-    if (x == VD_EXEC_AGREE) t[k].x_agree++;
-    else if (x == VD_EXEC_DISAGREE) t[k].x_dis++;
-    else t[k].x_uns++;
-    int bad = vcode == 0 && x == VD_EXEC_DISAGREE;
-    int fa = vcode == 1 && x == VD_EXEC_AGREE;
-    int inc = vcode == 3 && x == VD_EXEC_AGREE; /* value-preserving and not proven */
-    inc_agree += inc;
-    t[k].unsound += bad;
-    t[k].false_alarm += fa;
-    t[k].both_ne += vcode == 1 && x == VD_EXEC_DISAGREE;
-    if (bad || fa || inc || verbose) {
-      printf("  #%ld %-13s %-28s cfg%d %6.1fs verdict %s, exec %s: %s%s\n", i, mname[k], cfg[c].name, c, vsec,
-             verdict_name[vcode < 4 && vcode >= 0 ? vcode : 2],
-             x < 0 ? "error" : vd_exec_status_names[x], e.desc, bad ? "  <-- UNSOUND" : fa ? "  (false alarm)" : inc ? "  (not proven)" : "");
-      if (bad && x == VD_EXEC_DISAGREE && xr.reason[0]) printf("       exec: %s\n", xr.reason);
-    }
-    if (bad) {
-      char keep[320];
-      snprintf(keep, sizeof(keep), "%s/unsound_%ld.plan", out, i);
-      vd_diag_clear(&d);
-      if (vd_plan_write_file(&q, keep, &d) == VD_OK)
-        printf("       kept: %s (single: %s)\n", keep, spath[c]);
-      unsound++;
-    }
-    vd_plan_free(&q);
-    if (!verbose && (i + 1) % 500 == 0) {
-      fprintf(stderr, "soundness: %ld/%ld mutants, %ld unsound, %lds\n", i + 1 - first, n_mut, unsound,
-              (long)(time(NULL) - t0));
-    }
-  }
+  long unsound, inc_agree;
+  size_t cross_agree, cross_unknown, cross_disagree;
+} totals_t;
 
-  printf("\nsoundness: %ld mutants (#%ld..#%ld), seed %llu, %ld s%s\n", n_mut, first, first + n_mut - 1,
-         (unsigned long long)seed, (long)(time(NULL) - t0), strip ? ", boundary-only plans (--strip)" : "");
+/* Mutant i: its configuration c, kind k, edit, plan q and q's file. */
+typedef struct {
+  long i;
+  int c, k;
+  edit_t e;
+  vd_plan_t q;
+  char ppath[300];
+} mutant_t;
+
+/* Draws mutant m->i (up to 20 kinds tried) and builds its plan m->q; returns
+ * 1, 0 when no kind applied, or 2 (out of memory or a failed rebuild). */
+static int draw_mutant(const opts_t *op, const corpus_t *cp, mutant_t *m) {
+  rng_t r = {op->seed * 0x100000001b3ull + (uint64_t)m->i * 0x9e3779b97f4a7c15ull};
+  rnext(&r);
+  int c = (int)rbelow(&r, (uint32_t)cp->n_cfg), k = -1;
+  int32_t *act = vd_malloc((cp->pp[c].n_nodes + 1) * sizeof(int32_t));
+  if (!act) return 2;
+  for (int tries = 0; tries < 20; tries++) {
+    k = (int)rbelow(&r, op->strip ? M__COUNT : M__BASE);
+    if (op->only >= 0) k = op->only;
+    if (mutate(&cp->pp[c], k, &r, &m->e, act)) break;
+    k = -1;
+  }
+  m->c = c;
+  m->k = k;
+  if (k < 0) {
+    vd_free(act);
+    return 0;
+  }
+  memset(&m->q, 0, sizeof(m->q));
+  vd_rc rc = rebuild(&cp->pp[c], &m->e, &m->q);
+  if (rc == VD_OK) rc = fix_transpose_dim1(&m->q);
+  vd_free(act);
+  if (rc != VD_OK) {
+    fprintf(stderr, "soundness: mutant %ld: rebuild failed (%s)\n", m->i, vd_rc_name(rc));
+    vd_plan_free(&m->q);
+    return 2;
+  }
+  return 1;
+}
+
+/* Validates m->q and writes it to m->ppath; returns 0 when it is rejected
+ * (said with -v). */
+static int accept_mutant(const opts_t *op, mutant_t *m) {
+  vd_diag d;
+  vd_diag_clear(&d);
+  snprintf(m->ppath, sizeof(m->ppath), "%s/mutant.plan", op->out);
+  if (vd_plan_validate(&m->q, "mutant", &d) != VD_OK || vd_op_check_plan(&m->q, "mutant", &d) != VD_OK ||
+      vd_plan_write_file(&m->q, m->ppath, &d) != VD_OK) {
+    if (op->verbose) {
+      char line[600];
+      vd_diag_format(&d, line, sizeof(line));
+      printf("  #%ld %-13s rejected: %s [%s]\n", m->i, mname[m->k], line, m->e.desc);
+    }
+    return 0;
+  }
+  return 1;
+}
+
+/* The verifier on the mutant (its time in *vsec): returns its exit code;
+ * counts the cross-check's classes and disagreements. */
+static int verify_mutant(const opts_t *op, const corpus_t *cp, const mutant_t *m, totals_t *tot, double *vsec) {
+  vd_run_opts o = {0};
+  o.sm = cp->spath[m->c];
+  o.pm = m->ppath;
+  o.quiet = 1;
+  o.seed = 1;
+  o.max_failures = 1;
+  o.threads = op->threads;
+  o.deadline_s = op->deadline;
+  /* every class the normal form proves is also given to Z3's solver: a
+   * disagreement is a bug of the normal form (or of Z3), counted below */
+  o.cross_check = op->cross;
+  size_t cross_before = vd_smt_cross_disagreements();
+  vd_run run;
+  memset(&run, 0, sizeof(run));
+  vd_diag d;
+  vd_diag_clear(&d);
+  int vcode;
+  struct timespec tv0, tv1;
+  clock_gettime(CLOCK_MONOTONIC, &tv0);
+  vd_ctl_clear_stop(); /* a previous mutant's --deadline stop is not this one's */
+  vd_rc rc = vd_run_verify(&o, &run, &d);
+  clock_gettime(CLOCK_MONOTONIC, &tv1);
+  *vsec = (double)(tv1.tv_sec - tv0.tv_sec) + 1e-9 * (double)(tv1.tv_nsec - tv0.tv_nsec);
+  if (rc == VD_OK) vcode = vd_run_exit_code(&run);
+  else vcode = rc == VD_EINPUT || rc == VD_EIO ? 2 : 3;
+  for (size_t s_i = 0; rc == VD_OK && s_i < run.set.n_stages; s_i++) {
+    const vd_stage *cst = &run.set.stages[s_i];
+    if (cst->canon_class >= 0 && (size_t)cst->canon_class != s_i) continue;
+    int cr = run.verdicts[s_i].cross;
+    tot->cross_agree += cr == VD_SMT_CROSS_AGREE;
+    tot->cross_unknown += cr == VD_SMT_CROSS_UNKNOWN;
+  }
+  if (vd_smt_cross_disagreements() > cross_before) {
+    printf("  #%ld %-13s %-28s NORMAL FORM / Z3 DISAGREEMENT (%zu): %s\n", m->i, mname[m->k], cp->cfg[m->c].name,
+           vd_smt_cross_disagreements() - cross_before, m->e.desc);
+    tot->cross_disagree += vd_smt_cross_disagreements() - cross_before;
+  }
+  vd_run_free(&run);
+  return vcode;
+}
+
+/* Judges the verifier's exit code vcode against the oracle on unreduced
+ * shapes: counts it, says an unsound, false-alarm or unproven one (every
+ * one with -v), and keeps an unsound mutant's plan. */
+static void judge_mutant(const opts_t *op, const corpus_t *cp, const mutant_t *m, int vcode, double vsec,
+                         totals_t *tot) {
+  tally_t *t = &tot->t[m->k];
+  int c = m->c;
+  vd_exec_opts xo = {.seed = 1, .tol = 1e-9, .single_name = cp->spath[c], .parallel_name = m->ppath};
+  vd_exec_result xr;
+  vd_diag xd;
+  vd_diag_clear(&xd);
+  vd_rc xrc = vd_exec_compare(&cp->sp[c], &m->q, &xo, &xr, &xd);
+  int x = xrc != VD_OK ? -1 : (int)xr.status;
+  if (vcode == 0) t->v_eq++;
+  else if (vcode == 1) t->v_ne++;
+  else if (vcode == 3) t->v_inc++;
+  else t->v_err++;
+  if (x == VD_EXEC_AGREE) t->x_agree++;
+  else if (x == VD_EXEC_DISAGREE) t->x_dis++;
+  else t->x_uns++;
+  int bad = vcode == 0 && x == VD_EXEC_DISAGREE;
+  int fa = vcode == 1 && x == VD_EXEC_AGREE;
+  int inc = vcode == 3 && x == VD_EXEC_AGREE; /* value-preserving and not proven */
+  tot->inc_agree += inc;
+  t->unsound += bad;
+  t->false_alarm += fa;
+  t->both_ne += vcode == 1 && x == VD_EXEC_DISAGREE;
+  if (bad || fa || inc || op->verbose) {
+    printf("  #%ld %-13s %-28s cfg%d %6.1fs verdict %s, exec %s: %s%s\n", m->i, mname[m->k], cp->cfg[c].name, c, vsec,
+           verdict_name[vcode < 4 && vcode >= 0 ? vcode : 2],
+           x < 0 ? "error" : vd_exec_status_names[x], m->e.desc, bad ? "  <-- UNSOUND" : fa ? "  (false alarm)" : inc ? "  (not proven)" : "");
+    if (bad && x == VD_EXEC_DISAGREE && xr.reason[0]) printf("       exec: %s\n", xr.reason);
+  }
+  if (bad) {
+    char keep[320];
+    snprintf(keep, sizeof(keep), "%s/unsound_%ld.plan", op->out, m->i);
+    vd_diag d;
+    vd_diag_clear(&d);
+    if (vd_plan_write_file(&m->q, keep, &d) == VD_OK)
+      printf("       kept: %s (single: %s)\n", keep, cp->spath[c]);
+    tot->unsound++;
+  }
+}
+
+/* Prints the table of every kind and the summary lines; returns the exit
+ * code: 1 on an unsound EQUIVALENT, a cross-check disagreement or more false
+ * alarms or INCONCLUSIVEs than allowed. */
+static int print_summary(const opts_t *op, const totals_t *tot, long secs) {
+  const tally_t *t = tot->t;
+  printf("\nsoundness: %ld mutants (#%ld..#%ld), seed %llu, %ld s%s\n", op->n_mut, op->first,
+         op->first + op->n_mut - 1, (unsigned long long)op->seed, secs,
+         op->strip ? ", boundary-only plans (--strip)" : "");
   printf("%-14s %7s %8s | %6s %6s %6s %5s | %6s %6s %5s | %7s %11s\n", "mutation", "applied", "rejected", "EQ", "NE",
          "INCONC", "err", "agree", "disagr", "unsup", "UNSOUND", "false-alarm");
   tally_t s;
@@ -1176,16 +1245,53 @@ int main(int argc, char **argv) {
          s.x_dis, caught, s.unsound, s.x_dis - caught - s.unsound);
   printf("false-alarm rate: %ld of %ld value-preserving mutants (exec agrees) = %.1f%%\n", s.false_alarm, s.x_agree,
          s.x_agree ? 100.0 * (double)s.false_alarm / (double)s.x_agree : 0.0);
-  printf("INCONCLUSIVE on value-preserving mutants: %ld\n", inc_agree);
+  printf("INCONCLUSIVE on value-preserving mutants: %ld\n", tot->inc_agree);
   printf("unsound EQUIVALENT: %ld\n", s.unsound);
-  for (int c = 0; c < n_cfg; c++) {
-    vd_plan_free(&sp[c]);
-    vd_plan_free(&pp[c]);
+  return s.unsound ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  opts_t op;
+  if (parse_args(argc, argv, &op)) return 2;
+  setvbuf(stdout, NULL, _IOLBF, 0); /* findings appear as they happen in a long run's log */
+  char cmd[512];
+  snprintf(cmd, sizeof(cmd), "mkdir -p '%s'", op.out);
+  if (system(cmd) != 0) return 2;
+  static corpus_t cp;
+  if (make_corpus(&op, &cp)) return 2;
+  static totals_t tot;
+  time_t t0 = time(NULL);
+  for (long i = op.first; i < op.first + op.n_mut; i++) {
+    mutant_t m = {.i = i};
+    int drawn = draw_mutant(&op, &cp, &m);
+    if (drawn == 2) return 2;
+    if (!drawn) continue;
+    tot.t[m.k].applied++;
+    if (!accept_mutant(&op, &m)) {
+      tot.t[m.k].rejected++;
+      vd_plan_free(&m.q);
+      continue;
+    }
+    double vsec;
+    int vcode = verify_mutant(&op, &cp, &m, &tot, &vsec);
+    judge_mutant(&op, &cp, &m, vcode, vsec, &tot);
+    vd_plan_free(&m.q);
+    if (!op.verbose && (i + 1) % 500 == 0) {
+      fprintf(stderr, "soundness: %ld/%ld mutants, %ld unsound, %lds\n", i + 1 - op.first, op.n_mut, tot.unsound,
+              (long)(time(NULL) - t0));
+    }
+  }
+  int bad = print_summary(&op, &tot, (long)(time(NULL) - t0));
+  for (int c = 0; c < cp.n_cfg; c++) {
+    vd_plan_free(&cp.sp[c]);
+    vd_plan_free(&cp.pp[c]);
   }
   printf("cross-check of the normal form against Z3 (every mutant): %zu class(es) agreed, %zu undecided by Z3, "
-         "%zu disagreement(s)\n", cross_agree, cross_unknown, cross_disagree);
-  int over_fa = max_fa >= 0 && s.false_alarm > max_fa, over_inc = max_inc >= 0 && inc_agree > max_inc;
-  if (over_fa) printf("FAIL: %ld false alarm(s), at most %ld allowed\n", s.false_alarm, max_fa);
-  if (over_inc) printf("FAIL: %ld INCONCLUSIVE value-preserving mutant(s), at most %ld allowed\n", inc_agree, max_inc);
-  return s.unsound || cross_disagree || over_fa || over_inc ? 1 : 0;
+         "%zu disagreement(s)\n", tot.cross_agree, tot.cross_unknown, tot.cross_disagree);
+  long false_alarms = 0;
+  for (int k = 0; k < M__COUNT; k++) false_alarms += tot.t[k].false_alarm;
+  int over_fa = op.max_fa >= 0 && false_alarms > op.max_fa, over_inc = op.max_inc >= 0 && tot.inc_agree > op.max_inc;
+  if (over_fa) printf("FAIL: %ld false alarm(s), at most %ld allowed\n", false_alarms, op.max_fa);
+  if (over_inc) printf("FAIL: %ld INCONCLUSIVE value-preserving mutant(s), at most %ld allowed\n", tot.inc_agree, op.max_inc);
+  return bad || tot.cross_disagree || over_fa || over_inc ? 1 : 0;
 }
