@@ -13,23 +13,9 @@
 #   bin/verdict --sm build/bench/dsv3.single.plan --pm build/bench/dsv3.parallel.plan
 set -eu
 cd "$(dirname "$0")/.."
-V=${VERDICT:-bin/verdict}
-OUT=${OUT:-build/bench}
-mkdir -p "$OUT"
-measure() { # label cmd...
-  label=$1; shift
-  /usr/bin/time -f "%e %M" -o "$OUT/time" "$@" >"$OUT/$label.out" 2>"$OUT/$label.err" || {
-    cat "$OUT/$label.err"; exit 1; }
-  read -r secs kb <"$OUT/time"
-  awk -v l="$label" -v s="$secs" -v k="$kb" 'BEGIN { printf "%-28s %8.2f s  %8.1f MB peak RSS\n", l, s, k / 1024 }'
-}
+. bench/gen_lib.sh
 echo "DeepSeek-V3-like shape: 61 layers, 256 experts top-8, dp32 (= dp4 x ep8) tp8 pp8 nm16, hidden 512"
 measure "gen (both plans)" "$V" gen --model moe --layers 61 --hidden 512 --heads 128 --seq 128 --batch 1024 \
   --vocab 1024 --experts 256 --topk 8 --dp 4 --ep 8 --tp 8 --pp 8 --nm 16 \
   --single "$OUT/dsv3.single.plan" --parallel "$OUT/dsv3.parallel.plan"
-for f in single parallel; do
-  awk -v l="$f plan file" -v b="$(stat -c %s "$OUT/dsv3.$f.plan")" 'BEGIN { printf "%-28s %8.1f MB\n", l, b / 1048576 }'
-done
-measure "validate parallel plan" "$V" plan validate "$OUT/dsv3.parallel.plan"
-measure "stats parallel plan" "$V" plan stats "$OUT/dsv3.parallel.plan"
-grep -E "ranks|nodes:" "$OUT/stats parallel plan.out" || true
+plan_figures dsv3

@@ -12,7 +12,7 @@ VERDICT=${1:-bin/verdict}
 T=${TIMEOUT:-300}
 W=$(mktemp -d "${TMPDIR:-/tmp}/strip-matrix.XXXXXX") || exit 2
 trap 'rm -rf "$W"' EXIT INT TERM
-SIZES="--layers 2 --hidden 32 --heads 4 --seq 8 --batch 4"
+. "$(dirname "$0")/../tests/e2e/matrix.sh"
 now() { date +%s.%N; }
 same=0 diff=0 n=0
 run() {
@@ -33,28 +33,7 @@ run() {
   if [ "$rf" = "$rs" ]; then same=$((same + 1)); else diff=$((diff + 1)); fi
   echo "$ratio" >>"$W/ratios"
 }
-for model in mlp llama3 moe; do
-  for dp in 1 2; do for tp in 1 2; do for pp in 1 2; do for nm in 1 2; do
-    run --model $model $SIZES --dp $dp --tp $tp --pp $pp --nm $nm
-  done; done; done; done
-done
-run --model llama3 $SIZES --tp 4
-run --model llama3 $SIZES --pp 4 --layers 4 --nm 2
-run --model llama3 $SIZES --dp 4
-run --model llama3 $SIZES --tp 2 --sp
-run --model llama3 $SIZES --tp 2 --sp --pp 2 --nm 2
-run --model llama3 $SIZES --cp 2
-run --model llama3 $SIZES --cp 2 --tp 2
-run --model moe $SIZES --ep 2
-run --model moe $SIZES --ep 2 --tp 2
-run --model llama3 $SIZES --dp 2 --zero 1 --optimizer adam
-run --model moe $SIZES --dp 2 --zero 1 --optimizer adam
-run --model llama3 $SIZES --dp 2 --tp 2 --grad-clip 1.0 --loss sum
-run --model llama3 $SIZES --heads 4 --kv-heads 2 --tp 2
-run --model llama3 $SIZES --dp 2 --tp 2 --nm 2 --tie-embeddings
-run --model llama3 $SIZES --dp 2 --tp 2 --pp 2 --nm 2 --tie-embeddings
-run --model llama3 $SIZES --dp 2 --tp 2 --pp 2 --nm 2 --loss-mask
-run --model llama3 $SIZES --cp 2 --loss-mask
+for_each_config run
 if [ "$n" -gt 0 ]; then
   sort -n "$W/ratios" | awk -v n="$n" -v s="$same" '{a[NR]=$1; t+=$1} END {printf "summary: %d configurations, %d same verdict; time ratio stripped/full mean %.2f, worst %.2f\n", n, s, t/NR, a[NR]}'
 fi

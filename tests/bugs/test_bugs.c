@@ -25,6 +25,8 @@
 #include "../../gen/gen.h"
 #include "../../oracle/exec.h"
 #include "../support/fault.h"
+#include "../support/files.h"
+#include "../support/pipeline.h"
 
 typedef enum { CFG_BASE, CFG_SP, CFG_CP, CFG_ZERO, CFG_CLIP, CFG__COUNT } cfg_id;
 
@@ -34,17 +36,8 @@ typedef struct {
 } fixture;
 
 static void config(cfg_id id, vd_gen_config *c) {
-  vd_gen_config_default(c);
-  c->model = VD_GEN_LLAMA3;
-  c->layers = 2;
-  c->hidden = 16;
-  c->heads = 4;
-  c->seq = 8;
-  c->batch = 8;
-  c->dp = 2;
-  c->tp = 2;
-  c->pp = 2;
-  c->nm = 2;
+  tp_gen_config(c, &(tp_sizes){VD_GEN_LLAMA3, .layers = 2, .hidden = 16, .heads = 4, .seq = 8, .batch = 8, .dp = 2,
+                               .tp = 2, .pp = 2, .nm = 2});
   if (id == CFG_SP) c->sp = 1;
   if (id == CFG_CP) c->cp = 2;
   if (id == CFG_ZERO) {
@@ -107,9 +100,7 @@ typedef struct {
 /* Writes and re-reads the plan: the reader accepts what a mutation makes. */
 static void round_trip(const vd_plan_t *p) {
   char path[] = "/tmp/vd_test_bugs_XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  close(fd);
+  tfile_temp(path);
   vd_diag d;
   vd_diag_clear(&d);
   assert_int_equal(vd_plan_write_file(p, path, &d), VD_OK);

@@ -33,6 +33,19 @@ static void tmp_dir(char *buf, size_t n) {
   assert_non_null(mkdtemp(buf));
 }
 
+/* A fresh directory, the path of out.txt in it and a cleared diag: the
+ * ground of each test that writes one file. */
+typedef struct {
+  char dir[64], path[128];
+  vd_diag d;
+} target;
+
+static void target_init(target *t) {
+  tmp_dir(t->dir, sizeof(t->dir));
+  snprintf(t->path, sizeof(t->path), "%s/out.txt", t->dir);
+  vd_diag_clear(&t->d);
+}
+
 /* Entries of dir, dot files included (a temporary starts with '.'). */
 static int entries(const char *dir) {
   DIR *dh = opendir(dir);
@@ -101,30 +114,27 @@ static void expect_refused(const char *dir, const char *path, const char *why) {
 }
 
 static void test_new_file_and_kept_mode(void **state) {
-  char dir[64], path[128];
-  vd_diag d;
-  tmp_dir(dir, sizeof(dir));
-  snprintf(path, sizeof(path), "%s/out.txt", dir);
+  target t;
+  target_init(&t);
   mode_t old = umask(022);
-  vd_diag_clear(&d);
-  assert_int_equal(write_text(path, "one", 0, &d), VD_OK);
-  expect_content(path, "one");
+  assert_int_equal(write_text(t.path, "one", 0, &t.d), VD_OK);
+  expect_content(t.path, "one");
   struct stat st;
-  assert_int_equal(stat(path, &st), 0);
+  assert_int_equal(stat(t.path, &st), 0);
   assert_int_equal(st.st_mode & 07777, 0644); /* 0666 minus the umask, as fopen */
   /* An existing 0600 file stays 0600; a 0640 one 0640. */
-  assert_int_equal(chmod(path, 0600), 0);
-  assert_int_equal(write_text(path, "two", 0, &d), VD_OK);
-  expect_content(path, "two");
-  assert_int_equal(stat(path, &st), 0);
+  assert_int_equal(chmod(t.path, 0600), 0);
+  assert_int_equal(write_text(t.path, "two", 0, &t.d), VD_OK);
+  expect_content(t.path, "two");
+  assert_int_equal(stat(t.path, &st), 0);
   assert_int_equal(st.st_mode & 07777, 0600);
-  assert_int_equal(chmod(path, 0640), 0);
-  assert_int_equal(write_text(path, "three", 0, &d), VD_OK);
-  assert_int_equal(stat(path, &st), 0);
+  assert_int_equal(chmod(t.path, 0640), 0);
+  assert_int_equal(write_text(t.path, "three", 0, &t.d), VD_OK);
+  assert_int_equal(stat(t.path, &st), 0);
   assert_int_equal(st.st_mode & 07777, 0640);
-  assert_int_equal(entries(dir), 1); /* no temporary left */
+  assert_int_equal(entries(t.dir), 1); /* no temporary left */
   umask(old);
-  rm_dir(dir);
+  rm_dir(t.dir);
 }
 
 static void test_refused_paths(void **state) {
@@ -188,21 +198,18 @@ static void test_stdout(void **state) {
 }
 
 static void test_temporary_is_exclusive(void **state) {
-  char dir[64], path[128];
-  vd_diag d;
+  target t;
   vd_outfile a, b;
-  tmp_dir(dir, sizeof(dir));
-  snprintf(path, sizeof(path), "%s/out.txt", dir);
-  put(path, "old", 0644);
-  vd_diag_clear(&d);
-  assert_int_equal(vd_outfile_open(&a, path, 0, &d), VD_OK);
-  assert_int_equal(vd_outfile_open(&b, path, 0, &d), VD_OK);
+  target_init(&t);
+  put(t.path, "old", 0644);
+  assert_int_equal(vd_outfile_open(&a, t.path, 0, &t.d), VD_OK);
+  assert_int_equal(vd_outfile_open(&b, t.path, 0, &t.d), VD_OK);
   /* Beside the target, regular, private until commit, and two writers of
    * one target never share a temporary (the old writer used PATH.tmp). */
-  assert_true(!strncmp(a.tmp, dir, strlen(dir)) && a.tmp[strlen(dir)] == '/');
+  assert_true(!strncmp(a.tmp, t.dir, strlen(t.dir)) && a.tmp[strlen(t.dir)] == '/');
   assert_string_not_equal(a.tmp, b.tmp);
   char fixed[160];
-  snprintf(fixed, sizeof(fixed), "%s.tmp", path);
+  snprintf(fixed, sizeof(fixed), "%s.tmp", t.path);
   assert_string_not_equal(a.tmp, fixed);
   struct stat st;
   assert_int_equal(lstat(a.tmp, &st), 0);
@@ -215,59 +222,53 @@ static void test_temporary_is_exclusive(void **state) {
   snprintf(tmp_b, sizeof(tmp_b), "%s", b.tmp);
   vd_outfile_abort(&b);
   assert_int_equal(access(tmp_b, F_OK), -1);
-  expect_content(path, "old");
+  expect_content(t.path, "old");
   vd_outfile_abort(&b); /* released: a no-op */
-  assert_int_equal(vd_outfile_commit(&a, &d), VD_OK);
-  expect_content(path, "from a");
-  assert_int_equal(entries(dir), 1);
-  rm_dir(dir);
+  assert_int_equal(vd_outfile_commit(&a, &t.d), VD_OK);
+  expect_content(t.path, "from a");
+  assert_int_equal(entries(t.dir), 1);
+  rm_dir(t.dir);
 }
 
 static void test_target_swapped_before_commit(void **state) {
-  char dir[64], path[128];
-  vd_diag d;
+  target t;
   vd_outfile o;
-  tmp_dir(dir, sizeof(dir));
-  snprintf(path, sizeof(path), "%s/out.txt", dir);
-  vd_diag_clear(&d);
-  assert_int_equal(vd_outfile_open(&o, path, 0, &d), VD_OK);
+  target_init(&t);
+  assert_int_equal(vd_outfile_open(&o, t.path, 0, &t.d), VD_OK);
   fputs("data", o.fp);
-  assert_int_equal(mkfifo(path, 0644), 0); /* planted while we write */
-  assert_int_equal(vd_outfile_commit(&o, &d), VD_EIO);
-  assert_string_equal(d.file, path);
-  assert_non_null(strstr(d.msg, "FIFO"));
+  assert_int_equal(mkfifo(t.path, 0644), 0); /* planted while we write */
+  assert_int_equal(vd_outfile_commit(&o, &t.d), VD_EIO);
+  assert_string_equal(t.d.file, t.path);
+  assert_non_null(strstr(t.d.msg, "FIFO"));
   struct stat st;
-  assert_int_equal(lstat(path, &st), 0);
+  assert_int_equal(lstat(t.path, &st), 0);
   assert_true(S_ISFIFO(st.st_mode));
-  assert_int_equal(entries(dir), 1); /* the temporary is gone */
-  rm_dir(dir);
+  assert_int_equal(entries(t.dir), 1); /* the temporary is gone */
+  rm_dir(t.dir);
 }
 
 static void test_write_error_reported(void **state) {
   /* Writes that fail (a file-size limit: EFBIG): the commit fails, the
    * target keeps its content and the temporary is removed. */
-  char dir[64], path[128];
-  vd_diag d;
+  target t;
   vd_outfile o;
-  tmp_dir(dir, sizeof(dir));
-  snprintf(path, sizeof(path), "%s/out.txt", dir);
-  put(path, "old", 0644);
-  vd_diag_clear(&d);
+  target_init(&t);
+  put(t.path, "old", 0644);
   struct rlimit old;
   assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
   void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
-  assert_int_equal(vd_outfile_open(&o, path, 0, &d), VD_OK);
+  assert_int_equal(vd_outfile_open(&o, t.path, 0, &t.d), VD_OK);
   struct rlimit lim = {4, old.rlim_max};
   assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
   fputs("0123456789", o.fp);
-  vd_rc rc = vd_outfile_commit(&o, &d);
+  vd_rc rc = vd_outfile_commit(&o, &t.d);
   setrlimit(RLIMIT_FSIZE, &old);
   signal(SIGXFSZ, was);
   assert_int_equal(rc, VD_EIO);
-  assert_non_null(strstr(d.msg, "write failed"));
-  expect_content(path, "old");
-  assert_int_equal(entries(dir), 1);
-  rm_dir(dir);
+  assert_non_null(strstr(t.d.msg, "write failed"));
+  expect_content(t.path, "old");
+  assert_int_equal(entries(t.dir), 1);
+  rm_dir(t.dir);
 }
 
 typedef struct {

@@ -58,31 +58,46 @@ static void test_cut_on_boundary(void **state) {
   assert_int_equal(vd_text_cut(s, 5, 99), 5);
 }
 
+/* The escaping cases: in MODE, IN is escaped as WANT. */
+static const struct {
+  vd_text_mode mode;
+  const char *in;
+  const char *want;
+} esc_cases[] = {
+    {VD_TEXT_PLAIN, "layers.0.w\xc3\xa9", "layers.0.w\xc3\xa9"},
+    {VD_TEXT_PLAIN, "\x1b[31m", "\\x1B[31m"},
+    {VD_TEXT_PLAIN, "a\nEQUIVALENT\r\t", "a\\x0AEQUIVALENT\\x0D\\x09"},
+    {VD_TEXT_PLAIN, "\x7f\xc2\x85", "\\x7F\\u0085"},
+    {VD_TEXT_PLAIN, "\xe2\x80\xa8\xe2\x80\xae\xef\xbf\xbf\xef\xbf\xbe", "\\u2028\\u202E\\uFFFF\\uFFFE"},
+    {VD_TEXT_PLAIN, "x\xff\xe2\x82", "x\\xFF\\xE2\\x82"},
+    {VD_TEXT_PLAIN, "C:\\dir", "C:\\dir"}, /* backslashes kept */
+    {VD_TEXT_XML, "<a & \"b\">]]>", "&lt;a &amp; &quot;b&quot;&gt;]]&gt;"},
+    {VD_TEXT_XML, "l1\n\tl2\r\x01", "l1\n\tl2\\x0D\\x01"},
+    {VD_TEXT_XML, "\xef\xbf\xbf\xff", "\\uFFFF\\xFF"},
+    {VD_TEXT_DOT, "a\"b\\N&c\n\x1b", "a\\\"b\\\\N&amp;c\\\\x0A\\\\x1B"},
+    {VD_TEXT_UTF8, "\x1b\xff\xc3\xa9", "\x1b\xef\xbf\xbd\xc3\xa9"},
+};
+
+/* Checks the cases of the plain mode (PLAIN set) or of the others. */
+static void expect_escapes(int plain) {
+  char b[256];
+  for (size_t i = 0; i < sizeof(esc_cases) / sizeof(esc_cases[0]); i++)
+    if ((esc_cases[i].mode == VD_TEXT_PLAIN) == plain)
+      assert_string_equal(vd_text_esc(b, sizeof(b), esc_cases[i].in, esc_cases[i].mode), esc_cases[i].want);
+}
+
 static void test_plain(void **state) {
   (void)state;
-  char b[256];
-  assert_string_equal(vd_text_esc(b, sizeof(b), "layers.0.w\xc3\xa9", VD_TEXT_PLAIN), "layers.0.w\xc3\xa9");
-  assert_string_equal(vd_text_esc(b, sizeof(b), "\x1b[31m", VD_TEXT_PLAIN), "\\x1B[31m");
-  assert_string_equal(vd_text_esc(b, sizeof(b), "a\nEQUIVALENT\r\t", VD_TEXT_PLAIN), "a\\x0AEQUIVALENT\\x0D\\x09");
-  assert_string_equal(vd_text_esc(b, sizeof(b), "\x7f\xc2\x85", VD_TEXT_PLAIN), "\\x7F\\u0085");
-  assert_string_equal(vd_text_esc(b, sizeof(b), "\xe2\x80\xa8\xe2\x80\xae\xef\xbf\xbf\xef\xbf\xbe", VD_TEXT_PLAIN),
-                      "\\u2028\\u202E\\uFFFF\\uFFFE");
-  assert_string_equal(vd_text_esc(b, sizeof(b), "x\xff\xe2\x82", VD_TEXT_PLAIN), "x\\xFF\\xE2\\x82");
-  assert_string_equal(vd_text_esc(b, sizeof(b), "C:\\dir", VD_TEXT_PLAIN), "C:\\dir"); /* backslashes kept */
+  expect_escapes(1);
   /* Idempotent: escaping twice changes nothing more. */
-  char c[256];
+  char b[256], c[256];
   vd_text_esc(b, sizeof(b), "\x1b\n\xef\xbf\xbf\xff" "ok", VD_TEXT_PLAIN);
   assert_string_equal(vd_text_esc(c, sizeof(c), b, VD_TEXT_PLAIN), b);
 }
 
 static void test_xml_dot_utf8(void **state) {
   (void)state;
-  char b[256];
-  assert_string_equal(vd_text_esc(b, sizeof(b), "<a & \"b\">]]>", VD_TEXT_XML), "&lt;a &amp; &quot;b&quot;&gt;]]&gt;");
-  assert_string_equal(vd_text_esc(b, sizeof(b), "l1\n\tl2\r\x01", VD_TEXT_XML), "l1\n\tl2\\x0D\\x01");
-  assert_string_equal(vd_text_esc(b, sizeof(b), "\xef\xbf\xbf\xff", VD_TEXT_XML), "\\uFFFF\\xFF");
-  assert_string_equal(vd_text_esc(b, sizeof(b), "a\"b\\N&c\n\x1b", VD_TEXT_DOT), "a\\\"b\\\\N&amp;c\\\\x0A\\\\x1B");
-  assert_string_equal(vd_text_esc(b, sizeof(b), "\x1b\xff\xc3\xa9", VD_TEXT_UTF8), "\x1b\xef\xbf\xbd\xc3\xa9");
+  expect_escapes(0);
 }
 
 static void test_bounded_ellipsis(void **state) {

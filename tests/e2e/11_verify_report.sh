@@ -5,13 +5,7 @@
 set -e
 "$VERDICT" gen --model llama3 --layers 2 --hidden 32 --heads 4 --seq 8 --batch 4 \
   --dp 2 --tp 2 --pp 2 --nm 2 --single "$TMP/s.plan" --parallel "$TMP/p.plan" >/dev/null
-json() { python3 -c "import json,sys; d=json.load(open('$TMP/r.json')); print(eval(sys.argv[1]))" "$1"; }
-bug() { # number mutate-options... ; leaves the JSON report in $TMP/r.json
-  n=$1; shift
-  expect_exit 0 "$VERDICT" mutate --bug "$n" "$@" "$TMP/p.plan" "$TMP/b.plan"
-  expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/b.plan" --json "$TMP/r.json"
-  expect_in "^NOT EQUIVALENT" "$TMP/out"
-}
+bug() { mutant_not_equivalent "$@"; } # the JSON report in $TMP/r.json
 # A forward all-reduce replaced by identity: missing reduction on both TP ranks.
 bug 1 --rank 0
 [ "$(json "d['failures'][0]['diagnosis']")" = MISSING_REDUCTION ] || fail "bug 1 diagnosis"

@@ -18,13 +18,7 @@ expect_in "single 'layers.0.moe.experts.w1' \[256,32,16\] -> \[16,2,2\]" "$TMP/d
   --dp 2 --ep 2 --tp 2 --pp 2 --nm 4 --single "$TMP/s.plan" --parallel "$TMP/p.plan" >/dev/null
 expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
 expect_in "^EQUIVALENT" "$TMP/out"
-json() { python3 -c "import json,sys; d=json.load(open('$TMP/r.json')); print(eval(sys.argv[1]))" "$1"; }
-bug() { # number mutate-options... ; leaves the JSON report in $TMP/r.json
-  n=$1; shift
-  expect_exit 0 "$VERDICT" mutate -q --bug "$n" "$@" "$TMP/p.plan" "$TMP/b.plan"
-  expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/b.plan" --json "$TMP/r.json"
-  expect_in "^NOT EQUIVALENT" "$TMP/out"
-}
+bug() { n=$1; shift; mutant_not_equivalent "$n" -q "$@"; } # the JSON report in $TMP/r.json
 # The EP dispatch of layer 1 (ranks 4-7) runs over the DP group: wrong values
 # on exactly those ranks, through the reduced expert stages.
 bug 21 --rank 6 --layer 1

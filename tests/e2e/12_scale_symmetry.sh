@@ -8,7 +8,6 @@
 set -e
 "$VERDICT" gen --model llama3 --layers 2 --hidden 16 --heads 4 --seq 8 --batch 1024 \
   --dp 64 --tp 2 --pp 2 --nm 16 --single "$TMP/s.plan" --parallel "$TMP/p.plan" >/dev/null
-json() { python3 -c "import json,sys; d=json.load(open('$TMP/r.json')); print(eval(sys.argv[1]))" "$1"; }
 expect_exit 0 "$VERDICT" -q -v --sm "$TMP/s.plan" --pm "$TMP/p.plan"
 expect_in "^EQUIVALENT" "$TMP/out"
 expect_in "replica and microbatch symmetry: the [0-9]* stages stand for" "$TMP/out"
@@ -26,12 +25,7 @@ for nm in 1 16; do
   eval "n$nm=\$(sed -n 's/^  proof: \([0-9]*\) stage.*/\1/p' \"\$TMP/out\")"
 done
 [ "$n16" -lt $((n1 * 2)) ] || fail "nm16 cuts $n16 stages, nm1 $n1"
-bug() { # number mutate-options... ; leaves the JSON report in $TMP/r.json
-  n=$1; shift
-  expect_exit 0 "$VERDICT" mutate -q --bug "$n" "$@" "$TMP/p.plan" "$TMP/b.plan"
-  expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/b.plan" --json "$TMP/r.json"
-  expect_in "^NOT EQUIVALENT" "$TMP/out"
-}
+bug() { n=$1; shift; mutant_not_equivalent "$n" -q "$@"; } # the JSON report in $TMP/r.json
 # A different constant on the last stored rank (3): only rank 3's copies flagged.
 bug 7 --rank 3 --layer 1
 [ "$(json "d['failures'][0]['diagnosis']")" = WRONG_VALUE ] || fail "bug 7 diagnosis"

@@ -9,9 +9,18 @@
 # (its proof skipped), the plan would pass and this test fail.
 . "$(dirname "$0")/lib.sh"
 set -e
+# stale_caught WHAT MB RANK: $TMP/b.plan is NOT EQUIVALENT with one failure, in microbatch MB
+# on stored rank RANK (the JSON report left in $TMP/r.json)
+stale_caught() {
+  expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/b.plan" --json "$TMP/r.json"
+  expect_in "^NOT EQUIVALENT" "$TMP/out"
+  [ "$(json "len(d['failures'])")" = 1 ] || fail "$1: $(json "len(d['failures'])") failures"
+  [ "$(json "d['failures'][0]['microbatches']")" = "[$2]" ] || \
+    fail "$1 microbatch: $(json "d['failures'][0]['microbatches']")"
+  [ "$(json "d['failures'][0]['ranks']")" = "[$3]" ] || fail "$1 ranks: $(json "d['failures'][0]['ranks']")"
+}
 "$VERDICT" gen --model llama3 --layers 2 --hidden 16 --heads 4 --seq 8 --batch 1024 \
   --dp 64 --tp 2 --pp 2 --nm 16 --single "$TMP/s.plan" --parallel "$TMP/p.plan" >/dev/null
-json() { python3 -c "import json,sys; d=json.load(open('$TMP/r.json')); print(eval(sys.argv[1]))" "$1"; }
 expect_exit 0 "$VERDICT" -q -v --sm "$TMP/s.plan" --pm "$TMP/p.plan" --dump-stages "$TMP/stages.txt"
 expect_in "^EQUIVALENT" "$TMP/out"
 expect_in "sums by part: [0-9]* stages prove [0-9]* parts" "$TMP/out"
@@ -25,12 +34,7 @@ grep "layers.1.ffn.down.weight.grad" "$TMP/stages.txt" | grep -q "parts 1024" &&
 # the stale activation in microbatch 15 on stored rank 3 (every replica's rank 3)
 /usr/bin/python3 "$(dirname "$0")/stale_wgrad_mutant.py" "$TMP/p.plan" "$TMP/b.plan" 3 1 15 || fail "mutant"
 expect_exit 0 "$VERDICT" plan validate "$TMP/b.plan"
-expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/b.plan" --json "$TMP/r.json"
-expect_in "^NOT EQUIVALENT" "$TMP/out"
-[ "$(json "len(d['failures'])")" = 1 ] || fail "stale wgrad: $(json "len(d['failures'])") failures"
-[ "$(json "d['failures'][0]['microbatches']")" = "[15]" ] || \
-  fail "stale wgrad microbatch: $(json "d['failures'][0]['microbatches']")"
-[ "$(json "d['failures'][0]['ranks']")" = "[3]" ] || fail "stale wgrad ranks: $(json "d['failures'][0]['ranks']")"
+stale_caught "stale wgrad" 15 3
 [ "$(json "d['failures'][0]['replicas']")" = 64 ] || fail "stale wgrad: not every replica's rank 3"
 expect_in "target: single 'layers.1.ffn.down.weight.grad'" "$TMP/out"
 expect_in "rank 3 mb 15 linear_backward 'layers.1.ffn.down'" "$TMP/out"
@@ -49,11 +53,6 @@ grep -A1 "part 1 of a sum of 16 by part, rows \[4, 8) of 64" "$TMP/stages.txt" |
 grep "layers.1.moe.shared.down.weight.grad" "$TMP/stages.txt" | grep -q "parts 16" && \
   fail "shared-expert weight gradient still proven as one stage of 16 parts"
 /usr/bin/python3 "$(dirname "$0")/stale_wgrad_mutant.py" "$TMP/p.plan" "$TMP/b.plan" 6 1 3 moe.shared || fail "moe mutant"
-expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/b.plan" --json "$TMP/r.json"
-expect_in "^NOT EQUIVALENT" "$TMP/out"
-[ "$(json "len(d['failures'])")" = 1 ] || fail "moe stale wgrad: $(json "len(d['failures'])") failures"
-[ "$(json "d['failures'][0]['microbatches']")" = "[3]" ] || \
-  fail "moe stale wgrad microbatch: $(json "d['failures'][0]['microbatches']")"
-[ "$(json "d['failures'][0]['ranks']")" = "[6]" ] || fail "moe stale wgrad ranks: $(json "d['failures'][0]['ranks']")"
+stale_caught "moe stale wgrad" 3 6
 expect_in "rank 6 mb 3 linear_backward 'layers.1.moe.shared.down'" "$TMP/out"
 echo "ok moe dp2 ep2 nm4: dense weight gradients proven by part per EP rank; a stale activation in mb 3 on EP rank 1 caught there"

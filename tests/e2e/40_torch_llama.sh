@@ -5,37 +5,27 @@
 # (llama_parallel.py, --set bug=NAME) disagrees under the oracle.  `make torch-demo`
 # (examples/torch/demo.sh) runs every configuration.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/torch_lib.sh"
 set -e
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-T2P="/usr/bin/python3 $ROOT/tools/torch2plan"
-EX=$ROOT/examples/torch
 cap() {
-  expect_exit 0 $T2P --single "$EX/llama_single.py" --parallel "$EX/llama_parallel.py" --nproc 8 \
-    --out-single "$TMP/s.plan" --out-parallel "$TMP/p.plan" --set tp=2 --set pp=2 --set dp=2 --set nm=2 "$@"
+  capture_pair llama_single.py llama_parallel.py 8 --set tp=2 --set pp=2 --set dp=2 --set nm=2 "$@"
   expect_in "4 stored ranks x 2 replicas" "$TMP/out"
 }
 for conf in "--set opt=adam" "--set sp=1 --set bucket=1"; do
   cap $conf
-  expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-  expect_in "^EQUIVALENT" "$TMP/out"
-  expect_exit 0 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-  expect_in "AGREE" "$TMP/out"
+  pair_equivalent
 done
 # line LABEL: the line of llama_parallel.py holding the code the diagnosis must name
 line() { grep -n "$1" "$EX/llama_parallel.py" | head -1 | cut -d: -f1; }
-for bug in no_allreduce dp_noavg; do
-  cap --set bug=$bug
-  expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-  expect_in "DISAGREE" "$TMP/out"
-  if [ $bug = no_allreduce ]; then
-    # the residual add reads the row-parallel linear's partial sum (the
-    # linear whose all_reduce is missing is named as its producer)
-    expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-    expect_in "^NOT EQUIVALENT" "$TMP/out"
-    expect_in "inference stopped first at .* add 'llama_parallel.py:$(line 'h = h + attention').*part 0 of 2.*partial sum.*comes from rank 0 linear 'llama_parallel.py:$(line 'return leave_tp(F.linear(o')" "$TMP/out"
-    expect_in "^== finding 1 of 1: MISSING_REDUCTION at add 'llama_parallel.py:$(line 'h = h + attention')" "$TMP/out"
-  fi
-done
+# the residual add reads the row-parallel linear's partial sum (the linear whose
+# all_reduce is missing is named as its producer)
+cap --set bug=no_allreduce
+pair_not_equivalent \
+  "inference stopped first at .* add 'llama_parallel.py:$(line 'h = h + attention').*part 0 of 2.*partial sum.*comes from rank 0 linear 'llama_parallel.py:$(line 'return leave_tp(F.linear(o')" \
+  "^== finding 1 of 1: MISSING_REDUCTION at add 'llama_parallel.py:$(line 'h = h + attention')"
+cap --set bug=dp_noavg
+expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+expect_in "DISAGREE" "$TMP/out"
 # The scaling bugs: each replica's loss divided by the wrong count.  The
 # failing stage is the logged loss's (SCALE, the factor named), and the
 # finding names the division that introduces the factor, not the all_reduce
@@ -81,18 +71,11 @@ done
 # embedding group): EQUIVALENT; without the group's all_reduce (BUGS.md #19)
 # the stages' copies drift apart, first at the optimizer's update.
 cap --set tie=1
-expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "^EQUIVALENT" "$TMP/out"
-expect_exit 0 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "AGREE" "$TMP/out"
-cap --set tie=1 --set bug=tie_noreduce
-expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "DISAGREE" "$TMP/out"
-expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "^NOT EQUIVALENT" "$TMP/out"
-expect_in "^== finding 1 of 1: [A-Z_]* at [a-z_]* 'llama_parallel.py:$(line 'opt.step()')" "$TMP/out"
-expect_in "flagged: 'tok.weight' .*rank 0.*'tok.weight' .*rank 2" "$TMP/out"
+pair_equivalent
 # the hint: the update reads one addend of the single-device gradient sum
 # (not a scaling bug, though the learning rate scales it)
-expect_in "inference stopped first at .* add 'llama_parallel.py:$(line 'opt.step()').*one addend of the sum.*missing reduction" "$TMP/out"
+cap --set tie=1 --set bug=tie_noreduce
+pair_not_equivalent "^== finding 1 of 1: [A-Z_]* at [a-z_]* 'llama_parallel.py:$(line 'opt.step()')" \
+  "flagged: 'tok.weight' .*rank 0.*'tok.weight' .*rank 2" \
+  "inference stopped first at .* add 'llama_parallel.py:$(line 'opt.step()').*one addend of the sum.*missing reduction"
 echo ok

@@ -8,10 +8,8 @@
 # from outside the plan.  A bug in the plan (SP's missing all_gather) is attributed to its first point
 # of departure, the node the verifier's finding names.  `verdict noise --json` gives every tensor's bounds and bit-identical flag.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/torch_lib.sh"
 set -e
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-T2P="/usr/bin/python3 $ROOT/tools/torch2plan"
-EX=$ROOT/examples/torch
 cap() { # cap NAME [--set ...]: plans and dumps of a TP2 float32 run
   n=$1; shift
   expect_exit 0 $T2P --single "$EX/llama_single.py" --parallel "$EX/llama_parallel.py" --nproc 2 \

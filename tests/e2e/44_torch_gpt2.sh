@@ -13,37 +13,24 @@
 #    MISSING_REDUCTION at that parameter's optimizer update (the step's opt.step() line), whose
 #    input is one replica's share of the mean gradient.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/torch_lib.sh"
 set -e
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-T2P="/usr/bin/python3 $ROOT/tools/torch2plan"
-EX=$ROOT/examples/torch
 for conf in "--set opt=adamw" "--set attn=sdpa"; do
-  expect_exit 0 $T2P --single "$EX/gpt2_single.py" --out-single "$TMP/s1.plan" $conf
-  expect_exit 0 "$VERDICT" exec --sm "$TMP/s1.plan" --dump "$TMP/v" --seed 3
-  expect_exit 0 $T2P --single "$EX/gpt2_single.py" --replay "$TMP/v" $conf --tol 1e-12
-  expect_in "replay AGREE" "$TMP/out"
+  replay_faithful gpt2_single.py 3 $conf
 done
 cap() {
-  expect_exit 0 $T2P --single "$EX/gpt2_single.py" --parallel "$EX/gpt2_ddp.py" --nproc 2 --set dp=2 \
-    --out-single "$TMP/s.plan" --out-parallel "$TMP/p.plan" "$@"
+  capture_pair gpt2_single.py gpt2_ddp.py 2 --set dp=2 "$@"
   expect_in "1 stored ranks x 2 replicas" "$TMP/out"
 }
 for conf in "--set opt=sgd" "--set attn=sdpa --set opt=adamw --set bucket_mb=0.002" "--set accum=2"; do
   cap $conf
-  expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-  expect_in "^EQUIVALENT" "$TMP/out"
-  expect_in "0 dropped after a failed proof, 1 round" "$TMP/out"
-  expect_exit 0 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-  expect_in "AGREE" "$TMP/out"
+  pair_equivalent "0 dropped after a failed proof, 1 round"
 done
 # bugs: the loss scaled by the world size; accumulation under no_sync() without dividing by
 # the microbatch count
 for conf in "--set bug=loss_scale" "--set accum=2 --set bug=accum_nodiv"; do
   cap $conf
-  expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-  expect_in "^NOT EQUIVALENT" "$TMP/out"
-  expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-  expect_in "DISAGREE" "$TMP/out"
+  pair_not_equivalent
 done
 # a parameter DDP does not reduce: the finding is the missing reduction at its update, not a
 # wrong value at the loss (before: WRONG_VALUE at nll_loss_backward after 92 s)

@@ -8,20 +8,11 @@
 #  - a row-parallel layer whose bias is dropped (skip_bias_add, the returned bias ignored) is
 #    NOT EQUIVALENT, and the executor disagrees.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/torch_lib.sh"
 set -e
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-T2P="/usr/bin/python3 $ROOT/tools/torch2plan"
-EX=$ROOT/examples/torch
-cap() {
-  expect_exit 0 $T2P --single "$EX/gpt2_single.py" --parallel "$EX/gpt2_mcore.py" --nproc 2 --set tp=2 \
-    --out-single "$TMP/s.plan" --out-parallel "$TMP/p.plan" "$@"
-}
+cap() { capture_pair gpt2_single.py gpt2_mcore.py 2 --set tp=2 "$@"; }
 cap
-expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "^EQUIVALENT" "$TMP/out"
-expect_in "0 dropped after a failed proof, 1 round" "$TMP/out"
-expect_exit 0 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "AGREE" "$TMP/out"
+pair_equivalent "0 dropped after a failed proof, 1 round"
 # the weights' tp placements were read from Megatron-Core's marks: a column-parallel weight is
 # half of the single-device rows on each rank (its lineage slice), a row-parallel bias is whole
 "$VERDICT" plan dump "$TMP/p.plan" > "$TMP/dump"
@@ -30,8 +21,5 @@ for slice in "fc.weight .*\[0:32,0:16\]" "fc.weight .*\[32:64,0:16\]" "proj.weig
   grep -q "h\.0\.mlp\.$slice\|h\.0\.attn\.$slice" "$TMP/dump" || fail "no weight with the lineage $slice"
 done
 cap --set bug=no_bias_rowwise
-expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "^NOT EQUIVALENT" "$TMP/out"
-expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "DISAGREE" "$TMP/out"
+pair_not_equivalent
 echo ok

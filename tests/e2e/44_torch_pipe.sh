@@ -5,34 +5,16 @@
 # (scale_grads=False with a mean loss) is NOT EQUIVALENT, and the executor disagrees; so is one
 # that drops the last microbatch's gradient (bug=drop_mb).
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/torch_lib.sh"
 set -e
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-T2P="/usr/bin/python3 $ROOT/tools/torch2plan"
-EX=$ROOT/examples/torch
-cap() {
-  expect_exit 0 $T2P --single "$EX/gpt2_single.py" --parallel "$EX/gpt2_pipe.py" --nproc 2 \
-    --out-single "$TMP/s.plan" --out-parallel "$TMP/p.plan" "$@"
-}
 for conf in "--set schedule=gpipe" "--set schedule=1f1b"; do
-  cap $conf
-  expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-  expect_in "^EQUIVALENT" "$TMP/out"
-  expect_in "0 dropped after a failed proof, 1 round" "$TMP/out"
-  expect_exit 0 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-  expect_in "AGREE" "$TMP/out"
+  capture_pair gpt2_single.py gpt2_pipe.py 2 $conf
+  pair_equivalent "0 dropped after a failed proof, 1 round"
 done
-cap --set bug=noscale
-expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "^NOT EQUIVALENT" "$TMP/out"
-expect_in "is 2 x its single-device value" "$TMP/out"
-expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "DISAGREE" "$TMP/out"
+capture_pair gpt2_single.py gpt2_pipe.py 2 --set bug=noscale
+pair_not_equivalent "is 2 x its single-device value"
 # 1F1B over 4 microbatches with the last one's gradient dropped (its loss detached, value kept):
 # the finding is a missing part of the sum at the line that drops it
-cap --set schedule=1f1b --set nm=4 --set bug=drop_mb
-expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "^NOT EQUIVALENT" "$TMP/out"
-expect_in "MISSING_REDUCTION at mul 'gpt2_pipe.py:[0-9]*'" "$TMP/out"
-expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "DISAGREE" "$TMP/out"
+capture_pair gpt2_single.py gpt2_pipe.py 2 --set schedule=1f1b --set nm=4 --set bug=drop_mb
+pair_not_equivalent "MISSING_REDUCTION at mul 'gpt2_pipe.py:[0-9]*'"
 echo ok

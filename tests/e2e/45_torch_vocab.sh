@@ -8,32 +8,18 @@
 #  - the vocab-parallel cross-entropy (ce=vocab) is refused at capture (exit 2) naming its
 #    torch.max line: max.dim has no registry operator yet.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/torch_lib.sh"
 set -e
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-T2P="/usr/bin/python3 $ROOT/tools/torch2plan"
-EX=$ROOT/examples/torch
 # the lines of the index_put_ lookup and of the cross-entropy's torch.max
 LOOKUP=$(grep -n "out = torch.nn.functional.embedding(masked_input" "$EX/megatron_vocab.py" | tail -1 | cut -d: -f1)
 MAXL=$(grep -n "torch.max(logits" "$EX/megatron_vocab.py" | cut -d: -f1)
-cap() {
-  n=$1; shift
-  expect_exit "${WANT:-0}" $T2P --single "$EX/vocab_single.py" --parallel "$EX/vocab_tp.py" --nproc "$n" \
-    --out-single "$TMP/s.plan" --out-parallel "$TMP/p.plan" "$@"
-}
+cap() { capture_pair vocab_single.py vocab_tp.py "$@"; }
 for conf in "2 --set tp=2" "4 --set tp=2 --set dp=2" "2 --set tp=2 --set fill=masked_fill"; do
   cap $conf
-  expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-  expect_in "^EQUIVALENT" "$TMP/out"
-  expect_exit 0 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-  expect_in "AGREE" "$TMP/out"
+  pair_equivalent
 done
 cap 4 --set tp=2 --set dp=2 --set bug=vocab_shard
-expect_exit 1 "$VERDICT" --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "^NOT EQUIVALENT" "$TMP/out"
-expect_in "WRONG_VALUE" "$TMP/out"
-expect_in "rank 1 mb 0 embedding 'megatron_vocab.py:$LOOKUP'" "$TMP/out"
-expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "DISAGREE" "$TMP/out"
+pair_not_equivalent --full "WRONG_VALUE" "rank 1 mb 0 embedding 'megatron_vocab.py:$LOOKUP'"
 # refused at capture, with the line: the lookup's masked rows not zeroed before the all_reduce
 mkdir "$TMP/ex" && cp "$EX"/*.py "$TMP/ex/"
 sed -i 's/^        out\[input_mask, :\] = 0.0/        pass/' "$TMP/ex/megatron_vocab.py"

@@ -5,27 +5,13 @@
 #  - DDP dp2: EQUIVALENT and exec AGREE; the step under no_sync(): NOT EQUIVALENT,
 #    MISSING_REDUCTION, exec DISAGREE.
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/torch_lib.sh"
 set -e
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-T2P="/usr/bin/python3 $ROOT/tools/torch2plan"
-EX=$ROOT/examples/torch
 for act in relu,tanh sigmoid,gelu; do
-  expect_exit 0 $T2P --single "$EX/mlp_single.py" --out-single "$TMP/s1.plan" --set act=$act
-  expect_exit 0 "$VERDICT" exec --sm "$TMP/s1.plan" --dump "$TMP/v" --seed 5
-  expect_exit 0 $T2P --single "$EX/mlp_single.py" --replay "$TMP/v" --set act=$act --tol 1e-12
-  expect_in "replay AGREE" "$TMP/out"
-  expect_exit 0 $T2P --single "$EX/mlp_single.py" --parallel "$EX/mlp_ddp.py" --nproc 2 \
-    --out-single "$TMP/s.plan" --out-parallel "$TMP/p.plan" --set act=$act
-  expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-  expect_in "^EQUIVALENT" "$TMP/out"
-  expect_exit 0 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-  expect_in "AGREE" "$TMP/out"
+  replay_faithful mlp_single.py 5 --set act=$act
+  capture_pair mlp_single.py mlp_ddp.py 2 --set act=$act
+  pair_equivalent
 done
-expect_exit 0 $T2P --single "$EX/mlp_single.py" --parallel "$EX/mlp_ddp.py" --nproc 2 \
-  --out-single "$TMP/s.plan" --out-parallel "$TMP/p.plan" --set bug=nosync
-expect_exit 1 "$VERDICT" --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "^NOT EQUIVALENT" "$TMP/out"
-expect_in "MISSING_REDUCTION" "$TMP/out"
-expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "DISAGREE" "$TMP/out"
+capture_pair mlp_single.py mlp_ddp.py 2 --set bug=nosync
+pair_not_equivalent --full "MISSING_REDUCTION"
 echo ok

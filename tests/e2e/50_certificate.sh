@@ -47,6 +47,18 @@ echo "ok: every class re-proven by cvc5 and by Z3"
 expect_exit 1 "$VERDICT" recheck "$TMP/c1" --sm "$TMP/s.plan" --pm "$TMP/s.plan"
 expect_in "MISMATCH: parallel plan" "$TMP/out"
 
+# edit_manifest DIR STATEMENT [NAME]: the Python STATEMENT edits m, the certificate DIR's
+# manifest.json (d is DIR, name NAME), which is written back
+edit_manifest() {
+  /usr/bin/python3 - "$1" "$2" "${3-}" <<'EOF'
+import hashlib, json, sys
+d, statement, name = sys.argv[1], sys.argv[2], sys.argv[3]
+m = json.load(open(d + "/manifest.json"))
+exec(statement)
+json.dump(m, open(d + "/manifest.json", "w"), indent=1)
+EOF
+}
+
 # a changed obligation is refused
 cp -r "$TMP/c1" "$TMP/t1"
 printf ' ' >>"$TMP/t1/$(basename "$f")"
@@ -58,41 +70,23 @@ echo "ok: a changed obligation is refused"
 cp -r "$TMP/c1" "$TMP/t2"
 g="$TMP/t2/$(basename "$f")"
 sed 's/^; goal$/(assert false)\n; goal/' "$g" >"$TMP/x" && mv "$TMP/x" "$g"
-/usr/bin/python3 - "$TMP/t2" "$(basename "$f")" <<'EOF'
-import hashlib, json, sys
-d, name = sys.argv[1], sys.argv[2]
-m = json.load(open(d + "/manifest.json"))
-for c in m["classes"]:
+edit_manifest "$TMP/t2" 'for c in m["classes"]:
     if c.get("file") == name:
-        c["sha256"] = hashlib.sha256(open(d + "/" + name, "rb").read()).hexdigest()
-json.dump(m, open(d + "/manifest.json", "w"), indent=1)
-EOF
+        c["sha256"] = hashlib.sha256(open(d + "/" + name, "rb").read()).hexdigest()' "$(basename "$f")"
 expect_exit 1 "$VERDICT" recheck "$TMP/t2" -q
 expect_in "VACUOUS: class" "$TMP/out"
 echo "ok: a vacuous obligation is refused"
 
 # a stage mapped to a class without an obligation
 cp -r "$TMP/c1" "$TMP/t3"
-/usr/bin/python3 - "$TMP/t3" <<'EOF'
-import json, sys
-d = sys.argv[1]
-m = json.load(open(d + "/manifest.json"))
-m["stages"][3] = 999999
-json.dump(m, open(d + "/manifest.json", "w"), indent=1)
-EOF
+edit_manifest "$TMP/t3" 'm["stages"][3] = 999999'
 expect_exit 1 "$VERDICT" recheck "$TMP/t3" -q
 expect_in "UNMAPPED: stage 3" "$TMP/out"
 echo "ok: a stage without a class is refused"
 
 # usage and bad input: a class id beyond the stages is refused (no table of its size)
 cp -r "$TMP/c1" "$TMP/t4"
-/usr/bin/python3 - "$TMP/t4" <<'EOF'
-import json, sys
-d = sys.argv[1]
-m = json.load(open(d + "/manifest.json"))
-m["classes"][0]["class"] = 10 ** 15
-json.dump(m, open(d + "/manifest.json", "w"), indent=1)
-EOF
+edit_manifest "$TMP/t4" 'm["classes"][0]["class"] = 10 ** 15'
 expect_exit 2 "$VERDICT" recheck "$TMP/t4" -q
 expect_in "manifest.json: record classes\[0\]: field class: expected a stage id below 30" "$TMP/err"
 expect_exit 2 "$VERDICT" recheck "$TMP/nonexistent"

@@ -83,12 +83,15 @@ reused=$(json "$TMP/g2.json" '[c for c in j["configurations"] if c["name"]=="bug
 expect_exit 0 "$V" --sm s.plan --pm p.plan --cache "$TMP/c"
 expect_in "proof cache: $classes of $classes classes reused ($classes from the cache directory" "$TMP/out"
 
+# one_config FILE PARALLEL EXPECT: a manifest $TMP/FILE of one configuration x, s.plan against
+# PARALLEL, expected to be EXPECT
+one_config() { printf '[x]\nsingle = s.plan\nparallel = %s\nexpect = %s\n' "$2" "$3" >"$TMP/$1"; }
 # -- exit codes: unexpected NOT EQUIVALENT 1, wrong class 1, bad input 2
-printf '[x]\nsingle = s.plan\nparallel = b1.plan\nexpect = equivalent\n' >"$TMP/e1"
+one_config e1 b1.plan "equivalent"
 expect_exit 1 "$V" gate e1 --no-cache
 expect_in "^GATE FAILED: 0 of 1" "$TMP/out"
 expect_in "^==== configuration x: NOT EQUIVALENT (expected EQUIVALENT)" "$TMP/out"
-printf '[x]\nsingle = s.plan\nparallel = b1.plan\nexpect = not-equivalent SCALE\n' >"$TMP/e2"
+one_config e2 b1.plan "not-equivalent SCALE"
 expect_exit 1 "$V" gate e2 --no-cache
 printf '[x]\nsingle = s.plan\nparallel = nothere.plan\nexpect = equivalent\n[y]\nsingle = s.plan\nparallel = p.plan\nexpect = equivalent\n' >"$TMP/e3"
 expect_exit 2 "$V" gate e3 --no-cache
@@ -96,13 +99,13 @@ expect_in "^  x *BAD INPUT" "$TMP/out"
 expect_in "^  y *EQUIVALENT *EQUIVALENT *yes" "$TMP/out"
 
 # a bug expected but the pair is correct: the gate would let it through, 1
-printf '[x]\nsingle = s.plan\nparallel = p.plan\nexpect = not-equivalent\n' >"$TMP/e4"
+one_config e4 p.plan "not-equivalent"
 expect_exit 1 "$V" gate e4 --no-cache
 # inconclusive (a work budget far too small), nothing else wrong: 3
-printf '[x]\nsingle = s.plan\nparallel = p.plan\nexpect = equivalent\n' >"$TMP/e5"
+one_config e5 p.plan "equivalent"
 expect_exit 3 "$V" gate e5 --no-cache --stage-budget 0.000001
 expect_in "^  x *INCONCLUSIVE *EQUIVALENT *NO" "$TMP/out"
-printf '[x]\nsingle = s.plan\nparallel = p.plan\nexpect = inconclusive\n' >"$TMP/e6"
+one_config e6 p.plan "inconclusive"
 expect_exit 0 "$V" gate e6 --no-cache --stage-budget 0.000001
 
 # -- a corrupted cache: every entry ignored and reported, the verdicts unchanged

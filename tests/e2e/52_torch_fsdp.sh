@@ -11,32 +11,17 @@
 # What makes FSDP2 capturable: its flat all-gather and reduce-scatter buffers are read as the
 # values they hold (tools/torchcap/memory.py segments, collectives.py per-piece collectives).
 . "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/torch_lib.sh"
 set -e
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-T2P="/usr/bin/python3 $ROOT/tools/torch2plan"
-EX=$ROOT/examples/torch
-cap() {
+for conf in "2" "2 --set opt=sgdm" "2 --set opt=adamw --set clip=0.5" "4"; do
+  set -- $conf
   n=$1
   shift
-  expect_exit 0 $T2P --single "$EX/gpt2_single.py" --parallel "$EX/gpt2_fsdp.py" --nproc "$n" --set dp="$n" \
-    --out-single "$TMP/s.plan" --out-parallel "$TMP/p.plan" "$@"
-}
-for conf in "2" "2 --set opt=sgdm" "2 --set opt=adamw --set clip=0.5" "4"; do
-  cap $conf
-  expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-  expect_in "^EQUIVALENT" "$TMP/out"
-  expect_exit 0 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-  expect_in "AGREE" "$TMP/out"
+  capture_pair gpt2_single.py gpt2_fsdp.py "$n" --set dp="$n" "$@"
+  pair_equivalent
 done
-cap 2 --set bug=sum_rs
-expect_exit 1 "$VERDICT" --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "^NOT EQUIVALENT" "$TMP/out"
-expect_in "input 1 is 2 x its single-device value" "$TMP/out"
-expect_in "the factor comes from rank 0 scale 'gpt2.py:92'" "$TMP/out"
-expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-expect_in "DISAGREE" "$TMP/out"
-# the first FSDP (flat parameters): refused by name, pointing at fully_shard
-expect_exit 2 $T2P --single "$EX/gpt2_single.py" --parallel "$EX/gpt2_fsdp1.py" --nproc 2 --set dp=2 \
-  --out-single "$TMP/s.plan" --out-parallel "$TMP/p.plan"
+capture_pair gpt2_single.py gpt2_fsdp.py 2 --set dp=2 --set bug=sum_rs
+pair_not_equivalent --full "input 1 is 2 x its single-device value" "the factor comes from rank 0 scale 'gpt2.py:92'"
+WANT=2 capture_pair gpt2_single.py gpt2_fsdp1.py 2 --set dp=2
 expect_in "FullyShardedDataParallel (the first FSDP) is not supported.*fully_shard" "$TMP/err"
 echo ok

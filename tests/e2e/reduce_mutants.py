@@ -109,30 +109,36 @@ def interleave(p, twice, flat=False):
     p.d["nodes"][i:i] = new
 
 
-def norm(p, factor_of_h):
-    i, nrm = p.first("rms_norm")
-    x = p.tensors[nrm["in"][0]]
+def rms_rest(p, nrm, x, base, total, factor):
+    """The rest of rms_norm nrm written out once total (the sum of x*x over h,
+    shape [.., 1]) is made: total * factor + eps, rsqrt, x normalized, then
+    times the weight into nrm's output.  Returns the new nodes."""
     w = nrm["in"][1]
     y = nrm["out"][0]
     eps = nrm.get("attrs", {}).get("eps", 1e-6)
     shp = list(x["shape"])
-    h = shp[-1]
     row = shp[:-1] + [1]
-    base = nrm["name"] + ".written"
-    sq = p.tensor(x, base + ".sq", shp)
-    s = p.tensor(x, base + ".sum", row)
     ms = p.tensor(x, base + ".ms", row)
     e = p.tensor(x, base + ".eps", row)
     r = p.tensor(x, base + ".rsqrt", row)
     xn = p.tensor(x, base + ".xn", shp)
+    return [p.node(nrm, "scale", base + ".mean", [total], [ms], {"factor": factor}),
+            p.node(nrm, "add", base + ".eps", [ms], [e], {"scalar": eps}),
+            p.node(nrm, "rsqrt", base + ".rsqrt", [e], [r]),
+            p.node(nrm, "mul", base + ".normalize", [x["id"], r], [xn]),
+            p.node(nrm, "mul", base + ".weight", [xn, w], [y])]
+
+
+def norm(p, factor_of_h):
+    i, nrm = p.first("rms_norm")
+    x = p.tensors[nrm["in"][0]]
+    shp = list(x["shape"])
+    base = nrm["name"] + ".written"
+    sq = p.tensor(x, base + ".sq", shp)
+    s = p.tensor(x, base + ".sum", shp[:-1] + [1])
     new = [p.node(nrm, "mul", base + ".square", [x["id"], x["id"]], [sq]),
-           p.node(nrm, "sum", base + ".sum", [sq], [s], {"dims": [-1], "keepdim": 1}),
-           p.node(nrm, "scale", base + ".mean", [s], [ms], {"factor": factor_of_h(h)}),
-           p.node(nrm, "add", base + ".eps", [ms], [e], {"scalar": eps}),
-           p.node(nrm, "rsqrt", base + ".rsqrt", [e], [r]),
-           p.node(nrm, "mul", base + ".normalize", [x["id"], r], [xn]),
-           p.node(nrm, "mul", base + ".weight", [xn, w], [y])]
-    p.d["nodes"][i:i + 1] = new
+           p.node(nrm, "sum", base + ".sum", [sq], [s], {"dims": [-1], "keepdim": 1})]
+    p.d["nodes"][i:i + 1] = new + rms_rest(p, nrm, x, base, s, factor_of_h(shp[-1]))
 
 
 def norm_tp(p, factor_of_h):
@@ -143,9 +149,6 @@ def norm_tp(p, factor_of_h):
     for rank in (0, 1):
         i, nrm = p.first("rms_norm", rank)
         x = p.tensors[nrm["in"][0]]
-        w = nrm["in"][1]
-        y = nrm["out"][0]
-        eps = nrm.get("attrs", {}).get("eps", 1e-6)
         shp = list(x["shape"])
         h = shp[-1]
         half = shp[:-1] + [h // 2]
@@ -155,22 +158,13 @@ def norm_tp(p, factor_of_h):
         sq = p.tensor(x, base + ".sq", half)
         s = p.tensor(x, base + ".partial", row)
         st = p.tensor(x, base + ".sum", row)
-        ms = p.tensor(x, base + ".ms", row)
-        e = p.tensor(x, base + ".eps", row)
-        r = p.tensor(x, base + ".rsqrt", row)
-        xn = p.tensor(x, base + ".xn", shp)
         ar = p.node(nrm, "all_reduce", base + ".all_reduce", [s], [st])
         ar.update(phase="comm", coll=coll, group=[0, 1])
         new = [p.node(nrm, "chunk", base + ".split", [x["id"]], [mine], {"chunks": 2, "dim": -1, "index": rank}),
                p.node(nrm, "mul", base + ".square", [mine, mine], [sq]),
                p.node(nrm, "sum", base + ".sum", [sq], [s], {"dims": [-1], "keepdim": 1}),
-               ar,
-               p.node(nrm, "scale", base + ".mean", [st], [ms], {"factor": factor_of_h(h)}),
-               p.node(nrm, "add", base + ".eps", [ms], [e], {"scalar": eps}),
-               p.node(nrm, "rsqrt", base + ".rsqrt", [e], [r]),
-               p.node(nrm, "mul", base + ".normalize", [x["id"], r], [xn]),
-               p.node(nrm, "mul", base + ".weight", [xn, w], [y])]
-        p.d["nodes"][i:i + 1] = new
+               ar]
+        p.d["nodes"][i:i + 1] = new + rms_rest(p, nrm, x, base, st, factor_of_h(h))
 
 
 def count(p, factor):

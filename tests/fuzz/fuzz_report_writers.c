@@ -255,87 +255,115 @@ static uint32_t add(vd_plan_t *p, const char *s) {
   return off;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (size < 2 || size > 4096) return 0;
-  int k = data[0] & 1;
-  vd_run *r = &runs[k].r;
-  /* Names: the rest split at NUL bytes (at most MAX_NAMES). */
-  char *buf = malloc(size);
-  if (!buf) abort();
-  memcpy(buf, data + 1, size - 1);
-  buf[size - 1] = '\0';
-  const char *names[MAX_NAMES];
+enum { SAVED_TEXT = 8 }; /* structural details an input renames */
+
+/* What one input changed in a run: put back by restore after the writers. */
+typedef struct {
+  size_t pool[2]; /* the plans' pool sizes as verified */
+  uint32_t *tensor_name[2], *node_name[2], *node_src[2];
+  char detail[SAVED_TEXT][sizeof(((vd_run *)0)->issues[0].detail)];
+  size_t n_det;
+  char factor[sizeof(((vd_run *)0)->verdicts[0].factor)];
+  size_t fstage; /* the first failing stage, whose factor is renamed (SIZE_MAX: none) */
+} disguise_t;
+
+/* Splits buf (n bytes, the last a NUL) at NUL bytes into at most MAX_NAMES
+ * names; returns their count. */
+static size_t split_names(const char *buf, size_t n, const char **names) {
   size_t nn = 0;
-  for (size_t i = 0; i < size - 1 && nn < MAX_NAMES;) {
+  for (size_t i = 0; i < n && nn < MAX_NAMES;) {
     names[nn++] = buf + i;
     i += strlen(buf + i) + 1;
   }
-  /* Rename: tensors and nodes of both plans (names appended to the pools,
-   * dropped again below), paths, details, factors, reasons. */
-  vd_plan_t *plans[2] = {&r->sp, &r->pp};
-  size_t saved_pool[2] = {runs[k].sp_pool, runs[k].pp_pool};
-  uint32_t *saved_t[2], *saved_n[2], *saved_src[2];
+  return nn;
+}
+
+/* Renames the tensors and nodes (names and source locations) of both plans
+ * of run k with the nn names (appended to the pools, dropped by restore). */
+static void disguise_plans(int k, const char **names, size_t nn, disguise_t *sv) {
+  vd_plan_t *plans[2] = {&runs[k].r.sp, &runs[k].r.pp};
+  sv->pool[0] = runs[k].sp_pool;
+  sv->pool[1] = runs[k].pp_pool;
   for (int q = 0; q < 2; q++) {
     vd_plan_t *p = plans[q];
-    saved_t[q] = malloc((p->n_tensors + 1) * sizeof(uint32_t));
-    saved_n[q] = malloc((p->n_nodes + 1) * 2 * sizeof(uint32_t));
-    saved_src[q] = saved_n[q] + p->n_nodes + 1;
-    if (!saved_t[q] || !saved_n[q]) abort();
+    sv->tensor_name[q] = malloc((p->n_tensors + 1) * sizeof(uint32_t));
+    sv->node_name[q] = malloc((p->n_nodes + 1) * 2 * sizeof(uint32_t));
+    sv->node_src[q] = sv->node_name[q] + p->n_nodes + 1;
+    if (!sv->tensor_name[q] || !sv->node_name[q]) abort();
     uint32_t off[MAX_NAMES];
     for (size_t j = 0; j < nn; j++) off[j] = add(p, names[j]);
     for (size_t t = 0; t < p->n_tensors; t++) {
-      saved_t[q][t] = p->tensors[t].name;
+      sv->tensor_name[q][t] = p->tensors[t].name;
       p->tensors[t].name = off[(t * 7 + (size_t)q) % nn];
     }
     for (size_t j = 0; j < p->n_nodes; j++) {
-      saved_n[q][j] = p->nodes[j].name;
-      saved_src[q][j] = p->nodes[j].src;
+      sv->node_name[q][j] = p->nodes[j].name;
+      sv->node_src[q][j] = p->nodes[j].src;
       p->nodes[j].name = off[(j * 5 + 1) % nn];
       p->nodes[j].src = off[(j * 3 + 2) % nn];
     }
   }
-  vd_run_opts o = runs[k].o;
-  o.sm = names[0];
-  o.pm = names[nn > 1 ? 1 : 0];
-  o.max_failures = 1 + (data[0] >> 1 & 3);
-  enum { SAVED_TEXT = 8 };
-  char saved_detail[SAVED_TEXT][sizeof(r->issues[0].detail)];
-  size_t n_det = r->n_issues < SAVED_TEXT ? r->n_issues : SAVED_TEXT;
-  for (size_t i = 0; i < n_det; i++) {
-    memcpy(saved_detail[i], r->issues[i].detail, sizeof(saved_detail[i]));
+}
+
+/* Renames the run's first structural details and its first failing stage's
+ * factor with the names. */
+static void disguise_run(vd_run *r, const char **names, size_t nn, disguise_t *sv) {
+  sv->n_det = r->n_issues < SAVED_TEXT ? r->n_issues : SAVED_TEXT;
+  for (size_t i = 0; i < sv->n_det; i++) {
+    memcpy(sv->detail[i], r->issues[i].detail, sizeof(sv->detail[i]));
     snprintf(r->issues[i].detail, sizeof(r->issues[i].detail), "%s", names[(i + 2) % nn]);
   }
-  char saved_factor[sizeof(r->verdicts[0].factor)];
-  size_t fstage = SIZE_MAX;
-  for (size_t i = 0; i < r->set.n_stages && fstage == SIZE_MAX; i++)
-    if (r->verdicts[i].verdict == VD_SMT_NOT_EQUIVALENT) fstage = i;
-  if (fstage != SIZE_MAX) {
-    memcpy(saved_factor, r->verdicts[fstage].factor, sizeof(saved_factor));
-    snprintf(r->verdicts[fstage].factor, sizeof(saved_factor), "%s", names[nn - 1]);
+  sv->fstage = SIZE_MAX;
+  for (size_t i = 0; i < r->set.n_stages && sv->fstage == SIZE_MAX; i++)
+    if (r->verdicts[i].verdict == VD_SMT_NOT_EQUIVALENT) sv->fstage = i;
+  if (sv->fstage != SIZE_MAX) {
+    memcpy(sv->factor, r->verdicts[sv->fstage].factor, sizeof(sv->factor));
+    snprintf(r->verdicts[sv->fstage].factor, sizeof(sv->factor), "%s", names[nn - 1]);
   }
+}
 
-  /* Write and check every format. */
+/* Puts back what disguise_plans and disguise_run changed in run k. */
+static void restore(int k, disguise_t *sv) {
+  vd_run *r = &runs[k].r;
+  vd_plan_t *plans[2] = {&r->sp, &r->pp};
+  if (sv->fstage != SIZE_MAX) memcpy(r->verdicts[sv->fstage].factor, sv->factor, sizeof(sv->factor));
+  for (size_t i = 0; i < sv->n_det; i++) memcpy(r->issues[i].detail, sv->detail[i], sizeof(sv->detail[i]));
+  for (int q = 0; q < 2; q++) {
+    vd_plan_t *p = plans[q];
+    for (size_t t = 0; t < p->n_tensors; t++) p->tensors[t].name = sv->tensor_name[q][t];
+    for (size_t j = 0; j < p->n_nodes; j++) {
+      p->nodes[j].name = sv->node_name[q][j];
+      p->nodes[j].src = sv->node_src[q][j];
+    }
+    p->n_pool = sv->pool[q];
+    free(sv->tensor_name[q]);
+    free(sv->node_name[q]);
+  }
+}
+
+/* Writes every format of r and checks each output. */
+static void write_every_format(const vd_run *r, const vd_run_opts *o) {
   vd_diag d;
   vd_diag_clear(&d);
   char *text = NULL;
   size_t len = 0;
   FILE *m = open_memstream(&text, &len);
   if (!m) abort();
-  vd_report_text(r, &o, m);
+  vd_report_text(r, o, m);
   fclose(m);
   check_plain("text", text, len, 1);
   free(text);
   size_t n;
   char *out;
-  if (vd_report_json(r, &o, path_json, &d) != VD_OK) die("json", &d);
+  if (vd_report_json(r, o, path_json, &d) != VD_OK) die("json", &d);
   out = slurp(path_json, &n);
-  check_json(out, n, o.sm);
+  check_json(out, n, o->sm);
   free(out);
-  if (vd_report_junit(r, &o, path_junit, &d) != VD_OK) die("junit", &d);
+  if (vd_report_junit(r, o, path_junit, &d) != VD_OK) die("junit", &d);
   out = slurp(path_junit, &n);
   check_xml("junit", out, n);
   free(out);
-  if (vd_report_html(r, &o, path_html, &d) != VD_OK) die("html", &d);
+  if (vd_report_html(r, o, path_html, &d) != VD_OK) die("html", &d);
   out = slurp(path_html, &n);
   check_xml("html", out, n);
   free(out);
@@ -352,21 +380,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check_dot(text, len);
     free(text);
   }
+}
 
-  /* Restore the run. */
-  if (fstage != SIZE_MAX) memcpy(r->verdicts[fstage].factor, saved_factor, sizeof(saved_factor));
-  for (size_t i = 0; i < n_det; i++) memcpy(r->issues[i].detail, saved_detail[i], sizeof(saved_detail[i]));
-  for (int q = 0; q < 2; q++) {
-    vd_plan_t *p = plans[q];
-    for (size_t t = 0; t < p->n_tensors; t++) p->tensors[t].name = saved_t[q][t];
-    for (size_t j = 0; j < p->n_nodes; j++) {
-      p->nodes[j].name = saved_n[q][j];
-      p->nodes[j].src = saved_src[q][j];
-    }
-    p->n_pool = saved_pool[q];
-    free(saved_t[q]);
-    free(saved_n[q]);
-  }
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 2 || size > 4096) return 0;
+  int k = data[0] & 1;
+  vd_run *r = &runs[k].r;
+  /* Names: the rest split at NUL bytes (at most MAX_NAMES). */
+  char *buf = malloc(size);
+  if (!buf) abort();
+  memcpy(buf, data + 1, size - 1);
+  buf[size - 1] = '\0';
+  const char *names[MAX_NAMES];
+  size_t nn = split_names(buf, size - 1, names);
+  /* Rename: tensors and nodes of both plans (names appended to the pools,
+   * dropped again below), paths, details, factors, reasons. */
+  disguise_t sv;
+  disguise_plans(k, names, nn, &sv);
+  vd_run_opts o = runs[k].o;
+  o.sm = names[0];
+  o.pm = names[nn > 1 ? 1 : 0];
+  o.max_failures = 1 + (data[0] >> 1 & 3);
+  disguise_run(r, names, nn, &sv);
+  write_every_format(r, &o);
+  restore(k, &sv);
   free(buf);
   return 0;
 }

@@ -134,92 +134,102 @@ static void test_self_loop(void **state) {
   vd_plan_free(&p);
 }
 
-/* A larger pipeline: S stages x M microbatches, L layers per stage, with a
- * TP pair per stage (all_reduce after each layer) and send/recv between
+/* The pipeline of test_pipeline_order: stages, TP ranks per stage, layers per
+ * stage, microbatches. */
+enum { PIPE_S = 3, PIPE_TP = 2, PIPE_L = 4, PIPE_M = 4 };
+
+/* test_pipeline_order's rank r = st * PIPE_TP + t: its stage input (received from
+ * the previous stage after the first), PIPE_L layers of mul then all_reduce over
+ * the stage's TP pair, the send to the next stage, and the backward's
+ * gradient chain back to the stage input. */
+static void pipeline_rank(pb_ctx *c, int32_t fwd, int32_t bwd, int st, int t) {
+  char nm[64];
+  int64_t key = 100;
+  int32_t r = st * PIPE_TP + t;
+  uint32_t cur;
+  snprintf(nm, sizeof(nm), "r%d.in", r);
+  cur = pb_tensor(c, nm, r, st == 0 ? VD_ROLE_INPUT : VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
+  if (st > 0) {
+    snprintf(nm, sizeof(nm), "r%d.recv", r);
+    pb_coll(c, "recv", nm, r, fwd, PB_NONE, PB_T(cur), 10000 + (st - 1) * PIPE_TP + t, PB_G(r - PIPE_TP, r), 0);
+  }
+  uint32_t first = cur;
+  for (int l = 0; l < PIPE_L; l++) {
+    snprintf(nm, sizeof(nm), "r%d.w%d", r, l);
+    uint32_t w = pb_tensor(c, nm, r, VD_ROLE_WEIGHT, VD_SCOPE_PERSISTENT, 1, 4, 0);
+    snprintf(nm, sizeof(nm), "r%d.p%d", r, l);
+    uint32_t part = pb_tensor(c, nm, r, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
+    snprintf(nm, sizeof(nm), "r%d.h%d", r, l);
+    uint32_t h = pb_tensor(c, nm, r, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
+    snprintf(nm, sizeof(nm), "r%d.mul%d", r, l);
+    pb_node(c, "mul", nm, r, fwd, VD_PHASE_FWD, PB_T(cur, w), PB_T(part));
+    snprintf(nm, sizeof(nm), "r%d.ar%d", r, l);
+    pb_coll(c, "all_reduce", nm, r, fwd, PB_T(part), PB_T(h), key + st * PIPE_L + l,
+            PB_G(st * PIPE_TP, st * PIPE_TP + 1), 0);
+    cur = h;
+  }
+  if (st < PIPE_S - 1) {
+    snprintf(nm, sizeof(nm), "r%d.send", r);
+    pb_coll(c, "send", nm, r, fwd, PB_T(cur), PB_NONE, 10000 + st * PIPE_TP + t, PB_G(r, r + PIPE_TP), 0);
+  }
+  /* backward: a gradient chain back to the stage input */
+  snprintf(nm, sizeof(nm), "r%d.g", r);
+  uint32_t g = pb_tensor(c, nm, r, VD_ROLE_GRAD, VD_SCOPE_PER_MB, 1, 4, 0);
+  snprintf(nm, sizeof(nm), "r%d.gacc", r);
+  uint32_t gacc = pb_tensor(c, nm, r, VD_ROLE_GRAD, VD_SCOPE_PERSISTENT, 1, 4, 0);
+  if (st < PIPE_S - 1) {
+    snprintf(nm, sizeof(nm), "r%d.grecv", r);
+    pb_coll(c, "recv", nm, r, bwd, PB_NONE, PB_T(g), 20000 + st * PIPE_TP + t, PB_G(r + PIPE_TP, r), 0);
+  } else {
+    snprintf(nm, sizeof(nm), "r%d.loss_bwd", r);
+    pb_node(c, "neg", nm, r, bwd, VD_PHASE_BWD, PB_T(cur), PB_T(g));
+  }
+  snprintf(nm, sizeof(nm), "r%d.acc", r);
+  pb_node(c, "accumulate", nm, r, bwd, VD_PHASE_BWD, PB_T(gacc, g, first), PB_T(gacc));
+  if (st > 0) {
+    snprintf(nm, sizeof(nm), "r%d.gsend", r);
+    pb_coll(c, "send", nm, r, bwd, PB_T(g), PB_NONE, 20000 + (st - 1) * PIPE_TP + t, PB_G(r, r - PIPE_TP), 0);
+  }
+}
+
+/* A larger pipeline: PIPE_S stages x PIPE_M microbatches, PIPE_L layers per
+ * stage, with a TP pair per stage (all_reduce after each layer) and send/recv between
  * stages; 1F1B-like interleaving is approximated by running all forwards
  * then all backwards in reverse microbatch order. */
 static void test_pipeline_order(void **state) {
-  enum { S = 3, TP = 2, L = 4, M = 4 };
   pb_ctx c;
   vd_plan_t p;
-  pb_begin(&c, &p, VD_PLAN_PARALLEL, S * TP, 1, M);
+  pb_begin(&c, &p, VD_PLAN_PARALLEL, PIPE_S * PIPE_TP, 1, PIPE_M);
   int32_t fwd = pb_segment(&c, "fwd"), bwd = pb_segment(&c, "bwd");
   char nm[64];
-  int64_t key = 100;
-  for (int st = 0; st < S; st++)
-    for (int t = 0; t < TP; t++) {
-      int32_t r = st * TP + t;
-      uint32_t cur;
-      snprintf(nm, sizeof(nm), "r%d.in", r);
-      cur = pb_tensor(&c, nm, r, st == 0 ? VD_ROLE_INPUT : VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
-      if (st > 0) {
-        snprintf(nm, sizeof(nm), "r%d.recv", r);
-        pb_coll(&c, "recv", nm, r, fwd, PB_NONE, PB_T(cur), 10000 + (st - 1) * TP + t, PB_G(r - TP, r), 0);
-      }
-      uint32_t first = cur;
-      for (int l = 0; l < L; l++) {
-        snprintf(nm, sizeof(nm), "r%d.w%d", r, l);
-        uint32_t w = pb_tensor(&c, nm, r, VD_ROLE_WEIGHT, VD_SCOPE_PERSISTENT, 1, 4, 0);
-        snprintf(nm, sizeof(nm), "r%d.p%d", r, l);
-        uint32_t part = pb_tensor(&c, nm, r, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
-        snprintf(nm, sizeof(nm), "r%d.h%d", r, l);
-        uint32_t h = pb_tensor(&c, nm, r, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 4, 0);
-        snprintf(nm, sizeof(nm), "r%d.mul%d", r, l);
-        pb_node(&c, "mul", nm, r, fwd, VD_PHASE_FWD, PB_T(cur, w), PB_T(part));
-        snprintf(nm, sizeof(nm), "r%d.ar%d", r, l);
-        pb_coll(&c, "all_reduce", nm, r, fwd, PB_T(part), PB_T(h), key + st * L + l,
-                PB_G(st * TP, st * TP + 1), 0);
-        cur = h;
-      }
-      if (st < S - 1) {
-        snprintf(nm, sizeof(nm), "r%d.send", r);
-        pb_coll(&c, "send", nm, r, fwd, PB_T(cur), PB_NONE, 10000 + st * TP + t, PB_G(r, r + TP), 0);
-      }
-      /* backward: a gradient chain back to the stage input */
-      snprintf(nm, sizeof(nm), "r%d.g", r);
-      uint32_t g = pb_tensor(&c, nm, r, VD_ROLE_GRAD, VD_SCOPE_PER_MB, 1, 4, 0);
-      snprintf(nm, sizeof(nm), "r%d.gacc", r);
-      uint32_t gacc = pb_tensor(&c, nm, r, VD_ROLE_GRAD, VD_SCOPE_PERSISTENT, 1, 4, 0);
-      if (st < S - 1) {
-        snprintf(nm, sizeof(nm), "r%d.grecv", r);
-        pb_coll(&c, "recv", nm, r, bwd, PB_NONE, PB_T(g), 20000 + st * TP + t, PB_G(r + TP, r), 0);
-      } else {
-        snprintf(nm, sizeof(nm), "r%d.loss_bwd", r);
-        pb_node(&c, "neg", nm, r, bwd, VD_PHASE_BWD, PB_T(cur), PB_T(g));
-      }
-      snprintf(nm, sizeof(nm), "r%d.acc", r);
-      pb_node(&c, "accumulate", nm, r, bwd, VD_PHASE_BWD, PB_T(gacc, g, first), PB_T(gacc));
-      if (st > 0) {
-        snprintf(nm, sizeof(nm), "r%d.gsend", r);
-        pb_coll(&c, "send", nm, r, bwd, PB_T(g), PB_NONE, 20000 + (st - 1) * TP + t, PB_G(r, r - TP), 0);
-      }
-    }
+  for (int st = 0; st < PIPE_S; st++)
+    for (int t = 0; t < PIPE_TP; t++) pipeline_rank(&c, fwd, bwd, st, t);
   /* gacc is accumulated into, so a once-only 'zero' step writes it first. */
   assert_int_equal(c.rc, VD_OK);
   int32_t zero = pb_segment(&c, "zero");
-  for (int r = 0; r < S * TP; r++) {
+  for (int r = 0; r < PIPE_S * PIPE_TP; r++) {
     snprintf(nm, sizeof(nm), "r%d.gacc", r);
     uint32_t gacc = (uint32_t)pb_find_tensor(&p, nm);
     snprintf(nm, sizeof(nm), "r%d.zero", r);
     pb_node(&c, "scale", nm, r, zero, VD_PHASE_BWD, PB_NONE, PB_T(gacc));
   }
-  for (int r = 0; r < S * TP; r++) {
+  for (int r = 0; r < PIPE_S * PIPE_TP; r++) {
     pb_step(&c, r, zero, -1);
-    for (int m = 0; m < M; m++) pb_step(&c, r, fwd, m);
-    for (int m = M - 1; m >= 0; m--) pb_step(&c, r, bwd, m);
+    for (int m = 0; m < PIPE_M; m++) pb_step(&c, r, fwd, m);
+    for (int m = PIPE_M - 1; m >= 0; m--) pb_step(&c, r, bwd, m);
   }
   assert_int_equal(c.rc, VD_OK);
   vd_graph_t g;
   gb_build_ok(&p, 0, &g);
-  /* per rank and mb: L mul + L ar halves + recv/send halves + bwd nodes; merged pairwise */
-  size_t plain = (size_t)S * TP * (L * M + 1 + M); /* mul, zero, acc */
-  plain += (size_t)TP * M;                         /* loss_bwd on the last stage */
-  size_t merged = (size_t)S * L * M + (size_t)(S - 1) * TP * M * 2;
+  /* per rank and mb: PIPE_L mul + PIPE_L ar halves + recv/send halves + bwd nodes; merged pairwise */
+  size_t plain = (size_t)PIPE_S * PIPE_TP * (PIPE_L * PIPE_M + 1 + PIPE_M); /* mul, zero, acc */
+  plain += (size_t)PIPE_TP * PIPE_M; /* loss_bwd on the last stage */
+  size_t merged = (size_t)PIPE_S * PIPE_L * PIPE_M + (size_t)(PIPE_S - 1) * PIPE_TP * PIPE_M * 2;
   assert_int_equal(g.n_nodes, plain + merged);
   assert_topo_valid(&g);
-  /* gacc: version 0 from zero, then M accumulations */
+  /* gacc: version 0 from zero, then PIPE_M accumulations */
   int32_t last = vd_graph_last(&g, (uint32_t)pb_find_tensor(&p, "r0.gacc"), 0, -1);
-  assert_int_equal(g.values[last].version, M);
+  assert_int_equal(g.values[last].version, PIPE_M);
   vd_graph_free(&g);
   vd_plan_free(&p);
 }

@@ -26,6 +26,7 @@
 #include "../../gen/gen.h"
 #include "../support/fault.h"
 #include "../support/plan_builders.h"
+#include "../support/pipeline.h"
 
 static void test_rules_complete(void **st) {
   (void)st;
@@ -127,6 +128,19 @@ static void test_infer_mlp(void **st) {
   infer_mlp(2, 1, 2);
 }
 
+/* Begins a plan of one rank and one microbatch; returns its segment "fwd". */
+static int32_t begin_fwd(pb_ctx *c, vd_plan_t *p, vd_plan_kind kind) {
+  pb_begin(c, p, kind, 1, 1, 1);
+  return pb_segment(c, "fwd");
+}
+
+/* Ends a plan begun by begin_fwd (or with one segment f): its one step runs
+ * f for microbatch 0. */
+static void end_one_step(pb_ctx *c, int32_t f) {
+  pb_step(c, 0, f, 0);
+  assert_int_equal(c->rc, VD_OK);
+}
+
 /* Builds graphs for s and p, runs inference; *inf per parallel tensor. */
 static void run_infer(vd_plan_t *s, vd_plan_t *p, uint8_t **inf, vd_lin_infer_stats *is) {
   vd_graph_t gs, gp;
@@ -140,6 +154,20 @@ static void run_infer(vd_plan_t *s, vd_plan_t *p, uint8_t **inf, vd_lin_infer_st
   vd_graph_free(&gp);
 }
 
+/* Ends the parallel plan p (end_one_step), then run_infer on s and p. */
+static void infer_built(pb_ctx *c, int32_t f, vd_plan_t *s, vd_plan_t *p, uint8_t **inf, vd_lin_infer_stats *is) {
+  end_one_step(c, f);
+  run_infer(s, p, inf, is);
+}
+
+/* A parallel input NAME [2,2] per microbatch: rows [0, 2) of the single
+ * plan's [4,2] (its lineage annotation). */
+static uint32_t half_rows(pb_ctx *c, const char *name) {
+  uint32_t t = pb_tensor(c, name, 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 2, 2);
+  pb_lin(c, t, 1, 0, 2, 0, 2, 0, 1);
+  return t;
+}
+
 /* single: c1 = chunk(x [2,4], dim 1, 1 of 2); n = neg(c1).  parallel: x'
  * = rows [0,1) of x; c1' = chunk(x', dim 1, 1 of 2); n' = neg(c1').  n' is
  * rows [0,1) of n: only if c1' is named as a slice of c1, not of x. */
@@ -147,8 +175,7 @@ static void test_infer_chunk_rebase(void **st) {
   (void)st;
   vd_plan_t s, p;
   pb_ctx c;
-  pb_begin(&c, &s, VD_PLAN_SINGLE, 1, 1, 1);
-  int32_t f = pb_segment(&c, "fwd");
+  int32_t f = begin_fwd(&c, &s, VD_PLAN_SINGLE);
   uint32_t x = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 2, 4);    /* id 1 */
   uint32_t c0 = pb_tensor(&c, "c0", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);    /* id 2 */
   uint32_t c1 = pb_tensor(&c, "c1", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);    /* id 3 */
@@ -161,10 +188,8 @@ static void test_infer_chunk_rebase(void **st) {
     assert_int_equal(vd_plan_attr_int(&s, k, "chunks", 2), VD_OK);
   }
   pb_node(&c, "neg", "n", 0, f, VD_PHASE_FWD, PB_T(c1), PB_T(n));
-  pb_step(&c, 0, f, 0);
-  assert_int_equal(c.rc, VD_OK);
-  pb_begin(&c, &p, VD_PLAN_PARALLEL, 1, 1, 1);
-  f = pb_segment(&c, "fwd");
+  end_one_step(&c, f);
+  f = begin_fwd(&c, &p, VD_PLAN_PARALLEL);
   uint32_t px = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 1, 4);
   pb_lin(&c, px, 1, 0, 1, 0, 4, 0, 1);
   uint32_t pc1 = pb_tensor(&c, "c1", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 1, 2);
@@ -175,11 +200,9 @@ static void test_infer_chunk_rebase(void **st) {
   assert_int_equal(vd_plan_attr_int(&p, pk, "index", 1), VD_OK);
   assert_int_equal(vd_plan_attr_int(&p, pk, "chunks", 2), VD_OK);
   pb_node(&c, "neg", "pn", 0, f, VD_PHASE_FWD, PB_T(pc1), PB_T(pn));
-  pb_step(&c, 0, f, 0);
-  assert_int_equal(c.rc, VD_OK);
   uint8_t *inf = NULL;
   vd_lin_infer_stats is;
-  run_infer(&s, &p, &inf, &is);
+  infer_built(&c, f, &s, &p, &inf, &is);
   assert_true(inf[pc1] && inf[pn]);
   assert_int_equal(p.tensors[pc1].lin.full, 3); /* c1, not x */
   assert_int_equal(p.tensors[pn].lin.full, 4);
@@ -192,6 +215,35 @@ static void test_infer_chunk_rebase(void **st) {
   vd_plan_free(&p);
 }
 
+/* One node of scaled_chain: operator OP named NODE, its output tensor OUT,
+ * its float attribute KEY set to VALUE. */
+typedef struct {
+  const char *op, *node, *out, *key;
+  double value;
+} scaling;
+
+/* The ids scaled_chain made: tensors x', mid, last, out; the first node and
+ * the exp. */
+typedef struct {
+  uint32_t in, mid, last, out, first_node, exp_node;
+} chain;
+
+/* The parallel plan of factor_case and loss_scale_case: x' = half_rows "x",
+ * mid = s1(x'), last = s2(mid), out "b" = exp(last) (node exp_node). */
+static chain scaled_chain(pb_ctx *c, int32_t f, scaling s1, scaling s2, const char *exp_node) {
+  chain ch;
+  ch.in = half_rows(c, "x");
+  ch.mid = pb_tensor(c, s1.out, 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  ch.last = pb_tensor(c, s2.out, 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  ch.out = pb_tensor(c, "b", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  ch.first_node = pb_node(c, s1.op, s1.node, 0, f, VD_PHASE_FWD, PB_T(ch.in), PB_T(ch.mid));
+  pb_attr_float(c, ch.first_node, s1.key, s1.value);
+  uint32_t second = pb_node(c, s2.op, s2.node, 0, f, VD_PHASE_FWD, PB_T(ch.mid), PB_T(ch.last));
+  pb_attr_float(c, second, s2.key, s2.value);
+  ch.exp_node = pb_node(c, "exp", exp_node, 0, f, VD_PHASE_FWD, PB_T(ch.last), PB_T(ch.out));
+  return ch;
+}
+
 /* single: a = scale(x [4,2], 0.25); b = exp(a).  parallel: x' = rows
  * [0,2) of x; a' = scale(x', fa); b0' = div(a', scalar dv) (no single
  * twin); b' = exp(b0').  fa = 0.5, dv = 2: a' is 2 x a's rows (a candidate
@@ -201,33 +253,21 @@ static void test_infer_chunk_rebase(void **st) {
 static void factor_case(double dv, int cancels) {
   vd_plan_t s, p;
   pb_ctx c;
-  pb_begin(&c, &s, VD_PLAN_SINGLE, 1, 1, 1);
-  int32_t f = pb_segment(&c, "fwd");
+  int32_t f = begin_fwd(&c, &s, VD_PLAN_SINGLE);
   uint32_t x = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 4, 2); /* id 1 */
   uint32_t a = pb_tensor(&c, "a", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 2);   /* id 2 */
   uint32_t b = pb_tensor(&c, "b", 0, VD_ROLE_LOSS, VD_SCOPE_PER_MB, 2, 4, 2);  /* id 3 */
   uint32_t sc = pb_node(&c, "scale", "a", 0, f, VD_PHASE_FWD, PB_T(x), PB_T(a));
   pb_attr_float(&c, sc, "factor", 0.25);
   pb_node(&c, "exp", "b", 0, f, VD_PHASE_FWD, PB_T(a), PB_T(b));
-  pb_step(&c, 0, f, 0);
-  assert_int_equal(c.rc, VD_OK);
-  pb_begin(&c, &p, VD_PLAN_PARALLEL, 1, 1, 1);
-  f = pb_segment(&c, "fwd");
-  uint32_t px = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 2, 2);
-  pb_lin(&c, px, 1, 0, 2, 0, 2, 0, 1);
-  uint32_t pa = pb_tensor(&c, "a", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
-  uint32_t pb0 = pb_tensor(&c, "b0", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
-  uint32_t pbb = pb_tensor(&c, "b", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
-  uint32_t psc = pb_node(&c, "scale", "pa", 0, f, VD_PHASE_FWD, PB_T(px), PB_T(pa));
-  pb_attr_float(&c, psc, "factor", 0.5);
-  uint32_t pdv = pb_node(&c, "div", "pb0", 0, f, VD_PHASE_FWD, PB_T(pa), PB_T(pb0));
-  pb_attr_float(&c, pdv, "scalar", dv);
-  uint32_t pex = pb_node(&c, "exp", "pb", 0, f, VD_PHASE_FWD, PB_T(pb0), PB_T(pbb));
-  pb_step(&c, 0, f, 0);
-  assert_int_equal(c.rc, VD_OK);
+  end_one_step(&c, f);
+  f = begin_fwd(&c, &p, VD_PLAN_PARALLEL);
+  chain ch = scaled_chain(&c, f, (scaling){"scale", "pa", "a", "factor", 0.5}, (scaling){"div", "pb0", "b0", "scalar", dv},
+                          "pb");
+  uint32_t pa = ch.mid, pb0 = ch.last, pbb = ch.out, pex = ch.exp_node, psc = ch.first_node;
   uint8_t *inf = NULL;
   vd_lin_infer_stats is;
-  run_infer(&s, &p, &inf, &is);
+  infer_built(&c, f, &s, &p, &inf, &is);
   /* 2 x a slice: a candidate with a factor (vd_lineage_ann.factor), a
    * claim its stage proves like any other; when the division cancels it, a
    * step on the way to b0's factor 1 and no candidate (only_cancelled: the
@@ -274,31 +314,25 @@ static void test_infer_factors(void **st) {
 static void commuted_case(const char *op) {
   vd_plan_t s, p;
   pb_ctx c;
-  pb_begin(&c, &s, VD_PLAN_SINGLE, 1, 1, 1);
-  int32_t f = pb_segment(&c, "fwd");
+  int32_t f = begin_fwd(&c, &s, VD_PLAN_SINGLE);
   uint32_t a = pb_tensor(&c, "a", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 4, 2);
   uint32_t b = pb_tensor(&c, "b", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 4, 2);
   uint32_t y = pb_tensor(&c, "c", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 2);
   uint32_t l = pb_tensor(&c, "l", 0, VD_ROLE_LOSS, VD_SCOPE_PER_MB, 2, 4, 2);
   pb_node(&c, op, "c", 0, f, VD_PHASE_FWD, PB_T(a, b), PB_T(y));
   pb_node(&c, "exp", "l", 0, f, VD_PHASE_FWD, PB_T(y), PB_T(l));
-  pb_step(&c, 0, f, 0);
-  assert_int_equal(c.rc, VD_OK);
-  pb_begin(&c, &p, VD_PLAN_PARALLEL, 1, 1, 1);
-  f = pb_segment(&c, "fwd");
-  uint32_t pa = pb_tensor(&c, "a", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 2, 2);
-  pb_lin(&c, pa, 1, 0, 2, 0, 2, 0, 1);
+  end_one_step(&c, f);
+  f = begin_fwd(&c, &p, VD_PLAN_PARALLEL);
+  uint32_t pa = half_rows(&c, "a");
   uint32_t pbt = pb_tensor(&c, "b", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 2, 2);
   pb_lin(&c, pbt, 2, 0, 2, 0, 2, 0, 1);
   uint32_t py = pb_tensor(&c, "other_name", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
   uint32_t pl = pb_tensor(&c, "l", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
   pb_node(&c, op, "other_name", 0, f, VD_PHASE_FWD, PB_T(pbt, pa), PB_T(py));
   pb_node(&c, "exp", "l", 0, f, VD_PHASE_FWD, PB_T(py), PB_T(pl));
-  pb_step(&c, 0, f, 0);
-  assert_int_equal(c.rc, VD_OK);
   uint8_t *inf = NULL;
   vd_lin_infer_stats is;
-  run_infer(&s, &p, &inf, &is);
+  infer_built(&c, f, &s, &p, &inf, &is);
   assert_true(inf[py]);
   assert_int_equal(p.tensors[py].lin.full, 3);
   assert_int_equal(p.tensors[py].lin.hi[0], 2);
@@ -326,30 +360,18 @@ static void test_infer_commuted(void **st) {
 static void loss_scale_case(double down, int cancels) {
   vd_plan_t s, p;
   pb_ctx c;
-  pb_begin(&c, &s, VD_PLAN_SINGLE, 1, 1, 1);
-  int32_t f = pb_segment(&c, "fwd");
+  int32_t f = begin_fwd(&c, &s, VD_PLAN_SINGLE);
   uint32_t x = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 4, 2);
   uint32_t b = pb_tensor(&c, "b", 0, VD_ROLE_LOSS, VD_SCOPE_PER_MB, 2, 4, 2);
   pb_node(&c, "exp", "b", 0, f, VD_PHASE_FWD, PB_T(x), PB_T(b));
-  pb_step(&c, 0, f, 0);
-  assert_int_equal(c.rc, VD_OK);
-  pb_begin(&c, &p, VD_PLAN_PARALLEL, 1, 1, 1);
-  f = pb_segment(&c, "fwd");
-  uint32_t px = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 2, 2);
-  pb_lin(&c, px, 1, 0, 2, 0, 2, 0, 1);
-  uint32_t pg = pb_tensor(&c, "g", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
-  uint32_t ph = pb_tensor(&c, "h", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
-  uint32_t pbb = pb_tensor(&c, "b", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
-  uint32_t up = pb_node(&c, "scale_backward", "up", 0, f, VD_PHASE_FWD, PB_T(px), PB_T(pg));
-  pb_attr_float(&c, up, "factor", 1024.0);
-  uint32_t dn = pb_node(&c, "scale", "down", 0, f, VD_PHASE_FWD, PB_T(pg), PB_T(ph));
-  pb_attr_float(&c, dn, "factor", down);
-  uint32_t pex = pb_node(&c, "exp", "b", 0, f, VD_PHASE_FWD, PB_T(ph), PB_T(pbb));
-  pb_step(&c, 0, f, 0);
-  assert_int_equal(c.rc, VD_OK);
+  end_one_step(&c, f);
+  f = begin_fwd(&c, &p, VD_PLAN_PARALLEL);
+  chain ch = scaled_chain(&c, f, (scaling){"scale_backward", "up", "g", "factor", 1024.0},
+                          (scaling){"scale", "down", "h", "factor", down}, "b");
+  uint32_t pg = ch.mid, ph = ch.last, pbb = ch.out, pex = ch.exp_node;
   uint8_t *inf = NULL;
   vd_lin_infer_stats is;
-  run_infer(&s, &p, &inf, &is);
+  infer_built(&c, f, &s, &p, &inf, &is);
   /* before, scale_backward had no rule without a single twin: nothing past
    * x had a lineage; g is 1024 x x's rows, a candidate unless the next
    * scale cancels the factor (only_cancelled) */
@@ -449,8 +471,7 @@ static void test_infer_exact_copy(void **st) {
   pb_ctx c;
   const char *nm[] = {"x", "x1", "x2", "y", "y1", "y2", "a", "b"};
   uint32_t t[8], q[8];
-  pb_begin(&c, &s, VD_PLAN_SINGLE, 1, 1, 1);
-  int32_t f = pb_segment(&c, "fwd");
+  int32_t f = begin_fwd(&c, &s, VD_PLAN_SINGLE);
   for (int i = 0; i < 8; i++) /* ids 1..8 */
     t[i] = pb_tensor(&c, nm[i], 0, i == 0 ? VD_ROLE_INPUT : i >= 6 ? VD_ROLE_LOSS : VD_ROLE_ACT, VD_SCOPE_PER_MB,
                      2, 4, 2);
@@ -459,10 +480,8 @@ static void test_infer_exact_copy(void **st) {
   pb_node(&c, "multiref", "mr1", 0, f, VD_PHASE_FWD, PB_T(t[3]), (uint32_t[]){t[4], t[5]}, 2);
   pb_node(&c, "neg", "a", 0, f, VD_PHASE_FWD, PB_T(t[4]), PB_T(t[6]));
   pb_node(&c, "exp", "b", 0, f, VD_PHASE_FWD, PB_T(t[2]), PB_T(t[7]));
-  pb_step(&c, 0, f, 0);
-  assert_int_equal(c.rc, VD_OK);
-  pb_begin(&c, &p, VD_PLAN_PARALLEL, 1, 1, 1);
-  f = pb_segment(&c, "fwd");
+  end_one_step(&c, f);
+  f = begin_fwd(&c, &p, VD_PLAN_PARALLEL);
   for (int i = 0; i < 8; i++) q[i] = pb_tensor(&c, nm[i], 0, i == 0 ? VD_ROLE_INPUT : VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
   pb_lin(&c, q[0], 1, 0, 2, 0, 2, 0, 1);
   pb_node(&c, "multiref", "mr0", 0, f, VD_PHASE_FWD, PB_T(q[0]), (uint32_t[]){q[1], q[2]}, 2);
@@ -470,11 +489,9 @@ static void test_infer_exact_copy(void **st) {
   pb_node(&c, "multiref", "mr1", 0, f, VD_PHASE_FWD, PB_T(q[3]), (uint32_t[]){q[4], q[5]}, 2);
   pb_node(&c, "neg", "a", 0, f, VD_PHASE_FWD, PB_T(q[4]), PB_T(q[6]));
   pb_node(&c, "exp", "b", 0, f, VD_PHASE_FWD, PB_T(q[2]), PB_T(q[7]));
-  pb_step(&c, 0, f, 0);
-  assert_int_equal(c.rc, VD_OK);
   uint8_t *inf = NULL;
   vd_lin_infer_stats is;
-  run_infer(&s, &p, &inf, &is);
+  infer_built(&c, f, &s, &p, &inf, &is);
   for (int i = 1; i < 8; i++) {
     if (!inf[q[i]]) fail_msg("no candidate for '%s'", nm[i]);
     /* each names its own single tensor: y1' is y1 (id 5), not x1 (id 2) */
@@ -498,8 +515,7 @@ static void test_infer_sum_twin(void **st) {
   pb_ctx c;
   const char *nm[] = {"x", "x1", "x2", "u", "v", "g", "l"};
   uint32_t t[7], q[7];
-  pb_begin(&c, &s, VD_PLAN_SINGLE, 1, 1, 1);
-  int32_t f = pb_segment(&c, "fwd");
+  int32_t f = begin_fwd(&c, &s, VD_PLAN_SINGLE);
   for (int i = 0; i < 7; i++) /* ids 1..7 */
     t[i] = pb_tensor(&c, nm[i], 0, i == 0 ? VD_ROLE_INPUT : i == 6 ? VD_ROLE_LOSS : VD_ROLE_ACT, VD_SCOPE_PER_MB,
                      2, 4, 2);
@@ -508,10 +524,8 @@ static void test_infer_sum_twin(void **st) {
   pb_node(&c, "exp", "v", 0, f, VD_PHASE_FWD, PB_T(t[2]), PB_T(t[4]));
   pb_node(&c, "multiref_backward", "BW.mr", 0, f, VD_PHASE_FWD, (uint32_t[]){t[3], t[4]}, 2, PB_T(t[5]));
   pb_node(&c, "neg", "l", 0, f, VD_PHASE_FWD, PB_T(t[5]), PB_T(t[6]));
-  pb_step(&c, 0, f, 0);
-  assert_int_equal(c.rc, VD_OK);
-  pb_begin(&c, &p, VD_PLAN_PARALLEL, 1, 1, 1);
-  f = pb_segment(&c, "fwd");
+  end_one_step(&c, f);
+  f = begin_fwd(&c, &p, VD_PLAN_PARALLEL);
   for (int i = 0; i < 7; i++) {
     if (i == 5) continue; /* the sum lands in v' */
     q[i] = pb_tensor(&c, nm[i], 0, i == 0 ? VD_ROLE_INPUT : VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
@@ -522,11 +536,9 @@ static void test_infer_sum_twin(void **st) {
   pb_node(&c, "exp", "v", 0, f, VD_PHASE_FWD, PB_T(q[2]), PB_T(q[4]));
   pb_node(&c, "accumulate", "acc.v", 0, f, VD_PHASE_FWD, (uint32_t[]){q[4], q[3]}, 2, PB_T(q[4]));
   pb_node(&c, "neg", "l", 0, f, VD_PHASE_FWD, PB_T(q[4]), PB_T(q[6]));
-  pb_step(&c, 0, f, 0);
-  assert_int_equal(c.rc, VD_OK);
   uint8_t *inf = NULL;
   vd_lin_infer_stats is;
-  run_infer(&s, &p, &inf, &is);
+  infer_built(&c, f, &s, &p, &inf, &is);
   assert_true(inf[q[4]] && inf[q[6]]);
   assert_int_equal(p.tensors[q[4]].lin.full, 6); /* g: v''s final value is the sum */
   assert_int_equal(p.tensors[q[4]].lin.hi[0], 2);
@@ -591,9 +603,7 @@ static void test_infer_grad_clip(void **st) {
 static void test_infer_ep_guess(void **st) {
   (void)st;
   vd_gen_config c;
-  vd_gen_config_default(&c);
-  c.model = VD_GEN_MOE;
-  c.layers = 2, c.hidden = 32, c.heads = 4, c.seq = 8, c.batch = 4;
+  tp_gen_config(&c, &(tp_sizes){VD_GEN_MOE, .layers = 2, .hidden = 32, .heads = 4, .seq = 8, .batch = 4});
   c.ep = 2;
   const char *want[] = {"layers.0.moe.dispatch.flat", "layers.0.moe.routed", "layers.1.moe.routed",
                         "layers.0.moe.experts.grad", "layers.0.moe.gate.grad", "layers.0.moe.router.weight.grad",
@@ -615,10 +625,8 @@ static void test_infer_ep_guess(void **st) {
 static void test_infer_ep_tp_fanin(void **st) {
   (void)st;
   vd_gen_config c;
-  vd_gen_config_default(&c);
-  c.model = VD_GEN_MOE;
-  c.layers = 2, c.hidden = 16, c.heads = 4, c.seq = 8, c.batch = 8;
-  c.ep = 2, c.tp = 2;
+  tp_gen_config(&c, &(tp_sizes){VD_GEN_MOE, .layers = 2, .hidden = 16, .heads = 4, .seq = 8, .batch = 8, .tp = 2});
+  c.ep = 2;
   const char *want[] = {"layers.1.ffn_norm@layers.1.moe.tokens.grad", "layers.0.ffn_norm@layers.0.moe.tokens.grad",
                         "layers.0.moe.shared.up.grad", NULL};
   infer_check_ex(&c, want, 1);

@@ -23,6 +23,8 @@
 #include "../../noise/noise.h"
 #include "../../gen/gen.h"
 #include "../support/fault.h"
+#include "../support/files.h"
+#include "../support/pipeline.h"
 
 static void test_prec(void **st) {
   (void)st;
@@ -42,13 +44,7 @@ static void test_prec(void **st) {
 /* Runs noise mode on a generated mlp pair. */
 static void run_mlp_batch(int64_t dp, int64_t tp, int64_t batch, vd_noise_prec prec, vd_noise_result *r) {
   vd_gen_config c;
-  vd_gen_config_default(&c);
-  c.model = VD_GEN_MLP;
-  c.layers = 1;
-  c.hidden = 16;
-  c.batch = batch;
-  c.dp = dp;
-  c.tp = tp;
+  tp_gen_config(&c, &(tp_sizes){VD_GEN_MLP, .layers = 1, .hidden = 16, .batch = batch, .dp = dp, .tp = tp});
   vd_plan_t s, p;
   vd_diag d;
   vd_diag_clear(&d);
@@ -174,11 +170,7 @@ static void test_monotone_dtype(void **st) {
 
 static vd_rc read_text(const char *text, vd_noise_dump **out, vd_diag *d) {
   char path[] = "/tmp/vd_noise_dump_XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  FILE *f = fdopen(fd, "w");
-  fputs(text, f);
-  fclose(f);
+  tfile_temp_text(path, text);
   vd_diag_clear(d);
   vd_rc rc = vd_noise_dump_read(path, out, d);
   unlink(path);
@@ -231,12 +223,7 @@ static void test_dump_read(void **st) {
 static vd_rc fault_run(void *ctx, vd_diag *d) {
   (void)ctx;
   vd_gen_config c;
-  vd_gen_config_default(&c);
-  c.model = VD_GEN_MLP;
-  c.layers = 1;
-  c.hidden = 8;
-  c.batch = 4;
-  c.tp = 2;
+  tp_gen_config(&c, &(tp_sizes){VD_GEN_MLP, .layers = 1, .hidden = 8, .batch = 4, .tp = 2});
   vd_plan_t s, p;
   memset(&s, 0, sizeof(s));
   memset(&p, 0, sizeof(p));

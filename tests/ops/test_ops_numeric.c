@@ -25,6 +25,7 @@
 #include "../../common/hash.h"
 #include "../../common/mem.h"
 #include "../../ops/ops.h"
+#include "../support/files.h"
 
 /* ---- helpers ------------------------------------------------------------- */
 
@@ -260,58 +261,57 @@ static void fwd_outputs(call_t *fwd, double **y) {
     memcpy(y[o], fwd->out[o], sizeof(double) * (size_t)vd_op_shape_numel(&fwd->os[o]));
 }
 
-static void check_spec(const fd_spec *sp) {
-  attr_node an;
-  make_node(&an, sp->attrs);
-  call_t fwd;
-  call_init(&fwd, sp->fwd, &an, sp->n_in, sp->in, sp->n_out, sp->out);
-  fill_inputs(&fwd, sp);
-  vd_rc rc = run(&fwd);
-  if (rc != VD_OK) {
+/* Runs c; a failure fails the test with the diag (op's dir: forward or backward). */
+static void run_ok(call_t *c, const char *op, const char *dir) {
+  if (run(c) != VD_OK) {
     char line[600];
-    vd_diag_format(&fwd.diag, line, sizeof(line));
-    fail_msg("%s forward: %s", sp->fwd, line);
+    vd_diag_format(&c->diag, line, sizeof(line));
+    fail_msg("%s %s: %s", op, dir, line);
   }
-  double *g[MAXT] = {0};
-  for (uint32_t o = 0; o < sp->n_out; o++) {
-    int64_t n = vd_op_shape_numel(&sp->out[o]);
-    g[o] = calloc((size_t)n + 1, sizeof(double));
-    for (int64_t e = 0; e < n; e++) g[o][e] = 2.0 * urand() - 1.0;
-  }
-  /* Backward inputs. */
-  vd_op_shape bis[MAXT], bos[MAXT];
-  const double *bsrc[MAXT];
-  uint32_t nb = 0, nbo = 0, outs[MAXT];
+}
+
+/* The backward's inputs as sp->bargs names them (iN: forward input N, oN:
+ * forward output N, gN: upstream gradient N, from g), into bis and bsrc;
+ * returns their count. */
+static uint32_t backward_inputs(const fd_spec *sp, const call_t *fwd, double **g, vd_op_shape *bis,
+                                const double **bsrc) {
+  uint32_t nb = 0;
   char buf[64];
   snprintf(buf, sizeof(buf), "%s", sp->bargs);
   for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
     int k = atoi(tok + 1);
     if (tok[0] == 'i') {
       bis[nb] = sp->in[k];
-      bsrc[nb++] = fwd.in[k];
+      bsrc[nb++] = fwd->in[k];
     } else if (tok[0] == 'o') {
       bis[nb] = sp->out[k];
-      bsrc[nb++] = fwd.out[k];
+      bsrc[nb++] = fwd->out[k];
     } else {
       bis[nb] = sp->out[k];
       bsrc[nb++] = g[k];
     }
   }
+  return nb;
+}
+
+/* The backward's outputs: the forward input of each (sp->bouts) into outs,
+ * its shape into bos; returns their count. */
+static uint32_t backward_outputs(const fd_spec *sp, uint32_t *outs, vd_op_shape *bos) {
+  uint32_t nbo = 0;
+  char buf[64];
   snprintf(buf, sizeof(buf), "%s", sp->bouts);
   for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
     outs[nbo] = (uint32_t)atoi(tok);
     bos[nbo] = sp->in[outs[nbo]];
     nbo++;
   }
-  call_t bwd;
-  call_init(&bwd, sp->bwd, &an, nb, bis, nbo, bos);
-  for (uint32_t i = 0; i < nb; i++) set_in(&bwd, i, bsrc[i]);
-  rc = run(&bwd);
-  if (rc != VD_OK) {
-    char line[600];
-    vd_diag_format(&bwd.diag, line, sizeof(line));
-    fail_msg("%s backward: %s", sp->bwd, line);
-  }
+  return nbo;
+}
+
+/* Every element of every backward output j (the gradient of forward input
+ * outs[j]) against the central finite difference of <g, forward outputs>. */
+static void compare_finite_differences(const fd_spec *sp, call_t *fwd, const call_t *bwd, double **g,
+                                       const uint32_t *outs, uint32_t nbo) {
   const double eps = 1e-6;
   double *yp[MAXT] = {0}, *ym[MAXT] = {0};
   for (uint32_t o = 0; o < sp->n_out; o++) {
@@ -323,14 +323,14 @@ static void check_spec(const fd_spec *sp) {
     assert_false(sp->int_mask & (1u << i));
     int64_t n = vd_op_shape_numel(&sp->in[i]);
     for (int64_t e = 0; e < n; e++) {
-      double x0 = fwd.in[i][e];
-      fwd.in[i][e] = x0 + eps;
-      fwd_outputs(&fwd, yp);
-      fwd.in[i][e] = x0 - eps;
-      fwd_outputs(&fwd, ym);
-      fwd.in[i][e] = x0;
+      double x0 = fwd->in[i][e];
+      fwd->in[i][e] = x0 + eps;
+      fwd_outputs(fwd, yp);
+      fwd->in[i][e] = x0 - eps;
+      fwd_outputs(fwd, ym);
+      fwd->in[i][e] = x0;
       /* <g, y+ - y-> elementwise: constant outputs (mask fill) cancel exactly. */
-      double fd = 0, an_ = bwd.out[j][e];
+      double fd = 0, an_ = bwd->out[j][e];
       for (uint32_t o = 0; o < sp->n_out; o++)
         for (int64_t k = 0; k < vd_op_shape_numel(&sp->out[o]); k++) fd += g[o][k] * (yp[o][k] - ym[o][k]);
       fd /= 2 * eps;
@@ -340,10 +340,34 @@ static void check_spec(const fd_spec *sp) {
     }
   }
   for (uint32_t o = 0; o < sp->n_out; o++) {
-    free(g[o]);
     free(yp[o]);
     free(ym[o]);
   }
+}
+
+static void check_spec(const fd_spec *sp) {
+  attr_node an;
+  make_node(&an, sp->attrs);
+  call_t fwd;
+  call_init(&fwd, sp->fwd, &an, sp->n_in, sp->in, sp->n_out, sp->out);
+  fill_inputs(&fwd, sp);
+  run_ok(&fwd, sp->fwd, "forward");
+  double *g[MAXT] = {0};
+  for (uint32_t o = 0; o < sp->n_out; o++) {
+    int64_t n = vd_op_shape_numel(&sp->out[o]);
+    g[o] = calloc((size_t)n + 1, sizeof(double));
+    for (int64_t e = 0; e < n; e++) g[o][e] = 2.0 * urand() - 1.0;
+  }
+  vd_op_shape bis[MAXT], bos[MAXT];
+  const double *bsrc[MAXT];
+  uint32_t outs[MAXT];
+  uint32_t nb = backward_inputs(sp, &fwd, g, bis, bsrc), nbo = backward_outputs(sp, outs, bos);
+  call_t bwd;
+  call_init(&bwd, sp->bwd, &an, nb, bis, nbo, bos);
+  for (uint32_t i = 0; i < nb; i++) set_in(&bwd, i, bsrc[i]);
+  run_ok(&bwd, sp->bwd, "backward");
+  compare_finite_differences(sp, &fwd, &bwd, g, outs, nbo);
+  for (uint32_t o = 0; o < sp->n_out; o++) free(g[o]);
   call_free(&fwd);
   call_free(&bwd);
   vd_plan_free(&an.plan);
@@ -868,19 +892,6 @@ static void test_table_complete(void **state) {
   }
 }
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)n + 1);
-  size_t got = fread(b, 1, (size_t)n, f);
-  b[got] = 0;
-  fclose(f);
-  return b;
-}
-
 static void trim(char *s) {
   size_t n = strlen(s);
   while (n && (s[n - 1] == ' ' || s[n - 1] == '`')) s[--n] = 0;
@@ -893,7 +904,7 @@ static void trim(char *s) {
  * registry op is named in the docs. */
 static void test_docs_and_registry_agree(void **state) {
   (void)state;
-  char *doc = slurp("docs/operators.md");
+  char *doc = tfile_slurp("docs/operators.md");
   if (!doc) fail_msg("cannot read docs/operators.md (run the tests from the repository root)");
   int n_doc = 0;
   for (char *line = strtok(doc, "\n"); line; line = strtok(NULL, "\n")) {
@@ -917,7 +928,7 @@ static void test_docs_and_registry_agree(void **state) {
   }
   free(doc);
   assert_true(n_doc > 40);
-  doc = slurp("docs/operators.md");
+  doc = tfile_slurp("docs/operators.md");
   for (int op = 0; op < VD_OP__COUNT; op++) {
     const char *nm = vd_op_name((vd_op_id)op);
     int found = 0;

@@ -23,6 +23,7 @@
 #include "../../bugs/bugs.h"
 #include "../../gen/gen.h"
 #include "../../oracle/exec.h"
+#include "../support/pipeline.h"
 
 static void fail_diag(const char *what, vd_diag *d) {
   char line[800];
@@ -34,17 +35,8 @@ static int64_t g_vocab; /* 0: the generator's default */
 
 static void gen(vd_plan_t *s, vd_plan_t *p, int64_t cp, int sp) {
   vd_gen_config c;
-  vd_gen_config_default(&c);
-  c.model = VD_GEN_LLAMA3;
-  c.layers = 2;
-  c.hidden = 32;
-  c.heads = 4;
-  c.seq = 16;
-  c.batch = 8;
-  c.dp = 2;
-  c.tp = 2;
-  c.pp = 2;
-  c.nm = 2;
+  tp_gen_config(&c, &(tp_sizes){VD_GEN_LLAMA3, .layers = 2, .hidden = 32, .heads = 4, .seq = 16, .batch = 8, .dp = 2,
+                                .tp = 2, .pp = 2, .nm = 2});
   c.cp = cp;
   c.sp = sp;
   c.vocab = g_vocab;

@@ -263,6 +263,43 @@ static void test_doc_example(void **state) {
 
 /* ---- round trip ---------------------------------------------------------- */
 
+/* build_rich's tensors of rank r, into t[0..3]: an annotated activation, a
+ * scalar optimizer state with a negative id and no name, a bool loss and an
+ * 8-dim gradient. */
+static void rich_tensors(vd_plan_t *p, int r, uint32_t *t) {
+  vd_tensor_t a = {.id = 100 * r + 1, .rank = r, .ndim = 3, .shape = {2, 3, 5}, .dtype = VD_DT_F16,
+                   .role = VD_ROLE_ACT, .scope = VD_SCOPE_PER_MB, .has_lin = 1};
+  a.lin = (vd_lineage_ann){.full = 9, .lo = {0, 3 * r, 1}, .hi = {2, 3 * r + 3, 6}, .part_k = r, .part_n = 4,
+                           .dp_shift = {4, 0, 0}, .mb_shift = {2, 0, 0}, .dp_part = 2, .mb_part = 0};
+  assert_int_equal(vd_plan_add_tensor(p, &a, r ? "a1" : "a0", &t[0]), VD_OK);
+  vd_tensor_t b = {.id = -(100 * r + 2), .rank = r, .ndim = 0, .dtype = VD_DT_I64, .role = VD_ROLE_OPTSTATE,
+                   .scope = VD_SCOPE_PERSISTENT, .has_lin = 1};
+  b.lin = (vd_lineage_ann){.full = 12, .part_n = 1}; /* optimizer state must be annotated (validate.c) */
+  assert_int_equal(vd_plan_add_tensor(p, &b, "", &t[1]), VD_OK);
+  vd_tensor_t c = {.id = 100 * r + 3, .rank = r, .ndim = 1, .shape = {7}, .dtype = VD_DT_BOOL,
+                   .role = VD_ROLE_LOSS, .scope = VD_SCOPE_PER_MB, .has_lin = 1};
+  c.lin = (vd_lineage_ann){.full = 11, .lo = {0}, .hi = {7}, .part_k = 0, .part_n = 2, .mb_part = 1};
+  assert_int_equal(vd_plan_add_tensor(p, &c, "loss", &t[2]), VD_OK);
+  vd_tensor_t e = {.id = 100 * r + 4, .rank = r, .ndim = 8, .shape = {1, 2, 1, 2, 1, 2, 1, 2},
+                   .dtype = VD_DT_F64, .role = VD_ROLE_GRAD, .scope = VD_SCOPE_PERSISTENT};
+  assert_int_equal(vd_plan_add_tensor(p, &e, "g", &t[3]), VD_OK);
+}
+
+/* build_rich's attributes of node ni: one of every kind, with extreme values. */
+static void rich_attrs(vd_plan_t *p, uint32_t ni) {
+  assert_int_equal(vd_plan_attr_int(p, ni, "i", -42), VD_OK);
+  assert_int_equal(vd_plan_attr_int(p, ni, "big", INT64_MIN), VD_OK);
+  assert_int_equal(vd_plan_attr_float(p, ni, "f", 1e-5), VD_OK);
+  assert_int_equal(vd_plan_attr_float(p, ni, "ninf", -INFINITY), VD_OK);
+  assert_int_equal(vd_plan_attr_float(p, ni, "whole", 2.0), VD_OK); /* stays float */
+  assert_int_equal(vd_plan_attr_str(p, ni, "s", "causal"), VD_OK);
+  int64_t iv[3] = {-1, 0, INT64_MAX};
+  assert_int_equal(vd_plan_attr_ints(p, ni, "ints", iv, 3), VD_OK);
+  assert_int_equal(vd_plan_attr_ints(p, ni, "none", NULL, 0), VD_OK);
+  double fv[3] = {0.25, -3.0, 1e300};
+  assert_int_equal(vd_plan_attr_floats(p, ni, "floats", fv, 3), VD_OK);
+}
+
 static void build_rich(vd_plan_t *p) {
   assert_int_equal(vd_plan_init(p, VD_PLAN_PARALLEL), VD_OK);
   assert_int_equal(vd_plan_str(p, "rich model", &p->model), VD_OK);
@@ -281,24 +318,7 @@ static void build_rich(vd_plan_t *p) {
     assert_int_equal(vd_plan_add_step(p, r, 2, -1), VD_OK);
   }
   uint32_t t[8];
-  for (int r = 0; r < 2; r++) {
-    vd_tensor_t a = {.id = 100 * r + 1, .rank = r, .ndim = 3, .shape = {2, 3, 5}, .dtype = VD_DT_F16,
-                     .role = VD_ROLE_ACT, .scope = VD_SCOPE_PER_MB, .has_lin = 1};
-    a.lin = (vd_lineage_ann){.full = 9, .lo = {0, 3 * r, 1}, .hi = {2, 3 * r + 3, 6}, .part_k = r, .part_n = 4,
-                             .dp_shift = {4, 0, 0}, .mb_shift = {2, 0, 0}, .dp_part = 2, .mb_part = 0};
-    assert_int_equal(vd_plan_add_tensor(p, &a, r ? "a1" : "a0", &t[4 * r]), VD_OK);
-    vd_tensor_t b = {.id = -(100 * r + 2), .rank = r, .ndim = 0, .dtype = VD_DT_I64, .role = VD_ROLE_OPTSTATE,
-                     .scope = VD_SCOPE_PERSISTENT, .has_lin = 1};
-    b.lin = (vd_lineage_ann){.full = 12, .part_n = 1}; /* optimizer state must be annotated (validate.c) */
-    assert_int_equal(vd_plan_add_tensor(p, &b, "", &t[4 * r + 1]), VD_OK);
-    vd_tensor_t c = {.id = 100 * r + 3, .rank = r, .ndim = 1, .shape = {7}, .dtype = VD_DT_BOOL,
-                     .role = VD_ROLE_LOSS, .scope = VD_SCOPE_PER_MB, .has_lin = 1};
-    c.lin = (vd_lineage_ann){.full = 11, .lo = {0}, .hi = {7}, .part_k = 0, .part_n = 2, .mb_part = 1};
-    assert_int_equal(vd_plan_add_tensor(p, &c, "loss", &t[4 * r + 2]), VD_OK);
-    vd_tensor_t e = {.id = 100 * r + 4, .rank = r, .ndim = 8, .shape = {1, 2, 1, 2, 1, 2, 1, 2},
-                     .dtype = VD_DT_F64, .role = VD_ROLE_GRAD, .scope = VD_SCOPE_PERSISTENT};
-    assert_int_equal(vd_plan_add_tensor(p, &e, "g", &t[4 * r + 3]), VD_OK);
-  }
+  for (int r = 0; r < 2; r++) rich_tensors(p, r, &t[4 * r]);
   uint32_t ni;
   for (int r = 0; r < 2; r++) {
     vd_node_t n = {.id = 1000 + r, .rank = r, .segment = 0, .layer = 3, .phase = VD_PHASE_FWD, .coll = -1};
@@ -308,17 +328,7 @@ static void build_rich(vd_plan_t *p) {
     assert_int_equal(p->nodes[ni].src, 0);
     if (r) assert_int_equal(vd_plan_set_node_src(p, ni, "model.py:42 torch.mul"), VD_OK);
     if (r) assert_int_equal(vd_plan_set_node_stack(p, ni, "model.py:42 in forward\ntrain.py:7 in step"), VD_OK);
-    assert_int_equal(vd_plan_attr_int(p, ni, "i", -42), VD_OK);
-    assert_int_equal(vd_plan_attr_int(p, ni, "big", INT64_MIN), VD_OK);
-    assert_int_equal(vd_plan_attr_float(p, ni, "f", 1e-5), VD_OK);
-    assert_int_equal(vd_plan_attr_float(p, ni, "ninf", -INFINITY), VD_OK);
-    assert_int_equal(vd_plan_attr_float(p, ni, "whole", 2.0), VD_OK); /* stays float */
-    assert_int_equal(vd_plan_attr_str(p, ni, "s", "causal"), VD_OK);
-    int64_t iv[3] = {-1, 0, INT64_MAX};
-    assert_int_equal(vd_plan_attr_ints(p, ni, "ints", iv, 3), VD_OK);
-    assert_int_equal(vd_plan_attr_ints(p, ni, "none", NULL, 0), VD_OK);
-    double fv[3] = {0.25, -3.0, 1e300};
-    assert_int_equal(vd_plan_attr_floats(p, ni, "floats", fv, 3), VD_OK);
+    rich_attrs(p, ni);
   }
   for (int r = 0; r < 2; r++) {
     int64_t g[2] = {1, 0};
@@ -349,7 +359,8 @@ static void same_str(const vd_plan_t *a, uint32_t x, const vd_plan_t *b, uint32_
   assert_string_equal(vd_plan_s(a, x), vd_plan_s(b, y));
 }
 
-static void compare_plans(const vd_plan_t *a, const vd_plan_t *b) {
+/* The header, world, segments and every rank's program of a and b agree. */
+static void same_header(const vd_plan_t *a, const vd_plan_t *b) {
   assert_int_equal(a->kind, b->kind);
   same_str(a, a->model, b, b->model);
   const vd_world_t *wa = &a->world, *wb = &b->world;
@@ -367,73 +378,83 @@ static void compare_plans(const vd_plan_t *a, const vd_plan_t *b) {
       assert_int_equal(sa->mb, sb->mb);
     }
   }
+}
+
+/* Tensor x of plan a and tensor y of plan b agree, lineage annotation included. */
+static void same_tensor(const vd_plan_t *a, const vd_tensor_t *x, const vd_plan_t *b, const vd_tensor_t *y) {
+  assert_int_equal(x->id, y->id);
+  same_str(a, x->name, b, y->name);
+  assert_int_equal(x->rank, y->rank);
+  assert_int_equal(x->ndim, y->ndim);
+  for (int k = 0; k < x->ndim; k++) assert_int_equal(x->shape[k], y->shape[k]);
+  assert_int_equal(x->dtype, y->dtype);
+  assert_int_equal(x->role, y->role);
+  assert_int_equal(x->scope, y->scope);
+  assert_int_equal(x->has_lin, y->has_lin);
+  if (!x->has_lin) return;
+  const vd_lineage_ann *l = &x->lin, *m = &y->lin;
+  assert_int_equal(l->full, m->full);
+  for (int k = 0; k < x->ndim; k++) {
+    assert_int_equal(l->lo[k], m->lo[k]);
+    assert_int_equal(l->hi[k], m->hi[k]);
+    assert_int_equal(l->dp_shift[k], m->dp_shift[k]);
+    assert_int_equal(l->mb_shift[k], m->mb_shift[k]);
+  }
+  assert_int_equal(l->part_k, m->part_k);
+  assert_int_equal(l->part_n, m->part_n);
+  assert_int_equal(l->dp_part, m->dp_part);
+  assert_int_equal(l->mb_part, m->mb_part);
+}
+
+/* Attribute p of plan a and attribute q of plan b agree (floats bit for bit). */
+static void same_attr(const vd_plan_t *a, const vd_attr_t *p, const vd_plan_t *b, const vd_attr_t *q) {
+  same_str(a, p->key, b, q->key);
+  assert_int_equal(p->kind, q->kind);
+  switch (p->kind) {
+  case VD_ATTR_INT: assert_int_equal(p->v.i, q->v.i); break;
+  case VD_ATTR_FLOAT: assert_memory_equal(&p->v.f, &q->v.f, sizeof(double)); break;
+  case VD_ATTR_STR: same_str(a, p->v.s, b, q->v.s); break;
+  case VD_ATTR_INTS:
+    assert_int_equal(p->len, q->len);
+    for (uint32_t j = 0; j < p->len; j++) assert_int_equal(a->ints[p->v.off + j], b->ints[q->v.off + j]);
+    break;
+  case VD_ATTR_FLOATS:
+    assert_int_equal(p->len, q->len);
+    for (uint32_t j = 0; j < p->len; j++)
+      assert_memory_equal(&a->floats[p->v.off + j], &b->floats[q->v.off + j], sizeof(double));
+    break;
+  }
+}
+
+/* Node x of plan a and node y of plan b agree, attributes included. */
+static void same_node(const vd_plan_t *a, const vd_node_t *x, const vd_plan_t *b, const vd_node_t *y) {
+  assert_int_equal(x->id, y->id);
+  same_str(a, x->op, b, y->op);
+  same_str(a, x->name, b, y->name);
+  same_str(a, x->src, b, y->src);
+  same_str(a, x->stack, b, y->stack);
+  assert_int_equal(x->rank, y->rank);
+  assert_int_equal(x->segment, y->segment);
+  assert_int_equal(x->layer, y->layer);
+  assert_int_equal(x->phase, y->phase);
+  assert_int_equal(x->n_in, y->n_in);
+  assert_int_equal(x->n_out, y->n_out);
+  for (uint32_t k = 0; k < x->n_in; k++) assert_int_equal(vd_node_inputs(a, x)[k], vd_node_inputs(b, y)[k]);
+  for (uint32_t k = 0; k < x->n_out; k++) assert_int_equal(vd_node_outputs(a, x)[k], vd_node_outputs(b, y)[k]);
+  assert_int_equal(x->coll, y->coll);
+  assert_int_equal(x->span_replicas, y->span_replicas);
+  assert_int_equal(x->n_group, y->n_group);
+  for (uint32_t k = 0; k < x->n_group; k++) assert_int_equal(vd_node_group(a, x)[k], vd_node_group(b, y)[k]);
+  assert_int_equal(x->n_attr, y->n_attr);
+  for (uint32_t k = 0; k < x->n_attr; k++) same_attr(a, &a->attrs[x->attr_off + k], b, &b->attrs[y->attr_off + k]);
+}
+
+static void compare_plans(const vd_plan_t *a, const vd_plan_t *b) {
+  same_header(a, b);
   assert_int_equal(a->n_tensors, b->n_tensors);
-  for (size_t i = 0; i < a->n_tensors; i++) {
-    const vd_tensor_t *x = &a->tensors[i], *y = &b->tensors[i];
-    assert_int_equal(x->id, y->id);
-    same_str(a, x->name, b, y->name);
-    assert_int_equal(x->rank, y->rank);
-    assert_int_equal(x->ndim, y->ndim);
-    for (int k = 0; k < x->ndim; k++) assert_int_equal(x->shape[k], y->shape[k]);
-    assert_int_equal(x->dtype, y->dtype);
-    assert_int_equal(x->role, y->role);
-    assert_int_equal(x->scope, y->scope);
-    assert_int_equal(x->has_lin, y->has_lin);
-    if (!x->has_lin) continue;
-    const vd_lineage_ann *l = &x->lin, *m = &y->lin;
-    assert_int_equal(l->full, m->full);
-    for (int k = 0; k < x->ndim; k++) {
-      assert_int_equal(l->lo[k], m->lo[k]);
-      assert_int_equal(l->hi[k], m->hi[k]);
-      assert_int_equal(l->dp_shift[k], m->dp_shift[k]);
-      assert_int_equal(l->mb_shift[k], m->mb_shift[k]);
-    }
-    assert_int_equal(l->part_k, m->part_k);
-    assert_int_equal(l->part_n, m->part_n);
-    assert_int_equal(l->dp_part, m->dp_part);
-    assert_int_equal(l->mb_part, m->mb_part);
-  }
+  for (size_t i = 0; i < a->n_tensors; i++) same_tensor(a, &a->tensors[i], b, &b->tensors[i]);
   assert_int_equal(a->n_nodes, b->n_nodes);
-  for (size_t i = 0; i < a->n_nodes; i++) {
-    const vd_node_t *x = &a->nodes[i], *y = &b->nodes[i];
-    assert_int_equal(x->id, y->id);
-    same_str(a, x->op, b, y->op);
-    same_str(a, x->name, b, y->name);
-    same_str(a, x->src, b, y->src);
-    same_str(a, x->stack, b, y->stack);
-    assert_int_equal(x->rank, y->rank);
-    assert_int_equal(x->segment, y->segment);
-    assert_int_equal(x->layer, y->layer);
-    assert_int_equal(x->phase, y->phase);
-    assert_int_equal(x->n_in, y->n_in);
-    assert_int_equal(x->n_out, y->n_out);
-    for (uint32_t k = 0; k < x->n_in; k++) assert_int_equal(vd_node_inputs(a, x)[k], vd_node_inputs(b, y)[k]);
-    for (uint32_t k = 0; k < x->n_out; k++) assert_int_equal(vd_node_outputs(a, x)[k], vd_node_outputs(b, y)[k]);
-    assert_int_equal(x->coll, y->coll);
-    assert_int_equal(x->span_replicas, y->span_replicas);
-    assert_int_equal(x->n_group, y->n_group);
-    for (uint32_t k = 0; k < x->n_group; k++) assert_int_equal(vd_node_group(a, x)[k], vd_node_group(b, y)[k]);
-    assert_int_equal(x->n_attr, y->n_attr);
-    for (uint32_t k = 0; k < x->n_attr; k++) {
-      const vd_attr_t *p = &a->attrs[x->attr_off + k], *q = &b->attrs[y->attr_off + k];
-      same_str(a, p->key, b, q->key);
-      assert_int_equal(p->kind, q->kind);
-      switch (p->kind) {
-      case VD_ATTR_INT: assert_int_equal(p->v.i, q->v.i); break;
-      case VD_ATTR_FLOAT: assert_memory_equal(&p->v.f, &q->v.f, sizeof(double)); break;
-      case VD_ATTR_STR: same_str(a, p->v.s, b, q->v.s); break;
-      case VD_ATTR_INTS:
-        assert_int_equal(p->len, q->len);
-        for (uint32_t j = 0; j < p->len; j++) assert_int_equal(a->ints[p->v.off + j], b->ints[q->v.off + j]);
-        break;
-      case VD_ATTR_FLOATS:
-        assert_int_equal(p->len, q->len);
-        for (uint32_t j = 0; j < p->len; j++)
-          assert_memory_equal(&a->floats[p->v.off + j], &b->floats[q->v.off + j], sizeof(double));
-        break;
-      }
-    }
-  }
+  for (size_t i = 0; i < a->n_nodes; i++) same_node(a, &a->nodes[i], b, &b->nodes[i]);
 }
 
 static void tmp_dir(char *buf, size_t n) {

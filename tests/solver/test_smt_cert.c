@@ -17,6 +17,7 @@
 
 #include "../../common/mem.h"
 #include "../../solver/smt.h"
+#include "../support/files.h"
 
 /* The script of pairs (par[i], single[i]) and Z3's answer on it. */
 static void script(vd_smt *s, const vd_term *par, const vd_term *single, size_t n, char **text, char *answer,
@@ -39,12 +40,7 @@ static void script(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
  * the Makefile's DEB_PACKAGES). */
 static void cvc5_answer(const char *text, char *answer, size_t an) {
   char path[] = "/tmp/verdict-test-cert-XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  FILE *f = fdopen(fd, "w");
-  assert_non_null(f);
-  fputs(text, f);
-  fclose(f);
+  tfile_temp_text(path, text);
   char cmd[256];
   snprintf(cmd, sizeof(cmd), "cvc5 --lang=smt2 --tlimit=20000 %s 2>&1", path);
   FILE *p = popen(cmd, "r");

@@ -16,6 +16,7 @@
 
 #include "../../common/mem.h"
 #include "../../solver/smt.h"
+#include "../support/smt_cases.h"
 
 /* ---- helpers ----------------------------------------------------------------- */
 
@@ -420,22 +421,8 @@ static void test_timeout_is_inconclusive(void **state) {
    * "equivalent".  (A smaller instance that Z3 proves in ~10 ms was flaky
    * here: Z3 checks its timer only between steps, so a fast proof can
    * complete after the deadline, and then "equivalent" is right.) */
-  char nm[16];
-  vd_term x[6], terms[2];
-  for (int i = 0; i < 6; i++) {
-    snprintf(nm, sizeof(nm), "x%d", i);
-    x[i] = vd_smt_var(s, nm);
-  }
-  for (int k = 0; k < 2; k++) {
-    vd_term X = k ? vd_smt_add(s, x[3], x[2]) : x[0], Y = x[3 * k + 1], Z = x[3 * k + 2];
-    vd_term X2 = vd_smt_mul(s, X, X), Y2 = vd_smt_mul(s, Y, Y), Z2 = vd_smt_mul(s, Z, Z);
-    vd_term f1[3] = {X2, X2, Y2}, f2[3] = {X2, Y2, Y2}, f3[3] = {Z2, Z2, Z2}, f4[4] = {vd_smt_num_int(s, -3), X2, Y2, Z2};
-    vd_term t4[4] = {vd_smt_prod(s, 3, f1), vd_smt_prod(s, 3, f2), vd_smt_prod(s, 3, f3), vd_smt_prod(s, 4, f4)};
-    terms[k] = vd_smt_sum(s, 4, t4);
-  }
-  vd_term poly = vd_smt_sum(s, 2, terms);
-  vd_term a = vd_smt_var(s, "a"), b = vd_smt_var(s, "b");
-  vd_term lhs = vd_smt_ite(s, vd_smt_le(s, poly, vd_smt_num_int(s, -1)), b, a);
+  vd_term lhs, a;
+  ts_motzkin(s, "x%d", &lhs, &a);
   vd_smt_result r;
   for (int fast = 1; fast >= 0; fast--) {
     vd_smt_set_fast_path(s, fast);

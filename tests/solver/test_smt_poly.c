@@ -19,6 +19,7 @@
 
 #include "../../common/mem.h"
 #include "../../solver/smt.h"
+#include "../support/smt_cases.h"
 
 static vd_smt *new_smt(void) {
   vd_smt *s = NULL;
@@ -160,28 +161,9 @@ static void test_tp_partial_grouped_mlp(void **state) {
   vd_smt_free(s);
 }
 
-/* Motzkin-based hard identity (see test_smt_check.c): true, but beyond Z3. */
-static void motzkin(vd_smt *s, vd_term *lhs, vd_term *rhs) {
-  vd_term x[6], terms[2];
-  for (int i = 0; i < 6; i++) x[i] = var(s, "m%d_%d", i, 0);
-  for (int k = 0; k < 2; k++) {
-    vd_term X = k ? vd_smt_add(s, x[3], x[2]) : x[0], Y = x[3 * k + 1], Z = x[3 * k + 2];
-    vd_term X2 = vd_smt_mul(s, X, X), Y2 = vd_smt_mul(s, Y, Y), Z2 = vd_smt_mul(s, Z, Z);
-    vd_term f1[3] = {X2, X2, Y2}, f2[3] = {X2, Y2, Y2}, f3[3] = {Z2, Z2, Z2}, f4[4] = {vd_smt_num_int(s, -3), X2, Y2, Z2};
-    vd_term t4[4] = {vd_smt_prod(s, 3, f1), vd_smt_prod(s, 3, f2), vd_smt_prod(s, 3, f3), vd_smt_prod(s, 4, f4)};
-    terms[k] = vd_smt_sum(s, 4, t4);
-  }
-  vd_term poly = vd_smt_sum(s, 2, terms);
-  vd_term a = vd_smt_var(s, "a"), b = vd_smt_var(s, "b");
-  *lhs = vd_smt_ite(s, vd_smt_le(s, poly, vd_smt_num_int(s, -1)), b, a);
-  *rhs = a;
-}
-
-/* Checks the Motzkin pair in s, which must stop at `limit`: INCONCLUSIVE,
- * never a verdict.  The caller frees *res. */
 static void motzkin_stops_at(vd_smt *s, vd_smt_limit limit, vd_smt_result *res) {
   vd_term l, r;
-  motzkin(s, &l, &r);
+  ts_motzkin(s, "m%d_0", &l, &r); /* true, but beyond Z3 */
   assert_int_equal(vd_smt_check(s, &l, &r, 1, res, NULL), VD_OK);
   assert_int_equal(res->verdict, VD_SMT_INCONCLUSIVE);
   assert_int_equal(res->limit, limit);

@@ -306,11 +306,8 @@ static void single1(vd_plan_t *p) {
   pb_node(&c, "sum", "loss", 0, fwd, VD_PHASE_FWD, PB_T(y), PB_T(l));
   pb_node(&c, "sum_backward", "loss.bwd", 0, bwd, VD_PHASE_BWD, PB_T(gl), PB_T(gy));
   pb_node(&c, "linear_backward", "fc.bwd", 0, bwd, VD_PHASE_BWD, PB_T(x, w, gy), PB_T(gx, gw));
-  uint32_t o = pb_node(&c, "sgd_step", "opt.w", 0, opt, VD_PHASE_OPT, PB_T(w, gw), PB_T(w));
-  pb_attr_float(&c, o, "lr", 0.1);
-  pb_step(&c, 0, fwd, 0);
-  pb_step(&c, 0, bwd, 0);
-  pb_step(&c, 0, opt, -1);
+  pb_sgd(&c, "opt.w", 0, opt, w, gw);
+  pb_steps_one_mb(&c, 0, fwd, bwd, opt);
   assert_int_equal(c.rc, VD_OK);
 }
 
@@ -494,8 +491,7 @@ static void accum_dp(vd_plan_t *p, int sched) {
   pb_node(&c, "linear_backward", "fc.bwd", 0, bwd, VD_PHASE_BWD, PB_T(x, w, gy), PB_T(gx, gmb));
   pb_node(&c, "accumulate", "fc.acc", 0, bwd, VD_PHASE_BWD, PB_T(gacc, gmb), PB_T(gacc));
   pb_coll(&c, "all_reduce", "dp.ar", 0, red, PB_T(gacc), PB_T(gred), 7, PB_G(0), 1);
-  uint32_t o = pb_node(&c, "sgd_step", "opt.w", 0, opt, VD_PHASE_OPT, PB_T(w, gred), PB_T(w));
-  pb_attr_float(&c, o, "lr", 0.1);
+  pb_sgd(&c, "opt.w", 0, opt, w, gred);
   pb_step(&c, 0, fwd, 0);
   pb_step(&c, 0, bwd, 0);
   if (sched == 1) pb_step(&c, 0, red, -1);

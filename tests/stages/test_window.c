@@ -182,17 +182,25 @@ static int gate_same_class(int64_t r0, int64_t r1, int gw_live, int64_t *x_rows)
   return pair_same_class(&w, s);
 }
 
-static void test_moe_gate_rows(void **state) {
-  (void)state;
+/* A row-by-row backward of two replicas (token rows [2, 4) and [6, 8)):
+ * with only its row output live the token rows window to 2 and the stages
+ * are one class; with a weight gradient live too (a sum over every token
+ * row) nothing windows (all 8 rows) and they are not. */
+static void expect_token_rows_window(int (*classify)(int64_t r0, int64_t r1, int gw_live, int64_t *x_rows)) {
   int64_t rows[2];
-  /* only the input gradient is used: gx[t] is row t of x and gy, so the
-   * token rows window and two replicas' stages are one class */
-  assert_true(gate_same_class(2, 6, 0, rows));
+  assert_true(classify(2, 6, 0, rows));
   assert_int_equal(rows[0], 2);
   assert_int_equal(rows[1], 2);
-  /* the gate weight gradient sums over every token row: nothing windows */
-  assert_false(gate_same_class(2, 6, 1, rows));
+  assert_false(classify(2, 6, 1, rows));
   assert_int_equal(rows[0], 8);
+}
+
+static void test_moe_gate_rows(void **state) {
+  (void)state;
+  /* only the input gradient is used: gx[t] is row t of x and gy, so the
+   * token rows window and two replicas' stages are one class; the gate
+   * weight gradient sums over every token row: nothing windows */
+  expect_token_rows_window(gate_same_class);
 }
 
 /* grouped_mlp_backward (x [8, 4], gates [8, 2], w1 [2, 3, 4], w3 [2, 3, 4],
@@ -233,15 +241,10 @@ static int gmlp_same_class(int64_t r0, int64_t r1, int gw_live, int64_t *x_rows)
 
 static void test_grouped_mlp_rows(void **state) {
   (void)state;
-  int64_t rows[2];
   /* the gates gradient is row by row in x, gates and gy: token rows window,
-   * two replicas' stages (EP dispatch backward) are one class */
-  assert_true(gmlp_same_class(2, 6, 0, rows));
-  assert_int_equal(rows[0], 2);
-  assert_int_equal(rows[1], 2);
-  /* an expert weight gradient sums over every token row: nothing windows */
-  assert_false(gmlp_same_class(2, 6, 1, rows));
-  assert_int_equal(rows[0], 8);
+   * two replicas' stages (EP dispatch backward) are one class; an expert
+   * weight gradient sums over every token row: nothing windows */
+  expect_token_rows_window(gmlp_same_class);
 }
 
 /* Single y = view(x), x [8, 4] -> y [32]; the hypothesis is x's rows

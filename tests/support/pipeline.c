@@ -6,8 +6,6 @@
 
 #include <string.h>
 
-#include "../../gen/gen.h"
-
 vd_rc tp_pair_lineage(tp_pair *x, vd_diag *d) {
   vd_graph_opts o = {.expand_replicas = 0};
   vd_rc rc = vd_graph_build(&x->s, &o, &x->gs, d);
@@ -23,13 +21,19 @@ vd_rc tp_pair_cut(tp_pair *x, vd_diag *d) {
   return vd_stage_cut(&x->lt, &x->set, d);
 }
 
+void tp_gen_config(vd_gen_config *c, const tp_sizes *z) {
+  vd_gen_config_default(c);
+  c->model = z->model;
+  const int64_t *from[] = {&z->layers, &z->hidden, &z->heads, &z->seq, &z->batch, &z->dp, &z->tp, &z->pp, &z->nm};
+  int64_t *to[] = {&c->layers, &c->hidden, &c->heads, &c->seq, &c->batch, &c->dp, &c->tp, &c->pp, &c->nm};
+  for (size_t i = 0; i < sizeof(to) / sizeof(to[0]); i++)
+    if (*from[i]) *to[i] = *from[i];
+}
+
 vd_rc tp_pair_llama3(tp_pair *x, int64_t layers, int64_t tp, vd_diag *d) {
   memset(x, 0, sizeof(*x));
   vd_gen_config c;
-  vd_gen_config_default(&c);
-  c.model = VD_GEN_LLAMA3;
-  c.layers = layers;
-  c.tp = tp;
+  tp_gen_config(&c, &(tp_sizes){VD_GEN_LLAMA3, .layers = layers, .tp = tp});
   VD_CHECK(vd_gen_build(&c, &x->s, &x->p, d));
   return tp_pair_cut(x, d);
 }

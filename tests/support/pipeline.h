@@ -10,6 +10,7 @@
 #ifndef VD_TEST_PIPELINE_H
 #define VD_TEST_PIPELINE_H
 
+#include "../../gen/gen.h"
 #include "../../graph/graph.h"
 #include "../../lineage/lineage.h"
 #include "../../plans/plan.h"
@@ -31,6 +32,15 @@ vd_rc tp_pair_cut(tp_pair *x, vd_diag *d);
 /* x = a generated Llama-3 pair (layers, tp; other settings default),
  * cut into stages. */
 vd_rc tp_pair_llama3(tp_pair *x, int64_t layers, int64_t tp, vd_diag *d);
+/* The model and sizes of a small generated configuration; a size left 0
+ * keeps the generator's default. */
+typedef struct {
+  vd_gen_model model;
+  int64_t layers, hidden, heads, seq, batch, dp, tp, pp, nm;
+} tp_sizes;
+/* *c = the generator's defaults (vd_gen_config_default) with z's model and
+ * its sizes that are not 0. */
+void tp_gen_config(vd_gen_config *c, const tp_sizes *z);
 /* Frees everything x holds (a zeroed or partly built pair too). */
 void tp_pair_free(tp_pair *x);
 

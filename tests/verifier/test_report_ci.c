@@ -19,18 +19,7 @@
 
 #include "../../verifier/report.h"
 #include "../../verifier/report_ci.h"
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = calloc(1, (size_t)n + 1);
-  if (b && fread(b, 1, (size_t)n, f) != (size_t)n) b[0] = '\0';
-  fclose(f);
-  return b;
-}
+#include "../support/files.h"
 
 static size_t count(const char *s, const char *what) {
   size_t n = 0;
@@ -50,6 +39,19 @@ static void setup_cfgs(void) {
   cfgs[1].exit_code = 3;
   cfgs[1].expected = 0;
   cfgs[1].error = "stopped by the deadline";
+}
+
+/* What WRITE makes of the two configurations in a new temporary file (PATH:
+ * its template; the caller frees the text and unlinks the file). */
+static char *written(vd_rc (*write)(const vd_report_config *, size_t, const char *, vd_diag *), char *path) {
+  setup_cfgs();
+  tfile_temp(path);
+  vd_diag d;
+  vd_diag_clear(&d);
+  assert_int_equal(write(cfgs, 2, path, &d), VD_OK);
+  char *x = tfile_slurp(path);
+  assert_non_null(x);
+  return x;
 }
 
 static void test_parse_loc(void **st) {
@@ -75,16 +77,8 @@ static void test_parse_loc(void **st) {
 
 static void test_junit_no_run(void **st) {
   (void)st;
-  setup_cfgs();
   char path[] = "/tmp/vd_ci_junit_XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  close(fd);
-  vd_diag d;
-  vd_diag_clear(&d);
-  assert_int_equal(vd_report_junit_configs(cfgs, 2, path, &d), VD_OK);
-  char *x = slurp(path);
-  assert_non_null(x);
+  char *x = written(vd_report_junit_configs, path);
   /* one suite each, one "outcome" case each: an <error> for bad input and for inconclusive */
   assert_int_equal(count(x, "<testsuite "), 2);
   assert_int_equal(count(x, "<testcase "), 2);
@@ -98,16 +92,8 @@ static void test_junit_no_run(void **st) {
 
 static void test_sarif_no_run(void **st) {
   (void)st;
-  setup_cfgs();
   char path[] = "/tmp/vd_ci_sarif_XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  close(fd);
-  vd_diag d;
-  vd_diag_clear(&d);
-  assert_int_equal(vd_report_sarif_configs(cfgs, 2, path, &d), VD_OK);
-  char *x = slurp(path);
-  assert_non_null(x);
+  char *x = written(vd_report_sarif_configs, path);
   assert_non_null(strstr(x, "\"version\": \"2.1.0\""));
   assert_int_equal(count(x, "\"ruleId\": \"BAD_INPUT\""), 1);
   assert_int_equal(count(x, "\"ruleId\": \"INCONCLUSIVE\""), 1);
@@ -123,27 +109,22 @@ static void test_github_escaping(void **st) {
   (void)st;
   setup_cfgs();
   char apath[] = "/tmp/vd_ci_ann_XXXXXX", spath[] = "/tmp/vd_ci_sum_XXXXXX";
-  int fd = mkstemp(apath);
-  assert_true(fd >= 0);
-  close(fd);
-  fd = mkstemp(spath);
-  assert_true(fd >= 0);
-  assert_int_equal(write(fd, "earlier step\n", 13), 13);
-  close(fd);
+  tfile_temp(apath);
+  tfile_temp_text(spath, "earlier step\n");
   FILE *a = fopen(apath, "w");
   assert_non_null(a);
   vd_diag d;
   vd_diag_clear(&d);
   assert_int_equal(vd_report_github_configs(cfgs, 2, a, spath, &d), VD_OK);
   fclose(a);
-  char *x = slurp(apath);
+  char *x = tfile_slurp(apath);
   assert_non_null(x);
   /* title property: ':' and ',' escaped; message: '%' and LF escaped; one line each */
   assert_string_equal(x, "::error title=verdict BAD INPUT (tp2%2Cpp2%3A a)::BAD INPUT: p.plan: node 7: in[0]: 100%25 "
                          "wrong%0Asecond line\n"
                          "::warning title=verdict INCONCLUSIVE (moe)::INCONCLUSIVE: stopped by the deadline\n");
   free(x);
-  char *s = slurp(spath);
+  char *s = tfile_slurp(spath);
   assert_non_null(s);
   /* appended after what an earlier step wrote; Markdown specials escaped */
   assert_int_equal(strncmp(s, "earlier step\n## verdict: 0 of 2 configurations as expected", 58), 0);

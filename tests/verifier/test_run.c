@@ -31,6 +31,7 @@
 #include "../../gen/gen.h"
 #include "../../verifier/report.h"
 #include "../../verifier/run.h"
+#include "../support/pipeline.h"
 
 static char s_path[64], p_path[64], m_path[64], pb_path[64], mb_path[64];
 
@@ -54,11 +55,7 @@ static int setup(void **state) {
   snprintf(pb_path, sizeof(pb_path), "/tmp/vd_test_run_%d.pb.plan", (int)getpid());
   snprintf(mb_path, sizeof(mb_path), "/tmp/vd_test_run_%d.mb.plan", (int)getpid());
   vd_gen_config g;
-  vd_gen_config_default(&g);
-  g.model = VD_GEN_LLAMA3;
-  g.layers = 2;
-  g.tp = 2;
-  g.dp = 2;
+  tp_gen_config(&g, &(tp_sizes){VD_GEN_LLAMA3, .layers = 2, .tp = 2, .dp = 2});
   vd_plan_t s, p, m;
   vd_diag d;
   vd_diag_clear(&d);
@@ -86,17 +83,23 @@ static int teardown(void **state) {
   return 0;
 }
 
+/* The options of every run here: s_path against pm, every failing stage
+ * reported (max_failures 0), seed 1, quiet (no timings: the report must
+ * then be byte-identical). */
+static void run_opts(vd_run_opts *o, const char *pm, int threads, int no_reuse) {
+  memset(o, 0, sizeof(*o));
+  o->sm = s_path;
+  o->pm = pm;
+  o->threads = threads;
+  o->no_reuse = no_reuse;
+  o->stage_timeout_ms = 60000;
+  o->seed = 1;
+  o->quiet = 1;
+}
+
 static void run(const char *pm, int threads, int no_reuse, vd_run *r, char **text) {
   vd_run_opts o;
-  memset(&o, 0, sizeof(o));
-  o.sm = s_path;
-  o.pm = pm;
-  o.threads = threads;
-  o.no_reuse = no_reuse;
-  o.stage_timeout_ms = 60000;
-  o.max_failures = 0; /* report every failing stage */
-  o.seed = 1;
-  o.quiet = 1;        /* no timings: the report must then be byte-identical */
+  run_opts(&o, pm, threads, no_reuse);
   vd_diag d;
   vd_diag_clear(&d);
   if (vd_run_verify(&o, r, &d) != VD_OK) fail_msg("run: %s", d.msg);
@@ -220,14 +223,7 @@ static void test_stop_anywhere(void **state) {
   int stopped_solving = 0;
   for (size_t k = 0; k < sizeof(deadlines) / sizeof(deadlines[0]); k++) {
     vd_run_opts o;
-    memset(&o, 0, sizeof(o));
-    o.sm = s_path;
-    o.pm = m_path;
-    o.threads = 2;
-    o.no_reuse = 1;
-    o.stage_timeout_ms = 60000;
-    o.seed = 1;
-    o.quiet = 1;
+    run_opts(&o, m_path, 2, 1);
     o.deadline_s = deadlines[k];
     vd_run r;
     vd_diag d;

@@ -1,0 +1,15 @@
+/*
+ * tests/support/smt_cases.h - solver problems more than one test file poses.
+ */
+#ifndef VD_TEST_SMT_CASES_H
+#define VD_TEST_SMT_CASES_H
+
+#include "../../solver/smt.h"
+
+/* A true but hard nonlinear identity: *lhs = ite(p <= -1, b, a) and *rhs = a,
+ * where p is a sum of two Motzkin polynomials x^4y^2 + x^2y^4 + z^6 -
+ * 3x^2y^2z^2 (>= 0, but not a sum of squares), beyond Z3 in a minute.  The
+ * six variables are named by names_fmt (one %d, 0 to 5), then a and b. */
+void ts_motzkin(vd_smt *s, const char *names_fmt, vd_term *lhs, vd_term *rhs);
+
+#endif
