@@ -4,7 +4,8 @@ the root unit holds the embeddings and the tied head.  Every rank stores dim-0 s
 parameters (DTensors placed Shard(0) on the dp mesh) and of the optimizer state; FSDP all-gathers
 a unit's parameters before its forward and backward and reduce-scatters (averaging) its
 gradients.  The parallel program of gpt2_single.py (tools/torch2plan --nproc DP --set dp=DP;
---set opt=sgdm|adam|adamw, clip=X).
+--set opt=sgdm|adam|adamw, clip=X; accum=N accumulates N microbatches of the rank's share, the
+first N-1 with set_requires_gradient_sync(False)).
 Bug (--set bug=sum_rs): the gradients are reduce-scattered as a sum where the loss is a mean
 (FSDP's gradient divide factor set to 1: each rank's gradient is DP times too large).
 tests/e2e/52_torch_fsdp.sh; docs/torch.md "FSDP2".
@@ -39,9 +40,18 @@ def step(cap):
             u.set_gradient_divide_factor(1.0)
     opt = gpt2.make_optimizer(c, model.parameters())
     cap.optimizer(opt)
+    accum = int(c.get("accum", 1))
     with cap.step():
-        loss = model(*mine)
-        loss.backward()
+        if accum > 1:   # gradient accumulation: FSDP reduce-scatters once, in the last backward
+            loss = 0
+            for m, (x, y) in enumerate(zip(*(t.chunk(accum) for t in mine))):
+                model.set_requires_gradient_sync(m == accum - 1)
+                part = model(x, y)
+                (part / accum).backward()
+                loss = loss + part.detach() / accum
+        else:
+            loss = model(*mine)
+            loss.backward()
         if c["clip"]:   # DTensor gradients: the norm of the sharded gradients, all-reduced
             torch.nn.utils.clip_grad_norm_(model.parameters(), c["clip"])
         opt.step()
