@@ -541,6 +541,43 @@ static vd_rc probe_worst(vd_noise_ctx *c, uint32_t k, uint32_t i, int op, callbu
   return VD_OK;
 }
 
+/* From the node evaluated on all-ones, |x| and x^2 (outs[0..2]), per output: the per-element
+ * term counts (kv), sums of |terms| (s1v) and of terms^2 (s2v), the largest count (kmax), the
+ * max-norm of the |terms| sums (s1n) and the one-side variance summed (vsum). */
+static void terms_of_outputs(vd_noise_ctx *c, uint32_t k, int op, double **outs[3], double *kmax,
+                             double *s1n, double *vsum, double u_acc, const double *nfac, double **s1v,
+                             double **kv, double **s2v) {
+  const vd_gnode_t *gn = &c->gpx.nodes[k];
+  const uint32_t *iv = vd_gnode_inputs(&c->gpx, gn), *ov = vd_gnode_outputs(&c->gpx, gn);
+  for (uint32_t j = 0; j < gn->n_out; j++) {
+    const double *y = c->val[ov[j]];
+    int64_t n = vd_tensor_numel(ptensor(c, ov[j]));
+    int64_t nin = vd_tensor_numel(ptensor(c, iv[0]));
+    double s1 = 0, v = 0;
+    kmax[j] = 1;
+    for (int64_t e = 0; e < n; e++) {
+      double K = outs[0][j][e];
+      if (op == VD_OP_MEAN) K = (double)nin / (double)(n > 0 ? n : 1);
+      if (!(K >= 1)) K = 1;
+      if (K > kmax[j]) kmax[j] = K;
+      double a = outs[1][j][e], q = outs[2][j][e];
+      if (op == VD_OP_MEAN) {
+        a *= K;
+        q *= K * K;
+      }
+      if (a > s1) s1 = a;
+      s1v[j][e] = a;
+      kv[j][e] = K;
+      s2v[j][e] = q;
+      /* one side's variance, r u^2 K (y^2/3 + sum t^2 / 2); the single side's nK terms */
+      double ye = op == VD_OP_MEAN ? y[e] * K : y[e];
+      v += VD_NOISE_RV * u_acc * u_acc * K * (ye * ye / 3.0 + q / 2.0) * (1.0 + nfac[j]);
+    }
+    s1n[j] = s1; /* max-norm of |terms| summed */
+    vsum[j] = v;
+  }
+}
+
 /* Per-element term counts and sums of |terms| and terms^2 of a contraction:
  * the node evaluated on all-ones, |x| and x^2 floating inputs (integer inputs,
  * indices, are kept).  Exact for sums of products of its inputs. */
@@ -588,33 +625,7 @@ static vd_rc contraction_terms(vd_noise_ctx *c, uint32_t k, int op, callbuf *b, 
     }
     if ((rc = eval_node(c, k, b, in3 + (size_t)m * gn->n_in, outs[m], d)) != VD_OK) goto done;
   }
-  for (uint32_t j = 0; j < gn->n_out; j++) {
-    const double *y = c->val[ov[j]];
-    int64_t n = vd_tensor_numel(ptensor(c, ov[j]));
-    int64_t nin = vd_tensor_numel(ptensor(c, iv[0]));
-    double s1 = 0, v = 0;
-    kmax[j] = 1;
-    for (int64_t e = 0; e < n; e++) {
-      double K = outs[0][j][e];
-      if (op == VD_OP_MEAN) K = (double)nin / (double)(n > 0 ? n : 1);
-      if (!(K >= 1)) K = 1;
-      if (K > kmax[j]) kmax[j] = K;
-      double a = outs[1][j][e], q = outs[2][j][e];
-      if (op == VD_OP_MEAN) {
-        a *= K;
-        q *= K * K;
-      }
-      if (a > s1) s1 = a;
-      s1v[j][e] = a;
-      kv[j][e] = K;
-      s2v[j][e] = q;
-      /* one side's variance, r u^2 K (y^2/3 + sum t^2 / 2); the single side's nK terms */
-      double ye = op == VD_OP_MEAN ? y[e] * K : y[e];
-      v += VD_NOISE_RV * u_acc * u_acc * K * (ye * ye / 3.0 + q / 2.0) * (1.0 + nfac[j]);
-    }
-    s1n[j] = s1; /* max-norm of |terms| summed */
-    vsum[j] = v;
-  }
+  terms_of_outputs(c, k, op, outs, kmax, s1n, vsum, u_acc, nfac, s1v, kv, s2v);
 done:
   for (int m = 0; m < 3; m++) {
     if (outs[m])
@@ -985,9 +996,9 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
 
 /* ---- the pass -------------------------------------------------------------------------- */
 
-vd_rc vd_noise_i_propagate(vd_noise_ctx *c, vd_diag *d) {
-  const vd_graph_t *g = &c->gpx;
-  size_t nv = g->n_values;
+/* The per-value arrays of the context, all zero. */
+static vd_rc alloc_value_arrays(vd_noise_ctx *c, vd_diag *d) {
+  size_t nv = c->gpx.n_values;
   c->val = vd_calloc(nv + 1, sizeof(double *));
   c->own = vd_calloc(nv + 1, 1);
   c->dumped = vd_calloc(nv + 1, 1);
@@ -999,8 +1010,14 @@ vd_rc vd_noise_i_propagate(vd_noise_ctx *c, vd_diag *d) {
   c->ewv = vd_calloc(nv + 1, sizeof(double *));
   c->erv = vd_calloc(nv + 1, sizeof(double *));
   if (!c->val || !c->own || !c->dumped || !c->bitid || !c->ere || !c->ewc || !c->nrm || !c->known || !c->ewv || !c->erv) return VD_OOM(d);
-  /* values from the dump; initial values in noise mode */
-  for (size_t v = 0; v < nv; v++) {
+  return VD_OK;
+}
+
+/* Values from the dump (their lengths checked against the plan); initial values in noise mode.
+ * Initial values are exact and bit-identical. */
+static vd_rc load_values(vd_noise_ctx *c, vd_diag *d) {
+  const vd_graph_t *g = &c->gpx;
+  for (size_t v = 0; v < g->n_values; v++) {
     const vd_tensor_t *t = ptensor(c, (uint32_t)v);
     int64_t want = vd_tensor_numel(t), n = 0;
     const double *a = vd_noise_i_dumped(c->pd, g, (uint32_t)v, &n);
@@ -1018,56 +1035,75 @@ vd_rc vd_noise_i_propagate(vd_noise_ctx *c, vd_diag *d) {
     }
     if (g->values[v].is_initial) c->bitid[v] = c->known[v] = 1;
   }
+  return VD_OK;
+}
+
+/* Node k evaluated when its inputs have values and an output has none: every output computed,
+ * the dumped ones (the real run's) kept where present. */
+static vd_rc evaluate_missing(vd_noise_ctx *c, uint32_t k, callbuf *b, vd_diag *d) {
+  const vd_graph_t *g = &c->gpx;
+  const vd_gnode_t *gn = &g->nodes[k];
+  const uint32_t *iv = vd_gnode_inputs(g, gn), *ov = vd_gnode_outputs(g, gn);
+  int have_in = 1, missing_out = 0;
+  for (uint32_t i = 0; i < gn->n_in; i++) have_in &= c->val[iv[i]] != NULL;
+  for (uint32_t j = 0; j < gn->n_out; j++) missing_out |= c->val[ov[j]] == NULL;
+  if (!missing_out || !have_in) return VD_OK;
+  double **outs = vd_calloc(gn->n_out + 1, sizeof(double *));
+  if (!outs) return VD_OOM(d);
+  vd_rc rc = VD_OK;
+  for (uint32_t j = 0; j < gn->n_out && rc == VD_OK; j++) {
+    int64_t n = vd_tensor_numel(ptensor(c, ov[j]));
+    outs[j] = vd_calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    if (!outs[j]) rc = VD_OOM(d);
+  }
+  if (rc == VD_OK) {
+    const double **ins = (const double **)b->in;
+    for (uint32_t i = 0; i < gn->n_in; i++) ins[i] = c->val[iv[i]];
+    rc = eval_node(c, k, b, ins, outs, d);
+  }
+  for (uint32_t j = 0; j < gn->n_out; j++) {
+    if (rc == VD_OK && !c->val[ov[j]]) {
+      c->val[ov[j]] = outs[j];
+      c->own[ov[j]] = 1;
+      c->n_evaluated++;
+    } else {
+      vd_free(outs[j]);
+    }
+  }
+  vd_free(outs);
+  return rc;
+}
+
+/* The 2-norms of node k's outputs, and of its initial inputs. */
+static void record_norms(vd_noise_ctx *c, uint32_t k) {
+  const vd_graph_t *g = &c->gpx;
+  const vd_gnode_t *gn = &g->nodes[k];
+  const uint32_t *iv = vd_gnode_inputs(g, gn), *ov = vd_gnode_outputs(g, gn);
+  for (uint32_t j = 0; j < gn->n_out; j++)
+    if (c->val[ov[j]]) c->nrm[ov[j]] = norm2(c->val[ov[j]], vd_tensor_numel(ptensor(c, ov[j])));
+  for (uint32_t i = 0; i < gn->n_in; i++)
+    if (c->val[iv[i]] && g->values[iv[i]].is_initial)
+      c->nrm[iv[i]] = norm2(c->val[iv[i]], vd_tensor_numel(ptensor(c, iv[i])));
+}
+
+vd_rc vd_noise_i_propagate(vd_noise_ctx *c, vd_diag *d) {
+  const vd_graph_t *g = &c->gpx;
+  VD_CHECK(alloc_value_arrays(c, d));
+  VD_CHECK(load_values(c, d));
   callbuf b;
   memset(&b, 0, sizeof(b));
   workbuf w;
   memset(&w, 0, sizeof(w));
   vd_rc rc = VD_OK;
-  for (size_t ti = 0; ti < g->n_nodes; ti++) {
+  for (size_t ti = 0; ti < g->n_nodes && rc == VD_OK; ti++) {
     uint32_t k = g->topo[ti];
     const vd_gnode_t *gn = &g->nodes[k];
-    const uint32_t *iv = vd_gnode_inputs(g, gn), *ov = vd_gnode_outputs(g, gn);
-    if ((rc = callbuf_fit(&b, gn->n_in + gn->n_out + 1, d)) != VD_OK) goto done;
-    int have_in = 1, missing_out = 0;
-    for (uint32_t i = 0; i < gn->n_in; i++) have_in &= c->val[iv[i]] != NULL;
-    for (uint32_t j = 0; j < gn->n_out; j++) missing_out |= c->val[ov[j]] == NULL;
-    if (missing_out && have_in) {
-      /* compute every output; keep the dumped ones (the real run's) where present */
-      double **outs = vd_calloc(gn->n_out + 1, sizeof(double *));
-      if (!outs) {
-        rc = VD_OOM(d);
-        goto done;
-      }
-      for (uint32_t j = 0; j < gn->n_out && rc == VD_OK; j++) {
-        int64_t n = vd_tensor_numel(ptensor(c, ov[j]));
-        outs[j] = vd_calloc((size_t)(n > 0 ? n : 1), sizeof(double));
-        if (!outs[j]) rc = VD_OOM(d);
-      }
-      if (rc == VD_OK) {
-        const double **ins = (const double **)b.in;
-        for (uint32_t i = 0; i < gn->n_in; i++) ins[i] = c->val[iv[i]];
-        rc = eval_node(c, k, &b, ins, outs, d);
-      }
-      for (uint32_t j = 0; j < gn->n_out; j++) {
-        if (rc == VD_OK && !c->val[ov[j]]) {
-          c->val[ov[j]] = outs[j];
-          c->own[ov[j]] = 1;
-          c->n_evaluated++;
-        } else {
-          vd_free(outs[j]);
-        }
-      }
-      vd_free(outs);
-      if (rc != VD_OK) goto done;
-    }
-    for (uint32_t j = 0; j < gn->n_out; j++)
-      if (c->val[ov[j]]) c->nrm[ov[j]] = norm2(c->val[ov[j]], vd_tensor_numel(ptensor(c, ov[j])));
-    for (uint32_t i = 0; i < gn->n_in; i++)
-      if (c->val[iv[i]] && g->values[iv[i]].is_initial)
-        c->nrm[iv[i]] = norm2(c->val[iv[i]], vd_tensor_numel(ptensor(c, iv[i])));
-    if ((rc = node_bounds(c, k, &b, &w, d)) != VD_OK) goto done;
+    rc = callbuf_fit(&b, gn->n_in + gn->n_out + 1, d);
+    if (rc == VD_OK) rc = evaluate_missing(c, k, &b, d);
+    if (rc != VD_OK) break;
+    record_norms(c, k);
+    rc = node_bounds(c, k, &b, &w, d);
   }
-done:
   callbuf_free(&b);
   work_free(&w);
   return rc;
