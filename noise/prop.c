@@ -963,14 +963,7 @@ static vd_rc new_roundings(nodestep *s) {
 
 /* The bounds of node k's outputs: its inputs' errors propagated, plus the new roundings. */
 static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd_diag *d) {
-  nodestep s;
-  memset(&s, 0, sizeof(s));
-  s.c = c;
-  s.k = k;
-  s.b = b;
-  s.w = w;
-  s.d = d;
-  s.gn = &c->gpx.nodes[k];
+  nodestep s = {.c = c, .k = k, .b = b, .w = w, .d = d, .gn = &c->gpx.nodes[k]};
   s.pn = &c->pp->nodes[s.gn->pnode];
   s.op = vd_op_lookup(vd_node_op(c->pp, s.pn));
   s.iv = vd_gnode_inputs(&c->gpx, s.gn);
