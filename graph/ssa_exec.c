@@ -270,32 +270,8 @@ static void number_colls(bctx *c) {
   }
 }
 
-/* OPTIMIZATION-ONLY: the walks of (replica d, stored rank r) are
- * independent: a node reads and writes only tensors of its own rank
- * (validate.c), so a walk touches only its own tensor instances, and ranks
- * meet only in collectives, which are merged later.  So the walks run in
- * parallel, each with its own context: its execs, operands and collective
- * execs go to offsets known from prepare's per-rank totals; its values are
- * numbered from 0 in a buffer of its own, and once all walks are done they
- * are moved to their place in walk order (d, r) and every value index the
- * walk wrote (its operands, its instances' first and last values) is
- * shifted by the walk's base.  That is the numbering of the serial walk.
- * The issues of each walk are appended in walk order through the same cap,
- * and collective instances are numbered afterwards in exec order: the same
- * graph, node for node and value for value, at any thread count. */
-vd_rc vd_graph_i_execute(bctx *c) {
-  const vd_plan_t *p = c->p;
-  vd_graph_t *g = c->g;
-  size_t nw = (size_t)c->D * (size_t)c->R;
-  walk_t *w = vd_calloc(nw, sizeof(*w));
-  uint64_t *base = vd_malloc((nw + 1) * 3 * sizeof(*base)); /* ex, ops, ce */
-  uint32_t *t_off = vd_calloc((size_t)c->R + 1, sizeof(*t_off)), *t_by_rank = NULL;
-  vd_value_t *vals;
-  vd_rc rc = VD_OK;
-  if (!w || !base || !t_off) {
-    rc = VD_OOM(c->d);
-    goto done;
-  }
+/* Each walk's first exec, operand and collective exec: prefix sums of the per-rank totals. */
+static void walk_bases(const bctx *c, size_t nw, uint64_t *base) {
   base[0] = base[1] = base[2] = 0;
   for (size_t k = 0; k < nw; k++) {
     int32_t r = (int32_t)(k % (size_t)c->R);
@@ -303,46 +279,54 @@ vd_rc vd_graph_i_execute(bctx *c) {
     base[3 * (k + 1) + 1] = base[3 * k + 1] + c->r_ops[r];
     base[3 * (k + 1) + 2] = base[3 * k + 2] + c->r_colls[r];
   }
-  int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+}
+
+/* Runs the walks: as one piece (*nwalk = 1), or each (replica, rank) on its own in parallel
+ * (*nwalk = nw), its values in g->values grown to one slot per operand. */
+static vd_rc run_walks(bctx *c, walk_t *w, size_t nw, int nt, const uint64_t *base, size_t *nwalk) {
+  vd_graph_t *g = c->g;
   /* A plan whose nodes use other ranks' tensors (never a validated one) is
    * walked as one piece, in order: walks would share instances.  So is a
    * plan on one thread: its values go straight to g->values. */
-  size_t nwalk = c->cross_rank || nt < 2 ? 1 : nw;
-  if (nwalk == 1) walk(c, &w[0], 0, nw, base, g->values);
-  else {
-    /* g->values grows to one slot per operand; the walks' values are moved
-     * down into place afterwards. */
-    vals = vd_realloc_array(g->values, base[3 * nw + 1] ? (size_t)base[3 * nw + 1] : 1, sizeof(*vals));
-    if (!vals) {
-      rc = VD_OOM(c->d);
-      goto done;
-    }
-    g->values = vals;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
-    for (size_t k = 0; k < nw; k++) walk(c, &w[k], k, k + 1, base, vals);
+  *nwalk = c->cross_rank || nt < 2 ? 1 : nw;
+  if (*nwalk == 1) {
+    walk(c, &w[0], 0, nw, base, g->values);
+    return VD_OK;
   }
-  /* Value bases, issues and the first error, in walk order. */
-  size_t nv = 0;
+  /* g->values grows to one slot per operand; the walks' values are moved
+   * down into place afterwards. */
+  vd_value_t *vals = vd_realloc_array(g->values, base[3 * nw + 1] ? (size_t)base[3 * nw + 1] : 1, sizeof(*vals));
+  if (!vals) return VD_OOM(c->d);
+  g->values = vals;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(nt)
+  for (size_t k = 0; k < nw; k++) walk(c, &w[k], k, k + 1, base, vals);
+  return VD_OK;
+}
+
+/* Value bases, issues and the first error, in walk order; *nv the values of all walks. */
+static vd_rc gather_walks(bctx *c, walk_t *w, size_t nwalk, size_t *nv) {
+  vd_graph_t *g = c->g;
+  *nv = 0;
   for (size_t k = 0; k < nwalk; k++) {
     if (w[k].rc != VD_OK) {
       if (c->d) *c->d = w[k].dd;
-      rc = w[k].rc;
-      goto done;
+      return w[k].rc;
     }
     for (size_t i = 0; i < w[k].g.n_issues; i++)
       if (vd_issue_push(&g->issues, &g->n_issues, &g->cap_issues, VD_GRAPH_MAX_ISSUES, &g->n_issues_dropped,
-                        &w[k].g.issues[i]) != VD_OK) {
-        rc = VD_OOM(c->d);
-        goto done;
-      }
+                        &w[k].g.issues[i]) != VD_OK)
+        return VD_OOM(c->d);
     g->n_issues_dropped += w[k].g.n_issues_dropped;
-    w[k].c.cap_values = nv; /* reused: the walk's value base */
-    nv += w[k].g.n_values;
+    w[k].c.cap_values = *nv; /* reused: the walk's value base */
+    *nv += w[k].g.n_values;
   }
-  assert(nv <= c->cap_values);
-  if (nwalk == 1) goto finish;
-  /* Walk k's values move down from vals + (its operand base) to its value
-   * base: in walk order, a move never overwrites values still to move. */
+  return VD_OK;
+}
+
+/* Walk k's values move down from vals + (its operand base) to its value base: in walk order, a
+ * move never overwrites values still to move. */
+static vd_rc compact_values(bctx *c, const walk_t *w, size_t nwalk) {
+  vd_graph_t *g = c->g;
   for (size_t k = 0; k < nwalk; k++)
     if (w[k].g.n_values && w[k].g.values != g->values + w[k].c.cap_values)
       memmove(g->values + w[k].c.cap_values, w[k].g.values, w[k].g.n_values * sizeof(*g->values));
@@ -350,17 +334,21 @@ vd_rc vd_graph_i_execute(bctx *c) {
    * shrinking returns their pages.  (A failed realloc, which only the
    * fault-injection tests make happen, is reported like any other.) */
   vd_value_t *shrunk = vd_realloc_array(g->values, c->cap_values, sizeof(*g->values));
-  if (!shrunk) {
-    rc = VD_OOM(c->d);
-    goto done;
-  }
+  if (!shrunk) return VD_OOM(c->d);
   g->values = shrunk;
-  /* Tensors by rank, for the instance fixup. */
-  t_by_rank = vd_malloc((p->n_tensors ? p->n_tensors : 1) * sizeof(*t_by_rank));
-  if (!t_by_rank) {
-    rc = VD_OOM(c->d);
-    goto done;
-  }
+  return VD_OK;
+}
+
+/* Every value index a walk wrote (its operands, its instances' first and last values) shifted by
+ * the walk's value base; t_off (R + 1, zero) and *t_by_rank (taken by the caller) list the
+ * tensors by rank. */
+static vd_rc shift_walk_indices(bctx *c, const walk_t *w, size_t nw, int nt, const uint64_t *base,
+                                uint32_t *t_off, uint32_t **t_by_rank_out) {
+  const vd_plan_t *p = c->p;
+  vd_graph_t *g = c->g;
+  uint32_t *t_by_rank = vd_malloc((p->n_tensors ? p->n_tensors : 1) * sizeof(*t_by_rank));
+  *t_by_rank_out = t_by_rank;
+  if (!t_by_rank) return VD_OOM(c->d);
   for (size_t t = 0; t < p->n_tensors; t++) t_off[p->tensors[t].rank + 1]++;
   for (int32_t r = 0; r < c->R; r++) t_off[r + 1] += t_off[r];
   for (size_t t = 0; t < p->n_tensors; t++) t_by_rank[t_off[p->tensors[t].rank]++] = (uint32_t)t;
@@ -380,7 +368,12 @@ vd_rc vd_graph_i_execute(bctx *c) {
       }
     }
   }
-finish:
+  return VD_OK;
+}
+
+/* The totals of all walks, collective instances numbered, placeholders dropped. */
+static void finish_graph(bctx *c, size_t nw, const uint64_t *base, size_t nv) {
+  vd_graph_t *g = c->g;
   g->n_values = nv;
   c->n_ex = (size_t)base[3 * nw];
   g->n_idx = (size_t)base[3 * nw + 1];
@@ -389,6 +382,42 @@ finish:
   /* Placeholders never count as an instance's value. */
   for (size_t i = 0; i < g->n_inst; i++)
     if (g->inst_first[i] < 0) g->inst_last[i] = -1;
+}
+
+/* OPTIMIZATION-ONLY: the walks of (replica d, stored rank r) are
+ * independent: a node reads and writes only tensors of its own rank
+ * (validate.c), so a walk touches only its own tensor instances, and ranks
+ * meet only in collectives, which are merged later.  So the walks run in
+ * parallel, each with its own context: its execs, operands and collective
+ * execs go to offsets known from prepare's per-rank totals; its values are
+ * numbered from 0 in a buffer of its own, and once all walks are done they
+ * are moved to their place in walk order (d, r) and every value index the
+ * walk wrote (its operands, its instances' first and last values) is
+ * shifted by the walk's base.  That is the numbering of the serial walk.
+ * The issues of each walk are appended in walk order through the same cap,
+ * and collective instances are numbered afterwards in exec order: the same
+ * graph, node for node and value for value, at any thread count. */
+vd_rc vd_graph_i_execute(bctx *c) {
+  size_t nw = (size_t)c->D * (size_t)c->R;
+  walk_t *w = vd_calloc(nw, sizeof(*w));
+  uint64_t *base = vd_malloc((nw + 1) * 3 * sizeof(*base)); /* ex, ops, ce */
+  uint32_t *t_off = vd_calloc((size_t)c->R + 1, sizeof(*t_off)), *t_by_rank = NULL;
+  size_t nwalk = 1, nv = 0;
+  vd_rc rc = VD_OK;
+  if (!w || !base || !t_off) {
+    rc = VD_OOM(c->d);
+    goto done;
+  }
+  walk_bases(c, nw, base);
+  int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if ((rc = run_walks(c, w, nw, nt, base, &nwalk)) != VD_OK) goto done;
+  if ((rc = gather_walks(c, w, nwalk, &nv)) != VD_OK) goto done;
+  assert(nv <= c->cap_values);
+  if (nwalk > 1) {
+    if ((rc = compact_values(c, w, nwalk)) != VD_OK) goto done;
+    if ((rc = shift_walk_indices(c, w, nw, nt, base, t_off, &t_by_rank)) != VD_OK) goto done;
+  }
+  finish_graph(c, nw, base, nv);
 done:
   if (w)
     for (size_t k = 0; k < nw; k++) vd_free(w[k].g.issues);

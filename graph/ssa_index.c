@@ -104,11 +104,9 @@ vd_rc vd_graph_i_index_groups(bctx *c) {
   return VD_OK;
 }
 
-/* Instance layout, written flags, step ranges and exact totals. */
-vd_rc vd_graph_i_prepare(bctx *c, size_t *n_ops, size_t *n_outs) {
+/* The number of microbatches: the schedule's largest plus one, at least the plan's nm and 1. */
+static vd_rc count_microbatches(bctx *c) {
   const vd_plan_t *p = c->p;
-  vd_graph_t *g = c->g;
-  size_t nt = p->n_tensors ? p->n_tensors : 1;
   int32_t maxmb = -1;
   for (size_t s = 0; s < p->n_steps; s++) {
     if (VD_NEVER(p->steps[s].mb < -1 || p->steps[s].segment < 0 ||
@@ -119,15 +117,14 @@ vd_rc vd_graph_i_prepare(bctx *c, size_t *n_ops, size_t *n_outs) {
   }
   c->n_mb = maxmb + 1 > p->world.nm ? maxmb + 1 : p->world.nm;
   if (c->n_mb < 1) c->n_mb = 1;
+  return VD_OK;
+}
 
-  g->inst_base = vd_malloc(nt * sizeof(*g->inst_base));
-  g->inst_per_replica = vd_malloc(nt * sizeof(*g->inst_per_replica));
-  c->written = vd_calloc(nt, 1);
-  int32_t *trank = vd_malloc(nt * sizeof(*trank)); /* compact copy for the cross-rank check */
-  if (!g->inst_base || !g->inst_per_replica || !c->written || !trank) {
-    vd_free(trank);
-    return VD_OOM(c->d);
-  }
+/* Instance layout (every tensor's first instance and count per replica; trank: each tensor's
+ * rank) and the instances' first/last value tables, all -1. */
+static vd_rc layout_instances(bctx *c, int32_t *trank, uint64_t *n_inst) {
+  const vd_plan_t *p = c->p;
+  vd_graph_t *g = c->g;
   uint64_t ninst = 0;
   for (size_t t = 0; t < p->n_tensors; t++) {
     uint32_t per = p->tensors[t].scope == VD_SCOPE_PER_MB ? (uint32_t)c->n_mb : 1;
@@ -136,20 +133,21 @@ vd_rc vd_graph_i_prepare(bctx *c, size_t *n_ops, size_t *n_outs) {
     g->inst_base[t] = (uint32_t)(ninst < UINT32_MAX ? ninst : UINT32_MAX);
     g->inst_per_replica[t] = per;
     ninst += (uint64_t)per * (uint64_t)c->D;
-    if (ninst >= INT32_MAX) {
-      vd_free(trank);
-      return vd_graph_i_too_large(c, "tensor instances");
-    }
+    if (ninst >= INT32_MAX) return vd_graph_i_too_large(c, "tensor instances");
   }
   g->n_inst = (size_t)ninst;
   g->inst_first = vd_malloc((ninst ? ninst : 1) * sizeof(int32_t));
   g->inst_last = vd_malloc((ninst ? ninst : 1) * sizeof(int32_t));
-  if (!g->inst_first || !g->inst_last) {
-    vd_free(trank);
-    return VD_OOM(c->d);
-  }
+  if (!g->inst_first || !g->inst_last) return VD_OOM(c->d);
   for (size_t i = 0; i < ninst; i++) g->inst_first[i] = g->inst_last[i] = -1;
+  *n_inst = ninst;
+  return VD_OK;
+}
 
+/* Checks every node's operand indices; sets cross_rank when a node touches a tensor of another
+ * rank, and the written flags (1: updated in place, 3: written fresh). */
+static vd_rc scan_node_operands(bctx *c, const int32_t *trank) {
+  const vd_plan_t *p = c->p;
   for (size_t i = 0; i < p->n_nodes; i++) {
     const vd_node_t *n = &p->nodes[i];
     const uint32_t *io[2] = {vd_node_inputs(p, n), vd_node_outputs(p, n)};
@@ -159,7 +157,6 @@ vd_rc vd_graph_i_prepare(bctx *c, size_t *n_ops, size_t *n_outs) {
         if (VD_NEVER(io[s][k] >= p->n_tensors)) {
           char rec[64];
           snprintf(rec, sizeof(rec), "node %lld", (long long)n->id);
-          vd_free(trank);
           return VD_ERR(c->d, VD_EINPUT, NULL, rec, s ? "outputs" : "inputs",
                         "expected a tensor index, got %u", io[s][k]);
         }
@@ -171,9 +168,35 @@ vd_rc vd_graph_i_prepare(bctx *c, size_t *n_ops, size_t *n_outs) {
       c->written[io[1][k]] |= (uint8_t)(reads ? 1 : 3);
     }
   }
-  vd_free(trank);
+  return VD_OK;
+}
 
-  /* Step ranges and totals from prefix sums over ord. */
+/* The tensors' side of pass 1: instance layout, operand checks, written flags. */
+static vd_rc prepare_tensors(bctx *c, uint64_t *n_inst) {
+  const vd_plan_t *p = c->p;
+  vd_graph_t *g = c->g;
+  size_t nt = p->n_tensors ? p->n_tensors : 1;
+  g->inst_base = vd_malloc(nt * sizeof(*g->inst_base));
+  g->inst_per_replica = vd_malloc(nt * sizeof(*g->inst_per_replica));
+  c->written = vd_calloc(nt, 1);
+  int32_t *trank = vd_malloc(nt * sizeof(*trank)); /* compact copy for the cross-rank check */
+  vd_rc rc = VD_OK;
+  if (!g->inst_base || !g->inst_per_replica || !c->written || !trank) rc = VD_OOM(c->d);
+  if (rc == VD_OK) rc = layout_instances(c, trank, n_inst);
+  if (rc == VD_OK) rc = scan_node_operands(c, trank);
+  vd_free(trank);
+  return rc;
+}
+
+/* The totals of one replica's node executions and operands (build_totals). */
+typedef struct {
+  uint64_t ex, ops, outs, colls;
+} build_totals;
+
+/* Step ranges in ord (by binary search per step) and, from prefix sums over ord, the totals per
+ * rank (r_ex, r_ops, r_colls) and of one replica (*t). */
+static vd_rc step_ranges(bctx *c, build_totals *t) {
+  const vd_plan_t *p = c->p;
   size_t nn = p->n_nodes;
   uint64_t *pre = vd_malloc((nn + 1) * 3 * sizeof(*pre)); /* ops, outs, colls */
   c->step_lo = vd_malloc((p->n_steps ? p->n_steps : 1) * sizeof(*c->step_lo));
@@ -216,18 +239,18 @@ vd_rc vd_graph_i_prepare(bctx *c, size_t *n_ops, size_t *n_outs) {
     c->r_colls[r] = colls - colls0;
   }
   vd_free(pre);
-  ex *= (uint64_t)c->D;
-  ops *= (uint64_t)c->D;
-  outs *= (uint64_t)c->D;
-  colls *= (uint64_t)c->D;
-  if (ex >= INT32_MAX) return vd_graph_i_too_large(c, "node executions");
-  if (ops >= UINT32_MAX / 2) return vd_graph_i_too_large(c, "operands");
+  t->ex = ex;
+  t->ops = ops;
+  t->outs = outs;
+  t->colls = colls;
+  return VD_OK;
+}
 
-  c->ex = vd_malloc((ex ? ex : 1) * sizeof(*c->ex));
-  c->ce = vd_malloc((colls ? colls : 1) * sizeof(*c->ce));
-  /* Direct instance table when (coll range) x (mb -1 .. n_mb - 1) x D
-   * entries of 4 bytes take no more than the map would (at least 2 x 24
-   * bytes per collective execution), with some slack. */
+/* The collective instance lookup: a direct table when (coll range) x (mb -1 .. n_mb - 1) x D
+ * entries of 4 bytes take no more than the map would (at least 2 x 24 bytes per collective
+ * execution), with some slack; else a hash map of 2 x colls entries or more, all NONE. */
+static vd_rc alloc_coll_lookup(bctx *c, uint64_t colls) {
+  const vd_plan_t *p = c->p;
   int64_t cmin = INT64_MAX, cmax = -1;
   for (size_t i = 0; i < p->n_nodes; i++) {
     int64_t k = p->nodes[i].coll;
@@ -248,6 +271,25 @@ vd_rc vd_graph_i_prepare(bctx *c, size_t *n_ops, size_t *n_outs) {
   while (!c->cdirect && mc < 2 * colls) mc *= 2;
   c->map_cap = mc;
   c->map = vd_malloc(mc * sizeof(*c->map));
+  return VD_OK;
+}
+
+/* Instance layout, written flags, step ranges and exact totals. */
+vd_rc vd_graph_i_prepare(bctx *c, size_t *n_ops, size_t *n_outs) {
+  vd_graph_t *g = c->g;
+  VD_CHECK(count_microbatches(c));
+  uint64_t ninst = 0;
+  VD_CHECK(prepare_tensors(c, &ninst));
+  build_totals t = {0, 0, 0, 0};
+  VD_CHECK(step_ranges(c, &t));
+  uint64_t ex = t.ex * (uint64_t)c->D, ops = t.ops * (uint64_t)c->D;
+  uint64_t outs = t.outs * (uint64_t)c->D, colls = t.colls * (uint64_t)c->D;
+  if (ex >= INT32_MAX) return vd_graph_i_too_large(c, "node executions");
+  if (ops >= UINT32_MAX / 2) return vd_graph_i_too_large(c, "operands");
+
+  c->ex = vd_malloc((ex ? ex : 1) * sizeof(*c->ex));
+  c->ce = vd_malloc((colls ? colls : 1) * sizeof(*c->ce));
+  VD_CHECK(alloc_coll_lookup(c, colls));
   g->idx = vd_malloc((ops ? ops : 1) * sizeof(*g->idx));
   /* Values: at most one per write plus one (initial or placeholder) per
    * instance, and at most one per operand. */
@@ -255,7 +297,7 @@ vd_rc vd_graph_i_prepare(bctx *c, size_t *n_ops, size_t *n_outs) {
   c->cap_values = vcap ? (size_t)vcap : 1;
   g->values = vd_malloc(c->cap_values * sizeof(*g->values));
   if (!c->ex || !c->ce || !c->map || !g->idx || !g->values) return VD_OOM(c->d);
-  for (size_t i = 0; i < mc; i++) c->map[i].id = NONE;
+  for (size_t i = 0; i < c->map_cap; i++) c->map[i].id = NONE;
   *n_ops = (size_t)ops;
   *n_outs = (size_t)outs;
   return VD_OK;

@@ -129,6 +129,74 @@ static vd_rc check_coll(bctx *c, const cexec_t *ps, uint32_t np) {
   return VD_OK;
 }
 
+/* Groups collective execs by instance (stable, coff: the offsets into sorted), then by position;
+ * cgn (per instance: its graph node) all NONE. */
+static void group_by_instance(bctx *c, uint32_t *coff, uint32_t *cgn, cexec_t *sorted) {
+  uint32_t nci = c->n_cinst;
+  for (size_t i = 0; i < c->n_ce; i++) coff[c->ce[i].cinst + 1]++;
+  for (uint32_t i = 0; i < nci; i++) coff[i + 1] += coff[i];
+  memcpy(cgn, coff, ((size_t)nci + 1) * sizeof(*cgn));
+  for (size_t i = 0; i < c->n_ce; i++) sorted[cgn[c->ce[i].cinst]++] = c->ce[i];
+  for (uint32_t i = 0; i < nci; i++) {
+    if (coff[i + 1] - coff[i] > 1) qsort(sorted + coff[i], coff[i + 1] - coff[i], sizeof(*sorted), ce_cmp);
+    cgn[i] = NONE;
+  }
+}
+
+/* The graph's nodes, and idx grown to its exact need: collective copies (+2 per participant)
+ * and consumers (at most one per input operand). */
+static vd_rc alloc_graph_nodes(bctx *c) {
+  const vd_plan_t *p = c->p;
+  vd_graph_t *g = c->g;
+  uint64_t extra = 0, ins = 0;
+  for (size_t e = 0; e < c->n_ex; e++) ins += p->nodes[c->ex[e].pnode].n_in;
+  for (size_t i = 0; i < c->n_ce; i++) {
+    const vd_node_t *n = &p->nodes[c->ex[c->ce[i].exec].pnode];
+    extra += n->n_in + n->n_out + 2;
+  }
+  if (g->n_idx + extra + ins >= UINT32_MAX) return vd_graph_i_too_large(c, "index entries");
+  uint32_t *ni = vd_realloc_array(g->idx, g->n_idx + extra + ins + 1, sizeof(*ni));
+  g->nodes = vd_malloc((c->n_ex ? c->n_ex : 1) * sizeof(*g->nodes));
+  if (ni) g->idx = ni;
+  if (!ni || !g->nodes) return VD_OOM(c->d);
+  return VD_OK;
+}
+
+/* One graph node for the np participants ps of a collective instance: their inputs, then their
+ * outputs, then (plan node, replica) per participant; each participant's exec maps to it. */
+static uint32_t merge_participants(bctx *c, const cexec_t *ps, uint32_t np, uint32_t *ex_gnode) {
+  const vd_plan_t *p = c->p;
+  vd_graph_t *g = c->g;
+  uint32_t gi = (uint32_t)g->n_nodes++;
+  vd_gnode_t *gn = &g->nodes[gi];
+  const exec_t *x0 = &c->ex[ps[0].exec];
+  *gn = (vd_gnode_t){x0->pnode, x0->replica, x0->mb, 0, 0, 0, 0, 0, np};
+  gn->in_off = (uint32_t)g->n_idx;
+  for (uint32_t k = 0; k < np; k++) {
+    const exec_t *xk = &c->ex[ps[k].exec];
+    uint32_t nin = p->nodes[xk->pnode].n_in;
+    memcpy(g->idx + g->n_idx, g->idx + xk->off, nin * sizeof(uint32_t));
+    g->n_idx += nin;
+    gn->n_in += nin;
+  }
+  gn->out_off = (uint32_t)g->n_idx;
+  for (uint32_t k = 0; k < np; k++) {
+    const exec_t *xk = &c->ex[ps[k].exec];
+    const vd_node_t *nk = &p->nodes[xk->pnode];
+    memcpy(g->idx + g->n_idx, g->idx + xk->off + nk->n_in, nk->n_out * sizeof(uint32_t));
+    g->n_idx += nk->n_out;
+    gn->n_out += nk->n_out;
+  }
+  gn->part_off = (uint32_t)g->n_idx;
+  for (uint32_t k = 0; k < np; k++) {
+    const exec_t *xk = &c->ex[ps[k].exec];
+    g->idx[g->n_idx++] = xk->pnode;
+    g->idx[g->n_idx++] = (uint32_t)xk->replica;
+    ex_gnode[ps[k].exec] = gi;
+  }
+  return gi;
+}
+
 vd_rc vd_graph_i_merge(bctx *c, uint32_t *ex_gnode) {
   const vd_plan_t *p = c->p;
   vd_graph_t *g = c->g;
@@ -141,36 +209,8 @@ vd_rc vd_graph_i_merge(bctx *c, uint32_t *ex_gnode) {
     rc = VD_OOM(c->d);
     goto done;
   }
-  /* Group collective execs by instance (stable), then by position. */
-  for (size_t i = 0; i < c->n_ce; i++) coff[c->ce[i].cinst + 1]++;
-  for (uint32_t i = 0; i < nci; i++) coff[i + 1] += coff[i];
-  memcpy(cgn, coff, ((size_t)nci + 1) * sizeof(*cgn));
-  for (size_t i = 0; i < c->n_ce; i++) sorted[cgn[c->ce[i].cinst]++] = c->ce[i];
-  for (uint32_t i = 0; i < nci; i++) {
-    if (coff[i + 1] - coff[i] > 1) qsort(sorted + coff[i], coff[i + 1] - coff[i], sizeof(*sorted), ce_cmp);
-    cgn[i] = NONE;
-  }
-
-  /* Exact idx need: collective copies (+2 per participant) and consumers
-   * (at most one per input operand). */
-  uint64_t extra = 0, ins = 0;
-  for (size_t e = 0; e < c->n_ex; e++) ins += p->nodes[c->ex[e].pnode].n_in;
-  for (size_t i = 0; i < c->n_ce; i++) {
-    const vd_node_t *n = &p->nodes[c->ex[c->ce[i].exec].pnode];
-    extra += n->n_in + n->n_out + 2;
-  }
-  if (g->n_idx + extra + ins >= UINT32_MAX) {
-    rc = vd_graph_i_too_large(c, "index entries");
-    goto done;
-  }
-  uint32_t *ni = vd_realloc_array(g->idx, g->n_idx + extra + ins + 1, sizeof(*ni));
-  g->nodes = vd_malloc((c->n_ex ? c->n_ex : 1) * sizeof(*g->nodes));
-  if (ni) g->idx = ni;
-  if (!ni || !g->nodes) {
-    rc = VD_OOM(c->d);
-    goto done;
-  }
-
+  group_by_instance(c, coff, cgn, sorted);
+  if ((rc = alloc_graph_nodes(c)) != VD_OK) goto done;
   size_t j = 0; /* collective execs are in exec order in c->ce */
   for (size_t e = 0; e < c->n_ex; e++) {
     const exec_t *x = &c->ex[e];
@@ -189,34 +229,7 @@ vd_rc vd_graph_i_merge(bctx *c, uint32_t *ex_gnode) {
     }
     const cexec_t *ps = sorted + coff[ci];
     uint32_t np = coff[ci + 1] - coff[ci];
-    uint32_t gi = (uint32_t)g->n_nodes++;
-    cgn[ci] = gi;
-    vd_gnode_t *gn = &g->nodes[gi];
-    const exec_t *x0 = &c->ex[ps[0].exec];
-    *gn = (vd_gnode_t){x0->pnode, x0->replica, x0->mb, 0, 0, 0, 0, 0, np};
-    gn->in_off = (uint32_t)g->n_idx;
-    for (uint32_t k = 0; k < np; k++) {
-      const exec_t *xk = &c->ex[ps[k].exec];
-      uint32_t nin = p->nodes[xk->pnode].n_in;
-      memcpy(g->idx + g->n_idx, g->idx + xk->off, nin * sizeof(uint32_t));
-      g->n_idx += nin;
-      gn->n_in += nin;
-    }
-    gn->out_off = (uint32_t)g->n_idx;
-    for (uint32_t k = 0; k < np; k++) {
-      const exec_t *xk = &c->ex[ps[k].exec];
-      const vd_node_t *nk = &p->nodes[xk->pnode];
-      memcpy(g->idx + g->n_idx, g->idx + xk->off + nk->n_in, nk->n_out * sizeof(uint32_t));
-      g->n_idx += nk->n_out;
-      gn->n_out += nk->n_out;
-    }
-    gn->part_off = (uint32_t)g->n_idx;
-    for (uint32_t k = 0; k < np; k++) {
-      const exec_t *xk = &c->ex[ps[k].exec];
-      g->idx[g->n_idx++] = xk->pnode;
-      g->idx[g->n_idx++] = (uint32_t)xk->replica;
-      ex_gnode[ps[k].exec] = gi;
-    }
+    cgn[ci] = merge_participants(c, ps, np, ex_gnode);
     if (check_coll(c, ps, np) != VD_OK) {
       rc = VD_OOM(c->d);
       goto done;

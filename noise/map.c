@@ -101,166 +101,204 @@ static int cmp_order(const void *a, const void *b) {
   return (y->initial > x->initial) - (y->initial < x->initial);
 }
 
-/* One lineage: fills row (status set by the caller's rules). Returns 0 when
- * the value was recorded on neither side (a decomposed intermediate). */
-static vd_rc one_lineage(vd_noise_ctx *c, const vd_lineage *L, vd_noise_row *row, int *recorded, vd_diag *d) {
-  const vd_lin_table *lt = &c->lt;
-  const vd_tensor_t *st = &c->sp->tensors[L->stensor];
-  int64_t sn = vd_tensor_numel(st), nsd = 0;
-  const double *sv = vd_noise_i_dumped(c->sd, &c->gs, L->svalue, &nsd);
-  if (sv && nsd != sn) {
-    char rec[64];
-    snprintf(rec, sizeof(rec), "tensor %lld", (long long)st->id);
-    VD_FAIL(d, VD_EINPUT, c->o->sm, rec, "n", "the single dump has %lld values, the tensor %lld elements",
-            (long long)nsd, (long long)sn);
-  }
-  /* instances: every piece, all_rep pieces once per replica */
+/* One lineage's working state (one_lineage and its steps). */
+typedef struct {
+  vd_noise_ctx *c;
+  const vd_tensor_t *st; /* the single tensor */
+  const double *sv;      /* its values in the single dump, or NULL */
+  int64_t sn;            /* its elements */
+  inst_t *ins;           /* the parallel instances of its pieces */
+  size_t ni;
+  double *acc, *acw, *acr; /* a partial sum's parts added: values, worst-case bounds, variances */
+  double *wsv, *rsv;       /* per single element: the worst-case bound, the variance */
+  int any_missing, any_dumped, any_unknown, bitid;
+  char why[160];           /* the first missing instance */
+} lineage_work;
+
+static void lineage_work_free(lineage_work *lw) {
+  vd_free(lw->ins);
+  vd_free(lw->acc);
+  vd_free(lw->acw);
+  vd_free(lw->wsv);
+  vd_free(lw->rsv);
+  vd_free(lw->acr);
+}
+
+/* Instances: every piece, all_rep pieces once per replica; one vector per single element. */
+static vd_rc lineage_work_alloc(lineage_work *lw, const vd_lineage *L, vd_diag *d) {
+  const vd_lin_table *lt = &lw->c->lt;
   size_t cap = 0;
   for (uint32_t i = 0; i < L->n_pieces; i++) {
     const vd_lin_piece *p = &lt->pieces[L->piece_off + i];
     cap += p->all_rep ? (size_t)lt->replicas : 1;
   }
-  inst_t *ins = vd_calloc(cap + 1, sizeof(*ins));
-  double *acc = vd_calloc((size_t)(sn > 0 ? sn : 1), sizeof(double));
-  double *acw = vd_calloc((size_t)(sn > 0 ? sn : 1), sizeof(double));
-  double *wsv = vd_calloc((size_t)(sn > 0 ? sn : 1), sizeof(double));
-  double *rsv = vd_calloc((size_t)(sn > 0 ? sn : 1), sizeof(double));
-  double *acr = vd_calloc((size_t)(sn > 0 ? sn : 1), sizeof(double));
-  if (!ins || !acc || !acw || !wsv || !rsv || !acr) {
-    vd_free(ins);
-    vd_free(acc);
-    vd_free(acw);
-    vd_free(wsv);
-    vd_free(rsv);
-    vd_free(acr);
+  size_t sn = (size_t)(lw->sn > 0 ? lw->sn : 1);
+  lw->ins = vd_calloc(cap + 1, sizeof(*lw->ins));
+  lw->acc = vd_calloc(sn, sizeof(double));
+  lw->acw = vd_calloc(sn, sizeof(double));
+  lw->wsv = vd_calloc(sn, sizeof(double));
+  lw->rsv = vd_calloc(sn, sizeof(double));
+  lw->acr = vd_calloc(sn, sizeof(double));
+  if (!lw->ins || !lw->acc || !lw->acw || !lw->wsv || !lw->rsv || !lw->acr) {
+    lineage_work_free(lw);
     return VD_OOM(d);
   }
-  size_t ni = 0;
-  int any_missing = 0, any_dumped = 0, any_unknown = 0;
-  char why[160] = "";
+  return VD_OK;
+}
+
+/* The instance of piece pi on replica rep: its gpx value (the last, or first for an initial
+ * piece) and slice; notes whether it is missing, dumped, without a bound. */
+static void add_instance(lineage_work *lw, uint32_t pi, int32_t rep) {
+  vd_noise_ctx *c = lw->c;
+  const vd_lin_piece *p = &c->lt.pieces[pi];
+  int32_t x = p->initial ? vd_graph_first(&c->gpx, p->ptensor, rep, p->mb)
+                         : vd_graph_last(&c->gpx, p->ptensor, rep, p->mb);
+  if (x < 0) return;
+  inst_t *s = &lw->ins[lw->ni++];
+  s->x = (uint32_t)x;
+  memset(s->lo, 0, sizeof(s->lo));
+  memset(s->hi, 0, sizeof(s->hi));
+  vd_lin_piece_at(&c->lt, pi, rep, s->lo, s->hi);
+  s->k = p->part_k;
+  s->n = p->part_n;
+  if (!c->val[x]) {
+    lw->any_missing = 1;
+    if (!lw->why[0])
+      snprintf(lw->why, sizeof(lw->why), "parallel tensor %lld (replica %d) has no value",
+               (long long)c->pp->tensors[p->ptensor].id, rep);
+  } else if (c->pd && !c->dumped[x]) {
+    lw->any_missing = 1;
+    if (!lw->why[0])
+      snprintf(lw->why, sizeof(lw->why), "parallel tensor %lld (replica %d) is not in the parallel dump",
+               (long long)c->pp->tensors[p->ptensor].id, rep);
+  } else {
+    lw->any_dumped |= c->dumped[x];
+  }
+  if (c->val[x] && !c->known[x]) lw->any_unknown = 1;
+}
+
+static void collect_instances(lineage_work *lw, const vd_lineage *L) {
+  const vd_lin_table *lt = &lw->c->lt;
   for (uint32_t i = 0; i < L->n_pieces; i++) {
     uint32_t pi = L->piece_off + i;
     const vd_lin_piece *p = &lt->pieces[pi];
     int32_t r0 = p->all_rep ? 0 : p->replica, r1 = p->all_rep ? lt->replicas : p->replica + 1;
-    for (int32_t rep = r0; rep < r1; rep++) {
-      int32_t x = p->initial ? vd_graph_first(&c->gpx, p->ptensor, rep, p->mb)
-                             : vd_graph_last(&c->gpx, p->ptensor, rep, p->mb);
-      if (x < 0) continue;
-      inst_t *s = &ins[ni++];
-      s->x = (uint32_t)x;
-      memset(s->lo, 0, sizeof(s->lo));
-      memset(s->hi, 0, sizeof(s->hi));
-      vd_lin_piece_at(lt, pi, rep, s->lo, s->hi);
-      s->k = p->part_k;
-      s->n = p->part_n;
-      if (!c->val[x]) {
-        any_missing = 1;
-        if (!why[0])
-          snprintf(why, sizeof(why), "parallel tensor %lld (replica %d) has no value",
-                   (long long)c->pp->tensors[p->ptensor].id, rep);
-      } else if (c->pd && !c->dumped[x]) {
-        any_missing = 1;
-        if (!why[0])
-          snprintf(why, sizeof(why), "parallel tensor %lld (replica %d) is not in the parallel dump",
-                   (long long)c->pp->tensors[p->ptensor].id, rep);
-      } else {
-        any_dumped |= c->dumped[x];
+    for (int32_t rep = r0; rep < r1; rep++) add_instance(lw, pi, rep);
+  }
+}
+
+/* Copies held whole, instances [g, h) of m elements: the largest squared deviation (*o), the
+ * first copy's squared norm (*rn); each single element's bounds the largest of its copies'. */
+static void copies_deviation(lineage_work *lw, size_t g, size_t h, int64_t m, double *o, double *rn) {
+  vd_noise_ctx *c = lw->c;
+  for (size_t q = g; q < h; q++) {
+    const inst_t *s = &lw->ins[q];
+    const double *pv = c->val[s->x];
+    if (!pv) continue;
+    double oo = 0, nn = 0;
+    for (int64_t e = 0; e < m; e++) {
+      nn += pv[e] * pv[e];
+      if (lw->sv) {
+        double dd = diff(pv[e], lw->sv[single_index(lw->st, s, e)]);
+        oo += dd * dd;
       }
-      if (c->val[x] && !c->known[x]) any_unknown = 1;
+    }
+    if (oo > *o) *o = oo;
+    if (q == g) *rn = nn;
+    const double *er = c->erv[s->x];
+    if (er)
+      for (int64_t e = 0; e < m; e++) {
+        int64_t si = single_index(lw->st, s, e);
+        if (!(er[e] * er[e] <= lw->rsv[si])) lw->rsv[si] = er[e] * er[e];
+      }
+    const double *ew = c->ewv[s->x];
+    if (ew)
+      for (int64_t e = 0; e < m; e++) {
+        int64_t si = single_index(lw->st, s, e);
+        if (!(ew[e] <= lw->wsv[si])) lw->wsv[si] = ew[e];
+      }
+    lw->bitid &= c->bitid[s->x];
+  }
+}
+
+/* The parts of a partial sum, instances [g, h) of m elements: one copy of each part added (in
+ * double), plus the single plan's roundings of that sum; the squared deviation (*o) and norm (*rn). */
+static void parts_deviation(lineage_work *lw, size_t g, size_t h, int64_t m, double *o, double *rn) {
+  vd_noise_ctx *c = lw->c;
+  const vd_tensor_t *st = lw->st;
+  double *acc = lw->acc, *acw = lw->acw, *acr = lw->acr;
+  lw->bitid = 0;
+  for (int64_t e = 0; e < m; e++) acc[e] = acw[e] = acr[e] = 0;
+  int64_t lastk = -1;
+  for (size_t q = g; q < h; q++) {
+    if (lw->ins[q].k == lastk) continue; /* one copy of each part */
+    lastk = lw->ins[q].k;
+    const double *pv = c->val[lw->ins[q].x];
+    if (!pv) continue;
+    for (int64_t e = 0; e < m; e++) acc[e] += pv[e];
+    const double *ew = c->ewv[lw->ins[q].x];
+    if (ew)
+      for (int64_t e = 0; e < m; e++) acw[e] += ew[e];
+    const double *er = c->erv[lw->ins[q].x];
+    if (er)
+      for (int64_t e = 0; e < m; e++) acr[e] += er[e] * er[e];
+  }
+  /* the single plan adds these parts in floating point where the comparison adds them
+     exactly: its roundings, n - 1 additions per element */
+  const inst_t *s = &lw->ins[g];
+  double us = vd_noise_unit_of_dtype(st->dtype);
+  if (c->o->dtype != VD_NOISE_PLAN && us > 0) us = vd_noise_unit(c->o->dtype);
+  double gn1 = vd_noise_gamma((double)(s->n - 1), us);
+  for (int64_t e = 0; e < m; e++) {
+    int64_t si = single_index(st, s, e);
+    acr[e] += VD_NOISE_RV * us * us * (double)(s->n - 1) * acc[e] * acc[e];
+    acw[e] += gn1 * fabs(acc[e]) * (double)s->n;
+    if (!(acw[e] <= lw->wsv[si])) lw->wsv[si] = acw[e];
+    if (!(acr[e] <= lw->rsv[si])) lw->rsv[si] = acr[e];
+  }
+  for (int64_t e = 0; e < m; e++) {
+    *rn += acc[e] * acc[e];
+    if (lw->sv) {
+      double dd = diff(acc[e], lw->sv[single_index(st, s, e)]);
+      *o += dd * dd;
     }
   }
-  *recorded = 1;
-  if (c->sd && !sv && !any_dumped) *recorded = 0; /* a value the real runs never had (decomposition) */
-  row->n_pieces = (uint32_t)ni;
-  qsort(ins, ni, sizeof(*ins), cmp_inst);
-  double obs2 = 0, re2 = 0, rn2 = 0;
-  int bitid = ni > 0;
+}
+
+/* The sorted instances, slice by slice, each slice grouped by part count: the squared
+ * deviations (*obs2) and norms (*rn2) of the slices added, each slice's the largest of its groups'. */
+static void slices_deviation(lineage_work *lw, double *obs2, double *rn2) {
+  const inst_t *ins = lw->ins;
+  size_t ni = lw->ni;
   for (size_t a = 0; a < ni;) {
     size_t b = a;
     while (b < ni && same_slice(&ins[a], &ins[b])) b++;
     /* one slice [a, b): groups by part count */
-    double s_obs = 0, s_re = 0, s_rn = 0;
-    int64_t m = vd_tensor_numel(&c->pp->tensors[c->gpx.values[ins[a].x].tensor]);
+    double s_obs = 0, s_rn = 0;
+    int64_t m = vd_tensor_numel(&lw->c->pp->tensors[lw->c->gpx.values[ins[a].x].tensor]);
     for (size_t g = a; g < b;) {
       size_t h = g;
       while (h < b && ins[h].n == ins[g].n) h++;
-      double o = 0, re = 0, rn = 0;
-      if (ins[g].n == 1) {
-        for (size_t q = g; q < h; q++) {
-          const double *pv = c->val[ins[q].x];
-          if (!pv) continue;
-          double oo = 0, nn = 0;
-          for (int64_t e = 0; e < m; e++) {
-            nn += pv[e] * pv[e];
-            if (sv) {
-              double dd = diff(pv[e], sv[single_index(st, &ins[q], e)]);
-              oo += dd * dd;
-            }
-          }
-          if (oo > o) o = oo;
-          if (q == g) rn = nn;
-          const double *er = c->erv[ins[q].x];
-          if (er)
-            for (int64_t e = 0; e < m; e++) {
-              int64_t si = single_index(st, &ins[q], e);
-              if (!(er[e] * er[e] <= rsv[si])) rsv[si] = er[e] * er[e];
-            }
-          const double *ew = c->ewv[ins[q].x];
-          if (ew)
-            for (int64_t e = 0; e < m; e++) {
-              int64_t si = single_index(st, &ins[q], e);
-              if (!(ew[e] <= wsv[si])) wsv[si] = ew[e];
-            }
-          bitid &= c->bitid[ins[q].x];
-        }
-        re *= re;
-      } else {
-        bitid = 0;
-        for (int64_t e = 0; e < m; e++) acc[e] = acw[e] = acr[e] = 0;
-        int64_t lastk = -1;
-        for (size_t q = g; q < h; q++) {
-          if (ins[q].k == lastk) continue; /* one copy of each part */
-          lastk = ins[q].k;
-          const double *pv = c->val[ins[q].x];
-          if (!pv) continue;
-          for (int64_t e = 0; e < m; e++) acc[e] += pv[e];
-          const double *ew = c->ewv[ins[q].x];
-          if (ew)
-            for (int64_t e = 0; e < m; e++) acw[e] += ew[e];
-          const double *er = c->erv[ins[q].x];
-          if (er)
-            for (int64_t e = 0; e < m; e++) acr[e] += er[e] * er[e];
-        }
-        /* the single plan adds these parts in floating point where the comparison adds them
-           exactly: its roundings, n - 1 additions per element */
-        double us = vd_noise_unit_of_dtype(st->dtype);
-        if (c->o->dtype != VD_NOISE_PLAN && us > 0) us = vd_noise_unit(c->o->dtype);
-        double gn1 = vd_noise_gamma((double)(ins[g].n - 1), us);
-        for (int64_t e = 0; e < m; e++) {
-          int64_t si = single_index(st, &ins[g], e);
-          acr[e] += VD_NOISE_RV * us * us * (double)(ins[g].n - 1) * acc[e] * acc[e];
-          acw[e] += gn1 * fabs(acc[e]) * (double)ins[g].n;
-          if (!(acw[e] <= wsv[si])) wsv[si] = acw[e];
-          if (!(acr[e] <= rsv[si])) rsv[si] = acr[e];
-        }
-        for (int64_t e = 0; e < m; e++) {
-          rn += acc[e] * acc[e];
-          if (sv) {
-            double dd = diff(acc[e], sv[single_index(st, &ins[g], e)]);
-            o += dd * dd;
-          }
-        }
-      }
+      double o = 0, rn = 0;
+      if (ins[g].n == 1)
+        copies_deviation(lw, g, h, m, &o, &rn);
+      else
+        parts_deviation(lw, g, h, m, &o, &rn);
       if (o > s_obs) s_obs = o;
-      if (re > s_re) s_re = re;
       if (rn > s_rn) s_rn = rn;
       g = h;
     }
-    obs2 += s_obs;
-    re2 += s_re;
-    rn2 += s_rn;
+    *obs2 += s_obs;
+    *rn2 += s_rn;
     a = b;
   }
+}
+
+/* The row's norm, bounds (relative to the norm) and observed deviation. */
+static void row_bounds(const lineage_work *lw, double obs2, double rn2, vd_noise_row *row) {
+  const vd_noise_ctx *c = lw->c;
+  const double *sv = lw->sv;
+  int64_t sn = lw->sn;
   double sn2 = 0;
   if (sv)
     for (int64_t e = 0; e < sn; e++) sn2 += sv[e] * sv[e];
@@ -268,13 +306,12 @@ static vd_rc one_lineage(vd_noise_ctx *c, const vd_lineage *L, vd_noise_row *row
   double den = row->norm > 0 ? row->norm : 1.0;
   double lambda = c->o->lambda > 0 ? c->o->lambda : 3.0;
   double rv2 = 0;
-  for (int64_t e = 0; e < sn; e++) rv2 += rsv[e];
-  (void)re2;
+  for (int64_t e = 0; e < sn; e++) rv2 += lw->rsv[e];
   /* rounding is quantised: where two values differ they differ by at least an ulp, so a bound
      below one ulp of the largest element is no bound for a small tensor (one flip is enough) */
   double ulp1 = 0;
   if (rv2 > 0 && sv) {
-    double u = c->o->dtype != VD_NOISE_PLAN ? vd_noise_unit(c->o->dtype) : vd_noise_unit_of_dtype(st->dtype);
+    double u = c->o->dtype != VD_NOISE_PLAN ? vd_noise_unit(c->o->dtype) : vd_noise_unit_of_dtype(lw->st->dtype);
     double mx = 0;
     for (int64_t e = 0; e < sn; e++)
       if (fabs(sv[e]) > mx) mx = fabs(sv[e]);
@@ -282,31 +319,58 @@ static vd_rc one_lineage(vd_noise_ctx *c, const vd_lineage *L, vd_noise_row *row
   }
   row->realistic = (lambda * sqrt(rv2) + ulp1) / den;
   double wc2 = 0;
-  for (int64_t e = 0; e < sn; e++) wc2 += wsv[e] * wsv[e];
+  for (int64_t e = 0; e < sn; e++) wc2 += lw->wsv[e] * lw->wsv[e];
   row->worst = sqrt(wc2) / den; /* componentwise bound, measured like the deviation */
-  row->bitid = (uint8_t)bitid;
+  row->bitid = (uint8_t)lw->bitid;
   row->abs_observed = sqrt(obs2);
   row->observed = c->sd ? row->abs_observed / den : -1;
-  if (!c->sd) {
-    row->status = any_unknown ? VD_NOISE_NOBOUND : VD_NOISE_BOUND;
-  } else if (!sv || any_missing) {
+}
+
+static void row_status(const lineage_work *lw, vd_noise_row *row) {
+  if (!lw->c->sd) {
+    row->status = lw->any_unknown ? VD_NOISE_NOBOUND : VD_NOISE_BOUND;
+  } else if (!lw->sv || lw->any_missing) {
     row->status = VD_NOISE_MISSING;
     snprintf(row->why, sizeof(row->why), "%s",
-             !sv ? "the single dump has no value of this tensor" : why);
-  } else if (any_unknown) {
+             !lw->sv ? "the single dump has no value of this tensor" : lw->why);
+  } else if (lw->any_unknown) {
     row->status = VD_NOISE_NOBOUND;
     snprintf(row->why, sizeof(row->why), "an input of its computation has no value in the parallel run");
-  } else if (bitid) {
+  } else if (lw->bitid) {
     row->status = row->abs_observed > 0 ? VD_NOISE_BEYOND : VD_NOISE_WITHIN;
   } else {
     row->status = row->observed <= row->realistic * (1.0 + 1e-9) ? VD_NOISE_WITHIN : VD_NOISE_BEYOND;
   }
-  vd_free(ins);
-  vd_free(acc);
-  vd_free(acw);
-  vd_free(wsv);
-  vd_free(rsv);
-  vd_free(acr);
+}
+
+/* One lineage: fills row (status set by the caller's rules). Returns 0 when
+ * the value was recorded on neither side (a decomposed intermediate). */
+static vd_rc one_lineage(vd_noise_ctx *c, const vd_lineage *L, vd_noise_row *row, int *recorded, vd_diag *d) {
+  lineage_work lw;
+  memset(&lw, 0, sizeof(lw));
+  lw.c = c;
+  lw.st = &c->sp->tensors[L->stensor];
+  lw.sn = vd_tensor_numel(lw.st);
+  int64_t nsd = 0;
+  lw.sv = vd_noise_i_dumped(c->sd, &c->gs, L->svalue, &nsd);
+  if (lw.sv && nsd != lw.sn) {
+    char rec[64];
+    snprintf(rec, sizeof(rec), "tensor %lld", (long long)lw.st->id);
+    VD_FAIL(d, VD_EINPUT, c->o->sm, rec, "n", "the single dump has %lld values, the tensor %lld elements",
+            (long long)nsd, (long long)lw.sn);
+  }
+  VD_CHECK(lineage_work_alloc(&lw, L, d));
+  collect_instances(&lw, L);
+  *recorded = 1;
+  if (c->sd && !lw.sv && !lw.any_dumped) *recorded = 0; /* a value the real runs never had (decomposition) */
+  row->n_pieces = (uint32_t)lw.ni;
+  qsort(lw.ins, lw.ni, sizeof(*lw.ins), cmp_inst);
+  lw.bitid = lw.ni > 0;
+  double obs2 = 0, rn2 = 0;
+  slices_deviation(&lw, &obs2, &rn2);
+  row_bounds(&lw, obs2, rn2, row);
+  row_status(&lw, row);
+  lineage_work_free(&lw);
   return VD_OK;
 }
 

@@ -541,6 +541,43 @@ static vd_rc probe_worst(vd_noise_ctx *c, uint32_t k, uint32_t i, int op, callbu
   return VD_OK;
 }
 
+/* From the node evaluated on all-ones, |x| and x^2 (outs[0..2]), per output: the per-element
+ * term counts (kv), sums of |terms| (s1v) and of terms^2 (s2v), the largest count (kmax), the
+ * max-norm of the |terms| sums (s1n) and the one-side variance summed (vsum). */
+static void terms_of_outputs(vd_noise_ctx *c, uint32_t k, int op, double **outs[3], double *kmax,
+                             double *s1n, double *vsum, double u_acc, const double *nfac, double **s1v,
+                             double **kv, double **s2v) {
+  const vd_gnode_t *gn = &c->gpx.nodes[k];
+  const uint32_t *iv = vd_gnode_inputs(&c->gpx, gn), *ov = vd_gnode_outputs(&c->gpx, gn);
+  for (uint32_t j = 0; j < gn->n_out; j++) {
+    const double *y = c->val[ov[j]];
+    int64_t n = vd_tensor_numel(ptensor(c, ov[j]));
+    int64_t nin = vd_tensor_numel(ptensor(c, iv[0]));
+    double s1 = 0, v = 0;
+    kmax[j] = 1;
+    for (int64_t e = 0; e < n; e++) {
+      double K = outs[0][j][e];
+      if (op == VD_OP_MEAN) K = (double)nin / (double)(n > 0 ? n : 1);
+      if (!(K >= 1)) K = 1;
+      if (K > kmax[j]) kmax[j] = K;
+      double a = outs[1][j][e], q = outs[2][j][e];
+      if (op == VD_OP_MEAN) {
+        a *= K;
+        q *= K * K;
+      }
+      if (a > s1) s1 = a;
+      s1v[j][e] = a;
+      kv[j][e] = K;
+      s2v[j][e] = q;
+      /* one side's variance, r u^2 K (y^2/3 + sum t^2 / 2); the single side's nK terms */
+      double ye = op == VD_OP_MEAN ? y[e] * K : y[e];
+      v += VD_NOISE_RV * u_acc * u_acc * K * (ye * ye / 3.0 + q / 2.0) * (1.0 + nfac[j]);
+    }
+    s1n[j] = s1; /* max-norm of |terms| summed */
+    vsum[j] = v;
+  }
+}
+
 /* Per-element term counts and sums of |terms| and terms^2 of a contraction:
  * the node evaluated on all-ones, |x| and x^2 floating inputs (integer inputs,
  * indices, are kept).  Exact for sums of products of its inputs. */
@@ -588,33 +625,7 @@ static vd_rc contraction_terms(vd_noise_ctx *c, uint32_t k, int op, callbuf *b, 
     }
     if ((rc = eval_node(c, k, b, in3 + (size_t)m * gn->n_in, outs[m], d)) != VD_OK) goto done;
   }
-  for (uint32_t j = 0; j < gn->n_out; j++) {
-    const double *y = c->val[ov[j]];
-    int64_t n = vd_tensor_numel(ptensor(c, ov[j]));
-    int64_t nin = vd_tensor_numel(ptensor(c, iv[0]));
-    double s1 = 0, v = 0;
-    kmax[j] = 1;
-    for (int64_t e = 0; e < n; e++) {
-      double K = outs[0][j][e];
-      if (op == VD_OP_MEAN) K = (double)nin / (double)(n > 0 ? n : 1);
-      if (!(K >= 1)) K = 1;
-      if (K > kmax[j]) kmax[j] = K;
-      double a = outs[1][j][e], q = outs[2][j][e];
-      if (op == VD_OP_MEAN) {
-        a *= K;
-        q *= K * K;
-      }
-      if (a > s1) s1 = a;
-      s1v[j][e] = a;
-      kv[j][e] = K;
-      s2v[j][e] = q;
-      /* one side's variance, r u^2 K (y^2/3 + sum t^2 / 2); the single side's nK terms */
-      double ye = op == VD_OP_MEAN ? y[e] * K : y[e];
-      v += VD_NOISE_RV * u_acc * u_acc * K * (ye * ye / 3.0 + q / 2.0) * (1.0 + nfac[j]);
-    }
-    s1n[j] = s1; /* max-norm of |terms| summed */
-    vsum[j] = v;
-  }
+  terms_of_outputs(c, k, op, outs, kmax, s1n, vsum, u_acc, nfac, s1v, kv, s2v);
 done:
   for (int m = 0; m < 3; m++) {
     if (outs[m])
@@ -626,147 +637,165 @@ done:
   return rc;
 }
 
-static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd_diag *d) {
-  const vd_gnode_t *gn = &c->gpx.nodes[k];
-  const vd_node_t *pn = &c->pp->nodes[gn->pnode];
-  int op = vd_op_lookup(vd_node_op(c->pp, pn));
-  const uint32_t *iv = vd_gnode_inputs(&c->gpx, gn), *ov = vd_gnode_outputs(&c->gpx, gn);
-  VD_CHECK(work_fit(w, gn->n_out + gn->n_in + 1, d));
-  int bit_in = 1, any_wc = 0;
-  int64_t in_parts = 1, maxn = 1;
-  for (uint32_t i = 0; i < gn->n_in; i++) {
-    uint32_t v = iv[i];
-    if (!c->val[v] || !c->known[v]) return VD_OK; /* no values or no bound: the outputs get none */
-    bit_in &= c->bitid[v];
-    any_wc |= c->ewv[v] != NULL;
+/* What the steps of one node's bounds share (node_bounds). */
+typedef struct {
+  vd_noise_ctx *c;
+  uint32_t k;
+  callbuf *b;
+  workbuf *w;
+  vd_diag *d;
+  const vd_gnode_t *gn;
+  const vd_node_t *pn;
+  int op;
+  const uint32_t *iv, *ov;
+  int bit_in, any_wc;   /* every input bit-identical; some input has a worst-case vector */
+  int64_t in_parts, out_parts, maxn;
+  int coll_sum;         /* a sum all_reduce / reduce_scatter over several participants */
+  int combine;          /* adds parts the single plan never sums separately */
+  int quant;            /* the quantised-difference rule applies (kv holds q) */
+  int low;              /* bfloat16/float16 kernels: shape-dependent code paths */
+  double u, ua;         /* unit roundoff of the outputs, of the accumulation */
+  double *nfac, *km, *reblock; /* per output (w->tmpc): split factor, largest K, SAME_SHAPE/... */
+} nodestep;
+
+/* Reads the operands' state into s: 0 when an input has no value or no bound, or an output no
+ * value (the outputs then get no bound). */
+static int scan_operands(nodestep *s) {
+  vd_noise_ctx *c = s->c;
+  s->bit_in = 1;
+  s->any_wc = 0;
+  s->in_parts = 1;
+  s->maxn = 1;
+  for (uint32_t i = 0; i < s->gn->n_in; i++) {
+    uint32_t v = s->iv[i];
+    if (!c->val[v] || !c->known[v]) return 0;
+    s->bit_in &= c->bitid[v];
+    s->any_wc |= c->ewv[v] != NULL;
     int64_t pnn = part_n(ptensor(c, v));
-    if (pnn > in_parts) in_parts = pnn;
+    if (pnn > s->in_parts) s->in_parts = pnn;
     int64_t n = vd_tensor_numel(ptensor(c, v));
-    if (n > maxn) maxn = n;
+    if (n > s->maxn) s->maxn = n;
   }
-  int64_t out_parts = 1;
-  for (uint32_t j = 0; j < gn->n_out; j++) {
-    if (!c->val[ov[j]]) return VD_OK;
-    int64_t pnn = part_n(ptensor(c, ov[j]));
-    if (pnn > out_parts) out_parts = pnn;
+  s->out_parts = 1;
+  for (uint32_t j = 0; j < s->gn->n_out; j++) {
+    if (!c->val[s->ov[j]]) return 0;
+    int64_t pnn = part_n(ptensor(c, s->ov[j]));
+    if (pnn > s->out_parts) s->out_parts = pnn;
   }
-  int coll_sum = (op == VD_OP_ALL_REDUCE || op == VD_OP_REDUCE_SCATTER) && gn->n_part > 1 &&
-                 strcmp(vd_node_attr_str(c->pp, pn, "reduce", "sum"), "sum") == 0;
-  /* per-output worst-case vectors (componentwise) and S1 vectors */
-  vd_rc rc = VD_OK;
-  for (uint32_t j = 0; j < gn->n_out; j++) {
-    int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+  return 1;
+}
+
+/* Per-output worst-case and variance vectors, and the node's scratch vectors in one block:
+ * a probe's, sum |t|, the origin, K, sum t^2. */
+static vd_rc alloc_output_vectors(nodestep *s) {
+  workbuf *w = s->w;
+  for (uint32_t j = 0; j < s->gn->n_out; j++) {
+    int64_t m = vd_tensor_numel(ptensor(s->c, s->ov[j]));
     w->wvec[j] = vd_calloc((size_t)(m > 0 ? m : 1), sizeof(double));
     w->rvar[j] = vd_calloc((size_t)(m > 0 ? m : 1), sizeof(double));
-    /* the node's scratch vectors in one block: a probe's, sum |t|, the origin, K, sum t^2 */
     size_t mm = (size_t)(m > 0 ? m : 1);
     w->blk[j] = mm < SIZE_MAX / 5 ? vd_calloc(5 * mm, sizeof(double)) : NULL;
-    if (!w->wvec[j] || !w->rvar[j] || !w->blk[j]) {
-      rc = VD_OOM(d);
-      goto done;
-    }
+    if (!w->wvec[j] || !w->rvar[j] || !w->blk[j]) return VD_OOM(s->d);
     w->wtmp[j] = w->blk[j];
     w->s1v[j] = w->blk[j] + mm;
     w->base[j] = w->blk[j] + 2 * mm;
     w->kv[j] = w->blk[j] + 3 * mm;
     w->s2v[j] = w->blk[j] + 4 * mm;
   }
-  if ((rc = buf_at_least(&w->tmpd, &w->tcap, maxn, d)) != VD_OK) goto done;
-  if ((rc = probe_outputs(c, k, w, d)) != VD_OK) goto done;
-  /* the probes' origin: the node in double on the real inputs (a dumped output also holds the
-     run's own rounding, which is not a difference between the runs) */
-  {
-    int need = 0;
-    for (uint32_t i = 0; i < gn->n_in; i++) need |= c->erv[iv[i]] != NULL || c->ewv[iv[i]] != NULL;
-    if (need) {
-      for (uint32_t i = 0; i < gn->n_in; i++) w->ins[i] = c->val[iv[i]];
-      if ((rc = eval_node(c, k, b, w->ins, w->base, d)) != VD_OK) goto done;
-    }
+  return VD_OK;
+}
+
+/* The probes' origin: the node in double on the real inputs (a dumped output also holds the
+ * run's own rounding, which is not a difference between the runs). */
+static vd_rc eval_origin(nodestep *s) {
+  vd_noise_ctx *c = s->c;
+  int need = 0;
+  for (uint32_t i = 0; i < s->gn->n_in; i++) need |= c->erv[s->iv[i]] != NULL || c->ewv[s->iv[i]] != NULL;
+  if (!need) return VD_OK;
+  for (uint32_t i = 0; i < s->gn->n_in; i++) s->w->ins[i] = c->val[s->iv[i]];
+  return eval_node(c, s->k, s->b, s->w->ins, s->w->base, s->d);
+}
+
+/* The sum collective applied to per-element vectors of its inputs, src (erv squared when sq:
+ * independent errors add their variances; ewv as it is: a sum of nonnegative vectors); the
+ * result's magnitude added into dst (w->rvar or w->wvec). */
+static vd_rc collective_on(nodestep *s, double *const *src, int sq, double **dst) {
+  vd_noise_ctx *c = s->c;
+  workbuf *w = s->w;
+  for (uint32_t i = 0; i < s->gn->n_in; i++) {
+    int64_t n = vd_tensor_numel(ptensor(c, s->iv[i]));
+    VD_CHECK(buf_at_least(&w->absd[i], &w->abscap[i], n, s->d));
+    const double *x = src[s->iv[i]];
+    for (int64_t e = 0; e < n; e++) w->absd[i][e] = x ? (sq ? x[e] * x[e] : x[e]) : 0.0;
+    w->ins[i] = w->absd[i];
   }
-  /* propagated */
-  if (coll_sum) {
+  VD_CHECK(eval_node(c, s->k, s->b, w->ins, w->tmpo, s->d));
+  for (uint32_t j = 0; j < s->gn->n_out; j++) {
+    int64_t m = vd_tensor_numel(ptensor(c, s->ov[j]));
+    for (int64_t e = 0; e < m; e++) dst[j][e] += fabs(w->tmpo[j][e]);
+  }
+  return VD_OK;
+}
+
+/* The inputs' errors propagated through the node into w->rvar and w->wvec. */
+static vd_rc propagate_inputs(nodestep *s) {
+  vd_noise_ctx *c = s->c;
+  if (s->coll_sum) {
     int any_re = 0;
-    for (uint32_t i = 0; i < gn->n_in; i++) any_re |= c->erv[iv[i]] != NULL;
-    if (any_re) { /* independent errors: the collective applied to the variances */
-      for (uint32_t i = 0; i < gn->n_in; i++) {
-        int64_t n = vd_tensor_numel(ptensor(c, iv[i]));
-        if ((rc = buf_at_least(&w->absd[i], &w->abscap[i], n, d)) != VD_OK) goto done;
-        for (int64_t e = 0; e < n; e++) w->absd[i][e] = c->erv[iv[i]] ? c->erv[iv[i]][e] * c->erv[iv[i]][e] : 0.0;
-        w->ins[i] = w->absd[i];
-      }
-      if ((rc = eval_node(c, k, b, w->ins, w->tmpo, d)) != VD_OK) goto done;
-      for (uint32_t j = 0; j < gn->n_out; j++) {
-        int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
-        for (int64_t e = 0; e < m; e++) w->rvar[j][e] += fabs(w->tmpo[j][e]);
-      }
-    }
-    if (any_wc) { /* the collective applied to the inputs' bounds (a sum of nonnegative vectors) */
-      for (uint32_t i = 0; i < gn->n_in; i++) {
-        int64_t n = vd_tensor_numel(ptensor(c, iv[i]));
-        double *buf = NULL;
-        if ((rc = buf_at_least(&w->absd[i], &w->abscap[i], n, d)) != VD_OK) goto done;
-        buf = w->absd[i];
-        for (int64_t e = 0; e < n; e++) buf[e] = c->ewv[iv[i]] ? c->ewv[iv[i]][e] : 0.0;
-        w->ins[i] = buf;
-      }
-      if ((rc = eval_node(c, k, b, w->ins, w->tmpo, d)) != VD_OK) goto done;
-      for (uint32_t j = 0; j < gn->n_out; j++) {
-        int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
-        for (int64_t e = 0; e < m; e++) w->wvec[j][e] += fabs(w->tmpo[j][e]);
-      }
-    }
-  } else {
-    for (uint32_t i = 0; i < gn->n_in; i++) {
-      uint32_t v = iv[i];
-      if (c->erv[v] && (rc = probe_realistic(c, k, i, op, b, w, d)) != VD_OK) goto done;
-      if (c->ewv[v] && (rc = probe_worst(c, k, i, op, b, w, d)) != VD_OK) goto done;
-    }
+    for (uint32_t i = 0; i < s->gn->n_in; i++) any_re |= c->erv[s->iv[i]] != NULL;
+    if (any_re) VD_CHECK(collective_on(s, c->erv, 1, s->w->rvar));
+    if (s->any_wc) VD_CHECK(collective_on(s, c->ewv, 0, s->w->wvec));
+    return VD_OK;
   }
-  /* new rounding discrepancies */
-  int combine = coll_sum || (is_sum_of_inputs(op) && in_parts > out_parts);
-  double *nfac = w->tmpc, *vs = w->tmpc + gn->n_out, *s1 = w->tmpc + 2 * gn->n_out, *km = w->tmpc + 3 * gn->n_out;
-  double *reblock = w->tmpc + 4 * gn->n_out; /* per output: SAME_SHAPE, SAME_ORDER or REORDERED */
+  for (uint32_t i = 0; i < s->gn->n_in; i++) {
+    uint32_t v = s->iv[i];
+    if (c->erv[v]) VD_CHECK(probe_realistic(c, s->k, i, s->op, s->b, s->w, s->d));
+    if (c->ewv[v]) VD_CHECK(probe_worst(c, s->k, i, s->op, s->b, s->w, s->d));
+  }
+  return VD_OK;
+}
+
+/* Per output: the split factor of a contraction (nfac: its part count over its inputs', or 1
+ * for a reblocked sum) and whether it reblocks; returns whether any output splits. */
+static int split_factors(nodestep *s) {
   int any_split = 0;
-  const vd_tensor_t *t0 = ptensor(c, ov[0]);
-  double u = unit_of(c, t0), ua = accum_unit(c, u);
-  /* bfloat16 and float16 kernels (float inside, rounded back) take shape-dependent code paths */
-  int low = u > ldexp(1.0, -20);
-  for (uint32_t j = 0; j < gn->n_out; j++) {
-    int64_t pj = part_n(ptensor(c, ov[j]));
-    nfac[j] = is_contraction(op) && pj > in_parts ? (double)pj / (double)in_parts : 0.0;
+  for (uint32_t j = 0; j < s->gn->n_out; j++) {
+    int64_t pj = part_n(ptensor(s->c, s->ov[j]));
+    s->nfac[j] = is_contraction(s->op) && pj > s->in_parts ? (double)pj / (double)s->in_parts : 0.0;
     /* a contraction on another shape than the single plan's, none of its sums split: PyTorch 2's
        CPU kernels (oneDNN/MKL) may choose another code path by the shape (1.13's did not).  The
        worst case takes its sums as reassociated; the realistic bound only where the measured
        rule of contraction_keeps_order says the order changes */
-    reblock[j] = SAME_SHAPE;
-    if (is_contraction(op) && nfac[j] == 0 && !whole_single(c, ov[j])) {
-      nfac[j] = 1.0;
-      reblock[j] = contraction_keeps_order(c, op, ov[j], iv, gn->n_in) ? SAME_ORDER : REORDERED;
+    s->reblock[j] = SAME_SHAPE;
+    if (is_contraction(s->op) && s->nfac[j] == 0 && !whole_single(s->c, s->ov[j])) {
+      s->nfac[j] = 1.0;
+      s->reblock[j] = contraction_keeps_order(s->c, s->op, s->ov[j], s->iv, s->gn->n_in) ? SAME_ORDER : REORDERED;
     }
-    any_split |= nfac[j] > 0;
-    vs[j] = s1[j] = 0;
-    km[j] = 1;
+    any_split |= s->nfac[j] > 0;
+    s->km[j] = 1;
   }
-  if (is_contraction(op) && (any_split || !bit_in) &&
-      (rc = contraction_terms(c, k, op, b, km, s1, vs, ua, nfac, w->s1v, w->kv, w->s2v, d)) != VD_OK)
-    goto done;
-  /* differences are quantised: two floats near y differ by a multiple of their spacing, so the
-     difference an elementwise operator's inputs carry into it is a multiple of q_e, their ulps
-     pushed through the operator (the smallest over the inputs that differ; kept in kv, which only
-     a contraction uses).  A standard deviation sigma below q means most elements do not differ at
-     all: the mean |d| that makes roundings flip is then sigma^2 / q (a difference of q with
-     probability sigma^2 / q^2), not the 0.8 sigma of a Gaussian. */
-  int quant = is_elementwise(op) && !is_contraction(op) && !bit_in && u > 0;
-  for (uint32_t i = 0; quant && i < gn->n_in; i++) {
-    uint32_t v = iv[i];
+  return any_split;
+}
+
+/* Differences are quantised: two floats near y differ by a multiple of their spacing, so the
+ * difference an elementwise operator's inputs carry into it is a multiple of q_e, their ulps
+ * pushed through the operator (the smallest over the inputs that differ; kept in kv, which only
+ * a contraction uses).  A standard deviation sigma below q means most elements do not differ at
+ * all: the mean |d| that makes roundings flip is then sigma^2 / q (a difference of q with
+ * probability sigma^2 / q^2), not the 0.8 sigma of a Gaussian. */
+static vd_rc quantum_probes(nodestep *s) {
+  vd_noise_ctx *c = s->c;
+  workbuf *w = s->w;
+  for (uint32_t i = 0; s->quant && i < s->gn->n_in; i++) {
+    uint32_t v = s->iv[i];
     if (!c->erv[v]) continue;
     const double *x = c->val[v];
     double ui = unit_of(c, ptensor(c, v));
     int64_t n = vd_tensor_numel(ptensor(c, v));
     for (int64_t e = 0; e < n; e++) w->tmpd[e] = x[e] + ui * fabs(x[e]); /* the smallest spacing near x */
-    if ((rc = probe(c, k, i, b, w, d)) != VD_OK) goto done;
-    for (uint32_t j = 0; j < gn->n_out; j++) {
-      int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+    VD_CHECK(probe(c, s->k, i, s->b, w, s->d));
+    for (uint32_t j = 0; j < s->gn->n_out; j++) {
+      int64_t m = vd_tensor_numel(ptensor(c, s->ov[j]));
       double *q = w->kv[j];
       for (int64_t e = 0; e < m; e++) {
         double dq = fabs(w->tmpo[j][e] - w->base[j][e]);
@@ -774,86 +803,182 @@ static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd
       }
     }
   }
-  for (uint32_t j = 0; j < gn->n_out; j++) {
-    uint32_t v = ov[j];
-    const double *yv = c->val[v];
-    int64_t m = vd_tensor_numel(ptensor(c, v));
-    double *rv = w->rvar[j], *wv = w->wvec[j];
-    const double *s1e = w->s1v[j], *k1e = w->kv[j];
-    int split = nfac[j] > 0 && reblock[j] != SAME_ORDER;
-    /* a low-precision kernel on another shape takes another code path whatever its inputs: for a
-       contraction too (bfloat16 batched matmuls of another batch shape were measured to differ by
-       whole output roundings on bit-identical inputs) */
-    int kernel = (((kernel_dependent(op) || is_contraction(op)) && low) || reblock[j] == REORDERED) && !whole_single(c, v);
-    int amp = !bit_in && !is_move(op) && u > 0;
-    double gsplit = nfac[j] > 0 ? vd_noise_gamma(km[j], ua) + vd_noise_gamma(km[j] * nfac[j], ua) : 0;
-    double nm = coll_sum ? (double)gn->n_part : (double)gn->n_in, gcomb = vd_noise_gamma(nm - 1.0, ua);
-    double g2 = 2.0 * vd_noise_gamma(km[j], ua);
-    for (int64_t e = 0; e < m; e++) {
-      double ye = fabs(yv[e]), prop = rv[e];
-      if (nfac[j] > 0) wv[e] += gsplit * s1e[e]; /* worst case: a split or reblocked sum, as if reassociated */
-      if (split) { /* both sides' roundings of the sum, in the accumulation precision */
-        double K = k1e[e] >= 1 ? k1e[e] : 1;
-        double var = VD_NOISE_RV * ua * ua * K * (ye * ye / 3.0 + w->s2v[j][e] / 2.0) * (1.0 + nfac[j]);
-        rv[e] += var;
-        if (ua < u) { /* both sides round their (different) accumulators to the output precision */
-          double a2 = VD_NOISE_ULP * u * ye * 0.8 * sqrt(var), cap = 2.0 * VD_NOISE_RV * u * u * ye * ye;
-          rv[e] += a2 < cap ? a2 : cap;
-          wv[e] += 2.0 * u * ye;
-        }
-      }
-      if (combine) { /* the sum of the parts, rounded in an order the single plan never uses */
-        rv[e] += VD_NOISE_RV * ua * ua * (nm - 1.0) * ye * ye;
-        double sx = 0;
-        for (uint32_t i = 0; i < gn->n_in; i++) {
-          int64_t ni = vd_tensor_numel(ptensor(c, iv[i]));
-          if (ni > 0) sx += fabs(c->val[iv[i]][ni == m ? e : e % ni]);
-        }
-        if (op == VD_OP_ALL_REDUCE) sx = 0; /* below: its own participants' inputs */
-        if (op == VD_OP_ALL_REDUCE)
-          for (uint32_t i = 0; i < gn->n_in; i++)
-            if (vd_tensor_numel(ptensor(c, iv[i])) == m) sx += fabs(c->val[iv[i]][e]);
-        wv[e] += gcomb * sx;
-      }
-      if (kernel) { /* another shape: another code path of the kernel, at most an ulp apart */
-        rv[e] += 2.0 * VD_NOISE_RV * u * u * ye * ye;
-        wv[e] += 2.0 * u * ye;
-      }
-      if (amp) { /* roundings of values that differ by d flip with probability |d| / ulp: the
-                    output's, and the internal ones (K partial sums of a contraction, in the
-                    accumulation precision; a few in a float kernel of the output precision) */
-        double K = is_contraction(op) ? (k1e[e] >= 1 ? k1e[e] : 1) : 1.0;
-        double Kk = kernel_dependent(op) && !low && op != VD_OP_SQRT ? 4.0 : 1.0; /* IEEE sqrt: one correct rounding */
-        double ui = is_contraction(op) ? ua : u;
-        double sig = sqrt(prop), ead = 0.8 * sig;
-        if (quant && k1e[e] > 0 && sig * sig / k1e[e] < ead) ead = sig * sig / k1e[e];
-        double a2 = VD_NOISE_ULP * ye * ead * (u * Kk + (is_contraction(op) ? ui * K : 0.0));
-        double cap = 2.0 * VD_NOISE_RV * ye * ye * (u * u * Kk + (is_contraction(op) ? ui * ui * K : 0.0));
-        rv[e] += a2 < cap ? a2 : cap;
-        wv[e] += is_contraction(op) ? g2 * s1e[e] + 2.0 * u * ye : 2.0 * u * ye * Kk;
-      }
-    }
-    double tot = 0, mx = 0;
-    for (int64_t e = 0; e < m; e++) {
-      tot += rv[e];
-      if (!(wv[e] <= mx)) mx = wv[e];
-    }
-    c->ere[v] = sqrt(tot);
-    c->ewc[v] = mx;
-    if (tot > 0 || isnan(tot)) {
-      for (int64_t e = 0; e < m; e++) rv[e] = sqrt(rv[e]);
-      c->erv[v] = rv;
-      w->rvar[j] = NULL;
-    }
-    if (mx > 0 || isnan(mx)) {
-      c->ewv[v] = wv;
-      w->wvec[j] = NULL;
-    }
-    c->bitid[v] = bit_in && !split && !combine && !kernel;
-    c->known[v] = 1;
+  return VD_OK;
+}
+
+/* Which new roundings output j of the node gets, and their constant factors. */
+typedef struct {
+  uint32_t j;
+  int split, kernel, amp;
+  double gsplit, nm, gcomb, g2;
+} out_rules;
+
+static out_rules output_rules(const nodestep *s, uint32_t j) {
+  out_rules r;
+  int op = s->op;
+  r.j = j;
+  r.split = s->nfac[j] > 0 && s->reblock[j] != SAME_ORDER;
+  /* a low-precision kernel on another shape takes another code path whatever its inputs: for a
+     contraction too (bfloat16 batched matmuls of another batch shape were measured to differ by
+     whole output roundings on bit-identical inputs) */
+  r.kernel = (((kernel_dependent(op) || is_contraction(op)) && s->low) || s->reblock[j] == REORDERED) &&
+             !whole_single(s->c, s->ov[j]);
+  r.amp = !s->bit_in && !is_move(op) && s->u > 0;
+  r.gsplit = s->nfac[j] > 0 ? vd_noise_gamma(s->km[j], s->ua) + vd_noise_gamma(s->km[j] * s->nfac[j], s->ua) : 0;
+  r.nm = s->coll_sum ? (double)s->gn->n_part : (double)s->gn->n_in;
+  r.gcomb = vd_noise_gamma(r.nm - 1.0, s->ua);
+  r.g2 = 2.0 * vd_noise_gamma(s->km[j], s->ua);
+  return r;
+}
+
+/* A split sum: both sides' roundings of the sum, in the accumulation precision. */
+static void add_split(const nodestep *s, const out_rules *r, int64_t e, double ye, double *rv, double *wv) {
+  uint32_t j = r->j;
+  double u = s->u, ua = s->ua;
+  const double *k1e = s->w->kv[j];
+  double K = k1e[e] >= 1 ? k1e[e] : 1;
+  double var = VD_NOISE_RV * ua * ua * K * (ye * ye / 3.0 + s->w->s2v[j][e] / 2.0) * (1.0 + s->nfac[j]);
+  rv[e] += var;
+  if (ua < u) { /* both sides round their (different) accumulators to the output precision */
+    double a2 = VD_NOISE_ULP * u * ye * 0.8 * sqrt(var), cap = 2.0 * VD_NOISE_RV * u * u * ye * ye;
+    rv[e] += a2 < cap ? a2 : cap;
+    wv[e] += 2.0 * u * ye;
   }
-done:
-  for (uint32_t j = 0; j < gn->n_out; j++) {
+}
+
+/* The sum of |inputs| at output element e of m that a combination of parts rounds (an
+ * all_reduce: its own participants' inputs only). */
+static double combined_magnitude(const nodestep *s, int64_t e, int64_t m) {
+  vd_noise_ctx *c = s->c;
+  double sx = 0;
+  for (uint32_t i = 0; i < s->gn->n_in; i++) {
+    int64_t ni = vd_tensor_numel(ptensor(c, s->iv[i]));
+    if (ni > 0) sx += fabs(c->val[s->iv[i]][ni == m ? e : e % ni]);
+  }
+  if (s->op == VD_OP_ALL_REDUCE) sx = 0;
+  if (s->op == VD_OP_ALL_REDUCE)
+    for (uint32_t i = 0; i < s->gn->n_in; i++)
+      if (vd_tensor_numel(ptensor(c, s->iv[i])) == m) sx += fabs(c->val[s->iv[i]][e]);
+  return sx;
+}
+
+/* Roundings of values that differ by d flip with probability |d| / ulp: the output's, and the
+ * internal ones (K partial sums of a contraction, in the accumulation precision; a few in a
+ * float kernel of the output precision).  prop: the propagated variance of element e. */
+static void add_flips(const nodestep *s, const out_rules *r, int64_t e, double ye, double prop, double *rv,
+                      double *wv) {
+  int op = s->op;
+  double u = s->u, ua = s->ua;
+  const double *s1e = s->w->s1v[r->j], *k1e = s->w->kv[r->j];
+  double K = is_contraction(op) ? (k1e[e] >= 1 ? k1e[e] : 1) : 1.0;
+  double Kk = kernel_dependent(op) && !s->low && op != VD_OP_SQRT ? 4.0 : 1.0; /* IEEE sqrt: one correct rounding */
+  double ui = is_contraction(op) ? ua : u;
+  double sig = sqrt(prop), ead = 0.8 * sig;
+  if (s->quant && k1e[e] > 0 && sig * sig / k1e[e] < ead) ead = sig * sig / k1e[e];
+  double a2 = VD_NOISE_ULP * ye * ead * (u * Kk + (is_contraction(op) ? ui * K : 0.0));
+  double cap = 2.0 * VD_NOISE_RV * ye * ye * (u * u * Kk + (is_contraction(op) ? ui * ui * K : 0.0));
+  rv[e] += a2 < cap ? a2 : cap;
+  wv[e] += is_contraction(op) ? r->g2 * s1e[e] + 2.0 * u * ye : 2.0 * u * ye * Kk;
+}
+
+/* The new rounding discrepancies of output j, per element, added to its propagated bounds. */
+static void add_new_roundings(const nodestep *s, const out_rules *r) {
+  uint32_t j = r->j, v = s->ov[j];
+  const double *yv = s->c->val[v];
+  int64_t m = vd_tensor_numel(ptensor(s->c, v));
+  double *rv = s->w->rvar[j], *wv = s->w->wvec[j];
+  const double *s1e = s->w->s1v[j];
+  double u = s->u, ua = s->ua;
+  for (int64_t e = 0; e < m; e++) {
+    double ye = fabs(yv[e]), prop = rv[e];
+    if (s->nfac[j] > 0) wv[e] += r->gsplit * s1e[e]; /* worst case: a split or reblocked sum, as if reassociated */
+    if (r->split) add_split(s, r, e, ye, rv, wv);
+    if (s->combine) { /* the sum of the parts, rounded in an order the single plan never uses */
+      rv[e] += VD_NOISE_RV * ua * ua * (r->nm - 1.0) * ye * ye;
+      wv[e] += r->gcomb * combined_magnitude(s, e, m);
+    }
+    if (r->kernel) { /* another shape: another code path of the kernel, at most an ulp apart */
+      rv[e] += 2.0 * VD_NOISE_RV * u * u * ye * ye;
+      wv[e] += 2.0 * u * ye;
+    }
+    if (r->amp) add_flips(s, r, e, ye, prop, rv, wv);
+  }
+}
+
+/* Output j's bounds into the context: its norms, and its vectors (taken from w) when nonzero. */
+static void store_bounds(nodestep *s, const out_rules *r) {
+  vd_noise_ctx *c = s->c;
+  uint32_t j = r->j, v = s->ov[j];
+  int64_t m = vd_tensor_numel(ptensor(c, v));
+  double *rv = s->w->rvar[j], *wv = s->w->wvec[j];
+  double tot = 0, mx = 0;
+  for (int64_t e = 0; e < m; e++) {
+    tot += rv[e];
+    if (!(wv[e] <= mx)) mx = wv[e];
+  }
+  c->ere[v] = sqrt(tot);
+  c->ewc[v] = mx;
+  if (tot > 0 || isnan(tot)) {
+    for (int64_t e = 0; e < m; e++) rv[e] = sqrt(rv[e]);
+    c->erv[v] = rv;
+    s->w->rvar[j] = NULL;
+  }
+  if (mx > 0 || isnan(mx)) {
+    c->ewv[v] = wv;
+    s->w->wvec[j] = NULL;
+  }
+  c->bitid[v] = s->bit_in && !r->split && !s->combine && !r->kernel;
+  c->known[v] = 1;
+}
+
+/* The new rounding discrepancies of the node (split sums, combined parts, kernels on another
+ * shape, flips), then every output's bounds stored. */
+static vd_rc new_roundings(nodestep *s) {
+  int op = s->op;
+  workbuf *w = s->w;
+  uint32_t n_out = s->gn->n_out;
+  s->combine = s->coll_sum || (is_sum_of_inputs(op) && s->in_parts > s->out_parts);
+  s->nfac = w->tmpc;
+  double *vs = w->tmpc + n_out, *s1 = w->tmpc + 2 * n_out;
+  s->km = w->tmpc + 3 * n_out;
+  s->reblock = w->tmpc + 4 * n_out; /* per output: SAME_SHAPE, SAME_ORDER or REORDERED */
+  const vd_tensor_t *t0 = ptensor(s->c, s->ov[0]);
+  s->u = unit_of(s->c, t0);
+  s->ua = accum_unit(s->c, s->u);
+  /* bfloat16 and float16 kernels (float inside, rounded back) take shape-dependent code paths */
+  s->low = s->u > ldexp(1.0, -20);
+  int any_split = split_factors(s);
+  for (uint32_t j = 0; j < n_out; j++) vs[j] = s1[j] = 0;
+  if (is_contraction(op) && (any_split || !s->bit_in))
+    VD_CHECK(contraction_terms(s->c, s->k, op, s->b, s->km, s1, vs, s->ua, s->nfac, w->s1v, w->kv, w->s2v, s->d));
+  s->quant = is_elementwise(op) && !is_contraction(op) && !s->bit_in && s->u > 0;
+  VD_CHECK(quantum_probes(s));
+  for (uint32_t j = 0; j < n_out; j++) {
+    out_rules r = output_rules(s, j);
+    add_new_roundings(s, &r);
+    store_bounds(s, &r);
+  }
+  return VD_OK;
+}
+
+/* The bounds of node k's outputs: its inputs' errors propagated, plus the new roundings. */
+static vd_rc node_bounds(vd_noise_ctx *c, uint32_t k, callbuf *b, workbuf *w, vd_diag *d) {
+  nodestep s = {.c = c, .k = k, .b = b, .w = w, .d = d, .gn = &c->gpx.nodes[k]};
+  s.pn = &c->pp->nodes[s.gn->pnode];
+  s.op = vd_op_lookup(vd_node_op(c->pp, s.pn));
+  s.iv = vd_gnode_inputs(&c->gpx, s.gn);
+  s.ov = vd_gnode_outputs(&c->gpx, s.gn);
+  VD_CHECK(work_fit(w, s.gn->n_out + s.gn->n_in + 1, d));
+  if (!scan_operands(&s)) return VD_OK; /* no values or no bound: the outputs get none */
+  s.coll_sum = (s.op == VD_OP_ALL_REDUCE || s.op == VD_OP_REDUCE_SCATTER) && s.gn->n_part > 1 &&
+               strcmp(vd_node_attr_str(c->pp, s.pn, "reduce", "sum"), "sum") == 0;
+  vd_rc rc = alloc_output_vectors(&s);
+  if (rc == VD_OK) rc = buf_at_least(&w->tmpd, &w->tcap, s.maxn, d);
+  if (rc == VD_OK) rc = probe_outputs(c, k, w, d);
+  if (rc == VD_OK) rc = eval_origin(&s);
+  if (rc == VD_OK) rc = propagate_inputs(&s);
+  if (rc == VD_OK) rc = new_roundings(&s);
+  for (uint32_t j = 0; j < s.gn->n_out; j++) {
     vd_free(w->wvec[j]);
     vd_free(w->rvar[j]);
     vd_free(w->blk[j]);
@@ -864,9 +989,9 @@ done:
 
 /* ---- the pass -------------------------------------------------------------------------- */
 
-vd_rc vd_noise_i_propagate(vd_noise_ctx *c, vd_diag *d) {
-  const vd_graph_t *g = &c->gpx;
-  size_t nv = g->n_values;
+/* The per-value arrays of the context, all zero. */
+static vd_rc alloc_value_arrays(vd_noise_ctx *c, vd_diag *d) {
+  size_t nv = c->gpx.n_values;
   c->val = vd_calloc(nv + 1, sizeof(double *));
   c->own = vd_calloc(nv + 1, 1);
   c->dumped = vd_calloc(nv + 1, 1);
@@ -878,8 +1003,14 @@ vd_rc vd_noise_i_propagate(vd_noise_ctx *c, vd_diag *d) {
   c->ewv = vd_calloc(nv + 1, sizeof(double *));
   c->erv = vd_calloc(nv + 1, sizeof(double *));
   if (!c->val || !c->own || !c->dumped || !c->bitid || !c->ere || !c->ewc || !c->nrm || !c->known || !c->ewv || !c->erv) return VD_OOM(d);
-  /* values from the dump; initial values in noise mode */
-  for (size_t v = 0; v < nv; v++) {
+  return VD_OK;
+}
+
+/* Values from the dump (their lengths checked against the plan); initial values in noise mode.
+ * Initial values are exact and bit-identical. */
+static vd_rc load_values(vd_noise_ctx *c, vd_diag *d) {
+  const vd_graph_t *g = &c->gpx;
+  for (size_t v = 0; v < g->n_values; v++) {
     const vd_tensor_t *t = ptensor(c, (uint32_t)v);
     int64_t want = vd_tensor_numel(t), n = 0;
     const double *a = vd_noise_i_dumped(c->pd, g, (uint32_t)v, &n);
@@ -897,56 +1028,75 @@ vd_rc vd_noise_i_propagate(vd_noise_ctx *c, vd_diag *d) {
     }
     if (g->values[v].is_initial) c->bitid[v] = c->known[v] = 1;
   }
+  return VD_OK;
+}
+
+/* Node k evaluated when its inputs have values and an output has none: every output computed,
+ * the dumped ones (the real run's) kept where present. */
+static vd_rc evaluate_missing(vd_noise_ctx *c, uint32_t k, callbuf *b, vd_diag *d) {
+  const vd_graph_t *g = &c->gpx;
+  const vd_gnode_t *gn = &g->nodes[k];
+  const uint32_t *iv = vd_gnode_inputs(g, gn), *ov = vd_gnode_outputs(g, gn);
+  int have_in = 1, missing_out = 0;
+  for (uint32_t i = 0; i < gn->n_in; i++) have_in &= c->val[iv[i]] != NULL;
+  for (uint32_t j = 0; j < gn->n_out; j++) missing_out |= c->val[ov[j]] == NULL;
+  if (!missing_out || !have_in) return VD_OK;
+  double **outs = vd_calloc(gn->n_out + 1, sizeof(double *));
+  if (!outs) return VD_OOM(d);
+  vd_rc rc = VD_OK;
+  for (uint32_t j = 0; j < gn->n_out && rc == VD_OK; j++) {
+    int64_t n = vd_tensor_numel(ptensor(c, ov[j]));
+    outs[j] = vd_calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    if (!outs[j]) rc = VD_OOM(d);
+  }
+  if (rc == VD_OK) {
+    const double **ins = (const double **)b->in;
+    for (uint32_t i = 0; i < gn->n_in; i++) ins[i] = c->val[iv[i]];
+    rc = eval_node(c, k, b, ins, outs, d);
+  }
+  for (uint32_t j = 0; j < gn->n_out; j++) {
+    if (rc == VD_OK && !c->val[ov[j]]) {
+      c->val[ov[j]] = outs[j];
+      c->own[ov[j]] = 1;
+      c->n_evaluated++;
+    } else {
+      vd_free(outs[j]);
+    }
+  }
+  vd_free(outs);
+  return rc;
+}
+
+/* The 2-norms of node k's outputs, and of its initial inputs. */
+static void record_norms(vd_noise_ctx *c, uint32_t k) {
+  const vd_graph_t *g = &c->gpx;
+  const vd_gnode_t *gn = &g->nodes[k];
+  const uint32_t *iv = vd_gnode_inputs(g, gn), *ov = vd_gnode_outputs(g, gn);
+  for (uint32_t j = 0; j < gn->n_out; j++)
+    if (c->val[ov[j]]) c->nrm[ov[j]] = norm2(c->val[ov[j]], vd_tensor_numel(ptensor(c, ov[j])));
+  for (uint32_t i = 0; i < gn->n_in; i++)
+    if (c->val[iv[i]] && g->values[iv[i]].is_initial)
+      c->nrm[iv[i]] = norm2(c->val[iv[i]], vd_tensor_numel(ptensor(c, iv[i])));
+}
+
+vd_rc vd_noise_i_propagate(vd_noise_ctx *c, vd_diag *d) {
+  const vd_graph_t *g = &c->gpx;
+  VD_CHECK(alloc_value_arrays(c, d));
+  VD_CHECK(load_values(c, d));
   callbuf b;
   memset(&b, 0, sizeof(b));
   workbuf w;
   memset(&w, 0, sizeof(w));
   vd_rc rc = VD_OK;
-  for (size_t ti = 0; ti < g->n_nodes; ti++) {
+  for (size_t ti = 0; ti < g->n_nodes && rc == VD_OK; ti++) {
     uint32_t k = g->topo[ti];
     const vd_gnode_t *gn = &g->nodes[k];
-    const uint32_t *iv = vd_gnode_inputs(g, gn), *ov = vd_gnode_outputs(g, gn);
-    if ((rc = callbuf_fit(&b, gn->n_in + gn->n_out + 1, d)) != VD_OK) goto done;
-    int have_in = 1, missing_out = 0;
-    for (uint32_t i = 0; i < gn->n_in; i++) have_in &= c->val[iv[i]] != NULL;
-    for (uint32_t j = 0; j < gn->n_out; j++) missing_out |= c->val[ov[j]] == NULL;
-    if (missing_out && have_in) {
-      /* compute every output; keep the dumped ones (the real run's) where present */
-      double **outs = vd_calloc(gn->n_out + 1, sizeof(double *));
-      if (!outs) {
-        rc = VD_OOM(d);
-        goto done;
-      }
-      for (uint32_t j = 0; j < gn->n_out && rc == VD_OK; j++) {
-        int64_t n = vd_tensor_numel(ptensor(c, ov[j]));
-        outs[j] = vd_calloc((size_t)(n > 0 ? n : 1), sizeof(double));
-        if (!outs[j]) rc = VD_OOM(d);
-      }
-      if (rc == VD_OK) {
-        const double **ins = (const double **)b.in;
-        for (uint32_t i = 0; i < gn->n_in; i++) ins[i] = c->val[iv[i]];
-        rc = eval_node(c, k, &b, ins, outs, d);
-      }
-      for (uint32_t j = 0; j < gn->n_out; j++) {
-        if (rc == VD_OK && !c->val[ov[j]]) {
-          c->val[ov[j]] = outs[j];
-          c->own[ov[j]] = 1;
-          c->n_evaluated++;
-        } else {
-          vd_free(outs[j]);
-        }
-      }
-      vd_free(outs);
-      if (rc != VD_OK) goto done;
-    }
-    for (uint32_t j = 0; j < gn->n_out; j++)
-      if (c->val[ov[j]]) c->nrm[ov[j]] = norm2(c->val[ov[j]], vd_tensor_numel(ptensor(c, ov[j])));
-    for (uint32_t i = 0; i < gn->n_in; i++)
-      if (c->val[iv[i]] && g->values[iv[i]].is_initial)
-        c->nrm[iv[i]] = norm2(c->val[iv[i]], vd_tensor_numel(ptensor(c, iv[i])));
-    if ((rc = node_bounds(c, k, &b, &w, d)) != VD_OK) goto done;
+    rc = callbuf_fit(&b, gn->n_in + gn->n_out + 1, d);
+    if (rc == VD_OK) rc = evaluate_missing(c, k, &b, d);
+    if (rc != VD_OK) break;
+    record_norms(c, k);
+    rc = node_bounds(c, k, &b, &w, d);
   }
-done:
   callbuf_free(&b);
   work_free(&w);
   return rc;

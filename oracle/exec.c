@@ -653,6 +653,71 @@ static size_t count_annotated(const vd_plan_t *p) {
   return n;
 }
 
+/* The single plan: must build and run cleanly, or the input is bad.  *stop when the pair is
+ * settled already (r->status: a batch mismatch, an unsupported operator). */
+static vd_rc run_single_plan(ctx_t *c, const vd_plan_t *single, const char *sname, const vd_plan_t *parallel,
+                             vd_exec_result *r, int *stop, vd_diag *d) {
+  int unsupported = 0;
+  VD_CHECK(build(&c->s, single, sname, d));
+  c->ids = vd_malloc((single->n_tensors + 1) * sizeof(*c->ids));
+  if (!c->ids) return VD_OOM(d);
+  for (size_t i = 0; i < single->n_tensors; i++) c->ids[i] = (idpair){single->tensors[i].id, (uint32_t)i};
+  c->n_ids = single->n_tensors;
+  qsort(c->ids, c->n_ids, sizeof(*c->ids), cmp_idpair);
+  if (batch_mismatch(c, parallel, r)) {
+    *stop = 1;
+    return VD_OK;
+  }
+  VD_CHECK(init_single(c, d));
+  VD_CHECK(eval_graph(&c->s, &unsupported, r->reason, sizeof(r->reason), d));
+  if (unsupported) {
+    r->status = VD_EXEC_UNSUPPORTED;
+    *stop = 1;
+  }
+  return VD_OK;
+}
+
+/* The parallel plan: a dataflow problem or a node error is a disagreement (*stop, r->status),
+ * an unsupported operator settles it too. */
+static vd_rc run_parallel_plan(ctx_t *c, const vd_plan_t *parallel, const char *pname, vd_exec_result *r,
+                               int *stop, vd_diag *d) {
+  int unsupported = 0;
+  vd_diag pd;
+  vd_diag_clear(&pd);
+  vd_rc rc = build(&c->q, parallel, pname, &pd);
+  if (rc == VD_EINPUT && c->q.g.n_issues > 0) {
+    const vd_graph_issue *is = &c->q.g.issues[0];
+    r->status = VD_EXEC_DISAGREE;
+    snprintf(r->reason, sizeof(r->reason), "dataflow (%s): %s%s", vd_gissue_names[is->kind], is->detail,
+             c->q.g.n_issues > 1 ? " (and more)" : "");
+    *stop = 1;
+    return VD_OK;
+  }
+  if (rc != VD_OK) {
+    *d = pd;
+    return rc;
+  }
+  VD_CHECK(init_parallel(c, d));
+  rc = eval_graph(&c->q, &unsupported, r->reason, sizeof(r->reason), &pd);
+  if (rc == VD_EINPUT) {
+    char line[sizeof(r->reason)];
+    vd_diag_format(&pd, line, sizeof(line));
+    r->status = VD_EXEC_DISAGREE;
+    snprintf(r->reason, sizeof(r->reason), "%s", line);
+    *stop = 1;
+    return VD_OK;
+  }
+  if (rc != VD_OK) {
+    *d = pd;
+    return rc;
+  }
+  if (unsupported) {
+    r->status = VD_EXEC_UNSUPPORTED;
+    *stop = 1;
+  }
+  return VD_OK;
+}
+
 vd_rc vd_exec_compare(const vd_plan_t *single, const vd_plan_t *parallel, const vd_exec_opts *o,
                       vd_exec_result *r, vd_diag *d) {
   vd_exec_opts defo = {0};
@@ -664,66 +729,15 @@ vd_rc vd_exec_compare(const vd_plan_t *single, const vd_plan_t *parallel, const 
   const char *sname = o->single_name ? o->single_name : "single plan";
   const char *pname = o->parallel_name ? o->parallel_name : "parallel plan";
   vd_rc rc;
-  int unsupported = 0;
+  int stop = 0;
 
   if (find_unsupported(single, sname, r->reason, sizeof(r->reason)) ||
       find_unsupported(parallel, pname, r->reason, sizeof(r->reason))) {
     r->status = VD_EXEC_UNSUPPORTED;
     return VD_OK;
   }
-
-  /* Single plan: must build and run cleanly, or the input is bad. */
-  if ((rc = build(&c.s, single, sname, d)) != VD_OK) goto done;
-  c.ids = vd_malloc((single->n_tensors + 1) * sizeof(*c.ids));
-  if (!c.ids) {
-    rc = VD_OOM(d);
-    goto done;
-  }
-  for (size_t i = 0; i < single->n_tensors; i++) c.ids[i] = (idpair){single->tensors[i].id, (uint32_t)i};
-  c.n_ids = single->n_tensors;
-  qsort(c.ids, c.n_ids, sizeof(*c.ids), cmp_idpair);
-  if (batch_mismatch(&c, parallel, r)) goto done;
-  if ((rc = init_single(&c, d)) != VD_OK) goto done;
-  if ((rc = eval_graph(&c.s, &unsupported, r->reason, sizeof(r->reason), d)) != VD_OK) goto done;
-  if (unsupported) {
-    r->status = VD_EXEC_UNSUPPORTED;
-    goto done;
-  }
-
-  /* Parallel plan: a dataflow problem or a node error is a disagreement. */
-  vd_diag pd;
-  vd_diag_clear(&pd);
-  rc = build(&c.q, parallel, pname, &pd);
-  if (rc == VD_EINPUT && c.q.g.n_issues > 0) {
-    const vd_graph_issue *is = &c.q.g.issues[0];
-    r->status = VD_EXEC_DISAGREE;
-    snprintf(r->reason, sizeof(r->reason), "dataflow (%s): %s%s", vd_gissue_names[is->kind], is->detail,
-             c.q.g.n_issues > 1 ? " (and more)" : "");
-    rc = VD_OK;
-    goto done;
-  }
-  if (rc != VD_OK) {
-    *d = pd;
-    goto done;
-  }
-  if ((rc = init_parallel(&c, d)) != VD_OK) goto done;
-  rc = eval_graph(&c.q, &unsupported, r->reason, sizeof(r->reason), &pd);
-  if (rc == VD_EINPUT) {
-    char line[sizeof(r->reason)];
-    vd_diag_format(&pd, line, sizeof(line));
-    r->status = VD_EXEC_DISAGREE;
-    snprintf(r->reason, sizeof(r->reason), "%s", line);
-    rc = VD_OK;
-    goto done;
-  }
-  if (rc != VD_OK) {
-    *d = pd;
-    goto done;
-  }
-  if (unsupported) {
-    r->status = VD_EXEC_UNSUPPORTED;
-    goto done;
-  }
+  if ((rc = run_single_plan(&c, single, sname, parallel, r, &stop, d)) != VD_OK || stop) goto done;
+  if ((rc = run_parallel_plan(&c, parallel, pname, r, &stop, d)) != VD_OK || stop) goto done;
   if ((rc = compare(&c, r, d)) != VD_OK) goto done;
   if (r->status != VD_EXEC_DISAGREE && r->n_elements == 0) {
     /* AGREE means every annotated tensor was compared and matched; a pair

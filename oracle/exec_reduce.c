@@ -278,6 +278,67 @@ static vd_rc apply(pair_t *c, const idx_pair *ids, size_t n_ids, vd_plan_t *out[
   return rc;
 }
 
+/* The reducer over both plans' tensors (rv: one value per tensor, single then parallel). */
+static vd_rc new_reducer(pair_t *c, vd_red_value *rv, size_t n_vals, vd_diag *d) {
+  c->base[0] = 0;
+  c->base[1] = (uint32_t)c->plan[0]->n_tensors;
+  for (int side = 0; side < 2; side++)
+    for (size_t t = 0; t < c->plan[side]->n_tensors; t++) {
+      const vd_tensor_t *T = &c->plan[side]->tensors[t];
+      rv[c->base[side] + t] = (vd_red_value){T->ndim, T->shape};
+    }
+  return vd_reducer_new(rv, (uint32_t)n_vals, &c->red, d);
+}
+
+/* Lineage of parallel tensor t: its slice of the single tensor (ids: the single plan's tensor
+ * ids, sorted) and its shifts.  What the executor rejects at full size (exec.c check_ann) is
+ * rejected here too: a slice that cannot be scaled with its single tensor. */
+static vd_rc relate_slice(pair_t *c, const idx_pair *ids, size_t t, vd_diag *d) {
+  const vd_plan_t *single = c->plan[0], *parallel = c->plan[1];
+  const vd_tensor_t *T = &parallel->tensors[t];
+  if (!T->has_lin) return VD_OK;
+  idx_pair key = {T->lin.full, 0};
+  const idx_pair *f = bsearch(&key, ids, single->n_tensors, sizeof(*ids), cmp_idx_pair);
+  char rec[300];
+  snprintf(rec, sizeof(rec), "parallel tensor %lld '%s'", (long long)T->id, vd_plan_s(parallel, T->name));
+  if (!f)
+    return VD_ERR(d, VD_EINPUT, c->file[1], rec, "lineage.full", "expected a tensor id of the single plan, got %lld",
+                  (long long)T->lin.full);
+  if (single->tensors[f->idx].ndim != T->ndim)
+    return VD_ERR(d, VD_EINPUT, c->file[1], rec, "lineage", "the slice has %d dims, single tensor '%s' has %d",
+                  T->ndim, vd_plan_s(single, single->tensors[f->idx].name), single->tensors[f->idx].ndim);
+  vd_diag ld;
+  vd_diag_clear(&ld);
+  vd_rc rc = vd_reducer_relate(c->red, c->base[1] + (uint32_t)t, f->idx, T->lin.lo, T->lin.hi, rec, &ld);
+  if (rc == VD_EINPUT) { /* a pair the reduction cannot take, not bad input */
+    c->info->status = VD_EXEC_RED_PARALLEL_SHAPE;
+    vd_diag_set_file(&ld, c->file[1]);
+    vd_diag_format(&ld, c->info->reason, sizeof(c->info->reason));
+    return VD_OK;
+  }
+  if (rc != VD_OK) {
+    *d = ld;
+    return rc;
+  }
+  for (int32_t j = 0; j < T->ndim; j++) {
+    vd_reducer_position(c->red, f->idx, j, T->lin.dp_shift[j]);
+    vd_reducer_position(c->red, f->idx, j, T->lin.mb_shift[j]);
+  }
+  return VD_OK;
+}
+
+/* The reduced copies must be plans the executor accepts: else the status says why not. */
+static void validate_copies(pair_t *c, vd_plan_t *rs, vd_plan_t *rp) {
+  vd_diag vd;
+  vd_diag_clear(&vd);
+  if (vd_plan_validate(rs, c->file[0], &vd) != VD_OK || vd_plan_validate(rp, c->file[1], &vd) != VD_OK) {
+    char line[400];
+    vd_diag_format(&vd, line, sizeof(line));
+    c->info->status = VD_EXEC_RED_CANNOT;
+    snprintf(c->info->reason, sizeof(c->info->reason), "cannot reduce: the reduced plan is not valid: %s", line);
+  }
+}
+
 vd_rc vd_exec_reduce(const vd_plan_t *single, const vd_plan_t *parallel, const vd_exec_opts *o, vd_plan_t *rs,
                      vd_plan_t *rp, vd_exec_reduce_info *info, vd_diag *d) {
   memset(info, 0, sizeof(*info));
@@ -309,14 +370,7 @@ vd_rc vd_exec_reduce(const vd_plan_t *single, const vd_plan_t *parallel, const v
     rc = VD_OOM(d);
     goto done;
   }
-  c.base[0] = 0;
-  c.base[1] = (uint32_t)single->n_tensors;
-  for (int side = 0; side < 2; side++)
-    for (size_t t = 0; t < c.plan[side]->n_tensors; t++) {
-      const vd_tensor_t *T = &c.plan[side]->tensors[t];
-      rv[c.base[side] + t] = (vd_red_value){T->ndim, T->shape};
-    }
-  if ((rc = vd_reducer_new(rv, (uint32_t)n_vals, &c.red, d)) != VD_OK) goto done;
+  if ((rc = new_reducer(&c, rv, n_vals, d)) != VD_OK) goto done;
   for (size_t i = 0; i < single->n_tensors; i++) ids[i] = (idx_pair){single->tensors[i].id, (uint32_t)i};
   qsort(ids, single->n_tensors, sizeof(*ids), cmp_idx_pair);
 
@@ -326,44 +380,8 @@ vd_rc vd_exec_reduce(const vd_plan_t *single, const vd_plan_t *parallel, const v
   if (info->status != VD_EXEC_RED_OK) goto done;
 
   /* Lineage: slices and their shifts. */
-  for (size_t t = 0; t < parallel->n_tensors; t++) {
-    const vd_tensor_t *T = &parallel->tensors[t];
-    if (!T->has_lin) continue;
-    idx_pair key = {T->lin.full, 0};
-    const idx_pair *f = bsearch(&key, ids, single->n_tensors, sizeof(*ids), cmp_idx_pair);
-    char rec[300];
-    snprintf(rec, sizeof(rec), "parallel tensor %lld '%s'", (long long)T->id, vd_plan_s(parallel, T->name));
-    /* What the executor rejects at full size (exec.c check_ann), rejected
-     * here too: a slice that cannot be scaled with its single tensor. */
-    if (!f) {
-      rc = VD_ERR(d, VD_EINPUT, c.file[1], rec, "lineage.full", "expected a tensor id of the single plan, got %lld",
-                  (long long)T->lin.full);
-      goto done;
-    }
-    if (single->tensors[f->idx].ndim != T->ndim) {
-      rc = VD_ERR(d, VD_EINPUT, c.file[1], rec, "lineage", "the slice has %d dims, single tensor '%s' has %d",
-                  T->ndim, vd_plan_s(single, single->tensors[f->idx].name), single->tensors[f->idx].ndim);
-      goto done;
-    }
-    vd_diag ld;
-    vd_diag_clear(&ld);
-    rc = vd_reducer_relate(c.red, c.base[1] + (uint32_t)t, f->idx, T->lin.lo, T->lin.hi, rec, &ld);
-    if (rc == VD_EINPUT) {
-      info->status = VD_EXEC_RED_PARALLEL_SHAPE;
-      vd_diag_set_file(&ld, c.file[1]);
-      vd_diag_format(&ld, info->reason, sizeof(info->reason));
-      rc = VD_OK;
-      goto done;
-    }
-    if (rc != VD_OK) {
-      *d = ld;
-      goto done;
-    }
-    for (int32_t j = 0; j < T->ndim; j++) {
-      vd_reducer_position(c.red, f->idx, j, T->lin.dp_shift[j]);
-      vd_reducer_position(c.red, f->idx, j, T->lin.mb_shift[j]);
-    }
-  }
+  for (size_t t = 0; t < parallel->n_tensors; t++)
+    if ((rc = relate_slice(&c, ids, t, d)) != VD_OK || info->status != VD_EXEC_RED_OK) goto done;
 
   int reduced = 0;
   if ((rc = vd_reducer_solve(c.red, &reduced, d)) != VD_OK) goto done;
@@ -377,18 +395,8 @@ vd_rc vd_exec_reduce(const vd_plan_t *single, const vd_plan_t *parallel, const v
   vd_plan_t *outs[2] = {rs, rp};
   if ((rc = apply(&c, ids, single->n_tensors, outs, d)) != VD_OK) goto done;
   if (info->status != VD_EXEC_RED_OK) goto done;
-  /* The copies must be plans the executor accepts. */
-  {
-    vd_diag vd;
-    vd_diag_clear(&vd);
-    if (vd_plan_validate(rs, c.file[0], &vd) != VD_OK || vd_plan_validate(rp, c.file[1], &vd) != VD_OK) {
-      char line[400];
-      vd_diag_format(&vd, line, sizeof(line));
-      info->status = VD_EXEC_RED_CANNOT;
-      snprintf(info->reason, sizeof(info->reason), "cannot reduce: the reduced plan is not valid: %s", line);
-      goto done;
-    }
-  }
+  validate_copies(&c, rs, rp);
+  if (info->status != VD_EXEC_RED_OK) goto done;
   info->rmax_numel = vd_exec_max_numel(rs);
   mp = vd_exec_max_numel(rp);
   if (mp > info->rmax_numel) info->rmax_numel = mp;

@@ -86,9 +86,9 @@ static void print_row(FILE *f, size_t i, const vd_noise_row *w, int compared) {
   fputc('\n', f);
 }
 
-void vd_noise_write_text(FILE *f, const vd_noise_result *r, const vd_noise_report_ctx *x) {
+/* The first lines: what was bounded (noise) or the outcome of the comparison (compare). */
+static void text_heading(FILE *f, const vd_noise_result *r, const vd_noise_report_ctx *x) {
   const vd_noise_opts *o = x->o;
-  double lambda = o->lambda > 0 ? o->lambda : 3.0;
   int cmp = r->compared;
   const char *dt = o->dtype == VD_NOISE_PLAN ? "each tensor's plan dtype" : vd_noise_prec_name(o->dtype);
   const char *ac = o->accum == VD_NOISE_PLAN ? "the same" : vd_noise_prec_name(o->accum);
@@ -108,6 +108,11 @@ void vd_noise_write_text(FILE *f, const vd_noise_result *r, const vd_noise_repor
     fprintf(f, "  single dump %s, parallel dump %s; bounds in %s (accumulation: %s), evaluated on the dumps' values\n",
             x->single_dump, x->parallel_dump, dt, ac);
   }
+}
+
+/* The bounds' definition and the summary figures. */
+static void text_summary(FILE *f, const vd_noise_result *r, const vd_noise_report_ctx *x) {
+  double lambda = x->o->lambda > 0 ? x->o->lambda : 3.0;
   fprintf(f, "  realistic = %g x the standard deviation of independent roundings (probabilistic, square-root "
              "growth); worst = first-order worst case (every rounding at its extreme, errors adding up); both "
              "relative, ||parallel - single||_2 / ||single||_2 (docs/noise.md)\n",
@@ -119,45 +124,59 @@ void vd_noise_write_text(FILE *f, const vd_noise_result *r, const vd_noise_repor
   if (r->n_unrecorded)
     fprintf(f, "  %zu values the runs never held (operators the capture decomposes) are recomputed, not compared\n",
             r->n_unrecorded);
-  if (cmp) {
-    double q[5];
-    size_t n = vd_noise_ratio_stats(r, q);
-    if (n)
-      fprintf(f, "  realistic bound / observed on the %zu tensors that differ: min %.3g, p10 %.3g, median %.3g, "
-                 "p90 %.3g, max %.3g\n",
-              n, q[0], q[1], q[2], q[3], q[4]);
-    if (x->plan_verdict) fprintf(f, "  plans: %s (verdict --sm --pm)\n", x->plan_verdict);
-    if (r->first_beyond >= 0) {
-      const vd_noise_row *w = &r->rows[r->first_beyond];
-      fprintf(f, "  first beyond rounding: #%lld %s (%s): observed %.3g%s\n", (long long)r->first_beyond, w->name,
-              w->family, w->observed,
-              w->bitid ? ", must be bit-identical (computed by the same operations on identical inputs)" : "");
-      if (!w->bitid) fprintf(f, "    realistic bound %.3g, worst-case bound %.3g\n", w->realistic, w->worst);
-      if (r->departure[0])
-        fprintf(f, "  first point of departure: %s: its output has no single-device counterpart, and #%lld is computed "
-                   "from it through values that have none either: the deviation is attributed to it%s\n",
-                r->departure, (long long)r->first_beyond,
-                r->departure_is_stuck ? " (the node where lineage inference stopped, as the verifier's finding)" : "");
-      if (x->plan_verdict && strcmp(x->plan_verdict, "EQUIVALENT") == 0)
-        fprintf(f, "  The plans are proven EQUIVALENT, so this difference does not come from the plan: it comes from "
-                   "outside it (a kernel, the data order, a precision setting, non-determinism). Look at %s first.\n",
-                w->name);
-    }
-    if (r->first_beyond < 0 && x->plan_verdict && strcmp(x->plan_verdict, "NOT EQUIVALENT") == 0)
-      fprintf(f, "  The plans are NOT EQUIVALENT although this run stays within rounding on every tensor compared: "
-                 "the difference is in values this run does not exercise, or past the point below (run verdict "
-                 "--sm --pm for the counterexample).\n");
-    if (r->stuck[0])
-      fprintf(f, "  lineage inference stopped at %s: the values past it have no single-device counterpart "
-                 "(the plan itself differs there; run verdict --sm --pm for the proof)\n",
-              r->stuck);
-    if (r->first_missing >= 0) {
-      const vd_noise_row *w = &r->rows[r->first_missing];
-      fprintf(f, "  first missing: #%lld %s: %s\n", (long long)r->first_missing, w->name, w->why);
-    }
-  } else if (r->stuck[0]) {
-    fprintf(f, "  lineage inference stopped at %s: no bound past it\n", r->stuck);
+}
+
+/* The first tensor beyond rounding, where the deviation departs, and what the plans' verdict says of it. */
+static void text_first_beyond(FILE *f, const vd_noise_result *r, const vd_noise_report_ctx *x) {
+  const vd_noise_row *w = &r->rows[r->first_beyond];
+  fprintf(f, "  first beyond rounding: #%lld %s (%s): observed %.3g%s\n", (long long)r->first_beyond, w->name,
+          w->family, w->observed,
+          w->bitid ? ", must be bit-identical (computed by the same operations on identical inputs)" : "");
+  if (!w->bitid) fprintf(f, "    realistic bound %.3g, worst-case bound %.3g\n", w->realistic, w->worst);
+  if (r->departure[0])
+    fprintf(f, "  first point of departure: %s: its output has no single-device counterpart, and #%lld is computed "
+               "from it through values that have none either: the deviation is attributed to it%s\n",
+            r->departure, (long long)r->first_beyond,
+            r->departure_is_stuck ? " (the node where lineage inference stopped, as the verifier's finding)" : "");
+  if (x->plan_verdict && strcmp(x->plan_verdict, "EQUIVALENT") == 0)
+    fprintf(f, "  The plans are proven EQUIVALENT, so this difference does not come from the plan: it comes from "
+               "outside it (a kernel, the data order, a precision setting, non-determinism). Look at %s first.\n",
+            w->name);
+}
+
+/* compare's findings: the ratio figures, the plans' verdict, the first tensor beyond rounding, where
+ * inference stopped, the first missing one. */
+static void text_findings(FILE *f, const vd_noise_result *r, const vd_noise_report_ctx *x) {
+  double q[5];
+  size_t n = vd_noise_ratio_stats(r, q);
+  if (n)
+    fprintf(f, "  realistic bound / observed on the %zu tensors that differ: min %.3g, p10 %.3g, median %.3g, "
+               "p90 %.3g, max %.3g\n",
+            n, q[0], q[1], q[2], q[3], q[4]);
+  if (x->plan_verdict) fprintf(f, "  plans: %s (verdict --sm --pm)\n", x->plan_verdict);
+  if (r->first_beyond >= 0) text_first_beyond(f, r, x);
+  if (r->first_beyond < 0 && x->plan_verdict && strcmp(x->plan_verdict, "NOT EQUIVALENT") == 0)
+    fprintf(f, "  The plans are NOT EQUIVALENT although this run stays within rounding on every tensor compared: "
+               "the difference is in values this run does not exercise, or past the point below (run verdict "
+               "--sm --pm for the counterexample).\n");
+  if (r->stuck[0])
+    fprintf(f, "  lineage inference stopped at %s: the values past it have no single-device counterpart "
+               "(the plan itself differs there; run verdict --sm --pm for the proof)\n",
+            r->stuck);
+  if (r->first_missing >= 0) {
+    const vd_noise_row *w = &r->rows[r->first_missing];
+    fprintf(f, "  first missing: #%lld %s: %s\n", (long long)r->first_missing, w->name, w->why);
   }
+}
+
+void vd_noise_write_text(FILE *f, const vd_noise_result *r, const vd_noise_report_ctx *x) {
+  int cmp = r->compared;
+  text_heading(f, r, x);
+  text_summary(f, r, x);
+  if (cmp)
+    text_findings(f, r, x);
+  else if (r->stuck[0])
+    fprintf(f, "  lineage inference stopped at %s: no bound past it\n", r->stuck);
   int all = x->verbose;
   size_t shown = 0;
   for (size_t i = 0; i < r->n_rows && (cmp || all); i++) {
@@ -191,25 +210,8 @@ static void json_num(FILE *f, double v) {
     fputs("null", f);
 }
 
-int vd_noise_write_json(const char *path, const vd_noise_result *r, const vd_noise_report_ctx *x) {
-  FILE *f = open_out(path);
-  if (!f) {
-    fprintf(stderr, "verdict: %s: cannot open for writing\n", path);
-    return VD_EXIT_BAD_INPUT;
-  }
-  const vd_noise_opts *o = x->o;
-  fprintf(f, "{\"format\":\"verdict-noise\",\"version\":1,\"mode\":");
-  vd_cli_json_str(f, x->mode);
-  fprintf(f, ",\"dtype\":\"%s\",\"accum\":\"%s\",\"scale\":", vd_noise_prec_name(o->dtype),
-          vd_noise_prec_name(o->accum));
-  json_num(f, r->compared ? 0 : (o->scale > 0 ? o->scale : 1.0));
-  fprintf(f, ",\"lambda\":");
-  json_num(f, o->lambda > 0 ? o->lambda : 3.0);
-  fprintf(f, ",\"plan_verdict\":");
-  if (x->plan_verdict)
-    vd_cli_json_str(f, x->plan_verdict);
-  else
-    fputs("null", f);
+/* "summary": the counts, and for compare the ratio figures. */
+static void json_summary(FILE *f, const vd_noise_result *r) {
   fprintf(f, ",\"summary\":{\"tensors\":%zu,\"bit_identical\":%zu,\"within\":%zu,\"beyond\":%zu,\"missing\":%zu,"
              "\"no_bound\":%zu,\"unrecorded\":%zu",
           r->n_rows, r->n_bitid, r->n_count[VD_NOISE_WITHIN], r->n_count[VD_NOISE_BEYOND],
@@ -229,7 +231,12 @@ int vd_noise_write_json(const char *path, const vd_noise_result *r, const vd_noi
     json_num(f, q[4]);
     fputc('}', f);
   }
-  fprintf(f, "},\"first_beyond\":");
+  fputc('}', f);
+}
+
+/* The first tensor beyond rounding, the point of departure, where inference stopped. */
+static void json_findings(FILE *f, const vd_noise_result *r) {
+  fprintf(f, ",\"first_beyond\":");
   if (r->first_beyond >= 0) {
     fprintf(f, "{\"index\":%lld,\"name\":", (long long)r->first_beyond);
     vd_cli_json_str(f, r->rows[r->first_beyond].name);
@@ -250,6 +257,10 @@ int vd_noise_write_json(const char *path, const vd_noise_result *r, const vd_noi
     vd_cli_json_str(f, r->stuck);
   else
     fputs("null", f);
+}
+
+/* Every tensor with its bounds, status and (compare) observed deviation. */
+static void json_tensors(FILE *f, const vd_noise_result *r) {
   fprintf(f, ",\"tensors\":[");
   for (size_t i = 0; i < r->n_rows; i++) {
     const vd_noise_row *w = &r->rows[i];
@@ -273,7 +284,32 @@ int vd_noise_write_json(const char *path, const vd_noise_result *r, const vd_noi
     }
     fputc('}', f);
   }
-  fprintf(f, "\n]}\n");
+  fprintf(f, "\n]");
+}
+
+int vd_noise_write_json(const char *path, const vd_noise_result *r, const vd_noise_report_ctx *x) {
+  FILE *f = open_out(path);
+  if (!f) {
+    fprintf(stderr, "verdict: %s: cannot open for writing\n", path);
+    return VD_EXIT_BAD_INPUT;
+  }
+  const vd_noise_opts *o = x->o;
+  fprintf(f, "{\"format\":\"verdict-noise\",\"version\":1,\"mode\":");
+  vd_cli_json_str(f, x->mode);
+  fprintf(f, ",\"dtype\":\"%s\",\"accum\":\"%s\",\"scale\":", vd_noise_prec_name(o->dtype),
+          vd_noise_prec_name(o->accum));
+  json_num(f, r->compared ? 0 : (o->scale > 0 ? o->scale : 1.0));
+  fprintf(f, ",\"lambda\":");
+  json_num(f, o->lambda > 0 ? o->lambda : 3.0);
+  fprintf(f, ",\"plan_verdict\":");
+  if (x->plan_verdict)
+    vd_cli_json_str(f, x->plan_verdict);
+  else
+    fputs("null", f);
+  json_summary(f, r);
+  json_findings(f, r);
+  json_tensors(f, r);
+  fprintf(f, "}\n");
   return close_out(f, path);
 }
 
