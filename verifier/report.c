@@ -58,13 +58,14 @@ void vd_report_i_piece_facts(const vd_run *r, int32_t piece, piece_info *pi) {
 
 /* ---- text -------------------------------------------------------------------- */
 
-void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
-  const vd_stage *st = &r->set.stages[stage];
-  const vd_stage_verdict *v = &r->verdicts[stage];
-  fprintf(f, "-- stage %u: NOT EQUIVALENT -- diagnosis %s", st->id, vd_diagnosis_names[v->diagnosis]);
-  if (v->factor[0]) fprintf(f, " (%s%s)", v->diagnosis == VD_DX_SCALE || v->diagnosis == VD_DX_EXTRA_REDUCTION ? "factor " : "", VD_SHOW(v->factor));
-  fputc('\n', f);
-  char sl[256], line[512];
+/* 'tensor' (t<id>) rank <r>[ mb <m>]: how every text block names a piece. */
+static void text_piece(FILE *f, const piece_info *pi) {
+  fprintf(f, "'%s' (t%lld) rank %lld", VD_SHOW(pi->tensor), (long long)pi->id, (long long)pi->rank);
+  if (pi->mb >= 0) fprintf(f, " mb %d", pi->mb);
+}
+
+static void stage_targets(const vd_run *r, const vd_stage *st, FILE *f) {
+  char sl[256];
   for (uint32_t ti = 0; ti < st->n_targets; ti++) {
     const vd_stage_target *t = &st->targets[ti];
     const vd_stage_value *sv = &st->vals[t->svalue];
@@ -74,6 +75,11 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
     fprintf(f, "   target: single '%s' %s%s, %u parallel piece(s)%s\n", VD_SHOW(vd_plan_s(&r->sp, ts->name)), sl,
             t->part_n > 1 ? " as a sum of parts" : "", t->n_pieces, inf ? " (inferred lineage)" : "");
   }
+}
+
+/* The parallel side's nodes, the first 24 of them. */
+static void stage_nodes(const vd_run *r, const vd_stage *st, FILE *f) {
+  char line[512];
   uint32_t n_single = 0, n_par = 0;
   for (uint32_t i = 0; i < st->n_nodes; i++) n_single += st->nodes[i].side == 0;
   fprintf(f, "   parallel nodes (%u single-device nodes not listed):\n", n_single);
@@ -86,6 +92,11 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
     vd_rep_fmt_node(line, sizeof(line), r, &st->nodes[i]);
     fprintf(f, "     %s\n", VD_SHOW(line));
   }
+}
+
+/* The parallel leaves the stage assumes: proven or initial lineages. */
+static void stage_hypotheses(const vd_run *r, const vd_stage *st, FILE *f) {
+  char sl[256];
   fprintf(f, "   hypotheses (proven or initial lineages):\n");
   for (uint32_t i = 0; i < st->n_vals; i++) {
     const vd_stage_value *sv = &st->vals[i];
@@ -93,13 +104,18 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
     piece_info pi;
     vd_report_i_piece_facts(r, sv->leaf_piece, &pi);
     vd_lin_fmt_slice(pi.lo, pi.hi, pi.ndim, sl, sizeof(sl));
-    fprintf(f, "     '%s' (t%lld) rank %lld", VD_SHOW(pi.tensor), (long long)pi.id, (long long)pi.rank);
-    if (pi.mb >= 0) fprintf(f, " mb %d", pi.mb);
+    fputs("     ", f);
+    text_piece(f, &pi);
     fprintf(f, " = %s", sl);
     if (pi.part_n > 1) fprintf(f, " part %lld/%lld", (long long)pi.part_k, (long long)pi.part_n);
     if (r->inferred && r->inferred[r->lt.pieces[sv->leaf_piece].ptensor]) fputs(" (inferred, proven)", f);
     fputc('\n', f);
   }
+}
+
+/* The counterexample: its inputs (the first 12), then per disagreeing
+ * element the single value and every parallel copy. */
+static void stage_cex(const vd_run *r, const vd_stage *st, const vd_stage_verdict *v, FILE *f) {
   if (v->n_inputs) {
     fprintf(f, "   counterexample inputs (reduced shapes):");
     for (size_t i = 0; i < v->n_inputs && i < 12; i++) fprintf(f, "%s %s=%s", i ? "," : "", VD_SHOW(v->inputs[i].name), VD_SHOW(v->inputs[i].exact));
@@ -119,8 +135,8 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
       if (cp->piece >= 0) {
         piece_info pi;
         vd_report_i_piece_facts(r, cp->piece, &pi);
-        fprintf(f, "     Tp '%s' (t%lld) rank %lld", VD_SHOW(pi.tensor), (long long)pi.id, (long long)pi.rank);
-        if (pi.mb >= 0) fprintf(f, " mb %d", pi.mb);
+        fputs("     Tp ", f);
+        text_piece(f, &pi);
         if (pi.part_n > 1) fprintf(f, " part %lld/%lld", (long long)pi.part_k, (long long)pi.part_n);
       } else {
         fprintf(f, "     sum of the parts");
@@ -128,9 +144,10 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
       fprintf(f, " = %s%s\n", VD_SHOW(cp->exact), cp->disagrees ? "   <-- differs" : "");
     }
   }
-  if (v->diagnosis == VD_DX_MISSING_REDUCTION)
-    fprintf(f, "   Ts = sum of the Tp copies, while each copy claims the whole value: a reduction is missing\n");
-  /* issue 28: the counterexample run through the numeric evaluators */
+}
+
+/* What the numeric evaluators made of the counterexample (issue 28). */
+static void stage_cex_evaluation(const vd_stage_verdict *v, FILE *f) {
   if (v->cex_eval == VD_CEX_EVAL_SAME)
     fprintf(f, "   checked by evaluation: these values, run through the numeric evaluators (real kernels), reproduce "
                "the disagreement (%s)\n", v->cex_eval_note);
@@ -142,7 +159,13 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
                "this stage with the plans\n", v->cex_eval_note);
   else if (v->cex_eval == VD_CEX_EVAL_FAILED)
     fprintf(f, "   not checked by evaluation: %s\n", v->cex_eval_note);
-  char why[256];
+}
+
+/* Where the parallel side first goes wrong, and the pieces flagged. */
+static void stage_blame(const vd_run *r, size_t stage, FILE *f) {
+  const vd_stage *st = &r->set.stages[stage];
+  const vd_stage_verdict *v = &r->verdicts[stage];
+  char why[256], line[512];
   int32_t dn = vd_rep_diverging(r, stage, why, sizeof(why));
   if (dn >= 0) {
     vd_rep_fmt_node(line, sizeof(line), r, &st->nodes[dn]);
@@ -153,11 +176,27 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
     for (size_t i = 0; i < v->n_flagged; i++) {
       piece_info pi;
       vd_report_i_piece_facts(r, v->flagged_pieces[i], &pi);
-      fprintf(f, "%s '%s' (t%lld) rank %lld", i ? "," : "", VD_SHOW(pi.tensor), (long long)pi.id, (long long)pi.rank);
-      if (pi.mb >= 0) fprintf(f, " mb %d", pi.mb);
+      fputs(i ? ", " : " ", f);
+      text_piece(f, &pi);
     }
     fputc('\n', f);
   }
+}
+
+void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
+  const vd_stage *st = &r->set.stages[stage];
+  const vd_stage_verdict *v = &r->verdicts[stage];
+  fprintf(f, "-- stage %u: NOT EQUIVALENT -- diagnosis %s", st->id, vd_diagnosis_names[v->diagnosis]);
+  if (v->factor[0]) fprintf(f, " (%s%s)", v->diagnosis == VD_DX_SCALE || v->diagnosis == VD_DX_EXTRA_REDUCTION ? "factor " : "", VD_SHOW(v->factor));
+  fputc('\n', f);
+  stage_targets(r, st, f);
+  stage_nodes(r, st, f);
+  stage_hypotheses(r, st, f);
+  stage_cex(r, st, v, f);
+  if (v->diagnosis == VD_DX_MISSING_REDUCTION)
+    fprintf(f, "   Ts = sum of the Tp copies, while each copy claims the whole value: a reduction is missing\n");
+  stage_cex_evaluation(v, f);
+  stage_blame(r, stage, f);
 }
 
 /* -v: the stages that took longest to solve, and the stages that did the
@@ -543,39 +582,29 @@ static void text_finding_lines(const vd_run *r, const vd_run_opts *o, const vd_f
   if (fs->n > cap) fprintf(f, "   ... (%zu findings in all; --json lists every one)\n", fs->n);
 }
 
-void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
-  vd_findings fs;
-  vd_diag d;
-  vd_diag_clear(&d);
-  if (r->config_cached) {
-    fprintf(f, "%s\n", verdict_word(r));
-    fprintf(f, "  unchanged since a run proved it: the proof cache holds this pair (the SHA-256 of both input files, "
-               "this verdict binary) as EQUIVALENT, proven with %llu stages (%llu classes); nothing was solved again\n",
-            (unsigned long long)r->cached.n_stages, (unsigned long long)r->cached.n_classes);
-    return;
-  }
-  int have_fs = vd_findings_build(r, &fs, &d) == VD_OK;
-  vd_provenance pv;
-  vd_prov_build(r, &pv);
+/* A pair the proof cache already holds as EQUIVALENT: nothing else to say. */
+static void text_cached(const vd_run *r, FILE *f) {
   fprintf(f, "%s\n", verdict_word(r));
-  vd_prov_text_interrupted(r, f);
-  vd_prov_text(r, o, &pv, f);
-  text_proof(r, o, f);
-  if (o->cache) {
-    const vd_cache_stats *cs = &r->cache_stats;
-    fprintf(f, "  proof cache: %zu of %zu classes reused (%zu from the cache directory, %zu proven earlier in this "
-               "process), %zu proven and stored\n",
-            r->n_cache_reused, r->n_solved, cs->hits_disk, cs->hits_memory, cs->stored);
-    if (cs->ignored)
-      fprintf(f, "  proof cache: %zu entr%s ignored, not trusted (last: %s)\n", cs->ignored, cs->ignored == 1 ? "y" : "ies",
-              VD_SHOW(cs->last_ignored));
-    if (cs->write_errors) fprintf(f, "  proof cache: %zu entr%s could not be written\n", cs->write_errors,
-                                  cs->write_errors == 1 ? "y" : "ies");
-  }
-  if (r->n_limits)
-    fprintf(f, "  limits reached: %zu, listed below (`verdict limits`): what they stop is not proven, and is not a "
-               "difference\n", r->n_limits);
-  if (have_fs) text_finding_lines(r, o, &fs, f);
+  fprintf(f, "  unchanged since a run proved it: the proof cache holds this pair (the SHA-256 of both input files, "
+             "this verdict binary) as EQUIVALENT, proven with %llu stages (%llu classes); nothing was solved again\n",
+          (unsigned long long)r->cached.n_stages, (unsigned long long)r->cached.n_classes);
+}
+
+static void text_cache_stats(const vd_run *r, FILE *f) {
+  const vd_cache_stats *cs = &r->cache_stats;
+  fprintf(f, "  proof cache: %zu of %zu classes reused (%zu from the cache directory, %zu proven earlier in this "
+             "process), %zu proven and stored\n",
+          r->n_cache_reused, r->n_solved, cs->hits_disk, cs->hits_memory, cs->stored);
+  if (cs->ignored)
+    fprintf(f, "  proof cache: %zu entr%s ignored, not trusted (last: %s)\n", cs->ignored, cs->ignored == 1 ? "y" : "ies",
+            VD_SHOW(cs->last_ignored));
+  if (cs->write_errors) fprintf(f, "  proof cache: %zu entr%s could not be written\n", cs->write_errors,
+                                cs->write_errors == 1 ? "y" : "ies");
+}
+
+/* The structural problems' count, the lineage warnings, and what
+ * inference annotated. */
+static void text_structure(const vd_run *r, FILE *f) {
   if (r->n_issues_dropped)
     fprintf(f, "  structural problems: %zu (%zu listed)\n", r->n_issues + r->n_issues_dropped, r->n_issues);
   else if (r->n_issues)
@@ -586,42 +615,58 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
                "unannotated left to the stages\n",
             r->infer.n_annotated, r->infer.n_inferred - r->n_dropped, r->n_dropped, r->infer_rounds,
             r->infer.n_unknown + r->n_dropped);
-  if (r->inferred && r->infer.stuck_node >= 0 && vd_run_exit_code(r) != 0) {
-    /* A hint, not evidence: where propagation first stopped is usually the
-     * faulty operator's first consumer (a bug makes the parallel values
-     * stop matching the single ones there). */
-    const vd_node_t *sn = &r->pp.nodes[r->infer.stuck_node];
-    const vd_lin_infer_stats *is = &r->infer;
-    fprintf(f, "  lineage inference stopped first at rank %d", sn->rank);
-    if (is->stuck_mb >= 0) fprintf(f, " mb %d", is->stuck_mb);
-    char phrase[512];
-    vd_lin_stuck_phrase(is, phrase, sizeof(phrase));
-    fprintf(f, " %s '%s' (node %lld): %s", VD_SHOW(vd_node_op(&r->pp, sn)), VD_SHOW(vd_plan_s(&r->pp, sn->name)),
-            (long long)sn->id, VD_SHOW(phrase));
-    if (is->stuck_origin >= 0) {
-      const vd_node_t *on = &r->pp.nodes[is->stuck_origin];
-      fprintf(f, "; the factor comes from rank %d %s '%s' (node %lld)", on->rank, VD_SHOW(vd_node_op(&r->pp, on)),
-              VD_SHOW(vd_plan_s(&r->pp, on->name)), (long long)on->id);
-    } else {
-      int32_t from = -1;
-      int64_t pk = stuck_producer(r, &from);
-      if (pk >= 0) {
-        const vd_node_t *qn = &r->pp.nodes[pk];
-        fprintf(f, "; input %u comes from rank %d %s '%s' (node %lld)", is->stuck_input, qn->rank,
-                VD_SHOW(vd_node_op(&r->pp, qn)), VD_SHOW(vd_plan_s(&r->pp, qn->name)), (long long)qn->id);
-        if (from >= 0) fprintf(f, ", sent by rank %d", from);
-        int64_t rq = is->stuck_why == VD_LIN_STUCK_SLICE && from < 0 ? upstream_recv(r, pk, &from) : -1;
-        if (rq >= 0) {
-          const vd_node_t *rn = &r->pp.nodes[rq];
-          fprintf(f, ", computed from what rank %d %s '%s' (node %lld) received", rn->rank,
-                  VD_SHOW(vd_node_op(&r->pp, rn)), VD_SHOW(vd_plan_s(&r->pp, rn->name)), (long long)rn->id);
-          if (from >= 0) fprintf(f, " from rank %d", from);
-        }
-      }
-    }
-    fprintf(f, "\n");
+}
+
+/* rank <r> <op> '<name>' (node <id>) */
+static void text_node_words(const vd_run *r, const vd_node_t *n, FILE *f) {
+  fprintf(f, "rank %d %s '%s' (node %lld)", n->rank, VD_SHOW(vd_node_op(&r->pp, n)), VD_SHOW(vd_plan_s(&r->pp, n->name)),
+          (long long)n->id);
+}
+
+/* Where the stuck input of inference came from: the factor's origin, or
+ * the producer of the input (and who sent it, or what it was computed
+ * from). */
+static void text_stuck_source(const vd_run *r, FILE *f) {
+  const vd_lin_infer_stats *is = &r->infer;
+  if (is->stuck_origin >= 0) {
+    fputs("; the factor comes from ", f);
+    text_node_words(r, &r->pp.nodes[is->stuck_origin], f);
+    return;
   }
-  if (o->verbose && r->inferred) text_inferred(r, f);
+  int32_t from = -1;
+  int64_t pk = stuck_producer(r, &from);
+  if (pk < 0) return;
+  fprintf(f, "; input %u comes from ", is->stuck_input);
+  text_node_words(r, &r->pp.nodes[pk], f);
+  if (from >= 0) fprintf(f, ", sent by rank %d", from);
+  int64_t rq = is->stuck_why == VD_LIN_STUCK_SLICE && from < 0 ? upstream_recv(r, pk, &from) : -1;
+  if (rq >= 0) {
+    fputs(", computed from what ", f);
+    text_node_words(r, &r->pp.nodes[rq], f);
+    fputs(" received", f);
+    if (from >= 0) fprintf(f, " from rank %d", from);
+  }
+}
+
+/* A hint, not evidence: where propagation first stopped is usually the
+ * faulty operator's first consumer (a bug makes the parallel values stop
+ * matching the single ones there). */
+static void text_stuck(const vd_run *r, FILE *f) {
+  const vd_node_t *sn = &r->pp.nodes[r->infer.stuck_node];
+  const vd_lin_infer_stats *is = &r->infer;
+  fprintf(f, "  lineage inference stopped first at rank %d", sn->rank);
+  if (is->stuck_mb >= 0) fprintf(f, " mb %d", is->stuck_mb);
+  char phrase[512];
+  vd_lin_stuck_phrase(is, phrase, sizeof(phrase));
+  fprintf(f, " %s '%s' (node %lld): %s", VD_SHOW(vd_node_op(&r->pp, sn)), VD_SHOW(vd_plan_s(&r->pp, sn->name)),
+          (long long)sn->id, VD_SHOW(phrase));
+  text_stuck_source(r, f);
+  fprintf(f, "\n");
+}
+
+/* -v: the time per phase, memory, the cut's budget and the slowest
+ * stages; else one line of time and memory (nothing under -q). */
+static void text_time(const vd_run *r, const vd_run_opts *o, FILE *f) {
   if (!o->quiet && o->verbose) {
     fprintf(f, "  time:");
     for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, " %s %.3fs", vd_run_phase_names[i], r->phase_s[i]);
@@ -639,6 +684,44 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
     if (r->threads_used) fprintf(f, "; %d thread(s)", r->threads_used);
     fprintf(f, " (-v: plan hashes, limits, the proof's counts and times)\n");
   }
+}
+
+/* The limits reached, up to --max-failures. */
+static void text_limits(const vd_run *r, const vd_run_opts *o, FILE *f) {
+  size_t cap = o->max_failures > 0 ? (size_t)o->max_failures : SIZE_MAX;
+  for (size_t i = 0; i < r->n_limits; i++) {
+    if (i >= cap) {
+      fprintf(f, "\n(%zu limits reached in all; --max-failures %d)\n", r->n_limits, o->max_failures);
+      break;
+    }
+    fprintf(f, "\n-- INCONCLUSIVE (limit): %s\n", VD_SHOW(r->limits[i].detail));
+  }
+}
+
+void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
+  vd_findings fs;
+  vd_diag d;
+  vd_diag_clear(&d);
+  if (r->config_cached) {
+    text_cached(r, f);
+    return;
+  }
+  int have_fs = vd_findings_build(r, &fs, &d) == VD_OK;
+  vd_provenance pv;
+  vd_prov_build(r, &pv);
+  fprintf(f, "%s\n", verdict_word(r));
+  vd_prov_text_interrupted(r, f);
+  vd_prov_text(r, o, &pv, f);
+  text_proof(r, o, f);
+  if (o->cache) text_cache_stats(r, f);
+  if (r->n_limits)
+    fprintf(f, "  limits reached: %zu, listed below (`verdict limits`): what they stop is not proven, and is not a "
+               "difference\n", r->n_limits);
+  if (have_fs) text_finding_lines(r, o, &fs, f);
+  text_structure(r, f);
+  if (r->inferred && r->infer.stuck_node >= 0 && vd_run_exit_code(r) != 0) text_stuck(r, f);
+  if (o->verbose && r->inferred) text_inferred(r, f);
+  text_time(r, o, f);
   /* --max-failures caps the findings printed in detail (the rest get one
    * line each) and the inconclusive reasons listed. */
   if (have_fs) {
@@ -648,12 +731,5 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
     fprintf(f, "\n(out of memory while grouping the failures into findings)\n");
   }
   text_inconclusive(r, o, f);
-  size_t cap = o->max_failures > 0 ? (size_t)o->max_failures : SIZE_MAX;
-  for (size_t i = 0; i < r->n_limits; i++) {
-    if (i >= cap) {
-      fprintf(f, "\n(%zu limits reached in all; --max-failures %d)\n", r->n_limits, o->max_failures);
-      break;
-    }
-    fprintf(f, "\n-- INCONCLUSIVE (limit): %s\n", VD_SHOW(r->limits[i].detail));
-  }
+  text_limits(r, o, f);
 }
