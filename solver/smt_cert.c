@@ -378,6 +378,98 @@ static void emit_resolved(FILE *f, const char *text, size_t len, const declvec *
   }
 }
 
+/* The goal's disjunct of one open pair, (not (= par single)), after its
+ * terms are defined in w->defs. */
+static vd_rc write_disjunct(walk *w, FILE *goal, vd_term a, vd_term b, size_t open_pairs) {
+  fputs(open_pairs ? "\n  " : "", goal);
+  /* An index tensor may be Int on one side and Real on the other: compared
+   * as reals, as the check compares them (smt_check.c, solve). */
+  Z3_sort_kind ka = Z3_get_sort_kind(w->z, Z3_get_sort(w->z, a));
+  Z3_sort_kind kb = Z3_get_sort_kind(w->z, Z3_get_sort(w->z, b));
+  int ra = ka == Z3_INT_SORT && kb == Z3_REAL_SORT, rb = kb == Z3_INT_SORT && ka == Z3_REAL_SORT;
+  fputs("(not (= ", goal);
+  if (ra) fputs("(to_real ", goal);
+  VD_CHECK(put_ref(w, goal, a));
+  fputs(ra ? ") " : " ", goal);
+  if (rb) fputs("(to_real ", goal);
+  VD_CHECK(put_ref(w, goal, b));
+  fputs(rb ? ")))" : "))", goal);
+  return VD_OK;
+}
+
+/* Defines every pair's terms (w->defs) and writes the goal's disjuncts;
+ * *open_pairs: the pairs that are not the same term. */
+static vd_rc write_goal(walk *w, const vd_term *par, const vd_term *single, size_t n, FILE *goal, size_t *open_pairs) {
+  vd_rc rc = VD_OK;
+  for (size_t i = 0; i < n && rc == VD_OK; i++) {
+    if (!par[i] || !single[i]) return VD_ERR(w->d, VD_EINTERNAL, NULL, "certificate", NULL, "pair %zu has no term", i);
+    if (par[i] == single[i]) continue; /* the same term: equal, nothing to prove */
+    if ((rc = visit(w, par[i])) == VD_OK) rc = visit(w, single[i]);
+    if (rc != VD_OK) break;
+    if ((rc = write_disjunct(w, goal, par[i], single[i], *open_pairs)) != VD_OK) break;
+    (*open_pairs)++;
+  }
+  return rc;
+}
+
+/* Names: every declaration quoted; those whose quoted names coincide
+ * (sorted by name, then signature, so the choice is deterministic) get
+ * "!vd2", "!vd3", ... in that order.  The vector keeps the walk's order
+ * (the placeholders index it); order[0..decls.n) gets the printing order. */
+static vd_rc name_decls(walk *w, decl **order) {
+  for (size_t i = 0; i < w->decls.n; i++) {
+    if (!(w->decls.v[i].shown = quote_name(w->decls.v[i].raw, 0, Z3_get_arity(w->z, w->decls.v[i].f) > 0)))
+      return VD_OOM(w->d);
+    order[i] = &w->decls.v[i];
+  }
+  qsort(order, w->decls.n, sizeof(*order), shown_cmp);
+  for (size_t i = 1, run = 1; i < w->decls.n; i++) {
+    /* order[i - 1] may be suffixed already: compare the base names */
+    char *base_prev = quote_name(order[i - 1]->raw, 0, Z3_get_arity(w->z, order[i - 1]->f) > 0);
+    if (!base_prev) return VD_OOM(w->d);
+    int same = strcmp(base_prev, order[i]->shown) == 0;
+    vd_free(base_prev);
+    run = same ? run + 1 : 1;
+    if (!same) continue;
+    char *q = quote_name(order[i]->raw, (unsigned)run, Z3_get_arity(w->z, order[i]->f) > 0);
+    if (!q) return VD_OOM(w->d);
+    vd_free(order[i]->shown);
+    order[i]->shown = q;
+  }
+  return VD_OK;
+}
+
+/* The script: the header as comments, the declarations, the definitions
+ * (dbuf) and the goal (gbuf, a disjunction of open_pairs disjuncts). */
+static void write_script(FILE *out, const char *header, const walk *w, decl *const *order, const char *dbuf,
+                         size_t dlen, const char *gbuf, size_t glen, size_t open_pairs) {
+  if (header && *header) {
+    const char *p = header;
+    while (*p) {
+      const char *e = strchr(p, '\n');
+      size_t l = e ? (size_t)(e - p) : strlen(p);
+      fprintf(out, "; %.*s\n", (int)l, p);
+      p += l + (e ? 1 : 0);
+    }
+  }
+  fputs("(set-logic ALL)\n", out);
+  for (size_t i = 0; i < w->decls.n; i++) fprintf(out, "(declare-fun %s %s)\n", order[i]->shown, order[i]->sig);
+  fputs("; hypotheses: the definitions below (the parallel leaves' lineage is substituted into them)\n", out);
+  emit_resolved(out, dbuf, dlen, &w->decls);
+  fputs("; goal\n", out);
+  if (open_pairs == 0) fputs("(assert false)\n", out);
+  else if (open_pairs == 1) {
+    fputs("(assert ", out);
+    emit_resolved(out, gbuf, glen, &w->decls);
+    fputs(")\n", out);
+  } else {
+    fputs("(assert (or\n  ", out);
+    emit_resolved(out, gbuf, glen, &w->decls);
+    fputs("))\n", out);
+  }
+  fputs("(check-sat)\n(exit)\n", out);
+}
+
 vd_rc vd_smt_write_obligation(vd_smt *s, const vd_term *par, const vd_term *single, size_t n, const char *header,
                               FILE *out, vd_smt_cert_stats *stats, vd_diag *d) {
   walk w = {.s = s, .z = vd_smt_i_z3(s), .d = d};
@@ -395,96 +487,18 @@ vd_rc vd_smt_write_obligation(vd_smt *s, const vd_term *par, const vd_term *sing
     goto done;
   }
   size_t open_pairs = 0;
-  for (size_t i = 0; i < n && rc == VD_OK; i++) {
-    if (!par[i] || !single[i]) {
-      rc = VD_ERR(d, VD_EINTERNAL, NULL, "certificate", NULL, "pair %zu has no term", i);
-      break;
-    }
-    if (par[i] == single[i]) continue; /* the same term: equal, nothing to prove */
-    if ((rc = visit(&w, par[i])) == VD_OK) rc = visit(&w, single[i]);
-    if (rc != VD_OK) break;
-    fputs(open_pairs ? "\n  " : "", goal);
-    /* An index tensor may be Int on one side and Real on the other: compared
-     * as reals, as the check compares them (smt_check.c, solve). */
-    Z3_sort_kind ka = Z3_get_sort_kind(w.z, Z3_get_sort(w.z, par[i]));
-    Z3_sort_kind kb = Z3_get_sort_kind(w.z, Z3_get_sort(w.z, single[i]));
-    int ra = ka == Z3_INT_SORT && kb == Z3_REAL_SORT, rb = kb == Z3_INT_SORT && ka == Z3_REAL_SORT;
-    fputs("(not (= ", goal);
-    if (ra) fputs("(to_real ", goal);
-    if ((rc = put_ref(&w, goal, par[i])) != VD_OK) break;
-    fputs(ra ? ") " : " ", goal);
-    if (rb) fputs("(to_real ", goal);
-    if ((rc = put_ref(&w, goal, single[i])) != VD_OK) break;
-    fputs(rb ? ")))" : "))", goal);
-    open_pairs++;
-  }
-  if (rc != VD_OK) goto done;
+  if ((rc = write_goal(&w, par, single, n, goal, &open_pairs)) != VD_OK) goto done;
   if (fflush(w.defs) || fflush(goal)) {
     rc = VD_OOM(d);
     goto done;
   }
-  /* Names: every declaration quoted; those whose quoted names coincide
-   * (sorted by name, then signature, so the choice is deterministic) get
-   * "!vd2", "!vd3", ... in that order.  The vector keeps the walk's order
-   * (the placeholders index it); `order` is the printing order. */
   order = vd_calloc(w.decls.n + 1, sizeof(*order));
   if (!order) {
     rc = VD_OOM(d);
     goto done;
   }
-  for (size_t i = 0; i < w.decls.n; i++) {
-    if (!(w.decls.v[i].shown = quote_name(w.decls.v[i].raw, 0, Z3_get_arity(w.z, w.decls.v[i].f) > 0))) {
-      rc = VD_OOM(d);
-      goto done;
-    }
-    order[i] = &w.decls.v[i];
-  }
-  qsort(order, w.decls.n, sizeof(*order), shown_cmp);
-  for (size_t i = 1, run = 1; i < w.decls.n; i++) {
-    /* order[i - 1] may be suffixed already: compare the base names */
-    char *base_prev = quote_name(order[i - 1]->raw, 0, Z3_get_arity(w.z, order[i - 1]->f) > 0);
-    if (!base_prev) {
-      rc = VD_OOM(d);
-      goto done;
-    }
-    int same = strcmp(base_prev, order[i]->shown) == 0;
-    vd_free(base_prev);
-    run = same ? run + 1 : 1;
-    if (!same) continue;
-    char *q = quote_name(order[i]->raw, (unsigned)run, Z3_get_arity(w.z, order[i]->f) > 0);
-    if (!q) {
-      rc = VD_OOM(d);
-      goto done;
-    }
-    vd_free(order[i]->shown);
-    order[i]->shown = q;
-  }
-  /* the script */
-  if (header && *header) {
-    const char *p = header;
-    while (*p) {
-      const char *e = strchr(p, '\n');
-      size_t l = e ? (size_t)(e - p) : strlen(p);
-      fprintf(out, "; %.*s\n", (int)l, p);
-      p += l + (e ? 1 : 0);
-    }
-  }
-  fputs("(set-logic ALL)\n", out);
-  for (size_t i = 0; i < w.decls.n; i++) fprintf(out, "(declare-fun %s %s)\n", order[i]->shown, order[i]->sig);
-  fputs("; hypotheses: the definitions below (the parallel leaves' lineage is substituted into them)\n", out);
-  emit_resolved(out, dbuf, dlen, &w.decls);
-  fputs("; goal\n", out);
-  if (open_pairs == 0) fputs("(assert false)\n", out);
-  else if (open_pairs == 1) {
-    fputs("(assert ", out);
-    emit_resolved(out, gbuf, glen, &w.decls);
-    fputs(")\n", out);
-  } else {
-    fputs("(assert (or\n  ", out);
-    emit_resolved(out, gbuf, glen, &w.decls);
-    fputs("))\n", out);
-  }
-  fputs("(check-sat)\n(exit)\n", out);
+  if ((rc = name_decls(&w, order)) != VD_OK) goto done;
+  write_script(out, header, &w, order, dbuf, dlen, gbuf, glen, open_pairs);
   stats->n_pairs = open_pairs;
   stats->n_defs = (size_t)w.n_defs;
   stats->n_decls = w.decls.n;
