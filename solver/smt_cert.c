@@ -44,63 +44,7 @@
 
 #include "../common/mem.h"
 #include "smt.h"
-
-/* ---- id -> slot map ------------------------------------------------------- */
-
-typedef struct {
-  unsigned *key; /* ast id + 1, 0 = empty */
-  int64_t *val;
-  size_t cap, n;
-} idmap;
-
-static int64_t *idmap_get(idmap *m, unsigned id) {
-  if (!m->cap) return NULL;
-  unsigned k = id + 1;
-  size_t j = (k * 2654435761u) & (m->cap - 1);
-  while (m->key[j]) {
-    if (m->key[j] == k) return &m->val[j];
-    j = (j + 1) & (m->cap - 1);
-  }
-  return NULL;
-}
-
-static int idmap_put(idmap *m, unsigned id, int64_t v) {
-  if (2 * (m->n + 1) > m->cap) {
-    size_t nc = m->cap ? 2 * m->cap : 1024;
-    unsigned *nk = vd_calloc(nc, sizeof(unsigned));
-    int64_t *nv = vd_calloc(nc, sizeof(int64_t));
-    if (!nk || !nv) {
-      vd_free(nk);
-      vd_free(nv);
-      return -1;
-    }
-    for (size_t i = 0; i < m->cap; i++)
-      if (m->key[i]) {
-        size_t j = (m->key[i] * 2654435761u) & (nc - 1);
-        while (nk[j]) j = (j + 1) & (nc - 1);
-        nk[j] = m->key[i];
-        nv[j] = m->val[i];
-      }
-    vd_free(m->key);
-    vd_free(m->val);
-    m->key = nk;
-    m->val = nv;
-    m->cap = nc;
-  }
-  unsigned k = id + 1;
-  size_t j = (k * 2654435761u) & (m->cap - 1);
-  while (m->key[j] && m->key[j] != k) j = (j + 1) & (m->cap - 1);
-  if (!m->key[j]) m->n++;
-  m->key[j] = k;
-  m->val[j] = v;
-  return 0;
-}
-
-static void idmap_free(idmap *m) {
-  vd_free(m->key);
-  vd_free(m->val);
-  memset(m, 0, sizeof(*m));
-}
+#include "smt_idmap.h"
 
 /* ---- declarations ---------------------------------------------------------- */
 
@@ -167,8 +111,8 @@ static char *quote_name(const char *raw, unsigned suffix, int kernel) {
 typedef struct {
   vd_smt *s;
   Z3_context z;
-  idmap slot;      /* ast id -> definition index (>= 0), or -1 - decl index for a symbol, or INT64_MIN for a numeral */
-  idmap declidx;   /* func decl ast id -> index into decls */
+  vd_smt_idmap slot;      /* ast id -> definition index (>= 0), or -1 - decl index for a symbol, or INT64_MIN for a numeral */
+  vd_smt_idmap declidx;   /* func decl ast id -> index into decls */
   declvec decls;
   FILE *defs;      /* the definitions, written while walking */
   int64_t n_defs;
@@ -178,7 +122,7 @@ typedef struct {
 static vd_rc add_decl(walk *w, Z3_func_decl f, int64_t *idx) {
   Z3_context z = w->z;
   unsigned fid = Z3_get_ast_id(z, Z3_func_decl_to_ast(z, f));
-  int64_t *have = idmap_get(&w->declidx, fid);
+  int64_t *have = vd_smt_i_idmap_get(&w->declidx, fid);
   if (have) {
     *idx = *have;
     return VD_OK;
@@ -212,7 +156,7 @@ static vd_rc add_decl(walk *w, Z3_func_decl f, int64_t *idx) {
     return VD_OOM(w->d);
   }
   *idx = (int64_t)w->decls.n++;
-  if (idmap_put(&w->declidx, fid, *idx)) return VD_OOM(w->d);
+  if (vd_smt_i_idmap_put(&w->declidx, fid, *idx)) return VD_OOM(w->d);
   return VD_OK;
 }
 
@@ -266,7 +210,7 @@ static vd_rc put_ref(walk *w, FILE *f, Z3_ast t) {
     put_numeral(f, num, Z3_get_sort_kind(z, Z3_get_sort(z, t)) == Z3_INT_SORT);
     return VD_OK;
   }
-  int64_t *v = idmap_get(&w->slot, Z3_get_ast_id(z, t));
+  int64_t *v = vd_smt_i_idmap_get(&w->slot, Z3_get_ast_id(z, t));
   if (!v) VD_FAIL(w->d, VD_EINTERNAL, NULL, "certificate", "term", "referenced before it is defined");
   if (*v >= 0) fprintf(f, "vd!t%lld", (long long)*v);
   else if (*v == INT64_MIN + 1) fputs("true", f);
@@ -291,7 +235,7 @@ static vd_rc visit(walk *w, Z3_ast root) {
   frame *stack = NULL;
   size_t n = 0, cap = 0;
   vd_rc rc = VD_OK;
-  if (idmap_get(&w->slot, Z3_get_ast_id(z, root)) || Z3_is_numeral_ast(z, root)) return VD_OK;
+  if (vd_smt_i_idmap_get(&w->slot, Z3_get_ast_id(z, root)) || Z3_is_numeral_ast(z, root)) return VD_OK;
   if (VD_GROW(stack, cap, 64) != 0) return VD_OOM(w->d);
   stack[n++] = (frame){root, 0};
   while (n && rc == VD_OK) {
@@ -305,7 +249,7 @@ static vd_rc visit(walk *w, Z3_ast root) {
     unsigned na = Z3_get_app_num_args(z, a);
     if (fr->next < na) {
       Z3_ast c = Z3_get_app_arg(z, a, fr->next++);
-      if (!Z3_is_numeral_ast(z, c) && !idmap_get(&w->slot, Z3_get_ast_id(z, c))) {
+      if (!Z3_is_numeral_ast(z, c) && !vd_smt_i_idmap_get(&w->slot, Z3_get_ast_id(z, c))) {
         if (n == cap && VD_GROW(stack, cap, n + 1) != 0) {
           rc = VD_OOM(w->d);
           break;
@@ -320,13 +264,13 @@ static vd_rc visit(walk *w, Z3_ast root) {
     Z3_decl_kind k = Z3_get_decl_kind(z, f);
     unsigned id = Z3_get_ast_id(z, t);
     if (k == Z3_OP_TRUE || k == Z3_OP_FALSE) {
-      if (idmap_put(&w->slot, id, k == Z3_OP_TRUE ? INT64_MIN + 1 : INT64_MIN + 2)) rc = VD_OOM(w->d);
+      if (vd_smt_i_idmap_put(&w->slot, id, k == Z3_OP_TRUE ? INT64_MIN + 1 : INT64_MIN + 2)) rc = VD_OOM(w->d);
       continue;
     }
     if (k == Z3_OP_UNINTERPRETED && na == 0) {
       int64_t di;
       if ((rc = add_decl(w, f, &di)) != VD_OK) break;
-      if (idmap_put(&w->slot, id, -1 - di)) rc = VD_OOM(w->d);
+      if (vd_smt_i_idmap_put(&w->slot, id, -1 - di)) rc = VD_OOM(w->d);
       continue;
     }
     const char *sn = sort_name(z, Z3_get_sort(z, t));
@@ -354,7 +298,7 @@ static vd_rc visit(walk *w, Z3_ast root) {
       rc = put_ref(w, w->defs, Z3_get_app_arg(z, a, i));
     }
     fputs("))\n", w->defs);
-    if (rc == VD_OK && idmap_put(&w->slot, id, w->n_defs++)) rc = VD_OOM(w->d);
+    if (rc == VD_OK && vd_smt_i_idmap_put(&w->slot, id, w->n_defs++)) rc = VD_OOM(w->d);
   }
   vd_free(stack);
   return rc;
@@ -472,7 +416,7 @@ static void write_script(FILE *out, const char *header, const walk *w, decl *con
 
 vd_rc vd_smt_write_obligation(vd_smt *s, const vd_term *par, const vd_term *single, size_t n, const char *header,
                               FILE *out, vd_smt_cert_stats *stats, vd_diag *d) {
-  walk w = {.s = s, .z = vd_smt_i_z3(s), .d = d};
+  walk w = {.s = s, .z = vd_smt_i_z3(s), .slot = {.first_cap = 1024}, .declidx = {.first_cap = 1024}, .d = d};
   char *dbuf = NULL, *gbuf = NULL;
   size_t dlen = 0, glen = 0;
   FILE *goal = NULL;
@@ -515,8 +459,8 @@ done:
   }
   vd_free(w.decls.v);
   vd_free(order);
-  idmap_free(&w.slot);
-  idmap_free(&w.declidx);
+  vd_smt_i_idmap_free(&w.slot);
+  vd_smt_i_idmap_free(&w.declidx);
   return rc;
 }
 

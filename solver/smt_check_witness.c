@@ -20,6 +20,7 @@
 #include "../common/clock.h"
 #include "../common/ctl.h"
 #include "../common/mem.h"
+#include "smt_idmap.h"
 
 /* ---- random witness ------------------------------------------------------------
  * OPTIMIZATION-ONLY: before the solver, try a few concrete interpretations:
@@ -40,54 +41,6 @@ static Z3_ast random_value(vd_smt *s, Z3_sort sort, uint64_t *st) {
 }
 
 
-/* id -> level, open addressing (key id + 1, 0 = empty). */
-typedef struct {
-  unsigned *key, *val;
-  size_t cap, n;
-} idmap;
-
-static int idmap_put(idmap *h, unsigned id, unsigned v) {
-  if (2 * (h->n + 1) > h->cap) {
-    size_t nc = h->cap ? 2 * h->cap : 256;
-    unsigned *nk = vd_calloc(nc, sizeof(unsigned)), *nv = vd_calloc(nc, sizeof(unsigned));
-    if (!nk || !nv) {
-      vd_free(nk);
-      vd_free(nv);
-      return -1;
-    }
-    for (size_t i = 0; i < h->cap; i++)
-      if (h->key[i]) {
-        size_t j = (h->key[i] * 2654435761u) & (nc - 1);
-        while (nk[j]) j = (j + 1) & (nc - 1);
-        nk[j] = h->key[i];
-        nv[j] = h->val[i];
-      }
-    vd_free(h->key);
-    vd_free(h->val);
-    h->key = nk;
-    h->val = nv;
-    h->cap = nc;
-  }
-  unsigned k = id + 1;
-  size_t j = (k * 2654435761u) & (h->cap - 1);
-  while (h->key[j] && h->key[j] != k) j = (j + 1) & (h->cap - 1);
-  if (!h->key[j]) h->n++;
-  h->key[j] = k;
-  h->val[j] = v;
-  return 0;
-}
-
-static unsigned idmap_get(const idmap *h, unsigned id) {
-  if (!h->cap) return 0;
-  unsigned k = id + 1;
-  size_t j = (k * 2654435761u) & (h->cap - 1);
-  while (h->key[j]) {
-    if (h->key[j] == k) return h->val[j];
-    j = (j + 1) & (h->cap - 1);
-  }
-  return 0;
-}
-
 /* Uninterpreted applications under roots in post-order (arguments first),
  * each once; at most cap of them (0 when more: the caller falls back).
  * level[i] (grown with out) is the application's nesting depth: 1 + the
@@ -97,7 +50,7 @@ static unsigned idmap_get(const idmap *h, unsigned id) {
 static vd_rc collect_apps(vd_smt *s, const vd_term *roots, size_t n, size_t cap, termvec *out, unsigned **level) {
   Z3_context z = vd_smt_i_z3(s);
   idset seen = {0};
-  idmap depth = {0};
+  vd_smt_idmap depth = {.first_cap = 256}; /* application -> level */
   termvec stack = {0}, mark = {0}; /* mark: 0 = enter, 1 = exit (as a tagged pointer list) */
   size_t lcap = 0;
   vd_rc rc = VD_OK;
@@ -113,7 +66,8 @@ static vd_rc collect_apps(vd_smt *s, const vd_term *roots, size_t n, size_t cap,
     if (exiting) {
       unsigned lv = 0;
       for (unsigned k = 0; k < na; k++) {
-        unsigned l = idmap_get(&depth, Z3_get_ast_id(z, Z3_get_app_arg(z, a, k)));
+        const int64_t *lp = vd_smt_i_idmap_get(&depth, Z3_get_ast_id(z, Z3_get_app_arg(z, a, k)));
+        unsigned l = lp ? (unsigned)*lp : 0;
         if (l > lv) lv = l;
       }
       if (na > 0 && Z3_get_decl_kind(z, Z3_get_app_decl(z, a)) == Z3_OP_UNINTERPRETED) {
@@ -126,7 +80,7 @@ static vd_rc collect_apps(vd_smt *s, const vd_term *roots, size_t n, size_t cap,
         if (rc == VD_OK && out->n > lcap && VD_GROW(*level, lcap, out->n) != 0) rc = VD_ENOMEM;
         if (rc == VD_OK) (*level)[out->n - 1] = lv;
       }
-      if (rc == VD_OK && lv && idmap_put(&depth, Z3_get_ast_id(z, t), lv)) rc = VD_ENOMEM;
+      if (rc == VD_OK && lv && vd_smt_i_idmap_put(&depth, Z3_get_ast_id(z, t), lv)) rc = VD_ENOMEM;
       continue;
     }
     int fresh = vd_smt_i_chk_idset_add(&seen, Z3_get_ast_id(z, t));
@@ -137,8 +91,7 @@ static vd_rc collect_apps(vd_smt *s, const vd_term *roots, size_t n, size_t cap,
       if (vd_smt_i_chk_termvec_push(&stack, Z3_get_app_arg(z, a, k)) || vd_smt_i_chk_termvec_push(&mark, NULL)) rc = VD_ENOMEM;
   }
   vd_free(seen.slot);
-  vd_free(depth.key);
-  vd_free(depth.val);
+  vd_smt_i_idmap_free(&depth);
   vd_free(stack.v);
   vd_free(mark.v);
   return rc;
