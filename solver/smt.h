@@ -375,6 +375,15 @@ int vd_smt_i_oom(vd_smt *s);
 void vd_smt_i_clear_error(vd_smt *s);
 /* 1 when t has sort Int (index-valued inputs). */
 int vd_smt_i_is_int(vd_smt *s, vd_term t);
+/* One step of xorshift64 (13, 7, 17) on *st, which must not be 0; returns
+ * the new state.  The random witness (smt_check_witness.c) and the
+ * counterexample's numeric replay (stage_solve_cex.c) draw from it. */
+static inline uint64_t vd_smt_i_xorshift(uint64_t *st) {
+  *st ^= *st << 13;
+  *st ^= *st >> 7;
+  *st ^= *st << 17;
+  return *st;
+}
 unsigned vd_smt_i_timeout(const vd_smt *s);
 uint64_t vd_smt_i_nf_budget(const vd_smt *s);
 uint64_t vd_smt_i_rlimit(const vd_smt *s);

@@ -44,63 +44,7 @@
 
 #include "../common/mem.h"
 #include "smt.h"
-
-/* ---- id -> slot map ------------------------------------------------------- */
-
-typedef struct {
-  unsigned *key; /* ast id + 1, 0 = empty */
-  int64_t *val;
-  size_t cap, n;
-} idmap;
-
-static int64_t *idmap_get(idmap *m, unsigned id) {
-  if (!m->cap) return NULL;
-  unsigned k = id + 1;
-  size_t j = (k * 2654435761u) & (m->cap - 1);
-  while (m->key[j]) {
-    if (m->key[j] == k) return &m->val[j];
-    j = (j + 1) & (m->cap - 1);
-  }
-  return NULL;
-}
-
-static int idmap_put(idmap *m, unsigned id, int64_t v) {
-  if (2 * (m->n + 1) > m->cap) {
-    size_t nc = m->cap ? 2 * m->cap : 1024;
-    unsigned *nk = vd_calloc(nc, sizeof(unsigned));
-    int64_t *nv = vd_calloc(nc, sizeof(int64_t));
-    if (!nk || !nv) {
-      vd_free(nk);
-      vd_free(nv);
-      return -1;
-    }
-    for (size_t i = 0; i < m->cap; i++)
-      if (m->key[i]) {
-        size_t j = (m->key[i] * 2654435761u) & (nc - 1);
-        while (nk[j]) j = (j + 1) & (nc - 1);
-        nk[j] = m->key[i];
-        nv[j] = m->val[i];
-      }
-    vd_free(m->key);
-    vd_free(m->val);
-    m->key = nk;
-    m->val = nv;
-    m->cap = nc;
-  }
-  unsigned k = id + 1;
-  size_t j = (k * 2654435761u) & (m->cap - 1);
-  while (m->key[j] && m->key[j] != k) j = (j + 1) & (m->cap - 1);
-  if (!m->key[j]) m->n++;
-  m->key[j] = k;
-  m->val[j] = v;
-  return 0;
-}
-
-static void idmap_free(idmap *m) {
-  vd_free(m->key);
-  vd_free(m->val);
-  memset(m, 0, sizeof(*m));
-}
+#include "smt_idmap.h"
 
 /* ---- declarations ---------------------------------------------------------- */
 
@@ -167,8 +111,8 @@ static char *quote_name(const char *raw, unsigned suffix, int kernel) {
 typedef struct {
   vd_smt *s;
   Z3_context z;
-  idmap slot;      /* ast id -> definition index (>= 0), or -1 - decl index for a symbol, or INT64_MIN for a numeral */
-  idmap declidx;   /* func decl ast id -> index into decls */
+  vd_smt_idmap slot;      /* ast id -> definition index (>= 0), or -1 - decl index for a symbol, or INT64_MIN for a numeral */
+  vd_smt_idmap declidx;   /* func decl ast id -> index into decls */
   declvec decls;
   FILE *defs;      /* the definitions, written while walking */
   int64_t n_defs;
@@ -178,7 +122,7 @@ typedef struct {
 static vd_rc add_decl(walk *w, Z3_func_decl f, int64_t *idx) {
   Z3_context z = w->z;
   unsigned fid = Z3_get_ast_id(z, Z3_func_decl_to_ast(z, f));
-  int64_t *have = idmap_get(&w->declidx, fid);
+  int64_t *have = vd_smt_i_idmap_get(&w->declidx, fid);
   if (have) {
     *idx = *have;
     return VD_OK;
@@ -212,7 +156,7 @@ static vd_rc add_decl(walk *w, Z3_func_decl f, int64_t *idx) {
     return VD_OOM(w->d);
   }
   *idx = (int64_t)w->decls.n++;
-  if (idmap_put(&w->declidx, fid, *idx)) return VD_OOM(w->d);
+  if (vd_smt_i_idmap_put(&w->declidx, fid, *idx)) return VD_OOM(w->d);
   return VD_OK;
 }
 
@@ -266,7 +210,7 @@ static vd_rc put_ref(walk *w, FILE *f, Z3_ast t) {
     put_numeral(f, num, Z3_get_sort_kind(z, Z3_get_sort(z, t)) == Z3_INT_SORT);
     return VD_OK;
   }
-  int64_t *v = idmap_get(&w->slot, Z3_get_ast_id(z, t));
+  int64_t *v = vd_smt_i_idmap_get(&w->slot, Z3_get_ast_id(z, t));
   if (!v) VD_FAIL(w->d, VD_EINTERNAL, NULL, "certificate", "term", "referenced before it is defined");
   if (*v >= 0) fprintf(f, "vd!t%lld", (long long)*v);
   else if (*v == INT64_MIN + 1) fputs("true", f);
@@ -291,7 +235,7 @@ static vd_rc visit(walk *w, Z3_ast root) {
   frame *stack = NULL;
   size_t n = 0, cap = 0;
   vd_rc rc = VD_OK;
-  if (idmap_get(&w->slot, Z3_get_ast_id(z, root)) || Z3_is_numeral_ast(z, root)) return VD_OK;
+  if (vd_smt_i_idmap_get(&w->slot, Z3_get_ast_id(z, root)) || Z3_is_numeral_ast(z, root)) return VD_OK;
   if (VD_GROW(stack, cap, 64) != 0) return VD_OOM(w->d);
   stack[n++] = (frame){root, 0};
   while (n && rc == VD_OK) {
@@ -305,7 +249,7 @@ static vd_rc visit(walk *w, Z3_ast root) {
     unsigned na = Z3_get_app_num_args(z, a);
     if (fr->next < na) {
       Z3_ast c = Z3_get_app_arg(z, a, fr->next++);
-      if (!Z3_is_numeral_ast(z, c) && !idmap_get(&w->slot, Z3_get_ast_id(z, c))) {
+      if (!Z3_is_numeral_ast(z, c) && !vd_smt_i_idmap_get(&w->slot, Z3_get_ast_id(z, c))) {
         if (n == cap && VD_GROW(stack, cap, n + 1) != 0) {
           rc = VD_OOM(w->d);
           break;
@@ -320,13 +264,13 @@ static vd_rc visit(walk *w, Z3_ast root) {
     Z3_decl_kind k = Z3_get_decl_kind(z, f);
     unsigned id = Z3_get_ast_id(z, t);
     if (k == Z3_OP_TRUE || k == Z3_OP_FALSE) {
-      if (idmap_put(&w->slot, id, k == Z3_OP_TRUE ? INT64_MIN + 1 : INT64_MIN + 2)) rc = VD_OOM(w->d);
+      if (vd_smt_i_idmap_put(&w->slot, id, k == Z3_OP_TRUE ? INT64_MIN + 1 : INT64_MIN + 2)) rc = VD_OOM(w->d);
       continue;
     }
     if (k == Z3_OP_UNINTERPRETED && na == 0) {
       int64_t di;
       if ((rc = add_decl(w, f, &di)) != VD_OK) break;
-      if (idmap_put(&w->slot, id, -1 - di)) rc = VD_OOM(w->d);
+      if (vd_smt_i_idmap_put(&w->slot, id, -1 - di)) rc = VD_OOM(w->d);
       continue;
     }
     const char *sn = sort_name(z, Z3_get_sort(z, t));
@@ -354,7 +298,7 @@ static vd_rc visit(walk *w, Z3_ast root) {
       rc = put_ref(w, w->defs, Z3_get_app_arg(z, a, i));
     }
     fputs("))\n", w->defs);
-    if (rc == VD_OK && idmap_put(&w->slot, id, w->n_defs++)) rc = VD_OOM(w->d);
+    if (rc == VD_OK && vd_smt_i_idmap_put(&w->slot, id, w->n_defs++)) rc = VD_OOM(w->d);
   }
   vd_free(stack);
   return rc;
@@ -378,9 +322,101 @@ static void emit_resolved(FILE *f, const char *text, size_t len, const declvec *
   }
 }
 
+/* The goal's disjunct of one open pair, (not (= par single)), after its
+ * terms are defined in w->defs. */
+static vd_rc write_disjunct(walk *w, FILE *goal, vd_term a, vd_term b, size_t open_pairs) {
+  fputs(open_pairs ? "\n  " : "", goal);
+  /* An index tensor may be Int on one side and Real on the other: compared
+   * as reals, as the check compares them (smt_check.c, solve). */
+  Z3_sort_kind ka = Z3_get_sort_kind(w->z, Z3_get_sort(w->z, a));
+  Z3_sort_kind kb = Z3_get_sort_kind(w->z, Z3_get_sort(w->z, b));
+  int ra = ka == Z3_INT_SORT && kb == Z3_REAL_SORT, rb = kb == Z3_INT_SORT && ka == Z3_REAL_SORT;
+  fputs("(not (= ", goal);
+  if (ra) fputs("(to_real ", goal);
+  VD_CHECK(put_ref(w, goal, a));
+  fputs(ra ? ") " : " ", goal);
+  if (rb) fputs("(to_real ", goal);
+  VD_CHECK(put_ref(w, goal, b));
+  fputs(rb ? ")))" : "))", goal);
+  return VD_OK;
+}
+
+/* Defines every pair's terms (w->defs) and writes the goal's disjuncts;
+ * *open_pairs: the pairs that are not the same term. */
+static vd_rc write_goal(walk *w, const vd_term *par, const vd_term *single, size_t n, FILE *goal, size_t *open_pairs) {
+  vd_rc rc = VD_OK;
+  for (size_t i = 0; i < n && rc == VD_OK; i++) {
+    if (!par[i] || !single[i]) return VD_ERR(w->d, VD_EINTERNAL, NULL, "certificate", NULL, "pair %zu has no term", i);
+    if (par[i] == single[i]) continue; /* the same term: equal, nothing to prove */
+    if ((rc = visit(w, par[i])) == VD_OK) rc = visit(w, single[i]);
+    if (rc != VD_OK) break;
+    if ((rc = write_disjunct(w, goal, par[i], single[i], *open_pairs)) != VD_OK) break;
+    (*open_pairs)++;
+  }
+  return rc;
+}
+
+/* Names: every declaration quoted; those whose quoted names coincide
+ * (sorted by name, then signature, so the choice is deterministic) get
+ * "!vd2", "!vd3", ... in that order.  The vector keeps the walk's order
+ * (the placeholders index it); order[0..decls.n) gets the printing order. */
+static vd_rc name_decls(walk *w, decl **order) {
+  for (size_t i = 0; i < w->decls.n; i++) {
+    if (!(w->decls.v[i].shown = quote_name(w->decls.v[i].raw, 0, Z3_get_arity(w->z, w->decls.v[i].f) > 0)))
+      return VD_OOM(w->d);
+    order[i] = &w->decls.v[i];
+  }
+  qsort(order, w->decls.n, sizeof(*order), shown_cmp);
+  for (size_t i = 1, run = 1; i < w->decls.n; i++) {
+    /* order[i - 1] may be suffixed already: compare the base names */
+    char *base_prev = quote_name(order[i - 1]->raw, 0, Z3_get_arity(w->z, order[i - 1]->f) > 0);
+    if (!base_prev) return VD_OOM(w->d);
+    int same = strcmp(base_prev, order[i]->shown) == 0;
+    vd_free(base_prev);
+    run = same ? run + 1 : 1;
+    if (!same) continue;
+    char *q = quote_name(order[i]->raw, (unsigned)run, Z3_get_arity(w->z, order[i]->f) > 0);
+    if (!q) return VD_OOM(w->d);
+    vd_free(order[i]->shown);
+    order[i]->shown = q;
+  }
+  return VD_OK;
+}
+
+/* The script: the header as comments, the declarations, the definitions
+ * (dbuf) and the goal (gbuf, a disjunction of open_pairs disjuncts). */
+static void write_script(FILE *out, const char *header, const walk *w, decl *const *order, const char *dbuf,
+                         size_t dlen, const char *gbuf, size_t glen, size_t open_pairs) {
+  if (header && *header) {
+    const char *p = header;
+    while (*p) {
+      const char *e = strchr(p, '\n');
+      size_t l = e ? (size_t)(e - p) : strlen(p);
+      fprintf(out, "; %.*s\n", (int)l, p);
+      p += l + (e ? 1 : 0);
+    }
+  }
+  fputs("(set-logic ALL)\n", out);
+  for (size_t i = 0; i < w->decls.n; i++) fprintf(out, "(declare-fun %s %s)\n", order[i]->shown, order[i]->sig);
+  fputs("; hypotheses: the definitions below (the parallel leaves' lineage is substituted into them)\n", out);
+  emit_resolved(out, dbuf, dlen, &w->decls);
+  fputs("; goal\n", out);
+  if (open_pairs == 0) fputs("(assert false)\n", out);
+  else if (open_pairs == 1) {
+    fputs("(assert ", out);
+    emit_resolved(out, gbuf, glen, &w->decls);
+    fputs(")\n", out);
+  } else {
+    fputs("(assert (or\n  ", out);
+    emit_resolved(out, gbuf, glen, &w->decls);
+    fputs("))\n", out);
+  }
+  fputs("(check-sat)\n(exit)\n", out);
+}
+
 vd_rc vd_smt_write_obligation(vd_smt *s, const vd_term *par, const vd_term *single, size_t n, const char *header,
                               FILE *out, vd_smt_cert_stats *stats, vd_diag *d) {
-  walk w = {.s = s, .z = vd_smt_i_z3(s), .d = d};
+  walk w = {.s = s, .z = vd_smt_i_z3(s), .slot = {.first_cap = 1024}, .declidx = {.first_cap = 1024}, .d = d};
   char *dbuf = NULL, *gbuf = NULL;
   size_t dlen = 0, glen = 0;
   FILE *goal = NULL;
@@ -395,96 +431,18 @@ vd_rc vd_smt_write_obligation(vd_smt *s, const vd_term *par, const vd_term *sing
     goto done;
   }
   size_t open_pairs = 0;
-  for (size_t i = 0; i < n && rc == VD_OK; i++) {
-    if (!par[i] || !single[i]) {
-      rc = VD_ERR(d, VD_EINTERNAL, NULL, "certificate", NULL, "pair %zu has no term", i);
-      break;
-    }
-    if (par[i] == single[i]) continue; /* the same term: equal, nothing to prove */
-    if ((rc = visit(&w, par[i])) == VD_OK) rc = visit(&w, single[i]);
-    if (rc != VD_OK) break;
-    fputs(open_pairs ? "\n  " : "", goal);
-    /* An index tensor may be Int on one side and Real on the other: compared
-     * as reals, as the check compares them (smt_check.c, solve). */
-    Z3_sort_kind ka = Z3_get_sort_kind(w.z, Z3_get_sort(w.z, par[i]));
-    Z3_sort_kind kb = Z3_get_sort_kind(w.z, Z3_get_sort(w.z, single[i]));
-    int ra = ka == Z3_INT_SORT && kb == Z3_REAL_SORT, rb = kb == Z3_INT_SORT && ka == Z3_REAL_SORT;
-    fputs("(not (= ", goal);
-    if (ra) fputs("(to_real ", goal);
-    if ((rc = put_ref(&w, goal, par[i])) != VD_OK) break;
-    fputs(ra ? ") " : " ", goal);
-    if (rb) fputs("(to_real ", goal);
-    if ((rc = put_ref(&w, goal, single[i])) != VD_OK) break;
-    fputs(rb ? ")))" : "))", goal);
-    open_pairs++;
-  }
-  if (rc != VD_OK) goto done;
+  if ((rc = write_goal(&w, par, single, n, goal, &open_pairs)) != VD_OK) goto done;
   if (fflush(w.defs) || fflush(goal)) {
     rc = VD_OOM(d);
     goto done;
   }
-  /* Names: every declaration quoted; those whose quoted names coincide
-   * (sorted by name, then signature, so the choice is deterministic) get
-   * "!vd2", "!vd3", ... in that order.  The vector keeps the walk's order
-   * (the placeholders index it); `order` is the printing order. */
   order = vd_calloc(w.decls.n + 1, sizeof(*order));
   if (!order) {
     rc = VD_OOM(d);
     goto done;
   }
-  for (size_t i = 0; i < w.decls.n; i++) {
-    if (!(w.decls.v[i].shown = quote_name(w.decls.v[i].raw, 0, Z3_get_arity(w.z, w.decls.v[i].f) > 0))) {
-      rc = VD_OOM(d);
-      goto done;
-    }
-    order[i] = &w.decls.v[i];
-  }
-  qsort(order, w.decls.n, sizeof(*order), shown_cmp);
-  for (size_t i = 1, run = 1; i < w.decls.n; i++) {
-    /* order[i - 1] may be suffixed already: compare the base names */
-    char *base_prev = quote_name(order[i - 1]->raw, 0, Z3_get_arity(w.z, order[i - 1]->f) > 0);
-    if (!base_prev) {
-      rc = VD_OOM(d);
-      goto done;
-    }
-    int same = strcmp(base_prev, order[i]->shown) == 0;
-    vd_free(base_prev);
-    run = same ? run + 1 : 1;
-    if (!same) continue;
-    char *q = quote_name(order[i]->raw, (unsigned)run, Z3_get_arity(w.z, order[i]->f) > 0);
-    if (!q) {
-      rc = VD_OOM(d);
-      goto done;
-    }
-    vd_free(order[i]->shown);
-    order[i]->shown = q;
-  }
-  /* the script */
-  if (header && *header) {
-    const char *p = header;
-    while (*p) {
-      const char *e = strchr(p, '\n');
-      size_t l = e ? (size_t)(e - p) : strlen(p);
-      fprintf(out, "; %.*s\n", (int)l, p);
-      p += l + (e ? 1 : 0);
-    }
-  }
-  fputs("(set-logic ALL)\n", out);
-  for (size_t i = 0; i < w.decls.n; i++) fprintf(out, "(declare-fun %s %s)\n", order[i]->shown, order[i]->sig);
-  fputs("; hypotheses: the definitions below (the parallel leaves' lineage is substituted into them)\n", out);
-  emit_resolved(out, dbuf, dlen, &w.decls);
-  fputs("; goal\n", out);
-  if (open_pairs == 0) fputs("(assert false)\n", out);
-  else if (open_pairs == 1) {
-    fputs("(assert ", out);
-    emit_resolved(out, gbuf, glen, &w.decls);
-    fputs(")\n", out);
-  } else {
-    fputs("(assert (or\n  ", out);
-    emit_resolved(out, gbuf, glen, &w.decls);
-    fputs("))\n", out);
-  }
-  fputs("(check-sat)\n(exit)\n", out);
+  if ((rc = name_decls(&w, order)) != VD_OK) goto done;
+  write_script(out, header, &w, order, dbuf, dlen, gbuf, glen, open_pairs);
   stats->n_pairs = open_pairs;
   stats->n_defs = (size_t)w.n_defs;
   stats->n_decls = w.decls.n;
@@ -501,8 +459,8 @@ done:
   }
   vd_free(w.decls.v);
   vd_free(order);
-  idmap_free(&w.slot);
-  idmap_free(&w.declidx);
+  vd_smt_i_idmap_free(&w.slot);
+  vd_smt_i_idmap_free(&w.declidx);
   return rc;
 }
 

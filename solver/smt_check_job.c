@@ -43,10 +43,10 @@ static uint64_t rlimit_count(Z3_context z, Z3_solver sv) {
   return v;
 }
 
-/* *found (atomic, may be NULL) is set once sat is known, before the model's
- * values are computed: a job abandoned then still proved a difference. */
-vd_rc vd_smt_i_chk_solve(vd_smt *s, const vd_term *par, const vd_term *single, const size_t *open, size_t n_open,
-                   vd_smt_result *res, int *found) {
+/* goal = the disjunction of par[open[i]] != single[open[i]].  VD_ENOMEM
+ * (our allocation) or VD_EINTERNAL (the context failed). */
+static vd_rc make_goal(vd_smt *s, const vd_term *par, const vd_term *single, const size_t *open, size_t n_open,
+                       vd_term *goal) {
   Z3_context z = vd_smt_i_z3(s);
   vd_term *ne = vd_malloc(sizeof(vd_term) * (n_open + 1));
   if (!ne) return VD_ENOMEM;
@@ -60,10 +60,59 @@ vd_rc vd_smt_i_chk_solve(vd_smt *s, const vd_term *par, const vd_term *single, c
     vd_term eq = vd_smt_eq(s, a, b);
     ne[i] = eq ? vd_smt_i_keep(s, Z3_mk_not(z, eq)) : NULL;
   }
-  vd_term goal = NULL;
-  if (!vd_smt_i_failed(s)) goal = n_open == 1 ? ne[0] : vd_smt_i_keep(s, Z3_mk_or(z, (unsigned)n_open, (Z3_ast *)ne));
+  *goal = NULL;
+  if (!vd_smt_i_failed(s)) *goal = n_open == 1 ? ne[0] : vd_smt_i_keep(s, Z3_mk_or(z, (unsigned)n_open, (Z3_ast *)ne));
   vd_free(ne);
-  if (!goal) return VD_EINTERNAL;
+  return *goal ? VD_OK : VD_EINTERNAL;
+}
+
+/* unknown: the reason, and which limit stopped the check. */
+static void record_unknown(Z3_context z, Z3_solver sv, vd_smt_result *res) {
+  res->verdict = VD_SMT_INCONCLUSIVE;
+  const char *why = Z3_solver_get_reason_unknown(z, sv);
+  if (why && (strstr(why, "cancel") || strstr(why, "interrupt"))) {
+    res->limit = VD_SMT_LIMIT_WALL;
+    why = "timeout";
+  } else if (why && strstr(why, "resource limit")) {
+    res->limit = VD_SMT_LIMIT_BUDGET;
+  }
+  snprintf(res->reason, sizeof(res->reason), "%s", why && why[0] ? why : "unknown");
+}
+
+/* sat: NOT EQUIVALENT, with the model's values of the differing pairs. */
+static vd_rc record_sat(vd_smt *s, Z3_solver sv, const vd_term *par, const vd_term *single, const size_t *open,
+                        size_t n_open, vd_smt_result *res, int *found) {
+  Z3_context z = vd_smt_i_z3(s);
+  Z3_model m = Z3_solver_get_model(z, sv);
+  if (!m || Z3_get_error_code(z) != Z3_OK) {
+    vd_smt_i_keep(s, NULL);
+    return VD_EINTERNAL;
+  }
+  Z3_model_inc_ref(z, m);
+  res->verdict = VD_SMT_NOT_EQUIVALENT;
+  if (found) __atomic_store_n(found, 1, __ATOMIC_RELEASE);
+  int complete = 0;
+  vd_rc rc = vd_smt_i_chk_fill_model(s, m, par, single, open, n_open, res, &complete);
+  Z3_model_dec_ref(z, m);
+  if (rc == VD_OK && complete && res->n_diffs == 0) {
+    /* sat but no pair differs when evaluated: never claim anything. */
+    res->verdict = VD_SMT_INCONCLUSIVE;
+    snprintf(res->reason, sizeof(res->reason), "model evaluation found no differing pair");
+  } else if (rc == VD_OK && !complete) {
+    /* SOUNDNESS: sat is the proof; only the values are missing. */
+    snprintf(res->reason, sizeof(res->reason), "%s",
+             "the solver found a counterexample; its values were not computed within the evaluation limit");
+  }
+  return rc;
+}
+
+/* *found (atomic, may be NULL) is set once sat is known, before the model's
+ * values are computed: a job abandoned then still proved a difference. */
+vd_rc vd_smt_i_chk_solve(vd_smt *s, const vd_term *par, const vd_term *single, const size_t *open, size_t n_open,
+                   vd_smt_result *res, int *found) {
+  Z3_context z = vd_smt_i_z3(s);
+  vd_term goal = NULL;
+  VD_CHECK(make_goal(s, par, single, open, n_open, &goal));
 
   Z3_solver sv = Z3_mk_solver(z);
   if (!sv || Z3_get_error_code(z) != Z3_OK) return vd_smt_i_keep(s, NULL), VD_EINTERNAL;
@@ -93,41 +142,9 @@ vd_rc vd_smt_i_chk_solve(vd_smt *s, const vd_term *par, const vd_term *single, c
     res->rlimit_used = rlimit_count(z, sv);
     if (Z3_get_error_code(z) != Z3_OK) Z3_set_error(z, Z3_OK);
   }
-  if (rc == VD_OK && r == Z3_L_FALSE) {
-    res->verdict = VD_SMT_EQUIVALENT;
-  } else if (rc == VD_OK && r == Z3_L_UNDEF) {
-    res->verdict = VD_SMT_INCONCLUSIVE;
-    const char *why = Z3_solver_get_reason_unknown(z, sv);
-    if (why && (strstr(why, "cancel") || strstr(why, "interrupt"))) {
-      res->limit = VD_SMT_LIMIT_WALL;
-      why = "timeout";
-    } else if (why && strstr(why, "resource limit")) {
-      res->limit = VD_SMT_LIMIT_BUDGET;
-    }
-    snprintf(res->reason, sizeof(res->reason), "%s", why && why[0] ? why : "unknown");
-  } else if (rc == VD_OK) {
-    Z3_model m = Z3_solver_get_model(z, sv);
-    if (!m || Z3_get_error_code(z) != Z3_OK) {
-      vd_smt_i_keep(s, NULL);
-      rc = VD_EINTERNAL;
-    } else {
-      Z3_model_inc_ref(z, m);
-      res->verdict = VD_SMT_NOT_EQUIVALENT;
-      if (found) __atomic_store_n(found, 1, __ATOMIC_RELEASE);
-      int complete = 0;
-      rc = vd_smt_i_chk_fill_model(s, m, par, single, open, n_open, res, &complete);
-      Z3_model_dec_ref(z, m);
-      if (rc == VD_OK && complete && res->n_diffs == 0) {
-        /* sat but no pair differs when evaluated: never claim anything. */
-        res->verdict = VD_SMT_INCONCLUSIVE;
-        snprintf(res->reason, sizeof(res->reason), "model evaluation found no differing pair");
-      } else if (rc == VD_OK && !complete) {
-        /* SOUNDNESS: sat is the proof; only the values are missing. */
-        snprintf(res->reason, sizeof(res->reason), "%s",
-                 "the solver found a counterexample; its values were not computed within the evaluation limit");
-      }
-    }
-  }
+  if (rc == VD_OK && r == Z3_L_FALSE) res->verdict = VD_SMT_EQUIVALENT;
+  else if (rc == VD_OK && r == Z3_L_UNDEF) record_unknown(z, sv, res);
+  else if (rc == VD_OK) rc = record_sat(s, sv, par, single, open, n_open, res, found);
   Z3_params_dec_ref(z, p);
   Z3_solver_dec_ref(z, sv);
   return rc;

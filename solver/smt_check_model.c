@@ -146,26 +146,24 @@ static int is_value(vd_smt *s, vd_term v) {
  * not interpret the value Z3's model completion would give it (0; a
  * function: constantly 0), so that an evaluation without completion
  * (eval_many) yields numerals. */
+/* f := 0 (a function: constantly 0) when m does not interpret f and its
+ * range is Real or Int. */
+static void give_zero(vd_smt *s, Z3_model m, Z3_func_decl f, int func) {
+  Z3_context z = vd_smt_i_z3(s);
+  if (Z3_model_has_interp(z, m, f)) return;
+  Z3_sort so = Z3_get_range(z, f);
+  Z3_sort_kind k = Z3_get_sort_kind(z, so);
+  if (k != Z3_REAL_SORT && k != Z3_INT_SORT) return;
+  vd_term zero = vd_smt_i_keep(s, Z3_mk_int(z, 0, so));
+  if (!zero) return;
+  if (func) Z3_add_func_interp(z, m, f, zero);
+  else Z3_add_const_interp(z, m, f, zero);
+}
+
 static vd_rc complete_model(vd_smt *s, Z3_model m, const termvec *syms, const termvec *funcs) {
   Z3_context z = vd_smt_i_z3(s);
-  for (size_t i = 0; i < syms->n; i++) {
-    Z3_func_decl f = Z3_get_app_decl(z, Z3_to_app(z, syms->v[i]));
-    if (Z3_model_has_interp(z, m, f)) continue;
-    Z3_sort so = Z3_get_range(z, f);
-    Z3_sort_kind k = Z3_get_sort_kind(z, so);
-    if (k != Z3_REAL_SORT && k != Z3_INT_SORT) continue;
-    vd_term zero = vd_smt_i_keep(s, Z3_mk_int(z, 0, so));
-    if (zero) Z3_add_const_interp(z, m, f, zero);
-  }
-  for (size_t i = 0; i < funcs->n; i++) {
-    Z3_func_decl f = Z3_to_func_decl(z, funcs->v[i]);
-    if (Z3_model_has_interp(z, m, f)) continue;
-    Z3_sort so = Z3_get_range(z, f);
-    Z3_sort_kind k = Z3_get_sort_kind(z, so);
-    if (k != Z3_REAL_SORT && k != Z3_INT_SORT) continue;
-    vd_term zero = vd_smt_i_keep(s, Z3_mk_int(z, 0, so));
-    if (zero) Z3_add_func_interp(z, m, f, zero);
-  }
+  for (size_t i = 0; i < syms->n; i++) give_zero(s, m, Z3_get_app_decl(z, Z3_to_app(z, syms->v[i])), 0);
+  for (size_t i = 0; i < funcs->n; i++) give_zero(s, m, Z3_to_func_decl(z, funcs->v[i]), 1);
   if (vd_smt_i_chk_out_of_memory(s)) return VD_ENOMEM;
   if (vd_smt_i_failed(s) || Z3_get_error_code(z) != Z3_OK) {
     vd_smt_i_clear_error(s);
@@ -230,42 +228,31 @@ vd_rc vd_smt_i_chk_eval_many(vd_smt *s, Z3_model m, const vd_term *t, size_t n, 
   return VD_OK;
 }
 
-/* The counterexample of model m: the free inputs' values and the pairs that
- * differ.  *complete is 0 when the values could not all be computed (the
- * evaluation limit or the wall clock): the pairs found so far are kept,
- * and the caller decides what a difference already proved means. */
-vd_rc vd_smt_i_chk_fill_model(vd_smt *s, Z3_model m, const vd_term *par, const vd_term *single, const size_t *open,
-                        size_t n_open, vd_smt_result *res, int *complete) {
+/* The free inputs' values in m, sorted by name, into res->inputs; *ok_in
+ * is 0 when their evaluation was cut short. */
+static vd_rc fill_inputs(vd_smt *s, Z3_model m, const termvec *syms, vd_smt_result *res, int *ok_in) {
   Z3_context z = vd_smt_i_z3(s);
-  termvec roots = {0}, syms = {0}, funcs = {0};
   named *nm = NULL;
-  vd_term *in = NULL, *inv = NULL, *vals = NULL;
-  int ok = 1;
+  vd_term *in = NULL, *inv = NULL;
   vd_rc rc = VD_OK;
-  *complete = 0;
-  for (size_t i = 0; i < n_open && rc == VD_OK; i++)
-    if (vd_smt_i_chk_termvec_push(&roots, par[open[i]]) || vd_smt_i_chk_termvec_push(&roots, single[open[i]])) rc = VD_ENOMEM;
-  if (rc == VD_OK) rc = vd_smt_i_chk_collect_uninterpreted(s, roots.v, roots.n, &syms, &funcs);
-  if (rc == VD_OK) rc = complete_model(s, m, &syms, &funcs);
-  if (rc == VD_OK && syms.n) {
-    nm = vd_calloc(syms.n, sizeof(named)); /* zeroed: the cleanup frees every name, set or not */
-    res->inputs = vd_calloc(syms.n, sizeof(vd_smt_value));
-    in = vd_calloc(syms.n, sizeof(vd_term));
-    inv = vd_calloc(syms.n, sizeof(vd_term));
+  if (syms->n) {
+    nm = vd_calloc(syms->n, sizeof(named)); /* zeroed: the cleanup frees every name, set or not */
+    res->inputs = vd_calloc(syms->n, sizeof(vd_smt_value));
+    in = vd_calloc(syms->n, sizeof(vd_term));
+    inv = vd_calloc(syms->n, sizeof(vd_term));
     if (!nm || !res->inputs || !in || !inv) rc = VD_ENOMEM;
   }
-  for (size_t i = 0; i < syms.n && rc == VD_OK; i++) {
-    nm[i].t = syms.v[i];
-    nm[i].name = Z3_get_symbol_string(z, Z3_get_decl_name(z, Z3_get_app_decl(z, Z3_to_app(z, syms.v[i]))));
+  for (size_t i = 0; i < syms->n && rc == VD_OK; i++) {
+    nm[i].t = syms->v[i];
+    nm[i].name = Z3_get_symbol_string(z, Z3_get_decl_name(z, Z3_get_app_decl(z, Z3_to_app(z, syms->v[i]))));
     /* Z3_get_symbol_string's buffer is reused: copy now. */
     nm[i].name = vd_strdup(nm[i].name ? nm[i].name : "?");
     if (!nm[i].name) rc = VD_ENOMEM;
   }
-  if (rc == VD_OK && syms.n) qsort(nm, syms.n, sizeof(named), by_name);
-  for (size_t i = 0; i < syms.n && rc == VD_OK; i++) in[i] = nm[i].t;
-  int ok_in = 1;
-  if (rc == VD_OK && syms.n) rc = vd_smt_i_chk_eval_many(s, m, in, syms.n, inv, &ok_in);
-  for (size_t i = 0; i < syms.n && rc == VD_OK && ok_in; i++) {
+  if (rc == VD_OK && syms->n) qsort(nm, syms->n, sizeof(named), by_name);
+  for (size_t i = 0; i < syms->n && rc == VD_OK; i++) in[i] = nm[i].t;
+  if (rc == VD_OK && syms->n) rc = vd_smt_i_chk_eval_many(s, m, in, syms->n, inv, ok_in);
+  for (size_t i = 0; i < syms->n && rc == VD_OK && *ok_in; i++) {
     vd_smt_value *v = &res->inputs[res->n_inputs];
     rc = value_text(s, inv[i], v);
     if (rc == VD_OK) {
@@ -276,17 +263,31 @@ vd_rc vd_smt_i_chk_fill_model(vd_smt *s, Z3_model m, const vd_term *par, const v
       vd_smt_i_chk_value_free(v);
     }
   }
-  if (rc == VD_OK && n_open) {
+  if (nm)
+    for (size_t i = 0; i < syms->n; i++) vd_free((void *)nm[i].name);
+  vd_free(nm);
+  vd_free(in);
+  vd_free(inv);
+  return rc;
+}
+
+/* The pairs that differ in m (roots: par, single of each open pair, in
+ * turn) into res->diffs; *ok is 0 when a side has no numeral. */
+static vd_rc fill_diffs(vd_smt *s, Z3_model m, const termvec *roots, const size_t *open, size_t n_open,
+                        vd_smt_result *res, int *ok) {
+  vd_term *vals = NULL;
+  vd_rc rc = VD_OK;
+  if (n_open) {
     res->diffs = vd_calloc(n_open, sizeof(vd_smt_diff));
     vals = vd_calloc(2 * n_open, sizeof(vd_term));
     if (!res->diffs || !vals) rc = VD_ENOMEM;
   }
-  if (rc == VD_OK && n_open) rc = vd_smt_i_chk_eval_many(s, m, roots.v, roots.n, vals, &ok);
+  if (rc == VD_OK && n_open) rc = vd_smt_i_chk_eval_many(s, m, roots->v, roots->n, vals, ok);
   for (size_t i = 0; i < n_open && rc == VD_OK; i++) {
     /* Only two numerals that differ are a difference (an evaluation cut
      * short leaves a side without one). */
     if (!is_value(s, vals[2 * i]) || !is_value(s, vals[2 * i + 1])) {
-      ok = 0;
+      *ok = 0;
       continue;
     }
     vd_smt_diff *df = &res->diffs[res->n_diffs];
@@ -307,13 +308,27 @@ vd_rc vd_smt_i_chk_fill_model(vd_smt *s, Z3_model m, const vd_term *par, const v
       res->n_diffs++;
     }
   }
-  *complete = rc == VD_OK && ok && ok_in;
-  if (nm)
-    for (size_t i = 0; i < syms.n; i++) vd_free((void *)nm[i].name);
-  vd_free(nm);
-  vd_free(in);
-  vd_free(inv);
   vd_free(vals);
+  return rc;
+}
+
+/* The counterexample of model m: the free inputs' values and the pairs that
+ * differ.  *complete is 0 when the values could not all be computed (the
+ * evaluation limit or the wall clock): the pairs found so far are kept,
+ * and the caller decides what a difference already proved means. */
+vd_rc vd_smt_i_chk_fill_model(vd_smt *s, Z3_model m, const vd_term *par, const vd_term *single, const size_t *open,
+                        size_t n_open, vd_smt_result *res, int *complete) {
+  termvec roots = {0}, syms = {0}, funcs = {0};
+  int ok = 1, ok_in = 1;
+  vd_rc rc = VD_OK;
+  *complete = 0;
+  for (size_t i = 0; i < n_open && rc == VD_OK; i++)
+    if (vd_smt_i_chk_termvec_push(&roots, par[open[i]]) || vd_smt_i_chk_termvec_push(&roots, single[open[i]])) rc = VD_ENOMEM;
+  if (rc == VD_OK) rc = vd_smt_i_chk_collect_uninterpreted(s, roots.v, roots.n, &syms, &funcs);
+  if (rc == VD_OK) rc = complete_model(s, m, &syms, &funcs);
+  if (rc == VD_OK) rc = fill_inputs(s, m, &syms, res, &ok_in);
+  if (rc == VD_OK) rc = fill_diffs(s, m, &roots, open, n_open, res, &ok);
+  *complete = rc == VD_OK && ok && ok_in;
   vd_free(roots.v);
   vd_free(syms.v);
   vd_free(funcs.v);

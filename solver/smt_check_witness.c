@@ -20,6 +20,7 @@
 #include "../common/clock.h"
 #include "../common/ctl.h"
 #include "../common/mem.h"
+#include "smt_idmap.h"
 
 /* ---- random witness ------------------------------------------------------------
  * OPTIMIZATION-ONLY: before the solver, try a few concrete interpretations:
@@ -32,63 +33,13 @@
  * the nonlinear solver may need minutes. */
 static Z3_ast random_value(vd_smt *s, Z3_sort sort, uint64_t *st) {
   Z3_context z = vd_smt_i_z3(s);
-  *st ^= *st << 13;
-  *st ^= *st >> 7;
-  *st ^= *st << 17;
+  vd_smt_i_xorshift(st);
   int num = (int)(*st % 7) + 1, den = (int)((*st >> 8) % 3) + 1;
   if ((*st >> 16) & 1) num = -num;
   if (Z3_get_sort_kind(z, sort) == Z3_INT_SORT) return vd_smt_i_keep(s, Z3_mk_int(z, num > 0 ? num - 1 : -num - 1, sort));
   return vd_smt_i_keep(s, Z3_mk_real(z, num, den));
 }
 
-
-/* id -> level, open addressing (key id + 1, 0 = empty). */
-typedef struct {
-  unsigned *key, *val;
-  size_t cap, n;
-} idmap;
-
-static int idmap_put(idmap *h, unsigned id, unsigned v) {
-  if (2 * (h->n + 1) > h->cap) {
-    size_t nc = h->cap ? 2 * h->cap : 256;
-    unsigned *nk = vd_calloc(nc, sizeof(unsigned)), *nv = vd_calloc(nc, sizeof(unsigned));
-    if (!nk || !nv) {
-      vd_free(nk);
-      vd_free(nv);
-      return -1;
-    }
-    for (size_t i = 0; i < h->cap; i++)
-      if (h->key[i]) {
-        size_t j = (h->key[i] * 2654435761u) & (nc - 1);
-        while (nk[j]) j = (j + 1) & (nc - 1);
-        nk[j] = h->key[i];
-        nv[j] = h->val[i];
-      }
-    vd_free(h->key);
-    vd_free(h->val);
-    h->key = nk;
-    h->val = nv;
-    h->cap = nc;
-  }
-  unsigned k = id + 1;
-  size_t j = (k * 2654435761u) & (h->cap - 1);
-  while (h->key[j] && h->key[j] != k) j = (j + 1) & (h->cap - 1);
-  if (!h->key[j]) h->n++;
-  h->key[j] = k;
-  h->val[j] = v;
-  return 0;
-}
-
-static unsigned idmap_get(const idmap *h, unsigned id) {
-  if (!h->cap) return 0;
-  unsigned k = id + 1;
-  size_t j = (k * 2654435761u) & (h->cap - 1);
-  while (h->key[j]) {
-    if (h->key[j] == k) return h->val[j];
-    j = (j + 1) & (h->cap - 1);
-  }
-  return 0;
-}
 
 /* Uninterpreted applications under roots in post-order (arguments first),
  * each once; at most cap of them (0 when more: the caller falls back).
@@ -99,7 +50,7 @@ static unsigned idmap_get(const idmap *h, unsigned id) {
 static vd_rc collect_apps(vd_smt *s, const vd_term *roots, size_t n, size_t cap, termvec *out, unsigned **level) {
   Z3_context z = vd_smt_i_z3(s);
   idset seen = {0};
-  idmap depth = {0};
+  vd_smt_idmap depth = {.first_cap = 256}; /* application -> level */
   termvec stack = {0}, mark = {0}; /* mark: 0 = enter, 1 = exit (as a tagged pointer list) */
   size_t lcap = 0;
   vd_rc rc = VD_OK;
@@ -115,7 +66,8 @@ static vd_rc collect_apps(vd_smt *s, const vd_term *roots, size_t n, size_t cap,
     if (exiting) {
       unsigned lv = 0;
       for (unsigned k = 0; k < na; k++) {
-        unsigned l = idmap_get(&depth, Z3_get_ast_id(z, Z3_get_app_arg(z, a, k)));
+        const int64_t *lp = vd_smt_i_idmap_get(&depth, Z3_get_ast_id(z, Z3_get_app_arg(z, a, k)));
+        unsigned l = lp ? (unsigned)*lp : 0;
         if (l > lv) lv = l;
       }
       if (na > 0 && Z3_get_decl_kind(z, Z3_get_app_decl(z, a)) == Z3_OP_UNINTERPRETED) {
@@ -128,7 +80,7 @@ static vd_rc collect_apps(vd_smt *s, const vd_term *roots, size_t n, size_t cap,
         if (rc == VD_OK && out->n > lcap && VD_GROW(*level, lcap, out->n) != 0) rc = VD_ENOMEM;
         if (rc == VD_OK) (*level)[out->n - 1] = lv;
       }
-      if (rc == VD_OK && lv && idmap_put(&depth, Z3_get_ast_id(z, t), lv)) rc = VD_ENOMEM;
+      if (rc == VD_OK && lv && vd_smt_i_idmap_put(&depth, Z3_get_ast_id(z, t), lv)) rc = VD_ENOMEM;
       continue;
     }
     int fresh = vd_smt_i_chk_idset_add(&seen, Z3_get_ast_id(z, t));
@@ -139,8 +91,7 @@ static vd_rc collect_apps(vd_smt *s, const vd_term *roots, size_t n, size_t cap,
       if (vd_smt_i_chk_termvec_push(&stack, Z3_get_app_arg(z, a, k)) || vd_smt_i_chk_termvec_push(&mark, NULL)) rc = VD_ENOMEM;
   }
   vd_free(seen.slot);
-  vd_free(depth.key);
-  vd_free(depth.val);
+  vd_smt_i_idmap_free(&depth);
   vd_free(stack.v);
   vd_free(mark.v);
   return rc;
@@ -236,9 +187,7 @@ static vd_term combination(vd_smt *s, const vd_term *par, const vd_term *single,
       a = vd_smt_i_keep(s, Z3_mk_int2real(z, a));
       b = vd_smt_i_keep(s, Z3_mk_int2real(z, b));
     }
-    *st ^= *st << 13;
-    *st ^= *st >> 7;
-    *st ^= *st << 17;
+    vd_smt_i_xorshift(st);
     t[i] = vd_smt_mul(s, vd_smt_num_int(s, (int64_t)(*st % 64) + 1), vd_smt_sub(s, a, b));
   }
   vd_term r = vd_smt_i_failed(s) ? NULL : vd_smt_sum(s, n_open, t);
@@ -250,35 +199,137 @@ static vd_term combination(vd_smt *s, const vd_term *par, const vd_term *single,
   return r;
 }
 
-vd_rc vd_smt_i_chk_witness(vd_smt *s, const vd_term *par, const vd_term *single, const size_t *open, size_t n_open,
-                     vd_smt_result *res, int *found) {
-  Z3_context z = vd_smt_i_z3(s);
-  termvec roots = {0}, syms = {0}, funcs = {0};
+/* What the trials of one witness search share. */
+typedef struct {
+  vd_smt *s;
+  Z3_context z;
+  const vd_term *par, *single;
+  const size_t *open;
+  size_t n_open;
+  termvec syms, funcs; /* the free constants and uninterpreted functions */
+  termvec apps;        /* their applications, by level (collect_apps) */
+  unsigned *level;
+  uint64_t st;         /* the models' xorshift state */
+  vd_term comb;        /* sum_i r_i (par_i - single_i); NULL: none */
+  vd_smt_result *res;
+  int *found;
+} witness_t;
+
+/* The uninterpreted symbols and applications of the pairs, and their
+ * random combination.  VD_OK with nothing collected when a pair is
+ * ill-sorted (the solver path's error to report). */
+static vd_rc witness_prepare(witness_t *w, int *ill_sorted) {
+  vd_smt *s = w->s;
+  Z3_context z = w->z;
+  termvec roots = {0};
   vd_rc rc = VD_OK;
-  int hit = 0;
-  __atomic_store_n(found, 0, __ATOMIC_RELEASE);
-  /* Ill-sorted pairs are the solver path's error to report. */
-  for (size_t i = 0; i < n_open; i++)
-    if (Z3_get_sort(z, par[open[i]]) != Z3_get_sort(z, single[open[i]]) ||
-        Z3_get_sort_kind(z, Z3_get_sort(z, par[open[i]])) == Z3_BOOL_SORT)
-      return VD_OK;
-  for (size_t i = 0; i < n_open && rc == VD_OK; i++)
-    if (vd_smt_i_chk_termvec_push(&roots, par[open[i]]) || vd_smt_i_chk_termvec_push(&roots, single[open[i]])) rc = VD_ENOMEM;
-  if (rc == VD_OK) rc = vd_smt_i_chk_collect_uninterpreted(s, roots.v, roots.n, &syms, &funcs);
-  termvec apps = {0};
-  unsigned *level = NULL;
-  if (rc == VD_OK) rc = collect_apps(s, roots.v, roots.n, 4096, &apps, &level);
+  for (size_t i = 0; i < w->n_open; i++)
+    if (Z3_get_sort(z, w->par[w->open[i]]) != Z3_get_sort(z, w->single[w->open[i]]) ||
+        Z3_get_sort_kind(z, Z3_get_sort(z, w->par[w->open[i]])) == Z3_BOOL_SORT)
+      return *ill_sorted = 1, VD_OK;
+  for (size_t i = 0; i < w->n_open && rc == VD_OK; i++)
+    if (vd_smt_i_chk_termvec_push(&roots, w->par[w->open[i]]) || vd_smt_i_chk_termvec_push(&roots, w->single[w->open[i]]))
+      rc = VD_ENOMEM;
+  if (rc == VD_OK) rc = vd_smt_i_chk_collect_uninterpreted(s, roots.v, roots.n, &w->syms, &w->funcs);
+  if (rc == VD_OK) rc = collect_apps(s, roots.v, roots.n, 4096, &w->apps, &w->level);
   /* xorshift state from the context's seed; seed 1 (the default) gives the
    * constant this check used before the seed was an option, and the state
    * is never 0 (xorshift would stay at 0). */
-  uint64_t st = 0x9e3779b97f4a7c15ull ^ ((vd_smt_i_seed(s) - 1) * 0xbf58476d1ce4e5b9ull);
-  if (st == 0) st = 0x9e3779b97f4a7c15ull;
+  w->st = 0x9e3779b97f4a7c15ull ^ ((vd_smt_i_seed(s) - 1) * 0xbf58476d1ce4e5b9ull);
+  if (w->st == 0) w->st = 0x9e3779b97f4a7c15ull;
   /* The coefficients have their own generator: the models' values (and so
    * the reported counterexamples) stay those of the sequence above. */
   uint64_t cst = 0x2545f4914f6cdd1dull;
   int comb_oom = 0;
-  vd_term comb = rc == VD_OK ? combination(s, par, single, open, n_open, &cst, &comb_oom) : NULL;
-  if (rc == VD_OK && !comb && (comb_oom || vd_smt_i_oom(s))) rc = VD_ENOMEM;
+  w->comb = rc == VD_OK ? combination(s, w->par, w->single, w->open, w->n_open, &cst, &comb_oom) : NULL;
+  if (rc == VD_OK && !w->comb && (comb_oom || vd_smt_i_oom(s))) rc = VD_ENOMEM;
+  vd_free(roots.v);
+  return rc;
+}
+
+/* Trial `trial`'s interpretation in m: random constants, then random
+ * application tables (odd trials with applications) or random constant
+ * functions. */
+static vd_rc witness_interpret(witness_t *w, Z3_model m, int trial) {
+  Z3_context z = w->z;
+  for (size_t i = 0; i < w->syms.n; i++) {
+    Z3_func_decl f = Z3_get_app_decl(z, Z3_to_app(z, w->syms.v[i]));
+    Z3_ast v = random_value(w->s, Z3_get_sort(z, w->syms.v[i]), &w->st);
+    if (v) Z3_add_const_interp(z, m, f, v);
+  }
+  if (trial % 2 == 1 && w->apps.n) {
+    /* An evaluation cut short leaves a partial table: still a legal
+     * interpretation (every function has its else value). */
+    if (add_app_entries(w->s, m, &w->apps, w->level, &w->st) != VD_OK) return VD_ENOMEM;
+  } else {
+    for (size_t i = 0; i < w->funcs.n; i++) {
+      Z3_func_decl f = Z3_to_func_decl(z, w->funcs.v[i]);
+      Z3_ast v = random_value(w->s, Z3_get_range(z, f), &w->st);
+      if (v) Z3_add_func_interp(z, m, f, v);
+    }
+  }
+  return VD_OK;
+}
+
+/* One evaluation of sum_i r_i (par_i - single_i) with random non-zero
+ * integers r_i, instead of one per pair: Z3's evaluator caches shared
+ * subterms within a call only, so per-pair calls walked the stage's
+ * whole DAG once per pair (50 s on a 531-node MoE weight-gradient
+ * stage with 64 pairs).  A non-zero value means some pair differs in
+ * this model (fill_model below finds which, and decides); zero means
+ * nothing (all equal, or an unlucky cancellation: the solver decides).
+ * *failed: the evaluation did not finish. */
+static vd_rc witness_eval(witness_t *w, Z3_model m, int *hit, int *failed) {
+  Z3_context z = w->z;
+  Z3_ast v = NULL;
+  if (Z3_model_eval(z, m, w->comb, true, &v) && v) {
+    Z3_inc_ref(z, v);
+    if (Z3_is_numeral_ast(z, v) && !vd_smt_i_chk_is_zero(w->s, v)) *hit = 1;
+    Z3_dec_ref(z, v);
+    return VD_OK;
+  }
+  /* The evaluation limit or an interruption: the other trials would walk
+   * the same DAG. */
+  *failed = 1;
+  if (vd_smt_i_chk_out_of_memory(w->s)) return VD_ENOMEM;
+  Z3_set_error(z, Z3_OK);
+  vd_smt_i_clear_error(w->s);
+  return VD_OK;
+}
+
+/* SOUNDNESS: sum_i r_i (par_i - single_i) is not 0 in a legal
+ * interpretation, so some pair differs in it: not equivalent, whether or
+ * not its values can be computed below.  Published (atomically) before
+ * them, for a job abandoned at the wall clock.  *hit back to 0 when the
+ * values show no difference after all. */
+static vd_rc witness_record(witness_t *w, Z3_model m, int *hit) {
+  vd_smt_result *res = w->res;
+  __atomic_store_n(w->found, 1, __ATOMIC_RELEASE);
+  res->verdict = VD_SMT_NOT_EQUIVALENT;
+  int complete = 0;
+  vd_rc rc = vd_smt_i_chk_fill_model(w->s, m, w->par, w->single, w->open, w->n_open, res, &complete);
+  if (rc == VD_OK && complete && res->n_diffs == 0) {
+    /* Not expected (exact arithmetic): claim nothing. */
+    *hit = 0;
+    __atomic_store_n(w->found, 0, __ATOMIC_RELEASE);
+    vd_smt_result_free(res);
+    res->verdict = VD_SMT_INCONCLUSIVE;
+  } else if (rc == VD_OK && !complete) {
+    snprintf(res->reason, sizeof(res->reason), "%s",
+             "a random interpretation differs; its values were not computed within the evaluation limit");
+  }
+  return rc;
+}
+
+vd_rc vd_smt_i_chk_witness(vd_smt *s, const vd_term *par, const vd_term *single, const size_t *open, size_t n_open,
+                     vd_smt_result *res, int *found) {
+  Z3_context z = vd_smt_i_z3(s);
+  witness_t w = {.s = s, .z = z, .par = par, .single = single, .open = open, .n_open = n_open, .res = res,
+                 .found = found};
+  int hit = 0, ill_sorted = 0;
+  __atomic_store_n(found, 0, __ATOMIC_RELEASE);
+  vd_rc rc = witness_prepare(&w, &ill_sorted);
+  if (ill_sorted) return VD_OK;
   for (int trial = 0; trial < 4 && rc == VD_OK && !hit; trial++) {
     Z3_model m = Z3_mk_model(z);
     if (!m) {
@@ -286,22 +337,7 @@ vd_rc vd_smt_i_chk_witness(vd_smt *s, const vd_term *par, const vd_term *single,
       break;
     }
     Z3_model_inc_ref(z, m);
-    for (size_t i = 0; i < syms.n; i++) {
-      Z3_func_decl f = Z3_get_app_decl(z, Z3_to_app(z, syms.v[i]));
-      Z3_ast v = random_value(s, Z3_get_sort(z, syms.v[i]), &st);
-      if (v) Z3_add_const_interp(z, m, f, v);
-    }
-    if (trial % 2 == 1 && apps.n) {
-      /* An evaluation cut short leaves a partial table: still a legal
-       * interpretation (every function has its else value). */
-      if (add_app_entries(s, m, &apps, level, &st) != VD_OK) rc = VD_ENOMEM;
-    } else {
-      for (size_t i = 0; i < funcs.n; i++) {
-        Z3_func_decl f = Z3_to_func_decl(z, funcs.v[i]);
-        Z3_ast v = random_value(s, Z3_get_range(z, f), &st);
-        if (v) Z3_add_func_interp(z, m, f, v);
-      }
-    }
+    rc = witness_interpret(&w, m, trial);
     if (rc != VD_OK || vd_smt_i_chk_out_of_memory(s)) {
       rc = VD_ENOMEM;
       break;
@@ -311,52 +347,9 @@ vd_rc vd_smt_i_chk_witness(vd_smt *s, const vd_term *par, const vd_term *single,
       Z3_model_dec_ref(z, m);
       break;
     }
-    /* One evaluation of sum_i r_i (par_i - single_i) with random non-zero
-     * integers r_i, instead of one per pair: Z3's evaluator caches shared
-     * subterms within a call only, so per-pair calls walked the stage's
-     * whole DAG once per pair (50 s on a 531-node MoE weight-gradient
-     * stage with 64 pairs).  A non-zero value means some pair differs in
-     * this model (fill_model below finds which, and decides); zero means
-     * nothing (all equal, or an unlucky cancellation: the solver decides). */
     int failed = 0;
-    if (comb) {
-      Z3_ast v = NULL;
-      if (Z3_model_eval(z, m, comb, true, &v) && v) {
-        Z3_inc_ref(z, v);
-        if (Z3_is_numeral_ast(z, v) && !vd_smt_i_chk_is_zero(s, v)) hit = 1;
-        Z3_dec_ref(z, v);
-      } else {
-        /* The evaluation limit or an interruption: the other trials
-         * would walk the same DAG. */
-        failed = 1;
-        if (vd_smt_i_chk_out_of_memory(s)) {
-          rc = VD_ENOMEM;
-        } else {
-          Z3_set_error(z, Z3_OK);
-          vd_smt_i_clear_error(s);
-        }
-      }
-    }
-    if (hit) {
-      /* SOUNDNESS: sum_i r_i (par_i - single_i) is not 0 in a legal
-       * interpretation, so some pair differs in it: not equivalent,
-       * whether or not its values can be computed below.  Published
-       * (atomically) before them, for a job abandoned at the wall clock. */
-      __atomic_store_n(found, 1, __ATOMIC_RELEASE);
-      res->verdict = VD_SMT_NOT_EQUIVALENT;
-      int complete = 0;
-      rc = vd_smt_i_chk_fill_model(s, m, par, single, open, n_open, res, &complete);
-      if (rc == VD_OK && complete && res->n_diffs == 0) {
-        /* Not expected (exact arithmetic): claim nothing. */
-        hit = 0;
-        __atomic_store_n(found, 0, __ATOMIC_RELEASE);
-        vd_smt_result_free(res);
-        res->verdict = VD_SMT_INCONCLUSIVE;
-      } else if (rc == VD_OK && !complete) {
-        snprintf(res->reason, sizeof(res->reason), "%s",
-                 "a random interpretation differs; its values were not computed within the evaluation limit");
-      }
-    }
+    if (w.comb) rc = witness_eval(&w, m, &hit, &failed);
+    if (hit) rc = witness_record(&w, m, &hit);
     if (rc == VD_ENOMEM || vd_smt_i_chk_out_of_memory(s)) {
       rc = VD_ENOMEM;
       break;
@@ -366,10 +359,9 @@ vd_rc vd_smt_i_chk_witness(vd_smt *s, const vd_term *par, const vd_term *single,
   }
   if (!vd_smt_i_oom(s) && Z3_get_error_code(z) != Z3_OK) Z3_set_error(z, Z3_OK);
   else if (vd_smt_i_oom(s)) rc = VD_ENOMEM;
-  vd_free(roots.v);
-  vd_free(syms.v);
-  vd_free(funcs.v);
-  vd_free(apps.v);
-  vd_free(level);
+  vd_free(w.syms.v);
+  vd_free(w.funcs.v);
+  vd_free(w.apps.v);
+  vd_free(w.level);
   return rc;
 }

@@ -5,7 +5,7 @@
  * (ops/ops_moe.h).
  *
  * smt_encode.c's table reaches them as every other ops.def row, through
- * the enc_<name> aliases below.
+ * the vd_smt_i_enc_<name> aliases below (smt_encode_int.h).
  */
 #ifndef VD_SMT_MOE_H
 #define VD_SMT_MOE_H
@@ -20,9 +20,9 @@ vd_rc vd_moe_enc_gate_fw_backward(const struct vd_op_encode_call *c);
 vd_rc vd_moe_enc_nnscaler_moe_gmm(const struct vd_op_encode_call *c);
 vd_rc vd_moe_enc_nnscaler_moe_gmm_backward(const struct vd_op_encode_call *c);
 
-#define enc_gate_fw vd_moe_enc_gate_fw
-#define enc_gate_fw_backward vd_moe_enc_gate_fw_backward
-#define enc_nnscaler_moe_gmm vd_moe_enc_nnscaler_moe_gmm
-#define enc_nnscaler_moe_gmm_backward vd_moe_enc_nnscaler_moe_gmm_backward
+#define vd_smt_i_enc_gate_fw vd_moe_enc_gate_fw
+#define vd_smt_i_enc_gate_fw_backward vd_moe_enc_gate_fw_backward
+#define vd_smt_i_enc_nnscaler_moe_gmm vd_moe_enc_nnscaler_moe_gmm
+#define vd_smt_i_enc_nnscaler_moe_gmm_backward vd_moe_enc_nnscaler_moe_gmm_backward
 
 #endif

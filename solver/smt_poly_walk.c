@@ -516,6 +516,19 @@ done:
   return r;
 }
 
+/* The walk's stack: pushes child c unless it is memoised already (then
+ * its parent is not ready).  -1 (and nf->oom) when out of memory. */
+static int push_pending(vd_smt_nf *nf, Z3_ast c, Z3_ast **stack, size_t *cap, size_t *n, int *ready) {
+  if (memo_of(nf, c) >= 0) return 0;
+  *ready = 0;
+  if (VD_GROW(*stack, *cap, *n + 1)) {
+    nf->oom = 1;
+    return -1;
+  }
+  (*stack)[(*n)++] = c;
+  return 0;
+}
+
 vd_rc vd_smt_nf_of(vd_smt_nf *nf, vd_term t, int64_t *id) {
   Z3_context z = nf->z;
   *id = -1;
@@ -542,29 +555,13 @@ vd_rc vd_smt_nf_of(vd_smt_nf *nf, vd_term t, int64_t *id) {
     if (nf->prepared && sum_head(nf, a)) {
       /* the summands of the flattened sum are its children */
       if (gather(nf, a, 0)) break;
-      for (size_t i = 0; i < nf->n_lf; i++) {
-        Z3_ast c = nf->lf[i];
-        if (memo_of(nf, c) >= 0) continue;
-        ready = 0;
-        if (VD_GROW(stack, cap, n + 1)) {
-          nf->oom = 1;
-          break;
-        }
-        stack[n++] = c;
-      }
+      for (size_t i = 0; i < nf->n_lf; i++)
+        if (push_pending(nf, nf->lf[i], &stack, &cap, &n, &ready)) break;
     } else if (Z3_get_ast_kind(z, a) == Z3_APP_AST) {
       Z3_app app = Z3_to_app(z, a);
       unsigned na = Z3_get_app_num_args(z, app);
-      for (unsigned i = 0; i < na; i++) {
-        Z3_ast c = Z3_get_app_arg(z, app, i);
-        if (memo_of(nf, c) >= 0) continue;
-        ready = 0;
-        if (VD_GROW(stack, cap, n + 1)) {
-          nf->oom = 1;
-          break;
-        }
-        stack[n++] = c;
-      }
+      for (unsigned i = 0; i < na; i++)
+        if (push_pending(nf, Z3_get_app_arg(z, app, i), &stack, &cap, &n, &ready)) break;
     }
     if (!ready || nf->oom) continue;
     n--;

@@ -43,6 +43,18 @@ void vd_stage_verdict_free(vd_stage_verdict *v) {
 
 /* ---- entry ------------------------------------------------------------------ */
 
+/* Frees the stage's terms and resets the context for the next stage (a
+ * reset's own failure is the next stage's to see). */
+static void end_stage(solve_ctx *c) {
+  if (c->ten)
+    for (uint32_t i = 0; i < c->st->n_vals; i++) vd_smt_tensor_free(&c->ten[i]);
+  vd_free(c->ten);
+  c->ten = NULL;
+  vd_diag reset_diag;
+  vd_diag_clear(&reset_diag);
+  vd_smt_reset(c->s, &reset_diag);
+}
+
 vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, const vd_stage_solve_opts *o,
                      vd_stage_verdict *v, vd_diag *d) {
   double t0 = vd_clock_ms();
@@ -113,12 +125,7 @@ vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, cons
 done:
   vd_smt_result_free(&r);
   vd_stage_solve_i_pairs_free(&pl);
-  if (c.ten)
-    for (uint32_t i = 0; i < st->n_vals; i++) vd_smt_tensor_free(&c.ten[i]);
-  vd_free(c.ten);
-  vd_diag reset_diag;
-  vd_diag_clear(&reset_diag);
-  vd_smt_reset(s, &reset_diag);
+  end_stage(&c);
   v->ms = vd_clock_ms() - t0;
   return rc;
 }
@@ -137,11 +144,6 @@ vd_rc vd_stage_obligation(vd_smt *s, const vd_lin_table *lt, const vd_stage *st,
   if (rc == VD_OK && ready) rc = vd_smt_write_obligation(s, pl.par, pl.single, pl.n, header, out, stats, d);
   if (rc == VD_OK && ready) *written = 1;
   vd_stage_solve_i_pairs_free(&pl);
-  if (c.ten)
-    for (uint32_t i = 0; i < st->n_vals; i++) vd_smt_tensor_free(&c.ten[i]);
-  vd_free(c.ten);
-  vd_diag reset_diag;
-  vd_diag_clear(&reset_diag);
-  vd_smt_reset(s, &reset_diag);
+  end_stage(&c);
   return rc;
 }

@@ -40,9 +40,7 @@ typedef struct {
 static int by_input_name(const void *k, const void *e) { return strcmp(k, ((const vd_smt_value *)e)->name); }
 
 static double rnd(num_ctx *n) {
-  n->rng ^= n->rng << 13;
-  n->rng ^= n->rng >> 7;
-  n->rng ^= n->rng << 17;
+  vd_smt_i_xorshift(&n->rng);
   return ((double)(n->rng % 2001) - 1000.0) / 250.0; /* [-4, 4] */
 }
 

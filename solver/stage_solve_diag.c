@@ -115,99 +115,106 @@ out:
   return rc;
 }
 
-/* Tries MISSING_REDUCTION, EXTRA_REDUCTION / SCALE and PERMUTED_SLICES on
- * target ti, given one differing element's values (p parallel, s single).
- * v->diagnosis stays WRONG_VALUE when none is proved.  Errors: VD_ENOMEM
- * (a failure of the machinery, never a diagnosis), or target_slice's. */
+/* What the classification of one target reads and writes. */
+typedef struct {
+  solve_ctx *c;
+  const vd_stage_target *t;
+  const uint32_t *pp;  /* the target's (piece, stage value) pairs */
+  vd_smt_tensor slice; /* the single value's slice (the target) */
+  vd_term *acc;        /* the candidate: the flagged piece or the parts' sum */
+  vd_term *scaled;     /* scratch, n terms */
+  size_t n;
+  vd_stage_verdict *v;
+} classify_t;
 
-vd_rc vd_stage_solve_i_classify(solve_ctx *c, uint32_t ti, int32_t piece, const vd_smt_diff *df, vd_stage_verdict *v) {
-  const vd_stage *st = c->st;
-  const vd_stage_target *t = &st->targets[ti];
-  const uint32_t *pp = target_pairs(st, t);
-  vd_smt_tensor slice = {0};
-  vd_term *acc = NULL, *scaled = NULL, *want = NULL;
-  int eq = 0;
-  v->diagnosis = VD_DX_WRONG_VALUE;
-  vd_rc rc = vd_stage_solve_i_target_slice(c, t, &slice);
-  if (rc != VD_OK) goto done;
-  size_t n = (size_t)slice.numel;
-  acc = vd_calloc(n ? n : 1, sizeof(*acc));
-  scaled = vd_calloc(n ? n : 1, sizeof(*scaled));
-  if (!acc || !scaled) {
-    rc = VD_OOM(c->d);
-    goto done;
-  }
-
-  /* The candidate tensor: the flagged piece, or the sum of the parts. */
+/* The candidate tensor: the flagged piece, or the sum of the parts. */
+static vd_rc candidate(classify_t *k, int32_t piece) {
   const vd_smt_tensor *cand = NULL;
   if (piece >= 0)
-    for (uint32_t j = 0; j < t->n_pieces; j++)
-      if ((int32_t)pp[2 * j] == piece) cand = &c->ten[pp[2 * j + 1]];
-  if (!cand) {
-    if ((rc = vd_stage_solve_i_parts_sum(c, t, &slice, acc)) != VD_OK) goto done;
-  } else {
-    for (size_t e = 0; e < n; e++) acc[e] = cand->t[e];
-  }
+    for (uint32_t j = 0; j < k->t->n_pieces; j++)
+      if ((int32_t)k->pp[2 * j] == piece) cand = &k->c->ten[k->pp[2 * j + 1]];
+  if (!cand) return vd_stage_solve_i_parts_sum(k->c, k->t, &k->slice, k->acc);
+  for (size_t e = 0; e < k->n; e++) k->acc[e] = cand->t[e];
+  return VD_OK;
+}
 
-  /* SCALE: candidate = f * slice for the factor f seen in the model. */
-  if (df && df->single.value != 0.0 && df->single.exact && df->parallel.exact) {
-    vd_term pv = vd_smt_num_rat(c->s, df->parallel.exact), sv = vd_smt_num_rat(c->s, df->single.exact);
-    vd_term f = pv && sv ? vd_smt_simplify(c->s, vd_smt_div(c->s, pv, sv)) : NULL;
-    double fv = 0;
-    char fexact[96] = "";
-    if (f && vd_smt_numeral(c->s, f, &fv, fexact, sizeof(fexact)) && fv != 1.0) {
-      for (size_t e = 0; e < n; e++) scaled[e] = vd_smt_mul(c->s, f, slice.t[e]);
-      if ((rc = proves_equal(c, acc, scaled, n, &eq)) != VD_OK) goto done;
-      if (eq) {
-        double copies = (double)t->n_pieces;
-        v->diagnosis = (t->part_n <= 1 && copies >= 2 && fv == copies) ? VD_DX_EXTRA_REDUCTION : VD_DX_SCALE;
-        snprintf(v->factor, sizeof(v->factor), "%s", fexact);
-        goto done;
-      }
-    }
+/* SCALE: candidate = f * slice for the factor f seen in the model
+ * (EXTRA_REDUCTION when f is the number of copies). */
+static vd_rc try_scale(classify_t *k, const vd_smt_diff *df) {
+  solve_ctx *c = k->c;
+  if (!(df && df->single.value != 0.0 && df->single.exact && df->parallel.exact)) return VD_OK;
+  vd_term pv = vd_smt_num_rat(c->s, df->parallel.exact), sv = vd_smt_num_rat(c->s, df->single.exact);
+  vd_term f = pv && sv ? vd_smt_simplify(c->s, vd_smt_div(c->s, pv, sv)) : NULL;
+  double fv = 0;
+  char fexact[96] = "";
+  if (!(f && vd_smt_numeral(c->s, f, &fv, fexact, sizeof(fexact)) && fv != 1.0)) return VD_OK;
+  for (size_t e = 0; e < k->n; e++) k->scaled[e] = vd_smt_mul(c->s, f, k->slice.t[e]);
+  int eq = 0;
+  VD_CHECK(proves_equal(c, k->acc, k->scaled, k->n, &eq));
+  if (eq) {
+    double copies = (double)k->t->n_pieces;
+    k->v->diagnosis = (k->t->part_n <= 1 && copies >= 2 && fv == copies) ? VD_DX_EXTRA_REDUCTION : VD_DX_SCALE;
+    snprintf(k->v->factor, sizeof(k->v->factor), "%s", fexact);
   }
+  return VD_OK;
+}
 
-  /* MISSING_REDUCTION: each part (the whole slice when part_n = 1) has cpp
-   * copies that should all equal it, but they hold partial sums over groups
-   * of g ranks that were never reduced: the sum of all pieces is then
-   * cpp/g times the slice instead of cpp times.  Tried for every g >= 2
-   * dividing cpp (g = cpp: each part's copies sum to the part). */
+/* The number of distinct parts (part_k) among the target's pieces. */
+static int64_t distinct_parts(const classify_t *k) {
   int64_t parts_seen = 0;
-  for (uint32_t j = 0; j < t->n_pieces; j++) {
-    int64_t k = c->lt->pieces[pp[2 * j]].part_k;
+  for (uint32_t j = 0; j < k->t->n_pieces; j++) {
+    int64_t pk = k->c->lt->pieces[k->pp[2 * j]].part_k;
     int first = 1;
     for (uint32_t i = 0; i < j && first; i++)
-      if (c->lt->pieces[pp[2 * i]].part_k == k) first = 0;
+      if (k->c->lt->pieces[k->pp[2 * i]].part_k == pk) first = 0;
     parts_seen += first;
   }
-  if (t->n_pieces > (uint32_t)parts_seen) {
-    for (size_t e = 0; e < n; e++) scaled[e] = NULL;
-    for (uint32_t j = 0; j < t->n_pieces; j++) {
-      const vd_smt_tensor *pt = &c->ten[pp[2 * j + 1]];
-      for (size_t e = 0; e < n; e++) scaled[e] = scaled[e] ? vd_smt_add(c->s, scaled[e], pt->t[e]) : pt->t[e];
-    }
-    int64_t cpp = (int64_t)t->n_pieces / parts_seen;
-    if (cpp * parts_seen == (int64_t)t->n_pieces && !(want = vd_calloc(n ? n : 1, sizeof(*want)))) {
-      rc = VD_OOM(c->d);
-      goto done;
-    }
-    for (int64_t g = cpp; want && g >= 2; g--) {
-      if (cpp % g) continue;
-      vd_term f = vd_smt_num_int(c->s, cpp / g);
-      for (size_t e = 0; e < n; e++) want[e] = cpp / g == 1 ? slice.t[e] : vd_smt_mul(c->s, f, slice.t[e]);
-      if ((rc = proves_equal(c, scaled, want, n, &eq)) != VD_OK) goto done;
-      if (eq) {
-        v->diagnosis = VD_DX_MISSING_REDUCTION;
-        if (cpp / g != 1) snprintf(v->factor, sizeof(v->factor), "partial sums over groups of %lld", (long long)g);
-        break;
-      }
-    }
-    if (v->diagnosis == VD_DX_MISSING_REDUCTION) goto done;
-  }
+  return parts_seen;
+}
 
-  /* PERMUTED_SLICES: the candidate equals another slice of the same width
-   * of the single value (tried along each dimension, aligned shifts). */
-  const vd_stage_value *sv = &st->vals[t->svalue];
+/* MISSING_REDUCTION: each part (the whole slice when part_n = 1) has cpp
+ * copies that should all equal it, but they hold partial sums over groups
+ * of g ranks that were never reduced: the sum of all pieces is then
+ * cpp/g times the slice instead of cpp times.  Tried for every g >= 2
+ * dividing cpp (g = cpp: each part's copies sum to the part). */
+static vd_rc try_missing_reduction(classify_t *k) {
+  solve_ctx *c = k->c;
+  const vd_stage_target *t = k->t;
+  size_t n = k->n;
+  int64_t parts_seen = distinct_parts(k);
+  if (t->n_pieces <= (uint32_t)parts_seen) return VD_OK;
+  vd_term *scaled = k->scaled, *want = NULL;
+  for (size_t e = 0; e < n; e++) scaled[e] = NULL;
+  for (uint32_t j = 0; j < t->n_pieces; j++) {
+    const vd_smt_tensor *pt = &c->ten[k->pp[2 * j + 1]];
+    for (size_t e = 0; e < n; e++) scaled[e] = scaled[e] ? vd_smt_add(c->s, scaled[e], pt->t[e]) : pt->t[e];
+  }
+  int64_t cpp = (int64_t)t->n_pieces / parts_seen;
+  if (cpp * parts_seen == (int64_t)t->n_pieces && !(want = vd_calloc(n ? n : 1, sizeof(*want)))) return VD_OOM(c->d);
+  vd_rc rc = VD_OK;
+  int eq = 0;
+  for (int64_t g = cpp; want && g >= 2; g--) {
+    if (cpp % g) continue;
+    vd_term f = vd_smt_num_int(c->s, cpp / g);
+    for (size_t e = 0; e < n; e++) want[e] = cpp / g == 1 ? k->slice.t[e] : vd_smt_mul(c->s, f, k->slice.t[e]);
+    if ((rc = proves_equal(c, scaled, want, n, &eq)) != VD_OK) break;
+    if (eq) {
+      k->v->diagnosis = VD_DX_MISSING_REDUCTION;
+      if (cpp / g != 1) snprintf(k->v->factor, sizeof(k->v->factor), "partial sums over groups of %lld", (long long)g);
+      break;
+    }
+  }
+  vd_free(want);
+  return rc;
+}
+
+/* PERMUTED_SLICES: the candidate equals another slice of the same width
+ * of the single value (tried along each dimension, aligned shifts). */
+static vd_rc try_other_slice(classify_t *k) {
+  solve_ctx *c = k->c;
+  const vd_stage_target *t = k->t;
+  const vd_stage_value *sv = &c->st->vals[t->svalue];
+  vd_stage_verdict *v = k->v;
   for (int dim = 0; dim < sv->ndim && v->diagnosis == VD_DX_WRONG_VALUE; dim++) {
     int64_t w = t->rhi[dim] - t->rlo[dim];
     if (w <= 0 || w == sv->rshape[dim]) continue;
@@ -221,18 +228,13 @@ vd_rc vd_stage_solve_i_classify(solve_ctx *c, uint32_t ti, int32_t piece, const 
       vd_smt_tensor other = {0};
       vd_diag scratch;
       vd_diag_clear(&scratch);
-      if ((rc = vd_smt_tensor_slice(&c->ten[t->svalue], lo, hi, &other, &scratch)) != VD_OK) {
-        if (rc == VD_ENOMEM) {
-          rc = VD_OOM(c->d);
-          goto done;
-        }
-        rc = VD_OK; /* a slice outside the value: no candidate here */
-        break;
-      }
-      eq = 0;
-      if ((size_t)other.numel == n) rc = proves_equal(c, acc, other.t, n, &eq);
+      vd_rc rc = vd_smt_tensor_slice(&c->ten[t->svalue], lo, hi, &other, &scratch);
+      if (rc == VD_ENOMEM) return VD_OOM(c->d);
+      if (rc != VD_OK) break; /* a slice outside the value: no candidate here */
+      int eq = 0;
+      if ((size_t)other.numel == k->n) rc = proves_equal(c, k->acc, other.t, k->n, &eq);
       vd_smt_tensor_free(&other);
-      if (rc != VD_OK) goto done;
+      VD_CHECK(rc);
       if (eq) {
         v->diagnosis = VD_DX_PERMUTED_SLICES;
         snprintf(v->factor, sizeof(v->factor), "holds dim %d [%lld:%lld) of the reduced single tensor", dim,
@@ -241,15 +243,38 @@ vd_rc vd_stage_solve_i_classify(solve_ctx *c, uint32_t ti, int32_t piece, const 
       }
     }
   }
+  return VD_OK;
+}
+
+/* Tries MISSING_REDUCTION, EXTRA_REDUCTION / SCALE and PERMUTED_SLICES on
+ * target ti, given one differing element's values (p parallel, s single).
+ * v->diagnosis stays WRONG_VALUE when none is proved.  Errors: VD_ENOMEM
+ * (a failure of the machinery, never a diagnosis), or target_slice's. */
+vd_rc vd_stage_solve_i_classify(solve_ctx *c, uint32_t ti, int32_t piece, const vd_smt_diff *df, vd_stage_verdict *v) {
+  classify_t k = {.c = c, .t = &c->st->targets[ti], .v = v};
+  k.pp = target_pairs(c->st, k.t);
+  v->diagnosis = VD_DX_WRONG_VALUE;
+  vd_rc rc = vd_stage_solve_i_target_slice(c, k.t, &k.slice);
+  if (rc != VD_OK) goto done;
+  k.n = (size_t)k.slice.numel;
+  k.acc = vd_calloc(k.n ? k.n : 1, sizeof(*k.acc));
+  k.scaled = vd_calloc(k.n ? k.n : 1, sizeof(*k.scaled));
+  if (!k.acc || !k.scaled) {
+    rc = VD_OOM(c->d);
+    goto done;
+  }
+  if ((rc = candidate(&k, piece)) != VD_OK) goto done;
+  if ((rc = try_scale(&k, df)) != VD_OK || v->diagnosis != VD_DX_WRONG_VALUE) goto done;
+  if ((rc = try_missing_reduction(&k)) != VD_OK || v->diagnosis != VD_DX_WRONG_VALUE) goto done;
+  if ((rc = try_other_slice(&k)) != VD_OK) goto done;
   /* PERMUTED_SLICES within the slice: the candidate's k equal blocks along
    * one dimension are the slice's blocks in another order (an all_gather
    * that concatenates in process-group order instead of slice order). */
-  if (v->diagnosis == VD_DX_WRONG_VALUE && rc == VD_OK) rc = block_permutation(c, t, &slice, acc, v);
+  if (v->diagnosis == VD_DX_WRONG_VALUE) rc = block_permutation(c, k.t, &k.slice, k.acc, v);
 done:
-  vd_free(want);
-  vd_free(acc);
-  vd_free(scaled);
-  vd_smt_tensor_free(&slice);
+  vd_free(k.acc);
+  vd_free(k.scaled);
+  vd_smt_tensor_free(&k.slice);
   return rc;
 }
 

@@ -374,38 +374,36 @@ vd_rc vd_stage_solve_i_build_pairs(solve_ctx *c, pair_list *pl) {
   return rc;
 }
 
-/* Steps (1)-(4): the terms of every stage value.  *ready = 1 when the
- * pairs can be built; otherwise v holds an INCONCLUSIVE verdict with its
- * reason (a stage too large, an operator without an encoder, an encoder
- * that refused a node, hypotheses that are not definitions). */
-vd_rc vd_stage_solve_i_encode_stage(solve_ctx *c, vd_stage_verdict *v, int *ready) {
+/* Sets v INCONCLUSIVE and returns 1 when a value of the stage has more
+ * elements than --max-elems allows. */
+static int too_large(const solve_ctx *c, vd_stage_verdict *v) {
   const vd_stage *st = c->st;
-  const vd_stage_solve_opts *o = c->o;
-  vd_diag *d = c->d;
-  vd_rc rc = VD_OK;
-  char unsupported[300] = "";
-  *ready = 0;
   for (uint32_t i = 0; i < st->n_vals; i++) {
     int64_t n = 1;
     for (int k = 0; k < st->vals[i].ndim; k++) n *= st->vals[i].rshape[k];
-    if (o->max_elems > 0 && n > o->max_elems) {
+    if (c->o->max_elems > 0 && n > c->o->max_elems) {
       v->verdict = VD_SMT_INCONCLUSIVE;
       snprintf(v->reason, sizeof(v->reason), "stage too large to check: a value has %lld elements%s",
                (long long)n, st->reduced ? "" : " (shapes could not be reduced)");
-      return rc;
+      return 1;
     }
   }
-  /* SOUNDNESS (vacuity): the obligation's only hypotheses are the lineage
-   * of the parallel leaves, and they are eliminated by construction: each
-   * hypothesis leaf is DEFINED as terms of its single value's slice (a
-   * replica is the slice itself; n partial parts are n-1 fresh symbols and
-   * the remainder), over single leaves that are distinct free symbols.  A
-   * set of definitions of fresh names over free symbols is satisfiable, so
-   * the proof is never vacuous.  The cheap part of that argument is checked
-   * here: every hypothesis leaf is defined from a single value of this
-   * stage, within that value's reduced extent.  A stage that fails it is
-   * INCONCLUSIVE (recheck checks the written obligation's hypotheses with a
-   * solver too). */
+  return 0;
+}
+
+/* SOUNDNESS (vacuity): the obligation's only hypotheses are the lineage
+ * of the parallel leaves, and they are eliminated by construction: each
+ * hypothesis leaf is DEFINED as terms of its single value's slice (a
+ * replica is the slice itself; n partial parts are n-1 fresh symbols and
+ * the remainder), over single leaves that are distinct free symbols.  A
+ * set of definitions of fresh names over free symbols is satisfiable, so
+ * the proof is never vacuous.  The cheap part of that argument is checked
+ * here: every hypothesis leaf is defined from a single value of this
+ * stage, within that value's reduced extent.  A stage that fails it is
+ * INCONCLUSIVE (recheck checks the written obligation's hypotheses with a
+ * solver too): sets v and returns 0. */
+static int hypotheses_are_definitions(const solve_ctx *c, vd_stage_verdict *v) {
+  const vd_stage *st = c->st;
   for (uint32_t i = 0; i < st->n_vals; i++) {
     const vd_stage_value *sv = &st->vals[i];
     if (sv->side != 1 || sv->producer >= 0 || sv->leaf_piece < 0) continue;
@@ -418,18 +416,21 @@ vd_rc vd_stage_solve_i_encode_stage(solve_ctx *c, vd_stage_verdict *v, int *read
       snprintf(v->reason, sizeof(v->reason),
                "vacuity check: the hypothesis of parallel value %u is not a definition over a single value of the "
                "stage (internal error, docs/verifier.md section 4)", i);
-      return VD_OK;
+      return 0;
     }
   }
-  c->ten = vd_calloc(st->n_vals ? st->n_vals : 1, sizeof(*c->ten));
-  if (!c->ten) {
-    return VD_OOM(d);
-  }
+  return 1;
+}
+
+/* The shape prechecks, then the terms: single leaves, then nodes in stage
+ * order (single side first by construction); parallel leaves are made
+ * when first reached, after the single values they are built from exist.
+ * unsupported: set at the first operator without an encoder. */
+static vd_rc encode_values(solve_ctx *c, char *unsupported, size_t n_unsupported) {
+  const vd_stage *st = c->st;
+  vd_rc rc = VD_OK;
   int stop = 0;
   for (uint32_t ni = 0; ni < st->n_nodes && rc == VD_OK && !stop; ni++) rc = precheck_node(c, ni, &stop);
-  /* Single leaves, then nodes in stage order (single side first by
-   * construction); parallel leaves are made when first reached, after the
-   * single values they are built from exist. */
   for (uint32_t i = 0; i < st->n_vals && rc == VD_OK; i++)
     if (st->vals[i].side == 0 && st->vals[i].producer < 0) rc = make_single_leaf(c, i);
   int leaves_done = 0;
@@ -439,8 +440,26 @@ vd_rc vd_stage_solve_i_encode_stage(solve_ctx *c, vd_stage_verdict *v, int *read
         if (st->vals[i].side == 1 && st->vals[i].producer < 0) rc = make_parallel_leaf(c, i);
       leaves_done = 1;
     }
-    if (ni < st->n_nodes && rc == VD_OK) rc = encode_node(c, ni, unsupported, sizeof(unsupported));
+    if (ni < st->n_nodes && rc == VD_OK) rc = encode_node(c, ni, unsupported, n_unsupported);
   }
+  return rc;
+}
+
+/* Steps (1)-(4): the terms of every stage value.  *ready = 1 when the
+ * pairs can be built; otherwise v holds an INCONCLUSIVE verdict with its
+ * reason (a stage too large, an operator without an encoder, an encoder
+ * that refused a node, hypotheses that are not definitions). */
+vd_rc vd_stage_solve_i_encode_stage(solve_ctx *c, vd_stage_verdict *v, int *ready) {
+  const vd_stage *st = c->st;
+  vd_diag *d = c->d;
+  char unsupported[300] = "";
+  *ready = 0;
+  if (too_large(c, v) || !hypotheses_are_definitions(c, v)) return VD_OK;
+  c->ten = vd_calloc(st->n_vals ? st->n_vals : 1, sizeof(*c->ten));
+  if (!c->ten) {
+    return VD_OOM(d);
+  }
+  vd_rc rc = encode_values(c, unsupported, sizeof(unsupported));
   if (rc == VD_EINPUT) {
     /* An encoder refused the node (shape or attribute it cannot handle):
      * not a proof, so inconclusive, with the encoder's message. */
@@ -449,14 +468,13 @@ vd_rc vd_stage_solve_i_encode_stage(solve_ctx *c, vd_stage_verdict *v, int *read
     v->verdict = VD_SMT_INCONCLUSIVE;
     snprintf(v->reason, sizeof(v->reason), "encoder refused: %s", line);
     vd_diag_clear(d);
-    rc = VD_OK;
-    return rc;
+    return VD_OK;
   }
   if (rc != VD_OK) return rc;
   if (unsupported[0]) {
     v->verdict = VD_SMT_INCONCLUSIVE;
     snprintf(v->reason, sizeof(v->reason), "%s", unsupported);
-    return rc;
+    return VD_OK;
   }
   *ready = 1;
   return VD_OK;

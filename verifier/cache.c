@@ -259,21 +259,29 @@ int vd_cache_entry_path(const vd_cache *c, const uint8_t *canon, size_t n, char 
   return w < 0 || (size_t)w >= cap ? -1 : 0;
 }
 
+/* The head every entry starts with (HEAD_BYTES: magic, encoder version,
+ * a 32-bit word, this binary's digest, the body's length), then the body;
+ * returns the bytes written. */
+static size_t put_head(const vd_cache *c, uint8_t *b, const char *magic, uint32_t word, const uint8_t *body, size_t n) {
+  uint32_t ver = VD_ENCODER_VERSION;
+  uint64_t nn = n;
+  size_t at = 0;
+  memcpy(b + at, magic, 8), at += 8;
+  memcpy(b + at, &ver, 4), at += 4;
+  memcpy(b + at, &word, 4), at += 4;
+  memcpy(b + at, c->exe, VD_DIGEST_BYTES), at += VD_DIGEST_BYTES;
+  memcpy(b + at, &nn, 8), at += 8;
+  memcpy(b + at, body, n), at += n;
+  return at;
+}
+
 /* The entry's bytes for this canonical form (what a store writes and a
  * lookup must find), or NULL without memory. */
 static uint8_t *entry_bytes(const vd_cache *c, const uint8_t *canon, size_t n, size_t *len) {
   size_t total = HEAD_BYTES + n + VD_DIGEST_BYTES;
   uint8_t *b = vd_malloc(total);
   if (!b) return NULL;
-  uint32_t ver = VD_ENCODER_VERSION, verdict = 1;
-  uint64_t nn = n;
-  size_t at = 0;
-  memcpy(b + at, MAGIC, 8), at += 8;
-  memcpy(b + at, &ver, 4), at += 4;
-  memcpy(b + at, &verdict, 4), at += 4;
-  memcpy(b + at, c->exe, VD_DIGEST_BYTES), at += VD_DIGEST_BYTES;
-  memcpy(b + at, &nn, 8), at += 8;
-  memcpy(b + at, canon, n), at += n;
+  size_t at = put_head(c, b, MAGIC, 1, canon, n); /* word: the verdict, 1 = EQUIVALENT */
   if (mac(c, b, at, b + at)) {
     vd_free(b);
     return NULL;
@@ -551,15 +559,8 @@ static uint8_t *centry_bytes(const vd_cache *c, const uint8_t *what, size_t n, c
   size_t total = HEAD_BYTES + n + 24 + VD_DIGEST_BYTES;
   uint8_t *b = vd_malloc(total);
   if (!b) return NULL;
-  uint32_t ver = VD_ENCODER_VERSION, zero = 0;
-  uint64_t nn = n, cnt[3] = {info->n_stages, info->n_classes, info->n_represented};
-  size_t at = 0;
-  memcpy(b + at, CMAGIC, 8), at += 8;
-  memcpy(b + at, &ver, 4), at += 4;
-  memcpy(b + at, &zero, 4), at += 4;
-  memcpy(b + at, c->exe, VD_DIGEST_BYTES), at += VD_DIGEST_BYTES;
-  memcpy(b + at, &nn, 8), at += 8;
-  memcpy(b + at, what, n), at += n;
+  uint64_t cnt[3] = {info->n_stages, info->n_classes, info->n_represented};
+  size_t at = put_head(c, b, CMAGIC, 0, what, n);
   memcpy(b + at, cnt, 24), at += 24;
   if (mac(c, b, at, b + at)) {
     vd_free(b);

@@ -203,27 +203,18 @@ static vd_rc plan_hash(const char *path, char hex[VD_DIGEST_HEX], vd_diag *d) {
   return VD_OK;
 }
 
-vd_rc vd_cert_write(vd_run *r, const vd_run_opts *o, const char *dir, vd_cert_summary *sum, vd_diag *d) {
-  double t0 = vd_clock_s();
-  memset(sum, 0, sizeof(*sum));
+static vd_rc make_cert_dir(const char *dir, vd_diag *d) {
   if (mkdir(dir, 0777) != 0 && errno != EEXIST)
     VD_FAIL(d, VD_EIO, dir, NULL, NULL, "cannot create the certificate directory: %s", strerror(errno));
   struct stat sb;
   if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) VD_FAIL(d, VD_EIO, dir, NULL, NULL, "not a directory");
-  char hs[VD_DIGEST_HEX], hp[VD_DIGEST_HEX];
-  VD_CHECK(plan_hash(o->sm, hs, d));
-  VD_CHECK(plan_hash(o->pm, hp, d));
-  size_t n = r->set.n_stages;
-  size_t *reps = vd_calloc(n + 1, sizeof(size_t));
-  class_out *out = vd_calloc(n + 1, sizeof(class_out));
-  if (!reps || !out) {
-    vd_free(reps);
-    vd_free(out);
-    return VD_OOM(d);
-  }
-  size_t n_reps = 0;
-  for (size_t i = 0; i < n; i++)
-    if (rep_of(r, o, i) == i) reps[n_reps++] = i;
+  return VD_OK;
+}
+
+/* Writes the obligation of every class reps[0..n_reps) into out[k], one
+ * solver context per thread; out[k] carries each class's result. */
+static void write_classes(vd_run *r, const vd_run_opts *o, const char *dir, const size_t *reps, size_t n_reps,
+                          const char *hs, const char *hp, class_out *out) {
   int threads = o->threads > 0 ? o->threads : omp_get_max_threads();
 #pragma omp parallel num_threads(threads)
   {
@@ -244,6 +235,98 @@ vd_rc vd_cert_write(vd_run *r, const vd_run_opts *o, const char *dir, vd_cert_su
     }
     vd_smt_free(s);
   }
+}
+
+static json_t *plans_json(const vd_run_opts *o, const char *hs, const char *hp) {
+  json_t *plans = json_object();
+  json_t *ps = json_object(), *pp = json_object();
+  json_object_set_new(ps, "path", json_string(o->sm));
+  json_object_set_new(ps, "sha256", json_string(hs));
+  json_object_set_new(pp, "path", json_string(o->pm));
+  json_object_set_new(pp, "sha256", json_string(hp));
+  json_object_set_new(plans, "single", ps);
+  json_object_set_new(plans, "parallel", pp);
+  return plans;
+}
+
+/* The manifest's entry of class `rep` (its file or why there is none, its
+ * verdict, targets and reduction); counts it into *sum. */
+static json_t *class_json(const vd_run *r, const vd_run_opts *o, size_t rep, const class_out *co, json_t *rules,
+                          vd_cert_summary *sum) {
+  const vd_stage *st = &r->set.stages[rep];
+  const vd_stage_verdict *v = &r->verdicts[rep];
+  json_t *c = json_object();
+  json_object_set_new(c, "class", json_integer((json_int_t)rep));
+  char name[64];
+  class_file(name, sizeof(name), rep);
+  if (co->written) {
+    json_object_set_new(c, "file", json_string(name));
+    json_object_set_new(c, "sha256", json_string(co->sha));
+    json_object_set_new(c, "pairs", json_integer((json_int_t)co->stats.n_pairs));
+    json_object_set_new(c, "definitions", json_integer((json_int_t)co->stats.n_defs));
+    json_object_set_new(c, "symbols", json_integer((json_int_t)co->stats.n_decls));
+    sum->n_written++;
+    sum->bytes += co->bytes;
+  } else {
+    json_object_set_new(c, "file", json_null());
+    json_object_set_new(c, "why", json_string(co->why));
+    sum->n_missing++;
+  }
+  json_object_set_new(c, "verdict", json_string(vd_smt_verdict_name(v->verdict)));
+  const char *pb = proved_by(v);
+  json_object_set_new(c, "proved_by", pb ? json_string(pb) : json_null());
+  json_object_set_new(c, "targets", targets_json(r, st));
+  if (!st->compact) {
+    json_object_set_new(c, "reduction", reduction_json(r, o, st, rules));
+    json_object_set_new(c, "values", shapes_json(r, st));
+  }
+  return c;
+}
+
+/* The certificate's manifest: format, verdict, plans, every class, and
+ * the class of every stage. */
+static json_t *manifest_json(const vd_run *r, const vd_run_opts *o, const char *hs, const char *hp, const size_t *reps,
+                             size_t n_reps, const class_out *out, vd_cert_summary *sum) {
+  size_t n = r->set.n_stages;
+  json_t *root = json_object();
+  json_object_set_new(root, "format", json_string(VD_CERT_FORMAT));
+  json_object_set_new(root, "verdict_version", json_string(VD_VERSION_STRING));
+  int code = vd_run_exit_code(r);
+  json_object_set_new(root, "verdict", json_string(code == 0 ? "equivalent" : code == 1 ? "not_equivalent"
+                                                                                          : "inconclusive"));
+  json_object_set_new(root, "plans", plans_json(o, hs, hp));
+  json_object_set_new(root, "n_stages", json_integer((json_int_t)n));
+  json_object_set_new(root, "n_classes", json_integer((json_int_t)n_reps));
+  json_t *rules = json_object();
+  json_t *classes = json_array();
+  for (size_t k = 0; k < n_reps; k++) json_array_append_new(classes, class_json(r, o, reps[k], &out[k], rules, sum));
+  json_object_set_new(root, "reduction_rules", rules);
+  json_object_set_new(root, "classes", classes);
+  json_t *stages = json_array();
+  for (size_t i = 0; i < n; i++) json_array_append_new(stages, json_integer((json_int_t)rep_of(r, o, i)));
+  json_object_set_new(root, "stages", stages);
+  return root;
+}
+
+vd_rc vd_cert_write(vd_run *r, const vd_run_opts *o, const char *dir, vd_cert_summary *sum, vd_diag *d) {
+  double t0 = vd_clock_s();
+  memset(sum, 0, sizeof(*sum));
+  VD_CHECK(make_cert_dir(dir, d));
+  char hs[VD_DIGEST_HEX], hp[VD_DIGEST_HEX];
+  VD_CHECK(plan_hash(o->sm, hs, d));
+  VD_CHECK(plan_hash(o->pm, hp, d));
+  size_t n = r->set.n_stages;
+  size_t *reps = vd_calloc(n + 1, sizeof(size_t));
+  class_out *out = vd_calloc(n + 1, sizeof(class_out));
+  if (!reps || !out) {
+    vd_free(reps);
+    vd_free(out);
+    return VD_OOM(d);
+  }
+  size_t n_reps = 0;
+  for (size_t i = 0; i < n; i++)
+    if (rep_of(r, o, i) == i) reps[n_reps++] = i;
+  write_classes(r, o, dir, reps, n_reps, hs, hp, out);
   vd_rc rc = VD_OK;
   for (size_t k = 0; k < n_reps && rc == VD_OK; k++)
     if (out[k].rc != VD_OK) {
@@ -252,61 +335,7 @@ vd_rc vd_cert_write(vd_run *r, const vd_run_opts *o, const char *dir, vd_cert_su
     }
   json_t *root = NULL;
   if (rc == VD_OK) {
-    root = json_object();
-    json_object_set_new(root, "format", json_string(VD_CERT_FORMAT));
-    json_object_set_new(root, "verdict_version", json_string(VD_VERSION_STRING));
-    int code = vd_run_exit_code(r);
-    json_object_set_new(root, "verdict", json_string(code == 0 ? "equivalent" : code == 1 ? "not_equivalent"
-                                                                                            : "inconclusive"));
-    json_t *plans = json_object();
-    json_t *ps = json_object(), *pp = json_object();
-    json_object_set_new(ps, "path", json_string(o->sm));
-    json_object_set_new(ps, "sha256", json_string(hs));
-    json_object_set_new(pp, "path", json_string(o->pm));
-    json_object_set_new(pp, "sha256", json_string(hp));
-    json_object_set_new(plans, "single", ps);
-    json_object_set_new(plans, "parallel", pp);
-    json_object_set_new(root, "plans", plans);
-    json_object_set_new(root, "n_stages", json_integer((json_int_t)n));
-    json_object_set_new(root, "n_classes", json_integer((json_int_t)n_reps));
-    json_t *rules = json_object();
-    json_t *classes = json_array();
-    for (size_t k = 0; k < n_reps; k++) {
-      size_t rep = reps[k];
-      const vd_stage *st = &r->set.stages[rep];
-      const vd_stage_verdict *v = &r->verdicts[rep];
-      json_t *c = json_object();
-      json_object_set_new(c, "class", json_integer((json_int_t)rep));
-      char name[64];
-      class_file(name, sizeof(name), rep);
-      if (out[k].written) {
-        json_object_set_new(c, "file", json_string(name));
-        json_object_set_new(c, "sha256", json_string(out[k].sha));
-        json_object_set_new(c, "pairs", json_integer((json_int_t)out[k].stats.n_pairs));
-        json_object_set_new(c, "definitions", json_integer((json_int_t)out[k].stats.n_defs));
-        json_object_set_new(c, "symbols", json_integer((json_int_t)out[k].stats.n_decls));
-        sum->n_written++;
-        sum->bytes += out[k].bytes;
-      } else {
-        json_object_set_new(c, "file", json_null());
-        json_object_set_new(c, "why", json_string(out[k].why));
-        sum->n_missing++;
-      }
-      json_object_set_new(c, "verdict", json_string(vd_smt_verdict_name(v->verdict)));
-      const char *pb = proved_by(v);
-      json_object_set_new(c, "proved_by", pb ? json_string(pb) : json_null());
-      json_object_set_new(c, "targets", targets_json(r, st));
-      if (!st->compact) {
-        json_object_set_new(c, "reduction", reduction_json(r, o, st, rules));
-        json_object_set_new(c, "values", shapes_json(r, st));
-      }
-      json_array_append_new(classes, c);
-    }
-    json_object_set_new(root, "reduction_rules", rules);
-    json_object_set_new(root, "classes", classes);
-    json_t *stages = json_array();
-    for (size_t i = 0; i < n; i++) json_array_append_new(stages, json_integer((json_int_t)rep_of(r, o, i)));
-    json_object_set_new(root, "stages", stages);
+    root = manifest_json(r, o, hs, hp, reps, n_reps, out, sum);
     char mpath[4096];
     snprintf(mpath, sizeof(mpath), "%s/%s", dir, VD_CERT_MANIFEST);
     if (json_dump_file(root, mpath, JSON_INDENT(1) | JSON_PRESERVE_ORDER) != 0)

@@ -107,16 +107,26 @@ static int need_num(const char *opt, const char *val, long *out) {
   return 0;
 }
 
+/* val as a number in (0, max] (fractions allowed) or "none": 1 for
+ * "none", 0 for a number (*v), -1 for anything else. */
+static int positive_or_none(const char *val, double max, double *v) {
+  if (val && strcmp(val, "none") == 0) return 1;
+  char *end = NULL;
+  *v = val ? strtod(val, &end) : NAN;
+  if (!val || end == val || *end || !isfinite(*v) || *v <= 0 || *v > max) return -1;
+  return 0;
+}
+
 /* A positive number of seconds (fractions allowed) or "none".  0 is refused
  * rather than silently meaning "no limit". */
 static int parse_seconds(const char *opt, const char *val, unsigned *ms) {
-  if (val && strcmp(val, "none") == 0) {
+  double v = 0;
+  int k = positive_or_none(val, 4000000, &v);
+  if (k == 1) {
     *ms = 0;
     return 0;
   }
-  char *end = NULL;
-  double v = val ? strtod(val, &end) : NAN;
-  if (!val || end == val || *end || !isfinite(v) || v <= 0 || v > 4000000) {
+  if (k < 0) {
     fprintf(stderr, "verdict: %s: expected seconds > 0 (e.g. 2.5) or 'none', got '%s'\n", opt, VD_SHOW(val ? val : ""));
     return -1;
   }
@@ -128,13 +138,13 @@ static int parse_seconds(const char *opt, const char *val, unsigned *ms) {
 /* A positive number of millions of work units (fractions allowed) or
  * "none" (UINT64_MAX: unlimited). */
 static int parse_budget(const char *opt, const char *val, uint64_t *units) {
-  if (val && strcmp(val, "none") == 0) {
+  double v = 0;
+  int k = positive_or_none(val, 4000, &v);
+  if (k == 1) {
     *units = UINT64_MAX;
     return 0;
   }
-  char *end = NULL;
-  double v = val ? strtod(val, &end) : NAN;
-  if (!val || end == val || *end || !isfinite(v) || v <= 0 || v > 4000) {
+  if (k < 0) {
     fprintf(stderr, "verdict: %s: expected millions of steps in (0, 4000] (e.g. 20 or 0.5) or 'none', got '%s'\n",
             opt, VD_SHOW(val ? val : ""));
     return -1;

@@ -69,55 +69,38 @@ static int parse_expect(char *v, vd_mf_entry *e) {
 
 #define BAD(...) VD_FAIL(d, VD_EINPUT, path, rec, key, __VA_ARGS__)
 
-static vd_rc parse_line(const char *path, const char *dir, int ln, char *line, vd_manifest *m, uint32_t *seen,
-                        vd_diag *d) {
-  char rec[32];
-  snprintf(rec, sizeof(rec), "line %d", ln);
+/* A "[name]" line (s): opens configuration `name`. */
+static vd_rc parse_section(const char *path, const char *rec, int ln, char *s, vd_manifest *m, uint32_t *seen,
+                           vd_diag *d) {
   const char *key = NULL;
-  char *s = trim(line);
-  if (!*s || *s == '#' || *s == ';') return VD_OK;
-  if (*s == '[') {
-    char *end = strchr(s, ']');
-    if (!end || *trim(end + 1)) BAD("expected a section header '[name]'");
-    *end = '\0';
-    char *name = trim(s + 1);
-    if (!valid_name(name))
-      BAD("configuration name '%.100s': letters, digits and ._-+ only, 1 to %d characters", name,
-          VD_MANIFEST_MAX_NAME - 1);
-    for (size_t i = 0; i < m->n; i++)
-      if (!strcmp(m->v[i].name, name)) BAD("configuration '%s' is named twice (first at line %d)", name, m->v[i].line);
-    if (m->n >= VD_MANIFEST_MAX_ENTRIES) BAD("more than %d configurations", VD_MANIFEST_MAX_ENTRIES);
-    if (VD_GROW(m->v, m->cap, m->n + 1)) return VD_OOM(d);
-    vd_mf_entry *e = &m->v[m->n++];
-    memset(e, 0, sizeof(*e));
-    snprintf(e->name, sizeof(e->name), "%s", name);
-    e->line = ln;
-    e->expected = -1;
-    e->expect_dx = -1;
-    *seen = 0;
-    return VD_OK;
-  }
-  char *eq = strchr(s, '=');
-  if (!eq) BAD("expected 'key = value' or '[name]'");
-  *eq = '\0';
-  char *k = trim(s), *v = trim(eq + 1);
-  char *hash = strstr(v, " #"); /* a trailing comment */
-  if (hash) *hash = '\0', v = trim(v);
-  key = k;
-  if (!m->n) BAD("'%s' before the first [name] section", k);
-  vd_mf_entry *e = &m->v[m->n - 1];
-  static const char *const keys[] = {"single", "parallel", "torch-single", "torch-parallel", "nproc", "expect", "set"};
-  int ki = -1;
-  for (int i = 0; i < (int)(sizeof(keys) / sizeof(keys[0])); i++)
-    if (!strcmp(k, keys[i])) ki = i;
-  if (ki < 0) BAD("unknown key (known: single, parallel, torch-single, torch-parallel, nproc, set, expect)");
-  if (ki != 6 && (*seen >> ki & 1)) BAD("given twice in configuration '%s'", e->name);
-  *seen |= 1u << ki;
-  if (!*v) BAD("empty value");
+  char *end = strchr(s, ']');
+  if (!end || *trim(end + 1)) BAD("expected a section header '[name]'");
+  *end = '\0';
+  char *name = trim(s + 1);
+  if (!valid_name(name))
+    BAD("configuration name '%.100s': letters, digits and ._-+ only, 1 to %d characters", name,
+        VD_MANIFEST_MAX_NAME - 1);
+  for (size_t i = 0; i < m->n; i++)
+    if (!strcmp(m->v[i].name, name)) BAD("configuration '%s' is named twice (first at line %d)", name, m->v[i].line);
+  if (m->n >= VD_MANIFEST_MAX_ENTRIES) BAD("more than %d configurations", VD_MANIFEST_MAX_ENTRIES);
+  if (VD_GROW(m->v, m->cap, m->n + 1)) return VD_OOM(d);
+  vd_mf_entry *e = &m->v[m->n++];
+  memset(e, 0, sizeof(*e));
+  snprintf(e->name, sizeof(e->name), "%s", name);
+  e->line = ln;
+  e->expected = -1;
+  e->expect_dx = -1;
+  *seen = 0;
+  return VD_OK;
+}
+
+/* The value v of key number ki of keys[] (parse_line) into entry e. */
+static vd_rc parse_value(const char *path, const char *rec, const char *key, const char *dir, int ki, char *v,
+                         vd_mf_entry *e, uint32_t seen, vd_diag *d) {
   switch (ki) {
   case 0: case 1: case 2: case 3: {
     int torch = ki >= 2;
-    if ((*seen & (torch ? 3u : 12u)) != 0)
+    if ((seen & (torch ? 3u : 12u)) != 0)
       BAD("configuration '%s' mixes plan or pickle files (single, parallel) with PyTorch programs (torch-single, "
           "torch-parallel)", e->name);
     e->kind = torch ? VD_MF_TORCH : VD_MF_PLANS;
@@ -149,6 +132,34 @@ static vd_rc parse_line(const char *path, const char *dir, int ln, char *line, v
     break;
   }
   return VD_OK;
+}
+
+static vd_rc parse_line(const char *path, const char *dir, int ln, char *line, vd_manifest *m, uint32_t *seen,
+                        vd_diag *d) {
+  char rec[32];
+  snprintf(rec, sizeof(rec), "line %d", ln);
+  const char *key = NULL;
+  char *s = trim(line);
+  if (!*s || *s == '#' || *s == ';') return VD_OK;
+  if (*s == '[') return parse_section(path, rec, ln, s, m, seen, d);
+  char *eq = strchr(s, '=');
+  if (!eq) BAD("expected 'key = value' or '[name]'");
+  *eq = '\0';
+  char *k = trim(s), *v = trim(eq + 1);
+  char *hash = strstr(v, " #"); /* a trailing comment */
+  if (hash) *hash = '\0', v = trim(v);
+  key = k;
+  if (!m->n) BAD("'%s' before the first [name] section", k);
+  vd_mf_entry *e = &m->v[m->n - 1];
+  static const char *const keys[] = {"single", "parallel", "torch-single", "torch-parallel", "nproc", "expect", "set"};
+  int ki = -1;
+  for (int i = 0; i < (int)(sizeof(keys) / sizeof(keys[0])); i++)
+    if (!strcmp(k, keys[i])) ki = i;
+  if (ki < 0) BAD("unknown key (known: single, parallel, torch-single, torch-parallel, nproc, set, expect)");
+  if (ki != 6 && (*seen >> ki & 1)) BAD("given twice in configuration '%s'", e->name);
+  *seen |= 1u << ki;
+  if (!*v) BAD("empty value");
+  return parse_value(path, rec, key, dir, ki, v, e, *seen, d);
 }
 
 vd_rc vd_manifest_read(const char *path, vd_manifest *m, vd_diag *d) {

@@ -1,5 +1,6 @@
 /*
- * verifier/report.c - the human report and the JSON report of a run.
+ * verifier/report.c - the human report of a run (the JSON report, which
+ * prints the same content, is report_json.c).
  *
  * Both print the same content in the same deterministic order: the verdict,
  * the summary (stages, classes, time per phase, memory), every structural
@@ -24,9 +25,9 @@
 #include "../common/text.h"
 #include "cli.h"
 #include "findings.h"
-#include "json_out.h"
 #include "provenance.h"
 #include "report.h"
+#include "report_int.h"
 #include "run.h"
 
 static const char *verdict_word(const vd_run *r) {
@@ -37,27 +38,9 @@ static const char *verdict_word(const vd_run *r) {
   }
 }
 
-static const char *verdict_json(const vd_run *r) {
-  switch (vd_run_exit_code(r)) {
-  case 0: return "equivalent";
-  case 1: return "not_equivalent";
-  default: return "inconclusive";
-  }
-}
-
 /* ---- facts about pieces and nodes ------------------------------------------ */
 
-typedef struct {
-  const char *tensor;
-  int64_t id;     /* parallel tensor file id */
-  int64_t rank;   /* global */
-  int32_t mb, replica;
-  int64_t part_k, part_n;
-  const int64_t *lo, *hi;
-  int ndim;
-} piece_info;
-
-static void piece_facts(const vd_run *r, int32_t piece, piece_info *pi) {
+void vd_report_i_piece_facts(const vd_run *r, int32_t piece, piece_info *pi) {
   const vd_lin_piece *pc = &r->lt.pieces[piece];
   const vd_tensor_t *t = &r->pp.tensors[pc->ptensor];
   pi->tensor = vd_plan_s(&r->pp, t->name);
@@ -75,13 +58,14 @@ static void piece_facts(const vd_run *r, int32_t piece, piece_info *pi) {
 
 /* ---- text -------------------------------------------------------------------- */
 
-void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
-  const vd_stage *st = &r->set.stages[stage];
-  const vd_stage_verdict *v = &r->verdicts[stage];
-  fprintf(f, "-- stage %u: NOT EQUIVALENT -- diagnosis %s", st->id, vd_diagnosis_names[v->diagnosis]);
-  if (v->factor[0]) fprintf(f, " (%s%s)", v->diagnosis == VD_DX_SCALE || v->diagnosis == VD_DX_EXTRA_REDUCTION ? "factor " : "", VD_SHOW(v->factor));
-  fputc('\n', f);
-  char sl[256], line[512];
+/* 'tensor' (t<id>) rank <r>[ mb <m>]: how every text block names a piece. */
+static void text_piece(FILE *f, const piece_info *pi) {
+  fprintf(f, "'%s' (t%lld) rank %lld", VD_SHOW(pi->tensor), (long long)pi->id, (long long)pi->rank);
+  if (pi->mb >= 0) fprintf(f, " mb %d", pi->mb);
+}
+
+static void stage_targets(const vd_run *r, const vd_stage *st, FILE *f) {
+  char sl[256];
   for (uint32_t ti = 0; ti < st->n_targets; ti++) {
     const vd_stage_target *t = &st->targets[ti];
     const vd_stage_value *sv = &st->vals[t->svalue];
@@ -91,6 +75,11 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
     fprintf(f, "   target: single '%s' %s%s, %u parallel piece(s)%s\n", VD_SHOW(vd_plan_s(&r->sp, ts->name)), sl,
             t->part_n > 1 ? " as a sum of parts" : "", t->n_pieces, inf ? " (inferred lineage)" : "");
   }
+}
+
+/* The parallel side's nodes, the first 24 of them. */
+static void stage_nodes(const vd_run *r, const vd_stage *st, FILE *f) {
+  char line[512];
   uint32_t n_single = 0, n_par = 0;
   for (uint32_t i = 0; i < st->n_nodes; i++) n_single += st->nodes[i].side == 0;
   fprintf(f, "   parallel nodes (%u single-device nodes not listed):\n", n_single);
@@ -103,20 +92,30 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
     vd_rep_fmt_node(line, sizeof(line), r, &st->nodes[i]);
     fprintf(f, "     %s\n", VD_SHOW(line));
   }
+}
+
+/* The parallel leaves the stage assumes: proven or initial lineages. */
+static void stage_hypotheses(const vd_run *r, const vd_stage *st, FILE *f) {
+  char sl[256];
   fprintf(f, "   hypotheses (proven or initial lineages):\n");
   for (uint32_t i = 0; i < st->n_vals; i++) {
     const vd_stage_value *sv = &st->vals[i];
     if (sv->side != 1 || sv->producer >= 0 || sv->leaf_piece < 0) continue;
     piece_info pi;
-    piece_facts(r, sv->leaf_piece, &pi);
+    vd_report_i_piece_facts(r, sv->leaf_piece, &pi);
     vd_lin_fmt_slice(pi.lo, pi.hi, pi.ndim, sl, sizeof(sl));
-    fprintf(f, "     '%s' (t%lld) rank %lld", VD_SHOW(pi.tensor), (long long)pi.id, (long long)pi.rank);
-    if (pi.mb >= 0) fprintf(f, " mb %d", pi.mb);
+    fputs("     ", f);
+    text_piece(f, &pi);
     fprintf(f, " = %s", sl);
     if (pi.part_n > 1) fprintf(f, " part %lld/%lld", (long long)pi.part_k, (long long)pi.part_n);
     if (r->inferred && r->inferred[r->lt.pieces[sv->leaf_piece].ptensor]) fputs(" (inferred, proven)", f);
     fputc('\n', f);
   }
+}
+
+/* The counterexample: its inputs (the first 12), then per disagreeing
+ * element the single value and every parallel copy. */
+static void stage_cex(const vd_run *r, const vd_stage *st, const vd_stage_verdict *v, FILE *f) {
   if (v->n_inputs) {
     fprintf(f, "   counterexample inputs (reduced shapes):");
     for (size_t i = 0; i < v->n_inputs && i < 12; i++) fprintf(f, "%s %s=%s", i ? "," : "", VD_SHOW(v->inputs[i].name), VD_SHOW(v->inputs[i].exact));
@@ -135,9 +134,9 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
       const vd_stage_cex_copy *cp = &v->copies[ce->copy_off + k];
       if (cp->piece >= 0) {
         piece_info pi;
-        piece_facts(r, cp->piece, &pi);
-        fprintf(f, "     Tp '%s' (t%lld) rank %lld", VD_SHOW(pi.tensor), (long long)pi.id, (long long)pi.rank);
-        if (pi.mb >= 0) fprintf(f, " mb %d", pi.mb);
+        vd_report_i_piece_facts(r, cp->piece, &pi);
+        fputs("     Tp ", f);
+        text_piece(f, &pi);
         if (pi.part_n > 1) fprintf(f, " part %lld/%lld", (long long)pi.part_k, (long long)pi.part_n);
       } else {
         fprintf(f, "     sum of the parts");
@@ -145,9 +144,10 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
       fprintf(f, " = %s%s\n", VD_SHOW(cp->exact), cp->disagrees ? "   <-- differs" : "");
     }
   }
-  if (v->diagnosis == VD_DX_MISSING_REDUCTION)
-    fprintf(f, "   Ts = sum of the Tp copies, while each copy claims the whole value: a reduction is missing\n");
-  /* issue 28: the counterexample run through the numeric evaluators */
+}
+
+/* What the numeric evaluators made of the counterexample (issue 28). */
+static void stage_cex_evaluation(const vd_stage_verdict *v, FILE *f) {
   if (v->cex_eval == VD_CEX_EVAL_SAME)
     fprintf(f, "   checked by evaluation: these values, run through the numeric evaluators (real kernels), reproduce "
                "the disagreement (%s)\n", v->cex_eval_note);
@@ -159,7 +159,13 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
                "this stage with the plans\n", v->cex_eval_note);
   else if (v->cex_eval == VD_CEX_EVAL_FAILED)
     fprintf(f, "   not checked by evaluation: %s\n", v->cex_eval_note);
-  char why[256];
+}
+
+/* Where the parallel side first goes wrong, and the pieces flagged. */
+static void stage_blame(const vd_run *r, size_t stage, FILE *f) {
+  const vd_stage *st = &r->set.stages[stage];
+  const vd_stage_verdict *v = &r->verdicts[stage];
+  char why[256], line[512];
   int32_t dn = vd_rep_diverging(r, stage, why, sizeof(why));
   if (dn >= 0) {
     vd_rep_fmt_node(line, sizeof(line), r, &st->nodes[dn]);
@@ -169,12 +175,28 @@ void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
     fprintf(f, "   flagged:");
     for (size_t i = 0; i < v->n_flagged; i++) {
       piece_info pi;
-      piece_facts(r, v->flagged_pieces[i], &pi);
-      fprintf(f, "%s '%s' (t%lld) rank %lld", i ? "," : "", VD_SHOW(pi.tensor), (long long)pi.id, (long long)pi.rank);
-      if (pi.mb >= 0) fprintf(f, " mb %d", pi.mb);
+      vd_report_i_piece_facts(r, v->flagged_pieces[i], &pi);
+      fputs(i ? ", " : " ", f);
+      text_piece(f, &pi);
     }
     fputc('\n', f);
   }
+}
+
+void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
+  const vd_stage *st = &r->set.stages[stage];
+  const vd_stage_verdict *v = &r->verdicts[stage];
+  fprintf(f, "-- stage %u: NOT EQUIVALENT -- diagnosis %s", st->id, vd_diagnosis_names[v->diagnosis]);
+  if (v->factor[0]) fprintf(f, " (%s%s)", v->diagnosis == VD_DX_SCALE || v->diagnosis == VD_DX_EXTRA_REDUCTION ? "factor " : "", VD_SHOW(v->factor));
+  fputc('\n', f);
+  stage_targets(r, st, f);
+  stage_nodes(r, st, f);
+  stage_hypotheses(r, st, f);
+  stage_cex(r, st, v, f);
+  if (v->diagnosis == VD_DX_MISSING_REDUCTION)
+    fprintf(f, "   Ts = sum of the Tp copies, while each copy claims the whole value: a reduction is missing\n");
+  stage_cex_evaluation(v, f);
+  stage_blame(r, stage, f);
 }
 
 /* -v: the stages that took longest to solve, and the stages that did the
@@ -560,39 +582,29 @@ static void text_finding_lines(const vd_run *r, const vd_run_opts *o, const vd_f
   if (fs->n > cap) fprintf(f, "   ... (%zu findings in all; --json lists every one)\n", fs->n);
 }
 
-void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
-  vd_findings fs;
-  vd_diag d;
-  vd_diag_clear(&d);
-  if (r->config_cached) {
-    fprintf(f, "%s\n", verdict_word(r));
-    fprintf(f, "  unchanged since a run proved it: the proof cache holds this pair (the SHA-256 of both input files, "
-               "this verdict binary) as EQUIVALENT, proven with %llu stages (%llu classes); nothing was solved again\n",
-            (unsigned long long)r->cached.n_stages, (unsigned long long)r->cached.n_classes);
-    return;
-  }
-  int have_fs = vd_findings_build(r, &fs, &d) == VD_OK;
-  vd_provenance pv;
-  vd_prov_build(r, &pv);
+/* A pair the proof cache already holds as EQUIVALENT: nothing else to say. */
+static void text_cached(const vd_run *r, FILE *f) {
   fprintf(f, "%s\n", verdict_word(r));
-  vd_prov_text_interrupted(r, f);
-  vd_prov_text(r, o, &pv, f);
-  text_proof(r, o, f);
-  if (o->cache) {
-    const vd_cache_stats *cs = &r->cache_stats;
-    fprintf(f, "  proof cache: %zu of %zu classes reused (%zu from the cache directory, %zu proven earlier in this "
-               "process), %zu proven and stored\n",
-            r->n_cache_reused, r->n_solved, cs->hits_disk, cs->hits_memory, cs->stored);
-    if (cs->ignored)
-      fprintf(f, "  proof cache: %zu entr%s ignored, not trusted (last: %s)\n", cs->ignored, cs->ignored == 1 ? "y" : "ies",
-              VD_SHOW(cs->last_ignored));
-    if (cs->write_errors) fprintf(f, "  proof cache: %zu entr%s could not be written\n", cs->write_errors,
-                                  cs->write_errors == 1 ? "y" : "ies");
-  }
-  if (r->n_limits)
-    fprintf(f, "  limits reached: %zu, listed below (`verdict limits`): what they stop is not proven, and is not a "
-               "difference\n", r->n_limits);
-  if (have_fs) text_finding_lines(r, o, &fs, f);
+  fprintf(f, "  unchanged since a run proved it: the proof cache holds this pair (the SHA-256 of both input files, "
+             "this verdict binary) as EQUIVALENT, proven with %llu stages (%llu classes); nothing was solved again\n",
+          (unsigned long long)r->cached.n_stages, (unsigned long long)r->cached.n_classes);
+}
+
+static void text_cache_stats(const vd_run *r, FILE *f) {
+  const vd_cache_stats *cs = &r->cache_stats;
+  fprintf(f, "  proof cache: %zu of %zu classes reused (%zu from the cache directory, %zu proven earlier in this "
+             "process), %zu proven and stored\n",
+          r->n_cache_reused, r->n_solved, cs->hits_disk, cs->hits_memory, cs->stored);
+  if (cs->ignored)
+    fprintf(f, "  proof cache: %zu entr%s ignored, not trusted (last: %s)\n", cs->ignored, cs->ignored == 1 ? "y" : "ies",
+            VD_SHOW(cs->last_ignored));
+  if (cs->write_errors) fprintf(f, "  proof cache: %zu entr%s could not be written\n", cs->write_errors,
+                                cs->write_errors == 1 ? "y" : "ies");
+}
+
+/* The structural problems' count, the lineage warnings, and what
+ * inference annotated. */
+static void text_structure(const vd_run *r, FILE *f) {
   if (r->n_issues_dropped)
     fprintf(f, "  structural problems: %zu (%zu listed)\n", r->n_issues + r->n_issues_dropped, r->n_issues);
   else if (r->n_issues)
@@ -603,42 +615,58 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
                "unannotated left to the stages\n",
             r->infer.n_annotated, r->infer.n_inferred - r->n_dropped, r->n_dropped, r->infer_rounds,
             r->infer.n_unknown + r->n_dropped);
-  if (r->inferred && r->infer.stuck_node >= 0 && vd_run_exit_code(r) != 0) {
-    /* A hint, not evidence: where propagation first stopped is usually the
-     * faulty operator's first consumer (a bug makes the parallel values
-     * stop matching the single ones there). */
-    const vd_node_t *sn = &r->pp.nodes[r->infer.stuck_node];
-    const vd_lin_infer_stats *is = &r->infer;
-    fprintf(f, "  lineage inference stopped first at rank %d", sn->rank);
-    if (is->stuck_mb >= 0) fprintf(f, " mb %d", is->stuck_mb);
-    char phrase[512];
-    vd_lin_stuck_phrase(is, phrase, sizeof(phrase));
-    fprintf(f, " %s '%s' (node %lld): %s", VD_SHOW(vd_node_op(&r->pp, sn)), VD_SHOW(vd_plan_s(&r->pp, sn->name)),
-            (long long)sn->id, VD_SHOW(phrase));
-    if (is->stuck_origin >= 0) {
-      const vd_node_t *on = &r->pp.nodes[is->stuck_origin];
-      fprintf(f, "; the factor comes from rank %d %s '%s' (node %lld)", on->rank, VD_SHOW(vd_node_op(&r->pp, on)),
-              VD_SHOW(vd_plan_s(&r->pp, on->name)), (long long)on->id);
-    } else {
-      int32_t from = -1;
-      int64_t pk = stuck_producer(r, &from);
-      if (pk >= 0) {
-        const vd_node_t *qn = &r->pp.nodes[pk];
-        fprintf(f, "; input %u comes from rank %d %s '%s' (node %lld)", is->stuck_input, qn->rank,
-                VD_SHOW(vd_node_op(&r->pp, qn)), VD_SHOW(vd_plan_s(&r->pp, qn->name)), (long long)qn->id);
-        if (from >= 0) fprintf(f, ", sent by rank %d", from);
-        int64_t rq = is->stuck_why == VD_LIN_STUCK_SLICE && from < 0 ? upstream_recv(r, pk, &from) : -1;
-        if (rq >= 0) {
-          const vd_node_t *rn = &r->pp.nodes[rq];
-          fprintf(f, ", computed from what rank %d %s '%s' (node %lld) received", rn->rank,
-                  VD_SHOW(vd_node_op(&r->pp, rn)), VD_SHOW(vd_plan_s(&r->pp, rn->name)), (long long)rn->id);
-          if (from >= 0) fprintf(f, " from rank %d", from);
-        }
-      }
-    }
-    fprintf(f, "\n");
+}
+
+/* rank <r> <op> '<name>' (node <id>) */
+static void text_node_words(const vd_run *r, const vd_node_t *n, FILE *f) {
+  fprintf(f, "rank %d %s '%s' (node %lld)", n->rank, VD_SHOW(vd_node_op(&r->pp, n)), VD_SHOW(vd_plan_s(&r->pp, n->name)),
+          (long long)n->id);
+}
+
+/* Where the stuck input of inference came from: the factor's origin, or
+ * the producer of the input (and who sent it, or what it was computed
+ * from). */
+static void text_stuck_source(const vd_run *r, FILE *f) {
+  const vd_lin_infer_stats *is = &r->infer;
+  if (is->stuck_origin >= 0) {
+    fputs("; the factor comes from ", f);
+    text_node_words(r, &r->pp.nodes[is->stuck_origin], f);
+    return;
   }
-  if (o->verbose && r->inferred) text_inferred(r, f);
+  int32_t from = -1;
+  int64_t pk = stuck_producer(r, &from);
+  if (pk < 0) return;
+  fprintf(f, "; input %u comes from ", is->stuck_input);
+  text_node_words(r, &r->pp.nodes[pk], f);
+  if (from >= 0) fprintf(f, ", sent by rank %d", from);
+  int64_t rq = is->stuck_why == VD_LIN_STUCK_SLICE && from < 0 ? upstream_recv(r, pk, &from) : -1;
+  if (rq >= 0) {
+    fputs(", computed from what ", f);
+    text_node_words(r, &r->pp.nodes[rq], f);
+    fputs(" received", f);
+    if (from >= 0) fprintf(f, " from rank %d", from);
+  }
+}
+
+/* A hint, not evidence: where propagation first stopped is usually the
+ * faulty operator's first consumer (a bug makes the parallel values stop
+ * matching the single ones there). */
+static void text_stuck(const vd_run *r, FILE *f) {
+  const vd_node_t *sn = &r->pp.nodes[r->infer.stuck_node];
+  const vd_lin_infer_stats *is = &r->infer;
+  fprintf(f, "  lineage inference stopped first at rank %d", sn->rank);
+  if (is->stuck_mb >= 0) fprintf(f, " mb %d", is->stuck_mb);
+  char phrase[512];
+  vd_lin_stuck_phrase(is, phrase, sizeof(phrase));
+  fprintf(f, " %s '%s' (node %lld): %s", VD_SHOW(vd_node_op(&r->pp, sn)), VD_SHOW(vd_plan_s(&r->pp, sn->name)),
+          (long long)sn->id, VD_SHOW(phrase));
+  text_stuck_source(r, f);
+  fprintf(f, "\n");
+}
+
+/* -v: the time per phase, memory, the cut's budget and the slowest
+ * stages; else one line of time and memory (nothing under -q). */
+static void text_time(const vd_run *r, const vd_run_opts *o, FILE *f) {
   if (!o->quiet && o->verbose) {
     fprintf(f, "  time:");
     for (int i = 0; i < VD_RUN_PHASES; i++) fprintf(f, " %s %.3fs", vd_run_phase_names[i], r->phase_s[i]);
@@ -656,15 +684,10 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
     if (r->threads_used) fprintf(f, "; %d thread(s)", r->threads_used);
     fprintf(f, " (-v: plan hashes, limits, the proof's counts and times)\n");
   }
-  /* --max-failures caps the findings printed in detail (the rest get one
-   * line each) and the inconclusive reasons listed. */
-  if (have_fs) {
-    text_findings(r, o, &fs, f);
-    vd_findings_free(&fs);
-  } else {
-    fprintf(f, "\n(out of memory while grouping the failures into findings)\n");
-  }
-  text_inconclusive(r, o, f);
+}
+
+/* The limits reached, up to --max-failures. */
+static void text_limits(const vd_run *r, const vd_run_opts *o, FILE *f) {
   size_t cap = o->max_failures > 0 ? (size_t)o->max_failures : SIZE_MAX;
   for (size_t i = 0; i < r->n_limits; i++) {
     if (i >= cap) {
@@ -675,444 +698,38 @@ void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
   }
 }
 
-/* ---- JSON ------------------------------------------------------------------- */
-
-/* Built with jansson (verifier/json_out.h): every string goes through
- * vd_jb_str, which repairs invalid UTF-8, and jansson escapes it; keys and
- * their order are docs/report-format.md's contract. */
-
-static json_t *jslice(vd_jb *b, const int64_t *lo, const int64_t *hi, int ndim) {
-  json_t *a = vd_jb_arr(b);
-  for (int i = 0; i < ndim; i++) {
-    json_t *p = vd_jb_arr(b);
-    vd_jb_push(b, p, vd_jb_int(b, lo[i]));
-    vd_jb_push(b, p, vd_jb_int(b, hi[i]));
-    vd_jb_push(b, a, p);
-  }
-  return a;
-}
-
-static json_t *jpiece(vd_jb *b, const vd_run *r, int32_t piece) {
-  piece_info pi;
-  piece_facts(r, piece, &pi);
-  json_t *o = vd_jb_obj(b), *part = vd_jb_arr(b);
-  vd_jb_set(b, o, "tensor", vd_jb_str(b, pi.tensor));
-  vd_jb_set(b, o, "tensor_id", vd_jb_int(b, pi.id));
-  vd_jb_set(b, o, "rank", vd_jb_int(b, pi.rank));
-  vd_jb_set(b, o, "replica", vd_jb_int(b, pi.replica));
-  vd_jb_set(b, o, "mb", vd_jb_int(b, pi.mb));
-  vd_jb_push(b, part, vd_jb_int(b, pi.part_k));
-  vd_jb_push(b, part, vd_jb_int(b, pi.part_n));
-  vd_jb_set(b, o, "part", part);
-  vd_jb_set(b, o, "slice", jslice(b, pi.lo, pi.hi, pi.ndim));
-  return o;
-}
-
-/* A plan node's fields into o: "node","plan","op","name","src","rank","mb","layer"; src is null when
- * the plan does not say where the user's code calls the operator. */
-static void jplan_node_fields(vd_jb *b, json_t *o, const vd_run *r, int side, int64_t pnode, int64_t rank, int64_t mb) {
-  const vd_plan_t *p = side ? &r->pp : &r->sp;
-  const vd_node_t *pn = &p->nodes[pnode];
-  vd_jb_set(b, o, "node", vd_jb_int(b, pn->id));
-  vd_jb_set(b, o, "plan", vd_jb_str(b, side ? "parallel" : "single"));
-  vd_jb_set(b, o, "op", vd_jb_str(b, vd_node_op(p, pn)));
-  vd_jb_set(b, o, "name", vd_jb_str(b, vd_plan_s(p, pn->name)));
-  vd_jb_set(b, o, "src", vd_jb_str(b, pn->src ? vd_plan_s(p, pn->src) : NULL));
-  vd_jb_set(b, o, "rank", vd_jb_int_or_null(b, rank));
-  vd_jb_set(b, o, "mb", vd_jb_int_or_null(b, mb));
-  vd_jb_set(b, o, "layer", vd_jb_int_or_null(b, pn->layer));
-}
-
-static json_t *jplan_node(vd_jb *b, const vd_run *r, int side, int64_t pnode, int64_t rank, int64_t mb) {
-  json_t *o = vd_jb_obj(b);
-  jplan_node_fields(b, o, r, side, pnode, rank, mb);
-  return o;
-}
-
-static json_t *jstage_node(vd_jb *b, const vd_run *r, const vd_stage_node *sn) {
-  const vd_graph_t *g = sn->side ? &r->pg : &r->sg;
-  uint32_t pn = g->nodes[sn->gnode].pnode;
-  return jplan_node(b, r, sn->side, pn, sn->side ? vd_graph_rank(g, g->plan->nodes[pn].rank, sn->replica) : -1,
-                    g->nodes[sn->gnode].mb);
-}
-
-/* Distinct flagged ranks (pass 0) or microbatches (pass 1), sorted. */
-static json_t *jflagged_distinct(vd_jb *b, const vd_run *r, const vd_stage_verdict *v, int pass) {
-  json_t *a = vd_jb_arr(b);
-  int64_t prev = -1;
-  for (;;) {
-    int64_t best = -1;
-    for (size_t i = 0; i < v->n_flagged; i++) {
-      piece_info pi;
-      piece_facts(r, v->flagged_pieces[i], &pi);
-      int64_t x = pass == 0 ? pi.rank : pi.mb;
-      if (x > prev && (best < 0 || x < best)) best = x;
-    }
-    if (best < 0) break;
-    vd_jb_push(b, a, vd_jb_int(b, best));
-    prev = best;
-  }
-  return a;
-}
-
-static json_t *jelements(vd_jb *b, const vd_run *r, const vd_stage *st, const vd_stage_verdict *v) {
-  json_t *a = vd_jb_arr(b);
-  for (size_t e = 0; e < v->n_elems; e++) {
-    const vd_stage_cex_elem *ce = &v->elems[e];
-    const vd_stage_value *sv = &st->vals[st->targets[ce->target].svalue];
-    json_t *o = vd_jb_obj(b), *idx = vd_jb_arr(b), *copies = vd_jb_arr(b);
-    vd_jb_set(b, o, "target", vd_jb_int(b, ce->target));
-    for (int k = 0; k < sv->ndim; k++) vd_jb_push(b, idx, vd_jb_int(b, ce->elem[k]));
-    vd_jb_set(b, o, "index", idx);
-    vd_jb_set(b, o, "single", vd_jb_str(b, ce->single_exact)); /* exact rationals stay strings */
-    for (uint32_t k = 0; k < ce->n_copies; k++) {
-      const vd_stage_cex_copy *cp = &v->copies[ce->copy_off + k];
-      json_t *c = vd_jb_obj(b);
-      vd_jb_set(b, c, "piece", cp->piece >= 0 ? jpiece(b, r, cp->piece) : json_null());
-      vd_jb_set(b, c, "sum_of_parts", vd_jb_bool(b, cp->piece < 0));
-      vd_jb_set(b, c, "value", vd_jb_str(b, cp->exact));
-      vd_jb_set(b, c, "differs", vd_jb_bool(b, cp->disagrees));
-      vd_jb_push(b, copies, c);
-    }
-    vd_jb_set(b, o, "copies", copies);
-    vd_jb_push(b, a, o);
-  }
-  return a;
-}
-
-static json_t *json_stage_failure(vd_jb *b, const vd_run *r, size_t stage) {
-  const vd_stage *st = &r->set.stages[stage];
-  const vd_stage_verdict *v = &r->verdicts[stage];
-  json_t *o = vd_jb_obj(b), *targets = vd_jb_arr(b), *flagged = vd_jb_arr(b), *nodes = vd_jb_arr(b),
-         *hyps = vd_jb_arr(b), *inputs = vd_jb_arr(b);
-  vd_jb_set(b, o, "kind", vd_jb_str(b, "stage"));
-  vd_jb_set(b, o, "stage", vd_jb_int(b, st->id));
-  vd_jb_set(b, o, "class", vd_jb_int_or_null(b, st->canon_class));
-  vd_jb_set(b, o, "replicas", vd_jb_int(b, st->n_rep ? st->n_rep : 1));
-  vd_jb_set(b, o, "diagnosis", vd_jb_str(b, vd_diagnosis_names[v->diagnosis]));
-  vd_jb_set(b, o, "factor", vd_jb_str(b, v->factor));
-  vd_jb_set(b, o, "has_counterexample", vd_jb_bool(b, v->n_elems != 0));
-  for (uint32_t ti = 0; ti < st->n_targets; ti++) {
-    const vd_stage_target *t = &st->targets[ti];
-    const vd_stage_value *sv = &st->vals[t->svalue];
-    const vd_tensor_t *ts = &r->sp.tensors[r->sg.values[sv->value].tensor];
-    int inf = r->inferred && t->n_pieces && r->inferred[r->lt.pieces[st->idx[t->piece_off]].ptensor];
-    json_t *to = vd_jb_obj(b);
-    vd_jb_set(b, to, "single", vd_jb_str(b, vd_plan_s(&r->sp, ts->name)));
-    vd_jb_set(b, to, "slice", jslice(b, t->lo, t->hi, sv->ndim));
-    vd_jb_set(b, to, "parts", vd_jb_int(b, t->part_n));
-    vd_jb_set(b, to, "pieces", vd_jb_int(b, t->n_pieces));
-    vd_jb_set(b, to, "inferred", vd_jb_bool(b, inf));
-    vd_jb_push(b, targets, to);
-  }
-  vd_jb_set(b, o, "targets", targets);
-  for (size_t i = 0; i < v->n_flagged; i++) vd_jb_push(b, flagged, jpiece(b, r, v->flagged_pieces[i]));
-  vd_jb_set(b, o, "flagged", flagged);
-  vd_jb_set(b, o, "ranks", jflagged_distinct(b, r, v, 0));
-  vd_jb_set(b, o, "microbatches", jflagged_distinct(b, r, v, 1));
-  for (uint32_t i = 0; i < st->n_nodes; i++) vd_jb_push(b, nodes, jstage_node(b, r, &st->nodes[i]));
-  vd_jb_set(b, o, "nodes", nodes);
-  for (uint32_t i = 0; i < st->n_vals; i++) {
-    const vd_stage_value *sv = &st->vals[i];
-    if (sv->side != 1 || sv->producer >= 0 || sv->leaf_piece < 0) continue;
-    vd_jb_push(b, hyps, jpiece(b, r, sv->leaf_piece));
-  }
-  vd_jb_set(b, o, "hypotheses", hyps);
-  char why[256];
-  int32_t dn = vd_rep_diverging(r, stage, why, sizeof(why));
-  if (dn >= 0) {
-    const vd_stage_node *sn = &st->nodes[dn];
-    const vd_graph_t *g = sn->side ? &r->pg : &r->sg;
-    uint32_t pn = g->nodes[sn->gnode].pnode;
-    json_t *d = vd_jb_obj(b);
-    vd_jb_set(b, d, "stage_node", vd_jb_int(b, dn));
-    jplan_node_fields(b, d, r, sn->side, pn, sn->side ? vd_graph_rank(g, g->plan->nodes[pn].rank, sn->replica) : -1,
-                      g->nodes[sn->gnode].mb);
-    vd_jb_set(b, d, "why", vd_jb_str(b, why));
-    vd_jb_set(b, o, "first_diverging_node", d);
-  } else {
-    vd_jb_set(b, o, "first_diverging_node", json_null());
-  }
-  for (size_t i = 0; i < v->n_inputs; i++) {
-    json_t *in = vd_jb_obj(b);
-    vd_jb_set(b, in, "name", vd_jb_str(b, v->inputs[i].name));
-    vd_jb_set(b, in, "value", vd_jb_str(b, v->inputs[i].exact));
-    vd_jb_push(b, inputs, in);
-  }
-  vd_jb_set(b, o, "inputs", inputs);
-  vd_jb_set(b, o, "elements", jelements(b, r, st, v));
-  return o;
-}
-
-/* A structural entry with structured fields: plan, node record, tensor
- * record, rank/replica/mb (null when none), operand field, detail. */
-static json_t *json_issue(vd_jb *b, const vd_run *r, const vd_issue *is) {
-  const vd_plan_t *p = is->single ? &r->sp : &r->pp;
-  json_t *o = vd_jb_obj(b);
-  vd_jb_set(b, o, "kind", vd_jb_str(b, "structural"));
-  vd_jb_set(b, o, "diagnosis", vd_jb_str(b, vd_diagnosis_names[is->diagnosis]));
-  vd_jb_set(b, o, "source", vd_jb_str(b, is->source));
-  vd_jb_set(b, o, "issue", vd_jb_str(b, is->kind_name));
-  vd_jb_set(b, o, "plan", vd_jb_str(b, is->single ? "single" : "parallel"));
-  vd_jb_set(b, o, "node",
-            is->pnode >= 0 && (size_t)is->pnode < p->n_nodes ? jplan_node(b, r, !is->single, is->pnode, is->rank, is->mb)
-                                                             : json_null());
-  if (is->tensor >= 0 && (size_t)is->tensor < p->n_tensors) {
-    const vd_tensor_t *t = &p->tensors[is->tensor];
-    json_t *to = vd_jb_obj(b);
-    vd_jb_set(b, to, "tensor_id", vd_jb_int(b, t->id));
-    vd_jb_set(b, to, "name", vd_jb_str(b, vd_plan_s(p, t->name)));
-    vd_jb_set(b, o, "tensor", to);
-  } else {
-    vd_jb_set(b, o, "tensor", json_null());
-  }
-  vd_jb_set(b, o, "single_tensor",
-            vd_jb_str(b, is->stensor >= 0 && (size_t)is->stensor < r->sp.n_tensors
-                             ? vd_plan_s(&r->sp, r->sp.tensors[is->stensor].name)
-                             : NULL));
-  vd_jb_set(b, o, "rank", vd_jb_int_or_null(b, is->rank));
-  vd_jb_set(b, o, "replica", vd_jb_int_or_null(b, is->replica));
-  vd_jb_set(b, o, "mb", vd_jb_int_or_null(b, is->mb));
-  vd_jb_set(b, o, "field", vd_jb_str(b, is->field[0] ? is->field : NULL));
-  vd_jb_set(b, o, "detail", vd_jb_str(b, is->detail));
-  return o;
-}
-
-static json_t *jints64(vd_jb *b, const int64_t *v, size_t n) {
-  json_t *a = vd_jb_arr(b);
-  for (size_t i = 0; i < n; i++) vd_jb_push(b, a, vd_jb_int(b, v[i]));
-  return a;
-}
-static json_t *jints32(vd_jb *b, const int32_t *v, size_t n) {
-  json_t *a = vd_jb_arr(b);
-  for (size_t i = 0; i < n; i++) vd_jb_push(b, a, vd_jb_int(b, v[i]));
-  return a;
-}
-
-/* '\n'-joined lines as an array of strings ([] for ""). */
-static json_t *jlines(vd_jb *b, const char *lines) {
-  json_t *a = vd_jb_arr(b);
-  for (const char *s = lines; *s;) {
-    const char *e = strchr(s, '\n');
-    char line[512];
-    size_t len = e ? (size_t)(e - s) : strlen(s);
-    if (len >= sizeof(line)) len = sizeof(line) - 1; /* a frame is a path, a line and a function */
-    memcpy(line, s, len);
-    line[len] = '\0';
-    vd_jb_push(b, a, vd_jb_str(b, line));
-    if (!e) break;
-    s = e + 1;
-  }
-  return a;
-}
-
-static json_t *json_finding(vd_jb *b, const vd_run *r, const vd_finding *fd) {
-  char title[512];
-  vd_rep_fmt_title(title, sizeof(title), r, fd);
-  json_t *o = vd_jb_obj(b), *stages = vd_jb_arr(b);
-  vd_jb_set(b, o, "diagnosis", vd_jb_str(b, vd_diagnosis_names[fd->diagnosis]));
-  vd_jb_set(b, o, "title", vd_jb_str(b, title));
-  vd_jb_set(b, o, "factor", vd_jb_str(b, fd->structural ? "" : r->verdicts[fd->rep].factor));
-  vd_jb_set(b, o, "node", fd->pnode >= 0 ? jplan_node(b, r, fd->side, fd->pnode, fd->node_rank, fd->node_mb) : json_null());
-  vd_jb_set(b, o, "why", vd_jb_str(b, fd->why));
-  vd_jb_set(b, o, "stack", jlines(b, vd_rep_finding_stack(r, fd)));
-  vd_jb_set(b, o, "hint", vd_jb_str(b, vd_findings_hint(fd->diagnosis)));
-  vd_jb_set(b, o, "ranks", jints64(b, fd->ranks, fd->n_ranks));
-  vd_jb_set(b, o, "microbatches", jints32(b, fd->mbs, fd->n_mbs));
-  vd_jb_set(b, o, "layers", jints32(b, fd->layers, fd->n_layers));
-  for (size_t i = 0; i < fd->n_stages; i++) vd_jb_push(b, stages, vd_jb_int(b, (int64_t)fd->stages[i]));
-  vd_jb_set(b, o, "stages", stages);
-  vd_jb_set(b, o, "stage_count", vd_jb_int(b, (int64_t)fd->n_stages));
-  vd_jb_set(b, o, "per_replica_stages", vd_jb_int(b, (int64_t)fd->n_instances));
-  vd_jb_set(b, o, "structural_entries", vd_jb_int(b, (int64_t)fd->n_issues));
-  vd_jb_set(b, o, "representative",
-            fd->structural ? json_issue(b, r, &r->issues[fd->rep]) : json_stage_failure(b, r, fd->rep));
-  return o;
-}
-
-static json_t *json_summary(vd_jb *b, const vd_run *r, const vd_findings *fs, int cache_on) {
-  size_t cg_eq, cg_inc;
-  vd_rep_class_counts(r, &cg_eq, &cg_inc);
-  json_t *o = vd_jb_obj(b), *secs = vd_jb_obj(b);
-  const struct {
-    const char *key;
-    size_t v;
-  } counts[] = {
-      {"stages", r->set.n_stages},
-      {"classes", r->n_solved},
-      {"reduced", r->n_reduced},
-      {"by_normal_form", r->n_fast},
-      {"equivalent", r->n_equiv},
-      {"not_equivalent", r->n_not_equiv},
-      {"inconclusive", r->n_inconclusive},
-      {"structural", r->n_issues + r->n_issues_dropped},
-      {"structural_not_listed", r->n_issues_dropped},
-      {"findings", fs->n},
-      {"per_replica_stages", r->n_represented},
-      {"class_groups_equivalent", cg_eq},
-      {"class_groups_inconclusive", cg_inc},
-      {"lineages_annotated", r->infer.n_annotated},
-      {"lineages_inferred", r->infer.n_inferred - r->n_dropped},
-      {"lineages_dropped", r->n_dropped},
-  };
-  for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++)
-    vd_jb_set(b, o, counts[i].key, vd_jb_int(b, (int64_t)counts[i].v));
-  vd_jb_set(b, o, "threads", vd_jb_int(b, r->threads_used));
-  vd_jb_set(b, o, "peak_bytes", vd_jb_int(b, (int64_t)r->peak_bytes));
-  vd_jb_set(b, o, "peak_tracked_bytes", vd_jb_int(b, (int64_t)r->peak_tracked_bytes));
-  for (int i = 0; i < VD_RUN_PHASES; i++) vd_jb_set(b, secs, vd_run_phase_names[i], vd_jb_real(b, r->phase_s[i], 4));
-  vd_jb_set(b, o, "seconds", secs);
+void vd_report_text(const vd_run *r, const vd_run_opts *o, FILE *f) {
+  vd_findings fs;
+  vd_diag d;
+  vd_diag_clear(&d);
   if (r->config_cached) {
-    json_t *u = vd_jb_obj(b);
-    vd_jb_set(b, u, "stages", vd_jb_int(b, (int64_t)r->cached.n_stages));
-    vd_jb_set(b, u, "classes", vd_jb_int(b, (int64_t)r->cached.n_classes));
-    vd_jb_set(b, o, "unchanged_since_proven", u);
+    text_cached(r, f);
+    return;
   }
-  if (cache_on) {
-    const vd_cache_stats *cs = &r->cache_stats;
-    json_t *c = vd_jb_obj(b);
-    const struct {
-      const char *key;
-      size_t v;
-    } pc[] = {{"reused", r->n_cache_reused}, {"from_directory", cs->hits_disk}, {"from_process", cs->hits_memory},
-              {"stored", cs->stored},        {"ignored", cs->ignored},       {"write_errors", cs->write_errors}};
-    for (size_t i = 0; i < sizeof(pc) / sizeof(pc[0]); i++) vd_jb_set(b, c, pc[i].key, vd_jb_int(b, (int64_t)pc[i].v));
-    vd_jb_set(b, o, "proof_cache", c);
-  }
-  return o;
-}
-
-/* The whole report as a jansson document (NULL-free unless b->oom). */
-static json_t *json_report(vd_jb *b, const vd_run *r, const vd_run_opts *o, const vd_findings *fs) {
-  json_t *root = vd_jb_obj(b), *tool = vd_jb_obj(b), *inputs = vd_jb_obj(b);
-  json_t *findings = vd_jb_arr(b), *failures = vd_jb_arr(b), *inconclusive = vd_jb_arr(b);
-  vd_jb_set(b, root, "schema_version", vd_jb_int(b, VD_REPORT_SCHEMA_VERSION));
-  vd_jb_set(b, tool, "name", vd_jb_str(b, "verdict"));
-  vd_jb_set(b, tool, "version", vd_jb_str(b, VD_VERSION_STRING));
-  vd_jb_set(b, root, "tool", tool);
-  vd_jb_set(b, inputs, "single", vd_jb_str(b, o->sm));
-  vd_jb_set(b, inputs, "parallel", vd_jb_str(b, o->pm));
-  vd_jb_set(b, root, "inputs", inputs);
+  int have_fs = vd_findings_build(r, &fs, &d) == VD_OK;
   vd_provenance pv;
   vd_prov_build(r, &pv);
-  vd_prov_json(b, root, r, o, &pv);
-  vd_jb_set(b, root, "verdict", vd_jb_str(b, verdict_json(r)));
-  vd_jb_set(b, root, "exit_code", vd_jb_int(b, vd_run_exit_code(r)));
-  vd_jb_set(b, root, "summary", json_summary(b, r, fs, o->cache != NULL));
-  for (size_t k = 0; k < fs->n && !b->oom; k++) vd_jb_push(b, findings, json_finding(b, r, &fs->v[k]));
-  vd_jb_set(b, root, "findings", findings);
-  for (size_t i = 0; i < r->n_issues && !b->oom; i++) vd_jb_push(b, failures, json_issue(b, r, &r->issues[i]));
-  int shown = 0;
-  for (size_t i = 0; r->verdicts && i < r->set.n_stages && !b->oom; i++) {
-    if (r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT) continue;
-    if (o->max_failures > 0 && shown >= o->max_failures) break;
-    vd_jb_push(b, failures, json_stage_failure(b, r, i));
-    shown++;
+  fprintf(f, "%s\n", verdict_word(r));
+  vd_prov_text_interrupted(r, f);
+  vd_prov_text(r, o, &pv, f);
+  text_proof(r, o, f);
+  if (o->cache) text_cache_stats(r, f);
+  if (r->n_limits)
+    fprintf(f, "  limits reached: %zu, listed below (`verdict limits`): what they stop is not proven, and is not a "
+               "difference\n", r->n_limits);
+  if (have_fs) text_finding_lines(r, o, &fs, f);
+  text_structure(r, f);
+  if (r->inferred && r->infer.stuck_node >= 0 && vd_run_exit_code(r) != 0) text_stuck(r, f);
+  if (o->verbose && r->inferred) text_inferred(r, f);
+  text_time(r, o, f);
+  /* --max-failures caps the findings printed in detail (the rest get one
+   * line each) and the inconclusive reasons listed. */
+  if (have_fs) {
+    text_findings(r, o, &fs, f);
+    vd_findings_free(&fs);
+  } else {
+    fprintf(f, "\n(out of memory while grouping the failures into findings)\n");
   }
-  vd_jb_set(b, root, "failures", failures);
-  for (size_t i = 0; r->verdicts && i < r->set.n_stages && !b->oom; i++) {
-    if (r->verdicts[i].verdict != VD_SMT_INCONCLUSIVE) continue;
-    json_t *e = vd_jb_obj(b);
-    vd_jb_set(b, e, "stage", vd_jb_int(b, (int64_t)i));
-    vd_jb_set(b, e, "limit", vd_jb_str(b, vd_smt_limit_names[r->verdicts[i].limit]));
-    vd_jb_set(b, e, "work", vd_jb_int(b, (int64_t)r->verdicts[i].work));
-    vd_jb_set(b, e, "reason", vd_jb_str(b, r->verdicts[i].reason));
-    vd_jb_push(b, inconclusive, e);
-  }
-  /* Limits reached outside any stage: no stage, the limit named in the
-   * reason; "cut": a bound of the stage cut (stages/); "replicas": the
-   * replica work checked before anything is cut (verifier/run.c). */
-  for (size_t i = 0; i < r->n_limits && !b->oom; i++) {
-    json_t *e = vd_jb_obj(b);
-    vd_jb_set(b, e, "stage", json_null());
-    vd_jb_set(b, e, "limit", vd_jb_str(b, strcmp(r->limits[i].source, "stages") ? "replicas" : "cut"));
-    vd_jb_set(b, e, "work", vd_jb_int(b, 0));
-    vd_jb_set(b, e, "reason", vd_jb_str(b, r->limits[i].detail));
-    vd_jb_push(b, inconclusive, e);
-  }
-  vd_jb_set(b, root, "inconclusive", inconclusive);
-  json_t *warnings = vd_jb_arr(b);
-  for (size_t i = 0; i < r->lt.n_warnings && !b->oom; i++) {
-    json_t *e = vd_jb_obj(b);
-    vd_jb_set(b, e, "kind", vd_jb_str(b, r->lt.warnings[i].kind_name));
-    vd_jb_set(b, e, "detail", vd_jb_str(b, r->lt.warnings[i].detail));
-    vd_jb_push(b, warnings, e);
-  }
-  vd_jb_set(b, root, "warnings", warnings);
-  return root;
-}
-
-vd_rc vd_report_json(const vd_run *r, const vd_run_opts *o, const char *path, vd_diag *d) {
-  vd_findings fs;
-  VD_CHECK(vd_findings_build(r, &fs, d));
-  vd_jb b = {0};
-  json_t *root = json_report(&b, r, o, &fs);
-  vd_findings_free(&fs);
-  if (b.oom) {
-    json_decref(root);
-    return VD_OOM(d);
-  }
-  vd_outfile of; /* common/outfile.h: "-" is stdout */
-  vd_rc orc = vd_outfile_open(&of, path, VD_OUTFILE_STDOUT, d);
-  if (orc != VD_OK) {
-    json_decref(root);
-    return orc;
-  }
-  int wrc = vd_jb_write(root, of.fp, 10);
-  json_decref(root);
-  if (wrc != 0) {
-    vd_outfile_abort(&of);
-    VD_FAIL(d, VD_EIO, path, NULL, NULL, "writing the JSON report failed");
-  }
-  return vd_outfile_commit(&of, d);
-}
-
-/* ---- --dump-stages ------------------------------------------------------------ */
-
-static void shape_str(char *buf, size_t n, const int64_t *s, int ndim) {
-  size_t at = (size_t)snprintf(buf, n, "[");
-  for (int i = 0; i < ndim && at < n; i++) at += (size_t)snprintf(buf + at, n - at, "%s%lld", i ? "," : "", (long long)s[i]);
-  if (at < n) snprintf(buf + at, n - at, "]");
-}
-
-vd_rc vd_report_stages(const vd_run *r, const char *path, vd_diag *d) {
-  vd_outfile of;
-  VD_CHECK(vd_outfile_open(&of, path, 0, d));
-  FILE *f = of.fp;
-  char line[512], a[128], b[128];
-  for (size_t i = 0; i < r->set.n_stages; i++) {
-    const vd_stage *st = &r->set.stages[i];
-    const vd_stage_verdict *v = r->verdicts ? &r->verdicts[i] : NULL;
-    fprintf(f, "stage %u class %d %s%s", st->id, st->canon_class, st->reduced ? "reduced" : "unreduced",
-            v ? (v->verdict == VD_SMT_EQUIVALENT ? " equivalent" : v->verdict == VD_SMT_NOT_EQUIVALENT ? " NOT-EQUIVALENT" : " inconclusive") : "");
-    if (st->n_rep > 1) fprintf(f, " (stands for %u replicas)", st->n_rep);
-    if (st->n_mb > 1) fprintf(f, " (stands for %u microbatches)", st->n_mb);
-    if (st->sum_parts)
-      fprintf(f, " (part %lld of a sum of %lld by part, rows [%lld, %lld) of %lld)", (long long)st->cut_part,
-              (long long)st->sum_parts, (long long)st->sum_lo, (long long)st->sum_hi, (long long)st->sum_ext);
-    fputc('\n', f);
-    for (uint32_t t = 0; t < st->n_targets; t++) {
-      const vd_stage_target *tg = &st->targets[t];
-      const vd_stage_value *sv = &st->vals[tg->svalue];
-      const vd_tensor_t *ts = &r->sp.tensors[r->sg.values[sv->value].tensor];
-      vd_lin_fmt_slice(tg->lo, tg->hi, sv->ndim, a, sizeof(a));
-      vd_lin_fmt_slice(tg->rlo, tg->rhi, sv->ndim, b, sizeof(b));
-      fprintf(f, "  target '%s' %s (reduced %s) parts %lld, %u piece(s)\n", VD_SHOW(vd_plan_s(&r->sp, ts->name)), a, b,
-              (long long)tg->part_n, tg->n_pieces);
-    }
-    for (uint32_t k = 0; k < st->n_vals; k++) {
-      const vd_stage_value *sv = &st->vals[k];
-      const vd_graph_t *g = sv->side ? &r->pg : &r->sg;
-      const vd_tensor_t *t = &g->plan->tensors[g->values[sv->value].tensor];
-      shape_str(a, sizeof(a), sv->shape, sv->ndim);
-      shape_str(b, sizeof(b), sv->rshape, sv->ndim);
-      fprintf(f, "  v%u %s '%s' %s -> %s%s\n", k, sv->side ? "parallel" : "single", VD_SHOW(vd_plan_s(g->plan, t->name)), a, b,
-              sv->producer < 0 ? (sv->leaf_piece >= 0 ? " hypothesis" : " leaf") : "");
-    }
-    for (uint32_t k = 0; k < st->n_nodes; k++) {
-      vd_rep_fmt_node(line, sizeof(line), r, &st->nodes[k]);
-      fprintf(f, "  n%u %s\n", k, VD_SHOW(line));
-    }
-  }
-  return vd_outfile_commit(&of, d);
+  text_inconclusive(r, o, f);
+  text_limits(r, o, f);
 }
