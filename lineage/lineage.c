@@ -669,96 +669,94 @@ static vd_rc coverage_sweep(lctx *c, const vd_lineage *L, const vd_lin_piece *B,
                    sname(c, L->stensor), moment(L->initial), (long long)vol, (long long)numel, sh);
 }
 
-/* Coverage of one moment: sl lists one piece of B per distinct slice (k > 0). */
-static vd_rc coverage(lctx *c, const vd_lineage *L, const vd_lin_piece *B, uint32_t *sl, size_t k) {
-  const vd_tensor_t *st = &c->sp->tensors[L->stensor];
-  int32_t nd = st->ndim;
-  int64_t *co[VD_MAX_DIMS] = {0};
-  size_t nc[VD_MAX_DIMS] = {0}, stride[VD_MAX_DIMS] = {0};
-  uint32_t *owner = NULL;
-  vd_rc rc = VD_OK;
-  size_t cells = 1;
-  int big = 0;
-  for (int32_t i = 0; i < nd; i++) {
-    co[i] = vd_malloc((2 * k + 2) * sizeof(int64_t));
-    if (!co[i]) {
-      rc = VD_OOM(c->d);
-      goto done;
-    }
+/* The grid of one moment: every dimension cut at the slices' bounds (and
+ * the tensor's), cells numbered row-major. */
+typedef struct {
+  int32_t nd;
+  int64_t *co[VD_MAX_DIMS]; /* cut coordinates per dimension, sorted, distinct */
+  size_t nc[VD_MAX_DIMS], stride[VD_MAX_DIMS];
+  size_t cells;
+} grid_t;
+
+static void grid_free(grid_t *g) {
+  for (int32_t i = 0; i < g->nd; i++) vd_free(g->co[i]);
+}
+
+/* The cuts of the k slices sl of B on a tensor of shape st; *big when the
+ * grid would pass GRID_MAX cells (then cells and strides are not set). */
+static vd_rc grid_cut(lctx *c, const vd_tensor_t *st, const vd_lin_piece *B, const uint32_t *sl, size_t k,
+                      grid_t *g, int *big) {
+  g->nd = st->ndim;
+  g->cells = 1;
+  *big = 0;
+  for (int32_t i = 0; i < g->nd; i++) {
+    g->co[i] = vd_malloc((2 * k + 2) * sizeof(int64_t));
+    if (!g->co[i]) return VD_OOM(c->d);
     size_t m = 0;
-    co[i][m++] = 0;
-    co[i][m++] = st->shape[i];
+    g->co[i][m++] = 0;
+    g->co[i][m++] = st->shape[i];
     for (size_t j = 0; j < k; j++) {
-      co[i][m++] = B[sl[j]].lo[i];
-      co[i][m++] = B[sl[j]].hi[i];
+      g->co[i][m++] = B[sl[j]].lo[i];
+      g->co[i][m++] = B[sl[j]].hi[i];
     }
-    size_t u = sort_unique(co[i], m);
-    if (u == (size_t)-1) {
-      rc = VD_OOM(c->d);
-      goto done;
-    }
-    nc[i] = u;
-    if (u - 1 > 0 && cells > GRID_MAX / (u - 1)) big = 1;
-    else cells *= u - 1;
+    size_t u = sort_unique(g->co[i], m);
+    if (u == (size_t)-1) return VD_OOM(c->d);
+    g->nc[i] = u;
+    if (u - 1 > 0 && g->cells > GRID_MAX / (u - 1)) *big = 1;
+    else g->cells *= u - 1;
   }
-  if (big) {
-    rc = coverage_sweep(c, L, B, sl, k);
-    goto done;
-  }
+  if (*big) return VD_OK;
   /* Row-major strides over cells. */
-  {
-    size_t s = 1;
-    for (int32_t i = nd - 1; i >= 0; i--) {
-      stride[i] = s;
-      s *= nc[i] - 1;
-    }
+  size_t s = 1;
+  for (int32_t i = g->nd - 1; i >= 0; i--) {
+    g->stride[i] = s;
+    s *= g->nc[i] - 1;
   }
-  /* Largest slices first, so a cell's owner is the smallest slice covering
-   * it so far: a later slice must fit inside it (a finer copy, e.g. ZeRO
-   * master shards next to full weights) or it overlaps partially. */
-  {
-    int64_t *key = vd_malloc(k * 2 * sizeof(*key));
-    if (!key) {
-      rc = VD_OOM(c->d);
-      goto done;
-    }
-    for (size_t j = 0; j < k; j++) {
-      key[2 * j] = -box_volume(&B[sl[j]], nd);
-      key[2 * j + 1] = (int64_t)j;
-    }
-    qsort(key, k, 2 * sizeof(*key), cmp_pair);
-    uint32_t *tmp = vd_malloc(k * sizeof(*tmp));
-    if (!tmp) {
-      vd_free(key);
-      rc = VD_OOM(c->d);
-      goto done;
-    }
-    for (size_t j = 0; j < k; j++) tmp[j] = sl[key[2 * j + 1]];
-    memcpy(sl, tmp, k * sizeof(*sl));
-    vd_free(tmp);
+  return VD_OK;
+}
+
+/* Largest slices first, so a cell's owner is the smallest slice covering
+ * it so far: a later slice must fit inside it (a finer copy, e.g. ZeRO
+ * master shards next to full weights) or it overlaps partially. */
+static vd_rc sort_by_volume(lctx *c, const vd_lin_piece *B, uint32_t *sl, size_t k, int32_t nd) {
+  int64_t *key = vd_malloc(k * 2 * sizeof(*key));
+  if (!key) return VD_OOM(c->d);
+  for (size_t j = 0; j < k; j++) {
+    key[2 * j] = -box_volume(&B[sl[j]], nd);
+    key[2 * j + 1] = (int64_t)j;
+  }
+  qsort(key, k, 2 * sizeof(*key), cmp_pair);
+  uint32_t *tmp = vd_malloc(k * sizeof(*tmp));
+  if (!tmp) {
     vd_free(key);
+    return VD_OOM(c->d);
   }
-  owner = vd_malloc(cells * sizeof(*owner));
-  if (!owner) {
-    rc = VD_OOM(c->d);
-    goto done;
-  }
-  for (size_t i = 0; i < cells; i++) owner[i] = NONE;
-  /* A slice that overlaps still claims its other cells (so the gap
-   * reported is the real one), but visits are capped: after an overlap the
-   * coverage verdict is already "bad". */
-  size_t visits = 0, max_visits = 4 * cells + 4 * k + 1024;
+  for (size_t j = 0; j < k; j++) tmp[j] = sl[key[2 * j + 1]];
+  memcpy(sl, tmp, k * sizeof(*sl));
+  vd_free(tmp);
+  vd_free(key);
+  return VD_OK;
+}
+
+/* Each cell's owner: the first slice (in sl's order) covering it, NONE for
+ * none.  A slice that overlaps still claims its other cells (so the gap
+ * reported is the real one), but visits are capped: after an overlap the
+ * coverage verdict is already "bad". */
+static void claim_cells(const grid_t *g, const vd_lin_piece *B, const uint32_t *sl, size_t k, uint32_t *owner) {
+  int32_t nd = g->nd;
+  for (size_t i = 0; i < g->cells; i++) owner[i] = NONE;
+  size_t visits = 0, max_visits = 4 * g->cells + 4 * k + 1024;
   for (size_t j = 0; j < k && visits <= max_visits; j++) {
     const vd_lin_piece *x = &B[sl[j]];
     size_t a[VD_MAX_DIMS], b[VD_MAX_DIMS], cur[VD_MAX_DIMS];
     for (int32_t i = 0; i < nd; i++) {
-      a[i] = lower_i64(co[i], nc[i], x->lo[i]);
-      b[i] = lower_i64(co[i], nc[i], x->hi[i]);
+      a[i] = lower_i64(g->co[i], g->nc[i], x->lo[i]);
+      b[i] = lower_i64(g->co[i], g->nc[i], x->hi[i]);
       cur[i] = a[i];
     }
     for (;;) {
       size_t idx = 0;
-      for (int32_t i = 0; i < nd; i++) idx += cur[i] * stride[i];
+      for (int32_t i = 0; i < nd; i++) idx += cur[i] * g->stride[i];
       visits++;
       /* SOUNDNESS: copies may overlap in any way (rows on some ranks,
        * columns on others, ZeRO shards inside full weights): each slice
@@ -773,29 +771,55 @@ static vd_rc coverage(lctx *c, const vd_lineage *L, const vd_lin_piece *B, uint3
       if (i < 0) break;
     }
   }
+}
+
+/* One GAP issue naming the first cell no slice owns, if any. */
+static vd_rc report_gap(lctx *c, const vd_lineage *L, const vd_tensor_t *st, const grid_t *g, const uint32_t *owner) {
+  int32_t nd = g->nd;
   size_t first = NONE, n_gap = 0;
-  for (size_t i = 0; i < cells; i++)
+  for (size_t i = 0; i < g->cells; i++)
     if (owner[i] == NONE) {
       if (first == NONE) first = i;
       n_gap++;
     }
-  if (n_gap) {
-    int64_t lo[VD_MAX_DIMS], hi[VD_MAX_DIMS];
-    size_t r = first;
-    for (int32_t i = 0; i < nd; i++) {
-      size_t ci = r / stride[i];
-      r %= stride[i];
-      lo[i] = co[i][ci];
-      hi[i] = co[i][ci + 1];
-    }
-    char sl_s[96], sh[80];
-    vd_lin_fmt_slice(lo, hi, nd, sl_s, sizeof(sl_s));
-    fmt_shape(st->shape, nd, sh, sizeof(sh));
-    rc = add_issue(c, VD_LISSUE_GAP, L->stensor, -1, -1, -1, "'%s' %s: slice %s of %s is not covered%s",
-                   sname(c, L->stensor), moment(L->initial), sl_s, sh, n_gap > 1 ? " (nor are other cells)" : "");
+  if (!n_gap) return VD_OK;
+  int64_t lo[VD_MAX_DIMS], hi[VD_MAX_DIMS];
+  size_t r = first;
+  for (int32_t i = 0; i < nd; i++) {
+    size_t ci = r / g->stride[i];
+    r %= g->stride[i];
+    lo[i] = g->co[i][ci];
+    hi[i] = g->co[i][ci + 1];
   }
+  char sl_s[96], sh[80];
+  vd_lin_fmt_slice(lo, hi, nd, sl_s, sizeof(sl_s));
+  fmt_shape(st->shape, nd, sh, sizeof(sh));
+  return add_issue(c, VD_LISSUE_GAP, L->stensor, -1, -1, -1, "'%s' %s: slice %s of %s is not covered%s",
+                   sname(c, L->stensor), moment(L->initial), sl_s, sh, n_gap > 1 ? " (nor are other cells)" : "");
+}
+
+/* Coverage of one moment: sl lists one piece of B per distinct slice (k > 0). */
+static vd_rc coverage(lctx *c, const vd_lineage *L, const vd_lin_piece *B, uint32_t *sl, size_t k) {
+  const vd_tensor_t *st = &c->sp->tensors[L->stensor];
+  grid_t g = {0};
+  uint32_t *owner = NULL;
+  int big = 0;
+  vd_rc rc = grid_cut(c, st, B, sl, k, &g, &big);
+  if (rc) goto done;
+  if (big) {
+    rc = coverage_sweep(c, L, B, sl, k);
+    goto done;
+  }
+  if ((rc = sort_by_volume(c, B, sl, k, g.nd)) != VD_OK) goto done;
+  owner = vd_malloc(g.cells * sizeof(*owner));
+  if (!owner) {
+    rc = VD_OOM(c->d);
+    goto done;
+  }
+  claim_cells(&g, B, sl, k, owner);
+  rc = report_gap(c, L, st, &g, owner);
 done:
-  for (int32_t i = 0; i < nd; i++) vd_free(co[i]);
+  grid_free(&g);
   vd_free(owner);
   return rc;
 }
