@@ -93,6 +93,10 @@ vd_rc vd_bug_i_add_node(vd_plan_t *p, const vd_node_t *tmpl, const char *op, con
 vd_rc vd_bug_i_add_tensor(vd_plan_t *p, const vd_tensor_t *like, const char *name, int32_t ndim, const int64_t *shape,
                           uint32_t *idx);
 void vd_bug_i_delete_node(vd_plan_t *p, uint32_t ni);
+/* Takes p's steps out to rebuild them: *old (out, taken) a copy of the
+ * steps, *prog (out, taken) of the programs (their offsets into *old); p is
+ * left with every program empty.  VD_ENOMEM leaves p as it was. */
+vd_rc vd_bug_i_take_steps(vd_plan_t *p, vd_step_t **old, vd_program_t **prog);
 /* Inserts step (seg, mb) into rank's program before its step number pos. */
 vd_rc vd_bug_i_insert_step(vd_plan_t *p, int32_t rank, uint32_t pos, int32_t seg, int32_t mb);
 

@@ -434,10 +434,12 @@ void vd_bug_i_delete_node(vd_plan_t *p, uint32_t ni) {
   p->n_nodes--;
 }
 
-vd_rc vd_bug_i_insert_step(vd_plan_t *p, int32_t rank, uint32_t pos, int32_t seg, int32_t mb) {
+vd_rc vd_bug_i_take_steps(vd_plan_t *p, vd_step_t **old_out, vd_program_t **prog_out) {
   size_t n = p->n_steps;
   vd_step_t *old = vd_realloc_array(NULL, n ? n : 1, sizeof(*old));
   vd_program_t *prog = vd_realloc_array(NULL, (size_t)p->world.stored_ranks, sizeof(*prog));
+  *old_out = NULL;
+  *prog_out = NULL;
   if (!old || !prog) {
     vd_free(old);
     vd_free(prog);
@@ -447,6 +449,15 @@ vd_rc vd_bug_i_insert_step(vd_plan_t *p, int32_t rank, uint32_t pos, int32_t seg
   memcpy(prog, p->programs, (size_t)p->world.stored_ranks * sizeof(*prog));
   p->n_steps = 0;
   for (int32_t r = 0; r < p->world.stored_ranks; r++) p->programs[r].n_steps = 0;
+  *old_out = old;
+  *prog_out = prog;
+  return VD_OK;
+}
+
+vd_rc vd_bug_i_insert_step(vd_plan_t *p, int32_t rank, uint32_t pos, int32_t seg, int32_t mb) {
+  vd_step_t *old;
+  vd_program_t *prog;
+  VD_CHECK(vd_bug_i_take_steps(p, &old, &prog));
   vd_rc rc = VD_OK;
   for (int32_t r = 0; r < p->world.stored_ranks && rc == VD_OK; r++) {
     for (uint32_t i = 0; i <= prog[r].n_steps && rc == VD_OK; i++) {

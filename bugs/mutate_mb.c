@@ -168,19 +168,10 @@ static vd_rc split_segment(vd_bug_ctx *c, int32_t mb, const uint8_t *chg, split_
 /* Rebuilds the steps: a split segment's step runs its runs in order (the
  * variants in microbatch mb). */
 static vd_rc rebuild_steps(vd_plan_t *p, const split_t *sp, size_t n_sp, int32_t mb) {
+  vd_step_t *old;
+  vd_program_t *prog;
+  VD_CHECK(vd_bug_i_take_steps(p, &old, &prog));
   vd_rc rc = VD_OK;
-  size_t n = p->n_steps;
-  vd_step_t *old = vd_realloc_array(NULL, n ? n : 1, sizeof(*old));
-  vd_program_t *prog = vd_realloc_array(NULL, (size_t)p->world.stored_ranks, sizeof(*prog));
-  if (!old || !prog) {
-    vd_free(old);
-    vd_free(prog);
-    return VD_ENOMEM;
-  }
-  memcpy(old, p->steps, n * sizeof(*old));
-  memcpy(prog, p->programs, (size_t)p->world.stored_ranks * sizeof(*prog));
-  p->n_steps = 0;
-  for (int32_t r = 0; r < p->world.stored_ranks; r++) p->programs[r].n_steps = 0;
   for (int32_t r = 0; r < p->world.stored_ranks && rc == VD_OK; r++)
     for (uint32_t i = 0; i < prog[r].n_steps && rc == VD_OK; i++) {
       const vd_step_t *st = &old[prog[r].step_off + i];
