@@ -107,6 +107,8 @@ void vd_bug_i_note_rank(vd_bug_ctx *c, int32_t rank);
 void vd_bug_i_note_layer(vd_bug_ctx *c, int32_t layer);
 /* Sets per_mb when segment seg runs per microbatch. */
 void vd_bug_i_note_seg(vd_bug_ctx *c, int32_t seg);
+/* Notes node ni of c->p: its id, rank, layer and segment. */
+void vd_bug_i_note_site(vd_bug_ctx *c, uint32_t ni);
 /* Notes every node (id, rank, layer, segment) of a list. */
 void vd_bug_i_note_list(vd_bug_ctx *c, const vd_bug_list *l);
 void vd_bug_i_what(vd_bug_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -503,14 +503,16 @@ void vd_bug_i_note_seg(vd_bug_ctx *c, int32_t seg) {
   if (vd_bug_i_seg_per_mb(c->p, seg)) c->r->per_mb = 1;
 }
 
+void vd_bug_i_note_site(vd_bug_ctx *c, uint32_t ni) {
+  const vd_node_t *n = &c->p->nodes[ni];
+  vd_bug_i_note_node(c, n->id);
+  vd_bug_i_note_rank(c, n->rank);
+  vd_bug_i_note_layer(c, n->layer);
+  vd_bug_i_note_seg(c, n->segment);
+}
+
 void vd_bug_i_note_list(vd_bug_ctx *c, const vd_bug_list *l) {
-  for (size_t i = 0; i < l->n; i++) {
-    const vd_node_t *n = &c->p->nodes[l->v[i]];
-    vd_bug_i_note_node(c, n->id);
-    vd_bug_i_note_rank(c, n->rank);
-    vd_bug_i_note_layer(c, n->layer);
-    vd_bug_i_note_seg(c, n->segment);
-  }
+  for (size_t i = 0; i < l->n; i++) vd_bug_i_note_site(c, l->v[i]);
 }
 
 void vd_bug_i_what(vd_bug_ctx *c, const char *fmt, ...) {
