@@ -33,14 +33,6 @@ static vd_rc one_site(vd_bug_ctx *c, vd_bug_pred pred, const char *what, uint32_
   return rc;
 }
 
-static void note(vd_bug_ctx *c, uint32_t ni) {
-  const vd_node_t *n = &c->p->nodes[ni];
-  vd_bug_i_note_node(c, n->id);
-  vd_bug_i_note_rank(c, n->rank);
-  vd_bug_i_note_layer(c, n->layer);
-  vd_bug_i_note_seg(c, n->segment);
-}
-
 /* Position of node ni among the nodes of its rank and segment that satisfy pred. */
 static size_t ordinal(const vd_plan_t *p, uint32_t ni, vd_bug_pred pred) {
   const vd_node_t *n = &p->nodes[ni];
@@ -112,7 +104,7 @@ vd_rc vd_bug_i_07(vd_bug_ctx *c) {
   const vd_node_t *n = &c->p->nodes[ni];
   const char *key = const_key(c->p, n);
   double eps = vd_node_attr_float(c->p, n, key, 1e-5), e2 = bad_eps(eps);
-  note(c, ni);
+  vd_bug_i_note_site(c, ni);
   vd_bug_i_what(c, "%s '%s' on rank %d adds %g instead of %g (mean(x^2) + eps), forward only",
                 vd_bug_i_is(c->p, n, "add") ? "add" : "rms_norm", vd_bug_i_name(c->p, n), n->rank, e2, eps);
   return vd_bug_i_attr_float(c->p, ni, key, e2);
@@ -130,7 +122,7 @@ vd_rc vd_bug_i_09(vd_bug_ctx *c) {
   const char *key = const_key(c->p, &c->p->nodes[ni]);
   double eps = vd_node_attr_float(c->p, &c->p->nodes[ni], key, 1e-5);
   for (size_t i = 0; rc == VD_OK && i < l.n; i++) {
-    note(c, l.v[i]);
+    vd_bug_i_note_site(c, l.v[i]);
     rc = vd_bug_i_attr_float(c->p, l.v[i], key, bad_eps(eps));
   }
   if (rc == VD_OK)
@@ -154,7 +146,7 @@ vd_rc vd_bug_i_08(vd_bug_ctx *c) {
   if (sq.n > 0) { /* the norm is already written out: change its pow */
     ni = vd_bug_i_pick(c, &sq);
     vd_bug_i_list_free(&sq);
-    note(c, ni);
+    vd_bug_i_note_site(c, ni);
     vd_bug_i_what(c, "pow '%s' on rank %d raises to the power 4 instead of 2 (forward only)",
                   vd_bug_i_name(p, &p->nodes[ni]), p->nodes[ni].rank);
     return vd_bug_i_attr_float(p, ni, "exponent", 4.0);
@@ -186,28 +178,28 @@ vd_rc vd_bug_i_08(vd_bug_ctx *c) {
   snprintf(nm, sizeof(nm), "%s.pow", base);
   VD_CHECK(vd_bug_i_add_node(p, &n, "pow", nm, &x, 1, &x2, 1, &k));
   VD_CHECK(vd_plan_attr_float(p, k, "exponent", 4.0));
-  note(c, k);
+  vd_bug_i_note_site(c, k);
   snprintf(nm, sizeof(nm), "%s.mean", base);
   VD_CHECK(vd_bug_i_add_node(p, &n, "mean", nm, &x2, 1, &ms, 1, &k));
   VD_CHECK(vd_plan_attr_ints(p, k, "dims", &dim, 1));
   VD_CHECK(vd_plan_attr_int(p, k, "keepdim", 1));
-  note(c, k);
+  vd_bug_i_note_site(c, k);
   snprintf(nm, sizeof(nm), "%s.add_eps", base);
   VD_CHECK(vd_bug_i_add_node(p, &n, "add", nm, &ms, 1, &mse, 1, &k));
   VD_CHECK(vd_plan_attr_float(p, k, "scalar", eps));
-  note(c, k);
+  vd_bug_i_note_site(c, k);
   snprintf(nm, sizeof(nm), "%s.rsqrt", base);
   VD_CHECK(vd_bug_i_add_node(p, &n, "rsqrt", nm, &mse, 1, &rs, 1, &k));
-  note(c, k);
+  vd_bug_i_note_site(c, k);
   snprintf(nm, sizeof(nm), "%s.normed", base);
   in2[0] = x;
   in2[1] = rs;
   VD_CHECK(vd_bug_i_add_node(p, &n, "mul", nm, in2, 2, &xn, 1, &k));
-  note(c, k);
+  vd_bug_i_note_site(c, k);
   in2[0] = xn;
   in2[1] = w;
   VD_CHECK(vd_bug_i_add_node(p, &n, "mul", base, in2, 2, &y, 1, &k));
-  note(c, k);
+  vd_bug_i_note_site(c, k);
   /* The six new nodes are the last six: move them in place of the fused node, in order. */
   for (uint32_t i = 0; i < 6; i++) vd_bug_i_move(p, (uint32_t)(p->n_nodes - 6 + i), ni + 1 + i);
   vd_bug_i_delete_node(p, ni);
@@ -233,7 +225,7 @@ vd_rc vd_bug_i_10(vd_bug_ctx *c) {
   memcpy(in, vd_node_inputs(p, n), k * sizeof(*in));
   int64_t lost = p->tensors[in[1]].id, dup = p->tensors[in[0]].id;
   in[1] = in[0];
-  note(c, ni);
+  vd_bug_i_note_site(c, ni);
   vd_bug_i_what(c, "multiref_backward '%s' on rank %d sums gradient tensor %lld twice and drops tensor %lld",
                 vd_bug_i_name(p, n), n->rank, (long long)dup, (long long)lost);
   return vd_bug_i_set_refs(p, ni, 0, in, k);
@@ -259,7 +251,7 @@ vd_rc vd_bug_i_11(vd_bug_ctx *c) {
   if (bwd_rope_qk(p, &p->nodes[ia])) {
     const uint32_t *o = vd_node_outputs(p, &p->nodes[ia]);
     uint32_t sw[2] = {o[1], o[0]};
-    note(c, ia);
+    vd_bug_i_note_site(c, ia);
     vd_bug_i_what(c, "rope backward '%s' on rank %d: q and k gradient outputs swapped (tensor %lld <-> %lld)",
                   vd_bug_i_name(p, &p->nodes[ia]), p->nodes[ia].rank, (long long)p->tensors[sw[1]].id,
                   (long long)p->tensors[sw[0]].id);
@@ -281,8 +273,8 @@ vd_rc vd_bug_i_11(vd_bug_ctx *c) {
   vd_bug_i_move(p, second, first + 1);
   second = first + 1;
   uint32_t oa = vd_node_outputs(p, &p->nodes[first])[0], ob = vd_node_outputs(p, &p->nodes[second])[0];
-  note(c, first);
-  note(c, second);
+  vd_bug_i_note_site(c, first);
+  vd_bug_i_note_site(c, second);
   vd_bug_i_what(c, "rope backwards '%s' and '%s' on rank %d: outputs swapped (tensor %lld <-> %lld)",
                 vd_bug_i_name(p, &p->nodes[first]), vd_bug_i_name(p, &p->nodes[second]), p->nodes[first].rank,
                 (long long)p->tensors[oa].id, (long long)p->tensors[ob].id);
@@ -316,11 +308,11 @@ static vd_rc set_scale(vd_bug_ctx *c, uint32_t ni, double f) {
   int div = vd_bug_i_is(c->p, &c->p->nodes[ni], "div");
   const char *key = div ? "scalar" : "factor";
   double v = div ? 1.0 / f : f;
-  note(c, ni);
+  vd_bug_i_note_site(c, ni);
   VD_CHECK(vd_bug_i_attr_float(c->p, ni, key, v));
   int64_t b = bwd_of(c->p, ni, div ? "div_backward" : "scale_backward");
   if (b >= 0) {
-    note(c, (uint32_t)b);
+    vd_bug_i_note_site(c, (uint32_t)b);
     VD_CHECK(vd_bug_i_attr_float(c->p, (uint32_t)b, key, v));
   }
   return VD_OK;
@@ -387,11 +379,11 @@ vd_rc vd_bug_i_25(vd_bug_ctx *c) {
   int64_t off = vd_node_attr_int(c->p, n, key, 0);
   vd_bug_i_what(c, "%s '%s' on rank %d: %s 0 (local position) instead of %lld (global), forward and backward",
                 vd_node_op(c->p, n), vd_bug_i_name(c->p, n), n->rank, key, (long long)off);
-  note(c, ni);
+  vd_bug_i_note_site(c, ni);
   VD_CHECK(vd_bug_i_attr_int(c->p, ni, key, 0));
   int64_t b = bwd_of(c->p, ni, mask ? "causal_mask_backward" : "rope_backward");
   if (b >= 0) {
-    note(c, (uint32_t)b);
+    vd_bug_i_note_site(c, (uint32_t)b);
     VD_CHECK(vd_bug_i_attr_int(c->p, (uint32_t)b, key, 0));
   }
   return VD_OK;

@@ -93,6 +93,10 @@ vd_rc vd_bug_i_add_node(vd_plan_t *p, const vd_node_t *tmpl, const char *op, con
 vd_rc vd_bug_i_add_tensor(vd_plan_t *p, const vd_tensor_t *like, const char *name, int32_t ndim, const int64_t *shape,
                           uint32_t *idx);
 void vd_bug_i_delete_node(vd_plan_t *p, uint32_t ni);
+/* Takes p's steps out to rebuild them: *old (out, taken) a copy of the
+ * steps, *prog (out, taken) of the programs (their offsets into *old); p is
+ * left with every program empty.  VD_ENOMEM leaves p as it was. */
+vd_rc vd_bug_i_take_steps(vd_plan_t *p, vd_step_t **old, vd_program_t **prog);
 /* Inserts step (seg, mb) into rank's program before its step number pos. */
 vd_rc vd_bug_i_insert_step(vd_plan_t *p, int32_t rank, uint32_t pos, int32_t seg, int32_t mb);
 
@@ -103,6 +107,8 @@ void vd_bug_i_note_rank(vd_bug_ctx *c, int32_t rank);
 void vd_bug_i_note_layer(vd_bug_ctx *c, int32_t layer);
 /* Sets per_mb when segment seg runs per microbatch. */
 void vd_bug_i_note_seg(vd_bug_ctx *c, int32_t seg);
+/* Notes node ni of c->p: its id, rank, layer and segment. */
+void vd_bug_i_note_site(vd_bug_ctx *c, uint32_t ni);
 /* Notes every node (id, rank, layer, segment) of a list. */
 void vd_bug_i_note_list(vd_bug_ctx *c, const vd_bug_list *l);
 void vd_bug_i_what(vd_bug_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -15,14 +15,6 @@
 
 #include "bug_int.h"
 
-static void note(vd_bug_ctx *c, uint32_t ni) {
-  const vd_node_t *n = &c->p->nodes[ni];
-  vd_bug_i_note_node(c, n->id);
-  vd_bug_i_note_rank(c, n->rank);
-  vd_bug_i_note_layer(c, n->layer);
-  vd_bug_i_note_seg(c, n->segment);
-}
-
 static int reducer(const vd_plan_t *p, const vd_node_t *n) { return vd_bug_i_is_reducer(p, n); }
 
 /* Candidates into *l; on failure (none, or ENOMEM) *l is freed. */
@@ -97,7 +89,7 @@ vd_rc vd_bug_i_14(vd_bug_ctx *c) {
                     vd_bug_i_name(p, n), (long long)n->coll, nm, mb);
     }
     n->segment = seg;
-    note(c, parts.v[i]);
+    vd_bug_i_note_site(c, parts.v[i]);
     rc = vd_bug_i_insert_step(p, n->rank, pos, seg, -1);
   }
   c->r->mb = mb;
@@ -126,9 +118,9 @@ vd_rc vd_bug_i_15(vd_bug_ctx *c) {
   vd_rc rc = VD_OK;
   for (size_t i = l.n; i-- > 0 && rc == VD_OK;) {
     uint32_t at = l.v[i], k;
-    note(c, at);
+    vd_bug_i_note_site(c, at);
     rc = insert_scale_after(p, at, vd_node_outputs(p, &p->nodes[at])[0], 1.0 / div, VD_PHASE_OPT, ".average", &k);
-    if (rc == VD_OK) note(c, k);
+    if (rc == VD_OK) vd_bug_i_note_site(c, k);
   }
   vd_bug_i_what(c, "%zu DP gradient reducer(s) %s: reduced gradient scaled by 1/%g", l.n, why, div);
   vd_bug_i_list_free(&l);
@@ -152,10 +144,10 @@ vd_rc vd_bug_i_16(vd_bug_ctx *c) {
   vd_rc rc = VD_OK;
   for (size_t i = l.n; i-- > 0 && rc == VD_OK;) {
     uint32_t at = l.v[i], k;
-    note(c, at);
+    vd_bug_i_note_site(c, at);
     rc = insert_scale_after(p, at, vd_node_inputs(p, &p->nodes[at])[0], 1.0 / p->world.nm, VD_PHASE_BWD, ".rescale",
                             &k);
-    if (rc == VD_OK) note(c, k);
+    if (rc == VD_OK) vd_bug_i_note_site(c, k);
   }
   vd_bug_i_what(c, "%zu gradient accumulator(s) divided by nm = %d after every microbatch's accumulation", l.n,
                 p->world.nm);
@@ -189,7 +181,7 @@ static vd_rc bug17_masked(vd_bug_ctx *c, vd_bug_list *l) {
     int64_t ar = vd_bug_i_producer(p, cnt, -1);
     if (ar < 0 || !vd_bug_i_is(p, &p->nodes[ar], "all_reduce") || p->nodes[ar].n_in != 1) continue;
     uint32_t loc = vd_node_inputs(p, &p->nodes[ar])[0];
-    note(c, at);
+    vd_bug_i_note_site(c, at);
     rc = vd_bug_i_set_refs(p, at, 0, &loc, 1);
     done++;
   }
@@ -228,11 +220,11 @@ vd_rc vd_bug_i_17(vd_bug_ctx *c) {
     uint32_t at = l.v[i];
     f = vd_node_attr_float(p, &p->nodes[at], "factor", 1.0);
     g = f * (double)shards;
-    note(c, at);
+    vd_bug_i_note_site(c, at);
     rc = vd_bug_i_attr_float(p, at, "factor", g);
     int64_t b = vd_bug_i_find(p, p->nodes[at].rank, "scale_backward", "loss", -1);
     if (rc == VD_OK && b >= 0) {
-      note(c, (uint32_t)b);
+      vd_bug_i_note_site(c, (uint32_t)b);
       rc = vd_bug_i_attr_float(p, (uint32_t)b, "factor", g);
     }
   }
@@ -261,7 +253,7 @@ vd_rc vd_bug_i_23(vd_bug_ctx *c) {
     vd_bug_i_what(c, "grad-norm all_reduce '%s' (coll %lld, %u ranks%s) -> identity: each rank clips with its local norm",
                   vd_bug_i_name(p, n), (long long)n->coll, n->n_group, n->span_replicas ? " x replicas" : "");
     for (size_t i = 0; i < parts.n && rc == VD_OK; i++) {
-      note(c, parts.v[i]);
+      vd_bug_i_note_site(c, parts.v[i]);
       rc = vd_bug_i_set_op(p, parts.v[i], "identity");
       if (rc == VD_OK) rc = vd_bug_i_set_group(p, parts.v[i], -1, NULL, 0, 0);
       vd_bug_i_clear_attrs(p, parts.v[i]);
@@ -325,7 +317,7 @@ static vd_rc zero_missing_gather(vd_bug_ctx *c) {
         }
     for (size_t i = 0; i < del.n; i++) {
       if (i && del.v[i] == del.v[i - 1]) continue;
-      note(c, del.v[i]);
+      vd_bug_i_note_site(c, del.v[i]);
       vd_bug_i_delete_node(p, del.v[i]);
     }
   }
@@ -362,8 +354,8 @@ static vd_rc zero_wrong_shard(vd_bug_ctx *c) {
   VD_CHECK(vd_plan_attr_int(p, k, "index", 0));
   VD_CHECK(vd_plan_attr_int(p, k, "chunks", (int64_t)n.n_group * p->world.replicas));
   vd_bug_i_move_last(p, ni + 1);
-  note(c, ni);
-  note(c, ni + 1);
+  vd_bug_i_note_site(c, ni);
+  vd_bug_i_note_site(c, ni + 1);
   vd_bug_i_what(c, "ZeRO reducer '%s' on rank %d: every replica takes gradient shard 0 (all_reduce + chunk index 0), "
                 "so replicas 1.. update shards they do not own with shard 0's gradient",
                 vd_bug_i_name(p, &n), n.rank);

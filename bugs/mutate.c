@@ -434,10 +434,12 @@ void vd_bug_i_delete_node(vd_plan_t *p, uint32_t ni) {
   p->n_nodes--;
 }
 
-vd_rc vd_bug_i_insert_step(vd_plan_t *p, int32_t rank, uint32_t pos, int32_t seg, int32_t mb) {
+vd_rc vd_bug_i_take_steps(vd_plan_t *p, vd_step_t **old_out, vd_program_t **prog_out) {
   size_t n = p->n_steps;
   vd_step_t *old = vd_realloc_array(NULL, n ? n : 1, sizeof(*old));
   vd_program_t *prog = vd_realloc_array(NULL, (size_t)p->world.stored_ranks, sizeof(*prog));
+  *old_out = NULL;
+  *prog_out = NULL;
   if (!old || !prog) {
     vd_free(old);
     vd_free(prog);
@@ -447,6 +449,15 @@ vd_rc vd_bug_i_insert_step(vd_plan_t *p, int32_t rank, uint32_t pos, int32_t seg
   memcpy(prog, p->programs, (size_t)p->world.stored_ranks * sizeof(*prog));
   p->n_steps = 0;
   for (int32_t r = 0; r < p->world.stored_ranks; r++) p->programs[r].n_steps = 0;
+  *old_out = old;
+  *prog_out = prog;
+  return VD_OK;
+}
+
+vd_rc vd_bug_i_insert_step(vd_plan_t *p, int32_t rank, uint32_t pos, int32_t seg, int32_t mb) {
+  vd_step_t *old;
+  vd_program_t *prog;
+  VD_CHECK(vd_bug_i_take_steps(p, &old, &prog));
   vd_rc rc = VD_OK;
   for (int32_t r = 0; r < p->world.stored_ranks && rc == VD_OK; r++) {
     for (uint32_t i = 0; i <= prog[r].n_steps && rc == VD_OK; i++) {
@@ -492,14 +503,16 @@ void vd_bug_i_note_seg(vd_bug_ctx *c, int32_t seg) {
   if (vd_bug_i_seg_per_mb(c->p, seg)) c->r->per_mb = 1;
 }
 
+void vd_bug_i_note_site(vd_bug_ctx *c, uint32_t ni) {
+  const vd_node_t *n = &c->p->nodes[ni];
+  vd_bug_i_note_node(c, n->id);
+  vd_bug_i_note_rank(c, n->rank);
+  vd_bug_i_note_layer(c, n->layer);
+  vd_bug_i_note_seg(c, n->segment);
+}
+
 void vd_bug_i_note_list(vd_bug_ctx *c, const vd_bug_list *l) {
-  for (size_t i = 0; i < l->n; i++) {
-    const vd_node_t *n = &c->p->nodes[l->v[i]];
-    vd_bug_i_note_node(c, n->id);
-    vd_bug_i_note_rank(c, n->rank);
-    vd_bug_i_note_layer(c, n->layer);
-    vd_bug_i_note_seg(c, n->segment);
-  }
+  for (size_t i = 0; i < l->n; i++) vd_bug_i_note_site(c, l->v[i]);
 }
 
 void vd_bug_i_what(vd_bug_ctx *c, const char *fmt, ...) {

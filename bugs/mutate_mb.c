@@ -104,6 +104,92 @@ static void splits_free(split_t *s, size_t n) {
   vd_free(s);
 }
 
+/* Marks in chg the nodes the bug changed; each must be a per-microbatch
+ * compute node, and there must be one. */
+static vd_rc mark_changed(vd_bug_ctx *c, int32_t mb, uint8_t *chg) {
+  const vd_plan_t *in = c->in;
+  size_t n_chg = 0;
+  for (uint32_t i = 0; i < in->n_nodes; i++) {
+    if (!node_changed(in, c->p, i)) continue;
+    const vd_node_t *x = &in->nodes[i];
+    if (x->coll >= 0 || !vd_bug_i_seg_per_mb(in, x->segment))
+      return VD_ERR(c->d, VD_EUSAGE, NULL, NULL, "--microbatch",
+                    "bug %d changes %s '%s', which %s: it cannot be confined to microbatch %d", c->bug,
+                    in->pool + x->op, in->pool + x->name, x->coll >= 0 ? "is a collective" : "does not run per microbatch",
+                    mb);
+    chg[i] = 1;
+    n_chg++;
+  }
+  if (!n_chg) return VD_ERR(c->d, VD_EUSAGE, NULL, NULL, "--microbatch", "bug %d changed no node to confine", c->bug);
+  return VD_OK;
+}
+
+/* Splits segment s->seg of rank s->rank into runs: each changed node gets
+ * a run of its own (the original node there, appended with ids from
+ * *next_id) and a variant segment for microbatch mb (the mutated node);
+ * the unchanged nodes between them share a run. */
+static vd_rc split_segment(vd_bug_ctx *c, int32_t mb, const uint8_t *chg, split_t *s, int64_t *next_id) {
+  vd_plan_t *p = c->p;
+  const vd_plan_t *in = c->in;
+  int32_t rank = s->rank, seg = s->seg;
+  int32_t cur = -1; /* segment of the current run of unchanged nodes */
+  char name[256];
+  vd_rc rc;
+  for (uint32_t j = 0; j < in->n_nodes; j++) {
+    const vd_node_t *x = &in->nodes[j];
+    if (x->rank != rank || x->segment != seg) continue;
+    if (!chg[j] && cur >= 0) {
+      p->nodes[j].segment = cur;
+      continue;
+    }
+    snprintf(name, sizeof(name), "%s#r%d.%zu", vd_bug_i_seg_name(in, seg), rank, s->n_runs);
+    int32_t ns, vs = -1;
+    if ((rc = vd_plan_add_segment(p, name, &ns)) != VD_OK) return rc;
+    if (chg[j]) {
+      /* the original node runs in the run's segment, the mutated one
+       * (node j of p) in the variant segment */
+      snprintf(name, sizeof(name), "%s#r%d.%zu@mb%d", vd_bug_i_seg_name(in, seg), rank, s->n_runs, mb);
+      if ((rc = vd_plan_add_segment(p, name, &vs)) != VD_OK) return rc;
+      p->nodes[j].segment = vs;
+      if ((rc = append_original(p, in, x, (*next_id)++, ns)) != VD_OK) return rc;
+      cur = -1;
+    } else {
+      p->nodes[j].segment = ns;
+      cur = ns;
+    }
+    if (VD_GROW(s->runs, s->cap_runs, s->n_runs + 1) || VD_GROW(s->variant, s->cap_var, s->n_runs + 1))
+      return VD_ENOMEM;
+    s->runs[s->n_runs] = ns;
+    s->variant[s->n_runs++] = vs;
+  }
+  return VD_OK;
+}
+
+/* Rebuilds the steps: a split segment's step runs its runs in order (the
+ * variants in microbatch mb). */
+static vd_rc rebuild_steps(vd_plan_t *p, const split_t *sp, size_t n_sp, int32_t mb) {
+  vd_step_t *old;
+  vd_program_t *prog;
+  VD_CHECK(vd_bug_i_take_steps(p, &old, &prog));
+  vd_rc rc = VD_OK;
+  for (int32_t r = 0; r < p->world.stored_ranks && rc == VD_OK; r++)
+    for (uint32_t i = 0; i < prog[r].n_steps && rc == VD_OK; i++) {
+      const vd_step_t *st = &old[prog[r].step_off + i];
+      const split_t *s = NULL;
+      for (size_t k = 0; k < n_sp && !s; k++)
+        if (sp[k].rank == r && sp[k].seg == st->segment) s = &sp[k];
+      if (!s) {
+        rc = vd_plan_add_step(p, r, st->segment, st->mb);
+        continue;
+      }
+      for (size_t k = 0; k < s->n_runs && rc == VD_OK; k++)
+        rc = vd_plan_add_step(p, r, st->mb == mb && s->variant[k] >= 0 ? s->variant[k] : s->runs[k], st->mb);
+    }
+  vd_free(old);
+  vd_free(prog);
+  return rc;
+}
+
 vd_rc vd_bug_i_confine_mb(vd_bug_ctx *c, int32_t mb) {
   vd_plan_t *p = c->p;
   const vd_plan_t *in = c->in;
@@ -114,26 +200,10 @@ vd_rc vd_bug_i_confine_mb(vd_bug_ctx *c, int32_t mb) {
   size_t n_nodes = in->n_nodes;
   uint8_t *chg = vd_calloc(n_nodes ? n_nodes : 1, 1);
   split_t *sp = NULL;
-  size_t n_sp = 0, cap_sp = 0, n_chg = 0;
+  size_t n_sp = 0, cap_sp = 0;
   vd_rc rc = VD_OK;
   if (!chg) return VD_ENOMEM;
-  for (uint32_t i = 0; i < n_nodes; i++) {
-    if (!node_changed(in, p, i)) continue;
-    const vd_node_t *x = &in->nodes[i];
-    if (x->coll >= 0 || !vd_bug_i_seg_per_mb(in, x->segment)) {
-      rc = VD_ERR(c->d, VD_EUSAGE, NULL, NULL, "--microbatch",
-                  "bug %d changes %s '%s', which %s: it cannot be confined to microbatch %d", c->bug,
-                  in->pool + x->op, in->pool + x->name, x->coll >= 0 ? "is a collective" : "does not run per microbatch",
-                  mb);
-      goto done;
-    }
-    chg[i] = 1;
-    n_chg++;
-  }
-  if (!n_chg) {
-    rc = VD_ERR(c->d, VD_EUSAGE, NULL, NULL, "--microbatch", "bug %d changed no node to confine", c->bug);
-    goto done;
-  }
+  if ((rc = mark_changed(c, mb, chg)) != VD_OK) goto done;
   /* Split every (rank, segment) holding a changed node into runs. */
   int64_t next_id = vd_bug_i_new_node_id(p);
   for (uint32_t i = 0; i < n_nodes; i++) {
@@ -150,69 +220,9 @@ vd_rc vd_bug_i_confine_mb(vd_bug_ctx *c, int32_t mb) {
     memset(s, 0, sizeof(*s));
     s->rank = rank;
     s->seg = seg;
-    int32_t cur = -1; /* segment of the current run of unchanged nodes */
-    char name[256];
-    for (uint32_t j = 0; j < n_nodes; j++) {
-      const vd_node_t *x = &in->nodes[j];
-      if (x->rank != rank || x->segment != seg) continue;
-      if (!chg[j] && cur >= 0) {
-        p->nodes[j].segment = cur;
-        continue;
-      }
-      snprintf(name, sizeof(name), "%s#r%d.%zu", vd_bug_i_seg_name(in, seg), rank, s->n_runs);
-      int32_t ns, vs = -1;
-      if ((rc = vd_plan_add_segment(p, name, &ns)) != VD_OK) goto done;
-      if (chg[j]) {
-        /* the original node runs in the run's segment, the mutated one
-         * (node j of p) in the variant segment */
-        snprintf(name, sizeof(name), "%s#r%d.%zu@mb%d", vd_bug_i_seg_name(in, seg), rank, s->n_runs, mb);
-        if ((rc = vd_plan_add_segment(p, name, &vs)) != VD_OK) goto done;
-        p->nodes[j].segment = vs;
-        if ((rc = append_original(p, in, x, next_id++, ns)) != VD_OK) goto done;
-        cur = -1;
-      } else {
-        p->nodes[j].segment = ns;
-        cur = ns;
-      }
-      if (VD_GROW(s->runs, s->cap_runs, s->n_runs + 1) || VD_GROW(s->variant, s->cap_var, s->n_runs + 1)) {
-        rc = VD_ENOMEM;
-        goto done;
-      }
-      s->runs[s->n_runs] = ns;
-      s->variant[s->n_runs++] = vs;
-    }
+    if ((rc = split_segment(c, mb, chg, s, &next_id)) != VD_OK) goto done;
   }
-  /* Rebuild the steps: a split segment's step runs its runs in order. */
-  {
-    size_t n = p->n_steps;
-    vd_step_t *old = vd_realloc_array(NULL, n ? n : 1, sizeof(*old));
-    vd_program_t *prog = vd_realloc_array(NULL, (size_t)p->world.stored_ranks, sizeof(*prog));
-    if (!old || !prog) {
-      vd_free(old);
-      vd_free(prog);
-      rc = VD_ENOMEM;
-      goto done;
-    }
-    memcpy(old, p->steps, n * sizeof(*old));
-    memcpy(prog, p->programs, (size_t)p->world.stored_ranks * sizeof(*prog));
-    p->n_steps = 0;
-    for (int32_t r = 0; r < p->world.stored_ranks; r++) p->programs[r].n_steps = 0;
-    for (int32_t r = 0; r < p->world.stored_ranks && rc == VD_OK; r++)
-      for (uint32_t i = 0; i < prog[r].n_steps && rc == VD_OK; i++) {
-        const vd_step_t *st = &old[prog[r].step_off + i];
-        const split_t *s = NULL;
-        for (size_t k = 0; k < n_sp && !s; k++)
-          if (sp[k].rank == r && sp[k].seg == st->segment) s = &sp[k];
-        if (!s) {
-          rc = vd_plan_add_step(p, r, st->segment, st->mb);
-          continue;
-        }
-        for (size_t k = 0; k < s->n_runs && rc == VD_OK; k++)
-          rc = vd_plan_add_step(p, r, st->mb == mb && s->variant[k] >= 0 ? s->variant[k] : s->runs[k], st->mb);
-      }
-    vd_free(old);
-    vd_free(prog);
-  }
+  rc = rebuild_steps(p, sp, n_sp, mb);
   if (rc == VD_OK) {
     c->r->mb = mb;
     size_t l = strlen(c->r->what);

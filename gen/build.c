@@ -58,8 +58,9 @@ static void ctx_free(vd_gen_ctx *g) {
   vd_free(g->name_ids);
 }
 
-static vd_rc build_one(vd_gen_ctx *g, const vd_gen_config *c, int par, vd_plan_t *p, vd_diag *d,
-                       const vd_gen_ctx *single) {
+/* The context of one build: the degrees (all 1 for the single plan). */
+static void ctx_init(vd_gen_ctx *g, const vd_gen_config *c, int par, vd_plan_t *p, vd_diag *d,
+                     const vd_gen_ctx *single) {
   memset(g, 0, sizeof(*g));
   g->c = c;
   g->par = par;
@@ -81,8 +82,13 @@ static vd_rc build_one(vd_gen_ctx *g, const vd_gen_config *c, int par, vd_plan_t
   g->deg[AX_EP] = g->ep;
   g->rps = g->tp * g->cp * g->ep;
   g->batch = c->batch;
-  vd_rc rc = vd_plan_init(p, par ? VD_PLAN_PARALLEL : VD_PLAN_SINGLE);
-  if (rc) return VD_OOM(d);
+}
+
+/* The plan's model description and world. */
+static vd_rc plan_header(vd_gen_ctx *g) {
+  const vd_gen_config *c = g->c;
+  vd_plan_t *p = g->p;
+  vd_diag *d = g->d;
   char desc[512];
   snprintf(desc, sizeof(desc),
            "%s layers=%lld hidden=%lld heads=%lld kv_heads=%lld ffn=%lld vocab=%lld seq=%lld batch=%lld "
@@ -101,9 +107,15 @@ static vd_rc build_one(vd_gen_ctx *g, const vd_gen_config *c, int par, vd_plan_t
   w.stored_ranks = (int32_t)(g->rps * g->pp);
   if (vd_plan_str(p, "tp,cp,ep,pp,dp", &w.layout)) return VD_OOM(d);
   if (vd_plan_set_world(p, &w)) return VD_OOM(d);
-  /* layers over stages: ceil(L/pp) each, the first and last stages give
-   * one back first (they also hold the embedding and the head), as Llama-3
-   * 405B does with 126 layers on 16 stages */
+  return VD_OK;
+}
+
+/* Layers over stages: ceil(L/pp) each, the first and last stages give
+ * one back first (they also hold the embedding and the head), as Llama-3
+ * 405B does with 126 layers on 16 stages.  Also allocates the stages'
+ * segment ids. */
+static vd_rc place_layers(vd_gen_ctx *g) {
+  const vd_gen_config *c = g->c;
   g->layer_stage = vd_malloc((size_t)(c->layers + 2) * sizeof(int));
   g->seg_zero = vd_calloc((size_t)g->pp, sizeof(int32_t));
   g->seg_fwd = vd_calloc((size_t)g->pp, sizeof(int32_t));
@@ -112,7 +124,7 @@ static vd_rc build_one(vd_gen_ctx *g, const vd_gen_config *c, int par, vd_plan_t
   int64_t *cnt = vd_calloc((size_t)g->pp, sizeof(int64_t));
   if (!g->layer_stage || !g->seg_zero || !g->seg_fwd || !g->seg_bwd || !g->seg_opt || !cnt) {
     vd_free(cnt);
-    return VD_OOM(d);
+    return VD_OOM(g->d);
   }
   int64_t q = (c->layers + g->pp - 1) / g->pp, deficit = q * g->pp - c->layers;
   for (int64_t s = 0; s < g->pp; s++) cnt[s] = q;
@@ -126,7 +138,15 @@ static vd_rc build_one(vd_gen_ctx *g, const vd_gen_config *c, int par, vd_plan_t
   g->layer_stage[0] = 0;                          /* embedding: index -1 + 1 */
   g->layer_stage[c->layers + 1] = (int)(g->pp - 1); /* head */
   vd_free(cnt);
-  if (par && c->loss_mask) {
+  return VD_OK;
+}
+
+/* The segments: the last stage's init (loss mask), then per stage
+ * zero_grad (microbatches only), fwd, bwd, opt. */
+static vd_rc add_segments(vd_gen_ctx *g) {
+  vd_plan_t *p = g->p;
+  vd_diag *d = g->d;
+  if (g->par && g->c->loss_mask) {
     char nm[64];
     snprintf(nm, sizeof(nm), "stage%d.init", (int)(g->pp - 1));
     if (vd_plan_add_segment(p, nm, &g->seg_init)) return VD_OOM(d);
@@ -144,6 +164,17 @@ static vd_rc build_one(vd_gen_ctx *g, const vd_gen_config *c, int par, vd_plan_t
     snprintf(nm, sizeof(nm), "stage%d.opt", s);
     if (vd_plan_add_segment(p, nm, &g->seg_opt[s])) return VD_OOM(d);
   }
+  return VD_OK;
+}
+
+static vd_rc build_one(vd_gen_ctx *g, const vd_gen_config *c, int par, vd_plan_t *p, vd_diag *d,
+                       const vd_gen_ctx *single) {
+  ctx_init(g, c, par, p, d, single);
+  vd_rc rc = vd_plan_init(p, par ? VD_PLAN_PARALLEL : VD_PLAN_SINGLE);
+  if (rc) return VD_OOM(d);
+  VD_CHECK(plan_header(g));
+  VD_CHECK(place_layers(g));
+  VD_CHECK(add_segments(g));
   switch (c->model) {
   case VD_GEN_MLP: rc = vd_gen_i_mlp(g); break;
   case VD_GEN_LLAMA3: rc = vd_gen_i_llama3(g); break;

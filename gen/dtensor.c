@@ -131,21 +131,10 @@ vd_gen_lay vd_gen_i_grad_default(vd_gen_lay l) {
 
 /* ---- dtensors --------------------------------------------------------- */
 
-int vd_gen_i_new_dt(vd_gen_ctx *g, int stage, int layer, const char *name, vd_dtype dtype, vd_role role,
-                  vd_scope scope, int ndim, const int64_t *gshape, vd_gen_lay fl, int nolin) {
-  if (g->failed) return -1;
-  int64_t gsh[VD_MAX_DIMS]; /* gshape may point into g->dts, which may move */
-  if (ndim < 0 || ndim > VD_MAX_DIMS) {
-    vd_gen_i_fail(g, VD_EINTERNAL, "generator bug: bad rank", name);
-    return -1;
-  }
-  memcpy(gsh, gshape, (size_t)ndim * sizeof(int64_t));
-  gshape = gsh;
-  /* an axis of degree 1 neither splits nor holds parts */
-  /* MoE: the EP ranks are data parallel for everything with a batch dim */
-  if (g->c->model == VD_GEN_MOE && fl.bdim >= 0 && fl.ax[AX_EP] == LR) fl.ax[AX_EP] = fl.bdim;
-  for (int a = 0; a < AX_N; a++)
-    if (g->deg[a] == 1) fl.ax[a] = LR;
+/* The engine's record of a new dtensor (its plan tensors come after), or
+ * -1 on failure (recorded). */
+static int dt_record(vd_gen_ctx *g, int stage, int layer, const char *name, vd_dtype dtype, vd_role role,
+                     vd_scope scope, int ndim, const int64_t *gshape, vd_gen_lay fl, int nolin) {
   if (VD_GROW(g->dts, g->cap_dts, g->n_dts + 1)) {
     vd_gen_i_fail(g, VD_ENOMEM, "out of memory", NULL);
     return -1;
@@ -175,6 +164,134 @@ int vd_gen_i_new_dt(vd_gen_ctx *g, int stage, int layer, const char *name, vd_dt
   x->tied = -1;
   x->tgrad = -1;
   x->nolin = nolin;
+  return id;
+}
+
+/* Dimension 0 of a ZeRO-sharded tensor: the rank's shard of the extent
+ * *ext (already split by the axes) at offset *lo; -1 (recorded) when the
+ * extent does not divide. */
+static int zero_shard(vd_gen_ctx *g, const char *name, const int64_t c[AX_N], vd_gen_lay fl, int64_t *ext,
+                      int64_t *lo, vd_lineage_ann *L) {
+  int64_t nst = 1, pos = 0;
+  for (int a = AX_N - 1; a >= 0; a--)
+    if (fl.zmask & (1u << a)) {
+      nst *= g->deg[a];
+      pos = pos * g->deg[a] + c[a];
+    }
+  if (*ext % (nst * g->dp)) {
+    vd_gen_i_fail(g, VD_EUSAGE,
+         vd_gen_i_fmt(g, "--zero 1: dimension 0 (%lld) of '%s' on a rank is not divisible by the ZeRO group size %lld",
+                      (long long)*ext, name, (long long)(nst * g->dp)),
+         NULL);
+    return -1;
+  }
+  *ext /= nst * g->dp;
+  *lo += pos * *ext;
+  L->dp_shift[0] = nst * *ext;
+  return 0;
+}
+
+/* The local shape of t (rank coordinates c) and its lineage's box
+ * lo..hi and shifts; -1 (recorded) when a degree does not divide. */
+static int local_box(vd_gen_ctx *g, const char *name, const int64_t c[AX_N], vd_gen_lay fl, vd_scope scope,
+                     int ndim, const int64_t *gshape, vd_tensor_t *t) {
+  vd_lineage_ann *L = &t->lin;
+  for (int i = 0; i < ndim; i++) {
+    int64_t ext = gshape[i], lo = 0;
+    if (i == fl.bdim) {
+      if (ext % g->dp) goto indivisible;
+      ext /= g->dp;
+      L->dp_shift[i] = ext;
+    }
+    /* microbatches before the axes: microbatch m of a replica is one block
+     * of rows for all its EP ranks (docs/models.md), so a gradient summed
+     * over the EP ranks' tokens of one microbatch (the experts') sums one
+     * block and is proven by part */
+    if (i == fl.bdim && scope == VD_SCOPE_PER_MB) {
+      if (ext % g->nm) goto indivisible;
+      ext /= g->nm;
+      L->mb_shift[i] = ext;
+    }
+    static const int order[AX_N] = {AX_EP, AX_CP, AX_TP};
+    for (int k = 0; k < AX_N; k++) {
+      int a = order[k];
+      if (fl.ax[a] != i) continue;
+      if (ext % g->deg[a]) goto indivisible;
+      ext /= g->deg[a];
+      lo += c[a] * ext;
+    }
+    if (i == 0 && fl.zero && zero_shard(g, name, c, fl, &ext, &lo, L)) return -1;
+    t->shape[i] = ext;
+    L->lo[i] = lo;
+    L->hi[i] = lo + ext;
+  }
+  return 0;
+indivisible:
+  vd_gen_i_fail(g, VD_EUSAGE,
+       vd_gen_i_fmt(g, "tensor '%s' cannot be split evenly by the requested degrees", name), NULL);
+  return -1;
+}
+
+/* Which part of the sum the rank's value is (part_k of part_n): its digits
+ * on the LP axes, the copy of a tied weight, then microbatch and replica. */
+static void value_part(const vd_gen_ctx *g, const int64_t c[AX_N], vd_gen_lay fl, vd_scope scope,
+                       vd_lineage_ann *L) {
+  int64_t k = 0, n = 1;
+  for (int a = 0; a < AX_N; a++)
+    if (fl.ax[a] == LP) {
+      k = k * g->deg[a] + c[a];
+      n *= g->deg[a];
+    }
+  if (fl.tcopy) { /* copy 0/1 of a tied weight: least significant part digit */
+    k = k * 2 + (fl.tcopy - 1);
+    n *= 2;
+  }
+  if (fl.dpart) {
+    if (scope == VD_SCOPE_PER_MB) {
+      L->mb_part = n;
+      n *= g->nm;
+    }
+    L->dp_part = n;
+    n *= g->dp;
+  }
+  L->part_k = k;
+  L->part_n = n;
+}
+
+/* Adds t to the plan as dtensor id's tensor of stage-rank r; the single
+ * build also enters its name. 0, or -1 (recorded). */
+static int add_rank_tensor(vd_gen_ctx *g, int id, int64_t r, const char *name, const vd_tensor_t *t) {
+  uint32_t idx;
+  CK(vd_plan_add_tensor(g->p, t, name, &idx));
+  g->dts[id].t[r] = idx;
+  if (!g->par) {
+    int rc = names_put(g, name, t->id);
+    if (rc == -1) CK(VD_ENOMEM);
+    if (rc == -2) {
+      vd_gen_i_fail(g, VD_EINTERNAL, vd_gen_i_fmt(g, "generator bug: two single tensors named '%s'", name), NULL);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+int vd_gen_i_new_dt(vd_gen_ctx *g, int stage, int layer, const char *name, vd_dtype dtype, vd_role role,
+                  vd_scope scope, int ndim, const int64_t *gshape, vd_gen_lay fl, int nolin) {
+  if (g->failed) return -1;
+  int64_t gsh[VD_MAX_DIMS]; /* gshape may point into g->dts, which may move */
+  if (ndim < 0 || ndim > VD_MAX_DIMS) {
+    vd_gen_i_fail(g, VD_EINTERNAL, "generator bug: bad rank", name);
+    return -1;
+  }
+  memcpy(gsh, gshape, (size_t)ndim * sizeof(int64_t));
+  gshape = gsh;
+  /* an axis of degree 1 neither splits nor holds parts */
+  /* MoE: the EP ranks are data parallel for everything with a batch dim */
+  if (g->c->model == VD_GEN_MOE && fl.bdim >= 0 && fl.ax[AX_EP] == LR) fl.ax[AX_EP] = fl.bdim;
+  for (int a = 0; a < AX_N; a++)
+    if (g->deg[a] == 1) fl.ax[a] = LR;
+  int id = dt_record(g, stage, layer, name, dtype, role, scope, ndim, gshape, fl, nolin);
+  if (id < 0) return -1;
   int64_t sid = -1;
   int has_single = g->par && !nolin && names_get(g->single, name, &sid);
   for (int64_t r = 0; r < g->rps; r++) {
@@ -188,97 +305,15 @@ int vd_gen_i_new_dt(vd_gen_ctx *g, int stage, int layer, const char *name, vd_dt
     t.dtype = dtype;
     t.role = role;
     t.scope = scope;
-    vd_lineage_ann *L = &t.lin;
-    for (int i = 0; i < ndim; i++) {
-      int64_t ext = gshape[i], lo = 0;
-      if (i == fl.bdim) {
-        if (ext % g->dp) goto indivisible;
-        ext /= g->dp;
-        L->dp_shift[i] = ext;
-      }
-      /* microbatches before the axes: microbatch m of a replica is one block
-       * of rows for all its EP ranks (docs/models.md), so a gradient summed
-       * over the EP ranks' tokens of one microbatch (the experts') sums one
-       * block and is proven by part */
-      if (i == fl.bdim && scope == VD_SCOPE_PER_MB) {
-        if (ext % g->nm) goto indivisible;
-        ext /= g->nm;
-        L->mb_shift[i] = ext;
-      }
-      static const int order[AX_N] = {AX_EP, AX_CP, AX_TP};
-      for (int k = 0; k < AX_N; k++) {
-        int a = order[k];
-        if (fl.ax[a] != i) continue;
-        if (ext % g->deg[a]) goto indivisible;
-        ext /= g->deg[a];
-        lo += c[a] * ext;
-      }
-      if (i == 0 && fl.zero) {
-        int64_t nst = 1, pos = 0;
-        for (int a = AX_N - 1; a >= 0; a--)
-          if (fl.zmask & (1u << a)) {
-            nst *= g->deg[a];
-            pos = pos * g->deg[a] + c[a];
-          }
-        if (ext % (nst * g->dp)) {
-          vd_gen_i_fail(g, VD_EUSAGE,
-               vd_gen_i_fmt(g, "--zero 1: dimension 0 (%lld) of '%s' on a rank is not divisible by the ZeRO group size %lld",
-                            (long long)ext, name, (long long)(nst * g->dp)),
-               NULL);
-          return -1;
-        }
-        ext /= nst * g->dp;
-        lo += pos * ext;
-        L->dp_shift[0] = nst * ext;
-      }
-      t.shape[i] = ext;
-      L->lo[i] = lo;
-      L->hi[i] = lo + ext;
-    }
-    {
-      int64_t k = 0, n = 1;
-      for (int a = 0; a < AX_N; a++)
-        if (fl.ax[a] == LP) {
-          k = k * g->deg[a] + c[a];
-          n *= g->deg[a];
-        }
-      if (fl.tcopy) { /* copy 0/1 of a tied weight: least significant part digit */
-        k = k * 2 + (fl.tcopy - 1);
-        n *= 2;
-      }
-      if (fl.dpart) {
-        if (scope == VD_SCOPE_PER_MB) {
-          L->mb_part = n;
-          n *= g->nm;
-        }
-        L->dp_part = n;
-        n *= g->dp;
-      }
-      L->part_k = k;
-      L->part_n = n;
-    }
+    if (local_box(g, name, c, fl, scope, ndim, gshape, &t)) return -1;
+    value_part(g, c, fl, scope, &t.lin);
     if (has_single) {
-      L->full = sid;
+      t.lin.full = sid;
       t.has_lin = 1;
     }
-    uint32_t idx;
-    CK(vd_plan_add_tensor(g->p, &t, name, &idx));
-    x = &g->dts[id];
-    x->t[r] = idx;
-    if (!g->par) {
-      int rc = names_put(g, name, t.id);
-      if (rc == -1) CK(VD_ENOMEM);
-      if (rc == -2) {
-        vd_gen_i_fail(g, VD_EINTERNAL, vd_gen_i_fmt(g, "generator bug: two single tensors named '%s'", name), NULL);
-        return -1;
-      }
-    }
+    if (add_rank_tensor(g, id, r, name, &t)) return -1;
   }
   return id;
-indivisible:
-  vd_gen_i_fail(g, VD_EUSAGE,
-       vd_gen_i_fmt(g, "tensor '%s' cannot be split evenly by the requested degrees", name), NULL);
-  return -1;
 }
 
 int vd_gen_i_act(vd_gen_ctx *g, int stage, const char *name, int ndim, const int64_t *gshape, vd_gen_lay fl) {

@@ -148,6 +148,79 @@ static void dim_name(vd_reducer *c, vd_op_dimref r, char *buf, size_t n) {
            v == ~0u ? -1LL : (long long)c->size[v]);
 }
 
+/* EQ: a * den == b * num (when num > 0), then one class. */
+static vd_rc emit_eq(vd_reducer *c, const vd_op_red *r, uint32_t a) {
+  uint32_t b = var_of(c, r->b);
+  if (b == ~0u)
+    VD_FAIL(c->d, VD_EINTERNAL, NULL, c->rec, "reduce", "rule names an absent operand dimension");
+  if (r->num > 0) {
+    __int128 lhs = (__int128)c->size[a] * r->den, rhs = (__int128)c->size[b] * r->num;
+    if (lhs != rhs) {
+      char da[96], db[96];
+      dim_name(c, r->a, da, sizeof(da));
+      dim_name(c, r->b, db, sizeof(db));
+      VD_FAIL(c->d, VD_EINPUT, NULL, c->rec, "shape",
+              "the shape constraints of the stage contradict each other: expected %s * %lld == %s * %lld",
+              da, (long long)r->den, db, (long long)r->num);
+    }
+  }
+  unite(c, a, b);
+  return VD_OK;
+}
+
+/* AVG: dimension a joins the averaged group of the current call. */
+static vd_rc emit_avg(vd_reducer *c, uint32_t a) {
+  avg_rec *last = c->n_avg && c->avg_call == c->cur_call ? &c->avg[c->n_avg - 1] : NULL;
+  if (!last) {
+    if (VD_GROW(c->avg, c->cap_avg, c->n_avg + 1)) return VD_OOM(c->d);
+    last = &c->avg[c->n_avg++];
+    last->node = c->node;
+    last->n = 0;
+    c->avg_call = c->cur_call;
+  }
+  if (last->n < VD_MAX_DIMS) last->var[last->n++] = a;
+  return VD_OK;
+}
+
+/* POS: a position along dimension a (an attribute's value). */
+static vd_rc emit_pos(vd_reducer *c, const vd_op_red *r, uint32_t a) {
+  if (c->n_pos == c->cap_pos) {
+    size_t nc = c->cap_pos ? 2 * c->cap_pos : 16;
+    pos_rec *np = vd_realloc_array(c->pos, nc, sizeof(*np));
+    if (!np) return VD_OOM(c->d);
+    c->pos = np;
+    c->cap_pos = nc;
+  }
+  c->pos[c->n_pos++] = (pos_rec){c->node, a, r->attr, r->pos};
+  c->vgcd[a] = gcd64(c->vgcd[a], r->pos);
+  return VD_OK;
+}
+
+/* PROD: the run of na dimensions from a has the product of the run of nb
+ * from b. */
+static vd_rc emit_prod(vd_reducer *c, const vd_op_red *r) {
+  prod_rec pr = {.node = c->node, .na = r->na, .nb = r->nb};
+  if (!r->na || !r->nb || r->na > VD_MAX_DIMS || r->nb > VD_MAX_DIMS)
+    VD_FAIL(c->d, VD_EINTERNAL, NULL, c->rec, "reduce", "bad PROD run");
+  for (uint32_t k = 0; k < r->na + r->nb; k++) {
+    vd_op_dimref x = k < r->na ? r->a : r->b;
+    x.dim = (uint8_t)(x.dim + (k < r->na ? k : k - r->na));
+    uint32_t v = var_of(c, x);
+    if (v == ~0u) VD_FAIL(c->d, VD_EINTERNAL, NULL, c->rec, "reduce", "PROD run leaves the operand");
+    if (k < r->na) pr.a[k] = v; else pr.b[k - r->na] = v;
+  }
+  if (r->na > 1 && r->nb > 1) {
+    /* Neither a merge nor a split: the element order cannot be kept by
+     * per-dimension ratios, so these dimensions keep their sizes. */
+    for (uint32_t k = 0; k < r->na; k++) c->flag[pr.a[k]] |= F_KEEP;
+    for (uint32_t k = 0; k < r->nb; k++) c->flag[pr.b[k]] |= F_KEEP;
+    return VD_OK;
+  }
+  if (VD_GROW(c->prod, c->cap_prod, c->n_prod + 1)) return VD_OOM(c->d);
+  c->prod[c->n_prod++] = pr;
+  return VD_OK;
+}
+
 static vd_rc emit(void *sink, const vd_op_red *r) {
   vd_reducer *c = sink;
   uint32_t a = var_of(c, r->a);
@@ -155,24 +228,7 @@ static vd_rc emit(void *sink, const vd_op_red *r) {
     VD_FAIL(c->d, VD_EINTERNAL, NULL, c->rec, "reduce", "rule names operand dimension %u of %s %u, absent",
             r->a.dim, r->a.out ? "output" : "input", r->a.t);
   switch (r->kind) {
-  case VD_RED_EQ: {
-    uint32_t b = var_of(c, r->b);
-    if (b == ~0u)
-      VD_FAIL(c->d, VD_EINTERNAL, NULL, c->rec, "reduce", "rule names an absent operand dimension");
-    if (r->num > 0) {
-      __int128 lhs = (__int128)c->size[a] * r->den, rhs = (__int128)c->size[b] * r->num;
-      if (lhs != rhs) {
-        char da[96], db[96];
-        dim_name(c, r->a, da, sizeof(da));
-        dim_name(c, r->b, db, sizeof(db));
-        VD_FAIL(c->d, VD_EINPUT, NULL, c->rec, "shape",
-                "the shape constraints of the stage contradict each other: expected %s * %lld == %s * %lld",
-                da, (long long)r->den, db, (long long)r->num);
-      }
-    }
-    unite(c, a, b);
-    return VD_OK;
-  }
+  case VD_RED_EQ: return emit_eq(c, r, a);
   case VD_RED_MIN2: c->flag[a] |= F_MIN2; return VD_OK;
   case VD_RED_EVEN: c->flag[a] |= F_EVEN; return VD_OK;
   case VD_RED_KEEP: c->flag[a] |= F_KEEP; return VD_OK;
@@ -180,64 +236,9 @@ static vd_rc emit(void *sink, const vd_op_red *r) {
     if (r->pos > c->vmin[a]) c->vmin[a] = r->pos;
     if (r->num > 0) c->vgcd[a] = gcd64(c->vgcd[a], r->num);
     return VD_OK;
-  case VD_RED_AVG: {
-    avg_rec *last = c->n_avg && c->avg_call == c->cur_call ? &c->avg[c->n_avg - 1] : NULL;
-    if (!last) {
-      if (c->n_avg == c->cap_avg) {
-        size_t nc = c->cap_avg ? 2 * c->cap_avg : 8;
-        avg_rec *na = vd_realloc_array(c->avg, nc, sizeof(*na));
-        if (!na) return VD_OOM(c->d);
-        c->avg = na;
-        c->cap_avg = nc;
-      }
-      last = &c->avg[c->n_avg++];
-      last->node = c->node;
-      last->n = 0;
-      c->avg_call = c->cur_call;
-    }
-    if (last->n < VD_MAX_DIMS) last->var[last->n++] = a;
-    return VD_OK;
-  }
-  case VD_RED_POS: {
-    if (c->n_pos == c->cap_pos) {
-      size_t nc = c->cap_pos ? 2 * c->cap_pos : 16;
-      pos_rec *np = vd_realloc_array(c->pos, nc, sizeof(*np));
-      if (!np) return VD_OOM(c->d);
-      c->pos = np;
-      c->cap_pos = nc;
-    }
-    c->pos[c->n_pos++] = (pos_rec){c->node, a, r->attr, r->pos};
-    c->vgcd[a] = gcd64(c->vgcd[a], r->pos);
-    return VD_OK;
-  }
-  case VD_RED_PROD: {
-    prod_rec pr = {.node = c->node, .na = r->na, .nb = r->nb};
-    if (!r->na || !r->nb || r->na > VD_MAX_DIMS || r->nb > VD_MAX_DIMS)
-      VD_FAIL(c->d, VD_EINTERNAL, NULL, c->rec, "reduce", "bad PROD run");
-    for (uint32_t k = 0; k < r->na + r->nb; k++) {
-      vd_op_dimref x = k < r->na ? r->a : r->b;
-      x.dim = (uint8_t)(x.dim + (k < r->na ? k : k - r->na));
-      uint32_t v = var_of(c, x);
-      if (v == ~0u) VD_FAIL(c->d, VD_EINTERNAL, NULL, c->rec, "reduce", "PROD run leaves the operand");
-      if (k < r->na) pr.a[k] = v; else pr.b[k - r->na] = v;
-    }
-    if (r->na > 1 && r->nb > 1) {
-      /* Neither a merge nor a split: the element order cannot be kept by
-       * per-dimension ratios, so these dimensions keep their sizes. */
-      for (uint32_t k = 0; k < r->na; k++) c->flag[pr.a[k]] |= F_KEEP;
-      for (uint32_t k = 0; k < r->nb; k++) c->flag[pr.b[k]] |= F_KEEP;
-      return VD_OK;
-    }
-    if (c->n_prod == c->cap_prod) {
-      size_t nc = c->cap_prod ? 2 * c->cap_prod : 8;
-      prod_rec *np = vd_realloc_array(c->prod, nc, sizeof(*np));
-      if (!np) return VD_OOM(c->d);
-      c->prod = np;
-      c->cap_prod = nc;
-    }
-    c->prod[c->n_prod++] = pr;
-    return VD_OK;
-  }
+  case VD_RED_AVG: return emit_avg(c, a);
+  case VD_RED_POS: return emit_pos(c, r, a);
+  case VD_RED_PROD: return emit_prod(c, r);
   }
   VD_FAIL(c->d, VD_EINTERNAL, NULL, c->rec, "reduce", "unknown constraint kind %d", (int)r->kind);
 }
@@ -337,6 +338,91 @@ static int flag_group(vd_reducer *c, const prod_rec *p, uint8_t f) {
   return changed;
 }
 
+/* What one PROD group did in a pass of resolve_prods. */
+enum { PROD_EQUAL, PROD_CHANGED, PROD_REDO, PROD_FAIL };
+
+/* Keeps every class of the group; a restart, or failure when they all
+ * were kept already (unequal all the same: cannot happen). */
+static int keep_group(vd_reducer *c, const prod_rec *p) {
+  return flag_group(c, p, F_KEEP) ? PROD_REDO : PROD_FAIL;
+}
+
+/* Pins the innermost class of run other[0..n) that can take the factor the
+ * single class k misses (ratio tn/td of the run): its ratio times single /
+ * run, when valid for its members.  Whether one was pinned. */
+static int pin_run_class(vd_reducer *c, const cls *k, const uint32_t *other, uint32_t n_other, int64_t tn,
+                         int64_t td) {
+  for (uint32_t j = n_other; j-- > 0;) {
+    uint32_t ro = find(c, other[j]);
+    cls *o = &c->cl[ro];
+    if ((o->flags & F_KEEP) || o->pinned) continue;
+    __int128 nn = (__int128)o->rn * k->rn * td, dd = (__int128)o->rd * k->rd * tn;
+    if (nn > INT64_MAX || dd > INT64_MAX) continue;
+    int64_t rn2 = (int64_t)nn, rd2 = (int64_t)dd, t = gcd64(rn2, rd2);
+    rn2 /= t;
+    rd2 /= t;
+    int w2;
+    if (valid_ratio(c, ro, rn2, rd2, &w2)) {
+      o->rn = rn2;
+      o->rd = rd2;
+      o->pinned = 1;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* Bumps (MIN2) the innermost class of run other[0..n) that can grow.
+ * Whether one was. */
+static int bump_run_class(vd_reducer *c, const uint32_t *other, uint32_t n_other) {
+  for (uint32_t j = n_other; j-- > 0;) {
+    cls *o = &c->cl[find(c, other[j])];
+    if (!(o->flags & (F_KEEP | F_MIN2)) && o->g >= 2) {
+      o->flags |= F_MIN2;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* One PROD group against the current ratios: equal runs, or a pure merge
+ * or split whose single dimension's class (or a class of the run) gets
+ * pinned, or a bump or keep that restarts the resolution. */
+static int settle_prod(vd_reducer *c, const prod_rec *p) {
+  int64_t an, ad, bn, bd;
+  if (!run_ratio(c, p->a, p->na, &an, &ad) || !run_ratio(c, p->b, p->nb, &bn, &bd)) return keep_group(c, p);
+  if (an == bn && ad == bd) return PROD_EQUAL;
+  /* A pure merge or split: pin the single dimension's class. */
+  const uint32_t *other = NULL;
+  uint32_t n_other = 0, single = ~0u;
+  int64_t tn = 0, td = 0;
+  if (p->na == 1) {
+    single = p->a[0]; other = p->b; n_other = p->nb; tn = bn; td = bd;
+  } else if (p->nb == 1) {
+    single = p->b[0]; other = p->a; n_other = p->na; tn = an; td = ad;
+  }
+  if (single == ~0u) return keep_group(c, p);
+  int why = 1;
+  uint32_t r = find(c, single);
+  cls *k = &c->cl[r];
+  if (!(k->flags & F_KEEP) && !k->pinned && valid_ratio(c, r, tn, td, &why)) {
+    k->rn = tn;
+    k->rd = td;
+    k->pinned = 1;
+    return PROD_CHANGED;
+  }
+  /* The run reduces more than the single dimension can (its product
+   * ratio does not divide every member: a hidden dimension split in
+   * halves by a chunk, and into heads x head_dim by the view): let
+   * the run reduce less, as for a minimum. */
+  int finer = why == 1 && (__int128)tn * k->rd > (__int128)k->rn * td;
+  if (finer && !(k->flags & F_KEEP) && !k->pinned && pin_run_class(c, k, other, n_other, tn, td))
+    return PROD_CHANGED;
+  if ((why == 2 || finer) && !(k->flags & F_KEEP) && !k->pinned && bump_run_class(c, other, n_other))
+    return PROD_REDO;
+  return keep_group(c, p);
+}
+
 /* Resolves PROD groups; 1 on success, 0 if the stage should stay unreduced. */
 static int resolve_prods(vd_reducer *c) {
   size_t bound = 4 * (size_t)c->nvar + 16;
@@ -347,80 +433,10 @@ static int resolve_prods(vd_reducer *c) {
     for (size_t pass = 0; pass <= c->n_prod && !redo; pass++) {
       int changed = 0;
       for (size_t i = 0; i < c->n_prod && !redo; i++) {
-        const prod_rec *p = &c->prod[i];
-        int64_t an, ad, bn, bd;
-        if (!run_ratio(c, p->a, p->na, &an, &ad) || !run_ratio(c, p->b, p->nb, &bn, &bd)) {
-          redo = flag_group(c, p, F_KEEP);
-          if (!redo) return 0;
-          continue;
-        }
-        if (an == bn && ad == bd) continue;
-        /* A pure merge or split: pin the single dimension's class. */
-        const uint32_t *other = NULL;
-        uint32_t n_other = 0, single = ~0u;
-        int64_t tn = 0, td = 0;
-        if (p->na == 1) {
-          single = p->a[0]; other = p->b; n_other = p->nb; tn = bn; td = bd;
-        } else if (p->nb == 1) {
-          single = p->b[0]; other = p->a; n_other = p->na; tn = an; td = ad;
-        }
-        int why = 1;
-        if (single != ~0u) {
-          uint32_t r = find(c, single);
-          cls *k = &c->cl[r];
-          if (!(k->flags & F_KEEP) && !k->pinned && valid_ratio(c, r, tn, td, &why)) {
-            k->rn = tn;
-            k->rd = td;
-            k->pinned = 1;
-            changed = 1;
-            continue;
-          }
-          /* The run reduces more than the single dimension can (its product
-           * ratio does not divide every member: a hidden dimension split in
-           * halves by a chunk, and into heads x head_dim by the view): let
-           * the run reduce less, as for a minimum. */
-          int finer = why == 1 && (__int128)tn * k->rd > (__int128)k->rn * td;
-          if (finer && !(k->flags & F_KEEP) && !k->pinned) {
-            /* Pin the innermost run class that can take the missing factor:
-             * its ratio times single / run, when valid for its members. */
-            int done = 0;
-            for (uint32_t j = n_other; j-- > 0 && !done;) {
-              uint32_t ro = find(c, other[j]);
-              cls *o = &c->cl[ro];
-              if ((o->flags & F_KEEP) || o->pinned) continue;
-              __int128 nn = (__int128)o->rn * k->rn * td, dd = (__int128)o->rd * k->rd * tn;
-              if (nn > INT64_MAX || dd > INT64_MAX) continue;
-              int64_t rn2 = (int64_t)nn, rd2 = (int64_t)dd, t = gcd64(rn2, rd2);
-              rn2 /= t;
-              rd2 /= t;
-              int w2;
-              if (valid_ratio(c, ro, rn2, rd2, &w2)) {
-                o->rn = rn2;
-                o->rd = rd2;
-                o->pinned = 1;
-                done = 1;
-              }
-            }
-            if (done) {
-              changed = 1;
-              continue;
-            }
-          }
-          if ((why == 2 || finer) && !(k->flags & F_KEEP) && !k->pinned) {
-            /* Bump the innermost class of the other run that can grow. */
-            for (uint32_t j = n_other; j-- > 0;) {
-              cls *o = &c->cl[find(c, other[j])];
-              if (!(o->flags & (F_KEEP | F_MIN2)) && o->g >= 2) {
-                o->flags |= F_MIN2;
-                redo = 1;
-                break;
-              }
-            }
-            if (redo) continue;
-          }
-        }
-        redo = flag_group(c, p, F_KEEP);
-        if (!redo) return 0; /* already all kept and still unequal: cannot happen */
+        int o = settle_prod(c, &c->prod[i]);
+        if (o == PROD_FAIL) return 0;
+        if (o == PROD_CHANGED) changed = 1;
+        if (o == PROD_REDO) redo = 1;
       }
       if (!changed) break;
     }

@@ -88,10 +88,9 @@ static vd_rc read_schedule(rctx *c, mobj *o) {
   return VD_OK;
 }
 
-static vd_rc build(rctx *c, mobj *top) {
-  mobj *f[P__N];
-  vd_plan_t *p = c->p;
-  int kind = 0;
+/* The top-level map's fields (f, out) and its header: format, version,
+ * kind (out), and the required arrays present. */
+static vd_rc read_header(rctx *c, mobj *top, mobj **f, int *kind) {
   vd_plan_i_set_rec_text(c, "plan");
   if (top->type != MSGPACK_OBJECT_MAP)
     RFAIL(c, NULL, "expected a msgpack map at the top level (a verdict plan), got %s", vd_plan_i_tname(top));
@@ -110,9 +109,15 @@ static vd_rc build(rctx *c, mobj *top) {
     RFAIL(c, "version", "expected %d (the only format version this verdict supports), got %" PRId64,
           VD_PLAN_VERSION, version);
   VD_CHECK(vd_plan_i_need(c, f[P_KIND], "kind"));
-  VD_CHECK(vd_plan_i_get_enum(c, f[P_KIND], "kind", kind_names, 2, &kind));
+  VD_CHECK(vd_plan_i_get_enum(c, f[P_KIND], "kind", kind_names, 2, kind));
   for (int k = P_SEGMENTS; k <= P_NODES; k++) VD_CHECK(vd_plan_i_need(c, f[k], plan_keys[k]));
-  if (vd_plan_init(p, kind == 0 ? VD_PLAN_SINGLE : VD_PLAN_PARALLEL) != VD_OK) ROOM(c);
+  return VD_OK;
+}
+
+/* The model description and the world, set once the schedule's length
+ * matches the stored ranks. */
+static vd_rc read_model_world(rctx *c, mobj **f) {
+  vd_plan_t *p = c->p;
   if (f[P_MODEL]) {
     const char *m;
     VD_CHECK(vd_plan_i_get_cstr(c, f[P_MODEL], "model", 0, &m));
@@ -131,18 +136,27 @@ static vd_rc build(rctx *c, mobj *top) {
     RFAIL(c, "schedule", "expected one program per stored rank (world.stored_ranks = %" PRId32 "), got %" PRIu32,
           w.stored_ranks, n);
   if (vd_plan_set_world(p, &w) != VD_OK) ROOM(c);
+  return VD_OK;
+}
 
-  VD_CHECK(vd_plan_i_get_array(c, f[P_SEGMENTS], "segments", &n));
+static vd_rc read_segments(rctx *c, mobj *segs) {
+  uint32_t n = 0;
+  VD_CHECK(vd_plan_i_get_array(c, segs, "segments", &n));
   for (uint32_t i = 0; i < n; i++) {
     char fl[32];
     const char *s;
     int32_t seg;
     snprintf(fl, sizeof(fl), "segments[%" PRIu32 "]", i);
-    VD_CHECK(vd_plan_i_get_cstr(c, &f[P_SEGMENTS]->via.array.ptr[i], fl, 0, &s));
-    if (vd_plan_add_segment(p, s, &seg) != VD_OK) ROOM(c);
+    VD_CHECK(vd_plan_i_get_cstr(c, &segs->via.array.ptr[i], fl, 0, &s));
+    if (vd_plan_add_segment(c->p, s, &seg) != VD_OK) ROOM(c);
   }
-  VD_CHECK(read_schedule(c, f[P_SCHEDULE]));
+  return VD_OK;
+}
 
+/* The tensor and node records, one at a time (read_top). */
+static vd_rc read_records(rctx *c, mobj **f) {
+  vd_plan_t *p = c->p;
+  uint32_t n = 0;
   vd_plan_i_set_rec_text(c, "plan");
   VD_CHECK(vd_plan_i_get_array(c, f[P_TENSORS], "tensors", &n));
   /* OPTIMIZATION-ONLY: one allocation instead of twenty doublings (each a
@@ -168,6 +182,17 @@ static vd_rc build(rctx *c, mobj *top) {
     VD_CHECK(vd_plan_i_read_node(c, o, i));
   }
   return VD_OK;
+}
+
+static vd_rc build(rctx *c, mobj *top) {
+  mobj *f[P__N];
+  int kind = 0;
+  VD_CHECK(read_header(c, top, f, &kind));
+  if (vd_plan_init(c->p, kind == 0 ? VD_PLAN_SINGLE : VD_PLAN_PARALLEL) != VD_OK) ROOM(c);
+  VD_CHECK(read_model_world(c, f));
+  VD_CHECK(read_segments(c, f[P_SEGMENTS]));
+  VD_CHECK(read_schedule(c, f[P_SCHEDULE]));
+  return read_records(c, f);
 }
 
 /* Node executions of one replica (plans/budget.c) against

@@ -57,6 +57,19 @@
 #include "../common/mem.h"
 #include "../ops/ops.h"
 
+/* The end of the slice group that starts at piece a of a lineage whose
+ * pieces end at e: the pieces after a of the same slice (nd dimensions),
+ * part count and factor. */
+static size_t slice_group_end(const vd_lin_table *lt, size_t a, size_t e, int32_t nd) {
+  size_t b = a + 1;
+  const vd_lin_piece *p = &lt->pieces[a];
+  while (b < e && lt->pieces[b].part_n == p->part_n && lt->pieces[b].f == p->f &&
+         !memcmp(lt->pieces[b].lo, p->lo, (size_t)nd * sizeof(int64_t)) &&
+         !memcmp(lt->pieces[b].hi, p->hi, (size_t)nd * sizeof(int64_t)))
+    b++;
+  return b;
+}
+
 vd_rc vd_stage_i_prepare_groups(cctx *c) {
   const vd_lin_table *lt = c->lt;
   c->grp = vd_malloc((lt->n_pieces ? lt->n_pieces : 1) * sizeof(*c->grp));
@@ -67,12 +80,7 @@ vd_rc vd_stage_i_prepare_groups(cctx *c) {
     int32_t nd = c->sp->tensors[L->stensor].ndim;
     size_t e = L->piece_off + L->n_pieces;
     for (size_t a = L->piece_off; a < e;) {
-      size_t b = a + 1;
-      const vd_lin_piece *p = &lt->pieces[a];
-      while (b < e && lt->pieces[b].part_n == p->part_n && lt->pieces[b].f == p->f &&
-             !memcmp(lt->pieces[b].lo, p->lo, (size_t)nd * sizeof(int64_t)) &&
-             !memcmp(lt->pieces[b].hi, p->hi, (size_t)nd * sizeof(int64_t)))
-        b++;
+      size_t b = slice_group_end(lt, a, e, nd);
       for (size_t i = a; i < b; i++) c->grp[i] = (uint32_t)a;
       a = b;
     }
@@ -101,11 +109,7 @@ static vd_rc cut_lineage(cctx *c, uint32_t li) {
   int32_t nd = c->sp->tensors[L->stensor].ndim;
   size_t e = L->piece_off + L->n_pieces;
   for (size_t a = L->piece_off; a < e;) {
-    size_t b = a + 1;
-    const vd_lin_piece *p = &lt->pieces[a];
-    while (b < e && lt->pieces[b].part_n == p->part_n && lt->pieces[b].f == p->f && !memcmp(lt->pieces[b].lo, p->lo, (size_t)nd * sizeof(int64_t)) &&
-           !memcmp(lt->pieces[b].hi, p->hi, (size_t)nd * sizeof(int64_t)))
-      b++;
+    size_t b = slice_group_end(lt, a, e, nd);
     if (!c->done[a]) {
       size_t s0 = c->set->n_stages;
       int sum = 0;

@@ -57,19 +57,12 @@ static void fill_value(cctx *c, vd_stage_value *sv, int side, uint32_t value, in
   sv->hyp_svalue = -1;
 }
 
-/* Builds the stage from the two cones. */
-static vd_rc assemble(cctx *c, const vd_lineage *L, uint32_t li, vd_stage *st) {
-  const vd_lin_table *lt = c->lt;
+/* Numbers the stage's values: single leaves, single node outputs, parallel
+ * leaves, parallel node outputs.  Out: *nv values, *n_idx the operand
+ * index entries the stage needs. */
+static vd_rc number_values(cctx *c, uint32_t *nv_out, size_t *n_idx_out) {
   cone_t *sk = &c->sc, *pk = &c->pc;
   uint32_t D = c->D;
-  memset(st, 0, sizeof(*st));
-  st->canon_class = -1;
-  /* Extra single leaves: every hypothesis' single value is in sk already
-   * (vd_stage_i_single_cone inserts them before walking). */
-  if (sk->n_nd > 1) qsort(sk->nd, sk->n_nd, sizeof(*sk->nd), cnode_cmp);
-  if (pk->n_nd > 1) qsort(pk->nd, pk->n_nd, sizeof(*pk->nd), cnode_cmp);
-  /* Numbering: single leaves, single node outputs, parallel leaves,
-   * parallel node outputs. */
   uint32_t nv = 0;
   VD_CHECK(number_leaves(c, sk, &nv));
   size_t n_idx = 2 * c->n_mem;
@@ -97,14 +90,17 @@ static vd_rc assemble(cctx *c, const vd_lineage *L, uint32_t li, vd_stage *st) {
   }
   if (VD_NEVER(nv != sk->n + pk->n))
     return VD_ERR(c->d, VD_EINTERNAL, NULL, "stage", "values", "expected %zu values, numbered %u", sk->n + pk->n, nv);
-  uint32_t nn = (uint32_t)(sk->n_nd + pk->n_nd);
-  st->vals = vd_calloc(nv ? nv : 1, sizeof(*st->vals));
-  st->nodes = vd_calloc(nn ? nn : 1, sizeof(*st->nodes));
-  st->targets = vd_calloc(1, sizeof(*st->targets));
-  st->idx = vd_malloc((n_idx ? n_idx : 1) * sizeof(*st->idx));
-  if (!st->vals || !st->nodes || !st->targets || !st->idx) return VD_OOM(c->d);
-  st->n_vals = nv;
-  st->n_nodes = nn;
+  *nv_out = nv;
+  *n_idx_out = n_idx;
+  return VD_OK;
+}
+
+/* The stage's values; a parallel leaf that is a piece of a lineage gets
+ * its slice and the single value its hypothesis names. */
+static void fill_values(cctx *c, vd_stage *st) {
+  const vd_lin_table *lt = c->lt;
+  cone_t *sk = &c->sc, *pk = &c->pc;
+  uint32_t D = c->D;
   for (size_t i = 0; i < sk->n; i++) fill_value(c, &st->vals[sk->v[i].loc], 0, (uint32_t)sk->v[i].key, 0);
   for (size_t i = 0; i < pk->n; i++) {
     const cval_t *x = &pk->v[i];
@@ -120,13 +116,17 @@ static vd_rc assemble(cctx *c, const vd_lineage *L, uint32_t li, vd_stage *st) {
       sv->has_pslice = 1;
     }
   }
-  /* Nodes with their operand lists. */
+}
+
+/* The stage's nodes, single side first, with their operand lists from
+ * st->idx[0]; returns the next free index entry. */
+static uint32_t fill_nodes(cctx *c, vd_stage *st) {
   uint32_t ix = 0, ni = 0;
   for (int side = 0; side < 2; side++) {
-    cone_t *k = side ? pk : sk;
+    cone_t *k = side ? &c->pc : &c->sc;
     const vd_graph_t *g = side ? c->gp : c->gs;
     const int *ops = side ? c->pop : c->sop;
-    uint32_t Dk = side ? D : 1;
+    uint32_t Dk = side ? c->D : 1;
     for (size_t i = 0; i < k->n_nd; i++, ni++) {
       const cnode_t *cn = &k->nd[i];
       const vd_gnode_t *gn = &g->nodes[cn->gnode];
@@ -152,10 +152,16 @@ static vd_rc assemble(cctx *c, const vd_lineage *L, uint32_t li, vd_stage *st) {
       sn->n_out = ix - sn->out_off;
     }
   }
-  /* The target. */
+  return ix;
+}
+
+/* The stage's one target (lineage li, the members c->mp/mr) with its
+ * pieces from st->idx[ix]; returns the next free index entry. */
+static uint32_t fill_target(cctx *c, const vd_lineage *L, uint32_t li, vd_stage *st, uint32_t ix) {
+  const vd_lin_table *lt = c->lt;
   vd_stage_target *tg = &st->targets[0];
   const vd_lin_piece *p0 = &lt->pieces[c->mp[0]];
-  tg->svalue = (int32_t)sk->v[hmap_get(&sk->vmap, L->svalue)].loc;
+  tg->svalue = (int32_t)c->sc.v[hmap_get(&c->sc.vmap, L->svalue)].loc;
   tg->lineage = li;
   vd_lin_piece_at(lt, c->mp[0], c->mr[0], tg->lo, tg->hi);
   memcpy(tg->rlo, tg->lo, sizeof(tg->rlo));
@@ -168,9 +174,35 @@ static vd_rc assemble(cctx *c, const vd_lineage *L, uint32_t li, vd_stage *st) {
   for (size_t i = 0; i < c->n_mem; i++) {
     const vd_lin_piece *p = &lt->pieces[c->mp[i]];
     st->idx[ix++] = c->mp[i];
-    st->idx[ix++] = pk->v[hmap_get(&pk->vmap, (uint64_t)p->value * D + (uint32_t)c->mr[i])].loc;
+    st->idx[ix++] = c->pc.v[hmap_get(&c->pc.vmap, (uint64_t)p->value * c->D + (uint32_t)c->mr[i])].loc;
   }
   tg->n_pieces = (uint32_t)c->n_mem;
+  return ix;
+}
+
+/* Builds the stage from the two cones. */
+static vd_rc assemble(cctx *c, const vd_lineage *L, uint32_t li, vd_stage *st) {
+  cone_t *sk = &c->sc, *pk = &c->pc;
+  memset(st, 0, sizeof(*st));
+  st->canon_class = -1;
+  /* Extra single leaves: every hypothesis' single value is in sk already
+   * (vd_stage_i_single_cone inserts them before walking). */
+  if (sk->n_nd > 1) qsort(sk->nd, sk->n_nd, sizeof(*sk->nd), cnode_cmp);
+  if (pk->n_nd > 1) qsort(pk->nd, pk->n_nd, sizeof(*pk->nd), cnode_cmp);
+  uint32_t nv = 0;
+  size_t n_idx = 0;
+  VD_CHECK(number_values(c, &nv, &n_idx));
+  uint32_t nn = (uint32_t)(sk->n_nd + pk->n_nd);
+  st->vals = vd_calloc(nv ? nv : 1, sizeof(*st->vals));
+  st->nodes = vd_calloc(nn ? nn : 1, sizeof(*st->nodes));
+  st->targets = vd_calloc(1, sizeof(*st->targets));
+  st->idx = vd_malloc((n_idx ? n_idx : 1) * sizeof(*st->idx));
+  if (!st->vals || !st->nodes || !st->targets || !st->idx) return VD_OOM(c->d);
+  st->n_vals = nv;
+  st->n_nodes = nn;
+  fill_values(c, st);
+  uint32_t ix = fill_nodes(c, st);
+  ix = fill_target(c, L, li, st, ix);
   st->n_rep = 1;
   st->n_mb = 1;
   st->n_targets = 1;

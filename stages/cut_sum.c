@@ -167,49 +167,72 @@ static void sum_scratch_free(sum_scratch *x) {
   vd_free(x->tk);
 }
 
-/* Cuts the representative of part kr (its bucket at replica d0, microbatch
- * m0) and covers the parts it stands for.  *ok = 0: roll the group back. */
-static vd_rc sum_bucket(cctx *c, uint32_t li, size_t a, size_t b, sum_scratch *x, int64_t kr, int64_t n, int *ok) {
-  const vd_lin_table *lt = c->lt;
-  sbucket_t *bk = x->bk;
-  sbucket_t *rb = &bk[kr];
-  int32_t d0 = rb->d, m0 = rb->m;
-  int64_t sid;
-  *ok = 0;
+/* The buckets one representative's stage stands for: replicas
+ * dlo .. dlo+nd (its window moving by A per replica) times microbatches
+ * x->mset[0 .. nms) (by B per microbatch); x->tk holds the bucket of
+ * (microbatch q of mset, replica d). */
+typedef struct {
+  int32_t d0, m0, dlo, nd;
+  int64_t A, B;
+  uint32_t nms;
+} sfamily_t;
+
+/* Cuts the stage of bucket kr in sum mode; *sid = -1 when it does not
+ * cut or does not window (the group rolls back). */
+static vd_rc cut_representative(cctx *c, uint32_t li, size_t a, size_t b, const sum_scratch *x, int64_t kr,
+                                int64_t n, int64_t *sid) {
+  const sbucket_t *rb = &x->bk[kr];
   c->n_mem = 0;
   for (uint32_t i = 0; i < rb->n; i++) VD_CHECK(vd_stage_i_add_member(c, x->sm[rb->first + i].piece, x->sm[rb->first + i].rep));
-  VD_CHECK(vd_stage_i_cut_target(c, li, &sid));
-  if (sid < 0) return VD_OK;
-  vd_stage *st = &c->set->stages[sid];
+  VD_CHECK(vd_stage_i_cut_target(c, li, sid));
+  if (*sid < 0) return VD_OK;
+  vd_stage *st = &c->set->stages[*sid];
   st->sum_mode = 1;
-  VD_CHECK(vd_stage_window(lt, st, c->d));
-  if (!st->sum_ok) return VD_OK;
+  VD_CHECK(vd_stage_window(c->lt, st, c->d));
+  if (!st->sum_ok) {
+    *sid = -1;
+    return VD_OK;
+  }
   st->targets[0].part_n = 1;
   st->sum_parts = n;
   st->cut_part = kr;
-  vd_stage_i_note_cut(c, sid, li, a, b, -3);
-  /* Replicas: all of them, or d0 alone; a step of one replica moves the
-   * window by A. */
-  int32_t nd = 1, dstep = 0;
-  int64_t A = 0, B = 0;
+  vd_stage_i_note_cut(c, *sid, li, a, b, -3);
+  return VD_OK;
+}
+
+/* Replicas: all of them, or d0 alone; a step of one replica moves the
+ * window by A. */
+static vd_rc replica_family(cctx *c, const vd_stage *st, sfamily_t *f) {
+  int32_t d0 = f->d0;
+  f->nd = 1;
+  f->A = 0;
+  int dstep = 0;
   if (sum_rep_ok(c, st)) {
     int32_t d1 = d0 + 1 < (int32_t)c->D ? d0 + 1 : d0 - 1;
     int same;
     int64_t lo1;
     VD_CHECK(sum_window_at(c, st, NULL, d1 - d0, &same, &lo1));
     if (same && (lo1 - st->sum_lo) % (d1 - d0) == 0) {
-      A = (lo1 - st->sum_lo) / (d1 - d0);
-      nd = (int32_t)c->D;
+      f->A = (lo1 - st->sum_lo) / (d1 - d0);
+      f->nd = (int32_t)c->D;
       dstep = 1;
     }
   }
-  int32_t dlo = dstep ? 0 : d0;
-  /* Microbatches: m0 and every m whose buckets (in every replica covered)
-   * are translates; the first one fixes B (the window moves by a common
-   * amount per microbatch, checked once as in vd_stage_i_mb_family).  x->tk holds the
-   * translated part of (microbatch q of mset, replica d). */
+  f->dlo = dstep ? 0 : d0;
+  return VD_OK;
+}
+
+/* Microbatches: m0 and every m whose buckets (in every replica covered)
+ * are translates; the first one fixes B (the window moves by a common
+ * amount per microbatch, checked once as in vd_stage_i_mb_family).
+ * *ok = 0 when a replica's own bucket at m0 is not a translate. */
+static vd_rc mb_family(cctx *c, const vd_stage *st, sum_scratch *x, int64_t kr, size_t a, size_t b, sfamily_t *f,
+                       int *ok) {
+  sbucket_t *bk = x->bk, *rb = &bk[kr];
+  int32_t d0 = f->d0, m0 = f->m0, dlo = f->dlo, nd = f->nd;
   uint32_t nms = 0;
   x->mset[nms++] = m0;
+  *ok = 0;
   /* The replicas' own buckets at m0. */
   for (int32_t d = dlo; d < dlo + nd; d++) {
     int64_t k = d == d0 ? kr : bucket_translate(c, x->sm, bk, rb, d, m0, m0, x->tmp, a, b);
@@ -217,6 +240,7 @@ static vd_rc sum_bucket(cctx *c, uint32_t li, size_t a, size_t b, sum_scratch *x
     x->tk[d - dlo] = k;
   }
   int windows_checked = 0;
+  f->B = 0;
   for (int32_t m = 0; c->mb_ok && m0 >= 0 && m < (int32_t)c->nm; m++) {
     if (m == m0) continue;
     if (VD_GROW(c->tp, c->cap_tp, st->n_vals + 1)) return VD_OOM(c->d);
@@ -233,28 +257,133 @@ static vd_rc sum_bucket(cctx *c, uint32_t li, size_t a, size_t b, sum_scratch *x
       int64_t lom;
       VD_CHECK(sum_window_at(c, st, c->tp, 0, &same, &lom));
       if (!same || (lom - st->sum_lo) % (m - m0)) break; /* the slices move inside a window, at every m */
-      B = (lom - st->sum_lo) / (m - m0);
+      f->B = (lom - st->sum_lo) / (m - m0);
       windows_checked = 1;
     }
     x->mset[nms++] = m;
   }
+  f->nms = nms;
+  *ok = 1;
+  return VD_OK;
+}
+
+/* Marks the family's buckets covered, each with its window. */
+static void cover_family(sum_scratch *x, const vd_stage *st, const sfamily_t *f) {
   int64_t w = st->sum_hi - st->sum_lo;
-  for (uint32_t q = 0; q < nms; q++)
-    for (int32_t d = dlo; d < dlo + nd; d++) {
-      sbucket_t *t = &bk[x->tk[(size_t)q * (size_t)nd + (size_t)(d - dlo)]];
+  for (uint32_t q = 0; q < f->nms; q++)
+    for (int32_t d = f->dlo; d < f->dlo + f->nd; d++) {
+      sbucket_t *t = &x->bk[x->tk[(size_t)q * (size_t)f->nd + (size_t)(d - f->dlo)]];
       t->covered = 1;
-      t->lo = st->sum_lo + (int64_t)(d - d0) * A + (int64_t)(x->mset[q] - m0) * B;
+      t->lo = st->sum_lo + (int64_t)(d - f->d0) * f->A + (int64_t)(x->mset[q] - f->m0) * f->B;
       t->hi = t->lo + w;
     }
-  st->n_rep = (uint32_t)nd;
-  if (nms > 1) {
-    st->n_mb = nms;
-    st->mb_list = vd_malloc(nms * sizeof(*st->mb_list));
+}
+
+/* Cuts the representative of part kr (its bucket at replica d0, microbatch
+ * m0) and covers the parts it stands for.  *ok = 0: roll the group back. */
+static vd_rc sum_bucket(cctx *c, uint32_t li, size_t a, size_t b, sum_scratch *x, int64_t kr, int64_t n, int *ok) {
+  sfamily_t f = {0};
+  int64_t sid;
+  *ok = 0;
+  f.d0 = x->bk[kr].d;
+  f.m0 = x->bk[kr].m;
+  VD_CHECK(cut_representative(c, li, a, b, x, kr, n, &sid));
+  if (sid < 0) return VD_OK;
+  vd_stage *st = &c->set->stages[sid];
+  VD_CHECK(replica_family(c, st, &f));
+  int fam_ok;
+  VD_CHECK(mb_family(c, st, x, kr, a, b, &f, &fam_ok));
+  if (!fam_ok) return VD_OK;
+  cover_family(x, st, &f);
+  st->n_rep = (uint32_t)f.nd;
+  if (f.nms > 1) {
+    st->n_mb = f.nms;
+    st->mb_list = vd_malloc(f.nms * sizeof(*st->mb_list));
     if (!st->mb_list) return VD_OOM(c->d);
-    memcpy(st->mb_list, x->mset, nms * sizeof(*x->mset));
+    memcpy(st->mb_list, x->mset, f.nms * sizeof(*x->mset));
   }
   *ok = 1;
   return VD_OK;
+}
+
+static vd_rc sum_scratch_alloc(cctx *c, sum_scratch *x, size_t cnt, int64_t n) {
+  uint32_t nmk = c->nm + 1;
+  x->sm = vd_malloc(cnt * sizeof(*x->sm));
+  x->bk = vd_calloc((size_t)n, sizeof(*x->bk));
+  x->tmp = vd_malloc(cnt * sizeof(*x->tmp));
+  x->mset = vd_malloc(nmk * sizeof(*x->mset));
+  x->win = vd_malloc(2 * (size_t)n * sizeof(*x->win));
+  x->order = vd_malloc((size_t)n * sizeof(*x->order));
+  x->tk = vd_malloc((size_t)nmk * c->D * sizeof(*x->tk));
+  if (!x->sm || !x->bk || !x->tmp || !x->mset || !x->win || !x->order || !x->tk) {
+    sum_scratch_free(x);
+    return VD_OOM(c->d);
+  }
+  return VD_OK;
+}
+
+/* Buckets by part index; each part's members must be of one replica and
+ * one microbatch (several parts may share a replica and microbatch: the
+ * data-parallel EP ranks of one replica), members sorted by (piece,
+ * replica).  0 when the group's pieces do not bucket that way. */
+static int fill_buckets(cctx *c, size_t a, size_t b, int64_t n, sum_scratch *x) {
+  const vd_lin_table *lt = c->lt;
+  uint32_t D = c->D;
+  for (int64_t k = 0; k < n; k++) x->bk[k].d = -1;
+  int good = 1;
+  for (size_t i = a; i < b && good; i++) {
+    const vd_lin_piece *p = &lt->pieces[i];
+    for (uint32_t r = p->all_rep ? 0 : (uint32_t)p->replica; r < (p->all_rep ? D : (uint32_t)p->replica + 1) && good; r++) {
+      if (p->part_k < 0 || p->part_k >= n) {
+        good = 0;
+        break;
+      }
+      sbucket_t *t = &x->bk[p->part_k];
+      if (t->d >= 0 && (t->d != (int32_t)r || t->m != p->mb)) good = 0;
+      t->d = (int32_t)r;
+      t->m = p->mb;
+      t->n++;
+    }
+  }
+  size_t off = 0;
+  for (int64_t k = 0; k < n && good; k++) {
+    if (!x->bk[k].n) good = 0;
+    x->bk[k].first = (uint32_t)off;
+    off += x->bk[k].n;
+    x->bk[k].n = 0;
+  }
+  if (!good) return 0;
+  for (size_t i = a; i < b; i++) {
+    const vd_lin_piece *p = &lt->pieces[i];
+    for (uint32_t r = p->all_rep ? 0 : (uint32_t)p->replica; r < (p->all_rep ? D : (uint32_t)p->replica + 1); r++) {
+      sbucket_t *t = &x->bk[p->part_k];
+      x->sm[t->first + t->n++] = (smember_t){(uint32_t)i, (int32_t)r};
+    }
+  }
+  /* (pieces come in order, so each bucket is sorted by (piece, replica)) */
+  return 1;
+}
+
+/* Whether the stages from s0 on (one per representative) window the same
+ * single value and dimension, and the n buckets' windows tile it exactly
+ * once. */
+static int windows_tile(const vd_stage_set *set, size_t s0, sum_scratch *x, int64_t n) {
+  int ok = 1;
+  for (size_t s = s0 + 1; s < set->n_stages && ok; s++)
+    ok = set->stages[s].sum_svalue == set->stages[s0].sum_svalue &&
+         set->stages[s].sum_dim == set->stages[s0].sum_dim;
+  for (int64_t k = 0; k < n; k++) {
+    x->win[2 * k] = x->bk[k].lo;
+    x->win[2 * k + 1] = x->bk[k].hi;
+    ok = ok && x->bk[k].covered;
+  }
+  qsort(x->win, (size_t)n, 2 * sizeof(*x->win), i64_pair_cmp);
+  int64_t at = 0;
+  for (int64_t i = 0; i < n && ok; i++) {
+    ok = x->win[2 * i] == at && x->win[2 * i + 1] > at;
+    at = x->win[2 * i + 1];
+  }
+  return ok && set->n_stages > s0 && at == set->stages[s0].sum_ext;
 }
 
 /* Tries slice group [a, b) of lineage li as a sum by part; *done = 1 when it
@@ -264,7 +393,7 @@ vd_rc vd_stage_i_cut_sum_group(cctx *c, uint32_t li, size_t a, size_t b, int *do
   const vd_lin_table *lt = c->lt;
   vd_stage_set *set = c->set;
   int64_t n = lt->pieces[a].part_n;
-  uint32_t D = c->D, nmk = c->nm + 1;
+  uint32_t D = c->D;
   *done = 0;
   if (n < 2) return VD_OK;
   size_t cnt = 0;
@@ -276,56 +405,11 @@ vd_rc vd_stage_i_cut_sum_group(cctx *c, uint32_t li, size_t a, size_t b, int *do
   if ((size_t)n > cnt) return VD_OK;
   sum_scratch x = {0};
   vd_rc rc = VD_OK;
-  x.sm = vd_malloc(cnt * sizeof(*x.sm));
-  x.bk = vd_calloc((size_t)n, sizeof(*x.bk));
-  x.tmp = vd_malloc(cnt * sizeof(*x.tmp));
-  x.mset = vd_malloc(nmk * sizeof(*x.mset));
-  x.win = vd_malloc(2 * (size_t)n * sizeof(*x.win));
-  x.order = vd_malloc((size_t)n * sizeof(*x.order));
-  x.tk = vd_malloc((size_t)nmk * D * sizeof(*x.tk));
-  if (!x.sm || !x.bk || !x.tmp || !x.mset || !x.win || !x.order || !x.tk) {
-    sum_scratch_free(&x);
-    return VD_OOM(c->d);
-  }
-  /* Buckets by part index; each part's members must be of one replica and
-   * one microbatch (several parts may share a replica and microbatch: the
-   * data-parallel EP ranks of one replica), members sorted by (piece,
-   * replica). */
-  for (int64_t k = 0; k < n; k++) x.bk[k].d = -1;
-  int good = 1;
-  for (size_t i = a; i < b && good; i++) {
-    const vd_lin_piece *p = &lt->pieces[i];
-    for (uint32_t r = p->all_rep ? 0 : (uint32_t)p->replica; r < (p->all_rep ? D : (uint32_t)p->replica + 1) && good; r++) {
-      if (p->part_k < 0 || p->part_k >= n) {
-        good = 0;
-        break;
-      }
-      sbucket_t *t = &x.bk[p->part_k];
-      if (t->d >= 0 && (t->d != (int32_t)r || t->m != p->mb)) good = 0;
-      t->d = (int32_t)r;
-      t->m = p->mb;
-      t->n++;
-    }
-  }
-  size_t off = 0;
-  for (int64_t k = 0; k < n && good; k++) {
-    if (!x.bk[k].n) good = 0;
-    x.bk[k].first = (uint32_t)off;
-    off += x.bk[k].n;
-    x.bk[k].n = 0;
-  }
-  if (!good) {
+  VD_CHECK(sum_scratch_alloc(c, &x, cnt, n));
+  if (!fill_buckets(c, a, b, n, &x)) {
     sum_scratch_free(&x);
     return VD_OK;
   }
-  for (size_t i = a; i < b; i++) {
-    const vd_lin_piece *p = &lt->pieces[i];
-    for (uint32_t r = p->all_rep ? 0 : (uint32_t)p->replica; r < (p->all_rep ? D : (uint32_t)p->replica + 1); r++) {
-      sbucket_t *t = &x.bk[p->part_k];
-      x.sm[t->first + t->n++] = (smember_t){(uint32_t)i, (int32_t)r};
-    }
-  }
-  /* (pieces come in order, so each bucket is sorted by (piece, replica)) */
   /* Representatives in (replica, microbatch, first piece) order: replica
    * 0's earliest microbatch first, as with one part per bucket. */
   for (int64_t k = 0; k < n; k++)
@@ -340,24 +424,7 @@ vd_rc vd_stage_i_cut_sum_group(cctx *c, uint32_t li, size_t a, size_t b, int *do
     if (x.bk[k].covered) continue;
     rc = sum_bucket(c, li, a, b, &x, k, n, &ok);
   }
-  if (rc == VD_OK && ok) {
-    /* every representative windows the same single value and dimension */
-    for (size_t s = s0 + 1; s < set->n_stages && ok; s++)
-      ok = set->stages[s].sum_svalue == set->stages[s0].sum_svalue &&
-           set->stages[s].sum_dim == set->stages[s0].sum_dim;
-    for (int64_t k = 0; k < n; k++) {
-      x.win[2 * k] = x.bk[k].lo;
-      x.win[2 * k + 1] = x.bk[k].hi;
-      ok = ok && x.bk[k].covered;
-    }
-    qsort(x.win, (size_t)n, 2 * sizeof(*x.win), i64_pair_cmp);
-    int64_t at = 0;
-    for (int64_t i = 0; i < n && ok; i++) {
-      ok = x.win[2 * i] == at && x.win[2 * i + 1] > at;
-      at = x.win[2 * i + 1];
-    }
-    ok = ok && set->n_stages > s0 && at == set->stages[s0].sum_ext;
-  }
+  if (rc == VD_OK && ok) ok = windows_tile(set, s0, &x, n);
   c->log_nolin = 0;
   if (rc == VD_OK && !ok) {
     /* roll back: no stage, no issue, no nolin mark of the try survives */

@@ -226,13 +226,8 @@ static int32_t index_computed_by(const vd_stage *st, uint32_t i) {
   return -1;
 }
 
-vd_rc vd_stage_reduce(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
-  vd_rc rc = VD_OK;
-  vd_reducer *c = NULL;
-  vd_red_value *rv = NULL;
-  char rec[200];
-  st->noreduce_node = -1;
-  /* Parallel leaves' reduced slices default to their original slices. */
+/* Parallel leaves' reduced slices default to their original slices. */
+static void default_reduced_slices(const vd_lin_table *lt, vd_stage *st) {
   for (uint32_t i = 0; i < st->n_vals; i++) {
     vd_stage_value *v = &st->vals[i];
     if (v->leaf_piece >= 0 && (v->has_pslice || (lt && (size_t)v->leaf_piece < lt->n_pieces))) {
@@ -242,15 +237,80 @@ vd_rc vd_stage_reduce(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
       memcpy(v->rhi, hi, sizeof(v->rhi));
     }
   }
-  /* Unknown operators, and index values computed in the stage: no
-   * reduction at all. */
+}
+
+/* The first node that rules out any reduction (an unknown operator, or
+ * the computer of index values), or -1. */
+static int32_t unreducible_node(const vd_stage *st) {
   for (uint32_t i = 0; i < st->n_nodes; i++) {
     int32_t by = st->nodes[i].op < 0 || st->nodes[i].op >= VD_OP__COUNT ? (int32_t)i : index_computed_by(st, i);
-    if (by >= 0) {
-      st->noreduce_node = by;
-      leave_unreduced(lt, st);
+    if (by >= 0) return by;
+  }
+  return -1;
+}
+
+/* The operator rules of every node; *norule gets the first node without a
+ * rule (the stage is not reduced), or -1. */
+static vd_rc operator_rules(vd_reducer *c, const vd_lin_table *lt, const vd_stage *st, int32_t *norule_node,
+                            vd_diag *d) {
+  char rec[200];
+  *norule_node = -1;
+  for (uint32_t i = 0; i < st->n_nodes; i++) {
+    const vd_stage_node *n = &st->nodes[i];
+    node_record(lt, st, i, rec, sizeof(rec));
+    const vd_plan_t *plan;
+    const vd_node_t *pn = plan_node(lt, st, i, &plan);
+    int norule = 0;
+    VD_CHECK(vd_reducer_node(c, i, n->op, plan, pn, st->idx + n->in_off, n->n_in, st->idx + n->out_off, n->n_out,
+                             rec, &norule, d));
+    if (norule) {
+      *norule_node = (int32_t)i;
       return VD_OK;
     }
+  }
+  return VD_OK;
+}
+
+/* Lineage: each hypothesis and each target piece relates its parallel
+ * value to the single value it is a slice of. */
+static vd_rc relate_lineage(vd_reducer *c, const vd_lin_table *lt, const vd_stage *st, vd_diag *d) {
+  char rec[200];
+  snprintf(rec, sizeof(rec), "stage %u", st->id);
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    const vd_stage_value *v = &st->vals[i];
+    if (v->leaf_piece < 0) continue;
+    if (!lt || (size_t)v->leaf_piece >= lt->n_pieces || v->hyp_svalue < 0 || (uint32_t)v->hyp_svalue >= st->n_vals)
+      return VD_ERR(d, VD_EINTERNAL, NULL, rec, "vals", "value %u: hypothesis without a lineage piece", i);
+    const int64_t *plo, *phi;
+    hyp_slice(lt, v, &plo, &phi);
+    VD_CHECK(vd_reducer_relate(c, i, (uint32_t)v->hyp_svalue, plo, phi, rec, d));
+  }
+  for (uint32_t t = 0; t < st->n_targets; t++) {
+    const vd_stage_target *tg = &st->targets[t];
+    if (tg->svalue < 0 || (uint32_t)tg->svalue >= st->n_vals)
+      return VD_ERR(d, VD_EINTERNAL, NULL, rec, "targets", "target %u: bad single value", t);
+    for (uint32_t k = 0; k < tg->n_pieces; k++) {
+      uint32_t pv = st->idx[tg->piece_off + 2 * k + 1];
+      if (pv >= st->n_vals) return VD_ERR(d, VD_EINTERNAL, NULL, rec, "targets", "target %u: bad piece value", t);
+      VD_CHECK(vd_reducer_relate(c, pv, (uint32_t)tg->svalue, tg_lo(tg), tg_hi(tg), rec, d));
+    }
+  }
+  return VD_OK;
+}
+
+vd_rc vd_stage_reduce(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
+  vd_rc rc = VD_OK;
+  vd_reducer *c = NULL;
+  vd_red_value *rv = NULL;
+  st->noreduce_node = -1;
+  default_reduced_slices(lt, st);
+  /* Unknown operators, and index values computed in the stage: no
+   * reduction at all. */
+  int32_t by = unreducible_node(st);
+  if (by >= 0) {
+    st->noreduce_node = by;
+    leave_unreduced(lt, st);
+    return VD_OK;
   }
 
   rv = vd_calloc((size_t)st->n_vals + 1, sizeof(*rv));
@@ -260,53 +320,14 @@ vd_rc vd_stage_reduce(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
   vd_free(rv);
   if (rc != VD_OK) return rc;
 
-  /* Operator rules. */
-  for (uint32_t i = 0; i < st->n_nodes; i++) {
-    const vd_stage_node *n = &st->nodes[i];
-    node_record(lt, st, i, rec, sizeof(rec));
-    const vd_plan_t *plan;
-    const vd_node_t *pn = plan_node(lt, st, i, &plan);
-    int norule = 0;
-    rc = vd_reducer_node(c, i, n->op, plan, pn, st->idx + n->in_off, n->n_in, st->idx + n->out_off, n->n_out, rec,
-                         &norule, d);
-    if (rc != VD_OK) goto done;
-    if (norule) {
-      st->noreduce_node = (int32_t)i;
-      leave_unreduced(lt, st);
-      goto done;
-    }
+  int32_t norule;
+  if ((rc = operator_rules(c, lt, st, &norule, d)) != VD_OK) goto done;
+  if (norule >= 0) {
+    st->noreduce_node = norule;
+    leave_unreduced(lt, st);
+    goto done;
   }
-
-  /* Lineage: hypotheses and targets. */
-  snprintf(rec, sizeof(rec), "stage %u", st->id);
-  for (uint32_t i = 0; i < st->n_vals; i++) {
-    const vd_stage_value *v = &st->vals[i];
-    if (v->leaf_piece < 0) continue;
-    if (!lt || (size_t)v->leaf_piece >= lt->n_pieces || v->hyp_svalue < 0 || (uint32_t)v->hyp_svalue >= st->n_vals) {
-      rc = VD_ERR(d, VD_EINTERNAL, NULL, rec, "vals", "value %u: hypothesis without a lineage piece", i);
-      goto done;
-    }
-    const int64_t *plo, *phi;
-    hyp_slice(lt, v, &plo, &phi);
-    rc = vd_reducer_relate(c, i, (uint32_t)v->hyp_svalue, plo, phi, rec, d);
-    if (rc != VD_OK) goto done;
-  }
-  for (uint32_t t = 0; t < st->n_targets; t++) {
-    const vd_stage_target *tg = &st->targets[t];
-    if (tg->svalue < 0 || (uint32_t)tg->svalue >= st->n_vals) {
-      rc = VD_ERR(d, VD_EINTERNAL, NULL, rec, "targets", "target %u: bad single value", t);
-      goto done;
-    }
-    for (uint32_t k = 0; k < tg->n_pieces; k++) {
-      uint32_t pv = st->idx[tg->piece_off + 2 * k + 1];
-      if (pv >= st->n_vals) {
-        rc = VD_ERR(d, VD_EINTERNAL, NULL, rec, "targets", "target %u: bad piece value", t);
-        goto done;
-      }
-      rc = vd_reducer_relate(c, pv, (uint32_t)tg->svalue, tg_lo(tg), tg_hi(tg), rec, d);
-      if (rc != VD_OK) goto done;
-    }
-  }
+  if ((rc = relate_lineage(c, lt, st, d)) != VD_OK) goto done;
 
   int reduced = 0;
   if ((rc = vd_reducer_solve(c, &reduced, d)) != VD_OK) goto done;

@@ -223,63 +223,60 @@ static int only_rows_live(const vd_stage *st, uint32_t i, uint8_t rows) {
   return 1;
 }
 
-/* Links and pins the dimensions of single-side node i. */
-static vd_rc visit_node(wctx *w, const vd_lin_table *lt, const vd_stage *st, uint32_t i, vd_diag *d) {
-  const vd_stage_node *n = &st->nodes[i];
+/* The plan node of stage node n on the single side, when the lineage
+ * table has the single graph's plan (plan/pn NULL otherwise). */
+static const vd_node_t *single_plan_node(const vd_lin_table *lt, const vd_stage_node *n, const vd_plan_t **plan) {
+  *plan = NULL;
+  if (!lt || !lt->gs || !lt->gs->plan || n->gnode >= lt->gs->n_nodes) return NULL;
+  *plan = lt->gs->plan;
+  uint32_t k = lt->gs->nodes[n->gnode].pnode;
+  return k < (*plan)->n_nodes ? &(*plan)->nodes[k] : NULL;
+}
+
+/* Only the input gradient (and the row outputs) are used: rows of the
+ * inputs in bwd0_rows, of output 0 and of the row outputs are linked
+ * (all dimensions but the last); the rest is pinned.  The dead weight
+ * gradients become sums over the window's rows, which nothing in the
+ * stage reads.  The node of a sum by part (sum_here) has its summed
+ * output live as the target: it is pinned whole and is the sum over the
+ * window's rows, which is what that stage claims (cut.c). */
+static void link_bwd0_rows(wctx *w, const vd_stage *st, const vd_stage_node *n, const vd_op_eqv *e, int sum_here) {
   const uint32_t *in = st->idx + n->in_off, *out = st->idx + n->out_off;
-  const vd_plan_t *plan = NULL;
-  const vd_node_t *pn = NULL;
-  if (lt && lt->gs && lt->gs->plan && n->gnode < lt->gs->n_nodes) {
-    plan = lt->gs->plan;
-    uint32_t k = lt->gs->nodes[n->gnode].pnode;
-    pn = k < plan->n_nodes ? &plan->nodes[k] : NULL;
-  }
-  int ok = n->op >= 0 && n->op < VD_OP__COUNT && n->n_in <= 64 && n->n_out <= 64;
-  const vd_op_eqv *e = ok ? vd_op_eqv_of((vd_op_id)n->op) : NULL;
-  if (!ok || (e->kind != VD_EQV_RULE && e->kind != VD_EQV_LEAD)) {
-    for (uint32_t k = 0; k < n->n_in; k++) pin_value(w, in[k]);
-    for (uint32_t k = 0; k < n->n_out; k++) pin_value(w, out[k]);
-    return VD_OK;
-  }
-  int sum_here = w->sum_node == (int64_t)i;
-  if (e->bwd0_rows && n->n_out >= 2 &&
-      (sum_here || only_rows_live(st, i, e->row_outs))) {
-    /* Only the input gradient (and the row outputs) are used: rows of the
-     * inputs in bwd0_rows, of output 0 and of the row outputs are linked
-     * (all dimensions but the last); the rest is pinned.  The dead weight
-     * gradients become sums over the window's rows, which nothing in the
-     * stage reads.  The node of a sum by part (sum_here) has its summed
-     * output live as the target: it is pinned whole and is the sum over the
-     * window's rows, which is what that stage claims (cut.c). */
-    const vd_stage_value *o = &st->vals[out[0]];
-    int32_t lead = o->ndim - 1;
-    for (uint32_t k = 0; k < n->n_in; k++) {
-      const vd_stage_value *v = &st->vals[in[k]];
-      if (k < 8 && (e->bwd0_rows >> k & 1) && v->ndim == o->ndim) {
-        for (int32_t j = 0; j < v->ndim; j++) {
-          if (j < lead && v->shape[j] == o->shape[j]) unite(w, DIM(in[k], j), DIM(out[0], j));
-          else w->pin[DIM(in[k], j)] = 1;
-        }
-        if (sum_here && w->sum_v == UINT32_MAX) {
-          w->sum_v = in[k];
-          w->sum_lead = lead;
-        }
-        continue;
-      }
-      pin_value(w, in[k]);
-    }
-    if (sum_here) pin_value(w, out[w->sum_out]);
-    for (uint32_t k = 1; k < n->n_out && k < 8; k++) {
-      if (!(e->row_outs >> k & 1)) continue;
-      const vd_stage_value *v = &st->vals[out[k]];
+  const vd_stage_value *o = &st->vals[out[0]];
+  int32_t lead = o->ndim - 1;
+  for (uint32_t k = 0; k < n->n_in; k++) {
+    const vd_stage_value *v = &st->vals[in[k]];
+    if (k < 8 && (e->bwd0_rows >> k & 1) && v->ndim == o->ndim) {
       for (int32_t j = 0; j < v->ndim; j++) {
-        if (v->ndim == o->ndim && j < lead && v->shape[j] == o->shape[j]) unite(w, DIM(out[k], j), DIM(out[0], j));
-        else w->pin[DIM(out[k], j)] = 1;
+        if (j < lead && v->shape[j] == o->shape[j]) unite(w, DIM(in[k], j), DIM(out[0], j));
+        else w->pin[DIM(in[k], j)] = 1;
       }
+      if (sum_here && w->sum_v == UINT32_MAX) {
+        w->sum_v = in[k];
+        w->sum_lead = lead;
+      }
+      continue;
     }
-    for (int32_t j = lead; j < o->ndim; j++) w->pin[DIM(out[0], j)] = 1;
-    return VD_OK;
+    pin_value(w, in[k]);
   }
+  if (sum_here) pin_value(w, out[w->sum_out]);
+  for (uint32_t k = 1; k < n->n_out && k < 8; k++) {
+    if (!(e->row_outs >> k & 1)) continue;
+    const vd_stage_value *v = &st->vals[out[k]];
+    for (int32_t j = 0; j < v->ndim; j++) {
+      if (v->ndim == o->ndim && j < lead && v->shape[j] == o->shape[j]) unite(w, DIM(out[k], j), DIM(out[0], j));
+      else w->pin[DIM(out[k], j)] = 1;
+    }
+  }
+  for (int32_t j = lead; j < o->ndim; j++) w->pin[DIM(out[0], j)] = 1;
+}
+
+/* Links the dimensions the operator's reduction rule equates 1:1 (through
+ * sink), then pins every dimension the rule did not link, or from the
+ * operator's lead on (vd_op_eqv_lead), or all when it has no rule. */
+static vd_rc link_by_rule(wctx *w, const vd_stage *st, const vd_stage_node *n, const vd_op_eqv *e,
+                          const vd_plan_t *plan, const vd_node_t *pn) {
+  const uint32_t *in = st->idx + n->in_off, *out = st->idx + n->out_off;
   vd_op_shape ish[64], osh[64];
   for (uint32_t k = 0; k < n->n_in; k++) {
     ish[k].ndim = st->vals[in[k]].ndim;
@@ -297,7 +294,6 @@ static vd_rc visit_node(wctx *w, const vd_lin_table *lt, const vd_stage *st, uin
                           .in_shape = ish, .out_shape = osh, .emit = sink, .sink = w};
   int norule = 0;
   VD_CHECK(vd_op_reduce_rule((vd_op_id)n->op)(&rc, &norule));
-  (void)d;
   for (int side = 0; side < 2; side++) {
     const uint32_t *vs = side ? out : in;
     uint32_t nv = side ? n->n_out : n->n_in;
@@ -309,6 +305,28 @@ static vd_rc visit_node(wctx *w, const vd_lin_table *lt, const vd_stage *st, uin
     }
   }
   return VD_OK;
+}
+
+/* Links and pins the dimensions of single-side node i. */
+static vd_rc visit_node(wctx *w, const vd_lin_table *lt, const vd_stage *st, uint32_t i, vd_diag *d) {
+  const vd_stage_node *n = &st->nodes[i];
+  const uint32_t *in = st->idx + n->in_off, *out = st->idx + n->out_off;
+  const vd_plan_t *plan;
+  const vd_node_t *pn = single_plan_node(lt, n, &plan);
+  int ok = n->op >= 0 && n->op < VD_OP__COUNT && n->n_in <= 64 && n->n_out <= 64;
+  const vd_op_eqv *e = ok ? vd_op_eqv_of((vd_op_id)n->op) : NULL;
+  if (!ok || (e->kind != VD_EQV_RULE && e->kind != VD_EQV_LEAD)) {
+    for (uint32_t k = 0; k < n->n_in; k++) pin_value(w, in[k]);
+    for (uint32_t k = 0; k < n->n_out; k++) pin_value(w, out[k]);
+    return VD_OK;
+  }
+  int sum_here = w->sum_node == (int64_t)i;
+  if (e->bwd0_rows && n->n_out >= 2 && (sum_here || only_rows_live(st, i, e->row_outs))) {
+    link_bwd0_rows(w, st, n, e, sum_here);
+    return VD_OK;
+  }
+  (void)d;
+  return link_by_rule(w, st, n, e, plan, pn);
 }
 
 static void hull(int64_t *lo, int64_t *hi, uint8_t *any, uint32_t r, int64_t a, int64_t b) {
@@ -376,21 +394,92 @@ static void sum_window(wctx *w, const vd_lin_table *lt, vd_stage *st) {
   st->sum_ext = t->shape[cut];
 }
 
+/* Per class root: the hull lo..hi of the slices along it (any: one seen). */
+typedef struct {
+  int64_t *lo, *hi;
+  uint8_t *any;
+} hulls_t;
+
+/* Hull of box blo..bhi of single value sv, dimension by dimension. */
+static void hull_box(wctx *w, hulls_t *h, uint32_t sv, const int64_t *blo, const int64_t *bhi) {
+  for (int32_t j = 0; j < w->st->vals[sv].ndim; j++) hull_k(w, h->lo, h->hi, h->any, DIM(sv, j), blo[j], bhi[j]);
+}
+
+/* Hulls of the slices of the hypotheses and targets along every class. */
+static void hull_slices(wctx *w, const vd_stage *st, hulls_t *h) {
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    const vd_stage_value *v = &st->vals[i];
+    if (!v->side || v->producer >= 0 || v->hyp_svalue < 0 || !v->has_pslice) continue;
+    hull_box(w, h, (uint32_t)v->hyp_svalue, v->plo, v->phi);
+  }
+  for (uint32_t t = 0; t < st->n_targets; t++) {
+    const vd_stage_target *tg = &st->targets[t];
+    if (tg->svalue < 0 || !tg->has_bslice) continue;
+    hull_box(w, h, (uint32_t)tg->svalue, tg->blo, tg->bhi);
+  }
+}
+
+/* Cuts every single value of an unpinned class with a slice to the hull. */
+static vd_rc cut_to_hulls(wctx *w, vd_stage *st, const hulls_t *h, vd_diag *d) {
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    vd_stage_value *v = &st->vals[i];
+    if (v->side) continue;
+    for (int32_t j = 0; j < v->ndim; j++) {
+      int64_t k;
+      uint32_t r = find_k(w, DIM(i, j), &k);
+      if (w->pin[r] || !h->any[r]) continue;
+      int64_t a = h->lo[r] * k, b = h->hi[r] * k;
+      if (a == 0 && b == v->shape[j]) continue;
+      if (VD_NEVER(a < 0 || b > v->shape[j] || a >= b))
+        return VD_ERR(d, VD_EINTERNAL, NULL, "stage", "window", "window [%lld, %lld) outside extent %lld",
+                      (long long)a, (long long)b, (long long)v->shape[j]);
+      v->woff[j] = a;
+      v->shape[j] = b - a;
+      v->rshape[j] = v->shape[j];
+    }
+  }
+  return VD_OK;
+}
+
+/* Rebases slice lo..hi of single value s to its window; the reduced
+ * slice rlo..rhi starts out equal to it. */
+static void rebase(const vd_stage_value *s, int64_t *lo, int64_t *hi, int64_t *rlo, int64_t *rhi) {
+  for (int32_t j = 0; j < s->ndim; j++) {
+    lo[j] -= s->woff[j];
+    hi[j] -= s->woff[j];
+    rlo[j] = lo[j];
+    rhi[j] = hi[j];
+  }
+}
+
+/* Rebases the hypotheses' and targets' slices to the windows. */
+static void rebase_slices(vd_stage *st) {
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    vd_stage_value *v = &st->vals[i];
+    if (!v->side || v->producer >= 0 || v->hyp_svalue < 0 || !v->has_pslice) continue;
+    rebase(&st->vals[v->hyp_svalue], v->plo, v->phi, v->rlo, v->rhi);
+  }
+  for (uint32_t t = 0; t < st->n_targets; t++) {
+    vd_stage_target *tg = &st->targets[t];
+    if (tg->svalue < 0 || !tg->has_bslice) continue;
+    rebase(&st->vals[tg->svalue], tg->blo, tg->bhi, tg->rlo, tg->rhi);
+  }
+}
+
 vd_rc vd_stage_window(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
   uint32_t nd = st->n_vals * (uint32_t)VD_MAX_DIMS;
   wctx w = {0};
-  int64_t *lo = NULL, *hi = NULL;
-  uint8_t *any = NULL;
+  hulls_t h = {0};
   vd_rc rc = VD_OK;
   w.st = st;
   w.par = vd_malloc((nd ? nd : 1) * sizeof(*w.par));
   w.k = vd_malloc((nd ? nd : 1) * sizeof(*w.k));
   w.lk = vd_calloc(nd ? nd : 1, sizeof(*w.lk));
   w.pin = vd_calloc(nd ? nd : 1, 1);
-  lo = vd_malloc((nd ? nd : 1) * sizeof(*lo));
-  hi = vd_malloc((nd ? nd : 1) * sizeof(*hi));
-  any = vd_calloc(nd ? nd : 1, 1);
-  if (!w.par || !w.k || !w.lk || !w.pin || !lo || !hi || !any) {
+  h.lo = vd_malloc((nd ? nd : 1) * sizeof(*h.lo));
+  h.hi = vd_malloc((nd ? nd : 1) * sizeof(*h.hi));
+  h.any = vd_calloc(nd ? nd : 1, 1);
+  if (!w.par || !w.k || !w.lk || !w.pin || !h.lo || !h.hi || !h.any) {
     rc = VD_OOM(d);
     goto done;
   }
@@ -403,69 +492,17 @@ vd_rc vd_stage_window(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
     if (st->nodes[i].side == 0 && (rc = visit_node(&w, lt, st, i, d)) != VD_OK) goto done;
   for (uint32_t i = 0; i < nd; i++)
     if (w.pin[i]) w.pin[find(&w, i)] = 1;
-  /* Hulls of the slices along every class. */
-  for (uint32_t i = 0; i < st->n_vals; i++) {
-    const vd_stage_value *v = &st->vals[i];
-    if (!v->side || v->producer >= 0 || v->hyp_svalue < 0 || !v->has_pslice) continue;
-    for (int32_t j = 0; j < st->vals[v->hyp_svalue].ndim; j++)
-      hull_k(&w, lo, hi, any, DIM((uint32_t)v->hyp_svalue, j), v->plo[j], v->phi[j]);
-  }
-  for (uint32_t t = 0; t < st->n_targets; t++) {
-    const vd_stage_target *tg = &st->targets[t];
-    if (tg->svalue < 0 || !tg->has_bslice) continue;
-    for (int32_t j = 0; j < st->vals[tg->svalue].ndim; j++)
-      hull_k(&w, lo, hi, any, DIM((uint32_t)tg->svalue, j), tg->blo[j], tg->bhi[j]);
-  }
-  /* Cut every single value of an unpinned class with a slice to the hull. */
-  for (uint32_t i = 0; i < st->n_vals; i++) {
-    vd_stage_value *v = &st->vals[i];
-    if (v->side) continue;
-    for (int32_t j = 0; j < v->ndim; j++) {
-      int64_t k;
-      uint32_t r = find_k(&w, DIM(i, j), &k);
-      if (w.pin[r] || !any[r]) continue;
-      int64_t a = lo[r] * k, b = hi[r] * k;
-      if (a == 0 && b == v->shape[j]) continue;
-      if (VD_NEVER(a < 0 || b > v->shape[j] || a >= b)) {
-        rc = VD_ERR(d, VD_EINTERNAL, NULL, "stage", "window", "window [%lld, %lld) outside extent %lld",
-                    (long long)a, (long long)b, (long long)v->shape[j]);
-        goto done;
-      }
-      v->woff[j] = a;
-      v->shape[j] = b - a;
-      v->rshape[j] = v->shape[j];
-    }
-  }
+  hull_slices(&w, st, &h);
+  if ((rc = cut_to_hulls(&w, st, &h, d)) != VD_OK) goto done;
   if (w.sum_v != UINT32_MAX) sum_window(&w, lt, st);
-  for (uint32_t i = 0; i < st->n_vals; i++) {
-    vd_stage_value *v = &st->vals[i];
-    if (!v->side || v->producer >= 0 || v->hyp_svalue < 0 || !v->has_pslice) continue;
-    const vd_stage_value *s = &st->vals[v->hyp_svalue];
-    for (int32_t j = 0; j < s->ndim; j++) {
-      v->plo[j] -= s->woff[j];
-      v->phi[j] -= s->woff[j];
-      v->rlo[j] = v->plo[j];
-      v->rhi[j] = v->phi[j];
-    }
-  }
-  for (uint32_t t = 0; t < st->n_targets; t++) {
-    vd_stage_target *tg = &st->targets[t];
-    if (tg->svalue < 0 || !tg->has_bslice) continue;
-    const vd_stage_value *s = &st->vals[tg->svalue];
-    for (int32_t j = 0; j < s->ndim; j++) {
-      tg->blo[j] -= s->woff[j];
-      tg->bhi[j] -= s->woff[j];
-      tg->rlo[j] = tg->blo[j];
-      tg->rhi[j] = tg->bhi[j];
-    }
-  }
+  rebase_slices(st);
 done:
   vd_free(w.par);
   vd_free(w.k);
   vd_free(w.lk);
   vd_free(w.pin);
-  vd_free(lo);
-  vd_free(hi);
-  vd_free(any);
+  vd_free(h.lo);
+  vd_free(h.hi);
+  vd_free(h.any);
   return rc;
 }
