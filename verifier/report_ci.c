@@ -76,6 +76,12 @@ static void tensor_name(const vd_plan_t *p, int64_t t, char *out, size_t n) {
   else vd_text_fmt(out, n, "t%lld", (long long)p->tensors[t].id);
 }
 
+/* The single tensor that target ti of stage st checks, read from its lineage:
+ * a compact stage (vd_stage_compact) keeps its targets but not its values. */
+static uint32_t target_tensor(const vd_run *r, const vd_stage *st, uint32_t ti) {
+  return r->lt.lins[st->targets[ti].lineage].stensor;
+}
+
 static void finding_facts(const vd_run *r, const vd_finding *fd, vd_ci_finding *c) {
   memset(c, 0, sizeof(*c));
   c->fd = fd;
@@ -106,7 +112,7 @@ static void finding_facts(const vd_run *r, const vd_finding *fd, vd_ci_finding *
   /* A failing stage without a diverging node: its first target. */
   const vd_stage *st = &r->set.stages[fd->rep];
   if (st->n_targets) {
-    tensor_name(&r->sp, r->sg.values[st->vals[st->targets[0].svalue].value].tensor, tn, sizeof(tn));
+    tensor_name(&r->sp, target_tensor(r, st, 0), tn, sizeof(tn));
     vd_text_fmt(c->logical, sizeof(c->logical), "single tensor '%s'", tn);
   } else {
     vd_text_fmt(c->logical, sizeof(c->logical), "a stage without target");
@@ -197,7 +203,7 @@ vd_rc vd_report_ci_tensors(const vd_run *r, const vd_findings *fs, const vd_ci_f
     const vd_stage_verdict *v = &r->verdicts[i];
     uint8_t sk = r->skipped ? r->skipped[i] : 0;
     for (uint32_t ti = 0; ti < st->n_targets; ti++) {
-      uint32_t x = r->sg.values[st->vals[st->targets[ti].svalue].value].tensor;
+      uint32_t x = target_tensor(r, st, ti);
       if (x >= nt || last[x] == i + 1) continue;
       last[x] = i + 1;
       vd_ci_tensor *e = &t[x];

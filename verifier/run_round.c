@@ -124,27 +124,35 @@ static vd_rc stage_hook(void *p, vd_stage_set *set, size_t i, vd_diag *d) {
   return VD_OK;
 }
 
+/* Cuts compact stage i again and reduces it as the run did. */
+static vd_rc restore_stage(vd_run *r, const vd_run_opts *o, size_t i, vd_diag *d) {
+  vd_stage *st = &r->set.stages[i];
+  if (!st->compact) return VD_OK;
+  VD_CHECK(vd_stage_recut(&r->lt, &r->set, i, d));
+  if (o->no_reduce) return VD_OK;
+  vd_diag sd;
+  vd_diag_clear(&sd);
+  vd_rc rc = vd_stage_reduce(&r->lt, st, &sd);
+  if (rc != VD_OK && rc != VD_EINPUT) {
+    if (d) *d = sd;
+    return rc;
+  }
+  return VD_OK;
+}
+
 /* Restores the bodies of the compact stages that reports and findings read:
- * every failing one (inconclusive ones are reported by their reason only).
- * A restored stage is as large as its class representative; a run failing
- * in thousands of large stages can run out of memory here (exit 3), never
- * report a stage without its body. */
+ * every failing one (inconclusive ones are reported by their reason only)
+ * and the one --dot-stage draws.  A restored stage is as large as its class
+ * representative; a run failing in thousands of large stages can run out of
+ * memory here (exit 3), never report a stage without its body. */
 vd_rc vd_run_i_recut_reported(vd_run *r, const vd_run_opts *o, vd_diag *d) {
   for (size_t i = 0; i < r->set.n_stages; i++) {
-    vd_stage *st = &r->set.stages[i];
-    if (r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT || !st->compact) continue;
-    if (r->inferred && vd_run_i_targets_candidate(r, st)) continue; /* not reported (solve_stages) */
-    VD_CHECK(vd_stage_recut(&r->lt, &r->set, i, d));
-    if (!o->no_reduce) {
-      vd_diag sd;
-      vd_diag_clear(&sd);
-      vd_rc rc = vd_stage_reduce(&r->lt, st, &sd);
-      if (rc != VD_OK && rc != VD_EINPUT) {
-        if (d) *d = sd;
-        return rc;
-      }
-    }
+    if (r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT) continue;
+    if (r->inferred && vd_run_i_targets_candidate(r, &r->set.stages[i])) continue; /* not reported (solve_stages) */
+    VD_CHECK(restore_stage(r, o, i, d));
   }
+  if (o->dot_path && o->dot_stage >= 0 && (size_t)o->dot_stage < r->set.n_stages)
+    VD_CHECK(restore_stage(r, o, (size_t)o->dot_stage, d));
   return VD_OK;
 }
 
