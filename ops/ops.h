@@ -19,7 +19,8 @@
  * lint), so the encoders cannot be a column of this table without an
  * opaque slot that nothing here could fill.  solver/smt_encode.c expands
  * the same ops.def X-macro into its own table (enc_table, enc_<name> per
- * row: a row without its encoder does not compile).  ops.def stays the
+ * row, defined in solver/smt_encode_<family>.c: a row without its encoder
+ * does not link).  ops.def stays the
  * only list of operators; every per-operator table (this one, the
  * attribute schema of attrs.c, the equivariances of ops_eqv.c, the
  * reduction rules of ops_reduce.c, lineage's propagation rules, the

@@ -281,7 +281,7 @@ vd_rc vd_op_i_eval_gelu_backward(const vd_op_call *c) { return unary_bwd(c, aint
  *
  * y = x * m(x), gx = g * m(x): the mask is modelled as a deterministic
  * function of the element's value (docs/operators.md, "Dropout").  The
- * symbolic side leaves m uninterpreted (smt_encode.c); here m needs SOME
+ * symbolic side leaves m uninterpreted (smt_encode_arith.c); here m needs SOME
  * concrete value, and this is a SURROGATE, not torch's Bernoulli mask:
  * m(x) = (1 + 0.5 sin(3x)) / (1 - p), smooth so that the rounding
  * differences between two plans' evaluation orders move it only by
