@@ -155,7 +155,6 @@ int vd_gen_i_op(vd_gen_ctx *g, const char *op, const char *name, int layer, cons
 void vd_gen_i_ai(vd_gen_ctx *g, const char *key, int64_t v);
 void vd_gen_i_ai_rank(vd_gen_ctx *g, const char *key, int64_t base, int axis, int64_t coef);
 void vd_gen_i_af(vd_gen_ctx *g, const char *key, double v);
-void vd_gen_i_as(vd_gen_ctx *g, const char *key, const char *v);
 void vd_gen_i_aints(vd_gen_ctx *g, const char *key, const int64_t *v, uint32_t n);
 
 /* Convenience: a one-output op whose output is a new activation. */

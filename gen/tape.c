@@ -78,10 +78,6 @@ void vd_gen_i_af(vd_gen_ctx *g, const char *key, double v) {
   vd_gen_attr *a = new_attr(g, key);
   if (a) a->kind = VD_ATTR_FLOAT, a->f = v;
 }
-void vd_gen_i_as(vd_gen_ctx *g, const char *key, const char *v) {
-  vd_gen_attr *a = new_attr(g, key);
-  if (a) a->kind = VD_ATTR_STR, a->s = v;
-}
 void vd_gen_i_aints(vd_gen_ctx *g, const char *key, const int64_t *v, uint32_t n) {
   vd_gen_attr *a = new_attr(g, key);
   if (!a) return;

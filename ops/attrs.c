@@ -113,7 +113,8 @@ const vd_op_schema *vd_op_attr_schema(vd_op_id op) {
   return schema[op].attrs ? &schema[op] : NULL;
 }
 
-void vd_op_node_arity(vd_op_id op, uint32_t *in_lo, uint32_t *in_hi, uint32_t *out_lo, uint32_t *out_hi) {
+/* Inputs and outputs one node of op may have (hi = UINT32_MAX: unbounded). */
+static void node_arity(vd_op_id op, uint32_t *in_lo, uint32_t *in_hi, uint32_t *out_lo, uint32_t *out_hi) {
   const vd_op_schema *s = vd_op_attr_schema(op);
   if (s && s->member_arity) {
     *in_lo = s->in_lo, *in_hi = s->in_hi, *out_lo = s->out_lo, *out_hi = s->out_hi;
@@ -217,7 +218,7 @@ static vd_rc check_node(actx *c) {
   if (VD_NEVER(!s)) VD_FAIL(c->d, VD_EINTERNAL, c->file, rec(c), "op", "operator without an attribute schema");
 
   uint32_t il, ih, ol, oh;
-  vd_op_node_arity(op, &il, &ih, &ol, &oh);
+  node_arity(op, &il, &ih, &ol, &oh);
   if (n->n_in < il || n->n_in > ih) {
     if (il == ih) BAD(c, "in", "expected %u input(s), got %u", il, n->n_in);
     if (ih == UINT32_MAX) BAD(c, "in", "expected at least %u input(s), got %u", il, n->n_in);

@@ -95,10 +95,8 @@ int vd_op_copies_elements(int op) {
   return op >= 0 && op < VD_OP__COUNT && (vd_op_table[op].flags & VD_OPF_MOVES) != 0;
 }
 const vd_op_index *vd_op_index_of(vd_op_id op) { return &vd_op_get(op)->index; }
-uint32_t vd_op_flags(vd_op_id op) { return vd_op_get(op)->flags; }
 int vd_op_has(vd_op_id op, uint32_t flag) { return (vd_op_get(op)->flags & flag) != 0; }
 vd_op_id vd_op_backward(vd_op_id op) { return (vd_op_id)vd_op_get(op)->backward; }
-const char *vd_op_safety(vd_op_id op) { return vd_op_get(op)->reduction_safety; }
 
 int vd_op_dropout_active(const vd_plan_t *plan, const vd_node_t *node, double *p) {
   *p = plan && node ? vd_node_attr_float(plan, node, "p", 0.5) : 0.5;

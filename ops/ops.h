@@ -174,10 +174,8 @@ const char *vd_op_name(vd_op_id op);
 int vd_op_copies_elements(int op);
 /* The index operand of op (slot -1: none). */
 const vd_op_index *vd_op_index_of(vd_op_id op);
-uint32_t vd_op_flags(vd_op_id op);
 int vd_op_has(vd_op_id op, uint32_t flag);
 vd_op_id vd_op_backward(vd_op_id op);
-const char *vd_op_safety(vd_op_id op);
 
 /* Whether dropout node `node` of `plan` (either may be NULL: torch's
  * defaults) drops, with its rate in *p: p > 0 and `training` not false.
@@ -349,9 +347,6 @@ typedef struct {
 /* The schema of op, or NULL if op is out of range or its row is missing
  * (tests/ops/test_attrs.c checks that no row is missing). */
 const vd_op_schema *vd_op_attr_schema(vd_op_id op);
-
-/* Inputs and outputs one node of op may have (hi = UINT32_MAX: unbounded). */
-void vd_op_node_arity(vd_op_id op, uint32_t *in_lo, uint32_t *in_hi, uint32_t *out_lo, uint32_t *out_hi);
 
 /* Checks every node of p whose operator is in the registry against its
  * schema: input and output counts, attribute names (unknown keys are

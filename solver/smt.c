@@ -394,7 +394,6 @@ uint64_t vd_smt_i_seed(const vd_smt *s) { return s->seed; }
 int vd_smt_i_fast_path(const vd_smt *s) { return s->fast_path; }
 int vd_smt_i_witness_first(const vd_smt *s) { return s->witness_first; }
 int vd_smt_i_cross_check(const vd_smt *s) { return s->cross_check; }
-Z3_params vd_smt_i_simp_params(vd_smt *s) { return s->simp; }
 
 vd_term vd_smt_i_fail(vd_smt *s, const char *msg) {
   set_err(s, msg);

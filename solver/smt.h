@@ -177,9 +177,6 @@ vd_rc vd_smt_tensor_int_consts(vd_smt *s, vd_smt_tensor *t, const vd_op_shape *s
 /* out = src[lo:hi] (per dimension, hi exclusive); shares the terms. */
 vd_rc vd_smt_tensor_slice(const vd_smt_tensor *src, const int64_t *lo, const int64_t *hi,
                           vd_smt_tensor *out, vd_diag *d);
-/* out = concatenation of parts[0..n) along dim (other dims must agree). */
-vd_rc vd_smt_tensor_concat(const vd_smt_tensor *const *parts, size_t n, int32_t dim,
-                           vd_smt_tensor *out, vd_diag *d);
 /* out = a copy of src (the same terms). */
 vd_rc vd_smt_tensor_copy(const vd_smt_tensor *src, vd_smt_tensor *out, vd_diag *d);
 
@@ -420,6 +417,5 @@ uint64_t vd_smt_i_seed(const vd_smt *s);
 int vd_smt_i_fast_path(const vd_smt *s);
 int vd_smt_i_witness_first(const vd_smt *s);
 int vd_smt_i_cross_check(const vd_smt *s);
-struct _Z3_params *vd_smt_i_simp_params(vd_smt *s);
 
 #endif

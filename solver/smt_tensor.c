@@ -133,36 +133,6 @@ vd_rc vd_smt_tensor_slice(const vd_smt_tensor *src, const int64_t *lo, const int
   return VD_OK;
 }
 
-vd_rc vd_smt_tensor_concat(const vd_smt_tensor *const *parts, size_t n, int32_t dim, vd_smt_tensor *out,
-                           vd_diag *d) {
-  if (n == 0) VD_FAIL(d, VD_EINPUT, NULL, "concat", "parts", "expected at least one part");
-  const vd_op_shape *s0 = &parts[0]->shape;
-  if (dim < 0 || dim >= s0->ndim)
-    VD_FAIL(d, VD_EINPUT, NULL, "concat", "dim", "expected a dimension in [0, %d), got %d", s0->ndim, dim);
-  vd_op_shape sh = *s0;
-  sh.d[dim] = 0;
-  for (size_t p = 0; p < n; p++) {
-    const vd_op_shape *sp = &parts[p]->shape;
-    int ok = sp->ndim == s0->ndim;
-    for (int32_t i = 0; ok && i < sp->ndim; i++) ok = i == dim || sp->d[i] == s0->d[i];
-    if (!ok) VD_FAIL(d, VD_EINPUT, NULL, "concat", "parts", "part %zu does not match part 0 outside dim %d", p, dim);
-    sh.d[dim] += sp->d[dim];
-  }
-  VD_CHECK(init_or_fail(out, &sh, d, "concat"));
-  /* outer = product of dims before dim, inner = product after. */
-  int64_t outer = 1, inner = 1;
-  for (int32_t i = 0; i < dim; i++) outer *= sh.d[i];
-  for (int32_t i = dim + 1; i < sh.ndim; i++) inner *= sh.d[i];
-  int64_t at = 0;
-  for (int64_t o = 0; o < outer; o++)
-    for (size_t p = 0; p < n; p++) {
-      int64_t block = parts[p]->shape.d[dim] * inner;
-      memcpy(out->t + at, parts[p]->t + o * block, sizeof(vd_term) * (size_t)block);
-      at += block;
-    }
-  return VD_OK;
-}
-
 vd_rc vd_smt_tensor_copy(const vd_smt_tensor *src, vd_smt_tensor *out, vd_diag *d) {
   VD_CHECK(init_or_fail(out, &src->shape, d, "copy"));
   if (src->numel) memcpy(out->t, src->t, sizeof(vd_term) * (size_t)src->numel);

@@ -70,7 +70,7 @@ static size_t slice_group_end(const vd_lin_table *lt, size_t a, size_t e, int32_
   return b;
 }
 
-vd_rc vd_stage_i_prepare_groups(cctx *c) {
+static vd_rc prepare_groups(cctx *c) {
   const vd_lin_table *lt = c->lt;
   c->grp = vd_malloc((lt->n_pieces ? lt->n_pieces : 1) * sizeof(*c->grp));
   c->done = vd_calloc(lt->n_pieces ? lt->n_pieces : 1, 1);
@@ -148,7 +148,7 @@ static vd_rc ctx_fork(const cctx *c, cctx *t) {
   return t->nolin ? VD_OK : VD_ERR(c->d, VD_ENOMEM, NULL, "stages", "cut", "out of memory");
 }
 
-void vd_stage_i_ctx_unfork(cctx *t) {
+static void ctx_unfork(cctx *t) {
   vd_free(t->stack);
   vd_free(t->mp);
   vd_free(t->mr);
@@ -199,7 +199,7 @@ static vd_rc merge_lineage(cctx *c, lcut_t *r, uint8_t *reported) {
  * into a set of its own, and merged in lineage order: stage ids, issues
  * and the hook's order are those of a serial cut at any thread count. */
 #define CUT_WINDOW 64u
-vd_rc vd_stage_i_cut_all(cctx *c) {
+static vd_rc cut_all(cctx *c) {
   const vd_lin_table *lt = c->lt;
   vd_rc rc = VD_OK;
   uint32_t *fin = vd_malloc((lt->n_lins ? lt->n_lins : 1) * sizeof(*fin));
@@ -255,7 +255,7 @@ vd_rc vd_stage_i_cut_all(cctx *c) {
     }
   }
 done:
-  for (int i = 0; i < forked; i++) vd_stage_i_ctx_unfork(&tc[i]);
+  for (int i = 0; i < forked; i++) ctx_unfork(&tc[i]);
   vd_free(tc);
   vd_free(res);
   vd_free(reported);
@@ -301,7 +301,7 @@ static void ctx_free(cctx *c) {
   vd_free(c->inst);
   vd_free(c->grp);
   vd_free(c->done);
-  vd_stage_i_ctx_unfork(c);
+  ctx_unfork(c);
 }
 
 vd_rc vd_stage_cut_hook(const vd_lin_table *lt, vd_stage_set *set, vd_stage_hook hook, void *hook_ctx, vd_diag *d) {
@@ -325,9 +325,9 @@ vd_rc vd_stage_cut_hook(const vd_lin_table *lt, vd_stage_set *set, vd_stage_hook
     c.mb_ok = c.nm > 1;
     for (size_t i = 0; i < set->n_issues; i++)
       if (set->issues[i].kind == VD_SISSUE_ALIGNMENT) c.mb_ok = 0;
-    rc = vd_stage_i_prepare_groups(&c);
+    rc = prepare_groups(&c);
   }
-  if (!rc) rc = vd_stage_i_cut_all(&c);
+  if (!rc) rc = cut_all(&c);
   ctx_free(&c);
   if (rc) {
     vd_stage_set_free(set);

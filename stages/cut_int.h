@@ -202,9 +202,4 @@ vd_rc vd_stage_i_mb_family(cctx *c, size_t a, size_t b, size_t s0);
 /* Tries slice group a..b-1 of li as a sum by part; *done = 1 when cut so. */
 vd_rc vd_stage_i_cut_sum_group(cctx *c, uint32_t li, size_t a, size_t b, int *done);
 
-/* ---- the driver (cut.c) ---------------------------------------------------- */
-vd_rc vd_stage_i_prepare_groups(cctx *c);
-void vd_stage_i_ctx_unfork(cctx *t);
-vd_rc vd_stage_i_cut_all(cctx *c);
-
 #endif

@@ -183,7 +183,8 @@ static void stage_blame(const vd_run *r, size_t stage, FILE *f) {
   }
 }
 
-void vd_report_text_stage(const vd_run *r, size_t stage, FILE *f) {
+/* A stage failure block, as the text report prints it. */
+static void text_stage(const vd_run *r, size_t stage, FILE *f) {
   const vd_stage *st = &r->set.stages[stage];
   const vd_stage_verdict *v = &r->verdicts[stage];
   fprintf(f, "-- stage %u: NOT EQUIVALENT -- diagnosis %s", st->id, vd_diagnosis_names[v->diagnosis]);
@@ -256,7 +257,8 @@ static void text_slowest(const vd_run *r, FILE *f) {
   text_top(r, f, key_work, "hardest stages by work");
 }
 
-void vd_report_text_issue(const vd_run *r, const vd_issue *is, FILE *f) {
+/* A structural entry, as the text report prints it. */
+static void text_issue(const vd_run *r, const vd_issue *is, FILE *f) {
   (void)r;
   fprintf(f, "-- %s (%s %s)", vd_diagnosis_names[is->diagnosis], VD_SHOW(is->source), VD_SHOW(is->kind_name));
   if (is->rank >= 0) fprintf(f, " rank %lld", (long long)is->rank);
@@ -284,7 +286,8 @@ static void text_stack(FILE *f, const char *stack) {
   }
 }
 
-void vd_report_text_finding(const vd_run *r, const vd_finding *fd, FILE *f) {
+/* A finding's block: title, footprint, stages, hint, representative. */
+static void text_finding(const vd_run *r, const vd_finding *fd, FILE *f) {
   char title[512], fp[1024];
   vd_rep_fmt_title(title, sizeof(title), r, fd);
   vd_rep_fmt_footprint(fp, sizeof(fp), fd);
@@ -300,10 +303,10 @@ void vd_report_text_finding(const vd_run *r, const vd_finding *fd, FILE *f) {
   fprintf(f, "   hint: %s\n", vd_findings_hint(fd->diagnosis));
   if (fd->structural) {
     fprintf(f, "   representative entry%s:\n", fd->n_issues > 1 ? " (the others differ in rank, microbatch or layer)" : "");
-    vd_report_text_issue(r, &r->issues[fd->rep], f);
+    text_issue(r, &r->issues[fd->rep], f);
   } else {
     fprintf(f, "   representative stage:\n");
-    vd_report_text_stage(r, fd->rep, f);
+    text_stage(r, fd->rep, f);
   }
 }
 
@@ -312,7 +315,7 @@ void vd_report_xml_text_finding(const vd_run *r, const vd_finding *fd, FILE *f) 
   size_t len = 0;
   FILE *m = open_memstream(&text, &len);
   if (m) {
-    vd_report_text_finding(r, fd, m);
+    text_finding(r, fd, m);
     fclose(m);
   }
   if (text) vd_cli_xml_text(f, text, len);
@@ -340,7 +343,7 @@ static void text_findings(const vd_run *r, const vd_run_opts *o, const vd_findin
       continue;
     }
     fprintf(f, "\n== finding %zu of %zu: ", k + 1, fs->n);
-    vd_report_text_finding(r, fd, f);
+    text_finding(r, fd, f);
   }
 }
 

@@ -84,12 +84,6 @@ void vd_report_config_single(vd_report_config *c, const vd_run *r, const vd_run_
  * that the "not solved" summary lines count (r->skipped).  VD_ENOMEM only. */
 vd_rc vd_rep_inconclusive_groups(const vd_run *r, int skip_counted, size_t **order, size_t **groups, size_t *n_groups);
 
-/* Shared by the formats (report.c): a stage failure block and a structural
- * entry, as the text report prints them. */
-void vd_report_text_stage(const vd_run *r, size_t i, FILE *f);
-void vd_report_text_issue(const vd_run *r, const vd_issue *is, FILE *f);
-/* A finding's block: title, footprint, stages, hint, representative. */
-void vd_report_text_finding(const vd_run *r, const vd_finding *fd, FILE *f);
 /* The same block escaped for XML text, as the HTML and JUnit reports embed
  * it; nothing when its buffer cannot be allocated. */
 void vd_report_xml_text_finding(const vd_run *r, const vd_finding *fd, FILE *f);
