@@ -2,9 +2,20 @@
  * tests/support/smt_cases.c - solver problems shared by the solver tests
  * (see smt_cases.h).  The terms are made in the order the tests made them.
  */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+
 #include "smt_cases.h"
 
-#include <stdio.h>
+vd_smt *ts_new_smt(void) {
+  vd_smt *s = NULL;
+  assert_int_equal(vd_smt_new(&s, NULL), VD_OK);
+  return s;
+}
 
 void ts_motzkin(vd_smt *s, const char *names_fmt, vd_term *lhs, vd_term *rhs) {
   char nm[64];
