@@ -454,17 +454,13 @@ static void test_z3_error_is_rc(void **state) {
   assert_int_equal(vd_smt_reset(s, NULL), VD_OK);
   x = vd_smt_var(s, "x");
   vd_term y = vd_smt_add(s, x, x), z = vd_smt_mul(s, vd_smt_num_int(s, 2), x);
-  assert_int_equal(vd_smt_check(s, &y, &z, 1, &r, NULL), VD_OK);
-  assert_int_equal(r.verdict, VD_SMT_EQUIVALENT);
-  vd_smt_result_free(&r);
+  ts_expect_verdict(s, &y, &z, 1, VD_SMT_EQUIVALENT);
   /* An Int side against a Real side is compared as reals, both paths. */
   vd_term i = vd_smt_int_var(s, "i"), ir = vd_smt_add(s, vd_smt_num_int(s, 0), i);
   vd_term i1 = vd_smt_add(s, vd_smt_num_int(s, 1), i);
   for (int fast = 1; fast >= 0; fast--) {
     vd_smt_set_fast_path(s, fast);
-    assert_int_equal(vd_smt_check(s, &i, &ir, 1, &r, NULL), VD_OK);
-    assert_int_equal(r.verdict, VD_SMT_EQUIVALENT);
-    vd_smt_result_free(&r);
+    ts_expect_verdict(s, &i, &ir, 1, VD_SMT_EQUIVALENT);
     assert_int_equal(vd_smt_check(s, &i, &i1, 1, &r, NULL), VD_OK);
     assert_int_equal(r.verdict, VD_SMT_NOT_EQUIVALENT);
     assert_string_equal(r.inputs[0].name, "i");
@@ -495,10 +491,7 @@ static void test_exact_numerals(void **state) {
   assert_string_equal(buf, "0");
   /* 0.1 + 0.2 != 0.3 on the exact rationals of the doubles */
   vd_term a = vd_smt_add(s, vd_smt_num_double(s, 0.1), vd_smt_num_double(s, 0.2)), b = vd_smt_num_double(s, 0.3);
-  vd_smt_result r;
-  assert_int_equal(vd_smt_check(s, &a, &b, 1, &r, NULL), VD_OK);
-  assert_int_equal(r.verdict, VD_SMT_NOT_EQUIVALENT);
-  vd_smt_result_free(&r);
+  ts_expect_verdict(s, &a, &b, 1, VD_SMT_NOT_EQUIVALENT);
   vd_smt_free(s);
 }
 
@@ -510,10 +503,7 @@ static void test_reset_bounds_terms(void **state) {
     vd_term y = vd_smt_add(s, x, vd_smt_num_int(s, i));
     assert_non_null(y);
     assert_true(vd_smt_term_count(s) >= 3);
-    vd_smt_result r;
-    assert_int_equal(vd_smt_check(s, &y, &y, 1, &r, NULL), VD_OK);
-    assert_int_equal(r.verdict, VD_SMT_EQUIVALENT);
-    vd_smt_result_free(&r);
+    ts_expect_verdict(s, &y, &y, 1, VD_SMT_EQUIVALENT);
     assert_int_equal(vd_smt_reset(s, NULL), VD_OK);
     assert_int_equal(vd_smt_term_count(s), 0);
   }

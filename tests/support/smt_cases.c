@@ -17,6 +17,13 @@ vd_smt *ts_new_smt(void) {
   return s;
 }
 
+void ts_expect_verdict(vd_smt *s, const vd_term *a, const vd_term *b, size_t n, vd_smt_verdict want) {
+  vd_smt_result r;
+  assert_int_equal(vd_smt_check(s, a, b, n, &r, NULL), VD_OK);
+  assert_int_equal(r.verdict, want);
+  vd_smt_result_free(&r);
+}
+
 void ts_motzkin(vd_smt *s, const char *names_fmt, vd_term *lhs, vd_term *rhs) {
   char nm[64];
   vd_term x[6], terms[2];
