@@ -18,6 +18,7 @@
 
 #include "../../gen/gen.h"
 #include "../../oracle/exec.h"
+#include "../support/cases.h"
 
 static int64_t single_id(const vd_plan_t *s, const char *name) {
   for (size_t i = 0; i < s->n_tensors; i++)
@@ -49,24 +50,22 @@ static int64_t covered(const vd_plan_t *p, int64_t full, vd_scope scope, int *pi
   return vol;
 }
 
+/* Asserts rc == VD_OK, printing what and d's message when it is not. */
+static void ok_or_say(vd_rc rc, const vd_diag *d, const char *what) {
+  char line[1024];
+  vd_diag_format(d, line, sizeof(line));
+  if (rc) fprintf(stderr, "%s: %s\n", what, line);
+  assert_int_equal(rc, VD_OK);
+}
+
 static void build_ok(const vd_gen_config *c, vd_plan_t *s, vd_plan_t *p) {
   vd_diag d;
   vd_diag_clear(&d);
-  vd_rc rc = vd_gen_build(c, s, p, &d);
-  char line[1024];
-  vd_diag_format(&d, line, sizeof(line));
-  if (rc) fprintf(stderr, "build failed: %s\n", line);
-  assert_int_equal(rc, VD_OK);
+  ok_or_say(vd_gen_build(c, s, p, &d), &d, "build failed");
   vd_diag_clear(&d);
-  rc = vd_plan_validate(s, "single", &d);
-  vd_diag_format(&d, line, sizeof(line));
-  if (rc) fprintf(stderr, "%s\n", line);
-  assert_int_equal(rc, VD_OK);
+  ok_or_say(vd_plan_validate(s, "single", &d), &d, "single");
   vd_diag_clear(&d);
-  rc = vd_plan_validate(p, "parallel", &d);
-  vd_diag_format(&d, line, sizeof(line));
-  if (rc) fprintf(stderr, "%s\n", line);
-  assert_int_equal(rc, VD_OK);
+  ok_or_say(vd_plan_validate(p, "parallel", &d), &d, "parallel");
   /* the real check: both plans compute the same values */
   vd_exec_opts o;
   memset(&o, 0, sizeof(o));
@@ -75,10 +74,7 @@ static void build_ok(const vd_gen_config *c, vd_plan_t *s, vd_plan_t *p) {
   vd_exec_result r;
   memset(&r, 0, sizeof(r));
   vd_diag_clear(&d);
-  rc = vd_exec_compare(s, p, &o, &r, &d);
-  vd_diag_format(&d, line, sizeof(line));
-  if (rc) fprintf(stderr, "exec: %s\n", line);
-  assert_int_equal(rc, VD_OK);
+  ok_or_say(vd_exec_compare(s, p, &o, &r, &d), &d, "exec");
   if (r.status != VD_EXEC_AGREE)
     fprintf(stderr, "exec disagrees: %s (tensor '%s')\n", vd_exec_status_names[r.status], r.first.name);
   assert_int_equal(r.status, VD_EXEC_AGREE);
@@ -125,74 +121,106 @@ static void check_common(const vd_gen_config *c, const vd_plan_t *s, const vd_pl
   assert_true(p->n_nodes >= s->n_nodes);
 }
 
+/* A model and its parallel degrees; a degree left 0 keeps the default (1). */
+typedef struct {
+  vd_gen_model model;
+  int dp, tp, pp, nm, cp, ep, sp, zero;
+} degrees;
+
+/* *c = the generator's defaults with g's model and degrees. */
+static void config_of(vd_gen_config *c, degrees g) {
+  vd_gen_config_default(c);
+  c->model = g.model;
+  int64_t *to[] = {&c->dp, &c->tp, &c->pp, &c->nm, &c->cp, &c->ep};
+  const int from[] = {g.dp, g.tp, g.pp, g.nm, g.cp, g.ep};
+  for (size_t i = 0; i < sizeof(from) / sizeof(from[0]); i++)
+    if (from[i]) *to[i] = from[i];
+  c->sp = g.sp;
+  c->zero = g.zero;
+}
+
+/* build_ok on c, then check_common with weight wname split w_split ways;
+ * the caller frees s and p. */
+static void build_checked(const vd_gen_config *c, const char *wname, int64_t w_split, vd_plan_t *s, vd_plan_t *p) {
+  build_ok(c, s, p);
+  check_common(c, s, p, wname, w_split);
+}
+
 static void matrix(vd_gen_model m) {
   for (int dp = 1; dp <= 2; dp++)
     for (int tp = 1; tp <= 2; tp++)
       for (int pp = 1; pp <= 2; pp++)
         for (int nm = 1; nm <= 2; nm++) {
+          tc_begin("%s dp%d tp%d pp%d nm%d", vd_gen_model_name(m), dp, tp, pp, nm);
           vd_gen_config c;
-          vd_gen_config_default(&c);
-          c.model = m;
-          c.dp = dp, c.tp = tp, c.pp = pp, c.nm = nm;
+          config_of(&c, (degrees){m, .dp = dp, .tp = tp, .pp = pp, .nm = nm});
           vd_plan_t s, p;
-          build_ok(&c, &s, &p);
-          check_common(&c, &s, &p, m == VD_GEN_MLP ? "layers.1.fc1.weight" : "layers.1.attn.q.weight", tp);
+          build_checked(&c, m == VD_GEN_MLP ? "layers.1.fc1.weight" : "layers.1.attn.q.weight", tp, &s, &p);
           vd_plan_free(&s);
           vd_plan_free(&p);
         }
+  tc_end();
 }
 
 static void test_mlp_matrix(void **st) { (void)st; matrix(VD_GEN_MLP); }
 static void test_llama3_matrix(void **st) { (void)st; matrix(VD_GEN_LLAMA3); }
 static void test_moe_matrix(void **st) { (void)st; matrix(VD_GEN_MOE); }
 
-static void one(vd_gen_model m, int dp, int tp, int pp, int nm, int cp, int ep, int sp, int zero, int adam,
-                double clip, const char *w) {
+/* One configuration beyond the small matrix: degrees, Adam or SGD, a
+ * gradient-clipping norm (0: none) and a weight whose tiling is checked. */
+typedef struct {
+  degrees g;
+  int adam;
+  double clip;
+  const char *w;
+} variant;
+
+static const variant variants[] = {
+    /* larger degrees */
+    {{VD_GEN_LLAMA3, .tp = 4}, 0, 0, "layers.0.attn.k.weight"},
+    {{VD_GEN_LLAMA3, .pp = 4, .nm = 4}, 0, 0, "layers.3.ffn.up.weight"},
+    {{VD_GEN_LLAMA3, .dp = 4, .nm = 2}, 0, 0, "embed.weight"},
+    {{VD_GEN_MLP, .dp = 4, .tp = 4, .pp = 4, .nm = 2}, 0, 0, "layers.2.fc2.weight"},
+    /* sequence and context parallelism, ZeRO-1, Adam, clipping */
+    {{VD_GEN_LLAMA3, .dp = 2, .tp = 2, .sp = 1}, 0, 0, "layers.0.attn_norm.weight"},
+    {{VD_GEN_LLAMA3, .dp = 2, .tp = 2, .pp = 2, .nm = 2, .sp = 1}, 0, 1.0, "layers.1.attn.o.weight"},
+    {{VD_GEN_LLAMA3, .cp = 2}, 0, 0, "layers.0.attn.v.weight"},
+    {{VD_GEN_LLAMA3, .dp = 2, .tp = 2, .pp = 2, .nm = 2, .cp = 2, .sp = 1}, 0, 0.5, "lm_head.weight"},
+    {{VD_GEN_LLAMA3, .dp = 2, .tp = 2, .nm = 2, .zero = 1}, 1, 1.0, "layers.0.ffn.down.weight"},
+    {{VD_GEN_LLAMA3, .dp = 2, .tp = 2, .pp = 2, .cp = 2, .sp = 1, .zero = 1}, 1, 1.0, "layers.1.ffn.gate.weight"},
+    {{VD_GEN_MLP, .dp = 2, .tp = 2, .pp = 2, .nm = 2, .zero = 1}, 1, 1.0, "layers.0.fc1.weight"},
+    /* expert parallelism */
+    {{VD_GEN_MOE, .ep = 2}, 0, 0, "layers.0.moe.router.weight"},
+    {{VD_GEN_MOE, .dp = 2, .tp = 2, .pp = 2, .nm = 2, .ep = 2, .sp = 1}, 1, 1.0, "layers.1.moe.experts.w1"},
+    {{VD_GEN_MOE, .dp = 2, .nm = 2, .ep = 2, .zero = 1}, 1, 0, "layers.0.moe.shared.up.weight"},
+};
+
+static void run_variant(const variant *v) {
   vd_gen_config c;
-  vd_gen_config_default(&c);
-  c.model = m;
-  c.dp = dp, c.tp = tp, c.pp = pp, c.nm = nm, c.cp = cp, c.ep = ep, c.sp = sp, c.zero = zero;
-  c.optimizer = adam ? VD_GEN_ADAM : VD_GEN_SGD;
-  c.grad_clip = clip;
-  c.layers = pp > 2 ? pp : 2;
+  config_of(&c, v->g);
+  c.optimizer = v->adam ? VD_GEN_ADAM : VD_GEN_SGD;
+  c.grad_clip = v->clip;
+  c.layers = c.pp > 2 ? c.pp : 2;
   c.batch = 16;
-  c.kv_heads = tp > 2 ? tp : 2;
+  c.kv_heads = c.tp > 2 ? c.tp : 2;
   vd_plan_t s, p;
-  build_ok(&c, &s, &p);
-  check_common(&c, &s, &p, w, tp);
-  if (adam) {
+  build_checked(&c, v->w, c.tp, &s, &p);
+  if (v->adam) {
     char nm_[256];
-    snprintf(nm_, sizeof(nm_), "%s.exp_avg", w);
+    snprintf(nm_, sizeof(nm_), "%s.exp_avg", v->w);
     assert_true(single_id(&s, nm_) >= 0);
   }
   vd_plan_free(&s);
   vd_plan_free(&p);
 }
 
-static void test_larger_degrees(void **st) {
+static void test_variants(void **st) {
   (void)st;
-  one(VD_GEN_LLAMA3, 1, 4, 1, 1, 1, 1, 0, 0, 0, 0, "layers.0.attn.k.weight");
-  one(VD_GEN_LLAMA3, 1, 1, 4, 4, 1, 1, 0, 0, 0, 0, "layers.3.ffn.up.weight");
-  one(VD_GEN_LLAMA3, 4, 1, 1, 2, 1, 1, 0, 0, 0, 0, "embed.weight");
-  one(VD_GEN_MLP, 4, 4, 4, 2, 1, 1, 0, 0, 0, 0, "layers.2.fc2.weight");
-}
-
-static void test_sp_cp_zero(void **st) {
-  (void)st;
-  one(VD_GEN_LLAMA3, 2, 2, 1, 1, 1, 1, 1, 0, 0, 0, "layers.0.attn_norm.weight");
-  one(VD_GEN_LLAMA3, 2, 2, 2, 2, 1, 1, 1, 0, 0, 1.0, "layers.1.attn.o.weight");
-  one(VD_GEN_LLAMA3, 1, 1, 1, 1, 2, 1, 0, 0, 0, 0, "layers.0.attn.v.weight");
-  one(VD_GEN_LLAMA3, 2, 2, 2, 2, 2, 1, 1, 0, 0, 0.5, "lm_head.weight");
-  one(VD_GEN_LLAMA3, 2, 2, 1, 2, 1, 1, 0, 1, 1, 1.0, "layers.0.ffn.down.weight");
-  one(VD_GEN_LLAMA3, 2, 2, 2, 1, 2, 1, 1, 1, 1, 1.0, "layers.1.ffn.gate.weight");
-  one(VD_GEN_MLP, 2, 2, 2, 2, 1, 1, 0, 1, 1, 1.0, "layers.0.fc1.weight");
-}
-
-static void test_moe_ep(void **st) {
-  (void)st;
-  one(VD_GEN_MOE, 1, 1, 1, 1, 1, 2, 0, 0, 0, 0, "layers.0.moe.router.weight");
-  one(VD_GEN_MOE, 2, 2, 2, 2, 1, 2, 1, 0, 1, 1.0, "layers.1.moe.experts.w1");
-  one(VD_GEN_MOE, 2, 1, 1, 2, 1, 2, 0, 1, 1, 0, "layers.0.moe.shared.up.weight");
+  for (size_t i = 0; i < sizeof(variants) / sizeof(variants[0]); i++) {
+    tc_begin("variants[%zu] (%s)", i, variants[i].w);
+    run_variant(&variants[i]);
+  }
+  tc_end();
 }
 
 /* Counts parallel nodes with op (and, when name is non-NULL, source name);
@@ -216,15 +244,16 @@ static int count_nodes(const vd_plan_t *p, const char *op, const char *name, int
   return n;
 }
 
-static void tied(int dp, int tp, int pp, int nm, int cp, int zero, double clip) {
+static void tied(degrees g, double clip) {
   vd_gen_config c;
-  vd_gen_config_default(&c);
+  config_of(&c, g);
+  tc_begin("tied dp%d tp%d pp%d nm%d cp%d zero%d", (int)c.dp, (int)c.tp, (int)c.pp, (int)c.nm, (int)c.cp, c.zero);
   c.tie_embeddings = 1;
-  c.dp = dp, c.tp = tp, c.pp = pp, c.nm = nm, c.cp = cp, c.zero = zero, c.grad_clip = clip;
-  c.optimizer = zero ? VD_GEN_ADAM : VD_GEN_SGD;
+  c.grad_clip = clip;
+  c.optimizer = g.zero ? VD_GEN_ADAM : VD_GEN_SGD;
+  int64_t tp = c.tp, pp = c.pp, cp = c.cp;
   vd_plan_t s, p;
-  build_ok(&c, &s, &p);
-  check_common(&c, &s, &p, "embed.weight", tp);
+  build_checked(&c, "embed.weight", tp, &s, &p);
   /* one weight in the single plan: no LM head weight of its own */
   assert_true(single_id(&s, "lm_head.weight") < 0);
   assert_int_equal(count_nodes(&s, "multiref_backward", "embed.weight", NULL, NULL), 1);
@@ -244,21 +273,22 @@ static void tied(int dp, int tp, int pp, int nm, int cp, int zero, double clip) 
 
 static void test_tie_embeddings(void **st) {
   (void)st;
-  tied(2, 2, 1, 2, 1, 0, 0);
-  tied(2, 2, 2, 2, 1, 0, 0);
-  tied(1, 2, 2, 1, 2, 0, 0);
-  tied(2, 1, 2, 2, 1, 1, 1.0);
+  tied((degrees){VD_GEN_LLAMA3, .dp = 2, .tp = 2, .nm = 2}, 0);
+  tied((degrees){VD_GEN_LLAMA3, .dp = 2, .tp = 2, .pp = 2, .nm = 2}, 0);
+  tied((degrees){VD_GEN_LLAMA3, .tp = 2, .pp = 2, .cp = 2}, 0);
+  tied((degrees){VD_GEN_LLAMA3, .dp = 2, .pp = 2, .nm = 2, .zero = 1}, 1.0);
+  tc_end();
 }
 
-static void masked(vd_gen_model m, int dp, int tp, int pp, int nm, int cp, int ep) {
+static void masked(degrees g) {
   vd_gen_config c;
-  vd_gen_config_default(&c);
-  c.model = m;
+  config_of(&c, g);
+  tc_begin("masked %s dp%d tp%d pp%d nm%d cp%d ep%d", vd_gen_model_name(c.model), (int)c.dp, (int)c.tp, (int)c.pp,
+           (int)c.nm, (int)c.cp, (int)c.ep);
   c.loss_mask = 1;
-  c.dp = dp, c.tp = tp, c.pp = pp, c.nm = nm, c.cp = cp, c.ep = ep;
+  int64_t dp = c.dp, tp = c.tp, cp = c.cp, ep = c.ep;
   vd_plan_t s, p;
-  build_ok(&c, &s, &p);
-  check_common(&c, &s, &p, "layers.0.attn.q.weight", tp);
+  build_checked(&c, "layers.0.attn.q.weight", tp, &s, &p);
   assert_true(single_id(&s, "loss_mask") >= 0);
   assert_true(single_id(&s, "loss.count") >= 0);
   /* the count is all-reduced once over the ranks holding other tokens */
@@ -277,10 +307,11 @@ static void masked(vd_gen_model m, int dp, int tp, int pp, int nm, int cp, int e
 
 static void test_loss_mask(void **st) {
   (void)st;
-  masked(VD_GEN_LLAMA3, 2, 2, 2, 2, 1, 1);
-  masked(VD_GEN_LLAMA3, 1, 1, 1, 1, 2, 1);
-  masked(VD_GEN_LLAMA3, 1, 2, 1, 2, 1, 1);
-  masked(VD_GEN_MOE, 2, 1, 2, 2, 1, 2);
+  masked((degrees){VD_GEN_LLAMA3, .dp = 2, .tp = 2, .pp = 2, .nm = 2});
+  masked((degrees){VD_GEN_LLAMA3, .cp = 2});
+  masked((degrees){VD_GEN_LLAMA3, .tp = 2, .nm = 2});
+  masked((degrees){VD_GEN_MOE, .dp = 2, .pp = 2, .nm = 2, .ep = 2});
+  tc_end();
 }
 
 /* ZeRO-1 shards: every rank's Adam state is a 1/(dp) slice (tp 1, cp 1). */
@@ -321,65 +352,63 @@ static void refuse(vd_gen_config *c, const char *needle) {
   vd_plan_free(&p);
 }
 
+/* A configuration the generator must refuse: the defaults with g's model
+ * and degrees and the fields below (0 keeps the default), and a piece of
+ * the message, which names the option. */
+typedef struct {
+  degrees g;
+  int64_t batch, hidden, heads;
+  int tie_embeddings, loss_mask;
+  vd_gen_loss loss;
+  const char *needle;
+} refusal;
+
+static const refusal refusals[] = {
+    {{VD_GEN_LLAMA3, .tp = 3}, .needle = "--tp 3 does not divide --kv-heads 4"},
+    {{VD_GEN_LLAMA3, .dp = 3}, .needle = "--batch 8 is not divisible by dp*ep*nm = 3"},
+    {{VD_GEN_LLAMA3, .pp = 3}, .needle = "--pp 3 exceeds --layers 2"},
+    {{VD_GEN_MLP, .cp = 2}, .needle = "--cp"},
+    {{VD_GEN_LLAMA3, .ep = 2}, .needle = "--ep applies to moe only"},
+    {{VD_GEN_LLAMA3, .cp = 3}, .needle = "--cp 3 does not divide --seq 16"},
+    {{VD_GEN_LLAMA3, .tp = 2, .sp = 1, .cp = 16}, .needle = "--sp needs"},
+    {{VD_GEN_MOE, .ep = 3}, .batch = 9, .needle = "--ep 3 does not divide --experts 4"},
+    {{VD_GEN_LLAMA3, .dp = 8, .zero = 1}, .hidden = 12, .heads = 2, .batch = 8, .needle = "--zero 1"},
+    {{.model = VD_GEN_MLP}, .tie_embeddings = 1, .needle = "--tie-embeddings applies to llama3 and moe"},
+    {{.model = VD_GEN_LLAMA3}, .loss_mask = 1, .loss = VD_GEN_LOSS_SUM, .needle = "--loss-mask needs --loss ce"},
+};
+
 static void test_refusals(void **st) {
   (void)st;
   vd_gen_config c;
-  vd_gen_config_default(&c);
-  c.tp = 3;
-  refuse(&c, "--tp 3 does not divide --kv-heads 4");
-  vd_gen_config_default(&c);
-  c.dp = 3;
-  refuse(&c, "--batch 8 is not divisible by dp*ep*nm = 3");
-  vd_gen_config_default(&c);
-  c.pp = 3;
-  refuse(&c, "--pp 3 exceeds --layers 2");
-  vd_gen_config_default(&c);
-  c.model = VD_GEN_MLP;
-  c.cp = 2;
-  refuse(&c, "--cp");
-  vd_gen_config_default(&c);
-  c.ep = 2;
-  refuse(&c, "--ep applies to moe only");
-  vd_gen_config_default(&c);
-  c.cp = 3;
-  refuse(&c, "--cp 3 does not divide --seq 16");
-  vd_gen_config_default(&c);
-  c.tp = 2;
-  c.sp = 1;
-  c.cp = 16;
-  refuse(&c, "--sp needs");
-  vd_gen_config_default(&c);
-  c.model = VD_GEN_MOE;
-  c.ep = 3;
-  c.batch = 9;
-  refuse(&c, "--ep 3 does not divide --experts 4");
+  for (size_t i = 0; i < sizeof(refusals) / sizeof(refusals[0]); i++) {
+    const refusal *r = &refusals[i];
+    tc_begin("refusals[%zu] (%s)", i, r->needle);
+    config_of(&c, r->g);
+    if (r->batch) c.batch = r->batch;
+    if (r->hidden) c.hidden = r->hidden;
+    if (r->heads) c.heads = r->heads;
+    c.tie_embeddings = r->tie_embeddings;
+    c.loss_mask = r->loss_mask;
+    c.loss = r->loss;
+    refuse(&c, r->needle);
+  }
+  tc_begin("hidden 0");
   vd_gen_config_default(&c);
   c.hidden = 0;
   refuse(&c, "--hidden must be a positive integer");
-  vd_gen_config_default(&c);
-  c.dp = 8;
-  c.zero = 1;
-  c.hidden = 12;
-  c.heads = 2;
-  c.batch = 8;
-  refuse(&c, "--zero 1");
-  vd_gen_config_default(&c);
-  c.model = VD_GEN_MLP;
-  c.tie_embeddings = 1;
-  refuse(&c, "--tie-embeddings applies to llama3 and moe");
-  vd_gen_config_default(&c);
-  c.loss_mask = 1;
-  c.loss = VD_GEN_LOSS_SUM;
-  refuse(&c, "--loss-mask needs --loss ce");
+  tc_end();
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_mlp_matrix),     cmocka_unit_test(test_llama3_matrix),
-      cmocka_unit_test(test_moe_matrix),     cmocka_unit_test(test_larger_degrees),
-      cmocka_unit_test(test_sp_cp_zero),     cmocka_unit_test(test_moe_ep),
-      cmocka_unit_test(test_zero_shards),    cmocka_unit_test(test_refusals),
-      cmocka_unit_test(test_tie_embeddings), cmocka_unit_test(test_loss_mask),
+      cmocka_unit_test_teardown(test_mlp_matrix, tc_report),
+      cmocka_unit_test_teardown(test_llama3_matrix, tc_report),
+      cmocka_unit_test_teardown(test_moe_matrix, tc_report),
+      cmocka_unit_test_teardown(test_variants, tc_report),
+      cmocka_unit_test(test_zero_shards),
+      cmocka_unit_test_teardown(test_refusals, tc_report),
+      cmocka_unit_test_teardown(test_tie_embeddings, tc_report),
+      cmocka_unit_test_teardown(test_loss_mask, tc_report),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

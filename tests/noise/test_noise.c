@@ -49,13 +49,7 @@ static void run_mlp_batch(int64_t dp, int64_t tp, int64_t batch, vd_noise_prec p
   vd_diag d;
   vd_diag_clear(&d);
   assert_int_equal(vd_gen_build(&c, &s, &p, &d), VD_OK);
-  vd_noise_opts o;
-  memset(&o, 0, sizeof(o));
-  o.dtype = prec;
-  o.accum = VD_NOISE_PLAN;
-  o.scale = 1.0;
-  o.lambda = 3.0;
-  o.seed = 7;
+  vd_noise_opts o = {.dtype = prec, .accum = VD_NOISE_PLAN, .scale = 1.0, .lambda = 3.0, .seed = 7};
   assert_int_equal(vd_noise_run(&s, &p, NULL, NULL, &o, r, &d), VD_OK);
   vd_plan_free(&s);
   vd_plan_free(&p);
@@ -229,9 +223,7 @@ static vd_rc fault_run(void *ctx, vd_diag *d) {
   memset(&p, 0, sizeof(p));
   vd_rc rc = vd_gen_build(&c, &s, &p, d);
   if (rc == VD_OK) {
-    vd_noise_opts o;
-    memset(&o, 0, sizeof(o));
-    o.dtype = VD_NOISE_FP32;
+    vd_noise_opts o = {.dtype = VD_NOISE_FP32};
     vd_noise_result r;
     rc = vd_noise_run(&s, &p, NULL, NULL, &o, &r, d);
     vd_noise_result_free(&r);

@@ -216,6 +216,17 @@ static void single_fc(vd_plan_t *p) {
   assert_int_equal(c.rc, VD_OK);
 }
 
+/* The forward tensors mb2_fc and dp2_fc share: x [2,3] and y [2,2] (2 of
+ * the single plan's 4 rows; the plan adds the shift), the whole weight w
+ * and s, part 1 or 2 of the single s (the plan says which part). */
+static void fc_half_forward_tensors(pb_ctx *c, uint32_t *x, uint32_t *w, uint32_t *y, uint32_t *s) {
+  *x = pb_tensor_whole(c, "x", 0, VD_ROLE_INPUT, MB, 2, 2, 3, 1);
+  *w = pb_tensor_whole(c, "w", 0, VD_ROLE_WEIGHT, PERS, 2, 2, 3, 2);
+  *y = pb_tensor_whole(c, "y", 0, VD_ROLE_ACT, MB, 2, 2, 2, 3);
+  *s = pb_tensor(c, "s", 0, VD_ROLE_ACT, MB, 0, 0, 0);
+  pb_lin(c, *s, 4, 0, 0, 0, 0, 0, 2);
+}
+
 /* Gradient accumulation over 2 microbatches of 2 rows each; the loss of a
  * microbatch is part m of 2 of the loss.  accumulate=0 drops the second
  * microbatch's contribution (a bug). */
@@ -224,11 +235,8 @@ static void mb2_fc(vd_plan_t *p, int accumulate) {
   pb_begin(&c, p, VD_PLAN_PARALLEL, 1, 1, 2);
   int32_t fwd = pb_segment(&c, "fwd"), bwd0 = pb_segment(&c, "bwd0"), bwd = pb_segment(&c, "bwd");
   int32_t opt = pb_segment(&c, "opt");
-  uint32_t x = pb_tensor_whole(&c, "x", 0, VD_ROLE_INPUT, MB, 2, 2, 3, 1);
-  uint32_t w = pb_tensor_whole(&c, "w", 0, VD_ROLE_WEIGHT, PERS, 2, 2, 3, 2);
-  uint32_t y = pb_tensor_whole(&c, "y", 0, VD_ROLE_ACT, MB, 2, 2, 2, 3);
-  uint32_t s = pb_tensor(&c, "s", 0, VD_ROLE_ACT, MB, 0, 0, 0);
-  pb_lin(&c, s, 4, 0, 0, 0, 0, 0, 2);
+  uint32_t x, w, y, s;
+  fc_half_forward_tensors(&c, &x, &w, &y, &s);
   uint32_t loss = pb_tensor(&c, "loss", 0, VD_ROLE_LOSS, MB, 0, 0, 0);
   pb_lin(&c, loss, 5, 0, 0, 0, 0, 0, 2);
   uint32_t gl = pb_tensor_whole(&c, "gloss", 0, VD_ROLE_INPUT, MB, 0, 0, 0, 6);
@@ -260,25 +268,35 @@ static void mb2_fc(vd_plan_t *p, int accumulate) {
   assert_int_equal(c.rc, VD_OK);
 }
 
-static void test_mb2_accumulation_agrees(void **state) {
-  (void)state;
-  vd_plan_t s, p;
-  single_fc(&s);
-  mb2_fc(&p, 1);
-  vd_exec_result r = run_pair(&s, &p, 11);
+/* Runs single s against parallel good, which must agree comparing
+ * n_instances tensor instances, and against bad, which must disagree first
+ * at the updated weight w, with n_bad instances wrong.  Returns bad's
+ * result; frees nothing. */
+static vd_exec_result good_then_bad(const vd_plan_t *s, const vd_plan_t *good, const vd_plan_t *bad, uint64_t seed,
+                                    size_t n_instances, size_t n_bad) {
+  vd_exec_result r = run_pair(s, good, seed);
   expect_agree(&r);
-  /* per-mb tensors compared in both microbatches: x y s loss gl gs gy gx (8 x 2)
-   * plus the persistent w and w.grad */
-  assert_int_equal(r.n_instances, 18);
-  vd_plan_free(&p);
-  mb2_fc(&p, 0);
-  r = run_pair(&s, &p, 11);
+  assert_int_equal(r.n_instances, n_instances);
+  r = run_pair(s, bad, seed);
   assert_int_equal(r.status, VD_EXEC_DISAGREE);
   assert_string_equal(r.first.name, "w"); /* the updated weight, tensor index 1 */
+  assert_int_equal(r.n_bad_instances, n_bad);
+  return r;
+}
+
+static void test_mb2_accumulation_agrees(void **state) {
+  (void)state;
+  vd_plan_t s, good, bad;
+  single_fc(&s);
+  mb2_fc(&good, 1);
+  mb2_fc(&bad, 0);
+  /* per-mb tensors compared in both microbatches: x y s loss gl gs gy gx (8 x 2)
+   * plus the persistent w and w.grad; w and w.grad wrong */
+  vd_exec_result r = good_then_bad(&s, &good, &bad, 11, 18, 2);
   assert_int_equal(r.first.mb, -1);
-  assert_int_equal(r.n_bad_instances, 2); /* w and w.grad */
   vd_plan_free(&s);
-  vd_plan_free(&p);
+  vd_plan_free(&good);
+  vd_plan_free(&bad);
 }
 
 /* DP=2 as one stored rank with replicas=2: replica d holds rows [2d, 2d+2),
@@ -288,11 +306,8 @@ static void dp2_fc(vd_plan_t *p, double factor) {
   pb_ctx c;
   pb_begin(&c, p, VD_PLAN_PARALLEL, 1, 2, 1);
   int32_t fwd = pb_segment(&c, "fwd"), bwd = pb_segment(&c, "bwd"), opt = pb_segment(&c, "opt");
-  uint32_t x = pb_tensor_whole(&c, "x", 0, VD_ROLE_INPUT, MB, 2, 2, 3, 1);
-  uint32_t w = pb_tensor_whole(&c, "w", 0, VD_ROLE_WEIGHT, PERS, 2, 2, 3, 2);
-  uint32_t y = pb_tensor_whole(&c, "y", 0, VD_ROLE_ACT, MB, 2, 2, 2, 3);
-  uint32_t s = pb_tensor(&c, "s", 0, VD_ROLE_ACT, MB, 0, 0, 0);
-  pb_lin(&c, s, 4, 0, 0, 0, 0, 0, 2);
+  uint32_t x, w, y, s;
+  fc_half_forward_tensors(&c, &x, &w, &y, &s);
   /* the local mean is twice its share of the single loss: no lineage can
    * state it, so it is an activation here (a loss must be annotated) */
   uint32_t loss = pb_tensor(&c, "loss_local", 0, VD_ROLE_ACT, MB, 0, 0, 0);
@@ -320,22 +335,16 @@ static void dp2_fc(vd_plan_t *p, double factor) {
 
 static void test_dp2_replicas_agree(void **state) {
   (void)state;
-  vd_plan_t s, p;
+  vd_plan_t s, good, bad;
   single_fc(&s);
-  dp2_fc(&p, 0.5);
-  vd_exec_result r = run_pair(&s, &p, 5);
-  expect_agree(&r);
-  /* x, w, y, s, gloss, w.grad, in both replicas */
-  assert_int_equal(r.n_instances, 12);
-  vd_plan_free(&p);
-  dp2_fc(&p, 1.0); /* wrong scaling */
-  r = run_pair(&s, &p, 5);
-  assert_int_equal(r.status, VD_EXEC_DISAGREE);
-  assert_string_equal(r.first.name, "w");
+  dp2_fc(&good, 0.5);
+  dp2_fc(&bad, 1.0); /* wrong scaling */
+  /* x, w, y, s, gloss, w.grad, in both replicas; w and w.grad wrong in both */
+  vd_exec_result r = good_then_bad(&s, &good, &bad, 5, 12, 4);
   assert_int_equal(r.first.replica, 0);
-  assert_int_equal(r.n_bad_instances, 4); /* w and w.grad, both replicas */
   vd_plan_free(&s);
-  vd_plan_free(&p);
+  vd_plan_free(&good);
+  vd_plan_free(&bad);
 }
 
 /* Each replica reads two more rows than the single batch holds (its dp shift
@@ -364,13 +373,19 @@ static void test_deterministic_and_seed_matters(void **state) {
   assert_true(a.first.expected != c.first.expected);
 }
 
+/* x's pair runs as unsupported, the reason naming the operator (what) and
+ * the node. */
+static void expect_unsupported(const plan_pair *x, const char *what, const char *node) {
+  vd_exec_result r = run_pair(&x->s, &x->p, 1);
+  assert_int_equal(r.status, VD_EXEC_UNSUPPORTED);
+  assert_non_null(strstr(r.reason, what));
+  assert_non_null(strstr(r.reason, node));
+}
+
 static void test_unknown_operator_is_unsupported(void **state) {
   plan_pair *x = *state;
   set_op(&x->p, "r1.l1", "fancy_linear");
-  vd_exec_result r = run_pair(&x->s, &x->p, 1);
-  assert_int_equal(r.status, VD_EXEC_UNSUPPORTED);
-  assert_non_null(strstr(r.reason, "fancy_linear"));
-  assert_non_null(strstr(r.reason, "r1.l1"));
+  expect_unsupported(x, "fancy_linear", "r1.l1");
 }
 
 /* The registry check runs before any tensor is allocated: a plan with an
@@ -381,10 +396,7 @@ static void test_unknown_operator_checked_before_allocation(void **state) {
   set_op(&x->p, "r0.l2", "mystery_op");
   for (size_t t = 0; t < x->s.n_tensors; t++) /* 2^46 doubles each: no allocator can */
     for (int k = 0; k < x->s.tensors[t].ndim; k++) x->s.tensors[t].shape[k] = (int64_t)1 << 23;
-  vd_exec_result r = run_pair(&x->s, &x->p, 1);
-  assert_int_equal(r.status, VD_EXEC_UNSUPPORTED);
-  assert_non_null(strstr(r.reason, "unsupported operator 'mystery_op'"));
-  assert_non_null(strstr(r.reason, "r0.l2"));
+  expect_unsupported(x, "unsupported operator 'mystery_op'", "r0.l2");
 }
 
 /* A parallel node whose shapes do not fit is a disagreement naming the node. */

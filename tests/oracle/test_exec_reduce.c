@@ -65,6 +65,12 @@ static void reduce_ok(const vd_plan_t *s, const vd_plan_t *p, vd_plan_t *rs, vd_
   assert_int_equal(vd_plan_validate(rp, "rp", &d), VD_OK);
 }
 
+/* gen(s, p, cp, no sp), then reduce_ok of that pair into rs, rp. */
+static void gen_reduced(vd_plan_t *s, vd_plan_t *p, int64_t cp, vd_plan_t *rs, vd_plan_t *rp, vd_exec_reduce_info *ri) {
+  gen(s, p, cp, 0);
+  reduce_ok(s, p, rs, rp, ri);
+}
+
 static void expect(const vd_exec_result *r, vd_exec_status want, const char *what) {
   if (r->status != want)
     fail_msg("%s: expected %s, got %s (%s; first '%s')", what, vd_exec_status_names[want],
@@ -74,9 +80,8 @@ static void expect(const vd_exec_result *r, vd_exec_status want, const char *wha
 static void test_agree_both_ways(void **state) {
   (void)state;
   vd_plan_t s, p, rs, rp;
-  gen(&s, &p, 1, 0);
   vd_exec_reduce_info ri;
-  reduce_ok(&s, &p, &rs, &rp, &ri);
+  gen_reduced(&s, &p, 1, &rs, &rp, &ri);
   assert_true(ri.rmax_numel < ri.max_numel);
   assert_int_equal(ri.max_numel, vd_exec_max_numel(&s) > vd_exec_max_numel(&p) ? vd_exec_max_numel(&s)
                                                                                  : vd_exec_max_numel(&p));
@@ -187,9 +192,8 @@ static void test_bugs_still_disagree_large_vocab(void **state) {
 static void test_cp_positions(void **state) {
   (void)state;
   vd_plan_t s, p, rs, rp;
-  gen(&s, &p, 2, 0);
   vd_exec_reduce_info ri;
-  reduce_ok(&s, &p, &rs, &rp, &ri);
+  gen_reduced(&s, &p, 2, &rs, &rp, &ri);
   /* Some position attribute of the parallel plan was scaled, exactly. */
   int scaled = 0;
   for (size_t i = 0; i < p.n_nodes; i++) {

@@ -18,6 +18,7 @@
 #include "../../common/mem.h"
 #include "../../solver/smt.h"
 #include "../support/files.h"
+#include "../support/smt_cases.h"
 
 /* The script of pairs (par[i], single[i]) and Z3's answer on it. */
 static void script(vd_smt *s, const vd_term *par, const vd_term *single, size_t n, char **text, char *answer,
@@ -34,6 +35,17 @@ static void script(vd_smt *s, const vd_term *par, const vd_term *single, size_t 
   if (rc != VD_OK) fail_msg("write: %s", d.msg);
   assert_int_equal(vd_smt_run_script(buf, 10000, answer, an, &d), VD_OK);
   *text = buf;
+}
+
+/* script() on the pairs: Z3 must answer want, and the script contain
+ * needle (when not NULL). */
+static void expect_answer(vd_smt *s, const vd_term *par, const vd_term *single, size_t n, const char *want,
+                          const char *needle) {
+  char *text = NULL, ans[300];
+  script(s, par, single, n, &text, ans, sizeof(ans));
+  assert_string_equal(ans, want);
+  if (needle && !strstr(text, needle)) fail_msg("script lacks '%s':\n%s", needle, text);
+  free(text);
 }
 
 /* cvc5's answer on a script (the binary recheck runs; Debian's cvc5 is in
@@ -57,8 +69,7 @@ static void cvc5_answer(const char *text, char *answer, size_t an) {
 
 static void test_equal_is_unsat(void **state) {
   (void)state;
-  vd_smt *s = NULL;
-  assert_int_equal(vd_smt_new(&s, NULL), VD_OK);
+  vd_smt *s = ts_new_smt();
   vd_term x = vd_smt_var(s, "x[0]"), y = vd_smt_var(s, "y[0]");
   vd_term a = vd_smt_add(s, vd_smt_mul(s, vd_smt_num_rat(s, "-3/7"), x), vd_smt_uf(s, "exp", 1, &y));
   vd_term b = vd_smt_add(s, vd_smt_uf(s, "exp", 1, &y), vd_smt_div(s, vd_smt_mul(s, vd_smt_num_int(s, -3), x),
@@ -78,9 +89,7 @@ static void test_equal_is_unsat(void **state) {
   free(text);
   /* a different scale: sat */
   vd_term c = vd_smt_add(s, vd_smt_mul(s, vd_smt_num_rat(s, "3/7"), x), vd_smt_uf(s, "exp", 1, &y));
-  script(s, &a, &c, 1, &text, ans, sizeof(ans));
-  assert_string_equal(ans, "sat");
-  free(text);
+  expect_answer(s, &a, &c, 1, "sat", NULL);
   vd_smt_free(s);
 }
 
@@ -88,25 +97,22 @@ static void test_equal_is_unsat(void **state) {
  * two symbols, or a = b would be "proved". */
 static void test_names_stay_distinct(void **state) {
   (void)state;
-  vd_smt *s = NULL;
-  assert_int_equal(vd_smt_new(&s, NULL), VD_OK);
+  vd_smt *s = ts_new_smt();
   vd_term p = vd_smt_var(s, "a|b"), q = vd_smt_var(s, "a_b"), r = vd_smt_var(s, "a!b");
   char *text = NULL, ans[300];
-  script(s, &p, &q, 1, &text, ans, sizeof(ans));
-  assert_string_equal(ans, "sat");
-  assert_non_null(strstr(text, "|a_b!vd2|"));
-  free(text);
-  script(s, &q, &r, 1, &text, ans, sizeof(ans));
-  assert_string_equal(ans, "sat");
-  free(text);
+  expect_answer(s, &p, &q, 1, "sat", "|a_b!vd2|");
+  expect_answer(s, &q, &r, 1, "sat", NULL);
   /* one kernel name at two arities: two functions */
   vd_term args[2] = {p, q};
   vd_term f1 = vd_smt_uf(s, "pow", 1, args), f2 = vd_smt_uf(s, "pow", 2, args);
   script(s, &f1, &f2, 1, &text, ans, sizeof(ans));
   assert_string_equal(ans, "sat");
   /* sorted by (name, signature): "(Real Real)" before "(Real)" */
-  assert_non_null(strstr(text, "(declare-fun |k!pow| (Real Real) Real)"));
-  assert_non_null(strstr(text, "(declare-fun |k!pow!vd2| (Real) Real)"));
+  const char *two = strstr(text, "(declare-fun |k!pow| (Real Real) Real)");
+  const char *one = strstr(text, "(declare-fun |k!pow!vd2| (Real) Real)");
+  assert_non_null(two);
+  assert_non_null(one);
+  assert_true(two < one);
   free(text);
   vd_smt_free(s);
 }
@@ -115,31 +121,18 @@ static void test_names_stay_distinct(void **state) {
  * ite are written; no pair at all (identical terms) is unsat. */
 static void test_pairs_and_ints(void **state) {
   (void)state;
-  vd_smt *s = NULL;
-  assert_int_equal(vd_smt_new(&s, NULL), VD_OK);
+  vd_smt *s = ts_new_smt();
   vd_term id = vd_smt_int_var(s, "ids[0]"), x = vd_smt_var(s, "x"), y = vd_smt_var(s, "y");
   vd_term sel = vd_smt_ite(s, vd_smt_eq(s, id, vd_smt_int_num(s, 1)), x, y);
   vd_term sel2 = vd_smt_ite(s, vd_smt_eq(s, vd_smt_int_num(s, 1), id), x, y);
   vd_term par[2] = {sel, vd_smt_add(s, x, y)}, single[2] = {sel2, vd_smt_add(s, y, x)};
-  char *text = NULL, ans[300];
-  script(s, par, single, 2, &text, ans, sizeof(ans));
-  assert_string_equal(ans, "unsat");
-  assert_non_null(strstr(text, "(declare-fun |ids[0]| () Int)"));
-  free(text);
+  expect_answer(s, par, single, 2, "unsat", "(declare-fun |ids[0]| () Int)");
   single[1] = vd_smt_sub(s, y, x);
-  script(s, par, single, 2, &text, ans, sizeof(ans));
-  assert_string_equal(ans, "sat");
-  free(text);
+  expect_answer(s, par, single, 2, "sat", NULL);
   /* an Int side against a Real side is compared as reals (well-sorted) */
   vd_term one = vd_smt_num_int(s, 1);
-  script(s, &id, &one, 1, &text, ans, sizeof(ans));
-  assert_string_equal(ans, "sat");
-  assert_non_null(strstr(text, "(to_real |ids[0]|)"));
-  free(text);
-  script(s, &x, &x, 1, &text, ans, sizeof(ans));
-  assert_string_equal(ans, "unsat");
-  assert_non_null(strstr(text, "(assert false)"));
-  free(text);
+  expect_answer(s, &id, &one, 1, "sat", "(to_real |ids[0]|)");
+  expect_answer(s, &x, &x, 1, "unsat", "(assert false)");
   vd_smt_free(s);
 }
 
@@ -147,8 +140,7 @@ static void test_pairs_and_ints(void **state) {
  * by Z3 (cross = AGREE); off, nothing is recorded. */
 static void test_cross_check_agrees(void **state) {
   (void)state;
-  vd_smt *s = NULL;
-  assert_int_equal(vd_smt_new(&s, NULL), VD_OK);
+  vd_smt *s = ts_new_smt();
   vd_term x = vd_smt_var(s, "x"), y = vd_smt_var(s, "y");
   vd_term a = vd_smt_mul(s, vd_smt_add(s, x, y), vd_smt_add(s, x, y));
   vd_term b = vd_smt_add(s, vd_smt_add(s, vd_smt_mul(s, x, x), vd_smt_mul(s, vd_smt_num_int(s, 2), vd_smt_mul(s, x, y))),

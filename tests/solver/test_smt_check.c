@@ -20,12 +20,6 @@
 
 /* ---- helpers ----------------------------------------------------------------- */
 
-static vd_smt *new_smt(void) {
-  vd_smt *s = NULL;
-  assert_int_equal(vd_smt_new(&s, NULL), VD_OK);
-  return s;
-}
-
 static vd_op_shape shape2(int64_t a, int64_t b) {
   vd_op_shape s = {.ndim = 2, .d = {a, b}};
   return s;
@@ -76,7 +70,7 @@ static vd_smt_verdict check(vd_smt *s, const vd_smt_tensor *p, const vd_smt_tens
 
 static void test_reassociated_sum_fast_path(void **state) {
   (void)state;
-  vd_smt *s = new_smt();
+  vd_smt *s = ts_new_smt();
   vd_term a = vd_smt_var(s, "a"), b = vd_smt_var(s, "b"), c = vd_smt_var(s, "c");
   vd_term l = vd_smt_add(s, vd_smt_add(s, a, b), c), r = vd_smt_add(s, a, vd_smt_add(s, b, c));
   vd_term l2 = vd_smt_mul(s, vd_smt_mul(s, c, b), a), r2 = vd_smt_mul(s, a, vd_smt_mul(s, b, c));
@@ -133,7 +127,7 @@ static void build_matmul_stage(vd_smt *s, vd_smt_tensor *par, vd_smt_tensor *sin
 
 static void test_matmul_split_all_reduce(void **state) {
   (void)state;
-  vd_smt *s = new_smt();
+  vd_smt *s = ts_new_smt();
   vd_smt_tensor par, single;
   build_matmul_stage(s, &par, &single, 1);
   vd_smt_result r;
@@ -156,7 +150,7 @@ static void test_matmul_split_all_reduce(void **state) {
 /* Timing of whole stages, with a reset between them (the verifier's loop). */
 static void test_matmul_stage_timing(void **state) {
   (void)state;
-  vd_smt *s = new_smt();
+  vd_smt *s = ts_new_smt();
   double t_fast = 0, t_slow = 0, t_build = 0;
   const int reps = 20;
   for (int mode = 0; mode < 2; mode++) {
@@ -188,7 +182,7 @@ static void test_matmul_stage_timing(void **state) {
 
 static void test_softmax_replica_and_slice(void **state) {
   (void)state;
-  vd_smt *s = new_smt();
+  vd_smt *s = ts_new_smt();
   vd_diag d;
   vd_diag_clear(&d);
   vd_op_shape s24 = shape2(2, 4), s14 = shape2(1, 4);
@@ -234,7 +228,7 @@ static const vd_smt_value *input_named(const vd_smt_result *r, const char *name)
 
 static void test_wrong_constant_counterexample(void **state) {
   (void)state;
-  vd_smt *s = new_smt();
+  vd_smt *s = ts_new_smt();
   vd_diag d;
   vd_diag_clear(&d);
   vd_op_shape s12 = shape2(1, 2);
@@ -270,7 +264,7 @@ static void test_wrong_constant_counterexample(void **state) {
 
 static void test_missing_all_reduce(void **state) {
   (void)state;
-  vd_smt *s = new_smt();
+  vd_smt *s = ts_new_smt();
   vd_smt_tensor par, single;
   build_matmul_stage(s, &par, &single, 0);
   vd_smt_result r;
@@ -304,7 +298,7 @@ static void test_missing_all_reduce(void **state) {
 
 static void test_partial_parts(void **state) {
   (void)state;
-  vd_smt *s = new_smt();
+  vd_smt *s = ts_new_smt();
   vd_diag d;
   vd_diag_clear(&d);
   vd_op_shape s22 = shape2(2, 2), s44 = shape2(4, 4), s24 = shape2(2, 4);
@@ -368,7 +362,7 @@ static void test_partial_parts(void **state) {
  * that exposes a wrong shard offset. */
 static void test_vocab_parallel_embedding(void **state) {
   (void)state;
-  vd_smt *s = new_smt();
+  vd_smt *s = ts_new_smt();
   vd_diag d;
   vd_diag_clear(&d);
   vd_op_shape ids_s = {.ndim = 1, .d = {2}}, tab = shape2(4, 2), tab2 = shape2(2, 2), ys = shape2(2, 2);
@@ -412,7 +406,7 @@ static void test_vocab_parallel_embedding(void **state) {
 
 static void test_timeout_is_inconclusive(void **state) {
   (void)state;
-  vd_smt *s = new_smt();
+  vd_smt *s = ts_new_smt();
   vd_smt_set_timeout(s, 1);
   /* A true but hard nonlinear fact: ite(p <= -1, b, a) = a where p is a sum
    * of two Motzkin polynomials x^4y^2 + x^2y^4 + z^6 - 3x^2y^2z^2 (>= 0, but
@@ -437,7 +431,7 @@ static void test_timeout_is_inconclusive(void **state) {
 
 static void test_z3_error_is_rc(void **state) {
   (void)state;
-  vd_smt *s = new_smt();
+  vd_smt *s = ts_new_smt();
   vd_diag d;
   vd_diag_clear(&d);
   vd_term x = vd_smt_var(s, "x");
@@ -460,17 +454,13 @@ static void test_z3_error_is_rc(void **state) {
   assert_int_equal(vd_smt_reset(s, NULL), VD_OK);
   x = vd_smt_var(s, "x");
   vd_term y = vd_smt_add(s, x, x), z = vd_smt_mul(s, vd_smt_num_int(s, 2), x);
-  assert_int_equal(vd_smt_check(s, &y, &z, 1, &r, NULL), VD_OK);
-  assert_int_equal(r.verdict, VD_SMT_EQUIVALENT);
-  vd_smt_result_free(&r);
+  ts_expect_verdict(s, &y, &z, 1, VD_SMT_EQUIVALENT);
   /* An Int side against a Real side is compared as reals, both paths. */
   vd_term i = vd_smt_int_var(s, "i"), ir = vd_smt_add(s, vd_smt_num_int(s, 0), i);
   vd_term i1 = vd_smt_add(s, vd_smt_num_int(s, 1), i);
   for (int fast = 1; fast >= 0; fast--) {
     vd_smt_set_fast_path(s, fast);
-    assert_int_equal(vd_smt_check(s, &i, &ir, 1, &r, NULL), VD_OK);
-    assert_int_equal(r.verdict, VD_SMT_EQUIVALENT);
-    vd_smt_result_free(&r);
+    ts_expect_verdict(s, &i, &ir, 1, VD_SMT_EQUIVALENT);
     assert_int_equal(vd_smt_check(s, &i, &i1, 1, &r, NULL), VD_OK);
     assert_int_equal(r.verdict, VD_SMT_NOT_EQUIVALENT);
     assert_string_equal(r.inputs[0].name, "i");
@@ -481,7 +471,7 @@ static void test_z3_error_is_rc(void **state) {
 
 static void test_exact_numerals(void **state) {
   (void)state;
-  vd_smt *s = new_smt();
+  vd_smt *s = ts_new_smt();
   char buf[1200];
   double v;
   assert_true(vd_smt_numeral(s, vd_smt_num_double(s, 0.1), &v, buf, sizeof(buf)));
@@ -501,25 +491,19 @@ static void test_exact_numerals(void **state) {
   assert_string_equal(buf, "0");
   /* 0.1 + 0.2 != 0.3 on the exact rationals of the doubles */
   vd_term a = vd_smt_add(s, vd_smt_num_double(s, 0.1), vd_smt_num_double(s, 0.2)), b = vd_smt_num_double(s, 0.3);
-  vd_smt_result r;
-  assert_int_equal(vd_smt_check(s, &a, &b, 1, &r, NULL), VD_OK);
-  assert_int_equal(r.verdict, VD_SMT_NOT_EQUIVALENT);
-  vd_smt_result_free(&r);
+  ts_expect_verdict(s, &a, &b, 1, VD_SMT_NOT_EQUIVALENT);
   vd_smt_free(s);
 }
 
 static void test_reset_bounds_terms(void **state) {
   (void)state;
-  vd_smt *s = new_smt();
+  vd_smt *s = ts_new_smt();
   for (int i = 0; i < 130; i++) { /* crosses two context recreations */
     vd_term x = vd_smt_var(s, "x");
     vd_term y = vd_smt_add(s, x, vd_smt_num_int(s, i));
     assert_non_null(y);
     assert_true(vd_smt_term_count(s) >= 3);
-    vd_smt_result r;
-    assert_int_equal(vd_smt_check(s, &y, &y, 1, &r, NULL), VD_OK);
-    assert_int_equal(r.verdict, VD_SMT_EQUIVALENT);
-    vd_smt_result_free(&r);
+    ts_expect_verdict(s, &y, &y, 1, VD_SMT_EQUIVALENT);
     assert_int_equal(vd_smt_reset(s, NULL), VD_OK);
     assert_int_equal(vd_smt_term_count(s), 0);
   }
@@ -534,7 +518,7 @@ static void test_reset_bounds_terms(void **state) {
  * (64 elements).  Proved by the fast path; timing reported. */
 static void test_tp2_mlp_stage(void **state) {
   (void)state;
-  vd_smt *s = new_smt();
+  vd_smt *s = ts_new_smt();
   vd_diag d;
   vd_diag_clear(&d);
   vd_op_shape sx = shape2(8, 8), sw1 = shape2(8, 16), sw2 = shape2(16, 8), sh = shape2(8, 16), shh = shape2(8, 8);

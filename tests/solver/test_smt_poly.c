@@ -21,12 +21,6 @@
 #include "../../solver/smt.h"
 #include "../support/smt_cases.h"
 
-static vd_smt *new_smt(void) {
-  vd_smt *s = NULL;
-  assert_int_equal(vd_smt_new(&s, NULL), VD_OK);
-  return s;
-}
-
 static vd_term var(vd_smt *s, const char *fmt, int i, int j) {
   char nm[64];
   snprintf(nm, sizeof(nm), fmt, i, j);
@@ -45,7 +39,7 @@ static void nf_ids(vd_smt *s, vd_term a, vd_term b, int64_t *ia, int64_t *ib) {
 
 static void test_ring_identities(void **state) {
   (void)state;
-  vd_smt *s = new_smt();
+  vd_smt *s = ts_new_smt();
   vd_term a = vd_smt_var(s, "a"), b = vd_smt_var(s, "b"), c = vd_smt_var(s, "c");
   int64_t x, y;
   /* (a + b)(a - b) = a^2 - b^2 */
@@ -73,17 +67,14 @@ static void test_ring_identities(void **state) {
 
 static void test_non_identities_differ(void **state) {
   (void)state;
-  vd_smt *s = new_smt();
+  vd_smt *s = ts_new_smt();
   vd_term a = vd_smt_var(s, "a"), b = vd_smt_var(s, "b");
   int64_t x, y;
   /* (a + b)^2 != a^2 + b^2: different normal forms, and the check refutes it */
   vd_term l = vd_smt_pow_int(s, vd_smt_add(s, a, b), 2), r = vd_smt_add(s, vd_smt_mul(s, a, a), vd_smt_mul(s, b, b));
   nf_ids(s, l, r, &x, &y);
   assert_true(x != y);
-  vd_smt_result res;
-  assert_int_equal(vd_smt_check(s, &l, &r, 1, &res, NULL), VD_OK);
-  assert_int_equal(res.verdict, VD_SMT_NOT_EQUIVALENT);
-  vd_smt_result_free(&res);
+  ts_expect_verdict(s, &l, &r, 1, VD_SMT_NOT_EQUIVALENT);
   /* exp(a) vs exp(b): different atoms */
   nf_ids(s, vd_smt_uf(s, "exp", 1, &a), vd_smt_uf(s, "exp", 1, &b), &x, &y);
   assert_true(x != y);
@@ -131,7 +122,7 @@ static void moe_pair(vd_smt *s, int E, int F, int P, int H, vd_term *par, vd_ter
 
 static void test_tp_partial_grouped_mlp(void **state) {
   (void)state;
-  vd_smt *s = new_smt();
+  vd_smt *s = ts_new_smt();
   vd_term par, single;
   moe_pair(s, 4, 8, 4, 2, &par, &single);
   vd_smt_result r;
@@ -143,7 +134,7 @@ static void test_tp_partial_grouped_mlp(void **state) {
   vd_smt_result_free(&r);
   /* Deterministic work: another context, with a different history of
    * terms (other ids), counts the same steps. */
-  vd_smt *s2 = new_smt();
+  vd_smt *s2 = ts_new_smt();
   for (int i = 0; i < 100; i++) (void)var(s2, "noise%d_%d", i, 0);
   moe_pair(s2, 4, 8, 4, 2, &par, &single);
   assert_int_equal(vd_smt_check(s2, &par, &single, 1, &r, NULL), VD_OK);
@@ -173,7 +164,7 @@ static void test_budget_is_the_limit(void **state) {
   (void)state;
   uint64_t used[2];
   for (int run = 0; run < 2; run++) {
-    vd_smt *s = new_smt();
+    vd_smt *s = ts_new_smt();
     vd_smt_set_timeout(s, 0);          /* no wall clock: the budget alone must stop it */
     vd_smt_set_budget(s, 0, 20000);    /* Z3: 20000 resource units */
     vd_smt_result res;
@@ -188,7 +179,7 @@ static void test_budget_is_the_limit(void **state) {
   /* A normal-form budget too small for the terms stops the check there
    * (inconclusive, the budget named); without the normal form, the solver
    * decides (here: proves) the same pair. */
-  vd_smt *s = new_smt();
+  vd_smt *s = ts_new_smt();
   vd_smt_set_budget(s, 5, 0);
   vd_term a = vd_smt_var(s, "a"), b = vd_smt_var(s, "b");
   vd_term l = vd_smt_mul(s, vd_smt_add(s, a, b), vd_smt_add(s, a, b));
@@ -202,15 +193,13 @@ static void test_budget_is_the_limit(void **state) {
   assert_non_null(strstr(res.reason, "normal form out of budget"));
   vd_smt_result_free(&res);
   vd_smt_set_fast_path(s, 0);
-  assert_int_equal(vd_smt_check(s, &l, &r, 1, &res, NULL), VD_OK);
-  assert_int_equal(res.verdict, VD_SMT_EQUIVALENT);
-  vd_smt_result_free(&res);
+  ts_expect_verdict(s, &l, &r, 1, VD_SMT_EQUIVALENT);
   vd_smt_free(s);
 }
 
 static void test_wall_clock_is_the_limit(void **state) {
   (void)state;
-  vd_smt *s = new_smt();
+  vd_smt *s = ts_new_smt();
   vd_smt_set_budget(s, 0, 0); /* unlimited: only the wall clock stops it */
   vd_smt_set_timeout(s, 50);
   vd_smt_result res;
@@ -220,9 +209,7 @@ static void test_wall_clock_is_the_limit(void **state) {
   /* The context is usable afterwards (the job had its own). */
   vd_term a = vd_smt_var(s, "a");
   vd_term y = vd_smt_add(s, a, a), z = vd_smt_mul(s, vd_smt_num_int(s, 2), a);
-  assert_int_equal(vd_smt_check(s, &y, &z, 1, &res, NULL), VD_OK);
-  assert_int_equal(res.verdict, VD_SMT_EQUIVALENT);
-  vd_smt_result_free(&res);
+  ts_expect_verdict(s, &y, &z, 1, VD_SMT_EQUIVALENT);
   vd_smt_free(s);
 }
 
@@ -252,7 +239,7 @@ static void accumulation(vd_smt *s, int k, int r, int wrong, vd_term *par, vd_te
 
 static void test_accumulation_cheap(void **state) {
   (void)state;
-  vd_smt *s = new_smt();
+  vd_smt *s = ts_new_smt();
   vd_term p, q;
   accumulation(s, 16, 8, 0, &p, &q);
   vd_smt_result res;
@@ -284,15 +271,11 @@ static void test_accumulation_cheap(void **state) {
   assert_true(flat_steps < plain_steps);
   /* a missing term is never proved by any pass; the witness refutes it */
   accumulation(s, 16, 8, 1, &p, &q);
-  assert_int_equal(vd_smt_check(s, &p, &q, 1, &res, NULL), VD_OK);
-  assert_int_equal(res.verdict, VD_SMT_NOT_EQUIVALENT);
-  vd_smt_result_free(&res);
+  ts_expect_verdict(s, &p, &q, 1, VD_SMT_NOT_EQUIVALENT);
   /* a wrong factor (the average not undone) neither */
   accumulation(s, 16, 8, 0, &p, &q);
   vd_term p3 = vd_smt_mul(s, vd_smt_num_double(s, 0.5), p);
-  assert_int_equal(vd_smt_check(s, &p3, &q, 1, &res, NULL), VD_OK);
-  assert_int_equal(res.verdict, VD_SMT_NOT_EQUIVALENT);
-  vd_smt_result_free(&res);
+  ts_expect_verdict(s, &p3, &q, 1, VD_SMT_NOT_EQUIVALENT);
   print_message("accumulation: %llu steps (pass 0), nf %llu flattened vs %llu\n", (unsigned long long)steps,
                 (unsigned long long)flat_steps, (unsigned long long)plain_steps);
   vd_smt_free(s);

@@ -2,9 +2,14 @@
  * tests/support/pipeline.c - plan pair fixture through graphs, lineage and
  * stages (pipeline.h).
  */
-#include "pipeline.h"
-
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
 #include <string.h>
+
+#include "pipeline.h"
 
 vd_rc tp_pair_lineage(tp_pair *x, vd_diag *d) {
   vd_graph_opts o = {.expand_replicas = 0};
@@ -36,6 +41,16 @@ vd_rc tp_pair_llama3(tp_pair *x, int64_t layers, int64_t tp, vd_diag *d) {
   tp_gen_config(&c, &(tp_sizes){VD_GEN_LLAMA3, .layers = layers, .tp = tp});
   VD_CHECK(vd_gen_build(&c, &x->s, &x->p, d));
   return tp_pair_cut(x, d);
+}
+
+void tp_pair_llama3_ok(tp_pair *x, int64_t layers, int64_t tp) {
+  vd_diag d;
+  vd_diag_clear(&d);
+  vd_rc rc = tp_pair_llama3(x, layers, tp, &d);
+  char line[1024];
+  vd_diag_format(&d, line, sizeof(line));
+  if (rc != VD_OK) fail_msg("llama3 %lld layers tp%lld: %s", (long long)layers, (long long)tp, line);
+  if (x->set.n_stages == 0) fail_msg("llama3 %lld layers tp%lld: no stages", (long long)layers, (long long)tp);
 }
 
 void tp_pair_free(tp_pair *x) {

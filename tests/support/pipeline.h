@@ -32,6 +32,9 @@ vd_rc tp_pair_cut(tp_pair *x, vd_diag *d);
 /* x = a generated Llama-3 pair (layers, tp; other settings default),
  * cut into stages. */
 vd_rc tp_pair_llama3(tp_pair *x, int64_t layers, int64_t tp, vd_diag *d);
+/* tp_pair_llama3 that must succeed and cut at least one stage: fails the
+ * test, printing the diag's message, otherwise. */
+void tp_pair_llama3_ok(tp_pair *x, int64_t layers, int64_t tp);
 /* The model and sizes of a small generated configuration; a size left 0
  * keeps the generator's default. */
 typedef struct {

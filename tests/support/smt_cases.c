@@ -2,9 +2,27 @@
  * tests/support/smt_cases.c - solver problems shared by the solver tests
  * (see smt_cases.h).  The terms are made in the order the tests made them.
  */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+
 #include "smt_cases.h"
 
-#include <stdio.h>
+vd_smt *ts_new_smt(void) {
+  vd_smt *s = NULL;
+  assert_int_equal(vd_smt_new(&s, NULL), VD_OK);
+  return s;
+}
+
+void ts_expect_verdict(vd_smt *s, const vd_term *a, const vd_term *b, size_t n, vd_smt_verdict want) {
+  vd_smt_result r;
+  assert_int_equal(vd_smt_check(s, a, b, n, &r, NULL), VD_OK);
+  assert_int_equal(r.verdict, want);
+  vd_smt_result_free(&r);
+}
 
 void ts_motzkin(vd_smt *s, const char *names_fmt, vd_term *lhs, vd_term *rhs) {
   char nm[64];
