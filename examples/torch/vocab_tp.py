@@ -53,7 +53,8 @@ def step(cap):
     with cap.step():
         h = F.gelu(F.linear(emb(ids), fc_w, fc_b), approximate="tanh")
         if vocab_ce:
-            logits = F.linear(h, head)
+            # the head is split over its outputs: the gradient of h is summed over the TP group
+            logits = F.linear(h if c["bug"] == "no_head_reduce" else mv.copy_to_tp(h, tp_group), head)
             per_token = mv.vocab_parallel_cross_entropy(logits, targets, start, tp_group,
                                                         reduce_max=c["bug"] != "no_max_reduce")
             loss = per_token.mean()
