@@ -112,6 +112,6 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
 
 def vocab_parallel_cross_entropy(logits, target, start, group, reduce_max=True):
     """Per-token loss of logits split over the vocabulary ([..., V/tp], this rank's columns
-    [start, start + V/tp)); reduce_max=False skips the max's all_reduce (any M gives the same
-    loss mathematically)."""
+    [start, start + V/tp)); reduce_max=False skips the max's all_reduce: a bug, each rank then
+    shifts by its own max, which does not cancel in the summed sum of exp."""
     return _VocabParallelCrossEntropy.apply(logits, target, start, group, reduce_max)
