@@ -11,7 +11,8 @@
 #    missing exp/log laws (stage_solve.c, VD_OPF_REFUTE_NUMERIC), never NOT EQUIVALENT;
 #  - its bugs (the max's all_reduce skipped, the target range of rank 0 on every rank, the
 #    sum-exp all_reduce deleted) are NOT EQUIVALENT, numerically reproduced, and the executor
-#    disagrees; the finding names the cross-entropy's max, the first value without a twin.
+#    disagrees; the finding names the cross-entropy's max, the first value without a twin;
+#  - the indices of torch.max read as data are refused at capture with the line.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/torch_lib.sh"
 set -e
@@ -50,4 +51,10 @@ grep -q "^        pass" "$TMP/ex/megatron_vocab.py"
 expect_exit 0 $T2P --single "$TMP/ex/vocab_single.py" --parallel "$TMP/ex/vocab_tp.py" --nproc 2 --set tp=2 \
   --set ce=vocab --out-single "$TMP/s.plan" --out-parallel "$TMP/p.plan"
 pair_not_equivalent --full "WRONG_VALUE at max"
+# refused at capture with the line: the indices of torch.max read as data
+cp "$EX/megatron_vocab.py" "$TMP/ex/megatron_vocab.py"
+sed -i 's/torch.max(logits, dim=-1)\[0\]/torch.max(logits, dim=-1)[1].to(logits.dtype)/' "$TMP/ex/megatron_vocab.py"
+expect_exit 2 $T2P --single "$TMP/ex/vocab_single.py" --parallel "$TMP/ex/vocab_tp.py" --nproc 2 --set tp=2 \
+  --set ce=vocab --out-single "$TMP/s.plan" --out-parallel "$TMP/p.plan"
+expect_in "megatron_vocab.py:$MAXL: aten._to_copy: the indices of a max" "$TMP/err"
 echo ok
