@@ -67,6 +67,11 @@ enum {
   VD_OPF_INPLACE_OK = 1u << 6,    /* may read and write the same persistent tensor */
   VD_OPF_MOVES = 1u << 7,         /* every output element is a copy of an input element */
   VD_OPF_REPEATS = 1u << 8,       /* a MOVES operator that repeats elements (expand) */
+  /* a counterexample of a stage holding it stands only when the numeric
+   * evaluators reproduce it; otherwise the stage is INCONCLUSIVE (max: the
+   * max-shifted log-sum-exp needs exp/log laws the normal form lacks, so
+   * the solver's counterexamples interpret exp and log freely) */
+  VD_OPF_REFUTE_NUMERIC = 1u << 9,
 };
 
 /* The integer index operand of a gather or scatter (ops.def column

@@ -162,6 +162,24 @@ vd_rc vd_op_i_shape_sum(const vd_op_call *c) { return shape_reduce(c, 0); }
 vd_rc vd_op_i_eval_sum(const vd_op_call *c) { return eval_reduce(c, 0); }
 vd_rc vd_op_i_shape_mean(const vd_op_call *c) { return shape_reduce(c, 0); }
 vd_rc vd_op_i_eval_mean(const vd_op_call *c) { return eval_reduce(c, 1); }
+/* max over dims: every output element starts at its first input element
+ * (each output element has at least one: a reduced extent is >= 1). */
+vd_rc vd_op_i_shape_max(const vd_op_call *c) { return shape_reduce(c, 0); }
+vd_rc vd_op_i_eval_max(const vd_op_call *c) {
+  const vd_op_shape *x = &c->in_shape[0];
+  int mask[VD_MAX_DIMS];
+  VD_CHECK(get_dims_mask(c, x->ndim, mask));
+  int keep = aint(c, "keepdim", 0) != 0;
+  vd_op_shape r = reduced(x, mask, keep);
+  int64_t n = vd_op_shape_numel(x), nr = vd_op_shape_numel(&c->out_shape[0]), idx[VD_MAX_DIMS];
+  for (int64_t i = 0; i < nr; i++) c->out[0][i] = -INFINITY;
+  for (int64_t f = 0; f < n; f++) {
+    vd_op_shape_unravel(x, f, idx);
+    double *y = &c->out[0][reduced_index(x, mask, keep, &r, idx)];
+    *y = fmax(*y, c->in[0][f]);
+  }
+  return VD_OK;
+}
 vd_rc vd_op_i_shape_sum_backward(const vd_op_call *c) { return shape_reduce(c, 1); }
 vd_rc vd_op_i_eval_sum_backward(const vd_op_call *c) { return eval_reduce_bwd(c, 0); }
 vd_rc vd_op_i_shape_mean_backward(const vd_op_call *c) { return shape_reduce(c, 1); }

@@ -331,6 +331,8 @@ none:
 }
 static vd_rc red_sum(const vd_op_reduce_call *c, int *norule) { return reduction(c, dr(0, 0, 0), dr(1, 0, 0), norule); }
 #define red_mean red_sum
+/* max: the reduced dims keep >= 2 (as sum), the others map one to one */
+#define red_max red_sum
 static vd_rc red_sum_backward(const vd_op_reduce_call *c, int *norule) {
   return reduction(c, dr(1, 0, 0), dr(0, 0, 0), norule);
 }

@@ -187,6 +187,24 @@ static vd_rc reduce(call_t *c, vd_smt *s, int mean) {
   }
   return VD_OK;
 }
+/* max over dims: max(max(x0, x1), x2)... in input order (ite, interpreted:
+ * no COUNT scaling, a max of repeated terms is the term). */
+ENC(max) {
+  const vd_smt_tensor *x = IN(0);
+  vd_smt_tensor *y = OUT(0);
+  int mask[VD_MAX_DIMS];
+  dims_mask(c, x->shape.ndim, mask);
+  int keep = aint(c, "keepdim", 0) != 0;
+  int64_t idx[VD_MAX_DIMS];
+  for (int64_t i = 0; i < y->numel; i++) y->t[i] = NULL;
+  for (int64_t f = 0; f < x->numel; f++) {
+    vd_op_shape_unravel(&x->shape, f, idx);
+    int64_t r = reduced_index(&x->shape, mask, keep, idx);
+    if (r < 0 || r >= y->numel) continue;
+    y->t[r] = y->t[r] ? vd_smt_max(s, y->t[r], x->t[f]) : x->t[f];
+  }
+  return VD_OK;
+}
 ENC(sum) { return reduce(c, s, 0); }
 ENC(mean) { return reduce(c, s, 1); }
 

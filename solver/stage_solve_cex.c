@@ -253,18 +253,30 @@ static vd_rc eval_once(solve_ctx *c, num_ctx *n, const vd_stage_verdict *v, int 
   return VD_OK;
 }
 
+/* One array of doubles per stage value (its reduced numel); values_free
+ * frees what values_alloc made, also after a partial failure. */
+static vd_rc values_alloc(solve_ctx *c, num_ctx *n) {
+  n->val = vd_calloc(c->st->n_vals + 1, sizeof(double *));
+  if (!n->val) return VD_OOM(c->d);
+  for (uint32_t i = 0; i < c->st->n_vals; i++) {
+    vd_op_shape sh;
+    shape_of(&c->st->vals[i], &sh);
+    int64_t ne = numel_of(&sh);
+    if (!(n->val[i] = vd_calloc((size_t)(ne > 0 ? ne : 1), sizeof(double)))) return VD_OOM(c->d);
+  }
+  return VD_OK;
+}
+
+static void values_free(solve_ctx *c, num_ctx *n) {
+  if (n->val)
+    for (uint32_t i = 0; i < c->st->n_vals; i++) vd_free(n->val[i]);
+  vd_free(n->val);
+}
+
 vd_rc vd_stage_solve_i_cex_eval(solve_ctx *c, vd_stage_verdict *v) {
   const vd_stage *st = c->st;
   num_ctx n = {.in = v->inputs, .n_in = v->n_inputs, .rng = 0x9e3779b97f4a7c15ull ^ st->id};
-  n.val = vd_calloc(st->n_vals + 1, sizeof(double *));
-  if (!n.val) return VD_OOM(c->d);
-  vd_rc rc = VD_OK;
-  for (uint32_t i = 0; i < st->n_vals && rc == VD_OK; i++) {
-    vd_op_shape sh;
-    shape_of(&st->vals[i], &sh);
-    int64_t ne = numel_of(&sh);
-    if (!(n.val[i] = vd_calloc((size_t)(ne > 0 ? ne : 1), sizeof(double)))) rc = VD_OOM(c->d);
-  }
+  vd_rc rc = values_alloc(c, &n);
   vd_diag ed;
   vd_diag_clear(&ed);
   int hit = 0;
@@ -297,7 +309,26 @@ vd_rc vd_stage_solve_i_cex_eval(solve_ctx *c, vd_stage_verdict *v) {
     snprintf(v->cex_eval_note, sizeof(v->cex_eval_note),
              "neither the counterexample's values nor 3 random inputs make the numeric evaluators disagree");
   }
-  for (uint32_t i = 0; i < st->n_vals; i++) vd_free(n.val[i]);
-  vd_free(n.val);
+  values_free(c, &n);
+  return rc;
+}
+
+/* 1 when random inputs (3 trials, fixed seed; index inputs 0 or 1, valid at
+ * every reduced size) make the numeric evaluators disagree; 0 when they do
+ * not or an evaluator refuses the stage. */
+vd_rc vd_stage_solve_i_cex_random(solve_ctx *c, vd_stage_verdict *v, int *hit) {
+  const vd_stage *st = c->st;
+  *hit = 0;
+  num_ctx n = {.in = NULL, .rng = 0x9e3779b97f4a7c15ull ^ st->id};
+  vd_rc rc = values_alloc(c, &n);
+  vd_diag ed;
+  vd_diag_clear(&ed);
+  char note[200] = "";
+  for (int trial = 0; rc == VD_OK && trial < 3 && !*hit; trial++) {
+    vd_rc erc = eval_once(c, &n, v, 0, hit, note, sizeof(note), &ed);
+    if (erc == VD_ENOMEM) rc = VD_OOM(c->d);
+    else if (erc != VD_OK) *hit = 0, trial = 3;
+  }
+  values_free(c, &n);
   return rc;
 }

@@ -78,5 +78,8 @@ void vd_stage_solve_i_stage_where(const solve_ctx *c, char *buf, size_t n);
 
 /* ---- numeric check of the counterexample (stage_solve_cex.c) ---------------- */
 vd_rc vd_stage_solve_i_cex_eval(solve_ctx *c, vd_stage_verdict *v);
+/* 1 in *hit when 3 random inputs (index inputs 0 or 1) reproduce a
+ * disagreement numerically (stage_solve_cex.c). */
+vd_rc vd_stage_solve_i_cex_random(solve_ctx *c, vd_stage_verdict *v, int *hit);
 
 #endif

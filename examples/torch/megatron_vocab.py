@@ -28,6 +28,27 @@ class _ReduceFromTP(torch.autograd.Function):
         return g, None
 
 
+class _CopyToTP(torch.autograd.Function):
+    """The identity in forward; the sum over the tensor-parallel group in backward (Megatron's
+    copy_to_tensor_model_parallel_region, in front of a layer split over its outputs)."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        ctx.group = group
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        g = g.clone()
+        dist.all_reduce(g, group=ctx.group)
+        return g, None
+
+
+def copy_to_tp(x, group):
+    """x for a column-parallel layer (the vocabulary head): its gradient summed over the group."""
+    return _CopyToTP.apply(x, group)
+
+
 class VocabParallelEmbedding(torch.nn.Module):
     """The rows [start, start + rows) of a vocab x hidden table (weight: this rank's shard)."""
 
@@ -91,6 +112,6 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
 
 def vocab_parallel_cross_entropy(logits, target, start, group, reduce_max=True):
     """Per-token loss of logits split over the vocabulary ([..., V/tp], this rank's columns
-    [start, start + V/tp)); reduce_max=False skips the max's all_reduce (any M gives the same
-    loss mathematically)."""
+    [start, start + V/tp)); reduce_max=False skips the max's all_reduce: a bug, each rank then
+    shifts by its own max, which does not cancel in the summed sum of exp."""
     return _VocabParallelCrossEntropy.apply(logits, target, start, group, reduce_max)

@@ -6,8 +6,10 @@ the batch and the gradients are averaged over the DP group with all_reduce.
 --set ce=vocab: the head is split over the vocabulary too and the loss is Megatron's
 vocab_parallel_cross_entropy.
 Bugs (--set bug=NAME): vocab_shard makes TP rank 1 look up with rank 0's vocabulary range;
-no_max_reduce (with ce=vocab) skips the all_reduce(MAX) of the cross-entropy (not a bug:
-any M gives the same loss).
+with ce=vocab: no_max_reduce skips the all_reduce(MAX) of the cross-entropy (a bug: each rank
+then subtracts its own max M_r, and the summed sum_r exp(-M_r) S_r is not exp(-M) sum_r S_r
+unless the maxes agree; verdict exec DISAGREEs), ce_shard gives every rank rank 0's target
+range, no_head_reduce leaves out the sum over TP of the head input's gradient.
 """
 import os
 import sys
@@ -53,8 +55,10 @@ def step(cap):
     with cap.step():
         h = F.gelu(F.linear(emb(ids), fc_w, fc_b), approximate="tanh")
         if vocab_ce:
-            logits = F.linear(h, head)
-            per_token = mv.vocab_parallel_cross_entropy(logits, targets, start, tp_group,
+            # the head is split over its outputs: the gradient of h is summed over the TP group
+            logits = F.linear(h if c["bug"] == "no_head_reduce" else mv.copy_to_tp(h, tp_group), head)
+            ce_start = 0 if c["bug"] == "ce_shard" else start   # BUG: rank 0's target range
+            per_token = mv.vocab_parallel_cross_entropy(logits, targets, ce_start, tp_group,
                                                         reduce_max=c["bug"] != "no_max_reduce")
             loss = per_token.mean()
         else:

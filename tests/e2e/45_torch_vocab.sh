@@ -5,8 +5,14 @@
 #  - TP2 and TP2 x DP2 (and TP2 with masked_fill instead of index_put_) are EQUIVALENT and the executor agrees;
 #  - bug=vocab_shard (rank 1 looks up with rank 0's range) is NOT EQUIVALENT, the failing stage
 #    holds the masked lookup's line, and the executor disagrees;
-#  - the vocab-parallel cross-entropy (ce=vocab) is refused at capture (exit 2) naming its
-#    torch.max line: max.dim has no registry operator yet.
+#  - the vocab-parallel cross-entropy (ce=vocab: max, all_reduce MAX, the target logit
+#    gathered with advanced indexing and Megatron's own backward) is captured; at TP2 and
+#    TP2 x DP2 the executor agrees and the verifier says INCONCLUSIVE (exit 3) naming the
+#    missing exp/log laws (stage_solve.c, VD_OPF_REFUTE_NUMERIC), never NOT EQUIVALENT;
+#  - its bugs (the max's all_reduce skipped, the target range of rank 0 on every rank, the
+#    sum-exp all_reduce deleted) are NOT EQUIVALENT, numerically reproduced, and the executor
+#    disagrees; the finding names the cross-entropy's max, the first value without a twin;
+#  - the indices of torch.max read as data are refused at capture with the line.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/torch_lib.sh"
 set -e
@@ -26,6 +32,29 @@ sed -i 's/^        out\[input_mask, :\] = 0.0/        pass/' "$TMP/ex/megatron_v
 expect_exit 2 $T2P --single "$TMP/ex/vocab_single.py" --parallel "$TMP/ex/vocab_tp.py" --nproc 2 --set tp=2 \
   --out-single "$TMP/s.plan" --out-parallel "$TMP/p.plan"
 expect_in "megatron_vocab.py:[0-9]*: c10d.allreduce_ reads a masked lookup whose masked rows are not zeroed" "$TMP/err"
-WANT=2 cap 2 --set tp=2 --set ce=vocab
-expect_in "megatron_vocab.py:$MAXL: aten.max.dim has no mapping" "$TMP/err"
+for conf in "2 --set tp=2" "4 --set tp=2 --set dp=2"; do
+  cap $conf --set ce=vocab
+  expect_exit 3 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+  expect_in "^INCONCLUSIVE" "$TMP/out"
+  expect_in "unsupported: a refutation through max" "$TMP/out"
+  expect_exit 0 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+  expect_in "AGREE" "$TMP/out"
+done
+for bug in no_max_reduce ce_shard; do
+  cap 2 --set tp=2 --set ce=vocab --set bug=$bug
+  pair_not_equivalent --full "WRONG_VALUE at max 'megatron_vocab.py:$MAXL'"
+done
+# the sum of exp over the group deleted (one line of a fresh copy of megatron_vocab.py)
+cp "$EX/megatron_vocab.py" "$TMP/ex/megatron_vocab.py"
+sed -i 's/^        dist.all_reduce(sum_exp_logits, group=group)/        pass/' "$TMP/ex/megatron_vocab.py"
+grep -q "^        pass" "$TMP/ex/megatron_vocab.py"
+expect_exit 0 $T2P --single "$TMP/ex/vocab_single.py" --parallel "$TMP/ex/vocab_tp.py" --nproc 2 --set tp=2 \
+  --set ce=vocab --out-single "$TMP/s.plan" --out-parallel "$TMP/p.plan"
+pair_not_equivalent --full "WRONG_VALUE at max"
+# refused at capture with the line: the indices of torch.max read as data
+cp "$EX/megatron_vocab.py" "$TMP/ex/megatron_vocab.py"
+sed -i 's/torch.max(logits, dim=-1)\[0\]/torch.max(logits, dim=-1)[1].to(logits.dtype)/' "$TMP/ex/megatron_vocab.py"
+expect_exit 2 $T2P --single "$TMP/ex/vocab_single.py" --parallel "$TMP/ex/vocab_tp.py" --nproc 2 --set tp=2 \
+  --set ce=vocab --out-single "$TMP/s.plan" --out-parallel "$TMP/p.plan"
+expect_in "megatron_vocab.py:$MAXL: aten._to_copy: the indices of a max" "$TMP/err"
 echo ok

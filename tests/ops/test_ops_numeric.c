@@ -716,6 +716,22 @@ static void test_topk_gate_ties(void **state) {
   vd_plan_free(&an.plan);
 }
 
+/* max over a dim: the largest element of each row, negative values included
+ * (the accumulator does not start at 0), keepdim keeps a size-1 dim. */
+static void test_max_values(void **state) {
+  (void)state;
+  attr_node an;
+  make_node(&an, "dims=[1] keepdim=1");
+  vd_op_shape x[1] = {S2(2, 3)}, y[1] = {S2(2, 1)};
+  call_t t;
+  call_init(&t, "max", &an, 1, x, 1, y);
+  set_in(&t, 0, (double[]){-3, -1, -2, 4, 7, 5});
+  assert_int_equal(run(&t), VD_OK);
+  assert_true(t.out[0][0] == -1 && t.out[0][1] == 7);
+  call_free(&t);
+  vd_plan_free(&an.plan);
+}
+
 /* Collectives take every participant in group order. */
 static void test_collectives(void **state) {
   (void)state;
@@ -960,6 +976,7 @@ int main(void) {
       cmocka_unit_test(test_embedding_and_pick_offsets),
       cmocka_unit_test(test_moe_gate_and_gmm_values),
       cmocka_unit_test(test_topk_gate_ties),
+      cmocka_unit_test(test_max_values),
       cmocka_unit_test(test_collectives),
       cmocka_unit_test(test_optimizer_values),
       cmocka_unit_test(test_shape_errors_name_node_and_field),

@@ -75,6 +75,9 @@ static const tcase cases[] = {
     {"sum", "2x3", "1", "", 0, 0},
     {"sum", "2x3", "2x1", "dims=1;keepdim=1", 0, 0},
     {"mean", "2x3x4", "3", "dims=I:0,2", 0, 0},
+    {"max", "2x3x4", "2x4", "dims=I:1", 0, 0},
+    {"max", "2x3", "2x1", "dims=1;keepdim=1", 0, 0},
+    {"max", "2x3", "1", "", 0, 0},
     {"mean", "2x3", "s", "", 0, 0},
     {"sum_to", "2x3", "1x3", "", 0, 0},
     {"sum_to", "2x2x3", "3", "", 0, 0},
@@ -421,6 +424,7 @@ typedef struct {
 static const rcase rcases[] = {
     {"sum", "2x3x4", "2x6x4", "2x4", "2x4", "dims=I:1"},
     {"sum", "2x3", "4x6", "1", "1", ""},
+    {"max", "2x3x4", "2x6x4", "2x4", "2x4", "dims=I:1"},
     {"mean", "2x3x4", "4x3x8", "3", "3", "dims=I:0,2;divisor=32"},
     {"sum_to", "2x3", "8x3", "1x3", "1x3", ""},
     {"add_backward", "2x3", "4x3", "2x3,1x3", "4x3,1x3", ""},

@@ -142,6 +142,24 @@ def _reduce(opname):
     return h
 
 
+def _max(E, args, kw, outs):
+    """torch.max(x, dim) (max.dim: values and indices), torch.max(x) (max.default) and
+    torch.max(x, y) (max.other, the elementwise maximum: refused).  The values are the registry
+    max over dim; the indices become a tensor that any later read refuses (vocab.py: argmax),
+    so a program that uses them is told so at its line."""
+    x = args[0]
+    other = args[1] if len(args) > 1 else kw.get("other")
+    if isinstance(other, torch.Tensor):
+        E.fail("the elementwise maximum of two tensors (torch.max(x, y)) has no registry operator")
+    nd = x.dim()
+    dims = _dims_arg(other if len(args) > 1 else kw.get("dim"), nd)
+    keep = bool(args[2] if len(args) > 2 else kw.get("keepdim", False))
+    pid = E.op("max", [E.x(x)], _shape(outs[0]), {"dims": dims, "keepdim": int(keep)}, _dt(outs[0]))
+    if len(outs) > 1 and outs[1] is not None:
+        vocab.bind_argmax(E, outs[1])
+    return [pid] + [None] * (len(outs) - 1)
+
+
 def _mean(E, args, kw, out):
     """mean = sum, then scale by 1/count: the sum form propagates slices and partial sums
     (a sliced reduced dim makes a partial sum, which the mean form cannot express)."""
@@ -776,7 +794,7 @@ TABLE = {
     "relu": _unary("relu"), "threshold_backward": _threshold_bwd,
     "tanh_backward": _tanh_bwd, "sigmoid_backward": _sigmoid_bwd,
     "gelu": _gelu, "gelu_backward": _gelu_bwd, "silu_backward": _silu_bwd,
-    "sum": _reduce("sum"), "mean": _mean,
+    "sum": _reduce("sum"), "mean": _mean, "amax": _reduce("max"),
     "addcmul": _addc("mul"), "addcdiv": _addc("div"), "lerp": _lerp,
     "ones_like": _like(1.0), "zeros_like": _like(0.0), "full_like": _like(None),
     # linear algebra and layers
@@ -791,7 +809,7 @@ TABLE = {
 }
 MULTI = {"split": _split, "split_with_sizes": _split, "unsafe_split": _split,
          "split_with_sizes_copy": _split,
-         "nll_loss_forward": _nll_fwd, "native_layer_norm": _layer_norm,
+         "nll_loss_forward": _nll_fwd, "max": _max, "native_layer_norm": _layer_norm,
          "native_layer_norm_backward": _layer_norm_bwd,
          "_scaled_dot_product_flash_attention_for_cpu": _sdpa,
          "_scaled_dot_product_flash_attention_for_cpu_backward": _sdpa_bwd}
