@@ -315,6 +315,48 @@ static int64_t span_reps(const ictx *c, const vd_gnode_t *pn) {
   return p->nodes[pn->pnode].span_replicas && p->world.replicas > 1 ? p->world.replicas : 1;
 }
 
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The lineage of a summing collective's result, from its members' parts:
+ * every member holds parts [k0 + d*dk, + cnt) of n of one slice (replica
+ * d), and the group adds the parts of its members, over every replica when
+ * it spans them.  The parts added must be distinct and follow one another,
+ * [K, K + C): all n of them make the whole slice (HSDP's all_reduce over
+ * the replicas of reduce-scattered shard-group sums, a DP all_reduce);
+ * fewer are parts [K, K + C) of n, shifted by the members' common dk per
+ * replica when the group stays within one (HSDP's shard group sums the
+ * batch parts of its ranks only).  0 when the parts do not combine so. */
+static int sum_of_parts(const ictx *c, const vd_gnode_t *pn, vlin *out) {
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn);
+  const vlin *x0 = vl_at(c, in[0]);
+  int64_t reps = span_reps(c, pn);
+  if (x0->n < 2 || (int64_t)pn->n_in * reps > 64) return 0;
+  int64_t start[64], total = 0;
+  size_t m = 0;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    const vlin *x = vl_at(c, in[i]);
+    if (!same_slice(x0, x) || x->n != x0->n || x->cnt != x0->cnt || x->f != x0->f) return 0;
+    if (reps == 1 && x->dk != x0->dk) return 0;
+    for (int64_t d = 0; d < reps; d++) start[m++] = x->k0 + d * x->dk;
+    total += reps * x->cnt;
+  }
+  qsort(start, m, sizeof(*start), cmp_i64);
+  for (size_t j = 1; j < m; j++)
+    if (start[j] != start[j - 1] + x0->cnt) return 0; /* a gap or a part added twice */
+  if (start[0] < 0 || start[0] + total > x0->n) return 0;
+  *out = *x0;
+  if (total == x0->n) {
+    out->k0 = 0, out->cnt = 1, out->n = 1, out->dk = 0;
+  } else {
+    out->k0 = start[0], out->cnt = total;
+    out->dk = reps > 1 ? 0 : x0->dk;
+  }
+  return 1;
+}
+
 static void coll_node(ictx *c, const vd_gnode_t *pn, int kind) {
   const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
   if (pn->n_in == 0 || pn->n_in != pn->n_out) return;
@@ -322,13 +364,10 @@ static void coll_node(ictx *c, const vd_gnode_t *pn, int kind) {
     if (!aligned(c, in[i])) return;
   const vlin *x0 = vl_at(c, in[0]);
   if (kind == VD_PROP_ALL_REDUCE || kind == VD_PROP_REDUCE_SCATTER) {
-    /* Every participant holds a part of one slice. */
-    for (uint32_t i = 0; i < pn->n_in; i++) {
-      const vlin *x = vl_at(c, in[i]);
-      if (!same_slice(x0, x) || x->n != x0->n || x->n < 2 || x->f != x0->f) return;
-    }
-    vlin l = *x0;
-    l.k0 = 0, l.cnt = 1, l.n = 1, l.dk = 0;
+    const char *red = vd_node_attr_str(c->pp, &c->pp->nodes[pn->pnode], "reduce", "sum");
+    if (strcmp(red, "sum") != 0) return; /* a max has no rule over parts */
+    vlin l;
+    if (!sum_of_parts(c, pn, &l)) return;
     if (kind == VD_PROP_ALL_REDUCE) {
       for (uint32_t o = 0; o < pn->n_out; o++) vl_put(c, out[o], &l);
       return;

@@ -5,9 +5,14 @@ parameters (DTensors placed Shard(0) on the dp mesh) and of the optimizer state;
 a unit's parameters before its forward and backward and reduce-scatters (averaging) its
 gradients.  The parallel program of gpt2_single.py (tools/torch2plan --nproc DP --set dp=DP;
 --set opt=sgdm|adam|adamw, clip=X; accum=N accumulates N microbatches of the rank's share, the
-first N-1 with set_requires_gradient_sync(False)).
-Bug (--set bug=sum_rs): the gradients are reduce-scattered as a sum where the loss is a mean
-(FSDP's gradient divide factor set to 1: each rank's gradient is DP times too large).
+first N-1 with set_requires_gradient_sync(False); hsdp=R: HSDP, a 2-D mesh of R replicas, each
+sharding the parameters DP/R ways: FSDP reduce-scatters in the shard group, then all-reduces
+across the replicas).
+Bugs (--set bug=NAME): sum_rs reduce-scatters the gradients as a sum where the loss is a mean
+(FSDP's gradient divide factor set to 1: each rank's gradient is DP times too large);
+no_rep_reduce (with hsdp) leaves set_requires_all_reduce(False) on (as for an accumulation
+step): FSDP then keeps the shard group's sums for a later all-reduce, the parameters get no
+gradient and the optimizer leaves them as they were.
 tests/e2e/52_torch_fsdp.sh; docs/torch.md "FSDP2".
 """
 import os
@@ -26,18 +31,26 @@ from torchcap import Shard  # noqa: E402
 def step(cap):
     c = gpt2.config(cap.args)
     dp = int(c["dp"]) if int(c["dp"]) > 1 else cap.world
-    cap.mesh(dp=dp)
-    mesh = init_device_mesh("cpu", (dp,), mesh_dim_names=("dp",))
+    rep = int(c.get("hsdp", 1))   # HSDP: rep replicas of a parameter, each sharded dp/rep ways
+    if rep > 1:
+        cap.mesh(shard=dp // rep, dp=rep)
+        mesh = init_device_mesh("cpu", (rep, dp // rep), mesh_dim_names=("dp", "shard"))
+    else:
+        cap.mesh(dp=dp)
+        mesh = init_device_mesh("cpu", (dp,), mesh_dim_names=("dp",))
     model = gpt2.build(c)
     idx, targets = gpt2.batch()
     mine = [t.chunk(dp)[cap.rank].clone() for t in (idx, targets)]
     units = [fully_shard(block, mesh=mesh) for block in model.h] + [fully_shard(model, mesh=mesh)]
     cap.params(model)   # DTensor parameters, Shard(0) over dp: the layout comes from FSDP
-    cap.input(mine[0], "idx", dp=Shard(0))
-    cap.input(mine[1], "targets", dp=Shard(0))
+    split = {"dp": Shard(0), "shard": Shard(0)} if rep > 1 else {"dp": Shard(0)}   # the batch
+    cap.input(mine[0], "idx", **split)
+    cap.input(mine[1], "targets", **split)
     if c["bug"] == "sum_rs":   # BUG: the reduce-scatter sums where the loss is a mean
         for u in units:
             u.set_gradient_divide_factor(1.0)
+    if c["bug"] == "no_rep_reduce":   # BUG: HSDP's all-reduce across the replicas is skipped
+        model.set_requires_all_reduce(False)
     opt = gpt2.make_optimizer(c, model.parameters())
     cap.optimizer(opt)
     accum = int(c.get("accum", 1))
