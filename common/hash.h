@@ -7,8 +7,8 @@
  * except through the tables' deterministic lookups.
  *
  * SplitMix64 (vd_hash_splitmix64, and its finaliser alone) is the other
- * mixer: the deterministic random values of noise/ and the tests, and the
- * id map of plans/idmap.c.  Those values are part of the output (noise
+ * mixer: the deterministic random values of noise/, oracle/ and the tests,
+ * and the id map of plans/idmap.c.  Those values are part of the output (noise
  * bounds, generated inputs): its constants never change.
  */
 #ifndef VD_HASH_H
@@ -35,6 +35,9 @@ static inline uint64_t vd_hash_splitmix_fin(uint64_t x) {
 
 /* SplitMix64 of one state: the golden-ratio step, then the finaliser. */
 static inline uint64_t vd_hash_splitmix64(uint64_t x) { return vd_hash_splitmix_fin(x + 0x9e3779b97f4a7c15ULL); }
+
+/* A double uniform in [0, 1) from the top 53 bits of a mixed value. */
+static inline double vd_hash_unit01(uint64_t h) { return (double)(h >> 11) * (1.0 / 9007199254740992.0); }
 
 /* Hash of n bytes, a 64-bit word at a time (canonical stage forms are
  * kilobytes; a byte-at-a-time hash was a tenth of the cut's CPU). */

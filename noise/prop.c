@@ -60,7 +60,7 @@
 static uint64_t mix64(uint64_t x) { return vd_hash_splitmix64(x); }
 
 /* Uniform in [0, 1) from a key. */
-static double unit01(uint64_t k) { return (double)(mix64(k) >> 11) * (1.0 / 9007199254740992.0); }
+static double unit01(uint64_t k) { return vd_hash_unit01(mix64(k)); }
 
 static double norm2(const double *x, int64_t n) {
   double s = 0;

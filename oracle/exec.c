@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/hash.h"
 #include "../common/mem.h"
 #include "../graph/graph.h"
 #include "../ops/ops.h"
@@ -27,13 +28,9 @@ const char *const vd_exec_status_names[3] = {"agree", "disagree", "unsupported"}
 
 /* ---- random values ------------------------------------------------------- */
 
-static uint64_t mix64(uint64_t z) {
-  z += 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-static double u01(uint64_t h) { return (double)(h >> 11) * (1.0 / 9007199254740992.0); }
+/* SplitMix64 (common/hash.h): the inputs are part of exec's output. */
+static uint64_t mix64(uint64_t z) { return vd_hash_splitmix64(z); }
+static double u01(uint64_t h) { return vd_hash_unit01(h); }
 
 static int is_int_dtype(vd_dtype t) { return t == VD_DT_I64 || t == VD_DT_I32 || t == VD_DT_BOOL; }
 

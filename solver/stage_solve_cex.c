@@ -133,13 +133,9 @@ static void leaf_fill(solve_ctx *c, num_ctx *n, uint32_t i) {
 
 static vd_rc eval_node(solve_ctx *c, num_ctx *n, uint32_t ni, vd_diag *d) {
   const vd_stage *st = c->st;
-  const vd_stage_node *sn = &st->nodes[ni];
-  const vd_graph_t *g = graph_of(c, sn->side);
-  const vd_gnode_t *gn = &g->nodes[sn->gnode];
-  const vd_plan_t *p = g->plan;
-  const vd_node_t *pn = &p->nodes[gn->pnode];
-  char record[256];
-  vd_stage_solve_i_node_record(c, sn, record, sizeof(record));
+  node_view nv;
+  vd_stage_solve_i_node_view(c, ni, &nv);
+  const vd_stage_node *sn = nv.sn;
   size_t na = (size_t)sn->n_in + sn->n_out + 1;
   const double **in = vd_calloc(na, sizeof(*in));
   double **out = vd_calloc(na, sizeof(*out));
@@ -150,21 +146,16 @@ static vd_rc eval_node(solve_ctx *c, num_ctx *n, uint32_t ni, vd_diag *d) {
     rc = VD_ENOMEM;
     goto done;
   }
-  for (uint32_t k = 0; k < sn->n_in; k++) {
-    in[k] = n->val[st->idx[sn->in_off + k]];
-    shape_of(&st->vals[st->idx[sn->in_off + k]], &sh[k]);
-  }
-  for (uint32_t k = 0; k < sn->n_out; k++) {
-    out[k] = n->val[st->idx[sn->out_off + k]];
-    shape_of(&st->vals[st->idx[sn->out_off + k]], &sh[sn->n_in + k]);
-  }
+  for (uint32_t k = 0; k < sn->n_in; k++) in[k] = n->val[st->idx[sn->in_off + k]];
+  for (uint32_t k = 0; k < sn->n_out; k++) out[k] = n->val[st->idx[sn->out_off + k]];
+  vd_stage_solve_i_node_shapes(st, sn, sh);
   const vd_plan_t *ap;
   const vd_node_t *an;
   solve_ctx quiet = *c;
   quiet.d = d;
-  if ((rc = vd_stage_solve_i_node_attrs(&quiet, p, pn, sn, &scratch, &ap, &an)) != VD_OK) goto done;
-  vd_op_call oc = {.op = sn->op, .plan = ap, .node = an, .record = record, .n_in = sn->n_in, .n_out = sn->n_out,
-                   .n_part = vd_stage_solve_i_node_parts(gn, sn), .in = in, .in_shape = sh, .out = out, .out_shape = sh + sn->n_in,
+  if ((rc = vd_stage_solve_i_node_attrs(&quiet, nv.p, nv.pn, sn, &scratch, &ap, &an)) != VD_OK) goto done;
+  vd_op_call oc = {.op = sn->op, .plan = ap, .node = an, .record = nv.record, .n_in = sn->n_in, .n_out = sn->n_out,
+                   .n_part = vd_stage_solve_i_node_parts(nv.gn, sn), .in = in, .in_shape = sh, .out = out, .out_shape = sh + sn->n_in,
                    .diag = d};
   rc = vd_op_eval(&oc);
 done:

@@ -27,6 +27,20 @@ void vd_stage_solve_i_node_record(const solve_ctx *c, const vd_stage_node *sn, c
            (long long)vd_graph_rank(g, pn->rank, sn->replica), gn->mb);
 }
 
+void vd_stage_solve_i_node_view(const solve_ctx *c, uint32_t ni, node_view *nv) {
+  nv->sn = &c->st->nodes[ni];
+  const vd_graph_t *g = graph_of(c, nv->sn->side);
+  nv->gn = &g->nodes[nv->sn->gnode];
+  nv->p = g->plan;
+  nv->pn = &nv->p->nodes[nv->gn->pnode];
+  vd_stage_solve_i_node_record(c, nv->sn, nv->record, sizeof(nv->record));
+}
+
+void vd_stage_solve_i_node_shapes(const vd_stage *st, const vd_stage_node *sn, vd_op_shape *sh) {
+  for (uint32_t k = 0; k < sn->n_in; k++) shape_of(&st->vals[st->idx[sn->in_off + k]], &sh[k]);
+  for (uint32_t k = 0; k < sn->n_out; k++) shape_of(&st->vals[st->idx[sn->out_off + k]], &sh[sn->n_in + k]);
+}
+
 static vd_rc make_single_leaf(solve_ctx *c, uint32_t i) {
   const vd_stage_value *sv = &c->st->vals[i];
   const vd_tensor_t *t = tensor_of(c, sv);
@@ -154,15 +168,11 @@ vd_rc vd_stage_solve_i_node_attrs(solve_ctx *c, const vd_plan_t *p, const vd_nod
  * operator has no encoder. */
 static vd_rc encode_node(solve_ctx *c, uint32_t ni, char *unsupported, size_t n_unsupported) {
   const vd_stage *st = c->st;
-  const vd_stage_node *sn = &st->nodes[ni];
-  const vd_graph_t *g = graph_of(c, sn->side);
-  const vd_gnode_t *gn = &g->nodes[sn->gnode];
-  const vd_plan_t *p = g->plan;
-  const vd_node_t *pn = &p->nodes[gn->pnode];
-  char record[256];
-  vd_stage_solve_i_node_record(c, sn, record, sizeof(record));
+  node_view nv;
+  vd_stage_solve_i_node_view(c, ni, &nv);
+  const vd_stage_node *sn = nv.sn;
   if (sn->op < 0 || !vd_smt_encoder((vd_op_id)sn->op)) {
-    snprintf(unsupported, n_unsupported, "unsupported operator '%s' at %s", vd_node_op(p, pn), record);
+    snprintf(unsupported, n_unsupported, "unsupported operator '%s' at %s", vd_node_op(nv.p, nv.pn), nv.record);
     return VD_OK;
   }
   const vd_smt_tensor **in = vd_calloc(sn->n_in ? sn->n_in : 1, sizeof(*in));
@@ -186,10 +196,10 @@ static vd_rc encode_node(solve_ctx *c, uint32_t ni, char *unsupported, size_t n_
     }
     out[k] = &c->ten[vi];
   }
-  uint32_t n_part = vd_stage_solve_i_node_parts(gn, sn);
+  uint32_t n_part = vd_stage_solve_i_node_parts(nv.gn, sn);
   const vd_plan_t *ap;
   const vd_node_t *an;
-  if ((rc = vd_stage_solve_i_node_attrs(c, p, pn, sn, &scratch, &ap, &an)) != VD_OK) goto done;
+  if ((rc = vd_stage_solve_i_node_attrs(c, nv.p, nv.pn, sn, &scratch, &ap, &an)) != VD_OK) goto done;
   /* Full-size operand shapes of a reduced stage: contractions scale by
    * full/reduced counts (docs/shape-reduction.md, COUNT). */
   if (st->reduced) {
@@ -205,7 +215,7 @@ static vd_rc encode_node(solve_ctx *c, uint32_t ni, char *unsupported, size_t n_
     }
   }
   struct vd_op_encode_call call = {
-      .op = sn->op, .smt = c->s, .plan = ap, .node = an, .record = record,
+      .op = sn->op, .smt = c->s, .plan = ap, .node = an, .record = nv.record,
       .n_in = sn->n_in, .n_out = sn->n_out, .n_part = n_part,
       .in = in, .out = out, .diag = c->d,
       .in_full = full, .out_full = full ? full + sn->n_in : NULL};
@@ -226,29 +236,23 @@ done:
  * at an operator without an encoder (encode_node reports it).  Returns
  * VD_EINPUT with the same message the encoder would give. */
 static vd_rc precheck_node(solve_ctx *c, uint32_t ni, int *stop) {
-  const vd_stage *st = c->st;
-  const vd_stage_node *sn = &st->nodes[ni];
-  const vd_graph_t *g = graph_of(c, sn->side);
-  const vd_gnode_t *gn = &g->nodes[sn->gnode];
-  const vd_plan_t *p = g->plan;
-  const vd_node_t *pn = &p->nodes[gn->pnode];
+  const vd_stage_node *sn = &c->st->nodes[ni];
   if (sn->op < 0 || !vd_smt_encoder((vd_op_id)sn->op)) {
     *stop = 1;
     return VD_OK;
   }
-  char record[256];
-  vd_stage_solve_i_node_record(c, sn, record, sizeof(record));
+  node_view nv;
+  vd_stage_solve_i_node_view(c, ni, &nv);
   vd_op_shape *sh = vd_malloc(sizeof(vd_op_shape) * ((size_t)sn->n_in + sn->n_out + 1));
   vd_plan_t scratch = {0};
   vd_rc rc = VD_OK;
   if (!sh) return VD_OOM(c->d);
-  for (uint32_t k = 0; k < sn->n_in; k++) shape_of(&st->vals[st->idx[sn->in_off + k]], &sh[k]);
-  for (uint32_t k = 0; k < sn->n_out; k++) shape_of(&st->vals[st->idx[sn->out_off + k]], &sh[sn->n_in + k]);
-  uint32_t n_part = vd_stage_solve_i_node_parts(gn, sn);
+  vd_stage_solve_i_node_shapes(c->st, sn, sh);
+  uint32_t n_part = vd_stage_solve_i_node_parts(nv.gn, sn);
   const vd_plan_t *ap;
   const vd_node_t *an;
-  if ((rc = vd_stage_solve_i_node_attrs(c, p, pn, sn, &scratch, &ap, &an)) != VD_OK) goto done;
-  vd_op_call oc = {.op = sn->op, .plan = ap, .node = an, .record = record, .n_in = sn->n_in, .n_out = sn->n_out,
+  if ((rc = vd_stage_solve_i_node_attrs(c, nv.p, nv.pn, sn, &scratch, &ap, &an)) != VD_OK) goto done;
+  vd_op_call oc = {.op = sn->op, .plan = ap, .node = an, .record = nv.record, .n_in = sn->n_in, .n_out = sn->n_out,
                    .n_part = n_part, .in_shape = sh, .out_shape = sh + sn->n_in, .diag = c->d};
   rc = vd_op_check(&oc);
 done:

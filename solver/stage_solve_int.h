@@ -36,6 +36,20 @@ static inline int is_int_dtype(vd_dtype t) { return t == VD_DT_I64 || t == VD_DT
 /* "node 12 'layers.0.wq' (rank 3, mb 1)" */
 void vd_stage_solve_i_node_record(const solve_ctx *c, const vd_stage_node *sn, char *buf, size_t n);
 
+/* Stage node ni with what encoding, the shape check and the numeric check
+ * each read of it: its graph node, its plan and plan node, its record. */
+typedef struct {
+  const vd_stage_node *sn;
+  const vd_gnode_t *gn;
+  const vd_plan_t *p;
+  const vd_node_t *pn;
+  char record[256];
+} node_view;
+void vd_stage_solve_i_node_view(const solve_ctx *c, uint32_t ni, node_view *nv);
+/* The stage (reduced) shapes of the node's operands: sh[0, n_in) its inputs,
+ * sh[n_in, n_in + n_out) its outputs. */
+void vd_stage_solve_i_node_shapes(const vd_stage *st, const vd_stage_node *sn, vd_op_shape *sh);
+
 /* ---- encoding (stage_solve_encode.c) ---------------------------------------- */
 typedef struct {
   uint32_t target;

@@ -87,21 +87,14 @@ static int parse_args(int argc, char **argv, compare_args *ca) {
       *path = v, i++;
     } else if (id == C_DTYPE || id == C_ACCUM) {
       vd_noise_prec p;
-      if (!vd_noise_prec_parse(v, &p) || p == VD_NOISE_PLAN) {
-        fprintf(stderr, "verdict compare: %s: expected bf16, fp16, fp32 or fp64, got '%s'\n", VD_SHOW(a), VD_SHOW(v));
-        return VD_EXIT_BAD_INPUT;
-      }
+      int rc = vd_noise_arg_prec("compare", a, v, &p);
+      if (rc >= 0) return rc;
       if (id == C_DTYPE) ca->o.dtype = p;
       else ca->o.accum = p;
       i++;
     } else if (id == C_LAMBDA) {
-      char *e;
-      double x = strtod(v, &e);
-      if (*e || !(x > 0) || x > 1e30) {
-        fprintf(stderr, "verdict compare: --lambda: expected a positive number, got '%s'\n", VD_SHOW(v));
-        return VD_EXIT_BAD_INPUT;
-      }
-      ca->o.lambda = x;
+      int rc = vd_noise_arg_positive("compare", a, v, &ca->o.lambda);
+      if (rc >= 0) return rc;
       i++;
     } else {
       return vd_cli_unknown_option("verdict compare", a, compare_opts, "verdict compare --help");
@@ -146,16 +139,13 @@ int vd_cmd_compare(int argc, char **argv) {
   }
   o.sm = sm;
   o.pm = pm;
-  vd_plan_t sp, pp;
-  memset(&sp, 0, sizeof(sp));
-  memset(&pp, 0, sizeof(pp));
-  vd_noise_result r;
-  memset(&r, 0, sizeof(r));
+  vd_noise_pair np;
+  vd_noise_result *r = &np.r;
   vd_noise_dump *sd = NULL, *pd = NULL;
   vd_diag d;
   vd_diag_clear(&d);
   const char *plan_verdict = NULL;
-  int code = vd_noise_load_pair(sm, pm, &sp, &pp);
+  int code = vd_noise_pair_load(&np, sm, pm);
   if (code >= 0) goto done;
   if (vd_noise_dump_read(sdp, &sd, &d) != VD_OK || vd_noise_dump_read(pdp, &pd, &d) != VD_OK) {
     code = vd_cli_report_diag(&d);
@@ -169,7 +159,7 @@ int vd_cmd_compare(int argc, char **argv) {
     goto done;
   }
   if (verify) plan_verdict = plan_verdict_of(sm, pm);
-  if (vd_noise_run(&sp, &pp, sd, pd, &o, &r, &d) != VD_OK) {
+  if (vd_noise_run(&np.sp, &np.pp, sd, pd, &o, r, &d) != VD_OK) {
     if (!d.file[0]) vd_diag_set_file(&d, pdp);
     code = vd_cli_report_diag(&d);
     goto done;
@@ -178,20 +168,17 @@ int vd_cmd_compare(int argc, char **argv) {
                            .parallel_dump = pdp, .verbose = verbose};
   if (!(json && !strcmp(json, "-"))) {
     if (quiet) {
-      printf("compare: %s\n", r.n_count[VD_NOISE_BEYOND] ? "BEYOND ROUNDING"
-                              : r.n_count[VD_NOISE_MISSING] ? "MISSING VALUES" : "WITHIN ROUNDING");
+      printf("compare: %s\n", r->n_count[VD_NOISE_BEYOND] ? "BEYOND ROUNDING"
+                              : r->n_count[VD_NOISE_MISSING] ? "MISSING VALUES" : "WITHIN ROUNDING");
     } else {
-      vd_noise_write_text(stdout, &r, &x);
+      vd_noise_write_text(stdout, r, &x);
     }
   }
-  code = r.n_count[VD_NOISE_BEYOND] || r.n_count[VD_NOISE_MISSING] ? VD_EXIT_NOT_EQUIV : VD_EXIT_OK;
-  if (json && vd_noise_write_json(json, &r, &x)) code = VD_EXIT_BAD_INPUT;
-  if (html && vd_noise_write_html(html, &r, &x)) code = VD_EXIT_BAD_INPUT;
+  code = vd_noise_write_files(json, html, r, &x,
+                              r->n_count[VD_NOISE_BEYOND] || r->n_count[VD_NOISE_MISSING] ? VD_EXIT_NOT_EQUIV : VD_EXIT_OK);
 done:
-  vd_noise_result_free(&r);
   vd_noise_dump_free(sd);
   vd_noise_dump_free(pd);
-  vd_plan_free(&sp);
-  vd_plan_free(&pp);
+  vd_noise_pair_free(&np);
   return code;
 }

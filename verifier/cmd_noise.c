@@ -75,20 +75,15 @@ static int parse_args(int argc, char **argv, noise_args *ca) {
       *path = v, i++;
     } else if (id == N_DTYPE || id == N_ACCUM) {
       vd_noise_prec p;
-      if (!vd_noise_prec_parse(v, &p) || p == VD_NOISE_PLAN) {
-        fprintf(stderr, "verdict noise: %s: expected bf16, fp16, fp32 or fp64, got '%s'\n", VD_SHOW(a), VD_SHOW(v));
-        return VD_EXIT_BAD_INPUT;
-      }
+      int rc = vd_noise_arg_prec("noise", a, v, &p);
+      if (rc >= 0) return rc;
       if (id == N_DTYPE) ca->o.dtype = p, ca->have_dtype = 1;
       else ca->o.accum = p;
       i++;
     } else if (id == N_SCALE || id == N_LAMBDA) {
-      char *e;
-      double x = strtod(v, &e);
-      if (*e || !(x > 0) || x > 1e30) {
-        fprintf(stderr, "verdict noise: %s: expected a positive number, got '%s'\n", VD_SHOW(a), VD_SHOW(v));
-        return VD_EXIT_BAD_INPUT;
-      }
+      double x;
+      int rc = vd_noise_arg_positive("noise", a, v, &x);
+      if (rc >= 0) return rc;
       if (id == N_SCALE) ca->o.scale = x;
       else ca->o.lambda = x;
       i++;
@@ -121,27 +116,19 @@ int vd_cmd_noise(int argc, char **argv) {
   }
   o.sm = sm;
   o.pm = pm;
-  vd_plan_t sp, pp;
-  memset(&sp, 0, sizeof(sp));
-  memset(&pp, 0, sizeof(pp));
-  vd_noise_result r;
-  memset(&r, 0, sizeof(r));
-  int code = vd_noise_load_pair(sm, pm, &sp, &pp);
+  vd_noise_pair np;
+  int code = vd_noise_pair_load(&np, sm, pm);
   if (code < 0) {
     vd_diag d;
     vd_diag_clear(&d);
-    if (vd_noise_run(&sp, &pp, NULL, NULL, &o, &r, &d) != VD_OK) {
+    if (vd_noise_run(&np.sp, &np.pp, NULL, NULL, &o, &np.r, &d) != VD_OK) {
       code = vd_cli_report_diag(&d);
     } else {
       vd_noise_report_ctx x = {.mode = "noise", .o = &o, .verbose = !quiet};
-      if (!(json && !strcmp(json, "-"))) vd_noise_write_text(stdout, &r, &x);
-      code = VD_EXIT_OK;
-      if (json && vd_noise_write_json(json, &r, &x)) code = VD_EXIT_BAD_INPUT;
-      if (html && vd_noise_write_html(html, &r, &x)) code = VD_EXIT_BAD_INPUT;
+      if (!(json && !strcmp(json, "-"))) vd_noise_write_text(stdout, &np.r, &x);
+      code = vd_noise_write_files(json, html, &np.r, &x, VD_EXIT_OK);
     }
   }
-  vd_noise_result_free(&r);
-  vd_plan_free(&sp);
-  vd_plan_free(&pp);
+  vd_noise_pair_free(&np);
   return code;
 }

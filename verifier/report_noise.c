@@ -10,11 +10,14 @@
 #include <string.h>
 
 #include "../common/mem.h"
+#include "../common/text.h"
 #include "../ops/ops.h"
 #include "cli.h"
 #include "report_noise.h"
 
-int vd_noise_load_pair(const char *sm, const char *pm, vd_plan_t *sp, vd_plan_t *pp) {
+int vd_noise_pair_load(vd_noise_pair *np, const char *sm, const char *pm) {
+  memset(np, 0, sizeof(*np));
+  vd_plan_t *sp = &np->sp, *pp = &np->pp;
   vd_diag d;
   vd_diag_clear(&d);
   const char *files[2] = {sm, pm};
@@ -31,6 +34,37 @@ int vd_noise_load_pair(const char *sm, const char *pm, vd_plan_t *sp, vd_plan_t 
   }
   if (vd_lin_check_pair(sp, sm, pp, pm, &d) != VD_OK) return vd_cli_report_diag(&d);
   return -1;
+}
+
+void vd_noise_pair_free(vd_noise_pair *np) {
+  vd_noise_result_free(&np->r);
+  vd_plan_free(&np->sp);
+  vd_plan_free(&np->pp);
+}
+
+int vd_noise_arg_prec(const char *mode, const char *a, const char *v, vd_noise_prec *p) {
+  if (!vd_noise_prec_parse(v, p) || *p == VD_NOISE_PLAN) {
+    fprintf(stderr, "verdict %s: %s: expected bf16, fp16, fp32 or fp64, got '%s'\n", mode, VD_SHOW(a), VD_SHOW(v));
+    return VD_EXIT_BAD_INPUT;
+  }
+  return -1;
+}
+
+int vd_noise_arg_positive(const char *mode, const char *a, const char *v, double *x) {
+  char *e;
+  *x = strtod(v, &e);
+  if (*e || !(*x > 0) || *x > 1e30) {
+    fprintf(stderr, "verdict %s: %s: expected a positive number, got '%s'\n", mode, VD_SHOW(a), VD_SHOW(v));
+    return VD_EXIT_BAD_INPUT;
+  }
+  return -1;
+}
+
+int vd_noise_write_files(const char *json, const char *html, const vd_noise_result *r,
+                         const vd_noise_report_ctx *x, int code) {
+  if (json && vd_noise_write_json(json, r, x)) code = VD_EXIT_BAD_INPUT;
+  if (html && vd_noise_write_html(html, r, x)) code = VD_EXIT_BAD_INPUT;
+  return code;
 }
 
 static int cmp_double(const void *a, const void *b) {
