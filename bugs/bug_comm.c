@@ -25,6 +25,16 @@ static int fwd_ar(const vd_plan_t *p, const vd_node_t *n) {
   return is_ar(p, n) && vd_bug_i_is_fwd(p, n) && n->n_in == 1 && p->tensors[vd_node_inputs(p, n)[0]].ndim >= 1;
 }
 
+/* *pred = narrow when some node meets it (the bug's documented site), else
+ * wide (the same mutation where the plan has no such site). */
+static vd_rc prefer(vd_bug_ctx *c, node_pred narrow, node_pred wide, node_pred *pred) {
+  vd_bug_list l = {0};
+  vd_rc rc = candidates(c, narrow, &l);
+  *pred = l.n ? narrow : wide;
+  vd_bug_i_list_free(&l);
+  return rc;
+}
+
 /* Picks one candidate and lists the participants of its collective in *parts. */
 static vd_rc pick_coll(vd_bug_ctx *c, node_pred pred, const char *what, vd_bug_list *parts) {
   vd_bug_list l = {0};
@@ -110,10 +120,8 @@ static int any_ag(const vd_plan_t *p, const vd_node_t *n) { return vd_bug_i_is(p
 
 /* 4: all_gather -> all_reduce, output shape kept. */
 vd_rc vd_bug_i_04(vd_bug_ctx *c) {
-  vd_bug_list l = {0};
-  vd_rc rc = candidates(c, fwd_ag, &l);
-  node_pred pred = l.n ? fwd_ag : any_ag;
-  vd_bug_i_list_free(&l);
+  node_pred pred;
+  vd_rc rc = prefer(c, fwd_ag, any_ag, &pred);
   if (rc != VD_OK) return rc;
   vd_bug_list parts = {0};
   rc = pick_coll(c, pred, "all_gather (the plan needs sp, cp or zero)", &parts);
@@ -139,10 +147,8 @@ static int bwd_ar(const vd_plan_t *p, const vd_node_t *n) { return is_ar(p, n) &
 
 /* 5: the backward all_reduce of a fused identity/all_reduce adapter dropped. */
 vd_rc vd_bug_i_05(vd_bug_ctx *c) {
-  vd_bug_list l = {0};
-  vd_rc rc = candidates(c, bwd_enter_ar, &l);
-  node_pred pred = l.n ? bwd_enter_ar : bwd_ar;
-  vd_bug_i_list_free(&l);
+  node_pred pred;
+  vd_rc rc = prefer(c, bwd_enter_ar, bwd_ar, &pred);
   if (rc != VD_OK) return rc;
   return replace_coll(c, pred, "backward all_reduce (TP-region entry adapter)", "identity",
                       "; the adapter's backward no longer sums the input-gradient parts");
@@ -339,10 +345,8 @@ static int wrong_group_a2a(const vd_plan_t *p, const vd_node_t *n) {
 }
 
 vd_rc vd_bug_i_21(vd_bug_ctx *c) {
-  vd_bug_list l = {0};
-  vd_rc rc = candidates(c, wrong_group_a2a, &l); /* an EP exchange first, as in docs/bugs.md */
-  node_pred pred = l.n ? wrong_group_a2a : group_shape_ok;
-  vd_bug_i_list_free(&l);
+  node_pred pred;
+  vd_rc rc = prefer(c, wrong_group_a2a, group_shape_ok, &pred); /* an EP exchange first, as in docs/bugs.md */
   if (rc != VD_OK) return rc;
   vd_bug_list parts = {0};
   rc = pick_coll(c, pred, "per-microbatch collective whose group could be swapped for the DP group (needs dp > 1)",

@@ -77,6 +77,22 @@ int vd_gen_i_group_of(const vd_gen_ctx *g, int stage, int64_t r, unsigned mask, 
   return (int)n;
 }
 
+int vd_gen_i_emit_coll(vd_gen_ctx *g, int stage, int32_t seg, const char *op, const char *name, int layer, int x,
+                       int y, unsigned mask, int span, const vd_gen_attr *at, int nat) {
+  int64_t base = g->next_key;
+  int64_t grp[1 << 10];
+  for (int64_t r = 0; r < g->rps; r++) {
+    int64_t gid = 0;
+    int n = vd_gen_i_group_of(g, stage, r, mask, grp, &gid);
+    uint32_t ti = g->dts[x].t[r], to = g->dts[y].t[r];
+    if (vd_gen_i_emit(g, stage, r, seg, op, name, layer, VD_PHASE_COMM, &ti, 1, &to, 1, at, nat, base + gid, grp, n,
+                      span) < 0)
+      return -1;
+  }
+  g->next_key += g->rps;
+  return 0;
+}
+
 /* Emits op `o` (dtensor ins/outs) on every rank of its stage in segment segs[stage]. */
 int vd_gen_i_emit_spmd(vd_gen_ctx *g, const char *op, const char *name, int layer, vd_phase phase, int32_t *segs,
                      const int *in, int nin, const int *out, int nout, const vd_gen_attr *attrs, int nattr,

@@ -61,6 +61,11 @@ int vd_gen_i_emit(vd_gen_ctx *g, int stage, int64_t r, int32_t seg, const char *
                   int span);
 /* Collective group (ranks of the axes in mask) of stage-rank r and its id. */
 int vd_gen_i_group_of(const vd_gen_ctx *g, int stage, int64_t r, unsigned mask, int64_t *grp, int64_t *gid);
+/* Collective op from dtensor x to y on every stored rank of stage, in
+ * segment seg, over the axes in mask (and the replicas when span); one key
+ * per group.  0, or -1 on failure. */
+int vd_gen_i_emit_coll(vd_gen_ctx *g, int stage, int32_t seg, const char *op, const char *name, int layer, int x,
+                       int y, unsigned mask, int span, const vd_gen_attr *at, int nat);
 /* One node per stored rank of the op's stage, in segment segs[stage]. */
 int vd_gen_i_emit_spmd(vd_gen_ctx *g, const char *op, const char *name, int layer, vd_phase phase, int32_t *segs,
                        const int *in, int nin, const int *out, int nout, const vd_gen_attr *attrs, int nattr,

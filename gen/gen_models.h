@@ -13,11 +13,16 @@ vd_rc vd_gen_i_mlp(vd_gen_ctx *g);
 vd_rc vd_gen_i_llama3(vd_gen_ctx *g);
 vd_rc vd_gen_i_moe(vd_gen_ctx *g);
 /* Llama-3 pieces shared with the MoE model (llama3.c). */
-int vd_gen_i_llama_embed(vd_gen_ctx *g);
+/* The feed-forward block of layer l on residual x (returns the new residual). */
+typedef int (*vd_gen_ffn_fn)(vd_gen_ctx *g, int l, int x);
+/* The decoder: embedding; per layer, attention then ffn; final norm, LM
+ * head and loss (marked).  Stops adding layers once g has failed. */
+vd_rc vd_gen_i_llama_decoder(vd_gen_ctx *g, vd_gen_ffn_fn ffn);
 /* Attention block of layer l on residual x (returns the new residual). */
 int vd_gen_i_llama_attention(vd_gen_ctx *g, int l, int x);
-/* Final norm, LM head and loss; marks the loss. */
-int vd_gen_i_llama_head(vd_gen_ctx *g, int x);
+/* The partial output y of a row-parallel block back to the residual layout:
+ * reduce_scatter under SP, else all_reduce, named "<pfx>.<collective>". */
+int vd_gen_i_region_exit(vd_gen_ctx *g, int y, int l, const char *pfx);
 /* Residual-stream layout (seq split by cp, and by tp under SP). */
 vd_gen_lay vd_gen_i_res_lay(const vd_gen_ctx *g);
 

@@ -47,13 +47,12 @@ static int norm_enter(vd_gen_ctx *g, int x, int st, int l, const char *pfx) {
   return vd_gen_i_enter(g, AX_TP, h, vd_gen_i_fmt(g, "%s.enter", pfx), l);
 }
 
-/* partial output of a row-parallel linear back to the residual layout */
-static int region_exit(vd_gen_ctx *g, int y, int l, const char *pfx) {
+int vd_gen_i_region_exit(vd_gen_ctx *g, int y, int l, const char *pfx) {
   if (g->sp) return vd_gen_i_reducescatter(g, AX_TP, y, 1, vd_gen_i_fmt(g, "%s.reduce_scatter", pfx), l);
   return vd_gen_i_allreduce(g, AX_TP, y, vd_gen_i_fmt(g, "%s.all_reduce", pfx), l);
 }
 
-int vd_gen_i_llama_embed(vd_gen_ctx *g) {
+static int embed(vd_gen_ctx *g) {
   const vd_gen_config *c = g->c;
   int64_t B = c->batch, S = c->seq, H = c->hidden, V = c->vocab;
   int64_t is[2] = {B, S}, ts[2] = {V, H}, xs[3] = {B, S, H};
@@ -67,7 +66,7 @@ int vd_gen_i_llama_embed(vd_gen_ctx *g) {
   int in[2] = {ids, tab};
   int e = vd_gen_i_f1(g, "embedding", "embed", -1, in, 2, 3, xs, vd_gen_i_lay(LP, 1, LR, 0));
   vd_gen_i_ai_rank(g, "start", 0, AX_TP, V / g->tp);
-  return region_exit(g, e, -1, "embed");
+  return vd_gen_i_region_exit(g, e, -1, "embed");
 }
 
 /* q/k/v projection + view to heads (+ rope) */
@@ -159,7 +158,7 @@ int vd_gen_i_llama_attention(vd_gen_ctx *g, int l, int x) {
   int wo = weight(g, st, l, vd_gen_i_fmt(g, "layers.%d.attn.o.weight", l), 2, ws, vd_gen_i_lay(1, LR, LR, -1), 0);
   int in3[2] = {o, wo};
   int y = vd_gen_i_f1(g, "linear", vd_gen_i_fmt(g, "layers.%d.attn.o", l), l, in3, 2, 3, xs, vd_gen_i_lay(LP, 1, LR, 0));
-  y = region_exit(g, y, l, vd_gen_i_fmt(g, "layers.%d.attn.o", l));
+  y = vd_gen_i_region_exit(g, y, l, vd_gen_i_fmt(g, "layers.%d.attn.o", l));
   int in4[2] = {x, y};
   return vd_gen_i_f1(g, "add", vd_gen_i_fmt(g, "layers.%d.attn.residual", l), l, in4, 2, 3, xs, vd_gen_i_res_lay(g));
 }
@@ -182,7 +181,7 @@ static int swiglu(vd_gen_ctx *g, int l, int x) {
   int m = vd_gen_i_f1(g, "mul", vd_gen_i_fmt(g, "layers.%d.ffn.mul", l), l, im, 2, 3, fs, fl);
   int i2[2] = {m, w2};
   int y = vd_gen_i_f1(g, "linear", vd_gen_i_fmt(g, "layers.%d.ffn.down", l), l, i2, 2, 3, xs, vd_gen_i_lay(LP, 1, LR, 0));
-  y = region_exit(g, y, l, vd_gen_i_fmt(g, "layers.%d.ffn.down", l));
+  y = vd_gen_i_region_exit(g, y, l, vd_gen_i_fmt(g, "layers.%d.ffn.down", l));
   int in4[2] = {x, y};
   return vd_gen_i_f1(g, "add", vd_gen_i_fmt(g, "layers.%d.ffn.residual", l), l, in4, 2, 3, xs, vd_gen_i_res_lay(g));
 }
@@ -209,7 +208,8 @@ static int head_weight(vd_gen_ctx *g, int st, int L) {
   return w;
 }
 
-int vd_gen_i_llama_head(vd_gen_ctx *g, int x) {
+/* Final norm, LM head and loss; marks the loss. */
+static int head(vd_gen_ctx *g, int x) {
   const vd_gen_config *c = g->c;
   int st = (int)(g->pp - 1), L = -1;
   int64_t B = c->batch, S = c->seq, V = c->vocab;
@@ -273,12 +273,14 @@ int vd_gen_i_llama_head(vd_gen_ctx *g, int x) {
   return loss;
 }
 
-vd_rc vd_gen_i_llama3(vd_gen_ctx *g) {
-  int x = vd_gen_i_llama_embed(g);
+vd_rc vd_gen_i_llama_decoder(vd_gen_ctx *g, vd_gen_ffn_fn ffn) {
+  int x = embed(g);
   for (int l = 0; l < g->c->layers && !g->failed; l++) {
     x = vd_gen_i_llama_attention(g, l, x);
-    x = swiglu(g, l, x);
+    x = ffn(g, l, x);
   }
-  vd_gen_i_llama_head(g, x);
+  head(g, x);
   return VD_OK;
 }
+
+vd_rc vd_gen_i_llama3(vd_gen_ctx *g) { return vd_gen_i_llama_decoder(g, swiglu); }

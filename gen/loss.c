@@ -72,16 +72,6 @@ int vd_gen_i_token_count(vd_gen_ctx *g, int mask, const char *name) {
   int tot = vd_gen_i_new_dt(g, st, -1, name, VD_DT_F64, VD_ROLE_ACT, VD_SCOPE_PERSISTENT, 0, one,
                    vd_gen_i_lay(LR, LR, LR, -1), 0);
   if (tot < 0) return -1;
-  int64_t base = g->next_key;
-  int64_t grp[1 << 10];
-  for (int64_t r = 0; r < g->rps; r++) {
-    int64_t gid = 0;
-    int n = vd_gen_i_group_of(g, st, r, mk, grp, &gid);
-    uint32_t ti = g->dts[loc].t[r], to = g->dts[tot].t[r];
-    if (vd_gen_i_emit(g, st, r, g->seg_init, "all_reduce", name, -1, VD_PHASE_COMM, &ti, 1, &to, 1, NULL, 0, base + gid, grp,
-             n, g->dp > 1) < 0)
-      return -1;
-  }
-  g->next_key += g->rps;
+  if (vd_gen_i_emit_coll(g, st, g->seg_init, "all_reduce", name, -1, loc, tot, mk, g->dp > 1, NULL, 0) < 0) return -1;
   return tot;
 }

@@ -176,18 +176,9 @@ static int moe_ffn(vd_gen_ctx *g, int l, int x) {
   vd_gen_lay part = vd_gen_i_lay(LP, 1, LR, 0);
   int ia[2] = {routed, shared};
   int out = vd_gen_i_f1(g, "add", vd_gen_i_fmt(g, "layers.%d.moe.out", l), l, ia, 2, 3, xs, part);
-  if (g->sp) out = vd_gen_i_reducescatter(g, AX_TP, out, 1, vd_gen_i_fmt(g, "layers.%d.moe.reduce_scatter", l), l);
-  else out = vd_gen_i_allreduce(g, AX_TP, out, vd_gen_i_fmt(g, "layers.%d.moe.all_reduce", l), l);
+  out = vd_gen_i_region_exit(g, out, l, vd_gen_i_fmt(g, "layers.%d.moe", l));
   int ir2[2] = {x, out};
   return vd_gen_i_f1(g, "add", vd_gen_i_fmt(g, "layers.%d.ffn.residual", l), l, ir2, 2, 3, xs, res);
 }
 
-vd_rc vd_gen_i_moe(vd_gen_ctx *g) {
-  int x = vd_gen_i_llama_embed(g);
-  for (int l = 0; l < g->c->layers && !g->failed; l++) {
-    x = vd_gen_i_llama_attention(g, l, x);
-    x = moe_ffn(g, l, x);
-  }
-  vd_gen_i_llama_head(g, x);
-  return VD_OK;
-}
+vd_rc vd_gen_i_moe(vd_gen_ctx *g) { return vd_gen_i_llama_decoder(g, moe_ffn); }

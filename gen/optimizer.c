@@ -32,18 +32,7 @@ static int opt_node(vd_gen_ctx *g, const char *op, const char *name, int layer, 
 static int opt_coll(vd_gen_ctx *g, const char *op, const char *name, int layer, int x, int y, unsigned mask, int span,
                     const vd_gen_attr *at, int nat) {
   int stage = g->dts[x].stage;
-  int64_t base = g->next_key;
-  int64_t grp[1 << 10];
-  for (int64_t r = 0; r < g->rps; r++) {
-    int64_t gid = 0;
-    int n = vd_gen_i_group_of(g, stage, r, mask, grp, &gid);
-    uint32_t ti = g->dts[x].t[r], to = g->dts[y].t[r];
-    if (vd_gen_i_emit(g, stage, r, g->seg_opt[stage], op, name, layer, VD_PHASE_COMM, &ti, 1, &to, 1, at, nat, base + gid, grp,
-             n, span) < 0)
-      return -1;
-  }
-  g->next_key += g->rps;
-  return 0;
+  return vd_gen_i_emit_coll(g, stage, g->seg_opt[stage], op, name, layer, x, y, mask, span, at, nat);
 }
 
 static vd_gen_attr fattr(const char *k, double v) {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/infile.h"
 #include "../common/mem.h"
 #include "noise.h"
 
@@ -54,41 +55,11 @@ const char *vd_noise_dump_kind(const vd_noise_dump *dump) { return dump->kind; }
 static vd_rc slurp(const char *path, char **buf, size_t *len, vd_diag *d) {
   FILE *f = fopen(path, "rb");
   if (!f) VD_FAIL(d, VD_EINPUT, path, NULL, NULL, "cannot open: %s", strerror(errno));
-  size_t cap = 1 << 16, n = 0;
-  char *b = vd_malloc(cap);
-  if (!b) {
-    fclose(f);
-    return VD_OOM(d);
-  }
-  for (;;) {
-    if (n + 1 >= cap) {
-      if (cap >= ((size_t)1 << 32)) {
-        vd_free(b);
-        fclose(f);
-        VD_FAIL(d, VD_EINPUT, path, NULL, NULL, "larger than 4 GiB");
-      }
-      char *nb = vd_realloc_array(b, cap * 2, 1);
-      if (!nb) {
-        vd_free(b);
-        fclose(f);
-        return VD_OOM(d);
-      }
-      b = nb;
-      cap *= 2;
-    }
-    size_t got = fread(b + n, 1, cap - 1 - n, f);
-    n += got;
-    if (got == 0) break;
-  }
-  int err = ferror(f);
+  vd_infile_rc rc = vd_infile_read_all(f, (size_t)1 << 32, buf, len);
   fclose(f);
-  if (err) {
-    vd_free(b);
-    VD_FAIL(d, VD_EINPUT, path, NULL, NULL, "read error");
-  }
-  b[n] = '\0';
-  *buf = b;
-  *len = n;
+  if (rc == VD_INFILE_NOMEM) return VD_OOM(d);
+  if (rc == VD_INFILE_TOO_BIG) VD_FAIL(d, VD_EINPUT, path, NULL, NULL, "larger than 4 GiB");
+  if (rc != VD_INFILE_OK) VD_FAIL(d, VD_EINPUT, path, NULL, NULL, "read error");
   return VD_OK;
 }
 

@@ -106,22 +106,25 @@ vd_rc vd_plan_add_tensor(vd_plan_t *p, const vd_tensor_t *t, const char *name, u
   return VD_OK;
 }
 
-static vd_rc push_refs(vd_plan_t *p, const uint32_t *v, uint32_t n, uint32_t *off) {
-  if (p->n_refs + n > UINT32_MAX) return VD_ENOMEM;
-  if (VD_GROW(p->refs, p->cap_refs, p->n_refs + n)) return VD_ENOMEM;
-  if (n) memcpy(p->refs + p->n_refs, v, n * sizeof(*v));
-  *off = (uint32_t)p->n_refs;
-  p->n_refs += n;
+/* Appends v[0, n) (elements of elem bytes) to one of the plan's shared
+ * arrays (*arr, *count, *cap) and sets *off to where they start: the
+ * offsets of a plan are 32-bit. */
+static vd_rc push_array(void **arr, size_t *count, size_t *cap, size_t elem, const void *v, uint32_t n,
+                        uint32_t *off) {
+  if (*count + n > UINT32_MAX) return VD_ENOMEM;
+  if (vd_grow(arr, cap, *count + n, elem)) return VD_ENOMEM;
+  if (n) memcpy((char *)*arr + *count * elem, v, n * elem);
+  *off = (uint32_t)*count;
+  *count += n;
   return VD_OK;
 }
 
+static vd_rc push_refs(vd_plan_t *p, const uint32_t *v, uint32_t n, uint32_t *off) {
+  return push_array((void **)&p->refs, &p->n_refs, &p->cap_refs, sizeof(*p->refs), v, n, off);
+}
+
 static vd_rc push_ints(vd_plan_t *p, const int64_t *v, uint32_t n, uint32_t *off) {
-  if (p->n_ints + n > UINT32_MAX) return VD_ENOMEM;
-  if (VD_GROW(p->ints, p->cap_ints, p->n_ints + n)) return VD_ENOMEM;
-  if (n) memcpy(p->ints + p->n_ints, v, n * sizeof(*v));
-  *off = (uint32_t)p->n_ints;
-  p->n_ints += n;
-  return VD_OK;
+  return push_array((void **)&p->ints, &p->n_ints, &p->cap_ints, sizeof(*p->ints), v, n, off);
 }
 
 vd_rc vd_plan_add_node(vd_plan_t *p, const vd_node_t *n, const char *op, const char *name,
@@ -205,29 +208,26 @@ vd_rc vd_plan_attr_str(vd_plan_t *p, uint32_t node, const char *key, const char 
   return VD_OK;
 }
 
-vd_rc vd_plan_attr_ints(vd_plan_t *p, uint32_t node, const char *key, const int64_t *v, uint32_t n) {
-  uint32_t off;
-  VD_CHECK(push_ints(p, v, n, &off));
+/* A list attribute (INTS, FLOATS) whose n values start at off. */
+static vd_rc list_attr(vd_plan_t *p, uint32_t node, const char *key, vd_attr_kind kind, uint32_t n, uint32_t off) {
   vd_attr_t *a;
   VD_CHECK(new_attr(p, node, key, &a));
-  a->kind = VD_ATTR_INTS;
+  a->kind = kind;
   a->len = n;
   a->v.off = off;
   return VD_OK;
 }
 
+vd_rc vd_plan_attr_ints(vd_plan_t *p, uint32_t node, const char *key, const int64_t *v, uint32_t n) {
+  uint32_t off;
+  VD_CHECK(push_ints(p, v, n, &off));
+  return list_attr(p, node, key, VD_ATTR_INTS, n, off);
+}
+
 vd_rc vd_plan_attr_floats(vd_plan_t *p, uint32_t node, const char *key, const double *v, uint32_t n) {
-  if (p->n_floats + n > UINT32_MAX) return VD_ENOMEM;
-  if (VD_GROW(p->floats, p->cap_floats, p->n_floats + n)) return VD_ENOMEM;
-  if (n) memcpy(p->floats + p->n_floats, v, n * sizeof(*v));
-  uint32_t off = (uint32_t)p->n_floats;
-  p->n_floats += n;
-  vd_attr_t *a;
-  VD_CHECK(new_attr(p, node, key, &a));
-  a->kind = VD_ATTR_FLOATS;
-  a->len = n;
-  a->v.off = off;
-  return VD_OK;
+  uint32_t off;
+  VD_CHECK(push_array((void **)&p->floats, &p->n_floats, &p->cap_floats, sizeof(*p->floats), v, n, &off));
+  return list_attr(p, node, key, VD_ATTR_FLOATS, n, off);
 }
 
 vd_rc vd_plan_attr_copy(vd_plan_t *dst, uint32_t node, const vd_plan_t *src, const vd_attr_t *a) {

@@ -196,18 +196,25 @@ vd_rc vd_cache_open(const char *dir, uint64_t max_bytes, vd_cache **out, vd_diag
   return VD_OK;
 }
 
-/* The key of a canonical form; -1 when libcrypto cannot allocate. */
-static int key_of(const vd_cache *c, const uint8_t *canon, size_t n, uint8_t key[VD_DIGEST_BYTES]) {
+/* SHA-256(tag with its NUL, encoder version, binary digest, the n bytes):
+ * the key of a proof or of a configuration entry, which differ in the tag
+ * only.  -1 when libcrypto cannot allocate. */
+static int tagged_key(const vd_cache *c, const char *tag, const uint8_t *b, size_t n, uint8_t key[VD_DIGEST_BYTES]) {
   vd_digest *h = vd_digest_new();
   if (!h) return -1;
   uint32_t ver = VD_ENCODER_VERSION;
-  vd_digest_update(h, KEY_TAG, sizeof(KEY_TAG)); /* with its NUL */
+  vd_digest_update(h, tag, strlen(tag) + 1);
   vd_digest_update(h, &ver, sizeof(ver));
   vd_digest_update(h, c->exe, sizeof(c->exe));
-  vd_digest_update(h, canon, n);
+  vd_digest_update(h, b, n);
   vd_digest_final(h, key);
   vd_digest_free(h);
   return 0;
+}
+
+/* The key of a canonical form; -1 when libcrypto cannot allocate. */
+static int key_of(const vd_cache *c, const uint8_t *canon, size_t n, uint8_t key[VD_DIGEST_BYTES]) {
+  return tagged_key(c, KEY_TAG, canon, n, key);
 }
 
 static size_t slot_of(const vd_cache *c, const uint8_t key[VD_DIGEST_BYTES]) {
@@ -542,16 +549,7 @@ const char *vd_cache_dir(const vd_cache *c) { return c ? c->dir : NULL; }
 #define CTAG "verdict config cache"
 
 static int ckey_of(const vd_cache *c, const uint8_t *what, size_t n, uint8_t key[VD_DIGEST_BYTES]) {
-  vd_digest *h = vd_digest_new();
-  if (!h) return -1;
-  uint32_t ver = VD_ENCODER_VERSION;
-  vd_digest_update(h, CTAG, sizeof(CTAG));
-  vd_digest_update(h, &ver, sizeof(ver));
-  vd_digest_update(h, c->exe, sizeof(c->exe));
-  vd_digest_update(h, what, n);
-  vd_digest_final(h, key);
-  vd_digest_free(h);
-  return 0;
+  return tagged_key(c, CTAG, what, n, key);
 }
 
 static uint8_t *centry_bytes(const vd_cache *c, const uint8_t *what, size_t n, const vd_cache_config *info,

@@ -31,6 +31,7 @@
 
 #include "../common/clock.h"
 #include "../common/digest.h"
+#include "../common/infile.h"
 #include "../common/mem.h"
 #include "../common/text.h"
 #include "../solver/smt.h"
@@ -64,30 +65,11 @@ static void recheck_usage(FILE *f) {
 static char *slurp(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
-  size_t cap = 1 << 16, n = 0;
-  char *b = vd_malloc(cap);
-  while (b) {
-    if (n + 1 >= cap) {
-      char *nb = vd_realloc_array(b, cap, 2);
-      if (!nb) {
-        vd_free(b);
-        b = NULL;
-        break;
-      }
-      b = nb;
-      cap *= 2;
-    }
-    size_t k = fread(b + n, 1, cap - 1 - n, f);
-    n += k;
-    if (k == 0) break;
-  }
-  int bad = ferror(f);
+  char *b;
+  size_t n;
+  vd_infile_rc rc = vd_infile_read_all(f, 0, &b, &n);
   fclose(f);
-  if (!b || bad) {
-    vd_free(b);
-    return NULL;
-  }
-  b[n] = 0;
+  if (rc != VD_INFILE_OK) return NULL;
   if (len) *len = n;
   return b;
 }
