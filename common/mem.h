@@ -48,4 +48,13 @@ void vd_mem_setup(void);
 #define VD_GROW(arr, cap, need) \
   vd_grow((void **)&(arr), &(cap), (need), sizeof(*(arr)))
 
+/* Frees the n buffers an array of pointers owns, then the array; a NULL
+ * array is nothing to free. */
+#define VD_FREE_EACH(arr, n)                                                  \
+  do {                                                                        \
+    if (arr)                                                                  \
+      for (size_t vd_i_ = 0; vd_i_ < (size_t)(n); vd_i_++) vd_free((arr)[vd_i_]); \
+    vd_free(arr);                                                             \
+  } while (0)
+
 #endif

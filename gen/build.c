@@ -53,8 +53,7 @@ static void ctx_free(vd_gen_ctx *g) {
   vd_free(g->seg_fwd);
   vd_free(g->seg_bwd);
   vd_free(g->seg_opt);
-  for (size_t i = 0; i < g->name_cap; i++) vd_free(g->names[i]);
-  vd_free(g->names);
+  VD_FREE_EACH(g->names, g->name_cap);
   vd_free(g->name_ids);
 }
 

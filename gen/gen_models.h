@@ -20,6 +20,10 @@ typedef int (*vd_gen_ffn_fn)(vd_gen_ctx *g, int l, int x);
 vd_rc vd_gen_i_llama_decoder(vd_gen_ctx *g, vd_gen_ffn_fn ffn);
 /* Attention block of layer l on residual x (returns the new residual). */
 int vd_gen_i_llama_attention(vd_gen_ctx *g, int l, int x);
+/* The SwiGLU of layer l on h with the weights w1 (gate), w3 (up), w2 (down),
+ * column then row parallel, nodes named "<pfx>.gate" ... "<pfx>.down":
+ * returns its output [B, S, H], a partial sum over TP. */
+int vd_gen_i_swiglu_core(vd_gen_ctx *g, int l, const char *pfx, int h, int w1, int w3, int w2);
 /* The partial output y of a row-parallel block back to the residual layout:
  * reduce_scatter under SP, else all_reduce, named "<pfx>.<collective>". */
 int vd_gen_i_region_exit(vd_gen_ctx *g, int y, int l, const char *pfx);

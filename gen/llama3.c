@@ -13,6 +13,7 @@
 #include "gen_models.h"
 
 #include <math.h>
+#include <stdio.h>
 
 #define ROPE_THETA 500000.0
 #define NORM_EPS 1e-5
@@ -163,24 +164,34 @@ int vd_gen_i_llama_attention(vd_gen_ctx *g, int l, int x) {
   return vd_gen_i_f1(g, "add", vd_gen_i_fmt(g, "layers.%d.attn.residual", l), l, in4, 2, 3, xs, vd_gen_i_res_lay(g));
 }
 
+int vd_gen_i_swiglu_core(vd_gen_ctx *g, int l, const char *pfx, int h, int w1, int w3, int w2) {
+  const vd_gen_config *c = g->c;
+  int64_t B = c->batch, S = c->seq, H = c->hidden, F = c->ffn;
+  int64_t fs[3] = {B, S, F}, xs[3] = {B, S, H};
+  vd_gen_lay fl = vd_gen_i_lay(2, 1, LR, 0);
+  char p[256]; /* pfx may sit in the ring of vd_gen_i_fmt, which the names below reuse */
+  snprintf(p, sizeof(p), "%s", pfx);
+  int i1[2] = {h, w1}, i3[2] = {h, w3};
+  int gt = vd_gen_i_f1(g, "linear", vd_gen_i_fmt(g, "%s.gate", p), l, i1, 2, 3, fs, fl);
+  int up = vd_gen_i_f1(g, "linear", vd_gen_i_fmt(g, "%s.up", p), l, i3, 2, 3, fs, fl);
+  int a = vd_gen_i_f1(g, "silu", vd_gen_i_fmt(g, "%s.silu", p), l, &gt, 1, 3, fs, fl);
+  int im[2] = {a, up};
+  int m = vd_gen_i_f1(g, "mul", vd_gen_i_fmt(g, "%s.mul", p), l, im, 2, 3, fs, fl);
+  int i2[2] = {m, w2};
+  return vd_gen_i_f1(g, "linear", vd_gen_i_fmt(g, "%s.down", p), l, i2, 2, 3, xs, vd_gen_i_lay(LP, 1, LR, 0));
+}
+
 static int swiglu(vd_gen_ctx *g, int l, int x) {
   const vd_gen_config *c = g->c;
   int st = vd_gen_i_stage(g, l);
   int64_t B = c->batch, S = c->seq, H = c->hidden, F = c->ffn;
   int h = norm_enter(g, x, st, l, vd_gen_i_fmt(g, "layers.%d.ffn_norm", l));
-  int64_t w13[2] = {F, H}, w2s[2] = {H, F}, fs[3] = {B, S, F}, xs[3] = {B, S, H};
-  vd_gen_lay col = vd_gen_i_lay(0, LR, LR, -1), row = vd_gen_i_lay(1, LR, LR, -1), fl = vd_gen_i_lay(2, 1, LR, 0);
+  int64_t w13[2] = {F, H}, w2s[2] = {H, F}, xs[3] = {B, S, H};
+  vd_gen_lay col = vd_gen_i_lay(0, LR, LR, -1), row = vd_gen_i_lay(1, LR, LR, -1);
   int w1 = weight(g, st, l, vd_gen_i_fmt(g, "layers.%d.ffn.gate.weight", l), 2, w13, col, 0);
   int w3 = weight(g, st, l, vd_gen_i_fmt(g, "layers.%d.ffn.up.weight", l), 2, w13, col, 0);
   int w2 = weight(g, st, l, vd_gen_i_fmt(g, "layers.%d.ffn.down.weight", l), 2, w2s, row, 0);
-  int i1[2] = {h, w1}, i3[2] = {h, w3};
-  int gt = vd_gen_i_f1(g, "linear", vd_gen_i_fmt(g, "layers.%d.ffn.gate", l), l, i1, 2, 3, fs, fl);
-  int up = vd_gen_i_f1(g, "linear", vd_gen_i_fmt(g, "layers.%d.ffn.up", l), l, i3, 2, 3, fs, fl);
-  int a = vd_gen_i_f1(g, "silu", vd_gen_i_fmt(g, "layers.%d.ffn.silu", l), l, &gt, 1, 3, fs, fl);
-  int im[2] = {a, up};
-  int m = vd_gen_i_f1(g, "mul", vd_gen_i_fmt(g, "layers.%d.ffn.mul", l), l, im, 2, 3, fs, fl);
-  int i2[2] = {m, w2};
-  int y = vd_gen_i_f1(g, "linear", vd_gen_i_fmt(g, "layers.%d.ffn.down", l), l, i2, 2, 3, xs, vd_gen_i_lay(LP, 1, LR, 0));
+  int y = vd_gen_i_swiglu_core(g, l, vd_gen_i_fmt(g, "layers.%d.ffn", l), h, w1, w3, w2);
   y = vd_gen_i_region_exit(g, y, l, vd_gen_i_fmt(g, "layers.%d.ffn.down", l));
   int in4[2] = {x, y};
   return vd_gen_i_f1(g, "add", vd_gen_i_fmt(g, "layers.%d.ffn.residual", l), l, in4, 2, 3, xs, vd_gen_i_res_lay(g));

@@ -133,24 +133,15 @@ static int routed_experts(vd_gen_ctx *g, int l, int h, int gates) {
 static int shared_expert(vd_gen_ctx *g, int l, int h) {
   const vd_gen_config *c = g->c;
   int st = vd_gen_i_stage(g, l);
-  int64_t B = c->batch, S = c->seq, H = c->hidden, F = c->ffn;
-  int64_t xs[3] = {B, S, H};
-  vd_gen_lay part = vd_gen_i_lay(LP, 1, LR, 0);
-  int64_t s13[2] = {F, H}, s2[2] = {H, F}, fs[3] = {B, S, F};
-  vd_gen_lay col = vd_gen_i_lay(0, LR, LR, -1), row = vd_gen_i_lay(1, LR, LR, -1), fl = vd_gen_i_lay(2, 1, LR, 0);
+  int64_t H = c->hidden, F = c->ffn;
+  int64_t s13[2] = {F, H}, s2[2] = {H, F};
+  vd_gen_lay col = vd_gen_i_lay(0, LR, LR, -1), row = vd_gen_i_lay(1, LR, LR, -1);
   vd_gen_lay colg = col, rowg = row;
   colg.ax[AX_CP] = LP, rowg.ax[AX_CP] = LP;
   int sg = vd_gen_i_weight(g, st, l, vd_gen_i_fmt(g, "layers.%d.moe.shared.gate.weight", l), 2, s13, col, colg);
   int su = vd_gen_i_weight(g, st, l, vd_gen_i_fmt(g, "layers.%d.moe.shared.up.weight", l), 2, s13, col, colg);
   int sd = vd_gen_i_weight(g, st, l, vd_gen_i_fmt(g, "layers.%d.moe.shared.down.weight", l), 2, s2, row, rowg);
-  int i1[2] = {h, sg}, i3[2] = {h, su};
-  int gt2 = vd_gen_i_f1(g, "linear", vd_gen_i_fmt(g, "layers.%d.moe.shared.gate", l), l, i1, 2, 3, fs, fl);
-  int up = vd_gen_i_f1(g, "linear", vd_gen_i_fmt(g, "layers.%d.moe.shared.up", l), l, i3, 2, 3, fs, fl);
-  int a = vd_gen_i_f1(g, "silu", vd_gen_i_fmt(g, "layers.%d.moe.shared.silu", l), l, &gt2, 1, 3, fs, fl);
-  int im[2] = {a, up};
-  int m = vd_gen_i_f1(g, "mul", vd_gen_i_fmt(g, "layers.%d.moe.shared.mul", l), l, im, 2, 3, fs, fl);
-  int i2[2] = {m, sd};
-  return vd_gen_i_f1(g, "linear", vd_gen_i_fmt(g, "layers.%d.moe.shared.down", l), l, i2, 2, 3, xs, part);
+  return vd_gen_i_swiglu_core(g, l, vd_gen_i_fmt(g, "layers.%d.moe.shared", l), h, sg, su, sd);
 }
 
 static int moe_ffn(vd_gen_ctx *g, int l, int x) {

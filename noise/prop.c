@@ -334,15 +334,11 @@ typedef struct {
 /* Frees the buffers sized by the operand count (w->cap); tmpd is sized by
  * elements and outlives a regrowth. */
 static void work_free_slots(workbuf *w) {
-  if (w->tmpo)
-    for (uint32_t i = 0; i < w->cap; i++) vd_free(w->tmpo[i]);
-  vd_free(w->tmpo);
+  VD_FREE_EACH(w->tmpo, w->cap);
   vd_free(w->ins);
   vd_free(w->ocap);
   vd_free(w->tmpc);
-  if (w->absd)
-    for (uint32_t i = 0; i < w->cap; i++) vd_free(w->absd[i]);
-  vd_free(w->absd);
+  VD_FREE_EACH(w->absd, w->cap);
   vd_free(w->abscap);
   vd_free(w->wvec);
   vd_free(w->wtmp);

@@ -84,18 +84,21 @@ vd_rc vd_op_i_shape_grouped_mlp(const vd_op_call *c) {
   return want_shape(c, 1, 0, &c->in_shape[0]);
 }
 /* Per (token, expert): a = w1 x, b = w3 x, hd = silu(a) * b, o = w2 hd. */
-/* grouped_mlp's experts are vd_moe_expert (ops_moe.c), over 5 f + 2 h doubles. */
-static vd_moe_expert gmlp_expert(const gmlp_geo *g, const vd_op_call *c, double *buf) {
-  vd_moe_expert x = {g->h, g->f, c->in[2], c->in[3], c->in[4], buf, buf + g->f, buf + 2 * g->f,
-                     buf + 5 * g->f, buf + 3 * g->f, buf + 4 * g->f, buf + 5 * g->f + g->h};
-  return x;
+/* grouped_mlp's geometry and its experts, vd_moe_expert (ops_moe.c), over
+ * one scratch block of 5 f + 2 h doubles starting at x->a (the caller frees
+ * it). */
+static vd_rc gmlp_expert(const vd_op_call *c, gmlp_geo *g, vd_moe_expert *x) {
+  VD_CHECK(shape_gmlp(c, g));
+  double *buf = vd_calloc((size_t)(5 * g->f + 2 * g->h + 1), sizeof(double));
+  if (!buf) return VD_OOM(c->diag);
+  *x = (vd_moe_expert){g->h, g->f, c->in[2], c->in[3], c->in[4], buf, buf + g->f, buf + 2 * g->f,
+                       buf + 5 * g->f, buf + 3 * g->f, buf + 4 * g->f, buf + 5 * g->f + g->h};
+  return VD_OK;
 }
 vd_rc vd_op_i_eval_grouped_mlp(const vd_op_call *c) {
   gmlp_geo g;
-  VD_CHECK(shape_gmlp(c, &g));
-  double *buf = vd_calloc((size_t)(5 * g.f + 2 * g.h + 1), sizeof(double));
-  if (!buf) return VD_OOM(c->diag);
-  vd_moe_expert x = gmlp_expert(&g, c, buf);
+  vd_moe_expert x;
+  VD_CHECK(gmlp_expert(c, &g, &x));
   memset(c->out[0], 0, sizeof(double) * (size_t)(g.t * g.h));
   for (int64_t t = 0; t < g.t; t++)
     for (int64_t e = 0; e < g.el; e++) {
@@ -103,7 +106,7 @@ vd_rc vd_op_i_eval_grouped_mlp(const vd_op_call *c) {
       vd_moe_expert_fwd(&x, e, c->in[0] + t * g.h);
       for (int64_t i = 0; i < g.h; i++) c->out[0][t * g.h + i] += gate * x.o[i];
     }
-  vd_free(buf);
+  vd_free(x.a);
   return VD_OK;
 }
 vd_rc vd_op_i_shape_grouped_mlp_backward(const vd_op_call *c) {
@@ -116,10 +119,8 @@ vd_rc vd_op_i_shape_grouped_mlp_backward(const vd_op_call *c) {
 }
 vd_rc vd_op_i_eval_grouped_mlp_backward(const vd_op_call *c) {
   gmlp_geo g;
-  VD_CHECK(shape_gmlp(c, &g));
-  double *buf = vd_calloc((size_t)(5 * g.f + 2 * g.h + 1), sizeof(double));
-  if (!buf) return VD_OOM(c->diag);
-  vd_moe_expert x = gmlp_expert(&g, c, buf);
+  vd_moe_expert x;
+  VD_CHECK(gmlp_expert(c, &g, &x));
   double *gx = c->out[0], *gg = c->out[1], *gw1 = c->out[2], *gw3 = c->out[3], *gw2 = c->out[4];
   for (uint32_t i = 0; i < 5; i++)
     memset(c->out[i], 0, sizeof(double) * (size_t)vd_op_shape_numel(&c->in_shape[i]));
@@ -131,6 +132,6 @@ vd_rc vd_op_i_eval_grouped_mlp_backward(const vd_op_call *c) {
       gg[t * g.G + g.col0 + e] += vd_moe_expert_bwd(&x, e, tok, gy, gate, gx + t * g.h, gw1, gw3, gw2);
     }
   }
-  vd_free(buf);
+  vd_free(x.a);
   return VD_OK;
 }

@@ -44,9 +44,7 @@ typedef struct {
 } run_t;
 
 static void run_free(run_t *r) {
-  if (r->val)
-    for (size_t i = 0; i < r->g.n_values; i++) vd_free(r->val[i]);
-  vd_free(r->val);
+  VD_FREE_EACH(r->val, r->g.n_values);
   vd_graph_free(&r->g);
   memset(r, 0, sizeof(*r));
 }

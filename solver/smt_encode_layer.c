@@ -21,19 +21,30 @@ static vd_term inv_norm(vd_smt *s, vd_term kh, vd_term *v, int64_t h, int64_t dv
   return uf1(s, "rsqrt", vd_smt_add(s, mean, D(s, eps)));
 }
 
-/* Count scales of a norm over h (the weight's length) and over its rows. */
-static void norm_scales(call_t *c, vd_smt *s, int64_t h, int64_t rows, vd_term *kh, vd_term *krows) {
+/* A norm's rows: h elements each (the weight's length), their count scales
+ * (kh over h, krows over the rows) and eps (default eps0). */
+typedef struct {
+  int64_t h, rows;
+  vd_term kh, krows;
+  double eps;
+} norm_rows;
+
+static norm_rows norm_rows_of(call_t *c, vd_smt *s, double eps0) {
+  norm_rows n;
+  n.h = IN(1)->shape.d[0];
+  n.rows = n.h ? IN(0)->numel / n.h : 0;
   int64_t fh = full_in(c, 1)->d[0];
-  *kh = vd_smt_count_scale(s, fh, h);
-  *krows = vd_smt_count_scale(s, ratio_of(vd_op_shape_numel(full_in(c, 0)), fh), rows);
+  n.kh = vd_smt_count_scale(s, fh, n.h);
+  n.krows = vd_smt_count_scale(s, ratio_of(vd_op_shape_numel(full_in(c, 0)), fh), n.rows);
+  n.eps = aflt(c, "eps", eps0);
+  return n;
 }
 
 ENC(rms_norm) {
-  int64_t h = IN(1)->shape.d[0], rows = h ? IN(0)->numel / h : 0;
-  vd_term kh, krows;
-  norm_scales(c, s, h, rows, &kh, &krows);
-  (void)krows;
-  double eps = aflt(c, "eps", 1e-6);
+  norm_rows n = norm_rows_of(c, s, 1e-6);
+  int64_t h = n.h, rows = n.rows;
+  vd_term kh = n.kh;
+  double eps = n.eps;
   vd_term *sq = vd_malloc(sizeof(vd_term) * (size_t)(h + 1));
   if (!sq) return VD_OOM(c->diag);
   for (int64_t r = 0; r < rows; r++) {
@@ -50,10 +61,10 @@ ENC(rms_norm) {
 }
 
 ENC(rms_norm_backward) {
-  int64_t h = IN(1)->shape.d[0], rows = h ? IN(0)->numel / h : 0;
-  vd_term kh, krows;
-  norm_scales(c, s, h, rows, &kh, &krows);
-  double eps = aflt(c, "eps", 1e-6);
+  norm_rows n = norm_rows_of(c, s, 1e-6);
+  int64_t h = n.h, rows = n.rows;
+  vd_term kh = n.kh, krows = n.krows;
+  double eps = n.eps;
   const vd_term *w = IN(1)->t;
   acc_t gw;
   VD_CHECK(acc_init(&gw, h, rows, c->diag));
@@ -98,11 +109,10 @@ static vd_term ln_row(vd_smt *s, vd_term kh, const vd_term *x, int64_t h, int64_
 }
 
 ENC(layer_norm) {
-  int64_t h = IN(1)->shape.d[0], rows = h ? IN(0)->numel / h : 0;
-  vd_term kh, krows;
-  norm_scales(c, s, h, rows, &kh, &krows);
-  (void)krows;
-  double eps = aflt(c, "eps", 1e-5);
+  norm_rows n = norm_rows_of(c, s, 1e-5);
+  int64_t h = n.h, rows = n.rows;
+  vd_term kh = n.kh;
+  double eps = n.eps;
   vd_term *buf = vd_malloc(sizeof(vd_term) * (size_t)(2 * h + 1));
   if (!buf) return VD_OOM(c->diag);
   vd_term *xc = buf, *sq = buf + h;
@@ -118,10 +128,10 @@ ENC(layer_norm) {
 }
 
 ENC(layer_norm_backward) {
-  int64_t h = IN(1)->shape.d[0], rows = h ? IN(0)->numel / h : 0;
-  vd_term kh, krows;
-  norm_scales(c, s, h, rows, &kh, &krows);
-  double eps = aflt(c, "eps", 1e-5);
+  norm_rows n = norm_rows_of(c, s, 1e-5);
+  int64_t h = n.h, rows = n.rows;
+  vd_term kh = n.kh, krows = n.krows;
+  double eps = n.eps;
   const vd_term *w = IN(1)->t;
   acc_t gw, gb;
   VD_CHECK(acc_init(&gw, h, rows, c->diag));

@@ -258,11 +258,7 @@ static vd_rc values_alloc(solve_ctx *c, num_ctx *n) {
   return VD_OK;
 }
 
-static void values_free(solve_ctx *c, num_ctx *n) {
-  if (n->val)
-    for (uint32_t i = 0; i < c->st->n_vals; i++) vd_free(n->val[i]);
-  vd_free(n->val);
-}
+static void values_free(solve_ctx *c, num_ctx *n) { VD_FREE_EACH(n->val, c->st->n_vals); }
 
 vd_rc vd_stage_solve_i_cex_eval(solve_ctx *c, vd_stage_verdict *v) {
   const vd_stage *st = c->st;

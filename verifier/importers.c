@@ -224,8 +224,7 @@ vd_rc vd_import_nnscaler_digest(uint8_t out[32], vd_diag *d) {
       vd_digest_update(h, one, sizeof(one));
     }
   }
-  for (size_t i = 0; i < n; i++) vd_free(names[i]);
-  vd_free(names);
+  VD_FREE_EACH(names, n);
   vd_digest_final(h, out);
   vd_digest_free(h);
   return rc;
