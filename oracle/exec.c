@@ -13,6 +13,7 @@
  * runs in index order, so two runs print the same report.
  */
 #include "exec.h"
+#include "exec_int.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -198,14 +199,6 @@ static vd_rc build(run_t *r, const vd_plan_t *p, const char *file, vd_diag *d) {
 
 /* ---- lineage ---------------------------------------------------------------- */
 
-typedef struct {
-  int64_t id;
-  uint32_t idx;
-} idpair;
-static int cmp_idpair(const void *a, const void *b) {
-  int64_t x = ((const idpair *)a)->id, y = ((const idpair *)b)->id;
-  return x < y ? -1 : x > y;
-}
 
 /* The annotation of tensor t for replica d and microbatch m (plans/plan.h). */
 static vd_lineage_ann shifted(const vd_tensor_t *t, int32_t d, int32_t m) {
@@ -262,13 +255,12 @@ static uint64_t ann_key(uint64_t seed, const vd_lineage_ann *a, int ndim, int64_
 typedef struct {
   const vd_exec_opts *o;
   run_t s, q; /* single, parallel */
-  idpair *ids;
+  vd_exec_i_id *ids;
   size_t n_ids;
 } ctx_t;
 
 static int64_t single_index(const ctx_t *c, int64_t id) {
-  idpair key = {id, 0};
-  const idpair *f = bsearch(&key, c->ids, c->n_ids, sizeof(idpair), cmp_idpair);
+  const vd_exec_i_id *f = vd_exec_i_ids_find(c->ids, c->n_ids, id);
   return f ? (int64_t)f->idx : -1;
 }
 
@@ -656,9 +648,8 @@ static vd_rc run_single_plan(ctx_t *c, const vd_plan_t *single, const char *snam
   VD_CHECK(build(&c->s, single, sname, d));
   c->ids = vd_malloc((single->n_tensors + 1) * sizeof(*c->ids));
   if (!c->ids) return VD_OOM(d);
-  for (size_t i = 0; i < single->n_tensors; i++) c->ids[i] = (idpair){single->tensors[i].id, (uint32_t)i};
+  vd_exec_i_ids_sort(single, c->ids);
   c->n_ids = single->n_tensors;
-  qsort(c->ids, c->n_ids, sizeof(*c->ids), cmp_idpair);
   if (batch_mismatch(c, parallel, r)) {
     *stop = 1;
     return VD_OK;

@@ -30,6 +30,7 @@
 #include "../graph/graph.h"
 #include "../ops/reduce.h"
 #include "exec.h"
+#include "exec_int.h"
 #include "../ops/ops.h"
 
 int64_t vd_exec_max_numel(const vd_plan_t *p) {
@@ -88,16 +89,6 @@ static vd_rc plan_copy(const vd_plan_t *s, vd_plan_t *o, vd_diag *d) {
 }
 
 /* ---- the whole-pair problem --------------------------------------------------- */
-
-typedef struct {
-  int64_t id;
-  uint32_t idx;
-} idx_pair;
-
-static int cmp_idx_pair(const void *a, const void *b) {
-  int64_t x = ((const idx_pair *)a)->id, y = ((const idx_pair *)b)->id;
-  return x < y ? -1 : x > y;
-}
 
 typedef struct {
   const vd_plan_t *plan[2];
@@ -217,7 +208,7 @@ static vd_rc build_graph(pair_t *c, int side, vd_diag *d) {
 }
 
 /* Sets the copies' shapes, lineage and position attributes. */
-static vd_rc apply(pair_t *c, const idx_pair *ids, size_t n_ids, vd_plan_t *out[2], vd_diag *d) {
+static vd_rc apply(pair_t *c, const vd_exec_i_id *ids, size_t n_ids, vd_plan_t *out[2], vd_diag *d) {
   for (int side = 0; side < 2; side++) {
     vd_plan_t *o = out[side];
     for (size_t t = 0; t < o->n_tensors; t++) {
@@ -225,8 +216,7 @@ static vd_rc apply(pair_t *c, const idx_pair *ids, size_t n_ids, vd_plan_t *out[
       uint32_t v = c->base[side] + (uint32_t)t;
       for (int32_t j = 0; j < T->ndim; j++) T->shape[j] = vd_reducer_scale(c->red, v, j, T->shape[j]);
       if (side == 0 || !T->has_lin) continue;
-      idx_pair key = {T->lin.full, 0};
-      const idx_pair *f = bsearch(&key, ids, n_ids, sizeof(*ids), cmp_idx_pair);
+      const vd_exec_i_id *f = vd_exec_i_ids_find(ids, n_ids, T->lin.full);
       if (!f || c->plan[0]->tensors[f->idx].ndim != T->ndim) continue; /* exec reports it */
       for (int32_t j = 0; j < T->ndim; j++) {
         vd_lineage_ann *a = &T->lin;
@@ -293,12 +283,11 @@ static vd_rc new_reducer(pair_t *c, vd_red_value *rv, size_t n_vals, vd_diag *d)
 /* Lineage of parallel tensor t: its slice of the single tensor (ids: the single plan's tensor
  * ids, sorted) and its shifts.  What the executor rejects at full size (exec.c check_ann) is
  * rejected here too: a slice that cannot be scaled with its single tensor. */
-static vd_rc relate_slice(pair_t *c, const idx_pair *ids, size_t t, vd_diag *d) {
+static vd_rc relate_slice(pair_t *c, const vd_exec_i_id *ids, size_t t, vd_diag *d) {
   const vd_plan_t *single = c->plan[0], *parallel = c->plan[1];
   const vd_tensor_t *T = &parallel->tensors[t];
   if (!T->has_lin) return VD_OK;
-  idx_pair key = {T->lin.full, 0};
-  const idx_pair *f = bsearch(&key, ids, single->n_tensors, sizeof(*ids), cmp_idx_pair);
+  const vd_exec_i_id *f = vd_exec_i_ids_find(ids, single->n_tensors, T->lin.full);
   char rec[300];
   snprintf(rec, sizeof(rec), "parallel tensor %lld '%s'", (long long)T->id, vd_plan_s(parallel, T->name));
   if (!f)
@@ -355,7 +344,7 @@ vd_rc vd_exec_reduce(const vd_plan_t *single, const vd_plan_t *parallel, const v
   c.file[1] = o && o->parallel_name ? o->parallel_name : "parallel plan";
   c.info = info;
   vd_rc rc;
-  idx_pair *ids = NULL;
+  vd_exec_i_id *ids = NULL;
   vd_red_value *rv = NULL;
   size_t n_vals = single->n_tensors + parallel->n_tensors;
   if (n_vals >= 0x7fffffffu || single->n_nodes >= 0x7fffffffu || parallel->n_nodes >= 0x7fffffffu)
@@ -371,8 +360,7 @@ vd_rc vd_exec_reduce(const vd_plan_t *single, const vd_plan_t *parallel, const v
     goto done;
   }
   if ((rc = new_reducer(&c, rv, n_vals, d)) != VD_OK) goto done;
-  for (size_t i = 0; i < single->n_tensors; i++) ids[i] = (idx_pair){single->tensors[i].id, (uint32_t)i};
-  qsort(ids, single->n_tensors, sizeof(*ids), cmp_idx_pair);
+  vd_exec_i_ids_sort(single, ids);
 
   /* Operator rules: the single plan's, then the parallel plan's. */
   for (int side = 0; side < 2 && info->status == VD_EXEC_RED_OK; side++)

@@ -88,4 +88,10 @@ int vd_cli_edit_distance(const char *a, size_t na, const char *b, size_t nb);
 /* Parses a non-negative decimal integer option value; returns -1 on error. */
 long vd_cli_parse_long(const char *s);
 
+/* The value v (may be NULL) of option opt of command who ("verdict exec"):
+ * a non-negative decimal integer of at most max.  Returns 0 with *out set,
+ * else prints "<who>: <opt>: expected a non-negative integer, got '<v>'"
+ * and returns -1. */
+int vd_cli_count_arg(const char *who, const char *opt, const char *v, long max, long *out);
+
 #endif

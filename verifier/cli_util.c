@@ -30,6 +30,15 @@ long vd_cli_parse_long(const char *s) {
   return v;
 }
 
+int vd_cli_count_arg(const char *who, const char *opt, const char *v, long max, long *out) {
+  *out = vd_cli_parse_long(v);
+  if (*out < 0 || *out > max) {
+    fprintf(stderr, "%s: %s: expected a non-negative integer, got '%s'\n", who, opt, VD_SHOW(v ? v : ""));
+    return -1;
+  }
+  return 0;
+}
+
 static void vd_cli_put(FILE *f, const char *s, size_t n, vd_text_mode mode) {
   char piece[VD_TEXT_CHAR_MAX];
   for (size_t i = 0; i < n && s[i];) {

@@ -14,6 +14,7 @@
  * cannot be reduced (inconclusive).
  */
 #include <math.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,11 +105,8 @@ static int parse_args(int argc, char **argv, exec_args *x) {
       } else if (id == X_PM) {
         x->pm = v;
       } else if (id == X_SEED) {
-        long sd = vd_cli_parse_long(v);
-        if (sd < 0) {
-          fprintf(stderr, "verdict exec: --seed: expected a non-negative integer, got '%s'\n", VD_SHOW(v));
-          return VD_EXIT_BAD_INPUT;
-        }
+        long sd;
+        if (vd_cli_count_arg("verdict exec", "--seed", v, LONG_MAX, &sd) < 0) return VD_EXIT_BAD_INPUT;
         x->o.seed = (uint64_t)sd;
       } else {
         char *end;

@@ -51,12 +51,7 @@ static int list(int tsv) {
 }
 
 static int opt_int(const char *name, const char *v, long *out) {
-  *out = vd_cli_parse_long(v);
-  if (*out < 0 || *out > 0x7fffffffL) {
-    fprintf(stderr, "verdict mutate: %s: expected a non-negative integer, got '%s'\n", name, VD_SHOW(v));
-    return 0;
-  }
-  return 1;
+  return vd_cli_count_arg("verdict mutate", name, v, 0x7fffffffL, out) == 0;
 }
 
 /* The options of mutate, in the order of its help text. */

@@ -11,6 +11,7 @@
  * enter the bounds (the output says so).  Exit 0 when the bounds were
  * computed, 2 on bad input.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,11 +89,8 @@ static int parse_args(int argc, char **argv, noise_args *ca) {
       else ca->o.lambda = x;
       i++;
     } else if (id == N_SEED) {
-      long s = vd_cli_parse_long(v);
-      if (s < 0) {
-        fprintf(stderr, "verdict noise: --seed: expected a non-negative integer, got '%s'\n", VD_SHOW(v));
-        return VD_EXIT_BAD_INPUT;
-      }
+      long s;
+      if (vd_cli_count_arg("verdict noise", "--seed", v, LONG_MAX, &s) < 0) return VD_EXIT_BAD_INPUT;
       ca->o.seed = (uint64_t)s;
       i++;
     } else {

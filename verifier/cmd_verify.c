@@ -9,6 +9,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdint.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,12 +100,7 @@ static void verify_usage(FILE *f) {
 }
 
 static int need_num(const char *opt, const char *val, long *out) {
-  *out = vd_cli_parse_long(val);
-  if (*out < 0) {
-    fprintf(stderr, "verdict: %s: expected a non-negative integer, got '%s'\n", opt, VD_SHOW(val ? val : ""));
-    return -1;
-  }
-  return 0;
+  return vd_cli_count_arg("verdict", opt, val, LONG_MAX, out);
 }
 
 /* val as a number in (0, max] (fractions allowed) or "none": 1 for
