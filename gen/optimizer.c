@@ -35,22 +35,9 @@ static int opt_coll(vd_gen_ctx *g, const char *op, const char *name, int layer, 
   return vd_gen_i_emit_coll(g, stage, g->seg_opt[stage], op, name, layer, x, y, mask, span, at, nat);
 }
 
-static vd_gen_attr fattr(const char *k, double v) {
-  vd_gen_attr a;
-  memset(&a, 0, sizeof(a));
-  a.key = k;
-  a.kind = VD_ATTR_FLOAT;
-  a.f = v;
-  return a;
-}
-vd_gen_attr vd_gen_i_iattr(const char *k, int64_t v) {
-  vd_gen_attr a;
-  memset(&a, 0, sizeof(a));
-  a.key = k;
-  a.kind = VD_ATTR_INT;
-  a.i = v;
-  return a;
-}
+/* One attribute, every other field zero. */
+static vd_gen_attr fattr(const char *k, double v) { return (vd_gen_attr){.key = k, .kind = VD_ATTR_FLOAT, .f = v}; }
+vd_gen_attr vd_gen_i_iattr(const char *k, int64_t v) { return (vd_gen_attr){.key = k, .kind = VD_ATTR_INT, .i = v}; }
 
 typedef struct {
   int w, grad, wshard, zmask_used;

@@ -93,15 +93,19 @@ static vd_rc chunk_attrs(const vd_op_call *c, const vd_op_shape *full, int32_t *
   return VD_OK;
 }
 
-vd_rc vd_op_i_shape_chunk(const vd_op_call *c) {
+/* chunk (fw: the full tensor is the input, the part the output) and
+ * chunk_backward (the other way round) share one shape rule and one copy. */
+static vd_rc shape_chunk(const vd_op_call *c, int fw) {
   VD_CHECK(want_count(c, 1, 1));
+  const vd_op_shape *full = fw ? &c->in_shape[0] : &c->out_shape[0];
   int32_t dim;
   int64_t index, chunks;
-  VD_CHECK(chunk_attrs(c, &c->in_shape[0], &dim, &index, &chunks));
-  vd_op_shape w = c->in_shape[0];
+  VD_CHECK(chunk_attrs(c, full, &dim, &index, &chunks));
+  vd_op_shape w = *full;
   w.d[dim] /= chunks;
-  return want_shape(c, 1, 0, &w);
+  return want_shape(c, fw, 0, &w);
 }
+vd_rc vd_op_i_shape_chunk(const vd_op_call *c) { return shape_chunk(c, 1); }
 /* Copies slice [off, off+ext) along dim between a full and a part tensor;
  * to_part: full -> part, else part -> full (positions outside untouched). */
 static void slice_copy(const double *src, double *dst, const vd_op_shape *full, const vd_op_shape *part,
@@ -117,31 +121,20 @@ static void slice_copy(const double *src, double *dst, const vd_op_shape *full, 
       dst[g] = src[f];
   }
 }
-vd_rc vd_op_i_eval_chunk(const vd_op_call *c) {
+/* The part is slice `index` of the full tensor along dim; the backward's
+ * output is zero outside it. */
+static vd_rc eval_chunk(const vd_op_call *c, int fw) {
+  const vd_op_shape *full = fw ? &c->in_shape[0] : &c->out_shape[0], *part = fw ? &c->out_shape[0] : &c->in_shape[0];
   int32_t dim;
   int64_t index, chunks;
-  VD_CHECK(chunk_attrs(c, &c->in_shape[0], &dim, &index, &chunks));
-  slice_copy(c->in[0], c->out[0], &c->in_shape[0], &c->out_shape[0], dim, index * c->out_shape[0].d[dim], 1);
+  VD_CHECK(chunk_attrs(c, full, &dim, &index, &chunks));
+  if (!fw) memset(c->out[0], 0, sizeof(double) * (size_t)vd_op_shape_numel(full));
+  slice_copy(c->in[0], c->out[0], full, part, dim, index * part->d[dim], fw);
   return VD_OK;
 }
-
-vd_rc vd_op_i_shape_chunk_backward(const vd_op_call *c) {
-  VD_CHECK(want_count(c, 1, 1));
-  int32_t dim;
-  int64_t index, chunks;
-  VD_CHECK(chunk_attrs(c, &c->out_shape[0], &dim, &index, &chunks));
-  vd_op_shape w = c->out_shape[0];
-  w.d[dim] /= chunks;
-  return want_shape(c, 0, 0, &w);
-}
-vd_rc vd_op_i_eval_chunk_backward(const vd_op_call *c) {
-  int32_t dim;
-  int64_t index, chunks;
-  VD_CHECK(chunk_attrs(c, &c->out_shape[0], &dim, &index, &chunks));
-  memset(c->out[0], 0, sizeof(double) * (size_t)vd_op_shape_numel(&c->out_shape[0]));
-  slice_copy(c->in[0], c->out[0], &c->out_shape[0], &c->in_shape[0], dim, index * c->in_shape[0].d[dim], 0);
-  return VD_OK;
-}
+vd_rc vd_op_i_eval_chunk(const vd_op_call *c) { return eval_chunk(c, 1); }
+vd_rc vd_op_i_shape_chunk_backward(const vd_op_call *c) { return shape_chunk(c, 0); }
+vd_rc vd_op_i_eval_chunk_backward(const vd_op_call *c) { return eval_chunk(c, 0); }
 
 /* n parts (shapes ps) concatenated along dim give `full`. */
 static vd_rc concat_shapes(const vd_op_call *c, const vd_op_shape *ps, uint32_t n, int is_out,

@@ -600,28 +600,21 @@ static vd_rc red_softmax(const vd_op_reduce_call *c, int *norule) {
 }
 #define red_softmax_backward red_softmax
 
-/* x [n,v] labels [n] -> y [n]; start is a position along v. */
-static vd_rc red_pick(const vd_op_reduce_call *c, int *norule) {
-  if (c->n_in != 2 || c->n_out != 1 || c->in_shape[0].ndim != 2 || c->in_shape[1].ndim != 1 ||
-      c->out_shape[0].ndim != 1) {
+/* pick (fw): x [n,v] labels [n] -> y [n]; its backward: (labels [n],
+ * g [n]) -> gx [n,v].  The rows agree; start is a position along v (of x,
+ * or of gx). */
+static vd_rc pick_rule(const vd_op_reduce_call *c, int *norule, int fw) {
+  if (c->n_in != 2 || c->n_out != 1 || c->in_shape[0].ndim != (fw ? 2 : 1) || c->in_shape[1].ndim != 1 ||
+      c->out_shape[0].ndim != (fw ? 1 : 2)) {
     *norule = 1;
     return VD_OK;
   }
   VD_CHECK(eq(c, dr(0, 0, 0), dr(0, 1, 0)));
   VD_CHECK(eq(c, dr(0, 0, 0), dr(1, 0, 0)));
-  return pos(c, dr(0, 0, 1), "start");
+  return pos(c, dr(fw ? 0 : 1, 0, 1), "start");
 }
-/* (labels [n], g [n]) -> gx [n,v]. */
-static vd_rc red_pick_backward(const vd_op_reduce_call *c, int *norule) {
-  if (c->n_in != 2 || c->n_out != 1 || c->in_shape[0].ndim != 1 || c->in_shape[1].ndim != 1 ||
-      c->out_shape[0].ndim != 2) {
-    *norule = 1;
-    return VD_OK;
-  }
-  VD_CHECK(eq(c, dr(0, 0, 0), dr(0, 1, 0)));
-  VD_CHECK(eq(c, dr(0, 0, 0), dr(1, 0, 0)));
-  return pos(c, dr(1, 0, 1), "start");
-}
+static vd_rc red_pick(const vd_op_reduce_call *c, int *norule) { return pick_rule(c, norule, 1); }
+static vd_rc red_pick_backward(const vd_op_reduce_call *c, int *norule) { return pick_rule(c, norule, 0); }
 
 /* ---- mixture of experts ---------------------------------------------------- */
 
