@@ -113,40 +113,40 @@ static int positive_or_none(const char *val, double max, double *v) {
   return 0;
 }
 
+/* val: a positive number up to max (fractions allowed), times scale and
+ * rounded up, at least 1, in *out; or "none" (returns 1).  0 when parsed,
+ * -1 after printing "expected <what> or 'none'". */
+static int scaled_or_none(const char *opt, const char *val, double max, double scale, const char *what, double *out) {
+  double v = 0;
+  int k = positive_or_none(val, max, &v);
+  if (k < 0) {
+    fprintf(stderr, "verdict: %s: expected %s or 'none', got '%s'\n", opt, what, VD_SHOW(val ? val : ""));
+    return -1;
+  }
+  if (k == 0) {
+    double m = ceil(v * scale);
+    *out = m < 1 ? 1 : m;
+  }
+  return k;
+}
+
 /* A positive number of seconds (fractions allowed) or "none".  0 is refused
  * rather than silently meaning "no limit". */
 static int parse_seconds(const char *opt, const char *val, unsigned *ms) {
-  double v = 0;
-  int k = positive_or_none(val, 4000000, &v);
-  if (k == 1) {
-    *ms = 0;
-    return 0;
-  }
-  if (k < 0) {
-    fprintf(stderr, "verdict: %s: expected seconds > 0 (e.g. 2.5) or 'none', got '%s'\n", opt, VD_SHOW(val ? val : ""));
-    return -1;
-  }
-  double m = ceil(v * 1000.0);
-  *ms = (unsigned)(m < 1 ? 1 : m);
+  double m = 0;
+  int k = scaled_or_none(opt, val, 4000000, 1000.0, "seconds > 0 (e.g. 2.5)", &m);
+  if (k < 0) return -1;
+  *ms = k ? 0 : (unsigned)m;
   return 0;
 }
 
 /* A positive number of millions of work units (fractions allowed) or
  * "none" (UINT64_MAX: unlimited). */
 static int parse_budget(const char *opt, const char *val, uint64_t *units) {
-  double v = 0;
-  int k = positive_or_none(val, 4000, &v);
-  if (k == 1) {
-    *units = UINT64_MAX;
-    return 0;
-  }
-  if (k < 0) {
-    fprintf(stderr, "verdict: %s: expected millions of steps in (0, 4000] (e.g. 20 or 0.5) or 'none', got '%s'\n",
-            opt, VD_SHOW(val ? val : ""));
-    return -1;
-  }
-  double u = ceil(v * 1e6);
-  *units = (uint64_t)(u < 1 ? 1 : u);
+  double u = 0;
+  int k = scaled_or_none(opt, val, 4000, 1e6, "millions of steps in (0, 4000] (e.g. 20 or 0.5)", &u);
+  if (k < 0) return -1;
+  *units = k ? UINT64_MAX : (uint64_t)u;
   return 0;
 }
 
