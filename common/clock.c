@@ -12,3 +12,11 @@ double vd_clock_s(void) {
 }
 
 double vd_clock_ms(void) { return vd_clock_s() * 1e3; }
+
+void vd_clock_cond_init(pthread_cond_t *cv) {
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(cv, &ca);
+  pthread_condattr_destroy(&ca);
+}

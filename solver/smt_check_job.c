@@ -299,11 +299,7 @@ static vd_rc job_new(vd_smt *s, size_t n_open, int mode, vd_diag *d, job_t **out
   job_t *j = vd_calloc(1, sizeof(*j));
   if (!j) return VD_OOM(d);
   pthread_mutex_init(&j->mu, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&j->cv, &ca);
-  pthread_condattr_destroy(&ca);
+  vd_clock_cond_init(&j->cv);
   j->n = n_open;
   j->mode = mode;
   j->fast = vd_smt_i_fast_path(s);

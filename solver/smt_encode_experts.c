@@ -63,18 +63,6 @@ static gmlp_scale gmlp_scales(call_t *c, vd_smt *s, const gmlp_geo *g) {
   return k;
 }
 
-/* a_j = w1[e,j,:] . x, b_j = w3[e,j,:] . x, hd_j = silu(a_j) b_j */
-static void gmlp_hidden(vd_smt *s, const gmlp_geo *g, vd_term kh, const vd_term *x, const vd_term *w1,
-                        const vd_term *w3, int64_t e, vd_term *a, vd_term *b, vd_term *hd, vd_term *tmp) {
-  for (int64_t j = 0; j < g->f; j++) {
-    for (int64_t i = 0; i < g->h; i++) tmp[i] = vd_smt_mul(s, w1[(e * g->f + j) * g->h + i], x[i]);
-    a[j] = vd_smt_csum(s, kh, (size_t)g->h, tmp);
-    for (int64_t i = 0; i < g->h; i++) tmp[i] = vd_smt_mul(s, w3[(e * g->f + j) * g->h + i], x[i]);
-    b[j] = vd_smt_csum(s, kh, (size_t)g->h, tmp);
-    hd[j] = vd_smt_mul(s, silu_t(s, a[j]), b[j]);
-  }
-}
-
 ENC(grouped_mlp) {
   gmlp_geo g = gmlp_geometry(c);
   gmlp_scale k = gmlp_scales(c, s, &g);
@@ -91,7 +79,7 @@ ENC(grouped_mlp) {
       return VD_OOM(c->diag);
     }
     for (int64_t e = 0; e < g.el; e++) {
-      gmlp_hidden(s, &g, k.h, IN(0)->t + t * g.h, IN(2)->t, IN(3)->t, e, a, b, hd, tmp);
+      vd_moe_i_swiglu_hidden(s, k.h, IN(0)->t + t * g.h, IN(2)->t, IN(3)->t, e, g.f, g.h, a, b, hd, tmp);
       vd_term gate = IN(1)->t[t * g.G + g.col0 + e];
       for (int64_t i = 0; i < g.h; i++) {
         for (int64_t j = 0; j < g.f; j++) tmp[j] = vd_smt_mul(s, w2[(e * g.h + i) * g.f + j], hd[j]);
@@ -133,7 +121,7 @@ ENC(grouped_mlp_backward) {
     const vd_term *x = IN(0)->t + t * g.h, *gy = IN(5)->t + t * g.h;
     for (int64_t e = 0; e < g.el; e++) {
       vd_term gate = IN(1)->t[t * g.G + g.col0 + e];
-      gmlp_hidden(s, &g, k.h, x, w1, w3, e, a, b, hd, tmp);
+      vd_moe_i_swiglu_hidden(s, k.h, x, w1, w3, e, g.f, g.h, a, b, hd, tmp);
       /* ggate = sum_i gy_i o_i,  o_i = sum_j w2[e,i,j] hd_j;  go = gate gy */
       vd_term *gs = vd_malloc(sizeof(vd_term) * (size_t)(g.h + 1));
       if (!gs) {

@@ -167,6 +167,17 @@ static vd_term silu_grad_t(vd_smt *s, vd_term x) {
   return vd_smt_mul(s, sg, vd_smt_add(s, one, vd_smt_mul(s, x, vd_smt_sub(s, one, sg))));
 }
 
+void vd_moe_i_swiglu_hidden(vd_smt *s, vd_term kh, const vd_term *x, const vd_term *w1, const vd_term *w3,
+                            int64_t e, int64_t F, int64_t H, vd_term *a, vd_term *b, vd_term *hd, vd_term *tmp) {
+  for (int64_t f = 0; f < F; f++) {
+    for (int64_t h = 0; h < H; h++) tmp[h] = vd_smt_mul(s, w1[(e * F + f) * H + h], x[h]);
+    a[f] = vd_smt_csum(s, kh, (size_t)H, tmp);
+    for (int64_t h = 0; h < H; h++) tmp[h] = vd_smt_mul(s, w3[(e * F + f) * H + h], x[h]);
+    b[f] = vd_smt_csum(s, kh, (size_t)H, tmp);
+    hd[f] = vd_smt_mul(s, silu_t(s, a[f]), b[f]);
+  }
+}
+
 /* Per (token t, local expert e): ind[j] = [idx[t,j] routed to e], gate =
  * sum_j ind[j] weight[t,j], a/b/hd (F) and o = w2_e hd (H).  tmp: H+F+K. */
 static void gmm_expert_t(vd_smt *s, call_t *c, const gmm_cfg *g, int64_t t, int64_t e, vd_term *ind, vd_term *gate,
@@ -178,13 +189,7 @@ static void gmm_expert_t(vd_smt *s, call_t *c, const gmm_cfg *g, int64_t t, int6
     tmp[j] = vd_smt_mul(s, ind[j], IN(2)->t[t * g->K + j]);
   }
   *gate = vd_smt_csum(s, kk, (size_t)g->K, tmp);
-  for (int64_t f = 0; f < g->F; f++) {
-    for (int64_t h = 0; h < g->H; h++) tmp[h] = vd_smt_mul(s, w1[(e * g->F + f) * g->H + h], x[h]);
-    a[f] = vd_smt_csum(s, kh, (size_t)g->H, tmp);
-    for (int64_t h = 0; h < g->H; h++) tmp[h] = vd_smt_mul(s, w3[(e * g->F + f) * g->H + h], x[h]);
-    b[f] = vd_smt_csum(s, kh, (size_t)g->H, tmp);
-    hd[f] = vd_smt_mul(s, silu_t(s, a[f]), b[f]);
-  }
+  vd_moe_i_swiglu_hidden(s, kh, x, w1, w3, e, g->F, g->H, a, b, hd, tmp);
   for (int64_t h = 0; h < g->H; h++) {
     for (int64_t f = 0; f < g->F; f++) tmp[f] = vd_smt_mul(s, w2[(e * g->H + h) * g->F + f], hd[f]);
     o[h] = vd_smt_csum(s, kf, (size_t)g->F, tmp);

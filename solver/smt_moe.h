@@ -11,8 +11,16 @@
 #define VD_SMT_MOE_H
 
 #include "../common/diag.h"
+#include "smt.h"
 
 struct vd_op_encode_call;
+
+/* The hidden layer of SwiGLU expert e on token x [H] (w1, w3 [E, F, H]):
+ * a_f = w1[e,f,:] . x, b_f = w3[e,f,:] . x (count scale kh over H), and
+ * hd_f = silu(a_f) b_f.  tmp holds H terms.  Shared by nnscaler_moe_gmm
+ * (smt_moe.c) and grouped_mlp (smt_encode_experts.c). */
+void vd_moe_i_swiglu_hidden(vd_smt *s, vd_term kh, const vd_term *x, const vd_term *w1, const vd_term *w3,
+                            int64_t e, int64_t F, int64_t H, vd_term *a, vd_term *b, vd_term *hd, vd_term *tmp);
 
 /* Contract of struct vd_op_encode_call in smt.h. */
 vd_rc vd_moe_enc_gate_fw(const struct vd_op_encode_call *c);

@@ -101,11 +101,7 @@ void vd_progress_init(vd_progress *p, int quiet, double deadline_s) {
   p->counter2 = -1;
   p->unit = "";
   pthread_mutex_init(&p->mu, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&p->cv, &ca);
-  pthread_condattr_destroy(&ca);
+  vd_clock_cond_init(&p->cv);
   p->started = pthread_create(&p->th, NULL, heartbeat, p) == 0;
 }
 
