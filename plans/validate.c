@@ -551,6 +551,20 @@ static size_t first_bad(const vctx *c0, int nodes, size_t n) {
   return oom ? SIZE_MAX : first;
 }
 
+/* Makes record i ("<kind> <id> '<name>'") the current one and registers
+ * its id in ids (not when the ids increase, distinct already).  VD_EINPUT
+ * on a duplicate id, naming the record that has it first. */
+static vd_rc record_id(vctx *c, vd_idmap_t *ids, int inc, const char *kind, int64_t id, uint32_t name, size_t i) {
+  set_rec(c, kind, id, name);
+  uint32_t old;
+  int r = inc ? 0 : vd_idmap_put(ids, id, (uint32_t)i, &old);
+  if (r < 0) return VD_OOM(c->d);
+  if (r > 0)
+    return VD_ERR(c->d, VD_EINPUT, c->file, rec_of(c), "id", "duplicate %s id %" PRId64 " (also %ss[%" PRIu32 "])",
+                  kind, id, kind, old);
+  return VD_OK;
+}
+
 vd_rc vd_plan_validate(const vd_plan_t *p, const char *name, vd_diag *d) {
   vctx c = {.p = p, .file = name ? name : "", .d = d};
   scratch s = {0};
@@ -573,15 +587,7 @@ vd_rc vd_plan_validate(const vd_plan_t *p, const char *name, vd_diag *d) {
   for (size_t i = 0; i < p->n_tensors; i++) {
     const vd_tensor_t *t = &p->tensors[i];
     if (i < from && t_inc) continue;
-    set_rec(&c, "tensor", t->id, t->name);
-    uint32_t old;
-    int r = t_inc ? 0 : vd_idmap_put(&ids, t->id, (uint32_t)i, &old);
-    if (r < 0) { rc = VD_OOM(d); goto done; }
-    if (r > 0) {
-      rc = VD_ERR(d, VD_EINPUT, c.file, rec_of(&c), "id", "duplicate tensor id %" PRId64 " (also tensors[%" PRIu32 "])",
-                  t->id, old);
-      goto done;
-    }
+    if ((rc = record_id(&c, &ids, t_inc, "tensor", t->id, t->name, i)) != VD_OK) goto done;
     if (i >= from && (rc = check_tensor(&c, t)) != VD_OK) goto done;
   }
   vd_idmap_free(&ids);
@@ -594,15 +600,7 @@ vd_rc vd_plan_validate(const vd_plan_t *p, const char *name, vd_diag *d) {
   for (size_t i = 0; i < p->n_nodes; i++) {
     const vd_node_t *n = &p->nodes[i];
     if (i < from && n_inc) continue;
-    set_rec(&c, "node", n->id, n->name);
-    uint32_t old;
-    int r = n_inc ? 0 : vd_idmap_put(&ids, n->id, (uint32_t)i, &old);
-    if (r < 0) { rc = VD_OOM(d); goto done; }
-    if (r > 0) {
-      rc = VD_ERR(d, VD_EINPUT, c.file, rec_of(&c), "id", "duplicate node id %" PRId64 " (also nodes[%" PRIu32 "])", n->id,
-                  old);
-      goto done;
-    }
+    if ((rc = record_id(&c, &ids, n_inc, "node", n->id, n->name, i)) != VD_OK) goto done;
     if (i >= from && (rc = check_node(&c, (uint32_t)i, &s)) != VD_OK) goto done;
   }
   rc = check_collectives(&c);
