@@ -11,11 +11,20 @@ itself active (`kernel`), so the capture records the aten operators, whose handl
 and the storage model (memory.py) give each element its value.  Nothing of FSDP's layout is
 assumed: an FSDP version whose operators are not in KERNELS is refused by name.
 
-The first FSDP (`FullyShardedDataParallel`) is refused (`refuse_flat_parameters`): its
-FlatParameter concatenates a unit's flattened parameters and shards that along its only dim, so
-a rank holds element ranges of the parameters that are no slices of them (a lineage is a box).
+The first FSDP (`FullyShardedDataParallel`, flat parameters) is declared by
+`declare_flat_parameters`: a unit's FlatParameter is the concatenation of its parameters,
+flattened, and a rank's shard is one element range of it, so the rank holds an element range
+of each parameter it touches.  A contiguous range of a row-major tensor is a union of a few
+boxes (a partial first row, whole rows, a partial last row, recursively per dim: `boxes`); each
+box is declared as what it is, a slice of the named parameter, as a view of the shard, so the
+storage model (memory.py) knows which value each element of the shard holds.  The all-gather of
+the shards and the reduce-scatter of the flat gradient are then recorded per piece
+(collectives.py), and the views FSDP takes of the gathered buffer are rebuilt from those pieces.
+Supported: FULL_SHARD and SHARD_GRAD_OP with use_orig_params=True; everything else is refused
+by name (`_refuse_unit`).
 """
 import importlib
+import math
 
 _MODULE = "torch.distributed.fsdp._fully_shard._fsdp_collectives"
 # operator -> the module's function that is its CPU kernel
@@ -40,15 +49,93 @@ def kernel(func):
         return None
 
 
-def refuse_flat_parameters(module):
-    """CaptureError when module is or holds the first FSDP's FullyShardedDataParallel."""
-    from .api import CaptureError
+def boxes(shape, a, b):
+    """Elements [a, b) of a row-major tensor of `shape` as boxes [(lo, ext)], in order: each box
+    is contiguous in row-major order, and their concatenation is the range."""
+    shape = [int(n) for n in shape]
+    if a >= b:
+        return []
+    if not shape:
+        return [((), ())]
+    inner = math.prod(shape[1:])
+    r0, c0 = divmod(a, inner)
+    r1, c1 = divmod(b, inner)
+
+    def in_row(r, u, v):
+        return [((r,) + lo, (1,) + ext) for lo, ext in boxes(shape[1:], u, v)]
+    if r0 == r1:
+        return in_row(r0, c0, c1)
+    out = []
+    if c0:
+        out += in_row(r0, c0, inner)
+        r0 += 1
+    if r1 > r0:
+        out.append(((r0,) + (0,) * (len(shape) - 1), (r1 - r0,) + tuple(shape[1:])))
+    if c1:
+        out += in_row(r1, 0, c1)
+    return out
+
+
+def _fsdp1_class():
     try:
         from torch.distributed.fsdp import FullyShardedDataParallel
+        return FullyShardedDataParallel
     except ImportError:  # pragma: no cover - torch built without distributed
-        return
-    if any(isinstance(m, FullyShardedDataParallel) for m in module.modules()):
-        raise CaptureError("cap.params: FullyShardedDataParallel (the first FSDP) is not supported: its "
-                           "FlatParameter shards the concatenation of a unit's flattened parameters, so a "
-                           "rank holds element ranges that are no slices of the parameters; use FSDP2's "
-                           "fully_shard (examples/torch/gpt2_fsdp.py), whose shards are dim-0 slices")
+        return None
+
+
+def _refuse_unit(unit, handle, where):
+    """CaptureError naming an FSDP option this capture does not record faithfully."""
+    from .api import CaptureError
+    from torch.distributed.fsdp._flat_param import HandleShardingStrategy as H
+
+    def no(what, instead):
+        raise CaptureError("%s: FullyShardedDataParallel with %s is not supported; %s" % (where, what, instead))
+    strategy = handle._sharding_strategy
+    if strategy not in (H.FULL_SHARD, H.SHARD_GRAD_OP):
+        no("sharding_strategy=%s" % strategy.name,
+           "use FULL_SHARD or SHARD_GRAD_OP (or FSDP2's fully_shard on a 2-D mesh for hybrid sharding, "
+           "DistributedDataParallel for NO_SHARD)")
+    if not handle._use_orig_params:
+        no("use_orig_params=False (the optimizer then steps on the flat parameter)",
+           "pass use_orig_params=True")
+    if handle._offload_params:
+        no("CPU offload (cpu_offload=CPUOffload(offload_params=True))", "drop cpu_offload")
+    if handle._uses_param_mixed_precision or handle._uses_reduce_mixed_precision:
+        no("mixed precision (MixedPrecision)", "drop mixed_precision (the capture runs in float64/float32)")
+    if getattr(unit, "_comm_hook", None) is not None:
+        no("a communication hook (register_comm_hook)", "use the default reduce-scatter")
+    if any(handle.flat_param._is_padding_mask):
+        no("alignment padding between parameters (a parameter whose element count is odd in a "
+           "float64 unit)", "make every parameter's element count even")
+    if handle.flat_param._shard_numel_padded:
+        no("a flat parameter padded at its end (a unit whose element count %d is not a multiple of the "
+           "world size %d)" % (handle.flat_param._unpadded_unsharded_size.numel(), handle.world_size),
+           "make every unit's parameter count a multiple of the data-parallel size")
+
+
+def declare_flat_parameters(cap, module, prefix=""):
+    """cap.params for a module that is or holds FullyShardedDataParallel units: declares, for each
+    unit, the boxes of every parameter in this rank's shard (see the module comment); returns
+    False when module holds no such unit.  The ranks hold different boxes, so the plan stores
+    every rank (`cap.all_ranks`, as for ZeRO)."""
+    cls = _fsdp1_class()
+    if cls is None or not any(isinstance(m, cls) for m in module.modules()):
+        return False
+    where = cap.rec.src_here()[0]
+    from torch.distributed.fsdp._common_utils import clean_tensor_name   # FSDP's wrapper prefixes out
+    names = {id(p): prefix + clean_tensor_name(n) for n, p in module.named_parameters()}
+    for unit in cls.fsdp_modules(module):
+        handle = getattr(unit, "_handle", None)
+        if handle is None:
+            continue
+        _refuse_unit(unit, handle, where)
+        fp = handle.flat_param
+        shard = fp.detach()
+        for p, shape, info in zip(fp._params, fp._shapes, fp._shard_param_infos):
+            if not info.in_shard:
+                continue
+            cap.declare_range("param", shard, names[id(p)], shape, info.intra_param_start_idx,
+                              info.intra_param_end_idx + 1, info.offset_in_shard, holder=p)
+    cap.all_ranks = True
+    return True
