@@ -548,7 +548,7 @@ class Capture:
         self.stepped = True
         rec = self.rec
         patches = collectives.hint_wrappers(rec) + pipelining.setup_wrappers(rec) if self.parallel else []
-        patches += optim.clip_wrappers(rec)
+        patches += optim.clip_wrappers(rec) + (fsdp.clip_wrappers(rec) if self.parallel else [])
         real_backward = torch.autograd.backward
 
         def backward(tensors, grad_tensors=None, *a, **k):

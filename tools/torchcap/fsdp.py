@@ -139,3 +139,80 @@ def declare_flat_parameters(cap, module, prefix=""):
                               info.intra_param_end_idx + 1, info.offset_in_shard, holder=p)
     cap.all_ranks = True
     return True
+
+
+def _grad_pieces(rec, g, where):
+    """[(lo, hi, pid)]: the values gradient g holds, by storage range (its boxes, for FSDP1's
+    sharded gradients; its own value when it has one)."""
+    from . import memory
+    from .capture import DTYPES
+    c = rec.cell_of(g)
+    lo, hi = memory.span(g)
+    if c is not None and c.kind == "data" and rec.memory.unchanged_since(g, c.version):
+        return [(lo, hi, c.pid)]
+    pieces = rec.memory.pieces(g)
+    if not pieces:
+        return [(lo, hi, rec.read(g, where, "clip_grad_norm_"))]
+    dt = DTYPES.get(g.dtype, "f32")
+    return [(a, b, memory.piece_value(rec, s, a, b, dt, where)) for s, a, b in pieces]
+
+
+def clip_wrappers(rec):
+    """Replaces FullyShardedDataParallel.clip_grad_norm_ for the step: [(class, name, original)].
+    Recorded as what it computes over the rank's sharded gradients, value by value (each box):
+    `sumsq` of each, their sum, an all_reduce over the unit's process group (the shards'
+    squares), `clip_coef` and a `mul` of each by the coefficient; the returned norm is
+    `sqrt(total)`.  FSDP's own function runs for the real values with the recorder quiet.  Only
+    the 2-norm of sharded units with use_orig_params=True is supported."""
+    cls = _fsdp1_class()
+    if cls is None:
+        return []
+    real = cls.clip_grad_norm_
+
+    def clip_grad_norm_(self, max_norm, norm_type=2.0):
+        from . import collectives
+        from .api import CaptureError
+        from .capture import DTYPES
+        where = rec.src_here()[0]
+        if float(norm_type) != 2.0:
+            raise CaptureError("%s: clip_grad_norm_ with norm_type=%s is not supported (the 2-norm is)"
+                               % (where, norm_type))
+        grads, seen = [], set()
+        for h in self._all_handles:
+            for p in h.flat_param._params or []:
+                if id(p) not in seen and p.grad is not None:
+                    seen.add(id(p))
+                    grads.append(p.grad)
+        values = [(g, _grad_pieces(rec, g, where)) for g in grads]
+        dt = DTYPES.get(grads[0].dtype, "f32") if grads else "f64"
+        total = None
+        for g, ps in values:
+            for _, _, pid in ps:
+                sq = rec.new_value([], dt)
+                rec.emit("sumsq", [pid], [sq], aten="clip_grad_norm_", src=where)
+                if total is not None:
+                    s = rec.new_value([], dt)
+                    rec.emit("add", [total, sq], [s], aten="clip_grad_norm_", src=where)
+                    sq = s
+                total = sq
+        if total is None:
+            raise CaptureError("%s: clip_grad_norm_ of parameters without gradients" % where)
+        total = collectives.Call(rec, "clip_grad_norm_", self.process_group).reduced(total, [], dt, "sum")
+        coef = rec.new_value([], dt)
+        rec.emit("clip_coef", [total], [coef], {"max_norm": float(max_norm)}, aten="clip_grad_norm_", src=where)
+        rec.quiet = True
+        try:
+            norm = real(self, max_norm, norm_type)
+        finally:
+            rec.quiet = False
+        for g, ps in values:
+            for a, b, pid in ps:
+                out = rec.new_value(rec.values[pid]["shape"], dt)
+                rec.emit("mul", [pid, coef], [out], aten="clip_grad_norm_", src=where)
+                rec.memory.store_span(g, a, b, out, b - a)
+        root = rec.new_value([], dt)
+        rec.emit("sqrt", [total], [root], aten="clip_grad_norm_", src=where)
+        rec.bind(norm, root)
+        return norm
+    cls.clip_grad_norm_ = clip_grad_norm_
+    return [(cls, "clip_grad_norm_", real)]
