@@ -6,7 +6,7 @@ ranges of the parameters; torch2plan declares them as boxes of the parameters (d
 "FSDP1").  The parallel program of gpt2_single.py (tools/torch2plan --nproc DP --set dp=DP; --set
 opt=sgdm|adam|adamw, clip=X; strategy=shard_grad_op (FULL_SHARD by default); orig=0 for
 use_orig_params=False, which torch2plan refuses by name).
-Bug (--set bug=sum_rs): the gradients are reduce-scattered as a sum where the loss is a mean
+Bug (--set bug=flat_sum): the flat gradient is reduce-scattered as a sum where the loss is a mean
 (FSDP's gradient divide factors set to 1: each rank's gradient is DP times too large).
 tests/e2e/53_torch_fsdp1.sh.
 """
@@ -35,7 +35,7 @@ def step(cap):
     strategy = ShardingStrategy[cap.args.get("strategy", "full_shard").upper()]
     fsdp = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({block}), sharding_strategy=strategy,
                 use_orig_params=cap.args.get("orig", "1") == "1", device_id=torch.device("cpu"))
-    if c["bug"] == "sum_rs":   # BUG: the reduce-scatter sums where the loss is a mean
+    if c["bug"] == "flat_sum":   # BUG: the reduce-scatter sums where the loss is a mean
         for unit in FSDP.fsdp_modules(fsdp):
             unit._gradient_predivide_factor = unit._gradient_postdivide_factor = 1.0
     cap.params(fsdp)   # each rank's boxes of the parameters, from FSDP's flat-parameter layout

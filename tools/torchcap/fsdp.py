@@ -92,10 +92,10 @@ def _refuse_unit(unit, handle, where):
     def no(what, instead):
         raise CaptureError("%s: FullyShardedDataParallel with %s is not supported; %s" % (where, what, instead))
     strategy = handle._sharding_strategy
-    if strategy not in (H.FULL_SHARD, H.SHARD_GRAD_OP):
+    if strategy not in (H.FULL_SHARD, H.SHARD_GRAD_OP, H.NO_SHARD):
         no("sharding_strategy=%s" % strategy.name,
-           "use FULL_SHARD or SHARD_GRAD_OP (or FSDP2's fully_shard on a 2-D mesh for hybrid sharding, "
-           "DistributedDataParallel for NO_SHARD)")
+           "use FULL_SHARD, SHARD_GRAD_OP or NO_SHARD (or FSDP2's fully_shard on a 2-D mesh for hybrid "
+           "sharding)")
     if not handle._use_orig_params:
         no("use_orig_params=False (the optimizer then steps on the flat parameter)",
            "pass use_orig_params=True")
