@@ -1,4 +1,5 @@
-"""tools/torchcap/fsdp.py - FSDP2's own operators, seen through the aten calls they make.
+"""tools/torchcap/fsdp.py - FSDP2's own operators, seen through the aten calls they make, and
+the first FSDP's flat parameters, declared as boxes of the parameters.
 
 FSDP2 (`fully_shard`) registers three operators of its own in the `fsdp` namespace
 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py): `all_gather_copy_in` copies the
@@ -20,8 +21,9 @@ box is declared as what it is, a slice of the named parameter, as a view of the 
 storage model (memory.py) knows which value each element of the shard holds.  The all-gather of
 the shards and the reduce-scatter of the flat gradient are then recorded per piece
 (collectives.py), and the views FSDP takes of the gathered buffer are rebuilt from those pieces.
-Supported: FULL_SHARD and SHARD_GRAD_OP with use_orig_params=True; everything else is refused
-by name (`_refuse_unit`).
+FSDP1's own clip_grad_norm_ is recorded box by box (`clip_wrappers`).  Supported: FULL_SHARD,
+SHARD_GRAD_OP and NO_SHARD with use_orig_params=True; everything else is refused by name
+(`_refuse_unit`).  docs/torch.md "FSDP1".
 """
 import importlib
 import math
