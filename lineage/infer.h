@@ -149,6 +149,7 @@ int is_sum(const vd_plan_t *p, const vd_node_t *nd, int op, uint32_t n_in);
 int prop_node(ictx *c, uint32_t gi);
 /* infer_moved.c */
 void moved_box(ictx *c, uint32_t gi);
+int moved_interior(const ictx *c, const vd_gnode_t *pn);
 /* infer_map.c */
 int adds_constant(const vd_plan_t *p, const vd_node_t *nd, int op);
 int cancels_factor(const ictx *c, const vd_gnode_t *pn, int op);

@@ -18,8 +18,9 @@
  *
  * Leaves are values with known lineages of one single value with equal
  * parts, factor and no replica shift (a shift would have to be carried
- * through the tree); the tree has at most MB_NODES nodes, MB_DEPTH levels
- * and MB_NUMEL elements per value.
+ * through the tree); the tree has at most MB_NODES nodes, MB_DEPTH levels,
+ * MB_NUMEL elements per value and MB_TOTAL in all (the cost: one pass of
+ * each node's evaluator over its elements).
  *
  * Worklist: the rule reads values up to MB_DEPTH levels upstream, not only
  * the node's inputs.  So when it fails at a node whose tree is complete,
@@ -35,13 +36,14 @@
 #define MB_NODES 48
 #define MB_DEPTH 8
 #define MB_NUMEL ((int64_t)1 << 16)
+#define MB_TOTAL ((int64_t)1 << 18) /* elements over the tree's values: 2 MB of doubles */
 
 typedef struct {
   uint32_t node[MB_NODES]; /* Gp nodes, inputs before readers */
   int n_node;
   uint32_t leaf[MB_NODES]; /* Gp values with a known lineage */
   int n_leaf;
-  int complete; /* every leaf is a box of one single value with the same parts */
+  int64_t total; /* elements over the leaves and the nodes' outputs */
 } mtree;
 
 static int moves(const ictx *c, const vd_gnode_t *gn) {
@@ -58,10 +60,11 @@ static int listed(const uint32_t *a, int n, uint32_t x) {
 
 /* Adds value v's subtree: a leaf when v is known, else its producer's. */
 static int collect(const ictx *c, mtree *t, uint32_t v, int depth) {
-  if (vd_tensor_numel(ptens(c, v)) > MB_NUMEL) return 0;
+  int64_t numel = vd_tensor_numel(ptens(c, v));
+  if (numel > MB_NUMEL) return 0;
   if (vl_at(c, v)->known) {
     if (!listed(t->leaf, t->n_leaf, v)) {
-      if (t->n_leaf == MB_NODES) return 0;
+      if (t->n_leaf == MB_NODES || (t->total += numel) > MB_TOTAL) return 0;
       t->leaf[t->n_leaf++] = v;
     }
     return 1;
@@ -73,7 +76,7 @@ static int collect(const ictx *c, mtree *t, uint32_t v, int depth) {
   const uint32_t *in = vd_gnode_inputs(c->gp, gn);
   for (uint32_t i = 0; i < gn->n_in; i++)
     if (!collect(c, t, in[i], depth + 1)) return 0;
-  if (t->n_node == MB_NODES) return 0;
+  if (t->n_node == MB_NODES || (t->total += numel) > MB_TOTAL) return 0;
   t->node[t->n_node++] = (uint32_t)pr;
   return 1;
 }
@@ -192,6 +195,7 @@ void moved_box(ictx *c, uint32_t gi) {
   if (!moves(c, pn)) return;
   mtree t;
   t.n_node = t.n_leaf = 0;
+  t.total = 0;
   const uint32_t *in = vd_gnode_inputs(c->gp, pn);
   uint32_t out = vd_gnode_outputs(c->gp, pn)[0];
   if (vd_tensor_numel(ptens(c, out)) > MB_NUMEL) return;
@@ -200,4 +204,26 @@ void moved_box(ictx *c, uint32_t gi) {
   if (t.n_node == MB_NODES || !t.n_leaf || !leaves_alike(c, &t)) return;
   t.node[t.n_node++] = gi;
   if (!eval_tree(c, &t, out)) vd_lin_i_mark_readers(c, out);
+}
+
+/* Whether value v feeds, through element-copying operators only, a value
+ * that has a lineage (within MB_DEPTH levels): v is the inside of a tree
+ * that moved_box (or any rule) decided as a whole, such as a flattened
+ * partial row on its way into a rebuilt weight, so propagation did not
+ * stop at its producer (find_stuck). */
+static int feeds_known(const ictx *c, uint32_t v, int depth) {
+  if (depth >= MB_DEPTH) return 0;
+  const vd_value_t *val = &c->gp->values[v];
+  const uint32_t *cons = vd_value_consumers(c->gp, val);
+  for (uint32_t k = 0; k < val->n_cons; k++) {
+    const vd_gnode_t *gn = &c->gp->nodes[cons[k]];
+    if (!moves(c, gn)) continue;
+    uint32_t out = vd_gnode_outputs(c->gp, gn)[0];
+    if (vl_at(c, out)->known || feeds_known(c, out, depth + 1)) return 1;
+  }
+  return 0;
+}
+
+int moved_interior(const ictx *c, const vd_gnode_t *pn) {
+  return moves(c, pn) && feeds_known(c, vd_gnode_outputs(c->gp, pn)[0], 0);
 }

@@ -4,10 +4,13 @@ unit (ModuleWrapPolicy), use_orig_params=True, FSDP's own clip_grad_norm_.  A un
 concatenates its flattened parameters and shards that along its only dim, so a rank holds element
 ranges of the parameters; torch2plan declares them as boxes of the parameters (docs/torch.md
 "FSDP1").  The parallel program of gpt2_single.py (tools/torch2plan --nproc DP --set dp=DP; --set
-opt=sgdm|adam|adamw, clip=X; strategy=shard_grad_op (FULL_SHARD by default); orig=0 for
-use_orig_params=False, which torch2plan refuses by name).
-Bug (--set bug=flat_sum): the flat gradient is reduce-scattered as a sum where the loss is a mean
-(FSDP's gradient divide factors set to 1: each rank's gradient is DP times too large).
+opt=sgdm|adam|adamw, clip=X; strategy=shard_grad_op|no_shard (FULL_SHARD by default); wrap=manual:
+each block wrapped by hand, then the root; orig=0 for use_orig_params=False, which torch2plan
+refuses by name).
+Bugs: --set bug=flat_sum: the flat gradient is reduce-scattered as a sum where the loss is a mean
+(FSDP's gradient divide factors set to 1: each rank's gradient is DP times too large);
+--set bug=no_root: the blocks wrapped by hand and the root forgotten, so the embeddings' and the
+final norm's gradients are never reduced across ranks.
 tests/e2e/53_torch_fsdp1.sh.
 """
 import os
@@ -32,9 +35,15 @@ def step(cap):
     idx, targets = gpt2.batch()
     mine = [t.chunk(dp)[cap.rank].clone() for t in (idx, targets)]
     block = type(model.h[0])
-    strategy = ShardingStrategy[cap.args.get("strategy", "full_shard").upper()]
-    fsdp = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({block}), sharding_strategy=strategy,
-                use_orig_params=cap.args.get("orig", "1") == "1", device_id=torch.device("cpu"))
+    kw = dict(sharding_strategy=ShardingStrategy[cap.args.get("strategy", "full_shard").upper()],
+              use_orig_params=cap.args.get("orig", "1") == "1", device_id=torch.device("cpu"))
+    if cap.args.get("wrap") == "manual" or c["bug"] == "no_root":   # each block wrapped by hand
+        for i, b in enumerate(model.h):
+            model.h[i] = FSDP(b, **kw)
+        # BUG (no_root): the root left unwrapped: nothing reduces the embeddings' gradients
+        fsdp = model if c["bug"] == "no_root" else FSDP(model, **kw)
+    else:
+        fsdp = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({block}), **kw)
     if c["bug"] == "flat_sum":   # BUG: the reduce-scatter sums where the loss is a mean
         for unit in FSDP.fsdp_modules(fsdp):
             unit._gradient_predivide_factor = unit._gradient_postdivide_factor = 1.0

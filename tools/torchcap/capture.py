@@ -513,8 +513,12 @@ class Capture:
         buffers (position tables, running statistics) as inputs, and its boolean and integer
         buffers (a causal mask, position ids) as constants whose values the capture reads: the
         module states all of them, so the user need not.  A buffer already declared is left."""
-        flat = self.parallel and fsdp.declare_flat_parameters(self, module, prefix)
-        for n, p in ([] if flat else module.named_parameters()):
+        managed = fsdp.declare_flat_parameters(self, module, prefix) if self.parallel else None
+        clean = fsdp.clean_name if managed is not None else (lambda n: n)
+        for n, p in module.named_parameters():
+            if managed is not None and id(p) in managed:
+                continue    # declared box by box from FSDP1's flat parameter
+            n = clean(n)
             if dtensor.is_dtensor(p):
                 # a DTensor parameter states its placements: its local tensor is declared
                 pl = dict(placements)
@@ -525,6 +529,7 @@ class Capture:
             # caller's placements, which win
             self.param(p, prefix + n, **{**megatron.placements(p, prefix + n, self.mesh_dims), **placements})
         for n, b in module.named_buffers():
+            n = clean(n)
             if self.rec.cell_of(b) is not None:
                 continue
             if b.is_floating_point():

@@ -119,14 +119,15 @@ def _refuse_unit(unit, handle, where):
 def declare_flat_parameters(cap, module, prefix=""):
     """cap.params for a module that is or holds FullyShardedDataParallel units: declares, for each
     unit, the boxes of every parameter in this rank's shard (see the module comment); returns
-    False when module holds no such unit.  The ranks hold different boxes, so the plan stores
+    the ids of the parameters the units manage (the caller declares the others as usual), or
+    None when module holds no such unit.  The ranks hold different boxes, so the plan stores
     every rank (`cap.all_ranks`, as for ZeRO)."""
     cls = _fsdp1_class()
     if cls is None or not any(isinstance(m, cls) for m in module.modules()):
-        return False
+        return None
     where = cap.rec.src_here()[0]
-    from torch.distributed.fsdp._common_utils import clean_tensor_name   # FSDP's wrapper prefixes out
-    names = {id(p): prefix + clean_tensor_name(n) for n, p in module.named_parameters()}
+    names = {id(p): prefix + clean_name(n) for n, p in module.named_parameters()}
+    managed = set()
     for unit in cls.fsdp_modules(module):
         handle = getattr(unit, "_handle", None)
         if handle is None:
@@ -134,13 +135,21 @@ def declare_flat_parameters(cap, module, prefix=""):
         _refuse_unit(unit, handle, where)
         fp = handle.flat_param
         shard = fp.detach()
+        managed.update(id(p) for p in fp._params)
+        managed.update(id(p) for p in fp._shared_params or [])
         for p, shape, info in zip(fp._params, fp._shapes, fp._shard_param_infos):
             if not info.in_shard:
                 continue
             cap.declare_range("param", shard, names[id(p)], shape, info.intra_param_start_idx,
                               info.intra_param_end_idx + 1, info.offset_in_shard, holder=p)
     cap.all_ranks = True
-    return True
+    return managed
+
+
+def clean_name(name):
+    """A parameter or buffer name without FSDP1's wrapper prefixes (`_fsdp_wrapped_module.`)."""
+    from torch.distributed.fsdp._common_utils import clean_tensor_name
+    return clean_tensor_name(name)
 
 
 def _grad_pieces(rec, g, where):
