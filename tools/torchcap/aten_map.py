@@ -1003,15 +1003,9 @@ def _copy_pieces(rec, dst, s, src):
     FSDP1's flat gradient, laid out by _cat_layout, into the parameter's .grad): dst's storage
     gets s's pieces at the same offsets, as a layout, so per-piece operators still see each
     value.  True when done."""
-    c = rec.cell_of(s)
-    if c is not None and c.kind == "data" and rec.memory.unchanged_since(s, c.version):
-        return False
     if not (s.is_contiguous() and dst.is_contiguous() and _shape(s) == _shape(dst) and s.dtype == dst.dtype):
         return False
-    try:
-        pieces = rec.memory.pieces(s)
-    except CaptureError:
-        return False
+    pieces = buckets.unheld_pieces(rec, s)
     if not pieces or len(pieces) < 2:
         return False
     shift = dst.storage_offset() - s.storage_offset()

@@ -36,16 +36,22 @@ def _whole_pieces(rec, t):
     else None."""
     if not t.is_contiguous() or t.numel() <= 1:
         return None
-    c = rec.cell_of(t)
-    if c is not None and c.kind == "data" and rec.memory.unchanged_since(t, c.version):
-        return None            # t holds one value: the normal path
-    try:
-        pieces = rec.memory.pieces(t)
-    except Exception:
-        return None
+    pieces = unheld_pieces(rec, t)
     if not pieces or len(pieces) < 2:
         return None
     return pieces if covers_values(pieces) else None
+
+
+def unheld_pieces(rec, t):
+    """The storage pieces answering a read of t when t holds no value of its own (no cell, or
+    one a later write overlapped), else None (t's own value: the normal path)."""
+    c = rec.cell_of(t)
+    if c is not None and c.kind == "data" and rec.memory.unchanged_since(t, c.version):
+        return None
+    try:
+        return rec.memory.pieces(t)
+    except Exception:
+        return None
 
 
 def covers_values(pieces):
@@ -129,13 +135,7 @@ def _aligned_pieces(rec, ts):
     own; else None."""
     layout = None
     for t in ts:
-        c = rec.cell_of(t)
-        if c is not None and c.kind == "data" and rec.memory.unchanged_since(t, c.version):
-            return None
-        try:
-            pieces = rec.memory.pieces(t)
-        except Exception:
-            return None
+        pieces = unheld_pieces(rec, t)
         if not pieces:
             return None
         lo = t.storage_offset()

@@ -111,10 +111,7 @@ def _state(cap, opt, group, by_id, keys, step, what):
             continue    # FSDP1: a parameter with no element in this rank's shard is not stepped
         if d is None:
             raise CaptureError("%s: a parameter of the optimizer is not declared (cap.param)" % what)
-        st = opt.state[p]
-        if step is not None:
-            st["step"] = torch.tensor(float(step))
-            cap.host_tensors.append(st["step"])
+        st = _new_state(cap, opt, p, step)
         for key, suffix in keys.items():
             with torch.no_grad():
                 t = _init_value(key, local.detach().double()).to(p.dtype)
@@ -129,15 +126,21 @@ def _state(cap, opt, group, by_id, keys, step, what):
             cap.decls.append(type(d)("optstate", d.name + suffix, t, pid, d.placements, -1, d.src))
 
 
+def _new_state(cap, opt, p, step):
+    """p's state dict, with its step counter (host state) when the optimizer counts steps."""
+    st = opt.state[p]
+    if step is not None:
+        st["step"] = torch.tensor(float(step))
+        cap.host_tensors.append(st["step"])
+    return st
+
+
 def _range_state(cap, opt, p, keys, step):
     """The state of a parameter that holds a flat range of a single tensor (FSDP1's original
     parameters, 1-D views of the rank's shard): 1-D like it, declared box by box as the
     parameter was (cap.declare_range)."""
     name, shape, start = cap.ranges[id(p)]
-    st = opt.state[p]
-    if step is not None:
-        st["step"] = torch.tensor(float(step))
-        cap.host_tensors.append(st["step"])
+    st = _new_state(cap, opt, p, step)
     for key, suffix in keys.items():
         with torch.no_grad():
             t = _init_value(key, p.detach().double()).to(p.dtype)
