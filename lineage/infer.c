@@ -200,6 +200,15 @@ static void mark_node(ictx *c, uint32_t gi) {
   for (int k = 0; k < 3; k++) c->dirty[k][t >> 6] |= 1ull << (t & 63);
 }
 
+/* Marks the nodes that read v although v did not change: a rule that reads
+ * further upstream than its node's inputs failed at v's producer, and a
+ * reader's may not (moved_box, lineage/infer_moved.c). */
+void vd_lin_i_mark_readers(ictx *c, uint32_t v) {
+  const vd_value_t *val = &c->gp->values[v];
+  const uint32_t *cons = vd_value_consumers(c->gp, val);
+  for (uint32_t k = 0; k < val->n_cons; k++) mark_node(c, cons[k]);
+}
+
 /* Counts v once when it has become known and marks the nodes that read it. */
 static void note_value(ictx *c, uint32_t v) {
   if (c->noted[v] || !vl_at(c, v)->known) return;

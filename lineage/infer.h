@@ -136,6 +136,7 @@ const vd_tensor_t *stens(const ictx *c, int32_t sv);
 const vlin *vl_at(const ictx *c, uint32_t v);
 void vl_put(ictx *c, uint32_t v, const vlin *l);
 vlin *vl_slot(ictx *c, uint32_t v);
+void vd_lin_i_mark_readers(ictx *c, uint32_t v);
 /* infer_emit.c */
 int vd_lin_i_emit_tensor(ictx *c, uint32_t ti, vd_plan_t *pp);
 int factor_escapes(const ictx *c);
@@ -146,6 +147,9 @@ int guess_outputs(ictx *c, uint32_t gi, int op);
 /* infer_kinds.c */
 int is_sum(const vd_plan_t *p, const vd_node_t *nd, int op, uint32_t n_in);
 int prop_node(ictx *c, uint32_t gi);
+/* infer_moved.c */
+void moved_box(ictx *c, uint32_t gi);
+int moved_interior(const ictx *c, const vd_gnode_t *pn);
 /* infer_map.c */
 int adds_constant(const vd_plan_t *p, const vd_node_t *nd, int op);
 int cancels_factor(const ictx *c, const vd_gnode_t *pn, int op);

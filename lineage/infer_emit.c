@@ -228,7 +228,9 @@ static int reads_one_addend(const ictx *c, const vd_gnode_t *pn, int op, uint32_
 }
 
 /* The first node (topological order) whose inputs all have lineages and
- * whose outputs got none, and why (see vd_lin_infer_stats). */
+ * whose outputs got none, and why (see vd_lin_infer_stats); an element
+ * copy whose output goes on, through copies, into a value with a lineage
+ * did not stop propagation and is not reported. */
 void find_stuck(ictx *c, vd_lin_infer_stats *s) {
   s->stuck_node = -1;
   s->stuck_origin = -1;
@@ -281,6 +283,8 @@ void find_stuck(ictx *c, vd_lin_infer_stats *s) {
       if (x->n / (x->cnt ? x->cnt : 1) > 1) why = VD_LIN_STUCK_PARTIAL, at = i;
     }
     if (why == VD_LIN_STUCK_SLICE && rules[op].kind == VD_PROP_MAP && sm < 0) why = VD_LIN_STUCK_NO_TWIN;
+    if ((why == VD_LIN_STUCK_SLICE || why == VD_LIN_STUCK_NO_TWIN) && moved_interior(c, pn))
+      continue; /* inside a copied box that has a lineage as a whole (lineage/infer_moved.c) */
     s->stuck_node = pn->pnode;
     s->stuck_mb = pn->mb;
     s->stuck_why = why;

@@ -705,5 +705,6 @@ int prop_node(ictx *c, uint32_t gi) {
   if (pn->n_out == 1 && !vl_at(c, out[0])->known) scale_through(c, pn, op);
   if (pn->n_out == 1 && !vl_at(c, out[0])->known) identity_chain(c, pn);
   if (pn->n_out == 1 && !vl_at(c, out[0])->known) absorbs_producer(c, pn);
+  if (pn->n_out == 1 && !vl_at(c, out[0])->known) moved_box(c, gi);
   return 1;
 }

@@ -21,7 +21,7 @@ LR = 0.05
 def config(args):
     """Run configuration from torch2plan --set KEY=VALUE (strings)."""
     c = {"dp": 1, "tp": 1, "pp": 1, "nm": 1, "opt": "sgd", "bug": "", "schedule": "gpipe", "clip": 0.0,
-         "attn": "mask"}
+         "attn": "mask", "dtype": "f64"}
     for k, v in args.items():
         c[k] = type(c[k])(v) if k in c and not isinstance(c[k], str) else v
     return c
@@ -92,9 +92,12 @@ class GPT2(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
 
-def build(c=None, dtype=torch.float64):
+def build(c=None, dtype=None):
     """The model with the shared initial weights (seeded: the same checkpoint on every rank);
-    c (config()) chooses the attention kernel."""
+    c (config()) chooses the attention kernel and the dtype (--set dtype=f32: FSDP1's
+    clip_grad_norm_ computes its norms in float32 and refuses float64 gradients)."""
+    if dtype is None:
+        dtype = torch.float32 if c and c.get("dtype") == "f32" else torch.float64
     torch.manual_seed(1234)
     model = GPT2().to(dtype)
     for m in model.modules():

@@ -1,9 +1,17 @@
 """examples/torch/gpt2_fsdp1.py - the GPT-2 of gpt2.py wrapped in the first FSDP,
 torch.distributed.fsdp.FullyShardedDataParallel, as one writes it: each transformer block its own
-unit (ModuleWrapPolicy), use_orig_params=True.  torch2plan REFUSES it (exit 2, naming FSDP2 as
-the way): a unit's FlatParameter concatenates its flattened parameters and shards that along its
-only dim, so a rank holds element ranges of the parameters, which are no slices of them.  Kept as
-the program tests/e2e/52_torch_fsdp.sh checks the refusal on; gpt2_fsdp.py is the FSDP2 version.
+unit (ModuleWrapPolicy), use_orig_params=True, FSDP's own clip_grad_norm_.  A unit's FlatParameter
+concatenates its flattened parameters and shards that along its only dim, so a rank holds element
+ranges of the parameters; torch2plan declares them as boxes of the parameters (docs/torch.md
+"FSDP1").  The parallel program of gpt2_single.py (tools/torch2plan --nproc DP --set dp=DP; --set
+opt=sgdm|adam|adamw, clip=X; strategy=shard_grad_op|no_shard (FULL_SHARD by default); wrap=manual:
+each block wrapped by hand, then the root; orig=0 for use_orig_params=False, which torch2plan
+refuses by name).
+Bugs: --set bug=flat_sum: the flat gradient is reduce-scattered as a sum where the loss is a mean
+(FSDP's gradient divide factors set to 1: each rank's gradient is DP times too large);
+--set bug=no_root: the blocks wrapped by hand and the root forgotten, so the embeddings' and the
+final norm's gradients are never reduced across ranks.
+tests/e2e/53_torch_fsdp1.sh.
 """
 import os
 import sys
@@ -11,6 +19,7 @@ import sys
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+from torch.distributed.fsdp import ShardingStrategy
 from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -26,9 +35,19 @@ def step(cap):
     idx, targets = gpt2.batch()
     mine = [t.chunk(dp)[cap.rank].clone() for t in (idx, targets)]
     block = type(model.h[0])
-    fsdp = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({block}), use_orig_params=True,
-                device_id=torch.device("cpu"))
-    cap.params(fsdp)
+    kw = dict(sharding_strategy=ShardingStrategy[cap.args.get("strategy", "full_shard").upper()],
+              use_orig_params=cap.args.get("orig", "1") == "1", device_id=torch.device("cpu"))
+    if cap.args.get("wrap") == "manual" or c["bug"] == "no_root":   # each block wrapped by hand
+        for i, b in enumerate(model.h):
+            model.h[i] = FSDP(b, **kw)
+        # BUG (no_root): the root left unwrapped: nothing reduces the embeddings' gradients
+        fsdp = model if c["bug"] == "no_root" else FSDP(model, **kw)
+    else:
+        fsdp = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({block}), **kw)
+    if c["bug"] == "flat_sum":   # BUG: the reduce-scatter sums where the loss is a mean
+        for unit in FSDP.fsdp_modules(fsdp):
+            unit._gradient_predivide_factor = unit._gradient_postdivide_factor = 1.0
+    cap.params(fsdp)   # each rank's boxes of the parameters, from FSDP's flat-parameter layout
     cap.input(mine[0], "idx", dp=Shard(0))
     cap.input(mine[1], "targets", dp=Shard(0))
     opt = gpt2.make_optimizer(c, fsdp.parameters())
@@ -36,7 +55,7 @@ def step(cap):
     with cap.step():
         loss = fsdp(*mine)
         loss.backward()
-        if c["clip"]:
+        if c["clip"]:   # the norm of the sharded gradients, all-reduced by FSDP
             fsdp.clip_grad_norm_(c["clip"])
         opt.step()
         logged = loss.detach().clone()

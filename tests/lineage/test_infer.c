@@ -7,7 +7,8 @@
  * chunk of a sliced value rebased on the single plan's chunk, constant
  * factors that cancel (a mean over a part, then a division without a single
  * twin), and a factor that does not cancel (no candidate, and the first
- * stuck node is reported).  The result is the same at 1 and 2 threads, and
+ * stuck node is reported), and a tensor rebuilt from flattened boxes of a
+ * value is that value (moved_box).  The result is the same at 1 and 2 threads, and
  * every allocation failure gives VD_ENOMEM with the plan untouched.
  */
 #include <math.h>
@@ -213,6 +214,68 @@ static void test_infer_chunk_rebase(void **st) {
   vd_free(inf);
   vd_plan_free(&s);
   vd_plan_free(&p);
+}
+
+/* single: y = neg(w [4,4]).  parallel: w held as three boxes, [0:1, 0:2],
+ * [0:1, 2:4] and [1:4, 0:4] (a flat range of w, as FSDP1's shards hold it),
+ * flattened, concatenated in the order given and viewed as [4,4] (how the
+ * capture rebuilds a tensor from storage pieces), then y' = neg(w').  In
+ * row-major order the tree is w itself and y' is y (moved_box,
+ * lineage/infer_moved.c); with the two partial rows swapped it is no box,
+ * and neither gets a candidate. */
+static void moved_boxes(int swapped) {
+  vd_plan_t s, p;
+  pb_ctx c;
+  int32_t f = begin_fwd(&c, &s, VD_PLAN_SINGLE);
+  uint32_t w = pb_tensor(&c, "w", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 4, 4); /* id 1 */
+  uint32_t y = pb_tensor(&c, "y", 0, VD_ROLE_LOSS, VD_SCOPE_PER_MB, 2, 4, 4);  /* id 2 */
+  pb_node(&c, "neg", "y", 0, f, VD_PHASE_FWD, PB_T(w), PB_T(y));
+  end_one_step(&c, f);
+  f = begin_fwd(&c, &p, VD_PLAN_PARALLEL);
+  const int64_t box[3][4] = {{0, 1, 0, 2}, {0, 1, 2, 4}, {1, 4, 0, 4}};
+  uint32_t flat[3];
+  for (int i = 0; i < 3; i++) {
+    const int64_t *b = box[i];
+    uint32_t t = pb_tensor(&c, "w", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, b[1] - b[0], b[3] - b[2]);
+    pb_lin(&c, t, 1, b[0], b[1], b[2], b[3], 0, 1);
+    flat[i] = pb_tensor(&c, "", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, (b[1] - b[0]) * (b[3] - b[2]), 0);
+    pb_node(&c, "view", "flat", 0, f, VD_PHASE_FWD, PB_T(t), PB_T(flat[i]));
+  }
+  if (swapped) {
+    uint32_t t = flat[0];
+    flat[0] = flat[1], flat[1] = t;
+  }
+  uint32_t cat = pb_tensor(&c, "", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 1, 16, 0);
+  uint32_t k = pb_node(&c, "concat", "cat", 0, f, VD_PHASE_FWD, flat, 3, PB_T(cat));
+  assert_int_equal(c.rc, VD_OK);
+  assert_int_equal(vd_plan_attr_int(&p, k, "dim", 0), VD_OK);
+  uint32_t pw = pb_tensor(&c, "", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 4);
+  uint32_t py = pb_tensor(&c, "y", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 4);
+  pb_node(&c, "view", "w", 0, f, VD_PHASE_FWD, PB_T(cat), PB_T(pw));
+  pb_node(&c, "neg", "y", 0, f, VD_PHASE_FWD, PB_T(pw), PB_T(py));
+  uint8_t *inf = NULL;
+  vd_lin_infer_stats is;
+  infer_built(&c, f, &s, &p, &inf, &is);
+  if (swapped) {
+    assert_false(inf[pw] || inf[py]);
+  } else {
+    assert_true(inf[pw] && inf[py]);
+    assert_int_equal(p.tensors[pw].lin.full, 1);
+    assert_int_equal(p.tensors[py].lin.full, 2);
+    for (int d = 0; d < 2; d++) {
+      assert_int_equal(p.tensors[py].lin.lo[d], 0);
+      assert_int_equal(p.tensors[py].lin.hi[d], 4);
+    }
+  }
+  vd_free(inf);
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+static void test_infer_moved_box(void **st) {
+  (void)st;
+  moved_boxes(0);
+  moved_boxes(1);
 }
 
 /* One node of scaled_chain: operator OP named NODE, its output tensor OUT,
@@ -763,6 +826,7 @@ int main(void) {
       cmocka_unit_test(test_rules_complete),
       cmocka_unit_test(test_infer_mlp),
       cmocka_unit_test(test_infer_chunk_rebase),
+      cmocka_unit_test(test_infer_moved_box),
       cmocka_unit_test(test_infer_factors),
       cmocka_unit_test(test_infer_loss_scale),
       cmocka_unit_test(test_infer_commuted),

@@ -539,6 +539,8 @@ def _lineage(d, tr, full_shape, local_shape, who):
         r //= size
     coords["mb"] = d["mb_index"] if d["mb_index"] is not None and d["mb_index"] >= 0 else 0
     sizes["mb"] = tr["nm"]
+    if d.get("at") is not None:
+        return _box_lineage(d, full_shape, local_shape, who)
     lo = [0] * len(full_shape)
     ext = list(full_shape)
     k, n = 0, 1
@@ -563,6 +565,17 @@ def _lineage(d, tr, full_shape, local_shape, who):
                            "tensor %s, but the tensor on this rank has shape %s"
                            % (who, d["name"], ext, list(full_shape), list(local_shape)))
     return lo, k, n
+
+
+def _box_lineage(d, full_shape, local_shape, who):
+    """(lo, 0, 1) of a declared box (cap.declare_range: a slice of the single tensor at d["at"],
+    of the rank's local shape), checked to lie inside the single tensor."""
+    lo = list(d["at"])
+    if d["placements"] or len(lo) != len(full_shape) or len(local_shape) != len(full_shape) or \
+            any(a < 0 or a + e > n for a, e, n in zip(lo, local_shape, full_shape)):
+        raise CaptureError("%s: %s: a box at %s of shape %s does not lie inside the single-device tensor %s"
+                           % (who, d["name"], lo, list(local_shape), list(full_shape)))
+    return lo, 0, 1
 
 
 def _same_program(a, b, S, d):

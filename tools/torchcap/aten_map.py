@@ -891,6 +891,8 @@ def record(rec, func, args, kwargs, out):
         for o in outs:
             rec.bind(o, None, "empty").src = cells[0].src
         return
+    if name in VIEWS_OF_EMPTY and cells and cells[0] is None and _lazy_view(rec, args[0], outs):
+        return
     src = where()
     E = Emit(rec, name, src)
     if vocab.handles(rec, name, args, cells):
@@ -902,6 +904,9 @@ def record(rec, func, args, kwargs, out):
         return
     if buckets.per_piece(rec, E, name, args, kwargs, out):
         return   # an element-wise operator on a flat buffer of several values (a DDP bucket)
+    ew = name[:-1] if name.endswith("_") and not name.startswith("_") else name
+    if buckets.per_piece_tensors(rec, E, name, args, kwargs, out, TABLE.get(ew)):
+        return   # ... of several operands laid out alike (FSDP1's parameters, gradients, state)
     if name in ALIASES:
         # an alias holds whatever its source holds (data, empty, constant); reads check it later
         if rec.cell_of(args[0]) is not None:
@@ -932,6 +937,8 @@ def record(rec, func, args, kwargs, out):
                 rec.bind(o, p, alias=memory.is_view_of(o, tensors))
         _note_fwd(rec, outs, src)
         return
+    if base == "cat" and not inplace and _cat_layout(rec, E, args, kwargs, out):
+        return
     h = TABLE.get(base)
     if h is None:
         raise CaptureError("%s: %s has no mapping to a verdict operator (tools/torchcap/aten_map.py)"
@@ -951,6 +958,36 @@ def record(rec, func, args, kwargs, out):
     _note_fwd(rec, outs, src)
 
 
+def _lazy_view(rec, x, outs):
+    """A view of a tensor that holds no value of its own but whose storage the step wrote piece by
+    piece (FSDP1's flat parameter, gathered; its gradient, laid out by _cat_layout): nothing is
+    recorded, and a read of the view is rebuilt from the pieces it covers (memory.py), when it is
+    read, as torch reads a view.  True when so."""
+    key = memory.storage_key(x)
+    return (key is not None and key in rec.memory.storages and bool(outs)
+            and all(memory.storage_key(o) == key for o in outs))
+
+
+def _cat_layout(rec, E, args, kw, out):
+    """torch.cat of 1-D tensors along dim 0 (autograd's backward of FSDP1's split of its flat
+    parameter: the flat gradient) is a layout: the output's storage holds each input's value at
+    its offset (the reshape's source, as a contiguous copy does), not one new value, so that
+    per-piece operators and collectives see the gradients.  Reads of the whole are rebuilt from
+    the pieces (a concat).  True when done."""
+    ts = [t for t in args[0] if isinstance(t, torch.Tensor) and t.numel() > 0]
+    dim = int(args[1]) if len(args) > 1 else int(kw.get("dim", 0))
+    if len(ts) < 2 or dim not in (0, -1) or not isinstance(out, torch.Tensor) or out.dim() != 1 or \
+            not out.is_contiguous() or any(t.dim() != 1 or t.dtype != out.dtype for t in ts):
+        return False
+    at = out.storage_offset()
+    for t in ts:
+        pid = E.x(t)
+        rec.memory.store_span(out, at, at + t.numel(), rec.stored_value(t, pid), t.numel())
+        at += t.numel()
+    rec.bind(out, None, "empty").src = E.src
+    return True
+
+
 def _fresh(rec, t, kind, src):
     """A tensor in new memory holds nothing recorded yet: what a freed tensor at the same address
     held is forgotten (FSDP2 frees and reallocates its buffers every step), so that no read of
@@ -968,6 +1005,8 @@ def _copy_into(rec, E, dst, s, src):
         c = rec.bind(dst, None, "const")
         c.src, c.version = src, rec.memory.version(dst)
         return
+    if _copy_pieces(rec, dst, s, src):
+        return
     p = E.x(s)
     if _shape(s) != _shape(dst):
         p = E.op("expand", [p], _shape(dst), {}, _dt(dst))
@@ -975,6 +1014,24 @@ def _copy_into(rec, E, dst, s, src):
         p = E.op("cast", [p], _shape(dst), {}, _dt(dst))
     rec.write(dst, p, src)
     _note_fwd(rec, [dst], src)
+
+
+def _copy_pieces(rec, dst, s, src):
+    """dst.copy_(s) of a buffer that holds several values and no value of its own (autograd copies
+    FSDP1's flat gradient, laid out by _cat_layout, into the parameter's .grad): dst's storage
+    gets s's pieces at the same offsets, as a layout, so per-piece operators still see each
+    value.  True when done."""
+    if not (s.is_contiguous() and dst.is_contiguous() and _shape(s) == _shape(dst) and s.dtype == dst.dtype):
+        return False
+    pieces = buckets.unheld_pieces(rec, s)
+    if not pieces or len(pieces) < 2:
+        return False
+    shift = dst.storage_offset() - s.storage_offset()
+    for sg, a, b in pieces:
+        rec.memory.store_span(dst, a + shift, b + shift, sg.pid, sg.numel, sg.base + a - sg.lo)
+    if rec.cell_of(dst) is None or rec.cell_of(dst).kind != "empty":
+        rec.bind(dst, None, "empty").src = src
+    return True
 
 
 def _record_out(rec, name, full, args, kwargs, src):

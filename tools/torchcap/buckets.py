@@ -14,8 +14,13 @@ holds as several whole values (each all there once, in one piece or in several),
 once per value, and the output's storage gets the results at the same offsets.  This is
 an identity on values (the operator acts on every element independently), and each result is
 the gradient of one parameter, which the single-device program computes too.  Any other case
-(a piece that is part of a value, an output of another layout, a tensor operand) takes the
-normal path.
+(a piece that is part of a value, an output of another layout) takes the normal path.
+
+Element-wise operators of several tensor operands of one shape (`per_piece_tensors`: an
+optimizer's update of FSDP1's original parameters, 1-D views of the rank's shard that hold
+boxes of several parameters, with their gradients and state laid out alike) are recorded once
+per piece when every operand holds whole values at the same offsets: each piece's operands are
+viewed at the piece's shape and the operator's own handler records it there.
 """
 import numbers
 
@@ -31,16 +36,22 @@ def _whole_pieces(rec, t):
     else None."""
     if not t.is_contiguous() or t.numel() <= 1:
         return None
-    c = rec.cell_of(t)
-    if c is not None and c.kind == "data" and rec.memory.unchanged_since(t, c.version):
-        return None            # t holds one value: the normal path
-    try:
-        pieces = rec.memory.pieces(t)
-    except Exception:
-        return None
+    pieces = unheld_pieces(rec, t)
     if not pieces or len(pieces) < 2:
         return None
     return pieces if covers_values(pieces) else None
+
+
+def unheld_pieces(rec, t):
+    """The storage pieces answering a read of t when t holds no value of its own (no cell, or
+    one a later write overlapped), else None (t's own value: the normal path)."""
+    c = rec.cell_of(t)
+    if c is not None and c.kind == "data" and rec.memory.unchanged_since(t, c.version):
+        return None
+    try:
+        return rec.memory.pieces(t)
+    except Exception:
+        return None
 
 
 def covers_values(pieces):
@@ -112,4 +123,61 @@ def per_piece(rec, E, name, args, kwargs, out):
         c = rec.cell_of(dst)
         if c is None:
             rec.bind(dst, None, "empty").src = E.src
+    return True
+
+
+_ELEMENTWISE = {"add", "sub", "mul", "div", "addcmul", "addcdiv", "lerp", "sqrt", "rsqrt", "neg", "clone"}
+
+
+def _aligned_pieces(rec, ts):
+    """[(start, end, shape)] relative to the tensors' first element when every tensor of ts holds
+    whole values at the same relative offsets, pairwise of one shape, and holds no value of its
+    own; else None."""
+    layout = None
+    for t in ts:
+        pieces = unheld_pieces(rec, t)
+        if not pieces:
+            return None
+        lo = t.storage_offset()
+        mine = []
+        for sg, a, b in pieces:
+            if sg.geom is not None or sg.base != a - sg.lo or b - a != sg.numel:
+                return None
+            mine.append((a - lo, b - lo, tuple(rec.values[sg.pid]["shape"])))
+        if layout is not None and mine != layout:
+            return None
+        layout = mine
+    return layout
+
+
+def per_piece_tensors(rec, E, name, args, kwargs, out, handler):
+    """Records an element-wise operator of several same-shape tensor operands piece by piece (see
+    the module comment): True when done, False for the normal path."""
+    inplace = name.endswith("_") and not name.startswith("_")
+    base = name[:-1] if inplace else name
+    if base not in _ELEMENTWISE or handler is None or not args or not isinstance(args[0], torch.Tensor):
+        return False
+    x = args[0]
+    dst = x if inplace else out
+    if not isinstance(dst, torch.Tensor) or not dst.is_contiguous() or dst.shape != x.shape or \
+            dst.dtype != x.dtype:
+        return False
+    ts = [a for a in args if isinstance(a, torch.Tensor)]
+    if any(t.shape != x.shape or not t.is_contiguous() or t.dtype != x.dtype for t in ts) or \
+            any(isinstance(v, torch.Tensor) for v in kwargs.values()):
+        return False
+    layout = _aligned_pieces(rec, ts)
+    if layout is None:
+        return False
+    results = []
+    for a, b, shape in layout:
+        def piece(t):
+            return t.reshape(-1)[a:b].view(list(shape)) if isinstance(t, torch.Tensor) else t
+        results.append((a, b, handler(E, [piece(v) for v in args], kwargs, piece(dst))))
+    lo = dst.storage_offset()
+    for a, b, pid in results:
+        rec.memory.store_span(dst, lo + a, lo + b, pid, b - a)
+    c = rec.cell_of(dst)
+    if not inplace and c is None:
+        rec.bind(dst, None, "empty").src = E.src
     return True

@@ -324,6 +324,14 @@ def _dims(x):
     return [int(s) for s in x.shape]
 
 
+def _flat_index(shape, lo):
+    """The row-major index of element lo of a tensor of shape."""
+    i = 0
+    for n, x in zip(shape, lo):
+        i = i * int(n) + int(x)
+    return i
+
+
 def _numel(shape):
     n = 1
     for s in shape:
@@ -332,7 +340,8 @@ def _numel(shape):
 
 
 class Decl:
-    def __init__(self, kind, name, tensor, pid, placements, mb_index, src):
+    def __init__(self, kind, name, tensor, pid, placements, mb_index, src, at=None):
+        self.at = at            # a box's first element in the single tensor (declare_range), or None
         self.kind = kind
         self.name = name
         self.tensor = tensor
@@ -344,7 +353,7 @@ class Decl:
     def to_dict(self, final_pid):
         return {"kind": self.kind, "name": self.name, "pid": self.pid, "final": final_pid,
                 "placements": [(k, p.kind, getattr(p, "dim", None)) for k, p in self.placements],
-                "mb_index": self.mb_index, "src": self.src}
+                "mb_index": self.mb_index, "src": self.src, "at": self.at}
 
 
 class Capture:
@@ -362,7 +371,8 @@ class Capture:
         self.host_tensors = []   # host-side tensors (optimizer step counters)
         self.stepped = False
         self.replay = None       # {name: initial values} in --replay mode (verdict exec --dump)
-        self.all_ranks = False   # ZeroRedundancyOptimizer: ranks run different programs (optim.py)
+        self.all_ranks = False   # ZeroRedundancyOptimizer, FSDP1: ranks run different programs (optim.py)
+        self.ranges = {}         # id(tensor) -> (name, shape, start): holds a flat range (declare_range)
 
     # ---- mesh ------------------------------------------------------------------------------
     def mesh(self, **dims):
@@ -437,7 +447,7 @@ class Capture:
             pl.append((k, p))
         return pl
 
-    def _declare(self, kind, t, name, mb_index, kw):
+    def _declare(self, kind, t, name, mb_index, kw, at=None):
         if not isinstance(t, torch.Tensor):
             raise CaptureError("cap.%s(%r): expected a tensor" % (kind, name))
         if self.stepped and kind != "loss":
@@ -454,9 +464,25 @@ class Capture:
             pid = self.rec.new_value(_dims(t), DTYPES.get(t.dtype, "f32"))
             self.rec.bind(t, pid)
             self._replay_init(t, name)
-        d = Decl(kind, name, t, pid, self._placements(kw), mb_index, src)
+        d = Decl(kind, name, t, pid, self._placements(kw), mb_index, src, at)
         self.decls.append(d)
         return t
+
+    def declare_range(self, kind, flat, name, shape, start, end, offset, holder=None):
+        """Declares that elements [offset, offset + end - start) of the 1-D tensor flat hold
+        elements [start, end) of the row-major single-device tensor `name` (of `shape`): each box
+        of that range (fsdp.boxes) as a view of flat, whose lineage is that box.  holder (the
+        tensor the program reads the range through: FSDP1's original parameter, a 1-D view) is
+        remembered, so that optimizer state created for it is declared the same way."""
+        if not self.parallel:
+            raise CaptureError("cap: a flat range is declared by a parallel program only")
+        for lo, ext in fsdp.boxes(shape, start, end):
+            first = offset + _flat_index(shape, lo) - start
+            n = _numel(ext)
+            view = flat[first:first + n].view(list(ext) or [])
+            self._declare(kind, view, name, -1, {}, at=list(lo))
+        if holder is not None:
+            self.ranges[id(holder)] = (name, [int(s) for s in shape], start)
 
     def _replay_init(self, t, name):
         """--replay: the tensor starts from the value verdict's executor gave it."""
@@ -487,8 +513,12 @@ class Capture:
         buffers (position tables, running statistics) as inputs, and its boolean and integer
         buffers (a causal mask, position ids) as constants whose values the capture reads: the
         module states all of them, so the user need not.  A buffer already declared is left."""
-        fsdp.refuse_flat_parameters(module)
+        managed = fsdp.declare_flat_parameters(self, module, prefix) if self.parallel else None
+        clean = fsdp.clean_name if managed is not None else (lambda n: n)
         for n, p in module.named_parameters():
+            if managed is not None and id(p) in managed:
+                continue    # declared box by box from FSDP1's flat parameter
+            n = clean(n)
             if dtensor.is_dtensor(p):
                 # a DTensor parameter states its placements: its local tensor is declared
                 pl = dict(placements)
@@ -499,6 +529,7 @@ class Capture:
             # caller's placements, which win
             self.param(p, prefix + n, **{**megatron.placements(p, prefix + n, self.mesh_dims), **placements})
         for n, b in module.named_buffers():
+            n = clean(n)
             if self.rec.cell_of(b) is not None:
                 continue
             if b.is_floating_point():
@@ -522,7 +553,7 @@ class Capture:
         self.stepped = True
         rec = self.rec
         patches = collectives.hint_wrappers(rec) + pipelining.setup_wrappers(rec) if self.parallel else []
-        patches += optim.clip_wrappers(rec)
+        patches += optim.clip_wrappers(rec) + (fsdp.clip_wrappers(rec) if self.parallel else [])
         real_backward = torch.autograd.backward
 
         def backward(tensors, grad_tensors=None, *a, **k):

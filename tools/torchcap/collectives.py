@@ -19,6 +19,8 @@ Collectives run to completion before they are recorded (a collective needs every
 so waiting early changes no value); sends and receives are not waited for (pipeline schedules post
 both before waiting), and a receive's value is copied for --dump-* once its work completes.
 """
+import math
+
 import torch
 import torch.distributed as dist
 
@@ -237,6 +239,8 @@ def _allgather(call, args):
     outputs, inputs = args[0], args[1]
     _wait(call.rec.last_work)
     for outs, x in zip(outputs, inputs):
+        if _allgather_shards(call, outs, x):
+            continue
         pin = call.rec.read(x, call.where, call.name)
         g, shape, dt = _gather_into(call, x, pin, len(outs))
         for i, t in enumerate(outs):
@@ -244,6 +248,85 @@ def _allgather(call, args):
             if _dims(t) != shape:
                 p = call.local("view", [p], _dims(t), dt)
             call.rec.write(t, p, call.where)
+
+
+def _allgather_shards(call, outs, x):
+    """An all-gather (list form) of a flat buffer that holds several values, laid out differently
+    on each rank (FSDP1's flat-parameter shards: each rank holds element ranges of other
+    parameters, as boxes, cap.declare_range), is recorded as one broadcast per piece of each
+    member's buffer, from that member: out j then holds, piece by piece, what member j's buffer
+    holds.  The same elements as the all-gather.  The members' layouts (offset, length, shape of
+    each piece) are exchanged outside the capture, so that every rank records the same
+    broadcasts in the same order.  True when done."""
+    from .api import CaptureError
+    rec = call.rec
+    n = len(call.ranks)
+    if len(outs) != n or x.dim() != 1 or not x.is_contiguous() or \
+            any(o.numel() != x.numel() or not o.is_contiguous() or o.dtype != x.dtype for o in outs):
+        return False
+    try:
+        pieces = rec.memory.pieces(x)
+    except CaptureError:
+        pieces = None
+    from . import memory
+    dt = _dt(rec, x)
+    x_lo = x.storage_offset()
+    mine, layout = [], None
+    if pieces:
+        layout = []
+        for s, a, b in pieces:
+            pid = memory.piece_value(rec, s, a, b, dt, call.where)
+            mine.append(pid)
+            layout.append((a - x_lo, b - a, rec.values[pid]["shape"]))
+    layouts = [None] * n
+    dist.all_gather_object(layouts, layout, group=call.pg)
+    if any(lay is None for lay in layouts) or \
+            all(len(lay) == 1 and lay[0][2] == layouts[0][0][2] for lay in layouts):
+        return False     # one value of one shape on every member: the plain all-gather
+    me = call.ranks.index(dist.get_rank())
+    for j, pieces_j in enumerate(layouts):
+        for k, (off, ln, shape) in enumerate(pieces_j):
+            g = call.emit("broadcast", [mine[k]] if j == me else [], shape, dt, {"root": j})
+            at = outs[j].storage_offset() + off
+            rec.memory.store_span(outs[j], at, at + ln, g, ln)
+    return True
+
+
+def _reduce_scatter_boxes(call, out, x, red):
+    """A reduce-scatter of a flat buffer of several whole values, laid out alike on every rank,
+    whose blocks cut the values anywhere (FSDP1's flat gradient: a unit's gradients, flattened,
+    one after the other) is recorded box by box: the elements of each value that block j holds,
+    as boxes (fsdp.boxes), are all-reduced, and member j keeps them at their offsets in its
+    output.  Element for element the same sums (the other members' copies are not read); each
+    rank's output holds boxes of the gradients, which lineage inference follows.  Every member
+    records the same all-reduces (the assembler checks their shapes).  True when done."""
+    from . import buckets, fsdp, memory
+    rec = call.rec
+    n = len(call.ranks)
+    M = out.numel()
+    if not (out.is_contiguous() and x.is_contiguous() and x.numel() == n * M) or red not in ("sum", "avg"):
+        return False
+    pieces = buckets._whole_pieces(rec, x)
+    if pieces is None:
+        return False
+    dt = _dt(rec, x)
+    me = call.ranks.index(dist.get_rank())
+    x_lo, o_lo = x.storage_offset(), out.storage_offset()
+    for s, a, b in pieces:
+        shape = rec.values[s.pid]["shape"]
+        while a < b:
+            j = (a - x_lo) // M
+            e = min(b, x_lo + (j + 1) * M)
+            first = s.base + a - s.lo
+            at = o_lo + a - x_lo - j * M
+            for lo, ext in fsdp.boxes(shape, first, first + e - a):
+                r = call.reduced(memory.box(rec, s.pid, lo, ext, dt, call.where), list(ext), dt, red)
+                k = math.prod(ext)
+                if j == me:
+                    rec.memory.store_span(out, at, at + k, r, k)
+                at += k
+            a = e
+    return True
 
 
 def _write_shaped(call, t, p, shape, dt):
@@ -267,7 +350,7 @@ def _reduce_scatter_base(call, args):
     before = x.detach().clone()
     _wait(call.rec.last_work)
     red = _reduction_rs(call, before, out)
-    if _reduce_scatter_pieces(call, out, x, red):
+    if _reduce_scatter_pieces(call, out, x, red) or _reduce_scatter_boxes(call, out, x, red):
         return
     _reduce_scatter_one(call, out, x, red)
 

@@ -263,6 +263,15 @@ def _rebuild_contiguous(rec, shape, pieces, dtype, where):
     return out
 
 
+def piece_value(rec, seg, a, b, dtype, where):
+    """The value of storage piece (seg, a, b): seg's value itself when the piece is all of it,
+    else the piece's elements of its flattening (view, chunks)."""
+    start = seg.base + a - seg.lo
+    if start == 0 and b - a == seg.numel:
+        return seg.pid
+    return _range(rec, _flat(rec, seg.pid, dtype, where), seg.numel, start, start + (b - a), dtype, where)
+
+
 def _flat(rec, pid, dtype, where):
     shape = rec.values[pid]["shape"]
     if len(shape) == 1:
@@ -291,6 +300,35 @@ def _range(rec, pid, n, start, end, dtype, where):
     out = rec.new_value([ln], dtype)
     rec.emit("concat", parts, [out], {"dim": 0}, aten="memory", src=where)
     return out
+
+
+def box(rec, pid, lo, ext, dtype, where):
+    """The box [lo, lo + ext) of value pid, as chunks along each dim it slices (equal chunks
+    where aligned, else chunks of the gcd concatenated): slices of pid, which lineage inference
+    follows (FSDP1's reduce-scatter hands each rank boxes of the gradients)."""
+    shape = list(rec.values[pid]["shape"])
+    for d, (a, e) in enumerate(zip(lo, ext)):
+        n = shape[d]
+        if e == n:
+            continue
+        part = list(shape)
+        if n % e == 0 and a % e == 0:
+            part[d] = e
+            out = rec.new_value(part, dtype)
+            rec.emit("chunk", [pid], [out], {"dim": d, "index": a // e, "chunks": n // e}, aten="memory", src=where)
+        else:
+            g = math.gcd(math.gcd(a, a + e), n)
+            part[d] = g
+            pieces = []
+            for i in range(a // g, (a + e) // g):
+                p = rec.new_value(part, dtype)
+                rec.emit("chunk", [pid], [p], {"dim": d, "index": i, "chunks": n // g}, aten="memory", src=where)
+                pieces.append(p)
+            part[d] = e
+            out = rec.new_value(part, dtype)
+            rec.emit("concat", pieces, [out], {"dim": d}, aten="memory", src=where)
+        pid, shape = out, part
+    return pid
 
 
 def is_view_of(out, inputs):

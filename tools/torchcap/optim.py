@@ -104,12 +104,14 @@ def _state(cap, opt, group, by_id, keys, step, what):
         dt = dtensor.is_dtensor(p)
         local = dtensor.local_of(p) if dt else p
         d = by_id.get(id(local))
+        if d is None and id(p) in cap.ranges:
+            _range_state(cap, opt, p, keys, step)
+            continue
+        if d is None and p.numel() == 0:
+            continue    # FSDP1: a parameter with no element in this rank's shard is not stepped
         if d is None:
             raise CaptureError("%s: a parameter of the optimizer is not declared (cap.param)" % what)
-        st = opt.state[p]
-        if step is not None:
-            st["step"] = torch.tensor(float(step))
-            cap.host_tensors.append(st["step"])
+        st = _new_state(cap, opt, p, step)
         for key, suffix in keys.items():
             with torch.no_grad():
                 t = _init_value(key, local.detach().double()).to(p.dtype)
@@ -122,6 +124,28 @@ def _state(cap, opt, group, by_id, keys, step, what):
             cap.rec.bind(t, pid)
             cap._replay_init(t, d.name + suffix)
             cap.decls.append(type(d)("optstate", d.name + suffix, t, pid, d.placements, -1, d.src))
+
+
+def _new_state(cap, opt, p, step):
+    """p's state dict, with its step counter (host state) when the optimizer counts steps."""
+    st = opt.state[p]
+    if step is not None:
+        st["step"] = torch.tensor(float(step))
+        cap.host_tensors.append(st["step"])
+    return st
+
+
+def _range_state(cap, opt, p, keys, step):
+    """The state of a parameter that holds a flat range of a single tensor (FSDP1's original
+    parameters, 1-D views of the rank's shard): 1-D like it, declared box by box as the
+    parameter was (cap.declare_range)."""
+    name, shape, start = cap.ranges[id(p)]
+    st = _new_state(cap, opt, p, step)
+    for key, suffix in keys.items():
+        with torch.no_grad():
+            t = _init_value(key, p.detach().double()).to(p.dtype)
+        st[key] = t
+        cap.declare_range("optstate", t, name + suffix, shape, start, start + t.numel(), 0)
 
 
 def _wrap_step(rec, opt):
