@@ -13,13 +13,7 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/torch_lib.sh"
 set -e
-for conf in "2" "2 --set opt=sgdm" "2 --set opt=adamw --set clip=0.5" "4"; do
-  set -- $conf
-  n=$1
-  shift
-  capture_pair gpt2_single.py gpt2_fsdp.py "$n" --set dp="$n" "$@"
-  pair_equivalent
-done
+dp_configs_equivalent gpt2_single.py gpt2_fsdp.py "2" "2 --set opt=sgdm" "2 --set opt=adamw --set clip=0.5" "4"
 capture_pair gpt2_single.py gpt2_fsdp.py 2 --set dp=2 --set bug=sum_rs
 pair_not_equivalent --full "input 1 is 2 x its single-device value" "the factor comes from rank 0 scale 'gpt2.py:92'"
 echo ok

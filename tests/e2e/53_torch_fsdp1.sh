@@ -14,14 +14,8 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/torch_lib.sh"
 set -e
-for conf in "2" "2 --set strategy=shard_grad_op" "2 --set opt=adamw --set clip=0.5 --set dtype=f32" \
-    "2 --set strategy=no_shard" "2 --set wrap=manual" "4"; do
-  set -- $conf
-  n=$1
-  shift
-  capture_pair gpt2_single.py gpt2_fsdp1.py "$n" --set dp="$n" "$@"
-  pair_equivalent
-done
+dp_configs_equivalent gpt2_single.py gpt2_fsdp1.py "2" "2 --set strategy=shard_grad_op" \
+  "2 --set opt=adamw --set clip=0.5 --set dtype=f32" "2 --set strategy=no_shard" "2 --set wrap=manual" "4"
 capture_pair gpt2_single.py gpt2_fsdp1.py 2 --set dp=2 --set bug=flat_sum
 pair_not_equivalent --full "WRONG_VALUE at scale 'gpt2.py:92'.*examples/torch/gpt2.py:92 aten.nll_loss_backward" \
   "examples/torch/gpt2_fsdp1.py:.* in step"

@@ -38,6 +38,22 @@ pair_equivalent() {
   expect_in "AGREE" "$TMP/out"
 }
 
+# dp_configs_equivalent SINGLE PARALLEL CONF...: each CONF is "NPROC [ARGS...]"; the pair
+# captured over NPROC processes with --set dp=NPROC and ARGS is EQUIVALENT and the executor
+# agrees (pair_equivalent).
+dp_configs_equivalent() {
+  _single=$1 _parallel=$2
+  shift 2
+  for _conf in "$@"; do
+    # shellcheck disable=SC2086  # CONF is split into NPROC and ARGS on purpose
+    set -- $_conf
+    _n=$1
+    shift
+    capture_pair "$_single" "$_parallel" "$_n" --set dp="$_n" "$@"
+    pair_equivalent
+  done
+}
+
 # pair_not_equivalent [--full] [PATTERN...]: the pair is NOT EQUIVALENT (exit 1; the report,
 # quiet unless --full, holds every PATTERN too) and the executor disagrees (exit 1).
 pair_not_equivalent() {
