@@ -18,6 +18,11 @@ vg -q --threads 1 --sm "$T/s.plan" --pm "$T/p.plan"
 vg -q --threads 1 --sm "$T/s.plan" --pm "$T/b.plan" --json "$T/r.json" --junit "$T/r.xml" --sarif "$T/r.sarif" --github \
   --summary "$T/r.md"
 vg exec --reduce --sm "$T/s.plan" --pm "$T/p.plan"
+# the reports of compacted class members (tests/e2e/18_compact_stages.sh): a MoE plan whose
+# JUnit lists every proven tensor and whose last stage, a class member, is drawn
+"$V" gen --model moe --dp 2 --tp 2 --ep 2 --single "$T/ms.plan" --parallel "$T/mp.plan" >/dev/null
+N=$("$V" -q --sm "$T/ms.plan" --pm "$T/mp.plan" -v 2>/dev/null | sed -n 's/.*proof: \([0-9]*\) stages.*/\1/p')
+vg -q --sm "$T/ms.plan" --pm "$T/mp.plan" --junit "$T/m.xml" --dot-stage $((N - 1)) "$T/m.dot"
 # the gate and the proof cache: a cold run, then one that takes the classes
 # and the unchanged configuration from the directory (docs/gate.md)
 printf '[ok]\nsingle = s.plan\nparallel = p.plan\nexpect = equivalent\n[bug]\nsingle = s.plan\nparallel = b.plan\nexpect = not-equivalent\n' >"$T/g.manifest"
