@@ -60,7 +60,7 @@
 
 static uint64_t hash_seq(const uint32_t *a, uint32_t n) {
   uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
-  for (uint32_t i = 0; i < n; i++) h = mix64(h ^ a[i]) + i;
+  for (uint32_t i = 0; i < n; i++) h = vd_hash_mix64(h ^ a[i]) + i;
   return h;
 }
 
@@ -132,7 +132,7 @@ int vd_smt_i_nf_u64map_put(u64map *m, uint64_t k, uint32_t v) {
     }
     for (size_t i = 0; i < m->cap; i++)
       if (m->val[i]) {
-        size_t j = mix64(m->key[i]) & (nc - 1);
+        size_t j = vd_hash_mix64(m->key[i]) & (nc - 1);
         while (nv[j]) j = (j + 1) & (nc - 1);
         nk[j] = m->key[i];
         nv[j] = m->val[i];
@@ -143,7 +143,7 @@ int vd_smt_i_nf_u64map_put(u64map *m, uint64_t k, uint32_t v) {
     m->val = nv;
     m->cap = nc;
   }
-  size_t j = mix64(k) & (m->cap - 1);
+  size_t j = vd_hash_mix64(k) & (m->cap - 1);
   while (m->val[j] && m->key[j] != k) j = (j + 1) & (m->cap - 1);
   if (!m->val[j]) m->n++;
   m->key[j] = k;
@@ -158,7 +158,7 @@ static uint64_t hash_mpq(const mpq_t v) {
   const mpz_srcptr nd[2] = {mpq_numref(v), mpq_denref(v)};
   for (int k = 0; k < 2; k++) {
     size_t n = mpz_size(nd[k]);
-    for (size_t i = 0; i < n; i++) h = mix64(h ^ (uint64_t)mpz_getlimbn(nd[k], (mp_size_t)i)) + (uint64_t)k;
+    for (size_t i = 0; i < n; i++) h = vd_hash_mix64(h ^ (uint64_t)mpz_getlimbn(nd[k], (mp_size_t)i)) + (uint64_t)k;
   }
   return h;
 }
@@ -227,7 +227,7 @@ static int acc_grow_slots(vd_smt_nf *nf) {
     return -1;
   }
   for (size_t i = 0; i < nf->acc_n; i++) {
-    size_t j = mix64(nf->acc_mono[i]) & (ns - 1);
+    size_t j = vd_hash_mix64(nf->acc_mono[i]) & (ns - 1);
     while (gn[j] == nf->gen) j = (j + 1) & (ns - 1);
     sl[j] = (uint32_t)i;
     gn[j] = nf->gen;
@@ -244,7 +244,7 @@ static int acc_grow_slots(vd_smt_nf *nf) {
 int vd_smt_i_nf_acc_add(vd_smt_nf *nf, uint32_t mono, const mpq_t a, const mpq_t b) {
   nf->steps++;
   if (2 * (nf->acc_n + 1) > nf->acc_n_slot && acc_grow_slots(nf)) return nf->oom = 1, -1;
-  size_t j = mix64(mono) & (nf->acc_n_slot - 1);
+  size_t j = vd_hash_mix64(mono) & (nf->acc_n_slot - 1);
   while (nf->acc_gen[j] == nf->gen && nf->acc_mono[nf->acc_slot[j]] != mono) j = (j + 1) & (nf->acc_n_slot - 1);
   if (nf->acc_gen[j] == nf->gen) {
     mpq_t *v = &nf->acc_val[nf->acc_slot[j]];
