@@ -54,6 +54,7 @@
 #include <z3.h>
 
 #include "../common/mem.h"
+#include "../common/slots.h"
 #include "smt_poly_int.h"
 
 /* ---- interned u32 sequences -------------------------------------------- */
@@ -120,31 +121,22 @@ void vd_smt_i_nf_u64map_free(u64map *m) {
   memset(m, 0, sizeof(*m));
 }
 
+static uint64_t u64map_hash(const void *key) { return vd_hash_mix64(*(const uint64_t *)key); }
+
+/* A slot is used when its value (v + 1) is not 0. */
+static int u64map_used(const void *key, const void *val) {
+  (void)key;
+  return *(const uint32_t *)val != 0;
+}
+
+static const vd_slots_kind u64map_kind = {sizeof(uint64_t), sizeof(uint32_t), u64map_hash, u64map_used};
+
 int vd_smt_i_nf_u64map_put(u64map *m, uint64_t k, uint32_t v) {
-  if (2 * (m->n + 1) > m->cap) {
-    size_t nc = m->cap ? 2 * m->cap : 1024;
-    uint64_t *nk = vd_calloc(nc, sizeof(uint64_t));
-    uint32_t *nv = vd_calloc(nc, sizeof(uint32_t));
-    if (!nk || !nv) {
-      vd_free(nk);
-      vd_free(nv);
-      return -1;
-    }
-    for (size_t i = 0; i < m->cap; i++)
-      if (m->val[i]) {
-        size_t j = vd_hash_mix64(m->key[i]) & (nc - 1);
-        while (nv[j]) j = (j + 1) & (nc - 1);
-        nk[j] = m->key[i];
-        nv[j] = m->val[i];
-      }
-    vd_free(m->key);
-    vd_free(m->val);
-    m->key = nk;
-    m->val = nv;
-    m->cap = nc;
-  }
+  if (vd_slots_crowded(m->n, m->cap) &&
+      vd_slots_regrow(&u64map_kind, (void **)&m->key, (void **)&m->val, &m->cap, 1024))
+    return -1;
   size_t j = vd_hash_mix64(k) & (m->cap - 1);
-  while (m->val[j] && m->key[j] != k) j = (j + 1) & (m->cap - 1);
+  while (m->val[j] && m->key[j] != k) j = vd_slots_next(j, m->cap);
   if (!m->val[j]) m->n++;
   m->key[j] = k;
   m->val[j] = v + 1;
@@ -219,16 +211,12 @@ void vd_smt_i_nf_acc_reset(vd_smt_nf *nf) {
 }
 
 static int acc_grow_slots(vd_smt_nf *nf) {
-  size_t ns = nf->acc_n_slot ? 2 * nf->acc_n_slot : 1024;
+  size_t ns = vd_slots_grown(nf->acc_n_slot, 1024);
   uint32_t *sl = vd_calloc(ns, sizeof(uint32_t)), *gn = vd_calloc(ns, sizeof(uint32_t));
-  if (!sl || !gn) {
-    vd_free(sl);
-    vd_free(gn);
-    return -1;
-  }
+  if (vd_slots_both(sl, gn)) return -1;
   for (size_t i = 0; i < nf->acc_n; i++) {
     size_t j = vd_hash_mix64(nf->acc_mono[i]) & (ns - 1);
-    while (gn[j] == nf->gen) j = (j + 1) & (ns - 1);
+    while (gn[j] == nf->gen) j = vd_slots_next(j, ns);
     sl[j] = (uint32_t)i;
     gn[j] = nf->gen;
   }
