@@ -26,6 +26,10 @@ static inline uint64_t vd_hash_mix64(uint64_t x) {
   return x;
 }
 
+/* Knuth's multiplicative hash of a 32-bit id (the ast id tables of solver/):
+ * the product wraps at 32 bits, the table masks its low bits. */
+static inline unsigned vd_hash_knuth32(unsigned k) { return k * 2654435761u; }
+
 /* SplitMix64's finaliser (Steele, Lea and Flood's variant 13). */
 static inline uint64_t vd_hash_splitmix_fin(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "../common/mem.h"
+#include "../common/slots.h"
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -53,34 +54,25 @@ static uint64_t hash_str(const char *s) {
   return h;
 }
 
+static uint64_t name_hash(const void *key) { return hash_str(*(char *const *)key); }
+
+/* A slot is used when its name is not NULL. */
+static int name_used(const void *key, const void *val) {
+  (void)val;
+  return *(char *const *)key != NULL;
+}
+
+static const vd_slots_kind names_kind = {sizeof(char *), sizeof(int64_t), name_hash, name_used};
+
 /* Single build: remember name -> id; a duplicate is a generator bug. */
 static int names_put(vd_gen_ctx *g, const char *name, int64_t id) {
-  if ((g->n_names + 1) * 2 > g->name_cap) {
-    size_t nc = g->name_cap ? g->name_cap * 2 : 1024;
-    char **nn = vd_calloc(nc, sizeof(*nn));
-    int64_t *ni = vd_calloc(nc, sizeof(*ni));
-    if (!nn || !ni) {
-      vd_free(nn);
-      vd_free(ni);
-      return -1;
-    }
-    for (size_t i = 0; i < g->name_cap; i++) {
-      if (!g->names[i]) continue;
-      size_t h = hash_str(g->names[i]) & (nc - 1);
-      while (nn[h]) h = (h + 1) & (nc - 1);
-      nn[h] = g->names[i];
-      ni[h] = g->name_ids[i];
-    }
-    vd_free(g->names);
-    vd_free(g->name_ids);
-    g->names = nn;
-    g->name_ids = ni;
-    g->name_cap = nc;
-  }
+  if (vd_slots_crowded(g->n_names, g->name_cap) &&
+      vd_slots_regrow(&names_kind, (void **)&g->names, (void **)&g->name_ids, &g->name_cap, 1024))
+    return -1;
   size_t h = hash_str(name) & (g->name_cap - 1);
   while (g->names[h]) {
     if (strcmp(g->names[h], name) == 0) return -2;
-    h = (h + 1) & (g->name_cap - 1);
+    h = vd_slots_next(h, g->name_cap);
   }
   g->names[h] = vd_strdup(name);
   if (!g->names[h]) return -1;
@@ -97,7 +89,7 @@ static int names_get(const vd_gen_ctx *s, const char *name, int64_t *id) {
       *id = s->name_ids[h];
       return 1;
     }
-    h = (h + 1) & (s->name_cap - 1);
+    h = vd_slots_next(h, s->name_cap);
   }
   return 0;
 }

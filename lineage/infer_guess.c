@@ -182,6 +182,17 @@ static int known_part(const ictx *c, const vd_gnode_t *pn, const vd_lin_prop_rul
   return 1;
 }
 
+/* A guess of Gs value sv (nd dims), factor 1: parts [k0 + d*dk, + 1) of n;
+ * the boxes are left to the caller (zero). */
+static void guess_start(vlin *l, int32_t sv, int32_t nd, int64_t k0, int64_t n, int64_t dk) {
+  memset(l, 0, sizeof(*l));
+  l->known = 1, l->guess = 1;
+  l->sv = sv;
+  l->nd = nd;
+  l->f = 1.0, l->fsrc = -1;
+  l->k0 = k0, l->cnt = 1, l->n = n, l->dk = dk;
+}
+
 /* Dim j of the guess l for undecided input i: whole where its parallel
  * width is the single one, else the slice of a known input dim linked to
  * it; 0 when none fits. */
@@ -222,12 +233,7 @@ int guess_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
     const vd_tensor_t *pt = ptens(c, in[i]), *st = stens(c, (int32_t)sin[i]);
     if (pt->ndim != st->ndim) continue;
     vlin l;
-    memset(&l, 0, sizeof(l));
-    l.known = 1, l.guess = 1;
-    l.sv = (int32_t)sin[i];
-    l.nd = st->ndim;
-    l.f = 1.0, l.fsrc = -1;
-    l.k0 = k, l.cnt = 1, l.n = n, l.dk = dk;
+    guess_start(&l, (int32_t)sin[i], st->ndim, k, n, dk);
     int ok = 1;
     for (int32_t j = 0; j < pt->ndim && ok; j++) ok = guess_dim(c, &u, pn, i, st, pt, j, &l);
     if (!ok) continue;
@@ -277,12 +283,7 @@ int guess_outputs(ictx *c, uint32_t gi, int op) {
     const vd_tensor_t *pt = ptens(c, out[o]), *st = stens(c, (int32_t)sout[o]);
     if (pt->ndim != st->ndim) continue;
     vlin l;
-    memset(&l, 0, sizeof(l));
-    l.known = 1, l.guess = 1;
-    l.sv = (int32_t)sout[o];
-    l.nd = st->ndim;
-    l.f = 1.0, l.fsrc = -1;
-    l.k0 = 0, l.cnt = 1, l.n = 1, l.dk = 0;
+    guess_start(&l, (int32_t)sout[o], st->ndim, 0, 1, 0);
     int ok = 1;
     for (int32_t j = 0; j < pt->ndim && ok; j++) {
       l.lo[j] = 0, l.hi[j] = st->shape[j];

@@ -320,6 +320,26 @@ static int cmp_i64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* The concatenation all_gather and all_to_all make of their inputs: 1 and
+ * *l = x0 extended along dim to the inputs' union when every input is a
+ * whole slice of x0's value (factor x0's), equal to x0 except along dim,
+ * where each follows the previous one in group order; 0 otherwise. */
+static int concat_inputs(const ictx *c, const vd_gnode_t *pn, const vlin *x0, int32_t dim, vlin *l) {
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn);
+  *l = *x0;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    const vlin *x = vl_at(c, in[i]);
+    if (x->sv != x0->sv || x->n != 1 || x->cnt != 1 || x->f != x0->f) return 0;
+    for (int32_t j = 0; j < x->nd; j++) {
+      if (j == dim) continue;
+      if (x->lo[j] != x0->lo[j] || x->hi[j] != x0->hi[j] || x->dlo[j] != x0->dlo[j]) return 0;
+    }
+    if (i > 0 && (x->lo[dim] != l->hi[dim] || x->dlo[dim] != x0->dlo[dim])) return 0;
+    l->hi[dim] = x->hi[dim];
+  }
+  return 1;
+}
+
 /* The lineage of a summing collective's result, from its members' parts:
  * every member holds parts [k0 + d*dk, + cnt) of n of one slice (replica
  * d), and the group adds the parts of its members, over every replica when
@@ -391,17 +411,8 @@ static void coll_node(ictx *c, const vd_gnode_t *pn, int kind) {
   /* all_gather: whole parts, contiguous along dim in group order. */
   int32_t dim;
   if (!attr_dim(c, pn, x0->nd, &dim)) return;
-  vlin l = *x0;
-  for (uint32_t i = 0; i < pn->n_in; i++) {
-    const vlin *x = vl_at(c, in[i]);
-    if (x->sv != x0->sv || x->n != 1 || x->cnt != 1 || x->f != x0->f) return;
-    for (int32_t j = 0; j < x->nd; j++) {
-      if (j == dim) continue;
-      if (x->lo[j] != x0->lo[j] || x->hi[j] != x0->hi[j] || x->dlo[j] != x0->dlo[j]) return;
-    }
-    if (i > 0 && (x->lo[dim] != l.hi[dim] || x->dlo[dim] != x0->dlo[dim])) return;
-    l.hi[dim] = x->hi[dim];
-  }
+  vlin l;
+  if (!concat_inputs(c, pn, x0, dim, &l)) return;
   int64_t reps = span_reps(c, pn);
   if (reps > 1) {
     /* Replica d's members follow replica d - 1's: the replicas' slices must
@@ -434,17 +445,8 @@ static void a2a_node(ictx *c, const vd_gnode_t *pn) {
   if (sd < 0 || sd >= x0->nd || td < 0 || td >= x0->nd || sd == td) return;
   int64_t p = pn->n_in, w = x0->hi[sd] - x0->lo[sd];
   if (w % p) return;
-  vlin l = *x0;
-  for (uint32_t i = 0; i < pn->n_in; i++) {
-    const vlin *x = vl_at(c, in[i]);
-    if (x->sv != x0->sv || x->n != 1 || x->cnt != 1 || x->f != x0->f) return;
-    for (int32_t j = 0; j < x->nd; j++) {
-      if (j == td) continue;
-      if (x->lo[j] != x0->lo[j] || x->hi[j] != x0->hi[j] || x->dlo[j] != x0->dlo[j]) return;
-    }
-    if (i > 0 && (x->lo[td] != l.hi[td] || x->dlo[td] != x0->dlo[td])) return;
-    l.hi[td] = x->hi[td];
-  }
+  vlin l;
+  if (!concat_inputs(c, pn, x0, (int32_t)td, &l)) return;
   for (uint32_t o = 0; o < pn->n_out; o++) {
     vlin y = l;
     y.lo[sd] = x0->lo[sd] + (int64_t)o * (w / p);

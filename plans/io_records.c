@@ -74,16 +74,23 @@ static vd_rc read_lin(rctx *c, mobj *o, vd_tensor_t *t) {
   return VD_OK;
 }
 
+/* The opening of a tensor or node record: where messages point (kind and
+ * pos in arr), its fields into f (keys[0] is "id"), and its required id. */
+static vd_rc read_rec_head(rctx *c, mobj *o, uint32_t pos, const char *kind, const char *arr,
+                           const char *const *keys, int nk, mobj **f, int64_t *id) {
+  vd_plan_i_peek_rec(c, o, kind, arr, pos);
+  VD_CHECK(vd_plan_i_get_fields(c, o, arr, keys, nk, f, ""));
+  VD_CHECK(vd_plan_i_need(c, f[0], "id"));
+  return vd_plan_i_get_int(c, f[0], "id", id);
+}
+
 vd_rc vd_plan_i_read_tensor(rctx *c, mobj *o, uint32_t pos) {
   mobj *f[T__N];
   vd_tensor_t t;
   memset(&t, 0, sizeof(t));
   const char *name = "";
   int e = 0;
-  vd_plan_i_peek_rec(c, o, "tensor", "tensors", pos);
-  VD_CHECK(vd_plan_i_get_fields(c, o, "tensors", tensor_keys, T__N, f, ""));
-  VD_CHECK(vd_plan_i_need(c, f[T_ID], "id"));
-  VD_CHECK(vd_plan_i_get_int(c, f[T_ID], "id", &t.id));
+  VD_CHECK(read_rec_head(c, o, pos, "tensor", "tensors", tensor_keys, T__N, f, &t.id));
   if (f[T_NAME]) VD_CHECK(vd_plan_i_get_cstr(c, f[T_NAME], "name", 0, &name));
   if (f[T_RANK]) VD_CHECK(vd_plan_i_get_i32(c, f[T_RANK], "rank", &t.rank));
   VD_CHECK(vd_plan_i_need(c, f[T_SHAPE], "shape"));
@@ -249,10 +256,7 @@ vd_rc vd_plan_i_read_node(rctx *c, mobj *o, uint32_t pos) {
   memset(&n, 0, sizeof(n));
   const char *op, *name = "", *src = "", *stack = "";
   int e = 0;
-  vd_plan_i_peek_rec(c, o, "node", "nodes", pos);
-  VD_CHECK(vd_plan_i_get_fields(c, o, "nodes", node_keys, N__N, f, ""));
-  VD_CHECK(vd_plan_i_need(c, f[N_ID], "id"));
-  VD_CHECK(vd_plan_i_get_int(c, f[N_ID], "id", &n.id));
+  VD_CHECK(read_rec_head(c, o, pos, "node", "nodes", node_keys, N__N, f, &n.id));
   if (f[N_NAME]) VD_CHECK(vd_plan_i_get_cstr(c, f[N_NAME], "name", 1, &name));
   if (f[N_SRC]) VD_CHECK(vd_plan_i_get_cstr(c, f[N_SRC], "src", 2, &src));
   if (f[N_STACK]) VD_CHECK(vd_plan_i_get_lines(c, f[N_STACK], "stack", 3, &stack));

@@ -6,45 +6,38 @@
 
 #include <string.h>
 
+#include "../common/hash.h"
 #include "../common/mem.h"
+#include "../common/slots.h"
 
 int64_t *vd_smt_i_idmap_get(const vd_smt_idmap *m, unsigned id) {
   if (!m->cap) return NULL;
   unsigned k = id + 1;
-  size_t j = (k * 2654435761u) & (m->cap - 1);
+  size_t j = vd_hash_knuth32(k) & (m->cap - 1);
   while (m->key[j]) {
     if (m->key[j] == k) return &m->val[j];
-    j = (j + 1) & (m->cap - 1);
+    j = vd_slots_next(j, m->cap);
   }
   return NULL;
 }
 
+static uint64_t idmap_hash(const void *key) { return vd_hash_knuth32(*(const unsigned *)key); }
+
+/* A slot is used when its key (id + 1) is not 0. */
+static int idmap_used(const void *key, const void *val) {
+  (void)val;
+  return *(const unsigned *)key != 0;
+}
+
+static const vd_slots_kind idmap_kind = {sizeof(unsigned), sizeof(int64_t), idmap_hash, idmap_used};
+
 int vd_smt_i_idmap_put(vd_smt_idmap *m, unsigned id, int64_t v) {
-  if (2 * (m->n + 1) > m->cap) {
-    size_t nc = m->cap ? 2 * m->cap : m->first_cap;
-    unsigned *nk = vd_calloc(nc, sizeof(unsigned));
-    int64_t *nv = vd_calloc(nc, sizeof(int64_t));
-    if (!nk || !nv) {
-      vd_free(nk);
-      vd_free(nv);
-      return -1;
-    }
-    for (size_t i = 0; i < m->cap; i++)
-      if (m->key[i]) {
-        size_t j = (m->key[i] * 2654435761u) & (nc - 1);
-        while (nk[j]) j = (j + 1) & (nc - 1);
-        nk[j] = m->key[i];
-        nv[j] = m->val[i];
-      }
-    vd_free(m->key);
-    vd_free(m->val);
-    m->key = nk;
-    m->val = nv;
-    m->cap = nc;
-  }
+  if (vd_slots_crowded(m->n, m->cap) &&
+      vd_slots_regrow(&idmap_kind, (void **)&m->key, (void **)&m->val, &m->cap, m->first_cap))
+    return -1;
   unsigned k = id + 1;
-  size_t j = (k * 2654435761u) & (m->cap - 1);
-  while (m->key[j] && m->key[j] != k) j = (j + 1) & (m->cap - 1);
+  size_t j = vd_hash_knuth32(k) & (m->cap - 1);
+  while (m->key[j] && m->key[j] != k) j = vd_slots_next(j, m->cap);
   if (!m->key[j]) m->n++;
   m->key[j] = k;
   m->val[j] = v;

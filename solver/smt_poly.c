@@ -54,13 +54,14 @@
 #include <z3.h>
 
 #include "../common/mem.h"
+#include "../common/slots.h"
 #include "smt_poly_int.h"
 
 /* ---- interned u32 sequences -------------------------------------------- */
 
 static uint64_t hash_seq(const uint32_t *a, uint32_t n) {
   uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
-  for (uint32_t i = 0; i < n; i++) h = mix64(h ^ a[i]) + i;
+  for (uint32_t i = 0; i < n; i++) h = vd_hash_mix64(h ^ a[i]) + i;
   return h;
 }
 
@@ -120,31 +121,22 @@ void vd_smt_i_nf_u64map_free(u64map *m) {
   memset(m, 0, sizeof(*m));
 }
 
+static uint64_t u64map_hash(const void *key) { return vd_hash_mix64(*(const uint64_t *)key); }
+
+/* A slot is used when its value (v + 1) is not 0. */
+static int u64map_used(const void *key, const void *val) {
+  (void)key;
+  return *(const uint32_t *)val != 0;
+}
+
+static const vd_slots_kind u64map_kind = {sizeof(uint64_t), sizeof(uint32_t), u64map_hash, u64map_used};
+
 int vd_smt_i_nf_u64map_put(u64map *m, uint64_t k, uint32_t v) {
-  if (2 * (m->n + 1) > m->cap) {
-    size_t nc = m->cap ? 2 * m->cap : 1024;
-    uint64_t *nk = vd_calloc(nc, sizeof(uint64_t));
-    uint32_t *nv = vd_calloc(nc, sizeof(uint32_t));
-    if (!nk || !nv) {
-      vd_free(nk);
-      vd_free(nv);
-      return -1;
-    }
-    for (size_t i = 0; i < m->cap; i++)
-      if (m->val[i]) {
-        size_t j = mix64(m->key[i]) & (nc - 1);
-        while (nv[j]) j = (j + 1) & (nc - 1);
-        nk[j] = m->key[i];
-        nv[j] = m->val[i];
-      }
-    vd_free(m->key);
-    vd_free(m->val);
-    m->key = nk;
-    m->val = nv;
-    m->cap = nc;
-  }
-  size_t j = mix64(k) & (m->cap - 1);
-  while (m->val[j] && m->key[j] != k) j = (j + 1) & (m->cap - 1);
+  if (vd_slots_crowded(m->n, m->cap) &&
+      vd_slots_regrow(&u64map_kind, (void **)&m->key, (void **)&m->val, &m->cap, 1024))
+    return -1;
+  size_t j = vd_hash_mix64(k) & (m->cap - 1);
+  while (m->val[j] && m->key[j] != k) j = vd_slots_next(j, m->cap);
   if (!m->val[j]) m->n++;
   m->key[j] = k;
   m->val[j] = v + 1;
@@ -158,7 +150,7 @@ static uint64_t hash_mpq(const mpq_t v) {
   const mpz_srcptr nd[2] = {mpq_numref(v), mpq_denref(v)};
   for (int k = 0; k < 2; k++) {
     size_t n = mpz_size(nd[k]);
-    for (size_t i = 0; i < n; i++) h = mix64(h ^ (uint64_t)mpz_getlimbn(nd[k], (mp_size_t)i)) + (uint64_t)k;
+    for (size_t i = 0; i < n; i++) h = vd_hash_mix64(h ^ (uint64_t)mpz_getlimbn(nd[k], (mp_size_t)i)) + (uint64_t)k;
   }
   return h;
 }
@@ -219,16 +211,12 @@ void vd_smt_i_nf_acc_reset(vd_smt_nf *nf) {
 }
 
 static int acc_grow_slots(vd_smt_nf *nf) {
-  size_t ns = nf->acc_n_slot ? 2 * nf->acc_n_slot : 1024;
+  size_t ns = vd_slots_grown(nf->acc_n_slot, 1024);
   uint32_t *sl = vd_calloc(ns, sizeof(uint32_t)), *gn = vd_calloc(ns, sizeof(uint32_t));
-  if (!sl || !gn) {
-    vd_free(sl);
-    vd_free(gn);
-    return -1;
-  }
+  if (vd_slots_both(sl, gn)) return -1;
   for (size_t i = 0; i < nf->acc_n; i++) {
-    size_t j = mix64(nf->acc_mono[i]) & (ns - 1);
-    while (gn[j] == nf->gen) j = (j + 1) & (ns - 1);
+    size_t j = vd_hash_mix64(nf->acc_mono[i]) & (ns - 1);
+    while (gn[j] == nf->gen) j = vd_slots_next(j, ns);
     sl[j] = (uint32_t)i;
     gn[j] = nf->gen;
   }
@@ -244,7 +232,7 @@ static int acc_grow_slots(vd_smt_nf *nf) {
 int vd_smt_i_nf_acc_add(vd_smt_nf *nf, uint32_t mono, const mpq_t a, const mpq_t b) {
   nf->steps++;
   if (2 * (nf->acc_n + 1) > nf->acc_n_slot && acc_grow_slots(nf)) return nf->oom = 1, -1;
-  size_t j = mix64(mono) & (nf->acc_n_slot - 1);
+  size_t j = vd_hash_mix64(mono) & (nf->acc_n_slot - 1);
   while (nf->acc_gen[j] == nf->gen && nf->acc_mono[nf->acc_slot[j]] != mono) j = (j + 1) & (nf->acc_n_slot - 1);
   if (nf->acc_gen[j] == nf->gen) {
     mpq_t *v = &nf->acc_val[nf->acc_slot[j]];

@@ -11,6 +11,7 @@
 #include <gmp.h>
 #include <z3.h>
 
+#include "../common/hash.h"
 #include "smt.h"
 
 #define VD_NF_MAX_COEF_BITS 4096
@@ -37,15 +38,6 @@ typedef struct {
   size_t n_slot;
 } seqtab;
 
-static inline uint64_t mix64(uint64_t h) {
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ull;
-  h ^= h >> 33;
-  return h;
-}
-
 static inline const uint32_t *seq_at(const seqtab *t, uint32_t id, uint32_t *n) {
   *n = t->len[id];
   return t->pool + t->off[id];
@@ -59,7 +51,7 @@ typedef struct {
 
 static inline int64_t u64map_get(const u64map *m, uint64_t k) {
   if (!m->cap) return -1;
-  size_t j = mix64(k) & (m->cap - 1);
+  size_t j = vd_hash_mix64(k) & (m->cap - 1);
   while (m->val[j]) {
     if (m->key[j] == k) return (int64_t)m->val[j] - 1;
     j = (j + 1) & (m->cap - 1);

@@ -42,6 +42,14 @@ static vd_rc init_or_fail(vd_smt_tensor *t, const vd_op_shape *shape, vd_diag *d
   return VD_OK;
 }
 
+/* The context's status after building t's terms (what names the tensor in
+ * the message); t is freed when it failed. */
+static vd_rc built_or_free(vd_smt *s, vd_smt_tensor *t, vd_diag *d, const char *what) {
+  vd_rc rc = vd_smt_status(s, d, what);
+  if (rc != VD_OK) vd_smt_tensor_free(t);
+  return rc;
+}
+
 /* "prefix[i,j,..]" for flat element f of shape. */
 static void elem_name(char *buf, size_t size, const char *prefix, const vd_op_shape *shape, int64_t f) {
   int64_t idx[VD_MAX_DIMS];
@@ -64,9 +72,7 @@ static vd_rc vars(vd_smt *s, vd_smt_tensor *t, const vd_op_shape *shape, const c
     elem_name(name, sizeof(name), prefix, shape, f);
     t->t[f] = is_int ? vd_smt_int_var(s, name) : vd_smt_var(s, name);
   }
-  vd_rc rc = vd_smt_status(s, d, prefix);
-  if (rc != VD_OK) vd_smt_tensor_free(t);
-  return rc;
+  return built_or_free(s, t, d, prefix);
 }
 
 vd_rc vd_smt_tensor_vars(vd_smt *s, vd_smt_tensor *t, const vd_op_shape *shape, const char *prefix,
@@ -95,9 +101,7 @@ static vd_rc consts(vd_smt *s, vd_smt_tensor *t, const vd_op_shape *shape, const
       t->t[f] = vd_smt_num_double(s, vals[f]);
     }
   }
-  vd_rc rc = vd_smt_status(s, d, "constant");
-  if (rc != VD_OK) vd_smt_tensor_free(t);
-  return rc;
+  return built_or_free(s, t, d, "constant");
 }
 
 vd_rc vd_smt_tensor_consts(vd_smt *s, vd_smt_tensor *t, const vd_op_shape *shape, const double *vals,
@@ -180,7 +184,5 @@ vd_rc vd_smt_partial_parts(vd_smt *s, const vd_smt_tensor *slice, const char *ke
     }
     vd_free(frees);
   }
-  vd_rc rc = vd_smt_status(s, d, key);
-  if (rc != VD_OK) vd_smt_tensor_free(out);
-  return rc;
+  return built_or_free(s, out, d, key);
 }
