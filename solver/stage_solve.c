@@ -93,6 +93,79 @@ static vd_rc unconfirmed_refutation(solve_ctx *c, vd_stage_verdict *v) {
   return VD_OK;
 }
 
+/* The factor f != 1 that the stage's parallel leaves carry (hypotheses
+ * that are f x their single value: inferred candidates, proven like any
+ * other), with *leaf the first of them; 0 when none carries one or two
+ * carry different ones. */
+static double leaf_factor(const solve_ctx *c, uint32_t *leaf) {
+  double f = 0.0;
+  for (uint32_t i = 0; i < c->st->n_vals; i++) {
+    const vd_stage_value *sv = &c->st->vals[i];
+    if (!sv->side || sv->producer >= 0 || sv->leaf_piece < 0 || sv->hyp_svalue < 0) continue;
+    double g = c->lt->pieces[sv->leaf_piece].f;
+    if (g == 1.0) continue;
+    if (f == 0.0) f = g, *leaf = i;
+    else if (g != f) return 0.0;
+  }
+  return f;
+}
+
+/* "p/q" (or "p") of smallest denominator up to 4096 within 1e-12 of f,
+ * else %.17g: the factor as the report names it. */
+static void factor_text(double f, char *buf, size_t n) {
+  for (int64_t q = 1; q <= 4096 && fabs(f) < 1e12; q++) {
+    double p = nearbyint(f * (double)q);
+    if (fabs(p / (double)q - f) > 1e-12 * fabs(f)) continue;
+    if (q == 1) snprintf(buf, n, "%lld", (long long)p);
+    else snprintf(buf, n, "%lld/%lld", (long long)p, (long long)q);
+    return;
+  }
+  snprintf(buf, n, "%.17g", f);
+}
+
+/* SCALE of a failing stage whose targets are no multiple of their single
+ * values, but whose hypotheses are: when the stage reads parallel leaves
+ * that are f x their single values (one factor f != 1) and it holds once
+ * they are read as their single values (the same stage encoded again with
+ * those factors left out), the factor on them is the whole fault.  An
+ * optimizer step w - lr * 2g is no multiple of w - lr * g, but the
+ * gradient it reads is 2g (a reduce-scatter that sums where the loss is a
+ * mean); the stage that proved the candidate showed that, this check that
+ * nothing else is wrong.  A diagnosis only, claimed when proved: any other
+ * outcome leaves WRONG_VALUE.  VD_ENOMEM is the only error. */
+static vd_rc unscaled_check(solve_ctx *c, vd_stage_verdict *v) {
+  uint32_t leaf = 0;
+  double f = leaf_factor(c, &leaf);
+  if (f == 0.0 || !isfinite(f) || v->diagnosis != VD_DX_WRONG_VALUE || c->st->n_nodes > VD_STAGE_CLASSIFY_MAX_NODES)
+    return VD_OK;
+  end_stage(c);
+  vd_diag scratch, *d = c->d;
+  vd_diag_clear(&scratch);
+  vd_stage_verdict sv;
+  memset(&sv, 0, sizeof(sv));
+  pair_list pl = {0};
+  vd_smt_result r;
+  memset(&r, 0, sizeof(r));
+  c->unscaled = 1;
+  c->d = &scratch;
+  int ready = 0;
+  vd_rc rc = vd_stage_solve_i_encode_stage(c, &sv, &ready);
+  if (rc == VD_OK && ready) rc = vd_stage_solve_i_build_pairs(c, &pl);
+  if (rc == VD_OK && ready) rc = vd_smt_check(c->s, pl.par, pl.single, pl.n, &r, &scratch);
+  if (rc == VD_OK && ready && r.verdict == VD_SMT_EQUIVALENT) {
+    v->diagnosis = VD_DX_SCALE;
+    factor_text(f, v->factor, sizeof(v->factor));
+    v->scaled_leaf = leaf + 1;
+  }
+  c->unscaled = 0;
+  c->d = d;
+  vd_smt_result_free(&r);
+  vd_stage_solve_i_pairs_free(&pl);
+  vd_stage_verdict_free(&sv);
+  end_stage(c);
+  return rc == VD_ENOMEM ? VD_OOM(d) : VD_OK;
+}
+
 vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, const vd_stage_solve_opts *o,
                      vd_stage_verdict *v, vd_diag *d) {
   double t0 = vd_clock_ms();
@@ -160,6 +233,7 @@ vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, cons
     if (r.n_diffs || !r.reason[0]) snprintf(v->reason, sizeof(v->reason), "%zu element(s) differ", r.n_diffs);
     else snprintf(v->reason, sizeof(v->reason), "%s", r.reason); /* proved, values not computed */
     if ((rc = unconfirmed_refutation(&c, v)) != VD_OK) goto done;
+    if (v->verdict == VD_SMT_NOT_EQUIVALENT && (rc = unscaled_check(&c, v)) != VD_OK) goto done;
   }
 done:
   vd_smt_result_free(&r);

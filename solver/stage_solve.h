@@ -36,6 +36,10 @@ typedef struct {
   vd_smt_verdict verdict;
   vd_diagnosis diagnosis;
   char factor[96];       /* SCALE: the factor c (exact), else "" */
+  /* SCALE by unscaled_check (stage_solve.c): 1 + the stage-local parallel
+   * leaf whose factor is the whole fault (a hypothesis f x its single value
+   * that the stage reads as the single value), 0 otherwise */
+  uint32_t scaled_leaf;
   char reason[800];      /* inconclusive: why; not equivalent: one-line summary */
   int by_fast_path;
   int cross;             /* the cross-check of a normal-form proof: VD_SMT_CROSS_* (smt.h) */

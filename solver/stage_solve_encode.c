@@ -109,7 +109,7 @@ static vd_rc make_parallel_leaf(solve_ctx *c, uint32_t i) {
     rc = vd_smt_partial_parts(c->s, &slice, key, pc->part_n, pc->part_k, &c->ten[i], c->d);
   }
   vd_smt_tensor_free(&slice);
-  if (rc == VD_OK) rc = scale_terms(c, &c->ten[i], pc->f);
+  if (rc == VD_OK && !c->unscaled) rc = scale_terms(c, &c->ten[i], pc->f);
   return rc;
 }
 

@@ -17,6 +17,7 @@ typedef struct {
   const vd_stage_solve_opts *o;
   vd_smt_tensor *ten; /* one per stage value */
   vd_diag *d;
+  int unscaled;       /* parallel leaves are built without their lineage factor (unscaled_check) */
 } solve_ctx;
 
 static inline const vd_graph_t *graph_of(const solve_ctx *c, int side) { return side ? c->lt->gp : c->lt->gs; }

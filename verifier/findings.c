@@ -30,6 +30,8 @@
 
 #include "../common/mem.h"
 #include "../common/text.h"
+#include "../lineage/lineage.h"
+#include "../ops/ops.h"
 
 /* ---- stage and node facts ---------------------------------------------- */
 
@@ -299,6 +301,61 @@ static int reads_unreduced(const vd_run *r, size_t i, int32_t k) {
   return vd_rep_pnode(r, sn, &p) == &r->pp.nodes[is->stuck_node] && p == &r->pp;
 }
 
+/* Graph node of the parallel plan that made stage i's scaled leaf (a SCALE
+ * found by the solver's unscaled check, solver/stage_solve.c: the stage
+ * holds once that hypothesis is read as its single-device value): the
+ * leaf's producer, past operators that only copy or reshape their input
+ * (lineage rules COPY and VIEW), so that a gradient summed where it should
+ * be averaged names its reducer, not the view of its flat buffer.  -1 when
+ * stage i has no such leaf. */
+static int32_t scaled_producer(const vd_run *r, size_t i) {
+  const vd_stage *st = &r->set.stages[i];
+  const vd_stage_verdict *v = &r->verdicts[i];
+  if (v->diagnosis != VD_DX_SCALE || !v->scaled_leaf || v->scaled_leaf > st->n_vals) return -1;
+  const vd_stage_value *sv = &st->vals[v->scaled_leaf - 1];
+  if (!sv->side || sv->value >= r->pg.n_values) return -1;
+  int32_t g = r->pg.values[sv->value].producer;
+  for (int steps = 0; g >= 0 && steps < 16; steps++) {
+    const vd_gnode_t *gn = &r->pg.nodes[g];
+    int op = (int)vd_op_lookup(vd_node_op(&r->pp, &r->pp.nodes[gn->pnode]));
+    if (op < 0 || op >= VD_OP__COUNT || gn->n_in == 0 || gn->n_part) break;
+    int kind = vd_lin_prop_rule_of(op)->kind;
+    if (kind != VD_PROP_COPY && kind != VD_PROP_VIEW) break;
+    int32_t q = r->pg.values[r->pg.idx[gn->in_off]].producer;
+    if (q < 0) break;
+    g = q;
+  }
+  return g;
+}
+
+/* The first node of failing stage i (stage order) that reads its scaled
+ * leaf (scaled_producer), with why naming the leaf, its factor and the
+ * node that made it; -1 when stage i has no such leaf. */
+static int32_t scaled_reader(const vd_run *r, size_t i, char *why, size_t n_why) {
+  int32_t g = scaled_producer(r, i);
+  if (g < 0) return -1;
+  const vd_stage *st = &r->set.stages[i];
+  uint32_t leaf = r->verdicts[i].scaled_leaf - 1;
+  const vd_stage_value *lv = &st->vals[leaf];
+  const vd_tensor_t *t = &r->pp.tensors[r->pg.values[lv->value].tensor];
+  const vd_gnode_t *gn = &r->pg.nodes[g];
+  const vd_node_t *pn = &r->pp.nodes[gn->pnode];
+  for (uint32_t k = 0; k < st->n_nodes; k++) {
+    const vd_stage_node *sn = &st->nodes[k];
+    int reads = 0;
+    for (uint32_t j = 0; j < sn->n_in && !reads; j++) reads = st->idx[sn->in_off + j] == leaf;
+    if (!sn->side || !reads) continue;
+    vd_text_fmt(why, n_why,
+                "reads '%s' (t%lld), which is %s x its single-device value (an inferred lineage, proven) as "
+                "rank %lld %s '%s' (node %lld) made it; read as that value, the stage holds",
+                VD_SHOW(vd_plan_s(&r->pp, t->name)), (long long)t->id, VD_SHOW(r->verdicts[i].factor),
+                (long long)vd_graph_rank(&r->pg, pn->rank, lv->replica), VD_SHOW(vd_node_op(&r->pp, pn)),
+                VD_SHOW(vd_plan_s(&r->pp, pn->name)), (long long)pn->id);
+    return (int32_t)k;
+  }
+  return -1;
+}
+
 /* The reason is made plain text here, once for every format: cut on a
  * character boundary and escaped (the lineage phrase quotes names). */
 int32_t vd_rep_diverging(const vd_run *r, size_t i, char *why, size_t n_why) {
@@ -316,7 +373,9 @@ int32_t vd_rep_diverging(const vd_run *r, size_t i, char *why, size_t n_why) {
 static int32_t diverging(const vd_run *r, size_t i, char *why, size_t n_why) {
   const vd_stage *st = &r->set.stages[i];
   why[0] = '\0';
-  int32_t dn = attr_diverging(r, st, why, n_why);
+  int32_t dn = scaled_reader(r, i, why, n_why);
+  if (dn >= 0) return dn;
+  dn = attr_diverging(r, st, why, n_why);
   if (dn >= 0) return dn;
   dn = factor_origin(r, i, why, n_why);
   if (dn >= 0) return dn;
@@ -809,6 +868,24 @@ static void describe_by_stage(const struct grouping *g, vd_finding *f) {
     f->node_rank = sn->side ? vd_graph_rank(gr, gr->plan->nodes[f->pnode].rank, sn->replica) : -1;
     f->node_mb = gr->nodes[sn->gnode].mb;
     f->topo = sn->side ? (uint64_t)1 << 32 | g->pgpos[sn->gnode] : g->sgpos[sn->gnode];
+  }
+  /* SCALE proven on a hypothesis the stage reads (its factor is the whole
+   * fault): the finding names the operator that made that value */
+  int32_t sp = scaled_producer(r, rep);
+  if (sp >= 0) {
+    const vd_stage *st = &r->set.stages[rep];
+    const vd_stage_value *lv = &st->vals[r->verdicts[rep].scaled_leaf - 1];
+    const vd_gnode_t *gn = &r->pg.nodes[sp];
+    const vd_tensor_t *t = &r->pp.tensors[r->pg.values[lv->value].tensor];
+    f->side = 1;
+    f->pnode = gn->pnode;
+    f->node_rank = vd_graph_rank(&r->pg, r->pp.nodes[gn->pnode].rank, lv->replica);
+    f->node_mb = gn->mb;
+    f->topo = (uint64_t)1 << 32 | g->pgpos[sp];
+    vd_text_fmt(f->why, sizeof(f->why),
+                "it makes '%s' (t%lld), which the failing stage reads: %s x its single-device value (an inferred "
+                "lineage, proven); read as that value, the stage holds",
+                VD_SHOW(vd_plan_s(&r->pp, t->name)), (long long)t->id, VD_SHOW(r->verdicts[rep].factor));
   }
 }
 

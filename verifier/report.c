@@ -108,6 +108,7 @@ static void stage_hypotheses(const vd_run *r, const vd_stage *st, FILE *f) {
     text_piece(f, &pi);
     fprintf(f, " = %s", sl);
     if (pi.part_n > 1) fprintf(f, " part %lld/%lld", (long long)pi.part_k, (long long)pi.part_n);
+    if (r->lt.pieces[sv->leaf_piece].f != 1.0) fprintf(f, " times %.17g", r->lt.pieces[sv->leaf_piece].f);
     if (r->inferred && r->inferred[r->lt.pieces[sv->leaf_piece].ptensor]) fputs(" (inferred, proven)", f);
     fputc('\n', f);
   }
