@@ -46,17 +46,18 @@ static int mean_share(const vlin *l) {
  * cancel (a per-replica mean loss, an averaging reducer) keeps them, and so
  * does one whose factors only escape as shares of a mean (mean_share).
  *
- * Except when no annotated value is itself a multiple of its single value:
- * when every escape is an operator that no factor fits (an optimizer update
- * adding the weight to a gradient that is f x its single-device value: a
- * gradient reducer that sums where the loss is a mean), no failing stage
+ * Except when every escape reads an unscaled value beside the scaled one
+ * (an optimizer update adding the weight to a gradient that is f x its
+ * single-device value: a gradient reducer that sums where the loss is a
+ * mean): no factor fits such an operator's output, so no failing stage
  * could show the factor where it arises, only a wrong value at the
  * boundary.  Then the factors stay on the candidates, as for shares of a
  * mean: the stages that prove them show each value to be f x its
  * single-device value, and the failing stage is the reader's alone, which
  * can then show that the factor is the whole fault (solver/stage_solve.c
- * unscaled_check: SCALE).  The factor suppressed only when some annotated
- * value is a multiple (a loss scaled wrongly): that stage shows the factor
+ * unscaled_check: SCALE).  An escape that reads only scaled values passes
+ * the factor on (a loss scaled wrongly, a multiple of its single value):
+ * then the factors are suppressed, so that its stage shows the factor
  * where it arises. */
 int factor_escapes(const ictx *c) {
   int escapes = 0, multiple = 0;
@@ -65,30 +66,35 @@ int factor_escapes(const ictx *c) {
     int op = c->pop[pn->pnode];
     if (op < 0 || pn->n_in == 0 || pn->n_out == 0) continue;
     const uint32_t *in = vd_gnode_inputs(c->gp, pn), *out = vd_gnode_outputs(c->gp, pn);
-    int scaled = 0, all_in = 1, any_out = 0, shares_only = 1, fits = 1, esc = 0;
+    int scaled = 0, all_in = 1, any_out = 0, shares_only = 1, unscaled = 0, esc = 0, annotated = 0;
     for (uint32_t i = 0; i < pn->n_in; i++) {
       const vlin *x = vl_at(c, in[i]);
       all_in &= x->known;
       int sc = x->known && !x->zero && fabs(x->f - 1.0) > 1e-12;
       scaled |= sc;
+      unscaled |= x->known && !x->zero && !sc;
       if (sc) shares_only &= mean_share(x);
     }
     if (!scaled || !all_in) continue;
     for (uint32_t o = 0; o < pn->n_out; o++) {
       any_out |= vl_at(c, out[o])->known;
       double fo;
-      if (!c->seeded[out[o]]) continue;
-      int nf = node_factor(c, pn, op, o, &fo);
-      if (nf && fabs(fo - 1.0) > 1e-12) multiple = 1; /* an annotated value that is a multiple */
-      if (shares_only) continue;
-      if (!nf || fabs(fo - 1.0) > 1e-12) esc = 1;
-      fits &= nf;
+      if (c->seeded[out[o]] && (!node_factor(c, pn, op, o, &fo) || fabs(fo - 1.0) > 1e-12)) esc = annotated = 1;
+    }
+    /* shares of a mean summed into an annotated value and nothing else (a
+     * logged loss of per-replica means never averaged) make it a multiple
+     * too, though they alone do not escape */
+    if (shares_only) {
+      multiple |= annotated && !unscaled;
+      continue;
     }
     double fo;
-    if (!shares_only && !any_out && !node_factor(c, pn, op, 0, &fo)) esc = 1, fits = 0;
-    if (!esc) continue;
-    escapes = 1;
-    if (fits) multiple = 1;
+    if (!any_out && !node_factor(c, pn, op, 0, &fo)) esc = 1;
+    /* an escape into an annotated value that reads no unscaled value
+     * beside the scaled ones passes the factor on (a logged loss that is a
+     * multiple of its single value); one that adds them, no factor fits
+     * (an optimizer update) */
+    if (esc) escapes = 1, multiple |= annotated && !unscaled;
   }
   return escapes && multiple;
 }

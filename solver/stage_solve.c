@@ -94,18 +94,23 @@ static vd_rc unconfirmed_refutation(solve_ctx *c, vd_stage_verdict *v) {
 }
 
 /* The factor f != 1 that the stage's parallel leaves carry (hypotheses
- * that are f x their single value: inferred candidates, proven like any
- * other), with *leaf the first of them; 0 when none carries one or two
- * carry different ones. */
-static double leaf_factor(const solve_ctx *c, uint32_t *leaf) {
+ * that are f x their single value, or one copy's share of a mean: part k
+ * of n times n; inferred candidates, proven like any other), with *leaf
+ * the first of them and *shares 1 when they are all shares of a mean, 0
+ * when none is; 0 when no leaf carries one, two carry different ones, or
+ * shares and whole values mix. */
+static double leaf_factor(const solve_ctx *c, uint32_t *leaf, int *shares) {
   double f = 0.0;
+  *shares = -1;
   for (uint32_t i = 0; i < c->st->n_vals; i++) {
     const vd_stage_value *sv = &c->st->vals[i];
     if (!sv->side || sv->producer >= 0 || sv->leaf_piece < 0 || sv->hyp_svalue < 0) continue;
-    double g = c->lt->pieces[sv->leaf_piece].f;
-    if (g == 1.0) continue;
-    if (f == 0.0) f = g, *leaf = i;
-    else if (g != f) return 0.0;
+    const vd_lin_piece *pc = &c->lt->pieces[sv->leaf_piece];
+    if (pc->f == 1.0) continue;
+    int share = pc->part_n > 1;
+    if (share && pc->f != (double)pc->part_n) return 0.0; /* a part scaled otherwise */
+    if (f == 0.0) f = pc->f, *leaf = i, *shares = share;
+    else if (pc->f != f || share != *shares) return 0.0;
   }
   return f;
 }
@@ -131,14 +136,32 @@ static void factor_text(double f, char *buf, size_t n) {
  * optimizer step w - lr * 2g is no multiple of w - lr * g, but the
  * gradient it reads is 2g (a reduce-scatter that sums where the loss is a
  * mean); the stage that proved the candidate showed that, this check that
- * nothing else is wrong.  A diagnosis only, claimed when proved: any other
- * outcome leaves WRONG_VALUE.  VD_ENOMEM is the only error. */
-static vd_rc unscaled_check(solve_ctx *c, vd_stage_verdict *v) {
-  uint32_t leaf = 0;
-  double f = leaf_factor(c, &leaf);
-  if (f == 0.0 || !isfinite(f) || v->diagnosis != VD_DX_WRONG_VALUE || c->st->n_nodes > VD_STAGE_CLASSIFY_MAX_NODES)
-    return VD_OK;
+ * nothing else is wrong.  Likewise MISSING_REDUCTION when the leaves are
+ * each one copy's share of a mean (part k of n, times n) and the stage
+ * holds once they are read as the copies' mean: a gradient no reducer
+ * averaged (a parameter left out of DDP's reducer, FSDP1 without a root
+ * unit).  A diagnosis only, claimed when proved: any other outcome leaves
+ * WRONG_VALUE.  VD_ENOMEM is the only error. */
+/* Each refinement check of a failing stage (reducer_check, unscaled_check)
+ * gets this share of the stage's work budget, and at most this wall time. */
+#define REFINE_SHARE 10u
+#define REFINE_TIMEOUT_MS 5000u
+
+/* The stage encoded again as c now says (unscaled leaves, a rescaled
+ * node) and checked: *holds = 1 when it is proven equivalent.  Every other
+ * outcome is 0, never an error but VD_ENOMEM (these checks only refine a
+ * diagnosis).  c's terms are freed before and after. */
+static vd_rc holds_now(solve_ctx *c, int *holds) {
+  *holds = 0;
   end_stage(c);
+  /* a tenth of a stage's budget each: a refinement never costs much more
+   * than the check that found the failure (the wall-clock backstop too) */
+  const vd_stage_solve_opts *o = c->o;
+  uint64_t nf = o->budget == UINT64_MAX ? 0 : o->budget ? o->budget : VD_SMT_DEFAULT_NF_STEPS;
+  uint64_t rl = o->budget == UINT64_MAX ? 0 : o->budget ? o->budget : VD_SMT_DEFAULT_RLIMIT;
+  vd_smt_set_budget(c->s, nf ? nf / REFINE_SHARE + 1 : VD_SMT_DEFAULT_NF_STEPS / REFINE_SHARE,
+                    rl ? rl / REFINE_SHARE + 1 : VD_SMT_DEFAULT_RLIMIT / REFINE_SHARE);
+  vd_smt_set_timeout(c->s, o->timeout_ms && o->timeout_ms < REFINE_TIMEOUT_MS ? o->timeout_ms : REFINE_TIMEOUT_MS);
   vd_diag scratch, *d = c->d;
   vd_diag_clear(&scratch);
   vd_stage_verdict sv;
@@ -146,24 +169,90 @@ static vd_rc unscaled_check(solve_ctx *c, vd_stage_verdict *v) {
   pair_list pl = {0};
   vd_smt_result r;
   memset(&r, 0, sizeof(r));
-  c->unscaled = 1;
   c->d = &scratch;
   int ready = 0;
   vd_rc rc = vd_stage_solve_i_encode_stage(c, &sv, &ready);
   if (rc == VD_OK && ready) rc = vd_stage_solve_i_build_pairs(c, &pl);
   if (rc == VD_OK && ready) rc = vd_smt_check(c->s, pl.par, pl.single, pl.n, &r, &scratch);
-  if (rc == VD_OK && ready && r.verdict == VD_SMT_EQUIVALENT) {
-    v->diagnosis = VD_DX_SCALE;
-    factor_text(f, v->factor, sizeof(v->factor));
-    v->scaled_leaf = leaf + 1;
-  }
-  c->unscaled = 0;
+  *holds = rc == VD_OK && ready && r.verdict == VD_SMT_EQUIVALENT;
+  vd_smt_set_budget(c->s, nf, rl);
+  vd_smt_set_timeout(c->s, o->timeout_ms);
   c->d = d;
   vd_smt_result_free(&r);
   vd_stage_solve_i_pairs_free(&pl);
   vd_stage_verdict_free(&sv);
   end_stage(c);
   return rc == VD_ENOMEM ? VD_OOM(d) : VD_OK;
+}
+
+static vd_rc unscaled_check(solve_ctx *c, vd_stage_verdict *v) {
+  uint32_t leaf = 0;
+  int shares = 0;
+  double f = leaf_factor(c, &leaf, &shares);
+  if (f == 0.0 || !isfinite(f) || v->diagnosis != VD_DX_WRONG_VALUE || c->st->n_nodes > VD_STAGE_CLASSIFY_MAX_NODES)
+    return VD_OK;
+  int holds = 0;
+  c->unscaled = 1;
+  vd_rc rc = holds_now(c, &holds);
+  c->unscaled = 0;
+  if (rc == VD_OK && holds) {
+    v->diagnosis = shares ? VD_DX_MISSING_REDUCTION : VD_DX_SCALE;
+    if (!shares) factor_text(f, v->factor, sizeof(v->factor));
+    v->scaled_leaf = leaf + 1;
+  }
+  return rc;
+}
+
+/* At most this many divisions of a reducer of one failing stage are tried
+ * by reducer_check (each try is a proof of the whole stage). */
+#define REDUCER_TRIES 4
+
+/* SCALE at a reducer inside a failing stage whose targets are no multiple
+ * of their single values: when the stage holds once the outputs of one
+ * of its summing collectives (all_reduce, reduce_scatter over n copies)
+ * are divided by n, the fault is that sum where the copies' mean belongs
+ * (a gradient reduce-scatter summing per-replica mean gradients, whose
+ * result then reaches the optimizer step: w - lr * 2g is no multiple of
+ * w - lr * g); or divided by the factor f of the stage's scaled
+ * hypotheses, when f is not n (nested reducers that both sum).  At most
+ * REDUCER_TRIES proofs, on the stage's collectives from the last (the
+ * nearest the targets: dividing it undoes what every earlier sum did).  A
+ * diagnosis only, claimed when proved. */
+static vd_rc reducer_check(solve_ctx *c, vd_stage_verdict *v) {
+  const vd_stage *st = c->st;
+  if (v->diagnosis != VD_DX_WRONG_VALUE || st->n_nodes > VD_STAGE_CLASSIFY_MAX_NODES) return VD_OK;
+  /* the factor of the stage's scaled hypotheses, when they have one: the
+   * divisor that two nested reducers miss together (HSDP: a shard group's
+   * reduce-scatter, then an all-reduce over the replicas) */
+  uint32_t leaf = 0;
+  int shares = 0;
+  double lf = leaf_factor(c, &leaf, &shares);
+  int tries = 0;
+  for (uint32_t ni = st->n_nodes; ni-- > 0 && tries < REDUCER_TRIES;) {
+    const vd_stage_node *sn = &st->nodes[ni];
+    if (!sn->side || sn->n_in < 2 || (sn->op != VD_OP_ALL_REDUCE && sn->op != VD_OP_REDUCE_SCATTER)) continue;
+    const vd_gnode_t *gn = &c->lt->gp->nodes[sn->gnode];
+    const vd_plan_t *p = c->lt->gp->plan;
+    if (strcmp(vd_node_attr_str(p, &p->nodes[gn->pnode], "reduce", "sum"), "sum")) continue;
+    double divisors[2] = {(double)sn->n_in, lf > 1.0 && isfinite(lf) && lf != (double)sn->n_in ? lf : 0.0};
+    for (int k = 0; k < 2 && tries < REDUCER_TRIES; k++) {
+      if (divisors[k] == 0.0) continue;
+      tries++;
+      int holds = 0;
+      c->rescale_node = ni + 1;
+      c->rescale_f = 1.0 / divisors[k];
+      vd_rc rc = holds_now(c, &holds);
+      c->rescale_node = 0;
+      if (rc != VD_OK) return rc;
+      if (holds) {
+        v->diagnosis = VD_DX_SCALE;
+        factor_text(divisors[k], v->factor, sizeof(v->factor));
+        v->scaled_node = ni + 1;
+        return VD_OK;
+      }
+    }
+  }
+  return VD_OK;
 }
 
 vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, const vd_stage_solve_opts *o,
@@ -233,6 +322,9 @@ vd_rc vd_stage_solve(vd_smt *s, const vd_lin_table *lt, const vd_stage *st, cons
     if (r.n_diffs || !r.reason[0]) snprintf(v->reason, sizeof(v->reason), "%zu element(s) differ", r.n_diffs);
     else snprintf(v->reason, sizeof(v->reason), "%s", r.reason); /* proved, values not computed */
     if ((rc = unconfirmed_refutation(&c, v)) != VD_OK) goto done;
+    /* a reducer in the stage first: it names the fault more precisely
+     * than a scaled hypothesis, whose factor any later step could undo */
+    if (v->verdict == VD_SMT_NOT_EQUIVALENT && (rc = reducer_check(&c, v)) != VD_OK) goto done;
     if (v->verdict == VD_SMT_NOT_EQUIVALENT && (rc = unscaled_check(&c, v)) != VD_OK) goto done;
   }
 done:

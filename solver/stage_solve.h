@@ -40,6 +40,9 @@ typedef struct {
    * leaf whose factor is the whole fault (a hypothesis f x its single value
    * that the stage reads as the single value), 0 otherwise */
   uint32_t scaled_leaf;
+  /* SCALE by reducer_check: 1 + the stage-local summing collective whose
+   * outputs, divided by its group size (the factor), make the stage hold */
+  uint32_t scaled_node;
   char reason[800];      /* inconclusive: why; not equivalent: one-line summary */
   int by_fast_path;
   int cross;             /* the cross-check of a normal-form proof: VD_SMT_CROSS_* (smt.h) */

@@ -176,7 +176,10 @@ static int64_t distinct_parts(const classify_t *k) {
  * copies that should all equal it, but they hold partial sums over groups
  * of g ranks that were never reduced: the sum of all pieces is then
  * cpp/g times the slice instead of cpp times.  Tried for every g >= 2
- * dividing cpp (g = cpp: each part's copies sum to the part). */
+ * dividing cpp (g = cpp: each part's copies sum to the part), then, for
+ * whole copies, g = 1: copies that differ (the stage failed) but sum to
+ * cpp times the slice average to it, each one copy's share of a mean that
+ * no reducer averaged (an SGD step on a replica's own gradient). */
 static vd_rc try_missing_reduction(classify_t *k) {
   solve_ctx *c = k->c;
   const vd_stage_target *t = k->t;
@@ -193,14 +196,17 @@ static vd_rc try_missing_reduction(classify_t *k) {
   if (cpp * parts_seen == (int64_t)t->n_pieces && !(want = vd_calloc(n ? n : 1, sizeof(*want)))) return VD_OOM(c->d);
   vd_rc rc = VD_OK;
   int eq = 0;
-  for (int64_t g = cpp; want && g >= 2; g--) {
-    if (cpp % g) continue;
+  for (int64_t g = cpp; want && g >= 1; g--) {
+    if (cpp % g || (g == 1 && (t->part_n > 1 || cpp < 2))) continue;
     vd_term f = vd_smt_num_int(c->s, cpp / g);
     for (size_t e = 0; e < n; e++) want[e] = cpp / g == 1 ? k->slice.t[e] : vd_smt_mul(c->s, f, k->slice.t[e]);
     if ((rc = proves_equal(c, scaled, want, n, &eq)) != VD_OK) break;
     if (eq) {
       k->v->diagnosis = VD_DX_MISSING_REDUCTION;
-      if (cpp / g != 1) snprintf(k->v->factor, sizeof(k->v->factor), "partial sums over groups of %lld", (long long)g);
+      if (g == 1)
+        snprintf(k->v->factor, sizeof(k->v->factor), "the %lld copies average to it: their mean is missing", (long long)cpp);
+      else if (cpp / g != 1)
+        snprintf(k->v->factor, sizeof(k->v->factor), "partial sums over groups of %lld", (long long)g);
       break;
     }
   }

@@ -69,7 +69,7 @@ static vd_term factor_num(vd_smt *s, double f) {
 }
 
 /* t[e] := f * t[e] for a factor f != 1. */
-static vd_rc scale_terms(solve_ctx *c, vd_smt_tensor *t, double f) {
+vd_rc vd_stage_solve_i_scale_terms(solve_ctx *c, vd_smt_tensor *t, double f) {
   if (f == 1.0) return VD_OK;
   vd_term k = factor_num(c->s, f);
   for (int64_t e = 0; e < t->numel; e++) t->t[e] = vd_smt_mul(c->s, k, t->t[e]);
@@ -99,7 +99,11 @@ static vd_rc make_parallel_leaf(solve_ctx *c, uint32_t i) {
   vd_smt_tensor slice = {0};
   VD_CHECK(vd_smt_tensor_slice(&c->ten[sv->hyp_svalue], sv->rlo, sv->rhi, &slice, c->d));
   vd_rc rc;
-  if (pc->part_n <= 1) {
+  /* unscaled_check (stage_solve.c): a leaf of factor f != 1 is read as its
+   * single value, and one copy's share of a mean (part k of n, times n) as
+   * the mean of the copies: the whole slice */
+  int as_single = c->unscaled && pc->f != 1.0 && (pc->part_n <= 1 || pc->f == (double)pc->part_n);
+  if (pc->part_n <= 1 || as_single) {
     rc = vd_smt_tensor_copy(&slice, &c->ten[i], c->d);
   } else {
     char key[256];
@@ -109,7 +113,7 @@ static vd_rc make_parallel_leaf(solve_ctx *c, uint32_t i) {
     rc = vd_smt_partial_parts(c->s, &slice, key, pc->part_n, pc->part_k, &c->ten[i], c->d);
   }
   vd_smt_tensor_free(&slice);
-  if (rc == VD_OK && !c->unscaled) rc = scale_terms(c, &c->ten[i], pc->f);
+  if (rc == VD_OK && !as_single) rc = vd_stage_solve_i_scale_terms(c, &c->ten[i], pc->f);
   return rc;
 }
 
@@ -351,7 +355,7 @@ vd_rc vd_stage_solve_i_build_pairs(solve_ctx *c, pair_list *pl) {
       }
     } else {
       /* one factor for every part (lineage/lineage.c check_parts) */
-      if (t->n_pieces) rc = scale_terms(c, &slice, c->lt->pieces[pp[0]].f);
+      if (t->n_pieces) rc = vd_stage_solve_i_scale_terms(c, &slice, c->lt->pieces[pp[0]].f);
       sum = vd_calloc((size_t)slice.numel, sizeof(*sum));
       if (!sum) rc = VD_OOM(c->d);
       if (rc == VD_OK) rc = vd_stage_solve_i_parts_sum(c, t, &slice, sum);
@@ -445,6 +449,9 @@ static vd_rc encode_values(solve_ctx *c, char *unsupported, size_t n_unsupported
       leaves_done = 1;
     }
     if (ni < st->n_nodes && rc == VD_OK) rc = encode_node(c, ni, unsupported, n_unsupported);
+    /* reducer_check (stage_solve.c): this node's outputs rescaled */
+    for (uint32_t o = 0; ni < st->n_nodes && c->rescale_node == ni + 1 && o < st->nodes[ni].n_out && rc == VD_OK; o++)
+      rc = vd_stage_solve_i_scale_terms(c, &c->ten[st->idx[st->nodes[ni].out_off + o]], c->rescale_f);
   }
   return rc;
 }

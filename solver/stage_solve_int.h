@@ -18,6 +18,9 @@ typedef struct {
   vd_smt_tensor *ten; /* one per stage value */
   vd_diag *d;
   int unscaled;       /* parallel leaves are built without their lineage factor (unscaled_check) */
+  uint32_t rescale_node; /* 1 + a stage node whose outputs are multiplied by rescale_f once
+                            encoded (reducer_check), 0 none */
+  double rescale_f;
 } solve_ctx;
 
 static inline const vd_graph_t *graph_of(const solve_ctx *c, int side) { return side ? c->lt->gp : c->lt->gs; }
@@ -74,6 +77,8 @@ void vd_stage_solve_i_pairs_free(pair_list *pl);
 /* Builds the target slice of the single value (reduced coordinates). */
 vd_rc vd_stage_solve_i_target_slice(solve_ctx *c, const vd_stage_target *t, vd_smt_tensor *slice);
 vd_rc vd_stage_solve_i_parts_sum(solve_ctx *c, const vd_stage_target *t, const vd_smt_tensor *slice, vd_term *sum);
+/* t[e] := f * t[e] for a factor f != 1, f's numeral as a lineage factor's. */
+vd_rc vd_stage_solve_i_scale_terms(solve_ctx *c, vd_smt_tensor *t, double f);
 /* Step (5): every target element paired with its single element. */
 vd_rc vd_stage_solve_i_build_pairs(solve_ctx *c, pair_list *pl);
 /* Steps (1)-(4); *ready = 1 when the pairs can be built (see there). */

@@ -305,50 +305,87 @@ static int reads_unreduced(const vd_run *r, size_t i, int32_t k) {
  * found by the solver's unscaled check, solver/stage_solve.c: the stage
  * holds once that hypothesis is read as its single-device value): the
  * leaf's producer, past operators that only copy or reshape their input
- * (lineage rules COPY and VIEW), so that a gradient summed where it should
- * be averaged names its reducer, not the view of its flat buffer.  -1 when
- * stage i has no such leaf. */
+ * (lineage rules COPY and VIEW) and past those that read the factor
+ * already (one input a whole value of the same factor by its proven
+ * lineage: the learning rate's scaling of the gradient), so that a
+ * gradient summed where it should be averaged names its reducer, not the
+ * optimizer's step or the view of its flat buffer.  -1 when stage i has
+ * no such leaf. */
 static int32_t scaled_producer(const vd_run *r, size_t i) {
   const vd_stage *st = &r->set.stages[i];
   const vd_stage_verdict *v = &r->verdicts[i];
   if (v->diagnosis != VD_DX_SCALE || !v->scaled_leaf || v->scaled_leaf > st->n_vals) return -1;
   const vd_stage_value *sv = &st->vals[v->scaled_leaf - 1];
-  if (!sv->side || sv->value >= r->pg.n_values) return -1;
+  if (!sv->side || sv->value >= r->pg.n_values || sv->leaf_piece < 0) return -1;
+  double f = r->lt.pieces[sv->leaf_piece].f;
   int32_t g = r->pg.values[sv->value].producer;
-  for (int steps = 0; g >= 0 && steps < 16; steps++) {
+  for (int steps = 0; g >= 0 && steps < 32; steps++) {
     const vd_gnode_t *gn = &r->pg.nodes[g];
+    if (gn->n_part || gn->n_in == 0) break;
+    const uint32_t *in = r->pg.idx + gn->in_off;
     int op = (int)vd_op_lookup(vd_node_op(&r->pp, &r->pp.nodes[gn->pnode]));
-    if (op < 0 || op >= VD_OP__COUNT || gn->n_in == 0 || gn->n_part) break;
-    int kind = vd_lin_prop_rule_of(op)->kind;
-    if (kind != VD_PROP_COPY && kind != VD_PROP_VIEW) break;
-    int32_t q = r->pg.values[r->pg.idx[gn->in_off]].producer;
+    int kind = op >= 0 && op < VD_OP__COUNT ? vd_lin_prop_rule_of(op)->kind : VD_PROP_NONE;
+    int32_t next = -1;
+    if (kind == VD_PROP_COPY || kind == VD_PROP_VIEW) {
+      next = (int32_t)in[0];
+    } else {
+      /* the factor was there already: the one input that is a whole
+       * value (no part) of the same factor, by its proven lineage */
+      int n = 0;
+      for (uint32_t k = 0; k < gn->n_in; k++) {
+        int32_t pc = vd_lin_piece_of(&r->lt, in[k], sv->replica);
+        if (pc >= 0 && r->lt.pieces[pc].f == f && r->lt.pieces[pc].part_n <= 1) next = (int32_t)in[k], n++;
+      }
+      if (n != 1) break;
+    }
+    int32_t q = r->pg.values[next].producer;
     if (q < 0) break;
     g = q;
   }
   return g;
 }
 
-/* The first node of failing stage i (stage order) that reads its scaled
- * leaf (scaled_producer), with why naming the leaf, its factor and the
- * node that made it; -1 when stage i has no such leaf. */
+/* The node of failing stage i that the solver proved its diagnosis at:
+ * the summing collective of reducer_check (solver/stage_solve.c), or the
+ * first node (stage order) that reads its scaled leaf (unscaled_check),
+ * with why naming the leaf, its factor and (SCALE) the node that made it
+ * (scaled_producer); -1 when stage i has neither. */
 static int32_t scaled_reader(const vd_run *r, size_t i, char *why, size_t n_why) {
-  int32_t g = scaled_producer(r, i);
-  if (g < 0) return -1;
+  const vd_stage_verdict *v = &r->verdicts[i];
+  if (v->diagnosis == VD_DX_SCALE && v->scaled_node && v->scaled_node <= r->set.stages[i].n_nodes) {
+    snprintf(why, n_why,
+             "with its sum divided by %s, the stage holds: a sum over copies where their mean belongs, or a "
+             "divisor missing after it",
+             v->factor);
+    return (int32_t)v->scaled_node - 1;
+  }
   const vd_stage *st = &r->set.stages[i];
-  uint32_t leaf = r->verdicts[i].scaled_leaf - 1;
+  int share = v->diagnosis == VD_DX_MISSING_REDUCTION;
+  int32_t g = share ? -1 : scaled_producer(r, i);
+  if ((!share && g < 0) || !v->scaled_leaf || v->scaled_leaf > st->n_vals) return -1;
+  uint32_t leaf = v->scaled_leaf - 1;
   const vd_stage_value *lv = &st->vals[leaf];
+  if (lv->leaf_piece < 0) return -1;
+  const vd_lin_piece *pc = &r->lt.pieces[lv->leaf_piece];
   const vd_tensor_t *t = &r->pp.tensors[r->pg.values[lv->value].tensor];
-  const vd_gnode_t *gn = &r->pg.nodes[g];
-  const vd_node_t *pn = &r->pp.nodes[gn->pnode];
   for (uint32_t k = 0; k < st->n_nodes; k++) {
     const vd_stage_node *sn = &st->nodes[k];
     int reads = 0;
     for (uint32_t j = 0; j < sn->n_in && !reads; j++) reads = st->idx[sn->in_off + j] == leaf;
     if (!sn->side || !reads) continue;
+    if (share) {
+      vd_text_fmt(why, n_why,
+                  "reads '%s' (t%lld), one copy's share of a mean (part %lld of %lld, times %g: an inferred lineage, "
+                  "proven) as the whole value; read as the copies' mean, the stage holds",
+                  VD_SHOW(vd_plan_s(&r->pp, t->name)), (long long)t->id, (long long)pc->part_k,
+                  (long long)pc->part_n, pc->f);
+      return (int32_t)k;
+    }
+    const vd_node_t *pn = &r->pp.nodes[r->pg.nodes[g].pnode];
     vd_text_fmt(why, n_why,
                 "reads '%s' (t%lld), which is %s x its single-device value (an inferred lineage, proven) as "
                 "rank %lld %s '%s' (node %lld) made it; read as that value, the stage holds",
-                VD_SHOW(vd_plan_s(&r->pp, t->name)), (long long)t->id, VD_SHOW(r->verdicts[i].factor),
+                VD_SHOW(vd_plan_s(&r->pp, t->name)), (long long)t->id, VD_SHOW(v->factor),
                 (long long)vd_graph_rank(&r->pg, pn->rank, lv->replica), VD_SHOW(vd_node_op(&r->pp, pn)),
                 VD_SHOW(vd_plan_s(&r->pp, pn->name)), (long long)pn->id);
     return (int32_t)k;
@@ -742,8 +779,19 @@ static void key_stages(struct grouping *g) {
       dn[i] = vd_rep_diverging(r, i, why, sizeof(why));
     snprintf(key, sizeof(key), "S|%d|%zu|%d", (int)v->diagnosis, c, dn[i]);
     add_key(&g->keys, g->ni + i, key);
-    if (dn[i] >= 0 && st->nodes[dn[i]].side) {
-      uint32_t pn = r->pg.nodes[st->nodes[dn[i]].gnode].pnode;
+    /* SCALE proven by the solver on a hypothesis or at a reducer
+     * (solver/stage_solve.c unscaled_check, reducer_check): one factor
+     * throughout is one cause (every gradient summed over its copies where
+     * their mean belongs), whichever operator each stage's value came from */
+    if (v->diagnosis == VD_DX_SCALE && (v->scaled_leaf || v->scaled_node)) {
+      snprintf(key, sizeof(key), "F|%s", v->factor);
+      add_key(&g->keys, g->ni + i, key);
+    }
+    /* a SCALE on a scaled hypothesis is keyed by the node that made it,
+     * which its finding names (describe_by_stage) */
+    int32_t sp = scaled_producer(r, c);
+    if (sp >= 0 || (dn[i] >= 0 && st->nodes[dn[i]].side)) {
+      uint32_t pn = sp >= 0 ? r->pg.nodes[sp].pnode : r->pg.nodes[st->nodes[dn[i]].gnode].pnode;
       node_sig(sig, sizeof(sig), &r->pp, pn, 1);
       snprintf(key, sizeof(key), "N|%s", sig);
       add_key(&g->keys, g->ni + i, key);

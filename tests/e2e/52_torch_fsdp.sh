@@ -5,8 +5,10 @@
 #    and the executor agrees; the shard layout comes from FSDP's DTensor parameters (cap.params)
 #    and the optimizer state is DTensors too;
 #  - the reduce-scatter summing where the loss is a mean (the gradient divide factor set to 1):
-#    NOT EQUIVALENT, the report says the optimizer's input is 2 x its single-device value, and
-#    the executor disagrees.
+#    NOT EQUIVALENT, one finding: SCALE (factor 2) at FSDP's reduce-scatter, on the step's
+#    backward line (the optimizer's input, proven 2 x its single-device value, read as that
+#    value makes the update right: solver/stage_solve.c unscaled_check), and the executor
+#    disagrees.
 # The first FSDP (FullyShardedDataParallel, flat parameters): tests/e2e/53_torch_fsdp1.sh.
 # What makes FSDP2 capturable: its flat all-gather and reduce-scatter buffers are read as the
 # values they hold (tools/torchcap/memory.py segments, collectives.py per-piece collectives).
@@ -15,5 +17,8 @@
 set -e
 dp_configs_equivalent gpt2_single.py gpt2_fsdp.py "2" "2 --set opt=sgdm" "2 --set opt=adamw --set clip=0.5" "4"
 capture_pair gpt2_single.py gpt2_fsdp.py 2 --set dp=2 --set bug=sum_rs
-pair_not_equivalent --full "input 1 is 2 x its single-device value" "the factor comes from rank 0 scale 'gpt2.py:92'"
+BWD=$(grep -n 'loss.backward()' "$EX/gpt2_fsdp.py" | tail -1 | cut -d: -f1)
+pair_not_equivalent --full "input 1 is 2 x its single-device value" "the factor comes from rank 0 scale 'gpt2.py:92'" \
+  "^  findings: 1 " "^   1\. .*SCALE at reduce_scatter 'gpt2_fsdp.py:$BWD'.*c10d._reduce_scatter_base_" \
+  "diagnosis SCALE (factor 2)" "which is 2 x its single-device value (an inferred lineage, proven)"
 echo ok
