@@ -128,20 +128,6 @@ static void factor_text(double f, char *buf, size_t n) {
   snprintf(buf, n, "%.17g", f);
 }
 
-/* SCALE of a failing stage whose targets are no multiple of their single
- * values, but whose hypotheses are: when the stage reads parallel leaves
- * that are f x their single values (one factor f != 1) and it holds once
- * they are read as their single values (the same stage encoded again with
- * those factors left out), the factor on them is the whole fault.  An
- * optimizer step w - lr * 2g is no multiple of w - lr * g, but the
- * gradient it reads is 2g (a reduce-scatter that sums where the loss is a
- * mean); the stage that proved the candidate showed that, this check that
- * nothing else is wrong.  Likewise MISSING_REDUCTION when the leaves are
- * each one copy's share of a mean (part k of n, times n) and the stage
- * holds once they are read as the copies' mean: a gradient no reducer
- * averaged (a parameter left out of DDP's reducer, FSDP1 without a root
- * unit).  A diagnosis only, claimed when proved: any other outcome leaves
- * WRONG_VALUE.  VD_ENOMEM is the only error. */
 /* Each refinement check of a failing stage (reducer_check, unscaled_check)
  * gets this share of the stage's work budget, and at most this wall time. */
 #define REFINE_SHARE 10u
@@ -185,6 +171,20 @@ static vd_rc holds_now(solve_ctx *c, int *holds) {
   return rc == VD_ENOMEM ? VD_OOM(d) : VD_OK;
 }
 
+/* SCALE of a failing stage whose targets are no multiple of their single
+ * values, but whose hypotheses are: when the stage reads parallel leaves
+ * that are f x their single values (one factor f != 1) and it holds once
+ * they are read as their single values (the same stage encoded again with
+ * those factors left out), the factor on them is the whole fault.  An
+ * optimizer step w - lr * 2g is no multiple of w - lr * g, but the
+ * gradient it reads is 2g (a reduce-scatter that sums where the loss is a
+ * mean); the stage that proved the candidate showed that, this check that
+ * nothing else is wrong.  Likewise MISSING_REDUCTION when the leaves are
+ * each one copy's share of a mean (part k of n, times n) and the stage
+ * holds once they are read as the copies' mean: a gradient no reducer
+ * averaged (a parameter left out of DDP's reducer, FSDP1 without a root
+ * unit).  A diagnosis only, claimed when proved: any other outcome leaves
+ * WRONG_VALUE.  VD_ENOMEM is the only error. */
 static vd_rc unscaled_check(solve_ctx *c, vd_stage_verdict *v) {
   uint32_t leaf = 0;
   int shares = 0;

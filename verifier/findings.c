@@ -13,6 +13,10 @@
  *   - two failing stages with the same diagnosis and the same factor (or
  *     none) at nodes of one operator whose names end alike
  *     ("*.grad.average", "*.rescale");
+ *   - two failing stages that the solver proved SCALE with the same factor
+ *     on a scaled hypothesis or at a reducer (solver/stage_solve.c
+ *     unscaled_check, reducer_check): every gradient summed where a mean
+ *     belongs, whichever operator made each one;
  *   - two structural issues of the same diagnosis and kind at the same node
  *     or the same tensor, up to the same renaming, or (without a node) on
  *     one rank in one module (first three name components);

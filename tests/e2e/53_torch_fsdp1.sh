@@ -24,7 +24,7 @@ capture_pair gpt2_single.py gpt2_fsdp1.py 2 --set dp=2 --set bug=flat_sum
 line() { grep -n "$1" "$EX/gpt2_fsdp1.py" | tail -1 | cut -d: -f1; }
 pair_not_equivalent --full "^  findings: 1 " \
   "^   1\. .*SCALE at all_reduce 'gpt2_fsdp1.py:$(line 'loss.backward()')'.*c10d._reduce_scatter_base_" \
-  "diagnosis SCALE (factor 2)" "examples/torch/gpt2_fsdp1.py:.* in step"
+  "diagnosis SCALE (factor 2)" "with its sum divided by 2, the stage holds"
 capture_pair gpt2_single.py gpt2_fsdp1.py 2 --set dp=2 --set bug=no_root
 pair_not_equivalent "^  findings: 1 " "^   1\. .*MISSING_REDUCTION at add 'gpt2_fsdp1.py:$(line 'opt.step()')'" \
   "stopped first at .*one copy's share of a mean .*a missing reduction" "the 2 copies average to it"
