@@ -611,6 +611,12 @@ static vd_rc pick_rule(const vd_op_reduce_call *c, int *norule, int fw) {
   }
   VD_CHECK(eq(c, dr(0, 0, 0), dr(0, 1, 0)));
   VD_CHECK(eq(c, dr(0, 0, 0), dr(1, 0, 0)));
+  /* The backward's one-hot rows tell the classes of a block apart (one is
+   * g, the others 0): E(pick_backward_r) is not pick_backward of the full
+   * shapes, and a sum over the classes would count g N/n times (a false
+   * difference against a side that never sums the one-hot, Megatron's
+   * vocab-parallel cross-entropy).  So the classes keep their extent. */
+  if (!fw) VD_CHECK(mark(c, VD_RED_KEEP, dr(1, 0, 1)));
   return pos(c, dr(fw ? 0 : 1, 0, 1), "start");
 }
 static vd_rc red_pick(const vd_op_reduce_call *c, int *norule) { return pick_rule(c, norule, 1); }

@@ -238,6 +238,7 @@ static vd_rc nf_pass(vd_smt *s, int structural, const vd_term *par, const vd_ter
   if (nf) {
     res->nf_steps += vd_smt_nf_steps(nf);
     res->nf_gave_up = vd_smt_nf_gave_up(nf);
+    if (vd_smt_nf_laws_used(nf)) vd_smt_i_set_laws_used(s, 1);
   }
   vd_smt_nf_free(nf);
   return rc;
@@ -313,7 +314,11 @@ static vd_rc cross_check(vd_smt *s, const vd_term *par, const vd_term *single, s
   vd_free(proved);
   vd_free(simp);
   if (rc == VD_OK && n_open == 0) z.verdict = VD_SMT_EQUIVALENT;
-  else if (rc == VD_OK) rc = vd_smt_i_chk_solve(s, par, single, open, n_open, &z, NULL);
+  else if (rc == VD_OK) {
+    vd_smt_i_set_axioms(s, 1);
+    rc = vd_smt_i_chk_solve(s, par, single, open, n_open, &z, NULL);
+    vd_smt_i_set_axioms(s, 0);
+  }
   if (rc == VD_ENOMEM || vd_smt_i_oom(s)) {
     vd_smt_result_free(&z);
     return VD_OOM(d);

@@ -87,8 +87,8 @@ static vd_rc unconfirmed_refutation(solve_ctx *c, vd_stage_verdict *v) {
   v->verdict = VD_SMT_INCONCLUSIVE;
   v->diagnosis = 0;
   snprintf(v->reason, sizeof(v->reason),
-           "unsupported: a refutation through max (a max-shifted log-sum-exp) that the numeric "
-           "evaluators do not reproduce: the normal form has no exp/log laws yet (docs/torch.md); %.380s",
+           "unsupported: a refutation through max that the numeric evaluators do not reproduce (the "
+           "solver's max, exp or log are free where the normal form has no law; docs/verifier.md); %.380s",
            where);
   return VD_OK;
 }

@@ -6,9 +6,10 @@
 #  - bug=vocab_shard (rank 1 looks up with rank 0's range) is NOT EQUIVALENT, the failing stage
 #    holds the masked lookup's line, and the executor disagrees;
 #  - the vocab-parallel cross-entropy (ce=vocab: max, all_reduce MAX, the target logit
-#    gathered with advanced indexing and Megatron's own backward) is captured; at TP2 and
-#    TP2 x DP2 the executor agrees and the verifier says INCONCLUSIVE (exit 3) naming the
-#    missing exp/log laws (stage_solve.c, VD_OPF_REFUTE_NUMERIC), never NOT EQUIVALENT;
+#    gathered with advanced indexing and Megatron's own backward) against F.cross_entropy is
+#    EQUIVALENT at TP2, TP2 x DP2 and with masked_fill (the laws of exp and log and the
+#    label's range, solver/smt_poly_laws.c), the executor agrees, and Z3 cross-checking the
+#    proof with the laws as axioms never disagrees;
 #  - its bugs (the max's all_reduce skipped, the target range of rank 0 on every rank, the
 #    sum-exp all_reduce deleted) are NOT EQUIVALENT, numerically reproduced, and the executor
 #    disagrees; the finding names the cross-entropy's max, the first value without a twin;
@@ -32,14 +33,19 @@ sed -i 's/^        out\[input_mask, :\] = 0.0/        pass/' "$TMP/ex/megatron_v
 expect_exit 2 $T2P --single "$TMP/ex/vocab_single.py" --parallel "$TMP/ex/vocab_tp.py" --nproc 2 --set tp=2 \
   --out-single "$TMP/s.plan" --out-parallel "$TMP/p.plan"
 expect_in "megatron_vocab.py:[0-9]*: c10d.allreduce_ reads a masked lookup whose masked rows are not zeroed" "$TMP/err"
-for conf in "2 --set tp=2" "4 --set tp=2 --set dp=2"; do
+for conf in "2 --set tp=2" "4 --set tp=2 --set dp=2" "2 --set tp=2 --set fill=masked_fill"; do
   cap $conf --set ce=vocab
-  expect_exit 3 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
-  expect_in "^INCONCLUSIVE" "$TMP/out"
-  expect_in "unsupported: a refutation through max" "$TMP/out"
+  expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+  expect_in "^EQUIVALENT" "$TMP/out"
   expect_exit 0 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
   expect_in "AGREE" "$TMP/out"
 done
+# the proof rests on the laws of exp and log: Z3 given them as axioms agrees or gives up, never refutes
+cap 2 --set tp=2 --set ce=vocab
+expect_exit 0 "$VERDICT" -v --cross-check --sm "$TMP/s.plan" --pm "$TMP/p.plan"
+expect_in "^EQUIVALENT" "$TMP/out"
+expect_in "cross-check: .* 0 disagreement" "$TMP/out"
+
 for bug in no_max_reduce ce_shard; do
   cap 2 --set tp=2 --set ce=vocab --set bug=$bug
   pair_not_equivalent --full "WRONG_VALUE at max 'megatron_vocab.py:$MAXL'"

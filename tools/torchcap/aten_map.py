@@ -691,7 +691,7 @@ def _nll_fwd(E, args, kw, outs):
     _nll_check(E, x, target, weight, ignore_index)
     n = x.shape[0]
     dt = _dt(outs[0])
-    p = E.op("pick", [E.x(x), E.x(target)], [n], {}, dt)
+    p = E.op("pick", [E.x(x), E.x(target)], [n], {"checked": 1}, dt)
     if reduction == 0:
         loss = E.op("neg", [p], [n], {}, dt)
     else:
@@ -711,7 +711,7 @@ def _nll_bwd(E, args, kw, out):
     if reduction != 0:
         pg = E.op("expand", [pg], [n], {}, dt)
     f = E.op("scale", [pg], [n], {"factor": -1.0 / n if reduction == 1 else -1.0}, dt)
-    return E.op("pick_backward", [E.x(target), f], _shape(out), {}, dt)
+    return E.op("pick_backward", [E.x(target), f], _shape(out), {"checked": 1}, dt)
 
 
 def _silu_bwd(E, args, kw, out):
