@@ -442,6 +442,82 @@ def _embedding_bwd(E, args, kw, out):
     return E.op("embedding_backward", [E.x(ids), E.x(g)], _shape(out), {}, _dt(out))
 
 
+def _zero_base(E, base):
+    """True when the tensor a scatter adds into is a constant zero (new_zeros, zeros_like)."""
+    v = _const_values(E, base)
+    return v is not None and not bool(v.any())
+
+
+def _plus_base(E, base, pid, dt):
+    """base + pid, or pid alone when base is a constant zero."""
+    return pid if _zero_base(E, base) else E.op("add", [E.x(base), pid], _shape(base), {}, dt)
+
+
+def _one_per_row(E, what, x, dim, index):
+    """The rows and classes of a gather / scatter_add with one index per row along the last
+    dim (x.gather(-1, labels[..., None]), a hand-written cross-entropy's target logit)."""
+    d = dim % x.dim()
+    if d != x.dim() - 1 or index.dim() != x.dim() or index.shape[d] != 1 or list(index.shape[:d]) != list(x.shape[:d]):
+        E.fail("%s: only one index per row along the last dimension is supported "
+               "(x.gather(-1, idx.unsqueeze(-1)), as a cross-entropy picks its target logit)" % what)
+    return index.numel(), x.shape[-1]
+
+
+def _gather(E, args, kw, out):
+    x, dim, index = args[0], int(args[1]), args[2]
+    if kw.get("sparse_grad") or (len(args) > 3 and args[3]):
+        E.fail("gather with sparse_grad is not supported")
+    n, v = _one_per_row(E, "gather", x, dim, index)
+    dt = _dt(out)
+    rows = E.op("view", [E.x(x)], [n, v], {}, dt)
+    ix = E.op("view", [E.x(index)], [n], {}, _dt(index))
+    # checked: gather raises on an index outside [0, v), as nll_loss does
+    p = E.op("pick", [rows, ix], [n], {"checked": 1}, dt)
+    return E.op("view", [p], _shape(out), {}, dt)
+
+
+def _scatter_add(E, args, kw, out):
+    base, dim, index, src = args[0], int(args[1]), args[2], args[3]
+    n, v = _one_per_row(E, "scatter_add", base, dim, index)
+    dt = _dt(base)
+    g = E.op("view", [E.x(src)], [n], {}, dt)
+    ix = E.op("view", [E.x(index)], [n], {}, _dt(index))
+    pb = E.op("pick_backward", [ix, g], [n, v], {"checked": 1}, dt)
+    return _plus_base(E, base, E.op("view", [pb], _shape(base), {}, dt), dt)
+
+
+def _rows_2d(E, what, x, dim):
+    if int(dim) % x.dim() != 0:
+        E.fail("%s along dim %d: only rows (dim 0, a lookup) are supported" % (what, int(dim)))
+    return x.shape[0], int(x.numel() // max(x.shape[0], 1))
+
+
+def _index_select(E, args, kw, out):
+    x, dim, index = args[0], args[1], args[2]
+    rows, h = _rows_2d(E, "index_select", x, dim)
+    dt = _dt(out)
+    if _const_values(E, index) is not None:
+        start, n = _row_range(E, index, rows)
+        return E.op("view", [_slice(E, E.x(x), _shape(x), 0, start, start + n, dt)], _shape(out), {}, dt)
+    w = E.op("view", [E.x(x)], [rows, h], {}, dt)
+    return E.op("view", [E.op("embedding", [E.x(index), w], [index.numel(), h], {}, dt)], _shape(out), {}, dt)
+
+
+def _index_add(E, args, kw, out):
+    base, dim, index, src = args[0], args[1], args[2], args[3]
+    if kw.get("alpha", args[4] if len(args) > 4 else 1) != 1:
+        E.fail("index_add with alpha != 1 is not supported")
+    rows, h = _rows_2d(E, "index_add", base, dim)
+    dt = _dt(base)
+    g = E.op("view", [E.x(src)], [index.numel(), h], {}, dt)
+    if _const_values(E, index) is not None:
+        start, n = _row_range(E, index, rows)
+        placed = _place_rows(E, g, rows, h, start, n, dt)
+    else:
+        placed = E.op("embedding_backward", [E.x(index), g], [rows, h], {}, dt)
+    return _plus_base(E, base, E.op("view", [placed], _shape(base), {}, dt), dt)
+
+
 def _place_rows(E, gv, n_rows, h, start, n, dt):
     """The [n_rows, h] gradient whose rows [start, start + n) are gv and the others zero: one
     chunk_backward when the range is a chunk, else one per gcd-sized piece, summed."""
@@ -800,6 +876,7 @@ TABLE = {
     # linear algebra and layers
     "mm": _mm, "bmm": _mm, "addmm": _addmm,
     "embedding": _embedding, "embedding_dense_backward": _embedding_bwd,
+    "gather": _gather, "scatter_add": _scatter_add, "index_select": _index_select, "index_add": _index_add,
     "_softmax": _softmax, "_softmax_backward_data": _softmax_bwd,
     "_log_softmax": _log_softmax, "_log_softmax_backward_data": _log_softmax_bwd,
     # constant masks (causal attention)
@@ -822,6 +899,9 @@ ALIASES = {"detach", "alias", "lift_fresh"}
 VIEWS_OF_EMPTY = {"narrow", "slice", "view", "_unsafe_view", "split", "split_with_sizes", "chunk",
                   "select", "unflatten", "as_strided"}
 CREATION_EMPTY = {"empty", "empty_strided", "new_empty", "new_empty_strided", "empty_like"}
+# creations that read only the dtype and device of their tensor operand (the zeros gather's
+# backward scatters into): constants, as if made from no tensor
+CREATION_FROM = {"new_zeros", "new_ones", "new_full", "new_empty", "new_empty_strided"}
 
 
 def _flat_tensors(x, acc):
@@ -871,7 +951,7 @@ def record(rec, func, args, kwargs, out):
         return
     if any(c is not None and c.kind == "host" for c in cells):
         raise CaptureError("%s: aten.%s mixes optimizer step counters with data" % (where(), name))
-    if not tensors:
+    if not tensors or name in CREATION_FROM:
         kind = "empty" if name in CREATION_EMPTY else "const"
         for o in outs:
             _fresh(rec, o, kind, where())
