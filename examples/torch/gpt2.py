@@ -13,6 +13,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 VOCAB, N_EMBD, N_HEAD, N_LAYER, BLOCK, BATCH = 32, 16, 2, 2, 8, 4
 LR = 0.05
@@ -21,7 +22,7 @@ LR = 0.05
 def config(args):
     """Run configuration from torch2plan --set KEY=VALUE (strings)."""
     c = {"dp": 1, "tp": 1, "pp": 1, "nm": 1, "opt": "sgd", "bug": "", "schedule": "gpipe", "clip": 0.0,
-         "attn": "mask", "dtype": "f64"}
+         "attn": "mask", "dtype": "f64", "ckpt": 0}
     for k, v in args.items():
         c[k] = type(c[k])(v) if k in c and not isinstance(c[k], str) else v
     return c
@@ -82,12 +83,14 @@ class GPT2(nn.Module):
         self.ln_f = nn.LayerNorm(N_EMBD)
         self.lm_head = nn.Linear(N_EMBD, VOCAB, bias=False)
         self.lm_head.weight = self.wte.weight        # tied
+        self.ckpt = False
 
     def forward(self, idx, targets):
         pos = torch.arange(idx.shape[1], device=idx.device)
         x = self.wte(idx) + self.wpe(pos)
         for block in self.h:
-            x = block(x)
+            # --set ckpt=1: activation checkpointing (the block's forward is run again in backward)
+            x = checkpoint(block, x, use_reentrant=False) if self.ckpt else block(x)
         logits = self.lm_head(self.ln_f(x))
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
@@ -100,6 +103,7 @@ def build(c=None, dtype=None):
         dtype = torch.float32 if c and c.get("dtype") == "f32" else torch.float64
     torch.manual_seed(1234)
     model = GPT2().to(dtype)
+    model.ckpt = bool(c) and bool(c["ckpt"])
     for m in model.modules():
         if isinstance(m, CausalSelfAttention):
             m.sdpa = bool(c) and c["attn"] == "sdpa"
