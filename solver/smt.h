@@ -438,6 +438,10 @@ uint64_t vd_smt_nf_steps(const vd_smt_nf *nf);
 int vd_smt_nf_gave_up(const vd_smt_nf *nf);
 /* 1 when a law of exp, log or the index facts proved a step (smt_poly_laws.c). */
 int vd_smt_nf_laws_used(const vd_smt_nf *nf);
+/* Runs the normal form over the pairs to learn whether its laws rewrite
+ * them (vd_smt_i_laws_used afterwards): the certificate states the laws
+ * of an obligation written without a check. */
+vd_rc vd_smt_nf_note_laws(vd_smt *s, const vd_term *par, const vd_term *single, size_t n);
 uint64_t vd_smt_i_seed(const vd_smt *s);
 int vd_smt_i_fast_path(const vd_smt *s);
 int vd_smt_i_witness_first(const vd_smt *s);

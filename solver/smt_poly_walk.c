@@ -80,6 +80,19 @@ uint64_t vd_smt_nf_steps(const vd_smt_nf *nf) { return nf->steps; }
 int vd_smt_nf_gave_up(const vd_smt_nf *nf) { return nf->gave_up; }
 int vd_smt_nf_laws_used(const vd_smt_nf *nf) { return nf->laws_used; }
 
+vd_rc vd_smt_nf_note_laws(vd_smt *s, const vd_term *par, const vd_term *single, size_t n) {
+  vd_smt_nf *nf = NULL;
+  vd_rc rc = vd_smt_nf_new(&nf, s, vd_smt_i_nf_budget(s));
+  int64_t id;
+  for (size_t i = 0; rc == VD_OK && i < n && !nf->laws_used; i++) {
+    rc = vd_smt_nf_of(nf, par[i], &id);
+    if (rc == VD_OK) rc = vd_smt_nf_of(nf, single[i], &id);
+  }
+  if (rc == VD_OK && nf->laws_used) vd_smt_i_set_laws_used(s, 1);
+  vd_smt_nf_free(nf);
+  return rc;
+}
+
 static int64_t memo_of(vd_smt_nf *nf, Z3_ast a) { return u64map_get(&nf->memo, Z3_get_ast_id(nf->z, a)); }
 
 /* ---- flattened sums -----------------------------------------------------------

@@ -180,6 +180,7 @@ vd_rc vd_stage_obligation(vd_smt *s, const vd_lin_table *lt, const vd_stage *st,
   int ready = 0;
   vd_rc rc = vd_stage_solve_i_encode_stage(&c, v, &ready);
   if (rc == VD_OK && ready) rc = vd_stage_solve_i_build_pairs(&c, &pl);
+  if (rc == VD_OK && ready) rc = vd_smt_nf_note_laws(s, pl.par, pl.single, pl.n);
   if (rc == VD_OK && ready) rc = vd_smt_write_obligation(s, pl.par, pl.single, pl.n, header, out, stats, d);
   if (rc == VD_OK && ready) *written = 1;
   vd_stage_solve_i_pairs_free(&pl);
