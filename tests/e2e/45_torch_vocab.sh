@@ -13,7 +13,9 @@
 #  - its bugs (the max's all_reduce skipped, the target range of rank 0 on every rank, the
 #    sum-exp all_reduce deleted) are NOT EQUIVALENT, numerically reproduced, and the executor
 #    disagrees; the finding names the cross-entropy's max, the first value without a twin;
-#  - the indices of torch.max read as data are refused at capture with the line.
+#  - the indices of torch.max read as data are refused at capture with the line;
+#  - Megatron-Core's own vocab-parallel layers (vocab_mcore.py) are EQUIVALENT, and a missing
+#    copy_to_tensor_model_parallel_region before the head is NOT EQUIVALENT.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/torch_lib.sh"
 set -e
@@ -40,6 +42,13 @@ for conf in "2 --set tp=2" "4 --set tp=2 --set dp=2" "2 --set tp=2 --set fill=ma
   expect_exit 0 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
   expect_in "AGREE" "$TMP/out"
 done
+# Megatron-Core's own VocabParallelEmbedding and vocab_parallel_cross_entropy (vocab_mcore.py):
+# EQUIVALENT with the executor agreeing; the head reading h without copy_to_tensor_model_parallel_region
+# (the gradient of h not summed over the group) NOT EQUIVALENT, the executor disagreeing
+capture_pair vocab_single.py vocab_mcore.py 2
+pair_equivalent
+capture_pair vocab_single.py vocab_mcore.py 2 --set bug=no_copy
+pair_not_equivalent --full "at [a-z_]* .vocab_mcore.py:[0-9]*"
 # the proof rests on the laws of exp and log: Z3 given them as axioms agrees or gives up, never refutes
 cap 2 --set tp=2 --set ce=vocab
 expect_exit 0 "$VERDICT" -v --cross-check --sm "$TMP/s.plan" --pm "$TMP/p.plan"

@@ -495,11 +495,13 @@ class Capture:
             t.copy_(torch.tensor(v, dtype=torch.float64).view(t.shape).to(t.dtype))
 
     def param(self, t, name, **placements):
+        """Declares one parameter: what a framework states about it (a DTensor's placements,
+        Megatron-Core's tp mark) and the caller's placements, which win for Megatron's."""
         if dtensor.is_dtensor(t):
             pl = dict(placements)
             pl.update(dtensor.declared_placements(self, t, name))
             return self._declare("param", dtensor.local_of(t), name, -1, pl)
-        return self._declare("param", t, name, -1, placements)
+        return self._declare("param", t, name, -1, {**megatron.placements(t, name, self.mesh_dims), **placements})
 
     def input(self, t, name, mb_index=0, **placements):
         return self._declare("input", t, name, mb_index, placements)
@@ -525,9 +527,7 @@ class Capture:
                 pl.update(dtensor.declared_placements(self, p, prefix + n))
                 self.param(dtensor.local_of(p), prefix + n, **pl)
                 continue
-            # what a framework states about the parameter (Megatron-Core's tp split), then the
-            # caller's placements, which win
-            self.param(p, prefix + n, **{**megatron.placements(p, prefix + n, self.mesh_dims), **placements})
+            self.param(p, prefix + n, **placements)
         for n, b in module.named_buffers():
             n = clean(n)
             if self.rec.cell_of(b) is not None:
