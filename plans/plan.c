@@ -30,16 +30,7 @@ vd_rc vd_plan_init(vd_plan_t *p, vd_plan_kind kind) {
 
 void vd_plan_free(vd_plan_t *p) {
   if (!p) return;
-  vd_free(p->tensors);
-  vd_free(p->nodes);
-  vd_free(p->segments);
-  vd_free(p->programs);
-  vd_free(p->steps);
-  vd_free(p->refs);
-  vd_free(p->attrs);
-  vd_free(p->ints);
-  vd_free(p->floats);
-  vd_free(p->pool);
+  VD_FREE_ALL(p->tensors, p->nodes, p->segments, p->programs, p->steps, p->refs, p->attrs, p->ints, p->floats, p->pool);
   memset(p, 0, sizeof(*p));
 }
 
