@@ -64,6 +64,28 @@ def _resolve_finals(tr, who):
     return tr
 
 
+def _links(nodes):
+    """(producer, readers) of a trace's nodes: the index of the node writing each value, and
+    the indices of the nodes reading it, in node order (once per operand)."""
+    prod, readers = {}, {}
+    for i, n in enumerate(nodes):
+        for o in n["out"]:
+            prod[o] = i
+        for x in n["in"]:
+            readers.setdefault(x, []).append(i)
+    return prod, readers
+
+
+def _next_pid(vals):
+    """The first value id above every one of the trace."""
+    return max(vals) + 1 if vals else 1
+
+
+def _spliced(nodes, inserts):
+    """nodes with the new nodes inserts[i] (a list) placed just before node i."""
+    return [k for i, n in enumerate(nodes) for k in inserts.get(i, []) + [n]]
+
+
 def _fuse_linear(tr):
     """Rewrites torch's lowering of a linear layer on a [.., k] input back to one operator:
 
@@ -85,13 +107,8 @@ def _fuse_linear(tr):
     apart, so their slices propagate to the result without a merged-dims lineage."""
     nodes = tr["nodes"]
     vals = tr["values"]
-    prod, readers = {}, {}
-    for i, n in enumerate(nodes):
-        for o in n["out"]:
-            prod[o] = i
-        for x in n["in"]:
-            readers.setdefault(x, []).append(i)
-    next_pid = [max(vals) + 1 if vals else 1]
+    prod, readers = _links(nodes)
+    next_pid = [_next_pid(vals)]
 
     def only_reader(p, op):
         r = readers.get(p, [])
@@ -150,7 +167,7 @@ def _fuse_linear(tr):
         prod_node["aten"] = m["aten"]
         prod_node["src"], prod_node["stack"] = m["src"], m.get("stack")
     if inserts:
-        tr["nodes"] = [k for i, n in enumerate(nodes) for k in inserts.get(i, []) + [n]]
+        tr["nodes"] = _spliced(nodes, inserts)
     return tr
 
 
@@ -168,7 +185,7 @@ def _sum_unmerged(tr):
     nodes = tr["nodes"]
     vals = tr["values"]
     prod = {o: i for i, n in enumerate(nodes) for o in n["out"]}
-    next_pid = max(vals) + 1 if vals else 1
+    next_pid = _next_pid(vals)
     inserts = {}
     for i, n in enumerate(nodes):
         if n["op"] != "sum" or n["attrs"].get("dims") != [0]:
@@ -190,7 +207,7 @@ def _sum_unmerged(tr):
         inserts[i] = [dict(n, **{"in": [g], "out": [s3], "attrs": attrs})]
         n["op"], n["in"], n["attrs"] = "view", [s3], {}
     if inserts:
-        tr["nodes"] = [k for i, n in enumerate(nodes) for k in inserts.get(i, []) + [n]]
+        tr["nodes"] = _spliced(nodes, inserts)
     return tr
 
 
@@ -211,13 +228,8 @@ def _fuse_bmm(tr):
     transpose node, inserted just before the rewritten view."""
     nodes = tr["nodes"]
     vals = tr["values"]
-    prod, readers = {}, {}
-    for i, n in enumerate(nodes):
-        for o in n["out"]:
-            prod[o] = i
-        for x in n["in"]:
-            readers.setdefault(x, []).append(i)
-    next_pid = [max(vals) + 1 if vals else 1]
+    prod, readers = _links(nodes)
+    next_pid = [_next_pid(vals)]
 
     def merged_view(p, batch):
         """The [B.., r, c] tensor that value p ([b, r, c]) is a view of, or None."""
@@ -283,11 +295,7 @@ def _fuse_bmm(tr):
         v["aten"] = m["aten"]
         v["src"], v["stack"] = m["src"], m.get("stack")
     if inserts:
-        out = []
-        for i, n in enumerate(nodes):
-            out.extend(inserts.get(i, []))
-            out.append(n)
-        tr["nodes"] = out
+        tr["nodes"] = _spliced(nodes, inserts)
     return tr
 
 
@@ -303,12 +311,7 @@ def _fuse_gather_cat(tr):
     the stacked form along dim 0 is not one (lineage inference).  Applied only when every p_i
     is read by the cat alone; the chunks are then dead (_prune_dead)."""
     nodes = tr["nodes"]
-    prod, readers = {}, {}
-    for i, n in enumerate(nodes):
-        for o in n["out"]:
-            prod[o] = i
-        for x in n["in"]:
-            readers.setdefault(x, []).append(i)
+    prod, readers = _links(nodes)
     for ci, cat in enumerate(nodes):
         if cat["op"] != "concat" or cat["coll"] is not None or not cat["in"]:
             continue

@@ -176,11 +176,19 @@ def _mean(E, args, kw, out):
     return E.op("scale", [s], _shape(out), {"factor": 1.0 / count}, _dt(out))
 
 
-def _view(E, args, kw, out):
-    x = args[0]
-    if _shape(x) == _shape(out):
-        return E.x(x)
-    return E.op("view", [E.x(x)], _shape(out), {}, _dt(out))
+def _unless_same_shape(op):
+    """The converter of a data-movement operator (view, expand) that is the identity when the
+    output has its input's shape."""
+    def convert(E, args, kw, out):
+        x = args[0]
+        if _shape(x) == _shape(out):
+            return E.x(x)
+        return E.op(op, [E.x(x)], _shape(out), {}, _dt(out))
+    return convert
+
+
+_view = _unless_same_shape("view")
+_expand = _unless_same_shape("expand")
 
 
 def _same(E, args, kw, out):
@@ -226,13 +234,6 @@ def _permute(E, args, kw, out):
             shape[i], shape[j] = shape[j], shape[i]
             pid = E.op("transpose", [pid], list(shape), {"dim0": i, "dim1": j}, dt)
     return pid
-
-
-def _expand(E, args, kw, out):
-    x = args[0]
-    if _shape(x) == _shape(out):
-        return E.x(x)
-    return E.op("expand", [E.x(x)], _shape(out), {}, _dt(out))
 
 
 def _slice_op(E, args, kw, out):
