@@ -86,6 +86,12 @@ def _spliced(nodes, inserts):
     return [k for i, n in enumerate(nodes) for k in inserts.get(i, []) + [n]]
 
 
+def _rewrite(n, op, ins, like):
+    """Node n becomes op on ins, without attributes, with the aten name and source of node like."""
+    n["op"], n["in"], n["attrs"] = op, ins, {}
+    n["aten"], n["src"], n["stack"] = like["aten"], like["src"], like.get("stack")
+
+
 def _fuse_linear(tr):
     """Rewrites torch's lowering of a linear layer on a [.., k] input back to one operator:
 
@@ -158,14 +164,8 @@ def _fuse_linear(tr):
             vals[y] = {"shape": list(ys), "dtype": vals[y2]["dtype"]}
             prod_node = {"out": [y], "phase": m["phase"], "ctx": m.get("ctx"), "coll": None}
             inserts[last] = [prod_node]
-            add = nodes[bias[0]]
-            v["op"], v["in"], v["attrs"] = "add", [y, bias[1]], {}
-            v["aten"], v["src"], v["stack"] = add["aten"], add["src"], add.get("stack")
-        prod_node["op"] = "linear" if w is not None else "matmul"
-        prod_node["in"] = [x, w] if w is not None else [x, b]
-        prod_node["attrs"] = {}
-        prod_node["aten"] = m["aten"]
-        prod_node["src"], prod_node["stack"] = m["src"], m.get("stack")
+            _rewrite(v, "add", [y, bias[1]], nodes[bias[0]])
+        _rewrite(prod_node, "linear" if w is not None else "matmul", [x, w] if w is not None else [x, b], m)
     if inserts:
         tr["nodes"] = _spliced(nodes, inserts)
     return tr
@@ -289,11 +289,7 @@ def _fuse_bmm(tr):
                  "phase": tnode["phase"], "ctx": tnode.get("ctx"), "aten": tnode["aten"], "coll": None,
                  "src": tnode["src"], "stack": tnode.get("stack")})
             new_in.append(pid)
-        v["op"] = "matmul"
-        v["in"] = new_in
-        v["attrs"] = {}
-        v["aten"] = m["aten"]
-        v["src"], v["stack"] = m["src"], m.get("stack")
+        _rewrite(v, "matmul", new_in, m)
     if inserts:
         tr["nodes"] = _spliced(nodes, inserts)
     return tr

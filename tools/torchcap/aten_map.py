@@ -130,14 +130,20 @@ def _dims_arg(d, nd):
     return d if d else list(range(nd))
 
 
+def _reduce_args(E, args, kw):
+    """(x, dims, keepdim) of a reduction called as (x, dim=None, keepdim=False); a dtype
+    argument is refused."""
+    x = args[0]
+    dims = _dims_arg(args[1] if len(args) > 1 else kw.get("dim"), x.dim())
+    keep = bool(args[2] if len(args) > 2 else kw.get("keepdim", False))
+    if kw.get("dtype") not in (None, x.dtype):
+        E.fail("a dtype argument")
+    return x, dims, keep
+
+
 def _reduce(opname):
     def h(E, args, kw, out):
-        x = args[0]
-        nd = x.dim()
-        dims = _dims_arg(args[1] if len(args) > 1 else kw.get("dim"), nd)
-        keep = bool(args[2] if len(args) > 2 else kw.get("keepdim", False))
-        if kw.get("dtype") not in (None, x.dtype):
-            E.fail("a dtype argument")
+        x, dims, keep = _reduce_args(E, args, kw)
         return E.op(opname, [E.x(x)], _shape(out), {"dims": dims, "keepdim": int(keep)}, _dt(out))
     return h
 
@@ -163,12 +169,7 @@ def _max(E, args, kw, outs):
 def _mean(E, args, kw, out):
     """mean = sum, then scale by 1/count: the sum form propagates slices and partial sums
     (a sliced reduced dim makes a partial sum, which the mean form cannot express)."""
-    x = args[0]
-    nd = x.dim()
-    dims = _dims_arg(args[1] if len(args) > 1 else kw.get("dim"), nd)
-    keep = bool(args[2] if len(args) > 2 else kw.get("keepdim", False))
-    if kw.get("dtype") not in (None, x.dtype):
-        E.fail("a dtype argument")
+    x, dims, keep = _reduce_args(E, args, kw)
     count = 1
     for d in dims:
         count *= int(x.shape[d])
