@@ -473,20 +473,25 @@ double vd_moe_expert_bwd(const vd_moe_expert *x, int64_t e, const double *tok, c
   return dot;
 }
 
-/* The expert helper over a buffer of 5 f + 2 h doubles. */
-static vd_moe_expert expert_over(double *buf, int64_t h, int64_t f, const double *w1, const double *w3,
-                                 const double *w2) {
-  vd_moe_expert x = {h, f, w1, w3, w2, buf, buf + f, buf + 2 * f, buf + 5 * f, buf + 3 * f, buf + 4 * f,
-                     buf + 5 * f + h};
+/* The expert helper of an nnscaler_moe_gmm call (forward or backward): its
+ * configuration read into *g, the expert weights inputs 3, 4, 5, over a new
+ * zeroed buffer of 5 F + 2 H doubles (*buf; NULL on ENOMEM, the caller's
+ * out of memory). */
+static vd_moe_expert gmm_expert(const vd_op_call *c, gmm_cfg *g, double **buf) {
+  vd_moe_gmm_read(c->plan, c->node, c->in_shape, g);
+  int64_t h = g->H, f = g->F;
+  double *b = *buf = vd_calloc((size_t)(5 * f + 2 * h + 1), sizeof(double));
+  if (!b) return (vd_moe_expert){0};
+  vd_moe_expert x = {h, f, c->in[3], c->in[4], c->in[5], b, b + f, b + 2 * f, b + 5 * f, b + 3 * f, b + 4 * f,
+                     b + 5 * f + h};
   return x;
 }
 
 vd_rc vd_op_i_eval_nnscaler_moe_gmm(const vd_op_call *c) {
   gmm_cfg g;
-  vd_moe_gmm_read(c->plan, c->node, c->in_shape, &g);
-  double *buf = vd_calloc((size_t)(5 * g.F + 2 * g.H + 1), sizeof(double));
+  double *buf;
+  vd_moe_expert x = gmm_expert(c, &g, &buf);
   if (!buf) return VD_OOM(c->diag);
-  vd_moe_expert x = expert_over(buf, g.H, g.F, c->in[3], c->in[4], c->in[5]);
   double *y = c->out[0];
   memset(y, 0, sizeof(double) * (size_t)(g.T * g.H));
   for (int64_t t = 0; t < g.T; t++)
@@ -503,10 +508,9 @@ vd_rc vd_op_i_eval_nnscaler_moe_gmm(const vd_op_call *c) {
 
 vd_rc vd_op_i_eval_nnscaler_moe_gmm_backward(const vd_op_call *c) {
   gmm_cfg g;
-  vd_moe_gmm_read(c->plan, c->node, c->in_shape, &g);
-  double *buf = vd_calloc((size_t)(5 * g.F + 2 * g.H + 1), sizeof(double));
+  double *buf;
+  vd_moe_expert x = gmm_expert(c, &g, &buf);
   if (!buf) return VD_OOM(c->diag);
-  vd_moe_expert x = expert_over(buf, g.H, g.F, c->in[3], c->in[4], c->in[5]);
   const double *idx = c->in[1], *wt = c->in[2];
   double *gx = c->out[0], *gwt = c->out[1], *gw1 = c->out[2], *gw3 = c->out[3], *gw2 = c->out[4];
   static const uint32_t src[5] = {0, 2, 3, 4, 5};

@@ -92,6 +92,13 @@ def _rewrite(n, op, ins, like):
     n["aten"], n["src"], n["stack"] = like["aten"], like["src"], like.get("stack")
 
 
+def _matmuls(nodes):
+    """(node, a, b, y) for each matmul y = a @ b of the trace that is not a collective's."""
+    for m in nodes:
+        if m["op"] == "matmul" and len(m["in"]) == 2 and m["coll"] is None:
+            yield m, m["in"][0], m["in"][1], m["out"][0]
+
+
 def _fuse_linear(tr):
     """Rewrites torch's lowering of a linear layer on a [.., k] input back to one operator:
 
@@ -129,11 +136,7 @@ def _fuse_linear(tr):
         return (i, b) if vals[b]["shape"] == vals[y2]["shape"][-1:] else None
 
     inserts = {}
-    for m in nodes:
-        if m["op"] != "matmul" or len(m["in"]) != 2 or m["coll"] is not None:
-            continue
-        a, b = m["in"]
-        y2 = m["out"][0]
+    for m, a, b, y2 in _matmuls(nodes):
         bias = None
         last = only_reader(y2, "view")
         if last is None:
@@ -255,11 +258,7 @@ def _fuse_bmm(tr):
         return (x, n) if x is not None else None
 
     inserts = {}
-    for m in nodes:
-        if m["op"] != "matmul" or len(m["in"]) != 2 or m["coll"] is not None:
-            continue
-        a, b = m["in"]
-        y3 = m["out"][0]
+    for m, a, b, y3 in _matmuls(nodes):
         if any(len(vals[p]["shape"]) != 3 for p in (a, b, y3)):
             continue
         ra = readers.get(y3, [])
