@@ -48,6 +48,7 @@
 
 #include "../common/mem.h"
 #include "ops_moe.h"
+#include "ops_red.h"
 
 
 /* ---- attributes and messages ---------------------------------------------- */
@@ -578,26 +579,11 @@ int vd_moe_uf_value(const char *name, size_t n, const double *a, double *out) {
 
 /* ---- shape reduction rules --------------------------------------------------------- */
 
-static vd_op_dimref dr(int out, uint32_t t, int32_t d) {
-  vd_op_dimref r = {(uint8_t)out, (uint8_t)d, (uint16_t)t};
-  return r;
-}
-static vd_rc req(const vd_op_reduce_call *c, vd_op_dimref a, vd_op_dimref b) {
-  vd_op_red r = {.kind = VD_RED_EQ, .a = a, .b = b, .num = 1, .den = 1};
-  return c->emit(c->sink, &r);
-}
-static vd_rc rmark(const vd_op_reduce_call *c, vd_op_red_kind k, vd_op_dimref a) {
-  vd_op_red r = {.kind = k, .a = a};
-  return c->emit(c->sink, &r);
-}
-static const vd_op_shape *rshp(const vd_op_reduce_call *c, int out, uint32_t t) {
-  return out ? &c->out_shape[t] : &c->in_shape[t];
-}
 /* Every dim of (oa,ta) moves with the same dim of (ob,tb); 0 on a rank mismatch. */
 static int rsame(const vd_op_reduce_call *c, int oa, uint32_t ta, int ob, uint32_t tb, vd_rc *rc) {
-  const vd_op_shape *a = rshp(c, oa, ta), *b = rshp(c, ob, tb);
+  const vd_op_shape *a = shp(c, dr(oa, ta, 0)), *b = shp(c, dr(ob, tb, 0));
   if (a->ndim != b->ndim) return 0;
-  for (int32_t j = 0; j < a->ndim && *rc == VD_OK; j++) *rc = req(c, dr(oa, ta, j), dr(ob, tb, j));
+  for (int32_t j = 0; j < a->ndim && *rc == VD_OK; j++) *rc = eq(c, dr(oa, ta, j), dr(ob, tb, j));
   return 1;
 }
 
@@ -613,25 +599,25 @@ static vd_rc gate_rule(const vd_op_reduce_call *c, int backward, int *norule) {
   if (c->n_in < 2 || c->in_shape[0].ndim != 2 || c->in_shape[1].ndim != 2) goto none;
   if (!backward && (c->n_out != 2 || c->out_shape[0].ndim != 2 || c->out_shape[1].ndim != 2)) goto none;
   if (backward && c->n_out != 2u + (unsigned)bias) goto none;
-  VD_CHECK(req(c, dr(0, 0, 1), dr(0, 1, 1)));
-  VD_CHECK(rmark(c, VD_RED_MIN2, dr(0, 0, 1)));
-  VD_CHECK(rmark(c, VD_RED_KEEP, dr(0, 1, 0)));
+  VD_CHECK(eq(c, dr(0, 0, 1), dr(0, 1, 1)));
+  VD_CHECK(mark(c, VD_RED_MIN2, dr(0, 0, 1)));
+  VD_CHECK(mark(c, VD_RED_KEEP, dr(0, 1, 0)));
   if (bias) {
     if (c->in_shape[2].ndim != 1) goto none;
-    VD_CHECK(rmark(c, VD_RED_KEEP, dr(0, 2, 0)));
+    VD_CHECK(mark(c, VD_RED_KEEP, dr(0, 2, 0)));
   }
   if (!backward) {
     for (uint32_t o = 0; o < 2; o++) {
-      VD_CHECK(req(c, dr(1, o, 0), dr(0, 0, 0)));
-      VD_CHECK(rmark(c, VD_RED_KEEP, dr(1, o, 1)));
+      VD_CHECK(eq(c, dr(1, o, 0), dr(0, 0, 0)));
+      VD_CHECK(mark(c, VD_RED_KEEP, dr(1, o, 1)));
     }
     return VD_OK;
   }
-  VD_CHECK(rmark(c, VD_RED_MIN2, dr(0, 0, 0)));
+  VD_CHECK(mark(c, VD_RED_MIN2, dr(0, 0, 0)));
   for (uint32_t i = first_k; i < c->n_in; i++) {
     if (c->in_shape[i].ndim != 2) goto none;
-    VD_CHECK(req(c, dr(0, i, 0), dr(0, 0, 0)));
-    VD_CHECK(rmark(c, VD_RED_KEEP, dr(0, i, 1)));
+    VD_CHECK(eq(c, dr(0, i, 0), dr(0, 0, 0)));
+    VD_CHECK(mark(c, VD_RED_KEEP, dr(0, i, 1)));
   }
   vd_rc rc = VD_OK;
   for (uint32_t o = 0; o < c->n_out; o++)
@@ -660,11 +646,11 @@ static vd_rc gmm_rule(const vd_op_reduce_call *c, int backward, int *norule) {
       in[5].ndim != 3)
     goto none;
   for (uint32_t i = 1; i <= 2; i++) {
-    VD_CHECK(req(c, dr(0, i, 0), dr(0, 0, 0)));
-    VD_CHECK(rmark(c, VD_RED_KEEP, dr(0, i, 1)));
+    VD_CHECK(eq(c, dr(0, i, 0), dr(0, 0, 0)));
+    VD_CHECK(mark(c, VD_RED_KEEP, dr(0, i, 1)));
   }
-  VD_CHECK(req(c, dr(0, 4, 0), dr(0, 3, 0)));
-  VD_CHECK(req(c, dr(0, 5, 0), dr(0, 3, 0)));
+  VD_CHECK(eq(c, dr(0, 4, 0), dr(0, 3, 0)));
+  VD_CHECK(eq(c, dr(0, 5, 0), dr(0, 3, 0)));
   static const char *const posattr[3] = {"local_expert_start", "local_expert_end", "n_routed_experts"};
   for (int k = 0; k < 3; k++)
     if (c->plan && c->node && vd_node_attr(c->plan, c->node, posattr[k])) {
@@ -672,19 +658,19 @@ static vd_rc gmm_rule(const vd_op_reduce_call *c, int backward, int *norule) {
                      .pos = vd_node_attr_int(c->plan, c->node, posattr[k], 0)};
       VD_CHECK(c->emit(c->sink, &r));
     }
-  VD_CHECK(req(c, dr(0, 3, 2), dr(0, 0, 1)));
-  VD_CHECK(req(c, dr(0, 4, 2), dr(0, 0, 1)));
-  VD_CHECK(req(c, dr(0, 5, 1), dr(0, 0, 1)));
-  VD_CHECK(req(c, dr(0, 4, 1), dr(0, 3, 1)));
-  VD_CHECK(req(c, dr(0, 5, 2), dr(0, 3, 1)));
-  VD_CHECK(rmark(c, VD_RED_MIN2, dr(0, 0, 1)));
-  VD_CHECK(rmark(c, VD_RED_MIN2, dr(0, 3, 1)));
+  VD_CHECK(eq(c, dr(0, 3, 2), dr(0, 0, 1)));
+  VD_CHECK(eq(c, dr(0, 4, 2), dr(0, 0, 1)));
+  VD_CHECK(eq(c, dr(0, 5, 1), dr(0, 0, 1)));
+  VD_CHECK(eq(c, dr(0, 4, 1), dr(0, 3, 1)));
+  VD_CHECK(eq(c, dr(0, 5, 2), dr(0, 3, 1)));
+  VD_CHECK(mark(c, VD_RED_MIN2, dr(0, 0, 1)));
+  VD_CHECK(mark(c, VD_RED_MIN2, dr(0, 3, 1)));
   vd_rc rc = VD_OK;
   if (!backward) {
     if (!rsame(c, 1, 0, 0, 0, &rc)) goto none;
     return rc;
   }
-  VD_CHECK(rmark(c, VD_RED_MIN2, dr(0, 0, 0)));
+  VD_CHECK(mark(c, VD_RED_MIN2, dr(0, 0, 0)));
   static const uint32_t src[5] = {0, 2, 3, 4, 5};
   if (!rsame(c, 0, 6, 0, 0, &rc) || !rsame(c, 0, 7, 0, 0, &rc)) goto none;
   for (uint32_t o = 0; o < 5 && rc == VD_OK; o++)
