@@ -474,64 +474,61 @@ double vd_moe_expert_bwd(const vd_moe_expert *x, int64_t e, const double *tok, c
   return dot;
 }
 
-/* The expert helper of an nnscaler_moe_gmm call (forward or backward): its
- * configuration read into *g, the expert weights inputs 3, 4, 5, over a new
- * zeroed buffer of 5 F + 2 H doubles (*buf; NULL on ENOMEM, the caller's
- * out of memory). */
-static vd_moe_expert gmm_expert(const vd_op_call *c, gmm_cfg *g, double **buf) {
-  vd_moe_gmm_read(c->plan, c->node, c->in_shape, g);
-  int64_t h = g->H, f = g->F;
-  double *b = *buf = vd_calloc((size_t)(5 * f + 2 * h + 1), sizeof(double));
-  if (!b) return (vd_moe_expert){0};
-  vd_moe_expert x = {h, f, c->in[3], c->in[4], c->in[5], b, b + f, b + 2 * f, b + 5 * f, b + 3 * f, b + 4 * f,
-                     b + 5 * f + h};
-  return x;
-}
-
-vd_rc vd_op_i_eval_nnscaler_moe_gmm(const vd_op_call *c) {
-  gmm_cfg g;
-  double *buf;
-  vd_moe_expert x = gmm_expert(c, &g, &buf);
-  if (!buf) return VD_OOM(c->diag);
+/* y = sum over the routed local experts of gate * expert(token), per token. */
+static void gmm_forward(const vd_op_call *c, const gmm_cfg *g, const vd_moe_expert *x) {
   double *y = c->out[0];
-  memset(y, 0, sizeof(double) * (size_t)(g.T * g.H));
-  for (int64_t t = 0; t < g.T; t++)
-    for (int64_t e = 0; e < g.El; e++) {
+  memset(y, 0, sizeof(double) * (size_t)(g->T * g->H));
+  for (int64_t t = 0; t < g->T; t++)
+    for (int64_t e = 0; e < g->El; e++) {
       int hit;
-      double gate = gmm_gate(&g, c->in[1], c->in[2], t, e, &hit);
+      double gate = gmm_gate(g, c->in[1], c->in[2], t, e, &hit);
       if (!hit) continue;
-      vd_moe_expert_fwd(&x, e, c->in[0] + t * g.H);
-      for (int64_t h = 0; h < g.H; h++) y[t * g.H + h] += gate * x.o[h];
+      vd_moe_expert_fwd(x, e, c->in[0] + t * g->H);
+      for (int64_t h = 0; h < g->H; h++) y[t * g->H + h] += gate * x->o[h];
     }
-  vd_free(buf);
-  return VD_OK;
 }
 
-vd_rc vd_op_i_eval_nnscaler_moe_gmm_backward(const vd_op_call *c) {
-  gmm_cfg g;
-  double *buf;
-  vd_moe_expert x = gmm_expert(c, &g, &buf);
-  if (!buf) return VD_OOM(c->diag);
+/* The gradients of the tokens, the routing weights and the three expert
+ * weights, summed over the routed (token, local expert) pairs. */
+static void gmm_backward(const vd_op_call *c, const gmm_cfg *g, const vd_moe_expert *x) {
   const double *idx = c->in[1], *wt = c->in[2];
   double *gx = c->out[0], *gwt = c->out[1], *gw1 = c->out[2], *gw3 = c->out[3], *gw2 = c->out[4];
   static const uint32_t src[5] = {0, 2, 3, 4, 5};
   for (uint32_t i = 0; i < 5; i++)
     memset(c->out[i], 0, sizeof(double) * (size_t)vd_op_shape_numel(&c->in_shape[src[i]]));
-  for (int64_t t = 0; t < g.T; t++) {
-    const double *tok = c->in[0] + t * g.H, *gy = c->in[7] + t * g.H;
-    for (int64_t e = 0; e < g.El; e++) {
+  for (int64_t t = 0; t < g->T; t++) {
+    const double *tok = c->in[0] + t * g->H, *gy = c->in[7] + t * g->H;
+    for (int64_t e = 0; e < g->El; e++) {
       int hit;
-      double gate = gmm_gate(&g, idx, wt, t, e, &hit);
+      double gate = gmm_gate(g, idx, wt, t, e, &hit);
       if (!hit) continue;
-      vd_moe_expert_fwd(&x, e, tok);
-      double dot = vd_moe_expert_bwd(&x, e, tok, gy, gate, gx + t * g.H, gw1, gw3, gw2);
-      for (int64_t j = 0; j < g.K; j++)
-        if (to_int(idx[t * g.K + j]) == g.start + e) gwt[t * g.K + j] += dot;
+      vd_moe_expert_fwd(x, e, tok);
+      double dot = vd_moe_expert_bwd(x, e, tok, gy, gate, gx + t * g->H, gw1, gw3, gw2);
+      for (int64_t j = 0; j < g->K; j++)
+        if (to_int(idx[t * g->K + j]) == g->start + e) gwt[t * g->K + j] += dot;
     }
   }
-  vd_free(buf);
+}
+
+/* An nnscaler_moe_gmm evaluation, forward or backward (pass): the call's
+ * configuration and the expert helper (weights inputs 3, 4, 5) over one
+ * zeroed buffer of 5 F + 2 H doubles. */
+static vd_rc gmm_eval(const vd_op_call *c,
+                      void (*pass)(const vd_op_call *c, const gmm_cfg *g, const vd_moe_expert *x)) {
+  gmm_cfg g;
+  vd_moe_gmm_read(c->plan, c->node, c->in_shape, &g);
+  int64_t h = g.H, f = g.F;
+  double *b = vd_calloc((size_t)(5 * f + 2 * h + 1), sizeof(double));
+  if (!b) return VD_OOM(c->diag);
+  vd_moe_expert x = {h, f, c->in[3], c->in[4], c->in[5], b, b + f, b + 2 * f, b + 5 * f, b + 3 * f, b + 4 * f,
+                     b + 5 * f + h};
+  pass(c, &g, &x);
+  vd_free(b);
   return VD_OK;
 }
+
+vd_rc vd_op_i_eval_nnscaler_moe_gmm(const vd_op_call *c) { return gmm_eval(c, gmm_forward); }
+vd_rc vd_op_i_eval_nnscaler_moe_gmm_backward(const vd_op_call *c) { return gmm_eval(c, gmm_backward); }
 
 /* ---- routing symbols: names and numeric meaning ------------------------------- */
 
