@@ -182,9 +182,8 @@ vd_rc vd_op_i_eval_embedding(const vd_op_call *c) {
   int64_t rows = c->in_shape[1].d[0], h = c->in_shape[1].d[1], start = aint(c, "start", 0);
   int64_t n = vd_op_shape_numel(&c->in_shape[0]);
   for (int64_t p = 0; p < n; p++) {
-    int64_t id = to_int(c->in[0][p]);
-    int64_t r = id == INT64_MIN ? -1 : id - start;
-    for (int64_t j = 0; j < h; j++) c->out[0][p * h + j] = (r >= 0 && r < rows) ? c->in[1][r * h + j] : 0.0;
+    int64_t r = index_row(c->in[0][p], start, rows);
+    for (int64_t j = 0; j < h; j++) c->out[0][p * h + j] = r >= 0 ? c->in[1][r * h + j] : 0.0;
   }
   return VD_OK;
 }
@@ -201,9 +200,8 @@ vd_rc vd_op_i_eval_embedding_backward(const vd_op_call *c) {
   int64_t n = vd_op_shape_numel(&c->in_shape[0]);
   memset(c->out[0], 0, sizeof(double) * (size_t)(rows * h));
   for (int64_t p = 0; p < n; p++) {
-    int64_t id = to_int(c->in[0][p]);
-    int64_t r = id == INT64_MIN ? -1 : id - start;
-    if (r < 0 || r >= rows) continue;
+    int64_t r = index_row(c->in[0][p], start, rows);
+    if (r < 0) continue;
     for (int64_t j = 0; j < h; j++) c->out[0][r * h + j] += c->in[1][p * h + j];
   }
   return VD_OK;
