@@ -21,30 +21,10 @@
  */
 #include "ops.h"
 #include "ops_moe.h" /* red_gate_fw, red_nnscaler_moe_gmm (+ backward) for the table */
+#include "ops_red.h"
 
 #include <assert.h>
 #include <stddef.h>
-
-static vd_op_dimref dr(int out, uint32_t t, int32_t d) {
-  vd_op_dimref r = {(uint8_t)out, (uint8_t)d, (uint16_t)t};
-  return r;
-}
-
-static const vd_op_shape *shp(const vd_op_reduce_call *c, vd_op_dimref r) {
-  return r.out ? &c->out_shape[r.t] : &c->in_shape[r.t];
-}
-
-/* size(a) * den == size(b) * num; num == 0: same ratio, no fixed factor. */
-static vd_rc eqf(const vd_op_reduce_call *c, vd_op_dimref a, vd_op_dimref b, int64_t num, int64_t den) {
-  vd_op_red r = {.kind = VD_RED_EQ, .a = a, .b = b, .num = num, .den = den};
-  return c->emit(c->sink, &r);
-}
-static vd_rc eq(const vd_op_reduce_call *c, vd_op_dimref a, vd_op_dimref b) { return eqf(c, a, b, 1, 1); }
-
-static vd_rc mark(const vd_op_reduce_call *c, vd_op_red_kind k, vd_op_dimref a) {
-  vd_op_red r = {.kind = k, .a = a};
-  return c->emit(c->sink, &r);
-}
 
 static int has_attr(const vd_op_reduce_call *c, const char *key) {
   return c->plan && c->node && vd_node_attr(c->plan, c->node, key) != NULL;

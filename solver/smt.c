@@ -508,23 +508,18 @@ vd_term vd_smt_num_double(vd_smt *s, double d) {
 
 /* ---- arithmetic ---------------------------------------------------------- */
 
-vd_term vd_smt_add(vd_smt *s, vd_term a, vd_term b) {
+/* Z3's n-ary arithmetic constructors (Z3_mk_add, Z3_mk_sub, Z3_mk_mul). */
+typedef Z3_ast (*z3_nary)(Z3_context, unsigned, const Z3_ast[]);
+
+static vd_term binary(vd_smt *s, z3_nary mk, vd_term a, vd_term b) {
   if (!LIVE(a) || !LIVE(b)) return NULL;
   Z3_ast v[2] = {a, b};
-  return KEEP(Z3_mk_add(s->z, 2, v));
+  return KEEP(mk(s->z, 2, v));
 }
 
-vd_term vd_smt_sub(vd_smt *s, vd_term a, vd_term b) {
-  if (!LIVE(a) || !LIVE(b)) return NULL;
-  Z3_ast v[2] = {a, b};
-  return KEEP(Z3_mk_sub(s->z, 2, v));
-}
-
-vd_term vd_smt_mul(vd_smt *s, vd_term a, vd_term b) {
-  if (!LIVE(a) || !LIVE(b)) return NULL;
-  Z3_ast v[2] = {a, b};
-  return KEEP(Z3_mk_mul(s->z, 2, v));
-}
+vd_term vd_smt_add(vd_smt *s, vd_term a, vd_term b) { return binary(s, Z3_mk_add, a, b); }
+vd_term vd_smt_sub(vd_smt *s, vd_term a, vd_term b) { return binary(s, Z3_mk_sub, a, b); }
+vd_term vd_smt_mul(vd_smt *s, vd_term a, vd_term b) { return binary(s, Z3_mk_mul, a, b); }
 
 vd_term vd_smt_div(vd_smt *s, vd_term a, vd_term b) {
   if (!LIVE(a) || !LIVE(b)) return NULL;
@@ -543,21 +538,22 @@ static int all_live(const vd_smt *s, size_t n, const vd_term *t) {
   return 1;
 }
 
-vd_term vd_smt_sum(vd_smt *s, size_t n, const vd_term *t) {
+/* The sum (mk Z3_mk_add, unit 0) or product (Z3_mk_mul, unit 1) of t[0..n);
+ * what names it in the limit's message. */
+static vd_term nary(vd_smt *s, z3_nary mk, int unit, const char *what, size_t n, const vd_term *t) {
   if (!all_live(s, n, t)) return NULL;
-  if (n == 0) return vd_smt_num_int(s, 0);
+  if (n == 0) return vd_smt_num_int(s, unit);
   if (n == 1) return t[0];
-  if (n > UINT32_MAX) return vd_smt_i_fail(s, "sum of more than 2^32 terms");
-  return KEEP(Z3_mk_add(s->z, (unsigned)n, (Z3_ast *)t));
+  if (n > UINT32_MAX) {
+    char msg[64];
+    snprintf(msg, sizeof(msg), "%s of more than 2^32 terms", what);
+    return vd_smt_i_fail(s, msg);
+  }
+  return KEEP(mk(s->z, (unsigned)n, (Z3_ast *)t));
 }
 
-vd_term vd_smt_prod(vd_smt *s, size_t n, const vd_term *t) {
-  if (!all_live(s, n, t)) return NULL;
-  if (n == 0) return vd_smt_num_int(s, 1);
-  if (n == 1) return t[0];
-  if (n > UINT32_MAX) return vd_smt_i_fail(s, "product of more than 2^32 terms");
-  return KEEP(Z3_mk_mul(s->z, (unsigned)n, (Z3_ast *)t));
-}
+vd_term vd_smt_sum(vd_smt *s, size_t n, const vd_term *t) { return nary(s, Z3_mk_add, 0, "sum", n, t); }
+vd_term vd_smt_prod(vd_smt *s, size_t n, const vd_term *t) { return nary(s, Z3_mk_mul, 1, "product", n, t); }
 
 vd_term vd_smt_pow_int(vd_smt *s, vd_term a, int64_t k) {
   if (!LIVE(a)) return NULL;

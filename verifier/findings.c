@@ -546,20 +546,15 @@ static int cmp_i32(const void *a, const void *b) {
   int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
   return (x > y) - (x < y);
 }
-static size_t uniq_i64(int64_t *v, size_t n) {
+/* Sorts v (n elements of size sz, in cmp's order) and keeps one of each
+ * value at its front; returns how many it kept. */
+static size_t sort_uniq(void *v, size_t n, size_t sz, int (*cmp)(const void *, const void *)) {
   if (!n) return 0;
-  qsort(v, n, sizeof(*v), cmp_i64);
+  qsort(v, n, sz, cmp);
+  char *b = v;
   size_t k = 1;
   for (size_t i = 1; i < n; i++)
-    if (v[i] != v[k - 1]) v[k++] = v[i];
-  return k;
-}
-static size_t uniq_i32(int32_t *v, size_t n) {
-  if (!n) return 0;
-  qsort(v, n, sizeof(*v), cmp_i32);
-  size_t k = 1;
-  for (size_t i = 1; i < n; i++)
-    if (v[i] != v[k - 1]) v[k++] = v[i];
+    if (cmp(b + i * sz, b + (k - 1) * sz)) memcpy(b + k++ * sz, b + i * sz, sz);
   return k;
 }
 
@@ -843,11 +838,11 @@ static vd_rc describe_finding(const struct grouping *g, vd_finding *f) {
     return VD_ENOMEM;
   }
   f->ranks = ft.r;
-  f->n_ranks = uniq_i64(ft.r, ft.nr);
+  f->n_ranks = sort_uniq(ft.r, ft.nr, sizeof(*ft.r), cmp_i64);
   f->mbs = ft.m;
-  f->n_mbs = uniq_i32(ft.m, ft.nm);
+  f->n_mbs = sort_uniq(ft.m, ft.nm, sizeof(*ft.m), cmp_i32);
   f->layers = ft.l;
-  f->n_layers = uniq_i32(ft.l, ft.nl);
+  f->n_layers = sort_uniq(ft.l, ft.nl, sizeof(*ft.l), cmp_i32);
   return VD_OK;
 }
 

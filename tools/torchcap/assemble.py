@@ -64,6 +64,41 @@ def _resolve_finals(tr, who):
     return tr
 
 
+def _links(nodes):
+    """(producer, readers) of a trace's nodes: the index of the node writing each value, and
+    the indices of the nodes reading it, in node order (once per operand)."""
+    prod, readers = {}, {}
+    for i, n in enumerate(nodes):
+        for o in n["out"]:
+            prod[o] = i
+        for x in n["in"]:
+            readers.setdefault(x, []).append(i)
+    return prod, readers
+
+
+def _next_pid(vals):
+    """The first value id above every one of the trace."""
+    return max(vals) + 1 if vals else 1
+
+
+def _spliced(nodes, inserts):
+    """nodes with the new nodes inserts[i] (a list) placed just before node i."""
+    return [k for i, n in enumerate(nodes) for k in inserts.get(i, []) + [n]]
+
+
+def _rewrite(n, op, ins, like):
+    """Node n becomes op on ins, without attributes, with the aten name and source of node like."""
+    n["op"], n["in"], n["attrs"] = op, ins, {}
+    n["aten"], n["src"], n["stack"] = like["aten"], like["src"], like.get("stack")
+
+
+def _matmuls(nodes):
+    """(node, a, b, y) for each matmul y = a @ b of the trace that is not a collective's."""
+    for m in nodes:
+        if m["op"] == "matmul" and len(m["in"]) == 2 and m["coll"] is None:
+            yield m, m["in"][0], m["in"][1], m["out"][0]
+
+
 def _fuse_linear(tr):
     """Rewrites torch's lowering of a linear layer on a [.., k] input back to one operator:
 
@@ -85,13 +120,8 @@ def _fuse_linear(tr):
     apart, so their slices propagate to the result without a merged-dims lineage."""
     nodes = tr["nodes"]
     vals = tr["values"]
-    prod, readers = {}, {}
-    for i, n in enumerate(nodes):
-        for o in n["out"]:
-            prod[o] = i
-        for x in n["in"]:
-            readers.setdefault(x, []).append(i)
-    next_pid = [max(vals) + 1 if vals else 1]
+    prod, readers = _links(nodes)
+    next_pid = [_next_pid(vals)]
 
     def only_reader(p, op):
         r = readers.get(p, [])
@@ -106,11 +136,7 @@ def _fuse_linear(tr):
         return (i, b) if vals[b]["shape"] == vals[y2]["shape"][-1:] else None
 
     inserts = {}
-    for m in nodes:
-        if m["op"] != "matmul" or len(m["in"]) != 2 or m["coll"] is not None:
-            continue
-        a, b = m["in"]
-        y2 = m["out"][0]
+    for m, a, b, y2 in _matmuls(nodes):
         bias = None
         last = only_reader(y2, "view")
         if last is None:
@@ -141,16 +167,10 @@ def _fuse_linear(tr):
             vals[y] = {"shape": list(ys), "dtype": vals[y2]["dtype"]}
             prod_node = {"out": [y], "phase": m["phase"], "ctx": m.get("ctx"), "coll": None}
             inserts[last] = [prod_node]
-            add = nodes[bias[0]]
-            v["op"], v["in"], v["attrs"] = "add", [y, bias[1]], {}
-            v["aten"], v["src"], v["stack"] = add["aten"], add["src"], add.get("stack")
-        prod_node["op"] = "linear" if w is not None else "matmul"
-        prod_node["in"] = [x, w] if w is not None else [x, b]
-        prod_node["attrs"] = {}
-        prod_node["aten"] = m["aten"]
-        prod_node["src"], prod_node["stack"] = m["src"], m.get("stack")
+            _rewrite(v, "add", [y, bias[1]], nodes[bias[0]])
+        _rewrite(prod_node, "linear" if w is not None else "matmul", [x, w] if w is not None else [x, b], m)
     if inserts:
-        tr["nodes"] = [k for i, n in enumerate(nodes) for k in inserts.get(i, []) + [n]]
+        tr["nodes"] = _spliced(nodes, inserts)
     return tr
 
 
@@ -168,7 +188,7 @@ def _sum_unmerged(tr):
     nodes = tr["nodes"]
     vals = tr["values"]
     prod = {o: i for i, n in enumerate(nodes) for o in n["out"]}
-    next_pid = max(vals) + 1 if vals else 1
+    next_pid = _next_pid(vals)
     inserts = {}
     for i, n in enumerate(nodes):
         if n["op"] != "sum" or n["attrs"].get("dims") != [0]:
@@ -190,7 +210,7 @@ def _sum_unmerged(tr):
         inserts[i] = [dict(n, **{"in": [g], "out": [s3], "attrs": attrs})]
         n["op"], n["in"], n["attrs"] = "view", [s3], {}
     if inserts:
-        tr["nodes"] = [k for i, n in enumerate(nodes) for k in inserts.get(i, []) + [n]]
+        tr["nodes"] = _spliced(nodes, inserts)
     return tr
 
 
@@ -211,13 +231,8 @@ def _fuse_bmm(tr):
     transpose node, inserted just before the rewritten view."""
     nodes = tr["nodes"]
     vals = tr["values"]
-    prod, readers = {}, {}
-    for i, n in enumerate(nodes):
-        for o in n["out"]:
-            prod[o] = i
-        for x in n["in"]:
-            readers.setdefault(x, []).append(i)
-    next_pid = [max(vals) + 1 if vals else 1]
+    prod, readers = _links(nodes)
+    next_pid = [_next_pid(vals)]
 
     def merged_view(p, batch):
         """The [B.., r, c] tensor that value p ([b, r, c]) is a view of, or None."""
@@ -243,11 +258,7 @@ def _fuse_bmm(tr):
         return (x, n) if x is not None else None
 
     inserts = {}
-    for m in nodes:
-        if m["op"] != "matmul" or len(m["in"]) != 2 or m["coll"] is not None:
-            continue
-        a, b = m["in"]
-        y3 = m["out"][0]
+    for m, a, b, y3 in _matmuls(nodes):
         if any(len(vals[p]["shape"]) != 3 for p in (a, b, y3)):
             continue
         ra = readers.get(y3, [])
@@ -277,17 +288,9 @@ def _fuse_bmm(tr):
                  "phase": tnode["phase"], "ctx": tnode.get("ctx"), "aten": tnode["aten"], "coll": None,
                  "src": tnode["src"], "stack": tnode.get("stack")})
             new_in.append(pid)
-        v["op"] = "matmul"
-        v["in"] = new_in
-        v["attrs"] = {}
-        v["aten"] = m["aten"]
-        v["src"], v["stack"] = m["src"], m.get("stack")
+        _rewrite(v, "matmul", new_in, m)
     if inserts:
-        out = []
-        for i, n in enumerate(nodes):
-            out.extend(inserts.get(i, []))
-            out.append(n)
-        tr["nodes"] = out
+        tr["nodes"] = _spliced(nodes, inserts)
     return tr
 
 
@@ -303,12 +306,7 @@ def _fuse_gather_cat(tr):
     the stacked form along dim 0 is not one (lineage inference).  Applied only when every p_i
     is read by the cat alone; the chunks are then dead (_prune_dead)."""
     nodes = tr["nodes"]
-    prod, readers = {}, {}
-    for i, n in enumerate(nodes):
-        for o in n["out"]:
-            prod[o] = i
-        for x in n["in"]:
-            readers.setdefault(x, []).append(i)
+    prod, readers = _links(nodes)
     for ci, cat in enumerate(nodes):
         if cat["op"] != "concat" or cat["coll"] is not None or not cat["in"]:
             continue

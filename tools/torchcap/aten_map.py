@@ -130,14 +130,20 @@ def _dims_arg(d, nd):
     return d if d else list(range(nd))
 
 
+def _reduce_args(E, args, kw):
+    """(x, dims, keepdim) of a reduction called as (x, dim=None, keepdim=False); a dtype
+    argument is refused."""
+    x = args[0]
+    dims = _dims_arg(args[1] if len(args) > 1 else kw.get("dim"), x.dim())
+    keep = bool(args[2] if len(args) > 2 else kw.get("keepdim", False))
+    if kw.get("dtype") not in (None, x.dtype):
+        E.fail("a dtype argument")
+    return x, dims, keep
+
+
 def _reduce(opname):
     def h(E, args, kw, out):
-        x = args[0]
-        nd = x.dim()
-        dims = _dims_arg(args[1] if len(args) > 1 else kw.get("dim"), nd)
-        keep = bool(args[2] if len(args) > 2 else kw.get("keepdim", False))
-        if kw.get("dtype") not in (None, x.dtype):
-            E.fail("a dtype argument")
+        x, dims, keep = _reduce_args(E, args, kw)
         return E.op(opname, [E.x(x)], _shape(out), {"dims": dims, "keepdim": int(keep)}, _dt(out))
     return h
 
@@ -163,12 +169,7 @@ def _max(E, args, kw, outs):
 def _mean(E, args, kw, out):
     """mean = sum, then scale by 1/count: the sum form propagates slices and partial sums
     (a sliced reduced dim makes a partial sum, which the mean form cannot express)."""
-    x = args[0]
-    nd = x.dim()
-    dims = _dims_arg(args[1] if len(args) > 1 else kw.get("dim"), nd)
-    keep = bool(args[2] if len(args) > 2 else kw.get("keepdim", False))
-    if kw.get("dtype") not in (None, x.dtype):
-        E.fail("a dtype argument")
+    x, dims, keep = _reduce_args(E, args, kw)
     count = 1
     for d in dims:
         count *= int(x.shape[d])
@@ -176,11 +177,19 @@ def _mean(E, args, kw, out):
     return E.op("scale", [s], _shape(out), {"factor": 1.0 / count}, _dt(out))
 
 
-def _view(E, args, kw, out):
-    x = args[0]
-    if _shape(x) == _shape(out):
-        return E.x(x)
-    return E.op("view", [E.x(x)], _shape(out), {}, _dt(out))
+def _unless_same_shape(op):
+    """The converter of a data-movement operator (view, expand) that is the identity when the
+    output has its input's shape."""
+    def convert(E, args, kw, out):
+        x = args[0]
+        if _shape(x) == _shape(out):
+            return E.x(x)
+        return E.op(op, [E.x(x)], _shape(out), {}, _dt(out))
+    return convert
+
+
+_view = _unless_same_shape("view")
+_expand = _unless_same_shape("expand")
 
 
 def _same(E, args, kw, out):
@@ -226,13 +235,6 @@ def _permute(E, args, kw, out):
             shape[i], shape[j] = shape[j], shape[i]
             pid = E.op("transpose", [pid], list(shape), {"dim0": i, "dim1": j}, dt)
     return pid
-
-
-def _expand(E, args, kw, out):
-    x = args[0]
-    if _shape(x) == _shape(out):
-        return E.x(x)
-    return E.op("expand", [E.x(x)], _shape(out), {}, _dt(out))
 
 
 def _slice_op(E, args, kw, out):
