@@ -66,7 +66,6 @@ struct vd_smt {
   vd_smt_index_fact *facts;
   size_t n_facts, cap_facts;
   int laws_used; /* the last normal form used the laws of exp and log (smt_poly_laws.c) */
-  int axioms;    /* goals state those laws (the cross-check of such a proof) */
 };
 
 /* ---- out of memory ------------------------------------------------------------
@@ -683,48 +682,11 @@ const vd_smt_index_fact *vd_smt_index_facts(const vd_smt *s, size_t *n) {
 
 void vd_smt_i_set_laws_used(vd_smt *s, int on) { s->laws_used = on; }
 int vd_smt_i_laws_used(const vd_smt *s) { return s->laws_used; }
-void vd_smt_i_set_axioms(vd_smt *s, int on) { s->axioms = on; }
-
-/* forall xs. body, over n Real bound constants xs. */
-static Z3_ast forall_reals(vd_smt *s, unsigned n, Z3_app *xs, Z3_ast body) {
-  return KEEP(Z3_mk_forall_const(s->z, 0, n, xs, 0, NULL, body));
-}
-
-/* The laws of the real exp and log that smt_poly_laws.c uses, as axioms:
- * exp x > 0, exp(x + y) = exp x exp y, log(exp x) = x, and x > 0 implies
- * exp(log x) = x (so log is exp's inverse on the positive reals). */
-static size_t kernel_axioms(vd_smt *s, Z3_ast *out) {
-  Z3_sort r = s->real;
-  int owned_e = 0, owned_l = 0;
-  Z3_func_decl e = decl_of(s, "exp", 1, &r, &owned_e), l = decl_of(s, "log", 1, &r, &owned_l);
-  if (!e || !l) return 0;
-  Z3_ast x = KEEP(Z3_mk_const(s->z, Z3_mk_string_symbol(s->z, "vd!ax"), r));
-  Z3_ast y = KEEP(Z3_mk_const(s->z, Z3_mk_string_symbol(s->z, "vd!ay"), r));
-  if (!x || !y) return 0;
-  Z3_app xs[2] = {Z3_to_app(s->z, x), Z3_to_app(s->z, y)};
-  Z3_ast ex = KEEP(Z3_mk_app(s->z, e, 1, &x)), ey = KEEP(Z3_mk_app(s->z, e, 1, &y));
-  Z3_ast sum[2] = {x, y}, prod[2] = {ex, ey};
-  Z3_ast xy = KEEP(Z3_mk_add(s->z, 2, sum));
-  Z3_ast exy = KEEP(Z3_mk_app(s->z, e, 1, &xy));
-  Z3_ast lex = KEEP(Z3_mk_app(s->z, l, 1, &ex)), lx = KEEP(Z3_mk_app(s->z, l, 1, &x));
-  Z3_ast elx = KEEP(Z3_mk_app(s->z, e, 1, &lx));
-  Z3_ast zero = KEEP(Z3_mk_real(s->z, 0, 1));
-  size_t k = 0;
-  out[k++] = forall_reals(s, 1, xs, KEEP(Z3_mk_gt(s->z, ex, zero)));
-  out[k++] = forall_reals(s, 2, xs, KEEP(Z3_mk_eq(s->z, exy, KEEP(Z3_mk_mul(s->z, 2, prod)))));
-  out[k++] = forall_reals(s, 1, xs, KEEP(Z3_mk_eq(s->z, lex, x)));
-  out[k++] = forall_reals(s, 1, xs, KEEP(Z3_mk_implies(s->z, KEEP(Z3_mk_gt(s->z, x, zero)), KEEP(Z3_mk_eq(s->z, elx, x)))));
-  if (owned_e) Z3_dec_ref(s->z, Z3_func_decl_to_ast(s->z, e));
-  if (owned_l) Z3_dec_ref(s->z, Z3_func_decl_to_ast(s->z, l));
-  return k;
-}
-
 vd_term vd_smt_i_assume_facts(vd_smt *s, vd_term goal) {
-  int axioms = s->axioms && s->laws_used;
-  if (!LIVE(goal) || (s->n_facts == 0 && !axioms)) return goal;
-  Z3_ast *c = vd_malloc(sizeof(Z3_ast) * (2 * s->n_facts + 5));
+  if (!LIVE(goal) || s->n_facts == 0) return goal;
+  Z3_ast *c = vd_malloc(sizeof(Z3_ast) * (2 * s->n_facts + 1));
   if (!c) return vd_smt_i_fail(s, "out of memory (index facts)");
-  size_t k = axioms ? kernel_axioms(s, c) : 0;
+  size_t k = 0;
   for (size_t i = 0; i < s->n_facts; i++) {
     Z3_ast l = s->facts[i].leaf;
     c[k++] = KEEP(Z3_mk_le(s->z, KEEP(Z3_mk_int64(s->z, s->facts[i].lo, s->integer)), l));

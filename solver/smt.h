@@ -397,14 +397,12 @@ static inline uint64_t vd_smt_i_xorshift(uint64_t *st) {
   return *st;
 }
 unsigned vd_smt_i_timeout(const vd_smt *s);
-/* goal and the index facts of the stage (goal itself when there are none),
- * and, when axioms are on and the last normal form used them, the laws of
- * exp and log (the cross-check of such a proof: Z3 knows them only as
- * quantified axioms, so it can agree or give up, never refute them). */
+/* goal and the index facts of the stage (goal itself when there are none).
+ * laws_used: the last normal form used the laws of exp and log (the
+ * cross-check then leaves the proof undecided; certificates state them). */
 vd_term vd_smt_i_assume_facts(vd_smt *s, vd_term goal);
 void vd_smt_i_set_laws_used(vd_smt *s, int on);
 int vd_smt_i_laws_used(const vd_smt *s);
-void vd_smt_i_set_axioms(vd_smt *s, int on);
 uint64_t vd_smt_i_nf_budget(const vd_smt *s);
 uint64_t vd_smt_i_rlimit(const vd_smt *s);
 void vd_smt_i_orphan_add(int delta);

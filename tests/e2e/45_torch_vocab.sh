@@ -8,8 +8,8 @@
 #  - the vocab-parallel cross-entropy (ce=vocab: max, all_reduce MAX, the target logit
 #    gathered with advanced indexing and Megatron's own backward) against F.cross_entropy is
 #    EQUIVALENT at TP2, TP2 x DP2 and with masked_fill (the laws of exp and log and the
-#    label's range, solver/smt_poly_laws.c), the executor agrees, and Z3 cross-checking the
-#    proof with the laws as axioms never disagrees;
+#    label's range, solver/smt_poly_laws.c), the executor agrees, and the cross-check (which
+#    leaves a proof through the laws undecided) never disagrees;
 #  - its bugs (the max's all_reduce skipped, the target range of rank 0 on every rank, the
 #    sum-exp all_reduce deleted) are NOT EQUIVALENT, numerically reproduced, and the executor
 #    disagrees; the finding names the cross-entropy's max, the first value without a twin;
@@ -49,7 +49,7 @@ capture_pair vocab_single.py vocab_mcore.py 2
 pair_equivalent
 capture_pair vocab_single.py vocab_mcore.py 2 --set bug=no_copy
 pair_not_equivalent --full "at [a-z_]* .vocab_mcore.py:[0-9]*"
-# the proof rests on the laws of exp and log: Z3 given them as axioms agrees or gives up, never refutes
+# the proof rests on the laws of exp and log: the cross-check leaves it undecided, never refutes it
 cap 2 --set tp=2 --set ce=vocab
 expect_exit 0 "$VERDICT" -v --cross-check --sm "$TMP/s.plan" --pm "$TMP/p.plan"
 expect_in "^EQUIVALENT" "$TMP/out"
