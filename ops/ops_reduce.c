@@ -19,6 +19,7 @@
  * shape check would pass and reports an unusual form (wrong rank, a bad
  * dimension attribute) as "no rule" so the stage is simply not reduced.
  */
+#include "../common/limits.h"
 #include "ops.h"
 #include "ops_moe.h" /* red_gate_fw, red_nnscaler_moe_gmm (+ backward) for the table */
 #include "ops_red.h"
@@ -595,8 +596,11 @@ static vd_rc pick_rule(const vd_op_reduce_call *c, int *norule, int fw) {
    * g, the others 0): E(pick_backward_r) is not pick_backward of the full
    * shapes, and a sum over the classes would count g N/n times (a false
    * difference against a side that never sums the one-hot, Megatron's
-   * vocab-parallel cross-entropy).  So the classes keep their extent. */
-  if (!fw) VD_CHECK(mark(c, VD_RED_KEEP, dr(1, 0, 1)));
+   * vocab-parallel cross-entropy).  So the classes keep their extent, up
+   * to ONEHOT_KEEP_MAX: a real vocabulary whole would make every stage of
+   * the loss too large to check (reduced, such a difference stays
+   * INCONCLUSIVE: ops.def F_NUM). */
+  if (!fw && c->out_shape[0].d[1] <= VD_LIM_ONEHOT_KEEP_MAX) VD_CHECK(mark(c, VD_RED_KEEP, dr(1, 0, 1)));
   return pos(c, dr(fw ? 0 : 1, 0, 1), "start");
 }
 static vd_rc red_pick(const vd_op_reduce_call *c, int *norule) { return pick_rule(c, norule, 1); }

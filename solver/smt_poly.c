@@ -421,14 +421,22 @@ int64_t vd_smt_i_nf_poly_scale(vd_smt_nf *nf, uint32_t p, const mpq_t c) {
   return r == 0 ? vd_smt_i_nf_acc_finish(nf) : -1;
 }
 
-int64_t vd_smt_i_nf_poly_const(vd_smt_nf *nf, const mpq_t c) {
+int64_t vd_smt_i_nf_mono_poly(vd_smt_nf *nf, uint32_t mono, const mpq_t c) {
   if (mpq_sgn(c) == 0) return nf->zero_poly;
   int64_t q = vd_smt_i_nf_coef_intern(nf, c);
   if (q < 0) return -1;
-  uint32_t pr[2] = {0, (uint32_t)q};
+  uint32_t pr[2] = {mono, (uint32_t)q};
   int64_t id = vd_smt_i_nf_seq_intern(&nf->polys, pr, 2);
   if (id < 0) nf->oom = 1;
   return id;
+}
+
+int64_t vd_smt_i_nf_poly_const(vd_smt_nf *nf, const mpq_t c) { return vd_smt_i_nf_mono_poly(nf, 0, c); }
+
+int64_t vd_smt_i_nf_poly_pow(vd_smt_nf *nf, uint32_t p, unsigned e) {
+  int64_t r = nf->one_poly;
+  for (unsigned i = 0; i < e && r >= 0; i++) r = vd_smt_i_nf_poly_mul(nf, (uint32_t)r, p);
+  return r;
 }
 
 /* 1 and *c = the value when p is a constant polynomial (0 included). */
@@ -453,12 +461,7 @@ int64_t vd_smt_i_nf_atom_poly(vd_smt_nf *nf, const uint32_t *key, uint32_t n) {
   int64_t m = vd_smt_i_nf_seq_intern(&nf->monos, mono, 2);
   if (m < 0) return nf->oom = 1, -1;
   mpq_set_ui(nf->t2, 1, 1);
-  int64_t one = vd_smt_i_nf_coef_intern(nf, nf->t2);
-  if (one < 0) return -1;
-  uint32_t pr[2] = {(uint32_t)m, (uint32_t)one};
-  int64_t id = vd_smt_i_nf_seq_intern(&nf->polys, pr, 2);
-  if (id < 0) nf->oom = 1;
-  return id;
+  return vd_smt_i_nf_mono_poly(nf, (uint32_t)m, nf->t2);
 }
 
 /* p scaled so that its first coefficient (in monomial-id order) is 1, or

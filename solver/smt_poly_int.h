@@ -140,6 +140,10 @@ int64_t vd_smt_i_nf_poly_sum(vd_smt_nf *nf, const uint32_t *p, const int *sign, 
 int64_t vd_smt_i_nf_poly_mul(vd_smt_nf *nf, uint32_t a, uint32_t b);
 int64_t vd_smt_i_nf_poly_scale(vd_smt_nf *nf, uint32_t p, const mpq_t c);
 int64_t vd_smt_i_nf_poly_const(vd_smt_nf *nf, const mpq_t c);
+/* c * mono (0 when c is 0). */
+int64_t vd_smt_i_nf_mono_poly(vd_smt_nf *nf, uint32_t mono, const mpq_t c);
+/* p^e by repeated multiplication. */
+int64_t vd_smt_i_nf_poly_pow(vd_smt_nf *nf, uint32_t p, unsigned e);
 /* 1 and *c = the value when p is a constant polynomial (0 included). */
 int vd_smt_i_nf_poly_is_const(vd_smt_nf *nf, uint32_t p, mpq_t c);
 /* The polynomial of the single atom keyed by key[0..n). */

@@ -94,35 +94,14 @@ static int64_t atom_mono(vd_smt_nf *nf, uint32_t atom, int32_t e) {
   return id;
 }
 
-/* The polynomial c * mono. */
-static int64_t mono_poly(vd_smt_nf *nf, uint32_t mono, const mpq_t c) {
-  if (mpq_sgn(c) == 0) return nf->zero_poly;
-  int64_t q = vd_smt_i_nf_coef_intern(nf, c);
-  if (q < 0) return -1;
-  uint32_t pr[2] = {mono, (uint32_t)q};
-  int64_t id = vd_smt_i_nf_seq_intern(&nf->polys, pr, 2);
-  if (id < 0) nf->oom = 1;
-  return id;
-}
-
+/* 1 * mono (t2 is the normal form's scratch, free between its calls). */
 static int64_t mono_poly_one(vd_smt_nf *nf, uint32_t mono) {
-  mpq_t one;
-  mpq_init(one);
-  mpq_set_ui(one, 1, 1);
-  int64_t r = mono_poly(nf, mono, one);
-  mpq_clear(one);
-  return r;
+  mpq_set_ui(nf->t2, 1, 1);
+  return vd_smt_i_nf_mono_poly(nf, mono, nf->t2);
 }
 
 static int64_t mul3(vd_smt_nf *nf, int64_t a, int64_t b) {
   return a < 0 || b < 0 ? -1 : vd_smt_i_nf_poly_mul(nf, (uint32_t)a, (uint32_t)b);
-}
-
-/* p^e for 0 <= e <= LAW_MAX_EXP. */
-static int64_t poly_pow(vd_smt_nf *nf, uint32_t p, int32_t e) {
-  int64_t r = nf->one_poly;
-  for (int32_t i = 0; i < e && r >= 0; i++) r = vd_smt_i_nf_poly_mul(nf, (uint32_t)r, p);
-  return r;
 }
 
 int vd_smt_i_nf_kernel(vd_smt_nf *nf, Z3_func_decl f) {
@@ -218,7 +197,7 @@ static int64_t factors_mono(vd_smt_nf *nf, factor *g, size_t ng, int sign, int r
     if (!raw && atom_tag(nf, g[i].atom) == A_INV && e < 0) {
       uint32_t nk;
       const uint32_t *key = atom_key(nf, g[i].atom, &nk);
-      int64_t pw = -e <= LAW_MAX_EXP ? poly_pow(nf, key[1], -e) : -1;
+      int64_t pw = -e <= LAW_MAX_EXP ? vd_smt_i_nf_poly_pow(nf, key[1], (unsigned)(-e)) : -1;
       *extra = mul3(nf, *extra, pw);
       continue;
     }
@@ -290,7 +269,7 @@ static int64_t exp_term(vd_smt_nf *nf, uint32_t m, const mpq_t c) {
     /* exp(a log r) = r^a, or [A_INV, r]^-a */
     uint32_t nk;
     const uint32_t *key = atom_key(nf, mp[0], &nk);
-    if (a > 0) return poly_pow(nf, key[1], (int32_t)a);
+    if (a > 0) return vd_smt_i_nf_poly_pow(nf, key[1], (unsigned)a);
     int64_t inv = of_normalised(nf, A_INV, key[1]), mono = inv < 0 ? -1 : atom_mono(nf, (uint32_t)inv, (int32_t)-a);
     return mono < 0 ? -1 : mono_poly_one(nf, (uint32_t)mono);
   }
@@ -347,11 +326,11 @@ static int64_t law_log(vd_smt_nf *nf, uint32_t p) {
     if (key[0] == A_EXP) {
       mpq_set_si(w, g[i].e, key[2]);
       mpq_canonicalize(w);
-      term = mono_poly(nf, key[1], w);
+      term = vd_smt_i_nf_mono_poly(nf, key[1], w);
     } else {
       int64_t l = of_normalised(nf, A_LOG, key[1]), m = l < 0 ? -1 : atom_mono(nf, (uint32_t)l, 1);
       mpq_set_si(w, -g[i].e, 1);
-      term = m < 0 ? -1 : mono_poly(nf, (uint32_t)m, w);
+      term = m < 0 ? -1 : vd_smt_i_nf_mono_poly(nf, (uint32_t)m, w);
     }
     uint32_t two[2] = {(uint32_t)res, (uint32_t)term};
     res = term < 0 ? -1 : vd_smt_i_nf_poly_sum(nf, two, NULL, 2);
@@ -387,7 +366,7 @@ static int64_t law_div(vd_smt_nf *nf, uint32_t a, uint32_t b) {
   /* a / b = a * (1/c) * g^-1 * [A_INV, r] */
   int64_t ginv = factors_mono(nf, g, ng, -1, 0, &extra);
   mpq_inv(c, c);
-  res = ginv < 0 ? -1 : mul3(nf, a, mono_poly(nf, (uint32_t)ginv, c));
+  res = ginv < 0 ? -1 : mul3(nf, a, vd_smt_i_nf_mono_poly(nf, (uint32_t)ginv, c));
   res = mul3(nf, res, extra);
   if (res >= 0 && r != nf->one_poly) {
     int64_t inv = of_normalised(nf, A_INV, r), m = inv < 0 ? -1 : atom_mono(nf, (uint32_t)inv, 1);
@@ -483,6 +462,8 @@ static int64_t indicator(vd_smt_nf *nf, uint32_t v, const mpq_t k) {
 static int vanishes_at(vd_smt_nf *nf, uint32_t b, uint32_t v, const mpq_t k) {
   uint32_t n, nm, nk;
   const uint32_t *t = seq_at(&nf->polys, b, &n);
+  if (charge(nf, n / 2)) return 0; /* a lookup chain reads its tail once per link */
+  nf->steps += n / 2;
   for (uint32_t i = 0; i < n; i += 2) {
     const uint32_t *m = seq_at(&nf->monos, t[i], &nm);
     int hit = 0;

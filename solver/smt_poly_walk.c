@@ -375,9 +375,7 @@ static int64_t div_nf(vd_smt_nf *nf, uint32_t *ch, const uint32_t *args, unsigne
 static int power_nf(vd_smt_nf *nf, const uint32_t *args, unsigned na, mpq_t c, int64_t *r) {
   if (na == 2 && vd_smt_i_nf_poly_is_const(nf, args[1], c) && mpz_cmp_ui(mpq_denref(c), 1) == 0 && mpq_sgn(c) >= 0 &&
       mpz_cmp_ui(mpq_numref(c), MAX_POW) <= 0) {
-    unsigned long e = mpz_get_ui(mpq_numref(c));
-    *r = nf->one_poly;
-    for (unsigned long i = 0; i < e && *r >= 0; i++) *r = vd_smt_i_nf_poly_mul(nf, (uint32_t)*r, args[0]);
+    *r = vd_smt_i_nf_poly_pow(nf, args[0], (unsigned)mpz_get_ui(mpq_numref(c)));
     return 0;
   }
   return 1;
