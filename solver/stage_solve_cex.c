@@ -12,6 +12,7 @@
 #include "../common/clock.h"
 #include "../common/limits.h"
 #include "../common/mem.h"
+#include "../common/text.h"
 
 /* ---- the counterexample, evaluated numerically ------------------------------ */
 
@@ -35,6 +36,10 @@ typedef struct {
   double **val;          /* per stage value, rshape numel doubles */
   const vd_smt_value *in; size_t n_in; /* counterexample inputs, sorted by name (NULL: random) */
   uint64_t rng;
+  /* A repair tried by locate (below): once the last of the nodes rep[0..n_rep)
+   * has run, output 0 of each is replaced by their elementwise sum
+   * (rep_max 0) or max (1), as an all_reduce of the copies would give. */
+  const uint32_t *rep; size_t n_rep; int rep_max;
 } num_ctx;
 
 static int by_input_name(const void *k, const void *e) { return strcmp(k, ((const vd_smt_value *)e)->name); }
@@ -171,6 +176,23 @@ static int differs(double a, double b) {
   return !(fabs(a - b) <= 1e-9 * m); /* NaN differs */
 }
 
+/* The repair of num_ctx: output 0 of the nodes n->rep, reduced elementwise. */
+static void reduce_copies(solve_ctx *c, num_ctx *n) {
+  const vd_stage *st = c->st;
+  uint32_t v0 = st->idx[st->nodes[n->rep[0]].out_off];
+  vd_op_shape sh;
+  shape_of(&st->vals[v0], &sh);
+  int64_t ne = numel_of(&sh);
+  for (int64_t e = 0; e < ne; e++) {
+    double acc = n->val[v0][e];
+    for (size_t j = 1; j < n->n_rep; j++) {
+      double x = n->val[st->idx[st->nodes[n->rep[j]].out_off]][e];
+      acc = n->rep_max ? (x > acc ? x : acc) : acc + x;
+    }
+    for (size_t j = 0; j < n->n_rep; j++) n->val[st->idx[st->nodes[n->rep[j]].out_off]][e] = acc;
+  }
+}
+
 /* Runs the stage once from n's inputs; *hit = 1 when some target copy
  * differs from its single value (only_elems: the counterexample's flagged
  * elements, else every element). */
@@ -188,6 +210,7 @@ static vd_rc eval_once(solve_ctx *c, num_ctx *n, const vd_stage_verdict *v, int 
       leaves_done = 1;
     }
     if (ni < st->n_nodes) VD_CHECK(eval_node(c, n, ni, d));
+    if (ni < st->n_nodes && n->n_rep && ni == n->rep[n->n_rep - 1]) reduce_copies(c, n);
   }
   for (uint32_t ti = 0; ti < st->n_targets && !*hit; ti++) {
     const vd_stage_target *t = &st->targets[ti];
@@ -244,6 +267,289 @@ static vd_rc eval_once(solve_ctx *c, num_ctx *n, const vd_stage_verdict *v, int 
   return VD_OK;
 }
 
+/* ---- where the disagreement enters ----------------------------------------- */
+
+/* SOUNDNESS-NEUTRAL (a hint for the report's "first diverging parallel
+ * node", never a verdict).  On the values that reproduced the
+ * disagreement, a parallel value has a twin when a single-device value of
+ * the stage holds the same numbers: the same flat sequence (a reshape), or
+ * an aligned box of a value of as many dims (a shard).  The copies that
+ * disagree have none; walking back from their producers through values
+ * without a twin reaches the nodes where the disagreement enters: nodes
+ * whose inputs all have a twin (or are the stage's leaves).  The earliest
+ * such node is the hint.  Two sharper readings of it: its value holds a
+ * single value's numbers in another arrangement (VD_LOC_PERMUTED: a gather
+ * along the wrong dim, blocks in another order), or its copies on the other
+ * ranks (the nodes of the same source name and operator), summed or maxed
+ * elementwise as an all_reduce would, make every target agree when the
+ * stage runs again (VD_LOC_REDUCE: the reduction is missing there).  A
+ * value legitimately without a twin (a partial sum, a per-shard max) is a
+ * root too; the repair test then tells a missing reduction from a value
+ * the later collectives complete.  Costs: one pass over value pairs of
+ * equal size (bounded by LOC_WORK elements compared) and at most
+ * 2 * LOC_REPAIRS re-runs of the stage. */
+#define LOC_WORK 4000000
+#define LOC_REPAIRS 8
+
+static int same_elems(const double *a, const double *b, int64_t ne) {
+  for (int64_t e = 0; e < ne; e++)
+    if (differs(a[e], b[e])) return 0;
+  return 1;
+}
+
+/* Whether parallel value pv equals a single value's numbers (flat, or an
+ * aligned box); *work counts the elements compared. */
+static int has_twin(solve_ctx *c, num_ctx *n, uint32_t pv, int64_t *work) {
+  const vd_stage *st = c->st;
+  vd_op_shape ps;
+  shape_of(&st->vals[pv], &ps);
+  int64_t ne = numel_of(&ps);
+  if (ne <= 0) return 1;
+  for (uint32_t s = 0; s < st->n_vals && *work < LOC_WORK; s++) {
+    if (st->vals[s].side) continue;
+    vd_op_shape ss;
+    shape_of(&st->vals[s], &ss);
+    int64_t sn = numel_of(&ss);
+    if (sn == ne) {
+      *work += ne;
+      if (same_elems(n->val[pv], n->val[s], ne)) return 1;
+    }
+    if (ss.ndim != ps.ndim || sn <= ne) continue;
+    int64_t nb[VD_MAX_DIMS], boxes = 1;
+    int ok = 1;
+    for (int d = 0; d < ps.ndim && ok; d++) {
+      ok = ps.d[d] > 0 && ss.d[d] % ps.d[d] == 0;
+      nb[d] = ok ? ss.d[d] / ps.d[d] : 1;
+      boxes *= nb[d];
+    }
+    for (int64_t b = 0; ok && b < boxes && boxes <= 64; b++) {
+      int64_t lo[VD_MAX_DIMS], hi[VD_MAX_DIMS], q = b;
+      for (int d = ps.ndim - 1; d >= 0; d--) {
+        lo[d] = (q % nb[d]) * ps.d[d];
+        hi[d] = lo[d] + ps.d[d];
+        q /= nb[d];
+      }
+      int eq = 1;
+      for (int64_t e = 0; e < ne && eq; e++) eq = !differs(n->val[pv][e], n->val[s][slice_at(&ss, lo, hi, e)]);
+      *work += ne;
+      if (eq) return 1;
+    }
+  }
+  return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Whether parallel value pv (floating point, not constant) holds the
+ * numbers of a single value of its size in another order; *which gets it. */
+static vd_rc rearranges(solve_ctx *c, num_ctx *n, uint32_t pv, int *hit, uint32_t *which) {
+  const vd_stage *st = c->st;
+  *hit = 0;
+  if (is_int_dtype(tensor_of(c, &st->vals[pv])->dtype)) return VD_OK;
+  vd_op_shape ps;
+  shape_of(&st->vals[pv], &ps);
+  int64_t ne = numel_of(&ps);
+  if (ne < 2) return VD_OK;
+  double *a = vd_malloc((size_t)ne * sizeof(double)), *b = vd_malloc((size_t)ne * sizeof(double));
+  if (!a || !b) {
+    vd_free(a);
+    vd_free(b);
+    return VD_OOM(c->d);
+  }
+  memcpy(a, n->val[pv], (size_t)ne * sizeof(double));
+  qsort(a, (size_t)ne, sizeof(double), cmp_double);
+  int distinct = differs(a[0], a[ne - 1]);
+  for (uint32_t s = 0; distinct && s < st->n_vals && !*hit; s++) {
+    vd_op_shape ss;
+    if (st->vals[s].side) continue;
+    shape_of(&st->vals[s], &ss);
+    if (numel_of(&ss) != ne) continue;
+    memcpy(b, n->val[s], (size_t)ne * sizeof(double));
+    qsort(b, (size_t)ne, sizeof(double), cmp_double);
+    if (same_elems(a, b, ne)) *hit = 1, *which = s;
+  }
+  vd_free(a);
+  vd_free(b);
+  return VD_OK;
+}
+
+/* The stage's parallel nodes that are copies of node k on other ranks (same
+ * plan source name and operator, output 0 of the same reduced shape), k
+ * among them, ascending; 0 when there are none or a node between the first
+ * and the last copy reads one (a reduction could not sit there). */
+static size_t copies_of(solve_ctx *c, uint32_t k, uint32_t *out, size_t cap) {
+  const vd_stage *st = c->st;
+  node_view kv;
+  vd_stage_solve_i_node_view(c, k, &kv);
+  const vd_stage_node *kn = &st->nodes[k];
+  if (!kn->n_out) return 0;
+  const char *name = vd_plan_s(kv.p, kv.pn->name);
+  if (!name[0]) return 0;
+  const vd_stage_value *kval = &st->vals[st->idx[kn->out_off]];
+  size_t m = 0;
+  for (uint32_t j = 0; j < st->n_nodes && m < cap; j++) {
+    const vd_stage_node *sn = &st->nodes[j];
+    if (!sn->side || sn->op != kn->op || !sn->n_out) continue;
+    node_view jv;
+    vd_stage_solve_i_node_view(c, j, &jv);
+    const vd_stage_value *jval = &st->vals[st->idx[sn->out_off]];
+    if (strcmp(vd_plan_s(jv.p, jv.pn->name), name) || jval->ndim != kval->ndim ||
+        memcmp(jval->rshape, kval->rshape, sizeof(int64_t) * (size_t)kval->ndim))
+      continue;
+    if (j != k && jv.pn->rank == kv.pn->rank && sn->replica == kn->replica) continue; /* the same rank again */
+    out[m++] = j;
+  }
+  if (m < 2) return 0;
+  for (uint32_t j = out[0] + 1; j < out[m - 1]; j++) {
+    const vd_stage_node *sn = &st->nodes[j];
+    int member = 0;
+    for (size_t q = 0; q < m; q++) member |= out[q] == j;
+    for (uint32_t i = 0; !member && i < sn->n_in; i++) {
+      int32_t pq = st->vals[st->idx[sn->in_off + i]].producer;
+      for (size_t q = 0; q < m; q++)
+        if (pq == (int32_t)out[q]) return 0;
+    }
+  }
+  return m;
+}
+
+static vd_rc locate(solve_ctx *c, num_ctx *n, vd_stage_verdict *v, const num_ctx *again) {
+  const vd_stage *st = c->st;
+  uint8_t *twin = vd_calloc(st->n_vals + 1, 1), *reg = vd_calloc(st->n_nodes + 1, 1);
+  uint32_t *stack = vd_calloc(st->n_nodes + 1, sizeof(uint32_t));
+  vd_rc rc = VD_OK;
+  if (!twin || !reg || !stack) {
+    rc = VD_OOM(c->d);
+    goto done;
+  }
+  int64_t work = 0;
+  for (uint32_t i = 0; i < st->n_vals; i++) {
+    const vd_stage_value *sv = &st->vals[i];
+    /* leaves, and the outputs of nodes without inputs (constants), count as twins */
+    twin[i] = !sv->side || sv->producer < 0 || !st->nodes[sv->producer].n_in;
+    if (!twin[i] && work < LOC_WORK) twin[i] = (uint8_t)has_twin(c, n, i, &work);
+  }
+  if (work >= LOC_WORK) goto done; /* too large to tell: no hint */
+  size_t top = 0;
+  for (uint32_t ti = 0; ti < st->n_targets; ti++) {
+    const vd_stage_target *t = &st->targets[ti];
+    const uint32_t *pp = target_pairs(st, t);
+    for (uint32_t j = 0; j < t->n_pieces; j++) {
+      int flagged = !v->n_flagged;
+      for (size_t f = 0; f < v->n_flagged && !flagged; f++) flagged = v->flagged_pieces[f] == (int32_t)pp[2 * j];
+      int32_t q = st->vals[pp[2 * j + 1]].producer;
+      if (flagged && q >= 0 && st->nodes[q].side && !reg[q]) reg[q] = 1, stack[top++] = (uint32_t)q;
+    }
+  }
+  int32_t root = -1;
+  uint32_t roots[LOC_REPAIRS];
+  size_t n_roots = 0;
+  while (top) {
+    uint32_t k = stack[--top];
+    const vd_stage_node *sn = &st->nodes[k];
+    int is_root = 1;
+    for (uint32_t i = 0; i < sn->n_in; i++) {
+      uint32_t u = st->idx[sn->in_off + i];
+      int32_t q = st->vals[u].producer;
+      if (twin[u] || q < 0 || !st->nodes[q].side) continue;
+      is_root = 0;
+      if (!reg[q]) reg[q] = 1, stack[top++] = (uint32_t)q;
+    }
+    reg[k] = is_root ? 2 : 1;
+  }
+  for (uint32_t k = 0; k < st->n_nodes; k++)
+    if (reg[k] == 2) {
+      if (root < 0) root = (int32_t)k;
+      if (n_roots < LOC_REPAIRS) roots[n_roots++] = k;
+    }
+  if (root < 0) goto done;
+  /* a missing reduction: the first root whose copies, reduced, repair the stage */
+  uint32_t cp[64];
+  int reran = 0;
+  for (size_t r = 0; r < n_roots && v->loc_kind != VD_LOC_REDUCE; r++) {
+    size_t m = copies_of(c, roots[r], cp, 64);
+    /* a max's copies are tried maxed first: any shift the ranks share (their
+     * sum too) cancels in a softmax, the max is what the code means */
+    node_view rv;
+    vd_stage_solve_i_node_view(c, roots[r], &rv);
+    int max_first = strstr(vd_node_op(rv.p, rv.pn), "max") != NULL;
+    for (int step = 0; m && step < 2; step++) {
+      int mx = max_first ? !step : step;
+      num_ctx t = *again;
+      t.val = n->val;
+      t.rep = cp, t.n_rep = m, t.rep_max = mx;
+      reran = 1;
+      int hit = 1;
+      char note[200];
+      vd_diag ed;
+      vd_diag_clear(&ed);
+      vd_rc erc = eval_once(c, &t, v, 0, &hit, note, sizeof(note), &ed);
+      if (erc == VD_ENOMEM) {
+        rc = VD_OOM(c->d);
+        goto done;
+      }
+      if (erc != VD_OK || hit) continue;
+      v->loc_kind = VD_LOC_REDUCE;
+      v->loc_node = (int32_t)roots[r];
+      snprintf(v->loc_note, sizeof(v->loc_note),
+               "its %zu copies, reduced elementwise by %s over their ranks (as an all_reduce(%s) would), make every "
+               "target agree on the values that reproduce the disagreement: the reduction is missing here",
+               m, mx ? "max" : "sum", mx ? "MAX" : "SUM");
+      break;
+    }
+  }
+  if (v->loc_kind == VD_LOC_REDUCE) goto done;
+  /* the values of the repairs' runs replaced the located run's: run it again */
+  if (reran) {
+    num_ctx t = *again;
+    t.val = n->val;
+    int hit = 0;
+    char note[200];
+    vd_diag ed;
+    vd_diag_clear(&ed);
+    if (eval_once(c, &t, v, 0, &hit, note, sizeof(note), &ed) != VD_OK) goto done;
+  }
+  v->loc_node = root;
+  v->loc_kind = VD_LOC_TWINLESS;
+  snprintf(v->loc_note, sizeof(v->loc_note),
+           "on the values that reproduce the disagreement, the first value of the disagreeing copies' computation "
+           "that no single-device value equals, computed from values that all have their equal");
+  const vd_stage_node *rn = &st->nodes[root];
+  for (uint32_t o = 0; o < rn->n_out; o++) {
+    int hit = 0;
+    uint32_t which = 0;
+    if ((rc = rearranges(c, n, st->idx[rn->out_off + o], &hit, &which)) != VD_OK) goto done;
+    if (!hit) continue;
+    char sh[96] = "";
+    size_t at = 0;
+    const vd_stage_value *sv = &st->vals[which];
+    for (int d = 0; d < sv->ndim && at < sizeof(sh); d++)
+      at += (size_t)snprintf(sh + at, sizeof(sh) - at, d ? ", %lld" : "%lld", (long long)sv->shape[d]);
+    v->loc_kind = VD_LOC_PERMUTED;
+    /* the single value by its tensor name, else by its producer's name */
+    const char *nm = vd_plan_s(c->lt->gs->plan, tensor_of(c, sv)->name);
+    if (!nm[0] && sv->producer >= 0) {
+      node_view pv;
+      vd_stage_solve_i_node_view(c, (uint32_t)sv->producer, &pv);
+      nm = vd_plan_s(pv.p, pv.pn->name);
+    }
+    vd_text_fmt(v->loc_note, sizeof(v->loc_note),
+                "on the values that reproduce the disagreement, its value holds the numbers of the single-device "
+                "value '%s' [%s] in another arrangement (gathered or concatenated along another dim, or its "
+                "blocks in another order)",
+                VD_SHOW(nm), sh);
+    break;
+  }
+done:
+  vd_free(twin);
+  vd_free(reg);
+  vd_free(stack);
+  return rc;
+}
+
 /* One array of doubles per stage value (its reduced numel); values_free
  * frees what values_alloc made, also after a partial failure. */
 static vd_rc values_alloc(solve_ctx *c, num_ctx *n) {
@@ -279,16 +585,20 @@ vd_rc vd_stage_solve_i_cex_eval(solve_ctx *c, vd_stage_verdict *v) {
     } else if (hit) {
       v->cex_eval = VD_CEX_EVAL_SAME;
       snprintf(v->cex_eval_note, sizeof(v->cex_eval_note), "%s", note);
+      num_ctx again = n;
+      rc = locate(c, &n, v, &again);
     }
   }
   for (int trial = 0; rc == VD_OK && !v->cex_eval && trial < 3 && !hit; trial++) {
     n.in = NULL; /* random values */
+    num_ctx again = n; /* the trial's random state, for locate's runs */
     vd_rc erc = eval_once(c, &n, v, 0, &hit, note, sizeof(note), &ed);
     if (erc == VD_ENOMEM) rc = VD_OOM(c->d);
     else if (erc != VD_OK) break;
     if (hit) {
       v->cex_eval = VD_CEX_EVAL_RANDOM;
       snprintf(v->cex_eval_note, sizeof(v->cex_eval_note), "at random inputs: %s", note);
+      rc = locate(c, &n, v, &again);
     }
   }
   if (rc == VD_OK && !v->cex_eval) {

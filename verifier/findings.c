@@ -320,8 +320,22 @@ static int32_t diverging(const vd_run *r, size_t i, char *why, size_t n_why) {
   if (dn >= 0) return dn;
   dn = factor_origin(r, i, why, n_why);
   if (dn >= 0) return dn;
+  /* where the values that reproduced the disagreement show it entering
+   * (solver/stage_solve_cex.c locate): a reduction that repairs the stage
+   * names its node before the lineage hint; the first value without a twin
+   * after it, before the copy that disagrees */
+  const vd_stage_verdict *v = &r->verdicts[i];
+  int loc = v->loc_kind != VD_LOC_NONE && v->loc_node >= 0 && (uint32_t)v->loc_node < st->n_nodes;
+  if (loc && v->loc_kind == VD_LOC_REDUCE) {
+    snprintf(why, n_why, "%s", v->loc_note);
+    return v->loc_node;
+  }
   dn = stuck_in_stage(r, i, why, n_why);
   if (dn >= 0) return dn;
+  if (loc) {
+    snprintf(why, n_why, "%s", v->loc_note);
+    return v->loc_node;
+  }
   uint32_t fv[64];
   size_t nf = vd_rep_flagged_values(r, i, fv, 64);
   /* The producer of the first flagged copy (lowest stage-local value); when
@@ -800,6 +814,13 @@ static void describe_by_stage(const struct grouping *g, vd_finding *f) {
   f->local_node = vd_rep_diverging(r, rep, f->why, sizeof(f->why));
   if (f->diagnosis == VD_DX_WRONG_VALUE && reads_unreduced(r, rep, f->local_node))
     f->diagnosis = VD_DX_MISSING_REDUCTION;
+  /* the values show more than the generic class (stage_solve_cex.c locate):
+   * the node's copies reduced repair the stage, or it rearranges a value */
+  const vd_stage_verdict *rv = &r->verdicts[rep];
+  if (f->diagnosis == VD_DX_WRONG_VALUE && f->local_node >= 0 && f->local_node == rv->loc_node) {
+    if (rv->loc_kind == VD_LOC_REDUCE) f->diagnosis = VD_DX_MISSING_REDUCTION;
+    else if (rv->loc_kind == VD_LOC_PERMUTED) f->diagnosis = VD_DX_PERMUTED_SLICES;
+  }
   f->topo = UINT64_MAX - 1;
   if (f->local_node >= 0) {
     const vd_stage_node *sn = &r->set.stages[rep].nodes[f->local_node];
