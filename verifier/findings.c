@@ -332,7 +332,10 @@ static int32_t diverging(const vd_run *r, size_t i, char *why, size_t n_why) {
   }
   dn = stuck_in_stage(r, i, why, n_why);
   if (dn >= 0) return dn;
-  if (loc) {
+  /* only with positive evidence: a value merely without a twin may be a
+   * legitimate one (a per-microbatch gradient, a partial sum) upstream of
+   * the fault */
+  if (loc && v->loc_kind == VD_LOC_PERMUTED) {
     snprintf(why, n_why, "%s", v->loc_note);
     return v->loc_node;
   }
@@ -975,6 +978,20 @@ void vd_rep_fmt_title(char *buf, size_t n, const vd_run *r, const vd_finding *f)
   const vd_node_t *pn = &p->nodes[f->pnode];
   char src[160] = "";
   if (pn->src) vd_text_fmt(src, sizeof(src), ", %s", VD_SHOW(vd_plan_s(p, pn->src)));
-  vd_text_fmt(buf, n, "%s at %s%s '%s' (node %lld%s)", vd_diagnosis_names[f->diagnosis], f->side ? "" : "single ",
-              VD_SHOW(vd_node_op(p, pn)), VD_SHOW(vd_plan_s(p, pn->name)), (long long)pn->id, src);
+  /* the user's call stack (a captured program's callers), innermost first,
+   * on the one line that every format shows: which call of which layer */
+  char stack[400] = "";
+  if (pn->stack) {
+    const char *st = vd_plan_s(p, pn->stack);
+    size_t at = 0;
+    for (int k = 0; *st && k < 4 && at + 8 < sizeof(stack); k++) {
+      const char *e = strchr(st, '\n');
+      size_t len = e ? (size_t)(e - st) : strlen(st);
+      at += (size_t)snprintf(stack + at, sizeof(stack) - at, "%s%.*s", k ? " < " : "; stack: ", (int)len, st);
+      if (!e) break;
+      st = e + 1;
+    }
+  }
+  vd_text_fmt(buf, n, "%s at %s%s '%s' (node %lld%s%s)", vd_diagnosis_names[f->diagnosis], f->side ? "" : "single ",
+              VD_SHOW(vd_node_op(p, pn)), VD_SHOW(vd_plan_s(p, pn->name)), (long long)pn->id, src, VD_SHOW(stack));
 }
