@@ -284,12 +284,14 @@ static vd_rc eval_once(solve_ctx *c, num_ctx *n, const vd_stage_verdict *v, int 
  * elementwise as an all_reduce would, make every target agree when the
  * stage runs again (VD_LOC_REDUCE: the reduction is missing there).  A
  * value legitimately without a twin (a partial sum, a per-shard max) is a
- * root too; the repair test then tells a missing reduction from a value
- * the later collectives complete.  Costs: one pass over value pairs of
- * equal size (bounded by LOC_WORK elements compared) and at most
- * 2 * LOC_REPAIRS re-runs of the stage. */
+ * root too, and the report names a root only with the sharper reading.
+ * The repair is tried at the region's first LOC_REPAIRS nodes that have
+ * copies, in stage order (a sum of exp never all-reduced sits after the
+ * root, a shifted logit without a twin).  Costs: one pass over value pairs
+ * (bounded by LOC_WORK elements compared) and at most 2 * LOC_REPAIRS + 1
+ * re-runs of the stage. */
 #define LOC_WORK 4000000
-#define LOC_REPAIRS 8
+#define LOC_REPAIRS 16
 
 static int same_elems(const double *a, const double *b, int64_t ne) {
   for (int64_t e = 0; e < ne; e++)
@@ -445,8 +447,8 @@ static vd_rc locate(solve_ctx *c, num_ctx *n, vd_stage_verdict *v, const num_ctx
     }
   }
   int32_t root = -1;
-  uint32_t roots[LOC_REPAIRS];
-  size_t n_roots = 0;
+  uint32_t tries[LOC_REPAIRS];
+  size_t n_tries = 0;
   while (top) {
     uint32_t k = stack[--top];
     const vd_stage_node *sn = &st->nodes[k];
@@ -460,21 +462,32 @@ static vd_rc locate(solve_ctx *c, num_ctx *n, vd_stage_verdict *v, const num_ctx
     }
     reg[k] = is_root ? 2 : 1;
   }
-  for (uint32_t k = 0; k < st->n_nodes; k++)
-    if (reg[k] == 2) {
-      if (root < 0) root = (int32_t)k;
-      if (n_roots < LOC_REPAIRS) roots[n_roots++] = k;
-    }
-  if (root < 0) goto done;
-  /* a missing reduction: the first root whose copies, reduced, repair the stage */
   uint32_t cp[64];
-  int reran = 0;
-  for (size_t r = 0; r < n_roots && v->loc_kind != VD_LOC_REDUCE; r++) {
-    size_t m = copies_of(c, roots[r], cp, 64);
+  for (uint32_t k = 0; k < st->n_nodes; k++) {
+    if (reg[k] == 2 && root < 0) root = (int32_t)k;
+    /* the repair is tried at the first groups of copies that the region
+     * reaches (one copy may equal a single value by chance: a rank whose
+     * shard holds the maximum), each group by its first copy */
+    /* data movement (a view, an expand of the value) repairs whenever its
+     * input does: the node that computed the value is named */
+    const vd_op_info *oi = st->nodes[k].op >= 0 ? vd_op_get((vd_op_id)st->nodes[k].op) : NULL;
+    if (oi && (oi->flags & VD_OPF_MOVES)) continue;
+    if (!reg[k] || n_tries >= LOC_REPAIRS || !copies_of(c, k, cp, 64)) continue;
+    int known = 0;
+    for (size_t q = 0; q < n_tries; q++) known |= tries[q] == cp[0];
+    if (!known) tries[n_tries++] = cp[0];
+  }
+  if (root < 0) goto done;
+  /* a missing reduction: the last node whose copies, reduced, repair the
+   * stage (operators linear in the value between it and the first
+   * non-linear one repair it as well: the all_reduce belongs after them) */
+  int reran = 0, best_max = 0;
+  for (size_t r = 0; r < n_tries; r++) {
+    size_t m = copies_of(c, tries[r], cp, 64);
     /* a max's copies are tried maxed first: any shift the ranks share (their
      * sum too) cancels in a softmax, the max is what the code means */
     node_view rv;
-    vd_stage_solve_i_node_view(c, roots[r], &rv);
+    vd_stage_solve_i_node_view(c, tries[r], &rv);
     int max_first = strstr(vd_node_op(rv.p, rv.pn), "max") != NULL;
     for (int step = 0; m && step < 2; step++) {
       int mx = max_first ? !step : step;
@@ -492,8 +505,12 @@ static vd_rc locate(solve_ctx *c, num_ctx *n, vd_stage_verdict *v, const num_ctx
         goto done;
       }
       if (erc != VD_OK || hit) continue;
+      /* a max repair outranks a sum repair found later (a shared shift of
+       * the max's copies, their sum, cancels downstream as well) */
+      if (v->loc_kind == VD_LOC_REDUCE && best_max && !mx) break;
+      best_max = mx;
       v->loc_kind = VD_LOC_REDUCE;
-      v->loc_node = (int32_t)roots[r];
+      v->loc_node = (int32_t)tries[r];
       snprintf(v->loc_note, sizeof(v->loc_note),
                "its %zu copies, reduced elementwise by %s over their ranks (as an all_reduce(%s) would), make every "
                "target agree on the values that reproduce the disagreement: the reduction is missing here",
