@@ -11,7 +11,11 @@
 #    missing exp/log laws (stage_solve.c, VD_OPF_REFUTE_NUMERIC), never NOT EQUIVALENT;
 #  - its bugs (the max's all_reduce skipped, the target range of rank 0 on every rank, the
 #    sum-exp all_reduce deleted) are NOT EQUIVALENT, numerically reproduced, and the executor
-#    disagrees; the finding names the cross-entropy's max, the first value without a twin;
+#    disagrees; the skipped all_reduce(MAX) is a MISSING_REDUCTION at the max (its copies, maxed
+#    over the ranks, repair the stage: solver/stage_solve_cex.c locate), the deleted sum-exp
+#    all_reduce a MISSING_REDUCTION at the sum of exp; the wrong target range is found at the
+#    cross-entropy's max, the first value without a twin; every finding's title carries the
+#    user's call stack down to the step's call of vocab_parallel_cross_entropy;
 #  - the indices of torch.max read as data are refused at capture with the line.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/torch_lib.sh"
@@ -40,17 +44,23 @@ for conf in "2 --set tp=2" "4 --set tp=2 --set dp=2"; do
   expect_exit 0 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
   expect_in "AGREE" "$TMP/out"
 done
-for bug in no_max_reduce ce_shard; do
-  cap 2 --set tp=2 --set ce=vocab --set bug=$bug
-  pair_not_equivalent --full "WRONG_VALUE at max 'megatron_vocab.py:$MAXL'"
-done
+# the step's call of the cross-entropy (the line of its reduce_max= and start arguments)
+CALL=$(grep -n "per_token = mv.vocab_parallel_cross_entropy" "$EX/vocab_tp.py" | cut -d: -f1)
+STACK="stack: examples/torch/megatron_vocab.py:$MAXL in forward < [^ ]*megatron_vocab.py:[0-9]* in vocab_parallel_cross_entropy < [^ ]*vocab_tp.py:$CALL in step"
+cap 2 --set tp=2 --set ce=vocab --set bug=no_max_reduce
+pair_not_equivalent --full "^   1\. .*MISSING_REDUCTION at max 'megatron_vocab.py:$MAXL'.*$STACK" \
+  "reduced elementwise by max over their ranks (as an all_reduce(MAX) would)"
+cap 2 --set tp=2 --set ce=vocab --set bug=ce_shard
+pair_not_equivalent --full "^   1\. .*WRONG_VALUE at max 'megatron_vocab.py:$MAXL'.*$STACK"
 # the sum of exp over the group deleted (one line of a fresh copy of megatron_vocab.py)
 cp "$EX/megatron_vocab.py" "$TMP/ex/megatron_vocab.py"
 sed -i 's/^        dist.all_reduce(sum_exp_logits, group=group)/        pass/' "$TMP/ex/megatron_vocab.py"
 grep -q "^        pass" "$TMP/ex/megatron_vocab.py"
 expect_exit 0 $T2P --single "$TMP/ex/vocab_single.py" --parallel "$TMP/ex/vocab_tp.py" --nproc 2 --set tp=2 \
   --set ce=vocab --out-single "$TMP/s.plan" --out-parallel "$TMP/p.plan"
-pair_not_equivalent --full "WRONG_VALUE at max"
+SUML=$(grep -n "sum_exp_logits = exp_logits.sum" "$EX/megatron_vocab.py" | cut -d: -f1)
+pair_not_equivalent --full "WRONG_VALUE at max" "MISSING_REDUCTION at sum 'megatron_vocab.py:$SUML'" \
+  "reduced elementwise by sum over their ranks (as an all_reduce(SUM) would)"
 # refused at capture with the line: the indices of torch.max read as data
 cp "$EX/megatron_vocab.py" "$TMP/ex/megatron_vocab.py"
 sed -i 's/torch.max(logits, dim=-1)\[0\]/torch.max(logits, dim=-1)[1].to(logits.dtype)/' "$TMP/ex/megatron_vocab.py"
