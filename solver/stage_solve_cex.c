@@ -547,15 +547,13 @@ static vd_rc locate(solve_ctx *c, num_ctx *n, vd_stage_verdict *v, const num_ctx
       at += (size_t)snprintf(sh + at, sizeof(sh) - at, d ? ", %lld" : "%lld", (long long)sv->shape[d]);
     v->loc_kind = VD_LOC_PERMUTED;
     /* the single value by its tensor name, else by its producer's name */
-    const char *nm = vd_plan_s(c->lt->gs->plan, tensor_of(c, sv)->name);
-    if (!nm[0] && sv->producer >= 0) {
-      node_view pv;
-      vd_stage_solve_i_node_view(c, (uint32_t)sv->producer, &pv);
-      nm = vd_plan_s(pv.p, pv.pn->name);
-    }
+    const vd_graph_t *gs = c->lt->gs;
+    const char *nm = vd_plan_s(gs->plan, tensor_of(c, sv)->name);
+    int32_t gp = gs->values[sv->value].producer;
+    if (!nm[0] && gp >= 0) nm = vd_plan_s(gs->plan, gs->plan->nodes[gs->nodes[gp].pnode].name);
     vd_text_fmt(v->loc_note, sizeof(v->loc_note),
                 "on the values that reproduce the disagreement, its value holds the numbers of the single-device "
-                "value '%s' [%s] in another arrangement (gathered or concatenated along another dim, or its "
+                "value of '%s' [%s] in another arrangement (gathered or concatenated along another dim, or its "
                 "blocks in another order)",
                 VD_SHOW(nm), sh);
     break;
