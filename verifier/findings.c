@@ -282,6 +282,37 @@ static int32_t stuck_in_stage(const vd_run *r, size_t i, char *why, size_t n_why
 
 static int32_t diverging(const vd_run *r, size_t i, char *why, size_t n_why);
 
+/* A missing reduction that another failing stage's values showed
+ * (stage_solve_cex.c locate, VD_LOC_REDUCE) at a node that stage i holds
+ * too, or a copy of it (same source name and operator): a stage that
+ * targets one rank's value may hold only that rank's copy of the node, and
+ * the repair needs every copy.  The other stage's
+ * index, *k the node in stage i; -1 when none. */
+static ptrdiff_t reduce_elsewhere(const vd_run *r, size_t i, int32_t *k) {
+  const vd_stage *st = &r->set.stages[i];
+  for (size_t j = 0; j < r->set.n_stages && !st->compact; j++) {
+    const vd_stage_verdict *w = &r->verdicts[j];
+    const vd_stage *sj = &r->set.stages[j];
+    if (j == i || w->verdict != VD_SMT_NOT_EQUIVALENT || w->loc_kind != VD_LOC_REDUCE || sj->compact ||
+        w->loc_node < 0 || (uint32_t)w->loc_node >= sj->n_nodes)
+      continue;
+    /* the node or one of its copies (same source name and operator) */
+    const vd_plan_t *wp, *qp;
+    const vd_node_t *wn = vd_rep_pnode(r, &sj->nodes[w->loc_node], &wp);
+    for (uint32_t q = 0; q < st->n_nodes; q++) {
+      const vd_stage_node *sn = &st->nodes[q];
+      if (!sn->side) continue;
+      const vd_node_t *qn = vd_rep_pnode(r, sn, &qp);
+      if (qp == wp && !strcmp(vd_plan_s(qp, qn->name), vd_plan_s(wp, wn->name)) &&
+          !strcmp(vd_node_op(qp, qn), vd_node_op(wp, wn))) {
+        *k = (int32_t)q;
+        return (ptrdiff_t)j;
+      }
+    }
+  }
+  return -1;
+}
+
 /* Whether node k of failing stage i is where lineage inference saw an
  * operator read a partial sum, or one copy's share of a mean, as the whole
  * value (vd_lin_infer_stats PARTIAL, SHARE): the copies sum or average to
@@ -329,6 +360,12 @@ static int32_t diverging(const vd_run *r, size_t i, char *why, size_t n_why) {
   if (loc && v->loc_kind == VD_LOC_REDUCE) {
     snprintf(why, n_why, "%s", v->loc_note);
     return v->loc_node;
+  }
+  int32_t at = -1;
+  ptrdiff_t other = reduce_elsewhere(r, i, &at);
+  if (other >= 0) {
+    snprintf(why, n_why, "in stage %td, which holds all of them, %s", other, r->verdicts[other].loc_note);
+    return at;
   }
   dn = stuck_in_stage(r, i, why, n_why);
   if (dn >= 0) return dn;
@@ -820,9 +857,13 @@ static void describe_by_stage(const struct grouping *g, vd_finding *f) {
   /* the values show more than the generic class (stage_solve_cex.c locate):
    * the node's copies reduced repair the stage, or it rearranges a value */
   const vd_stage_verdict *rv = &r->verdicts[rep];
+  int32_t elsewhere = -1;
   if (f->diagnosis == VD_DX_WRONG_VALUE && f->local_node >= 0 && f->local_node == rv->loc_node) {
     if (rv->loc_kind == VD_LOC_REDUCE) f->diagnosis = VD_DX_MISSING_REDUCTION;
     else if (rv->loc_kind == VD_LOC_PERMUTED) f->diagnosis = VD_DX_PERMUTED_SLICES;
+  } else if (f->diagnosis == VD_DX_WRONG_VALUE && f->local_node >= 0 && reduce_elsewhere(r, rep, &elsewhere) >= 0 &&
+             elsewhere == f->local_node) {
+    f->diagnosis = VD_DX_MISSING_REDUCTION;
   }
   f->topo = UINT64_MAX - 1;
   if (f->local_node >= 0) {
