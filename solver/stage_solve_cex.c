@@ -482,6 +482,9 @@ static vd_rc locate(solve_ctx *c, num_ctx *n, vd_stage_verdict *v, const num_ctx
    * stage (operators linear in the value between it and the first
    * non-linear one repair it as well: the all_reduce belongs after them) */
   int reran = 0, best_max = 0;
+  /* OPTIMIZATION-ONLY: a stage the size of a model keeps to the cheap
+   * readings, as classify does (stage_solve.c) */
+  if (st->n_nodes > VD_STAGE_CLASSIFY_MAX_NODES) n_tries = 0;
   for (size_t r = 0; r < n_tries; r++) {
     size_t m = copies_of(c, tries[r], cp, 64);
     /* a max's copies are tried maxed first: any shift the ranks share (their
