@@ -68,6 +68,8 @@ enum {
   VD_LOC_PERMUTED,        /* that node holds a single value's values in another arrangement */
   VD_LOC_REDUCE,          /* its copies on the ranks, reduced (sum or max, loc_note), make every
                              target agree: a missing reduction there */
+  VD_LOC_POSITION,        /* a position attribute that all its copies read alike, moved on this copy
+                             by a multiple of an extent, makes every target agree: another rank's */
 };
 
 enum {

@@ -40,6 +40,10 @@ typedef struct {
    * has run, output 0 of each is replaced by their elementwise sum
    * (rep_max 0) or max (1), as an all_reduce of the copies would give. */
   const uint32_t *rep; size_t n_rep; int rep_max;
+  /* Another repair: node pos_node reads its integer attribute pos_key
+   * (a position the shape reduction scaled) as pos_value; -1: none. */
+  int64_t pos_node; const char *pos_key; int64_t pos_value;
+  const uint32_t *pos_more; size_t n_pos_more; /* more nodes read pos_value (the same rank's) */
 } num_ctx;
 
 static int by_input_name(const void *k, const void *e) { return strcmp(k, ((const vd_smt_value *)e)->name); }
@@ -136,6 +140,22 @@ static void leaf_fill(solve_ctx *c, num_ctx *n, uint32_t i) {
   }
 }
 
+/* A one-node copy of (p, pn) in *out whose integer attribute key is v. */
+static vd_rc with_attr(const vd_plan_t *p, const vd_node_t *pn, const char *key, int64_t v, vd_plan_t *out) {
+  VD_CHECK(vd_plan_init(out, p->kind));
+  vd_node_t nn = *pn;
+  nn.segment = 0;
+  uint32_t idx;
+  VD_CHECK(vd_plan_add_node(out, &nn, vd_node_op(p, pn), vd_plan_s(p, pn->name), NULL, 0, NULL, 0,
+                            vd_node_group(p, pn), pn->n_group, &idx));
+  for (uint32_t a = 0; a < pn->n_attr; a++) {
+    const vd_attr_t *at = &p->attrs[pn->attr_off + a];
+    if (!strcmp(vd_plan_s(p, at->key), key)) VD_CHECK(vd_plan_attr_int(out, idx, key, v));
+    else VD_CHECK(vd_plan_attr_copy(out, idx, p, at));
+  }
+  return VD_OK;
+}
+
 static vd_rc eval_node(solve_ctx *c, num_ctx *n, uint32_t ni, vd_diag *d) {
   const vd_stage *st = c->st;
   node_view nv;
@@ -159,10 +179,22 @@ static vd_rc eval_node(solve_ctx *c, num_ctx *n, uint32_t ni, vd_diag *d) {
   solve_ctx quiet = *c;
   quiet.d = d;
   if ((rc = vd_stage_solve_i_node_attrs(&quiet, nv.p, nv.pn, sn, &scratch, &ap, &an)) != VD_OK) goto done;
+  vd_plan_t moved = {0};
+  int moves = n->pos_node == (int64_t)ni;
+  for (size_t q = 0; q < n->n_pos_more && !moves; q++) moves = n->pos_more[q] == ni;
+  if (moves) {
+    if ((rc = with_attr(ap, an, n->pos_key, n->pos_value, &moved)) != VD_OK) {
+      vd_plan_free(&moved);
+      goto done;
+    }
+    ap = &moved;
+    an = &moved.nodes[0];
+  }
   vd_op_call oc = {.op = sn->op, .plan = ap, .node = an, .record = nv.record, .n_in = sn->n_in, .n_out = sn->n_out,
                    .n_part = vd_stage_solve_i_node_parts(nv.gn, sn), .in = in, .in_shape = sh, .out = out, .out_shape = sh + sn->n_in,
                    .diag = d};
   rc = vd_op_eval(&oc);
+  vd_plan_free(&moved);
 done:
   vd_plan_free(&scratch);
   vd_free(in);
@@ -418,6 +450,121 @@ static size_t copies_of(solve_ctx *c, uint32_t k, uint32_t *out, size_t cap) {
   return m;
 }
 
+/* The value a stage node reads for integer attribute key: the stage's
+ * override (a position the shape reduction scaled) or the plan's; 0 when
+ * the node has no such integer attribute. */
+static int int_attr(solve_ctx *c, uint32_t k, const char *key, int64_t *val) {
+  const vd_stage_node *sn = &c->st->nodes[k];
+  node_view nv;
+  vd_stage_solve_i_node_view(c, k, &nv);
+  for (uint32_t q = 0; q < sn->n_ovr; q++) {
+    const vd_attr_override *o = &c->st->ovr[sn->ovr_off + q];
+    if (o->key != VD_OVR_DIVISOR && !strcmp(vd_plan_s(nv.p, o->key), key)) {
+      *val = o->value;
+      return 1;
+    }
+  }
+  const vd_attr_t *a = vd_node_attr(nv.p, nv.pn, key);
+  if (!a || a->kind != VD_ATTR_INT) return 0;
+  *val = a->v.i;
+  return 1;
+}
+
+/* The position repair at the group of copies of node k: an integer
+ * attribute (a slice start, a vocabulary range) that every copy reads
+ * alike, moved on one copy by a multiple of an extent of its input 0,
+ * makes every target agree: that copy uses another rank's position.  Sets
+ * v (VD_LOC_POSITION); returns 1 when some run was made; *rc the error. */
+static int try_positions(solve_ctx *c, num_ctx *n, vd_stage_verdict *v, const num_ctx *again, uint32_t k,
+                         vd_rc *rc) {
+  const vd_stage *st = c->st;
+  uint32_t cp[64];
+  size_t m = copies_of(c, k, cp, 64);
+  int ran = 0;
+  *rc = VD_OK;
+  const vd_stage_node *kn = &st->nodes[k];
+  if (!kn->n_in) return 0;
+  node_view kv;
+  vd_stage_solve_i_node_view(c, k, &kv);
+  /* a node alone in the stage is compared with its copies in the plan */
+  size_t ranks = m;
+  if (!m) {
+    cp[0] = k, m = 1, ranks = 1;
+    for (size_t q = 0; q < kv.p->n_nodes; q++) {
+      const vd_node_t *on = &kv.p->nodes[q];
+      ranks += on != kv.pn && on->rank != kv.pn->rank && !strcmp(vd_plan_s(kv.p, on->name), vd_plan_s(kv.p, kv.pn->name)) &&
+               !strcmp(vd_node_op(kv.p, on), vd_node_op(kv.p, kv.pn));
+    }
+    if (ranks < 2) return 0;
+  }
+  const vd_stage_value *in0 = &st->vals[st->idx[kn->in_off]];
+  for (uint32_t a = 0; a < kv.pn->n_attr && v->loc_kind != VD_LOC_POSITION; a++) {
+    const vd_attr_t *at = &kv.p->attrs[kv.pn->attr_off + a];
+    if (at->kind != VD_ATTR_INT) continue;
+    const char *key = vd_plan_s(kv.p, at->key);
+    int64_t val, other;
+    int same = int_attr(c, k, key, &val);
+    for (size_t j = 1; j < m && same; j++) same = int_attr(c, cp[j], key, &other) && other == val;
+    for (size_t q = 0; q < kv.p->n_nodes && same && ranks > m; q++) { /* the plan's copies */
+      const vd_node_t *on = &kv.p->nodes[q];
+      if (on == kv.pn || on->rank == kv.pn->rank || strcmp(vd_plan_s(kv.p, on->name), vd_plan_s(kv.p, kv.pn->name)) ||
+          strcmp(vd_node_op(kv.p, on), vd_node_op(kv.p, kv.pn)))
+        continue;
+      const vd_attr_t *oa = vd_node_attr(kv.p, on, key);
+      same = oa && oa->kind == VD_ATTR_INT && oa->v.i == at->v.i;
+    }
+    if (!same) continue;
+    /* moved by the (reduced) extent of a dim of input 0, the last dims
+     * first (a range of columns) */
+    for (size_t j = 0; j < m && v->loc_kind != VD_LOC_POSITION; j++)
+      for (int d = in0->ndim - 1; d >= 0 && v->loc_kind != VD_LOC_POSITION; d--)
+        for (int64_t step = 1; step < (int64_t)ranks && v->loc_kind != VD_LOC_POSITION; step++)
+          for (int sg = 1; sg >= -1 && v->loc_kind != VD_LOC_POSITION; sg -= 2) {
+            int64_t nv = val + sg * step * in0->rshape[d];
+            if (nv < 0) continue;
+            num_ctx t = *again;
+            t.val = n->val;
+            t.pos_node = cp[j], t.pos_key = key, t.pos_value = nv;
+            /* the rank's other nodes that read the same position move with it
+             * (a range used forward and backward) */
+            uint32_t more[32];
+            size_t n_more = 0;
+            node_view jv0;
+            vd_stage_solve_i_node_view(c, cp[j], &jv0);
+            for (uint32_t q = 0; q < st->n_nodes && n_more < 32; q++) {
+              int64_t qv;
+              if (q == cp[j] || !st->nodes[q].side || st->nodes[q].replica != st->nodes[cp[j]].replica) continue;
+              node_view qv0;
+              vd_stage_solve_i_node_view(c, q, &qv0);
+              if (qv0.pn->rank == jv0.pn->rank && int_attr(c, q, key, &qv) && qv == val) more[n_more++] = q;
+            }
+            t.pos_more = more, t.n_pos_more = n_more;
+            int hit = 1;
+            char note[200];
+            vd_diag ed;
+            vd_diag_clear(&ed);
+            vd_rc erc = eval_once(c, &t, v, 0, &hit, note, sizeof(note), &ed);
+            ran = 1;
+            if (erc == VD_ENOMEM) {
+              *rc = VD_OOM(c->d);
+              return ran;
+            }
+            if (erc != VD_OK || hit) continue;
+            node_view jv;
+            vd_stage_solve_i_node_view(c, cp[j], &jv);
+            const vd_attr_t *raw = vd_node_attr(jv.p, jv.pn, key);
+            long long was = raw && raw->kind == VD_ATTR_INT ? (long long)raw->v.i : (long long)val;
+            v->loc_kind = VD_LOC_POSITION;
+            v->loc_node = (int32_t)cp[j];
+            vd_text_fmt(v->loc_note, sizeof(v->loc_note),
+                        "this copy reads %s=%lld as its copies on the other ranks do; with %s moved by %+lld x the "
+                        "extent of its input's dim %d (%lld) every target agrees: it uses another rank's position",
+                        VD_SHOW(key), was, VD_SHOW(key), (long long)(sg * step), d, (long long)in0->shape[d]);
+          }
+  }
+  return ran;
+}
+
 static vd_rc locate(solve_ctx *c, num_ctx *n, vd_stage_verdict *v, const num_ctx *again) {
   const vd_stage *st = c->st;
   uint8_t *twin = vd_calloc(st->n_vals + 1, 1), *reg = vd_calloc(st->n_nodes + 1, 1);
@@ -522,6 +669,22 @@ static vd_rc locate(solve_ctx *c, num_ctx *n, vd_stage_verdict *v, const num_ctx
     }
   }
   if (v->loc_kind == VD_LOC_REDUCE) goto done;
+  /* the position repair at the region's nodes with positional attributes
+   * (data movement included: a masked pick reads a vocabulary range) */
+  n_tries = 0;
+  for (uint32_t k = 0; k < st->n_nodes && n_tries < LOC_REPAIRS && st->n_nodes <= VD_STAGE_CLASSIFY_MAX_NODES; k++) {
+    if (!reg[k] || !st->nodes[k].side) continue;
+    uint32_t first = copies_of(c, k, cp, 64) ? cp[0] : k; /* a node alone: its plan copies */
+    int known = 0;
+    for (size_t q = 0; q < n_tries; q++) known |= tries[q] == first;
+    if (!known) tries[n_tries++] = first;
+  }
+  for (size_t r = 0; r < n_tries && v->loc_kind != VD_LOC_POSITION; r++) {
+    int pr = try_positions(c, n, v, again, tries[r], &rc);
+    reran |= pr != 0;
+    if (rc != VD_OK) goto done;
+  }
+  if (v->loc_kind == VD_LOC_POSITION) goto done;
   /* the values of the repairs' runs replaced the located run's: run it again */
   if (reran) {
     num_ctx t = *again;
@@ -586,7 +749,7 @@ static void values_free(solve_ctx *c, num_ctx *n) { VD_FREE_EACH(n->val, c->st->
 
 vd_rc vd_stage_solve_i_cex_eval(solve_ctx *c, vd_stage_verdict *v) {
   const vd_stage *st = c->st;
-  num_ctx n = {.in = v->inputs, .n_in = v->n_inputs, .rng = 0x9e3779b97f4a7c15ull ^ st->id};
+  num_ctx n = {.in = v->inputs, .n_in = v->n_inputs, .rng = 0x9e3779b97f4a7c15ull ^ st->id, .pos_node = -1};
   vd_rc rc = values_alloc(c, &n);
   vd_diag ed;
   vd_diag_clear(&ed);
@@ -634,7 +797,7 @@ vd_rc vd_stage_solve_i_cex_eval(solve_ctx *c, vd_stage_verdict *v) {
 vd_rc vd_stage_solve_i_cex_random(solve_ctx *c, vd_stage_verdict *v, int *hit) {
   const vd_stage *st = c->st;
   *hit = 0;
-  num_ctx n = {.in = NULL, .rng = 0x9e3779b97f4a7c15ull ^ st->id};
+  num_ctx n = {.in = NULL, .rng = 0x9e3779b97f4a7c15ull ^ st->id, .pos_node = -1};
   vd_rc rc = values_alloc(c, &n);
   vd_diag ed;
   vd_diag_clear(&ed);

@@ -282,8 +282,9 @@ static int32_t stuck_in_stage(const vd_run *r, size_t i, char *why, size_t n_why
 
 static int32_t diverging(const vd_run *r, size_t i, char *why, size_t n_why);
 
-/* A missing reduction that another failing stage's values showed
- * (stage_solve_cex.c locate, VD_LOC_REDUCE) at a node that stage i holds
+/* A repair that another failing stage's values showed (stage_solve_cex.c
+ * locate: VD_LOC_REDUCE, a missing reduction, or VD_LOC_POSITION, another
+ * rank's position) at a node that stage i holds
  * too, or a copy of it (same source name and operator): a stage that
  * targets one rank's value may hold only that rank's copy of the node, and
  * the repair needs every copy.  The other stage's
@@ -293,7 +294,8 @@ static ptrdiff_t reduce_elsewhere(const vd_run *r, size_t i, int32_t *k) {
   for (size_t j = 0; j < r->set.n_stages && !st->compact; j++) {
     const vd_stage_verdict *w = &r->verdicts[j];
     const vd_stage *sj = &r->set.stages[j];
-    if (j == i || w->verdict != VD_SMT_NOT_EQUIVALENT || w->loc_kind != VD_LOC_REDUCE || sj->compact ||
+    if (j == i || w->verdict != VD_SMT_NOT_EQUIVALENT || sj->compact ||
+        (w->loc_kind != VD_LOC_REDUCE && w->loc_kind != VD_LOC_POSITION) ||
         w->loc_node < 0 || (uint32_t)w->loc_node >= sj->n_nodes)
       continue;
     /* the node or one of its copies (same source name and operator) */
@@ -357,7 +359,7 @@ static int32_t diverging(const vd_run *r, size_t i, char *why, size_t n_why) {
    * after it, before the copy that disagrees */
   const vd_stage_verdict *v = &r->verdicts[i];
   int loc = v->loc_kind != VD_LOC_NONE && v->loc_node >= 0 && (uint32_t)v->loc_node < st->n_nodes;
-  if (loc && v->loc_kind == VD_LOC_REDUCE) {
+  if (loc && (v->loc_kind == VD_LOC_REDUCE || v->loc_kind == VD_LOC_POSITION)) {
     snprintf(why, n_why, "%s", v->loc_note);
     return v->loc_node;
   }
@@ -861,9 +863,10 @@ static void describe_by_stage(const struct grouping *g, vd_finding *f) {
   if (f->diagnosis == VD_DX_WRONG_VALUE && f->local_node >= 0 && f->local_node == rv->loc_node) {
     if (rv->loc_kind == VD_LOC_REDUCE) f->diagnosis = VD_DX_MISSING_REDUCTION;
     else if (rv->loc_kind == VD_LOC_PERMUTED) f->diagnosis = VD_DX_PERMUTED_SLICES;
-  } else if (f->diagnosis == VD_DX_WRONG_VALUE && f->local_node >= 0 && reduce_elsewhere(r, rep, &elsewhere) >= 0 &&
-             elsewhere == f->local_node) {
-    f->diagnosis = VD_DX_MISSING_REDUCTION;
+  } else if (f->diagnosis == VD_DX_WRONG_VALUE && f->local_node >= 0) {
+    ptrdiff_t other = reduce_elsewhere(r, rep, &elsewhere);
+    if (other >= 0 && elsewhere == f->local_node && r->verdicts[other].loc_kind == VD_LOC_REDUCE)
+      f->diagnosis = VD_DX_MISSING_REDUCTION;
   }
   f->topo = UINT64_MAX - 1;
   if (f->local_node >= 0) {
