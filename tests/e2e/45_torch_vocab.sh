@@ -13,9 +13,10 @@
 #    sum-exp all_reduce deleted) are NOT EQUIVALENT, numerically reproduced, and the executor
 #    disagrees; the skipped all_reduce(MAX) is a MISSING_REDUCTION at the max (its copies, maxed
 #    over the ranks, repair the stage: solver/stage_solve_cex.c locate), the deleted sum-exp
-#    all_reduce a MISSING_REDUCTION at the sum of exp; the wrong target range is found at the
-#    cross-entropy's max, the first value without a twin; every finding's title carries the
-#    user's call stack down to the step's call of vocab_parallel_cross_entropy;
+#    all_reduce a MISSING_REDUCTION at the sum of exp; the wrong target range at rank 1's masked
+#    pick of the target logit, which reads rank 0's start (moved by one shard width it repairs
+#    the stage); every finding's title carries the user's call stack down to the step's call of
+#    vocab_parallel_cross_entropy;
 #  - the indices of torch.max read as data are refused at capture with the line.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/torch_lib.sh"
@@ -50,8 +51,11 @@ STACK="stack: examples/torch/megatron_vocab.py:$MAXL in forward < [^ ]*megatron_
 cap 2 --set tp=2 --set ce=vocab --set bug=no_max_reduce
 pair_not_equivalent --full "^   1\. .*MISSING_REDUCTION at max 'megatron_vocab.py:$MAXL'.*$STACK" \
   "reduced elementwise by max over their ranks (as an all_reduce(MAX) would)"
+# the wrong target range: the masked picks of rank 1 (forward and backward) read rank 0's start
+PICKL=$(grep -n "predicted_logits = logits_2d\[arange_1d, masked_target_1d\]" "$EX/megatron_vocab.py" | cut -d: -f1)
 cap 2 --set tp=2 --set ce=vocab --set bug=ce_shard
-pair_not_equivalent --full "^   1\. .*WRONG_VALUE at max 'megatron_vocab.py:$MAXL'.*$STACK"
+pair_not_equivalent --full "^   1\. .*WRONG_VALUE at pick 'megatron_vocab.py:$PICKL'.*stack: [^ ]*megatron_vocab.py:$PICKL in forward < .* < [^ ]*vocab_tp.py:$CALL in step" \
+  "first diverging parallel node: rank 1 mb 0 pick 'megatron_vocab.py:$PICKL' .*reads start=0 as its copies on the other ranks do; with start moved by +1 x the extent of its input's dim 1 (8) every target agrees: it uses another rank's position"
 # the sum of exp over the group deleted (one line of a fresh copy of megatron_vocab.py)
 cp "$EX/megatron_vocab.py" "$TMP/ex/megatron_vocab.py"
 sed -i 's/^        dist.all_reduce(sum_exp_logits, group=group)/        pass/' "$TMP/ex/megatron_vocab.py"
