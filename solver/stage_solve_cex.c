@@ -565,15 +565,12 @@ static int try_positions(solve_ctx *c, num_ctx *n, vd_stage_verdict *v, const nu
   return ran;
 }
 
-static vd_rc locate(solve_ctx *c, num_ctx *n, vd_stage_verdict *v, const num_ctx *again) {
+/* The region (reg[k] 1, roots 2) of the parallel nodes that reach the
+ * disagreeing copies through values without a twin; 0 when the stage is
+ * too large to tell (LOC_WORK). */
+static int find_region(solve_ctx *c, num_ctx *n, const vd_stage_verdict *v, uint8_t *twin, uint8_t *reg,
+                       uint32_t *stack) {
   const vd_stage *st = c->st;
-  uint8_t *twin = vd_calloc(st->n_vals + 1, 1), *reg = vd_calloc(st->n_nodes + 1, 1);
-  uint32_t *stack = vd_calloc(st->n_nodes + 1, sizeof(uint32_t));
-  vd_rc rc = VD_OK;
-  if (!twin || !reg || !stack) {
-    rc = VD_OOM(c->d);
-    goto done;
-  }
   int64_t work = 0;
   for (uint32_t i = 0; i < st->n_vals; i++) {
     const vd_stage_value *sv = &st->vals[i];
@@ -581,7 +578,7 @@ static vd_rc locate(solve_ctx *c, num_ctx *n, vd_stage_verdict *v, const num_ctx
     twin[i] = !sv->side || sv->producer < 0 || !st->nodes[sv->producer].n_in;
     if (!twin[i] && work < LOC_WORK) twin[i] = (uint8_t)has_twin(c, n, i, &work);
   }
-  if (work >= LOC_WORK) goto done; /* too large to tell: no hint */
+  if (work >= LOC_WORK) return 0;
   size_t top = 0;
   for (uint32_t ti = 0; ti < st->n_targets; ti++) {
     const vd_stage_target *t = &st->targets[ti];
@@ -593,9 +590,6 @@ static vd_rc locate(solve_ctx *c, num_ctx *n, vd_stage_verdict *v, const num_ctx
       if (flagged && q >= 0 && st->nodes[q].side && !reg[q]) reg[q] = 1, stack[top++] = (uint32_t)q;
     }
   }
-  int32_t root = -1;
-  uint32_t tries[LOC_REPAIRS];
-  size_t n_tries = 0;
   while (top) {
     uint32_t k = stack[--top];
     const vd_stage_node *sn = &st->nodes[k];
@@ -609,29 +603,41 @@ static vd_rc locate(solve_ctx *c, num_ctx *n, vd_stage_verdict *v, const num_ctx
     }
     reg[k] = is_root ? 2 : 1;
   }
+  return 1;
+}
+
+/* The groups of copies (by first copy) the repairs try, in stage order, at
+ * most LOC_REPAIRS: with moves 0, the region's nodes that have copies on
+ * other ranks, data movement left out (a view repairs whenever its input
+ * does: the node that computed the value is named; one copy may equal a
+ * single value by chance, a rank whose shard holds the maximum, so the
+ * group counts); with moves 1, every region node (a node alone is compared
+ * with its copies in the plan: try_positions). */
+static size_t repair_sites(solve_ctx *c, const uint8_t *reg, int moves, uint32_t *tries) {
+  const vd_stage *st = c->st;
   uint32_t cp[64];
-  for (uint32_t k = 0; k < st->n_nodes; k++) {
-    if (reg[k] == 2 && root < 0) root = (int32_t)k;
-    /* the repair is tried at the first groups of copies that the region
-     * reaches (one copy may equal a single value by chance: a rank whose
-     * shard holds the maximum), each group by its first copy */
-    /* data movement (a view, an expand of the value) repairs whenever its
-     * input does: the node that computed the value is named */
+  size_t n_tries = 0;
+  for (uint32_t k = 0; k < st->n_nodes && n_tries < LOC_REPAIRS; k++) {
+    if (!reg[k] || !st->nodes[k].side) continue;
     const vd_op_info *oi = st->nodes[k].op >= 0 ? vd_op_get((vd_op_id)st->nodes[k].op) : NULL;
-    if (oi && (oi->flags & VD_OPF_MOVES)) continue;
-    if (!reg[k] || n_tries >= LOC_REPAIRS || !copies_of(c, k, cp, 64)) continue;
+    size_t m = copies_of(c, k, cp, 64);
+    if (!moves && ((oi && (oi->flags & VD_OPF_MOVES)) || !m)) continue;
+    uint32_t first = m ? cp[0] : k;
     int known = 0;
-    for (size_t q = 0; q < n_tries; q++) known |= tries[q] == cp[0];
-    if (!known) tries[n_tries++] = cp[0];
+    for (size_t q = 0; q < n_tries; q++) known |= tries[q] == first;
+    if (!known) tries[n_tries++] = first;
   }
-  if (root < 0) goto done;
-  /* a missing reduction: the last node whose copies, reduced, repair the
-   * stage (operators linear in the value between it and the first
-   * non-linear one repair it as well: the all_reduce belongs after them) */
-  int reran = 0, best_max = 0;
-  /* OPTIMIZATION-ONLY: a stage the size of a model keeps to the cheap
-   * readings, as classify does (stage_solve.c) */
-  if (st->n_nodes > VD_STAGE_CLASSIFY_MAX_NODES) n_tries = 0;
+  return n_tries;
+}
+
+/* The reduction repair at the sites: the last group whose copies, reduced,
+ * repair the stage (operators linear in the value between it and the first
+ * non-linear one repair it as well: the all_reduce belongs after them).
+ * Sets v (VD_LOC_REDUCE); *ran 1 when some run was made. */
+static vd_rc try_reductions(solve_ctx *c, num_ctx *n, vd_stage_verdict *v, const num_ctx *again, const uint32_t *tries,
+                            size_t n_tries, int *ran) {
+  uint32_t cp[64];
+  int best_max = 0;
   for (size_t r = 0; r < n_tries; r++) {
     size_t m = copies_of(c, tries[r], cp, 64);
     /* a max's copies are tried maxed first: any shift the ranks share (their
@@ -644,16 +650,13 @@ static vd_rc locate(solve_ctx *c, num_ctx *n, vd_stage_verdict *v, const num_ctx
       num_ctx t = *again;
       t.val = n->val;
       t.rep = cp, t.n_rep = m, t.rep_max = mx;
-      reran = 1;
+      *ran = 1;
       int hit = 1;
       char note[200];
       vd_diag ed;
       vd_diag_clear(&ed);
       vd_rc erc = eval_once(c, &t, v, 0, &hit, note, sizeof(note), &ed);
-      if (erc == VD_ENOMEM) {
-        rc = VD_OOM(c->d);
-        goto done;
-      }
+      if (erc == VD_ENOMEM) return VD_OOM(c->d);
       if (erc != VD_OK || hit) continue;
       /* a max repair outranks a sum repair found later (a shared shift of
        * the max's copies, their sum, cancels downstream as well) */
@@ -668,43 +671,18 @@ static vd_rc locate(solve_ctx *c, num_ctx *n, vd_stage_verdict *v, const num_ctx
       break;
     }
   }
-  if (v->loc_kind == VD_LOC_REDUCE) goto done;
-  /* the position repair at the region's nodes with positional attributes
-   * (data movement included: a masked pick reads a vocabulary range) */
-  n_tries = 0;
-  for (uint32_t k = 0; k < st->n_nodes && n_tries < LOC_REPAIRS && st->n_nodes <= VD_STAGE_CLASSIFY_MAX_NODES; k++) {
-    if (!reg[k] || !st->nodes[k].side) continue;
-    uint32_t first = copies_of(c, k, cp, 64) ? cp[0] : k; /* a node alone: its plan copies */
-    int known = 0;
-    for (size_t q = 0; q < n_tries; q++) known |= tries[q] == first;
-    if (!known) tries[n_tries++] = first;
-  }
-  for (size_t r = 0; r < n_tries && v->loc_kind != VD_LOC_POSITION; r++) {
-    int pr = try_positions(c, n, v, again, tries[r], &rc);
-    reran |= pr != 0;
-    if (rc != VD_OK) goto done;
-  }
-  if (v->loc_kind == VD_LOC_POSITION) goto done;
-  /* the values of the repairs' runs replaced the located run's: run it again */
-  if (reran) {
-    num_ctx t = *again;
-    t.val = n->val;
-    int hit = 0;
-    char note[200];
-    vd_diag ed;
-    vd_diag_clear(&ed);
-    if (eval_once(c, &t, v, 0, &hit, note, sizeof(note), &ed) != VD_OK) goto done;
-  }
-  v->loc_node = root;
-  v->loc_kind = VD_LOC_TWINLESS;
-  snprintf(v->loc_note, sizeof(v->loc_note),
-           "on the values that reproduce the disagreement, the first value of the disagreeing copies' computation "
-           "that no single-device value equals, computed from values that all have their equal");
-  const vd_stage_node *rn = &st->nodes[root];
+  return VD_OK;
+}
+
+/* The rearrangement reading of root node k: VD_LOC_PERMUTED when an output
+ * holds a single value's numbers in another order. */
+static vd_rc read_rearranged(solve_ctx *c, num_ctx *n, vd_stage_verdict *v, uint32_t k) {
+  const vd_stage *st = c->st;
+  const vd_stage_node *rn = &st->nodes[k];
   for (uint32_t o = 0; o < rn->n_out; o++) {
     int hit = 0;
     uint32_t which = 0;
-    if ((rc = rearranges(c, n, st->idx[rn->out_off + o], &hit, &which)) != VD_OK) goto done;
+    VD_CHECK(rearranges(c, n, st->idx[rn->out_off + o], &hit, &which));
     if (!hit) continue;
     char sh[96] = "";
     size_t at = 0;
@@ -724,6 +702,54 @@ static vd_rc locate(solve_ctx *c, num_ctx *n, vd_stage_verdict *v, const num_ctx
                 VD_SHOW(nm), sh);
     break;
   }
+  return VD_OK;
+}
+
+static vd_rc locate(solve_ctx *c, num_ctx *n, vd_stage_verdict *v, const num_ctx *again) {
+  const vd_stage *st = c->st;
+  uint8_t *twin = vd_calloc(st->n_vals + 1, 1), *reg = vd_calloc(st->n_nodes + 1, 1);
+  uint32_t *stack = vd_calloc(st->n_nodes + 1, sizeof(uint32_t));
+  vd_rc rc = VD_OK;
+  if (!twin || !reg || !stack) {
+    rc = VD_OOM(c->d);
+    goto done;
+  }
+  if (!find_region(c, n, v, twin, reg, stack)) goto done; /* too large to tell: no hint */
+  int32_t root = -1;
+  for (uint32_t k = 0; k < st->n_nodes && root < 0; k++)
+    if (reg[k] == 2) root = (int32_t)k;
+  if (root < 0) goto done;
+  uint32_t tries[LOC_REPAIRS];
+  int reran = 0;
+  /* OPTIMIZATION-ONLY: a stage the size of a model keeps to the cheap
+   * reading, as classify does (stage_solve.c) */
+  int small = st->n_nodes <= VD_STAGE_CLASSIFY_MAX_NODES;
+  size_t n_tries = small ? repair_sites(c, reg, 0, tries) : 0;
+  if ((rc = try_reductions(c, n, v, again, tries, n_tries, &reran)) != VD_OK || v->loc_kind == VD_LOC_REDUCE) goto done;
+  /* the position repair (data movement included: a masked pick reads a
+   * vocabulary range) */
+  n_tries = small ? repair_sites(c, reg, 1, tries) : 0;
+  for (size_t r = 0; r < n_tries && v->loc_kind != VD_LOC_POSITION; r++) {
+    reran |= try_positions(c, n, v, again, tries[r], &rc) != 0;
+    if (rc != VD_OK) goto done;
+  }
+  if (v->loc_kind == VD_LOC_POSITION) goto done;
+  /* the values of the repairs' runs replaced the located run's: run it again */
+  if (reran) {
+    num_ctx t = *again;
+    t.val = n->val;
+    int hit = 0;
+    char note[200];
+    vd_diag ed;
+    vd_diag_clear(&ed);
+    if (eval_once(c, &t, v, 0, &hit, note, sizeof(note), &ed) != VD_OK) goto done;
+  }
+  v->loc_node = root;
+  v->loc_kind = VD_LOC_TWINLESS;
+  snprintf(v->loc_note, sizeof(v->loc_note),
+           "on the values that reproduce the disagreement, the first value of the disagreeing copies' computation "
+           "that no single-device value equals, computed from values that all have their equal");
+  rc = read_rearranged(c, n, v, (uint32_t)root);
 done:
   vd_free(twin);
   vd_free(reg);
