@@ -54,7 +54,7 @@ conf() {
   esac
 }
 # One row per bug: bug -> the configuration it is demonstrated on.
-BUGS="no_allreduce grad_scale pp_recv dp_noavg no_sp_gather tie_noreduce loss_scale ignored accum_nodiv no_bias_rowwise noscale drop_mb no_reduce sum_rs flat_sum no_rep_reduce stale vocab_shard"
+BUGS="no_allreduce grad_scale pp_recv dp_noavg no_sp_gather tie_noreduce loss_scale ignored accum_nodiv no_bias_rowwise noscale drop_mb no_reduce placement sum_rs flat_sum no_rep_reduce stale vocab_shard"
 bugconf() {
   case $1 in
     no_allreduce|dp_noavg) echo tp2pp2dp2 ;;
@@ -66,6 +66,7 @@ bugconf() {
     noscale) echo gpt2_pipe ;;
     drop_mb) echo gpt2_pipe_1f1b ;;
     no_reduce) echo gpt2_dtensor ;;
+    placement) echo gpt2_dtensor_sp ;;
     sum_rs) echo gpt2_fsdp ;;
     flat_sum) echo gpt2_fsdp1 ;;
     no_rep_reduce) echo gpt2_hsdp ;;

@@ -12,7 +12,12 @@
 #    leaves a proof through the laws undecided) never disagrees;
 #  - its bugs (the max's all_reduce skipped, the target range of rank 0 on every rank, the
 #    sum-exp all_reduce deleted) are NOT EQUIVALENT, numerically reproduced, and the executor
-#    disagrees; the finding names the cross-entropy's max, the first value without a twin;
+#    disagrees; the skipped all_reduce(MAX) is a MISSING_REDUCTION at the max (its copies, maxed
+#    over the ranks, repair the stage: solver/stage_solve_cex.c locate), the deleted sum-exp
+#    all_reduce a MISSING_REDUCTION at the sum of exp; the wrong target range at rank 1's masked
+#    pick of the target logit, which reads rank 0's start (moved by one shard width it repairs
+#    the stage); every finding's title carries the user's call stack down to the step's call of
+#    vocab_parallel_cross_entropy;
 #  - the indices of torch.max read as data are refused at capture with the line;
 #  - Megatron-Core's own vocab-parallel layers (vocab_mcore.py) are EQUIVALENT, and a missing
 #    copy_to_tensor_model_parallel_region before the head is NOT EQUIVALENT.
@@ -55,17 +60,26 @@ expect_exit 0 "$VERDICT" -v --cross-check --sm "$TMP/s.plan" --pm "$TMP/p.plan"
 expect_in "^EQUIVALENT" "$TMP/out"
 expect_in "cross-check: .* 0 disagreement" "$TMP/out"
 
-for bug in no_max_reduce ce_shard; do
-  cap 2 --set tp=2 --set ce=vocab --set bug=$bug
-  pair_not_equivalent --full "WRONG_VALUE at max 'megatron_vocab.py:$MAXL'"
-done
+# the step's call of the cross-entropy (the line of its reduce_max= and start arguments)
+CALL=$(grep -n "per_token = mv.vocab_parallel_cross_entropy" "$EX/vocab_tp.py" | cut -d: -f1)
+STACK="stack: examples/torch/megatron_vocab.py:$MAXL in forward < [^ ]*megatron_vocab.py:[0-9]* in vocab_parallel_cross_entropy < [^ ]*vocab_tp.py:$CALL in step"
+cap 2 --set tp=2 --set ce=vocab --set bug=no_max_reduce
+pair_not_equivalent --full "^   1\. .*MISSING_REDUCTION at max 'megatron_vocab.py:$MAXL'.*$STACK" \
+  "reduced elementwise by max over their ranks (as an all_reduce(MAX) would)"
+# the wrong target range: the masked picks of rank 1 (forward and backward) read rank 0's start
+PICKL=$(grep -n "predicted_logits = logits_2d\[arange_1d, masked_target_1d\]" "$EX/megatron_vocab.py" | cut -d: -f1)
+cap 2 --set tp=2 --set ce=vocab --set bug=ce_shard
+pair_not_equivalent --full "^   1\. .*WRONG_VALUE at pick 'megatron_vocab.py:$PICKL'.*stack: [^ ]*megatron_vocab.py:$PICKL in forward < .* < [^ ]*vocab_tp.py:$CALL in step" \
+  "first diverging parallel node: rank 1 mb 0 pick 'megatron_vocab.py:$PICKL' .*reads start=0 as its copies on the other ranks do; with start moved by +1 x the extent of its input's dim 1 (8) every target agrees: it uses another rank's position"
 # the sum of exp over the group deleted (one line of a fresh copy of megatron_vocab.py)
 cp "$EX/megatron_vocab.py" "$TMP/ex/megatron_vocab.py"
 sed -i 's/^        dist.all_reduce(sum_exp_logits, group=group)/        pass/' "$TMP/ex/megatron_vocab.py"
 grep -q "^        pass" "$TMP/ex/megatron_vocab.py"
 expect_exit 0 $T2P --single "$TMP/ex/vocab_single.py" --parallel "$TMP/ex/vocab_tp.py" --nproc 2 --set tp=2 \
   --set ce=vocab --out-single "$TMP/s.plan" --out-parallel "$TMP/p.plan"
-pair_not_equivalent --full "WRONG_VALUE at max"
+SUML=$(grep -n "sum_exp_logits = exp_logits.sum" "$EX/megatron_vocab.py" | cut -d: -f1)
+pair_not_equivalent --full "^   1\. .*MISSING_REDUCTION at sum 'megatron_vocab.py:$SUML'" "findings: 1 " \
+  "reduced elementwise by sum over their ranks (as an all_reduce(SUM) would)"
 # refused at capture with the line: the indices of torch.max read as data
 cp "$EX/megatron_vocab.py" "$TMP/ex/megatron_vocab.py"
 sed -i 's/torch.max(logits, dim=-1)\[0\]/torch.max(logits, dim=-1)[1].to(logits.dtype)/' "$TMP/ex/megatron_vocab.py"

@@ -67,13 +67,21 @@ def user_frame():
 
 def user_stack(limit=STACK_FRAMES):
     """The user's frames, innermost first, as "path:LINE in function" (plan `stack`): which
-    layer and which call of the step led to the operator, beyond its own line."""
+    layer and which call of the step led to the operator, beyond its own line.  An operator
+    that a DTensor parallel style's hook runs (a redistribute of PrepareModuleOutput, the
+    from_local of ColwiseParallel's input) ends with one more line: where the program applied
+    that style (dtensor.style_site), since the user's line for it is not on the call stack."""
     out = []
+    style = None
     f = sys._getframe(1)
     while f is not None and len(out) < limit:
         if _user_code(f):
             out.append("%s:%d in %s" % (_display_path(f.f_code.co_filename), f.f_lineno, f.f_code.co_name))
+        elif style is None and not out:
+            style = dtensor.style_site(f)
         f = f.f_back
+    if style is not None:
+        out.append(style)
     return out
 
 
@@ -252,7 +260,11 @@ class Recorder:
                 self.paths[short] = None
         return short, (fn, line)
 
-    def emit(self, op, ins, outs, attrs=None, aten="", phase=None, coll=None, src=None):
+    def stack_here(self):
+        """The user's call stack here (plan `stack`)."""
+        return user_stack()
+
+    def emit(self, op, ins, outs, attrs=None, aten="", phase=None, coll=None, src=None, stack=None):
         if op == "view" and len(ins) == 1 and len(outs) == 1:
             self.view_root[outs[0]] = self.view_root.get(ins[0], ins[0])
         node = {"op": op, "in": list(ins), "out": list(outs), "attrs": dict(attrs or {}),
@@ -267,7 +279,7 @@ class Recorder:
                 node["stack"] = self.stack_at[s] = user_stack()
         else:
             node["src"] = src
-            node["stack"] = self.stack_at.get(src)
+            node["stack"] = stack if stack is not None else self.stack_at.get(src)
         self.nodes.append(node)
         return node
 
@@ -373,6 +385,8 @@ class Capture:
         self.replay = None       # {name: initial values} in --replay mode (verdict exec --dump)
         self.all_ranks = False   # ZeroRedundancyOptimizer, FSDP1: ranks run different programs (optim.py)
         self.ranges = {}         # id(tensor) -> (name, shape, start): holds a flat range (declare_range)
+        if parallel:
+            dtensor.install_style_sites()   # reports name where a parallel style was applied
 
     # ---- mesh ------------------------------------------------------------------------------
     def mesh(self, **dims):
