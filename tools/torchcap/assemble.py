@@ -21,6 +21,7 @@ Microbatches are unrolled: each microbatch's operators and tensors are their own
 `world`, x_microbatches records the count); a node that serves one microbatch carries it in
 its name ("model.py:57 [mb 1]"), found by dataflow from the per-microbatch inputs.
 """
+import itertools
 import math
 import msgpack
 
@@ -603,6 +604,55 @@ def _same_program(a, b, S, d):
     return None
 
 
+def _constants(single_tr, trs):
+    """Each constant a parallel rank made inside the step and read as data (capture.py
+    _constant_input) is named after the single-device constant of the same values, or, when
+    none has them, after the one holding them as a box (a rank's rows of a position table):
+    its lineage is that box.  A constant that is no such piece of any single-device constant
+    is refused: nothing says which single-device tensor it stands for."""
+    singles = [d for d in single_tr["decls"] if d.get("const") is not None]
+    for tr in trs:
+        for d in tr["decls"]:
+            v = d.get("const")
+            if v is None:
+                continue
+            hit = _find_constant(v, singles)
+            if hit is None:
+                raise CaptureError("rank %d: %s: a constant made inside the step (shape %s, read as data) holds "
+                                   "values that no constant of the single-device program holds, whole or as a "
+                                   "slice: declare it with cap.input in both programs"
+                                   % (tr["rank"], d["name"][len("constant@"):], list(v.shape)))
+            d["name"], d["at"] = hit
+
+
+def _find_constant(v, singles):
+    """(name, lo) of the single-device constant equal to v, else of the first one holding v as a
+    box at lo (the first such box in row-major order of lo), else None."""
+    for s in singles:
+        if list(s["const"].shape) == list(v.shape) and _same_values(s["const"], v):
+            return s["name"], [0] * v.dim()
+    for s in singles:
+        f = s["const"]
+        if f.dim() != v.dim() or any(a > b for a, b in zip(v.shape, f.shape)):
+            continue
+        ranges = [range(b - a + 1) for a, b in zip(v.shape, f.shape)]
+        count = 1
+        for r in ranges:
+            count *= len(r)
+        if count > 4096:
+            continue
+        for lo in itertools.product(*ranges):
+            box = f[tuple(slice(a, a + e) for a, e in zip(lo, v.shape))]
+            if _same_values(box, v):
+                return s["name"], list(lo)
+    return None
+
+
+def _same_values(a, b):
+    """Equal element by element (infinities included: an additive -inf mask)."""
+    return bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
 def parallel_plan(single_tr, trs, model):
     world = len(trs)
     mesh = trs[0]["mesh"] or [("tp", world)]
@@ -611,6 +661,7 @@ def parallel_plan(single_tr, trs, model):
     S = world // R
     for tr in trs:
         _normalize(tr, "rank %d" % tr["rank"])
+    _constants(single_tr, trs)
     # ---- every replica ran replica 0's program ----
     for g in range(S, world):
         d, r = divmod(g, S)
