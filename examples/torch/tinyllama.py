@@ -154,7 +154,8 @@ def step(cap):
     with cap.step():
         loss = model(tokens, labels)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+        if float(cap.args.get("clip", 1.0)):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=float(cap.args.get("clip", 1.0)))
         opt.step()
         opt.zero_grad(set_to_none=True)
     cap.loss(loss, "loss")

@@ -1,6 +1,6 @@
 """examples/torch/tinyllama_ddp.py - tinyllama.py under DistributedDataParallel: each rank
 trains on its slice of the batch; DDP averages the gradients.
---set bug=nodiv: the loss is summed over the tokens (reduction="sum") where the reference averages.
+--set bug=double_avg: the loss is divided by the world size although DDP averages already.
 """
 import os
 import sys
@@ -28,8 +28,11 @@ def step(cap):
     cap.optimizer(opt)
     with cap.step():
         loss = model(tokens, labels)
+        if cap.args.get("bug") == "double_avg":
+            loss = loss / dist.get_world_size()   # BUG: DDP averages the gradients already
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+        if float(cap.args.get("clip", 1.0)):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=float(cap.args.get("clip", 1.0)))
         opt.step()
         opt.zero_grad(set_to_none=True)
         dist.all_reduce(loss, op=dist.ReduceOp.AVG)
