@@ -625,6 +625,28 @@ def _constants(single_tr, trs):
             d["name"], d["at"] = hit
 
 
+def _replicas_meet_microbatches(single_tr, trs):
+    """Whether the single-device program cuts a declared input into microbatches (chunks) along
+    a dim that the parallel program shards over dp: gradient accumulation in the reference
+    too.  Then DP replica d holds rows of the single program's microbatch d, not replica 0's
+    values shifted, so the plan cannot stand for the replicas by replica 0: every rank is
+    stored (as for ZeRO), each with its own lineage."""
+    if dict(trs[0]["mesh"]).get("dp", 1) < 2:
+        return False
+    inputs = {d["pid"]: d["name"] for d in single_tr["decls"] if d["kind"] == "input"}
+    cut = set()
+    for n in single_tr["nodes"]:
+        if n["op"] == "chunk" and len(n["in"]) == 1 and n["in"][0] in inputs:
+            nd = len(single_tr["values"][n["in"][0]]["shape"])
+            dim = int(n["attrs"].get("dim", 0))
+            cut.add((inputs[n["in"][0]], dim + nd if dim < 0 else dim))
+    for d in trs[0]["decls"]:
+        for k, kind, dim in d["placements"]:
+            if k == "dp" and kind == "shard" and (d["name"], dim) in cut:
+                return True
+    return False
+
+
 def _find_constant(v, singles):
     """(name, lo) of the single-device constant equal to v, else of the first one holding v as a
     box at lo (the first such box in row-major order of lo), else None."""
@@ -662,6 +684,15 @@ def parallel_plan(single_tr, trs, model):
     for tr in trs:
         _normalize(tr, "rank %d" % tr["rank"])
     _constants(single_tr, trs)
+    if _replicas_meet_microbatches(single_tr, trs):
+        for tr in trs:   # every rank is stored: dp becomes a plain mesh dim
+            tr["mesh"] = [("rep" if k == "dp" else k, n) for k, n in tr["mesh"]]
+            for x in tr["decls"]:
+                x["placements"] = [("rep" if k == "dp" else k, q, dim) for k, q, dim in x["placements"]]
+        mesh = trs[0]["mesh"] or [("tp", world)]
+        sizes = dict(mesh)
+        R = 1
+        S = world
     # ---- every replica ran replica 0's program ----
     for g in range(S, world):
         d, r = divmod(g, S)

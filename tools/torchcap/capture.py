@@ -586,10 +586,11 @@ class Capture:
 
     def params(self, module, prefix="", **placements):
         """Declares every parameter of a module under its own (prefixed) name (with the placement
-        Megatron-Core's layers state, tools/torchcap/megatron.py), its floating-point
-        buffers (position tables, running statistics) as inputs, and its boolean and integer
-        buffers (a causal mask, position ids) as constants whose values the capture reads: the
-        module states all of them, so the user need not.  A buffer already declared is left."""
+        Megatron-Core's layers state, tools/torchcap/megatron.py), and its buffers (a causal
+        mask, position ids, a rotary or position table) as constants whose values the capture
+        reads (a floating-point one read as data becomes an input of the plan, named
+        "constant@buffer_NAME"): the module states all of them, so the user need not.  A buffer
+        already declared (cap.input) is left."""
         managed = fsdp.declare_flat_parameters(self, module, prefix) if self.parallel else None
         clean = fsdp.clean_name if managed is not None else (lambda n: n)
         for n, p in module.named_parameters():
@@ -609,10 +610,11 @@ class Capture:
             n = clean(n)
             if self.rec.cell_of(b) is not None:
                 continue
-            if b.is_floating_point():
-                self.input(b, prefix + n)
-            else:  # a boolean or integer buffer (a causal mask, positions) is a constant
-                self.rec.bind(b, None, "const").src = "buffer " + prefix + n
+            # a buffer (a causal mask, boolean or float as nanoGPT's tril of ones, positions, a
+            # rotary table) is a constant of the model whose values the capture reads: a mask
+            # is recognised by its values, and a floating-point one read as data becomes an
+            # input matched to the single-device constant by its values (_constant_input)
+            self.rec.bind(b, None, "const").src = "buffer " + prefix + n
 
     def optimizer(self, opt, step=1, seed=0):
         """Declares the optimizer's state (torch.optim.SGD with or without momentum, Adam, AdamW,
