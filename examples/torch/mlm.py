@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH = 32, 16, 2, 2, 8, 4
+VOCAB, DIM, HEADS, LAYERS, SEQ, BATCH = 32, 16, 2, 1, 8, 4
 
 
 class Block(nn.Module):

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 @dataclass
 class ModelArgs:
     dim: int = 16
-    n_layers: int = 2
+    n_layers: int = 1
     n_heads: int = 2
     vocab_size: int = 32
     hidden_dim: int = 32
