@@ -107,10 +107,12 @@ def _binary(opname):
             E.fail("division with rounding_mode=%r" % kw["rounding_mode"])
         if isinstance(b, numbers.Number):
             s = float(b) * float(alpha)
-            if opname == "div" and s != 0.0:
-                # x / c is x * (1/c) over the reals: the product by a constant, which the
-                # normal form and lineage inference treat as a factor (a loss divided by the
-                # accumulation count, DivBackward's grad / c)
+            if opname == "div" and s != 0.0 and math.frexp(abs(s))[0] == 0.5:
+                # x / c is x * (1/c) when c is a power of two (1/c is then exact in the plan's
+                # float attribute; another c's rounded reciprocal is not its inverse over the
+                # rationals, a false difference): the product by a constant, which the normal
+                # form and lineage inference treat as a factor (a loss divided by an
+                # accumulation count of 2, DivBackward's grad / 2)
                 return E.op("mul", [E.x(a)], shape, {"scalar": 1.0 / s}, dt)
             return E.op(opname, [E.x(a)], shape, {"scalar": s}, dt)
         pb = E.x(b)
