@@ -115,8 +115,26 @@ size_t vd_rep_flagged_values(const vd_run *r, size_t i, uint32_t *out, size_t ca
   return 0;
 }
 
+/* The first attribute of parallel node pn that single node sn2 holds with
+ * another value, or NULL when they agree on every attribute both hold. */
+static const vd_attr_t *attr_differs(const vd_plan_t *pp, const vd_node_t *pn, const vd_run *r, const vd_node_t *sn2,
+                                     const vd_attr_t **sa_out) {
+  for (uint32_t a = 0; a < pn->n_attr; a++) {
+    const vd_attr_t *pa = &pp->attrs[pn->attr_off + a];
+    const vd_attr_t *sa = vd_node_attr(&r->sp, sn2, vd_plan_s(pp, pa->key));
+    if (sa && !attr_equal(pp, pa, &r->sp, sa)) {
+      *sa_out = sa;
+      return pa;
+    }
+  }
+  return NULL;
+}
+
 /* The attribute scan: first parallel node (stage order) whose attributes
- * differ from the single plan's node of the same source name and operator. */
+ * differ from every single-plan node of the same source name and operator
+ * (one source line may make several nodes of one operator with their own
+ * attributes: the two halves of x.chunk(2) are chunks of index 0 and 1);
+ * the difference reported is the one from the first such node. */
 static int32_t attr_diverging(const vd_run *r, const vd_stage *st, char *why, size_t n_why) {
   for (uint32_t i = 0; i < st->n_nodes; i++) {
     const vd_stage_node *sn = &st->nodes[i];
@@ -125,22 +143,23 @@ static int32_t attr_diverging(const vd_run *r, const vd_stage *st, char *why, si
     const vd_node_t *pn = vd_rep_pnode(r, sn, &pp);
     const char *name = vd_plan_s(pp, pn->name);
     if (!name[0]) continue;
-    for (size_t k = 0; k < r->sp.n_nodes; k++) {
+    const vd_attr_t *first_pa = NULL, *first_sa = NULL;
+    int agrees = 0;
+    for (size_t k = 0; k < r->sp.n_nodes && !agrees; k++) {
       const vd_node_t *sn2 = &r->sp.nodes[k];
       if (strcmp(vd_plan_s(&r->sp, sn2->name), name) || strcmp(vd_node_op(&r->sp, sn2), vd_node_op(pp, pn))) continue;
-      for (uint32_t a = 0; a < pn->n_attr; a++) {
-        const vd_attr_t *pa = &pp->attrs[pn->attr_off + a];
-        const vd_attr_t *sa = vd_node_attr(&r->sp, sn2, vd_plan_s(pp, pa->key));
-        if (sa && !attr_equal(pp, pa, &r->sp, sa)) {
-          char x[64], y[64];
-          fmt_attr(x, sizeof(x), pp, pa);
-          fmt_attr(y, sizeof(y), &r->sp, sa);
-          vd_text_fmt(why, n_why, "attribute '%s' is %s here, %s in the single-device plan", VD_SHOW(vd_plan_s(pp, pa->key)),
-                      x, y);
-          return (int32_t)i;
-        }
-      }
-      break;
+      const vd_attr_t *sa = NULL;
+      const vd_attr_t *pa = attr_differs(pp, pn, r, sn2, &sa);
+      if (!pa) agrees = 1;
+      else if (!first_pa) first_pa = pa, first_sa = sa;
+    }
+    if (!agrees && first_pa) {
+      char x[64], y[64];
+      fmt_attr(x, sizeof(x), pp, first_pa);
+      fmt_attr(y, sizeof(y), &r->sp, first_sa);
+      vd_text_fmt(why, n_why, "attribute '%s' is %s here, %s in the single-device plan", VD_SHOW(vd_plan_s(pp, first_pa->key)),
+                  x, y);
+      return (int32_t)i;
     }
   }
   return -1;

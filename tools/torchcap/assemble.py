@@ -21,6 +21,7 @@ Microbatches are unrolled: each microbatch's operators and tensors are their own
 `world`, x_microbatches records the count); a node that serves one microbatch carries it in
 its name ("model.py:57 [mb 1]"), found by dataflow from the per-microbatch inputs.
 """
+import itertools
 import math
 import msgpack
 
@@ -601,6 +602,77 @@ def _same_program(a, b, S, d):
     return None
 
 
+def _constants(single_tr, trs):
+    """Each constant a parallel rank made inside the step and read as data (capture.py
+    _constant_input) is named after the single-device constant of the same values, or, when
+    none has them, after the one holding them as a box (a rank's rows of a position table):
+    its lineage is that box.  A constant that is no such piece of any single-device constant
+    is refused: nothing says which single-device tensor it stands for."""
+    singles = [d for d in single_tr["decls"] if d.get("const") is not None]
+    for tr in trs:
+        for d in tr["decls"]:
+            v = d.get("const")
+            if v is None:
+                continue
+            hit = _find_constant(v, singles)
+            if hit is None:
+                raise CaptureError("rank %d: %s: a constant made inside the step (shape %s, read as data) holds "
+                                   "values that no constant of the single-device program holds, whole or as a "
+                                   "slice: declare it with cap.input in both programs"
+                                   % (tr["rank"], d["name"][len("constant@"):], list(v.shape)))
+            d["name"], d["at"] = hit
+
+
+def _replicas_meet_microbatches(single_tr, trs):
+    """Whether the single-device program cuts a declared input into microbatches (chunks) along
+    a dim that the parallel program shards over dp: gradient accumulation in the reference
+    too.  Then DP replica d holds rows of the single program's microbatch d, not replica 0's
+    values shifted, so the plan cannot stand for the replicas by replica 0: every rank is
+    stored (as for ZeRO), each with its own lineage."""
+    if dict(trs[0]["mesh"]).get("dp", 1) < 2:
+        return False
+    inputs = {d["pid"]: d["name"] for d in single_tr["decls"] if d["kind"] == "input"}
+    cut = set()
+    for n in single_tr["nodes"]:
+        if n["op"] == "chunk" and len(n["in"]) == 1 and n["in"][0] in inputs:
+            nd = len(single_tr["values"][n["in"][0]]["shape"])
+            dim = int(n["attrs"].get("dim", 0))
+            cut.add((inputs[n["in"][0]], dim + nd if dim < 0 else dim))
+    for d in trs[0]["decls"]:
+        for k, kind, dim in d["placements"]:
+            if k == "dp" and kind == "shard" and (d["name"], dim) in cut:
+                return True
+    return False
+
+
+def _find_constant(v, singles):
+    """(name, lo) of the single-device constant equal to v, else of the first one holding v as a
+    box at lo (the first such box in row-major order of lo), else None."""
+    for s in singles:
+        if list(s["const"].shape) == list(v.shape) and _same_values(s["const"], v):
+            return s["name"], [0] * v.dim()
+    for s in singles:
+        f = s["const"]
+        if f.dim() != v.dim() or any(a > b for a, b in zip(v.shape, f.shape)):
+            continue
+        ranges = [range(b - a + 1) for a, b in zip(v.shape, f.shape)]
+        count = 1
+        for r in ranges:
+            count *= len(r)
+        if count > 4096:
+            continue
+        for lo in itertools.product(*ranges):
+            box = f[tuple(slice(a, a + e) for a, e in zip(lo, v.shape))]
+            if _same_values(box, v):
+                return s["name"], list(lo)
+    return None
+
+
+def _same_values(a, b):
+    """Equal element by element (infinities included: an additive -inf mask)."""
+    return bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
 def parallel_plan(single_tr, trs, model):
     world = len(trs)
     mesh = trs[0]["mesh"] or [("tp", world)]
@@ -609,6 +681,16 @@ def parallel_plan(single_tr, trs, model):
     S = world // R
     for tr in trs:
         _normalize(tr, "rank %d" % tr["rank"])
+    _constants(single_tr, trs)
+    if _replicas_meet_microbatches(single_tr, trs):
+        for tr in trs:   # every rank is stored: dp becomes a plain mesh dim
+            tr["mesh"] = [("rep" if k == "dp" else k, n) for k, n in tr["mesh"]]
+            for x in tr["decls"]:
+                x["placements"] = [("rep" if k == "dp" else k, q, dim) for k, q, dim in x["placements"]]
+        mesh = trs[0]["mesh"] or [("tp", world)]
+        sizes = dict(mesh)
+        R = 1
+        S = world
     # ---- every replica ran replica 0's program ----
     for g in range(S, world):
         d, r = divmod(g, S)

@@ -103,8 +103,17 @@ def _binary(opname):
         shape = _shape(out)
         if isinstance(a, numbers.Number):
             E.fail("a scalar first operand")
+        if kw.get("rounding_mode") is not None:
+            E.fail("division with rounding_mode=%r" % kw["rounding_mode"])
         if isinstance(b, numbers.Number):
             s = float(b) * float(alpha)
+            if opname == "div" and s != 0.0 and math.frexp(abs(s))[0] == 0.5:
+                # x / c is x * (1/c) when c is a power of two (1/c is then exact in the plan's
+                # float attribute; another c's rounded reciprocal is not its inverse over the
+                # rationals, a false difference): the product by a constant, which the normal
+                # form and lineage inference treat as a factor (a loss divided by an
+                # accumulation count of 2, DivBackward's grad / 2)
+                return E.op("mul", [E.x(a)], shape, {"scalar": 1.0 / s}, dt)
             return E.op(opname, [E.x(a)], shape, {"scalar": s}, dt)
         pb = E.x(b)
         if alpha != 1:
@@ -175,6 +184,69 @@ def _mean(E, args, kw, out):
         count *= int(x.shape[d])
     s = E.op("sum", [E.x(x)], _shape(out), {"dims": dims, "keepdim": int(keep)}, _dt(out))
     return E.op("scale", [s], _shape(out), {"factor": 1.0 / count}, _dt(out))
+
+
+def _var_args(x, args, kw):
+    """(dims, correction, keepdim) of aten var / std in each overload: var.correction
+    (x, dim, *, correction, keepdim), var.dim (x, dim, unbiased, keepdim), var (x, unbiased)."""
+    rest = list(args[1:])
+    dim, unbiased = kw.get("dim"), kw.get("unbiased")
+    if rest and isinstance(rest[0], bool):
+        unbiased = rest.pop(0)
+    elif rest:
+        dim = rest.pop(0)
+    if rest and isinstance(rest[0], bool) and len(rest) > 1:
+        unbiased = rest.pop(0)
+    keep = bool(rest[0] if rest else kw.get("keepdim", False))
+    corr = kw.get("correction")
+    if corr is None:
+        corr = 1 if unbiased is None or unbiased else 0
+    return _dims_arg(dim, x.dim()), float(corr), keep
+
+
+def _variance(E, x, dims, corr, keep, shape, dt):
+    """var by its definition: sum((x - mean(x))^2) / (count - correction), the mean kept over
+    the reduced dims so that it broadcasts (sums, which propagate slices and partial sums)."""
+    count = 1
+    for d in dims:
+        count *= int(x.shape[d])
+    if count - corr <= 0:
+        E.fail("a variance over %d elements with correction %g" % (count, corr))
+    kshape = [1 if i in dims else int(n) for i, n in enumerate(x.shape)]
+    px = E.x(x)
+    s = E.op("sum", [px], kshape, {"dims": dims, "keepdim": 1}, dt)
+    m = E.op("scale", [s], kshape, {"factor": 1.0 / count}, dt)
+    d = E.op("sub", [px, m], _shape(x), {}, dt)
+    sq = E.op("mul", [d, d], _shape(x), {}, dt)
+    ss = E.op("sum", [sq], shape, {"dims": dims, "keepdim": int(keep)}, dt)
+    return E.op("scale", [ss], shape, {"factor": 1.0 / (count - corr)}, dt)
+
+
+def _var(E, args, kw, out):
+    dims, corr, keep = _var_args(args[0], args, kw)
+    return _variance(E, args[0], dims, corr, keep, _shape(out), _dt(out))
+
+
+def _std(E, args, kw, out):
+    dims, corr, keep = _var_args(args[0], args, kw)
+    v = _variance(E, args[0], dims, corr, keep, _shape(out), _dt(out))
+    return E.op("sqrt", [v], _shape(out), {}, _dt(out))
+
+
+def _var_mean(root):
+    """torch.var_mean / std_mean: (var or std, mean), both by their definitions."""
+    def h(E, args, kw, outs):
+        x = args[0]
+        dims, corr, keep = _var_args(x, args, kw)
+        v = _variance(E, x, dims, corr, keep, _shape(outs[0]), _dt(outs[0]))
+        if root:
+            v = E.op("sqrt", [v], _shape(outs[0]), {}, _dt(outs[0]))
+        count = 1
+        for d in dims:
+            count *= int(x.shape[d])
+        s = E.op("sum", [E.x(x)], _shape(outs[1]), {"dims": dims, "keepdim": int(keep)}, _dt(outs[1]))
+        return [v, E.op("scale", [s], _shape(outs[1]), {"factor": 1.0 / count}, _dt(outs[1]))]
+    return h
 
 
 def _unless_same_shape(op):
@@ -294,6 +366,34 @@ def _split(E, args, kw, outs):
         res.append(_slice(E, pid, _shape(x), dim, start, start + ln, _dt(o)))
         start += ln
     return res
+
+
+def _unbind(E, args, kw, outs):
+    """torch.unbind(x, dim) (q, k, v = qkv.unbind(2)): output i is the slice i along dim with
+    the dim dropped (select, one per output)."""
+    x = args[0]
+    dim = _ndim_norm(int(args[1]) if len(args) > 1 else int(kw.get("dim", 0)), x.dim())
+    pid = E.x(x)
+    res = []
+    for i, o in enumerate(outs):
+        c = _slice(E, pid, _shape(x), dim, i, i + 1, _dt(o))
+        res.append(E.op("view", [c], _shape(o), {}, _dt(o)))
+    return res
+
+
+def _stack(E, args, kw, out):
+    """torch.stack(ts, dim) (unbind's backward): each input viewed with a new dim of 1 at dim,
+    then concatenated along it."""
+    ts = list(args[0])
+    dim = _ndim_norm(int(args[1]) if len(args) > 1 else int(kw.get("dim", 0)), out.dim())
+    parts = []
+    for t in ts:
+        shape = _shape(t)
+        shape.insert(dim, 1)
+        parts.append(E.op("view", [E.x(t)], shape, {}, _dt(out)))
+    if len(parts) == 1:
+        return E.op("view", [parts[0]], _shape(out), {}, _dt(out))
+    return E.op("concat", parts, _shape(out), {"dim": dim}, _dt(out))
 
 
 def _select(E, args, kw, out):
@@ -862,7 +962,7 @@ TABLE = {
     "view": _view, "_unsafe_view": _view, "_reshape_alias": _view, "reshape": _view,
     "unsqueeze": _view, "squeeze": _view, "flatten": _view,
     "expand": _expand, "t": _t, "transpose": _transpose, "permute": _permute,
-    "slice": _slice_op, "narrow": _narrow, "select": _select, "cat": _cat, "as_strided": _as_strided,
+    "slice": _slice_op, "narrow": _narrow, "select": _select, "cat": _cat, "stack": _stack, "as_strided": _as_strided,
     "slice_backward": _slice_backward, "select_backward": _select_backward,
     # arithmetic
     "add": _binary("add"), "sub": _binary("sub"), "mul": _binary("mul"), "div": _binary("div"),
@@ -872,7 +972,7 @@ TABLE = {
     "relu": _unary("relu"), "threshold_backward": _threshold_bwd,
     "tanh_backward": _tanh_bwd, "sigmoid_backward": _sigmoid_bwd,
     "gelu": _gelu, "gelu_backward": _gelu_bwd, "silu_backward": _silu_bwd,
-    "sum": _reduce("sum"), "mean": _mean, "amax": _reduce("max"),
+    "sum": _reduce("sum"), "mean": _mean, "amax": _reduce("max"), "var": _var, "std": _std,
     "addcmul": _addc("mul"), "addcdiv": _addc("div"), "lerp": _lerp,
     "ones_like": _like(1.0), "zeros_like": _like(0.0), "full_like": _like(None),
     # linear algebra and layers
@@ -886,9 +986,9 @@ TABLE = {
     # FSDP2's layout of the gradients for the reduce-scatter (fsdp.py)
     "_chunk_cat": _chunk_cat,
 }
-MULTI = {"split": _split, "split_with_sizes": _split, "unsafe_split": _split,
+MULTI = {"unbind": _unbind, "split": _split, "split_with_sizes": _split, "unsafe_split": _split,
          "split_with_sizes_copy": _split,
-         "nll_loss_forward": _nll_fwd, "max": _max, "native_layer_norm": _layer_norm,
+         "nll_loss_forward": _nll_fwd, "max": _max, "var_mean": _var_mean(False), "std_mean": _var_mean(True), "native_layer_norm": _layer_norm,
          "native_layer_norm_backward": _layer_norm_bwd,
          "_scaled_dot_product_flash_attention_for_cpu": _sdpa,
          "_scaled_dot_product_flash_attention_for_cpu_backward": _sdpa_bwd}
@@ -1202,6 +1302,9 @@ LAYOUT_OUT = {"split_with_sizes_copy": _split_copy_layout, "_chunk_cat": _chunk_
 
 
 def _note_fwd(rec, ts, src):
-    if rec.phase == "fwd":
+    # outside a backward call: the forward of the first microbatch, and of the next ones under
+    # gradient accumulation (the phase is "bwd" after the first backward); only outputs that
+    # autograd gives a grad_fn name a backward node (_hook_graph)
+    if rec.phase == "fwd" or rec.bwd_caller is None:
         for t in ts:
             rec.fwd_src.append((t, src))
