@@ -372,22 +372,22 @@ static vd_rc attr_slot(vd_plan_t *p, uint32_t ni, const char *key, vd_attr_t **o
   return VD_OK;
 }
 
-vd_rc vd_bug_i_attr_float(vd_plan_t *p, uint32_t ni, const char *key, double v) {
+/* Sets key on node ni to the scalar kind and value of v. */
+static vd_rc set_scalar(vd_plan_t *p, uint32_t ni, const char *key, vd_attr_t v) {
   vd_attr_t *a;
   VD_CHECK(attr_slot(p, ni, key, &a));
-  a->kind = VD_ATTR_FLOAT;
+  a->kind = v.kind;
   a->len = 0;
-  a->v.f = v;
+  a->v = v.v;
   return VD_OK;
 }
 
+vd_rc vd_bug_i_attr_float(vd_plan_t *p, uint32_t ni, const char *key, double v) {
+  return set_scalar(p, ni, key, (vd_attr_t){.kind = VD_ATTR_FLOAT, .v.f = v});
+}
+
 vd_rc vd_bug_i_attr_int(vd_plan_t *p, uint32_t ni, const char *key, int64_t v) {
-  vd_attr_t *a;
-  VD_CHECK(attr_slot(p, ni, key, &a));
-  a->kind = VD_ATTR_INT;
-  a->len = 0;
-  a->v.i = v;
-  return VD_OK;
+  return set_scalar(p, ni, key, (vd_attr_t){.kind = VD_ATTR_INT, .v.i = v});
 }
 
 void vd_bug_i_move(vd_plan_t *p, uint32_t from, uint32_t to) {

@@ -112,6 +112,18 @@
     "the cut stops and the run is INCONCLUSIVE (exit 3), in seconds.")                                  \
   X(CUT_VALUES_SLACK, 1 << 18, NULL,                                                                     \
     "stage values any plan may cut on top of CUT_VALUES_PER_VALUE (about 500 bytes each).")              \
+  X(INDEX_FACTS, 4096, NULL,                                                                             \
+    "index leaves of one stage whose range is known (labels of a loss that checks its targets).  Past "  \
+    "it a label's range is not used: the normal form proves less and the solver may find "              \
+    "out-of-range counterexamples, which stay INCONCLUSIVE (solver/stage_solve.c).")                    \
+  X(INDEX_SPAN, 256, NULL,                                                                              \
+    "values of a known index range that the normal form writes out as indicators (a label in [0, V) "   \
+    "after shape reduction).  A wider range is not written out: OPTIMIZATION-ONLY (fewer proofs).")     \
+  X(ONEHOT_KEEP_MAX, 256, NULL,                                                                         \
+    "classes of a pick_backward (the one-hot gradient of a cross-entropy) that shape reduction keeps "  \
+    "whole (ops/ops_reduce.c): a reduced one-hot summed over its classes counts the label N/n times.  " \
+    "A larger vocabulary is reduced, as before (a GPT-2 vocabulary of 50,304 kept whole makes the "    \
+    "loss's stages too large to check: INCONCLUSIVE).")                                               \
   X(Z3_MEMORY_MB, 6144, NULL,                                                                            \
     "Z3's memory ceiling (memory_max_size, all contexts of the process), lowered to two thirds of "    \
     "the address space left under ulimit -v.  Past it Z3 reports out of memory and the run ends in "   \

@@ -113,6 +113,10 @@ void vd_free(void *p) {
   free(h);
 }
 
+void vd_free_n(void *const *p, size_t n) {
+  for (size_t i = 0; i < n; i++) vd_free(p[i]);
+}
+
 static char *vd_strndup(const char *s, size_t n) {
   char *d = vd_malloc(n + 1);
   if (!d) return NULL;

@@ -57,4 +57,20 @@ void vd_mem_setup(void);
     vd_free(arr);                                                             \
   } while (0)
 
+/* Frees the n buffers of p[0..n), in order (NULL ones are nothing to free). */
+void vd_free_n(void *const *p, size_t n);
+
+/* Frees every buffer listed, in order: VD_FREE_ALL(t->a, t->b) is
+ * vd_free(t->a); vd_free(t->b); -- the teardown of a struct's owned arrays
+ * as one list. */
+#define VD_FREE_ALL(...) \
+  vd_free_n((void *const[]){__VA_ARGS__}, sizeof((void *const[]){__VA_ARGS__}) / sizeof(void *))
+
+/* Frees what p points to and forgets it (p is NULL after). */
+#define VD_DROP(p) \
+  do {             \
+    vd_free(p);    \
+    (p) = NULL;    \
+  } while (0)
+
 #endif

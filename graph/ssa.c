@@ -153,36 +153,15 @@ done:
   if (rc == VD_ENOMEM) VD_OOM(d); /* paths that only return the code (no-op if recorded) */
   (void)n_ops;
   (void)n_outs;
-  vd_free(ex_gnode);
-  vd_free(c.written);
-  vd_free(c.ord);
-  vd_free(c.rank_off);
-  vd_free(c.step_lo);
-  vd_free(c.step_hi);
-  vd_free(c.gpos);
-  vd_free(c.is_p2p);
-  vd_free(c.ex);
-  vd_free(c.ce);
-  vd_free(c.map);
-  vd_free(c.cdirect);
-  vd_free(c.pend);
-  vd_free(c.r_ex);
-  vd_free(c.r_ops);
-  vd_free(c.r_colls);
+  VD_FREE_ALL(ex_gnode, c.written, c.ord, c.rank_off, c.step_lo, c.step_hi, c.gpos, c.is_p2p, c.ex, c.ce, c.map,
+              c.cdirect, c.pend, c.r_ex, c.r_ops, c.r_colls);
   return rc;
 }
 
 void vd_graph_free(vd_graph_t *g) {
   if (!g) return;
-  vd_free(g->values);
-  vd_free(g->nodes);
-  vd_free(g->idx);
-  vd_free(g->topo);
-  vd_free(g->inst_base);
-  vd_free(g->inst_per_replica);
-  vd_free(g->inst_first);
-  vd_free(g->inst_last);
-  vd_free(g->issues);
+  VD_FREE_ALL(g->values, g->nodes, g->idx, g->topo, g->inst_base, g->inst_per_replica, g->inst_first, g->inst_last,
+              g->issues);
   memset(g, 0, sizeof(*g));
 }
 

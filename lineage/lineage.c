@@ -186,14 +186,8 @@ vd_rc vd_lin_build(const vd_graph_t *gs, const vd_graph_t *gp, vd_lin_table *t, 
 
 void vd_lin_free(vd_lin_table *t) {
   if (!t) return;
-  vd_free(t->lins);
-  vd_free(t->pieces);
-  vd_free(t->point_first);
-  vd_free(t->point_pieces);
-  vd_free(t->lin_of_svalue_initial);
-  vd_free(t->lin_of_svalue_final);
-  vd_free(t->issues);
-  vd_free(t->warnings);
+  VD_FREE_ALL(t->lins, t->pieces, t->point_first, t->point_pieces, t->lin_of_svalue_initial, t->lin_of_svalue_final,
+              t->issues, t->warnings);
   memset(t, 0, sizeof(*t));
 }
 

@@ -116,12 +116,7 @@ typedef struct {
 } lineage_work;
 
 static void lineage_work_free(lineage_work *lw) {
-  vd_free(lw->ins);
-  vd_free(lw->acc);
-  vd_free(lw->acw);
-  vd_free(lw->wsv);
-  vd_free(lw->rsv);
-  vd_free(lw->acr);
+  VD_FREE_ALL(lw->ins, lw->acc, lw->acw, lw->wsv, lw->rsv, lw->acr);
 }
 
 /* Instances: every piece, all_rep pieces once per replica; one vector per single element. */

@@ -412,31 +412,57 @@ static vd_rc probe(vd_noise_ctx *c, uint32_t k, uint32_t i, callbuf *b, workbuf 
   return eval_node(c, k, b, w->ins, w->tmpo, d);
 }
 
+/* |w->tmpo[j][e] - w->base[j][e]|: how far a probe moved output j's
+ * element e; infinite when either side is not finite, 0 when both are NaN. */
+static double moved(const workbuf *w, uint32_t j, int64_t e) {
+  double y = w->base[j][e], t = w->tmpo[j][e], g = fabs(t - y);
+  return isfinite(g) ? g : isnan(t) && isnan(y) ? 0 : INFINITY;
+}
+
+/* What the steps of one node's bounds share (node_bounds). */
+typedef struct {
+  vd_noise_ctx *c;
+  uint32_t k;
+  callbuf *b;
+  workbuf *w;
+  vd_diag *d;
+  const vd_gnode_t *gn;
+  const vd_node_t *pn;
+  int op;
+  const uint32_t *iv, *ov;
+  int bit_in, any_wc;   /* every input bit-identical; some input has a worst-case vector */
+  int64_t in_parts, out_parts, maxn;
+  int coll_sum;         /* a sum all_reduce / reduce_scatter over several participants */
+  int combine;          /* adds parts the single plan never sums separately */
+  int quant;            /* the quantised-difference rule applies (kv holds q) */
+  int low;              /* bfloat16/float16 kernels: shape-dependent code paths */
+  double u, ua;         /* unit roundoff of the outputs, of the accumulation */
+  double *nfac, *km, *reblock; /* per output (w->tmpc): split factor, largest K, SAME_SHAPE/... */
+} nodestep;
+
 /* The realistic probe of input i: its per-element standard deviations s_e
  * pushed through the operator, E[d_e^2] added to the output's variances
  * (w->rvar).  Data movement and elementwise operators: one probe x + s (their
  * Jacobian maps each element on its own: exact to first order); the others:
  * the mean of two probes x + r s with random signs r (E[(J r s)_e^2] =
  * sum_c J_ec^2 s_c^2: the variance of independent input errors). */
-static vd_rc probe_realistic(vd_noise_ctx *c, uint32_t k, uint32_t i, int op, callbuf *b, workbuf *w, vd_diag *d) {
-  const vd_gnode_t *gn = &c->gpx.nodes[k];
-  const uint32_t *iv = vd_gnode_inputs(&c->gpx, gn), *ov = vd_gnode_outputs(&c->gpx, gn);
-  uint32_t v = iv[i];
+static vd_rc probe_realistic(const nodestep *s, uint32_t i) {
+  vd_noise_ctx *c = s->c;
+  workbuf *w = s->w;
+  uint32_t v = s->iv[i];
   const double *x = c->val[v], *sd = c->erv[v];
   int64_t n = vd_tensor_numel(ptensor(c, v));
-  int det = is_move(op) || is_elementwise(op);
+  int det = is_move(s->op) || is_elementwise(s->op);
   int probes = det ? 1 : 2;
   for (int pr = 0; pr < probes; pr++) {
-    uint64_t base = mix64(c->o->seed ^ mix64(((uint64_t)k << 20) ^ ((uint64_t)i << 4) ^ (uint64_t)pr ^ 0x5157ULL));
+    uint64_t base = mix64(c->o->seed ^ mix64(((uint64_t)s->k << 20) ^ ((uint64_t)i << 4) ^ (uint64_t)pr ^ 0x5157ULL));
     for (int64_t e = 0; e < n; e++)
       w->tmpd[e] = x[e] + (det || (mix64(base + (uint64_t)e) & 1) ? sd[e] : -sd[e]);
-    VD_CHECK(probe(c, k, i, b, w, d));
-    for (uint32_t j = 0; j < gn->n_out; j++) {
-      const double *y = w->base[j];
-      int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+    VD_CHECK(probe(c, s->k, i, s->b, w, s->d));
+    for (uint32_t j = 0; j < s->gn->n_out; j++) {
+      int64_t m = vd_tensor_numel(ptensor(c, s->ov[j]));
       for (int64_t e = 0; e < m; e++) {
-        double dd = w->tmpo[j][e] - y[e];
-        if (!isfinite(dd)) dd = isnan(w->tmpo[j][e]) && isnan(y[e]) ? 0 : INFINITY;
+        double dd = moved(w, j, e);
         w->rvar[j][e] += dd * dd / probes;
       }
     }
@@ -447,16 +473,16 @@ static vd_rc probe_realistic(vd_noise_ctx *c, uint32_t k, uint32_t i, int op, ca
 /* Does output j of node k read input i?  (linear_backward's dx does not
  * read x: the contraction rule below would otherwise charge it.)  One
  * evaluation with input i moved. */
-static vd_rc reads_input(vd_noise_ctx *c, uint32_t k, uint32_t i, callbuf *b, workbuf *w, uint8_t *dep, vd_diag *d) {
-  const vd_gnode_t *gn = &c->gpx.nodes[k];
-  const uint32_t *iv = vd_gnode_inputs(&c->gpx, gn), *ov = vd_gnode_outputs(&c->gpx, gn);
-  const double *x = c->val[iv[i]];
-  int64_t n = vd_tensor_numel(ptensor(c, iv[i]));
+static vd_rc reads_input(const nodestep *s, uint32_t i, uint8_t *dep) {
+  vd_noise_ctx *c = s->c;
+  workbuf *w = s->w;
+  const double *x = c->val[s->iv[i]];
+  int64_t n = vd_tensor_numel(ptensor(c, s->iv[i]));
   for (int64_t e = 0; e < n; e++) w->tmpd[e] = x[e] * 1.25 + 0.5;
-  VD_CHECK(probe(c, k, i, b, w, d));
-  for (uint32_t j = 0; j < gn->n_out; j++) {
+  VD_CHECK(probe(c, s->k, i, s->b, w, s->d));
+  for (uint32_t j = 0; j < s->gn->n_out; j++) {
     const double *y = w->base[j];
-    int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
+    int64_t m = vd_tensor_numel(ptensor(c, s->ov[j]));
     dep[j] = 0;
     for (int64_t e = 0; e < m && !dep[j]; e++) dep[j] = w->tmpo[j][e] != y[e];
   }
@@ -473,16 +499,17 @@ static vd_rc reads_input(vd_noise_ctx *c, uint32_t k, uint32_t i, callbuf *b, wo
  *                                |f(x + s E) - f(x)| over s = +1, -1 and four random sign
  *                                patterns (not rigorous; docs/noise.md).
  * Adds into w->wvec[j]. */
-static vd_rc probe_worst(vd_noise_ctx *c, uint32_t k, uint32_t i, int op, callbuf *b, workbuf *w, vd_diag *d) {
-  const vd_gnode_t *gn = &c->gpx.nodes[k];
-  const uint32_t *iv = vd_gnode_inputs(&c->gpx, gn), *ov = vd_gnode_outputs(&c->gpx, gn);
-  uint32_t v = iv[i];
-  const double *x = c->val[v], *E = c->ewv[v];
-  int64_t n = vd_tensor_numel(ptensor(c, v));
+static vd_rc probe_worst(const nodestep *s, uint32_t i) {
+  vd_noise_ctx *c = s->c;
+  workbuf *w = s->w;
+  const vd_gnode_t *gn = s->gn;
+  const uint32_t *iv = s->iv, *ov = s->ov;
   uint8_t dep[64];
   int use_dep = gn->n_out > 1 && gn->n_out <= 64;
-  if (use_dep) VD_CHECK(reads_input(c, k, i, b, w, dep, d));
-  if (is_contraction(op) && op != VD_OP_SUMSQ) {
+  if (use_dep) VD_CHECK(reads_input(s, i, dep));
+  const double *x = c->val[iv[i]], *E = c->ewv[iv[i]];
+  int64_t n = vd_tensor_numel(ptensor(c, iv[i]));
+  if (is_contraction(s->op) && s->op != VD_OP_SUMSQ) {
     for (uint32_t q = 0; q < gn->n_in; q++) {
       const vd_tensor_t *t = ptensor(c, iv[q]);
       int64_t m = vd_tensor_numel(t);
@@ -491,13 +518,13 @@ static vd_rc probe_worst(vd_noise_ctx *c, uint32_t k, uint32_t i, int op, callbu
         buf = w->tmpd;
         for (int64_t e = 0; e < m; e++) buf[e] = E[e];
       } else if (is_float(t->dtype)) {
-        VD_CHECK(buf_at_least(&w->absd[q], &w->abscap[q], m, d));
+        VD_CHECK(buf_at_least(&w->absd[q], &w->abscap[q], m, s->d));
         buf = w->absd[q];
         for (int64_t e = 0; e < m; e++) buf[e] = fabs(c->val[iv[q]][e]);
       }
       w->ins[q] = buf ? buf : c->val[iv[q]];
     }
-    VD_CHECK(eval_node(c, k, b, w->ins, w->tmpo, d));
+    VD_CHECK(eval_node(c, s->k, s->b, w->ins, w->tmpo, s->d));
     for (uint32_t j = 0; j < gn->n_out; j++) {
       if (use_dep && !dep[j]) continue;
       int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
@@ -505,25 +532,23 @@ static vd_rc probe_worst(vd_noise_ctx *c, uint32_t k, uint32_t i, int op, callbu
     }
     return VD_OK;
   }
-  int move = is_move(op), elem = is_elementwise(op);
+  int move = is_move(s->op), elem = is_elementwise(s->op);
   int probes = move ? 1 : elem ? 2 : 6;
   for (uint32_t j = 0; j < gn->n_out; j++) {
     int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
     for (int64_t e = 0; e < m; e++) w->wtmp[j][e] = 0;
   }
   for (int pr = 0; pr < probes; pr++) {
-    uint64_t base = mix64(c->o->seed ^ mix64(((uint64_t)k << 20) ^ ((uint64_t)i << 4) ^ (uint64_t)pr ^ 0x77ULL));
+    uint64_t base = mix64(c->o->seed ^ mix64(((uint64_t)s->k << 20) ^ ((uint64_t)i << 4) ^ (uint64_t)pr ^ 0x77ULL));
     for (int64_t e = 0; e < n; e++) {
       double sg = pr == 0 ? 1.0 : pr == 1 ? -1.0 : (mix64(base + (uint64_t)e) & 1 ? 1.0 : -1.0);
       w->tmpd[e] = x[e] + sg * E[e];
     }
-    VD_CHECK(probe(c, k, i, b, w, d));
+    VD_CHECK(probe(c, s->k, i, s->b, w, s->d));
     for (uint32_t j = 0; j < gn->n_out; j++) {
-      const double *y = w->base[j];
       int64_t m = vd_tensor_numel(ptensor(c, ov[j]));
       for (int64_t e = 0; e < m; e++) {
-        double g = fabs(w->tmpo[j][e] - y[e]);
-        if (!isfinite(g)) g = isnan(w->tmpo[j][e]) && isnan(y[e]) ? 0 : INFINITY;
+        double g = moved(w, j, e);
         if (g > w->wtmp[j][e]) w->wtmp[j][e] = g;
       }
     }
@@ -633,26 +658,6 @@ done:
   return rc;
 }
 
-/* What the steps of one node's bounds share (node_bounds). */
-typedef struct {
-  vd_noise_ctx *c;
-  uint32_t k;
-  callbuf *b;
-  workbuf *w;
-  vd_diag *d;
-  const vd_gnode_t *gn;
-  const vd_node_t *pn;
-  int op;
-  const uint32_t *iv, *ov;
-  int bit_in, any_wc;   /* every input bit-identical; some input has a worst-case vector */
-  int64_t in_parts, out_parts, maxn;
-  int coll_sum;         /* a sum all_reduce / reduce_scatter over several participants */
-  int combine;          /* adds parts the single plan never sums separately */
-  int quant;            /* the quantised-difference rule applies (kv holds q) */
-  int low;              /* bfloat16/float16 kernels: shape-dependent code paths */
-  double u, ua;         /* unit roundoff of the outputs, of the accumulation */
-  double *nfac, *km, *reblock; /* per output (w->tmpc): split factor, largest K, SAME_SHAPE/... */
-} nodestep;
 
 /* Reads the operands' state into s: 0 when an input has no value or no bound, or an output no
  * value (the outputs then get no bound). */
@@ -745,8 +750,8 @@ static vd_rc propagate_inputs(nodestep *s) {
   }
   for (uint32_t i = 0; i < s->gn->n_in; i++) {
     uint32_t v = s->iv[i];
-    if (c->erv[v]) VD_CHECK(probe_realistic(c, s->k, i, s->op, s->b, s->w, s->d));
-    if (c->ewv[v]) VD_CHECK(probe_worst(c, s->k, i, s->op, s->b, s->w, s->d));
+    if (c->erv[v]) VD_CHECK(probe_realistic(s, i));
+    if (c->ewv[v]) VD_CHECK(probe_worst(s, i));
   }
   return VD_OK;
 }

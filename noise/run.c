@@ -25,17 +25,7 @@ static void ctx_free(vd_noise_ctx *c) {
     for (size_t v = 0; v < c->gpx.n_values; v++) vd_free(c->ewv[v]);
   if (c->erv)
     for (size_t v = 0; v < c->gpx.n_values; v++) vd_free(c->erv[v]);
-  vd_free(c->erv);
-  vd_free(c->ewv);
-  vd_free(c->val);
-  vd_free(c->own);
-  vd_free(c->dumped);
-  vd_free(c->bitid);
-  vd_free(c->ere);
-  vd_free(c->ewc);
-  vd_free(c->nrm);
-  vd_free(c->known);
-  vd_free(c->inferred);
+  VD_FREE_ALL(c->erv, c->ewv, c->val, c->own, c->dumped, c->bitid, c->ere, c->ewc, c->nrm, c->known, c->inferred);
   vd_lin_free(&c->lt);
   vd_graph_free(&c->gs);
   vd_graph_free(&c->gp0);

@@ -56,6 +56,10 @@ static const vd_op_attr_spec A_REDUCE[] = {{"dims", VD_AT_DIMS, VD_AT_OPTIONAL, 
                                            BOOL("keepdim"), END};
 static const vd_op_attr_spec A_FACTOR[] = {ANYNUM("factor", VD_AT_REQUIRED), END};
 static const vd_op_attr_spec A_START[] = {INT("start", VD_AT_OPTIONAL, -BIG, BIG), END};
+/* pick: checked = 1 when the program fails on a label outside [start, start +
+ * classes) (nll_loss checks its targets); 0: such a label picks 0 (a masked
+ * vocab shard's gather). */
+static const vd_op_attr_spec A_PICK[] = {INT("start", VD_AT_OPTIONAL, -BIG, BIG), BOOL("checked"), END};
 /* gelu: tanh = 1 for the tanh approximation (PyTorch's approximate="tanh",
  * GPT-2's gelu_new), another function than the exact erf form. */
 static const vd_op_attr_spec A_GELU[] = {BOOL("tanh"), END};

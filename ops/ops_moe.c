@@ -48,6 +48,7 @@
 
 #include "../common/mem.h"
 #include "ops_moe.h"
+#include "ops_red.h"
 
 
 /* ---- attributes and messages ---------------------------------------------- */
@@ -473,60 +474,61 @@ double vd_moe_expert_bwd(const vd_moe_expert *x, int64_t e, const double *tok, c
   return dot;
 }
 
-/* The expert helper over a buffer of 5 f + 2 h doubles. */
-static vd_moe_expert expert_over(double *buf, int64_t h, int64_t f, const double *w1, const double *w3,
-                                 const double *w2) {
-  vd_moe_expert x = {h, f, w1, w3, w2, buf, buf + f, buf + 2 * f, buf + 5 * f, buf + 3 * f, buf + 4 * f,
-                     buf + 5 * f + h};
-  return x;
-}
-
-vd_rc vd_op_i_eval_nnscaler_moe_gmm(const vd_op_call *c) {
-  gmm_cfg g;
-  vd_moe_gmm_read(c->plan, c->node, c->in_shape, &g);
-  double *buf = vd_calloc((size_t)(5 * g.F + 2 * g.H + 1), sizeof(double));
-  if (!buf) return VD_OOM(c->diag);
-  vd_moe_expert x = expert_over(buf, g.H, g.F, c->in[3], c->in[4], c->in[5]);
+/* y = sum over the routed local experts of gate * expert(token), per token. */
+static void gmm_forward(const vd_op_call *c, const gmm_cfg *g, const vd_moe_expert *x) {
   double *y = c->out[0];
-  memset(y, 0, sizeof(double) * (size_t)(g.T * g.H));
-  for (int64_t t = 0; t < g.T; t++)
-    for (int64_t e = 0; e < g.El; e++) {
+  memset(y, 0, sizeof(double) * (size_t)(g->T * g->H));
+  for (int64_t t = 0; t < g->T; t++)
+    for (int64_t e = 0; e < g->El; e++) {
       int hit;
-      double gate = gmm_gate(&g, c->in[1], c->in[2], t, e, &hit);
+      double gate = gmm_gate(g, c->in[1], c->in[2], t, e, &hit);
       if (!hit) continue;
-      vd_moe_expert_fwd(&x, e, c->in[0] + t * g.H);
-      for (int64_t h = 0; h < g.H; h++) y[t * g.H + h] += gate * x.o[h];
+      vd_moe_expert_fwd(x, e, c->in[0] + t * g->H);
+      for (int64_t h = 0; h < g->H; h++) y[t * g->H + h] += gate * x->o[h];
     }
-  vd_free(buf);
-  return VD_OK;
 }
 
-vd_rc vd_op_i_eval_nnscaler_moe_gmm_backward(const vd_op_call *c) {
-  gmm_cfg g;
-  vd_moe_gmm_read(c->plan, c->node, c->in_shape, &g);
-  double *buf = vd_calloc((size_t)(5 * g.F + 2 * g.H + 1), sizeof(double));
-  if (!buf) return VD_OOM(c->diag);
-  vd_moe_expert x = expert_over(buf, g.H, g.F, c->in[3], c->in[4], c->in[5]);
+/* The gradients of the tokens, the routing weights and the three expert
+ * weights, summed over the routed (token, local expert) pairs. */
+static void gmm_backward(const vd_op_call *c, const gmm_cfg *g, const vd_moe_expert *x) {
   const double *idx = c->in[1], *wt = c->in[2];
   double *gx = c->out[0], *gwt = c->out[1], *gw1 = c->out[2], *gw3 = c->out[3], *gw2 = c->out[4];
   static const uint32_t src[5] = {0, 2, 3, 4, 5};
   for (uint32_t i = 0; i < 5; i++)
     memset(c->out[i], 0, sizeof(double) * (size_t)vd_op_shape_numel(&c->in_shape[src[i]]));
-  for (int64_t t = 0; t < g.T; t++) {
-    const double *tok = c->in[0] + t * g.H, *gy = c->in[7] + t * g.H;
-    for (int64_t e = 0; e < g.El; e++) {
+  for (int64_t t = 0; t < g->T; t++) {
+    const double *tok = c->in[0] + t * g->H, *gy = c->in[7] + t * g->H;
+    for (int64_t e = 0; e < g->El; e++) {
       int hit;
-      double gate = gmm_gate(&g, idx, wt, t, e, &hit);
+      double gate = gmm_gate(g, idx, wt, t, e, &hit);
       if (!hit) continue;
-      vd_moe_expert_fwd(&x, e, tok);
-      double dot = vd_moe_expert_bwd(&x, e, tok, gy, gate, gx + t * g.H, gw1, gw3, gw2);
-      for (int64_t j = 0; j < g.K; j++)
-        if (to_int(idx[t * g.K + j]) == g.start + e) gwt[t * g.K + j] += dot;
+      vd_moe_expert_fwd(x, e, tok);
+      double dot = vd_moe_expert_bwd(x, e, tok, gy, gate, gx + t * g->H, gw1, gw3, gw2);
+      for (int64_t j = 0; j < g->K; j++)
+        if (to_int(idx[t * g->K + j]) == g->start + e) gwt[t * g->K + j] += dot;
     }
   }
-  vd_free(buf);
+}
+
+/* An nnscaler_moe_gmm evaluation, forward or backward (pass): the call's
+ * configuration and the expert helper (weights inputs 3, 4, 5) over one
+ * zeroed buffer of 5 F + 2 H doubles. */
+static vd_rc gmm_eval(const vd_op_call *c,
+                      void (*pass)(const vd_op_call *c, const gmm_cfg *g, const vd_moe_expert *x)) {
+  gmm_cfg g;
+  vd_moe_gmm_read(c->plan, c->node, c->in_shape, &g);
+  int64_t h = g.H, f = g.F;
+  double *b = vd_calloc((size_t)(5 * f + 2 * h + 1), sizeof(double));
+  if (!b) return VD_OOM(c->diag);
+  vd_moe_expert x = {h, f, c->in[3], c->in[4], c->in[5], b, b + f, b + 2 * f, b + 5 * f, b + 3 * f, b + 4 * f,
+                     b + 5 * f + h};
+  pass(c, &g, &x);
+  vd_free(b);
   return VD_OK;
 }
+
+vd_rc vd_op_i_eval_nnscaler_moe_gmm(const vd_op_call *c) { return gmm_eval(c, gmm_forward); }
+vd_rc vd_op_i_eval_nnscaler_moe_gmm_backward(const vd_op_call *c) { return gmm_eval(c, gmm_backward); }
 
 /* ---- routing symbols: names and numeric meaning ------------------------------- */
 
@@ -574,26 +576,11 @@ int vd_moe_uf_value(const char *name, size_t n, const double *a, double *out) {
 
 /* ---- shape reduction rules --------------------------------------------------------- */
 
-static vd_op_dimref dr(int out, uint32_t t, int32_t d) {
-  vd_op_dimref r = {(uint8_t)out, (uint8_t)d, (uint16_t)t};
-  return r;
-}
-static vd_rc req(const vd_op_reduce_call *c, vd_op_dimref a, vd_op_dimref b) {
-  vd_op_red r = {.kind = VD_RED_EQ, .a = a, .b = b, .num = 1, .den = 1};
-  return c->emit(c->sink, &r);
-}
-static vd_rc rmark(const vd_op_reduce_call *c, vd_op_red_kind k, vd_op_dimref a) {
-  vd_op_red r = {.kind = k, .a = a};
-  return c->emit(c->sink, &r);
-}
-static const vd_op_shape *rshp(const vd_op_reduce_call *c, int out, uint32_t t) {
-  return out ? &c->out_shape[t] : &c->in_shape[t];
-}
 /* Every dim of (oa,ta) moves with the same dim of (ob,tb); 0 on a rank mismatch. */
 static int rsame(const vd_op_reduce_call *c, int oa, uint32_t ta, int ob, uint32_t tb, vd_rc *rc) {
-  const vd_op_shape *a = rshp(c, oa, ta), *b = rshp(c, ob, tb);
+  const vd_op_shape *a = shp(c, dr(oa, ta, 0)), *b = shp(c, dr(ob, tb, 0));
   if (a->ndim != b->ndim) return 0;
-  for (int32_t j = 0; j < a->ndim && *rc == VD_OK; j++) *rc = req(c, dr(oa, ta, j), dr(ob, tb, j));
+  for (int32_t j = 0; j < a->ndim && *rc == VD_OK; j++) *rc = eq(c, dr(oa, ta, j), dr(ob, tb, j));
   return 1;
 }
 
@@ -609,25 +596,25 @@ static vd_rc gate_rule(const vd_op_reduce_call *c, int backward, int *norule) {
   if (c->n_in < 2 || c->in_shape[0].ndim != 2 || c->in_shape[1].ndim != 2) goto none;
   if (!backward && (c->n_out != 2 || c->out_shape[0].ndim != 2 || c->out_shape[1].ndim != 2)) goto none;
   if (backward && c->n_out != 2u + (unsigned)bias) goto none;
-  VD_CHECK(req(c, dr(0, 0, 1), dr(0, 1, 1)));
-  VD_CHECK(rmark(c, VD_RED_MIN2, dr(0, 0, 1)));
-  VD_CHECK(rmark(c, VD_RED_KEEP, dr(0, 1, 0)));
+  VD_CHECK(eq(c, dr(0, 0, 1), dr(0, 1, 1)));
+  VD_CHECK(mark(c, VD_RED_MIN2, dr(0, 0, 1)));
+  VD_CHECK(mark(c, VD_RED_KEEP, dr(0, 1, 0)));
   if (bias) {
     if (c->in_shape[2].ndim != 1) goto none;
-    VD_CHECK(rmark(c, VD_RED_KEEP, dr(0, 2, 0)));
+    VD_CHECK(mark(c, VD_RED_KEEP, dr(0, 2, 0)));
   }
   if (!backward) {
     for (uint32_t o = 0; o < 2; o++) {
-      VD_CHECK(req(c, dr(1, o, 0), dr(0, 0, 0)));
-      VD_CHECK(rmark(c, VD_RED_KEEP, dr(1, o, 1)));
+      VD_CHECK(eq(c, dr(1, o, 0), dr(0, 0, 0)));
+      VD_CHECK(mark(c, VD_RED_KEEP, dr(1, o, 1)));
     }
     return VD_OK;
   }
-  VD_CHECK(rmark(c, VD_RED_MIN2, dr(0, 0, 0)));
+  VD_CHECK(mark(c, VD_RED_MIN2, dr(0, 0, 0)));
   for (uint32_t i = first_k; i < c->n_in; i++) {
     if (c->in_shape[i].ndim != 2) goto none;
-    VD_CHECK(req(c, dr(0, i, 0), dr(0, 0, 0)));
-    VD_CHECK(rmark(c, VD_RED_KEEP, dr(0, i, 1)));
+    VD_CHECK(eq(c, dr(0, i, 0), dr(0, 0, 0)));
+    VD_CHECK(mark(c, VD_RED_KEEP, dr(0, i, 1)));
   }
   vd_rc rc = VD_OK;
   for (uint32_t o = 0; o < c->n_out; o++)
@@ -656,11 +643,11 @@ static vd_rc gmm_rule(const vd_op_reduce_call *c, int backward, int *norule) {
       in[5].ndim != 3)
     goto none;
   for (uint32_t i = 1; i <= 2; i++) {
-    VD_CHECK(req(c, dr(0, i, 0), dr(0, 0, 0)));
-    VD_CHECK(rmark(c, VD_RED_KEEP, dr(0, i, 1)));
+    VD_CHECK(eq(c, dr(0, i, 0), dr(0, 0, 0)));
+    VD_CHECK(mark(c, VD_RED_KEEP, dr(0, i, 1)));
   }
-  VD_CHECK(req(c, dr(0, 4, 0), dr(0, 3, 0)));
-  VD_CHECK(req(c, dr(0, 5, 0), dr(0, 3, 0)));
+  VD_CHECK(eq(c, dr(0, 4, 0), dr(0, 3, 0)));
+  VD_CHECK(eq(c, dr(0, 5, 0), dr(0, 3, 0)));
   static const char *const posattr[3] = {"local_expert_start", "local_expert_end", "n_routed_experts"};
   for (int k = 0; k < 3; k++)
     if (c->plan && c->node && vd_node_attr(c->plan, c->node, posattr[k])) {
@@ -668,19 +655,19 @@ static vd_rc gmm_rule(const vd_op_reduce_call *c, int backward, int *norule) {
                      .pos = vd_node_attr_int(c->plan, c->node, posattr[k], 0)};
       VD_CHECK(c->emit(c->sink, &r));
     }
-  VD_CHECK(req(c, dr(0, 3, 2), dr(0, 0, 1)));
-  VD_CHECK(req(c, dr(0, 4, 2), dr(0, 0, 1)));
-  VD_CHECK(req(c, dr(0, 5, 1), dr(0, 0, 1)));
-  VD_CHECK(req(c, dr(0, 4, 1), dr(0, 3, 1)));
-  VD_CHECK(req(c, dr(0, 5, 2), dr(0, 3, 1)));
-  VD_CHECK(rmark(c, VD_RED_MIN2, dr(0, 0, 1)));
-  VD_CHECK(rmark(c, VD_RED_MIN2, dr(0, 3, 1)));
+  VD_CHECK(eq(c, dr(0, 3, 2), dr(0, 0, 1)));
+  VD_CHECK(eq(c, dr(0, 4, 2), dr(0, 0, 1)));
+  VD_CHECK(eq(c, dr(0, 5, 1), dr(0, 0, 1)));
+  VD_CHECK(eq(c, dr(0, 4, 1), dr(0, 3, 1)));
+  VD_CHECK(eq(c, dr(0, 5, 2), dr(0, 3, 1)));
+  VD_CHECK(mark(c, VD_RED_MIN2, dr(0, 0, 1)));
+  VD_CHECK(mark(c, VD_RED_MIN2, dr(0, 3, 1)));
   vd_rc rc = VD_OK;
   if (!backward) {
     if (!rsame(c, 1, 0, 0, 0, &rc)) goto none;
     return rc;
   }
-  VD_CHECK(rmark(c, VD_RED_MIN2, dr(0, 0, 0)));
+  VD_CHECK(mark(c, VD_RED_MIN2, dr(0, 0, 0)));
   static const uint32_t src[5] = {0, 2, 3, 4, 5};
   if (!rsame(c, 0, 6, 0, 0, &rc) || !rsame(c, 0, 7, 0, 0, &rc)) goto none;
   for (uint32_t o = 0; o < 5 && rc == VD_OK; o++)

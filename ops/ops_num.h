@@ -171,6 +171,14 @@ VD_NUM_SHARED int64_t to_int(double v) {
   return (int64_t)llround(v);
 }
 
+/* The row an index operand's value names (id - start: embedding's row,
+ * pick's column), or -1 when it is outside [0, n) or not an integer. */
+VD_NUM_SHARED int64_t index_row(double id, int64_t start, int64_t n) {
+  int64_t v = to_int(id);
+  int64_t r = v == INT64_MIN ? -1 : v - start;
+  return r >= 0 && r < n ? r : -1;
+}
+
 VD_NUM_SHARED double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
 VD_NUM_SHARED double gelu_f(double x) { return 0.5 * x * (1.0 + erf(x / sqrt(2.0))); }
 VD_NUM_SHARED double gelu_g(double x) {

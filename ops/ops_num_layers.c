@@ -182,9 +182,8 @@ vd_rc vd_op_i_eval_embedding(const vd_op_call *c) {
   int64_t rows = c->in_shape[1].d[0], h = c->in_shape[1].d[1], start = aint(c, "start", 0);
   int64_t n = vd_op_shape_numel(&c->in_shape[0]);
   for (int64_t p = 0; p < n; p++) {
-    int64_t id = to_int(c->in[0][p]);
-    int64_t r = id == INT64_MIN ? -1 : id - start;
-    for (int64_t j = 0; j < h; j++) c->out[0][p * h + j] = (r >= 0 && r < rows) ? c->in[1][r * h + j] : 0.0;
+    int64_t r = index_row(c->in[0][p], start, rows);
+    for (int64_t j = 0; j < h; j++) c->out[0][p * h + j] = r >= 0 ? c->in[1][r * h + j] : 0.0;
   }
   return VD_OK;
 }
@@ -201,9 +200,8 @@ vd_rc vd_op_i_eval_embedding_backward(const vd_op_call *c) {
   int64_t n = vd_op_shape_numel(&c->in_shape[0]);
   memset(c->out[0], 0, sizeof(double) * (size_t)(rows * h));
   for (int64_t p = 0; p < n; p++) {
-    int64_t id = to_int(c->in[0][p]);
-    int64_t r = id == INT64_MIN ? -1 : id - start;
-    if (r < 0 || r >= rows) continue;
+    int64_t r = index_row(c->in[0][p], start, rows);
+    if (r < 0) continue;
     for (int64_t j = 0; j < h; j++) c->out[0][r * h + j] += c->in[1][p * h + j];
   }
   return VD_OK;
@@ -240,6 +238,17 @@ static norm_rows norm_rows_of(const vd_op_call *c, double eps_default) {
   n.eps = aflt(c, "eps", eps_default);
   return n;
 }
+/* A norm evaluator (eps default eps_default): outputs 1 .. n_vec (a
+ * backward's weight and bias gradients, sums over the rows) zeroed, then
+ * each row r through row. */
+static vd_rc norm_eval(const vd_op_call *c, double eps_default, uint32_t n_vec,
+                       void (*row)(const vd_op_call *c, const norm_rows *n, int64_t r)) {
+  norm_rows n = norm_rows_of(c, eps_default);
+  for (uint32_t k = 1; k <= n_vec; k++) memset(c->out[k], 0, sizeof(double) * (size_t)n.h);
+  for (int64_t r = 0; r < n.rows; r++) row(c, &n, r);
+  return VD_OK;
+}
+
 vd_rc vd_op_i_shape_rms_norm(const vd_op_call *c) {
   VD_CHECK(want_count(c, 2, 1));
   VD_CHECK(shape_norm(c, 1));
@@ -251,33 +260,25 @@ static double rms_inv(const double *x, int64_t h, int64_t dv, double eps) {
   for (int64_t i = 0; i < h; i++) ms += x[i] * x[i];
   return 1.0 / sqrt(ms / (double)dv + eps);
 }
-vd_rc vd_op_i_eval_rms_norm(const vd_op_call *c) {
-  norm_rows n = norm_rows_of(c, 1e-6);
-  int64_t h = n.h;
-  for (int64_t r = 0; r < n.rows; r++) {
-    const double *x = c->in[0] + r * h;
-    double inv = rms_inv(x, h, n.dv, n.eps);
-    for (int64_t i = 0; i < h; i++) c->out[0][r * h + i] = x[i] * inv * c->in[1][i];
-  }
-  return VD_OK;
+static void rms_fwd_row(const vd_op_call *c, const norm_rows *n, int64_t r) {
+  int64_t h = n->h;
+  const double *x = c->in[0] + r * h;
+  double inv = rms_inv(x, h, n->dv, n->eps);
+  for (int64_t i = 0; i < h; i++) c->out[0][r * h + i] = x[i] * inv * c->in[1][i];
 }
+vd_rc vd_op_i_eval_rms_norm(const vd_op_call *c) { return norm_eval(c, 1e-6, 0, rms_fwd_row); }
 vd_rc vd_op_i_shape_rms_norm_backward(const vd_op_call *c) { return shape_norm_backward(c, 1); }
-vd_rc vd_op_i_eval_rms_norm_backward(const vd_op_call *c) {
-  norm_rows n = norm_rows_of(c, 1e-6);
-  int64_t h = n.h;
-  const double *w = c->in[1];
-  memset(c->out[1], 0, sizeof(double) * (size_t)h);
-  for (int64_t r = 0; r < n.rows; r++) {
-    const double *x = c->in[0] + r * h, *g = c->in[2] + r * h;
-    double dot = 0, inv = rms_inv(x, h, n.dv, n.eps);
-    for (int64_t i = 0; i < h; i++) dot += g[i] * w[i] * x[i];
-    for (int64_t i = 0; i < h; i++) {
-      c->out[0][r * h + i] = inv * w[i] * g[i] - x[i] * inv * inv * inv * dot / (double)n.dv;
-      c->out[1][i] += g[i] * x[i] * inv;
-    }
+static void rms_bwd_row(const vd_op_call *c, const norm_rows *n, int64_t r) {
+  int64_t h = n->h;
+  const double *w = c->in[1], *x = c->in[0] + r * h, *g = c->in[2] + r * h;
+  double dot = 0, inv = rms_inv(x, h, n->dv, n->eps);
+  for (int64_t i = 0; i < h; i++) dot += g[i] * w[i] * x[i];
+  for (int64_t i = 0; i < h; i++) {
+    c->out[0][r * h + i] = inv * w[i] * g[i] - x[i] * inv * inv * inv * dot / (double)n->dv;
+    c->out[1][i] += g[i] * x[i] * inv;
   }
-  return VD_OK;
 }
+vd_rc vd_op_i_eval_rms_norm_backward(const vd_op_call *c) { return norm_eval(c, 1e-6, 1, rms_bwd_row); }
 
 vd_rc vd_op_i_shape_layer_norm(const vd_op_call *c) {
   VD_CHECK(want_count(c, 3, 1));
@@ -292,44 +293,35 @@ static void ln_row(const double *x, int64_t h, int64_t dv, double eps, double *m
   *mu = m;
   *inv = 1.0 / sqrt(v / (double)dv + eps);
 }
-vd_rc vd_op_i_eval_layer_norm(const vd_op_call *c) {
-  norm_rows n = norm_rows_of(c, 1e-5);
-  int64_t h = n.h;
-  for (int64_t r = 0; r < n.rows; r++) {
-    const double *x = c->in[0] + r * h;
-    double mu, inv;
-    ln_row(x, h, n.dv, n.eps, &mu, &inv);
-    for (int64_t i = 0; i < h; i++) c->out[0][r * h + i] = (x[i] - mu) * inv * c->in[1][i] + c->in[2][i];
-  }
-  return VD_OK;
+static void ln_fwd_row(const vd_op_call *c, const norm_rows *n, int64_t r) {
+  int64_t h = n->h;
+  const double *x = c->in[0] + r * h;
+  double mu, inv;
+  ln_row(x, h, n->dv, n->eps, &mu, &inv);
+  for (int64_t i = 0; i < h; i++) c->out[0][r * h + i] = (x[i] - mu) * inv * c->in[1][i] + c->in[2][i];
 }
+vd_rc vd_op_i_eval_layer_norm(const vd_op_call *c) { return norm_eval(c, 1e-5, 0, ln_fwd_row); }
 vd_rc vd_op_i_shape_layer_norm_backward(const vd_op_call *c) { return shape_norm_backward(c, 2); }
-vd_rc vd_op_i_eval_layer_norm_backward(const vd_op_call *c) {
-  norm_rows n = norm_rows_of(c, 1e-5);
-  int64_t h = n.h;
-  const double *w = c->in[1];
-  memset(c->out[1], 0, sizeof(double) * (size_t)h);
-  memset(c->out[2], 0, sizeof(double) * (size_t)h);
-  for (int64_t r = 0; r < n.rows; r++) {
-    const double *x = c->in[0] + r * h, *g = c->in[2] + r * h;
-    double mu, inv, m1 = 0, m2 = 0;
-    ln_row(x, h, n.dv, n.eps, &mu, &inv);
-    for (int64_t i = 0; i < h; i++) {
-      double xh = (x[i] - mu) * inv, gh = g[i] * w[i];
-      m1 += gh;
-      m2 += gh * xh;
-      c->out[1][i] += g[i] * xh;
-      c->out[2][i] += g[i];
-    }
-    m1 /= (double)n.dv;
-    m2 /= (double)n.dv;
-    for (int64_t i = 0; i < h; i++) {
-      double xh = (x[i] - mu) * inv;
-      c->out[0][r * h + i] = inv * (g[i] * w[i] - m1 - xh * m2);
-    }
+static void ln_bwd_row(const vd_op_call *c, const norm_rows *n, int64_t r) {
+  int64_t h = n->h;
+  const double *w = c->in[1], *x = c->in[0] + r * h, *g = c->in[2] + r * h;
+  double mu, inv, m1 = 0, m2 = 0;
+  ln_row(x, h, n->dv, n->eps, &mu, &inv);
+  for (int64_t i = 0; i < h; i++) {
+    double xh = (x[i] - mu) * inv, gh = g[i] * w[i];
+    m1 += gh;
+    m2 += gh * xh;
+    c->out[1][i] += g[i] * xh;
+    c->out[2][i] += g[i];
   }
-  return VD_OK;
+  m1 /= (double)n->dv;
+  m2 /= (double)n->dv;
+  for (int64_t i = 0; i < h; i++) {
+    double xh = (x[i] - mu) * inv;
+    c->out[0][r * h + i] = inv * (g[i] * w[i] - m1 - xh * m2);
+  }
 }
+vd_rc vd_op_i_eval_layer_norm_backward(const vd_op_call *c) { return norm_eval(c, 1e-5, 2, ln_bwd_row); }
 
 /* rope: pairs (i, i + d/2) of the last dim rotated by
  * angle = (pos_offset + s) * theta^(-2i/d), s the index along seq_dim. */

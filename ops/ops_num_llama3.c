@@ -106,77 +106,72 @@ vd_rc vd_op_i_eval_apply_rotary_emb(const vd_op_call *c) { eval_rotary(c, 0); re
 vd_rc vd_op_i_shape_apply_rotary_emb_backward(const vd_op_call *c) { return shape_rotary(c, 1); }
 vd_rc vd_op_i_eval_apply_rotary_emb_backward(const vd_op_call *c) { eval_rotary(c, 1); return VD_OK; }
 
-vd_rc vd_op_i_shape_softmax(const vd_op_call *c) {
-  VD_CHECK(shape_same1(c));
+/* softmax and its backward: the same attribute dim, the first input's lines
+ * along it; inputs (x) or (y, g), one output. */
+static vd_rc shape_softmax_rule(const vd_op_call *c, int backward) {
+  VD_CHECK(backward ? shape_same2(c) : shape_same1(c));
   int32_t dim;
   return get_dim(c, "dim", -1, c->in_shape[0].ndim, &dim);
 }
-vd_rc vd_op_i_eval_softmax(const vd_op_call *c) {
+/* Each line of the first input along dim (the elements at base + j * stride,
+ * j < len) through line. */
+static vd_rc softmax_eval(const vd_op_call *c, void (*line)(const vd_op_call *c, int64_t base, int64_t len,
+                                                            int64_t stride)) {
   int32_t dim;
   VD_CHECK(get_dim(c, "dim", -1, c->in_shape[0].ndim, &dim));
   vd_op_lines l = vd_op_lines_of(&c->in_shape[0], dim);
   for (int64_t o = 0; o < l.outer; o++)
-    for (int64_t i = 0; i < l.inner; i++) {
-      const double *x = c->in[0] + o * l.len * l.inner + i;
-      double *y = c->out[0] + o * l.len * l.inner + i;
-      double mx = -INFINITY, s = 0;
-      for (int64_t j = 0; j < l.len; j++) mx = fmax(mx, x[j * l.inner]);
-      for (int64_t j = 0; j < l.len; j++) s += (y[j * l.inner] = exp(x[j * l.inner] - mx));
-      for (int64_t j = 0; j < l.len; j++) y[j * l.inner] /= s;
-    }
+    for (int64_t i = 0; i < l.inner; i++) line(c, o * l.len * l.inner + i, l.len, l.inner);
   return VD_OK;
 }
-vd_rc vd_op_i_shape_softmax_backward(const vd_op_call *c) {
-  VD_CHECK(shape_same2(c));
-  int32_t dim;
-  return get_dim(c, "dim", -1, c->in_shape[0].ndim, &dim);
+/* y_j = exp(x_j - max x) / sum exp(x - max x) */
+static void softmax_line(const vd_op_call *c, int64_t base, int64_t len, int64_t stride) {
+  const double *x = c->in[0] + base;
+  double *y = c->out[0] + base;
+  double mx = -INFINITY, s = 0;
+  for (int64_t j = 0; j < len; j++) mx = fmax(mx, x[j * stride]);
+  for (int64_t j = 0; j < len; j++) s += (y[j * stride] = exp(x[j * stride] - mx));
+  for (int64_t j = 0; j < len; j++) y[j * stride] /= s;
 }
-vd_rc vd_op_i_eval_softmax_backward(const vd_op_call *c) {
-  int32_t dim;
-  VD_CHECK(get_dim(c, "dim", -1, c->in_shape[0].ndim, &dim));
-  vd_op_lines l = vd_op_lines_of(&c->in_shape[0], dim);
-  for (int64_t o = 0; o < l.outer; o++)
-    for (int64_t i = 0; i < l.inner; i++) {
-      int64_t base = o * l.len * l.inner + i;
-      const double *y = c->in[0] + base, *g = c->in[1] + base;
-      double *gx = c->out[0] + base, s = 0;
-      for (int64_t j = 0; j < l.len; j++) s += g[j * l.inner] * y[j * l.inner];
-      for (int64_t j = 0; j < l.len; j++) gx[j * l.inner] = y[j * l.inner] * (g[j * l.inner] - s);
-    }
-  return VD_OK;
+/* gx_j = y_j (g_j - sum g y) */
+static void softmax_backward_line(const vd_op_call *c, int64_t base, int64_t len, int64_t stride) {
+  const double *y = c->in[0] + base, *g = c->in[1] + base;
+  double *gx = c->out[0] + base, s = 0;
+  for (int64_t j = 0; j < len; j++) s += g[j * stride] * y[j * stride];
+  for (int64_t j = 0; j < len; j++) gx[j * stride] = y[j * stride] * (g[j * stride] - s);
 }
+vd_rc vd_op_i_shape_softmax(const vd_op_call *c) { return shape_softmax_rule(c, 0); }
+vd_rc vd_op_i_eval_softmax(const vd_op_call *c) { return softmax_eval(c, softmax_line); }
+vd_rc vd_op_i_shape_softmax_backward(const vd_op_call *c) { return shape_softmax_rule(c, 1); }
+vd_rc vd_op_i_eval_softmax_backward(const vd_op_call *c) { return softmax_eval(c, softmax_backward_line); }
 
-/* pick: x [n, v], labels [n] -> y [n] */
-vd_rc vd_op_i_shape_pick(const vd_op_call *c) {
+/* pick: x [n, v], labels [n] -> y [n]; pick_backward: labels [n], dy [n]
+ * -> dx [n, v].  One rule for both: x_out says x [n, v] is output 0 (the
+ * backward) rather than input 0, and the two [n] tensors are the other
+ * input and the output (pick) or both inputs (the backward). */
+static vd_rc shape_pick_rule(const vd_op_call *c, int x_out) {
   VD_CHECK(want_count(c, 2, 1));
-  VD_CHECK(want_ndim(c, 0, 0, 2, 2));
-  vd_op_shape n = {.ndim = 1, .d = {c->in_shape[0].d[0]}};
-  VD_CHECK(want_shape(c, 0, 1, &n));
-  return want_shape(c, 1, 0, &n);
+  VD_CHECK(want_ndim(c, x_out, 0, 2, 2));
+  vd_op_shape n = {.ndim = 1, .d = {(x_out ? c->out_shape : c->in_shape)[0].d[0]}};
+  VD_CHECK(want_shape(c, 0, x_out ? 0 : 1, &n));
+  return x_out ? want_shape(c, 0, 1, &n) : want_shape(c, 1, 0, &n);
 }
+vd_rc vd_op_i_shape_pick(const vd_op_call *c) { return shape_pick_rule(c, 0); }
 vd_rc vd_op_i_eval_pick(const vd_op_call *c) {
   int64_t n = c->in_shape[0].d[0], v = c->in_shape[0].d[1], start = aint(c, "start", 0);
   for (int64_t i = 0; i < n; i++) {
-    int64_t lab = to_int(c->in[1][i]);
-    int64_t j = lab == INT64_MIN ? -1 : lab - start;
-    c->out[0][i] = (j >= 0 && j < v) ? c->in[0][i * v + j] : 0.0;
+    int64_t j = index_row(c->in[1][i], start, v);
+    c->out[0][i] = j >= 0 ? c->in[0][i * v + j] : 0.0;
   }
   return VD_OK;
 }
-vd_rc vd_op_i_shape_pick_backward(const vd_op_call *c) {
-  VD_CHECK(want_count(c, 2, 1));
-  VD_CHECK(want_ndim(c, 1, 0, 2, 2));
-  vd_op_shape n = {.ndim = 1, .d = {c->out_shape[0].d[0]}};
-  VD_CHECK(want_shape(c, 0, 0, &n));
-  return want_shape(c, 0, 1, &n);
-}
+vd_rc vd_op_i_shape_pick_backward(const vd_op_call *c) { return shape_pick_rule(c, 1); }
 vd_rc vd_op_i_eval_pick_backward(const vd_op_call *c) {
   int64_t n = c->out_shape[0].d[0], v = c->out_shape[0].d[1], start = aint(c, "start", 0);
   memset(c->out[0], 0, sizeof(double) * (size_t)(n * v));
   for (int64_t i = 0; i < n; i++) {
-    int64_t lab = to_int(c->in[0][i]);
-    int64_t j = lab == INT64_MIN ? -1 : lab - start;
-    if (j >= 0 && j < v) c->out[0][i * v + j] = c->in[1][i];
+    int64_t j = index_row(c->in[0][i], start, v);
+    if (j >= 0) c->out[0][i * v + j] = c->in[1][i];
   }
   return VD_OK;
 }

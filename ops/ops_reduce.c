@@ -19,32 +19,13 @@
  * shape check would pass and reports an unusual form (wrong rank, a bad
  * dimension attribute) as "no rule" so the stage is simply not reduced.
  */
+#include "../common/limits.h"
 #include "ops.h"
 #include "ops_moe.h" /* red_gate_fw, red_nnscaler_moe_gmm (+ backward) for the table */
+#include "ops_red.h"
 
 #include <assert.h>
 #include <stddef.h>
-
-static vd_op_dimref dr(int out, uint32_t t, int32_t d) {
-  vd_op_dimref r = {(uint8_t)out, (uint8_t)d, (uint16_t)t};
-  return r;
-}
-
-static const vd_op_shape *shp(const vd_op_reduce_call *c, vd_op_dimref r) {
-  return r.out ? &c->out_shape[r.t] : &c->in_shape[r.t];
-}
-
-/* size(a) * den == size(b) * num; num == 0: same ratio, no fixed factor. */
-static vd_rc eqf(const vd_op_reduce_call *c, vd_op_dimref a, vd_op_dimref b, int64_t num, int64_t den) {
-  vd_op_red r = {.kind = VD_RED_EQ, .a = a, .b = b, .num = num, .den = den};
-  return c->emit(c->sink, &r);
-}
-static vd_rc eq(const vd_op_reduce_call *c, vd_op_dimref a, vd_op_dimref b) { return eqf(c, a, b, 1, 1); }
-
-static vd_rc mark(const vd_op_reduce_call *c, vd_op_red_kind k, vd_op_dimref a) {
-  vd_op_red r = {.kind = k, .a = a};
-  return c->emit(c->sink, &r);
-}
 
 static int has_attr(const vd_op_reduce_call *c, const char *key) {
   return c->plan && c->node && vd_node_attr(c->plan, c->node, key) != NULL;
@@ -611,6 +592,15 @@ static vd_rc pick_rule(const vd_op_reduce_call *c, int *norule, int fw) {
   }
   VD_CHECK(eq(c, dr(0, 0, 0), dr(0, 1, 0)));
   VD_CHECK(eq(c, dr(0, 0, 0), dr(1, 0, 0)));
+  /* The backward's one-hot rows tell the classes of a block apart (one is
+   * g, the others 0): E(pick_backward_r) is not pick_backward of the full
+   * shapes, and a sum over the classes would count g N/n times (a false
+   * difference against a side that never sums the one-hot, Megatron's
+   * vocab-parallel cross-entropy).  So the classes keep their extent, up
+   * to ONEHOT_KEEP_MAX: a real vocabulary whole would make every stage of
+   * the loss too large to check (reduced, such a difference stays
+   * INCONCLUSIVE: ops.def F_NUM). */
+  if (!fw && c->out_shape[0].d[1] <= VD_LIM_ONEHOT_KEEP_MAX) VD_CHECK(mark(c, VD_RED_KEEP, dr(1, 0, 1)));
   return pos(c, dr(fw ? 0 : 1, 0, 1), "start");
 }
 static vd_rc red_pick(const vd_op_reduce_call *c, int *norule) { return pick_rule(c, norule, 1); }

@@ -487,21 +487,8 @@ oom:
 
 void vd_reducer_free(vd_reducer *c) {
   if (!c) return;
-  vd_free(c->ndim);
-  vd_free(c->vbase);
-  vd_free(c->size);
-  vd_free(c->parent);
-  vd_free(c->flag);
-  vd_free(c->vgcd);
-  vd_free(c->vmin);
-  vd_free(c->next);
-  vd_free(c->cl);
-  vd_free(c->pos);
-  vd_free(c->prod);
-  vd_free(c->avg);
-  vd_free(c->ish);
-  vd_free(c->osh);
-  vd_free(c);
+  VD_FREE_ALL(c->ndim, c->vbase, c->size, c->parent, c->flag, c->vgcd, c->vmin, c->next, c->cl, c->pos, c->prod, c->avg,
+              c->ish, c->osh, c);
 }
 
 /* c->rec = r, truncated (a copy per node: snprintf was a tenth of cutting). */

@@ -136,10 +136,7 @@ static vd_rc eval_graph(run_t *r, int *unsupported, char *reason, size_t rsz, vd
     }
     size_t need = (gn->n_in > gn->n_out ? gn->n_in : gn->n_out) + 1;
     if (need > cap) {
-      vd_free(in);
-      vd_free(out);
-      vd_free(is);
-      vd_free(os);
+      VD_FREE_ALL(in, out, is, os);
       in = vd_calloc(need, sizeof(*in));
       out = vd_calloc(need, sizeof(*out));
       is = vd_calloc(need, sizeof(*is));
@@ -177,10 +174,7 @@ static vd_rc eval_graph(run_t *r, int *unsupported, char *reason, size_t rsz, vd
     }
   }
 done:
-  vd_free(in);
-  vd_free(out);
-  vd_free(is);
-  vd_free(os);
+  VD_FREE_ALL(in, out, is, os);
   return rc;
 }
 
@@ -411,12 +405,7 @@ typedef struct {
 static void cmp_free(cmp_t *m) {
   if (m->sums)
     for (size_t gi = 0; gi < m->n_groups; gi++) vd_free(m->sums[gi]);
-  vd_free(m->sums);
-  vd_free(m->missing);
-  vd_free(m->ord);
-  vd_free(m->gstart);
-  vd_free(m->first);
-  vd_free(m->ins);
+  VD_FREE_ALL(m->sums, m->missing, m->ord, m->gstart, m->first, m->ins);
 }
 
 /* 1. Every annotated instance with a value on both sides, in (tensor,

@@ -62,25 +62,19 @@ static vd_rc plan_copy(const vd_plan_t *s, vd_plan_t *o, vd_diag *d) {
   o->kind = s->kind;
   o->model = s->model;
   o->world = s->world;
-  o->tensors = dup_array(s->tensors, s->n_tensors, sizeof(*s->tensors), &fail);
-  o->n_tensors = o->cap_tensors = s->n_tensors;
-  o->nodes = dup_array(s->nodes, s->n_nodes, sizeof(*s->nodes), &fail);
-  o->n_nodes = o->cap_nodes = s->n_nodes;
-  o->segments = dup_array(s->segments, s->n_segments, sizeof(*s->segments), &fail);
-  o->n_segments = o->cap_segments = s->n_segments;
+/* o's array f: a copy of s's n_f elements, its count and capacity n_f. */
+#define COPY_ARRAY(f) (o->f = dup_array(s->f, s->n_##f, sizeof(*s->f), &fail), o->n_##f = o->cap_##f = s->n_##f)
+  COPY_ARRAY(tensors);
+  COPY_ARRAY(nodes);
+  COPY_ARRAY(segments);
   o->programs = dup_array(s->programs, s->programs ? (size_t)s->world.stored_ranks : 0, sizeof(*s->programs), &fail);
-  o->steps = dup_array(s->steps, s->n_steps, sizeof(*s->steps), &fail);
-  o->n_steps = o->cap_steps = s->n_steps;
-  o->refs = dup_array(s->refs, s->n_refs, sizeof(*s->refs), &fail);
-  o->n_refs = o->cap_refs = s->n_refs;
-  o->attrs = dup_array(s->attrs, s->n_attrs, sizeof(*s->attrs), &fail);
-  o->n_attrs = o->cap_attrs = s->n_attrs;
-  o->ints = dup_array(s->ints, s->n_ints, sizeof(*s->ints), &fail);
-  o->n_ints = o->cap_ints = s->n_ints;
-  o->floats = dup_array(s->floats, s->n_floats, sizeof(*s->floats), &fail);
-  o->n_floats = o->cap_floats = s->n_floats;
-  o->pool = dup_array(s->pool, s->n_pool, 1, &fail);
-  o->n_pool = o->cap_pool = s->n_pool;
+  COPY_ARRAY(steps);
+  COPY_ARRAY(refs);
+  COPY_ARRAY(attrs);
+  COPY_ARRAY(ints);
+  COPY_ARRAY(floats);
+  COPY_ARRAY(pool);
+#undef COPY_ARRAY
   if (fail) {
     vd_plan_free(o);
     return VD_OOM(d);

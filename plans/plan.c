@@ -30,16 +30,7 @@ vd_rc vd_plan_init(vd_plan_t *p, vd_plan_kind kind) {
 
 void vd_plan_free(vd_plan_t *p) {
   if (!p) return;
-  vd_free(p->tensors);
-  vd_free(p->nodes);
-  vd_free(p->segments);
-  vd_free(p->programs);
-  vd_free(p->steps);
-  vd_free(p->refs);
-  vd_free(p->attrs);
-  vd_free(p->ints);
-  vd_free(p->floats);
-  vd_free(p->pool);
+  VD_FREE_ALL(p->tensors, p->nodes, p->segments, p->programs, p->steps, p->refs, p->attrs, p->ints, p->floats, p->pool);
   memset(p, 0, sizeof(*p));
 }
 
@@ -151,71 +142,54 @@ vd_rc vd_plan_add_node(vd_plan_t *p, const vd_node_t *n, const char *op, const c
   return VD_OK;
 }
 
-vd_rc vd_plan_set_node_src(vd_plan_t *p, uint32_t idx, const char *src) {
+/* Sets node idx's source line (stack 0) or its stack (stack 1) to text. */
+static vd_rc set_node_text(vd_plan_t *p, uint32_t idx, const char *text, int stack) {
   if (idx >= p->n_nodes) return VD_EINTERNAL;
   uint32_t off;
-  VD_CHECK(vd_plan_str(p, src, &off));
-  p->nodes[idx].src = off;
+  VD_CHECK(vd_plan_str(p, text, &off));
+  *(stack ? &p->nodes[idx].stack : &p->nodes[idx].src) = off;
   return VD_OK;
 }
+
+vd_rc vd_plan_set_node_src(vd_plan_t *p, uint32_t idx, const char *src) { return set_node_text(p, idx, src, 0); }
 
 vd_rc vd_plan_set_node_stack(vd_plan_t *p, uint32_t idx, const char *stack) {
-  if (idx >= p->n_nodes) return VD_EINTERNAL;
-  uint32_t off;
-  VD_CHECK(vd_plan_str(p, stack, &off));
-  p->nodes[idx].stack = off;
-  return VD_OK;
+  return set_node_text(p, idx, stack, 1);
 }
 
-/* Attributes of a node are contiguous, so only the last node may get more. */
-static vd_rc new_attr(vd_plan_t *p, uint32_t node, const char *key, vd_attr_t **a) {
+/* A new attribute key on node with the kind, length and value of v.
+ * Attributes of a node are contiguous, so only the last node may get more. */
+static vd_rc new_attr(vd_plan_t *p, uint32_t node, const char *key, vd_attr_t v) {
   if (node + 1 != p->n_nodes) return VD_EINTERNAL;
   vd_node_t *n = &p->nodes[node];
   if (n->attr_off + n->n_attr != p->n_attrs) return VD_EINTERNAL;
   uint32_t k;
   VD_CHECK(vd_plan_str(p, key, &k));
   if (VD_GROW(p->attrs, p->cap_attrs, p->n_attrs + 1)) return VD_ENOMEM;
-  *a = &p->attrs[p->n_attrs++];
-  memset(*a, 0, sizeof(**a));
-  (*a)->key = k;
+  vd_attr_t *a = &p->attrs[p->n_attrs++];
+  *a = v;
+  a->key = k;
   n->n_attr++;
   return VD_OK;
 }
 
 vd_rc vd_plan_attr_int(vd_plan_t *p, uint32_t node, const char *key, int64_t v) {
-  vd_attr_t *a;
-  VD_CHECK(new_attr(p, node, key, &a));
-  a->kind = VD_ATTR_INT;
-  a->v.i = v;
-  return VD_OK;
+  return new_attr(p, node, key, (vd_attr_t){.kind = VD_ATTR_INT, .v.i = v});
 }
 
 vd_rc vd_plan_attr_float(vd_plan_t *p, uint32_t node, const char *key, double v) {
-  vd_attr_t *a;
-  VD_CHECK(new_attr(p, node, key, &a));
-  a->kind = VD_ATTR_FLOAT;
-  a->v.f = v;
-  return VD_OK;
+  return new_attr(p, node, key, (vd_attr_t){.kind = VD_ATTR_FLOAT, .v.f = v});
 }
 
 vd_rc vd_plan_attr_str(vd_plan_t *p, uint32_t node, const char *key, const char *v) {
   uint32_t s;
   VD_CHECK(vd_plan_str(p, v, &s)); /* before new_attr: the pool may move, attrs may not */
-  vd_attr_t *a;
-  VD_CHECK(new_attr(p, node, key, &a));
-  a->kind = VD_ATTR_STR;
-  a->v.s = s;
-  return VD_OK;
+  return new_attr(p, node, key, (vd_attr_t){.kind = VD_ATTR_STR, .v.s = s});
 }
 
 /* A list attribute (INTS, FLOATS) whose n values start at off. */
 static vd_rc list_attr(vd_plan_t *p, uint32_t node, const char *key, vd_attr_kind kind, uint32_t n, uint32_t off) {
-  vd_attr_t *a;
-  VD_CHECK(new_attr(p, node, key, &a));
-  a->kind = kind;
-  a->len = n;
-  a->v.off = off;
-  return VD_OK;
+  return new_attr(p, node, key, (vd_attr_t){.kind = kind, .len = n, .v.off = off});
 }
 
 vd_rc vd_plan_attr_ints(vd_plan_t *p, uint32_t node, const char *key, const int64_t *v, uint32_t n) {

@@ -61,6 +61,11 @@ struct vd_smt {
     Z3_func_decl f;
   } *decls;
   size_t n_decls, cap_decls; /* open addressing, cap a power of two */
+  /* Index facts of the current stage (vd_smt_note_index_range): the leaf
+   * (an Int constant, referenced through the arena) and its range. */
+  vd_smt_index_fact *facts;
+  size_t n_facts, cap_facts;
+  int laws_used; /* the last normal form used the laws of exp and log (smt_poly_laws.c) */
 };
 
 /* ---- out of memory ------------------------------------------------------------
@@ -301,6 +306,7 @@ vd_rc vd_smt_new(vd_smt **out, vd_diag *d) {
 void vd_smt_free(vd_smt *s) {
   if (!s) return;
   drop_context(s);
+  vd_free(s->facts);
   vd_free(s->arena);
   vd_free(s);
 }
@@ -330,6 +336,8 @@ vd_rc vd_smt_reset(vd_smt *s, vd_diag *d) {
     }
   }
   s->n_arena = 0;
+  s->n_facts = 0;
+  s->laws_used = 0;
   s->failed = 0;
   s->err[0] = '\0';
   if (z3_near_ceiling(0)) return VD_ERR(d, VD_ENOMEM, NULL, "z3", NULL, "out of memory (Z3 memory ceiling reached)");
@@ -499,23 +507,18 @@ vd_term vd_smt_num_double(vd_smt *s, double d) {
 
 /* ---- arithmetic ---------------------------------------------------------- */
 
-vd_term vd_smt_add(vd_smt *s, vd_term a, vd_term b) {
+/* Z3's n-ary arithmetic constructors (Z3_mk_add, Z3_mk_sub, Z3_mk_mul). */
+typedef Z3_ast (*z3_nary)(Z3_context, unsigned, const Z3_ast[]);
+
+static vd_term binary(vd_smt *s, z3_nary mk, vd_term a, vd_term b) {
   if (!LIVE(a) || !LIVE(b)) return NULL;
   Z3_ast v[2] = {a, b};
-  return KEEP(Z3_mk_add(s->z, 2, v));
+  return KEEP(mk(s->z, 2, v));
 }
 
-vd_term vd_smt_sub(vd_smt *s, vd_term a, vd_term b) {
-  if (!LIVE(a) || !LIVE(b)) return NULL;
-  Z3_ast v[2] = {a, b};
-  return KEEP(Z3_mk_sub(s->z, 2, v));
-}
-
-vd_term vd_smt_mul(vd_smt *s, vd_term a, vd_term b) {
-  if (!LIVE(a) || !LIVE(b)) return NULL;
-  Z3_ast v[2] = {a, b};
-  return KEEP(Z3_mk_mul(s->z, 2, v));
-}
+vd_term vd_smt_add(vd_smt *s, vd_term a, vd_term b) { return binary(s, Z3_mk_add, a, b); }
+vd_term vd_smt_sub(vd_smt *s, vd_term a, vd_term b) { return binary(s, Z3_mk_sub, a, b); }
+vd_term vd_smt_mul(vd_smt *s, vd_term a, vd_term b) { return binary(s, Z3_mk_mul, a, b); }
 
 vd_term vd_smt_div(vd_smt *s, vd_term a, vd_term b) {
   if (!LIVE(a) || !LIVE(b)) return NULL;
@@ -534,21 +537,22 @@ static int all_live(const vd_smt *s, size_t n, const vd_term *t) {
   return 1;
 }
 
-vd_term vd_smt_sum(vd_smt *s, size_t n, const vd_term *t) {
+/* The sum (mk Z3_mk_add, unit 0) or product (Z3_mk_mul, unit 1) of t[0..n);
+ * what names it in the limit's message. */
+static vd_term nary(vd_smt *s, z3_nary mk, int unit, const char *what, size_t n, const vd_term *t) {
   if (!all_live(s, n, t)) return NULL;
-  if (n == 0) return vd_smt_num_int(s, 0);
+  if (n == 0) return vd_smt_num_int(s, unit);
   if (n == 1) return t[0];
-  if (n > UINT32_MAX) return vd_smt_i_fail(s, "sum of more than 2^32 terms");
-  return KEEP(Z3_mk_add(s->z, (unsigned)n, (Z3_ast *)t));
+  if (n > UINT32_MAX) {
+    char msg[64];
+    snprintf(msg, sizeof(msg), "%s of more than 2^32 terms", what);
+    return vd_smt_i_fail(s, msg);
+  }
+  return KEEP(mk(s->z, (unsigned)n, (Z3_ast *)t));
 }
 
-vd_term vd_smt_prod(vd_smt *s, size_t n, const vd_term *t) {
-  if (!all_live(s, n, t)) return NULL;
-  if (n == 0) return vd_smt_num_int(s, 1);
-  if (n == 1) return t[0];
-  if (n > UINT32_MAX) return vd_smt_i_fail(s, "product of more than 2^32 terms");
-  return KEEP(Z3_mk_mul(s->z, (unsigned)n, (Z3_ast *)t));
-}
+vd_term vd_smt_sum(vd_smt *s, size_t n, const vd_term *t) { return nary(s, Z3_mk_add, 0, "sum", n, t); }
+vd_term vd_smt_prod(vd_smt *s, size_t n, const vd_term *t) { return nary(s, Z3_mk_mul, 1, "product", n, t); }
 
 vd_term vd_smt_pow_int(vd_smt *s, vd_term a, int64_t k) {
   if (!LIVE(a)) return NULL;
@@ -649,6 +653,49 @@ vd_term vd_smt_uf(vd_smt *s, const char *name, size_t n, const vd_term *args) {
   vd_term out = KEEP(Z3_mk_app(s->z, f, (unsigned)n, (Z3_ast *)args));
   if (owned) Z3_dec_ref(s->z, Z3_func_decl_to_ast(s->z, f));
   return out;
+}
+
+/* ---- index facts ------------------------------------------------------------ */
+
+void vd_smt_note_index_range(vd_smt *s, vd_term leaf, int64_t lo, int64_t hi) {
+  if (!LIVE(leaf) || lo >= hi || !Z3_is_app(s->z, leaf)) return;
+  Z3_app app = Z3_to_app(s->z, leaf);
+  if (Z3_get_app_num_args(s->z, app) != 0 || Z3_get_decl_kind(s->z, Z3_get_app_decl(s->z, app)) != Z3_OP_UNINTERPRETED ||
+      Z3_get_sort_kind(s->z, Z3_get_sort(s->z, leaf)) != Z3_INT_SORT)
+    return; /* a numeral or a computed index: nothing to note */
+  unsigned id = Z3_get_ast_id(s->z, leaf);
+  for (size_t i = 0; i < s->n_facts; i++)
+    if (s->facts[i].id == id) {
+      /* two facts on one leaf: both hold, so their intersection does */
+      if (lo > s->facts[i].lo) s->facts[i].lo = lo;
+      if (hi < s->facts[i].hi) s->facts[i].hi = hi;
+      return;
+    }
+  if (s->n_facts >= VD_LIM_INDEX_FACTS || VD_GROW(s->facts, s->cap_facts, s->n_facts + 1)) return;
+  s->facts[s->n_facts++] = (vd_smt_index_fact){.leaf = leaf, .id = id, .lo = lo, .hi = hi};
+}
+
+const vd_smt_index_fact *vd_smt_index_facts(const vd_smt *s, size_t *n) {
+  *n = s->n_facts;
+  return s->facts;
+}
+
+void vd_smt_i_set_laws_used(vd_smt *s, int on) { s->laws_used = on; }
+int vd_smt_i_laws_used(const vd_smt *s) { return s->laws_used; }
+vd_term vd_smt_i_assume_facts(vd_smt *s, vd_term goal) {
+  if (!LIVE(goal) || s->n_facts == 0) return goal;
+  Z3_ast *c = vd_malloc(sizeof(Z3_ast) * (2 * s->n_facts + 1));
+  if (!c) return vd_smt_i_fail(s, "out of memory (index facts)");
+  size_t k = 0;
+  for (size_t i = 0; i < s->n_facts; i++) {
+    Z3_ast l = s->facts[i].leaf;
+    c[k++] = KEEP(Z3_mk_le(s->z, KEEP(Z3_mk_int64(s->z, s->facts[i].lo, s->integer)), l));
+    c[k++] = KEEP(Z3_mk_lt(s->z, l, KEEP(Z3_mk_int64(s->z, s->facts[i].hi, s->integer))));
+  }
+  c[k++] = goal;
+  vd_term r = vd_smt_i_failed(s) ? NULL : KEEP(Z3_mk_and(s->z, (unsigned)k, c));
+  vd_free(c);
+  return r;
 }
 
 /* ---- inspection ---------------------------------------------------------- */

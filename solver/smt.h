@@ -138,6 +138,21 @@ vd_term vd_smt_max(vd_smt *s, vd_term a, vd_term b); /* ite(a >= b, a, b) */
  * arities (Z3 keys declarations by name and signature). */
 vd_term vd_smt_uf(vd_smt *s, const char *name, size_t n, const vd_term *args);
 
+/* Index facts: a precondition of the real program on an index leaf of the
+ * stage, lo <= leaf < hi (a label that nll_loss checks against the
+ * vocabulary: the program fails on any other).  Noted by the encoders,
+ * dropped by vd_smt_reset; the solver's goal assumes them and the normal
+ * form writes indicators of such a leaf over its range (smt_poly_laws.c).
+ * Only a free Int constant is noted (not a numeral, not a computed
+ * index); facts on one leaf intersect. */
+typedef struct {
+  vd_term leaf;
+  unsigned id; /* Z3 ast id of leaf */
+  int64_t lo, hi;
+} vd_smt_index_fact;
+void vd_smt_note_index_range(vd_smt *s, vd_term leaf, int64_t lo, int64_t hi);
+const vd_smt_index_fact *vd_smt_index_facts(const vd_smt *s, size_t *n);
+
 /* Text of a term (for messages and tests), valid until the next call. */
 const char *vd_smt_to_string(vd_smt *s, vd_term t);
 /* Simplified form of t (Z3_simplify with the normal-form parameters of the
@@ -382,6 +397,12 @@ static inline uint64_t vd_smt_i_xorshift(uint64_t *st) {
   return *st;
 }
 unsigned vd_smt_i_timeout(const vd_smt *s);
+/* goal and the index facts of the stage (goal itself when there are none).
+ * laws_used: the last normal form used the laws of exp and log (the
+ * cross-check then leaves the proof undecided; certificates state them). */
+vd_term vd_smt_i_assume_facts(vd_smt *s, vd_term goal);
+void vd_smt_i_set_laws_used(vd_smt *s, int on);
+int vd_smt_i_laws_used(const vd_smt *s);
 uint64_t vd_smt_i_nf_budget(const vd_smt *s);
 uint64_t vd_smt_i_rlimit(const vd_smt *s);
 void vd_smt_i_orphan_add(int delta);
@@ -413,6 +434,12 @@ vd_rc vd_smt_nf_prepare(vd_smt_nf *nf, const vd_term *roots, size_t n_roots);
 vd_rc vd_smt_nf_same_sum(vd_smt_nf *nf, vd_term a, vd_term b, int *eq);
 uint64_t vd_smt_nf_steps(const vd_smt_nf *nf);
 int vd_smt_nf_gave_up(const vd_smt_nf *nf);
+/* 1 when a law of exp, log or the index facts proved a step (smt_poly_laws.c). */
+int vd_smt_nf_laws_used(const vd_smt_nf *nf);
+/* Runs the normal form over the pairs to learn whether its laws rewrite
+ * them (vd_smt_i_laws_used afterwards): the certificate states the laws
+ * of an obligation written without a check. */
+vd_rc vd_smt_nf_note_laws(vd_smt *s, const vd_term *par, const vd_term *single, size_t n);
 uint64_t vd_smt_i_seed(const vd_smt *s);
 int vd_smt_i_fast_path(const vd_smt *s);
 int vd_smt_i_witness_first(const vd_smt *s);

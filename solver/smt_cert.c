@@ -22,17 +22,21 @@
  *   (assert (or (not (= P0 S0)) (not (= P1 S1)) ..))
  *   (check-sat)
  * The definitions are the hypotheses (the lineage of the parallel leaves is
- * substituted into them; see SOUNDNESS in stage_solve.c, encode_stage);
+ * substituted into them; see SOUNDNESS in stage_solve.c, encode_stage),
+ * with the stage's index facts (a checked label's range, smt.h) and, when
+ * the proof used them, the laws of the real exp and log as quantified
+ * axioms (smt_poly_laws.c);
  * removing everything from the `; goal` line on and asking (check-sat)
  * must give sat, or the obligation is vacuous (recheck asks).  The script
  * is unsat exactly when every pair is equal for all values of the free
- * symbols and all interpretations of the kernels: what vd_smt_check
- * proves when it says equivalent.
+ * symbols (under the facts) and all interpretations of the kernels (that
+ * obey the stated laws): what vd_smt_check proves when it says equivalent.
  *
  * Names: a symbol's name is written as a quoted symbol |..|; characters an
  * SMT-LIB quoted symbol cannot hold ('|', '\', control bytes, non-ASCII)
- * become '_', and so does '!' (reserved for our suffixes, the kernels'
- * prefix k! and the definitions' names vd!tK); a kernel is |k!name| (the
+ * become '_', and so do '!' (reserved for our suffixes, the kernels'
+ * prefix k! and the definitions' names vd!tK) and a leading '@' or '.'
+ * (reserved in SMT-LIB even when quoted); a kernel is |k!name| (the
  * logic may define a function of its name: cvc5's exp); names that then coincide (or one name declared
  * with two signatures: a kernel applied at two arities) get a suffix "!vdN",
  * so two distinct symbols are never printed as one.
@@ -98,7 +102,10 @@ static char *quote_name(const char *raw, unsigned suffix, int kernel) {
   }
   for (size_t i = 0; i < n; i++) {
     unsigned char ch = (unsigned char)raw[i];
-    q[o++] = (ch < 0x20 || ch >= 0x7f || ch == '|' || ch == '\\' || ch == '!') ? '_' : (char)ch;
+    /* a leading '@' or '.' is reserved in SMT-LIB even inside |..| (cvc5
+     * refuses the torch capture's "@v11"), so it becomes '_' too */
+    int reserved = i == 0 && !kernel && (ch == '@' || ch == '.');
+    q[o++] = (reserved || ch < 0x20 || ch >= 0x7f || ch == '|' || ch == '\\' || ch == '!') ? '_' : (char)ch;
   }
   if (suffix) o += (size_t)snprintf(q + o, 24, "!vd%u", suffix);
   q[o++] = '|';
@@ -356,6 +363,45 @@ static vd_rc write_goal(walk *w, const vd_term *par, const vd_term *single, size
   return rc;
 }
 
+/* The index facts of the stage (smt.h): hypotheses as the check's goal
+ * assumes them. */
+static vd_rc write_facts(walk *w, FILE *h) {
+  size_t n;
+  const vd_smt_index_fact *f = vd_smt_index_facts(w->s, &n);
+  if (n) fputs("; index facts: labels that the program checks (nll_loss, gather) lie in their range\n", h);
+  for (size_t i = 0; i < n; i++) {
+    VD_CHECK(visit(w, f[i].leaf));
+    fprintf(h, "(assert (and (<= %lld ", (long long)f[i].lo);
+    VD_CHECK(put_ref(w, h, f[i].leaf));
+    fputs(") (< ", h);
+    VD_CHECK(put_ref(w, h, f[i].leaf));
+    fprintf(h, " %lld)))\n", (long long)f[i].hi);
+  }
+  return VD_OK;
+}
+
+/* The declaration of the one-argument kernel `name` among the walk's, or NULL. */
+static const decl *kernel_decl(const walk *w, const char *name) {
+  for (size_t i = 0; i < w->decls.n; i++)
+    if (strcmp(w->decls.v[i].raw, name) == 0 && Z3_get_arity(w->z, w->decls.v[i].f) == 1) return &w->decls.v[i];
+  return NULL;
+}
+
+/* When the normal form's proof used the laws of exp and log
+ * (smt_poly_laws.c), they are hypotheses too: the obligation is then
+ * unsat for the real exp and log, not for every interpretation of the
+ * symbols (written after name_decls: it prints the kernels' names). */
+static void write_laws(const walk *w, FILE *h) {
+  const decl *e = kernel_decl(w, "exp"), *l = kernel_decl(w, "log");
+  if (!vd_smt_i_laws_used(w->s) || !e) return;
+  fputs("; the laws of the real exp and log that the proof used (solver/smt_poly_laws.c)\n", h);
+  fprintf(h, "(assert (forall ((x Real)) (> (%s x) 0.0)))\n", e->shown);
+  fprintf(h, "(assert (forall ((x Real) (y Real)) (= (%s (+ x y)) (* (%s x) (%s y)))))\n", e->shown, e->shown, e->shown);
+  if (!l) return;
+  fprintf(h, "(assert (forall ((x Real)) (= (%s (%s x)) x)))\n", l->shown, e->shown);
+  fprintf(h, "(assert (forall ((x Real)) (=> (> x 0.0) (= (%s (%s x)) x))))\n", e->shown, l->shown);
+}
+
 /* Names: every declaration quoted; those whose quoted names coincide
  * (sorted by name, then signature, so the choice is deterministic) get
  * "!vd2", "!vd3", ... in that order.  The vector keeps the walk's order
@@ -384,9 +430,11 @@ static vd_rc name_decls(walk *w, decl **order) {
 }
 
 /* The script: the header as comments, the declarations, the definitions
- * (dbuf) and the goal (gbuf, a disjunction of open_pairs disjuncts). */
+ * (dbuf), the stage's facts and laws (hbuf) and the goal (gbuf, a
+ * disjunction of open_pairs disjuncts). */
 static void write_script(FILE *out, const char *header, const walk *w, decl *const *order, const char *dbuf,
-                         size_t dlen, const char *gbuf, size_t glen, size_t open_pairs) {
+                         size_t dlen, const char *hbuf, size_t hlen, const char *gbuf, size_t glen,
+                         size_t open_pairs) {
   if (header && *header) {
     const char *p = header;
     while (*p) {
@@ -400,6 +448,7 @@ static void write_script(FILE *out, const char *header, const walk *w, decl *con
   for (size_t i = 0; i < w->decls.n; i++) fprintf(out, "(declare-fun %s %s)\n", order[i]->shown, order[i]->sig);
   fputs("; hypotheses: the definitions below (the parallel leaves' lineage is substituted into them)\n", out);
   emit_resolved(out, dbuf, dlen, &w->decls);
+  emit_resolved(out, hbuf, hlen, &w->decls);
   fputs("; goal\n", out);
   if (open_pairs == 0) fputs("(assert false)\n", out);
   else if (open_pairs == 1) {
@@ -417,32 +466,35 @@ static void write_script(FILE *out, const char *header, const walk *w, decl *con
 vd_rc vd_smt_write_obligation(vd_smt *s, const vd_term *par, const vd_term *single, size_t n, const char *header,
                               FILE *out, vd_smt_cert_stats *stats, vd_diag *d) {
   walk w = {.s = s, .z = vd_smt_i_z3(s), .slot = {.first_cap = 1024}, .declidx = {.first_cap = 1024}, .d = d};
-  char *dbuf = NULL, *gbuf = NULL;
-  size_t dlen = 0, glen = 0;
-  FILE *goal = NULL;
+  char *dbuf = NULL, *gbuf = NULL, *hbuf = NULL;
+  size_t dlen = 0, glen = 0, hlen = 0;
+  FILE *goal = NULL, *hyp = NULL;
   decl **order = NULL;
   vd_rc rc = vd_smt_status(s, d, "certificate");
   if (rc != VD_OK) return rc;
   memset(stats, 0, sizeof(*stats));
   w.defs = open_memstream(&dbuf, &dlen);
   goal = open_memstream(&gbuf, &glen);
-  if (!w.defs || !goal) {
+  hyp = open_memstream(&hbuf, &hlen);
+  if (!w.defs || !goal || !hyp) {
     rc = VD_OOM(d);
     goto done;
   }
   size_t open_pairs = 0;
   if ((rc = write_goal(&w, par, single, n, goal, &open_pairs)) != VD_OK) goto done;
-  if (fflush(w.defs) || fflush(goal)) {
-    rc = VD_OOM(d);
-    goto done;
-  }
+  if ((rc = write_facts(&w, hyp)) != VD_OK) goto done;
   order = vd_calloc(w.decls.n + 1, sizeof(*order));
   if (!order) {
     rc = VD_OOM(d);
     goto done;
   }
   if ((rc = name_decls(&w, order)) != VD_OK) goto done;
-  write_script(out, header, &w, order, dbuf, dlen, gbuf, glen, open_pairs);
+  write_laws(&w, hyp);
+  if (fflush(w.defs) || fflush(goal) || fflush(hyp)) {
+    rc = VD_OOM(d);
+    goto done;
+  }
+  write_script(out, header, &w, order, dbuf, dlen, hbuf, hlen, gbuf, glen, open_pairs);
   stats->n_pairs = open_pairs;
   stats->n_defs = (size_t)w.n_defs;
   stats->n_decls = w.decls.n;
@@ -450,8 +502,10 @@ vd_rc vd_smt_write_obligation(vd_smt *s, const vd_term *par, const vd_term *sing
 done:
   if (w.defs) fclose(w.defs);
   if (goal) fclose(goal);
+  if (hyp) fclose(hyp);
   free(dbuf); /* open_memstream's buffers come from malloc */
   free(gbuf);
+  free(hbuf);
   for (size_t i = 0; i < w.decls.n; i++) {
     vd_free(w.decls.v[i].raw);
     vd_free(w.decls.v[i].sig);

@@ -238,6 +238,7 @@ static vd_rc nf_pass(vd_smt *s, int structural, const vd_term *par, const vd_ter
   if (nf) {
     res->nf_steps += vd_smt_nf_steps(nf);
     res->nf_gave_up = vd_smt_nf_gave_up(nf);
+    if (vd_smt_nf_laws_used(nf)) vd_smt_i_set_laws_used(s, 1);
   }
   vd_smt_nf_free(nf);
   return rc;
@@ -287,6 +288,13 @@ static vd_rc cross_check(vd_smt *s, const vd_term *par, const vd_term *single, s
                          vd_smt_result *res, vd_diag *d) {
   vd_smt_result z;
   memset(&z, 0, sizeof(z));
+  if (vd_smt_i_laws_used(s)) {
+    /* The proof rests on the laws of the real exp and log (smt_poly_laws.c):
+     * Z3 knows them only as quantified axioms, and its instantiation ran out
+     * of memory on the vocab-parallel cross-entropy.  Nothing learned. */
+    res->cross = VD_SMT_CROSS_UNKNOWN;
+    return VD_OK;
+  }
   for (size_t i = 0; i < n; i++) open[i] = i;
   /* In this thread's own context, bounded by Z3's deterministic resource
    * limit (the stage budget): a fresh context and a helper thread per

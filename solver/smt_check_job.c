@@ -63,6 +63,7 @@ static vd_rc make_goal(vd_smt *s, const vd_term *par, const vd_term *single, con
   *goal = NULL;
   if (!vd_smt_i_failed(s)) *goal = n_open == 1 ? ne[0] : vd_smt_i_keep(s, Z3_mk_or(z, (unsigned)n_open, (Z3_ast *)ne));
   vd_free(ne);
+  if (*goal) *goal = vd_smt_i_assume_facts(s, *goal);
   return *goal ? VD_OK : VD_EINTERNAL;
 }
 

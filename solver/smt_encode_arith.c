@@ -410,8 +410,17 @@ ENC(embedding_backward) {
   return VD_OK;
 }
 
+/* A checked pick's labels are in [start, start + v): the program fails on
+ * any other (nll_loss), so the stage may assume it (smt.h, index facts). */
+static void note_checked_labels(call_t *c, vd_smt *s, const vd_smt_tensor *labels, int64_t start,
+                                int64_t v) {
+  if (!aint(c, "checked", 0)) return;
+  for (int64_t i = 0; i < labels->numel; i++) vd_smt_note_index_range(s, labels->t[i], start, start + v);
+}
+
 ENC(pick) {
   int64_t n = IN(0)->shape.d[0], v = IN(0)->shape.d[1], start = aint(c, "start", 0);
+  note_checked_labels(c, s, IN(1), start, v);
   for (int64_t i = 0; i < n; i++) OUT(0)->t[i] = lookup(s, IN(1)->t[i], start, v, IN(0)->t + i * v, 1);
   return VD_OK;
 }
@@ -419,6 +428,7 @@ ENC(pick) {
 ENC(pick_backward) {
   int64_t n = OUT(0)->shape.d[0], v = OUT(0)->shape.d[1], start = aint(c, "start", 0);
   vd_term zero = I(s, 0);
+  note_checked_labels(c, s, IN(0), start, v);
   for (int64_t i = 0; i < n; i++)
     for (int64_t j = 0; j < v; j++) {
       vd_term lab = IN(0)->t[i];

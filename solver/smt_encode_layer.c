@@ -40,62 +40,76 @@ static norm_rows norm_rows_of(call_t *c, vd_smt *s, double eps0) {
   return n;
 }
 
-ENC(rms_norm) {
-  norm_rows n = norm_rows_of(c, s, 1e-6);
-  int64_t h = n.h, rows = n.rows;
-  vd_term kh = n.kh;
-  double eps = n.eps;
-  vd_term *sq = vd_malloc(sizeof(vd_term) * (size_t)(h + 1));
-  if (!sq) return VD_OOM(c->diag);
-  for (int64_t r = 0; r < rows; r++) {
+/* The rows of one norm encoder: OUT(0) row by row and the per-h gradient
+ * terms of a backward added to acc (the weight's, then the bias's), with
+ * scratch buf. */
+typedef void (*norm_pass)(call_t *c, vd_smt *s, const norm_rows *n, acc_t *acc, vd_term *buf);
+
+/* A norm encoder (eps default eps0): n_acc accumulators over the rows for
+ * outputs 1, .. (a backward's weight and bias gradients), a scratch buffer
+ * of bufs * h terms, the rows (pass), then the accumulated sums. */
+static vd_rc norm_enc(call_t *c, vd_smt *s, double eps0, int n_acc, int64_t bufs, norm_pass pass) {
+  norm_rows n = norm_rows_of(c, s, eps0);
+  acc_t acc[2];
+  for (int k = 0; k < n_acc; k++) {
+    vd_rc rc = acc_init(&acc[k], n.h, n.rows, c->diag);
+    if (rc != VD_OK) {
+      while (k--) acc_drop(&acc[k]);
+      return rc;
+    }
+  }
+  vd_term *buf = vd_malloc(sizeof(vd_term) * (size_t)(bufs * n.h + 1));
+  if (!buf) {
+    for (int k = 0; k < n_acc; k++) acc_drop(&acc[k]);
+    return VD_OOM(c->diag);
+  }
+  pass(c, s, &n, acc, buf);
+  vd_free(buf);
+  for (int k = 0; k < n_acc; k++) acc_done(s, &acc[k], OUT(1 + k), n.krows);
+  return VD_OK;
+}
+
+static void rms_rows(call_t *c, vd_smt *s, const norm_rows *n, acc_t *acc, vd_term *sq) {
+  (void)acc;
+  int64_t h = n->h;
+  for (int64_t r = 0; r < n->rows; r++) {
     vd_term *x = IN(0)->t + r * h;
     for (int64_t i = 0; i < h; i++) sq[i] = vd_smt_mul(s, x[i], x[i]);
-    vd_term inv = inv_norm(s, kh, sq, h, divisor(c, h), eps);
+    vd_term inv = inv_norm(s, n->kh, sq, h, divisor(c, h), n->eps);
     for (int64_t i = 0; i < h; i++) {
       vd_term f[3] = {x[i], inv, IN(1)->t[i]};
       OUT(0)->t[r * h + i] = vd_smt_prod(s, 3, f);
     }
   }
-  vd_free(sq);
-  return VD_OK;
 }
 
-ENC(rms_norm_backward) {
-  norm_rows n = norm_rows_of(c, s, 1e-6);
-  int64_t h = n.h, rows = n.rows;
-  vd_term kh = n.kh, krows = n.krows;
-  double eps = n.eps;
+ENC(rms_norm) { return norm_enc(c, s, 1e-6, 0, 1, rms_rows); }
+
+static void rms_backward_rows(call_t *c, vd_smt *s, const norm_rows *n, acc_t *gw, vd_term *buf) {
+  int64_t h = n->h;
   const vd_term *w = IN(1)->t;
-  acc_t gw;
-  VD_CHECK(acc_init(&gw, h, rows, c->diag));
-  vd_term *buf = vd_malloc(sizeof(vd_term) * (size_t)(2 * h + 1));
-  if (!buf) {
-    acc_drop(&gw);
-    return VD_OOM(c->diag);
-  }
   vd_term *sq = buf, *dt = buf + h;
-  for (int64_t r = 0; r < rows; r++) {
+  for (int64_t r = 0; r < n->rows; r++) {
     vd_term *x = IN(0)->t + r * h, *g = IN(2)->t + r * h;
     for (int64_t i = 0; i < h; i++) {
       sq[i] = vd_smt_mul(s, x[i], x[i]);
       vd_term f[3] = {g[i], w[i], x[i]};
       dt[i] = vd_smt_prod(s, 3, f);
     }
-    vd_term inv = inv_norm(s, kh, sq, h, divisor(c, h), eps);
-    vd_term dot = vd_smt_csum(s, kh, (size_t)h, dt);
+    vd_term inv = inv_norm(s, n->kh, sq, h, divisor(c, h), n->eps);
+    vd_term dot = vd_smt_csum(s, n->kh, (size_t)h, dt);
     /* gx_i = inv w_i g_i - x_i inv^3 dot / h */
     vd_term k = vd_smt_div(s, vd_smt_mul(s, vd_smt_pow_int(s, inv, 3), dot), I(s, divisor(c, h)));
     for (int64_t i = 0; i < h; i++) {
       vd_term f[3] = {inv, w[i], g[i]};
       OUT(0)->t[r * h + i] = vd_smt_sub(s, vd_smt_prod(s, 3, f), vd_smt_mul(s, x[i], k));
       vd_term e[3] = {g[i], x[i], inv};
-      acc_add(&gw, i, vd_smt_prod(s, 3, e));
+      acc_add(gw, i, vd_smt_prod(s, 3, e));
     }
   }
-  vd_free(buf);
-  acc_done(s, &gw, OUT(1), krows);
-  return VD_OK;
 }
+
+ENC(rms_norm_backward) { return norm_enc(c, s, 1e-6, 1, 2, rms_backward_rows); }
 
 /* Row statistics of layer_norm: xc_i = x_i - mean, inv = rsqrt(var + eps). */
 static vd_term ln_row(vd_smt *s, vd_term kh, const vd_term *x, int64_t h, int64_t dv, double eps, vd_term *xc,
@@ -108,67 +122,46 @@ static vd_term ln_row(vd_smt *s, vd_term kh, const vd_term *x, int64_t h, int64_
   return inv_norm(s, kh, sq, h, dv, eps);
 }
 
-ENC(layer_norm) {
-  norm_rows n = norm_rows_of(c, s, 1e-5);
-  int64_t h = n.h, rows = n.rows;
-  vd_term kh = n.kh;
-  double eps = n.eps;
-  vd_term *buf = vd_malloc(sizeof(vd_term) * (size_t)(2 * h + 1));
-  if (!buf) return VD_OOM(c->diag);
+static void ln_rows(call_t *c, vd_smt *s, const norm_rows *n, acc_t *acc, vd_term *buf) {
+  (void)acc;
+  int64_t h = n->h;
   vd_term *xc = buf, *sq = buf + h;
-  for (int64_t r = 0; r < rows; r++) {
-    vd_term inv = ln_row(s, kh, IN(0)->t + r * h, h, divisor(c, h), eps, xc, sq);
+  for (int64_t r = 0; r < n->rows; r++) {
+    vd_term inv = ln_row(s, n->kh, IN(0)->t + r * h, h, divisor(c, h), n->eps, xc, sq);
     for (int64_t i = 0; i < h; i++) {
       vd_term f[3] = {xc[i], inv, IN(1)->t[i]};
       OUT(0)->t[r * h + i] = vd_smt_add(s, vd_smt_prod(s, 3, f), IN(2)->t[i]);
     }
   }
-  vd_free(buf);
-  return VD_OK;
 }
 
-ENC(layer_norm_backward) {
-  norm_rows n = norm_rows_of(c, s, 1e-5);
-  int64_t h = n.h, rows = n.rows;
-  vd_term kh = n.kh, krows = n.krows;
-  double eps = n.eps;
+ENC(layer_norm) { return norm_enc(c, s, 1e-5, 0, 2, ln_rows); }
+
+/* acc: the weight's gradient terms, then the bias's. */
+static void ln_backward_rows(call_t *c, vd_smt *s, const norm_rows *n, acc_t *acc, vd_term *buf) {
+  int64_t h = n->h;
   const vd_term *w = IN(1)->t;
-  acc_t gw, gb;
-  VD_CHECK(acc_init(&gw, h, rows, c->diag));
-  vd_rc rc = acc_init(&gb, h, rows, c->diag);
-  if (rc != VD_OK) {
-    acc_drop(&gw);
-    return rc;
-  }
-  vd_term *buf = vd_malloc(sizeof(vd_term) * (size_t)(5 * h + 1));
-  if (!buf) {
-    acc_drop(&gw);
-    acc_drop(&gb);
-    return VD_OOM(c->diag);
-  }
   vd_term *xc = buf, *sq = buf + h, *xh = buf + 2 * h, *gh = buf + 3 * h, *ghx = buf + 4 * h;
-  for (int64_t r = 0; r < rows; r++) {
+  for (int64_t r = 0; r < n->rows; r++) {
     const vd_term *g = IN(2)->t + r * h;
-    vd_term inv = ln_row(s, kh, IN(0)->t + r * h, h, divisor(c, h), eps, xc, sq);
+    vd_term inv = ln_row(s, n->kh, IN(0)->t + r * h, h, divisor(c, h), n->eps, xc, sq);
     for (int64_t i = 0; i < h; i++) {
       xh[i] = vd_smt_mul(s, xc[i], inv);
       gh[i] = vd_smt_mul(s, g[i], w[i]);
       ghx[i] = vd_smt_mul(s, gh[i], xh[i]);
-      acc_add(&gw, i, vd_smt_mul(s, g[i], xh[i]));
-      acc_add(&gb, i, g[i]);
+      acc_add(&acc[0], i, vd_smt_mul(s, g[i], xh[i]));
+      acc_add(&acc[1], i, g[i]);
     }
-    vd_term m1 = vd_smt_div(s, vd_smt_csum(s, kh, (size_t)h, gh), I(s, divisor(c, h)));
-    vd_term m2 = vd_smt_div(s, vd_smt_csum(s, kh, (size_t)h, ghx), I(s, divisor(c, h)));
+    vd_term m1 = vd_smt_div(s, vd_smt_csum(s, n->kh, (size_t)h, gh), I(s, divisor(c, h)));
+    vd_term m2 = vd_smt_div(s, vd_smt_csum(s, n->kh, (size_t)h, ghx), I(s, divisor(c, h)));
     /* gx_i = inv (g_i w_i - m1 - xh_i m2) */
     for (int64_t i = 0; i < h; i++)
       OUT(0)->t[r * h + i] =
           vd_smt_mul(s, inv, vd_smt_sub(s, vd_smt_sub(s, gh[i], m1), vd_smt_mul(s, xh[i], m2)));
   }
-  vd_free(buf);
-  acc_done(s, &gw, OUT(1), krows);
-  acc_done(s, &gb, OUT(2), krows);
-  return VD_OK;
 }
+
+ENC(layer_norm_backward) { return norm_enc(c, s, 1e-5, 2, 5, ln_backward_rows); }
 
 /* ---- rotary embedding, mask, softmax ------------------------------------- */
 
@@ -260,38 +253,38 @@ static vd_rc rotary(call_t *c, vd_smt *s, int backward) {
 ENC(apply_rotary_emb) { return rotary(c, s, 0); }
 ENC(apply_rotary_emb_backward) { return rotary(c, s, 1); }
 
-ENC(softmax) {
+/* One line of a softmax encoder: the elements at base + j * l->inner
+ * (j < l->len), k the count scale of a line, buf scratch of l->len terms. */
+typedef void (*softmax_line)(call_t *c, vd_smt *s, int64_t base, const vd_op_lines *l, vd_term k, vd_term *buf);
+
+/* A softmax encoder: the lines along attribute dim, each through line. */
+static vd_rc softmax_enc(call_t *c, vd_smt *s, softmax_line line) {
   int32_t dim = adim(c, "dim", -1, IN(0)->shape.ndim);
   vd_op_lines l = vd_op_lines_of(&IN(0)->shape, dim);
   vd_term k = dims_scale(s, c, 0, dim, dim + 1);
-  vd_term *e = vd_malloc(sizeof(vd_term) * (size_t)(l.len + 1));
-  if (!e) return VD_OOM(c->diag);
+  vd_term *buf = vd_malloc(sizeof(vd_term) * (size_t)(l.len + 1));
+  if (!buf) return VD_OOM(c->diag);
   for (int64_t o = 0; o < l.outer; o++)
-    for (int64_t i = 0; i < l.inner; i++) {
-      int64_t base = o * l.len * l.inner + i;
-      for (int64_t j = 0; j < l.len; j++) e[j] = uf1(s, "exp", IN(0)->t[base + j * l.inner]);
-      vd_term z = vd_smt_csum(s, k, (size_t)l.len, e);
-      for (int64_t j = 0; j < l.len; j++) OUT(0)->t[base + j * l.inner] = vd_smt_div(s, e[j], z);
-    }
-  vd_free(e);
+    for (int64_t i = 0; i < l.inner; i++) line(c, s, o * l.len * l.inner + i, &l, k, buf);
+  vd_free(buf);
   return VD_OK;
 }
 
-ENC(softmax_backward) {
-  int32_t dim = adim(c, "dim", -1, IN(0)->shape.ndim);
-  vd_op_lines l = vd_op_lines_of(&IN(0)->shape, dim);
-  vd_term k = dims_scale(s, c, 0, dim, dim + 1);
-  vd_term *p = vd_malloc(sizeof(vd_term) * (size_t)(l.len + 1));
-  if (!p) return VD_OOM(c->diag);
-  for (int64_t o = 0; o < l.outer; o++)
-    for (int64_t i = 0; i < l.inner; i++) {
-      int64_t base = o * l.len * l.inner + i;
-      const vd_term *y = IN(0)->t + base, *g = IN(1)->t + base;
-      for (int64_t j = 0; j < l.len; j++) p[j] = vd_smt_mul(s, g[j * l.inner], y[j * l.inner]);
-      vd_term dot = vd_smt_csum(s, k, (size_t)l.len, p);
-      for (int64_t j = 0; j < l.len; j++)
-        OUT(0)->t[base + j * l.inner] = vd_smt_mul(s, y[j * l.inner], vd_smt_sub(s, g[j * l.inner], dot));
-    }
-  vd_free(p);
-  return VD_OK;
+/* y_j = exp(x_j) / sum exp(x) */
+static void softmax_fwd(call_t *c, vd_smt *s, int64_t base, const vd_op_lines *l, vd_term k, vd_term *e) {
+  for (int64_t j = 0; j < l->len; j++) e[j] = uf1(s, "exp", IN(0)->t[base + j * l->inner]);
+  vd_term z = vd_smt_csum(s, k, (size_t)l->len, e);
+  for (int64_t j = 0; j < l->len; j++) OUT(0)->t[base + j * l->inner] = vd_smt_div(s, e[j], z);
 }
+
+/* gx_j = y_j (g_j - sum g y) */
+static void softmax_bwd(call_t *c, vd_smt *s, int64_t base, const vd_op_lines *l, vd_term k, vd_term *p) {
+  const vd_term *y = IN(0)->t + base, *g = IN(1)->t + base;
+  for (int64_t j = 0; j < l->len; j++) p[j] = vd_smt_mul(s, g[j * l->inner], y[j * l->inner]);
+  vd_term dot = vd_smt_csum(s, k, (size_t)l->len, p);
+  for (int64_t j = 0; j < l->len; j++)
+    OUT(0)->t[base + j * l->inner] = vd_smt_mul(s, y[j * l->inner], vd_smt_sub(s, g[j * l->inner], dot));
+}
+
+ENC(softmax) { return softmax_enc(c, s, softmax_fwd); }
+ENC(softmax_backward) { return softmax_enc(c, s, softmax_bwd); }

@@ -54,6 +54,14 @@ static vd_rc enc_done(call_t *c) {
   return VD_OK;
 }
 
+/* A MoE encoder: the call's checks, its body, then the check that every
+ * output element got a term (a body's error is returned as it is). */
+static vd_rc moe_enc(call_t *c, vd_rc (*body)(call_t *c, vd_smt *s)) {
+  VD_CHECK(enc_check(c));
+  VD_CHECK(body(c, c->smt));
+  return enc_done(c);
+}
+
 /* Refuses term arrays too large to build (the stage was not reduced). */
 static vd_rc enc_budget(call_t *c, int64_t a, int64_t b, int64_t d) {
   if (a < 0 || b < 0 || d < 0 || (double)a * (double)b * (double)d > (double)(1 << 26))
@@ -88,9 +96,7 @@ static void gate_args(vd_smt *s, call_t *c, const gate_cfg *g, int64_t t, vd_ter
     for (int64_t e = 0; e < g->E; e++) args[g->E + e] = IN(2)->t[e];
 }
 
-vd_rc vd_moe_enc_gate_fw(const struct vd_op_encode_call *c) {
-  VD_CHECK(enc_check(c));
-  vd_smt *s = c->smt;
+static vd_rc body_gate_fw(call_t *c, vd_smt *s) {
   gate_cfg g;
   gate_cfg_enc(c, c->n_in == 3, &g);
   VD_CHECK(enc_budget(c, g.T, g.E, g.k + g.H));
@@ -109,12 +115,11 @@ vd_rc vd_moe_enc_gate_fw(const struct vd_op_encode_call *c) {
     }
   }
   vd_free(args);
-  return enc_done(c);
+  return VD_OK;
 }
+vd_rc vd_moe_enc_gate_fw(const struct vd_op_encode_call *c) { return moe_enc(c, body_gate_fw); }
 
-vd_rc vd_moe_enc_gate_fw_backward(const struct vd_op_encode_call *c) {
-  VD_CHECK(enc_check(c));
-  vd_smt *s = c->smt;
+static vd_rc body_gate_fw_backward(call_t *c, vd_smt *s) {
   gate_cfg g;
   int bias = c->n_in == 6;
   gate_cfg_enc(c, bias, &g);
@@ -152,8 +157,9 @@ vd_rc vd_moe_enc_gate_fw_backward(const struct vd_op_encode_call *c) {
   if (bias)
     for (int64_t e = 0; e < g.E; e++) OUT(2)->t[e] = vd_smt_num_int(s, 0);
   vd_free(dl);
-  return enc_done(c);
+  return VD_OK;
 }
+vd_rc vd_moe_enc_gate_fw_backward(const struct vd_op_encode_call *c) { return moe_enc(c, body_gate_fw_backward); }
 
 /* [idx == start + e] as a 0/1 Real term; the numeral follows idx's sort. */
 static vd_term routed(vd_smt *s, vd_term idx, int64_t e) {
@@ -203,9 +209,7 @@ static vd_rc gmm_cfg_enc(call_t *c, gmm_cfg *g) {
   return enc_budget(c, g->T, g->El, g->F + g->H + g->K);
 }
 
-vd_rc vd_moe_enc_nnscaler_moe_gmm(const struct vd_op_encode_call *c) {
-  VD_CHECK(enc_check(c));
-  vd_smt *s = c->smt;
+static vd_rc body_nnscaler_moe_gmm(call_t *c, vd_smt *s) {
   gmm_cfg g;
   VD_CHECK(gmm_cfg_enc(c, &g));
   size_t nb = (size_t)(g.K + 3 * g.F + g.H + (g.H + g.F + g.K) + g.El * g.H + g.El + 1);
@@ -226,12 +230,11 @@ vd_rc vd_moe_enc_nnscaler_moe_gmm(const struct vd_op_encode_call *c) {
     }
   }
   vd_free(buf);
-  return enc_done(c);
+  return VD_OK;
 }
+vd_rc vd_moe_enc_nnscaler_moe_gmm(const struct vd_op_encode_call *c) { return moe_enc(c, body_nnscaler_moe_gmm); }
 
-vd_rc vd_moe_enc_nnscaler_moe_gmm_backward(const struct vd_op_encode_call *c) {
-  VD_CHECK(enc_check(c));
-  vd_smt *s = c->smt;
+static vd_rc body_nnscaler_moe_gmm_backward(call_t *c, vd_smt *s) {
   gmm_cfg g;
   VD_CHECK(gmm_cfg_enc(c, &g));
   int64_t TE = g.T * g.El, nt = g.T;
@@ -301,6 +304,9 @@ vd_rc vd_moe_enc_nnscaler_moe_gmm_backward(const struct vd_op_encode_call *c) {
         OUT(4)->t[(e * g.H + h) * g.F + f] = vd_smt_csum(s, kt, (size_t)g.T, tmp);
       }
   vd_free(buf);
-  return enc_done(c);
+  return VD_OK;
+}
+vd_rc vd_moe_enc_nnscaler_moe_gmm_backward(const struct vd_op_encode_call *c) {
+  return moe_enc(c, body_nnscaler_moe_gmm_backward);
 }
 

@@ -176,7 +176,7 @@ static int q_rehash(vd_smt_nf *nf) {
 }
 
 /* Interned id of the rational v (non-zero); -1 on ENOMEM or when too large. */
-static int64_t coef_intern(vd_smt_nf *nf, const mpq_t v) {
+int64_t vd_smt_i_nf_coef_intern(vd_smt_nf *nf, const mpq_t v) {
   if (too_big(v)) {
     nf->gave_up = 1;
     return -1;
@@ -279,7 +279,7 @@ int64_t vd_smt_i_nf_acc_finish(vd_smt_nf *nf) {
     if (mpq_sgn(nf->acc_val[i]) != 0) nf->buf2[k++] = (uint32_t)i;
   qsort_r(nf->buf2, k, sizeof(uint32_t), by_mono, nf->acc_mono);
   for (size_t i = 0; i < k; i++) {
-    int64_t c = coef_intern(nf, nf->acc_val[nf->buf2[i]]);
+    int64_t c = vd_smt_i_nf_coef_intern(nf, nf->acc_val[nf->buf2[i]]);
     if (c < 0) return -1;
     nf->buf[2 * i] = nf->acc_mono[nf->buf2[i]];
     nf->buf[2 * i + 1] = (uint32_t)c;
@@ -291,7 +291,7 @@ int64_t vd_smt_i_nf_acc_finish(vd_smt_nf *nf) {
 
 /* ---- monomials and polynomials ---------------------------------------------- */
 
-static int64_t mono_mul(vd_smt_nf *nf, uint32_t a, uint32_t b) {
+int64_t vd_smt_i_nf_mono_mul(vd_smt_nf *nf, uint32_t a, uint32_t b) {
   if (a == 0) return b;
   if (b == 0) return a;
   uint64_t key = a < b ? ((uint64_t)a << 32 | b) : ((uint64_t)b << 32 | a);
@@ -317,8 +317,19 @@ static int64_t mono_mul(vd_smt_nf *nf, uint32_t a, uint32_t b) {
       m[k++] = y[j + 1];
       j += 2;
     } else {
-      m[k++] = x[i];
-      m[k++] = x[i + 1] + y[j + 1];
+      /* Exponents are int32 (only exp atoms go negative: exp(-m) is
+       * exp(m)^-1, and exp is never 0); a factor whose exponent sums to 0
+       * drops out. */
+      int64_t e = (int64_t)(int32_t)x[i + 1] + (int32_t)y[j + 1];
+      if (e > INT32_MAX / 2 || e < INT32_MIN / 2) {
+        vd_free(m);
+        nf->gave_up = 1;
+        return -1;
+      }
+      if (e != 0) {
+        m[k++] = x[i];
+        m[k++] = (uint32_t)(int32_t)e;
+      }
       i += 2;
       j += 2;
     }
@@ -388,7 +399,7 @@ int64_t vd_smt_i_nf_poly_mul(vd_smt_nf *nf, uint32_t a, uint32_t b) {
   vd_smt_i_nf_acc_reset(nf);
   for (uint32_t i = 0; i < na && r == 0; i++)
     for (uint32_t j = 0; j < nb && r == 0; j++) {
-      int64_t m = mono_mul(nf, x[2 * i], y[2 * j]);
+      int64_t m = vd_smt_i_nf_mono_mul(nf, x[2 * i], y[2 * j]);
       r = m < 0 ? -1 : vd_smt_i_nf_acc_add(nf, (uint32_t)m, nf->q[x[2 * i + 1]], nf->q[y[2 * j + 1]]);
     }
   vd_free(x);
@@ -410,14 +421,22 @@ int64_t vd_smt_i_nf_poly_scale(vd_smt_nf *nf, uint32_t p, const mpq_t c) {
   return r == 0 ? vd_smt_i_nf_acc_finish(nf) : -1;
 }
 
-int64_t vd_smt_i_nf_poly_const(vd_smt_nf *nf, const mpq_t c) {
+int64_t vd_smt_i_nf_mono_poly(vd_smt_nf *nf, uint32_t mono, const mpq_t c) {
   if (mpq_sgn(c) == 0) return nf->zero_poly;
-  int64_t q = coef_intern(nf, c);
+  int64_t q = vd_smt_i_nf_coef_intern(nf, c);
   if (q < 0) return -1;
-  uint32_t pr[2] = {0, (uint32_t)q};
+  uint32_t pr[2] = {mono, (uint32_t)q};
   int64_t id = vd_smt_i_nf_seq_intern(&nf->polys, pr, 2);
   if (id < 0) nf->oom = 1;
   return id;
+}
+
+int64_t vd_smt_i_nf_poly_const(vd_smt_nf *nf, const mpq_t c) { return vd_smt_i_nf_mono_poly(nf, 0, c); }
+
+int64_t vd_smt_i_nf_poly_pow(vd_smt_nf *nf, uint32_t p, unsigned e) {
+  int64_t r = nf->one_poly;
+  for (unsigned i = 0; i < e && r >= 0; i++) r = vd_smt_i_nf_poly_mul(nf, (uint32_t)r, p);
+  return r;
 }
 
 /* 1 and *c = the value when p is a constant polynomial (0 included). */
@@ -442,12 +461,7 @@ int64_t vd_smt_i_nf_atom_poly(vd_smt_nf *nf, const uint32_t *key, uint32_t n) {
   int64_t m = vd_smt_i_nf_seq_intern(&nf->monos, mono, 2);
   if (m < 0) return nf->oom = 1, -1;
   mpq_set_ui(nf->t2, 1, 1);
-  int64_t one = coef_intern(nf, nf->t2);
-  if (one < 0) return -1;
-  uint32_t pr[2] = {(uint32_t)m, (uint32_t)one};
-  int64_t id = vd_smt_i_nf_seq_intern(&nf->polys, pr, 2);
-  if (id < 0) nf->oom = 1;
-  return id;
+  return vd_smt_i_nf_mono_poly(nf, (uint32_t)m, nf->t2);
 }
 
 /* p scaled so that its first coefficient (in monomial-id order) is 1, or

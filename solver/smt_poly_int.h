@@ -17,7 +17,9 @@
 #define VD_NF_MAX_COEF_BITS 4096
 #define MAX_POW 64
 
-enum { A_CONST = 1, A_APP, A_GEN, A_EQ, A_LE, A_LT, A_TRUE, A_FALSE, A_DIV, A_EQGEN, A_MUL };
+enum { A_CONST = 1, A_APP, A_GEN, A_EQ, A_LE, A_LT, A_TRUE, A_FALSE, A_DIV, A_EQGEN, A_MUL,
+       /* the laws' atoms (smt_poly_laws.c) */
+       A_EXP, A_LOG, A_INV, A_LOGC, A_IND };
 
 /* A product whose expansion would have more than this many terms stays a
  * product: an atom keyed by the normal forms of its two factors (sorted).
@@ -103,6 +105,8 @@ struct vd_smt_nf {
   size_t cap_buf2;
   mpq_t t1, t2;
   uint32_t zero_poly, one_poly, true_poly, false_poly;
+  u64map kernels;    /* declaration ast id -> kernel kind (smt_poly_laws.c) */
+  int laws_used;     /* a law of smt_poly_laws.c rewrote a term */
 };
 
 /* Counts work steps against the budget; -1 (sticky give-up) past it. */
@@ -124,12 +128,22 @@ int vd_smt_i_nf_acc_add(vd_smt_nf *nf, uint32_t mono, const mpq_t a, const mpq_t
 /* The accumulated polynomial, interned; -1 on failure. */
 int64_t vd_smt_i_nf_acc_finish(vd_smt_nf *nf);
 
+/* ---- coefficients and monomials (smt_poly.c) ------------------------------ */
+/* Interned id of the rational v; -1 (and gave_up/oom) when too big or ENOMEM. */
+int64_t vd_smt_i_nf_coef_intern(vd_smt_nf *nf, const mpq_t v);
+/* The product of monomials a and b (memoised); -1 on failure. */
+int64_t vd_smt_i_nf_mono_mul(vd_smt_nf *nf, uint32_t a, uint32_t b);
+
 /* ---- polynomials (smt_poly.c); each returns an id or -1 ------------------- */
 /* sum of sign_i * p_i (sign NULL: all +1). */
 int64_t vd_smt_i_nf_poly_sum(vd_smt_nf *nf, const uint32_t *p, const int *sign, size_t k);
 int64_t vd_smt_i_nf_poly_mul(vd_smt_nf *nf, uint32_t a, uint32_t b);
 int64_t vd_smt_i_nf_poly_scale(vd_smt_nf *nf, uint32_t p, const mpq_t c);
 int64_t vd_smt_i_nf_poly_const(vd_smt_nf *nf, const mpq_t c);
+/* c * mono (0 when c is 0). */
+int64_t vd_smt_i_nf_mono_poly(vd_smt_nf *nf, uint32_t mono, const mpq_t c);
+/* p^e by repeated multiplication. */
+int64_t vd_smt_i_nf_poly_pow(vd_smt_nf *nf, uint32_t p, unsigned e);
 /* 1 and *c = the value when p is a constant polynomial (0 included). */
 int vd_smt_i_nf_poly_is_const(vd_smt_nf *nf, uint32_t p, mpq_t c);
 /* The polynomial of the single atom keyed by key[0..n). */
@@ -137,5 +151,17 @@ int64_t vd_smt_i_nf_atom_poly(vd_smt_nf *nf, const uint32_t *key, uint32_t n);
 /* p scaled so that its first coefficient (in monomial-id order) is 1, or
  * +-1 when positive = 1 (comparisons keep their direction). */
 int64_t vd_smt_i_nf_poly_monic(vd_smt_nf *nf, uint32_t p, int positive);
+
+/* ---- the laws of exp, log, positive division and indicators (smt_poly_laws.c);
+ * each returns a polynomial id, -1 on failure, or NO_LAW (-2) when the law
+ * does not apply (the caller makes the plain atom). */
+#define NO_LAW (-2)
+/* The kernel a declaration names: KERNEL_EXP, KERNEL_LOG or 0 (cached). */
+enum { KERNEL_OTHER = 1, KERNEL_EXP, KERNEL_LOG };
+int vd_smt_i_nf_kernel(vd_smt_nf *nf, Z3_func_decl f);
+int64_t vd_smt_i_nf_exp(vd_smt_nf *nf, uint32_t p);
+int64_t vd_smt_i_nf_log(vd_smt_nf *nf, uint32_t p);
+int64_t vd_smt_i_nf_div(vd_smt_nf *nf, uint32_t a, uint32_t b);
+int64_t vd_smt_i_nf_ite(vd_smt_nf *nf, uint32_t cond, uint32_t a, uint32_t b);
 
 #endif

@@ -59,6 +59,7 @@ void vd_smt_nf_free(vd_smt_nf *nf) {
   vd_smt_i_nf_u64map_free(&nf->memo);
   vd_smt_i_nf_u64map_free(&nf->parents);
   vd_smt_i_nf_u64map_free(&nf->mono_mul);
+  vd_smt_i_nf_u64map_free(&nf->kernels);
   for (size_t i = 0; i < nf->init_lq; i++) mpq_clear(nf->lq[i]);
   vd_free(nf->lq);
   vd_free(nf->lf);
@@ -77,6 +78,20 @@ void vd_smt_nf_free(vd_smt_nf *nf) {
 void vd_smt_nf_set_structural(vd_smt_nf *nf, int on) { nf->lazy_terms = on ? 1 : LAZY_PRODUCT_TERMS; }
 uint64_t vd_smt_nf_steps(const vd_smt_nf *nf) { return nf->steps; }
 int vd_smt_nf_gave_up(const vd_smt_nf *nf) { return nf->gave_up; }
+int vd_smt_nf_laws_used(const vd_smt_nf *nf) { return nf->laws_used; }
+
+vd_rc vd_smt_nf_note_laws(vd_smt *s, const vd_term *par, const vd_term *single, size_t n) {
+  vd_smt_nf *nf = NULL;
+  vd_rc rc = vd_smt_nf_new(&nf, s, vd_smt_i_nf_budget(s));
+  int64_t id;
+  for (size_t i = 0; rc == VD_OK && i < n && !nf->laws_used; i++) {
+    rc = vd_smt_nf_of(nf, par[i], &id);
+    if (rc == VD_OK) rc = vd_smt_nf_of(nf, single[i], &id);
+  }
+  if (rc == VD_OK && nf->laws_used) vd_smt_i_set_laws_used(s, 1);
+  vd_smt_nf_free(nf);
+  return rc;
+}
 
 static int64_t memo_of(vd_smt_nf *nf, Z3_ast a) { return u64map_get(&nf->memo, Z3_get_ast_id(nf->z, a)); }
 
@@ -348,6 +363,10 @@ static int64_t div_nf(vd_smt_nf *nf, uint32_t *ch, const uint32_t *args, unsigne
     mpq_inv(c, c);
     return vd_smt_i_nf_poly_scale(nf, args[0], c);
   }
+  if (na == 2) {
+    int64_t r = vd_smt_i_nf_div(nf, args[0], args[1]);
+    if (r != NO_LAW) return r;
+  }
   ch[2] = A_DIV;
   return vd_smt_i_nf_atom_poly(nf, ch + 2, na + 1);
 }
@@ -356,9 +375,7 @@ static int64_t div_nf(vd_smt_nf *nf, uint32_t *ch, const uint32_t *args, unsigne
 static int power_nf(vd_smt_nf *nf, const uint32_t *args, unsigned na, mpq_t c, int64_t *r) {
   if (na == 2 && vd_smt_i_nf_poly_is_const(nf, args[1], c) && mpz_cmp_ui(mpq_denref(c), 1) == 0 && mpq_sgn(c) >= 0 &&
       mpz_cmp_ui(mpq_numref(c), MAX_POW) <= 0) {
-    unsigned long e = mpz_get_ui(mpq_numref(c));
-    *r = nf->one_poly;
-    for (unsigned long i = 0; i < e && *r >= 0; i++) *r = vd_smt_i_nf_poly_mul(nf, (uint32_t)*r, args[0]);
+    *r = vd_smt_i_nf_poly_pow(nf, args[0], (unsigned)mpz_get_ui(mpq_numref(c)));
     return 0;
   }
   return 1;
@@ -450,13 +467,18 @@ static int64_t app_nf(vd_smt_nf *nf, Z3_ast a, Z3_app app, Z3_func_decl f, unsig
     if (na != 3) goto generic;
     if (args[0] == nf->true_poly || args[1] == args[2]) r = args[1];
     else if (args[0] == nf->false_poly) r = args[2];
-    else goto generic;
+    else if ((r = vd_smt_i_nf_ite(nf, args[0], args[1], args[2])) == NO_LAW) goto generic;
     break;
   case Z3_OP_UNINTERPRETED:
     if (na == 0) {
       uint32_t key[2] = {A_CONST, Z3_get_ast_id(z, a)};
       r = vd_smt_i_nf_atom_poly(nf, key, 2);
       break;
+    }
+    if (na == 1) {
+      int kind = vd_smt_i_nf_kernel(nf, f);
+      r = kind == KERNEL_EXP ? vd_smt_i_nf_exp(nf, args[0]) : kind == KERNEL_LOG ? vd_smt_i_nf_log(nf, args[0]) : NO_LAW;
+      if (r != NO_LAW) break;
     }
     ch[1] = A_APP;
     ch[2] = Z3_get_ast_id(z, Z3_func_decl_to_ast(z, f));

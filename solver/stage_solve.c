@@ -87,8 +87,8 @@ static vd_rc unconfirmed_refutation(solve_ctx *c, vd_stage_verdict *v) {
   v->verdict = VD_SMT_INCONCLUSIVE;
   v->diagnosis = 0;
   snprintf(v->reason, sizeof(v->reason),
-           "unsupported: a refutation through max (a max-shifted log-sum-exp) that the numeric "
-           "evaluators do not reproduce: the normal form has no exp/log laws yet (docs/torch.md); %.380s",
+           "unsupported: a refutation through max that the numeric evaluators do not reproduce (the "
+           "solver's max, exp or log are free where the normal form has no law; docs/verifier.md); %.380s",
            where);
   return VD_OK;
 }
@@ -346,6 +346,7 @@ vd_rc vd_stage_obligation(vd_smt *s, const vd_lin_table *lt, const vd_stage *st,
   int ready = 0;
   vd_rc rc = vd_stage_solve_i_encode_stage(&c, v, &ready);
   if (rc == VD_OK && ready) rc = vd_stage_solve_i_build_pairs(&c, &pl);
+  if (rc == VD_OK && ready) rc = vd_smt_nf_note_laws(s, pl.par, pl.single, pl.n);
   if (rc == VD_OK && ready) rc = vd_smt_write_obligation(s, pl.par, pl.single, pl.n, header, out, stats, d);
   if (rc == VD_OK && ready) *written = 1;
   vd_stage_solve_i_pairs_free(&pl);

@@ -59,7 +59,25 @@ typedef struct {
    * compared. */
   int cex_eval;
   char cex_eval_note[240];
+  /* Where the disagreement enters, from the values that reproduced it
+   * (stage_solve_cex.c, a hint for the report, never a verdict): loc_node
+   * is a stage-local parallel node, -1 if none; loc_kind VD_LOC_*;
+   * loc_note says what the values show there. */
+  int32_t loc_node;
+  int loc_kind;
+  char loc_note[240];
 } vd_stage_verdict;
+
+enum {
+  VD_LOC_NONE = 0,
+  VD_LOC_TWINLESS,        /* the earliest node of the disagreement's cone whose value has no twin
+                             (equal values) among the single-device values, from inputs that all have */
+  VD_LOC_PERMUTED,        /* that node holds a single value's values in another arrangement */
+  VD_LOC_REDUCE,          /* its copies on the ranks, reduced (sum or max, loc_note), make every
+                             target agree: a missing reduction there */
+  VD_LOC_POSITION,        /* a position attribute that all its copies read alike, moved on this copy
+                             by a multiple of an extent, makes every target agree: another rank's */
+};
 
 enum {
   VD_CEX_EVAL_NONE = 0,   /* not tried (no values: verdict only, or not NOT EQUIVALENT) */

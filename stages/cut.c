@@ -149,13 +149,7 @@ static vd_rc ctx_fork(const cctx *c, cctx *t) {
 }
 
 static void ctx_unfork(cctx *t) {
-  vd_free(t->stack);
-  vd_free(t->mp);
-  vd_free(t->mr);
-  vd_free(t->tp);
-  vd_free(t->nolin_log);
-  vd_free(t->iss_val);
-  vd_free(t->nolin);
+  VD_FREE_ALL(t->stack, t->mp, t->mr, t->tp, t->nolin_log, t->iss_val, t->nolin);
   vd_stage_i_cone_free(&t->pc);
   vd_stage_i_cone_free(&t->sc);
 }
@@ -256,10 +250,7 @@ static vd_rc cut_all(cctx *c) {
   }
 done:
   for (int i = 0; i < forked; i++) ctx_unfork(&tc[i]);
-  vd_free(tc);
-  vd_free(res);
-  vd_free(reported);
-  vd_free(fin);
+  VD_FREE_ALL(tc, res, reported, fin);
   return rc;
 }
 
@@ -294,13 +285,7 @@ static void ctx_init(cctx *c, const vd_lin_table *lt, vd_stage_set *set, vd_diag
 
 /* The shared tables, then what each forked context owns too. */
 static void ctx_free(cctx *c) {
-  vd_free(c->sop);
-  vd_free(c->pop);
-  vd_free(c->spos);
-  vd_free(c->ppos);
-  vd_free(c->inst);
-  vd_free(c->grp);
-  vd_free(c->done);
+  VD_FREE_ALL(c->sop, c->pop, c->spos, c->ppos, c->inst, c->grp, c->done);
   ctx_unfork(c);
 }
 
@@ -350,12 +335,9 @@ void vd_stage_compact(vd_stage *st) {
   if (ni) st->idx = ni;
   tg->piece_off = 0;
   st->n_idx = tg->n_pieces * 2;
-  vd_free(st->vals);
-  vd_free(st->nodes);
-  vd_free(st->ovr);
-  st->vals = NULL;
-  st->nodes = NULL;
-  st->ovr = NULL;
+  VD_DROP(st->vals);
+  VD_DROP(st->nodes);
+  VD_DROP(st->ovr);
   st->n_vals = st->n_nodes = st->n_ovr = 0;
   st->compact = 1;
 }

@@ -158,13 +158,7 @@ typedef struct {
 } sum_scratch;
 
 static void sum_scratch_free(sum_scratch *x) {
-  vd_free(x->sm);
-  vd_free(x->bk);
-  vd_free(x->tmp);
-  vd_free(x->mset);
-  vd_free(x->win);
-  vd_free(x->order);
-  vd_free(x->tk);
+  VD_FREE_ALL(x->sm, x->bk, x->tmp, x->mset, x->win, x->order, x->tk);
 }
 
 /* The buckets one representative's stage stands for: replicas

@@ -14,12 +14,7 @@ const char *const vd_sissue_names[VD_SISSUE__COUNT] = {"dataflow", "schedule", "
 
 void vd_stage_free(vd_stage *st) {
   if (!st) return;
-  vd_free(st->vals);
-  vd_free(st->nodes);
-  vd_free(st->targets);
-  vd_free(st->idx);
-  vd_free(st->ovr);
-  vd_free(st->mb_list);
+  VD_FREE_ALL(st->vals, st->nodes, st->targets, st->idx, st->ovr, st->mb_list);
   memset(st, 0, sizeof(*st));
 }
 

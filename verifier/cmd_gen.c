@@ -73,6 +73,14 @@ static const vd_cli_opt gen_opts[] = {
     {"--cp", "N", G_CP}, {"--ep", "N", G_EP}, {"--zero", "0|1", G_ZERO}, {"--help", NULL, G_HELP},
     {"-h", NULL, G_HELP}, {NULL, NULL, 0}};
 
+/* 0 when v is w0, 1 when it is w1; else -1, said on stderr (opt's value). */
+static int word_of(const char *opt, const char *v, const char *w0, const char *w1) {
+  if (!strcmp(v, w0)) return 0;
+  if (!strcmp(v, w1)) return 1;
+  fprintf(stderr, "verdict gen: %s must be %s or %s, got '%s'\n", opt, w0, w1, VD_SHOW(v));
+  return -1;
+}
+
 /* --model, --optimizer, --loss, --zero, --grad-clip and --seed: a value
  * checked against its own rule.  Returns 0, or the exit code. */
 static int set_choice(vd_gen_config *c, int id, const char *v) {
@@ -84,19 +92,13 @@ static int set_choice(vd_gen_config *c, int id, const char *v) {
     }
     c->model = (vd_gen_model)m;
   } else if (id == G_OPTIMIZER) {
-    if (!strcmp(v, "sgd")) c->optimizer = VD_GEN_SGD;
-    else if (!strcmp(v, "adam")) c->optimizer = VD_GEN_ADAM;
-    else {
-      fprintf(stderr, "verdict gen: --optimizer must be sgd or adam, got '%s'\n", VD_SHOW(v));
-      return VD_EXIT_BAD_INPUT;
-    }
+    int k = word_of("--optimizer", v, "sgd", "adam");
+    if (k < 0) return VD_EXIT_BAD_INPUT;
+    c->optimizer = k ? VD_GEN_ADAM : VD_GEN_SGD;
   } else if (id == G_LOSS) {
-    if (!strcmp(v, "ce")) c->loss = VD_GEN_LOSS_CE;
-    else if (!strcmp(v, "sum")) c->loss = VD_GEN_LOSS_SUM;
-    else {
-      fprintf(stderr, "verdict gen: --loss must be ce or sum, got '%s'\n", VD_SHOW(v));
-      return VD_EXIT_BAD_INPUT;
-    }
+    int k = word_of("--loss", v, "ce", "sum");
+    if (k < 0) return VD_EXIT_BAD_INPUT;
+    c->loss = k ? VD_GEN_LOSS_SUM : VD_GEN_LOSS_CE;
   } else if (id == G_ZERO) {
     long x = vd_cli_parse_long(v);
     if (x != 0 && x != 1) {

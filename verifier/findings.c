@@ -121,8 +121,26 @@ size_t vd_rep_flagged_values(const vd_run *r, size_t i, uint32_t *out, size_t ca
   return 0;
 }
 
+/* The first attribute of parallel node pn that single node sn2 holds with
+ * another value, or NULL when they agree on every attribute both hold. */
+static const vd_attr_t *attr_differs(const vd_plan_t *pp, const vd_node_t *pn, const vd_run *r, const vd_node_t *sn2,
+                                     const vd_attr_t **sa_out) {
+  for (uint32_t a = 0; a < pn->n_attr; a++) {
+    const vd_attr_t *pa = &pp->attrs[pn->attr_off + a];
+    const vd_attr_t *sa = vd_node_attr(&r->sp, sn2, vd_plan_s(pp, pa->key));
+    if (sa && !attr_equal(pp, pa, &r->sp, sa)) {
+      *sa_out = sa;
+      return pa;
+    }
+  }
+  return NULL;
+}
+
 /* The attribute scan: first parallel node (stage order) whose attributes
- * differ from the single plan's node of the same source name and operator. */
+ * differ from every single-plan node of the same source name and operator
+ * (one source line may make several nodes of one operator with their own
+ * attributes: the two halves of x.chunk(2) are chunks of index 0 and 1);
+ * the difference reported is the one from the first such node. */
 static int32_t attr_diverging(const vd_run *r, const vd_stage *st, char *why, size_t n_why) {
   for (uint32_t i = 0; i < st->n_nodes; i++) {
     const vd_stage_node *sn = &st->nodes[i];
@@ -131,22 +149,23 @@ static int32_t attr_diverging(const vd_run *r, const vd_stage *st, char *why, si
     const vd_node_t *pn = vd_rep_pnode(r, sn, &pp);
     const char *name = vd_plan_s(pp, pn->name);
     if (!name[0]) continue;
-    for (size_t k = 0; k < r->sp.n_nodes; k++) {
+    const vd_attr_t *first_pa = NULL, *first_sa = NULL;
+    int agrees = 0;
+    for (size_t k = 0; k < r->sp.n_nodes && !agrees; k++) {
       const vd_node_t *sn2 = &r->sp.nodes[k];
       if (strcmp(vd_plan_s(&r->sp, sn2->name), name) || strcmp(vd_node_op(&r->sp, sn2), vd_node_op(pp, pn))) continue;
-      for (uint32_t a = 0; a < pn->n_attr; a++) {
-        const vd_attr_t *pa = &pp->attrs[pn->attr_off + a];
-        const vd_attr_t *sa = vd_node_attr(&r->sp, sn2, vd_plan_s(pp, pa->key));
-        if (sa && !attr_equal(pp, pa, &r->sp, sa)) {
-          char x[64], y[64];
-          fmt_attr(x, sizeof(x), pp, pa);
-          fmt_attr(y, sizeof(y), &r->sp, sa);
-          vd_text_fmt(why, n_why, "attribute '%s' is %s here, %s in the single-device plan", VD_SHOW(vd_plan_s(pp, pa->key)),
-                      x, y);
-          return (int32_t)i;
-        }
-      }
-      break;
+      const vd_attr_t *sa = NULL;
+      const vd_attr_t *pa = attr_differs(pp, pn, r, sn2, &sa);
+      if (!pa) agrees = 1;
+      else if (!first_pa) first_pa = pa, first_sa = sa;
+    }
+    if (!agrees && first_pa) {
+      char x[64], y[64];
+      fmt_attr(x, sizeof(x), pp, first_pa);
+      fmt_attr(y, sizeof(y), &r->sp, first_sa);
+      vd_text_fmt(why, n_why, "attribute '%s' is %s here, %s in the single-device plan", VD_SHOW(vd_plan_s(pp, first_pa->key)),
+                  x, y);
+      return (int32_t)i;
     }
   }
   return -1;
@@ -288,6 +307,39 @@ static int32_t stuck_in_stage(const vd_run *r, size_t i, char *why, size_t n_why
 
 static int32_t diverging(const vd_run *r, size_t i, char *why, size_t n_why);
 
+/* A repair that another failing stage's values showed (stage_solve_cex.c
+ * locate: VD_LOC_REDUCE, a missing reduction, or VD_LOC_POSITION, another
+ * rank's position) at a node that stage i holds
+ * too, or a copy of it (same source name and operator): a stage that
+ * targets one rank's value may hold only that rank's copy of the node, and
+ * the repair needs every copy.  The other stage's
+ * index, *k the node in stage i; -1 when none. */
+static ptrdiff_t reduce_elsewhere(const vd_run *r, size_t i, int32_t *k) {
+  const vd_stage *st = &r->set.stages[i];
+  for (size_t j = 0; j < r->set.n_stages && !st->compact; j++) {
+    const vd_stage_verdict *w = &r->verdicts[j];
+    const vd_stage *sj = &r->set.stages[j];
+    if (j == i || w->verdict != VD_SMT_NOT_EQUIVALENT || sj->compact ||
+        (w->loc_kind != VD_LOC_REDUCE && w->loc_kind != VD_LOC_POSITION) ||
+        w->loc_node < 0 || (uint32_t)w->loc_node >= sj->n_nodes)
+      continue;
+    /* the node or one of its copies (same source name and operator) */
+    const vd_plan_t *wp, *qp;
+    const vd_node_t *wn = vd_rep_pnode(r, &sj->nodes[w->loc_node], &wp);
+    for (uint32_t q = 0; q < st->n_nodes; q++) {
+      const vd_stage_node *sn = &st->nodes[q];
+      if (!sn->side) continue;
+      const vd_node_t *qn = vd_rep_pnode(r, sn, &qp);
+      if (qp == wp && !strcmp(vd_plan_s(qp, qn->name), vd_plan_s(wp, wn->name)) &&
+          !strcmp(vd_node_op(qp, qn), vd_node_op(wp, wn))) {
+        *k = (int32_t)q;
+        return (ptrdiff_t)j;
+      }
+    }
+  }
+  return -1;
+}
+
 /* Whether node k of failing stage i is where lineage inference saw an
  * operator read a partial sum, or one copy's share of a mean, as the whole
  * value (vd_lin_infer_stats PARTIAL, SHARE): the copies sum or average to
@@ -420,8 +472,31 @@ static int32_t diverging(const vd_run *r, size_t i, char *why, size_t n_why) {
   if (dn >= 0) return dn;
   dn = factor_origin(r, i, why, n_why);
   if (dn >= 0) return dn;
+  /* where the values that reproduced the disagreement show it entering
+   * (solver/stage_solve_cex.c locate): a reduction that repairs the stage
+   * names its node before the lineage hint; the first value without a twin
+   * after it, before the copy that disagrees */
+  const vd_stage_verdict *v = &r->verdicts[i];
+  int loc = v->loc_kind != VD_LOC_NONE && v->loc_node >= 0 && (uint32_t)v->loc_node < st->n_nodes;
+  if (loc && (v->loc_kind == VD_LOC_REDUCE || v->loc_kind == VD_LOC_POSITION)) {
+    snprintf(why, n_why, "%s", v->loc_note);
+    return v->loc_node;
+  }
+  int32_t at = -1;
+  ptrdiff_t other = reduce_elsewhere(r, i, &at);
+  if (other >= 0) {
+    snprintf(why, n_why, "in stage %td, which holds all of them, %s", other, r->verdicts[other].loc_note);
+    return at;
+  }
   dn = stuck_in_stage(r, i, why, n_why);
   if (dn >= 0) return dn;
+  /* only with positive evidence: a value merely without a twin may be a
+   * legitimate one (a per-microbatch gradient, a partial sum) upstream of
+   * the fault */
+  if (loc && v->loc_kind == VD_LOC_PERMUTED) {
+    snprintf(why, n_why, "%s", v->loc_note);
+    return v->loc_node;
+  }
   uint32_t fv[64];
   size_t nf = vd_rep_flagged_values(r, i, fv, 64);
   /* The producer of the first flagged copy (lowest stage-local value); when
@@ -646,20 +721,15 @@ static int cmp_i32(const void *a, const void *b) {
   int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
   return (x > y) - (x < y);
 }
-static size_t uniq_i64(int64_t *v, size_t n) {
+/* Sorts v (n elements of size sz, in cmp's order) and keeps one of each
+ * value at its front; returns how many it kept. */
+static size_t sort_uniq(void *v, size_t n, size_t sz, int (*cmp)(const void *, const void *)) {
   if (!n) return 0;
-  qsort(v, n, sizeof(*v), cmp_i64);
+  qsort(v, n, sz, cmp);
+  char *b = v;
   size_t k = 1;
   for (size_t i = 1; i < n; i++)
-    if (v[i] != v[k - 1]) v[k++] = v[i];
-  return k;
-}
-static size_t uniq_i32(int32_t *v, size_t n) {
-  if (!n) return 0;
-  qsort(v, n, sizeof(*v), cmp_i32);
-  size_t k = 1;
-  for (size_t i = 1; i < n; i++)
-    if (v[i] != v[k - 1]) v[k++] = v[i];
+    if (cmp(b + i * sz, b + (k - 1) * sz)) memcpy(b + k++ * sz, b + i * sz, sz);
   return k;
 }
 
@@ -911,6 +981,18 @@ static void describe_by_stage(const struct grouping *g, vd_finding *f) {
   f->local_node = vd_rep_diverging(r, rep, f->why, sizeof(f->why));
   if (f->diagnosis == VD_DX_WRONG_VALUE && reads_unreduced(r, rep, f->local_node))
     f->diagnosis = VD_DX_MISSING_REDUCTION;
+  /* the values show more than the generic class (stage_solve_cex.c locate):
+   * the node's copies reduced repair the stage, or it rearranges a value */
+  const vd_stage_verdict *rv = &r->verdicts[rep];
+  int32_t elsewhere = -1;
+  if (f->diagnosis == VD_DX_WRONG_VALUE && f->local_node >= 0 && f->local_node == rv->loc_node) {
+    if (rv->loc_kind == VD_LOC_REDUCE) f->diagnosis = VD_DX_MISSING_REDUCTION;
+    else if (rv->loc_kind == VD_LOC_PERMUTED) f->diagnosis = VD_DX_PERMUTED_SLICES;
+  } else if (f->diagnosis == VD_DX_WRONG_VALUE && f->local_node >= 0) {
+    ptrdiff_t other = reduce_elsewhere(r, rep, &elsewhere);
+    if (other >= 0 && elsewhere == f->local_node && r->verdicts[other].loc_kind == VD_LOC_REDUCE)
+      f->diagnosis = VD_DX_MISSING_REDUCTION;
+  }
   f->topo = UINT64_MAX - 1;
   if (f->local_node >= 0) {
     const vd_stage_node *sn = &r->set.stages[rep].nodes[f->local_node];
@@ -972,11 +1054,11 @@ static vd_rc describe_finding(const struct grouping *g, vd_finding *f) {
     return VD_ENOMEM;
   }
   f->ranks = ft.r;
-  f->n_ranks = uniq_i64(ft.r, ft.nr);
+  f->n_ranks = sort_uniq(ft.r, ft.nr, sizeof(*ft.r), cmp_i64);
   f->mbs = ft.m;
-  f->n_mbs = uniq_i32(ft.m, ft.nm);
+  f->n_mbs = sort_uniq(ft.m, ft.nm, sizeof(*ft.m), cmp_i32);
   f->layers = ft.l;
-  f->n_layers = uniq_i32(ft.l, ft.nl);
+  f->n_layers = sort_uniq(ft.l, ft.nl, sizeof(*ft.l), cmp_i32);
   return VD_OK;
 }
 
@@ -1083,6 +1165,20 @@ void vd_rep_fmt_title(char *buf, size_t n, const vd_run *r, const vd_finding *f)
   const vd_node_t *pn = &p->nodes[f->pnode];
   char src[160] = "";
   if (pn->src) vd_text_fmt(src, sizeof(src), ", %s", VD_SHOW(vd_plan_s(p, pn->src)));
-  vd_text_fmt(buf, n, "%s at %s%s '%s' (node %lld%s)", vd_diagnosis_names[f->diagnosis], f->side ? "" : "single ",
-              VD_SHOW(vd_node_op(p, pn)), VD_SHOW(vd_plan_s(p, pn->name)), (long long)pn->id, src);
+  /* the user's call stack (a captured program's callers), innermost first,
+   * on the one line that every format shows: which call of which layer */
+  char stack[400] = "";
+  if (pn->stack) {
+    const char *st = vd_plan_s(p, pn->stack);
+    size_t at = 0;
+    for (int k = 0; *st && k < 4 && at + 8 < sizeof(stack); k++) {
+      const char *e = strchr(st, '\n');
+      size_t len = e ? (size_t)(e - st) : strlen(st);
+      at += (size_t)snprintf(stack + at, sizeof(stack) - at, "%s%.*s", k ? " < " : "; stack: ", (int)len, st);
+      if (!e) break;
+      st = e + 1;
+    }
+  }
+  vd_text_fmt(buf, n, "%s at %s%s '%s' (node %lld%s%s)", vd_diagnosis_names[f->diagnosis], f->side ? "" : "single ",
+              VD_SHOW(vd_node_op(p, pn)), VD_SHOW(vd_plan_s(p, pn->name)), (long long)pn->id, src, VD_SHOW(stack));
 }

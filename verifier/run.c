@@ -32,15 +32,7 @@ void vd_run_free(vd_run *r) {
   if (!r) return;
   if (r->verdicts)
     for (size_t i = 0; i < r->set.n_stages; i++) vd_stage_verdict_free(&r->verdicts[i]);
-  vd_free(r->verdicts);
-  vd_free(r->skipped);
-  vd_free(r->stage_rc);
-  vd_free(r->issues);
-  vd_free(r->limits);
-  vd_free(r->inferred);
-  vd_free(r->dropped);
-  vd_free(r->pv_pool);
-  vd_free(r->pv);
+  VD_FREE_ALL(r->verdicts, r->skipped, r->stage_rc, r->issues, r->limits, r->inferred, r->dropped, r->pv_pool, r->pv);
   vd_stage_set_free(&r->set);
   vd_lin_free(&r->lt);
   vd_graph_free(&r->pg);

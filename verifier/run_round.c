@@ -291,12 +291,9 @@ vd_rc vd_run_i_analyse(vd_run *r, const vd_run_opts *o, vd_diag *d) {
 void vd_run_i_reset_round(vd_run *r, size_t n_graph_issues, size_t n_graph_dropped) {
   if (r->verdicts)
     for (size_t i = 0; i < r->set.n_stages; i++) vd_stage_verdict_free(&r->verdicts[i]);
-  vd_free(r->verdicts);
-  vd_free(r->skipped);
-  vd_free(r->stage_rc);
-  r->skipped = NULL;
-  r->verdicts = NULL;
-  r->stage_rc = NULL;
+  VD_DROP(r->verdicts);
+  VD_DROP(r->skipped);
+  VD_DROP(r->stage_rc);
   vd_stage_set_free(&r->set);
   memset(&r->set, 0, sizeof(r->set));
   vd_lin_free(&r->lt);

@@ -231,16 +231,8 @@ struct solve_round {
 static void solve_round_free(struct solve_round *ss) {
   if (ss->tctx)
     for (int k = 0; k < ss->threads; k++) vd_smt_free(ss->tctx[k]);
-  vd_free(ss->tctx);
-  vd_free(ss->tctx_rc);
-  vd_free(ss->tctx_d);
-  vd_free(ss->tctx_made);
-  vd_free(ss->order);
-  vd_free(ss->todo);
-  vd_free(ss->done);
-  vd_free(ss->moot);
-  vd_free(ss->fresh);
-  vd_free(ss->reps);
+  VD_FREE_ALL(ss->tctx, ss->tctx_rc, ss->tctx_d, ss->tctx_made, ss->order, ss->todo, ss->done, ss->moot, ss->fresh,
+              ss->reps);
   ss->tctx = NULL;
   ss->tctx_rc = NULL;
   ss->tctx_d = NULL;

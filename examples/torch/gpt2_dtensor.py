@@ -3,14 +3,24 @@ DTensor, as one writes it with torch.distributed.tensor.parallel: init_device_me
 parallelize_module with ColwiseParallel for q/k/v and the MLP's fc, RowwiseParallel for the
 attention's out_proj and the MLP's proj.  The parallel program of gpt2_single.py (tools/torch2plan
 --nproc TP*DP, --set tp=TP [dp=DP]).  --set sp=1 adds sequence parallelism: the residual stream
-between the blocks' layers is Shard(1) (sequence) and the LayerNorms run SequenceParallel().
+between the blocks' layers is sharded along the sequence (dim 1) and the LayerNorms run
+SequenceParallel().  With sp=1 the residual stream is the ranks' local tensors, as the parallel
+styles' defaults give it (RowwiseParallel(output_layouts=Shard(1)) returns its local output,
+torchtitan's plan): every layer that takes it states its layout (SequenceParallel: the sequence
+dim; the last block's PrepareModuleOutput: Shard(1)) and DTensor trusts that statement.
+--set sp=dtensor keeps the residual stream DTensors instead (use_local_output=False): DTensor
+then knows every layout itself and redistributes where a style asks for another.
 The embedding and the tied output head stay replicated (a tied weight cannot be split by
 parallelize_module without untying it).  With dp>1 the mesh is 2-D (dp, tp): each dp replica
 takes its share of the batch, and the gradients are averaged over dp by hand.  --set opt=sgdm|adam|adamw
 picks the optimizer (its state is DTensors, as the parameters).
 Bugs (--set bug=NAME): row_as_col gives the MLP's proj ColwiseParallel where RowwiseParallel
 belongs; no_reduce gives out_proj RowwiseParallel(output_layouts=Partial()) with the local
-output used as is (the missing all-reduce of a row-parallel layer).
+output used as is (the missing all-reduce of a row-parallel layer); placement (with sp=1) states
+the last block's local output as Shard(0) where Shard(1) is right: DTensor believes the
+sequence-sharded local tensors [B, S/tp, H] are batch shards, gathers them along the batch, and
+the model runs on tp*B sequences of S/tp tokens (the shapes still fit: the head and the loss see
+B*S tokens), attending within each rank's chunk and scoring each token against another's target.
 """
 import os
 import sys
@@ -29,10 +39,10 @@ from torchcap import Shard as CapShard  # noqa: E402
 
 def block_plan(c):
     bug = c["bug"]
-    sp = int(c.get("sp", 0))
+    sp = c.get("sp", "0") not in ("", "0")
     seq = Shard(1) if sp else Replicate()
     col = ColwiseParallel(input_layouts=seq)
-    row = RowwiseParallel(output_layouts=seq, use_local_output=not sp)
+    row = RowwiseParallel(output_layouts=seq, use_local_output=c.get("sp") != "dtensor")
     plan = {
         "attn.q_proj": col,
         "attn.k_proj": col,
@@ -53,7 +63,8 @@ def step(cap):
     c = gpt2.config(cap.args)
     tp = int(c["tp"]) if int(c["tp"]) > 1 else cap.world
     dp = cap.world // tp
-    sp = int(c.get("sp", 0))
+    sp = c.get("sp", "0") not in ("", "0")
+    local = c.get("sp") != "dtensor"   # sp=1: the residual stream is local tensors
     if dp > 1:
         cap.mesh(tp=tp, dp=dp)
         mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
@@ -69,10 +80,11 @@ def step(cap):
         if sp:
             if i == 0:   # the replicated embedding output enters the blocks sequence-sharded
                 parallelize_module(block, tp_mesh, PrepareModuleInput(
-                    input_layouts=Replicate(), desired_input_layouts=Shard(1)))
+                    input_layouts=Replicate(), desired_input_layouts=Shard(1), use_local_output=local))
             if i == len(model.h) - 1:   # and leaves them replicated, for ln_f and the tied head
+                out_layout = Shard(0) if c["bug"] == "placement" else Shard(1)   # BUG: the batch dim
                 parallelize_module(block, tp_mesh, PrepareModuleOutput(
-                    output_layouts=Shard(1), desired_output_layouts=Replicate()))
+                    output_layouts=out_layout, desired_output_layouts=Replicate()))
     idx, targets = gpt2.batch()
     dp_rank = mesh.get_local_rank("dp") if dp > 1 else 0
     mine = [t.chunk(dp)[dp_rank].clone() for t in (idx, targets)]

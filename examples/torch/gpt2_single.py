@@ -13,6 +13,7 @@ import gpt2  # noqa: E402
 
 def step(cap):
     c = gpt2.config(cap.args)
+    c["ckpt"] = 0  # activation checkpointing (--set ckpt=1) saves the parallel runs' memory only
     model = gpt2.build(c)
     idx, targets = gpt2.batch()
     cap.params(model)

@@ -1,6 +1,6 @@
 """examples/torch/mlp_ddp.py - mlp_single.py's classifier trained with DistributedDataParallel
 (gradient_as_bucket_view=True): each rank takes its slice of the batch, DDP averages the
-gradients, clipping and AdamW run on every rank.  --set act=... as in mlp_single.py.
+gradients, clipping and AdamW run on every rank.  --set act=... and loss=... as in mlp_single.py.
 Bug (--set bug=nosync): the whole step runs under ddp.no_sync(), so no gradient is reduced.
 """
 import contextlib
@@ -9,11 +9,10 @@ import sys
 
 import torch
 import torch.distributed as dist
-import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mlp_single import data, make  # noqa: E402
+from mlp_single import criterion, data, make  # noqa: E402
 from torchcap import Shard  # noqa: E402
 
 torch.set_default_dtype(torch.float64)
@@ -31,7 +30,7 @@ def step(cap):
     ddp = DDP(model, gradient_as_bucket_view=True)
     opt = torch.optim.AdamW(ddp.parameters(), lr=1e-2, weight_decay=0.1)
     cap.optimizer(opt)
-    crit = nn.CrossEntropyLoss()
+    crit = criterion(cap)
     sync = ddp.no_sync() if cap.args.get("bug") == "nosync" else contextlib.nullcontext()
     with cap.step():
         with sync:

@@ -28,12 +28,13 @@ expect_exit 1 "$VERDICT" exec --sm "$TMP/s.plan" --pm "$TMP/p.plan"
 expect_in "DISAGREE" "$TMP/out"
 # The scaling bugs: each replica's loss divided by the wrong count.  The
 # failing stage is the logged loss's (SCALE, the factor named), and the
-# finding names the division that introduces the factor, not the all_reduce
+# finding names the division that introduces the factor (recorded as the product by
+# its reciprocal: 'mul'), not the all_reduce
 # where the copies first disagree; the stages past it are not solved.
 scale_bug() {
   expect_exit 1 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan"
   expect_in "^NOT EQUIVALENT" "$TMP/out"
-  expect_in "^== finding 1 of 1: SCALE at div 'llama_parallel.py:$(line '/ loss_divisor()')" "$TMP/out"
+  expect_in "^== finding 1 of 1: SCALE at mul 'llama_parallel.py:$(line '/ loss_divisor()')" "$TMP/out"
   expect_in "diagnosis SCALE (factor $1)" "$TMP/out"
   expect_in "not solved: [0-9]* stages* larger than a failing one" "$TMP/out"
 }

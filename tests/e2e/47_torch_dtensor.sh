@@ -6,17 +6,31 @@
 #  - a row-parallel layer whose partial sums are never reduced (output_layouts=Partial(),
 #    the local output used as is) is NOT EQUIVALENT and the executor disagrees;
 #  - the MLP's proj given ColwiseParallel where RowwiseParallel belongs fails inside DTensor:
-#    refused with exit 2 naming the user's line.
+#    refused with exit 2 naming the user's line;
+#  - sp=1 keeps the residual stream local tensors (the styles' defaults) and sp=dtensor keeps it
+#    DTensors: both EQUIVALENT, the executor agrees;
+#  - bug=placement (sp=1): the last block's PrepareModuleOutput states the sequence-sharded
+#    local output as Shard(0) where Shard(1) is right; DTensor trusts it and gathers along the
+#    batch (the shapes still fit): NOT EQUIVALENT, PERMUTED_SLICES at that all_gather, whose
+#    call stack ends at the program line that applied PrepareModuleOutput(output_layouts=Shard(0)),
+#    and the executor disagrees.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/torch_lib.sh"
 set -e
 cap() { capture_pair gpt2_single.py gpt2_dtensor.py "$@"; }
-for conf in "2 --set tp=2" "2 --set tp=2 --set sp=1" "4 --set tp=2"; do
+for conf in "2 --set tp=2" "2 --set tp=2 --set sp=1" "2 --set tp=2 --set sp=dtensor" "4 --set tp=2"; do
   cap $conf
   pair_equivalent
 done
 cap 2 --set tp=2 --set bug=no_reduce
 pair_not_equivalent
+# the line that applies the wrong PrepareModuleOutput, and the model's call of the last block
+APPLY=$(grep -n "parallelize_module(block, tp_mesh, PrepareModuleOutput(" "$EX/gpt2_dtensor.py" | cut -d: -f1)
+BLOCK=$(grep -n "else block(x)" "$EX/gpt2.py" | cut -d: -f1)
+cap 2 --set tp=2 --set sp=1 --set bug=placement
+pair_not_equivalent --full "^   1\. .*PERMUTED_SLICES at all_gather 'gpt2.py:$BLOCK'" \
+  "stack: examples/torch/gpt2.py:$BLOCK in forward < [^ ]*gpt2_dtensor.py:[0-9]* in step < [^ ]*gpt2_dtensor.py:$APPLY in step: applies PrepareModuleOutput(output_layouts=(Shard(dim=0),)" \
+  "holds the numbers of the single-device value of 'gpt2.py:[0-9]*' \[4, 8, 16\] in another arrangement"
 WANT=2 cap 2 --set tp=2 --set bug=row_as_col
 expect_in "gpt2.py:[0-9]*: DTensor refused the operator" "$TMP/err"
 echo ok

@@ -3,7 +3,8 @@
 #  - SGD, SGD with momentum, AdamW with clip_grad_norm_ over the DTensor gradients, and SGD on
 #    dp4 (FSDP then divides before and after the reduce-scatter by 2 each): EQUIVALENT
 #    and the executor agrees; the shard layout comes from FSDP's DTensor parameters (cap.params)
-#    and the optimizer state is DTensors too;
+#    and the optimizer state is DTensors too; with activation checkpointing on the blocks
+#    (--set ckpt=1: torch.utils.checkpoint, the forward recomputed inside the backward) too;
 #  - the reduce-scatter summing where the loss is a mean (the gradient divide factor set to 1):
 #    NOT EQUIVALENT, one finding: SCALE (factor 2) at FSDP's reduce-scatter, on the step's
 #    backward line (the optimizer's input, proven 2 x its single-device value, read as that
@@ -15,7 +16,8 @@
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/torch_lib.sh"
 set -e
-dp_configs_equivalent gpt2_single.py gpt2_fsdp.py "2" "2 --set opt=sgdm" "2 --set opt=adamw --set clip=0.5" "4"
+dp_configs_equivalent gpt2_single.py gpt2_fsdp.py "2" "2 --set opt=sgdm" "2 --set opt=adamw --set clip=0.5" "4" \
+  "2 --set ckpt=1"
 capture_pair gpt2_single.py gpt2_fsdp.py 2 --set dp=2 --set bug=sum_rs
 BWD=$(grep -n 'loss.backward()' "$EX/gpt2_fsdp.py" | tail -1 | cut -d: -f1)
 pair_not_equivalent --full "input 1 is 2 x its single-device value" "the factor comes from rank 0 scale 'gpt2.py:92'" \

@@ -6,7 +6,10 @@
  * partial grouped-MLP identity of issue 14, non-identities never proved,
  * step counts independent of the context's history, the budget and the
  * wall clock each reported as the limit hit, and never EQUIVALENT; sums
- * regrouped over microbatches and replicas proved in linear work.
+ * regrouped over microbatches and replicas proved in linear work; the
+ * laws of exp and log (solver/smt_poly_laws.c: Megatron's max-shifted
+ * log-sum-exp and softmax, exp of a log-softmax) and the indicator form of
+ * lookups under a label's range, with the non-identities they must not prove.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -35,6 +38,89 @@ static void nf_ids(vd_smt *s, vd_term a, vd_term b, int64_t *ia, int64_t *ib) {
   assert_int_equal(vd_smt_nf_of(nf, b, ib), VD_OK);
   assert_true(*ia >= 0 && *ib >= 0);
   vd_smt_nf_free(nf);
+}
+
+static vd_term ex(vd_smt *s, vd_term x) { return vd_smt_uf(s, "exp", 1, &x); }
+static vd_term lg(vd_smt *s, vd_term x) { return vd_smt_uf(s, "log", 1, &x); }
+
+static void test_exp_log_laws(void **state) {
+  (void)state;
+  vd_smt *s = ts_new_smt();
+  vd_term x[4], m = vd_smt_var(s, "M");
+  for (int i = 0; i < 4; i++) x[i] = var(s, "x%d", i, 0);
+  int64_t a, b;
+  /* the reference's log-sum-exp, and the vocab-parallel one: two shards, each shifted by M */
+  vd_term ref = NULL, sh[2] = {NULL, NULL};
+  for (int i = 0; i < 4; i++) {
+    vd_term e = ex(s, x[i]), es = ex(s, vd_smt_sub(s, x[i], m));
+    ref = ref ? vd_smt_add(s, ref, e) : e;
+    sh[i / 2] = sh[i / 2] ? vd_smt_add(s, sh[i / 2], es) : es;
+  }
+  vd_term shifted = vd_smt_add(s, sh[0], sh[1]);
+  nf_ids(s, vd_smt_add(s, lg(s, shifted), m), lg(s, ref), &a, &b);
+  assert_int_equal(a, b);
+  /* the softmax of the backward: exp(x - M) / sum exp(x - M) = exp(x) / sum exp(x) */
+  nf_ids(s, vd_smt_div(s, ex(s, vd_smt_sub(s, x[1], m)), shifted), vd_smt_div(s, ex(s, x[1]), ref), &a, &b);
+  assert_int_equal(a, b);
+  /* the exp of a log-softmax: exp(x - log S) = exp(x) / S, also with a count scale 4 S */
+  nf_ids(s, ex(s, vd_smt_sub(s, x[2], lg(s, ref))), vd_smt_div(s, ex(s, x[2]), ref), &a, &b);
+  assert_int_equal(a, b);
+  vd_term four_ref = vd_smt_mul(s, vd_smt_num_int(s, 4), ref);
+  nf_ids(s, ex(s, vd_smt_sub(s, x[2], lg(s, four_ref))), vd_smt_div(s, ex(s, x[2]), four_ref), &a, &b);
+  assert_int_equal(a, b);
+  /* log(exp(a) exp(b)) = a + b; exp(a) exp(-a) = 1 */
+  nf_ids(s, lg(s, vd_smt_mul(s, ex(s, x[0]), ex(s, x[1]))), vd_smt_add(s, x[0], x[1]), &a, &b);
+  assert_int_equal(a, b);
+  nf_ids(s, vd_smt_mul(s, ex(s, x[0]), ex(s, vd_smt_neg(s, x[0]))), vd_smt_num_int(s, 1), &a, &b);
+  assert_int_equal(a, b);
+  /* not laws: log(a b) for a of unknown sign, log(a + b), exp(a) exp(b) against exp(a b) */
+  nf_ids(s, lg(s, vd_smt_mul(s, x[0], ex(s, x[1]))), vd_smt_add(s, lg(s, x[0]), x[1]), &a, &b);
+  assert_true(a != b);
+  nf_ids(s, lg(s, vd_smt_add(s, x[0], x[1])), vd_smt_add(s, lg(s, x[0]), lg(s, x[1])), &a, &b);
+  assert_true(a != b);
+  nf_ids(s, vd_smt_mul(s, ex(s, x[0]), ex(s, x[1])), ex(s, vd_smt_mul(s, x[0], x[1])), &a, &b);
+  assert_true(a != b);
+  /* a missing shift is no identity: log(sum exp(x - M)) against log(sum exp x) */
+  nf_ids(s, lg(s, shifted), lg(s, ref), &a, &b);
+  assert_true(a != b);
+  vd_smt_free(s);
+}
+
+/* ite(l = lo, v[0], ite(l = lo + 1, v[1], ... 0)): the registry's lookup. */
+static vd_term lookup(vd_smt *s, vd_term l, int lo, int n, const vd_term *v) {
+  vd_term acc = vd_smt_num_int(s, 0);
+  for (int k = n - 1; k >= 0; k--) acc = vd_smt_ite(s, vd_smt_eq(s, l, vd_smt_int_num(s, lo + k)), v[k], acc);
+  return acc;
+}
+
+static void test_indicator_lookups(void **state) {
+  (void)state;
+  vd_smt *s = ts_new_smt();
+  vd_term v[4], l = vd_smt_int_var(s, "label"), m = vd_smt_var(s, "M");
+  for (int i = 0; i < 4; i++) v[i] = var(s, "v%d", i, 0);
+  int64_t a, b;
+  /* the lookups over two shards sum to the lookup over all classes, with or without a range */
+  vd_term whole = lookup(s, l, 0, 4, v), shards = vd_smt_add(s, lookup(s, l, 0, 2, v), lookup(s, l, 2, 2, v + 2));
+  nf_ids(s, shards, whole, &a, &b);
+  assert_int_equal(a, b);
+  /* Megatron's target logit: sum over shards of lookup(x - M) = lookup(x) - M, only for a valid label */
+  vd_term vm[4];
+  for (int i = 0; i < 4; i++) vm[i] = vd_smt_sub(s, v[i], m);
+  vd_term shifted = vd_smt_add(s, lookup(s, l, 0, 2, vm), lookup(s, l, 2, 2, vm + 2));
+  vd_term want = vd_smt_sub(s, whole, m);
+  nf_ids(s, shifted, want, &a, &b);
+  assert_true(a != b); /* a label past the vocabulary gives 0, not -M */
+  ts_expect_verdict(s, &shifted, &want, 1, VD_SMT_NOT_EQUIVALENT);
+  vd_smt_note_index_range(s, l, 0, 4);
+  nf_ids(s, shifted, want, &a, &b);
+  assert_int_equal(a, b);
+  ts_expect_verdict(s, &shifted, &want, 1, VD_SMT_EQUIVALENT);
+  /* the range is no licence: a lookup over a shard is still not the whole lookup */
+  vd_term half = lookup(s, l, 0, 2, v);
+  nf_ids(s, half, whole, &a, &b);
+  assert_true(a != b);
+  ts_expect_verdict(s, &half, &whole, 1, VD_SMT_NOT_EQUIVALENT);
+  vd_smt_free(s);
 }
 
 static void test_ring_identities(void **state) {
@@ -289,6 +375,8 @@ int main(void) {
       cmocka_unit_test(test_budget_is_the_limit),
       cmocka_unit_test(test_wall_clock_is_the_limit),
       cmocka_unit_test(test_accumulation_cheap),
+      cmocka_unit_test(test_exp_log_laws),
+      cmocka_unit_test(test_indicator_lookups),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -289,28 +289,6 @@ static void test_gen_pairs_clean(void **st_) {
 
 /* ---- DP: one layer, replicas virtual ----------------------------------------- */
 
-/* Single device: y = linear(x, w), loss = sum(y), backward, sgd. */
-static void single1(vd_plan_t *p) {
-  pb_ctx c;
-  pb_begin(&c, p, VD_PLAN_SINGLE, 1, 1, 1);
-  int32_t fwd = pb_segment(&c, "fwd"), bwd = pb_segment(&c, "bwd"), opt = pb_segment(&c, "opt");
-  uint32_t x = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 4, 8);      /* id 1 */
-  uint32_t w = pb_tensor(&c, "w", 0, VD_ROLE_WEIGHT, VD_SCOPE_PERSISTENT, 2, 8, 8); /* id 2 */
-  uint32_t y = pb_tensor(&c, "y", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 8);        /* id 3 */
-  uint32_t l = pb_tensor(&c, "loss", 0, VD_ROLE_LOSS, VD_SCOPE_PER_MB, 0, 0, 0);    /* id 4 */
-  uint32_t gl = pb_tensor(&c, "gloss", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 0, 0, 0); /* id 5 */
-  uint32_t gy = pb_tensor(&c, "gy", 0, VD_ROLE_GRAD, VD_SCOPE_PER_MB, 2, 4, 8);     /* id 6 */
-  uint32_t gx = pb_tensor(&c, "gx", 0, VD_ROLE_GRAD, VD_SCOPE_PER_MB, 2, 4, 8);     /* id 7 */
-  uint32_t gw = pb_tensor(&c, "w.grad", 0, VD_ROLE_GRAD, VD_SCOPE_PERSISTENT, 2, 8, 8); /* id 8 */
-  pb_node(&c, "linear", "fc", 0, fwd, VD_PHASE_FWD, PB_T(x, w), PB_T(y));
-  pb_node(&c, "sum", "loss", 0, fwd, VD_PHASE_FWD, PB_T(y), PB_T(l));
-  pb_node(&c, "sum_backward", "loss.bwd", 0, bwd, VD_PHASE_BWD, PB_T(gl), PB_T(gy));
-  pb_node(&c, "linear_backward", "fc.bwd", 0, bwd, VD_PHASE_BWD, PB_T(x, w, gy), PB_T(gx, gw));
-  pb_sgd(&c, "opt.w", 0, opt, w, gw);
-  pb_steps_one_mb(&c, 0, fwd, bwd, opt);
-  assert_int_equal(c.rc, VD_OK);
-}
-
 /* Annotation with a DP shift along dim 0 and a DP part step. */
 static void ann(vd_plan_t *p, const char *name, int64_t full, int64_t hi0, int64_t hi1, int64_t n, int64_t dps,
                 int64_t dpp) {
@@ -324,7 +302,7 @@ static void ann(vd_plan_t *p, const char *name, int64_t full, int64_t hi0, int64
 
 static void dp2(pair_t *x) {
   memset(x, 0, sizeof(*x));
-  single1(&x->s);
+  assert_int_equal(pb_plan_linear1(&x->s), VD_OK);
   assert_int_equal(pb_plan_dp2(&x->p), VD_OK);
   ann(&x->p, "x", 1, 2, 8, 1, 2, 0);
   ann(&x->p, "w", 2, 8, 8, 1, 0, 0);
@@ -506,7 +484,7 @@ static void test_schedule(void **st_) {
   (void)st_;
   pair_t x;
   memset(&x, 0, sizeof(x));
-  single1(&x.s);
+  assert_int_equal(pb_plan_linear1(&x.s), VD_OK);
   accum_dp(&x.p, 0);
   cut(&x);
   assert_int_equal(count(&x.set, VD_SISSUE_SCHEDULE), 0);
@@ -514,7 +492,7 @@ static void test_schedule(void **st_) {
   pair_free(&x);
 
   memset(&x, 0, sizeof(x));
-  single1(&x.s);
+  assert_int_equal(pb_plan_linear1(&x.s), VD_OK);
   accum_dp(&x.p, 1); /* bwd@0, reduce, bwd@1 */
   cut(&x);
   assert_int_equal(count(&x.set, VD_SISSUE_SCHEDULE), 1);
@@ -533,7 +511,7 @@ static void test_alignment(void **st_) {
   (void)st_;
   pair_t x;
   memset(&x, 0, sizeof(x));
-  single1(&x.s);
+  assert_int_equal(pb_plan_linear1(&x.s), VD_OK);
   accum_dp(&x.p, 2); /* bwd runs for mb 0 only */
   cut(&x);
   assert_int_equal(count(&x.set, VD_SISSUE_ALIGNMENT), 1);
@@ -545,7 +523,7 @@ static void test_alignment(void **st_) {
 
   /* a duplicated microbatch */
   memset(&x, 0, sizeof(x));
-  single1(&x.s);
+  assert_int_equal(pb_plan_linear1(&x.s), VD_OK);
   accum_dp(&x.p, 0);
   x.p.steps[2].mb = 0; /* fwd@1 becomes a second fwd@0 */
   cut(&x);

@@ -147,6 +147,27 @@ static vd_rc finish(pb_ctx *c) {
 #define MB VD_SCOPE_PER_MB
 #define PERS VD_SCOPE_PERSISTENT
 
+vd_rc pb_plan_linear1(vd_plan_t *p) {
+  pb_ctx c;
+  pb_begin(&c, p, VD_PLAN_SINGLE, 1, 1, 1);
+  int32_t fwd = pb_segment(&c, "fwd"), bwd = pb_segment(&c, "bwd"), opt = pb_segment(&c, "opt");
+  uint32_t x = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, MB, 2, 4, 8);      /* id 1 */
+  uint32_t w = pb_tensor(&c, "w", 0, VD_ROLE_WEIGHT, PERS, 2, 8, 8);   /* id 2 */
+  uint32_t y = pb_tensor(&c, "y", 0, ACT, MB, 2, 4, 8);                /* id 3 */
+  uint32_t l = pb_tensor(&c, "loss", 0, VD_ROLE_LOSS, MB, 0, 0, 0);    /* id 4 */
+  uint32_t gl = pb_tensor(&c, "gloss", 0, VD_ROLE_INPUT, MB, 0, 0, 0); /* id 5 */
+  uint32_t gy = pb_tensor(&c, "gy", 0, GRAD, MB, 2, 4, 8);             /* id 6 */
+  uint32_t gx = pb_tensor(&c, "gx", 0, GRAD, MB, 2, 4, 8);             /* id 7 */
+  uint32_t gw = pb_tensor(&c, "w.grad", 0, GRAD, PERS, 2, 8, 8);       /* id 8 */
+  pb_node(&c, "linear", "fc", 0, fwd, VD_PHASE_FWD, PB_T(x, w), PB_T(y));
+  pb_node(&c, "sum", "loss", 0, fwd, VD_PHASE_FWD, PB_T(y), PB_T(l));
+  pb_node(&c, "sum_backward", "loss.bwd", 0, bwd, VD_PHASE_BWD, PB_T(gl), PB_T(gy));
+  pb_node(&c, "linear_backward", "fc.bwd", 0, bwd, VD_PHASE_BWD, PB_T(x, w, gy), PB_T(gx, gw));
+  pb_sgd(&c, "opt.w", 0, opt, w, gw);
+  pb_steps_one_mb(&c, 0, fwd, bwd, opt);
+  return finish(&c);
+}
+
 vd_rc pb_plan_linear2(vd_plan_t *p) {
   pb_ctx c;
   pb_begin(&c, p, VD_PLAN_SINGLE, 1, 1, 1);

@@ -8,6 +8,9 @@
  *    and check one rc at the end.  Tensor and node file ids are assigned
  *    1, 2, 3, ... in creation order, so id == index + 1.
  *  - ready-made plans (pb_plan_*), all of which pass vd_plan_validate:
+ *      linear1     single device: y = linear(x, w) on x [4,8], w [8,8],
+ *                  loss = sum(y), backward, sgd: the single-device twin of
+ *                  mb2_accum and dp2 (not in pb_ready_plans).
  *      linear2     single device: y = linear(linear(x, w1), w2), loss = sum(y),
  *                  backward, sgd on both weights.  Tensor ids are the "full"
  *                  ids the parallel plans' lineage annotations refer to.
@@ -85,6 +88,7 @@ void pb_use_make(pb_ctx *c, int32_t use_seg, int32_t make_seg, uint32_t *x, uint
 #define PB_G(...) (const int64_t[]){__VA_ARGS__}, (uint32_t)(sizeof((const int64_t[]){__VA_ARGS__}) / sizeof(int64_t))
 
 /* Ready-made plans.  On failure the plan is freed. */
+vd_rc pb_plan_linear1(vd_plan_t *p);
 vd_rc pb_plan_linear2(vd_plan_t *p);
 vd_rc pb_plan_tp2(vd_plan_t *p);
 vd_rc pb_plan_pp2(vd_plan_t *p);

@@ -21,6 +21,7 @@ Microbatches are unrolled: each microbatch's operators and tensors are their own
 `world`, x_microbatches records the count); a node that serves one microbatch carries it in
 its name ("model.py:57 [mb 1]"), found by dataflow from the per-microbatch inputs.
 """
+import itertools
 import math
 import msgpack
 
@@ -64,6 +65,41 @@ def _resolve_finals(tr, who):
     return tr
 
 
+def _links(nodes):
+    """(producer, readers) of a trace's nodes: the index of the node writing each value, and
+    the indices of the nodes reading it, in node order (once per operand)."""
+    prod, readers = {}, {}
+    for i, n in enumerate(nodes):
+        for o in n["out"]:
+            prod[o] = i
+        for x in n["in"]:
+            readers.setdefault(x, []).append(i)
+    return prod, readers
+
+
+def _next_pid(vals):
+    """The first value id above every one of the trace."""
+    return max(vals) + 1 if vals else 1
+
+
+def _spliced(nodes, inserts):
+    """nodes with the new nodes inserts[i] (a list) placed just before node i."""
+    return [k for i, n in enumerate(nodes) for k in inserts.get(i, []) + [n]]
+
+
+def _rewrite(n, op, ins, like):
+    """Node n becomes op on ins, without attributes, with the aten name and source of node like."""
+    n["op"], n["in"], n["attrs"] = op, ins, {}
+    n["aten"], n["src"], n["stack"] = like["aten"], like["src"], like.get("stack")
+
+
+def _matmuls(nodes):
+    """(node, a, b, y) for each matmul y = a @ b of the trace that is not a collective's."""
+    for m in nodes:
+        if m["op"] == "matmul" and len(m["in"]) == 2 and m["coll"] is None:
+            yield m, m["in"][0], m["in"][1], m["out"][0]
+
+
 def _fuse_linear(tr):
     """Rewrites torch's lowering of a linear layer on a [.., k] input back to one operator:
 
@@ -85,13 +121,8 @@ def _fuse_linear(tr):
     apart, so their slices propagate to the result without a merged-dims lineage."""
     nodes = tr["nodes"]
     vals = tr["values"]
-    prod, readers = {}, {}
-    for i, n in enumerate(nodes):
-        for o in n["out"]:
-            prod[o] = i
-        for x in n["in"]:
-            readers.setdefault(x, []).append(i)
-    next_pid = [max(vals) + 1 if vals else 1]
+    prod, readers = _links(nodes)
+    next_pid = [_next_pid(vals)]
 
     def only_reader(p, op):
         r = readers.get(p, [])
@@ -106,11 +137,7 @@ def _fuse_linear(tr):
         return (i, b) if vals[b]["shape"] == vals[y2]["shape"][-1:] else None
 
     inserts = {}
-    for m in nodes:
-        if m["op"] != "matmul" or len(m["in"]) != 2 or m["coll"] is not None:
-            continue
-        a, b = m["in"]
-        y2 = m["out"][0]
+    for m, a, b, y2 in _matmuls(nodes):
         bias = None
         last = only_reader(y2, "view")
         if last is None:
@@ -141,16 +168,10 @@ def _fuse_linear(tr):
             vals[y] = {"shape": list(ys), "dtype": vals[y2]["dtype"]}
             prod_node = {"out": [y], "phase": m["phase"], "ctx": m.get("ctx"), "coll": None}
             inserts[last] = [prod_node]
-            add = nodes[bias[0]]
-            v["op"], v["in"], v["attrs"] = "add", [y, bias[1]], {}
-            v["aten"], v["src"], v["stack"] = add["aten"], add["src"], add.get("stack")
-        prod_node["op"] = "linear" if w is not None else "matmul"
-        prod_node["in"] = [x, w] if w is not None else [x, b]
-        prod_node["attrs"] = {}
-        prod_node["aten"] = m["aten"]
-        prod_node["src"], prod_node["stack"] = m["src"], m.get("stack")
+            _rewrite(v, "add", [y, bias[1]], nodes[bias[0]])
+        _rewrite(prod_node, "linear" if w is not None else "matmul", [x, w] if w is not None else [x, b], m)
     if inserts:
-        tr["nodes"] = [k for i, n in enumerate(nodes) for k in inserts.get(i, []) + [n]]
+        tr["nodes"] = _spliced(nodes, inserts)
     return tr
 
 
@@ -168,7 +189,7 @@ def _sum_unmerged(tr):
     nodes = tr["nodes"]
     vals = tr["values"]
     prod = {o: i for i, n in enumerate(nodes) for o in n["out"]}
-    next_pid = max(vals) + 1 if vals else 1
+    next_pid = _next_pid(vals)
     inserts = {}
     for i, n in enumerate(nodes):
         if n["op"] != "sum" or n["attrs"].get("dims") != [0]:
@@ -190,7 +211,7 @@ def _sum_unmerged(tr):
         inserts[i] = [dict(n, **{"in": [g], "out": [s3], "attrs": attrs})]
         n["op"], n["in"], n["attrs"] = "view", [s3], {}
     if inserts:
-        tr["nodes"] = [k for i, n in enumerate(nodes) for k in inserts.get(i, []) + [n]]
+        tr["nodes"] = _spliced(nodes, inserts)
     return tr
 
 
@@ -211,13 +232,8 @@ def _fuse_bmm(tr):
     transpose node, inserted just before the rewritten view."""
     nodes = tr["nodes"]
     vals = tr["values"]
-    prod, readers = {}, {}
-    for i, n in enumerate(nodes):
-        for o in n["out"]:
-            prod[o] = i
-        for x in n["in"]:
-            readers.setdefault(x, []).append(i)
-    next_pid = [max(vals) + 1 if vals else 1]
+    prod, readers = _links(nodes)
+    next_pid = [_next_pid(vals)]
 
     def merged_view(p, batch):
         """The [B.., r, c] tensor that value p ([b, r, c]) is a view of, or None."""
@@ -243,11 +259,7 @@ def _fuse_bmm(tr):
         return (x, n) if x is not None else None
 
     inserts = {}
-    for m in nodes:
-        if m["op"] != "matmul" or len(m["in"]) != 2 or m["coll"] is not None:
-            continue
-        a, b = m["in"]
-        y3 = m["out"][0]
+    for m, a, b, y3 in _matmuls(nodes):
         if any(len(vals[p]["shape"]) != 3 for p in (a, b, y3)):
             continue
         ra = readers.get(y3, [])
@@ -277,17 +289,9 @@ def _fuse_bmm(tr):
                  "phase": tnode["phase"], "ctx": tnode.get("ctx"), "aten": tnode["aten"], "coll": None,
                  "src": tnode["src"], "stack": tnode.get("stack")})
             new_in.append(pid)
-        v["op"] = "matmul"
-        v["in"] = new_in
-        v["attrs"] = {}
-        v["aten"] = m["aten"]
-        v["src"], v["stack"] = m["src"], m.get("stack")
+        _rewrite(v, "matmul", new_in, m)
     if inserts:
-        out = []
-        for i, n in enumerate(nodes):
-            out.extend(inserts.get(i, []))
-            out.append(n)
-        tr["nodes"] = out
+        tr["nodes"] = _spliced(nodes, inserts)
     return tr
 
 
@@ -303,12 +307,7 @@ def _fuse_gather_cat(tr):
     the stacked form along dim 0 is not one (lineage inference).  Applied only when every p_i
     is read by the cat alone; the chunks are then dead (_prune_dead)."""
     nodes = tr["nodes"]
-    prod, readers = {}, {}
-    for i, n in enumerate(nodes):
-        for o in n["out"]:
-            prod[o] = i
-        for x in n["in"]:
-            readers.setdefault(x, []).append(i)
+    prod, readers = _links(nodes)
     for ci, cat in enumerate(nodes):
         if cat["op"] != "concat" or cat["coll"] is not None or not cat["in"]:
             continue
@@ -603,6 +602,77 @@ def _same_program(a, b, S, d):
     return None
 
 
+def _constants(single_tr, trs):
+    """Each constant a parallel rank made inside the step and read as data (capture.py
+    _constant_input) is named after the single-device constant of the same values, or, when
+    none has them, after the one holding them as a box (a rank's rows of a position table):
+    its lineage is that box.  A constant that is no such piece of any single-device constant
+    is refused: nothing says which single-device tensor it stands for."""
+    singles = [d for d in single_tr["decls"] if d.get("const") is not None]
+    for tr in trs:
+        for d in tr["decls"]:
+            v = d.get("const")
+            if v is None:
+                continue
+            hit = _find_constant(v, singles)
+            if hit is None:
+                raise CaptureError("rank %d: %s: a constant made inside the step (shape %s, read as data) holds "
+                                   "values that no constant of the single-device program holds, whole or as a "
+                                   "slice: declare it with cap.input in both programs"
+                                   % (tr["rank"], d["name"][len("constant@"):], list(v.shape)))
+            d["name"], d["at"] = hit
+
+
+def _replicas_meet_microbatches(single_tr, trs):
+    """Whether the single-device program cuts a declared input into microbatches (chunks) along
+    a dim that the parallel program shards over dp: gradient accumulation in the reference
+    too.  Then DP replica d holds rows of the single program's microbatch d, not replica 0's
+    values shifted, so the plan cannot stand for the replicas by replica 0: every rank is
+    stored (as for ZeRO), each with its own lineage."""
+    if dict(trs[0]["mesh"]).get("dp", 1) < 2:
+        return False
+    inputs = {d["pid"]: d["name"] for d in single_tr["decls"] if d["kind"] == "input"}
+    cut = set()
+    for n in single_tr["nodes"]:
+        if n["op"] == "chunk" and len(n["in"]) == 1 and n["in"][0] in inputs:
+            nd = len(single_tr["values"][n["in"][0]]["shape"])
+            dim = int(n["attrs"].get("dim", 0))
+            cut.add((inputs[n["in"][0]], dim + nd if dim < 0 else dim))
+    for d in trs[0]["decls"]:
+        for k, kind, dim in d["placements"]:
+            if k == "dp" and kind == "shard" and (d["name"], dim) in cut:
+                return True
+    return False
+
+
+def _find_constant(v, singles):
+    """(name, lo) of the single-device constant equal to v, else of the first one holding v as a
+    box at lo (the first such box in row-major order of lo), else None."""
+    for s in singles:
+        if list(s["const"].shape) == list(v.shape) and _same_values(s["const"], v):
+            return s["name"], [0] * v.dim()
+    for s in singles:
+        f = s["const"]
+        if f.dim() != v.dim() or any(a > b for a, b in zip(v.shape, f.shape)):
+            continue
+        ranges = [range(b - a + 1) for a, b in zip(v.shape, f.shape)]
+        count = 1
+        for r in ranges:
+            count *= len(r)
+        if count > 4096:
+            continue
+        for lo in itertools.product(*ranges):
+            box = f[tuple(slice(a, a + e) for a, e in zip(lo, v.shape))]
+            if _same_values(box, v):
+                return s["name"], list(lo)
+    return None
+
+
+def _same_values(a, b):
+    """Equal element by element (infinities included: an additive -inf mask)."""
+    return bool(((a == b) | (a.isnan() & b.isnan())).all())
+
+
 def parallel_plan(single_tr, trs, model):
     world = len(trs)
     mesh = trs[0]["mesh"] or [("tp", world)]
@@ -611,6 +681,16 @@ def parallel_plan(single_tr, trs, model):
     S = world // R
     for tr in trs:
         _normalize(tr, "rank %d" % tr["rank"])
+    _constants(single_tr, trs)
+    if _replicas_meet_microbatches(single_tr, trs):
+        for tr in trs:   # every rank is stored: dp becomes a plain mesh dim
+            tr["mesh"] = [("rep" if k == "dp" else k, n) for k, n in tr["mesh"]]
+            for x in tr["decls"]:
+                x["placements"] = [("rep" if k == "dp" else k, q, dim) for k, q, dim in x["placements"]]
+        mesh = trs[0]["mesh"] or [("tp", world)]
+        sizes = dict(mesh)
+        R = 1
+        S = world
     # ---- every replica ran replica 0's program ----
     for g in range(S, world):
         d, r = divmod(g, S)

@@ -103,8 +103,17 @@ def _binary(opname):
         shape = _shape(out)
         if isinstance(a, numbers.Number):
             E.fail("a scalar first operand")
+        if kw.get("rounding_mode") is not None:
+            E.fail("division with rounding_mode=%r" % kw["rounding_mode"])
         if isinstance(b, numbers.Number):
             s = float(b) * float(alpha)
+            if opname == "div" and s != 0.0 and math.frexp(abs(s))[0] == 0.5:
+                # x / c is x * (1/c) when c is a power of two (1/c is then exact in the plan's
+                # float attribute; another c's rounded reciprocal is not its inverse over the
+                # rationals, a false difference): the product by a constant, which the normal
+                # form and lineage inference treat as a factor (a loss divided by an
+                # accumulation count of 2, DivBackward's grad / 2)
+                return E.op("mul", [E.x(a)], shape, {"scalar": 1.0 / s}, dt)
             return E.op(opname, [E.x(a)], shape, {"scalar": s}, dt)
         pb = E.x(b)
         if alpha != 1:
@@ -130,14 +139,20 @@ def _dims_arg(d, nd):
     return d if d else list(range(nd))
 
 
+def _reduce_args(E, args, kw):
+    """(x, dims, keepdim) of a reduction called as (x, dim=None, keepdim=False); a dtype
+    argument is refused."""
+    x = args[0]
+    dims = _dims_arg(args[1] if len(args) > 1 else kw.get("dim"), x.dim())
+    keep = bool(args[2] if len(args) > 2 else kw.get("keepdim", False))
+    if kw.get("dtype") not in (None, x.dtype):
+        E.fail("a dtype argument")
+    return x, dims, keep
+
+
 def _reduce(opname):
     def h(E, args, kw, out):
-        x = args[0]
-        nd = x.dim()
-        dims = _dims_arg(args[1] if len(args) > 1 else kw.get("dim"), nd)
-        keep = bool(args[2] if len(args) > 2 else kw.get("keepdim", False))
-        if kw.get("dtype") not in (None, x.dtype):
-            E.fail("a dtype argument")
+        x, dims, keep = _reduce_args(E, args, kw)
         return E.op(opname, [E.x(x)], _shape(out), {"dims": dims, "keepdim": int(keep)}, _dt(out))
     return h
 
@@ -163,12 +178,7 @@ def _max(E, args, kw, outs):
 def _mean(E, args, kw, out):
     """mean = sum, then scale by 1/count: the sum form propagates slices and partial sums
     (a sliced reduced dim makes a partial sum, which the mean form cannot express)."""
-    x = args[0]
-    nd = x.dim()
-    dims = _dims_arg(args[1] if len(args) > 1 else kw.get("dim"), nd)
-    keep = bool(args[2] if len(args) > 2 else kw.get("keepdim", False))
-    if kw.get("dtype") not in (None, x.dtype):
-        E.fail("a dtype argument")
+    x, dims, keep = _reduce_args(E, args, kw)
     count = 1
     for d in dims:
         count *= int(x.shape[d])
@@ -176,11 +186,82 @@ def _mean(E, args, kw, out):
     return E.op("scale", [s], _shape(out), {"factor": 1.0 / count}, _dt(out))
 
 
-def _view(E, args, kw, out):
-    x = args[0]
-    if _shape(x) == _shape(out):
-        return E.x(x)
-    return E.op("view", [E.x(x)], _shape(out), {}, _dt(out))
+def _var_args(x, args, kw):
+    """(dims, correction, keepdim) of aten var / std in each overload: var.correction
+    (x, dim, *, correction, keepdim), var.dim (x, dim, unbiased, keepdim), var (x, unbiased)."""
+    rest = list(args[1:])
+    dim, unbiased = kw.get("dim"), kw.get("unbiased")
+    if rest and isinstance(rest[0], bool):
+        unbiased = rest.pop(0)
+    elif rest:
+        dim = rest.pop(0)
+    if rest and isinstance(rest[0], bool) and len(rest) > 1:
+        unbiased = rest.pop(0)
+    keep = bool(rest[0] if rest else kw.get("keepdim", False))
+    corr = kw.get("correction")
+    if corr is None:
+        corr = 1 if unbiased is None or unbiased else 0
+    return _dims_arg(dim, x.dim()), float(corr), keep
+
+
+def _variance(E, x, dims, corr, keep, shape, dt):
+    """var by its definition: sum((x - mean(x))^2) / (count - correction), the mean kept over
+    the reduced dims so that it broadcasts (sums, which propagate slices and partial sums)."""
+    count = 1
+    for d in dims:
+        count *= int(x.shape[d])
+    if count - corr <= 0:
+        E.fail("a variance over %d elements with correction %g" % (count, corr))
+    kshape = [1 if i in dims else int(n) for i, n in enumerate(x.shape)]
+    px = E.x(x)
+    s = E.op("sum", [px], kshape, {"dims": dims, "keepdim": 1}, dt)
+    m = E.op("scale", [s], kshape, {"factor": 1.0 / count}, dt)
+    d = E.op("sub", [px, m], _shape(x), {}, dt)
+    sq = E.op("mul", [d, d], _shape(x), {}, dt)
+    ss = E.op("sum", [sq], shape, {"dims": dims, "keepdim": int(keep)}, dt)
+    return E.op("scale", [ss], shape, {"factor": 1.0 / (count - corr)}, dt)
+
+
+def _var(E, args, kw, out):
+    dims, corr, keep = _var_args(args[0], args, kw)
+    return _variance(E, args[0], dims, corr, keep, _shape(out), _dt(out))
+
+
+def _std(E, args, kw, out):
+    dims, corr, keep = _var_args(args[0], args, kw)
+    v = _variance(E, args[0], dims, corr, keep, _shape(out), _dt(out))
+    return E.op("sqrt", [v], _shape(out), {}, _dt(out))
+
+
+def _var_mean(root):
+    """torch.var_mean / std_mean: (var or std, mean), both by their definitions."""
+    def h(E, args, kw, outs):
+        x = args[0]
+        dims, corr, keep = _var_args(x, args, kw)
+        v = _variance(E, x, dims, corr, keep, _shape(outs[0]), _dt(outs[0]))
+        if root:
+            v = E.op("sqrt", [v], _shape(outs[0]), {}, _dt(outs[0]))
+        count = 1
+        for d in dims:
+            count *= int(x.shape[d])
+        s = E.op("sum", [E.x(x)], _shape(outs[1]), {"dims": dims, "keepdim": int(keep)}, _dt(outs[1]))
+        return [v, E.op("scale", [s], _shape(outs[1]), {"factor": 1.0 / count}, _dt(outs[1]))]
+    return h
+
+
+def _unless_same_shape(op):
+    """The converter of a data-movement operator (view, expand) that is the identity when the
+    output has its input's shape."""
+    def convert(E, args, kw, out):
+        x = args[0]
+        if _shape(x) == _shape(out):
+            return E.x(x)
+        return E.op(op, [E.x(x)], _shape(out), {}, _dt(out))
+    return convert
+
+
+_view = _unless_same_shape("view")
+_expand = _unless_same_shape("expand")
 
 
 def _same(E, args, kw, out):
@@ -226,13 +307,6 @@ def _permute(E, args, kw, out):
             shape[i], shape[j] = shape[j], shape[i]
             pid = E.op("transpose", [pid], list(shape), {"dim0": i, "dim1": j}, dt)
     return pid
-
-
-def _expand(E, args, kw, out):
-    x = args[0]
-    if _shape(x) == _shape(out):
-        return E.x(x)
-    return E.op("expand", [E.x(x)], _shape(out), {}, _dt(out))
 
 
 def _slice_op(E, args, kw, out):
@@ -292,6 +366,34 @@ def _split(E, args, kw, outs):
         res.append(_slice(E, pid, _shape(x), dim, start, start + ln, _dt(o)))
         start += ln
     return res
+
+
+def _unbind(E, args, kw, outs):
+    """torch.unbind(x, dim) (q, k, v = qkv.unbind(2)): output i is the slice i along dim with
+    the dim dropped (select, one per output)."""
+    x = args[0]
+    dim = _ndim_norm(int(args[1]) if len(args) > 1 else int(kw.get("dim", 0)), x.dim())
+    pid = E.x(x)
+    res = []
+    for i, o in enumerate(outs):
+        c = _slice(E, pid, _shape(x), dim, i, i + 1, _dt(o))
+        res.append(E.op("view", [c], _shape(o), {}, _dt(o)))
+    return res
+
+
+def _stack(E, args, kw, out):
+    """torch.stack(ts, dim) (unbind's backward): each input viewed with a new dim of 1 at dim,
+    then concatenated along it."""
+    ts = list(args[0])
+    dim = _ndim_norm(int(args[1]) if len(args) > 1 else int(kw.get("dim", 0)), out.dim())
+    parts = []
+    for t in ts:
+        shape = _shape(t)
+        shape.insert(dim, 1)
+        parts.append(E.op("view", [E.x(t)], shape, {}, _dt(out)))
+    if len(parts) == 1:
+        return E.op("view", [parts[0]], _shape(out), {}, _dt(out))
+    return E.op("concat", parts, _shape(out), {"dim": dim}, _dt(out))
 
 
 def _select(E, args, kw, out):
@@ -440,6 +542,82 @@ def _embedding_bwd(E, args, kw, out):
         gv = E.op("view", [E.x(g)], [n, h], {}, _dt(out))
         return _place_rows(E, gv, n_rows, h, start, n, _dt(out))
     return E.op("embedding_backward", [E.x(ids), E.x(g)], _shape(out), {}, _dt(out))
+
+
+def _zero_base(E, base):
+    """True when the tensor a scatter adds into is a constant zero (new_zeros, zeros_like)."""
+    v = _const_values(E, base)
+    return v is not None and not bool(v.any())
+
+
+def _plus_base(E, base, pid, dt):
+    """base + pid, or pid alone when base is a constant zero."""
+    return pid if _zero_base(E, base) else E.op("add", [E.x(base), pid], _shape(base), {}, dt)
+
+
+def _one_per_row(E, what, x, dim, index):
+    """The rows and classes of a gather / scatter_add with one index per row along the last
+    dim (x.gather(-1, labels[..., None]), a hand-written cross-entropy's target logit)."""
+    d = dim % x.dim()
+    if d != x.dim() - 1 or index.dim() != x.dim() or index.shape[d] != 1 or list(index.shape[:d]) != list(x.shape[:d]):
+        E.fail("%s: only one index per row along the last dimension is supported "
+               "(x.gather(-1, idx.unsqueeze(-1)), as a cross-entropy picks its target logit)" % what)
+    return index.numel(), x.shape[-1]
+
+
+def _gather(E, args, kw, out):
+    x, dim, index = args[0], int(args[1]), args[2]
+    if kw.get("sparse_grad") or (len(args) > 3 and args[3]):
+        E.fail("gather with sparse_grad is not supported")
+    n, v = _one_per_row(E, "gather", x, dim, index)
+    dt = _dt(out)
+    rows = E.op("view", [E.x(x)], [n, v], {}, dt)
+    ix = E.op("view", [E.x(index)], [n], {}, _dt(index))
+    # checked: gather raises on an index outside [0, v), as nll_loss does
+    p = E.op("pick", [rows, ix], [n], {"checked": 1}, dt)
+    return E.op("view", [p], _shape(out), {}, dt)
+
+
+def _scatter_add(E, args, kw, out):
+    base, dim, index, src = args[0], int(args[1]), args[2], args[3]
+    n, v = _one_per_row(E, "scatter_add", base, dim, index)
+    dt = _dt(base)
+    g = E.op("view", [E.x(src)], [n], {}, dt)
+    ix = E.op("view", [E.x(index)], [n], {}, _dt(index))
+    pb = E.op("pick_backward", [ix, g], [n, v], {"checked": 1}, dt)
+    return _plus_base(E, base, E.op("view", [pb], _shape(base), {}, dt), dt)
+
+
+def _rows_2d(E, what, x, dim):
+    if int(dim) % x.dim() != 0:
+        E.fail("%s along dim %d: only rows (dim 0, a lookup) are supported" % (what, int(dim)))
+    return x.shape[0], int(x.numel() // max(x.shape[0], 1))
+
+
+def _index_select(E, args, kw, out):
+    x, dim, index = args[0], args[1], args[2]
+    rows, h = _rows_2d(E, "index_select", x, dim)
+    dt = _dt(out)
+    if _const_values(E, index) is not None:
+        start, n = _row_range(E, index, rows)
+        return E.op("view", [_slice(E, E.x(x), _shape(x), 0, start, start + n, dt)], _shape(out), {}, dt)
+    w = E.op("view", [E.x(x)], [rows, h], {}, dt)
+    return E.op("view", [E.op("embedding", [E.x(index), w], [index.numel(), h], {}, dt)], _shape(out), {}, dt)
+
+
+def _index_add(E, args, kw, out):
+    base, dim, index, src = args[0], args[1], args[2], args[3]
+    if kw.get("alpha", args[4] if len(args) > 4 else 1) != 1:
+        E.fail("index_add with alpha != 1 is not supported")
+    rows, h = _rows_2d(E, "index_add", base, dim)
+    dt = _dt(base)
+    g = E.op("view", [E.x(src)], [index.numel(), h], {}, dt)
+    if _const_values(E, index) is not None:
+        start, n = _row_range(E, index, rows)
+        placed = _place_rows(E, g, rows, h, start, n, dt)
+    else:
+        placed = E.op("embedding_backward", [E.x(index), g], [rows, h], {}, dt)
+    return _plus_base(E, base, E.op("view", [placed], _shape(base), {}, dt), dt)
 
 
 def _place_rows(E, gv, n_rows, h, start, n, dt):
@@ -691,7 +869,7 @@ def _nll_fwd(E, args, kw, outs):
     _nll_check(E, x, target, weight, ignore_index)
     n = x.shape[0]
     dt = _dt(outs[0])
-    p = E.op("pick", [E.x(x), E.x(target)], [n], {}, dt)
+    p = E.op("pick", [E.x(x), E.x(target)], [n], {"checked": 1}, dt)
     if reduction == 0:
         loss = E.op("neg", [p], [n], {}, dt)
     else:
@@ -711,7 +889,7 @@ def _nll_bwd(E, args, kw, out):
     if reduction != 0:
         pg = E.op("expand", [pg], [n], {}, dt)
     f = E.op("scale", [pg], [n], {"factor": -1.0 / n if reduction == 1 else -1.0}, dt)
-    return E.op("pick_backward", [E.x(target), f], _shape(out), {}, dt)
+    return E.op("pick_backward", [E.x(target), f], _shape(out), {"checked": 1}, dt)
 
 
 def _silu_bwd(E, args, kw, out):
@@ -784,7 +962,7 @@ TABLE = {
     "view": _view, "_unsafe_view": _view, "_reshape_alias": _view, "reshape": _view,
     "unsqueeze": _view, "squeeze": _view, "flatten": _view,
     "expand": _expand, "t": _t, "transpose": _transpose, "permute": _permute,
-    "slice": _slice_op, "narrow": _narrow, "select": _select, "cat": _cat, "as_strided": _as_strided,
+    "slice": _slice_op, "narrow": _narrow, "select": _select, "cat": _cat, "stack": _stack, "as_strided": _as_strided,
     "slice_backward": _slice_backward, "select_backward": _select_backward,
     # arithmetic
     "add": _binary("add"), "sub": _binary("sub"), "mul": _binary("mul"), "div": _binary("div"),
@@ -794,12 +972,13 @@ TABLE = {
     "relu": _unary("relu"), "threshold_backward": _threshold_bwd,
     "tanh_backward": _tanh_bwd, "sigmoid_backward": _sigmoid_bwd,
     "gelu": _gelu, "gelu_backward": _gelu_bwd, "silu_backward": _silu_bwd,
-    "sum": _reduce("sum"), "mean": _mean, "amax": _reduce("max"),
+    "sum": _reduce("sum"), "mean": _mean, "amax": _reduce("max"), "var": _var, "std": _std,
     "addcmul": _addc("mul"), "addcdiv": _addc("div"), "lerp": _lerp,
     "ones_like": _like(1.0), "zeros_like": _like(0.0), "full_like": _like(None),
     # linear algebra and layers
     "mm": _mm, "bmm": _mm, "addmm": _addmm,
     "embedding": _embedding, "embedding_dense_backward": _embedding_bwd,
+    "gather": _gather, "scatter_add": _scatter_add, "index_select": _index_select, "index_add": _index_add,
     "_softmax": _softmax, "_softmax_backward_data": _softmax_bwd,
     "_log_softmax": _log_softmax, "_log_softmax_backward_data": _log_softmax_bwd,
     # constant masks (causal attention)
@@ -807,9 +986,9 @@ TABLE = {
     # FSDP2's layout of the gradients for the reduce-scatter (fsdp.py)
     "_chunk_cat": _chunk_cat,
 }
-MULTI = {"split": _split, "split_with_sizes": _split, "unsafe_split": _split,
+MULTI = {"unbind": _unbind, "split": _split, "split_with_sizes": _split, "unsafe_split": _split,
          "split_with_sizes_copy": _split,
-         "nll_loss_forward": _nll_fwd, "max": _max, "native_layer_norm": _layer_norm,
+         "nll_loss_forward": _nll_fwd, "max": _max, "var_mean": _var_mean(False), "std_mean": _var_mean(True), "native_layer_norm": _layer_norm,
          "native_layer_norm_backward": _layer_norm_bwd,
          "_scaled_dot_product_flash_attention_for_cpu": _sdpa,
          "_scaled_dot_product_flash_attention_for_cpu_backward": _sdpa_bwd}
@@ -822,6 +1001,9 @@ ALIASES = {"detach", "alias", "lift_fresh"}
 VIEWS_OF_EMPTY = {"narrow", "slice", "view", "_unsafe_view", "split", "split_with_sizes", "chunk",
                   "select", "unflatten", "as_strided"}
 CREATION_EMPTY = {"empty", "empty_strided", "new_empty", "new_empty_strided", "empty_like"}
+# creations that read only the dtype and device of their tensor operand (the zeros gather's
+# backward scatters into): constants, as if made from no tensor
+CREATION_FROM = {"new_zeros", "new_ones", "new_full", "new_empty", "new_empty_strided"}
 
 
 def _flat_tensors(x, acc):
@@ -871,7 +1053,7 @@ def record(rec, func, args, kwargs, out):
         return
     if any(c is not None and c.kind == "host" for c in cells):
         raise CaptureError("%s: aten.%s mixes optimizer step counters with data" % (where(), name))
-    if not tensors:
+    if not tensors or name in CREATION_FROM:
         kind = "empty" if name in CREATION_EMPTY else "const"
         for o in outs:
             _fresh(rec, o, kind, where())
@@ -1120,6 +1302,9 @@ LAYOUT_OUT = {"split_with_sizes_copy": _split_copy_layout, "_chunk_cat": _chunk_
 
 
 def _note_fwd(rec, ts, src):
-    if rec.phase == "fwd":
+    # outside a backward call: the forward of the first microbatch, and of the next ones under
+    # gradient accumulation (the phase is "bwd" after the first backward); only outputs that
+    # autograd gives a grad_fn name a backward node (_hook_graph)
+    if rec.phase == "fwd" or rec.bwd_caller is None:
         for t in ts:
             rec.fwd_src.append((t, src))

@@ -67,13 +67,21 @@ def user_frame():
 
 def user_stack(limit=STACK_FRAMES):
     """The user's frames, innermost first, as "path:LINE in function" (plan `stack`): which
-    layer and which call of the step led to the operator, beyond its own line."""
+    layer and which call of the step led to the operator, beyond its own line.  An operator
+    that a DTensor parallel style's hook runs (a redistribute of PrepareModuleOutput, the
+    from_local of ColwiseParallel's input) ends with one more line: where the program applied
+    that style (dtensor.style_site), since the user's line for it is not on the call stack."""
     out = []
+    style = None
     f = sys._getframe(1)
     while f is not None and len(out) < limit:
         if _user_code(f):
             out.append("%s:%d in %s" % (_display_path(f.f_code.co_filename), f.f_lineno, f.f_code.co_name))
+        elif style is None and not out:
+            style = dtensor.style_site(f)
         f = f.f_back
+    if style is not None:
+        out.append(style)
     return out
 
 
@@ -126,6 +134,8 @@ class Recorder:
         self.ln_eps = {}         # data_ptr of a layer norm's saved mean -> its eps (the backward's)
         self.aliases = []        # tensors sharing another's cell (share), kept alive
         self.view_root = {}      # pid of a view (row-major reshape) -> the value it reshapes
+        self.const_data = None   # (tensor, cell, where) -> pid: a constant read as data (Capture)
+        self.const_replay = None  # (args, kwargs): --replay, constants take the plan's values first
 
     # ---- values and cells ----------------------------------------------------------------
     def new_value(self, shape, dtype):
@@ -220,6 +230,8 @@ class Recorder:
         if c.kind == "ix":
             raise CaptureError("%s: %s reads %s (only Megatron's masked vocab-parallel lookup "
                                "may read it)" % (where, what, self.ix[id(t)].what()))
+        if c.kind == "const" and self.const_data is not None and t.is_floating_point():
+            return self.const_data(t, c, where)
         if c.kind == "const":
             raise CaptureError("%s: %s reads a constant tensor created inside the step at %s; "
                                "create it before the step and declare it with cap.input"
@@ -252,7 +264,11 @@ class Recorder:
                 self.paths[short] = None
         return short, (fn, line)
 
-    def emit(self, op, ins, outs, attrs=None, aten="", phase=None, coll=None, src=None):
+    def stack_here(self):
+        """The user's call stack here (plan `stack`)."""
+        return user_stack()
+
+    def emit(self, op, ins, outs, attrs=None, aten="", phase=None, coll=None, src=None, stack=None):
         if op == "view" and len(ins) == 1 and len(outs) == 1:
             self.view_root[outs[0]] = self.view_root.get(ins[0], ins[0])
         node = {"op": op, "in": list(ins), "out": list(outs), "attrs": dict(attrs or {}),
@@ -267,7 +283,7 @@ class Recorder:
                 node["stack"] = self.stack_at[s] = user_stack()
         else:
             node["src"] = src
-            node["stack"] = self.stack_at.get(src)
+            node["stack"] = stack if stack is not None else self.stack_at.get(src)
         self.nodes.append(node)
         return node
 
@@ -314,6 +330,8 @@ class _Mode(TorchDispatchMode):
             # the reduction of a call from C++ is learnt from its inputs (collectives.py), which
             # an in-place all_reduce overwrites, maybe before it returns: copied first
             self.rec.allreduce_inputs = [t.detach().clone() for t in args[0]]
+        if self.rec.const_replay is not None and not self.rec.quiet:
+            self.rec.const_replay(args, kwargs)
         out = func(*args, **kwargs)
         if not self.rec.quiet:
             aten_map.record(self.rec, func, args, kwargs, out)
@@ -349,11 +367,15 @@ class Decl:
         self.placements = placements
         self.mb_index = mb_index
         self.src = src
+        self.const = None       # a constant made inside the step: its values (float64)
 
     def to_dict(self, final_pid):
-        return {"kind": self.kind, "name": self.name, "pid": self.pid, "final": final_pid,
-                "placements": [(k, p.kind, getattr(p, "dim", None)) for k, p in self.placements],
-                "mb_index": self.mb_index, "src": self.src, "at": self.at}
+        d = {"kind": self.kind, "name": self.name, "pid": self.pid, "final": final_pid,
+             "placements": [(k, p.kind, getattr(p, "dim", None)) for k, p in self.placements],
+             "mb_index": self.mb_index, "src": self.src, "at": self.at}
+        if self.const is not None:
+            d["const"] = self.const
+        return d
 
 
 class Capture:
@@ -373,6 +395,12 @@ class Capture:
         self.replay = None       # {name: initial values} in --replay mode (verdict exec --dump)
         self.all_ranks = False   # ZeroRedundancyOptimizer, FSDP1: ranks run different programs (optim.py)
         self.ranges = {}         # id(tensor) -> (name, shape, start): holds a flat range (declare_range)
+        self.const_seen = {}     # (id(tensor), version) -> pid of a constant read as data
+        self.const_by_value = {}  # (shape, dtype, bytes) -> pid: equal constants are one input
+        self.const_names = {}    # pid -> its declaration's name
+        self.rec.const_data = self._constant_input
+        if parallel:
+            dtensor.install_style_sites()   # reports name where a parallel style was applied
 
     # ---- mesh ------------------------------------------------------------------------------
     def mesh(self, **dims):
@@ -484,6 +512,69 @@ class Capture:
         if holder is not None:
             self.ranges[id(holder)] = (name, [int(s) for s in shape], start)
 
+    def _constant_input(self, t, c, where):
+        """A floating-point constant made inside the step from no data (rotary cos/sin tables
+        from torch.arange, an additive torch.triu(-inf) mask, torch.ones(n)) read as data: it
+        becomes an input of the plan, declared for the user, named after the line that made it
+        ("constant@model.py:47"), and holding its values, by which the assembler finds the
+        single-device constant (or the slice of it) a parallel rank's constant is.  Verdict
+        then treats it as an arbitrary input that both programs read, which proves more than
+        the equivalence for its real values; constants of equal values are one input."""
+        key = (id(t), t._version)
+        pid = self.const_seen.get(key)
+        if pid is not None:
+            return pid
+        rec = self.rec
+        rec.quiet = True
+        try:
+            vals = t.detach().to(torch.float64).contiguous().clone()
+        finally:
+            rec.quiet = False
+        vkey = (tuple(vals.shape), str(t.dtype), vals.numpy().tobytes())
+        pid = self.const_by_value.get(vkey)
+        if pid is None:
+            pid = rec.new_value(_dims(t), DTYPES.get(t.dtype, "f32"))
+            base = "constant@" + (c.src or where).replace(" ", "_")   # no blank: dumps split on them
+            name, k = base, 1
+            while name in self.const_names.values():
+                k += 1
+                name = "%s#%d" % (base, k)
+            d = Decl("input", name, t, pid, [], 0, where)
+            d.const = vals
+            self.decls.append(d)
+            self.const_by_value[vkey] = pid
+            self.const_names[pid] = name
+        self.const_seen[key] = pid
+        return pid
+
+    def _constant_replay(self, args, kwargs):
+        """--replay: a constant that the operator about to run reads as data takes the value the
+        executor gave its plan input, before the operator runs (the plan treats it as an input)."""
+        rec = self.rec
+        ts = aten_map._flat_tensors(list(args) + list(kwargs.values()), [])
+        cells = [rec.cell_of(t) for t in ts]
+        if all(c is not None and c.kind == "const" for c in cells):
+            return   # a constant computed from constants: no data read
+        for t, c in zip(ts, cells):
+            if c is None or c.kind != "const" or not t.is_floating_point() or (id(t), t._version) in self.const_seen:
+                continue
+            if t.numel() <= 1:
+                continue   # a one-element constant is a scalar operand to the handlers (nll's total_weight)
+            pid = self._constant_input(t, c, rec.src_here()[0])
+            v = self.replay.get(self.const_names[pid])
+            if v is None:
+                raise CaptureError("replay: the plan's values hold no initial value of %r" % self.const_names[pid])
+            rec.quiet = True
+            try:
+                with torch.no_grad():
+                    t.copy_(torch.tensor(v, dtype=torch.float64).view(t.shape).to(t.dtype))
+                    vals = t.detach().to(torch.float64).contiguous()
+            finally:
+                rec.quiet = False
+            self.const_seen[(id(t), t._version)] = pid
+            # a copy of it made later (a .to(), a broadcast) holds these values: the same input
+            self.const_by_value[(tuple(vals.shape), str(t.dtype), vals.numpy().tobytes())] = pid
+
     def _replay_init(self, t, name):
         """--replay: the tensor starts from the value verdict's executor gave it."""
         if self.replay is None:
@@ -495,11 +586,13 @@ class Capture:
             t.copy_(torch.tensor(v, dtype=torch.float64).view(t.shape).to(t.dtype))
 
     def param(self, t, name, **placements):
+        """Declares one parameter: what a framework states about it (a DTensor's placements,
+        Megatron-Core's tp mark) and the caller's placements, which win for Megatron's."""
         if dtensor.is_dtensor(t):
             pl = dict(placements)
             pl.update(dtensor.declared_placements(self, t, name))
             return self._declare("param", dtensor.local_of(t), name, -1, pl)
-        return self._declare("param", t, name, -1, placements)
+        return self._declare("param", t, name, -1, {**megatron.placements(t, name, self.mesh_dims), **placements})
 
     def input(self, t, name, mb_index=0, **placements):
         return self._declare("input", t, name, mb_index, placements)
@@ -509,10 +602,11 @@ class Capture:
 
     def params(self, module, prefix="", **placements):
         """Declares every parameter of a module under its own (prefixed) name (with the placement
-        Megatron-Core's layers state, tools/torchcap/megatron.py), its floating-point
-        buffers (position tables, running statistics) as inputs, and its boolean and integer
-        buffers (a causal mask, position ids) as constants whose values the capture reads: the
-        module states all of them, so the user need not.  A buffer already declared is left."""
+        Megatron-Core's layers state, tools/torchcap/megatron.py), and its buffers (a causal
+        mask, position ids, a rotary or position table) as constants whose values the capture
+        reads (a floating-point one read as data becomes an input of the plan, named
+        "constant@buffer_NAME"): the module states all of them, so the user need not.  A buffer
+        already declared (cap.input) is left."""
         managed = fsdp.declare_flat_parameters(self, module, prefix) if self.parallel else None
         clean = fsdp.clean_name if managed is not None else (lambda n: n)
         for n, p in module.named_parameters():
@@ -525,17 +619,16 @@ class Capture:
                 pl.update(dtensor.declared_placements(self, p, prefix + n))
                 self.param(dtensor.local_of(p), prefix + n, **pl)
                 continue
-            # what a framework states about the parameter (Megatron-Core's tp split), then the
-            # caller's placements, which win
-            self.param(p, prefix + n, **{**megatron.placements(p, prefix + n, self.mesh_dims), **placements})
+            self.param(p, prefix + n, **placements)
         for n, b in module.named_buffers():
             n = clean(n)
             if self.rec.cell_of(b) is not None:
                 continue
-            if b.is_floating_point():
-                self.input(b, prefix + n)
-            else:  # a boolean or integer buffer (a causal mask, positions) is a constant
-                self.rec.bind(b, None, "const").src = "buffer " + prefix + n
+            # a buffer (a causal mask, boolean or float as nanoGPT's tril of ones, positions, a
+            # rotary table) is a constant of the model whose values the capture reads: a mask
+            # is recognised by its values, and a floating-point one read as data becomes an
+            # input matched to the single-device constant by its values (_constant_input)
+            self.rec.bind(b, None, "const").src = "buffer " + prefix + n
 
     def optimizer(self, opt, step=1, seed=0):
         """Declares the optimizer's state (torch.optim.SGD with or without momentum, Adam, AdamW,
@@ -572,6 +665,8 @@ class Capture:
         torch.autograd.backward = backward
         for t in self.host_tensors:
             rec.bind(t, None, "host")
+        if self.replay is not None:
+            rec.const_replay = self._constant_replay
         rec.active = True
         try:
             with _Mode(rec):

@@ -63,6 +63,7 @@ class Call:
         self.pg = pg
         self.ranks = _ranks_of_pg(pg)
         self.where = rec.src_here()[0]
+        self.stack = rec.stack_here()   # the call stack of this call, not of the line's last operator
 
     def fail(self, why):
         raise CaptureError("%s: %s: %s" % (self.where, self.name, why))
@@ -75,13 +76,13 @@ class Call:
     def emit(self, op, ins, shape, dt, attrs=None, kind=None):
         out = self.rec.new_value(shape, dt)
         self.rec.emit(op, ins, [out], attrs or {}, aten=self.name, phase="comm",
-                      coll=self.info(kind or op), src=self.where)
+                      coll=self.info(kind or op), src=self.where, stack=self.stack)
         return out
 
     def local(self, op, ins, shape, dt, attrs=None):
         """A local identity step (view, chunk) around a collective."""
         out = self.rec.new_value(shape, dt)
-        self.rec.emit(op, ins, [out], attrs or {}, aten=self.name, src=self.where)
+        self.rec.emit(op, ins, [out], attrs or {}, aten=self.name, src=self.where, stack=self.stack)
         return out
 
     def reduced(self, pin, shape, dt, red):
@@ -431,14 +432,14 @@ def _send(call, args):
     for t in args[0]:
         pin = call.rec.read(t, call.where, call.name)
         call.rec.emit("send", [pin], [], aten=call.name, phase="comm",
-                      coll=_p2p_key(call, int(args[2]), True), src=call.where)
+                      coll=_p2p_key(call, int(args[2]), True), src=call.where, stack=call.stack)
 
 
 def _recv(call, args):
     for t in args[0]:
         pout = call.rec.new_value(_dims(t), _dt(call.rec, t))
         call.rec.emit("recv", [], [pout], aten=call.name, phase="comm",
-                      coll=_p2p_key(call, int(args[2]), False), src=call.where)
+                      coll=_p2p_key(call, int(args[2]), False), src=call.where, stack=call.stack)
         call.rec.write(t, pout, call.where)
         call.rec.pending_snapshots.append((call.rec.last_work, t, pout))
 

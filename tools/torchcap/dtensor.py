@@ -135,3 +135,65 @@ def runtime_refusal(exc):
     return ("%s: DTensor refused the operator (%s); the program fails under DTensor itself: check the "
             "parallel styles of parallelize_module (ColwiseParallel / RowwiseParallel / input and output "
             "layouts) for the layer this line runs" % (where, first))
+
+
+# ---- where the program applied a parallel style -------------------------------------------
+# A parallel style's hooks (ColwiseParallel's from_local of its input, PrepareModuleOutput's
+# redistribute) run inside the module's call: the call stack shows the model line that called
+# the module, not the program line that chose the layouts.  style_sites() wraps each style
+# class's _apply (what parallelize_module calls) to remember, per style object and per module,
+# the user's stack there and the style as DTensor prints it; style_site(frame) finds the style
+# a hook frame belongs to and names that line.  Reports only: the plan's values and lineage do
+# not depend on it.
+
+_SITES = {}   # (id(style), id(module)) or id(style) -> "path:LINE in fn: applies STYLE"
+
+
+def _style_module():
+    try:
+        from torch.distributed.tensor.parallel import style
+    except ImportError:
+        return None
+    return style
+
+
+def install_style_sites():
+    """Wraps _apply of every ParallelStyle class of torch.distributed.tensor.parallel.style
+    (once per process)."""
+    style = _style_module()
+    if style is None or getattr(style, "_verdict_sites", False):
+        return
+    style._verdict_sites = True
+    base = style.ParallelStyle
+    for cls in [c for c in vars(style).values() if isinstance(c, type) and issubclass(c, base)]:
+        orig = cls.__dict__.get("_apply")
+        if orig is None:
+            continue
+
+        def wrapped(self, module, device_mesh, _orig=orig):
+            from .capture import user_stack
+            where = user_stack(1)
+            if where:
+                text = "%s: applies %r" % (where[0], self)
+                _SITES[(id(self), id(module))] = text
+                _SITES[id(self)] = text
+            return _orig(self, module, device_mesh)
+        cls._apply = wrapped
+
+
+def style_site(frame):
+    """The site line of the parallel style whose hook code `frame` runs, or None."""
+    style = _style_module()
+    if style is None or not _SITES or frame.f_code.co_filename != style.__file__:
+        return None
+    loc = frame.f_locals
+    me = loc.get("self")
+    if isinstance(me, style.ParallelStyle):
+        return _SITES.get(id(me))
+    mod = loc.get("mod")
+    cls_name = frame.f_code.co_qualname.split(".")[0]
+    if mod is not None:
+        for key, text in _SITES.items():
+            if isinstance(key, tuple) and key[1] == id(mod) and (": applies %s(" % cls_name) in text:
+                return text
+    return None

@@ -1,0 +1,42 @@
+# Programs written the way outside users write them, in styles the other examples do not use
+# (examples/torch/tinyllama*.py, mlm*.py; issues 25 and 26: "programs nobody here has seen"):
+#  - a Llama-style decoder with nn.RMSNorm (and a hand-written one), rotary tables computed in
+#    forward from torch.arange / torch.outer / cos / sin (constants read as data: plan inputs
+#    matched by their values), SDPA is_causal (and an additive torch.triu(-inf) mask), SwiGLU,
+#    AdamW with weight decay and clip_grad_norm_: under DDP and under DTensor's
+#    parallelize_module (Colwise / Rowwise) it is EQUIVALENT and the executor agrees;
+#  - the loss divided by the world size under DDP (which averages already) is NOT EQUIVALENT: a
+#    WRONG_VALUE at the optimizer's update whose input is 0.5 x its single-device value;
+#  - a row-parallel w2 whose output stays Partial (no all-reduce) is a MISSING_REDUCTION at the
+#    residual add that reads it, the partial sum coming from w2's line;
+#  - a transformer LM of nn.LayerNorm / nn.Linear / SDPA with an untied head and AdamW with two
+#    parameter groups, sharded with FSDP2's fully_shard, is EQUIVALENT; with the root never
+#    wrapped (its parameters' gradients never reduced) NOT EQUIVALENT at the optimizer's update,
+#    the inference line naming one copy's share of a mean read as the whole.
+# Six captures (about 5 s of CPU each on this machine).
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/torch_lib.sh"
+set -e
+line() { grep -n -- "$2" "$EX/$1" | head -1 | cut -d: -f1; }
+
+capture_pair tinyllama.py tinyllama_ddp.py 2
+expect_in "1 stored ranks x 2 replicas" "$TMP/out"
+pair_equivalent "0 dropped after a failed proof, 1 round"
+capture_pair tinyllama.py tinyllama_ddp.py 2 --set bug=double_avg --set clip=0
+pair_not_equivalent "WRONG_VALUE at .* 'tinyllama_ddp.py:$(line tinyllama_ddp.py 'opt.step()')'" \
+  "input 0 is 0.5 x its single-device value"
+
+# the hand-written RMSNorm and the additive triu mask, tensor-parallel
+capture_pair tinyllama.py tinyllama_tp.py 2 --set clip=0 --set norm=hand --set attn=triu
+expect_in "2 stored ranks x 1 replicas" "$TMP/out"
+pair_equivalent
+capture_pair tinyllama.py tinyllama_tp.py 2 --set clip=0 --set bug=partial_w2
+pair_not_equivalent "MISSING_REDUCTION at add 'tinyllama.py:$(line tinyllama.py 'return h + self.feed_forward')'" \
+  "comes from rank 0 linear 'tinyllama.py:$(line tinyllama.py 'return self.w2')'"
+
+capture_pair mlm.py mlm_fsdp.py 2
+pair_equivalent
+capture_pair mlm.py mlm_fsdp.py 2 --set bug=no_root
+pair_not_equivalent "WRONG_VALUE at add 'mlm_fsdp.py:$(line mlm_fsdp.py 'opt.step()')'" \
+  "one copy's share of a mean (part 0 of 2, times 2)"
+echo ok
