@@ -6,12 +6,13 @@
 #    AdamW with weight decay and clip_grad_norm_: under DDP and under DTensor's
 #    parallelize_module (Colwise / Rowwise) it is EQUIVALENT and the executor agrees;
 #  - the loss divided by the world size under DDP (which averages already) is NOT EQUIVALENT: a
-#    WRONG_VALUE at the optimizer's update whose input is 0.5 x its single-device value;
+#    SCALE (factor 1/2) at DDP's all-reduce, on the backward line, the optimizer's input proven
+#    1/2 x its single-device value (not a reduction "missing" where the values happen to fit);
 #  - a row-parallel w2 whose output stays Partial (no all-reduce) is a MISSING_REDUCTION at the
 #    residual add that reads it, the partial sum coming from w2's line;
 #  - a transformer LM of nn.LayerNorm / nn.Linear / SDPA with an untied head and AdamW with two
 #    parameter groups, sharded with FSDP2's fully_shard, is EQUIVALENT; with the root never
-#    wrapped (its parameters' gradients never reduced) NOT EQUIVALENT at the optimizer's update,
+#    wrapped (its parameters' gradients never reduced) NOT EQUIVALENT, a MISSING_REDUCTION at the optimizer's update,
 #    the inference line naming one copy's share of a mean read as the whole.
 # Six captures (about 5 s of CPU each on this machine).
 . "$(dirname "$0")/lib.sh"
@@ -23,8 +24,8 @@ capture_pair tinyllama.py tinyllama_ddp.py 2
 expect_in "1 stored ranks x 2 replicas" "$TMP/out"
 pair_equivalent "0 dropped after a failed proof, 1 round"
 capture_pair tinyllama.py tinyllama_ddp.py 2 --set bug=double_avg --set clip=0
-pair_not_equivalent "WRONG_VALUE at .* 'tinyllama_ddp.py:$(line tinyllama_ddp.py 'opt.step()')'" \
-  "input 0 is 0.5 x its single-device value"
+pair_not_equivalent --full "^   1\. .*SCALE at all_reduce 'tinyllama_ddp.py:$(line tinyllama_ddp.py 'loss.backward()')'" \
+  "diagnosis SCALE (factor 1/2)" "which is 1/2 x its single-device value"
 
 # the hand-written RMSNorm and the additive triu mask, tensor-parallel
 capture_pair tinyllama.py tinyllama_tp.py 2 --set clip=0 --set norm=hand --set attn=triu
@@ -37,6 +38,6 @@ pair_not_equivalent "MISSING_REDUCTION at add 'tinyllama.py:$(line tinyllama.py 
 capture_pair mlm.py mlm_fsdp.py 2
 pair_equivalent
 capture_pair mlm.py mlm_fsdp.py 2 --set bug=no_root
-pair_not_equivalent "WRONG_VALUE at add 'mlm_fsdp.py:$(line mlm_fsdp.py 'opt.step()')'" \
+pair_not_equivalent "^   1\. .*MISSING_REDUCTION at add 'mlm_fsdp.py:$(line mlm_fsdp.py 'opt.step()')'" \
   "one copy's share of a mean (part 0 of 2, times 2)"
 echo ok

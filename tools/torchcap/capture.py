@@ -547,6 +547,13 @@ class Capture:
         self.const_seen[key] = pid
         return pid
 
+    def _forget_constant(self, t, pid):
+        """Undo _constant_input for a constant that turned out to be no plan input."""
+        self.decls = [d for d in self.decls if d.pid != pid]
+        self.const_by_value = {k: p for k, p in self.const_by_value.items() if p != pid}
+        self.const_seen.pop((id(t), t._version), None)
+        del self.const_names[pid]
+
     def _constant_replay(self, args, kwargs):
         """--replay: a constant that the operator about to run reads as data takes the value the
         executor gave its plan input, before the operator runs (the plan treats it as an input)."""
@@ -563,7 +570,10 @@ class Capture:
             pid = self._constant_input(t, c, rec.src_here()[0])
             v = self.replay.get(self.const_names[pid])
             if v is None:
-                raise CaptureError("replay: the plan's values hold no initial value of %r" % self.const_names[pid])
+                # the capture folded this constant into the operator that reads it (the zeros
+                # that gather's backward scatters into): no input of the plan, keep its values
+                self._forget_constant(t, pid)
+                continue
             rec.quiet = True
             try:
                 with torch.no_grad():
