@@ -435,6 +435,11 @@ static void emit_all(ictx *c, vd_plan_t *pp, const uint8_t *written, uint8_t *in
 
 vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, uint8_t **inferred,
                    vd_lin_infer_stats *st, vd_diag *d) {
+  return vd_lin_infer_flags(gs, gp, pp, 0, inferred, st, d);
+}
+
+vd_rc vd_lin_infer_flags(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, unsigned flags,
+                         uint8_t **inferred, vd_lin_infer_stats *st, vd_diag *d) {
   ictx c;
   memset(&c, 0, sizeof(c));
   c.gs = gs, c.gp = gp, c.sp = gs->plan, c.pp = pp;
@@ -465,7 +470,12 @@ vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, ui
     rc = vd_diag_set(d, VD_ECANCELED, __FILE__, __LINE__, NULL, NULL, NULL, "lineage inference interrupted");
     goto done;
   }
-  c.factor_escapes = factor_escapes(&c);
+  int into_updates = 0;
+  c.factor_escapes = factor_escapes(&c, &into_updates);
+  if (c.factor_escapes && into_updates) {
+    if (flags & VD_LIN_KEEP_UPDATE_FACTORS) c.factor_escapes = 0;
+    else s.factors_withheld = 1;
+  }
   emit_all(&c, pp, written, inf, &s);
   if (st) *st = s;
   *inferred = inf;

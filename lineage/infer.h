@@ -139,7 +139,7 @@ vlin *vl_slot(ictx *c, uint32_t v);
 void vd_lin_i_mark_readers(ictx *c, uint32_t v);
 /* infer_emit.c */
 int vd_lin_i_emit_tensor(ictx *c, uint32_t ti, vd_plan_t *pp);
-int factor_escapes(const ictx *c);
+int factor_escapes(const ictx *c, int *into_updates);
 void find_stuck(ictx *c, vd_lin_infer_stats *s);
 /* infer_guess.c */
 int guess_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru);

@@ -46,12 +46,15 @@ static int mean_share(const vlin *l) {
  * cancel (a per-replica mean loss, an averaging reducer) keeps them, and so
  * does one whose factors only escape as shares of a mean (mean_share).
  *
- * Except when every escape reads an unscaled value beside the scaled one
- * (an optimizer update adding the weight to a gradient that is f x its
+ * When every escape reads an unscaled value beside the scaled one (an
+ * optimizer update adding the weight to a gradient that is f x its
  * single-device value: a gradient reducer that sums where the loss is a
- * mean): no factor fits such an operator's output, so no failing stage
- * could show the factor where it arises, only a wrong value at the
- * boundary.  Then the factors stay on the candidates, as for shares of a
+ * mean), *into_updates is 1: no factor fits such an operator's output, so
+ * no failing stage could show the factor where it arises, only a wrong
+ * value at the boundary.  The factors are still suppressed (in a correct
+ * program such a factor is a wrong guess, which would cost a round of
+ * failed proofs), but a NOT EQUIVALENT run infers again with them kept
+ * (VD_LIN_KEEP_UPDATE_FACTORS, verifier/run.c refine_with_factors), as for shares of a
  * mean: the stages that prove them show each value to be f x its
  * single-device value, and the failing stage is the reader's alone, which
  * can then show that the factor is the whole fault (solver/stage_solve.c
@@ -59,7 +62,7 @@ static int mean_share(const vlin *l) {
  * the factor on (a loss scaled wrongly, a multiple of its single value):
  * then the factors are suppressed, so that its stage shows the factor
  * where it arises. */
-int factor_escapes(const ictx *c) {
+int factor_escapes(const ictx *c, int *into_updates) {
   int escapes = 0, multiple = 0;
   for (size_t g = 0; g < c->gp->n_nodes; g++) {
     const vd_gnode_t *pn = &c->gp->nodes[g];
@@ -96,7 +99,8 @@ int factor_escapes(const ictx *c) {
      * (an optimizer update) */
     if (esc) escapes = 1, multiple |= annotated && !unscaled;
   }
-  return escapes && multiple;
+  *into_updates = escapes && !multiple;
+  return escapes;
 }
 
 /* Whether every reader of Gp value v is a scaling that brings v's factor

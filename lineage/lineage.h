@@ -220,6 +220,11 @@ typedef struct {
   int64_t stuck_k, stuck_n; /* PARTIAL, SHARE: that input is part k of n */
   double stuck_f;       /* FACTOR, ADDEND, SHARE: that input's factor */
   int64_t stuck_origin; /* FACTOR, SHARE: plan node where the factor last changed, -1 unknown */
+  /* 1 when the candidates carry no factor although every value whose
+   * factor escapes is an update reading it beside an unscaled value (an
+   * optimizer step): inferring again with VD_LIN_KEEP_UPDATE_FACTORS lets a
+   * failing stage show the factor as the whole fault (SCALE). */
+  int factors_withheld;
 } vd_lin_infer_stats;
 
 typedef enum {
@@ -251,5 +256,12 @@ void vd_lin_stuck_phrase(const vd_lin_infer_stats *s, char *buf, size_t n);
  * Cost: O(Gp nodes x single consumers of their first input). */
 vd_rc vd_lin_infer(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, uint8_t **inferred,
                    vd_lin_infer_stats *st, vd_diag *d);
+
+/* vd_lin_infer with flags: VD_LIN_KEEP_UPDATE_FACTORS keeps the candidates'
+ * factors where factors_withheld would be set (lineage/infer_emit.c
+ * factor_escapes). */
+#define VD_LIN_KEEP_UPDATE_FACTORS 1u
+vd_rc vd_lin_infer_flags(const vd_graph_t *gs, const vd_graph_t *gp, vd_plan_t *pp, unsigned flags,
+                         uint8_t **inferred, vd_lin_infer_stats *st, vd_diag *d);
 
 #endif

@@ -102,7 +102,49 @@ static void trace_round(vd_run *r, const vd_run_opts *o, double secs) {
           secs);
 }
 
+static vd_rc verify_once(const vd_run_opts *o, vd_run *r, vd_diag *d);
+
+/* A NOT EQUIVALENT run whose inference withheld factors that escape only
+ * into updates (vd_lin_infer_stats.factors_withheld: a gradient that is f x
+ * its single-device value read by an optimizer step) runs again with them
+ * kept: its failing stages can then be proven to fail by the factor alone
+ * (solver/stage_solve.c unscaled_check: SCALE, MISSING_REDUCTION).  The
+ * first run withholds them because in a correct program such a factor is a
+ * wrong guess that costs a round of failed proofs.  Both runs are sound; the
+ * second replaces the first only when it is NOT EQUIVALENT too, its phase
+ * times counting both. */
+static vd_rc refine_with_factors(const vd_run_opts *o, vd_run *r, double elapsed_s, vd_diag *d) {
+  if (o->keep_update_factors || !r->infer.factors_withheld || r->interrupted || vd_run_exit_code(r) != 1)
+    return VD_OK;
+  /* under --deadline, only when two more runs as long as the first fit */
+  if (o->deadline_s > 0 && o->deadline_s - elapsed_s < 2 * elapsed_s) return VD_OK;
+  if (!o->quiet) fprintf(stderr, "verdict: inferring again with the factors that reach the updates kept (diagnosis)\n");
+  double first[VD_RUN_PHASES];
+  memcpy(first, r->phase_s, sizeof(first));
+  vd_run_opts o2 = *o;
+  o2.keep_update_factors = 1;
+  if (o->deadline_s > 0) o2.deadline_s = o->deadline_s - elapsed_s;
+  /* a run's graphs point into its plans: a run is redone in place, never
+   * copied; the first is run again (it is deterministic) when the second
+   * ends otherwise */
+  vd_run_free(r);
+  vd_rc rc = verify_once(&o2, r, d);
+  if (rc != VD_OK || r->interrupted || vd_run_exit_code(r) != 1) {
+    vd_run_free(r);
+    if (d) vd_diag_clear(d);
+    rc = verify_once(o, r, d);
+  }
+  for (int i = 0; i < VD_RUN_PHASES; i++) r->phase_s[i] += first[i];
+  return rc;
+}
+
 vd_rc vd_run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
+  double t0 = vd_clock_s();
+  vd_rc rc = verify_once(o, r, d);
+  return rc == VD_OK ? refine_with_factors(o, r, vd_clock_s() - t0, d) : rc;
+}
+
+static vd_rc verify_once(const vd_run_opts *o, vd_run *r, vd_diag *d) {
   memset(r, 0, sizeof(*r));
   vd_ctl_reset();
   vd_progress_init(&r->prog, o->quiet, o->deadline_s);
@@ -238,7 +280,8 @@ static vd_rc run_verify(const vd_run_opts *o, vd_run *r, vd_diag *d) {
     double t = vd_clock_s();
     vd_ctl_set(VD_CTL_INFER_VALUES, 0);
     vd_progress_phase(&r->prog, "inferring lineages", VD_CTL_INFER_VALUES, "values with a lineage", 0);
-    VD_CHECK(vd_lin_infer(&r->sg, &r->pg, &r->pp, &r->inferred, &r->infer, d));
+    unsigned flags = o->keep_update_factors ? VD_LIN_KEEP_UPDATE_FACTORS : 0;
+    VD_CHECK(vd_lin_infer_flags(&r->sg, &r->pg, &r->pp, flags, &r->inferred, &r->infer, d));
     r->phase_s[VD_RUN_LINEAGE] += vd_clock_s() - t;
   }
   VD_CHECK(run_rounds(o, r, d));

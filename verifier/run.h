@@ -35,6 +35,7 @@ typedef struct {
   int no_fast_path;        /* skip the simplifier normal-form comparison */
   int no_reduce;           /* check stages on their original shapes */
   int no_infer;            /* do not infer lineages of unannotated tensors */
+  int keep_update_factors; /* inference keeps factors escaping into updates (refine_with_factors) */
   double deadline_s;       /* --deadline S: the whole run's wall clock; 0 = none */
   vd_cache *cache;         /* proof cache (verifier/cache.h), borrowed; NULL = none */
   int cross_check;         /* --cross-check: every normal-form proof also given to Z3 */
