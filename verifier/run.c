@@ -110,11 +110,32 @@ static vd_rc verify_once(const vd_run_opts *o, vd_run *r, vd_diag *d);
  * kept: its failing stages can then be proven to fail by the factor alone
  * (solver/stage_solve.c unscaled_check: SCALE, MISSING_REDUCTION).  The
  * first run withholds them because in a correct program such a factor is a
- * wrong guess that costs a round of failed proofs.  Both runs are sound; the
+ * wrong guess that costs a round of failed proofs.  Only when the
+ * failing stages target updates alone (fails_only_at_updates).  Both runs are sound; the
  * second replaces the first only when it is NOT EQUIVALENT too, its phase
  * times counting both. */
+/* Whether every stage that failed targets updated weights or optimizer
+ * state only (last versions): the failures a withheld factor explains.  A
+ * failure anywhere else (a forward value) is a fault the factors cannot
+ * name, and a second run would only double the time. */
+static int fails_only_at_updates(const vd_run *r) {
+  int any = 0;
+  for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
+    if (r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT) continue;
+    const vd_stage *st = &r->set.stages[i];
+    for (uint32_t ti = 0; ti < st->n_targets; ti++) {
+      const vd_value_t *v = &r->sg.values[st->vals[st->targets[ti].svalue].value];
+      vd_role role = r->sp.tensors[v->tensor].role;
+      if (!v->is_final || (role != VD_ROLE_WEIGHT && role != VD_ROLE_OPTSTATE)) return 0;
+      any = 1;
+    }
+  }
+  return any;
+}
+
 static vd_rc refine_with_factors(const vd_run_opts *o, vd_run *r, double elapsed_s, vd_diag *d) {
-  if (o->keep_update_factors || !r->infer.factors_withheld || r->interrupted || vd_run_exit_code(r) != 1)
+  if (o->keep_update_factors || !r->infer.factors_withheld || r->interrupted || vd_run_exit_code(r) != 1 ||
+      !fails_only_at_updates(r))
     return VD_OK;
   /* under --deadline, only when two more runs as long as the first fit */
   if (o->deadline_s > 0 && o->deadline_s - elapsed_s < 2 * elapsed_s) return VD_OK;
