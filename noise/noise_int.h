@@ -1,7 +1,8 @@
 /*
  * noise/noise_int.h - what the files of noise/ share: the analysis context.
  *
- * run.c builds the graphs and the lineage table, prop.c computes a value for
+ * run.c builds the graphs and the lineage table, prop.c (with prop_probe.c,
+ * prop_node.c; prop_int.h) computes a value for
  * every parallel graph value (from the dump, or by evaluating its node) and
  * propagates the error bounds through the parallel graph, map.c maps them
  * onto the single-device values through the lineage pieces.

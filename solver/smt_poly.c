@@ -74,20 +74,25 @@ void vd_smt_i_nf_seqtab_free(seqtab *t) {
   memset(t, 0, sizeof(*t));
 }
 
-static int seqtab_rehash(seqtab *t) {
-  size_t ns = t->n_slot ? 2 * t->n_slot : 1024;
+/* An open-addressing index of ids 0..n-1 by their hashes (slot: id + 1, 0
+ * empty; linear probing), rebuilt at twice its size (first: its first
+ * size, a power of two); -1 when out of memory (the old index kept). */
+static int rehash_ids(uint32_t **slot, size_t *n_slot, const uint64_t *hash, size_t n, size_t first) {
+  size_t ns = *n_slot ? 2 * *n_slot : first;
   uint32_t *sl = vd_calloc(ns, sizeof(uint32_t));
   if (!sl) return -1;
-  for (size_t id = 0; id < t->n; id++) {
-    size_t j = t->hash[id] & (ns - 1);
+  for (size_t id = 0; id < n; id++) {
+    size_t j = hash[id] & (ns - 1);
     while (sl[j]) j = (j + 1) & (ns - 1);
     sl[j] = (uint32_t)id + 1;
   }
-  vd_free(t->slot);
-  t->slot = sl;
-  t->n_slot = ns;
+  vd_free(*slot);
+  *slot = sl;
+  *n_slot = ns;
   return 0;
 }
+
+static int seqtab_rehash(seqtab *t) { return rehash_ids(&t->slot, &t->n_slot, t->hash, t->n, 1024); }
 
 /* Id of the sequence a[0..n) (a must not point into t->pool); -1 on ENOMEM. */
 int64_t vd_smt_i_nf_seq_intern(seqtab *t, const uint32_t *a, uint32_t n) {
@@ -160,20 +165,7 @@ static int too_big(const mpq_t v) {
          mpz_sizeinbase(mpq_denref(v), 2) > VD_NF_MAX_COEF_BITS;
 }
 
-static int q_rehash(vd_smt_nf *nf) {
-  size_t ns = nf->n_qslot ? 2 * nf->n_qslot : 256;
-  uint32_t *sl = vd_calloc(ns, sizeof(uint32_t));
-  if (!sl) return -1;
-  for (size_t id = 0; id < nf->n_q; id++) {
-    size_t j = nf->qhash[id] & (ns - 1);
-    while (sl[j]) j = (j + 1) & (ns - 1);
-    sl[j] = (uint32_t)id + 1;
-  }
-  vd_free(nf->qslot);
-  nf->qslot = sl;
-  nf->n_qslot = ns;
-  return 0;
-}
+static int q_rehash(vd_smt_nf *nf) { return rehash_ids(&nf->qslot, &nf->n_qslot, nf->qhash, nf->n_q, 256); }
 
 /* Interned id of the rational v (non-zero); -1 on ENOMEM or when too large. */
 int64_t vd_smt_i_nf_coef_intern(vd_smt_nf *nf, const mpq_t v) {

@@ -142,12 +142,8 @@ static void leaf_fill(solve_ctx *c, num_ctx *n, uint32_t i) {
 
 /* A one-node copy of (p, pn) in *out whose integer attribute key is v. */
 static vd_rc with_attr(const vd_plan_t *p, const vd_node_t *pn, const char *key, int64_t v, vd_plan_t *out) {
-  VD_CHECK(vd_plan_init(out, p->kind));
-  vd_node_t nn = *pn;
-  nn.segment = 0;
   uint32_t idx;
-  VD_CHECK(vd_plan_add_node(out, &nn, vd_node_op(p, pn), vd_plan_s(p, pn->name), NULL, 0, NULL, 0,
-                            vd_node_group(p, pn), pn->n_group, &idx));
+  VD_CHECK(vd_stage_solve_i_lone_node(p, pn, out, &idx));
   for (uint32_t a = 0; a < pn->n_attr; a++) {
     const vd_attr_t *at = &p->attrs[pn->attr_off + a];
     if (!strcmp(vd_plan_s(p, at->key), key)) VD_CHECK(vd_plan_attr_int(out, idx, key, v));

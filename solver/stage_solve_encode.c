@@ -117,16 +117,22 @@ static vd_rc make_parallel_leaf(solve_ctx *c, uint32_t i) {
   return rc;
 }
 
+/* A one-node plan *out (initialised here) holding a copy of node pn of p,
+ * without operands or attributes; *idx its node index. */
+vd_rc vd_stage_solve_i_lone_node(const vd_plan_t *p, const vd_node_t *pn, vd_plan_t *out, uint32_t *idx) {
+  VD_CHECK(vd_plan_init(out, p->kind));
+  vd_node_t nn = *pn;
+  nn.segment = 0;
+  return vd_plan_add_node(out, &nn, vd_node_op(p, pn), vd_plan_s(p, pn->name), NULL, 0, NULL, 0, vd_node_group(p, pn),
+                          pn->n_group, idx);
+}
+
 /* Copies node pn's attributes into a one-node scratch plan, replacing the
  * overridden ones, so the encoder reads the scaled positions. */
 static vd_rc scratch_node(const vd_plan_t *p, const vd_node_t *pn, const vd_attr_override *ovr, uint32_t n_ovr,
                           vd_plan_t *scratch) {
-  VD_CHECK(vd_plan_init(scratch, p->kind));
-  vd_node_t nn = *pn;
-  nn.segment = 0;
   uint32_t idx;
-  VD_CHECK(vd_plan_add_node(scratch, &nn, vd_node_op(p, pn), vd_plan_s(p, pn->name), NULL, 0, NULL, 0,
-                            vd_node_group(p, pn), pn->n_group, &idx));
+  VD_CHECK(vd_stage_solve_i_lone_node(p, pn, scratch, &idx));
   for (uint32_t a = 0; a < pn->n_attr; a++) {
     const vd_attr_t *at = &p->attrs[pn->attr_off + a];
     const char *key = vd_plan_s(p, at->key);

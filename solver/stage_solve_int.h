@@ -70,6 +70,9 @@ typedef struct {
 static inline const uint32_t *target_pairs(const vd_stage *st, const vd_stage_target *t) { return st->idx + t->piece_off; }
 
 uint32_t vd_stage_solve_i_node_parts(const vd_gnode_t *gn, const vd_stage_node *sn);
+/* A one-node plan *out (initialised here) holding a copy of node pn of p
+ * without operands or attributes (stage_solve_encode.c); *idx its index. */
+vd_rc vd_stage_solve_i_lone_node(const vd_plan_t *p, const vd_node_t *pn, vd_plan_t *out, uint32_t *idx);
 /* The node's attributes, from the scratch plan when overridden. */
 vd_rc vd_stage_solve_i_node_attrs(solve_ctx *c, const vd_plan_t *p, const vd_node_t *pn, const vd_stage_node *sn,
                                   vd_plan_t *scratch, const vd_plan_t **ap, const vd_node_t **an);

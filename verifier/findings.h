@@ -61,7 +61,7 @@ const char *vd_findings_hint(vd_diagnosis dx);
  * inconclusive ones (failing ones are in the findings). */
 void vd_rep_class_counts(const vd_run *r, size_t *n_equiv, size_t *n_inconclusive);
 
-/* ---- facts shared by the report formats (verifier/findings.c) ---------- */
+/* ---- facts shared by the report formats (findings_locate.c, findings_text.c) */
 
 /* Plan node of a stage node, and the plan it belongs to. */
 const vd_node_t *vd_rep_pnode(const vd_run *r, const vd_stage_node *sn, const vd_plan_t **plan);
