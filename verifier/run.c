@@ -104,16 +104,6 @@ static void trace_round(vd_run *r, const vd_run_opts *o, double secs) {
 
 static vd_rc verify_once(const vd_run_opts *o, vd_run *r, vd_diag *d);
 
-/* A NOT EQUIVALENT run whose inference withheld factors that escape only
- * into updates (vd_lin_infer_stats.factors_withheld: a gradient that is f x
- * its single-device value read by an optimizer step) runs again with them
- * kept: its failing stages can then be proven to fail by the factor alone
- * (solver/stage_solve.c unscaled_check: SCALE, MISSING_REDUCTION).  The
- * first run withholds them because in a correct program such a factor is a
- * wrong guess that costs a round of failed proofs.  Only when the
- * failing stages target updates alone (fails_only_at_updates).  Both runs are sound; the
- * second replaces the first only when it is NOT EQUIVALENT too, its phase
- * times counting both. */
 /* Whether every stage that failed targets updated weights or optimizer
  * state only (last versions): the failures a withheld factor explains.  A
  * failure anywhere else (a forward value) is a fault the factors cannot
@@ -123,16 +113,29 @@ static int fails_only_at_updates(const vd_run *r) {
   for (size_t i = 0; r->verdicts && i < r->set.n_stages; i++) {
     if (r->verdicts[i].verdict != VD_SMT_NOT_EQUIVALENT) continue;
     const vd_stage *st = &r->set.stages[i];
+    /* through the target's lineage, which a compacted class member keeps
+     * (its vals are freed: vd_stage_compact) */
     for (uint32_t ti = 0; ti < st->n_targets; ti++) {
-      const vd_value_t *v = &r->sg.values[st->vals[st->targets[ti].svalue].value];
-      vd_role role = r->sp.tensors[v->tensor].role;
-      if (!v->is_final || (role != VD_ROLE_WEIGHT && role != VD_ROLE_OPTSTATE)) return 0;
+      const vd_lineage *l = &r->lt.lins[st->targets[ti].lineage];
+      vd_role role = r->sp.tensors[l->stensor].role;
+      if (l->initial || !r->sg.values[l->svalue].is_final || (role != VD_ROLE_WEIGHT && role != VD_ROLE_OPTSTATE))
+        return 0;
       any = 1;
     }
   }
   return any;
 }
 
+/* A NOT EQUIVALENT run whose inference withheld factors that escape only
+ * into updates (vd_lin_infer_stats.factors_withheld: a gradient that is f x
+ * its single-device value read by an optimizer step) runs again with them
+ * kept: its failing stages can then be proven to fail by the factor alone
+ * (solver/stage_solve.c unscaled_check: SCALE, MISSING_REDUCTION).  The
+ * first run withholds them because in a correct program such a factor is a
+ * wrong guess that costs a round of failed proofs.  Only when the failing
+ * stages target updates alone (fails_only_at_updates).  Both runs are
+ * sound; the second replaces the first only when it is NOT EQUIVALENT too,
+ * its phase times counting both. */
 static vd_rc refine_with_factors(const vd_run_opts *o, vd_run *r, double elapsed_s, vd_diag *d) {
   if (o->keep_update_factors || !r->infer.factors_withheld || r->interrupted || vd_run_exit_code(r) != 1 ||
       !fails_only_at_updates(r))
@@ -153,7 +156,8 @@ static vd_rc refine_with_factors(const vd_run_opts *o, vd_run *r, double elapsed
   if (rc != VD_OK || r->interrupted || vd_run_exit_code(r) != 1) {
     vd_run_free(r);
     if (d) vd_diag_clear(d);
-    rc = verify_once(o, r, d);
+    o2.keep_update_factors = 0;
+    rc = verify_once(&o2, r, d);
   }
   for (int i = 0; i < VD_RUN_PHASES; i++) r->phase_s[i] += first[i];
   return rc;
