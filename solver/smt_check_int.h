@@ -53,6 +53,9 @@ vd_rc vd_smt_i_chk_eval_many(vd_smt *s, Z3_model m, const vd_term *t, size_t n, 
 /* The result's inputs and diffs from model m over the open pairs. */
 vd_rc vd_smt_i_chk_fill_model(vd_smt *s, Z3_model m, const vd_term *par, const vd_term *single, const size_t *open,
                               size_t n_open, vd_smt_result *res, int *complete);
+/* fill_model for a proved difference: *no_diff when the values show none. */
+vd_rc vd_smt_i_chk_fill_proof(vd_smt *s, Z3_model m, const vd_term *par, const vd_term *single, const size_t *open,
+                              size_t n_open, vd_smt_result *res, const char *found, int *no_diff);
 
 /* ---- smt_check_job.c -------------------------------------------------------- */
 /* The solver path on the open pairs (in the job's fresh context). */

@@ -92,17 +92,13 @@ static vd_rc record_sat(vd_smt *s, Z3_solver sv, const vd_term *par, const vd_te
   Z3_model_inc_ref(z, m);
   res->verdict = VD_SMT_NOT_EQUIVALENT;
   if (found) __atomic_store_n(found, 1, __ATOMIC_RELEASE);
-  int complete = 0;
-  vd_rc rc = vd_smt_i_chk_fill_model(s, m, par, single, open, n_open, res, &complete);
+  int no_diff = 0;
+  vd_rc rc = vd_smt_i_chk_fill_proof(s, m, par, single, open, n_open, res, "the solver found a counterexample", &no_diff);
   Z3_model_dec_ref(z, m);
-  if (rc == VD_OK && complete && res->n_diffs == 0) {
+  if (no_diff) {
     /* sat but no pair differs when evaluated: never claim anything. */
     res->verdict = VD_SMT_INCONCLUSIVE;
     snprintf(res->reason, sizeof(res->reason), "model evaluation found no differing pair");
-  } else if (rc == VD_OK && !complete) {
-    /* SOUNDNESS: sat is the proof; only the values are missing. */
-    snprintf(res->reason, sizeof(res->reason), "%s",
-             "the solver found a counterexample; its values were not computed within the evaluation limit");
   }
   return rc;
 }

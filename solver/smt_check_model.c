@@ -334,3 +334,19 @@ vd_rc vd_smt_i_chk_fill_model(vd_smt *s, Z3_model m, const vd_term *par, const v
   vd_free(funcs.v);
   return rc;
 }
+
+/* A model that proved a difference (sat, or a random interpretation that
+ * differs): its values filled in.  *no_diff is 1 when every value was
+ * computed and no pair differs after all (the caller then claims
+ * nothing).  SOUNDNESS: when some values are missing the proof stands (sat
+ * is the proof; only the values are missing) and the reason
+ * says "<found>; its values were not computed ...". */
+vd_rc vd_smt_i_chk_fill_proof(vd_smt *s, Z3_model m, const vd_term *par, const vd_term *single, const size_t *open,
+                              size_t n_open, vd_smt_result *res, const char *found, int *no_diff) {
+  int complete = 0;
+  vd_rc rc = vd_smt_i_chk_fill_model(s, m, par, single, open, n_open, res, &complete);
+  *no_diff = rc == VD_OK && complete && res->n_diffs == 0;
+  if (rc == VD_OK && !complete)
+    snprintf(res->reason, sizeof(res->reason), "%s; its values were not computed within the evaluation limit", found);
+  return rc;
+}
