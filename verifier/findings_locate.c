@@ -7,9 +7,11 @@
  * the first node downstream of the flagged values whose output differs.
  * findings.c groups failing stages by these nodes.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/mem.h"
 #include "../common/text.h"
 #include "../lineage/lineage.h"
 #include "../ops/ops.h"
@@ -377,6 +379,66 @@ int32_t vd_findings_i_scaled_producer(const vd_run *r, size_t i) {
     g = q;
   }
   return g;
+}
+
+/* Whether factor f is ratio raised to a small positive power (1, 2, 3, 4 or
+ * their halves and quarters): the factor a scaling applied, as a square
+ * (Adam's g * g) or a root of a square (its sqrt) later carries it. */
+static int power_of(double f, double ratio) {
+  if (f <= 0.0 || ratio <= 0.0 || f == 1.0 || ratio == 1.0) return f == ratio && f != 1.0;
+  double e = log(f) / log(ratio);
+  if (e <= 0.0 || e > 4.0) return 0;
+  double q = e * 4.0;
+  return fabs(q - floor(q + 0.5)) < 1e-9;
+}
+
+int32_t vd_findings_i_factor_origin(const vd_run *r, size_t i, int32_t from, const uint32_t *gpos, double *s_out) {
+  const vd_stage *st = &r->set.stages[i];
+  const vd_stage_verdict *v = &r->verdicts[i];
+  if (from < 0 || (uint32_t)from >= r->pg.n_nodes || !r->inferred || v->diagnosis != VD_DX_SCALE ||
+      !v->scaled_leaf || v->scaled_leaf > st->n_vals)
+    return -1;
+  const vd_stage_value *sv = &st->vals[v->scaled_leaf - 1];
+  if (sv->leaf_piece < 0) return -1;
+  double f = r->lt.pieces[sv->leaf_piece].f;
+  int32_t rep = sv->replica;
+  size_t nn = r->pg.n_nodes, cap = 1u << 18, top = 0, seen = 0;
+  uint8_t *mark = vd_calloc(nn / 8 + 1, 1);
+  uint32_t *stack = vd_malloc(cap * sizeof(uint32_t));
+  int32_t best = -1;
+  if (!mark || !stack) goto done; /* a hint only: no origin without memory */
+  stack[top++] = (uint32_t)from;
+  mark[from / 8] |= (uint8_t)(1u << (from % 8));
+  while (top && seen++ < cap) {
+    uint32_t g = stack[--top];
+    const vd_gnode_t *gn = &r->pg.nodes[g];
+    const vd_node_t *pn = &r->pp.nodes[gn->pnode];
+    const uint32_t *in = r->pg.idx + gn->in_off;
+    double s = 1.0;
+    int scales = !gn->n_part && gn->n_in == 1 && gn->n_out == 1 && vd_lin_scaling(&r->pp, pn, &s);
+    if (scales && s == 0.0) continue; /* x * 0: its output does not depend on x (a gradient seed) */
+    if (scales && s != 1.0 && (int32_t)g != from) {
+      /* the factor this node adds to its input's, by their lineages: its
+       * own constant when the single plan has no such scaling */
+      int32_t px = vd_lin_piece_of(&r->lt, in[0], rep), py = vd_lin_piece_of(&r->lt, r->pg.idx[gn->out_off], rep);
+      if (px >= 0 && py >= 0 && r->lt.pieces[px].f != 0.0) {
+        double ratio = r->lt.pieces[py].f / r->lt.pieces[px].f;
+        if (fabs(ratio - s) <= 1e-12 * fabs(s) && power_of(f, ratio) &&
+            (best < 0 || gpos[g] < gpos[best]))
+          best = (int32_t)g, *s_out = s;
+      }
+    }
+    for (uint32_t k = 0; k < gn->n_in; k++) {
+      int32_t q = r->pg.values[in[k]].producer;
+      if (q < 0 || (mark[q / 8] & (1u << (q % 8)))) continue;
+      mark[q / 8] |= (uint8_t)(1u << (q % 8));
+      if (top < cap) stack[top++] = (uint32_t)q;
+    }
+  }
+done:
+  vd_free(stack);
+  vd_free(mark);
+  return best;
 }
 
 /* The node of failing stage i that the solver proved its diagnosis at:
