@@ -469,6 +469,24 @@ static int32_t scaled_reader(const vd_run *r, size_t i, char *why, size_t n_why)
     int reads = 0;
     for (uint32_t j = 0; j < sn->n_in && !reads; j++) reads = st->idx[sn->in_off + j] == leaf;
     if (!sn->side || !reads) continue;
+    if (share && pc->f == 1.0) {
+      /* a partial sum read as the whole (unscaled_check's second form):
+       * name the node that made it, where the group's sum belongs */
+      int32_t pg = r->pg.values[lv->value].producer;
+      char made[300] = "";
+      if (pg >= 0) {
+        const vd_node_t *mn = &r->pp.nodes[r->pg.nodes[pg].pnode];
+        vd_text_fmt(made, sizeof(made), " made by rank %lld %s '%s' (node %lld)",
+                    (long long)vd_graph_rank(&r->pg, mn->rank, lv->replica), VD_SHOW(vd_node_op(&r->pp, mn)),
+                    VD_SHOW(vd_plan_s(&r->pp, mn->name)), (long long)mn->id);
+      }
+      vd_text_fmt(why, n_why,
+                  "reads '%s' (t%lld), a partial sum (part %lld of %lld: an inferred lineage, proven)%s, as the "
+                  "whole value; read as the sum of its copies over the group, the stage holds",
+                  VD_SHOW(vd_plan_s(&r->pp, t->name)), (long long)t->id, (long long)pc->part_k,
+                  (long long)pc->part_n, made);
+      return (int32_t)k;
+    }
     if (share) {
       vd_text_fmt(why, n_why,
                   "reads '%s' (t%lld), one copy's share of a mean (part %lld of %lld, times %g: an inferred lineage, "
