@@ -144,9 +144,12 @@ static void factor_text(double f, char *buf, size_t n) {
 }
 
 /* Each refinement check of a failing stage (reducer_check, unscaled_check)
- * gets this share of the stage's work budget, and at most this wall time. */
+ * gets this share of the stage's work budget.  Deterministic: the budget is
+ * counted in normal-form steps and Z3 resource units (rlimit), not wall
+ * time, so a diagnosis is the same on a slow machine as on a fast one; the
+ * wall-clock backstops stay the user's (--stage-timeout per check, the
+ * run's --timeout through common/ctl.h), as for every other check. */
 #define REFINE_SHARE 10u
-#define REFINE_TIMEOUT_MS 5000u
 
 /* The stage encoded again as c now says (unscaled leaves, a rescaled
  * node) and checked: *holds = 1 when it is proven equivalent.  Every other
@@ -156,13 +159,12 @@ static vd_rc holds_now(solve_ctx *c, int *holds) {
   *holds = 0;
   end_stage(c);
   /* a tenth of a stage's budget each: a refinement never costs much more
-   * than the check that found the failure (the wall-clock backstop too) */
+   * than the check that found the failure */
   const vd_stage_solve_opts *o = c->o;
   uint64_t nf = o->budget == UINT64_MAX ? 0 : o->budget ? o->budget : VD_SMT_DEFAULT_NF_STEPS;
   uint64_t rl = o->budget == UINT64_MAX ? 0 : o->budget ? o->budget : VD_SMT_DEFAULT_RLIMIT;
   vd_smt_set_budget(c->s, nf ? nf / REFINE_SHARE + 1 : VD_SMT_DEFAULT_NF_STEPS / REFINE_SHARE,
                     rl ? rl / REFINE_SHARE + 1 : VD_SMT_DEFAULT_RLIMIT / REFINE_SHARE);
-  vd_smt_set_timeout(c->s, o->timeout_ms && o->timeout_ms < REFINE_TIMEOUT_MS ? o->timeout_ms : REFINE_TIMEOUT_MS);
   vd_diag scratch, *d = c->d;
   vd_diag_clear(&scratch);
   vd_stage_verdict sv;
@@ -177,7 +179,6 @@ static vd_rc holds_now(solve_ctx *c, int *holds) {
   if (rc == VD_OK && ready) rc = vd_smt_check(c->s, pl.par, pl.single, pl.n, &r, &scratch);
   *holds = rc == VD_OK && ready && r.verdict == VD_SMT_EQUIVALENT;
   vd_smt_set_budget(c->s, nf, rl);
-  vd_smt_set_timeout(c->s, o->timeout_ms);
   c->d = d;
   vd_smt_result_free(&r);
   vd_stage_solve_i_pairs_free(&pl);
