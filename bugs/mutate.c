@@ -74,7 +74,7 @@ const vd_bug_info vd_bug_table[VD_BUG_COUNT] = {
      "WRONG_VALUE|SCALE", VD_BUG_NEED_NM, "nm>1", "-", "--layer 0 --rank 1;--layer 1 --rank 2", 1},
     {17, VD_BUG_SCALING, "loss-local-tokens",
      "the loss is normalized by the rank's local token count instead of the global one", "SCALE",
-     "SCALE|WRONG_VALUE", 0, "a scaled loss; uneven token counts need --loss-mask", "--loss-mask", "--rank 2;--rank 3", 1},
+     "SCALE|WRONG_VALUE|MISSING_REDUCTION", 0, "a scaled loss; uneven token counts need --loss-mask", "--loss-mask", "--rank 2;--rank 3", 1},
     {18, VD_BUG_COMMUNICATION, "sp-norm-grad-unreduced",
      "a sequence-parallel norm weight gradient is not reduced over the TP group (DP reduction kept)",
      "MISSING_REDUCTION", "MISSING_REDUCTION|WRONG_VALUE", VD_BUG_NEED_SP, "sp", "--sp", "--layer 0;--layer 1", 0},

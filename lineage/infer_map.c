@@ -328,6 +328,11 @@ int scaling(const vd_plan_t *p, const vd_node_t *nd, int op, double *s) {
   return 1;
 }
 
+int vd_lin_scaling(const vd_plan_t *p, const vd_node_t *nd, double *s) {
+  vd_op_id op = vd_op_lookup(vd_node_op(p, nd));
+  return (int)op >= 0 && op < VD_OP__COUNT && scaling(p, nd, (int)op, s);
+}
+
 /* 1 when node nd adds (or subtracts) a nonzero scalar: x + c is neither
  * linear in x (parts, factors) nor the identity (python's sum() starts
  * with 0 + x, which is). */

@@ -201,6 +201,11 @@ typedef struct {
 /* Rule of operator op (a vd_op_id, asserted valid). */
 const vd_lin_prop_rule *vd_lin_prop_rule_of(int op);
 
+/* 1 when plan node nd multiplies its one input by a constant (scale and its
+ * backward, mul or div by a scalar; lineage inference's own test), *s that
+ * constant (1/scalar for a div). */
+int vd_lin_scaling(const vd_plan_t *p, const vd_node_t *nd, double *s);
+
 typedef struct {
   size_t n_annotated;   /* parallel tensors annotated in the plan */
   size_t n_inferred;    /* candidates written */

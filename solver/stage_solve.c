@@ -115,6 +115,21 @@ static double leaf_factor(const solve_ctx *c, uint32_t *leaf, int *shares) {
   return f;
 }
 
+/* Whether the stage's parallel leaves include a partial sum of factor 1
+ * (part k of n: the copies sum to the single value), *leaf the first; 0
+ * when none, or when a leaf carries a factor (leaf_factor's case). */
+static int partial_leaf(const solve_ctx *c, uint32_t *leaf) {
+  int found = 0;
+  for (uint32_t i = 0; i < c->st->n_vals; i++) {
+    const vd_stage_value *sv = &c->st->vals[i];
+    if (!sv->side || sv->producer >= 0 || sv->leaf_piece < 0 || sv->hyp_svalue < 0) continue;
+    const vd_lin_piece *pc = &c->lt->pieces[sv->leaf_piece];
+    if (pc->f != 1.0) return 0;
+    if (pc->part_n > 1 && !found) *leaf = i, found = 1;
+  }
+  return found;
+}
+
 /* "p/q" (or "p") of smallest denominator up to 4096 within 1e-12 of f,
  * else %.17g: the factor as the report names it. */
 static void factor_text(double f, char *buf, size_t n) {
@@ -129,9 +144,12 @@ static void factor_text(double f, char *buf, size_t n) {
 }
 
 /* Each refinement check of a failing stage (reducer_check, unscaled_check)
- * gets this share of the stage's work budget, and at most this wall time. */
+ * gets this share of the stage's work budget.  Deterministic: the budget is
+ * counted in normal-form steps and Z3 resource units (rlimit), not wall
+ * time, so a diagnosis is the same on a slow machine as on a fast one; the
+ * wall-clock backstops stay the user's (--stage-timeout per check, the
+ * run's --timeout through common/ctl.h), as for every other check. */
 #define REFINE_SHARE 10u
-#define REFINE_TIMEOUT_MS 5000u
 
 /* The stage encoded again as c now says (unscaled leaves, a rescaled
  * node) and checked: *holds = 1 when it is proven equivalent.  Every other
@@ -141,13 +159,12 @@ static vd_rc holds_now(solve_ctx *c, int *holds) {
   *holds = 0;
   end_stage(c);
   /* a tenth of a stage's budget each: a refinement never costs much more
-   * than the check that found the failure (the wall-clock backstop too) */
+   * than the check that found the failure */
   const vd_stage_solve_opts *o = c->o;
   uint64_t nf = o->budget == UINT64_MAX ? 0 : o->budget ? o->budget : VD_SMT_DEFAULT_NF_STEPS;
   uint64_t rl = o->budget == UINT64_MAX ? 0 : o->budget ? o->budget : VD_SMT_DEFAULT_RLIMIT;
   vd_smt_set_budget(c->s, nf ? nf / REFINE_SHARE + 1 : VD_SMT_DEFAULT_NF_STEPS / REFINE_SHARE,
                     rl ? rl / REFINE_SHARE + 1 : VD_SMT_DEFAULT_RLIMIT / REFINE_SHARE);
-  vd_smt_set_timeout(c->s, o->timeout_ms && o->timeout_ms < REFINE_TIMEOUT_MS ? o->timeout_ms : REFINE_TIMEOUT_MS);
   vd_diag scratch, *d = c->d;
   vd_diag_clear(&scratch);
   vd_stage_verdict sv;
@@ -162,7 +179,6 @@ static vd_rc holds_now(solve_ctx *c, int *holds) {
   if (rc == VD_OK && ready) rc = vd_smt_check(c->s, pl.par, pl.single, pl.n, &r, &scratch);
   *holds = rc == VD_OK && ready && r.verdict == VD_SMT_EQUIVALENT;
   vd_smt_set_budget(c->s, nf, rl);
-  vd_smt_set_timeout(c->s, o->timeout_ms);
   c->d = d;
   vd_smt_result_free(&r);
   vd_stage_solve_i_pairs_free(&pl);
@@ -183,16 +199,27 @@ static vd_rc holds_now(solve_ctx *c, int *holds) {
  * each one copy's share of a mean (part k of n, times n) and the stage
  * holds once they are read as the copies' mean: a gradient no reducer
  * averaged (a parameter left out of DDP's reducer, FSDP1 without a root
- * unit).  A diagnosis only, claimed when proved: any other outcome leaves
+ * unit); and MISSING_REDUCTION when the leaves carry no factor but some are
+ * partial sums (part k of n) and the stage holds once every partial sum is
+ * read as the sum of its copies: a value whose sum over the group no
+ * collective made (Megatron's copy_to_tensor_model_parallel_region left
+ * out, so the input gradient of a column-parallel layer is one rank's
+ * part).  A diagnosis only, claimed when proved: any other outcome leaves
  * WRONG_VALUE.  VD_ENOMEM is the only error. */
 static vd_rc unscaled_check(solve_ctx *c, vd_stage_verdict *v) {
   uint32_t leaf = 0;
   int shares = 0;
   double f = leaf_factor(c, &leaf, &shares);
-  if (f == 0.0 || !isfinite(f) || v->diagnosis != VD_DX_WRONG_VALUE || c->st->n_nodes > VD_STAGE_CLASSIFY_MAX_NODES)
-    return VD_OK;
+  if (v->diagnosis != VD_DX_WRONG_VALUE || c->st->n_nodes > VD_STAGE_CLASSIFY_MAX_NODES) return VD_OK;
+  if (f == 0.0 && partial_leaf(c, &leaf)) {
+    /* no factor, but a partial sum read: the same check with the partial
+     * sums read as the sum of their copies (unscaled 2) */
+    f = 1.0;
+    shares = 2;
+  }
+  if (f == 0.0 || !isfinite(f)) return VD_OK;
   int holds = 0;
-  c->unscaled = 1;
+  c->unscaled = shares == 2 ? 2 : 1;
   vd_rc rc = holds_now(c, &holds);
   c->unscaled = 0;
   if (rc == VD_OK && holds) {

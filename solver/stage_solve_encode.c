@@ -101,8 +101,10 @@ static vd_rc make_parallel_leaf(solve_ctx *c, uint32_t i) {
   vd_rc rc;
   /* unscaled_check (stage_solve.c): a leaf of factor f != 1 is read as its
    * single value, and one copy's share of a mean (part k of n, times n) as
-   * the mean of the copies: the whole slice */
-  int as_single = c->unscaled && pc->f != 1.0 && (pc->part_n <= 1 || pc->f == (double)pc->part_n);
+   * the mean of the copies: the whole slice; with unscaled 2, a partial
+   * sum of factor 1 (part k of n) as the sum of the copies: the whole slice */
+  int as_single = (c->unscaled == 1 && pc->f != 1.0 && (pc->part_n <= 1 || pc->f == (double)pc->part_n)) ||
+                  (c->unscaled == 2 && pc->f == 1.0 && pc->part_n > 1);
   if (pc->part_n <= 1 || as_single) {
     rc = vd_smt_tensor_copy(&slice, &c->ten[i], c->d);
   } else {

@@ -17,7 +17,8 @@ typedef struct {
   const vd_stage_solve_opts *o;
   vd_smt_tensor *ten; /* one per stage value */
   vd_diag *d;
-  int unscaled;       /* parallel leaves are built without their lineage factor (unscaled_check) */
+  int unscaled;       /* unscaled_check: 1 parallel leaves are built without their lineage factor,
+                         2 partial sums (factor 1) as the sum of their copies; 0 neither */
   uint32_t rescale_node; /* 1 + a stage node whose outputs are multiplied by rescale_f once
                             encoded (reducer_check), 0 none */
   double rescale_f;

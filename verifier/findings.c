@@ -251,6 +251,7 @@ struct grouping {
   size_t ni, ns, n;
   size_t *parent;
   int32_t *dn;
+  int32_t *og; /* failing stage -> vd_findings_i_factor_origin (graph node), -1 none */
   uint32_t *sgpos, *sppos, *pgpos, *pppos;
   kvs keys;
 };
@@ -296,6 +297,7 @@ static void key_stages(struct grouping *g) {
   const vd_run *r = g->r;
   char key[512], sig[400], why[256];
   int32_t *dn = g->dn;
+  for (size_t i = 0; i < g->ns; i++) g->og[i] = -2; /* not yet computed */
   for (size_t i = 0; i < g->ns; i++) {
     dn[i] = -1;
     const vd_stage *st = &r->set.stages[i];
@@ -319,6 +321,15 @@ static void key_stages(struct grouping *g) {
     /* a SCALE on a scaled hypothesis is keyed by the node that made it,
      * which its finding names (describe_by_stage) */
     int32_t sp = vd_findings_i_scaled_producer(r, c);
+    /* a SCALE whose factor one scaling applied, as it is or raised to a
+     * power (Adam's second moment reads g * g): one cause with every other
+     * failure of that origin */
+    double s;
+    g->og[i] = c < i && g->og[c] >= -1 ? g->og[c] : vd_findings_i_factor_origin(r, c, sp, g->pgpos, &s);
+    if (g->og[i] >= 0) {
+      snprintf(key, sizeof(key), "O|%d", g->og[i]);
+      add_key(&g->keys, g->ni + i, key);
+    }
     if (sp >= 0 || (dn[i] >= 0 && st->nodes[dn[i]].side)) {
       uint32_t pn = sp >= 0 ? r->pg.nodes[sp].pnode : r->pg.nodes[st->nodes[dn[i]].gnode].pnode;
       node_sig(sig, sizeof(sig), &r->pp, pn, 1);
@@ -476,6 +487,28 @@ static void describe_by_stage(const struct grouping *g, vd_finding *f) {
                 "lineage, proven); read as that value, the stage holds",
                 VD_SHOW(vd_plan_s(&r->pp, t->name)), (long long)t->id, VD_SHOW(r->verdicts[rep].factor));
   }
+  /* the scaling that applied the factor (its origin), when the plans show
+   * one: the finding names it, the node above stays in why as context */
+  double s = 1.0;
+  int32_t og = vd_findings_i_factor_origin(r, rep, sp, g->pgpos, &s);
+  if (og >= 0) {
+    const vd_stage_value *lv = &r->set.stages[rep].vals[r->verdicts[rep].scaled_leaf - 1];
+    const vd_node_t *on = &r->pp.nodes[r->pg.nodes[og].pnode], *sn = &r->pp.nodes[r->pg.nodes[sp].pnode];
+    char ctx[160] = "";
+    if (sn->src) vd_text_fmt(ctx, sizeof(ctx), ", %s", VD_SHOW(vd_plan_s(&r->pp, sn->src)));
+    f->pnode = r->pg.nodes[og].pnode;
+    f->node_rank = vd_graph_rank(&r->pg, on->rank, lv->replica);
+    f->node_mb = r->pg.nodes[og].mb;
+    f->topo = (uint64_t)1 << 32 | g->pgpos[og];
+    f->via_pnode = r->pg.nodes[sp].pnode;
+    f->via_rank = vd_graph_rank(&r->pg, sn->rank, lv->replica);
+    f->via_mb = r->pg.nodes[sp].mb;
+    vd_text_fmt(f->why, sizeof(f->why),
+                "it multiplies by %g where the single-device plan does not: the factor %s of the values that "
+                "reach rank %lld %s '%s' (node %lld%s), which the failing stage reads",
+                s, VD_SHOW(r->verdicts[rep].factor), (long long)vd_graph_rank(&r->pg, sn->rank, lv->replica),
+                VD_SHOW(vd_node_op(&r->pp, sn)), VD_SHOW(vd_plan_s(&r->pp, sn->name)), (long long)sn->id, ctx);
+  }
 }
 
 /* One finding's representative and footprint (ranks, microbatches,
@@ -490,6 +523,7 @@ static vd_rc describe_finding(const struct grouping *g, vd_finding *f) {
   f->pnode = -1;
   f->node_rank = -1;
   f->node_mb = -1;
+  f->via_pnode = -1;
   if (f->structural) describe_by_issue(g, f, &ft);
   else describe_by_stage(g, f);
   for (size_t j = 0; j < f->n_stages; j++) {
@@ -544,7 +578,8 @@ vd_rc vd_findings_build(const vd_run *r, vd_findings *out, vd_diag *d) {
   g.n = g.ni + g.ns;
   g.parent = vd_malloc((g.n ? g.n : 1) * sizeof(size_t));
   g.dn = vd_malloc((g.ns ? g.ns : 1) * sizeof(int32_t));
-  vd_rc rc = g.parent && g.dn ? group_findings(&g, out) : VD_ENOMEM;
+  g.og = vd_malloc((g.ns ? g.ns : 1) * sizeof(int32_t));
+  vd_rc rc = g.parent && g.dn && g.og ? group_findings(&g, out) : VD_ENOMEM;
   if (rc != VD_OK) {
     rc = VD_OOM(d);
     vd_findings_free(out);
@@ -553,6 +588,7 @@ vd_rc vd_findings_build(const vd_run *r, vd_findings *out, vd_diag *d) {
   vd_free(g.keys.v);
   vd_free(g.parent);
   vd_free(g.dn);
+  vd_free(g.og);
   vd_free(g.sgpos);
   vd_free(g.sppos);
   vd_free(g.pgpos);

@@ -32,6 +32,11 @@ typedef struct {
   int32_t local_node;
   int64_t node_rank;       /* global rank of the node in the representative, -1 if none */
   int32_t node_mb;
+  /* A SCALE named by the scaling that applied its factor (its origin): the
+   * parallel plan node the failing stages read the factor from (a reducer),
+   * as context; -1 otherwise. */
+  int64_t via_pnode, via_rank;
+  int32_t via_mb;
   char why[256];           /* why that node: "attribute 'eps' is ...", "produces the first disagreeing copy" */
   size_t *stages; size_t n_stages;   /* failing stages, ascending */
   size_t *issues; size_t n_issues;   /* structural issues, ascending */
@@ -88,6 +93,11 @@ void vd_rep_fmt_title(char *buf, size_t n, const vd_run *r, const vd_finding *f)
 
 /* The user's call stack at the finding's node (plan `stack`: frames joined by
  * '\n', innermost first), or "" when the plan does not record one. */
+/* The node a SCALE finding's factor reaches the failing stages through
+ * (vd_finding.via_pnode), as "rank 0 all_reduce 'x.py:33' (node 243, ...)";
+ * "" when the finding has none. */
+void vd_rep_fmt_via(char *buf, size_t n, const vd_run *r, const vd_finding *f);
+
 const char *vd_rep_finding_stack(const vd_run *r, const vd_finding *f);
 
 #endif

@@ -27,4 +27,16 @@ int vd_findings_i_reads_unreduced(const vd_run *r, size_t i, int32_t k);
  * -1 when stage i has no such leaf. */
 int32_t vd_findings_i_scaled_producer(const vd_run *r, size_t i);
 
+/* Where the factor of stage i's SCALE comes from (its origin): the earliest
+ * node (topological position gpos) in the parallel cone above graph node
+ * `from` (its scaled producer) that multiplies by a constant the
+ * single-device plan does not apply (its lineages show the constant as the
+ * factor it adds) and whose constant is the stage's factor, or a small
+ * power of it (the square of an Adam moment); *s that constant.  -1 when
+ * none (the factor then is only the product of several scalings, or comes
+ * from a scaling that the single plan applies with another constant).  A
+ * hint for the finding's location; nothing here changes a verdict.
+ * Cost: the cone, at most 2^18 nodes. */
+int32_t vd_findings_i_factor_origin(const vd_run *r, size_t i, int32_t from, const uint32_t *gpos, double *s);
+
 #endif

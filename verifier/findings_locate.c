@@ -7,9 +7,11 @@
  * the first node downstream of the flagged values whose output differs.
  * findings.c groups failing stages by these nodes.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/mem.h"
 #include "../common/text.h"
 #include "../lineage/lineage.h"
 #include "../ops/ops.h"
@@ -379,6 +381,66 @@ int32_t vd_findings_i_scaled_producer(const vd_run *r, size_t i) {
   return g;
 }
 
+/* Whether factor f is ratio raised to a small positive power (1, 2, 3, 4 or
+ * their halves and quarters): the factor a scaling applied, as a square
+ * (Adam's g * g) or a root of a square (its sqrt) later carries it. */
+static int power_of(double f, double ratio) {
+  if (f <= 0.0 || ratio <= 0.0 || f == 1.0 || ratio == 1.0) return f == ratio && f != 1.0;
+  double e = log(f) / log(ratio);
+  if (e <= 0.0 || e > 4.0) return 0;
+  double q = e * 4.0;
+  return fabs(q - floor(q + 0.5)) < 1e-9;
+}
+
+int32_t vd_findings_i_factor_origin(const vd_run *r, size_t i, int32_t from, const uint32_t *gpos, double *s_out) {
+  const vd_stage *st = &r->set.stages[i];
+  const vd_stage_verdict *v = &r->verdicts[i];
+  if (from < 0 || (uint32_t)from >= r->pg.n_nodes || !r->inferred || v->diagnosis != VD_DX_SCALE ||
+      !v->scaled_leaf || v->scaled_leaf > st->n_vals)
+    return -1;
+  const vd_stage_value *sv = &st->vals[v->scaled_leaf - 1];
+  if (sv->leaf_piece < 0) return -1;
+  double f = r->lt.pieces[sv->leaf_piece].f;
+  int32_t rep = sv->replica;
+  size_t nn = r->pg.n_nodes, cap = 1u << 18, top = 0, seen = 0;
+  uint8_t *mark = vd_calloc(nn / 8 + 1, 1);
+  uint32_t *stack = vd_malloc(cap * sizeof(uint32_t));
+  int32_t best = -1;
+  if (!mark || !stack) goto done; /* a hint only: no origin without memory */
+  stack[top++] = (uint32_t)from;
+  mark[from / 8] |= (uint8_t)(1u << (from % 8));
+  while (top && seen++ < cap) {
+    uint32_t g = stack[--top];
+    const vd_gnode_t *gn = &r->pg.nodes[g];
+    const vd_node_t *pn = &r->pp.nodes[gn->pnode];
+    const uint32_t *in = r->pg.idx + gn->in_off;
+    double s = 1.0;
+    int scales = !gn->n_part && gn->n_in == 1 && gn->n_out == 1 && vd_lin_scaling(&r->pp, pn, &s);
+    if (scales && s == 0.0) continue; /* x * 0: its output does not depend on x (a gradient seed) */
+    if (scales && s != 1.0 && (int32_t)g != from) {
+      /* the factor this node adds to its input's, by their lineages: its
+       * own constant when the single plan has no such scaling */
+      int32_t px = vd_lin_piece_of(&r->lt, in[0], rep), py = vd_lin_piece_of(&r->lt, r->pg.idx[gn->out_off], rep);
+      if (px >= 0 && py >= 0 && r->lt.pieces[px].f != 0.0) {
+        double ratio = r->lt.pieces[py].f / r->lt.pieces[px].f;
+        if (fabs(ratio - s) <= 1e-12 * fabs(s) && power_of(f, ratio) &&
+            (best < 0 || gpos[g] < gpos[best]))
+          best = (int32_t)g, *s_out = s;
+      }
+    }
+    for (uint32_t k = 0; k < gn->n_in; k++) {
+      int32_t q = r->pg.values[in[k]].producer;
+      if (q < 0 || (mark[q / 8] & (1u << (q % 8)))) continue;
+      mark[q / 8] |= (uint8_t)(1u << (q % 8));
+      if (top < cap) stack[top++] = (uint32_t)q;
+    }
+  }
+done:
+  vd_free(stack);
+  vd_free(mark);
+  return best;
+}
+
 /* The node of failing stage i that the solver proved its diagnosis at:
  * the summing collective of reducer_check (solver/stage_solve.c), or the
  * first node (stage order) that reads its scaled leaf (unscaled_check),
@@ -407,6 +469,24 @@ static int32_t scaled_reader(const vd_run *r, size_t i, char *why, size_t n_why)
     int reads = 0;
     for (uint32_t j = 0; j < sn->n_in && !reads; j++) reads = st->idx[sn->in_off + j] == leaf;
     if (!sn->side || !reads) continue;
+    if (share && pc->f == 1.0) {
+      /* a partial sum read as the whole (unscaled_check's second form):
+       * name the node that made it, where the group's sum belongs */
+      int32_t pg = r->pg.values[lv->value].producer;
+      char made[300] = "";
+      if (pg >= 0) {
+        const vd_node_t *mn = &r->pp.nodes[r->pg.nodes[pg].pnode];
+        vd_text_fmt(made, sizeof(made), " made by rank %lld %s '%s' (node %lld)",
+                    (long long)vd_graph_rank(&r->pg, mn->rank, lv->replica), VD_SHOW(vd_node_op(&r->pp, mn)),
+                    VD_SHOW(vd_plan_s(&r->pp, mn->name)), (long long)mn->id);
+      }
+      vd_text_fmt(why, n_why,
+                  "reads '%s' (t%lld), a partial sum (part %lld of %lld: an inferred lineage, proven)%s, as the "
+                  "whole value; read as the sum of its copies over the group, the stage holds",
+                  VD_SHOW(vd_plan_s(&r->pp, t->name)), (long long)t->id, (long long)pc->part_k,
+                  (long long)pc->part_n, made);
+      return (int32_t)k;
+    }
     if (share) {
       vd_text_fmt(why, n_why,
                   "reads '%s' (t%lld), one copy's share of a mean (part %lld of %lld, times %g: an inferred lineage, "

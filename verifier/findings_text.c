@@ -117,3 +117,14 @@ void vd_rep_fmt_title(char *buf, size_t n, const vd_run *r, const vd_finding *f)
   vd_text_fmt(buf, n, "%s at %s%s '%s' (node %lld%s%s)", vd_diagnosis_names[f->diagnosis], f->side ? "" : "single ",
               VD_SHOW(vd_node_op(p, pn)), VD_SHOW(vd_plan_s(p, pn->name)), (long long)pn->id, src, VD_SHOW(stack));
 }
+
+void vd_rep_fmt_via(char *buf, size_t n, const vd_run *r, const vd_finding *f) {
+  buf[0] = '\0';
+  if (f->via_pnode < 0) return;
+  const vd_node_t *pn = &r->pp.nodes[f->via_pnode];
+  char src[160] = "", mb[24] = "";
+  if (pn->src) vd_text_fmt(src, sizeof(src), ", %s", VD_SHOW(vd_plan_s(&r->pp, pn->src)));
+  if (f->via_mb >= 0) snprintf(mb, sizeof(mb), " mb %d", f->via_mb);
+  vd_text_fmt(buf, n, "rank %lld%s %s '%s' (node %lld%s)", (long long)f->via_rank, mb, VD_SHOW(vd_node_op(&r->pp, pn)),
+              VD_SHOW(vd_plan_s(&r->pp, pn->name)), (long long)pn->id, src);
+}

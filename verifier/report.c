@@ -294,6 +294,11 @@ static void text_finding(const vd_run *r, const vd_finding *fd, FILE *f) {
   vd_rep_fmt_footprint(fp, sizeof(fp), fd);
   fprintf(f, "%s\n", VD_SHOW(title));
   text_stack(f, vd_rep_finding_stack(r, fd));
+  if (fd->via_pnode >= 0) {
+    char via[400];
+    vd_rep_fmt_via(via, sizeof(via), r, fd);
+    fprintf(f, "   the factor reaches the failing stages through %s\n", VD_SHOW(via));
+  }
   fprintf(f, "   footprint: %s\n", VD_SHOW(fp));
   if (fd->n_stages > 1 || (fd->structural && fd->n_stages)) {
     fprintf(f, "   %s:", fd->structural ? "failing stages that follow from it" : "stages");

@@ -271,6 +271,7 @@ static json_t *json_finding(vd_jb *b, const vd_run *r, const vd_finding *fd) {
   vd_jb_set(b, o, "factor", vd_jb_str(b, fd->structural ? "" : r->verdicts[fd->rep].factor));
   vd_jb_set(b, o, "node", fd->pnode >= 0 ? jplan_node(b, r, fd->side, fd->pnode, fd->node_rank, fd->node_mb) : json_null());
   vd_jb_set(b, o, "why", vd_jb_str(b, fd->why));
+  if (fd->via_pnode >= 0) vd_jb_set(b, o, "via_node", jplan_node(b, r, 1, fd->via_pnode, fd->via_rank, fd->via_mb));
   vd_jb_set(b, o, "stack", jlines(b, vd_rep_finding_stack(r, fd)));
   vd_jb_set(b, o, "hint", vd_jb_str(b, vd_findings_hint(fd->diagnosis)));
   vd_jb_set(b, o, "ranks", jints64(b, fd->ranks, fd->n_ranks));

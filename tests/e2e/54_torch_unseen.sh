@@ -6,8 +6,11 @@
 #    AdamW with weight decay and clip_grad_norm_: under DDP and under DTensor's
 #    parallelize_module (Colwise / Rowwise) it is EQUIVALENT and the executor agrees;
 #  - the loss divided by the world size under DDP (which averages already) is NOT EQUIVALENT: a
-#    SCALE (factor 1/2) at DDP's all-reduce, on the backward line, the optimizer's input proven
-#    1/2 x its single-device value (not a reduction "missing" where the values happen to fit);
+#    SCALE (factor 1/2) at the division's line (the scaling that applied the factor, found from
+#    the plan's nodes), DDP's all-reduce on the backward line named as the way the factor reaches
+#    the optimizer, whose input is proven 1/2 x its single-device value (not a reduction "missing"
+#    where the values happen to fit); AdamW's second moment, 1/4 x (it reads g * g), is the same
+#    root cause: one finding;
 #  - a row-parallel w2 whose output stays Partial (no all-reduce) is a MISSING_REDUCTION at the
 #    residual add that reads it, the partial sum coming from w2's line;
 #  - a transformer LM of nn.LayerNorm / nn.Linear / SDPA with an untied head and AdamW with two
@@ -24,8 +27,10 @@ capture_pair tinyllama.py tinyllama_ddp.py 2
 expect_in "1 stored ranks x 2 replicas" "$TMP/out"
 pair_equivalent "0 dropped after a failed proof, 1 round"
 capture_pair tinyllama.py tinyllama_ddp.py 2 --set bug=double_avg --set clip=0
-pair_not_equivalent --full "^   1\. .*SCALE at all_reduce 'tinyllama_ddp.py:$(line tinyllama_ddp.py 'loss.backward()')'" \
-  "diagnosis SCALE (factor 1/2)" "which is 1/2 x its single-device value"
+pair_not_equivalent --full "^   1\. .*SCALE at mul 'tinyllama_ddp.py:$(line tinyllama_ddp.py 'loss = loss / dist.get_world_size')'" \
+  "the factor reaches the failing stages through rank 0 mb 0 all_reduce 'tinyllama_ddp.py:$(line tinyllama_ddp.py 'loss.backward()')'" \
+  "diagnosis SCALE (factor 1/2)" "24 failing stages (48 per replica)" "which is 1/2 x its single-device value" \
+  "findings: 1 (failures grouped by root cause"
 
 # the hand-written RMSNorm and the additive triu mask, tensor-parallel
 capture_pair tinyllama.py tinyllama_tp.py 2 --set clip=0 --set norm=hand --set attn=triu
