@@ -39,7 +39,7 @@ TEST_SUPPORT := $(wildcard tests/support/*.c)
 E2E     := $(sort $(wildcard tests/e2e/[0-9]*.sh))
 
 
-.PHONY: all deps deps-demo deps-debian test test-build unit e2e asan demo fuzz fuzz-short fuzz-pickle fuzz-pickle-short clean bugs corpus bench valgrind lint torch-demo soundness noise-demo
+.PHONY: all deps deps-demo deps-debian test test-build unit e2e e2e-full asan demo fuzz fuzz-short fuzz-pickle fuzz-pickle-short clean bugs corpus bench valgrind lint torch-demo soundness noise-demo
 all: $(BIN)/verdict
 
 # Installs missing Debian packages (as root, or through sudo); does nothing
@@ -107,6 +107,10 @@ e2e: $(BIN)/verdict $(BROKEN_NF)
 	  if ! VERDICT=$(CURDIR)/$(BIN)/verdict VERDICT_BROKEN_NF=$(CURDIR)/$(BROKEN_NF) sh $$t >$(BUILD)/$$(basename $$t).log 2>&1; then \
 	    echo "FAIL $$t"; cat $(BUILD)/$$(basename $$t).log; fail=1; \
 	  else echo "ok   $$t"; fi; done; exit $$fail
+
+# e2e with the variant rows that repeat a covered mechanism (tests/e2e/torch_lib.sh full_rows).
+e2e-full:
+	VERDICT_E2E_FULL=1 $(MAKE) e2e
 
 # The README's test command.  Pulls in deps so a fresh machine needs nothing else.
 # Everything it compiles is built first, on every core (JOBS): on a fresh 2-core

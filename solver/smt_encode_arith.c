@@ -170,8 +170,7 @@ static vd_rc reduce(call_t *c, vd_smt *s, int mean) {
   const vd_smt_tensor *x = IN(0);
   vd_smt_tensor *y = OUT(0);
   int mask[VD_MAX_DIMS];
-  dims_mask(c, x->shape.ndim, mask);
-  int keep = aint(c, "keepdim", 0) != 0;
+  int keep = reduced_dims(c, x->shape.ndim, mask);
   acc_t a;
   int64_t cnt = y->numel ? x->numel / y->numel : 0;
   VD_CHECK(acc_init(&a, y->numel, cnt, c->diag));
@@ -193,8 +192,7 @@ ENC(max) {
   const vd_smt_tensor *x = IN(0);
   vd_smt_tensor *y = OUT(0);
   int mask[VD_MAX_DIMS];
-  dims_mask(c, x->shape.ndim, mask);
-  int keep = aint(c, "keepdim", 0) != 0;
+  int keep = reduced_dims(c, x->shape.ndim, mask);
   int64_t idx[VD_MAX_DIMS];
   for (int64_t i = 0; i < y->numel; i++) y->t[i] = NULL;
   for (int64_t f = 0; f < x->numel; f++) {
@@ -212,8 +210,7 @@ static vd_rc reduce_bwd(call_t *c, vd_smt *s, int mean) {
   const vd_smt_tensor *g = IN(0);
   vd_smt_tensor *gx = OUT(0);
   int mask[VD_MAX_DIMS];
-  dims_mask(c, gx->shape.ndim, mask);
-  int keep = aint(c, "keepdim", 0) != 0;
+  int keep = reduced_dims(c, gx->shape.ndim, mask);
   int64_t nr = g->numel, n = gx->numel;
   vd_term k = mean ? vd_smt_div(s, I(s, nr), I(s, n ? n : 1)) : NULL;
   if (mean && nr && divisor(c, n / nr) != n / nr) k = vd_smt_div(s, I(s, 1), I(s, divisor(c, n / nr)));

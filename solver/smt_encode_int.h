@@ -59,6 +59,13 @@ static inline void dims_mask(call_t *c, int32_t ndim, int *mask) {
   }
 }
 
+/* A reduction's reduced dimensions (dims_mask) and whether it keeps them
+ * (`keepdim`), the value returned. */
+static inline int reduced_dims(call_t *c, int32_t ndim, int *mask) {
+  dims_mask(c, ndim, mask);
+  return aint(c, "keepdim", 0) != 0;
+}
+
 static inline vd_term I(vd_smt *s, int64_t v) { return vd_smt_num_int(s, v); }
 static inline vd_term D(vd_smt *s, double v) { return vd_smt_num_double(s, v); }
 static inline vd_term uf1(vd_smt *s, const char *name, vd_term x) { return vd_smt_uf(s, name, 1, &x); }

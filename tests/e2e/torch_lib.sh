@@ -6,6 +6,11 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 T2P="/usr/bin/python3 $ROOT/tools/torch2plan"
 EX=$ROOT/examples/torch
 
+# full_rows: true under `make e2e-full` (VERDICT_E2E_FULL=1).  Variant rows that repeat a
+# mechanism another row already covers (and `make torch-demo` runs) are kept for it, to hold
+# `make test` under 15 minutes on two cores.
+full_rows() { [ -n "${VERDICT_E2E_FULL:-}" ]; }
+
 # capture_pair SINGLE PARALLEL NPROC ARGS...: tools/torch2plan captures examples/torch/SINGLE
 # and PARALLEL (over NPROC processes, ARGS passed on) into $TMP/s.plan and $TMP/p.plan, and
 # must exit ${WANT:-0}.
