@@ -32,7 +32,7 @@ done
 # the last microbatch (accumulate's line)
 ddp_line() { grep -n "$1" "$EX/gpt2_ddp.py" | head -1 | cut -d: -f1; }
 cap --set bug=loss_scale
-pair_not_equivalent "^ *1\. .*SCALE at all_reduce 'gpt2_ddp.py:$(ddp_line 'BUG: DDP averages already')'"
+pair_not_equivalent "^ *1\. .*SCALE at mul 'gpt2_ddp.py:$(ddp_line 'BUG: DDP averages already')'"
 cap --set accum=2 --set bug=accum_nodiv
 pair_not_equivalent "^  findings: 1 " "^ *1\. .*SCALE at all_reduce 'gpt2_ddp.py:$(ddp_line 'if divide else loss).backward()')'" \
   "diagnosis SCALE (factor 2)"
