@@ -3,7 +3,9 @@ DistributedDataParallel (its C++ bucketed reducer averages the gradients), as on
 each rank takes its share of the global batch, computes the mean loss over it, and DDP does the
 rest.  The parallel program of gpt2_single.py (tools/torch2plan --nproc DP, --set dp=DP).
 --set bucket_mb=X sets DDP's bucket size (small values make several buckets); --set accum=N
-accumulates the gradients of N microbatches of the rank's share, the first N-1 under no_sync().
+accumulates the gradients of N microbatches of the rank's share, the first N-1 under no_sync();
+--set ddp=find_unused,static,bucket_view,no_bcast (any of them) sets find_unused_parameters,
+static_graph, gradient_as_bucket_view, broadcast_buffers=False.
 Bugs (--set bug=NAME): loss_scale multiplies the loss by the world size before backward (a port
 from a sum-reduced loss: DDP already averages); same_data gives every rank the first shard;
 ignored leaves the last block's MLP weight out of DDP's reducer (its gradient stays the
@@ -45,6 +47,16 @@ def mean_hook(group, bucket):
     return fut.then(lambda f: f.value()[0].div_(n))
 
 
+# --set ddp=NAME,NAME: DistributedDataParallel's boolean options, set to the other value than
+# their default
+DDP_OPTIONS = {"find_unused": ("find_unused_parameters", True), "static": ("static_graph", True),
+               "bucket_view": ("gradient_as_bucket_view", True), "no_bcast": ("broadcast_buffers", False)}
+
+
+def ddp_options(c):
+    return dict(DDP_OPTIONS[n] for n in c.get("ddp", "").split(",") if n)
+
+
 def register_hook(ddp, name):
     """--set hook=allreduce|fp16|bf16|user: DDP's stock hooks or mean_hook above."""
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -69,7 +81,7 @@ def step(cap):
     last_fc = [n for n, _ in model.named_parameters() if n.endswith("mlp.fc.weight")][-1]
     if c["bug"] == "ignored":   # BUG: a parameter DDP does not reduce
         DDP._set_params_and_buffers_to_ignore_for_model(model, [last_fc])
-    ddp = DDP(model, bucket_cap_mb=float(c.get("bucket_mb", 25)))
+    ddp = DDP(model, bucket_cap_mb=float(c.get("bucket_mb", 25)), **ddp_options(c))
     if c.get("hook"):
         register_hook(ddp, c["hook"])
     accum = int(c.get("accum", 1))

@@ -7,7 +7,9 @@ gradients.  The parallel program of gpt2_single.py (tools/torch2plan --nproc DP 
 --set opt=sgdm|adam|adamw, clip=X; accum=N accumulates N microbatches of the rank's share, the
 first N-1 with set_requires_gradient_sync(False); hsdp=R: HSDP, a 2-D mesh of R replicas, each
 sharding the parameters DP/R ways: FSDP reduce-scatters in the shard group, then all-reduces
-across the replicas).
+across the replicas; mp=bf16|f32 computes in that precision with MixedPrecisionPolicy, rd=f32
+reduces the gradients in float32; offload=1 keeps the shards and the optimizer step on the CPU
+with CPUOffloadPolicy (pin=1 pins memory, which needs CUDA: refused by name)).
 Bugs (--set bug=NAME): sum_rs reduce-scatters the gradients as a sum where the loss is a mean
 (FSDP's gradient divide factor set to 1: each rank's gradient is DP times too large);
 no_rep_reduce (with hsdp) leaves set_requires_all_reduce(False) on (as for an accumulation
@@ -21,11 +23,22 @@ import sys
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2  # noqa: E402
 from torchcap import Shard  # noqa: E402
+
+
+def policies(c):
+    """fully_shard's mixed precision and CPU offload, as --set mp=, rd=, offload= choose."""
+    kw = {}
+    if c.get("mp"):   # compute in mp, reduce gradients in rd (mp by default)
+        dt = {"bf16": torch.bfloat16, "f32": torch.float32, "f64": torch.float64}
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=dt[c["mp"]], reduce_dtype=dt[c.get("rd", c["mp"])])
+    if c.get("offload"):   # CPU ranks: pinning needs CUDA (torch2plan refuses pin=1 by name)
+        kw["offload_policy"] = CPUOffloadPolicy(pin_memory=c.get("pin", "0") == "1")
+    return kw
 
 
 def step(cap):
@@ -41,7 +54,8 @@ def step(cap):
     model = gpt2.build(c)
     idx, targets = gpt2.batch()
     mine = [t.chunk(dp)[cap.rank].clone() for t in (idx, targets)]
-    units = [fully_shard(block, mesh=mesh) for block in model.h] + [fully_shard(model, mesh=mesh)]
+    kw = policies(c)
+    units = [fully_shard(block, mesh=mesh, **kw) for block in model.h] + [fully_shard(model, mesh=mesh, **kw)]
     cap.params(model)   # DTensor parameters, Shard(0) over dp: the layout comes from FSDP
     split = {"dp": Shard(0), "shard": Shard(0)} if rep > 1 else {"dp": Shard(0)}   # the batch
     cap.input(mine[0], "idx", **split)

@@ -6,13 +6,15 @@ ranges of the parameters; torch2plan declares them as boxes of the parameters (d
 "FSDP1").  The parallel program of gpt2_single.py (tools/torch2plan --nproc DP --set dp=DP; --set
 opt=sgdm|adam|adamw, clip=X; strategy=shard_grad_op|no_shard (FULL_SHARD by default); wrap=manual:
 each block wrapped by hand, then the root; orig=0 for use_orig_params=False, which torch2plan
-refuses by name).
+refuses by name; accum=N accumulates N microbatches of the rank's share, the first N-1 under
+no_sync()).
 Bugs: --set bug=flat_sum: the flat gradient is reduce-scattered as a sum where the loss is a mean
 (FSDP's gradient divide factors set to 1: each rank's gradient is DP times too large);
 --set bug=no_root: the blocks wrapped by hand and the root forgotten, so the embeddings' and the
 final norm's gradients are never reduced across ranks.
 tests/e2e/53_torch_fsdp1.sh.
 """
+import contextlib
 import os
 import sys
 
@@ -52,9 +54,18 @@ def step(cap):
     cap.input(mine[1], "targets", dp=Shard(0))
     opt = gpt2.make_optimizer(c, fsdp.parameters())
     cap.optimizer(opt)
+    accum = int(c.get("accum", 1))
     with cap.step():
-        loss = fsdp(*mine)
-        loss.backward()
+        if accum > 1:   # the first accum-1 backwards under no_sync(): FSDP reduces in the last
+            loss = 0
+            for m, (x, y) in enumerate(zip(*(t.chunk(accum) for t in mine))):
+                with contextlib.nullcontext() if m == accum - 1 else fsdp.no_sync():
+                    part = fsdp(x, y)
+                    (part / accum).backward()
+                loss = loss + part.detach() / accum
+        else:
+            loss = fsdp(*mine)
+            loss.backward()
         if c["clip"]:   # the norm of the sharded gradients, all-reduced by FSDP
             fsdp.clip_grad_norm_(c["clip"])
         opt.step()

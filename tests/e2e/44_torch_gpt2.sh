@@ -5,7 +5,10 @@
 #  - the single-device capture is faithful (torch's own step on the executor's values agrees),
 #    with SGD and with AdamW (weight decay), with either attention kernel;
 #  - DDP over 2 ranks is EQUIVALENT and agrees under the executor, in one bucket and in several,
-#    and with gradient accumulation over 2 microbatches under no_sync();
+#    and with gradient accumulation over 2 microbatches under no_sync(), and with
+#    find_unused_parameters and gradient_as_bucket_view (static_graph and broadcast_buffers=False
+#    under make e2e-full): the reducer's integer map of the parameters a rank used is host
+#    bookkeeping (tools/torchcap/aten_map.py _bookkeeping), never data;
 #  - the loss multiplied by the world size before backward (DDP averages already), and
 #    accumulation that does not divide by the microbatch count, are NOT EQUIVALENT, SCALE
 #    (factor 2) at DDP's all-reduce, and the executor disagrees;
@@ -22,10 +25,15 @@ cap() {
   capture_pair gpt2_single.py gpt2_ddp.py 2 --set dp=2 "$@"
   expect_in "1 stored ranks x 2 replicas" "$TMP/out"
 }
-for conf in "--set opt=sgd" "--set attn=sdpa --set opt=adamw --set bucket_mb=0.002" "--set accum=2"; do
+for conf in "--set opt=sgd" "--set attn=sdpa --set opt=adamw --set bucket_mb=0.002" "--set accum=2" \
+    "--set ddp=find_unused,bucket_view"; do
   cap $conf
   pair_equivalent "0 dropped after a failed proof, 1 round"
 done
+if full_rows; then
+  cap --set ddp=static,no_bcast --set accum=2
+  pair_equivalent "0 dropped after a failed proof, 1 round"
+fi
 # bugs: the loss scaled by the world size; accumulation under no_sync() without dividing by
 # the microbatch count: the gradients are 2 x their single-device values, a SCALE (factor 2)
 # at DDP's all-reduce, in the backward() of the scaled loss (the multiplication's line) and of

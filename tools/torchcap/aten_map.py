@@ -272,7 +272,20 @@ def _to_copy(E, args, kw, out):
     x = args[0]
     if x.dtype == out.dtype:
         return E.x(x)
-    return E.op("cast", [E.x(x)], _shape(out), {}, _dt(out))
+    return _cast(E, E.x(x), _shape(out), _dt(out))
+
+
+def _cast(E, pid, shape, dt):
+    """A cast of pid to dt.  A cast of a row-major reshape (Recorder.view_root) is recorded as the
+    reshape of the cast of its source, which it is element for element, so that a buffer the cast
+    is written into holds the source's values (Recorder.stored_value): FSDP2's MixedPrecisionPolicy
+    casts each flattened parameter shard into its all-gather buffer, and the gathered buffer must
+    read as the parameter's shards, not as flat ranges that no lineage describes."""
+    root = E.rec.view_root.get(pid)
+    if root is None:
+        return E.op("cast", [pid], shape, {}, dt)
+    c = E.op("cast", [root], E.rec.values[root]["shape"], {}, dt)
+    return E.op("view", [c], shape, {}, dt)
 
 
 def _transpose(E, args, kw, out):
@@ -1015,6 +1028,24 @@ def _flat_tensors(x, acc):
     return acc
 
 
+# Operators that read or write a framework's integer bookkeeping without computing from it.
+BOOKKEEPING_OPS = {"select", "fill_", "copy_", "zero_", "clone", "_to_copy", "detach"}
+
+
+def _bookkeeping(rec, t, cell, where):
+    """The cell of t, made host state when t is a non-floating tensor that the step neither
+    declared nor produced, read by a bookkeeping operator: a framework's own state (DDP's reducer
+    marks the parameters a rank used in an integer map, with find_unused_parameters or
+    static_graph, and all-reduces it to find those no rank used), no value of the model.  Host
+    state never becomes data: an operator that computes data from it is refused, naming it."""
+    if cell is not None or t.is_floating_point() or t.is_complex():
+        return cell
+    c = rec.bind(t, None, "host")
+    c.src = ("an integer tensor neither declared nor produced inside the step, first read at %s: "
+             "declare an input with cap.input" % where())
+    return c
+
+
 def record(rec, func, args, kwargs, out):
     """Records one executed aten call (the dispatch mode's hook)."""
     full = str(func)                      # "aten.mm.default"
@@ -1038,6 +1069,8 @@ def record(rec, func, args, kwargs, out):
         return rec.src_here()[0]
 
     cells = [rec.cell_of(t) for t in tensors]
+    if name in BOOKKEEPING_OPS:
+        cells = [_bookkeeping(rec, t, c, where) for t, c in zip(tensors, cells)]
     # host bookkeeping (optimizer step counters) never becomes data
     if tensors and all(c is not None and c.kind == "host" for c in cells):
         for o in outs:
@@ -1052,7 +1085,9 @@ def record(rec, func, args, kwargs, out):
             rec.bind(o, None, "const").src = where()
         return
     if any(c is not None and c.kind == "host" for c in cells):
-        raise CaptureError("%s: aten.%s mixes optimizer step counters with data" % (where(), name))
+        what = [c.src for c in cells if c is not None and c.kind == "host" and c.src]
+        raise CaptureError("%s: aten.%s mixes host state (%s) with data" % (
+            where(), name, what[0] if what else "optimizer step counters"))
     if not tensors or name in CREATION_FROM:
         kind = "empty" if name in CREATION_EMPTY else "const"
         for o in outs:
@@ -1073,7 +1108,8 @@ def record(rec, func, args, kwargs, out):
         for o in outs:
             rec.bind(o, None, "empty").src = cells[0].src
         return
-    if name in VIEWS_OF_EMPTY and cells and cells[0] is None and _lazy_view(rec, args[0], outs):
+    if name in VIEWS_OF_EMPTY and cells and (cells[0] is None or cells[0].rebuilt) and \
+            _lazy_view(rec, args[0], outs):
         return
     src = where()
     E = Emit(rec, name, src)
@@ -1141,10 +1177,13 @@ def record(rec, func, args, kwargs, out):
 
 
 def _lazy_view(rec, x, outs):
-    """A view of a tensor that holds no value of its own but whose storage the step wrote piece by
-    piece (FSDP1's flat parameter, gathered; its gradient, laid out by _cat_layout): nothing is
-    recorded, and a read of the view is rebuilt from the pieces it covers (memory.py), when it is
-    read, as torch reads a view.  True when so."""
+    """A view of a tensor that holds no value of its own, or only the concatenation a read rebuilt
+    (Cell.rebuilt), but whose storage the step wrote piece by piece (FSDP1's flat parameter,
+    gathered; its gradient, laid out by _cat_layout; the whole flat parameter FSDP1's
+    post-backward hook reads under no_sync): nothing is recorded, and a read of the view is
+    rebuilt from the pieces it covers (memory.py), when it is read, as torch reads a view, so
+    that a view of one parameter is that parameter's piece, not a slice of a concatenation of
+    every parameter (which lineage inference cannot split).  True when so."""
     key = memory.storage_key(x)
     return (key is not None and key in rec.memory.storages and bool(outs)
             and all(memory.storage_key(o) == key for o in outs))
@@ -1193,7 +1232,7 @@ def _copy_into(rec, E, dst, s, src):
     if _shape(s) != _shape(dst):
         p = E.op("expand", [p], _shape(dst), {}, _dt(dst))
     elif s.dtype != dst.dtype:
-        p = E.op("cast", [p], _shape(dst), {}, _dt(dst))
+        p = _cast(E, p, _shape(dst), _dt(dst))
     rec.write(dst, p, src)
     _note_fwd(rec, [dst], src)
 

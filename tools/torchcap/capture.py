@@ -95,7 +95,7 @@ def _display_path(fn):
 
 
 class Cell:
-    __slots__ = ("pid", "kind", "version", "tensor", "src")
+    __slots__ = ("pid", "kind", "version", "tensor", "src", "rebuilt")
 
     def __init__(self, pid, kind, tensor, version, src=None):
         self.pid = pid          # SSA value id, None for empty / host / const cells
@@ -103,6 +103,9 @@ class Cell:
         self.tensor = tensor    # kept alive: ids (and storages) must not be reused
         self.version = version  # the storage's version when pid was bound (memory.py)
         self.src = src
+        # pid is a concatenation of the pieces the storage held when it was read (read()), not a
+        # value the step made: views of it are taken lazily, piece by piece (aten_map._lazy_view)
+        self.rebuilt = False
 
 
 class Recorder:
@@ -187,6 +190,7 @@ class Recorder:
         else:
             c.pid = pid
             c.kind = "data"
+            c.rebuilt = False
             c.version = self.memory.store(t, self.stored_value(t, pid), t.numel())
             self.snapshot(t, pid)
         return c
@@ -211,7 +215,7 @@ class Recorder:
                 raise CaptureError("%s: %s: %s" % (where, what, e))
             if pieces:
                 pid = rebuild(self, t, pieces, DTYPES.get(t.dtype, "f32"), where)
-                self.bind(t, pid, alias=True)
+                self.bind(t, pid, alias=True).rebuilt = len(pieces) > 1
                 return pid
         if c is None:
             raise CaptureError("%s: %s reads a tensor of shape %s that was neither declared "

@@ -463,6 +463,20 @@ C10D = {
 }
 
 
+def _host_only(rec, args):
+    """True when every tensor a c10d call takes is host state (aten_map._bookkeeping)."""
+    ts = []
+    stack = list(args)
+    while stack:
+        a = stack.pop()
+        if isinstance(a, torch.Tensor):
+            ts.append(a)
+        elif isinstance(a, (list, tuple)):
+            stack.extend(a)
+    cells = [rec.cell_of(t) for t in ts]
+    return bool(ts) and all(c is not None and c.kind == "host" for c in cells)
+
+
 def record_c10d(rec, func, args, kwargs, out):
     name = str(func).split(".")[1]
     entry = C10D.get(name)
@@ -472,6 +486,8 @@ def record_c10d(rec, func, args, kwargs, out):
                            "reduce_scatter_tensor, broadcast, send, recv, barrier)"
                            % (rec.src_here()[0], str(func)))
     handler, pg_at = entry
+    if _host_only(rec, args):
+        return   # a framework's bookkeeping (DDP's map of used parameters): no value of the model
     rec.last_work = out[-1] if isinstance(out, (list, tuple)) else out
     call = Call(rec, "c10d." + name, _pg(args[pg_at]))
     try:

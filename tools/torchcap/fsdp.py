@@ -102,9 +102,14 @@ def _refuse_unit(unit, handle, where):
         no("use_orig_params=False (the optimizer then steps on the flat parameter)",
            "pass use_orig_params=True")
     if handle._offload_params:
-        no("CPU offload (cpu_offload=CPUOffload(offload_params=True))", "drop cpu_offload")
+        no("CPU offload (cpu_offload=CPUOffload(offload_params=True))",
+           "drop cpu_offload, or use FSDP2's fully_shard with CPUOffloadPolicy(pin_memory=False), which "
+           "torch2plan captures")
     if handle._uses_param_mixed_precision or handle._uses_reduce_mixed_precision:
-        no("mixed precision (MixedPrecision)", "drop mixed_precision (the capture runs in float64/float32)")
+        # its low-precision flat shard is written through views of another element size, which
+        # the storage model (memory.py) does not track
+        no("mixed precision (MixedPrecision)", "drop mixed_precision, or use FSDP2's fully_shard with "
+           "MixedPrecisionPolicy, which torch2plan captures")
     if getattr(unit, "_comm_hook", None) is not None:
         no("a communication hook (register_comm_hook)", "use the default reduce-scatter")
     if any(handle.flat_param._is_padding_mask):

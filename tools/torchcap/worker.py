@@ -69,10 +69,37 @@ def main(argv):
         return _refuse(out, "%s" % e, rank, parallel)
     except RuntimeError as e:
         from .dtensor import runtime_refusal
-        why = runtime_refusal(e)
+        why = runtime_refusal(e) or _cuda_refusal(e)
         if why is None:
             raise
         return _refuse(out, why, rank, parallel)
+
+
+# What a program asks of CUDA that a CPU rank cannot give, by the torch function that asked
+# (a frame of the traceback), and what to write instead.
+CUDA_NEEDS = (("pin_memory", "pins host memory for copies to a GPU (FSDP2's CPUOffloadPolicy pins by "
+               "default)", "pass CPUOffloadPolicy(pin_memory=False), or pin_memory=False"),)
+
+
+def _cuda_refusal(exc):
+    """The refusal of a program that needs CUDA (torch2plan runs every rank on the CPU, with
+    gloo), naming the user's line and what to do, or None for other errors."""
+    import traceback
+    import torch
+    text = str(exc)
+    if "NVIDIA driver" not in text and "CUDA" not in text:
+        return None
+    frames = traceback.extract_tb(exc.__traceback__)
+    tdir = os.path.dirname(torch.__file__)
+    here = os.path.dirname(os.path.abspath(__file__))
+    user = [f for f in frames if not f.filename.startswith(tdir) and not f.filename.startswith(here)]
+    where = "%s:%d" % (os.path.basename(user[-1].filename), user[-1].lineno) if user else "?"
+    for fn, what, instead in CUDA_NEEDS:
+        if any(fn in (f.line or "") or f.name == fn for f in frames):
+            return "%s: the program %s, which needs CUDA; torch2plan runs the ranks on the CPU: %s" % (
+                where, what, instead)
+    return ("%s: the program needs CUDA (%s); torch2plan runs the ranks on the CPU with gloo: keep "
+            "tensors and modules on the CPU device" % (where, text.strip().splitlines()[0]))
 
 
 def _refuse(out, why, rank, parallel):
