@@ -971,9 +971,10 @@ TABLE = {
     # aliases and copies
     "clone": _same, "lift_fresh_copy": _same, "contiguous": _same,
     "_to_copy": _to_copy,
+    "to": _to_copy,   # aten.to.dtype (DTensor's loss_parallel): a cast, or the tensor itself
     # views and layout
     "view": _view, "_unsafe_view": _view, "_reshape_alias": _view, "reshape": _view,
-    "unsqueeze": _view, "squeeze": _view, "flatten": _view,
+    "unsqueeze": _view, "squeeze": _view, "flatten": _view, "view_as": _view, "reshape_as": _view,
     "expand": _expand, "t": _t, "transpose": _transpose, "permute": _permute,
     "slice": _slice_op, "narrow": _narrow, "select": _select, "cat": _cat, "stack": _stack, "as_strided": _as_strided,
     "slice_backward": _slice_backward, "select_backward": _select_backward,
@@ -1044,6 +1045,30 @@ def _bookkeeping(rec, t, cell, where):
     c.src = ("an integer tensor neither declared nor produced inside the step, first read at %s: "
              "declare an input with cap.input" % where())
     return c
+
+
+# Framework code whose operators the capture does not map, by the file that runs them (a suffix
+# of its path): the construct a refusal names, and what to write instead.
+CONSTRUCTS = (
+    ("torch/distributed/tensor/parallel/loss.py", "DTensor's loss_parallel()",
+     "compute the loss on replicated logits: ColwiseParallel(output_layouts=Replicate()) on the head, "
+     "or Megatron-Core's vocab_parallel_cross_entropy, which torch2plan captures"),
+)
+
+
+def _no_mapping(src, full):
+    """The CaptureError for an aten operator without a handler: it names the framework construct
+    that runs it when one of CONSTRUCTS is on the call stack (a user knows loss_parallel, not
+    aten.ne.Scalar), and the operator."""
+    f = sys._getframe(1)
+    while f is not None:
+        path = f.f_code.co_filename.replace(os.sep, "/")
+        for suffix, construct, instead in CONSTRUCTS:
+            if path.endswith(suffix):
+                return CaptureError("%s: %s is not supported (it runs %s, which has no mapping to a verdict "
+                                    "operator); %s" % (src, construct, full, instead))
+        f = f.f_back
+    return CaptureError("%s: %s has no mapping to a verdict operator (tools/torchcap/aten_map.py)" % (src, full))
 
 
 def record(rec, func, args, kwargs, out):
@@ -1159,8 +1184,7 @@ def record(rec, func, args, kwargs, out):
         return
     h = TABLE.get(base)
     if h is None:
-        raise CaptureError("%s: %s has no mapping to a verdict operator (tools/torchcap/aten_map.py)"
-                           % (src, full))
+        raise _no_mapping(src, full)
     if inplace:
         pid = h(E, args, kwargs, args[0])
         rec.write(args[0], pid, src)
@@ -1272,8 +1296,7 @@ def _record_out(rec, name, full, args, kwargs, src):
         return
     h = TABLE.get(name)
     if h is None or not isinstance(dst, torch.Tensor):
-        raise CaptureError("%s: %s has no mapping to a verdict operator (tools/torchcap/aten_map.py)"
-                           % (src, full))
+        raise _no_mapping(src, full)
     E = Emit(rec, name, src)
     pid = h(E, args, kw, dst)
     rec.write(dst, pid, src)
