@@ -21,7 +21,7 @@ GPT2_DDP="gpt2_single.py gpt2_ddp.py"
 VOCAB="vocab_single.py vocab_tp.py"
 
 # One row per configuration: name -> "single parallel nproc settings" (programs in examples/torch/).
-CONFIGS="tp2 pp2 dp2 sp tp2pp2dp2 tp2pp2dp2sp tied gpt2_ddp gpt2_ddp_buckets gpt2_ddp_accum gpt2_mcore gpt2_pipe gpt2_pipe_1f1b gpt2_dtensor gpt2_dtensor_sp gpt2_dtensor_2d gpt2_fsdp gpt2_fsdp_adamw gpt2_fsdp_ckpt gpt2_fsdp_mp gpt2_fsdp_offload gpt2_hsdp gpt2_fsdp1 gpt2_fsdp1_adamw gpt2_fsdp1_accum gpt2_zero vocab_tp2dp2 vocab_ce_tp2 vocab_mcore"
+CONFIGS="tp2 pp2 dp2 sp tp2pp2dp2 tp2pp2dp2sp tied gpt2_ddp gpt2_ddp_buckets gpt2_ddp_accum gpt2_mcore gpt2_pipe gpt2_pipe_1f1b gpt2_dtensor gpt2_dtensor_sp gpt2_dtensor_2d gpt2_dtensor_fsdp gpt2_fsdp gpt2_fsdp_adamw gpt2_fsdp_ckpt gpt2_fsdp_mp gpt2_fsdp_offload gpt2_hsdp gpt2_fsdp1 gpt2_fsdp1_adamw gpt2_fsdp1_accum gpt2_zero vocab_tp2dp2 vocab_ce_tp2 vocab_mcore"
 conf() {
   case $1 in
     tp2) echo "$LLAMA 2 tp=2" ;;
@@ -40,6 +40,7 @@ conf() {
     gpt2_dtensor) echo "gpt2_single.py gpt2_dtensor.py 2 tp=2" ;;
     gpt2_dtensor_sp) echo "gpt2_single.py gpt2_dtensor.py 2 tp=2 sp=1" ;;
     gpt2_dtensor_2d) echo "gpt2_single.py gpt2_dtensor.py 4 tp=2" ;;
+    gpt2_dtensor_fsdp) echo "gpt2_single.py gpt2_dtensor.py 4 tp=2 fsdp=1" ;;
     gpt2_fsdp) echo "gpt2_single.py gpt2_fsdp.py 2 dp=2 opt=sgdm" ;;
     gpt2_fsdp_adamw) echo "gpt2_single.py gpt2_fsdp.py 2 dp=2 opt=adamw clip=0.5" ;;
     gpt2_fsdp_ckpt) echo "gpt2_single.py gpt2_fsdp.py 2 dp=2 opt=adamw ckpt=1" ;;

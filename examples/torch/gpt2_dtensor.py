@@ -12,7 +12,10 @@ dim; the last block's PrepareModuleOutput: Shard(1)) and DTensor trusts that sta
 then knows every layout itself and redistributes where a style asks for another.
 The embedding and the tied output head stay replicated (a tied weight cannot be split by
 parallelize_module without untying it).  With dp>1 the mesh is 2-D (dp, tp): each dp replica
-takes its share of the batch, and the gradients are averaged over dp by hand.  --set opt=sgdm|adam|adamw
+takes its share of the batch, and the gradients are averaged over dp by hand (--set fsdp=1:
+FSDP2's fully_shard over the dp mesh dim on top of TP instead, torchtitan's 2-D layout; a
+parameter is then sharded over both mesh dims, its placements _StridedShard(0) on dp and
+Shard(0) on tp, declared as the box each rank holds: tools/torchcap/dtensor.py local_box).  --set opt=sgdm|adam|adamw
 picks the optimizer (its state is DTensors, as the parameters).
 Bugs (--set bug=NAME): row_as_col gives the MLP's proj ColwiseParallel where RowwiseParallel
 belongs; no_reduce gives out_proj RowwiseParallel(output_layouts=Partial()) with the local
@@ -28,6 +31,7 @@ import sys
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Partial, Replicate, Shard
 from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,
                                                RowwiseParallel, SequenceParallel, parallelize_module)
@@ -85,6 +89,11 @@ def step(cap):
                 out_layout = Shard(0) if c["bug"] == "placement" else Shard(1)   # BUG: the batch dim
                 parallelize_module(block, tp_mesh, PrepareModuleOutput(
                     output_layouts=out_layout, desired_output_layouts=Replicate()))
+    fsdp = dp > 1 and c.get("fsdp") == "1"
+    if fsdp:   # FSDP2 over dp on top of TP: torchtitan's 2-D layout
+        for block in model.h:
+            fully_shard(block, mesh=mesh["dp"])
+        fully_shard(model, mesh=mesh["dp"])
     idx, targets = gpt2.batch()
     dp_rank = mesh.get_local_rank("dp") if dp > 1 else 0
     mine = [t.chunk(dp)[dp_rank].clone() for t in (idx, targets)]
@@ -96,7 +105,7 @@ def step(cap):
     with cap.step():
         loss = model(*mine)
         loss.backward()
-        if dp > 1:   # average the gradients over the data-parallel replicas
+        if dp > 1 and not fsdp:   # average the gradients over the data-parallel replicas
             dp_group = mesh.get_group("dp")
             for p in model.parameters():
                 g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad

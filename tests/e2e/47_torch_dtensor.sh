@@ -2,7 +2,9 @@
 # init_device_mesh, parallelize_module with ColwiseParallel / RowwiseParallel /
 # SequenceParallel; the model code of gpt2.py unchanged) against gpt2_single.py:
 #  - TP2, TP2 with SequenceParallel, and 2-D dp2 x tp2 are EQUIVALENT and the executor agrees;
-#    the parameters' placements come from DTensor (cap.params), not from declarations;
+#    the parameters' placements come from DTensor (cap.params), not from declarations; so is
+#    FSDP2 over dp on top of TP (--set fsdp=1, torchtitan's 2-D layout: a parameter sharded
+#    over both mesh dims, _StridedShard on dp, declared as the box each rank holds);
 #  - a row-parallel layer whose partial sums are never reduced (output_layouts=Partial(),
 #    the local output used as is) is NOT EQUIVALENT and the executor disagrees;
 #  - the MLP's proj given ColwiseParallel where RowwiseParallel belongs fails inside DTensor:
@@ -18,7 +20,8 @@
 . "$(dirname "$0")/torch_lib.sh"
 set -e
 cap() { capture_pair gpt2_single.py gpt2_dtensor.py "$@"; }
-for conf in "2 --set tp=2" "2 --set tp=2 --set sp=1" "2 --set tp=2 --set sp=dtensor" "4 --set tp=2"; do
+for conf in "2 --set tp=2" "2 --set tp=2 --set sp=1" "2 --set tp=2 --set sp=dtensor" "4 --set tp=2" \
+    "4 --set tp=2 --set fsdp=1"; do
   cap $conf
   pair_equivalent
 done

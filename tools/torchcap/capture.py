@@ -603,6 +603,9 @@ class Capture:
         """Declares one parameter: what a framework states about it (a DTensor's placements,
         Megatron-Core's tp mark) and the caller's placements, which win for Megatron's."""
         if dtensor.is_dtensor(t):
+            at = dtensor.local_box(t, name)
+            if at is not None:
+                return self._declare("param", dtensor.local_of(t), name, -1, {}, at=at)
             pl = dict(placements)
             pl.update(dtensor.declared_placements(self, t, name))
             return self._declare("param", dtensor.local_of(t), name, -1, pl)
@@ -629,9 +632,7 @@ class Capture:
             n = clean(n)
             if dtensor.is_dtensor(p):
                 # a DTensor parameter states its placements: its local tensor is declared
-                pl = dict(placements)
-                pl.update(dtensor.declared_placements(self, p, prefix + n))
-                self.param(dtensor.local_of(p), prefix + n, **pl)
+                self.param(p, prefix + n, **placements)
                 continue
             self.param(p, prefix + n, **placements)
         for n, b in module.named_buffers():

@@ -72,6 +72,36 @@ def _placement(p, name):
     raise CaptureError("DTensor parameter %r: placement %r is not supported" % (name, p))
 
 
+def local_box(t, name):
+    """The first element, in the global tensor, of the box that DTensor t's local tensor holds,
+    when its placements shard over several mesh dims (FSDP2 over TP, torchtitan's 2-D layout:
+    _StridedShard(0) on dp, Shard(0) on tp, the dp shard taken inside the tp shard): mesh-dim
+    placements of the capture cannot state that order, so the rank's box is declared as what it
+    is (the plan then stores every rank, as for FSDP1).  DTensor computes the box
+    (compute_local_shape_and_global_offset), and the local values are checked to be exactly that
+    box of the global tensor.  None when the placements are one Shard, Replicate or Partial per
+    mesh dim that declared_placements states."""
+    from torch.distributed.tensor import placement_types as pt
+    import torch
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+    sharded = [p for p in t.placements if isinstance(p, pt.Shard)]
+    if len(sharded) < 2 and all(type(p).__name__ == "Shard" and getattr(p, "_offset", None) is None
+                                for p in sharded):
+        return None
+    shape, off = compute_local_shape_and_global_offset(t.shape, t.device_mesh, t.placements)
+    local = t._local_tensor
+    if list(shape) != list(local.shape):
+        raise CaptureError("DTensor parameter %r: placements %s leave this rank a local tensor of shape %s, "
+                           "not the box %s of DTensor's layout (uneven sharding); make the sharded dims "
+                           "multiples of the mesh sizes" % (name, t.placements, list(local.shape), list(shape)))
+    full = t.full_tensor()
+    box = full[tuple(slice(o, o + n) for o, n in zip(off, shape))]
+    if not torch.equal(box, local):
+        raise CaptureError("DTensor parameter %r: placements %s give this rank a local tensor that is not one "
+                           "box of the parameter (a strided layout); not supported" % (name, t.placements))
+    return [int(o) for o in off]
+
+
 def declared_placements(cap, t, name):
     """The capture's placements of DTensor t: {mesh dim name: Shard/Replicate/Partial}."""
     mesh = t.device_mesh

@@ -123,7 +123,7 @@ def _state(cap, opt, group, by_id, keys, step, what):
             pid = cap.rec.new_value(_dims(t), _dtype(t))
             cap.rec.bind(t, pid)
             cap._replay_init(t, d.name + suffix)
-            cap.decls.append(type(d)("optstate", d.name + suffix, t, pid, d.placements, -1, d.src))
+            cap.decls.append(type(d)("optstate", d.name + suffix, t, pid, d.placements, -1, d.src, d.at))
 
 
 def _new_state(cap, opt, p, step):
