@@ -370,6 +370,10 @@ static int onehot_patterned(int op) {
   case VD_OP_ROPE_BACKWARD:
   case VD_OP_APPLY_ROTARY_EMB:
   case VD_OP_APPLY_ROTARY_EMB_BACKWARD:
+  case VD_OP_TOPK_GATE: /* routing: a choice over the row, not block-constant where the row ties */
+  case VD_OP_TOPK_GATE_BACKWARD:
+  case VD_OP_GATE_FW:
+  case VD_OP_GATE_FW_BACKWARD:
     return 1;
   default:
     return 0;
