@@ -119,11 +119,6 @@
   X(INDEX_SPAN, 256, NULL,                                                                              \
     "values of a known index range that the normal form writes out as indicators (a label in [0, V) "   \
     "after shape reduction).  A wider range is not written out: OPTIMIZATION-ONLY (fewer proofs).")     \
-  X(ONEHOT_KEEP_MAX, 256, NULL,                                                                         \
-    "classes of a pick_backward (the one-hot gradient of a cross-entropy) that shape reduction keeps "  \
-    "whole (ops/ops_reduce.c): a reduced one-hot summed over its classes counts the label N/n times.  " \
-    "A larger vocabulary is reduced, as before (a GPT-2 vocabulary of 50,304 kept whole makes the "    \
-    "loss's stages too large to check: INCONCLUSIVE).")                                               \
   X(Z3_MEMORY_MB, 6144, NULL,                                                                            \
     "Z3's memory ceiling (memory_max_size, all contexts of the process), lowered to two thirds of "    \
     "the address space left under ulimit -v.  Past it Z3 reports out of memory and the run ends in "   \

@@ -592,15 +592,15 @@ static vd_rc pick_rule(const vd_op_reduce_call *c, int *norule, int fw) {
   }
   VD_CHECK(eq(c, dr(0, 0, 0), dr(0, 1, 0)));
   VD_CHECK(eq(c, dr(0, 0, 0), dr(1, 0, 0)));
-  /* The backward's one-hot rows tell the classes of a block apart (one is
-   * g, the others 0): E(pick_backward_r) is not pick_backward of the full
-   * shapes, and a sum over the classes would count g N/n times (a false
-   * difference against a side that never sums the one-hot, Megatron's
-   * vocab-parallel cross-entropy).  So the classes keep their extent, up
-   * to ONEHOT_KEEP_MAX: a real vocabulary whole would make every stage of
-   * the loss too large to check (reduced, such a difference stays
-   * INCONCLUSIVE: ops.def F_NUM). */
-  if (!fw && c->out_shape[0].d[1] <= VD_LIM_ONEHOT_KEEP_MAX) VD_CHECK(mark(c, VD_RED_KEEP, dr(1, 0, 1)));
+  /* The backward's one-hot rows tell the classes of a block apart (g at
+   * the label, 0 elsewhere).  Reduced, the label's column carries g * n/N
+   * (ENC(pick_backward)), the block average of the full-size one-hot, so
+   * that a reduced sum over the classes (COUNT: times N/n) is g as at full
+   * size; stages/shape.c (onehot_nonaffine) keeps the class whole where a
+   * use is not affine in the one-hot.  MIN2: every shard of the classes
+   * keeps >= 2 columns, one that is not the label (the soundness argument
+   * there and in docs/shape-reduction.md, ONEHOT). */
+  if (!fw) VD_CHECK(mark(c, VD_RED_MIN2, dr(1, 0, 1)));
   return pos(c, dr(fw ? 0 : 1, 0, 1), "start");
 }
 static vd_rc red_pick(const vd_op_reduce_call *c, int *norule) { return pick_rule(c, norule, 1); }

@@ -558,6 +558,56 @@ void vd_reducer_min_extent(vd_reducer *c, uint32_t v, int32_t dim, int64_t k) {
   if (k > c->vmin[a]) c->vmin[a] = k;
 }
 
+void vd_reducer_keep(vd_reducer *c, uint32_t v, int32_t dim) {
+  if (v >= c->n_vals || dim < 0 || dim >= c->ndim[v]) return;
+  c->flag[c->vbase[v] + (uint32_t)dim] |= F_KEEP;
+}
+
+vd_rc vd_reducer_linked(vd_reducer *c, uint32_t v, int32_t dim, uint8_t *mark, vd_diag *d) {
+  if (v >= c->n_vals || dim < 0 || dim >= c->ndim[v]) return VD_OK;
+  uint8_t *hot = vd_calloc((size_t)c->nvar + 1, 1); /* per class root */
+  if (!hot) return VD_OOM(d);
+  hot[find(c, c->vbase[v] + (uint32_t)dim)] = 1;
+  /* Along PROD groups, to a fixpoint: a merge of a run holding a linked
+   * class into one dimension links that dimension; a split of a linked
+   * dimension links the run's members that are linked already, or, when
+   * none is, every member (which factor holds the class is not known); a
+   * regrouping of runs on both sides links both sides whole. */
+  for (int changed = 1; changed;) {
+    changed = 0;
+    for (size_t q = 0; q < c->n_prod; q++) {
+      const prod_rec *p = &c->prod[q];
+      int ha = 0, hb = 0;
+      for (uint32_t k = 0; k < p->na; k++) ha |= hot[find(c, p->a[k])];
+      for (uint32_t k = 0; k < p->nb; k++) hb |= hot[find(c, p->b[k])];
+      if (!ha && !hb) continue;
+      int all_a, all_b;
+      if (p->na > 1 && p->nb > 1) {
+        all_a = all_b = 1;
+      } else if (p->na == 1) { /* a single, b the run */
+        all_a = hb;
+        all_b = !hb;
+      } else {
+        all_b = ha;
+        all_a = !ha;
+      }
+      for (uint32_t k = 0; all_a && k < p->na; k++) {
+        uint32_t r = find(c, p->a[k]);
+        if (!hot[r]) hot[r] = changed = 1;
+      }
+      for (uint32_t k = 0; all_b && k < p->nb; k++) {
+        uint32_t r = find(c, p->b[k]);
+        if (!hot[r]) hot[r] = changed = 1;
+      }
+    }
+  }
+  for (uint32_t w = 0; w < c->n_vals; w++)
+    for (int32_t j = 0; j < c->ndim[w] && j < VD_MAX_DIMS; j++)
+      if (hot[find(c, c->vbase[w] + (uint32_t)j)]) mark[(size_t)w * VD_MAX_DIMS + (size_t)j] = 1;
+  vd_free(hot);
+  return VD_OK;
+}
+
 /* The single dimension and the run of a pure merge/split group; 0 if the
  * group is neither. */
 static int split_of(const prod_rec *p, uint32_t *single, const uint32_t **run, uint32_t *n) {

@@ -65,6 +65,19 @@ void vd_reducer_position(vd_reducer *r, uint32_t v, int32_t dim, int64_t x);
  * bound its random integer inputs (exec_reduce.c). */
 void vd_reducer_min_extent(vd_reducer *r, uint32_t v, int32_t dim, int64_t k);
 
+/* Dimension dim of value v (and so its whole class) keeps its original
+ * extent (KEEP), as if a rule had asked for it. */
+void vd_reducer_keep(vd_reducer *r, uint32_t v, int32_t dim);
+
+/* Before vd_reducer_solve, after every node and relation: sets
+ * mark[w * VD_MAX_DIMS + j] = 1 for every dimension j of every value w
+ * linked to dimension dim of value v: in its class, or in a class that a
+ * PROD group (a view's merge or split) joins to it, transitively.  mark has
+ * n_vals * VD_MAX_DIMS entries; entries not linked are left as they are.
+ * stages/shape.c's one-hot guard follows the classes of a one-hot's class
+ * dimension with it.  VD_ENOMEM only. */
+vd_rc vd_reducer_linked(vd_reducer *r, uint32_t v, int32_t dim, uint8_t *mark, vd_diag *d);
+
 /* Computes the ratios.  *reduced = 0 when the PROD groups cannot be
  * satisfied (the caller then keeps every original size). */
 vd_rc vd_reducer_solve(vd_reducer *r, int *reduced, vd_diag *d);

@@ -422,15 +422,23 @@ ENC(pick) {
   return VD_OK;
 }
 
+/* Reduced (v of V classes), the label's column carries g * v/V: the block
+ * average of the full-size one-hot, whose reduced sum over the classes
+ * (times V/v, COUNT) is g as at full size.  Sound only where every use is
+ * affine in the one-hot: stages/shape.c (onehot_nonaffine) keeps the
+ * classes whole otherwise, and then v == V (docs/shape-reduction.md, ONEHOT). */
 ENC(pick_backward) {
   int64_t n = OUT(0)->shape.d[0], v = OUT(0)->shape.d[1], start = aint(c, "start", 0);
   vd_term zero = I(s, 0);
+  vd_term k = vd_smt_count_scale(s, v, full_out(c, 0)->d[1]);
   note_checked_labels(c, s, IN(0), start, v);
-  for (int64_t i = 0; i < n; i++)
+  for (int64_t i = 0; i < n; i++) {
+    vd_term gi = k ? vd_smt_mul(s, k, IN(1)->t[i]) : IN(1)->t[i];
     for (int64_t j = 0; j < v; j++) {
       vd_term lab = IN(0)->t[i];
-      OUT(0)->t[i * v + j] = vd_smt_ite(s, vd_smt_eq(s, lab, idx_num(s, lab, start + j)), IN(1)->t[i], zero);
+      OUT(0)->t[i * v + j] = vd_smt_ite(s, vd_smt_eq(s, lab, idx_num(s, lab, start + j)), gi, zero);
     }
+  }
   return VD_OK;
 }
 

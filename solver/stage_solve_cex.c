@@ -93,6 +93,61 @@ static int64_t slice_at(const vd_op_shape *full, const int64_t *lo, const int64_
   return o;
 }
 
+/* The values [*lo, *hi) that index leaf i may take on the reduced shapes,
+ * for the random inputs: every lookup that reads it (through copies: a view
+ * of the labels) with offset 0, or checked (nll_loss's pick, which raises
+ * outside its range), selects among its operand's reduced extent from its
+ * (scaled) offset; an unchecked lookup with an offset (a vocabulary shard
+ * that masks the others' labels) takes any value.  0 when no lookup bounds
+ * it (the caller draws 0 or 1, valid rows at any reduced size) or the
+ * bounds leave no value.  Drawing across the range puts labels in every
+ * vocabulary shard, where 0 and 1 only reach the first. */
+static int index_span(solve_ctx *c, uint32_t i, int64_t *lo, int64_t *hi) {
+  const vd_stage *st = c->st;
+  uint8_t *in = vd_calloc((size_t)st->n_vals + 1, 1);
+  if (!in) return 0;
+  in[i] = 1;
+  int bounded = 0;
+  *lo = 0, *hi = INT64_MAX;
+  for (uint32_t ni = 0; ni < st->n_nodes; ni++) {
+    const vd_stage_node *sn = &st->nodes[ni];
+    if (sn->op < 0 || sn->op >= VD_OP__COUNT) continue;
+    const vd_op_index *ix = vd_op_index_of((vd_op_id)sn->op);
+    if (ix->slot >= 0 && (uint32_t)ix->slot < sn->n_in && in[st->idx[sn->in_off + (uint32_t)ix->slot]]) {
+      uint32_t t = ix->t;
+      if (ix->from_out ? t >= sn->n_out : t >= sn->n_in) continue;
+      const vd_stage_value *ov = &st->vals[st->idx[(ix->from_out ? sn->out_off : sn->in_off) + t]];
+      if (ix->ndim && ov->ndim != ix->ndim) continue;
+      if (ix->dim >= ov->ndim) continue;
+      node_view nv;
+      vd_stage_solve_i_node_view(c, ni, &nv);
+      vd_plan_t scratch = {0};
+      const vd_plan_t *ap;
+      const vd_node_t *an;
+      if (!nv.p || !nv.pn || vd_stage_solve_i_node_attrs(c, nv.p, nv.pn, sn, &scratch, &ap, &an) != VD_OK) {
+        vd_plan_free(&scratch);
+        bounded = 0, *hi = 0; /* unknown: no range */
+        break;
+      }
+      int64_t off = ix->offset ? vd_node_attr_int(ap, an, ix->offset, 0) : 0;
+      int checked = vd_node_attr_int(ap, an, "checked", 0) != 0;
+      vd_plan_free(&scratch);
+      if (off != 0 && !checked) continue;
+      int64_t top = off + ov->rshape[ix->dim];
+      if (top < *hi) *hi = top;
+      if (checked && off > *lo) *lo = off;
+      bounded = 1;
+      continue;
+    }
+    if (!vd_op_copies_elements(sn->op)) continue;
+    int reads = 0;
+    for (uint32_t k = 0; k < sn->n_in && !reads; k++) reads = in[st->idx[sn->in_off + k]];
+    for (uint32_t k = 0; reads && k < sn->n_out; k++) in[st->idx[sn->out_off + k]] = 1;
+  }
+  vd_free(in);
+  return bounded && *hi > *lo;
+}
+
 static void leaf_fill(solve_ctx *c, num_ctx *n, uint32_t i) {
   const vd_stage_value *sv = &c->st->vals[i];
   const vd_tensor_t *t = tensor_of(c, sv);
@@ -131,6 +186,14 @@ static void leaf_fill(solve_ctx *c, num_ctx *n, uint32_t i) {
       }
       if (pc->part_k == pc->part_n - 1) n->val[i][e] = rest;
       n->val[i][e] *= pc->f;
+    }
+    return;
+  }
+  int64_t lo, hi;
+  if (!n->in && is_int && index_span(c, i, &lo, &hi)) {
+    for (int64_t e = 0; e < ne; e++) {
+      vd_smt_i_xorshift(&n->rng);
+      n->val[i][e] = (double)(lo + (int64_t)((n->rng >> 20) % (uint64_t)(hi - lo)));
     }
     return;
   }

@@ -271,6 +271,185 @@ static vd_rc operator_rules(vd_reducer *c, const vd_lin_table *lt, const vd_stag
   return VD_OK;
 }
 
+/* ---- the one-hot guard (docs/shape-reduction.md, ONEHOT) ----------------------
+ * pick_backward writes g at the label's column and 0 at the others: a
+ * one-hot row, not a block-replicated one.  Reduced, its class dimension C
+ * (N classes to n, block b = N/n) carries g * n/N at the label's column
+ * (ENC(pick_backward)): the block average A of the full-size one-hot (g/b on
+ * the label's block).  A commutes with every operator that is affine in the
+ * one-hot while its other operands are free of it (block-constant along C):
+ * A(x + y) = A(x) + A(y), A(w * x) = w_r * A(x) for a replicated w, and a
+ * contraction over C scaled by N/n (COUNT) gives b * sum A(x) = sum x
+ * exactly, so the reduced sum of the one-hot over the classes is g, as at
+ * full size.  Every reduced value derived from the one-hot is then the
+ * block average of its full-size value (on replicated inputs), every other
+ * value its exact reduced form (the existing argument).  A target T then
+ * holds A(T) on both sides, T = U + c * onehot with U block-constant along
+ * C (no other operator of the stage writes an index pattern along C: the
+ * guard below) and c one coefficient per row; A(T_s) = A(T_p) for every
+ * reduced input and label gives, at a column of the label's shard that is
+ * not the label (MIN2: every shard of C keeps >= 2 columns), U_s = U_p
+ * there, so, U being the same formula at every column of a shard, U_s =
+ * U_p at the label's column too, and then c_s = c_p: T_s = T_p.  Soundness
+ * and completeness both hold for the affine uses; at any other use (max,
+ * exp, a product of two one-hot values, a pick or lookup that reads one
+ * column of it, adam's g^2, sumsq) A does not commute, and the class C is
+ * kept whole (KEEP): the stage is then checked unreduced along C, as exact
+ * as a full-size check.  Also kept whole: a class C that an operator with an
+ * index or position pattern of its own along it shares (embedding_backward's
+ * scatter rows, the mask and rotary operators): their patterns are not block
+ * averages, and a sum of the two representations could meet by accident. */
+
+/* 1 when node n is affine in input slot k, every other input being free of
+ * the one-hot (multilinear operators: the caller checks that only one input
+ * holds it). */
+static int onehot_affine(const vd_lin_table *lt, const vd_stage *st, uint32_t i, uint32_t k) {
+  const vd_stage_node *n = &st->nodes[i];
+  switch ((vd_op_id)n->op) {
+  case VD_OP_EMBEDDING:
+  case VD_OP_EMBEDDING_BACKWARD:
+  case VD_OP_PICK:
+  case VD_OP_PICK_BACKWARD:
+  case VD_OP_APPLY_MASK:
+  case VD_OP_APPLY_MASK_BACKWARD:
+  case VD_OP_CAUSAL_MASK_BACKWARD:
+    return 0; /* index or position patterns (F_LIN, but not block averages) */
+  case VD_OP_MUL:
+  case VD_OP_MATMUL:
+  case VD_OP_LINEAR:
+  case VD_OP_MUL_BACKWARD:
+  case VD_OP_MATMUL_BACKWARD:
+  case VD_OP_LINEAR_BACKWARD:
+    return 1; /* multilinear */
+  case VD_OP_DIV:
+    return k == 0 || n->n_in == 1;
+  case VD_OP_DIV_BACKWARD: /* (a, b, g) -> (g/b, -g a/b^2): affine in a and g */
+    return n->n_in == 1 || k != 1;
+  case VD_OP_POW_BACKWARD:
+  case VD_OP_SQRT_BACKWARD:
+  case VD_OP_RSQRT_BACKWARD:
+  case VD_OP_EXP_BACKWARD:
+  case VD_OP_LOG_BACKWARD:
+  case VD_OP_SIGMOID_BACKWARD:
+  case VD_OP_TANH_BACKWARD:
+  case VD_OP_RELU_BACKWARD:
+  case VD_OP_SILU_BACKWARD:
+  case VD_OP_GELU_BACKWARD:
+  case VD_OP_SOFTMAX_BACKWARD:
+  case VD_OP_DROPOUT_BACKWARD:
+    return k + 1 == n->n_in; /* linear in the gradient */
+  case VD_OP_ALL_REDUCE: {
+    const vd_plan_t *plan;
+    const vd_node_t *pn = plan_node(lt, st, i, &plan);
+    const char *r = pn ? vd_node_attr_str(plan, pn, "reduce", "sum") : "sum";
+    return r && strcmp(r, "sum") == 0;
+  }
+  default:
+    return n->op >= 0 && n->op < VD_OP__COUNT && vd_op_has((vd_op_id)n->op, VD_OPF_LINEAR);
+  }
+}
+
+/* 1 when node i is affine in all its inputs together (several of them may
+ * hold the one-hot): the linear operators and a summing all_reduce. */
+static int onehot_joint(const vd_lin_table *lt, const vd_stage *st, uint32_t i) {
+  int op = st->nodes[i].op;
+  if (op == VD_OP_ALL_REDUCE) return onehot_affine(lt, st, i, 0);
+  return op >= 0 && op < VD_OP__COUNT && vd_op_has((vd_op_id)op, VD_OPF_LINEAR) && onehot_affine(lt, st, i, 0);
+}
+
+/* Operators with an index or position pattern of their own along a dim. */
+static int onehot_patterned(int op) {
+  switch (op) {
+  case VD_OP_EMBEDDING_BACKWARD:
+  case VD_OP_CAUSAL_MASK:
+  case VD_OP_CAUSAL_MASK_BACKWARD:
+  case VD_OP_CREATE_MASK:
+  case VD_OP_APPLY_MASK:
+  case VD_OP_APPLY_MASK_BACKWARD:
+  case VD_OP_ROPE:
+  case VD_OP_ROPE_BACKWARD:
+  case VD_OP_APPLY_ROTARY_EMB:
+  case VD_OP_APPLY_ROTARY_EMB_BACKWARD:
+  case VD_OP_TOPK_GATE: /* routing: a choice over the row, not block-constant where the row ties */
+  case VD_OP_TOPK_GATE_BACKWARD:
+  case VD_OP_GATE_FW:
+  case VD_OP_GATE_FW_BACKWARD:
+    return 1;
+  default:
+    return 0;
+  }
+}
+
+static int has_mark(const uint8_t *mark, const vd_stage *st, uint32_t v) {
+  for (int32_t j = 0; j < st->vals[v].ndim && j < VD_MAX_DIMS; j++)
+    if (mark[(size_t)v * VD_MAX_DIMS + (size_t)j]) return 1;
+  return 0;
+}
+
+/* The first node at which a one-hot (pick_backward's output) reaches a use
+ * that is not affine in it along its class dimension, or an operator with a
+ * pattern of its own shares that class; -1 when none.  The classes
+ * (with PROD links) of every pick_backward's class dimension are marked;
+ * a value holds the one-hot when a holder reaches it and it has a marked
+ * dimension (a contraction over the whole class leaves none: its result is
+ * exact).  Before the solve; *any is set when the stage has a pick_backward. */
+static vd_rc onehot_nonaffine(vd_reducer *c, const vd_lin_table *lt, const vd_stage *st, int32_t *at, int *any,
+                              vd_diag *d) {
+  *at = -1;
+  *any = 0;
+  for (uint32_t i = 0; i < st->n_nodes && !*any; i++) *any = st->nodes[i].op == VD_OP_PICK_BACKWARD;
+  if (!*any) return VD_OK;
+  uint8_t *mark = vd_calloc((size_t)st->n_vals * VD_MAX_DIMS + 1, 1);
+  uint8_t *hot = vd_calloc((size_t)st->n_vals + 1, 1);
+  vd_rc rc = VD_OK;
+  if (!mark || !hot) {
+    rc = VD_OOM(d);
+    goto done;
+  }
+  for (uint32_t i = 0; i < st->n_nodes; i++) {
+    const vd_stage_node *n = &st->nodes[i];
+    if (n->op != VD_OP_PICK_BACKWARD || n->n_out != 1) continue;
+    uint32_t o = st->idx[n->out_off];
+    if (st->vals[o].ndim != 2) continue;
+    if ((rc = vd_reducer_linked(c, o, 1, mark, d)) != VD_OK) goto done;
+    hot[o] = 1;
+  }
+  /* Stage nodes are in dependency order (each side's nodes after their
+   * inputs' producers). */
+  for (uint32_t i = 0; i < st->n_nodes && *at < 0; i++) {
+    const vd_stage_node *n = &st->nodes[i];
+    int patterned = onehot_patterned(n->op);
+    uint32_t nhot = 0;
+    for (uint32_t k = 0; k < n->n_in; k++) {
+      uint32_t v = st->idx[n->in_off + k];
+      if (patterned && has_mark(mark, st, v)) *at = (int32_t)i;
+      if (hot[v] && has_mark(mark, st, v)) {
+        nhot++;
+        if (!onehot_affine(lt, st, i, k)) *at = (int32_t)i;
+      }
+    }
+    for (uint32_t k = 0; k < n->n_out; k++)
+      if (patterned && has_mark(mark, st, st->idx[n->out_off + k])) *at = (int32_t)i;
+    if (nhot > 1 && !onehot_joint(lt, st, i)) *at = (int32_t)i;
+    if (nhot && n->op != VD_OP_PICK_BACKWARD)
+      for (uint32_t k = 0; k < n->n_out; k++) {
+        uint32_t o = st->idx[n->out_off + k];
+        if (has_mark(mark, st, o)) hot[o] = 1;
+      }
+  }
+  if (*at < 0) goto done;
+  /* Keep every one-hot's class whole. */
+  for (uint32_t i = 0; i < st->n_nodes; i++) {
+    const vd_stage_node *n = &st->nodes[i];
+    if (n->op == VD_OP_PICK_BACKWARD && n->n_out == 1 && st->vals[st->idx[n->out_off]].ndim == 2)
+      vd_reducer_keep(c, st->idx[n->out_off], 1);
+  }
+done:
+  vd_free(mark);
+  vd_free(hot);
+  return rc;
+}
+
 /* Lineage: each hypothesis and each target piece relates its parallel
  * value to the single value it is a slice of. */
 static vd_rc relate_lineage(vd_reducer *c, const vd_lin_table *lt, const vd_stage *st, vd_diag *d) {
@@ -303,6 +482,7 @@ vd_rc vd_stage_reduce(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
   vd_reducer *c = NULL;
   vd_red_value *rv = NULL;
   st->noreduce_node = -1;
+  st->onehot_kept_node = -1;
   default_reduced_slices(lt, st);
   /* Unknown operators, and index values computed in the stage: no
    * reduction at all. */
@@ -328,6 +508,10 @@ vd_rc vd_stage_reduce(const vd_lin_table *lt, vd_stage *st, vd_diag *d) {
     goto done;
   }
   if ((rc = relate_lineage(c, lt, st, d)) != VD_OK) goto done;
+  int32_t hot_at;
+  int any_hot;
+  if ((rc = onehot_nonaffine(c, lt, st, &hot_at, &any_hot, d)) != VD_OK) goto done;
+  st->onehot_kept_node = hot_at;
 
   int reduced = 0;
   if ((rc = vd_reducer_solve(c, &reduced, d)) != VD_OK) goto done;

@@ -109,6 +109,9 @@ typedef struct vd_stage {
   int32_t noreduce_node; /* set by vd_stage_reduce: stage-local node whose operator has no
                             reduction rule, or that computes the index values a lookup
                             reads (the stage is then unreduced), -1 if none */
+  int32_t onehot_kept_node; /* set by vd_stage_reduce: the node at which a one-hot
+                            (pick_backward) reaches a use that is not affine in it, so its
+                            class dimension keeps its extent (stages/shape.c), -1 if none */
   /* How it was cut (vd_stage_recut): lineage, slice group [cut_a, cut_b) of
    * the table's pieces, and the replica mode (-2 replica 0 for all, -1 all
    * replicas in one stage, d: replica d). */

@@ -447,6 +447,11 @@ vd_rc vd_report_stages(const vd_run *r, const char *path, vd_diag *d) {
     if (st->sum_parts)
       fprintf(f, " (part %lld of a sum of %lld by part, rows [%lld, %lld) of %lld)", (long long)st->cut_part,
               (long long)st->sum_parts, (long long)st->sum_lo, (long long)st->sum_hi, (long long)st->sum_ext);
+    if (st->reduced && st->onehot_kept_node >= 0 && (uint32_t)st->onehot_kept_node < st->n_nodes) {
+      int op = st->nodes[st->onehot_kept_node].op;
+      fprintf(f, " (one-hot classes kept whole: node %d, %s, is not affine in it)", st->onehot_kept_node,
+              op >= 0 && op < VD_OP__COUNT ? vd_op_name((vd_op_id)op) : "?");
+    }
     fputc('\n', f);
     for (uint32_t t = 0; t < st->n_targets; t++) {
       const vd_stage_target *tg = &st->targets[t];

@@ -3,6 +3,7 @@ megatron_vocab.py: token embedding -> gelu(linear) -> vocabulary head -> cross-e
 vocab_single.py trains it on one device the natural way (nn.Embedding, F.cross_entropy);
 vocab_tp.py with the embedding split over the vocabulary (Megatron's VocabParallelEmbedding),
 tensor parallel x data parallel.  Shared here: sizes, initial weights, batch, config.
+--set vocab=V sets the vocabulary size (default 16; a multiple of tp).
 """
 import torch
 
@@ -11,9 +12,15 @@ LR = 0.1
 
 
 def config(args):
-    c = {"tp": 1, "dp": 1, "bug": "", "ce": "full", "fill": "index_put"}
+    """The run's configuration from --set; --set vocab=V also sets VOCAB for this process (every
+    program of a pair calls config before it builds weights or the batch)."""
+    global VOCAB
+    c = {"tp": 1, "dp": 1, "bug": "", "ce": "full", "fill": "index_put", "vocab": VOCAB}
     for k, v in args.items():
         c[k] = v if k in ("bug", "ce", "fill") else int(v)
+    VOCAB = c["vocab"]
+    if VOCAB % c["tp"]:
+        raise ValueError(f"vocab={VOCAB} is not a multiple of tp={c['tp']}")
     return c
 
 

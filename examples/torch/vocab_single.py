@@ -30,6 +30,7 @@ class Model(nn.Module):
 
 
 def step(cap):
+    vm.config(cap.args)   # --set vocab=V
     model = Model(vm.weights()).double()
     ids, targets = vm.batch()
     cap.params(model)

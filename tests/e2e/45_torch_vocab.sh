@@ -20,7 +20,11 @@
 #    vocab_parallel_cross_entropy;
 #  - the indices of torch.max read as data are refused at capture with the line;
 #  - Megatron-Core's own vocab-parallel layers (vocab_mcore.py) are EQUIVALENT, and a missing
-#    copy_to_tensor_model_parallel_region before the head is NOT EQUIVALENT.
+#    copy_to_tensor_model_parallel_region before the head is NOT EQUIVALENT;
+#  - a vocabulary of 512 classes (--set vocab=512: past the 256 classes that were once kept
+#    whole) is EQUIVALENT with the classes reduced (the one-hot of pick_backward scaled to the
+#    block average, docs/shape-reduction.md "One-hots"), and the skipped all_reduce(MAX) at 512
+#    classes is still a MISSING_REDUCTION at the max.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/torch_lib.sh"
 set -e
@@ -55,6 +59,12 @@ if full_rows; then
   ce_equivalent 4 --set tp=2 --set dp=2
   ce_equivalent 2 --set tp=2 --set fill=masked_fill
 fi
+# 512 classes: EQUIVALENT on reduced classes (4 of 512 in the loss's stages, none kept whole)
+ce_equivalent 2 --set tp=2 --set vocab=512
+expect_exit 0 "$VERDICT" -q --sm "$TMP/s.plan" --pm "$TMP/p.plan" --dump-stages "$TMP/stages.txt"
+expect_in "\[16,512\] -> \[[0-9]*,4\]" "$TMP/stages.txt"
+if grep -q "one-hot classes kept whole" "$TMP/stages.txt"; then fail "a stage keeps the one-hot's classes whole"; fi
+if grep -q "\[16,512\] -> \[[0-9]*,512\]" "$TMP/stages.txt"; then fail "a stage keeps the 512 classes"; fi
 # Megatron-Core's own VocabParallelEmbedding and vocab_parallel_cross_entropy (vocab_mcore.py):
 # EQUIVALENT with the executor agreeing; the head reading h without copy_to_tensor_model_parallel_region
 # (the gradient of h not summed over the group) NOT EQUIVALENT, the executor disagreeing: a
@@ -77,6 +87,10 @@ expect_in "cross-check: .* 0 disagreement" "$TMP/out"
 CALL=$(grep -n "per_token = mv.vocab_parallel_cross_entropy" "$EX/vocab_tp.py" | cut -d: -f1)
 STACK="stack: examples/torch/megatron_vocab.py:$MAXL in forward < [^ ]*megatron_vocab.py:[0-9]* in vocab_parallel_cross_entropy < [^ ]*vocab_tp.py:$CALL in step"
 cap 2 --set tp=2 --set ce=vocab --set bug=no_max_reduce
+pair_not_equivalent --full "^   1\. .*MISSING_REDUCTION at max 'megatron_vocab.py:$MAXL'.*$STACK" \
+  "reduced elementwise by max over their ranks (as an all_reduce(MAX) would)"
+# the same bug at 512 classes, on reduced classes
+cap 2 --set tp=2 --set ce=vocab --set vocab=512 --set bug=no_max_reduce
 pair_not_equivalent --full "^   1\. .*MISSING_REDUCTION at max 'megatron_vocab.py:$MAXL'.*$STACK" \
   "reduced elementwise by max over their ranks (as an all_reduce(MAX) would)"
 # the wrong target range: the masked picks of rank 1 (forward and backward) read rank 0's start

@@ -515,6 +515,94 @@ static void test_reduced_contractions_scale(void **state) {
   vd_smt_free(s);
 }
 
+/* ---- ONEHOT: the reduced one-hot is the block average of the full one ---------- */
+
+/* pick_backward reduced from V = 12 classes to v = 3 (block b = 4, start 4
+ * -> 1): the label's column carries g * v/V, so the reduced output is the
+ * block average (1/b) sum_{j in block} of the full-size one-hot of any
+ * label of the block, and a reduced sum over the classes (COUNT: times
+ * V/v) is g, the full-size sum (docs/shape-reduction.md, ONEHOT).  Without
+ * the scale the sum would count g b times: the false difference against
+ * Megatron's vocab-parallel cross-entropy that this scale removes. */
+static void test_reduced_onehot(void **state) {
+  (void)state;
+  vd_smt *s = NULL;
+  vd_diag d;
+  vd_diag_clear(&d);
+  assert_int_equal(vd_smt_new(&s, &d), VD_OK);
+  enum { N = 4, V = 12, v = 3, B = V / v };
+  vd_op_shape lsh = {.ndim = 1, .d = {N}}, osh = {.ndim = 2, .d = {N, v}}, fosh = {.ndim = 2, .d = {N, V}};
+  for (int rep = 0; rep < 4; rep++) {
+    double lab[N], labf[N];
+    for (int i = 0; i < N; i++) {
+      lab[i] = 1 + (double)(next_u32() % v);                   /* reduced label in [1, 1 + v) */
+      labf[i] = lab[i] * B + (double)(next_u32() % B);        /* any full label of its block */
+    }
+    vd_smt_tensor tl, tg, to, tsum;
+    assert_int_equal(vd_smt_tensor_int_consts(s, &tl, &lsh, lab, &d), VD_OK);
+    double *g = bind_random(s, &tg, &lsh, 0, 0, &d);
+    assert_int_equal(vd_smt_tensor_init(&to, &osh), VD_OK);
+    vd_plan_t rplan, fplan, splan;
+    uint32_t rn = one_node_plan(&rplan, "pick_backward", "start=1");
+    uint32_t fn = one_node_plan(&fplan, "pick_backward", "start=4");
+    uint32_t sn = one_node_plan(&splan, "sum", "dims=I:1");
+    /* full size, numerically */
+    double full[N * V];
+    const double *fin[2] = {labf, g};
+    double *fout[1] = {full};
+    vd_op_shape fish[3] = {lsh, lsh, fosh};
+    vd_op_call nc = {.op = VD_OP_PICK_BACKWARD, .plan = &fplan, .node = &fplan.nodes[fn], .record = "pick_backward",
+                     .n_in = 2, .n_out = 1, .in = fin, .in_shape = fish, .out = fout, .out_shape = fish + 2,
+                     .diag = &d};
+    assert_int_equal(vd_op_eval(&nc), VD_OK);
+    /* reduced, symbolically, with the full shapes */
+    const vd_smt_tensor *pin[2] = {&tl, &tg};
+    vd_smt_tensor *pout[1] = {&to};
+    vd_op_shape rfull[3] = {lsh, lsh, fosh};
+    struct vd_op_encode_call ec = {.op = VD_OP_PICK_BACKWARD, .smt = s, .plan = &rplan, .node = &rplan.nodes[rn],
+                                   .record = "pick_backward", .n_in = 2, .n_out = 1, .in = pin, .out = pout,
+                                   .diag = &d, .in_full = rfull, .out_full = rfull + 2};
+    assert_int_equal(vd_smt_encode(&ec), VD_OK);
+    for (int i = 0; i < N; i++)
+      for (int j = 0; j < v; j++) {
+        double avg = 0;
+        for (int k = 0; k < B; k++) avg += full[i * V + j * B + k];
+        avg /= B;
+        double sym = interpret(s, to.t[i * v + j], "pick_backward");
+        if (!(fabs(sym - avg) <= 1e-12 * fmax(1.0, fabs(avg))))
+          fail_msg("pick_backward [%d,%d]: reduced %.17g, block average of the full one-hot %.17g", i, j, sym, avg);
+      }
+    /* the reduced sum over the classes is g, as at full size */
+    vd_op_shape rsh = {.ndim = 1, .d = {N}};
+    assert_int_equal(vd_smt_tensor_init(&tsum, &rsh), VD_OK);
+    const vd_smt_tensor *sin[1] = {&to};
+    vd_smt_tensor *sout[1] = {&tsum};
+    vd_op_shape sfull[2] = {fosh, rsh};
+    struct vd_op_encode_call sc = {.op = VD_OP_SUM, .smt = s, .plan = &splan, .node = &splan.nodes[sn],
+                                   .record = "sum", .n_in = 1, .n_out = 1, .in = sin, .out = sout, .diag = &d,
+                                   .in_full = sfull, .out_full = sfull + 1};
+    assert_int_equal(vd_smt_encode(&sc), VD_OK);
+    for (int i = 0; i < N; i++) {
+      double fs = 0;
+      for (int j = 0; j < V; j++) fs += full[i * V + j];
+      double sym = interpret(s, tsum.t[i], "sum");
+      assert_true(fabs(fs - g[i]) <= 1e-12 * fmax(1.0, fabs(fs)));
+      if (!(fabs(sym - fs) <= 1e-12 * fmax(1.0, fabs(fs))))
+        fail_msg("sum of the reduced one-hot, row %d: %.17g, full-size sum %.17g", i, sym, fs);
+    }
+    vd_smt_tensor_free(&tl);
+    vd_smt_tensor_free(&tg);
+    vd_smt_tensor_free(&to);
+    vd_smt_tensor_free(&tsum);
+    vd_free(g);
+    vd_plan_free(&rplan);
+    vd_plan_free(&fplan);
+    vd_plan_free(&splan);
+    assert_int_equal(vd_smt_reset(s, NULL), VD_OK);
+  }
+  vd_smt_free(s);
+}
+
 /* Every registry operator has an encoder and at least one case above. */
 static void test_registry_covered(void **state) {
   (void)state;
@@ -585,6 +673,7 @@ int main(void) {
       cmocka_unit_test(test_registry_covered),
       cmocka_unit_test(test_every_encoder_matches_numeric),
       cmocka_unit_test(test_reduced_contractions_scale),
+      cmocka_unit_test(test_reduced_onehot),
       cmocka_unit_test(test_uf_structure),
       cmocka_unit_test(test_encode_rejects_bad_shapes),
   };

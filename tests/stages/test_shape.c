@@ -440,6 +440,87 @@ static void test_avg_divisor(void **state) {
   }
 }
 
+/* The one-hot of pick_backward (labels [8], g [8] -> [8, 512]) reduces its
+ * class dimension when every use is affine in it (a sum over the classes,
+ * a product with a value free of it, a sum of two one-hots), and keeps it
+ * whole, naming the node, at the first use that is not (exp of it, its
+ * square, a pick that reads one of its columns, a summing all_reduce is
+ * fine but an all_reduce MAX is not); a view that merges the classes with
+ * the rows carries the one-hot along (stages/shape.c, onehot_nonaffine). */
+enum { OH_SUM, OH_MUL_FREE, OH_ADD_TWO, OH_VIEW_SUM, OH_EXP, OH_SQUARE, OH_PICK, OH_VIEW_EXP };
+static void onehot_case(int use) {
+  tb_world w;
+  tb_stage s;
+  tb_world_init(&w);
+  tb_stage_init(&s, 0);
+  uint32_t gp = tb_pnode(&w, 0, "pick_backward", "ce.bwd");
+  uint32_t lab = TB_V(&s, 0, 8), g = TB_V(&s, 0, 8), oh = TB_V(&s, 0, 8, 512);
+  tb_node(&s, &w, 0, gp, TB_L(lab, g), TB_L(oh));
+  uint32_t x = TB_V(&s, 0, 8, 512), y = TB_V(&s, 0, 8, 512), r = TB_V(&s, 0, 8);
+  int32_t want_node = -1;
+  switch (use) {
+  case OH_SUM: {
+    uint32_t gs = tb_pnode(&w, 0, "sum", "s");
+    vd_plan_attr_int(&w.plan[0], w.gnodes[0][gs].pnode, "dims", 1);
+    tb_node(&s, &w, 0, gs, TB_L(oh), TB_L(r));
+    break;
+  }
+  case OH_MUL_FREE:
+  case OH_SQUARE: {
+    uint32_t gm = tb_pnode(&w, 0, "mul", "m");
+    want_node = use == OH_SQUARE ? 1 : -1;
+    if (use == OH_SQUARE) tb_node(&s, &w, 0, gm, TB_L(oh, oh), TB_L(y));
+    else tb_node(&s, &w, 0, gm, TB_L(oh, x), TB_L(y));
+    break;
+  }
+  case OH_ADD_TWO: {
+    uint32_t gq = tb_pnode(&w, 0, "pick_backward", "ce2.bwd"), ga = tb_pnode(&w, 0, "add", "a");
+    uint32_t oh2 = TB_V(&s, 0, 8, 512);
+    tb_node(&s, &w, 0, gq, TB_L(lab, g), TB_L(oh2));
+    tb_node(&s, &w, 0, ga, TB_L(oh, oh2), TB_L(y));
+    break;
+  }
+  case OH_EXP: {
+    uint32_t ge = tb_pnode(&w, 0, "exp", "e");
+    tb_node(&s, &w, 0, ge, TB_L(oh), TB_L(y));
+    want_node = 1;
+    break;
+  }
+  case OH_PICK: {
+    uint32_t gk = tb_pnode(&w, 0, "pick", "p");
+    tb_node(&s, &w, 0, gk, TB_L(oh, lab), TB_L(r));
+    want_node = 1;
+    break;
+  }
+  case OH_VIEW_SUM:
+  case OH_VIEW_EXP: {
+    uint32_t gv = tb_pnode(&w, 0, "view", "v"), gf = tb_pnode(&w, 0, use == OH_VIEW_SUM ? "sum" : "exp", "f");
+    uint32_t flat = TB_V(&s, 0, 4096), out = use == OH_VIEW_SUM ? TB_V(&s, 0, 1) : TB_V(&s, 0, 4096);
+    tb_node(&s, &w, 0, gv, TB_L(oh), TB_L(flat));
+    tb_node(&s, &w, 0, gf, TB_L(flat), TB_L(out));
+    want_node = use == OH_VIEW_SUM ? -1 : 2;
+    break;
+  }
+  }
+  vd_diag d;
+  vd_diag_clear(&d);
+  assert_int_equal(vd_stage_reduce(&w.lt, &s.st, &d), VD_OK);
+  assert_int_equal(s.st.reduced, 1);
+  assert_int_equal(s.st.onehot_kept_node, want_node);
+  if (want_node >= 0) {
+    assert_int_equal(s.vals[oh].rshape[1], 512); /* the classes kept whole */
+  } else {
+    assert_true(s.vals[oh].rshape[1] >= 2 && s.vals[oh].rshape[1] < 512);
+  }
+  vd_free(s.st.ovr);
+  tb_world_free(&w);
+}
+
+static void test_onehot_guard(void **state) {
+  (void)state;
+  for (int use = OH_SUM; use <= OH_VIEW_EXP; use++) onehot_case(use);
+}
+
 static void test_unknown_op(void **state) {
   (void)state;
   tb_world w;
@@ -567,7 +648,7 @@ int main(void) {
       cmocka_unit_test(test_view_unexpressible), cmocka_unit_test(test_rope_even),
       cmocka_unit_test(test_view_head_shard),    cmocka_unit_test(test_view_coarser_single),
       cmocka_unit_test(test_permutation_guard), cmocka_unit_test(test_interleave_guard),
-      cmocka_unit_test(test_avg_divisor),
+      cmocka_unit_test(test_avg_divisor),       cmocka_unit_test(test_onehot_guard),
       cmocka_unit_test(test_unknown_op),        cmocka_unit_test(test_contradiction),
       cmocka_unit_test(test_real_llama3_tp2),   cmocka_unit_test(test_reduce_under_faults),
   };
