@@ -8,7 +8,8 @@
  * factors that cancel (a mean over a part, then a division without a single
  * twin), and a factor that does not cancel (no candidate, and the first
  * stuck node is reported), and a tensor rebuilt from flattened boxes of a
- * value is that value (moved_box).  The result is the same at 1 and 2 threads, and
+ * value is that value (moved_box), a guessed addend of a sum takes its known
+ * addends' factor (none when they disagree).  The result is the same at 1 and 2 threads, and
  * every allocation failure gives VD_ENOMEM with the plan untouched.
  */
 #include <math.h>
@@ -614,6 +615,83 @@ static void test_infer_sum_twin(void **st) {
   vd_plan_free(&p);
 }
 
+/* A guessed addend takes the factor of the sum's known addends (guess_node,
+ * known_factor).  single: a = scale(x [4,2], 0.25); b = neg(x); v =
+ * view(z); s = add(a, v) (or multiref_backward(a, b, v)); l = exp(s).
+ * parallel, on rows [0,2): a' = scale(x', 0.5) is 2 x a's rows (a DDP
+ * gradient's factor); v' = view(z') of an input without annotation is
+ * undecided, so the sum's single twin suggests v's rows for it; h' =
+ * scale(s', 0.5), l' = exp(h').  Under add, v' is guessed with a's factor
+ * 2 (before: factor 1, a wrong candidate dropped after its proof failed,
+ * and s' = 2a + v had no lineage); then s' is 2 x s and l' is l's rows.
+ * Under multiref_backward(a', b', v') the known addends disagree (2 and 1):
+ * no factor makes the sum one, and v' is not guessed. */
+static void guess_factor_case(int disagree) {
+  vd_plan_t s, p;
+  pb_ctx c;
+  int32_t f = begin_fwd(&c, &s, VD_PLAN_SINGLE);
+  uint32_t x = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 4, 2); /* id 1 */
+  uint32_t z = pb_tensor(&c, "z", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 4, 2); /* id 2 */
+  uint32_t a = pb_tensor(&c, "a", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 2);   /* id 3 */
+  uint32_t b = pb_tensor(&c, "b", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 2);   /* id 4 */
+  uint32_t v = pb_tensor(&c, "v", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 2);   /* id 5 */
+  uint32_t sm = pb_tensor(&c, "s", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 2);  /* id 6 */
+  uint32_t l = pb_tensor(&c, "l", 0, VD_ROLE_LOSS, VD_SCOPE_PER_MB, 2, 4, 2);  /* id 7 */
+  pb_attr_float(&c, pb_node(&c, "scale", "a", 0, f, VD_PHASE_FWD, PB_T(x), PB_T(a)), "factor", 0.25);
+  pb_node(&c, "neg", "b", 0, f, VD_PHASE_FWD, PB_T(x), PB_T(b));
+  pb_node(&c, "view", "v", 0, f, VD_PHASE_FWD, PB_T(z), PB_T(v));
+  if (disagree)
+    pb_node(&c, "multiref_backward", "s", 0, f, VD_PHASE_FWD, (uint32_t[]){a, b, v}, 3, PB_T(sm));
+  else
+    pb_node(&c, "add", "s", 0, f, VD_PHASE_FWD, PB_T(a, v), PB_T(sm));
+  pb_node(&c, "exp", "l", 0, f, VD_PHASE_FWD, PB_T(sm), PB_T(l));
+  end_one_step(&c, f);
+  f = begin_fwd(&c, &p, VD_PLAN_PARALLEL);
+  uint32_t px = half_rows(&c, "x");
+  uint32_t pz = pb_tensor(&c, "z", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 2, 2); /* no annotation */
+  uint32_t pa = pb_tensor(&c, "a", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  uint32_t pbb = pb_tensor(&c, "b", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  uint32_t pv = pb_tensor(&c, "v", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  uint32_t ps = pb_tensor(&c, "s", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  uint32_t ph = pb_tensor(&c, "h", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  uint32_t pl = pb_tensor(&c, "l", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  pb_attr_float(&c, pb_node(&c, "scale", "a", 0, f, VD_PHASE_FWD, PB_T(px), PB_T(pa)), "factor", 0.5);
+  pb_node(&c, "neg", "b", 0, f, VD_PHASE_FWD, PB_T(px), PB_T(pbb));
+  pb_node(&c, "view", "v", 0, f, VD_PHASE_FWD, PB_T(pz), PB_T(pv));
+  if (disagree)
+    pb_node(&c, "multiref_backward", "s", 0, f, VD_PHASE_FWD, (uint32_t[]){pa, pbb, pv}, 3, PB_T(ps));
+  else
+    pb_node(&c, "add", "s", 0, f, VD_PHASE_FWD, PB_T(pa, pv), PB_T(ps));
+  pb_attr_float(&c, pb_node(&c, "scale", "h", 0, f, VD_PHASE_FWD, PB_T(ps), PB_T(ph)), "factor", 0.5);
+  pb_node(&c, "exp", "l", 0, f, VD_PHASE_FWD, PB_T(ph), PB_T(pl));
+  uint8_t *inf = NULL;
+  vd_lin_infer_stats is;
+  infer_built(&c, f, &s, &p, &inf, &is);
+  assert_true(inf[pa]);
+  assert_true(vd_lineage_factor(&p.tensors[pa].lin) == 2.0);
+  if (disagree) {
+    assert_false(inf[pv]);
+  } else {
+    if (!inf[pv]) fail_msg("the undecided addend v' has no candidate");
+    assert_int_equal(p.tensors[pv].lin.full, 5);
+    assert_int_equal(p.tensors[pv].lin.hi[0], 2);
+    if (vd_lineage_factor(&p.tensors[pv].lin) != 2.0)
+      fail_msg("v' guessed with factor %g, not its known addend's 2", vd_lineage_factor(&p.tensors[pv].lin));
+    assert_true(inf[pl]);
+    assert_int_equal(p.tensors[pl].lin.full, 7);
+    assert_true(vd_lineage_factor(&p.tensors[pl].lin) == 1.0);
+  }
+  vd_free(inf);
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+static void test_infer_guess_factor(void **st) {
+  (void)st;
+  guess_factor_case(0);
+  guess_factor_case(1);
+}
+
 static void small_llama(vd_gen_config *c) {
   vd_gen_config_default(c);
   c->model = VD_GEN_LLAMA3;
@@ -837,6 +915,7 @@ int main(void) {
       cmocka_unit_test(test_infer_loss_mask),
       cmocka_unit_test(test_infer_grad_clip),
       cmocka_unit_test(test_infer_ep_guess),
+      cmocka_unit_test(test_infer_guess_factor),
       cmocka_unit_test(test_infer_ep_tp_fanin),
       cmocka_unit_test(test_infer_threads),
       cmocka_unit_test(test_infer_fault),
