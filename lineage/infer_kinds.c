@@ -554,9 +554,13 @@ static void scale_through(ictx *c, const vd_gnode_t *pn, int op) {
   vl_put(c, out[0], &l);
 }
 
-/* The single twin of a known zero that map_node found none for: Gp node pn
- * scales its input x by 0, and x holds (a box, parts or a multiple of)
- * single value x->sv, where the single plan scales by 0 a constant multiple
+static int same_shape(const vd_tensor_t *a, const vd_tensor_t *b) {
+  return a->ndim == b->ndim && !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof(*a->shape));
+}
+
+/* The single twin of a known zero that map_node found none for: a Gp node
+ * scales its input v by 0, and v holds (a box, parts or a multiple of)
+ * single value sv, where the single plan scales by 0 a constant multiple
  * of sv instead (a loss divided by the microbatch count: the parallel
  * value is a share of the undivided single loss, the single seed 0 * (loss
  * / accum)).  0 * (c * v) = 0 * v: the zero is that single zero, the first
@@ -564,21 +568,22 @@ static void scale_through(ictx *c, const vd_gnode_t *pn, int op) {
  * so that the loss gradient seed (0 * loss + 1) matches its twin.  -1 if
  * none.  Only a name for a zero: what follows from it is a candidate like
  * any other. */
-static int32_t zero_twin(const ictx *c, const vlin *x) {
+static int32_t zero_twin(const ictx *c, uint32_t v) {
   enum { ZERO_CHAIN = 3 };
-  if (!x->known || x->zero || x->sv < 0 || x->split) return -1;
+  const vlin *x = vl_at(c, v);
+  if (!aligned(c, v) || x->sv < 0 || x->noemit) return -1;
   int32_t at = x->sv;
   for (int depth = 0; depth <= ZERO_CHAIN && at >= 0; depth++) {
-    const vd_value_t *v = &c->gs->values[at];
-    const uint32_t *cons = vd_value_consumers(c->gs, v);
+    const vd_value_t *sv = &c->gs->values[at];
+    const uint32_t *cons = vd_value_consumers(c->gs, sv);
     int32_t next = -1;
-    for (uint32_t k = 0; k < v->n_cons; k++) {
+    for (uint32_t k = 0; k < sv->n_cons; k++) {
       const vd_gnode_t *sn = &c->gs->nodes[cons[k]];
       const vd_node_t *nd = &c->sp->nodes[sn->pnode];
       double s;
       if (c->sop[sn->pnode] < 0 || sn->n_out != 1 || !scaling(c->sp, nd, c->sop[sn->pnode], &s)) continue;
       int32_t out = (int32_t)vd_gnode_outputs(c->gs, sn)[0];
-      if (s == 0.0) return stens(c, out)->ndim == x->nd ? out : -1;
+      if (s == 0.0) return same_shape(stens(c, out), stens(c, x->sv)) ? out : -1;
       if (next < 0) next = out;
     }
     at = next;
@@ -779,7 +784,7 @@ int prop_node(ictx *c, uint32_t gi) {
     if (vd_node_attr_float(c->pp, &c->pp->nodes[pn->pnode], "factor", 1.0) == 0.0 && pn->n_out == 1) {
       /* a known zero, named after the single twin's zero when there is one
        * (map_node's, else zero_twin's: the box of the input's) */
-      int32_t zt = vl_at(c, out[0])->known ? -1 : zero_twin(c, vl_at(c, vd_gnode_inputs(c->gp, pn)[0]));
+      int32_t zt = vl_at(c, out[0])->known ? -1 : zero_twin(c, vd_gnode_inputs(c->gp, pn)[0]);
       vlin x = *vl_at(c, vd_gnode_inputs(c->gp, pn)[0]);
       vlin *l = vl_slot(c, out[0]);
       if (!l) break;
