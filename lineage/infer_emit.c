@@ -259,10 +259,33 @@ static int reads_one_addend(const ictx *c, const vd_gnode_t *pn, int op, uint32_
   return addend_of(c, vd_gnode_inputs(c->gs, sn)[i], (uint32_t)x->sv, 0, 8);
 }
 
+/* Whether every output of pn is read, and only by nodes whose outputs are
+ * all annotated (the sum all_reduce of an averaged logged loss, whose
+ * scaling writes the annotated loss): nothing past pn lacks a lineage, so
+ * propagation lost nothing there. */
+static int feeds_only_annotated(const ictx *c, const vd_gnode_t *pn) {
+  const uint32_t *out = vd_gnode_outputs(c->gp, pn);
+  for (uint32_t o = 0; o < pn->n_out; o++) {
+    const vd_value_t *v = &c->gp->values[out[o]];
+    const uint32_t *cons = vd_value_consumers(c->gp, v);
+    if (v->n_cons == 0) return 0;
+    for (uint32_t k = 0; k < v->n_cons; k++) {
+      const vd_gnode_t *q = &c->gp->nodes[cons[k]];
+      const uint32_t *qo = vd_gnode_outputs(c->gp, q);
+      if (q->n_out == 0) return 0;
+      for (uint32_t j = 0; j < q->n_out; j++)
+        if (!c->seeded[qo[j]]) return 0;
+    }
+  }
+  return pn->n_out > 0;
+}
+
 /* The first node (topological order) whose inputs all have lineages and
  * whose outputs got none, and why (see vd_lin_infer_stats); an element
  * copy whose output goes on, through copies, into a value with a lineage
- * did not stop propagation and is not reported. */
+ * did not stop propagation and is not reported, nor is a node of plain
+ * inputs (no part, factor or zero to blame) whose outputs only feed
+ * annotated values (feeds_only_annotated). */
 void find_stuck(ictx *c, vd_lin_infer_stats *s) {
   s->stuck_node = -1;
   s->stuck_origin = -1;
@@ -315,8 +338,11 @@ void find_stuck(ictx *c, vd_lin_infer_stats *s) {
       if (x->n / (x->cnt ? x->cnt : 1) > 1) why = VD_LIN_STUCK_PARTIAL, at = i;
     }
     if (why == VD_LIN_STUCK_SLICE && rules[op].kind == VD_PROP_MAP && sm < 0) why = VD_LIN_STUCK_NO_TWIN;
-    if ((why == VD_LIN_STUCK_SLICE || why == VD_LIN_STUCK_NO_TWIN) && moved_interior(c, pn))
-      continue; /* inside a copied box that has a lineage as a whole (lineage/infer_moved.c) */
+    /* inside a copied box that has a lineage as a whole (lineage/infer_moved.c), or one step
+     * before annotated values only */
+    if ((why == VD_LIN_STUCK_SLICE || why == VD_LIN_STUCK_NO_TWIN) &&
+        (moved_interior(c, pn) || feeds_only_annotated(c, pn)))
+      continue;
     s->stuck_node = pn->pnode;
     s->stuck_mb = pn->mb;
     s->stuck_why = why;

@@ -119,7 +119,7 @@ static int fanin_inputs(const ictx *c, const vd_gnode_t *pn, const vd_gnode_t *s
  * then taken to hold the single node's corresponding input, sliced like
  * the known inputs along the dimensions the operator links, whole where
  * its parallel width is the single one; under a SUM rule it is the same
- * part as the known inputs.  SOUNDNESS: nothing follows from the guess
+ * part and factor as the known inputs (known_factor).  SOUNDNESS: nothing follows from the guess
  * but a candidate (a stage target, proven or dropped like any other); it
  * only splits the undecided region into stages that end at it.  Returns
  * the number of values guessed. */
@@ -182,6 +182,32 @@ static int known_part(const ictx *c, const vd_gnode_t *pn, const vd_lin_prop_rul
   return 1;
 }
 
+/* The factor *f (and its source node *fsrc) a guessed input of pn takes:
+ * under a SUM rule the one its known addends share, since a sum's addends
+ * carry one factor (out_factor; a DDP backward carries the world size, or
+ * its inverse, on every addend: a guessed addend of factor 1 beside known
+ * ones of factor 2 is a wrong guess, dropped after a failed proof); 0 when
+ * the known addends' factors disagree, for then no factor makes the sum
+ * one (nothing is guessed).  Other rules: 1, the guess's factor before
+ * (a factor of a multilinear operator's input is no factor of another's).
+ * SOUNDNESS: the factor is part of the candidate the stage proves. */
+static int known_factor(const ictx *c, const vd_gnode_t *pn, const vd_lin_prop_rule *ru, double *f,
+                        int32_t *fsrc) {
+  const uint32_t *in = vd_gnode_inputs(c->gp, pn);
+  *f = 1.0, *fsrc = -1;
+  if (ru->lin != VD_PLIN_SUM) return 1;
+  int first = 1;
+  for (uint32_t i = 0; i < pn->n_in; i++) {
+    const vlin *x = vl_at(c, in[i]);
+    if (!x->known) continue;
+    if (!first && x->f != *f) return 0;
+    if (first || (*fsrc < 0 && x->fsrc >= 0)) *fsrc = x->fsrc;
+    *f = x->f, first = 0;
+  }
+  if (*f == 1.0) *fsrc = -1;
+  return 1;
+}
+
 /* A guess of Gs value sv (nd dims), factor 1: parts [k0 + d*dk, + 1) of n;
  * the boxes are left to the caller (zero). */
 static void guess_start(vlin *l, int32_t sv, int32_t nd, int64_t k0, int64_t n, int64_t dk) {
@@ -227,6 +253,9 @@ int guess_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
   if (!node_links(c, pn, op, &u)) return 0;
   int64_t k, n, dk;
   if (!known_part(c, pn, ru, &k, &n, &dk)) return 0;
+  double f;
+  int32_t fsrc;
+  if (!known_factor(c, pn, ru, &f, &fsrc)) return 0;
   int guessed = 0;
   for (uint32_t i = 0; i < pn->n_in; i++) {
     if (vl_at(c, in[i])->known) continue;
@@ -234,6 +263,7 @@ int guess_node(ictx *c, uint32_t gi, int op, const vd_lin_prop_rule *ru) {
     if (pt->ndim != st->ndim) continue;
     vlin l;
     guess_start(&l, (int32_t)sin[i], st->ndim, k, n, dk);
+    l.f = f, l.fsrc = fsrc;
     int ok = 1;
     for (int32_t j = 0; j < pt->ndim && ok; j++) ok = guess_dim(c, &u, pn, i, st, pt, j, &l);
     if (!ok) continue;

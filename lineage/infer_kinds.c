@@ -197,9 +197,21 @@ static int cmp_u32(const void *a, const void *b) {
  * is the sum of the slices, and part k of a sum of partial sums is the sum
  * of the parts k.  SOUNDNESS: as any rule, it only proposes a candidate.
  * Returns 1 when decided. */
+static int sum_of_singles(ictx *c, const vd_gnode_t *pn, vlin *out);
+
 static int sum_node(ictx *c, const vd_gnode_t *pn, int op) {
   if (pn->n_out != 1 || pn->n_in < 2 || pn->n_in > MAXOPD || pn->n_part) return 0;
   if (!is_sum(c->pp, &c->pp->nodes[pn->pnode], op, pn->n_in)) return 0;
+  vlin l;
+  if (!sum_of_singles(c, pn, &l)) return 0;
+  vl_put(c, vd_gnode_outputs(c->gp, pn)[0], &l);
+  return 1;
+}
+
+/* The lineage *out of the sum of pn's inputs (sum_node's rule; an
+ * all_reduce's group too, coll_node): 1 when decided. */
+static int sum_of_singles(ictx *c, const vd_gnode_t *pn, vlin *out) {
+  if (pn->n_in < 2 || pn->n_in > MAXOPD) return 0;
   const uint32_t *in = vd_gnode_inputs(c->gp, pn);
   const vlin *a = vl_at(c, in[0]);
   uint32_t want[MAXOPD], have[MAXOPD];
@@ -242,11 +254,10 @@ static int sum_node(ictx *c, const vd_gnode_t *pn, int op) {
     }
     if (n_found > 1) return 0;
     if (n_found == 1) {
-      vlin l = *a;
-      l.sv = (int32_t)vd_gnode_outputs(c->gs, &c->gs->nodes[found])[0];
-      l.guess = 0;
-      for (uint32_t i = 1; i < pn->n_in; i++) l.uni &= vl_at(c, in[i])->uni;
-      vl_put(c, vd_gnode_outputs(c->gp, pn)[0], &l);
+      *out = *a;
+      out->sv = (int32_t)vd_gnode_outputs(c->gs, &c->gs->nodes[found])[0];
+      out->guess = 0;
+      for (uint32_t i = 1; i < pn->n_in; i++) out->uni &= vl_at(c, in[i])->uni;
       return 1;
     }
   }
@@ -306,6 +317,48 @@ static void chunk_node(ictx *c, const vd_gnode_t *pn) {
   /* Replica shifts along dim scale with the chunk only when the replicas
    * chunk alike, which they do (one program); the shift itself is kept. */
   if (l.dlo[dim] == 0) rebase_on_single_chunk(c, &l, dim);
+  vl_put(c, out, &l);
+}
+
+/* chunk_backward (a select's or a slice's gradient: input x placed as
+ * chunk `index` of `chunks` along dim, zeros elsewhere): when x holds its
+ * single value whole along dim and the single plan pads that value the same
+ * way (its twin on x's single value, same dim, index and chunks), the
+ * output holds the twin's output, whole along dim and x's box along the
+ * other dims, with x's parts and factor (the padding is linear in x: a
+ * batch-sliced gradient of the last token's features, under DDP a multiple
+ * of the single one).  Along a sliced dim the zeros fall elsewhere than in
+ * the single padding: no lineage (as before). */
+static void chunk_backward_node(ictx *c, const vd_gnode_t *pn, int op) {
+  uint32_t in = vd_gnode_inputs(c->gp, pn)[0], out = vd_gnode_outputs(c->gp, pn)[0];
+  if (pn->n_in != 1 || pn->n_out != 1 || !aligned(c, in)) return;
+  const vlin *x = vl_at(c, in);
+  if (x->sv < 0 || x->noemit) return;
+  int32_t dim;
+  if (!attr_dim(c, pn, x->nd, &dim)) return;
+  const vd_tensor_t *xs = stens(c, x->sv);
+  if (x->lo[dim] != 0 || x->hi[dim] != xs->shape[dim] || x->dlo[dim] != 0 || ((x->uni >> dim) & 1)) return;
+  int32_t sm = match_single(c, pn, op);
+  if (sm < 0) return;
+  const vd_gnode_t *sn = &c->gs->nodes[sm];
+  if (sn->n_in != 1 || sn->n_out != 1 || vd_gnode_inputs(c->gs, sn)[0] != (uint32_t)x->sv) return;
+  const vd_node_t *a = &c->pp->nodes[pn->pnode], *b = &c->sp->nodes[sn->pnode];
+  static const char *const keys[] = {"dim", "index", "chunks"};
+  for (int k = 0; k < 3; k++) {
+    int64_t va = vd_node_attr_int(c->pp, a, keys[k], -1), vb = vd_node_attr_int(c->sp, b, keys[k], -1);
+    if (k == 0) {
+      if (va < 0) va += x->nd;
+      if (vb < 0) vb += x->nd;
+    }
+    if (va != vb) return;
+  }
+  int32_t so = (int32_t)vd_gnode_outputs(c->gs, sn)[0];
+  const vd_tensor_t *ys = stens(c, so), *yp = ptens(c, out);
+  if (ys->ndim != x->nd || yp->ndim != x->nd) return;
+  vlin l = *x;
+  l.sv = so;
+  l.lo[dim] = 0, l.hi[dim] = ys->shape[dim];
+  if (yp->shape[dim] != ys->shape[dim]) return;
   vl_put(c, out, &l);
 }
 
@@ -387,7 +440,15 @@ static void coll_node(ictx *c, const vd_gnode_t *pn, int kind) {
     const char *red = vd_node_attr_str(c->pp, &c->pp->nodes[pn->pnode], "reduce", "sum");
     if (strcmp(red, "sum") != 0) return; /* a max has no rule over parts */
     vlin l;
-    if (!sum_of_parts(c, pn, &l)) return;
+    /* An all_reduce over a group whose every member is in pn (no replica
+     * left out) that adds different single values x1..xk, each member's
+     * whole slice (the ranks of DDP accumulating different microbatches
+     * of the single plan: rank r's gradient is single microbatch r's), is
+     * the single sum of {x1..xk} (sum_node's rule). */
+    int summed = kind == VD_PROP_ALL_REDUCE && span_reps(c, pn) == 1 && pn->n_in >= 2 && pn->n_in == pn->n_part &&
+                 !sum_of_parts(c, pn, &l) &&
+                 sum_of_singles(c, pn, &l);
+    if (!summed && !sum_of_parts(c, pn, &l)) return;
     if (kind == VD_PROP_ALL_REDUCE) {
       for (uint32_t o = 0; o < pn->n_out; o++) vl_put(c, out[o], &l);
       return;
@@ -491,6 +552,43 @@ static void scale_through(ictx *c, const vd_gnode_t *pn, int op) {
   l.k0 = 0, l.cnt = 1, l.n = 1, l.dk = 0, l.f = 1.0, l.fsrc = -1;
   if (stens(c, l.sv)->ndim != l.nd) return;
   vl_put(c, out[0], &l);
+}
+
+static int same_shape(const vd_tensor_t *a, const vd_tensor_t *b) {
+  return a->ndim == b->ndim && !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof(*a->shape));
+}
+
+/* The single twin of a known zero that map_node found none for: a Gp node
+ * scales its input v by 0, and v holds (a box, parts or a multiple of)
+ * single value sv, where the single plan scales by 0 a constant multiple
+ * of sv instead (a loss divided by the microbatch count: the parallel
+ * value is a share of the undivided single loss, the single seed 0 * (loss
+ * / accum)).  0 * (c * v) = 0 * v: the zero is that single zero, the first
+ * found over chains of at most ZERO_CHAIN single constant scalings from sv,
+ * so that the loss gradient seed (0 * loss + 1) matches its twin.  -1 if
+ * none.  Only a name for a zero: what follows from it is a candidate like
+ * any other. */
+static int32_t zero_twin(const ictx *c, uint32_t v) {
+  enum { ZERO_CHAIN = 3 };
+  const vlin *x = vl_at(c, v);
+  if (!aligned(c, v) || x->sv < 0 || x->noemit) return -1;
+  int32_t at = x->sv;
+  for (int depth = 0; depth <= ZERO_CHAIN && at >= 0; depth++) {
+    const vd_value_t *sv = &c->gs->values[at];
+    const uint32_t *cons = vd_value_consumers(c->gs, sv);
+    int32_t next = -1;
+    for (uint32_t k = 0; k < sv->n_cons; k++) {
+      const vd_gnode_t *sn = &c->gs->nodes[cons[k]];
+      const vd_node_t *nd = &c->sp->nodes[sn->pnode];
+      double s;
+      if (c->sop[sn->pnode] < 0 || sn->n_out != 1 || !scaling(c->sp, nd, c->sop[sn->pnode], &s)) continue;
+      int32_t out = (int32_t)vd_gnode_outputs(c->gs, sn)[0];
+      if (s == 0.0) return same_shape(stens(c, out), stens(c, x->sv)) ? out : -1;
+      if (next < 0) next = out;
+    }
+    at = next;
+  }
+  return -1;
 }
 
 /* ---- element-identity chains ------------------------------------------ */
@@ -684,12 +782,20 @@ int prop_node(ictx *c, uint32_t gi) {
   case VD_PROP_SCALE:
     map_node(c, gi, op, ru);
     if (vd_node_attr_float(c->pp, &c->pp->nodes[pn->pnode], "factor", 1.0) == 0.0 && pn->n_out == 1) {
-      /* a known zero, named after the single twin's zero when there is one */
+      /* a known zero, named after the single twin's zero when there is one
+       * (map_node's, else zero_twin's: the box of the input's) */
+      int32_t zt = vl_at(c, out[0])->known ? -1 : zero_twin(c, vd_gnode_inputs(c->gp, pn)[0]);
+      vlin x = *vl_at(c, vd_gnode_inputs(c->gp, pn)[0]);
       vlin *l = vl_slot(c, out[0]);
       if (!l) break;
       if (!l->known) {
         memset(l, 0, sizeof(*l));
         l->sv = -1;
+        if (zt >= 0) {
+          *l = x;
+          l->sv = zt;
+          l->k0 = 0, l->cnt = 1, l->n = 1, l->dk = 0, l->noemit = 0, l->guess = 0;
+        }
       }
       l->known = l->zero = 1;
       l->f = 1.0;
@@ -702,6 +808,9 @@ int prop_node(ictx *c, uint32_t gi) {
   case VD_PROP_ALL_GATHER:
   case VD_PROP_REDUCE_SCATTER: coll_node(c, pn, ru->kind); break;
   case VD_PROP_ALL_TO_ALL: a2a_node(c, pn); break;
+  case VD_PROP_NONE:
+    if (op == VD_OP_CHUNK_BACKWARD) chunk_backward_node(c, pn, op);
+    break;
   default: break;
   }
   if (pn->n_out == 1 && !vl_at(c, out[0])->known) scale_through(c, pn, op);

@@ -249,6 +249,7 @@ static void text_inferred(const vd_run *r, FILE *f) {
     fprintf(f, "  inferred: '%s' (t%lld, rank %d) = '%s' %s", VD_SHOW(vd_plan_s(&r->pp, pt->name)), (long long)pt->id,
             pt->rank, VD_SHOW(s >= 0 ? vd_plan_s(&r->sp, r->sp.tensors[s].name) : "?"), sl);
     if (pt->lin.part_n > 1) fprintf(f, " part %lld/%lld", (long long)pt->lin.part_k, (long long)pt->lin.part_n);
+    if (vd_lineage_factor(&pt->lin) != 1.0) fprintf(f, " x %g", vd_lineage_factor(&pt->lin));
     fputc('\n', f);
   }
 }

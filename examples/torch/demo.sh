@@ -21,7 +21,7 @@ GPT2_DDP="gpt2_single.py gpt2_ddp.py"
 VOCAB="vocab_single.py vocab_tp.py"
 
 # One row per configuration: name -> "single parallel nproc settings" (programs in examples/torch/).
-CONFIGS="tp2 pp2 dp2 sp tp2pp2dp2 tp2pp2dp2sp tied gpt2_ddp gpt2_ddp_buckets gpt2_ddp_accum gpt2_mcore gpt2_pipe gpt2_pipe_1f1b gpt2_dtensor gpt2_dtensor_sp gpt2_dtensor_2d gpt2_dtensor_fsdp gpt2_fsdp gpt2_fsdp_adamw gpt2_fsdp_ckpt gpt2_fsdp_mp gpt2_fsdp_offload gpt2_hsdp gpt2_fsdp1 gpt2_fsdp1_adamw gpt2_fsdp1_accum gpt2_zero vocab_tp2dp2 vocab_ce_tp2 vocab_mcore"
+CONFIGS="tp2 pp2 dp2 sp tp2pp2dp2 tp2pp2dp2sp tied gpt2_ddp gpt2_ddp_buckets gpt2_ddp_accum gpt2_mcore gpt2_pipe gpt2_pipe_1f1b gpt2_dtensor gpt2_dtensor_sp gpt2_dtensor_2d gpt2_dtensor_fsdp gpt2_fsdp gpt2_fsdp_adamw gpt2_fsdp_ckpt gpt2_fsdp_mp gpt2_fsdp_offload gpt2_hsdp gpt2_fsdp1 gpt2_fsdp1_adamw gpt2_fsdp1_accum gpt2_zero vocab_tp2dp2 vocab_ce_tp2 vocab_mcore seqcls_ddp"
 conf() {
   case $1 in
     tp2) echo "$LLAMA 2 tp=2" ;;
@@ -54,11 +54,12 @@ conf() {
     vocab_tp2dp2) echo "$VOCAB 4 tp=2 dp=2" ;;
     vocab_ce_tp2) echo "$VOCAB 2 tp=2 ce=vocab" ;;
     vocab_mcore) echo "vocab_single.py vocab_mcore.py 2 tp=2" ;;
+    seqcls_ddp) echo "seqcls.py seqcls_ddp.py 2" ;;
     *) echo "" ;;
   esac
 }
 # One row per bug: bug -> the configuration it is demonstrated on.
-BUGS="no_allreduce grad_scale pp_recv dp_noavg no_sp_gather tie_noreduce loss_scale ignored accum_nodiv no_bias_rowwise noscale drop_mb no_reduce placement sum_rs flat_sum no_rep_reduce stale vocab_shard"
+BUGS="no_allreduce grad_scale pp_recv dp_noavg no_sp_gather tie_noreduce loss_scale ignored accum_nodiv no_bias_rowwise noscale drop_mb no_reduce placement sum_rs flat_sum no_rep_reduce stale vocab_shard head_noavg"
 bugconf() {
   case $1 in
     no_allreduce|dp_noavg) echo tp2pp2dp2 ;;
@@ -76,6 +77,7 @@ bugconf() {
     no_rep_reduce) echo gpt2_hsdp ;;
     stale) echo gpt2_zero ;;
     vocab_shard) echo vocab_tp2dp2 ;;
+    head_noavg) echo seqcls_ddp ;;
     *) echo "" ;;
   esac
 }

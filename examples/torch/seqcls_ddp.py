@@ -2,6 +2,8 @@
 share of the batch and accumulates 2 microbatches, the first under no_sync().
 --set bug=sync_first: the first microbatch's backward syncs and the last runs under no_sync()
 (DDP then reduces only the first microbatch's gradients; the last one's stay each rank's own).
+--set bug=head_noavg: the classifier head (over the pooled and last-token features) is left out
+of DDP's reducer, so its gradients are never averaged (each rank steps on its own share's).
 """
 import contextlib
 import os
@@ -24,6 +26,8 @@ def step(cap):
     cap.params(model)
     cap.input(ids, "ids", dp=Shard(0))
     cap.input(y, "y", dp=Shard(0))
+    if cap.args.get("bug") == "head_noavg":   # BUG: the head's gradients are never averaged
+        DDP._set_params_and_buffers_to_ignore_for_model(model, ["head.weight", "head.bias"])
     ddp = DDP(model)
     opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
     cap.optimizer(opt)

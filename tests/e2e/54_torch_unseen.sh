@@ -16,8 +16,14 @@
 #  - a transformer LM of nn.LayerNorm / nn.Linear / SDPA with an untied head and AdamW with two
 #    parameter groups, sharded with FSDP2's fully_shard, is EQUIVALENT; with the root never
 #    wrapped (its parameters' gradients never reduced) NOT EQUIVALENT, a MISSING_REDUCTION at the optimizer's update,
-#    the inference line naming one copy's share of a mean read as the whole.
-# Six captures (about 5 s of CPU each on this machine).
+#    the inference line naming one copy's share of a mean read as the whole;
+#  - a sequence classifier (hand-written LayerNorm, fused qkv, einsum attention, a head over the
+#    cat of the mean-pooled and the last token's features) under DDP with 2 accumulated
+#    microbatches, each rank's share a different microbatch of the single-device step's, is
+#    EQUIVALENT from the inferred lineages alone (no candidate dropped, one round); with the head
+#    left out of DDP's reducer (its gradients never averaged) NOT EQUIVALENT, a
+#    MISSING_REDUCTION at the optimizer's update.
+# Eight captures (about 5 s of CPU each on this machine).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/torch_lib.sh"
 set -e
@@ -45,4 +51,9 @@ pair_equivalent
 capture_pair mlm.py mlm_fsdp.py 2 --set bug=no_root
 pair_not_equivalent "^   1\. .*MISSING_REDUCTION at add 'mlm_fsdp.py:$(line mlm_fsdp.py 'opt.step()')'" \
   "one copy's share of a mean (part 0 of 2, times 2)"
+
+capture_pair seqcls.py seqcls_ddp.py 2
+pair_equivalent "0 dropped after a failed proof, 1 round"
+capture_pair seqcls.py seqcls_ddp.py 2 --set bug=head_noavg
+pair_not_equivalent "^   1\. .*MISSING_REDUCTION at add 'seqcls_ddp.py:$(line seqcls_ddp.py 'opt.step()')'"
 echo ok

@@ -8,7 +8,8 @@
  * factors that cancel (a mean over a part, then a division without a single
  * twin), and a factor that does not cancel (no candidate, and the first
  * stuck node is reported), and a tensor rebuilt from flattened boxes of a
- * value is that value (moved_box).  The result is the same at 1 and 2 threads, and
+ * value is that value (moved_box), a guessed addend of a sum takes its known
+ * addends' factor (none when they disagree).  The result is the same at 1 and 2 threads, and
  * every allocation failure gives VD_ENOMEM with the plan untouched.
  */
 #include <math.h>
@@ -614,6 +615,187 @@ static void test_infer_sum_twin(void **st) {
   vd_plan_free(&p);
 }
 
+/* A guessed addend takes the factor of the sum's known addends (guess_node,
+ * known_factor).  single: a = scale(x [4,2], 0.25); b = neg(x); v =
+ * view(z); s = add(a, v) (or multiref_backward(a, b, v)); l = exp(s).
+ * parallel, on rows [0,2): a' = scale(x', 0.5) is 2 x a's rows (a DDP
+ * gradient's factor); v' = view(z') of an input without annotation is
+ * undecided, so the sum's single twin suggests v's rows for it; h' =
+ * scale(s', 0.5), l' = exp(h').  Under add, v' is guessed with a's factor
+ * 2 (before: factor 1, a wrong candidate dropped after its proof failed,
+ * and s' = 2a + v had no lineage); then s' is 2 x s and l' is l's rows.
+ * Under multiref_backward(a', b', v') the known addends disagree (2 and 1):
+ * no factor makes the sum one, and v' is not guessed. */
+static void guess_factor_case(int disagree) {
+  vd_plan_t s, p;
+  pb_ctx c;
+  int32_t f = begin_fwd(&c, &s, VD_PLAN_SINGLE);
+  uint32_t x = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 4, 2); /* id 1 */
+  uint32_t z = pb_tensor(&c, "z", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 4, 2); /* id 2 */
+  uint32_t a = pb_tensor(&c, "a", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 2);   /* id 3 */
+  uint32_t b = pb_tensor(&c, "b", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 2);   /* id 4 */
+  uint32_t v = pb_tensor(&c, "v", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 2);   /* id 5 */
+  uint32_t sm = pb_tensor(&c, "s", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 2);  /* id 6 */
+  uint32_t l = pb_tensor(&c, "l", 0, VD_ROLE_LOSS, VD_SCOPE_PER_MB, 2, 4, 2);  /* id 7 */
+  pb_attr_float(&c, pb_node(&c, "scale", "a", 0, f, VD_PHASE_FWD, PB_T(x), PB_T(a)), "factor", 0.25);
+  pb_node(&c, "neg", "b", 0, f, VD_PHASE_FWD, PB_T(x), PB_T(b));
+  pb_node(&c, "view", "v", 0, f, VD_PHASE_FWD, PB_T(z), PB_T(v));
+  if (disagree)
+    pb_node(&c, "multiref_backward", "s", 0, f, VD_PHASE_FWD, (uint32_t[]){a, b, v}, 3, PB_T(sm));
+  else
+    pb_node(&c, "add", "s", 0, f, VD_PHASE_FWD, PB_T(a, v), PB_T(sm));
+  pb_node(&c, "exp", "l", 0, f, VD_PHASE_FWD, PB_T(sm), PB_T(l));
+  end_one_step(&c, f);
+  f = begin_fwd(&c, &p, VD_PLAN_PARALLEL);
+  uint32_t px = half_rows(&c, "x");
+  uint32_t pz = pb_tensor(&c, "z", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 2, 2); /* no annotation */
+  uint32_t pa = pb_tensor(&c, "a", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  uint32_t pbb = pb_tensor(&c, "b", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  uint32_t pv = pb_tensor(&c, "v", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  uint32_t ps = pb_tensor(&c, "s", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  uint32_t ph = pb_tensor(&c, "h", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  uint32_t pl = pb_tensor(&c, "l", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+  pb_attr_float(&c, pb_node(&c, "scale", "a", 0, f, VD_PHASE_FWD, PB_T(px), PB_T(pa)), "factor", 0.5);
+  pb_node(&c, "neg", "b", 0, f, VD_PHASE_FWD, PB_T(px), PB_T(pbb));
+  pb_node(&c, "view", "v", 0, f, VD_PHASE_FWD, PB_T(pz), PB_T(pv));
+  if (disagree)
+    pb_node(&c, "multiref_backward", "s", 0, f, VD_PHASE_FWD, (uint32_t[]){pa, pbb, pv}, 3, PB_T(ps));
+  else
+    pb_node(&c, "add", "s", 0, f, VD_PHASE_FWD, PB_T(pa, pv), PB_T(ps));
+  pb_attr_float(&c, pb_node(&c, "scale", "h", 0, f, VD_PHASE_FWD, PB_T(ps), PB_T(ph)), "factor", 0.5);
+  pb_node(&c, "exp", "l", 0, f, VD_PHASE_FWD, PB_T(ph), PB_T(pl));
+  uint8_t *inf = NULL;
+  vd_lin_infer_stats is;
+  infer_built(&c, f, &s, &p, &inf, &is);
+  assert_true(inf[pa]);
+  assert_true(vd_lineage_factor(&p.tensors[pa].lin) == 2.0);
+  if (disagree) {
+    assert_false(inf[pv]);
+  } else {
+    if (!inf[pv]) fail_msg("the undecided addend v' has no candidate");
+    assert_int_equal(p.tensors[pv].lin.full, 5);
+    assert_int_equal(p.tensors[pv].lin.hi[0], 2);
+    if (vd_lineage_factor(&p.tensors[pv].lin) != 2.0)
+      fail_msg("v' guessed with factor %g, not its known addend's 2", vd_lineage_factor(&p.tensors[pv].lin));
+    assert_true(inf[pl]);
+    assert_int_equal(p.tensors[pl].lin.full, 7);
+    assert_true(vd_lineage_factor(&p.tensors[pl].lin) == 1.0);
+  }
+  vd_free(inf);
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+static void test_infer_guess_factor(void **st) {
+  (void)st;
+  guess_factor_case(0);
+  guess_factor_case(1);
+}
+
+/* chunk_backward (a select's gradient, zero-padded): single y =
+ * chunk_backward(x [4,2], dim 1, index 1 of 2) [4,4], l = exp(y); parallel
+ * x' = rows [0,2) of x, the same padding (index `pindex`).  Along the whole
+ * dim 1 the padding is the single one's: y' is rows [0,2) of y, l' of l
+ * (before: no rule, the stage grew past y').  Padded at another index, no
+ * single twin pads alike: no lineage. */
+static void chunk_backward_case(int64_t pindex) {
+  vd_plan_t s, p;
+  pb_ctx c;
+  int32_t f = begin_fwd(&c, &s, VD_PLAN_SINGLE);
+  uint32_t x = pb_tensor(&c, "x", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 4, 2); /* id 1 */
+  uint32_t y = pb_tensor(&c, "y", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 4, 4);   /* id 2 */
+  uint32_t l = pb_tensor(&c, "l", 0, VD_ROLE_LOSS, VD_SCOPE_PER_MB, 2, 4, 4);  /* id 3 */
+  uint32_t k = pb_node(&c, "chunk_backward", "y", 0, f, VD_PHASE_FWD, PB_T(x), PB_T(y));
+  assert_int_equal(vd_plan_attr_int(&s, k, "dim", 1), VD_OK);
+  assert_int_equal(vd_plan_attr_int(&s, k, "index", 1), VD_OK);
+  assert_int_equal(vd_plan_attr_int(&s, k, "chunks", 2), VD_OK);
+  pb_node(&c, "exp", "l", 0, f, VD_PHASE_FWD, PB_T(y), PB_T(l));
+  end_one_step(&c, f);
+  f = begin_fwd(&c, &p, VD_PLAN_PARALLEL);
+  uint32_t px = half_rows(&c, "x");
+  uint32_t py = pb_tensor(&c, "y", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 4);
+  uint32_t pl = pb_tensor(&c, "l", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 4);
+  k = pb_node(&c, "chunk_backward", "y", 0, f, VD_PHASE_FWD, PB_T(px), PB_T(py));
+  assert_int_equal(vd_plan_attr_int(&p, k, "dim", 1), VD_OK);
+  assert_int_equal(vd_plan_attr_int(&p, k, "index", pindex), VD_OK);
+  assert_int_equal(vd_plan_attr_int(&p, k, "chunks", 2), VD_OK);
+  pb_node(&c, "exp", "l", 0, f, VD_PHASE_FWD, PB_T(py), PB_T(pl));
+  uint8_t *inf = NULL;
+  vd_lin_infer_stats is;
+  infer_built(&c, f, &s, &p, &inf, &is);
+  if (pindex == 1) {
+    assert_true(inf[py] && inf[pl]);
+    assert_int_equal(p.tensors[py].lin.full, 2);
+    assert_int_equal(p.tensors[py].lin.hi[0], 2);
+    assert_int_equal(p.tensors[py].lin.lo[1], 0);
+    assert_int_equal(p.tensors[py].lin.hi[1], 4);
+    assert_int_equal(p.tensors[pl].lin.full, 3);
+  } else {
+    assert_false(inf[py]);
+  }
+  vd_free(inf);
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
+static void test_infer_chunk_backward(void **st) {
+  (void)st;
+  chunk_backward_case(1);
+  chunk_backward_case(0);
+}
+
+/* An all_reduce of different single values (DDP accumulating microbatches,
+ * rank r's share being single microbatch r's): single s = add(exp(a),
+ * exp(b)) over [2,2], l = neg(s); parallel rank 0 holds a, rank 1 b, each
+ * e_r = exp(x_r), y = all_reduce(e_0, e_1), l_r = neg(y_r).  Each y_r is
+ * the single sum s (sum_node's rule over the group); before, the group's
+ * inputs were no parts of one value and y had no lineage. */
+static void test_infer_allreduce_sum(void **st) {
+  (void)st;
+  vd_plan_t s, p;
+  pb_ctx c;
+  int32_t f = begin_fwd(&c, &s, VD_PLAN_SINGLE);
+  uint32_t a = pb_tensor(&c, "a", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 2, 2);  /* id 1 */
+  uint32_t b = pb_tensor(&c, "b", 0, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 2, 2);  /* id 2 */
+  uint32_t ea = pb_tensor(&c, "ea", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);  /* id 3 */
+  uint32_t eb = pb_tensor(&c, "eb", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);  /* id 4 */
+  uint32_t sm = pb_tensor(&c, "s", 0, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);   /* id 5 */
+  uint32_t l = pb_tensor(&c, "l", 0, VD_ROLE_LOSS, VD_SCOPE_PER_MB, 2, 2, 2);   /* id 6 */
+  pb_node(&c, "exp", "ea", 0, f, VD_PHASE_FWD, PB_T(a), PB_T(ea));
+  pb_node(&c, "exp", "eb", 0, f, VD_PHASE_FWD, PB_T(b), PB_T(eb));
+  pb_node(&c, "add", "s", 0, f, VD_PHASE_FWD, PB_T(ea, eb), PB_T(sm));
+  pb_node(&c, "neg", "l", 0, f, VD_PHASE_FWD, PB_T(sm), PB_T(l));
+  end_one_step(&c, f);
+  pb_begin(&c, &p, VD_PLAN_PARALLEL, 2, 1, 1);
+  f = pb_segment(&c, "fwd");
+  uint32_t y[2];
+  for (int32_t r = 0; r < 2; r++) {
+    uint32_t x = pb_tensor(&c, r ? "r1.x" : "r0.x", r, VD_ROLE_INPUT, VD_SCOPE_PER_MB, 2, 2, 2);
+    pb_lin(&c, x, r ? 2 : 1, 0, 2, 0, 2, 0, 1);
+    uint32_t e = pb_tensor(&c, r ? "r1.e" : "r0.e", r, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+    y[r] = pb_tensor(&c, r ? "r1.y" : "r0.y", r, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+    uint32_t pl = pb_tensor(&c, r ? "r1.l" : "r0.l", r, VD_ROLE_ACT, VD_SCOPE_PER_MB, 2, 2, 2);
+    pb_node(&c, "exp", r ? "r1.e" : "r0.e", r, f, VD_PHASE_FWD, PB_T(x), PB_T(e));
+    pb_coll(&c, "all_reduce", r ? "r1.ar" : "r0.ar", r, f, PB_T(e), PB_T(y[r]), 3, PB_G(0, 1), 0);
+    pb_node(&c, "neg", r ? "r1.l" : "r0.l", r, f, VD_PHASE_FWD, PB_T(y[r]), PB_T(pl));
+  }
+  pb_step(&c, 0, f, 0);
+  pb_step(&c, 1, f, 0);
+  assert_int_equal(c.rc, VD_OK);
+  uint8_t *inf = NULL;
+  vd_lin_infer_stats is;
+  run_infer(&s, &p, &inf, &is);
+  for (int r = 0; r < 2; r++) {
+    if (!inf[y[r]]) fail_msg("rank %d: the all_reduce of a and b's exps has no candidate", r);
+    assert_int_equal(p.tensors[y[r]].lin.full, 5);
+    assert_int_equal(p.tensors[y[r]].lin.part_n, 1);
+    assert_int_equal(p.tensors[y[r]].lin.hi[0], 2);
+  }
+  vd_free(inf);
+  vd_plan_free(&s);
+  vd_plan_free(&p);
+}
+
 static void small_llama(vd_gen_config *c) {
   vd_gen_config_default(c);
   c->model = VD_GEN_LLAMA3;
@@ -837,6 +1019,9 @@ int main(void) {
       cmocka_unit_test(test_infer_loss_mask),
       cmocka_unit_test(test_infer_grad_clip),
       cmocka_unit_test(test_infer_ep_guess),
+      cmocka_unit_test(test_infer_guess_factor),
+      cmocka_unit_test(test_infer_chunk_backward),
+      cmocka_unit_test(test_infer_allreduce_sum),
       cmocka_unit_test(test_infer_ep_tp_fanin),
       cmocka_unit_test(test_infer_threads),
       cmocka_unit_test(test_infer_fault),
