@@ -59,7 +59,7 @@ conf() {
   esac
 }
 # One row per bug: bug -> the configuration it is demonstrated on.
-BUGS="no_allreduce grad_scale pp_recv dp_noavg no_sp_gather tie_noreduce loss_scale ignored accum_nodiv no_bias_rowwise noscale drop_mb no_reduce placement sum_rs flat_sum no_rep_reduce stale vocab_shard head_noavg"
+BUGS="no_allreduce grad_scale pp_recv dp_noavg no_sp_gather tie_noreduce loss_scale ignored accum_nodiv no_bias_rowwise noscale drop_mb no_reduce placement sum_rs flat_sum no_rep_reduce stale vocab_shard head_noavg sync_first"
 bugconf() {
   case $1 in
     no_allreduce|dp_noavg) echo tp2pp2dp2 ;;
@@ -77,7 +77,7 @@ bugconf() {
     no_rep_reduce) echo gpt2_hsdp ;;
     stale) echo gpt2_zero ;;
     vocab_shard) echo vocab_tp2dp2 ;;
-    head_noavg) echo seqcls_ddp ;;
+    head_noavg|sync_first) echo seqcls_ddp ;;
     *) echo "" ;;
   esac
 }

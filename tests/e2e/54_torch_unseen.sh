@@ -22,8 +22,10 @@
 #    microbatches, each rank's share a different microbatch of the single-device step's, is
 #    EQUIVALENT from the inferred lineages alone (no candidate dropped, one round); with the head
 #    left out of DDP's reducer (its gradients never averaged) NOT EQUIVALENT, a
-#    MISSING_REDUCTION at the optimizer's update.
-# Eight captures (about 5 s of CPU each on this machine).
+#    MISSING_REDUCTION at the optimizer's update; with the reducer firing in the first
+#    microbatch's backward and the last under no_sync() (bug=sync_first, BUGS.md 14) NOT
+#    EQUIVALENT, a MISSING_REDUCTION.
+# Nine captures (about 5 s of CPU each on this machine).
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/torch_lib.sh"
 set -e
@@ -56,4 +58,9 @@ capture_pair seqcls.py seqcls_ddp.py 2
 pair_equivalent "0 dropped after a failed proof, 1 round"
 capture_pair seqcls.py seqcls_ddp.py 2 --set bug=head_noavg
 pair_not_equivalent "^   1\. .*MISSING_REDUCTION at add 'seqcls_ddp.py:$(line seqcls_ddp.py 'opt.step()')'"
+# the reducer fires in the first microbatch's backward, the last one runs under no_sync():
+# that microbatch's gradients are never reduced (DDP rebuilds its buckets in between; their
+# integer indices are bookkeeping, aten_map.py _bookkeeping)
+capture_pair seqcls.py seqcls_ddp.py 2 --set bug=sync_first
+pair_not_equivalent "^   1\. .*MISSING_REDUCTION at "
 echo ok
