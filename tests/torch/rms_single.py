@@ -3,6 +3,8 @@ device: nn.RMSNorm, a SiLU MLP with bias-free linears, nn.Dropout(0.0), an untie
 F.cross_entropy over flattened logits, AdamW with betas (0.9, 0.95), a LambdaLR scheduler,
 opt.zero_grad(set_to_none=True) inside the step and clip_grad_norm_ (--set clip=0: none).
 The reference of rms_ddp.py and rms_tp.py (tests/e2e/55_torch_rmsnorm.sh)."""
+import contextlib
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -48,16 +50,18 @@ def data():
     return ids, torch.roll(ids, -1, 1)
 
 
-def train(cap, model, ids, tgt, log=lambda loss: loss):
-    """One step; log maps the local loss to the logged one (a parallel program's mean)."""
+def train(cap, model, ids, tgt, log=lambda loss: loss, loss_ctx=contextlib.nullcontext):
+    """One step; log maps the local loss to the logged one (a parallel program's mean), the
+    loss and its backward run under loss_ctx() (DTensor's loss_parallel)."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
     cap.optimizer(opt)
     with cap.step():
         opt.zero_grad(set_to_none=True)
         logits = model(ids)
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), tgt.reshape(-1))
-        loss.backward()
+        with loss_ctx():
+            loss = F.cross_entropy(logits.flatten(0, 1), tgt.reshape(-1))
+            loss.backward()
         if cap.args.get("clip", "1") == "1":
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()

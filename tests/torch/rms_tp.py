@@ -3,13 +3,13 @@ MLP's up projection, RowwiseParallel on its down projection, the head ColwisePar
 replicated logits; the norms and the embedding stay plain tensors (so clipping, which DTensor
 refuses over mixed parameters, is off: --set clip=0 for both programs).  --set lp=1 computes the
 loss under DTensor's loss_parallel() on vocab-sharded logits, which torch2plan refuses by name."""
-import torch
-import torch.nn.functional as F
+import contextlib
+
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, loss_parallel, parallelize_module
 
-from rms_single import build, data
+from rms_single import build, data, train
 
 
 def step(cap):
@@ -27,15 +27,4 @@ def step(cap):
     cap.params(m)
     cap.input(ids, "ids")
     cap.input(tgt, "tgt")
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.01, betas=(0.9, 0.95))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    cap.optimizer(opt)
-    with cap.step():
-        opt.zero_grad(set_to_none=True)
-        logits = m(ids)
-        with loss_parallel() if lp else torch.enable_grad():
-            loss = F.cross_entropy(logits.flatten(0, 1), tgt.reshape(-1))
-            loss.backward()
-        opt.step()
-        sched.step()
-    cap.loss(loss, "loss")
+    cap.loss(train(cap, m, ids, tgt, loss_ctx=loss_parallel if lp else contextlib.nullcontext), "loss")
