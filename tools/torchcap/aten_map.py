@@ -282,7 +282,8 @@ def _cast(E, pid, shape, dt):
     reshape of the cast of its source, which it is element for element, so that a buffer the cast
     is written into holds the source's values (Recorder.stored_value): FSDP2's MixedPrecisionPolicy
     casts each flattened parameter shard into its all-gather buffer, and the gathered buffer must
-    read as the parameter's shards, not as flat ranges that no lineage describes."""
+    read as the parameter's shards, not as flat ranges that no lineage describes.  Used for such
+    copies only (_copy_into): elsewhere a plain cast is what lineage inference follows best."""
     root = E.rec.view_root.get(pid)
     if root is None:
         return E.op("cast", [pid], shape, {}, dt)
@@ -1261,7 +1262,10 @@ def _copy_into(rec, E, dst, s, src):
     if _shape(s) != _shape(dst):
         p = E.op("expand", [p], _shape(dst), {}, _dt(dst))
     elif s.dtype != dst.dtype:
-        p = _cast(E, p, _shape(dst), _dt(dst))
+        # a flattened value copied into a flat buffer across dtypes (FSDP2's MixedPrecisionPolicy
+        # fills its all-gather buffer so): the buffer holds the cast source (_cast)
+        flat = dst.dim() == 1 and rec.view_root.get(p) is not None
+        p = _cast(E, p, _shape(dst), _dt(dst)) if flat else E.op("cast", [p], _shape(dst), {}, _dt(dst))
     rec.write(dst, p, src)
     _note_fwd(rec, [dst], src)
 
