@@ -16,7 +16,9 @@ takes its share of the batch, and the gradients are averaged over dp by hand (--
 FSDP2's fully_shard over the dp mesh dim on top of TP instead, torchtitan's 2-D layout; a
 parameter is then sharded over both mesh dims, its placements _StridedShard(0) on dp and
 Shard(0) on tp, declared as the box each rank holds: tools/torchcap/dtensor.py local_box).  --set opt=sgdm|adam|adamw
-picks the optimizer (its state is DTensors, as the parameters).
+picks the optimizer (its state is DTensors, as the parameters); --set clip=X clips with
+torch.nn.utils.clip_grad_norm_ after the dp average, the parameters parallelize_module leaves
+plain made Replicate() DTensors first (replicate_rest: torch refuses a mixed list).
 Bugs (--set bug=NAME): row_as_col gives the MLP's proj ColwiseParallel where RowwiseParallel
 belongs; no_reduce gives out_proj RowwiseParallel(output_layouts=Partial()) with the local
 output used as is (the missing all-reduce of a row-parallel layer); placement (with sp=1) states
