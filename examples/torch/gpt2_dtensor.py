@@ -16,7 +16,9 @@ takes its share of the batch, and the gradients are averaged over dp by hand (--
 FSDP2's fully_shard over the dp mesh dim on top of TP instead, torchtitan's 2-D layout; a
 parameter is then sharded over both mesh dims, its placements _StridedShard(0) on dp and
 Shard(0) on tp, declared as the box each rank holds: tools/torchcap/dtensor.py local_box).  --set opt=sgdm|adam|adamw
-picks the optimizer (its state is DTensors, as the parameters).
+picks the optimizer (its state is DTensors, as the parameters); --set clip=X clips with
+torch.nn.utils.clip_grad_norm_ after the dp average, the parameters parallelize_module leaves
+plain made Replicate() DTensors first (replicate_rest: torch refuses a mixed list).
 Bugs (--set bug=NAME): row_as_col gives the MLP's proj ColwiseParallel where RowwiseParallel
 belongs; no_reduce gives out_proj RowwiseParallel(output_layouts=Partial()) with the local
 output used as is (the missing all-reduce of a row-parallel layer); placement (with sp=1) states
@@ -63,6 +65,32 @@ def block_plan(c):
     return plan
 
 
+def replicate_rest(model, mesh):
+    """Every parameter that parallelize_module left a plain tensor (the embeddings, the tied head,
+    the LayerNorms without SequenceParallel) becomes a Replicate() DTensor on mesh, its module
+    taking and giving local tensors: torch.nn.utils.clip_grad_norm_ needs every gradient a
+    DTensor (a mixed list is refused by DTensor's _foreach_norm and torch.stack).  A tied
+    parameter stays tied (one DTensor parameter for both modules)."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+    made = {}
+
+    def to_dt(args):
+        return tuple(DTensor.from_local(a, mesh, [Replicate()], run_check=False)
+                     if isinstance(a, torch.Tensor) and not isinstance(a, DTensor) else a for a in args)
+
+    for m in model.modules():
+        plain = [(n, p) for n, p in m.named_parameters(recurse=False) if not isinstance(p.data, DTensor)]
+        if not plain:
+            continue
+        for n, p in plain:
+            if id(p) not in made:
+                made[id(p)] = torch.nn.Parameter(distribute_tensor(p.data, mesh, [Replicate()]),
+                                                 requires_grad=p.requires_grad)
+            setattr(m, n, made[id(p)])
+        m.register_forward_pre_hook(lambda _m, args: to_dt(args))
+        m.register_forward_hook(lambda _m, _args, out: out.to_local() if isinstance(out, DTensor) else out)
+
+
 def step(cap):
     c = gpt2.config(cap.args)
     tp = int(c["tp"]) if int(c["tp"]) > 1 else cap.world
@@ -90,6 +118,8 @@ def step(cap):
                 parallelize_module(block, tp_mesh, PrepareModuleOutput(
                     output_layouts=out_layout, desired_output_layouts=Replicate()))
     fsdp = dp > 1 and c.get("fsdp") == "1"
+    if c["clip"] and not fsdp:   # clip_grad_norm_ needs DTensor gradients only (FSDP2 makes them so)
+        replicate_rest(model, tp_mesh)
     if fsdp:   # FSDP2 over dp on top of TP: torchtitan's 2-D layout
         for block in model.h:
             fully_shard(block, mesh=mesh["dp"])
@@ -110,6 +140,8 @@ def step(cap):
             for p in model.parameters():
                 g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
                 dist.all_reduce(g, op=dist.ReduceOp.AVG, group=dp_group)
+        if c["clip"]:   # after the dp average: the norm of the averaged gradients
+            torch.nn.utils.clip_grad_norm_(model.parameters(), c["clip"])
         opt.step()
         logged = loss.detach().clone()
         if dp > 1:

@@ -15,7 +15,9 @@
 #    local output as Shard(0) where Shard(1) is right; DTensor trusts it and gathers along the
 #    batch (the shapes still fit): NOT EQUIVALENT, PERMUTED_SLICES at that all_gather, whose
 #    call stack ends at the program line that applied PrepareModuleOutput(output_layouts=Shard(0)),
-#    and the executor disagrees.
+#    and the executor disagrees;
+#  - clip=0.5 (AdamW): clip_grad_norm_ over DTensor gradients only (the plain parameters made
+#    Replicate DTensors: torch refuses a mixed list), recorded in the plan (clip_coef), EQUIVALENT.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/torch_lib.sh"
 set -e
@@ -25,6 +27,9 @@ for conf in "2 --set tp=2" "2 --set tp=2 --set sp=1" "2 --set tp=2 --set sp=dten
   cap $conf
   pair_equivalent
 done
+cap 2 --set tp=2 --set opt=adamw --set clip=0.5
+pair_equivalent
+grep -q clip_coef "$TMP/p.plan" || { echo "FAIL: the parallel plan of clip=0.5 does not clip" >&2; exit 1; }
 cap 2 --set tp=2 --set bug=no_reduce
 pair_not_equivalent
 # the line that applies the wrong PrepareModuleOutput, and the model's call of the last block
