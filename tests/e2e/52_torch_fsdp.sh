@@ -10,8 +10,8 @@
 #    backward line (the optimizer's input, proven 2 x its single-device value, read as that
 #    value makes the update right: solver/stage_solve.c unscaled_check), and the executor
 #    disagrees;
-#  - MixedPrecisionPolicy (bfloat16 compute, float32 reduction; float32 compute under make
-#    e2e-full) and CPUOffloadPolicy(pin_memory=False) (under make e2e-full): EQUIVALENT over the
+#  - under make e2e-full: MixedPrecisionPolicy (bfloat16 compute, float32 reduction; float32
+#    compute) and CPUOffloadPolicy(pin_memory=False): EQUIVALENT over the
 #    reals, the executor agrees (its casts are identities); FSDP casts each flattened shard into
 #    the all-gather buffer, recorded as the reshape of the cast shard (aten_map.py _cast), so the
 #    gathered buffer reads as the parameter's shards; CPUOffloadPolicy's default pin_memory=True
@@ -23,9 +23,9 @@
 . "$(dirname "$0")/torch_lib.sh"
 set -e
 dp_configs_equivalent gpt2_single.py gpt2_fsdp.py "2" "2 --set opt=sgdm" "2 --set opt=adamw --set clip=0.5" "4" \
-  "2 --set ckpt=1" "2 --set mp=bf16 --set rd=f32"
+  "2 --set ckpt=1"
 if full_rows; then
-  dp_configs_equivalent gpt2_single.py gpt2_fsdp.py "2 --set mp=f32" "2 --set offload=1"
+  dp_configs_equivalent gpt2_single.py gpt2_fsdp.py "2 --set mp=bf16 --set rd=f32" "2 --set mp=f32" "2 --set offload=1"
 fi
 WANT=2 capture_pair gpt2_single.py gpt2_fsdp.py 2 --set dp=2 --set offload=1 --set pin=1
 expect_in "gpt2_fsdp.py:[0-9]*: the program pins host memory .*CPUOffloadPolicy(pin_memory=False)" "$TMP/err"
