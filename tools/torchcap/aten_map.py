@@ -1038,10 +1038,11 @@ BOOKKEEPING_OPS = {"select", "fill_", "copy_", "zero_", "clone", "_to_copy", "de
 
 def _bookkeeping(rec, t, cell, where):
     """The cell of t, made host state when t is a non-floating tensor that the step neither
-    declared nor produced (or made empty), read by a bookkeeping operator: a framework's own state (DDP's reducer
-    marks the parameters a rank used in an integer map, with find_unused_parameters or
-    static_graph, and all-reduces it to find those no rank used), no value of the model.  Host
-    state never becomes data: an operator that computes data from it is refused, naming it."""
+    declared nor produced (or made empty), read by a bookkeeping operator: a framework's own
+    state (DDP's reducer marks the parameters a rank used in an integer map, with
+    find_unused_parameters or static_graph, and all-reduces it to find those no rank used), no
+    value of the model.  Host state never becomes data: an operator that computes data from it
+    is refused, naming it."""
     if (cell is not None and cell.kind != "empty") or t.is_floating_point() or t.is_complex():
         return cell
     # an integer tensor made with torch.empty inside the step and filled where the capture does
