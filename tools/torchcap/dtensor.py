@@ -148,6 +148,15 @@ def like(p, local):
                               shape=p.shape, stride=p.stride())
 
 
+def user_line(frames):
+    """"file.py:LINE" of the innermost traceback frame outside torch and this tool, or "?"."""
+    import os
+    import torch
+    tdir, here = os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__))
+    user = [f for f in frames if not f.filename.startswith(tdir) and not f.filename.startswith(here)]
+    return "%s:%d" % (os.path.basename(user[-1].filename), user[-1].lineno) if user else "?"
+
+
 def runtime_refusal(exc):
     """The message of a DTensor runtime error (a sharding propagation that fails: a layer given a
     parallel style its shapes do not fit), naming the user's line, or None for other errors."""
@@ -158,9 +167,7 @@ def runtime_refusal(exc):
     frames = traceback.extract_tb(exc.__traceback__)
     if not any(f.filename.startswith(tdir) for f in frames):
         return None
-    user = [f for f in frames if not f.filename.startswith(os.path.dirname(torch.__file__))
-            and not f.filename.startswith(os.path.dirname(os.path.abspath(__file__)))]
-    where = "%s:%d" % (os.path.basename(user[-1].filename), user[-1].lineno) if user else "?"
+    where = user_line(frames)
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return ("%s: DTensor refused the operator (%s); the program fails under DTensor itself: check the "
             "parallel styles of parallelize_module (ColwiseParallel / RowwiseParallel / input and output "

@@ -85,15 +85,12 @@ def _cuda_refusal(exc):
     """The refusal of a program that needs CUDA (torch2plan runs every rank on the CPU, with
     gloo), naming the user's line and what to do, or None for other errors."""
     import traceback
-    import torch
+    from .dtensor import user_line
     text = str(exc)
     if "NVIDIA driver" not in text and "CUDA" not in text:
         return None
     frames = traceback.extract_tb(exc.__traceback__)
-    tdir = os.path.dirname(torch.__file__)
-    here = os.path.dirname(os.path.abspath(__file__))
-    user = [f for f in frames if not f.filename.startswith(tdir) and not f.filename.startswith(here)]
-    where = "%s:%d" % (os.path.basename(user[-1].filename), user[-1].lineno) if user else "?"
+    where = user_line(frames)
     for fn, what, instead in CUDA_NEEDS:
         if any(fn in (f.line or "") or f.name == fn for f in frames):
             return "%s: the program %s, which needs CUDA; torch2plan runs the ranks on the CPU: %s" % (
